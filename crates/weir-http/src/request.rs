@@ -1,0 +1,475 @@
+//! Request heads: parse, validate, derive framing and connection semantics.
+//!
+//! `parse_request` follows the codec convention: `Ok(Some(head))` consumes the head's bytes from
+//! the buffer, `Ok(None)` means "need more bytes" (the buffer is left untouched), `Err` means the
+//! connection must be answered with `err.status()` and closed. Names and values in the returned
+//! head are slices of one frozen `Bytes` holding the head: nothing is copied.
+
+use bytes::{Bytes, BytesMut};
+
+use crate::error::ParseError;
+use crate::framing::{BodyKind, FramingFields};
+
+/// Most header fields one request may carry; more is answered with 431.
+pub const MAX_HEADERS: usize = 128;
+
+/// Size limits applied while parsing a request head.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest header section (request line + fields + CRLFs), in bytes.
+    pub max_head_bytes: usize,
+    /// Longest request target, in bytes.
+    pub max_uri_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_head_bytes: 32 * 1024,
+            max_uri_bytes: 8 * 1024,
+        }
+    }
+}
+
+/// The request method; the common ones are variants so that matching them is an integer compare.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Method {
+    Get,
+    Head,
+    Post,
+    Put,
+    Delete,
+    Connect,
+    Options,
+    Trace,
+    Patch,
+    /// Any other token (already validated by the parser).
+    Other(Bytes),
+}
+
+impl Method {
+    /// Parses a method token (case-sensitive, as RFC 9110 says).
+    pub fn from_bytes(b: &[u8]) -> Method {
+        match b {
+            b"GET" => Method::Get,
+            b"HEAD" => Method::Head,
+            b"POST" => Method::Post,
+            b"PUT" => Method::Put,
+            b"DELETE" => Method::Delete,
+            b"CONNECT" => Method::Connect,
+            b"OPTIONS" => Method::Options,
+            b"TRACE" => Method::Trace,
+            b"PATCH" => Method::Patch,
+            other => Method::Other(Bytes::copy_from_slice(other)),
+        }
+    }
+
+    /// The method token.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Method::Get => "GET",
+            Method::Head => "HEAD",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Delete => "DELETE",
+            Method::Connect => "CONNECT",
+            Method::Options => "OPTIONS",
+            Method::Trace => "TRACE",
+            Method::Patch => "PATCH",
+            Method::Other(b) => std::str::from_utf8(b).unwrap_or("?"),
+        }
+    }
+}
+
+/// The protocol version of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    Http10,
+    Http11,
+}
+
+impl Version {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Version::Http10 => "HTTP/1.0",
+            Version::Http11 => "HTTP/1.1",
+        }
+    }
+}
+
+/// One header field; both parts are slices of the head's buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub name: Bytes,
+    pub value: Bytes,
+}
+
+/// A parsed and validated request head.
+#[derive(Debug, Clone)]
+pub struct RequestHead {
+    pub method: Method,
+    /// The request target exactly as sent (origin-form, absolute-form, `*` or authority-form).
+    pub target: Bytes,
+    pub version: Version,
+    /// Fields in the order received.
+    pub headers: Vec<Header>,
+    /// How the request body is framed.
+    pub body: BodyKind,
+    /// Whether the client allows the connection to be reused after this exchange.
+    pub keep_alive: bool,
+    /// `Expect: 100-continue` was sent.
+    pub expect_continue: bool,
+    /// Index into `headers` of the `Host` field, if any.
+    host: Option<usize>,
+    /// Bytes the head occupied on the wire.
+    pub head_len: usize,
+}
+
+impl RequestHead {
+    /// First value of a header, by case-insensitive name.
+    pub fn header(&self, name: &str) -> Option<&Bytes> {
+        self.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name.as_bytes()))
+            .map(|h| &h.value)
+    }
+
+    /// The `Host` value (or the authority of an absolute-form target), without any port.
+    pub fn host(&self) -> Option<&[u8]> {
+        let raw: &[u8] = match self.host {
+            Some(i) => &self.headers[i].value,
+            None => return None,
+        };
+        Some(strip_port(raw))
+    }
+
+    /// The path part of the target (before `?`). For absolute-form, the path after the authority.
+    pub fn path(&self) -> &[u8] {
+        let t = origin_form(&self.target);
+        match memchr::memchr(b'?', t) {
+            Some(i) => &t[..i],
+            None => t,
+        }
+    }
+
+    /// The query string (after `?`), if any.
+    pub fn query(&self) -> Option<&[u8]> {
+        let t = origin_form(&self.target);
+        memchr::memchr(b'?', t).map(|i| &t[i + 1..])
+    }
+
+    /// Whether the request says this is the last exchange or the version forbids reuse.
+    pub fn wants_close(&self) -> bool {
+        !self.keep_alive
+    }
+}
+
+/// Parses one request head from the front of `buf`.
+pub fn parse_request(
+    buf: &mut BytesMut,
+    limits: &Limits,
+) -> Result<Option<RequestHead>, ParseError> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut slots);
+    let n = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            check_partial(buf, limits)?;
+            return Ok(None);
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err(ParseError::HeadTooLarge),
+        Err(httparse::Error::Version) => return Err(version_error(buf)),
+        Err(e) => return Err(ParseError::BadRequest(httparse_reason(e))),
+    };
+    if n > limits.max_head_bytes {
+        return Err(ParseError::HeadTooLarge);
+    }
+    let base = buf.as_ptr() as usize;
+    let offset = |s: &[u8]| s.as_ptr() as usize - base;
+    let target = req.path.unwrap_or("");
+    if target.len() > limits.max_uri_bytes {
+        return Err(ParseError::UriTooLong);
+    }
+    let target_range = (offset(target.as_bytes()), target.len());
+    let method = Method::from_bytes(req.method.unwrap_or("").as_bytes());
+    let version = if req.version == Some(0) {
+        Version::Http10
+    } else {
+        Version::Http11
+    };
+
+    // One pass over the fields: record slices, derive framing and connection semantics.
+    let mut ranges: Vec<(usize, usize, usize, usize)> = Vec::with_capacity(req.headers.len());
+    let mut framing = FramingFields::default();
+    let mut conn_close = false;
+    let mut conn_keep_alive = false;
+    let mut expect_continue = false;
+    let mut host = None;
+    for (i, h) in req.headers.iter().enumerate() {
+        let name = h.name.as_bytes();
+        ranges.push((offset(name), name.len(), offset(h.value), h.value.len()));
+        match name.len() {
+            4 if name.eq_ignore_ascii_case(b"host") => {
+                if host.is_some() {
+                    return Err(ParseError::BadRequest("more than one Host field"));
+                }
+                host = Some(i);
+            }
+            6 if name.eq_ignore_ascii_case(b"expect") => {
+                if h.value.eq_ignore_ascii_case(b"100-continue") {
+                    expect_continue = true;
+                } else {
+                    return Err(ParseError::ExpectationFailed);
+                }
+            }
+            10 if name.eq_ignore_ascii_case(b"connection") => {
+                for token in h.value.split(|b| *b == b',') {
+                    let token = crate::framing::trim_ows(token);
+                    if token.eq_ignore_ascii_case(b"close") {
+                        conn_close = true;
+                    } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                        conn_keep_alive = true;
+                    }
+                }
+            }
+            14 if name.eq_ignore_ascii_case(b"content-length") => {
+                framing.content_length(h.value)?
+            }
+            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                framing.transfer_encoding(h.value)?
+            }
+            _ => {}
+        }
+    }
+    if version == Version::Http11 && host.is_none() {
+        return Err(ParseError::BadRequest("HTTP/1.1 request without Host"));
+    }
+    let body = framing.request_body(version == Version::Http10)?;
+    let keep_alive = match version {
+        Version::Http11 => !conn_close,
+        Version::Http10 => conn_keep_alive && !conn_close,
+    };
+
+    let head = buf.split_to(n).freeze();
+    let headers = ranges
+        .into_iter()
+        .map(|(ns, nl, vs, vl)| Header {
+            name: head.slice(ns..ns + nl),
+            value: head.slice(vs..vs + vl),
+        })
+        .collect();
+    Ok(Some(RequestHead {
+        method,
+        target: head.slice(target_range.0..target_range.0 + target_range.1),
+        version,
+        headers,
+        body,
+        keep_alive,
+        expect_continue: expect_continue && version == Version::Http11,
+        host,
+        head_len: n,
+    }))
+}
+
+/// Decides whether an incomplete head has already broken a limit.
+fn check_partial(buf: &[u8], limits: &Limits) -> Result<(), ParseError> {
+    match memchr::memchr(b'\n', buf) {
+        // Still inside the request line: it is the target that is too long.
+        None if buf.len() > limits.max_uri_bytes + 32 => Err(ParseError::UriTooLong),
+        _ if buf.len() > limits.max_head_bytes => Err(ParseError::HeadTooLarge),
+        _ => Ok(()),
+    }
+}
+
+/// httparse reports any unknown version token the same way; `HTTP/d.d` is a version we do not
+/// speak (505), anything else is garbage (400).
+fn version_error(buf: &[u8]) -> ParseError {
+    let line_end = memchr::memchr(b'\n', buf).unwrap_or(buf.len());
+    let line = &buf[..line_end];
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let version = line.rsplit(|b| *b == b' ').next().unwrap_or(b"");
+    match version {
+        [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
+            if major.is_ascii_digit() && minor.is_ascii_digit() =>
+        {
+            ParseError::VersionNotSupported
+        }
+        [b'H', b'T', b'T', b'P', b'/', major] if major.is_ascii_digit() => {
+            ParseError::VersionNotSupported
+        }
+        _ => ParseError::BadRequest("invalid HTTP version"),
+    }
+}
+
+fn httparse_reason(e: httparse::Error) -> &'static str {
+    match e {
+        httparse::Error::HeaderName => "invalid header name (whitespace before colon or obs-fold?)",
+        httparse::Error::HeaderValue => "invalid byte in header value",
+        httparse::Error::NewLine => "invalid line ending",
+        httparse::Error::Status => "invalid status",
+        httparse::Error::Token => "invalid token in request line",
+        httparse::Error::TooManyHeaders => "too many header fields",
+        httparse::Error::Version => "invalid HTTP version",
+    }
+}
+
+/// For an absolute-form target (`http://host/path`), the part from the path on.
+fn origin_form(target: &[u8]) -> &[u8] {
+    if target.first() == Some(&b'/') {
+        return target;
+    }
+    if let Some(i) = memchr::memmem::find(target, b"://") {
+        let rest = &target[i + 3..];
+        return match memchr::memchr2(b'/', b'?', rest) {
+            Some(j) => &rest[j..],
+            None => b"/",
+        };
+    }
+    target
+}
+
+/// `example.com:8080` → `example.com`; `[::1]:80` → `[::1]`.
+fn strip_port(host: &[u8]) -> &[u8] {
+    if host.first() == Some(&b'[') {
+        return match memchr::memchr(b']', host) {
+            Some(i) => &host[..=i],
+            None => host,
+        };
+    }
+    match memchr::memrchr(b':', host) {
+        Some(i) => &host[..i],
+        None => host,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &[u8]) -> Result<Option<RequestHead>, ParseError> {
+        let mut b = BytesMut::from(s);
+        parse_request(&mut b, &Limits::default())
+    }
+
+    fn status(s: &[u8]) -> u16 {
+        parse(s).expect_err("should be rejected").status()
+    }
+
+    #[test]
+    fn parses_simple_get() {
+        let mut b = BytesMut::from(&b"GET /a?b=1 HTTP/1.1\r\nHost: x.test:8080\r\n\r\nGET"[..]);
+        let h = parse_request(&mut b, &Limits::default()).unwrap().unwrap();
+        assert_eq!(h.method, Method::Get);
+        assert_eq!(h.path(), b"/a");
+        assert_eq!(h.query(), Some(&b"b=1"[..]));
+        assert_eq!(h.host(), Some(&b"x.test"[..]));
+        assert_eq!(h.body, BodyKind::Empty);
+        assert!(h.keep_alive);
+        assert_eq!(&b[..], b"GET", "only the head is consumed");
+    }
+
+    #[test]
+    fn partial_is_none_and_leaves_buffer() {
+        let mut b = BytesMut::from(&b"GET / HTTP/1.1\r\nHost: a\r\n"[..]);
+        assert!(parse_request(&mut b, &Limits::default()).unwrap().is_none());
+        assert_eq!(b.len(), 25);
+    }
+
+    #[test]
+    fn keep_alive_rules() {
+        let ka = |s: &[u8]| parse(s).unwrap().unwrap().keep_alive;
+        assert!(!ka(b"GET / HTTP/1.0\r\n\r\n"));
+        assert!(ka(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+        assert!(!ka(
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+        ));
+        assert!(!ka(
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, Close\r\n\r\n"
+        ));
+        assert!(ka(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"));
+    }
+
+    #[test]
+    fn rejections() {
+        assert_eq!(status(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"), 400);
+        assert_eq!(
+            status(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n"),
+            400
+        );
+        assert_eq!(
+            status(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"),
+            400
+        );
+        assert_eq!(
+            status(b"GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n"),
+            400
+        );
+        assert_eq!(status(b"GET / HTTP/1.1\r\nHost: a\r\nX : a\r\n\r\n"), 400);
+        assert_eq!(
+            status(b"GET / HTTP/1.1\r\nHost: a\r\nX: a\x01b\r\n\r\n"),
+            400
+        );
+        assert_eq!(
+            status(b"GET / HTTP/1.1\r\nHost: a\r\nX\x7f: a\r\n\r\n"),
+            400
+        );
+        assert_eq!(status(b"GET / HTTP/1.1\r\n\r\n"), 400);
+        assert_eq!(status(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), 400);
+        assert_eq!(status(b"GET / HTTP/2.0\r\nHost: a\r\n\r\n"), 505);
+        assert_eq!(status(b"GET / HTTP/1.2\r\nHost: a\r\n\r\n"), 505);
+        assert_eq!(status(b"GET / FTP/1.1\r\nHost: a\r\n\r\n"), 400);
+        assert_eq!(
+            status(b"GET / HTTP/1.1\r\nHost: a\r\nExpect: magic\r\n\r\n"),
+            417
+        );
+        assert_eq!(
+            status(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+            501
+        );
+    }
+
+    #[test]
+    fn limits() {
+        let limits = Limits {
+            max_head_bytes: 100,
+            max_uri_bytes: 20,
+        };
+        let mut long_uri =
+            BytesMut::from(&b"GET /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa HTTP/1.1\r\nHost: a\r\n\r\n"[..]);
+        assert_eq!(
+            parse_request(&mut long_uri, &limits).unwrap_err(),
+            ParseError::UriTooLong
+        );
+        let mut partial_uri = BytesMut::from(&[b'/'; 60][..]);
+        partial_uri[..4].copy_from_slice(b"GET ");
+        assert_eq!(
+            parse_request(&mut partial_uri, &limits).unwrap_err(),
+            ParseError::UriTooLong
+        );
+        let mut big = BytesMut::from(&b"GET / HTTP/1.1\r\nHost: a\r\n"[..]);
+        big.extend_from_slice(&[b'x'; 120]);
+        assert_eq!(
+            parse_request(&mut big, &limits).unwrap_err(),
+            ParseError::HeadTooLarge
+        );
+        let mut many = BytesMut::from(&b"GET / HTTP/1.1\r\nHost: a\r\n"[..]);
+        for _ in 0..200 {
+            many.extend_from_slice(b"a: b\r\n");
+        }
+        many.extend_from_slice(b"\r\n");
+        assert_eq!(
+            parse_request(&mut many, &Limits::default()).unwrap_err(),
+            ParseError::HeadTooLarge
+        );
+    }
+
+    #[test]
+    fn expect_and_absolute_form() {
+        let h = parse(b"PUT http://h.test/x?y HTTP/1.1\r\nHost: h.test\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(h.expect_continue);
+        assert_eq!(h.path(), b"/x");
+        assert_eq!(h.body, BodyKind::Length(2));
+    }
+}

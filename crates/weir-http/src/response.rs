@@ -1,0 +1,112 @@
+//! Response encoding: status lines, fields and canned error responses, written straight into the
+//! connection's output buffer.
+
+use bytes::{BufMut, BytesMut};
+
+use crate::date::with_date_line;
+
+/// The interim response sent before reading a body announced with `Expect: 100-continue`.
+pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// The reason phrase of a status code ("" for unknown codes).
+pub fn reason(status: u16) -> &'static str {
+    http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("")
+}
+
+/// Writes `HTTP/1.1 <code> <reason>\r\n`.
+pub fn put_status_line(out: &mut BytesMut, status: u16) {
+    out.put_slice(b"HTTP/1.1 ");
+    put_u64(out, u64::from(status));
+    out.put_u8(b' ');
+    out.put_slice(reason(status).as_bytes());
+    out.put_slice(b"\r\n");
+}
+
+/// Writes one `name: value\r\n` field.
+pub fn put_header(out: &mut BytesMut, name: &[u8], value: &[u8]) {
+    out.reserve(name.len() + value.len() + 4);
+    out.put_slice(name);
+    out.put_slice(b": ");
+    out.put_slice(value);
+    out.put_slice(b"\r\n");
+}
+
+/// Writes the cached `Date` field.
+pub fn put_date(out: &mut BytesMut) {
+    with_date_line(|line| out.put_slice(line));
+}
+
+/// Writes `Content-Length: n\r\n`.
+pub fn put_content_length(out: &mut BytesMut, n: u64) {
+    out.put_slice(b"Content-Length: ");
+    put_u64(out, n);
+    out.put_slice(b"\r\n");
+}
+
+/// Writes a decimal number.
+pub fn put_u64(out: &mut BytesMut, n: u64) {
+    let mut b = itoa::Buffer::new();
+    out.put_slice(b.format(n).as_bytes());
+}
+
+/// A complete small error response: status line, Date, optional Server, extra fields, a
+/// `text/plain` body naming the status, and `Connection: close` when `close`.
+pub fn put_error(
+    out: &mut BytesMut,
+    status: u16,
+    server: Option<&[u8]>,
+    extra: &[(&[u8], &[u8])],
+    close: bool,
+    head_only: bool,
+) {
+    let reason = reason(status);
+    put_status_line(out, status);
+    put_date(out);
+    if let Some(s) = server {
+        put_header(out, b"Server", s);
+    }
+    for (n, v) in extra {
+        put_header(out, n, v);
+    }
+    out.put_slice(b"Content-Type: text/plain; charset=utf-8\r\n");
+    let body_len = 3 + 1 + reason.len() + 1;
+    put_content_length(out, body_len as u64);
+    if close {
+        out.put_slice(b"Connection: close\r\n");
+    }
+    out.put_slice(b"\r\n");
+    if !head_only {
+        put_u64(out, u64::from(status));
+        out.put_u8(b' ');
+        out.put_slice(reason.as_bytes());
+        out.put_u8(b'\n');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_response_is_well_formed() {
+        let mut out = BytesMut::new();
+        put_error(
+            &mut out,
+            405,
+            Some(b"weir"),
+            &[(b"Allow", b"GET, HEAD")],
+            true,
+            false,
+        );
+        let s = std::str::from_utf8(&out).unwrap();
+        assert!(s.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"));
+        assert!(s.contains("\r\nAllow: GET, HEAD\r\n"));
+        assert!(s.contains("\r\nConnection: close\r\n"));
+        let (head, body) = s.split_once("\r\n\r\n").unwrap();
+        assert!(head.contains(&format!("Content-Length: {}", body.len())));
+        assert_eq!(body, "405 Method Not Allowed\n");
+    }
+}
