@@ -52,14 +52,15 @@ pub fn put_u64(out: &mut BytesMut, n: u64) {
     out.put_slice(b.format(n).as_bytes());
 }
 
-/// A complete small error response: status line, Date, optional Server, extra fields, a
-/// `text/plain` body naming the status, and `Connection: close` when `close`.
+/// A complete small error response: status line, Date, optional Server, extra fields, the
+/// connection field `conn_field` (e.g. `b"Connection: close\r\n"`, or empty) and a `text/plain`
+/// body naming the status.
 pub fn put_error(
     out: &mut BytesMut,
     status: u16,
     server: Option<&[u8]>,
     extra: &[(&[u8], &[u8])],
-    close: bool,
+    conn_field: &[u8],
     head_only: bool,
 ) {
     let reason = reason(status);
@@ -74,9 +75,7 @@ pub fn put_error(
     out.put_slice(b"Content-Type: text/plain; charset=utf-8\r\n");
     let body_len = 3 + 1 + reason.len() + 1;
     put_content_length(out, body_len as u64);
-    if close {
-        out.put_slice(b"Connection: close\r\n");
-    }
+    out.put_slice(conn_field);
     out.put_slice(b"\r\n");
     if !head_only {
         put_u64(out, u64::from(status));
@@ -98,7 +97,7 @@ mod tests {
             405,
             Some(b"weir"),
             &[(b"Allow", b"GET, HEAD")],
-            true,
+            b"Connection: close\r\n",
             false,
         );
         let s = std::str::from_utf8(&out).unwrap();

@@ -1,0 +1,353 @@
+//! `static`: files under a root directory, like nginx's `root`/`alias` with `index`.
+//!
+//! * The request path is percent-decoded and split into segments; `..` is answered 404 and a
+//!   resolved path (symlinks followed) that leaves the canonical root is answered 403, so neither
+//!   traversal nor a symlink can reach outside the root.
+//! * Validators: a strong `ETag` from mtime and size (as nginx), `Last-Modified`; `If-None-Match`
+//!   (weak comparison) and `If-Modified-Since` answer 304.
+//! * One byte range (`bytes=a-b`, `a-`, `-n`) answers 206, an unsatisfiable one 416; `If-Range`
+//!   is honoured; several ranges are answered with the whole file (allowed by RFC 9110 §14.2).
+//!
+//! File IO is blocking, on the worker thread, as nginx does without `aio`: small files are read
+//! straight into the output buffer, larger ones are streamed in 64 KiB steps by the connection so
+//! memory stays bounded. No open-file cache yet: each request opens the file.
+
+use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::time::{Duration, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use weir_http::response::{put_content_length, put_header, put_status_line};
+use weir_http::{Method, RequestHead};
+
+use crate::config::{model, CompileError};
+use crate::reply::{self, finish_head, ConnHeader};
+
+/// Bodies up to this size are read into the output buffer in one go.
+pub const INLINE_BODY: u64 = 64 * 1024;
+
+/// A compiled static action.
+#[derive(Debug)]
+pub struct StaticFiles {
+    /// Canonical root directory.
+    root: PathBuf,
+    index: String,
+    /// Prefix removed from the request path first (the route's `path_prefix`), if any.
+    prefix: Option<Bytes>,
+}
+
+/// What is left to do after [`StaticFiles::serve`] wrote into the output buffer.
+#[derive(Debug)]
+pub enum StaticReply {
+    /// The response is complete in the output buffer.
+    Done,
+    /// The head is in the output buffer; `len` bytes of `file` from `offset` must follow.
+    Stream { file: File, offset: u64, len: u64 },
+}
+
+impl StaticFiles {
+    pub(crate) fn compile(
+        s: model::Static,
+        prefix: Option<Bytes>,
+        path: &str,
+    ) -> Result<StaticFiles, CompileError> {
+        let root = std::fs::canonicalize(&s.root).map_err(|e| {
+            (
+                format!("{path}.root"),
+                format!("cannot open directory {:?}: {e}", s.root),
+            )
+        })?;
+        if !root.is_dir() {
+            return Err((
+                format!("{path}.root"),
+                format!("{:?} is not a directory", s.root),
+            ));
+        }
+        if s.index.is_empty() || s.index.contains('/') {
+            return Err((format!("{path}.index"), "must be a file name".into()));
+        }
+        Ok(StaticFiles {
+            root,
+            index: s.index,
+            prefix,
+        })
+    }
+
+    /// Answers `req`, writing the head (and a small body) into `out`.
+    pub fn serve(
+        &self,
+        req: &RequestHead,
+        out: &mut BytesMut,
+        server: Option<&[u8]>,
+        conn: ConnHeader,
+    ) -> StaticReply {
+        let head_only = req.method == Method::Head;
+        let fail = |out: &mut BytesMut, status: u16| {
+            reply::error(out, status, server, &[], conn, head_only);
+            StaticReply::Done
+        };
+        let mut rel = req.path();
+        if let Some(p) = &self.prefix {
+            rel = rel.strip_prefix(&p[..]).unwrap_or(rel);
+        }
+        let decoded: Vec<u8> = percent_encoding::percent_decode(rel).collect();
+        if decoded.contains(&0) {
+            return fail(out, 400);
+        }
+        let mut path = self.root.clone();
+        for seg in decoded.split(|b| *b == b'/') {
+            match seg {
+                b"" | b"." => {}
+                b".." => return fail(out, 404),
+                s => path.push(std::ffi::OsStr::from_bytes(s)),
+            }
+        }
+        let mut meta = match std::fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) => return fail(out, io_status(&e)),
+        };
+        if meta.is_dir() {
+            if !req.path().ends_with(b"/") {
+                return redirect_to_dir(out, req, server, conn);
+            }
+            path.push(&self.index);
+            meta = match std::fs::metadata(&path) {
+                Ok(m) if m.is_file() => m,
+                Ok(_) => return fail(out, 403),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return fail(out, 403),
+                Err(e) => return fail(out, io_status(&e)),
+            };
+        }
+        if !meta.is_file() {
+            return fail(out, 403);
+        }
+        match std::fs::canonicalize(&path) {
+            Ok(real) if real.starts_with(&self.root) => {}
+            Ok(_) => return fail(out, 403),
+            Err(e) => return fail(out, io_status(&e)),
+        }
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) => return fail(out, io_status(&e)),
+        };
+        let size = meta.len();
+        let mtime = meta.modified().unwrap_or(UNIX_EPOCH);
+        let mtime_secs = mtime
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let etag = format!("\"{mtime_secs:x}-{size:x}\"");
+        let last_modified = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(mtime_secs));
+
+        if not_modified(req, &etag, mtime_secs) {
+            put_status_line(out, 304);
+            if let Some(s) = server {
+                put_header(out, b"Server", s);
+            }
+            put_header(out, b"ETag", etag.as_bytes());
+            put_header(out, b"Last-Modified", last_modified.as_bytes());
+            finish_head(out, conn);
+            return StaticReply::Done;
+        }
+
+        let range = match req.header("range") {
+            Some(r) if req.method == Method::Get && if_range_ok(req, &etag, &last_modified) => {
+                parse_range(r, size)
+            }
+            _ => RangeSpec::Whole,
+        };
+        let (status, offset, len) = match range {
+            RangeSpec::Whole => (200, 0, size),
+            RangeSpec::Bytes(start, end) => (206, start, end - start + 1),
+            RangeSpec::Unsatisfiable => {
+                let cr = format!("bytes */{size}");
+                reply::error(
+                    out,
+                    416,
+                    server,
+                    &[(b"Content-Range", cr.as_bytes())],
+                    conn,
+                    head_only,
+                );
+                return StaticReply::Done;
+            }
+        };
+        put_status_line(out, status);
+        if let Some(s) = server {
+            put_header(out, b"Server", s);
+        }
+        let ctype = mime_guess::from_path(&path)
+            .first_raw()
+            .unwrap_or("application/octet-stream");
+        put_header(out, b"Content-Type", ctype.as_bytes());
+        put_content_length(out, len);
+        put_header(out, b"Last-Modified", last_modified.as_bytes());
+        put_header(out, b"ETag", etag.as_bytes());
+        put_header(out, b"Accept-Ranges", b"bytes");
+        if status == 206 {
+            let cr = format!("bytes {}-{}/{}", offset, offset + len - 1, size);
+            put_header(out, b"Content-Range", cr.as_bytes());
+        }
+        finish_head(out, conn);
+        if head_only || len == 0 {
+            return StaticReply::Done;
+        }
+        if len <= INLINE_BODY {
+            let start = out.len();
+            out.resize(start + len as usize, 0);
+            if file.read_exact_at(&mut out[start..], offset).is_ok() {
+                return StaticReply::Done;
+            }
+            // The file shrank under us: the head is already promised, so the connection must go.
+            out.truncate(start);
+        }
+        StaticReply::Stream { file, offset, len }
+    }
+}
+
+fn io_status(e: &std::io::Error) -> u16 {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => 404,
+        std::io::ErrorKind::PermissionDenied => 403,
+        _ if e.raw_os_error() == Some(libc::ENOTDIR) => 404,
+        _ => 500,
+    }
+}
+
+fn redirect_to_dir(
+    out: &mut BytesMut,
+    req: &RequestHead,
+    server: Option<&[u8]>,
+    conn: ConnHeader,
+) -> StaticReply {
+    let mut location = req.path().to_vec();
+    location.push(b'/');
+    if let Some(q) = req.query() {
+        location.push(b'?');
+        location.extend_from_slice(q);
+    }
+    reply::error(
+        out,
+        301,
+        server,
+        &[(b"Location", &location)],
+        conn,
+        req.method == Method::Head,
+    );
+    StaticReply::Done
+}
+
+/// RFC 9110 §13.1.2/§13.1.3: If-None-Match wins over If-Modified-Since.
+fn not_modified(req: &RequestHead, etag: &str, mtime_secs: u64) -> bool {
+    if let Some(inm) = req.header("if-none-match") {
+        let inm = String::from_utf8_lossy(inm);
+        let bare = etag.trim_start_matches("W/");
+        return inm
+            .split(',')
+            .map(str::trim)
+            .any(|t| t == "*" || t.trim_start_matches("W/") == bare);
+    }
+    if let Some(ims) = req.header("if-modified-since") {
+        if let Some(t) = std::str::from_utf8(ims)
+            .ok()
+            .and_then(|s| httpdate::parse_http_date(s).ok())
+        {
+            let ims_secs = t
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            return mtime_secs <= ims_secs;
+        }
+    }
+    false
+}
+
+/// `If-Range` must match the strong ETag or the exact Last-Modified, else the whole file is sent.
+fn if_range_ok(req: &RequestHead, etag: &str, last_modified: &str) -> bool {
+    match req.header("if-range") {
+        None => true,
+        Some(v) => {
+            let v = String::from_utf8_lossy(v);
+            let v = v.trim();
+            if v.starts_with('"') {
+                v == etag
+            } else {
+                v == last_modified
+            }
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum RangeSpec {
+    Whole,
+    /// Inclusive byte positions.
+    Bytes(u64, u64),
+    Unsatisfiable,
+}
+
+/// One `bytes=` range; anything we do not serve as a single range becomes `Whole`.
+fn parse_range(value: &[u8], size: u64) -> RangeSpec {
+    let Ok(v) = std::str::from_utf8(value) else {
+        return RangeSpec::Whole;
+    };
+    let Some(spec) = v.trim().strip_prefix("bytes=") else {
+        return RangeSpec::Whole;
+    };
+    if spec.contains(',') {
+        return RangeSpec::Whole;
+    }
+    let Some((a, b)) = spec.trim().split_once('-') else {
+        return RangeSpec::Whole;
+    };
+    let num = |s: &str| {
+        if s.bytes().all(|c| c.is_ascii_digit()) {
+            s.parse::<u64>().ok()
+        } else {
+            None
+        }
+    };
+    match (a.is_empty(), b.is_empty()) {
+        (true, true) => RangeSpec::Whole,
+        (true, false) => match num(b) {
+            Some(0) => RangeSpec::Unsatisfiable,
+            Some(_) if size == 0 => RangeSpec::Unsatisfiable,
+            Some(n) => RangeSpec::Bytes(size.saturating_sub(n), size - 1),
+            None => RangeSpec::Whole,
+        },
+        (false, _) => {
+            let Some(start) = num(a) else {
+                return RangeSpec::Whole;
+            };
+            let end = if b.is_empty() { Some(u64::MAX) } else { num(b) };
+            match end {
+                None => RangeSpec::Whole,
+                Some(end) if end < start => RangeSpec::Whole,
+                Some(_) if start >= size => RangeSpec::Unsatisfiable,
+                Some(end) => RangeSpec::Bytes(start, end.min(size - 1)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_range(b"bytes=0-4", 10), RangeSpec::Bytes(0, 4));
+        assert_eq!(parse_range(b"bytes=5-", 10), RangeSpec::Bytes(5, 9));
+        assert_eq!(parse_range(b"bytes=-3", 10), RangeSpec::Bytes(7, 9));
+        assert_eq!(parse_range(b"bytes=-30", 10), RangeSpec::Bytes(0, 9));
+        assert_eq!(parse_range(b"bytes=8-100", 10), RangeSpec::Bytes(8, 9));
+        assert_eq!(parse_range(b"bytes=10-", 10), RangeSpec::Unsatisfiable);
+        assert_eq!(parse_range(b"bytes=-0", 10), RangeSpec::Unsatisfiable);
+        assert_eq!(parse_range(b"bytes=0-1,3-4", 10), RangeSpec::Whole);
+        assert_eq!(parse_range(b"bytes=5-2", 10), RangeSpec::Whole);
+        assert_eq!(parse_range(b"items=0-1", 10), RangeSpec::Whole);
+        assert_eq!(parse_range(b"bytes=x-1", 10), RangeSpec::Whole);
+    }
+}

@@ -1,0 +1,166 @@
+//! The `weir` command line: `run`, `check`, `version`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{self, RuntimeConfig};
+use crate::server;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "weir",
+    version,
+    about = "HTTP accelerator: reverse proxy, cache and gateway in one binary"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve. Without -c, serves a built-in welcome config on 127.0.0.1:8080.
+    Run {
+        /// Config file (YAML).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+    /// Validate a config file and exit: 0 if valid, 1 with the error otherwise.
+    Check {
+        /// Config file (YAML).
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Print the version.
+    Version,
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match cli.command {
+        Command::Version => {
+            println!("weir {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Command::Check { config } => match config::load_file(&config) {
+            Ok(cfg) => {
+                println!("{}: ok ({})", config.display(), summary(&cfg));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("weir: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Run { config } => {
+            let loaded = match &config {
+                Some(path) => config::load_file(path),
+                None => config::load_str(config::DEFAULT_CONFIG, std::path::Path::new("."), |v| {
+                    std::env::var(v).ok()
+                }),
+            };
+            match loaded {
+                Ok(cfg) => run(cfg, config.is_none()),
+                Err(e) => {
+                    eprintln!("weir: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn summary(cfg: &RuntimeConfig) -> String {
+    let listeners: Vec<String> = cfg
+        .listeners
+        .iter()
+        .map(|l| l.address.to_string())
+        .collect();
+    format!(
+        "{} worker(s), listeners: {}",
+        cfg.workers,
+        listeners.join(", ")
+    )
+}
+
+fn run(cfg: RuntimeConfig, embedded: bool) -> ExitCode {
+    let workers = cfg.workers;
+    let handle = match server::start(cfg) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("weir: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let urls: Vec<String> = handle
+        .local_addrs()
+        .iter()
+        .map(|a| format!("http://{a}/"))
+        .collect();
+    if embedded {
+        eprintln!("weir: no config file given (-c FILE), serving the built-in config");
+        eprintln!(
+            "weir: {} — try /hello, /json, /echo; Ctrl-C stops",
+            urls.join(" ")
+        );
+    } else {
+        eprintln!(
+            "weir: serving {} with {workers} worker(s); Ctrl-C stops",
+            urls.join(" ")
+        );
+    }
+    wait_for_signals(handle);
+    ExitCode::SUCCESS
+}
+
+/// Blocks until SIGINT/SIGTERM, shuts down gracefully; a second signal exits at once.
+fn wait_for_signals(handle: server::ServerHandle) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("weir: cannot wait for signals: {e}");
+            handle.join();
+            return;
+        }
+    };
+    rt.block_on(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            eprintln!("weir: cannot install signal handlers");
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!(
+            "shutting down: finishing in-flight requests (a second signal stops at once)"
+        );
+        handle.shutdown();
+        let join = tokio::task::spawn_blocking(move || handle.join());
+        tokio::select! {
+            _ = join => tracing::info!("stopped"),
+            _ = term.recv() => std::process::exit(130),
+            _ = int.recv() => std::process::exit(130),
+        }
+    });
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,0 +1,144 @@
+//! model → RuntimeConfig: resolve addresses, check cross-field rules, precompile routes and
+//! actions. Errors are `(key path, message)`; the caller adds the line.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{model, BaseDir, Limits, ListenerConfig, RuntimeConfig, Timeouts};
+use crate::routes::RouteTable;
+
+pub(crate) type CompileError = (String, String);
+
+pub(crate) fn compile(file: model::File, base: &BaseDir) -> Result<RuntimeConfig, CompileError> {
+    let workers = match file.workers {
+        model::Workers::Auto => std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        model::Workers::Count(n) => n,
+    };
+    let server_header = match file.server_header.trim() {
+        "" | "off" => None,
+        v => {
+            check_header_value(v).map_err(|m| ("server_header".to_string(), m))?;
+            Some(Bytes::copy_from_slice(v.as_bytes()))
+        }
+    };
+    let l = &file.limits;
+    let field = |name: &str| format!("limits.{name}");
+    if l.max_header_bytes.0 < 256 {
+        return Err((
+            field("max_header_bytes"),
+            "must be at least 256 bytes".into(),
+        ));
+    }
+    if l.max_uri_bytes.0 < 16 || l.max_uri_bytes.0 > l.max_header_bytes.0 {
+        return Err((
+            field("max_uri_bytes"),
+            "must be between 16 bytes and max_header_bytes".into(),
+        ));
+    }
+    if l.max_connections == 0 {
+        return Err((field("max_connections"), "must be at least 1".into()));
+    }
+    let limits = Limits {
+        head: weir_http::Limits {
+            max_head_bytes: l.max_header_bytes.0 as usize,
+            max_uri_bytes: l.max_uri_bytes.0 as usize,
+        },
+        max_body_bytes: l.max_body_bytes.0,
+        max_connections: l.max_connections,
+        max_requests_per_connection: l.max_requests_per_connection,
+        backlog: l.backlog,
+    };
+    let t = &file.timeouts;
+    for (name, d) in [
+        ("header", t.header),
+        ("body", t.body),
+        ("keepalive", t.keepalive),
+        ("write", t.write),
+    ] {
+        if d.0.is_zero() {
+            return Err((
+                format!("timeouts.{name}"),
+                "must be greater than zero".into(),
+            ));
+        }
+    }
+    let timeouts = Timeouts {
+        header: t.header.0,
+        body: t.body.0,
+        keepalive: t.keepalive.0,
+        write: t.write.0,
+        shutdown: t.shutdown.0,
+    };
+
+    let mut listeners = Vec::with_capacity(file.listeners.len());
+    for (i, l) in file.listeners.into_iter().enumerate() {
+        let path = format!("listeners[{i}]");
+        let address = resolve(&l.address).map_err(|m| (format!("{path}.address"), m))?;
+        if listeners
+            .iter()
+            .any(|x: &ListenerConfig| x.address == address && address.port() != 0)
+        {
+            return Err((
+                format!("{path}.address"),
+                format!("{address} is listed twice"),
+            ));
+        }
+        let routes = RouteTable::compile(l.routes, &path, base, server_header.as_ref())?;
+        listeners.push(ListenerConfig {
+            address,
+            routes: Arc::new(routes),
+        });
+    }
+    Ok(RuntimeConfig {
+        workers,
+        server_header,
+        limits,
+        timeouts,
+        listeners,
+    })
+}
+
+/// `host:port`, `[v6]:port`, `:port` (all IPv4 interfaces) or `name:port` (resolved now).
+fn resolve(addr: &str) -> Result<SocketAddr, String> {
+    let addr = addr.trim();
+    if let Ok(a) = addr.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if let Some(port) = addr.strip_prefix(':') {
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("invalid port in {addr:?}"))?;
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
+    if !addr.contains(':') {
+        return Err(format!("{addr:?} is not host:port"));
+    }
+    addr.to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {addr:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{addr:?} resolved to no address"))
+}
+
+/// Header values must not be able to break the response framing.
+pub(crate) fn check_header_value(v: &str) -> Result<(), String> {
+    if v.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+        return Err("header values must not contain control characters or line breaks".into());
+    }
+    Ok(())
+}
+
+/// Header names must be RFC 9110 tokens.
+pub(crate) fn check_header_name(n: &str) -> Result<(), String> {
+    let ok = !n.is_empty()
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{n:?} is not a valid header name"))
+    }
+}

@@ -1,0 +1,258 @@
+//! The config file as written: serde structs that mirror the YAML one to one. Every struct denies
+//! unknown fields, so a typo is an error naming the key path and line, never silently ignored.
+//! Defaults live here, next to the field they belong to; `compile.rs` turns this into the runtime
+//! form.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::units::{Dur, Size};
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct File {
+    /// Worker threads: `auto` (one per CPU core) or a number.
+    #[serde(default)]
+    pub workers: Workers,
+    /// Value of the `Server` response header; `off` or an empty string sends none.
+    #[serde(default = "default_server_header")]
+    pub server_header: String,
+    /// Connection and message size limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Timeouts for each phase of a client connection.
+    #[serde(default)]
+    pub timeouts: Timeouts,
+    /// Sockets to listen on, each with its own route table.
+    pub listeners: Vec<Listener>,
+}
+
+/// `auto` or a positive number.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    #[default]
+    Auto,
+    Count(usize),
+}
+
+impl<'de> Deserialize<'de> for Workers {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(0) => Err(serde::de::Error::custom(
+                "workers must be at least 1 (or auto)",
+            )),
+            Raw::N(n) => Ok(Workers::Count(n as usize)),
+            Raw::S(s) if s == "auto" => Ok(Workers::Auto),
+            Raw::S(s) => match s.parse::<usize>() {
+                Ok(n) if n > 0 => Ok(Workers::Count(n)),
+                _ => Err(serde::de::Error::custom(format!(
+                    "workers must be `auto` or a positive number, not {s:?}"
+                ))),
+            },
+        }
+    }
+}
+
+fn default_server_header() -> String {
+    "weir".into()
+}
+
+/// Limits; the defaults follow what nginx and HAProxy operators expect.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Most client connections open at once, over all workers; more wait in the listen backlog.
+    pub max_connections: usize,
+    /// Largest request header section (431 beyond).
+    pub max_header_bytes: Size,
+    /// Longest request target (414 beyond).
+    pub max_uri_bytes: Size,
+    /// Largest request body (413 beyond).
+    pub max_body_bytes: Size,
+    /// Requests served on one connection before it is closed (0 = unlimited).
+    pub max_requests_per_connection: u64,
+    /// Listen backlog of each listening socket.
+    pub backlog: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 65_536,
+            max_header_bytes: Size(32 * 1024),
+            max_uri_bytes: Size(8 * 1024),
+            max_body_bytes: Size(1 << 20),
+            max_requests_per_connection: 10_000,
+            backlog: 4096,
+        }
+    }
+}
+
+/// Timeouts of a client connection.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    /// Time allowed to receive a whole request head once it has started (408 beyond: slowloris).
+    pub header: Dur,
+    /// Longest pause between two reads of a request body (408 beyond).
+    pub body: Dur,
+    /// How long an idle keep-alive connection is kept open.
+    pub keepalive: Dur,
+    /// Longest pause while writing a response before the connection is dropped.
+    pub write: Dur,
+    /// On SIGTERM/SIGINT: how long in-flight requests may take before connections are cut.
+    pub shutdown: Dur,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        use std::time::Duration;
+        Timeouts {
+            header: Dur(Duration::from_secs(10)),
+            body: Dur(Duration::from_secs(30)),
+            keepalive: Dur(Duration::from_secs(60)),
+            write: Dur(Duration::from_secs(30)),
+            shutdown: Dur(Duration::from_secs(10)),
+        }
+    }
+}
+
+/// One listening socket.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Listener {
+    /// `host:port` to bind; port 0 picks a free port.
+    pub address: String,
+    /// Routes, tried in order; the first whose match applies answers.
+    #[serde(default)]
+    pub routes: Vec<Route>,
+}
+
+/// A route: a match and exactly one action.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// A name for logs.
+    pub name: Option<String>,
+    /// Conditions; all given must hold. An absent `match` matches everything.
+    #[serde(default, rename = "match")]
+    pub matcher: Match,
+    /// Answer from config (nginx `return`).
+    pub respond: Option<Respond>,
+    /// Serve files from a directory.
+    #[serde(rename = "static")]
+    pub static_files: Option<Static>,
+    /// Answer with the request itself.
+    pub echo: Option<Echo>,
+}
+
+/// Route conditions.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Match {
+    /// Host names: exact (`example.com`) or wildcard (`*.example.com`). One string or a list.
+    #[serde(default)]
+    pub host: OneOrMany,
+    /// Exact path.
+    pub path: Option<String>,
+    /// Path prefix.
+    pub path_prefix: Option<String>,
+    /// Regular expression over the path.
+    pub path_regex: Option<String>,
+    /// Allowed methods; others get 405 with `Allow`.
+    #[serde(default)]
+    pub methods: Vec<String>,
+    /// Header name → exact value that must be present.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// A string or a list of strings.
+#[derive(Debug, Default, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    #[default]
+    None,
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            OneOrMany::None => Vec::new(),
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+/// A response defined in config.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Respond {
+    /// Status code (default 200).
+    #[serde(default = "default_status")]
+    pub status: u16,
+    /// Response headers; `content-type` defaults to `text/plain; charset=utf-8` when there is a body.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Inline body.
+    pub body: Option<String>,
+    /// Body read from a file at load time (relative to the config file's directory).
+    pub body_file: Option<String>,
+}
+
+fn default_status() -> u16 {
+    200
+}
+
+/// Files from a directory.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Static {
+    /// Directory to serve (relative to the working directory).
+    pub root: String,
+    /// File served for a directory request.
+    #[serde(default = "default_index")]
+    pub index: String,
+    /// Remove the route's `path_prefix` from the request path before mapping it to a file
+    /// (nginx `alias`); `false` maps the full path under root (nginx `root`).
+    #[serde(default = "default_true")]
+    pub strip_prefix: bool,
+}
+
+fn default_index() -> String {
+    "index.html".into()
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// Echo the request back.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Echo {
+    /// `text`, `json`, or `auto` (JSON when the request's Accept mentions application/json).
+    #[serde(default)]
+    pub format: EchoFormat,
+}
+
+/// Echo output format.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EchoFormat {
+    #[default]
+    Auto,
+    Text,
+    Json,
+}

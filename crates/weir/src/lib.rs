@@ -1,0 +1,17 @@
+//! weir: an HTTP accelerator — reverse proxy, RFC 9111 cache and API gateway in one binary.
+//!
+//! How the pieces fit (see `docs/ARCHITECTURE.md` in the design notes for the long version):
+//! * [`config`] turns a YAML file into a validated, precompiled [`config::RuntimeConfig`].
+//! * [`server`] runs thread-per-core workers, each with its own SO_REUSEPORT listeners, and one
+//!   task per connection driving the HTTP/1.1 codec from the `weir-http` crate.
+//! * [`routes`] picks the route for a request; [`actions`] are what a route does (respond from
+//!   config, serve static files, echo).
+//! * [`reply`] holds the response-head tail and the canned error responses every action shares.
+//! * [`cli`] is the `weir` command line.
+
+pub mod actions;
+pub mod cli;
+pub mod config;
+pub mod reply;
+pub mod routes;
+pub mod server;

@@ -1,0 +1,219 @@
+//! The conditions of one route, precompiled: lowercased host patterns, a path matcher and
+//! header requirements. Matching allocates nothing.
+
+use bytes::Bytes;
+use weir_http::{Method, RequestHead};
+
+use crate::config::model;
+use crate::config::{check_header_name, CompileError};
+
+/// All conditions of a route.
+#[derive(Debug)]
+pub struct Matcher {
+    hosts: Vec<HostPattern>,
+    pub path: PathMatch,
+    headers: Vec<(String, Bytes)>,
+}
+
+/// A host condition.
+#[derive(Debug)]
+pub enum HostPattern {
+    /// `example.com` (compared case-insensitively, port ignored).
+    Exact(String),
+    /// `*.example.com`: any name ending in `.example.com` (not `example.com` itself).
+    Suffix(String),
+}
+
+/// A path condition.
+#[derive(Debug)]
+pub enum PathMatch {
+    Any,
+    Exact(Bytes),
+    Prefix(Bytes),
+    Regex(regex::bytes::Regex),
+}
+
+impl Matcher {
+    pub(crate) fn compile(
+        m: model::Match,
+        path: &str,
+    ) -> Result<(Matcher, Option<Vec<Method>>), CompileError> {
+        let mut hosts = Vec::new();
+        for h in m.host.into_vec() {
+            let h = h.trim().to_ascii_lowercase();
+            if h.is_empty() || h.contains(['/', ' ']) {
+                return Err((format!("{path}.host"), format!("{h:?} is not a host name")));
+            }
+            hosts.push(match h.strip_prefix('*') {
+                Some(rest) if rest.starts_with('.') && rest.len() > 1 => {
+                    HostPattern::Suffix(rest.to_string())
+                }
+                Some(_) => {
+                    return Err((
+                        format!("{path}.host"),
+                        "wildcards must look like *.example.com".into(),
+                    ))
+                }
+                None => HostPattern::Exact(h),
+            });
+        }
+        let given = [
+            m.path.is_some(),
+            m.path_prefix.is_some(),
+            m.path_regex.is_some(),
+        ];
+        if given.iter().filter(|g| **g).count() > 1 {
+            return Err((
+                path.to_string(),
+                "give only one of path, path_prefix and path_regex".into(),
+            ));
+        }
+        let check_slash = |key: &str, p: &str| {
+            if p.starts_with('/') {
+                Ok(())
+            } else {
+                Err((format!("{path}.{key}"), format!("{p:?} must start with /")))
+            }
+        };
+        let path_match = if let Some(p) = m.path {
+            check_slash("path", &p)?;
+            PathMatch::Exact(Bytes::from(p))
+        } else if let Some(p) = m.path_prefix {
+            check_slash("path_prefix", &p)?;
+            PathMatch::Prefix(Bytes::from(p))
+        } else if let Some(r) = m.path_regex {
+            PathMatch::Regex(
+                regex::bytes::Regex::new(&r)
+                    .map_err(|e| (format!("{path}.path_regex"), format!("invalid regex: {e}")))?,
+            )
+        } else {
+            PathMatch::Any
+        };
+        let mut headers = Vec::new();
+        for (name, value) in m.headers {
+            check_header_name(&name).map_err(|e| (format!("{path}.headers.{name}"), e))?;
+            headers.push((name.to_ascii_lowercase(), Bytes::from(value)));
+        }
+        let methods = if m.methods.is_empty() {
+            None
+        } else {
+            let mut out = Vec::new();
+            for (i, name) in m.methods.iter().enumerate() {
+                let upper = name.trim().to_ascii_uppercase();
+                if upper.is_empty()
+                    || !upper
+                        .bytes()
+                        .all(|b| b.is_ascii_alphabetic() || b == b'-' || b == b'_')
+                {
+                    return Err((
+                        format!("{path}.methods[{i}]"),
+                        format!("{name:?} is not a method"),
+                    ));
+                }
+                let method = Method::from_bytes(upper.as_bytes());
+                // Like nginx's limit_except: allowing GET allows HEAD.
+                if method == Method::Get
+                    && !m.methods.iter().any(|x| x.eq_ignore_ascii_case("HEAD"))
+                {
+                    out.push(Method::Head);
+                }
+                out.push(method);
+            }
+            Some(out)
+        };
+        Ok((
+            Matcher {
+                hosts,
+                path: path_match,
+                headers,
+            },
+            methods,
+        ))
+    }
+
+    /// Whether the request satisfies every condition except the method.
+    pub fn matches(&self, req: &RequestHead) -> bool {
+        let path = req.path();
+        let path_ok = match &self.path {
+            PathMatch::Any => true,
+            PathMatch::Exact(p) => path == &p[..],
+            PathMatch::Prefix(p) => path.starts_with(p),
+            PathMatch::Regex(r) => r.is_match(path),
+        };
+        if !path_ok {
+            return false;
+        }
+        if !self.hosts.is_empty() {
+            let Some(host) = req.host() else { return false };
+            let host_ok = self.hosts.iter().any(|h| match h {
+                HostPattern::Exact(e) => host.eq_ignore_ascii_case(e.as_bytes()),
+                HostPattern::Suffix(s) => {
+                    host.len() > s.len()
+                        && host[host.len() - s.len()..].eq_ignore_ascii_case(s.as_bytes())
+                }
+            });
+            if !host_ok {
+                return false;
+            }
+        }
+        self.headers.iter().all(|(name, value)| {
+            req.headers
+                .iter()
+                .any(|h| h.name.eq_ignore_ascii_case(name.as_bytes()) && h.value == value)
+        })
+    }
+
+    /// The prefix a `static` action strips, if the route matches by prefix.
+    pub fn prefix(&self) -> Option<&[u8]> {
+        match &self.path {
+            PathMatch::Prefix(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+
+    fn req(s: &str) -> RequestHead {
+        let mut b = BytesMut::from(s.as_bytes());
+        weir_http::parse_request(&mut b, &Default::default())
+            .unwrap()
+            .unwrap()
+    }
+
+    fn matcher(yaml: &str) -> Matcher {
+        let m: model::Match = serde_yaml::from_str(yaml).unwrap();
+        Matcher::compile(m, "m").unwrap().0
+    }
+
+    #[test]
+    fn hosts() {
+        let m = matcher("host: ['example.com', '*.example.org']");
+        assert!(m.matches(&req("GET / HTTP/1.1\r\nHost: EXAMPLE.com:8080\r\n\r\n")));
+        assert!(m.matches(&req("GET / HTTP/1.1\r\nHost: a.b.example.org\r\n\r\n")));
+        assert!(!m.matches(&req("GET / HTTP/1.1\r\nHost: example.org\r\n\r\n")));
+        assert!(!m.matches(&req("GET / HTTP/1.1\r\nHost: badexample.com\r\n\r\n")));
+    }
+
+    #[test]
+    fn paths_and_headers() {
+        let m = matcher("path_regex: '^/api/v[0-9]+/'\nheaders: {x-tenant: blue}");
+        assert!(m.matches(&req(
+            "GET /api/v2/x?q HTTP/1.1\r\nHost: a\r\nX-Tenant: blue\r\n\r\n"
+        )));
+        assert!(!m.matches(&req(
+            "GET /api/v2/x HTTP/1.1\r\nHost: a\r\nX-Tenant: red\r\n\r\n"
+        )));
+        assert!(!m.matches(&req(
+            "GET /api/vx/ HTTP/1.1\r\nHost: a\r\nX-Tenant: blue\r\n\r\n"
+        )));
+        let m = matcher("path: /hello");
+        assert!(m.matches(&req("GET /hello?x=1 HTTP/1.1\r\nHost: a\r\n\r\n")));
+        assert!(!m.matches(&req("GET /hello/ HTTP/1.1\r\nHost: a\r\n\r\n")));
+        let m = matcher("path_prefix: /static/");
+        assert!(m.matches(&req("GET /static/a/b HTTP/1.1\r\nHost: a\r\n\r\n")));
+    }
+}

@@ -1,0 +1,119 @@
+//! Route tables: compiled once per listener at config load, then matched per request in order.
+//!
+//! A route matches on host (exact or `*.` wildcard), path (exact, prefix or regex), method and
+//! header values. When some route matches everything but the method, the answer is 405 with an
+//! `Allow` listing the methods those routes accept; when none matches at all, 404.
+
+mod matcher;
+
+use bytes::Bytes;
+use weir_http::{Method, RequestHead};
+
+use crate::actions::Action;
+use crate::config::model;
+use crate::config::BaseDir;
+use crate::config::CompileError;
+pub use matcher::{HostPattern, Matcher, PathMatch};
+
+/// The routes of one listener.
+#[derive(Debug)]
+pub struct RouteTable {
+    routes: Vec<Route>,
+}
+
+/// One compiled route.
+#[derive(Debug)]
+pub struct Route {
+    /// Name for logs (`routes[N]` when none was given).
+    pub name: String,
+    pub matcher: Matcher,
+    /// Methods this route answers; `None` = any.
+    pub methods: Option<Vec<Method>>,
+    pub action: Action,
+}
+
+/// The outcome of routing one request.
+#[derive(Debug)]
+pub enum Routed<'a> {
+    /// This route answers.
+    Found(&'a Route),
+    /// Some routes match but none accepts this method: the value for `Allow`.
+    MethodNotAllowed(Bytes),
+    /// No route matches.
+    NotFound,
+}
+
+impl RouteTable {
+    pub(crate) fn compile(
+        routes: Vec<model::Route>,
+        listener_path: &str,
+        base: &BaseDir,
+        server: Option<&Bytes>,
+    ) -> Result<RouteTable, CompileError> {
+        let mut out = Vec::with_capacity(routes.len());
+        for (i, r) in routes.into_iter().enumerate() {
+            let path = format!("{listener_path}.routes[{i}]");
+            let name = r.name.clone().unwrap_or_else(|| format!("routes[{i}]"));
+            let (matcher, methods) = Matcher::compile(r.matcher, &format!("{path}.match"))?;
+            let action = Action::compile(
+                r.respond,
+                r.static_files,
+                r.echo,
+                &matcher,
+                &path,
+                base,
+                server,
+            )?;
+            let methods = match (methods, action.methods()) {
+                (None, None) => None,
+                (Some(m), None) => Some(m),
+                (None, Some(a)) => Some(a.to_vec()),
+                (Some(m), Some(a)) => {
+                    let both: Vec<Method> = m.into_iter().filter(|x| a.contains(x)).collect();
+                    if both.is_empty() {
+                        return Err((
+                            format!("{path}.match.methods"),
+                            format!("this action only answers {}", join_methods(a)),
+                        ));
+                    }
+                    Some(both)
+                }
+            };
+            out.push(Route {
+                name,
+                matcher,
+                methods,
+                action,
+            });
+        }
+        Ok(RouteTable { routes: out })
+    }
+
+    /// Finds the route for a request.
+    pub fn route(&self, req: &RequestHead) -> Routed<'_> {
+        let mut allowed: Option<Vec<&Method>> = None;
+        for r in &self.routes {
+            if !r.matcher.matches(req) {
+                continue;
+            }
+            match &r.methods {
+                None => return Routed::Found(r),
+                Some(m) if m.contains(&req.method) => return Routed::Found(r),
+                Some(m) => allowed.get_or_insert_with(Vec::new).extend(m.iter()),
+            }
+        }
+        match allowed {
+            None => Routed::NotFound,
+            Some(mut m) => {
+                m.sort_by_key(|m| m.as_str().to_string());
+                m.dedup();
+                let names: Vec<&str> = m.iter().map(|m| m.as_str()).collect();
+                Routed::MethodNotAllowed(Bytes::from(names.join(", ")))
+            }
+        }
+    }
+}
+
+fn join_methods(m: &[Method]) -> String {
+    m.iter().map(Method::as_str).collect::<Vec<_>>().join(", ")
+}

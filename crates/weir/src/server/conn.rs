@@ -1,0 +1,446 @@
+//! One client connection: read → parse → route → act → write, repeated while keep-alive holds.
+//!
+//! Hand-written because it is the hot path. The shape:
+//! * Requests are parsed straight out of the read buffer ([`weir_http::parse_request`]); every
+//!   complete request already buffered (pipelining) is answered in order into one output buffer,
+//!   which is written when the connection needs more input: one `write` per batch of reads.
+//! * Reads go through tokio's `AsyncRead`, which treats a short read as "socket drained" and
+//!   skips the extra `EAGAIN` read a `try_read` loop would make.
+//! * Buffers go back to a per-worker pool while a connection is idle, so 10k idle keep-alive
+//!   connections cost a task and a socket each, not 16 KiB of buffers.
+//! * Timeouts: `timeouts.header` from the first byte of a head to its end (a slowloris client gets
+//!   408); `timeouts.keepalive` for idle connections (closed silently); `timeouts.body` between
+//!   body reads (408); `timeouts.write` for a stalled client. Each wraps only the `.await` it
+//!   bounds, so a read that is ready never registers a timer.
+//! * Errors: [`ConnError::status`] is the one place a connection-level failure becomes a status
+//!   code. After any error response the connection is closed (framing can no longer be trusted),
+//!   with a short lingering close so the client reads the response instead of a reset.
+
+use std::cell::RefCell;
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{timeout, timeout_at, Instant};
+use weir_http::{
+    parse_request, BodyDecoder, BodyEvent, BodyKind, Method, ParseError, RequestHead, Version,
+};
+
+use super::worker::WorkerState;
+use crate::actions::static_files::{StaticReply, INLINE_BODY};
+use crate::actions::Action;
+use crate::reply::{self, ConnHeader};
+use crate::routes::{RouteTable, Routed};
+
+/// Output is written once it grows past this, even mid-batch.
+const FLUSH_AT: usize = 64 * 1024;
+/// Capacity of a fresh read buffer.
+const READ_BUF: usize = 8 * 1024;
+/// Idle buffers kept per worker.
+const POOL_MAX: usize = 1024;
+/// Lingering close: how long and how much unread input is drained after an error response.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 1 << 20;
+
+thread_local! {
+    static POOL: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
+}
+
+fn take_buf() -> BytesMut {
+    let mut b = POOL.with(|p| p.borrow_mut().pop()).unwrap_or_default();
+    // Reclaims the whole original allocation once the request heads that borrowed it are gone.
+    b.reserve(READ_BUF);
+    b
+}
+
+fn give_buf(mut b: BytesMut) {
+    if b.capacity() == 0 {
+        return;
+    }
+    b.clear();
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < POOL_MAX {
+            p.push(b);
+        }
+    });
+}
+
+/// Why a connection ended early.
+#[derive(Debug)]
+pub(crate) enum ConnError {
+    /// The request could not be parsed or framed.
+    Parse(ParseError),
+    /// The head did not arrive within `timeouts.header`.
+    HeaderTimeout,
+    /// The body stalled for `timeouts.body`.
+    BodyTimeout,
+    /// The client stopped reading for `timeouts.write`.
+    WriteTimeout,
+    /// The client closed in the middle of a request.
+    ClosedMidRequest,
+    /// The socket failed.
+    Io(io::Error),
+}
+
+impl ConnError {
+    /// The status to answer with before closing, if the client can still be answered.
+    fn status(&self) -> Option<u16> {
+        match self {
+            ConnError::Parse(e) => Some(e.status()),
+            ConnError::HeaderTimeout | ConnError::BodyTimeout => Some(408),
+            ConnError::WriteTimeout | ConnError::ClosedMidRequest | ConnError::Io(_) => None,
+        }
+    }
+
+    fn as_str(&self) -> &'static str {
+        match self {
+            ConnError::Parse(e) => e.as_str(),
+            ConnError::HeaderTimeout => "request head timeout",
+            ConnError::BodyTimeout => "request body timeout",
+            ConnError::WriteTimeout => "write timeout",
+            ConnError::ClosedMidRequest => "client closed mid-request",
+            ConnError::Io(_) => "socket error",
+        }
+    }
+}
+
+impl std::fmt::Display for ConnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnError::Io(e) => write!(f, "socket error: {e}"),
+            other => f.write_str(other.as_str()),
+        }
+    }
+}
+
+impl From<io::Error> for ConnError {
+    fn from(e: io::Error) -> Self {
+        ConnError::Io(e)
+    }
+}
+
+/// What happens after a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    KeepAlive,
+    Close,
+}
+
+/// A client connection.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    stream: TcpStream,
+    peer: SocketAddr,
+    buf: BytesMut,
+    out: BytesMut,
+    state: Rc<WorkerState>,
+    routes: Arc<RouteTable>,
+    served: u64,
+}
+
+impl Conn {
+    pub(crate) fn new(
+        stream: TcpStream,
+        peer: SocketAddr,
+        state: Rc<WorkerState>,
+        routes: Arc<RouteTable>,
+    ) -> Conn {
+        Conn {
+            stream,
+            peer,
+            buf: BytesMut::new(),
+            out: BytesMut::new(),
+            state,
+            routes,
+            served: 0,
+        }
+    }
+
+    /// Serves the connection to its end.
+    pub(crate) async fn serve(mut self) {
+        if let Err(e) = self.run().await {
+            tracing::debug!(peer = %self.peer, reason = %e, "closing connection");
+            if let Some(status) = e.status() {
+                let server = self.state.cfg.server_header.clone();
+                reply::error(
+                    &mut self.out,
+                    status,
+                    server.as_deref(),
+                    &[],
+                    ConnHeader::Close,
+                    false,
+                );
+                if self.flush().await.is_ok() {
+                    self.linger().await;
+                }
+            }
+        }
+        give_buf(std::mem::take(&mut self.buf));
+        give_buf(std::mem::take(&mut self.out));
+    }
+
+    async fn run(&mut self) -> Result<(), ConnError> {
+        loop {
+            let Some(head) = self.read_head().await? else {
+                return self.flush().await;
+            };
+            self.served += 1;
+            let next = self.handle(head).await?;
+            if next == Next::Close {
+                self.flush().await?;
+                if !self.buf.is_empty() {
+                    // Pipelined requests after the last one we answer: drain, don't reset.
+                    self.linger().await;
+                }
+                return Ok(());
+            }
+            if self.out.len() >= FLUSH_AT {
+                self.flush().await?;
+            }
+        }
+    }
+
+    /// Returns the next request head, `None` when the connection ended cleanly between requests.
+    async fn read_head(&mut self) -> Result<Option<RequestHead>, ConnError> {
+        let state = self.state.clone();
+        let cfg = &state.cfg;
+        let mut deadline = None;
+        loop {
+            if !self.buf.is_empty() {
+                if let Some(head) =
+                    parse_request(&mut self.buf, &cfg.limits.head).map_err(ConnError::Parse)?
+                {
+                    return Ok(Some(head));
+                }
+                deadline.get_or_insert_with(|| Instant::now() + cfg.timeouts.header);
+            }
+            self.flush().await?;
+            let n = match deadline {
+                Some(d) => timeout_at(d, read_more(&mut self.stream, &mut self.buf))
+                    .await
+                    .map_err(|_| ConnError::HeaderTimeout)??,
+                None => {
+                    let wait = if self.served == 0 {
+                        cfg.timeouts.header
+                    } else {
+                        cfg.timeouts.keepalive
+                    };
+                    match self.wait_idle(wait).await? {
+                        Some(n) => n,
+                        None => return Ok(None),
+                    }
+                }
+            };
+            if n == 0 {
+                return if self.buf.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(ConnError::ClosedMidRequest)
+                };
+            }
+        }
+    }
+
+    /// Waits, without holding buffers, for the next request to start. `None`: idle timeout or
+    /// shutdown.
+    async fn wait_idle(&mut self, wait: Duration) -> Result<Option<usize>, ConnError> {
+        give_buf(std::mem::take(&mut self.buf));
+        give_buf(std::mem::take(&mut self.out));
+        let mut shutdown = self.state.shutdown.clone();
+        let stream = &self.stream;
+        let ready = tokio::select! {
+            biased;
+            r = timeout(wait, stream.readable()) => r,
+            _ = shutdown.wait_for(|s| *s) => return Ok(None),
+        };
+        match ready {
+            Err(_) => Ok(None),
+            Ok(Err(e)) => Err(e.into()),
+            Ok(Ok(())) => {
+                self.buf = take_buf();
+                self.out = take_buf();
+                Ok(Some(read_more(&mut self.stream, &mut self.buf).await?))
+            }
+        }
+    }
+
+    /// Answers one request.
+    async fn handle(&mut self, head: RequestHead) -> Result<Next, ConnError> {
+        let state = self.state.clone();
+        let cfg = &state.cfg;
+        let server = cfg.server_header.as_deref();
+        if let BodyKind::Length(n) = head.body {
+            if n > cfg.limits.max_body_bytes {
+                return Err(ConnError::Parse(ParseError::BodyTooLarge));
+            }
+        }
+        let head_only = head.method == Method::Head;
+        let routes = self.routes.clone();
+        let routed = routes.route(&head);
+        let wants_body = matches!(&routed, Routed::Found(route) if route.action.wants_body());
+        let has_body = head.body != BodyKind::Empty;
+        // A client waiting for 100-continue has not sent a body we will not use: answer and close
+        // rather than read it.
+        let skip_body = has_body && head.expect_continue && !wants_body;
+        let body = if has_body && !skip_body {
+            self.read_body(&head, wants_body).await?
+        } else {
+            BytesMut::new()
+        };
+        // Decided after the body is in, so a shutdown that began meanwhile is announced.
+        let max = cfg.limits.max_requests_per_connection;
+        let next = if skip_body
+            || !head.keep_alive
+            || (max > 0 && self.served >= max)
+            || *state.shutdown.borrow()
+        {
+            Next::Close
+        } else {
+            Next::KeepAlive
+        };
+        let conn = match (next, head.version) {
+            (Next::Close, _) => ConnHeader::Close,
+            (Next::KeepAlive, Version::Http10) => ConnHeader::KeepAlive,
+            (Next::KeepAlive, Version::Http11) => ConnHeader::None,
+        };
+        match routed {
+            Routed::Found(route) => match &route.action {
+                Action::Respond(r) => r.write(&mut self.out, head_only, conn),
+                Action::Echo(e) => e.write(&mut self.out, &head, &body, server, conn),
+                Action::Static(s) => {
+                    if let StaticReply::Stream { file, offset, len } =
+                        s.serve(&head, &mut self.out, server, conn)
+                    {
+                        self.stream_file(file, offset, len).await?;
+                    }
+                }
+            },
+            Routed::MethodNotAllowed(allow) => reply::error(
+                &mut self.out,
+                405,
+                server,
+                &[(b"Allow", &allow)],
+                conn,
+                head_only,
+            ),
+            Routed::NotFound => reply::error(&mut self.out, 404, server, &[], conn, head_only),
+        }
+        Ok(next)
+    }
+
+    /// Reads the request body, keeping it when `keep`, enforcing `max_body_bytes`.
+    async fn read_body(&mut self, head: &RequestHead, keep: bool) -> Result<BytesMut, ConnError> {
+        let state = self.state.clone();
+        let cfg = &state.cfg;
+        let limit = cfg.limits.max_body_bytes;
+        let mut decoder = BodyDecoder::new(head.body);
+        let mut body = BytesMut::new();
+        let mut continued = !head.expect_continue;
+        loop {
+            match decoder.decode(&mut self.buf).map_err(ConnError::Parse)? {
+                BodyEvent::Data(chunk) => {
+                    if decoder.consumed() > limit {
+                        return Err(ConnError::Parse(ParseError::BodyTooLarge));
+                    }
+                    if keep {
+                        body.extend_from_slice(&chunk);
+                    }
+                }
+                BodyEvent::Done(_trailers) => return Ok(body),
+                BodyEvent::NeedMore => {
+                    if !continued {
+                        self.out.extend_from_slice(weir_http::response::CONTINUE);
+                        continued = true;
+                    }
+                    self.flush().await?;
+                    let n = timeout(
+                        cfg.timeouts.body,
+                        read_more(&mut self.stream, &mut self.buf),
+                    )
+                    .await
+                    .map_err(|_| ConnError::BodyTimeout)??;
+                    if n == 0 {
+                        return Err(ConnError::ClosedMidRequest);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Streams a file range after the head already in the output buffer.
+    async fn stream_file(
+        &mut self,
+        file: std::fs::File,
+        mut offset: u64,
+        mut len: u64,
+    ) -> Result<(), ConnError> {
+        use std::os::unix::fs::FileExt;
+        while len > 0 {
+            let step = len.min(INLINE_BODY) as usize;
+            let start = self.out.len();
+            self.out.resize(start + step, 0);
+            let n = file.read_at(&mut self.out[start..], offset)?;
+            if n == 0 {
+                // Truncated under us after the head promised more: abort the connection.
+                return Err(ConnError::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "file shrank while sending",
+                )));
+            }
+            self.out.truncate(start + n);
+            offset += n as u64;
+            len -= n as u64;
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Writes the output buffer.
+    async fn flush(&mut self) -> Result<(), ConnError> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        match timeout(
+            self.state.cfg.timeouts.write,
+            self.stream.write_all(&self.out),
+        )
+        .await
+        {
+            Ok(Ok(())) => {
+                self.out.clear();
+                Ok(())
+            }
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(ConnError::WriteTimeout),
+        }
+    }
+
+    /// Half-closes and drains unread input for a moment, so the client sees our last response
+    /// rather than a reset caused by data we never read.
+    async fn linger(&mut self) {
+        let _ = self.stream.shutdown().await;
+        let deadline = Instant::now() + LINGER_TIME;
+        let mut drained = 0;
+        let mut scratch = [0u8; 4096];
+        while drained < LINGER_BYTES {
+            match timeout_at(deadline, self.stream.read(&mut scratch)).await {
+                Ok(Ok(n)) if n > 0 => drained += n,
+                _ => break,
+            }
+        }
+    }
+}
+
+/// Reads whatever is available into `buf`, growing it if it is nearly full.
+async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
+    if buf.capacity() - buf.len() < 1024 {
+        buf.reserve(READ_BUF);
+    }
+    stream.read_buf(buf).await
+}

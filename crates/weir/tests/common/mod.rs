@@ -1,0 +1,184 @@
+//! Test harness: start weir in-process on 127.0.0.1:0 and talk raw bytes to it.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use weir::server::ServerHandle;
+
+/// A server running in this process; stopped when dropped.
+pub struct TestServer {
+    pub handle: Option<ServerHandle>,
+    pub addr: SocketAddr,
+}
+
+impl TestServer {
+    pub fn connect(&self) -> TcpStream {
+        connect(self.addr)
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.shutdown();
+            h.join();
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Starts a server from a full YAML config (its first listener should use port 0).
+pub fn start_config(yaml: &str) -> TestServer {
+    let cfg = weir::config::load_str(yaml, Path::new("."), |v| std::env::var(v).ok()).unwrap();
+    let handle = weir::server::start(cfg).unwrap();
+    let addr = handle.local_addrs()[0];
+    TestServer {
+        handle: Some(handle),
+        addr,
+    }
+}
+
+/// Starts one worker on 127.0.0.1:0 with `extra` top-level YAML and the given routes YAML
+/// (a list, indented by 6 spaces under `routes:`).
+pub fn start(extra: &str, routes: &str) -> TestServer {
+    start_config(&format!(
+        "workers: 1\n{extra}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n{routes}\n"
+    ))
+}
+
+/// The routes most tests use.
+pub const BASIC_ROUTES: &str = r#"
+      - match: { path: /hello }
+        respond: { body: "Hello, World\n" }
+      - match: { path: /json }
+        respond: { headers: { content-type: application/json }, body: '{"message":"Hello, World!"}' }
+      - match: { path_prefix: /echo }
+        echo: {}
+      - match: { path: /only-get, methods: [GET] }
+        respond: { body: "got\n" }
+"#;
+
+pub fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
+
+/// A parsed response.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// Reads one response from a stream (Content-Length or chunked framing; no body for HEAD when
+/// `head` is true or for 1xx/204/304).
+pub fn read_response_to(s: &mut TcpStream, head: bool) -> Response {
+    let mut raw = Vec::new();
+    let mut byte = [0u8; 1];
+    while !raw.ends_with(b"\r\n\r\n") {
+        let n = s.read(&mut byte).unwrap();
+        assert!(
+            n == 1,
+            "connection closed before a complete head; got {:?}",
+            String::from_utf8_lossy(&raw)
+        );
+        raw.push(byte[0]);
+    }
+    let text = String::from_utf8(raw).unwrap();
+    let mut lines = text.split("\r\n");
+    let status_line = lines.next().unwrap();
+    assert!(
+        status_line.starts_with("HTTP/1.1 "),
+        "bad status line {status_line:?}"
+    );
+    let status: u16 = status_line[9..12].parse().unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (n, v) = l.split_once(':').unwrap();
+            (n.to_string(), v.trim().to_string())
+        })
+        .collect();
+    let mut resp = Response {
+        status,
+        headers,
+        body: Vec::new(),
+    };
+    if head || status < 200 || status == 204 || status == 304 {
+        return resp;
+    }
+    if let Some(len) = resp.header("content-length") {
+        let mut body = vec![0; len.parse().unwrap()];
+        s.read_exact(&mut body).unwrap();
+        resp.body = body;
+    } else {
+        s.read_to_end(&mut resp.body).unwrap();
+    }
+    resp
+}
+
+pub fn read_response(s: &mut TcpStream) -> Response {
+    read_response_to(s, false)
+}
+
+/// Sends raw bytes and reads one response.
+pub fn roundtrip(s: &mut TcpStream, raw: &[u8]) -> Response {
+    s.write_all(raw).unwrap();
+    read_response(s)
+}
+
+/// A GET with Host on a fresh connection.
+pub fn get(addr: SocketAddr, path: &str) -> Response {
+    let mut s = connect(addr);
+    roundtrip(
+        &mut s,
+        format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes(),
+    )
+}
+
+/// True if the peer closed (EOF or reset) within `within`.
+pub fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut buf = [0u8; 64];
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            // Read timeout: still open.
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+/// Asserts the server closed the connection.
+pub fn assert_closed(s: &mut TcpStream) {
+    assert!(
+        closed_within(s, Duration::from_secs(3)),
+        "connection should have been closed"
+    );
+}

@@ -1,0 +1,158 @@
+//! The `static` action over a real socket: validators, conditionals, ranges, escapes.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::Write;
+
+use common::*;
+
+struct Fixture {
+    srv: TestServer,
+    _dir: std::path::PathBuf,
+}
+
+fn fixture(name: &str) -> Fixture {
+    let base = std::env::temp_dir().join(format!("weir-static-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let root = base.join("www");
+    std::fs::create_dir_all(root.join("docs")).unwrap();
+    std::fs::write(root.join("hello.txt"), "0123456789").unwrap();
+    std::fs::write(root.join("docs/index.html"), "<p>docs</p>").unwrap();
+    std::fs::write(root.join("big.bin"), vec![7u8; 300 * 1024]).unwrap();
+    std::fs::write(base.join("secret.txt"), "top secret").unwrap();
+    std::os::unix::fs::symlink(base.join("secret.txt"), root.join("escape.txt")).unwrap();
+    std::os::unix::fs::symlink(root.join("hello.txt"), root.join("inside.txt")).unwrap();
+    let routes = format!(
+        "      - match: {{ path_prefix: /static/ }}\n        static: {{ root: {} }}\n",
+        root.display()
+    );
+    Fixture {
+        srv: start("", &routes),
+        _dir: base,
+    }
+}
+
+fn req(f: &Fixture, raw: &str) -> Response {
+    let mut s = f.srv.connect();
+    s.write_all(raw.as_bytes()).unwrap();
+    read_response_to(&mut s, raw.starts_with("HEAD"))
+}
+
+#[test]
+fn serves_files_with_validators() {
+    let f = fixture("validators");
+    let r = get(f.srv.addr, "/static/hello.txt");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), "0123456789");
+    assert_eq!(r.header("content-type"), Some("text/plain"));
+    assert_eq!(r.header("accept-ranges"), Some("bytes"));
+    let etag = r.header("etag").unwrap().to_string();
+    let lm = r.header("last-modified").unwrap().to_string();
+
+    let r = req(
+        &f,
+        &format!(
+            "GET /static/hello.txt HTTP/1.1\r\nHost: t\r\nIf-None-Match: \"x\", {etag}\r\n\r\n"
+        ),
+    );
+    assert_eq!(r.status, 304);
+    assert_eq!(r.header("etag"), Some(etag.as_str()));
+    let r = req(
+        &f,
+        &format!("GET /static/hello.txt HTTP/1.1\r\nHost: t\r\nIf-Modified-Since: {lm}\r\n\r\n"),
+    );
+    assert_eq!(r.status, 304);
+    let r = req(&f, "GET /static/hello.txt HTTP/1.1\r\nHost: t\r\nIf-Modified-Since: Thu, 01 Jan 1998 00:00:00 GMT\r\n\r\n");
+    assert_eq!(r.status, 200);
+    // If-None-Match wins over If-Modified-Since.
+    let r = req(&f, &format!("GET /static/hello.txt HTTP/1.1\r\nHost: t\r\nIf-None-Match: \"other\"\r\nIf-Modified-Since: {lm}\r\n\r\n"));
+    assert_eq!(r.status, 200);
+
+    let r = req(&f, "HEAD /static/hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-length"), Some("10"));
+}
+
+#[test]
+fn byte_ranges() {
+    let f = fixture("ranges");
+    let r = req(
+        &f,
+        "GET /static/hello.txt HTTP/1.1\r\nHost: t\r\nRange: bytes=2-4\r\n\r\n",
+    );
+    assert_eq!(r.status, 206);
+    assert_eq!(r.text(), "234");
+    assert_eq!(r.header("content-range"), Some("bytes 2-4/10"));
+    let r = req(
+        &f,
+        "GET /static/hello.txt HTTP/1.1\r\nHost: t\r\nRange: bytes=-3\r\n\r\n",
+    );
+    assert_eq!((r.status, r.text().as_str()), (206, "789"));
+    let r = req(
+        &f,
+        "GET /static/hello.txt HTTP/1.1\r\nHost: t\r\nRange: bytes=20-\r\n\r\n",
+    );
+    assert_eq!(r.status, 416);
+    assert_eq!(r.header("content-range"), Some("bytes */10"));
+    let r = req(&f, "GET /static/hello.txt HTTP/1.1\r\nHost: t\r\nRange: bytes=0-1\r\nIf-Range: \"stale\"\r\n\r\n");
+    assert_eq!((r.status, r.text().as_str()), (200, "0123456789"));
+}
+
+#[test]
+fn large_files_stream_whole() {
+    let f = fixture("large");
+    let r = get(f.srv.addr, "/static/big.bin");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), 300 * 1024);
+    assert!(r.body.iter().all(|b| *b == 7));
+    let r = req(
+        &f,
+        "GET /static/big.bin HTTP/1.1\r\nHost: t\r\nRange: bytes=100000-299999\r\n\r\n",
+    );
+    assert_eq!((r.status, r.body.len()), (206, 200_000));
+}
+
+#[test]
+fn directories_and_index() {
+    let f = fixture("dirs");
+    let r = get(f.srv.addr, "/static/docs");
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some("/static/docs/"));
+    let r = get(f.srv.addr, "/static/docs/");
+    assert_eq!((r.status, r.text().as_str()), (200, "<p>docs</p>"));
+    assert_eq!(r.header("content-type"), Some("text/html"));
+    assert_eq!(
+        get(f.srv.addr, "/static/").status,
+        403,
+        "no index, no listing"
+    );
+    assert_eq!(get(f.srv.addr, "/static/missing.txt").status, 404);
+}
+
+#[test]
+fn no_escape_from_the_root() {
+    let f = fixture("escape");
+    assert_eq!(get(f.srv.addr, "/static/../secret.txt").status, 404);
+    assert_eq!(get(f.srv.addr, "/static/%2e%2e/secret.txt").status, 404);
+    assert_eq!(
+        get(f.srv.addr, "/static/docs/..%2f..%2fsecret.txt").status,
+        404
+    );
+    assert_eq!(
+        get(f.srv.addr, "/static/escape.txt").status,
+        403,
+        "symlink out of the root"
+    );
+    assert_eq!(
+        get(f.srv.addr, "/static/inside.txt").text(),
+        "0123456789",
+        "symlink inside the root is fine"
+    );
+    assert_eq!(get(f.srv.addr, "/static/hello.txt%00.html").status, 400);
+    let r = req(
+        &f,
+        "POST /static/hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n",
+    );
+    assert_eq!((r.status, r.header("allow")), (405, Some("GET, HEAD")));
+}
