@@ -94,10 +94,9 @@ mod tests {
 
     #[test]
     fn errors_name_variable_and_line() {
-        let e = interpolate("a: 1\nb: ${NOPE}\n", env)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("NOPE") && e.contains("line 2"), "{e}");
+        let e = interpolate("a: 1\nb: ${NOPE}\n", env).unwrap_err();
+        assert_eq!(e.line, Some(2));
+        assert!(e.to_string().contains("config:2: environment variable NOPE is not set"), "{e}");
         assert!(interpolate("a: ${OPEN", env).is_err());
         assert!(interpolate("a: ${BAD-NAME}", env).is_err());
     }
