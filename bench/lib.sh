@@ -1,0 +1,95 @@
+# Shared helpers for the bench scripts: sourced, not run.
+# Conventions: the system under test runs on core 0, the load generator on core 1; every server
+# started is registered with `track` and stopped on exit or interrupt.
+
+set -euo pipefail
+BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$BENCH_DIR/.." && pwd)"
+cd "$ROOT"
+SUT_CORE="${SUT_CORE:-0}"
+LOAD_CORE="${LOAD_CORE:-1}"
+CLK_TCK="$(getconf CLK_TCK)"
+TMP="$(mktemp -d /tmp/weir-bench.XXXXXX)"
+PIDS=()
+
+track() { PIDS+=("$1"); }
+cleanup() {
+  local p
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  sleep 0.3
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log() { echo "bench: $*" >&2; }
+
+# Installs Debian packages that are missing (needs root; runs apt-get update once).
+ensure_pkgs() {
+  local missing=() p
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing ${missing[*]}"
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+build_weir() {
+  log "building weir (release)"
+  (cd "$ROOT" && cargo build --release -q)
+  WEIR="$ROOT/target/release/weir"
+}
+
+raise_nofile() { ulimit -n "$(ulimit -Hn)" 2>/dev/null || true; }
+
+# Waits until something accepts on 127.0.0.1:$1; $2 names a log to show if nothing does.
+wait_port() {
+  local i
+  for i in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  log "nothing listens on port $1"
+  [ -n "${2:-}" ] && cat "$2" >&2
+  return 1
+}
+
+# user+sys CPU ticks of a process (all its threads).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+
+# Runs wrk on the load core against URL with extra args; prints the raw output to $TMP/wrk.out.
+# Sets REQS, RPS, P50_US, P99_US, ERRORS, CPU_US_PER_REQ (for server pid $1).
+run_wrk() {
+  local pid="$1" url="$2"; shift 2
+  local t0 t1
+  t0=$(cpu_ticks "$pid")
+  taskset -c "$LOAD_CORE" wrk --latency "$@" "$url" > "$TMP/wrk.out" 2>&1 || true
+  t1=$(cpu_ticks "$pid")
+  REQS=$(awk '/requests in/ {print $1}' "$TMP/wrk.out")
+  RPS=$(awk '/Requests\/sec/ {printf "%.0f", $2}' "$TMP/wrk.out")
+  P50_US=$(awk '$1=="50%" {print $2}' "$TMP/wrk.out" | to_us)
+  P99_US=$(awk '$1=="99%" {print $2}' "$TMP/wrk.out" | to_us)
+  ERRORS=$(awk '/Socket errors/ {gsub(",",""); print $4+$6+$8+$10} /Non-2xx/ {print "non2xx:"$4}' "$TMP/wrk.out" | paste -sd' ')
+  ERRORS=${ERRORS:-0}
+  CPU_US_PER_REQ=$(awk -v d=$((t1 - t0)) -v r="${REQS:-0}" -v hz="$CLK_TCK" 'BEGIN { if (r > 0) printf "%.2f", d * 1e6 / hz / r; else print "n/a" }')
+}
+
+# wrk prints 1.23ms / 456.00us / 1.2s; convert to microseconds.
+to_us() {
+  awk '{ v=$1; if (v ~ /us$/) { sub(/us$/,"",v); printf "%.0f\n", v }
+         else if (v ~ /ms$/) { sub(/ms$/,"",v); printf "%.0f\n", v*1000 }
+         else if (v ~ /s$/) { sub(/s$/,"",v); printf "%.0f\n", v*1000000 } }'
+}
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+
+machine_info() {
+  echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "- machine: $(nproc) cores, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), kernel $(uname -r)"
+  echo "- weir: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown), $("$WEIR" version)"
+  command -v nginx >/dev/null && echo "- nginx: $(nginx -v 2>&1 | sed 's/.*: //')"
+  command -v wrk >/dev/null && echo "- wrk: $(wrk -v 2>&1 | head -1 | awk '{print $1, $2}')"
+  echo "- pinning: servers on core $SUT_CORE, load generator on core $LOAD_CORE (taskset)"
+}

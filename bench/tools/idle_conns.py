@@ -1,0 +1,33 @@
+#!/usr/bin/env python3
+"""Opens N keep-alive connections, sends one request on each, reads the response, and holds them
+open until stdin closes or a signal arrives. Prints "ready N" once all are established.
+Used by the bench scripts to measure a server's memory per idle connection."""
+import socket
+import sys
+
+def main():
+    port, count, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    req = f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
+    socks = []
+    for i in range(count):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(req)
+        socks.append(s)
+        if len(socks) % 500 == 0:
+            drain(socks[-500:])
+    drain(socks[len(socks) - len(socks) % 500:])
+    print(f"ready {len(socks)}", flush=True)
+    sys.stdin.read()
+
+def drain(batch):
+    for s in batch:
+        s.settimeout(10)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(4096)
+            if not chunk:
+                raise SystemExit("server closed a connection")
+            data += chunk
+
+if __name__ == "__main__":
+    main()
