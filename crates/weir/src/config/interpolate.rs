@@ -96,7 +96,11 @@ mod tests {
     fn errors_name_variable_and_line() {
         let e = interpolate("a: 1\nb: ${NOPE}\n", env).unwrap_err();
         assert_eq!(e.line, Some(2));
-        assert!(e.to_string().contains("config:2: environment variable NOPE is not set"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("config:2: environment variable NOPE is not set"),
+            "{e}"
+        );
         assert!(interpolate("a: ${OPEN", env).is_err());
         assert!(interpolate("a: ${BAD-NAME}", env).is_err());
     }

@@ -8,6 +8,7 @@
 //! are closed, in-flight requests finish with `Connection: close`, and whatever is left when
 //! `timeouts.shutdown` expires is cut.
 
+mod client_io;
 mod conn;
 mod listener;
 mod worker;

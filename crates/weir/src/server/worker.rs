@@ -2,14 +2,21 @@
 //! per connection. Connection counting is per worker (`max_connections / workers` each), in a
 //! `Cell`: no atomics on the accept path. At the limit the worker stops accepting and new
 //! connections wait in the kernel's backlog, as nginx and HAProxy do.
+//!
+//! Graceful shutdown without per-request cost: each connection has a slot in a per-worker slab
+//! holding its abort handle and an `idle` flag it flips around its keep-alive wait (two `Cell`
+//! writes). On shutdown the worker aborts the idle ones; busy ones see `shutting_down` and
+//! close after their response. No timer or notifier is registered per request for this.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use slab::Slab;
+use tokio::io::unix::AsyncFd;
 use tokio::sync::{watch, Notify};
+use tokio::task::AbortHandle;
 
 use super::conn::Conn;
 use crate::config::RuntimeConfig;
@@ -30,14 +37,36 @@ pub(crate) struct WorkerState {
     pub max_active: usize,
     pub slot_freed: Notify,
     pub shutdown: watch::Receiver<bool>,
+    /// Set by the worker when shutdown begins (the watch is for the accept loops and the worker).
+    pub shutting_down: Cell<bool>,
+    /// One slot per open connection.
+    pub conns: RefCell<Slab<ConnSlot>>,
 }
 
-/// Decrements the worker's connection count when a connection task ends.
+/// What the worker knows about one connection.
 #[derive(Debug)]
-pub(crate) struct ActiveGuard(Rc<WorkerState>);
+pub(crate) struct ConnSlot {
+    pub abort: Option<AbortHandle>,
+    /// Waiting for the next request, with nothing in flight.
+    pub idle: Cell<bool>,
+}
+
+impl WorkerState {
+    /// Marks connection `key` idle or busy.
+    pub(crate) fn set_idle(&self, key: usize, idle: bool) {
+        if let Some(slot) = self.conns.borrow().get(key) {
+            slot.idle.set(idle);
+        }
+    }
+}
+
+/// Frees the connection's slot when its task ends (normally or aborted).
+#[derive(Debug)]
+pub(crate) struct ActiveGuard(Rc<WorkerState>, usize);
 
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
+        self.0.conns.borrow_mut().try_remove(self.1);
         self.0.active.set(self.0.active.get() - 1);
         self.0.slot_freed.notify_one();
     }
@@ -71,10 +100,17 @@ pub(crate) fn run(
         max_active,
         slot_freed: Notify::new(),
         shutdown: shutdown.clone(),
+        shutting_down: Cell::new(false),
+        conns: RefCell::new(Slab::new()),
     });
     local.block_on(&rt, async move {
         for l in listening {
-            match TcpListener::from_std(l.socket) {
+            // `AsyncFd::new` is deprecated because a caller could close the fd while it is still
+            // registered; here the AsyncFd owns the listener outright and drops (deregisters and
+            // closes) it in one place, so that hazard does not exist.
+            #[allow(deprecated)]
+            let registered = AsyncFd::new(mio::net::TcpListener::from_std(l.socket));
+            match registered {
                 Ok(socket) => {
                     tokio::task::spawn_local(accept_loop(state.clone(), socket, l.listener));
                 }
@@ -83,6 +119,14 @@ pub(crate) fn run(
         }
         let mut rx = shutdown;
         let _ = rx.wait_for(|s| *s).await;
+        state.shutting_down.set(true);
+        for (_, slot) in state.conns.borrow().iter() {
+            if slot.idle.get() {
+                if let Some(a) = &slot.abort {
+                    a.abort();
+                }
+            }
+        }
         let deadline = tokio::time::Instant::now() + cfg.timeouts.shutdown;
         while state.active.get() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -98,7 +142,13 @@ pub(crate) fn run(
     // Dropping the LocalSet and runtime cancels what is left and closes its sockets.
 }
 
-async fn accept_loop(state: Rc<WorkerState>, listener: TcpListener, index: usize) {
+/// Accepts with `accept4(SOCK_NONBLOCK)` into sockets not yet registered with the reactor (see
+/// `io.rs`), draining the backlog on each readiness event.
+async fn accept_loop(
+    state: Rc<WorkerState>,
+    listener: AsyncFd<mio::net::TcpListener>,
+    index: usize,
+) {
     let mut shutdown = state.shutdown.clone();
     let routes = state.cfg.listeners[index].routes.clone();
     loop {
@@ -108,25 +158,45 @@ async fn accept_loop(state: Rc<WorkerState>, listener: TcpListener, index: usize
                 _ = shutdown.wait_for(|s| *s) => return,
             }
         }
-        let accepted = tokio::select! {
+        let mut guard = tokio::select! {
             biased;
             _ = shutdown.wait_for(|s| *s) => return,
-            r = listener.accept() => r,
+            r = listener.readable() => match r {
+                Ok(g) => g,
+                Err(e) => {
+                    tracing::error!(error = %e, "listener failed");
+                    return;
+                }
+            },
         };
-        match accepted {
-            Ok((stream, peer)) => {
-                state.active.set(state.active.get() + 1);
-                let guard = ActiveGuard(state.clone());
-                let conn = Conn::new(stream, peer, state.clone(), routes.clone());
-                tokio::task::spawn_local(async move {
-                    conn.serve().await;
-                    drop(guard);
-                });
-            }
-            Err(e) => {
-                // EMFILE/ENFILE/ENOBUFS: back off instead of spinning on a full table.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+        while state.active.get() < state.max_active {
+            match guard.try_io(|l| l.get_ref().accept()) {
+                Ok(Ok((stream, peer))) => {
+                    state.active.set(state.active.get() + 1);
+                    let key = state.conns.borrow_mut().insert(ConnSlot {
+                        abort: None,
+                        idle: Cell::new(false),
+                    });
+                    let guard = ActiveGuard(state.clone(), key);
+                    let conn = Conn::new(stream, peer, key, state.clone(), routes.clone());
+                    let task = tokio::task::spawn_local(async move {
+                        conn.serve().await;
+                        drop(guard);
+                    });
+                    if let Some(slot) = state.conns.borrow_mut().get_mut(key) {
+                        slot.abort = Some(task.abort_handle());
+                    }
+                }
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionAborted => {}
+                Ok(Err(e)) => {
+                    // EMFILE/ENFILE/ENOBUFS: back off instead of spinning on a full table.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    break;
+                }
+                // Backlog drained; readiness cleared.
+                Err(_would_block) => break,
             }
         }
     }

@@ -1,0 +1,136 @@
+//! The client socket, registered with the reactor lazily.
+//!
+//! A connection is accepted unregistered (mio's `accept4(SOCK_NONBLOCK)`) and first served with
+//! plain non-blocking reads and writes. Only when it must wait — no request yet, a partial
+//! request, a full socket buffer, or keep-alive idling — is it handed to tokio, which costs an
+//! `epoll_ctl(ADD)` now and an `epoll_ctl(DEL)` at close. A client that sends its request with
+//! the handshake and asks for `Connection: close` (seed experiment 002) is therefore served with
+//! `accept4`, `recvfrom`, `sendto`, `close` and nothing else.
+
+use std::io::{self, Write};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A client socket, before or after registration with the reactor.
+#[derive(Debug)]
+pub(crate) enum ClientIo {
+    /// Not yet known to epoll; every call is a plain non-blocking syscall.
+    Fresh(mio::net::TcpStream),
+    /// Registered with this worker's reactor.
+    Registered(TcpStream),
+    /// Transient state during registration.
+    Gone,
+}
+
+impl ClientIo {
+    /// Registers with the reactor (idempotent).
+    pub(crate) fn register(&mut self) -> io::Result<&mut TcpStream> {
+        if let ClientIo::Fresh(_) = self {
+            let ClientIo::Fresh(s) = std::mem::replace(self, ClientIo::Gone) else {
+                unreachable!()
+            };
+            *self = ClientIo::Registered(TcpStream::from_std(std::net::TcpStream::from(s))?);
+        }
+        match self {
+            ClientIo::Registered(s) => Ok(s),
+            _ => Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "socket lost during registration",
+            )),
+        }
+    }
+
+    /// Reads what is available; waits (registering if needed) when nothing is.
+    pub(crate) async fn read_buf(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        if let ClientIo::Fresh(s) = self {
+            match read_nonblocking(s, buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                other => return other,
+            }
+        }
+        self.register()?.read_buf(buf).await
+    }
+
+    /// Whether a fresh socket has bytes right now (consumes them into `buf`): `Ok(Some(n))` read
+    /// `n` (0 = EOF), `Ok(None)` nothing yet or already registered.
+    pub(crate) fn try_read_fresh(&mut self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
+        match self {
+            ClientIo::Fresh(s) => match read_nonblocking(s, buf) {
+                Ok(n) => Ok(Some(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+                Err(e) => Err(e),
+            },
+            _ => Ok(None),
+        }
+    }
+
+    /// Writes everything; waits (registering if needed) when the socket buffer is full.
+    pub(crate) async fn write_all(&mut self, mut data: &[u8]) -> io::Result<()> {
+        if let ClientIo::Fresh(s) = self {
+            while !data.is_empty() {
+                match s.write(data) {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(n) => data = &data[n..],
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            if data.is_empty() {
+                return Ok(());
+            }
+        }
+        self.register()?.write_all(data).await
+    }
+
+    /// Writes as much as the socket takes right now without waiting; returns the bytes written.
+    pub(crate) fn write_now(&mut self, mut data: &[u8]) -> io::Result<usize> {
+        let total = data.len();
+        while !data.is_empty() {
+            let r = match self {
+                ClientIo::Fresh(s) => s.write(data),
+                ClientIo::Registered(s) => s.try_write(data),
+                ClientIo::Gone => return Err(io::ErrorKind::NotConnected.into()),
+            };
+            match r {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => data = &data[n..],
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(total - data.len())
+    }
+
+    /// Half-closes the write side.
+    pub(crate) async fn shutdown(&mut self) -> io::Result<()> {
+        self.register()?.shutdown().await
+    }
+}
+
+/// One non-blocking `recv` into the spare capacity of `buf`, without zero-filling it first (a
+/// zero-fill would make every pooled buffer fully resident).
+#[allow(unsafe_code)]
+fn read_nonblocking(s: &mut mio::net::TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
+    use bytes::BufMut;
+    if buf.capacity() == buf.len() {
+        buf.reserve(4096);
+    }
+    let sock = socket2::SockRef::from(&*s);
+    let spare = buf.chunk_mut();
+    // SAFETY: `as_uninit_slice_mut` only exposes the spare capacity as `MaybeUninit<u8>`, which
+    // `recv` writes into without reading; no uninitialised byte is ever read through it.
+    let n = loop {
+        match sock.recv(unsafe { spare.as_uninit_slice_mut() }) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => break r?,
+        }
+    };
+    // SAFETY: `recv` returned `n`, so the first `n` bytes of the spare capacity were initialised
+    // by the kernel; `n` is at most the length of the slice it was given.
+    unsafe { buf.advance_mut(n) };
+    Ok(n)
+}
