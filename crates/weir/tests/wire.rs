@@ -342,9 +342,11 @@ pub fn tempdir(name: &str) -> std::path::PathBuf {
 
 #[test]
 fn a_request_that_arrives_after_accept_is_served() {
-    // The first read on a fresh socket finds nothing, so the connection must register with the
-    // reactor and wait; pipelining afterwards exercises the registered path too.
-    let srv = start("", BASIC_ROUTES);
+    // Without TCP_DEFER_ACCEPT the first read on a fresh socket finds nothing, so the connection
+    // must register with the reactor and wait; pipelining afterwards uses the registered path.
+    let srv = start_config(&format!(
+        "workers: 1\nlisteners:\n  - address: 127.0.0.1:0\n    defer_accept: false\n    routes:\n{BASIC_ROUTES}"
+    ));
     let mut s = srv.connect();
     std::thread::sleep(Duration::from_millis(150));
     s.write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\nGET /json HTTP/1.1\r\nHost: t\r\n\r\n")

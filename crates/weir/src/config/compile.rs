@@ -87,9 +87,11 @@ pub(crate) fn compile(file: model::File, base: &BaseDir) -> Result<RuntimeConfig
                 format!("{address} is listed twice"),
             ));
         }
+        let defer_accept = l.defer_accept;
         let routes = RouteTable::compile(l.routes, &path, base, server_header.as_ref())?;
         listeners.push(ListenerConfig {
             address,
+            defer_accept,
             routes: Arc::new(routes),
         });
     }

@@ -58,6 +58,8 @@ pub struct Timeouts {
 #[derive(Debug)]
 pub struct ListenerConfig {
     pub address: SocketAddr,
+    /// TCP_DEFER_ACCEPT on the listening socket.
+    pub defer_accept: bool,
     pub routes: Arc<RouteTable>,
 }
 

@@ -131,6 +131,10 @@ impl Default for Timeouts {
 pub struct Listener {
     /// `host:port` to bind; port 0 picks a free port.
     pub address: String,
+    /// Let the kernel hand over connections only once their first bytes arrived
+    /// (TCP_DEFER_ACCEPT); turn off for clients that connect and wait for the server to speak.
+    #[serde(default = "default_true")]
+    pub defer_accept: bool,
     /// Routes, tried in order; the first whose match applies answers.
     #[serde(default)]
     pub routes: Vec<Route>,

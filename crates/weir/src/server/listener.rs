@@ -3,14 +3,27 @@
 //!
 //! TCP_NODELAY is set on the listening socket: Linux copies it to every accepted socket, which
 //! saves one `setsockopt` per connection on the connection-per-request path.
+//!
+//! TCP_DEFER_ACCEPT (nginx `listen ... deferred`, HAProxy `defer-accept`) has the kernel queue a
+//! connection for `accept` only once its first bytes arrived, so the first read after accept
+//! finds the request and the connection is usually served without ever being registered with
+//! epoll (see `client_io.rs`). Clients that connect and stay silent are held by the kernel, not
+//! by a worker.
 
 use std::io;
 use std::net::SocketAddr;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
+/// Seconds the kernel waits for a deferred connection's first data before queueing it anyway.
+const DEFER_ACCEPT_SECS: libc::c_int = 10;
+
 /// Binds a non-blocking listening socket.
-pub fn bind(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
+pub fn bind(
+    addr: SocketAddr,
+    backlog: u32,
+    defer_accept: bool,
+) -> io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
@@ -19,7 +32,33 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener>
         socket.set_only_v6(true)?;
     }
     socket.set_nonblocking(true)?;
+    if defer_accept {
+        set_defer_accept(&socket, DEFER_ACCEPT_SECS)?;
+    }
     socket.bind(&addr.into())?;
     socket.listen(backlog.min(i32::MAX as u32) as i32)?;
     Ok(socket.into())
+}
+
+/// `setsockopt(IPPROTO_TCP, TCP_DEFER_ACCEPT)`, which socket2 does not wrap.
+#[allow(unsafe_code)]
+fn set_defer_accept(socket: &Socket, secs: libc::c_int) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the fd is a valid socket borrowed from `socket` for the duration of the call; the
+    // option value points to a live `c_int` and its exact size is passed, so the kernel reads
+    // nothing out of bounds.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&secs as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }

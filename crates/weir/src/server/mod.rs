@@ -40,8 +40,8 @@ pub fn start(cfg: RuntimeConfig) -> io::Result<ServerHandle> {
         let with_addr = |e: io::Error, a: SocketAddr| {
             io::Error::new(e.kind(), format!("cannot listen on {a}: {e}"))
         };
-        let first =
-            listener::bind(l.address, cfg.limits.backlog).map_err(|e| with_addr(e, l.address))?;
+        let first = listener::bind(l.address, cfg.limits.backlog, l.defer_accept)
+            .map_err(|e| with_addr(e, l.address))?;
         let actual = first.local_addr()?;
         addrs.push(actual);
         per_worker[0].push(worker::Listening {
@@ -49,8 +49,8 @@ pub fn start(cfg: RuntimeConfig) -> io::Result<ServerHandle> {
             listener: i,
         });
         for w in per_worker.iter_mut().skip(1) {
-            let socket =
-                listener::bind(actual, cfg.limits.backlog).map_err(|e| with_addr(e, actual))?;
+            let socket = listener::bind(actual, cfg.limits.backlog, l.defer_accept)
+                .map_err(|e| with_addr(e, actual))?;
             w.push(worker::Listening {
                 socket,
                 listener: i,
