@@ -102,6 +102,40 @@ impl FramingFields {
     }
 }
 
+impl FramingFields {
+    /// Decides the body framing of a response (RFC 9112 §6.3, items 1–7): the request method and
+    /// the status code rule out a body before any field is consulted.
+    pub(crate) fn response_body(
+        &self,
+        status: u16,
+        head_request: bool,
+    ) -> Result<BodyKind, ParseError> {
+        if head_request || (100..200).contains(&status) || status == 204 || status == 304 {
+            return Ok(BodyKind::Empty);
+        }
+        if self.te_count > 0 {
+            if self.content_length.is_some() {
+                return Err(ParseError::BadRequest(
+                    "both Transfer-Encoding and Content-Length",
+                ));
+            }
+            // A response whose final coding is not chunked is delimited by the close.
+            return Ok(
+                if self.te_last_chunked && !self.te_chunked_not_last && !self.te_unknown {
+                    BodyKind::Chunked
+                } else {
+                    BodyKind::CloseDelimited
+                },
+            );
+        }
+        Ok(match self.content_length {
+            Some(0) => BodyKind::Empty,
+            Some(n) => BodyKind::Length(n),
+            None => BodyKind::CloseDelimited,
+        })
+    }
+}
+
 /// Strips optional whitespace (SP / HTAB) from both ends.
 pub(crate) fn trim_ows(mut s: &[u8]) -> &[u8] {
     while let [b' ' | b'\t', rest @ ..] = s {
@@ -171,5 +205,19 @@ mod tests {
             Err(ParseError::NotImplemented("unsupported transfer coding"))
         );
         assert!(req(&[], &[b"gzip"], false).is_err());
+    }
+
+    #[test]
+    fn response_framing() {
+        let f = FramingFields::default();
+        assert_eq!(f.response_body(200, false), Ok(BodyKind::CloseDelimited));
+        assert_eq!(f.response_body(204, false), Ok(BodyKind::Empty));
+        assert_eq!(f.response_body(304, false), Ok(BodyKind::Empty));
+        assert_eq!(f.response_body(200, true), Ok(BodyKind::Empty));
+        let mut f = FramingFields::default();
+        f.transfer_encoding(b"gzip").unwrap();
+        assert_eq!(f.response_body(200, false), Ok(BodyKind::CloseDelimited));
+        f.content_length(b"3").unwrap();
+        assert!(f.response_body(200, false).is_err());
     }
 }

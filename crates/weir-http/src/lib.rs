@@ -9,6 +9,7 @@
 //! * [`framing`]: RFC 9112 §6 message-body rules (Content-Length vs Transfer-Encoding, keep-alive).
 //! * [`body`]: the body decoder (content-length, chunked with trailers, close-delimited).
 //! * [`response`]: encoding helpers (status lines, headers, canned error responses).
+//! * [`response_head`]: parse an upstream's response head and its framing (for the proxy).
 //! * [`date`]: the `Date` header, rendered at most once per second per thread.
 //!
 //! The parser is strict where leniency enables request smuggling (RFC 9112 §6.3, §11.2): both
@@ -25,8 +26,10 @@ pub mod error;
 pub mod framing;
 pub mod request;
 pub mod response;
+pub mod response_head;
 
 pub use body::{BodyDecoder, BodyEvent};
 pub use error::ParseError;
 pub use framing::BodyKind;
 pub use request::{parse_request, Header, Limits, Method, RequestHead, Version};
+pub use response_head::{parse_response, ResponseHead};

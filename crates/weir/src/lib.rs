@@ -6,12 +6,14 @@
 //!   task per connection driving the HTTP/1.1 codec from the `weir-http` crate.
 //! * [`routes`] picks the route for a request; [`actions`] are what a route does (respond from
 //!   config, serve static files, echo).
+//! * [`proxy`] is the reverse proxy: upstream pools, balancing, health, forwarding rules.
 //! * [`reply`] holds the response-head tail and the canned error responses every action shares.
 //! * [`cli`] is the `weir` command line.
 
 pub mod actions;
 pub mod cli;
 pub mod config;
+pub mod proxy;
 pub mod reply;
 pub mod routes;
 pub mod server;

@@ -15,6 +15,15 @@ pub enum ConnHeader {
 }
 
 impl ConnHeader {
+    /// The field a response carries given the keep-alive decision and the client's version.
+    pub fn for_response(close: bool, version: weir_http::Version) -> ConnHeader {
+        match (close, version) {
+            (true, _) => ConnHeader::Close,
+            (false, weir_http::Version::Http10) => ConnHeader::KeepAlive,
+            (false, weir_http::Version::Http11) => ConnHeader::None,
+        }
+    }
+
     pub fn as_bytes(&self) -> &'static [u8] {
         match self {
             ConnHeader::None => b"",

@@ -5,6 +5,7 @@
 //!   pre-encoded, so serving it is three buffer copies and a `Date`.
 //! * [`static_files`]: files under a root directory, with validators, conditionals and ranges.
 //! * [`echo`]: the request itself back, as text or JSON (the echo backend of seed 003).
+//! * `proxy`: forward to an upstream pool ([`crate::proxy::route::ProxyRoute`]).
 
 pub mod echo;
 pub mod respond;
@@ -22,24 +23,53 @@ pub enum Action {
     Respond(respond::Respond),
     Static(static_files::StaticFiles),
     Echo(echo::Echo),
+    /// Boxed: by far the largest variant, and the table is read, not copied.
+    Proxy(Box<crate::proxy::route::ProxyRoute>),
+}
+
+/// The action keys a route gave (exactly one must be set).
+#[derive(Debug)]
+pub(crate) struct Given {
+    pub respond: Option<model::Respond>,
+    pub static_files: Option<model::Static>,
+    pub echo: Option<model::Echo>,
+    pub proxy: Option<model::Proxy>,
 }
 
 impl Action {
     pub(crate) fn compile(
-        respond: Option<model::Respond>,
-        static_files: Option<model::Static>,
-        echo: Option<model::Echo>,
+        given: Given,
         matcher: &Matcher,
         path: &str,
         base: &BaseDir,
         server: Option<&Bytes>,
+        upstreams: &std::collections::HashMap<String, usize>,
     ) -> Result<Action, CompileError> {
-        let given = [respond.is_some(), static_files.is_some(), echo.is_some()];
-        if given.iter().filter(|g| **g).count() != 1 {
+        let Given {
+            respond,
+            static_files,
+            echo,
+            proxy,
+        } = given;
+        let set = [
+            respond.is_some(),
+            static_files.is_some(),
+            echo.is_some(),
+            proxy.is_some(),
+        ];
+        if set.iter().filter(|g| **g).count() != 1 {
             return Err((
                 path.to_string(),
-                "a route needs exactly one action: respond, static or echo".into(),
+                "a route needs exactly one action: respond, static, echo or proxy".into(),
             ));
+        }
+        if let Some(p) = proxy {
+            return crate::proxy::route::ProxyRoute::compile(
+                p,
+                &format!("{path}.proxy"),
+                upstreams,
+            )
+            .map(|p| Action::Proxy(Box::new(p)));
         }
         if let Some(r) = respond {
             return respond::Respond::compile(r, &format!("{path}.respond"), base, server)
@@ -61,11 +91,12 @@ impl Action {
     pub fn methods(&self) -> Option<&'static [Method]> {
         match self {
             Action::Static(_) => Some(&[Method::Get, Method::Head]),
-            Action::Respond(_) | Action::Echo(_) => None,
+            Action::Respond(_) | Action::Echo(_) | Action::Proxy(_) => None,
         }
     }
 
-    /// Whether the action needs the request body (others discard it).
+    /// Whether the action needs the request body collected (others discard it; the proxy
+    /// streams it itself).
     pub fn wants_body(&self) -> bool {
         matches!(self, Action::Echo(_))
     }

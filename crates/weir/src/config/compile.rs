@@ -74,6 +74,13 @@ pub(crate) fn compile(file: model::File, base: &BaseDir) -> Result<RuntimeConfig
         shutdown: t.shutdown.0,
     };
 
+    let mut upstreams = Vec::with_capacity(file.upstreams.len());
+    let mut upstream_index = std::collections::HashMap::new();
+    for (name, u) in file.upstreams {
+        let up = crate::proxy::upstream::Upstream::compile(&name, u, &format!("upstreams.{name}"))?;
+        upstream_index.insert(name, upstreams.len());
+        upstreams.push(Arc::new(up));
+    }
     let mut listeners = Vec::with_capacity(file.listeners.len());
     for (i, l) in file.listeners.into_iter().enumerate() {
         let path = format!("listeners[{i}]");
@@ -88,7 +95,13 @@ pub(crate) fn compile(file: model::File, base: &BaseDir) -> Result<RuntimeConfig
             ));
         }
         let defer_accept = l.defer_accept;
-        let routes = RouteTable::compile(l.routes, &path, base, server_header.as_ref())?;
+        let routes = RouteTable::compile(
+            l.routes,
+            &path,
+            base,
+            server_header.as_ref(),
+            &upstream_index,
+        )?;
         listeners.push(ListenerConfig {
             address,
             defer_accept,
@@ -101,6 +114,7 @@ pub(crate) fn compile(file: model::File, base: &BaseDir) -> Result<RuntimeConfig
         limits,
         timeouts,
         listeners,
+        upstreams,
     })
 }
 

@@ -32,6 +32,8 @@ pub struct RuntimeConfig {
     pub limits: Limits,
     pub timeouts: Timeouts,
     pub listeners: Vec<ListenerConfig>,
+    /// Upstream pools, indexed by `ProxyRoute::upstream`.
+    pub upstreams: Vec<Arc<crate::proxy::upstream::Upstream>>,
 }
 
 /// Compiled limits.

@@ -49,21 +49,20 @@ impl RouteTable {
         listener_path: &str,
         base: &BaseDir,
         server: Option<&Bytes>,
+        upstreams: &std::collections::HashMap<String, usize>,
     ) -> Result<RouteTable, CompileError> {
         let mut out = Vec::with_capacity(routes.len());
         for (i, r) in routes.into_iter().enumerate() {
             let path = format!("{listener_path}.routes[{i}]");
             let name = r.name.clone().unwrap_or_else(|| format!("routes[{i}]"));
             let (matcher, methods) = Matcher::compile(r.matcher, &format!("{path}.match"))?;
-            let action = Action::compile(
-                r.respond,
-                r.static_files,
-                r.echo,
-                &matcher,
-                &path,
-                base,
-                server,
-            )?;
+            let given = crate::actions::Given {
+                respond: r.respond,
+                static_files: r.static_files,
+                echo: r.echo,
+                proxy: r.proxy,
+            };
+            let action = Action::compile(given, &matcher, &path, base, server, upstreams)?;
             let methods = match (methods, action.methods()) {
                 (None, None) => None,
                 (Some(m), None) => Some(m),

@@ -29,9 +29,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::io::AsyncReadExt;
 use tokio::time::{timeout, timeout_at, Instant, Sleep};
-use weir_http::{
-    parse_request, BodyDecoder, BodyEvent, BodyKind, Method, ParseError, RequestHead, Version,
-};
+use weir_http::{parse_request, BodyDecoder, BodyEvent, BodyKind, Method, ParseError, RequestHead};
 
 use super::client_io::ClientIo;
 use super::worker::WorkerState;
@@ -89,6 +87,8 @@ pub(crate) enum ConnError {
     ClosedMidRequest,
     /// The socket failed.
     Io(io::Error),
+    /// The upstream failed after the response started: the client connection is cut.
+    UpstreamAborted,
 }
 
 impl ConnError {
@@ -97,7 +97,10 @@ impl ConnError {
         match self {
             ConnError::Parse(e) => Some(e.status()),
             ConnError::HeaderTimeout | ConnError::BodyTimeout => Some(408),
-            ConnError::WriteTimeout | ConnError::ClosedMidRequest | ConnError::Io(_) => None,
+            ConnError::WriteTimeout
+            | ConnError::ClosedMidRequest
+            | ConnError::Io(_)
+            | ConnError::UpstreamAborted => None,
         }
     }
 
@@ -109,6 +112,7 @@ impl ConnError {
             ConnError::WriteTimeout => "write timeout",
             ConnError::ClosedMidRequest => "client closed mid-request",
             ConnError::Io(_) => "socket error",
+            ConnError::UpstreamAborted => "upstream failed mid-response",
         }
     }
 }
@@ -130,19 +134,21 @@ impl From<io::Error> for ConnError {
 
 /// What happens after a response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Next {
+pub(crate) enum Next {
     KeepAlive,
     Close,
+    /// The connection was handed to a tunnel (WebSocket) that has ended: nothing more to write.
+    Upgraded,
 }
 
 /// A client connection.
 #[derive(Debug)]
 pub(crate) struct Conn {
     io: ClientIo,
-    peer: SocketAddr,
-    buf: BytesMut,
-    out: BytesMut,
-    state: Rc<WorkerState>,
+    pub(super) peer: SocketAddr,
+    pub(super) buf: BytesMut,
+    pub(super) out: BytesMut,
+    pub(super) state: Rc<WorkerState>,
     routes: Arc<RouteTable>,
     served: u64,
     /// Slot in the worker's connection slab.
@@ -203,6 +209,9 @@ impl Conn {
             };
             self.served += 1;
             let next = self.handle(head).await?;
+            if next == Next::Upgraded {
+                return Ok(());
+            }
             if next == Next::Close {
                 self.flush().await?;
                 if !self.buf.is_empty() {
@@ -327,6 +336,20 @@ impl Conn {
         let head_only = head.method == Method::Head;
         let routes = self.routes.clone();
         let routed = routes.route(&head);
+        if let Routed::Found(route) = &routed {
+            if let Action::Proxy(p) = &route.action {
+                let max = cfg.limits.max_requests_per_connection;
+                let next = if !head.keep_alive
+                    || (max > 0 && self.served >= max)
+                    || state.shutting_down.get()
+                {
+                    Next::Close
+                } else {
+                    Next::KeepAlive
+                };
+                return Box::pin(self.forward(&head, p, next)).await;
+            }
+        }
         let wants_body = matches!(&routed, Routed::Found(route) if route.action.wants_body());
         let has_body = head.body != BodyKind::Empty;
         // A client waiting for 100-continue has not sent a body we will not use: answer and close
@@ -348,15 +371,12 @@ impl Conn {
         } else {
             Next::KeepAlive
         };
-        let conn = match (next, head.version) {
-            (Next::Close, _) => ConnHeader::Close,
-            (Next::KeepAlive, Version::Http10) => ConnHeader::KeepAlive,
-            (Next::KeepAlive, Version::Http11) => ConnHeader::None,
-        };
+        let conn = ConnHeader::for_response(next != Next::KeepAlive, head.version);
         match routed {
             Routed::Found(route) => match &route.action {
                 Action::Respond(r) => r.write(&mut self.out, head_only, conn),
                 Action::Echo(e) => e.write(&mut self.out, &head, &body, server, conn),
+                Action::Proxy(_) => unreachable!("dispatched above"),
                 Action::Static(s) => {
                     if let StaticReply::Stream { file, offset, len } =
                         s.serve(&head, &mut self.out, server, conn)
@@ -442,9 +462,19 @@ impl Conn {
         Ok(())
     }
 
+    /// Reads more of the client's bytes into the read buffer.
+    pub(super) async fn read_more(&mut self) -> io::Result<usize> {
+        read_more(&mut self.io, &mut self.buf).await
+    }
+
+    /// The client socket, registered with the reactor (for tunnels).
+    pub(super) fn register(&mut self) -> io::Result<&mut tokio::net::TcpStream> {
+        self.io.register()
+    }
+
     /// Writes the output buffer: one direct write in the common case; only a client that is not
     /// reading fast enough gets the timed, registered slow path.
-    async fn flush(&mut self) -> Result<(), ConnError> {
+    pub(super) async fn flush(&mut self) -> Result<(), ConnError> {
         if self.out.is_empty() {
             return Ok(());
         }

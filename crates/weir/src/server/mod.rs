@@ -10,6 +10,7 @@
 
 mod client_io;
 mod conn;
+mod forward;
 mod listener;
 mod worker;
 
@@ -21,6 +22,7 @@ use std::thread::JoinHandle;
 use tokio::sync::watch;
 
 use crate::config::RuntimeConfig;
+pub(crate) use forward::up_candidates;
 
 /// A running server.
 #[derive(Debug)]
@@ -58,7 +60,10 @@ pub fn start(cfg: RuntimeConfig) -> io::Result<ServerHandle> {
         }
     }
     let (tx, rx) = watch::channel(false);
-    let mut threads = Vec::with_capacity(workers);
+    let mut threads = Vec::with_capacity(workers + 1);
+    if let Some(t) = crate::proxy::health::spawn(cfg.upstreams.clone(), rx.clone()) {
+        threads.push(t);
+    }
     for (id, listening) in per_worker.into_iter().enumerate() {
         let cfg = cfg.clone();
         let rx = rx.clone();

@@ -20,6 +20,7 @@ use tokio::task::AbortHandle;
 
 use super::conn::Conn;
 use crate::config::RuntimeConfig;
+use crate::proxy::local::WorkerUpstream;
 
 /// A listening socket handed to a worker.
 #[derive(Debug)]
@@ -41,6 +42,8 @@ pub(crate) struct WorkerState {
     pub shutting_down: Cell<bool>,
     /// One slot per open connection.
     pub conns: RefCell<Slab<ConnSlot>>,
+    /// Per-upstream state of this worker, indexed like `cfg.upstreams`.
+    pub upstreams: Vec<WorkerUpstream>,
 }
 
 /// What the worker knows about one connection.
@@ -102,6 +105,11 @@ pub(crate) fn run(
         shutdown: shutdown.clone(),
         shutting_down: Cell::new(false),
         conns: RefCell::new(Slab::new()),
+        upstreams: cfg
+            .upstreams
+            .iter()
+            .map(|u| WorkerUpstream::new(u))
+            .collect(),
     });
     local.block_on(&rt, async move {
         for l in listening {

@@ -1,6 +1,8 @@
 //! Test harness: start weir in-process on 127.0.0.1:0 and talk raw bytes to it.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod origin;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
@@ -133,10 +135,32 @@ pub fn read_response_to(s: &mut TcpStream, head: bool) -> Response {
         let mut body = vec![0; len.parse().unwrap()];
         s.read_exact(&mut body).unwrap();
         resp.body = body;
+    } else if resp.header("transfer-encoding") == Some("chunked") {
+        loop {
+            let size = read_line(s);
+            let n = usize::from_str_radix(size.trim(), 16).unwrap();
+            let mut chunk = vec![0; n + 2];
+            s.read_exact(&mut chunk).unwrap();
+            assert_eq!(&chunk[n..], b"\r\n", "chunk not followed by CRLF");
+            if n == 0 {
+                break;
+            }
+            resp.body.extend_from_slice(&chunk[..n]);
+        }
     } else {
         s.read_to_end(&mut resp.body).unwrap();
     }
     resp
+}
+
+fn read_line(s: &mut TcpStream) -> String {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while !line.ends_with(b"\r\n") {
+        s.read_exact(&mut byte).unwrap();
+        line.push(byte[0]);
+    }
+    String::from_utf8(line).unwrap()
 }
 
 pub fn read_response(s: &mut TcpStream) -> Response {

@@ -1,0 +1,149 @@
+//! The background thread of the proxy: active HTTP health checks (rise/fall) and periodic DNS
+//! re-resolution of upstream servers given by name. It only writes the shared atomics the
+//! workers read (`Health`, `Server::addr`), so the request path never waits for it.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+
+use super::upstream::{ActivePolicy, Server, Upstream};
+
+/// Starts the thread if any upstream needs it; it ends when `shutdown` turns true.
+pub fn spawn(
+    upstreams: Vec<Arc<Upstream>>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Option<JoinHandle<()>> {
+    let needed = upstreams.iter().any(|u| {
+        u.active.is_some()
+            || u.servers
+                .iter()
+                .any(|s| s.host.parse::<std::net::IpAddr>().is_err())
+    });
+    if !needed {
+        return None;
+    }
+    std::thread::Builder::new()
+        .name("weir-health".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start the health-check thread");
+                    return;
+                }
+            };
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&rt, async move {
+                for u in &upstreams {
+                    for i in 0..u.servers.len() {
+                        if let Some(policy) = u.active.clone() {
+                            tokio::task::spawn_local(check_loop(u.clone(), i, policy));
+                        }
+                        if u.servers[i].host.parse::<std::net::IpAddr>().is_err() {
+                            tokio::task::spawn_local(resolve_loop(u.clone(), i));
+                        }
+                    }
+                }
+                let _ = shutdown.wait_for(|s| *s).await;
+            });
+        })
+        .ok()
+}
+
+async fn check_loop(u: Arc<Upstream>, i: usize, p: ActivePolicy) {
+    let server = &u.servers[i];
+    let (mut ok_run, mut fail_run) = (0u32, 0u32);
+    loop {
+        let verdict = check_once(server, &p).await;
+        match &verdict {
+            Ok(()) => {
+                ok_run += 1;
+                fail_run = 0;
+                if ok_run >= p.rise && !server.health.active_up() {
+                    server.health.set_active_up(true);
+                    tracing::warn!(upstream = %u.name, server = %server.name, "health check passed {ok_run} times: server up");
+                }
+            }
+            Err(reason) => {
+                fail_run += 1;
+                ok_run = 0;
+                if fail_run >= p.fall && server.health.active_up() {
+                    server.health.set_active_up(false);
+                    tracing::warn!(upstream = %u.name, server = %server.name, reason = %reason, "health check failed {fail_run} times: server down");
+                }
+            }
+        }
+        tokio::time::sleep(p.interval).await;
+    }
+}
+
+/// One `GET path` with `Connection: close`; healthy if the status is as expected.
+async fn check_once(server: &Server, p: &ActivePolicy) -> Result<(), String> {
+    let addr = **server.addr.load();
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let req = format!(
+            "GET {} HTTP/1.1\r\nHost: {}:{}\r\nUser-Agent: weir-health-check\r\nConnection: close\r\n\r\n",
+            p.path, server.host, server.port
+        );
+        s.write_all(req.as_bytes())
+            .await
+            .map_err(|e| format!("write: {e}"))?;
+        let mut buf = BytesMut::with_capacity(4096);
+        loop {
+            if let Some(head) = weir_http::parse_response(&mut buf, 32 * 1024, false)
+                .map_err(|e| format!("bad response: {e}"))?
+            {
+                let ok = match p.expect_status {
+                    Some(want) => head.status == want,
+                    None => (200..300).contains(&head.status),
+                };
+                return if ok {
+                    Ok(())
+                } else {
+                    Err(format!("status {}", head.status))
+                };
+            }
+            if s.read_buf(&mut buf)
+                .await
+                .map_err(|e| format!("read: {e}"))?
+                == 0
+            {
+                return Err("closed before a response".into());
+            }
+        }
+    };
+    tokio::time::timeout(p.timeout, exchange)
+        .await
+        .map_err(|_| "timeout".to_string())?
+}
+
+async fn resolve_loop(u: Arc<Upstream>, i: usize) {
+    loop {
+        tokio::time::sleep(u.resolve_every).await;
+        let (host, port) = (u.servers[i].host.clone(), u.servers[i].port);
+        let resolved =
+            tokio::task::spawn_blocking(move || super::upstream::resolve(&host, port)).await;
+        match resolved {
+            Ok(Ok(addr)) => {
+                let server = &u.servers[i];
+                if **server.addr.load() != addr {
+                    tracing::info!(upstream = %u.name, server = %server.name, %addr, "server re-resolved");
+                    server.addr.store(Arc::new(addr));
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(upstream = %u.name, server = %u.servers[i].name, error = %e, "re-resolve failed, keeping the old address")
+            }
+            Err(_) => {}
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! What each worker keeps per upstream: its balancer, requests in flight per server (for
+//! least_conn and p2c), its idle connection pool and its retry budget. Thread-per-core, so plain
+//! `Cell`/`RefCell`, never held across an `.await`.
+
+use std::cell::{Cell, RefCell};
+use std::net::IpAddr;
+
+use weir_http::RequestHead;
+
+use super::balance::{new_balancer, Balancer, PickCtx};
+use super::pool::Pool;
+use super::upstream::Upstream;
+
+/// Retry tokens a worker starts with (and the floor of the budget), per upstream.
+const BUDGET_MIN: f64 = 10.0;
+/// The budget never saves up more than this.
+const BUDGET_MAX: f64 = 100.0;
+
+/// Per-worker state of one upstream.
+#[derive(Debug)]
+pub struct WorkerUpstream {
+    balancer: RefCell<Box<dyn Balancer>>,
+    active: RefCell<Vec<u32>>,
+    pub pool: RefCell<Pool>,
+    budget: Cell<f64>,
+    scratch: RefCell<Vec<usize>>,
+}
+
+/// Counts one request in flight to a server while alive.
+#[derive(Debug)]
+pub struct InFlight<'a> {
+    up: &'a WorkerUpstream,
+    server: usize,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut a = self.up.active.borrow_mut();
+        a[self.server] = a[self.server].saturating_sub(1);
+    }
+}
+
+impl WorkerUpstream {
+    pub fn new(up: &Upstream) -> WorkerUpstream {
+        let n = up.servers.len();
+        WorkerUpstream {
+            balancer: RefCell::new(new_balancer(&up.policy, n, up.ring.clone())),
+            active: RefCell::new(vec![0; n]),
+            pool: RefCell::new(Pool::new(n, up.max_idle, up.idle_timeout)),
+            budget: Cell::new(BUDGET_MIN),
+            scratch: RefCell::new(Vec::with_capacity(n)),
+        }
+    }
+
+    /// Picks a server that is up, preferring ones not yet `tried`; `None` when none is up.
+    pub fn pick(
+        &self,
+        up: &Upstream,
+        client_ip: IpAddr,
+        request: &RequestHead,
+        tried: &[usize],
+    ) -> Option<usize> {
+        let mut cands = self.scratch.borrow_mut();
+        crate::server::up_candidates(up, tried, &mut cands);
+        if cands.is_empty() {
+            return None;
+        }
+        let ctx = PickCtx { client_ip, request };
+        Some(
+            self.balancer
+                .borrow_mut()
+                .pick(&ctx, &cands, &up.weights, &self.active.borrow()),
+        )
+    }
+
+    /// Marks a request in flight to `server` until the guard drops.
+    pub fn track_active(&self, server: usize) -> InFlight<'_> {
+        self.active.borrow_mut()[server] += 1;
+        InFlight { up: self, server }
+    }
+
+    /// Each request earns `ratio` of a retry.
+    pub fn deposit_budget(&self, ratio: f64) {
+        self.budget.set((self.budget.get() + ratio).min(BUDGET_MAX));
+    }
+
+    /// Spends one retry if the budget allows.
+    pub fn take_budget(&self) -> bool {
+        let b = self.budget.get();
+        if b >= 1.0 {
+            self.budget.set(b - 1.0);
+            true
+        } else {
+            false
+        }
+    }
+}

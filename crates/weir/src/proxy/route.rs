@@ -1,0 +1,242 @@
+//! The compiled `proxy` action: which upstream, how the path and Host change, which headers are
+//! edited each way, and how the client address is passed on.
+
+use std::collections::HashMap;
+
+use bytes::{Bytes, BytesMut};
+use ipnet::IpNet;
+use weir_http::RequestHead;
+
+use crate::config::{check_header_name, check_header_value, model, CompileError};
+
+/// How the upstream request's Host is chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostMode {
+    /// The client's Host.
+    Preserve,
+    /// The chosen server's `host:port`.
+    Upstream,
+    /// A fixed value.
+    Fixed(Bytes),
+}
+
+/// Compiled header edits: remove, then set (replace), then add.
+#[derive(Debug, Default)]
+pub struct HeaderEdits {
+    pub remove: Vec<String>,
+    pub set: Vec<(Bytes, Bytes)>,
+    pub add: Vec<(Bytes, Bytes)>,
+}
+
+impl HeaderEdits {
+    fn compile(ops: model::HeaderOps, path: &str) -> Result<HeaderEdits, CompileError> {
+        let check = |k: &str, n: &str, v: Option<&str>| -> Result<(), CompileError> {
+            check_header_name(n).map_err(|m| (format!("{path}.{k}.{n}"), m))?;
+            if let Some(v) = v {
+                check_header_value(v).map_err(|m| (format!("{path}.{k}.{n}"), m))?;
+            }
+            Ok(())
+        };
+        let mut e = HeaderEdits::default();
+        for n in ops.remove {
+            check("remove", &n, None)?;
+            e.remove.push(n.to_ascii_lowercase());
+        }
+        for (n, v) in ops.set {
+            check("set", &n, Some(&v))?;
+            e.remove.push(n.to_ascii_lowercase());
+            e.set.push((Bytes::from(n), Bytes::from(v)));
+        }
+        for (n, v) in ops.add {
+            check("add", &n, Some(&v))?;
+            e.add.push((Bytes::from(n), Bytes::from(v)));
+        }
+        Ok(e)
+    }
+
+    /// Whether a field is removed (or replaced) by these edits.
+    pub fn drops(&self, name: &[u8]) -> bool {
+        self.remove
+            .iter()
+            .any(|r| name.eq_ignore_ascii_case(r.as_bytes()))
+    }
+
+    /// The fields these edits add.
+    pub fn added(&self) -> impl Iterator<Item = &(Bytes, Bytes)> {
+        self.set.iter().chain(self.add.iter())
+    }
+}
+
+/// A compiled `proxy` action.
+#[derive(Debug)]
+pub struct ProxyRoute {
+    /// Index into the config's upstreams.
+    pub upstream: usize,
+    pub upstream_name: String,
+    pub host: HostMode,
+    strip_prefix: Option<Bytes>,
+    add_prefix: Option<Bytes>,
+    regex: Option<(regex::bytes::Regex, String)>,
+    pub request_edits: HeaderEdits,
+    pub response_edits: HeaderEdits,
+    pub x_forwarded: bool,
+    pub forwarded: bool,
+    pub trusted: Vec<IpNet>,
+    pub via: bool,
+}
+
+impl ProxyRoute {
+    pub(crate) fn compile(
+        p: model::Proxy,
+        path: &str,
+        upstreams: &HashMap<String, usize>,
+    ) -> Result<ProxyRoute, CompileError> {
+        let upstream = *upstreams.get(&p.upstream).ok_or_else(|| {
+            let mut known: Vec<&String> = upstreams.keys().collect();
+            known.sort();
+            (
+                format!("{path}.upstream"),
+                format!("no upstream named {:?} (defined: {known:?})", p.upstream),
+            )
+        })?;
+        let host = match p.host.as_str() {
+            "preserve" => HostMode::Preserve,
+            "upstream" => HostMode::Upstream,
+            v => {
+                check_header_value(v).map_err(|m| (format!("{path}.host"), m))?;
+                HostMode::Fixed(Bytes::from(v.to_string()))
+            }
+        };
+        let prefix = |key: &str, v: Option<String>| -> Result<Option<Bytes>, CompileError> {
+            match v {
+                Some(p) if !p.starts_with('/') => {
+                    Err((format!("{path}.{key}"), "must start with /".into()))
+                }
+                other => Ok(other.map(Bytes::from)),
+            }
+        };
+        let regex = match p.regex_replace {
+            None => None,
+            Some(r) => Some((
+                regex::bytes::Regex::new(&r.pattern).map_err(|e| {
+                    (
+                        format!("{path}.regex_replace.pattern"),
+                        format!("invalid regex: {e}"),
+                    )
+                })?,
+                r.replacement,
+            )),
+        };
+        let mut trusted = Vec::new();
+        for (i, c) in p.forwarded.trusted_proxies.iter().enumerate() {
+            let net = c
+                .parse::<IpNet>()
+                .or_else(|_| c.parse::<std::net::IpAddr>().map(IpNet::from))
+                .map_err(|_| {
+                    (
+                        format!("{path}.forwarded.trusted_proxies[{i}]"),
+                        format!("{c:?} is not an address or CIDR"),
+                    )
+                })?;
+            trusted.push(net);
+        }
+        Ok(ProxyRoute {
+            upstream,
+            upstream_name: p.upstream,
+            host,
+            strip_prefix: prefix("strip_prefix", p.strip_prefix)?,
+            add_prefix: prefix("add_prefix", p.add_prefix)?,
+            regex,
+            request_edits: HeaderEdits::compile(
+                p.request_headers,
+                &format!("{path}.request_headers"),
+            )?,
+            response_edits: HeaderEdits::compile(
+                p.response_headers,
+                &format!("{path}.response_headers"),
+            )?,
+            x_forwarded: p.forwarded.x_forwarded,
+            forwarded: p.forwarded.forwarded,
+            trusted,
+            via: p.via,
+        })
+    }
+
+    /// The request target sent upstream: origin-form path (rewritten) and query.
+    pub fn upstream_target(&self, req: &RequestHead, out: &mut BytesMut) {
+        let mut path: &[u8] = req.path();
+        if let Some(p) = &self.strip_prefix {
+            if let Some(rest) = path.strip_prefix(&p[..]) {
+                path = rest;
+            }
+        }
+        let mut rewritten = Vec::with_capacity(path.len() + 16);
+        if let Some(p) = &self.add_prefix {
+            rewritten.extend_from_slice(p.strip_suffix(b"/").unwrap_or(p));
+            if !path.starts_with(b"/") {
+                rewritten.push(b'/');
+            }
+        } else if !path.starts_with(b"/") {
+            rewritten.push(b'/');
+        }
+        rewritten.extend_from_slice(path);
+        if let Some((re, rep)) = &self.regex {
+            rewritten = re.replace(&rewritten, rep.as_bytes()).into_owned();
+        }
+        out.extend_from_slice(&rewritten);
+        if let Some(q) = req.query() {
+            out.extend_from_slice(b"?");
+            out.extend_from_slice(q);
+        }
+    }
+
+    /// Whether a peer's forwarding headers are to be kept.
+    pub fn trusts(&self, ip: std::net::IpAddr) -> bool {
+        self.trusted.iter().any(|n| n.contains(&ip))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(yaml: &str) -> ProxyRoute {
+        let p: model::Proxy = serde_yaml::from_str(yaml).unwrap();
+        let ups = HashMap::from([("u".to_string(), 0usize)]);
+        ProxyRoute::compile(p, "r", &ups).unwrap()
+    }
+
+    fn target(r: &ProxyRoute, path: &str) -> String {
+        let mut b = BytesMut::from(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        let req = weir_http::parse_request(&mut b, &Default::default())
+            .unwrap()
+            .unwrap();
+        let mut out = BytesMut::new();
+        r.upstream_target(&req, &mut out);
+        String::from_utf8(out.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn rewrites() {
+        assert_eq!(target(&route("upstream: u"), "/a/b?x=1"), "/a/b?x=1");
+        let r = route("{upstream: u, strip_prefix: /pipeline}");
+        assert_eq!(target(&r, "/pipeline/x?q"), "/x?q");
+        assert_eq!(target(&r, "/pipeline"), "/");
+        let r = route("{upstream: u, strip_prefix: /api, add_prefix: /v2/}");
+        assert_eq!(target(&r, "/api/users"), "/v2/users");
+        let r =
+            route("{upstream: u, regex_replace: {pattern: '^/old/(.*)$', replacement: '/new/$1'}}");
+        assert_eq!(target(&r, "/old/page?z"), "/new/page?z");
+    }
+
+    #[test]
+    fn errors_name_keys() {
+        let p: model::Proxy = serde_yaml::from_str("upstream: nope").unwrap();
+        let e = ProxyRoute::compile(p, "r", &HashMap::new()).unwrap_err();
+        assert_eq!(e.0, "r.upstream");
+        let p: model::Proxy =
+            serde_yaml::from_str("{upstream: u, forwarded: {trusted_proxies: [bogus]}}").unwrap();
+        let e = ProxyRoute::compile(p, "r", &HashMap::from([("u".to_string(), 0)])).unwrap_err();
+        assert_eq!(e.0, "r.forwarded.trusted_proxies[0]");
+    }
+}

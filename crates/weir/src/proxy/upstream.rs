@@ -1,0 +1,392 @@
+//! A compiled upstream pool and the health state its servers share across workers.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+
+use super::balance::hash::{HashKey, Ring};
+use super::balance::Policy;
+use crate::config::{model, CompileError};
+
+/// A pool of servers with its policies.
+#[derive(Debug)]
+pub struct Upstream {
+    pub name: String,
+    pub servers: Vec<Server>,
+    pub weights: Vec<u32>,
+    pub backup: Vec<bool>,
+    pub policy: Policy,
+    /// The hash ring, for hash policies.
+    pub ring: Option<Arc<Ring>>,
+    pub max_idle: usize,
+    pub idle_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub response_header_timeout: Duration,
+    pub idle_read_timeout: Duration,
+    pub total_timeout: Option<Duration>,
+    pub retry: RetryPolicy,
+    pub passive: PassivePolicy,
+    pub active: Option<ActivePolicy>,
+    pub resolve_every: Duration,
+}
+
+/// One server.
+#[derive(Debug)]
+pub struct Server {
+    /// As written in the config (without `http://`): used in logs and for the hash ring.
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+    /// The address connected to; re-resolved periodically for DNS names.
+    pub addr: ArcSwap<SocketAddr>,
+    pub health: Health,
+}
+
+/// When to try another server.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    pub attempts: u32,
+    /// Connect failures (nothing was sent: safe for any request).
+    pub on_connect: bool,
+    /// For idempotent requests without a body:
+    pub on_timeout: bool,
+    pub on_reset: bool,
+    pub on_status: Vec<u16>,
+    /// Retries as a fraction of requests.
+    pub budget: f64,
+}
+
+/// Passive health thresholds (milliseconds).
+#[derive(Debug, Clone)]
+pub struct PassivePolicy {
+    pub max_fails: u32,
+    pub window_ms: u64,
+    pub down_ms: u64,
+}
+
+/// Active health check settings.
+#[derive(Debug, Clone)]
+pub struct ActivePolicy {
+    pub path: String,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub expect_status: Option<u16>,
+    pub rise: u32,
+    pub fall: u32,
+}
+
+/// Health of one server, shared by all workers and the health thread.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// Passive: down until this time (ms on the process clock).
+    down_until_ms: AtomicU64,
+    fails: AtomicU32,
+    window_start_ms: AtomicU64,
+    /// Active checks: false once `fall` checks failed in a row, true again after `rise` passed.
+    active_down: AtomicBool,
+}
+
+/// Milliseconds since the process started (monotonic).
+pub fn now_ms() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+impl Health {
+    pub fn is_up(&self, now_ms: u64) -> bool {
+        !self.active_down.load(Ordering::Relaxed)
+            && now_ms >= self.down_until_ms.load(Ordering::Relaxed)
+    }
+
+    /// Counts a failure; returns true when it marks the server down.
+    pub fn record_failure(&self, p: &PassivePolicy, now_ms: u64) -> bool {
+        if p.max_fails == 0 {
+            return false;
+        }
+        let start = self.window_start_ms.load(Ordering::Relaxed);
+        if now_ms.saturating_sub(start) > p.window_ms {
+            self.window_start_ms.store(now_ms, Ordering::Relaxed);
+            self.fails.store(0, Ordering::Relaxed);
+        }
+        let fails = self.fails.fetch_add(1, Ordering::Relaxed) + 1;
+        if fails >= p.max_fails {
+            self.fails.store(0, Ordering::Relaxed);
+            self.down_until_ms
+                .store(now_ms + p.down_ms, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    /// Sets the active-check verdict; returns true if it changed.
+    pub fn set_active_up(&self, up: bool) -> bool {
+        self.active_down.swap(!up, Ordering::Relaxed) == up
+    }
+
+    pub fn active_up(&self) -> bool {
+        !self.active_down.load(Ordering::Relaxed)
+    }
+}
+
+impl Upstream {
+    pub(crate) fn compile(
+        name: &str,
+        u: model::Upstream,
+        path: &str,
+    ) -> Result<Upstream, CompileError> {
+        if u.servers.is_empty() {
+            return Err((
+                format!("{path}.servers"),
+                "an upstream needs at least one server".into(),
+            ));
+        }
+        let mut servers = Vec::new();
+        let (mut weights, mut backup) = (Vec::new(), Vec::new());
+        for (i, s) in u.servers.into_iter().enumerate() {
+            let key = format!("{path}.servers[{i}]");
+            let (address, weight, is_backup) = match s {
+                model::UpstreamServer::Short(a) => (a, 1, false),
+                model::UpstreamServer::Long(l) => (l.address, l.weight, l.backup),
+            };
+            if weight == 0 || weight > 1000 {
+                return Err((
+                    format!("{key}.weight"),
+                    "weight must be between 1 and 1000".into(),
+                ));
+            }
+            let (host, port) = parse_server(&address).map_err(|m| (key.clone(), m))?;
+            let addr = resolve(&host, port).map_err(|m| (key.clone(), m))?;
+            servers.push(Server {
+                name: format!("{host}:{port}"),
+                host,
+                port,
+                addr: ArcSwap::from_pointee(addr),
+                health: Health::default(),
+            });
+            weights.push(weight);
+            backup.push(is_backup);
+        }
+        let policy_key = |default: HashKey| -> Result<HashKey, CompileError> {
+            match &u.hash_key {
+                None => Ok(default),
+                Some(k) => HashKey::parse(k).map_err(|m| (format!("{path}.hash_key"), m)),
+            }
+        };
+        let policy = match u.policy.as_str() {
+            "round_robin" => Policy::RoundRobin,
+            "random" => Policy::Random,
+            "least_conn" => Policy::LeastConn,
+            "p2c" | "power_of_two" => Policy::PowerOfTwo,
+            "ip_hash" => Policy::Hash(HashKey::ClientIp),
+            "header_hash" | "cookie_hash" if u.hash_key.is_none() => {
+                return Err((format!("{path}.hash_key"), format!("{} needs hash_key: header:NAME or cookie:NAME", u.policy)))
+            }
+            "header_hash" | "cookie_hash" | "consistent_hash" => Policy::Hash(policy_key(HashKey::Uri)?),
+            other => {
+                return Err((
+                    format!("{path}.policy"),
+                    format!("unknown policy {other:?} (round_robin, random, least_conn, p2c, ip_hash, header_hash, cookie_hash, consistent_hash)"),
+                ))
+            }
+        };
+        let ring = matches!(policy, Policy::Hash(_)).then(|| {
+            let named: Vec<(&str, u32)> = servers
+                .iter()
+                .zip(&weights)
+                .map(|(s, w)| (s.name.as_str(), *w))
+                .collect();
+            Arc::new(Ring::new(&named))
+        });
+        let mut retry = RetryPolicy {
+            attempts: u.retries.attempts,
+            on_connect: false,
+            on_timeout: false,
+            on_reset: false,
+            on_status: Vec::new(),
+            budget: u.retries.budget,
+        };
+        for (i, cond) in u.retries.on.iter().enumerate() {
+            match cond.as_str() {
+                "connect" => retry.on_connect = true,
+                "timeout" => retry.on_timeout = true,
+                "reset" => retry.on_reset = true,
+                s => match s.parse::<u16>() {
+                    Ok(code @ 500..=599) => retry.on_status.push(code),
+                    _ => {
+                        return Err((
+                            format!("{path}.retries.on[{i}]"),
+                            format!("{s:?} is not a retry condition (connect, timeout, reset, or a 5xx status)"),
+                        ))
+                    }
+                },
+            }
+        }
+        if !(0.0..=10.0).contains(&retry.budget) {
+            return Err((
+                format!("{path}.retries.budget"),
+                "must be between 0 and 10".into(),
+            ));
+        }
+        let active = match u.active_health {
+            None => None,
+            Some(a) => {
+                if !a.path.starts_with('/') {
+                    return Err((
+                        format!("{path}.active_health.path"),
+                        "must start with /".into(),
+                    ));
+                }
+                if a.rise == 0 || a.fall == 0 || a.interval.0.is_zero() {
+                    return Err((
+                        format!("{path}.active_health"),
+                        "rise, fall and interval must be positive".into(),
+                    ));
+                }
+                Some(ActivePolicy {
+                    path: a.path,
+                    interval: a.interval.0,
+                    timeout: a.timeout.0,
+                    expect_status: a.expect_status,
+                    rise: a.rise,
+                    fall: a.fall,
+                })
+            }
+        };
+        let t = &u.timeouts;
+        Ok(Upstream {
+            name: name.to_string(),
+            servers,
+            weights,
+            backup,
+            policy,
+            ring,
+            max_idle: u.keepalive.max_idle,
+            idle_timeout: u.keepalive.idle_timeout.0,
+            connect_timeout: nonzero(t.connect.0, Duration::from_secs(5)),
+            response_header_timeout: nonzero(t.response_header.0, Duration::from_secs(60)),
+            idle_read_timeout: nonzero(t.idle.0, Duration::from_secs(60)),
+            total_timeout: (!t.total.0.is_zero()).then_some(t.total.0),
+            retry,
+            passive: PassivePolicy {
+                max_fails: u.passive_health.max_fails,
+                window_ms: u.passive_health.window.0.as_millis() as u64,
+                down_ms: u.passive_health.down_for.0.as_millis() as u64,
+            },
+            active,
+            resolve_every: u.resolve_every.0,
+        })
+    }
+
+    /// Whether server `i` is up now.
+    pub fn is_up(&self, i: usize, now_ms: u64) -> bool {
+        self.servers[i].health.is_up(now_ms)
+    }
+}
+
+fn nonzero(d: Duration, default: Duration) -> Duration {
+    if d.is_zero() {
+        default
+    } else {
+        d
+    }
+}
+
+/// `host:port`, `http://host[:port][/]`, `[v6]:port`.
+fn parse_server(s: &str) -> Result<(String, u16), String> {
+    let s = s.trim();
+    if s.starts_with("https://") {
+        return Err(
+            "https upstreams are not supported yet (weir speaks plain HTTP/1.1 to upstreams)"
+                .into(),
+        );
+    }
+    let (rest, default_port) = match s.strip_prefix("http://") {
+        Some(r) => (r.trim_end_matches('/'), Some(80)),
+        None => (s, None),
+    };
+    if rest.contains('/') {
+        return Err(format!("{s:?}: a server is host:port, without a path"));
+    }
+    let (host, port) = match rest.rsplit_once(':') {
+        // A bare IPv6 address without brackets has no port.
+        Some(_) if rest.matches(':').count() > 1 && !rest.starts_with('[') => {
+            (rest.to_string(), None)
+        }
+        Some((h, p)) => (h.to_string(), Some(p)),
+        None => (rest.to_string(), None),
+    };
+    let port = match (port, default_port) {
+        (Some(p), _) => p
+            .parse::<u16>()
+            .map_err(|_| format!("invalid port in {s:?}"))?,
+        (None, Some(d)) => d,
+        (None, None) => return Err(format!("{s:?} needs a port (host:port)")),
+    };
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    if host.is_empty() {
+        return Err(format!("{s:?} has no host"));
+    }
+    Ok((host, port))
+}
+
+/// Resolves `host:port` to its first address.
+pub fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{host} resolved to no address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_forms() {
+        assert_eq!(
+            parse_server("127.0.0.1:9000").unwrap(),
+            ("127.0.0.1".into(), 9000)
+        );
+        assert_eq!(
+            parse_server("http://origin.test").unwrap(),
+            ("origin.test".into(), 80)
+        );
+        assert_eq!(
+            parse_server("http://origin.test:8080/").unwrap(),
+            ("origin.test".into(), 8080)
+        );
+        assert_eq!(parse_server("[::1]:80").unwrap(), ("::1".into(), 80));
+        assert!(parse_server("origin.test").is_err());
+        assert!(parse_server("https://x:443").is_err());
+        assert!(parse_server("http://x/path").is_err());
+    }
+
+    #[test]
+    fn passive_health_window() {
+        let h = Health::default();
+        let p = PassivePolicy {
+            max_fails: 2,
+            window_ms: 1000,
+            down_ms: 5000,
+        };
+        assert!(!h.record_failure(&p, 100));
+        assert!(
+            h.record_failure(&p, 200),
+            "second failure in the window marks down"
+        );
+        assert!(!h.is_up(300));
+        assert!(h.is_up(5300));
+        assert!(!h.record_failure(&p, 6000));
+        assert!(!h.record_failure(&p, 7500), "old failure left the window");
+    }
+}

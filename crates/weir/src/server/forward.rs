@@ -1,0 +1,703 @@
+//! Forwarding one request to an upstream (the `proxy` action), as part of the client
+//! connection it serves.
+//!
+//! 1. Pick a server among those up (primaries, else backups) with the upstream's policy.
+//! 2. Take an idle pooled connection or connect (`connect` timeout).
+//! 3. Send the head and stream the body: the client's body is decoded and re-framed as it
+//!    arrives, never buffered whole (a 1 GiB upload needs no more memory than a small one).
+//! 4. Read the response head (`response_header` timeout), then stream the body back,
+//!    re-chunking when the upstream delimits it by closing. An upstream that dies mid-body aborts
+//!    the client connection: the client sees a truncated message, never a short one presented as
+//!    complete.
+//! 5. Reuse the upstream connection when both messages ended cleanly and it may be kept.
+//!
+//! Failures before a response head map, in one place ([`Failure::status`]), to 502 (refused,
+//! reset, closed, malformed), 504 (connect or header timeout) or 503 (no server up). Each is
+//! logged with the upstream, the server and the reason, and counted by passive health. A stale
+//! pooled connection is retried on a fresh one for idempotent requests. Other retries go to
+//! another server when the upstream's `retries.on` allows it, the request is idempotent and has no
+//! body, and the worker's retry budget has tokens.
+
+use std::io;
+use std::sync::Arc;
+
+use bytes::{BufMut, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{timeout, Instant};
+use weir_http::response::{put_date, put_header, put_u64};
+use weir_http::{BodyDecoder, BodyEvent, BodyKind, Method, RequestHead, ResponseHead, Version};
+
+use super::conn::{Conn, ConnError, Next};
+use crate::proxy::balance::candidates;
+use crate::proxy::headers::{connection_tokens, forwarded_node, is_hop_by_hop};
+use crate::proxy::pool::UpstreamConn;
+use crate::proxy::route::{HostMode, ProxyRoute};
+use crate::proxy::upstream::{now_ms, Upstream};
+use crate::reply::{self, ConnHeader};
+
+/// Largest upstream response head accepted.
+const MAX_UPSTREAM_HEAD: usize = 64 * 1024;
+/// Request bytes gathered before a write to the upstream.
+const SEND_CHUNK: usize = 64 * 1024;
+
+/// Why an exchange with an upstream failed before a response could be relayed.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    NoServer,
+    Connect(io::Error),
+    ConnectTimeout,
+    /// The upstream reset or closed the connection before a complete response head.
+    Reset(String),
+    HeaderTimeout,
+    Malformed(weir_http::ParseError),
+}
+
+impl Failure {
+    /// The one mapping of upstream failures to status codes.
+    pub(crate) fn status(&self) -> u16 {
+        match self {
+            Failure::NoServer => 503,
+            Failure::ConnectTimeout | Failure::HeaderTimeout => 504,
+            Failure::Connect(_) | Failure::Reset(_) | Failure::Malformed(_) => 502,
+        }
+    }
+
+    fn reason(&self) -> String {
+        match self {
+            Failure::NoServer => "no server up".into(),
+            Failure::Connect(e) => format!("connect failed: {e}"),
+            Failure::ConnectTimeout => "connect timeout".into(),
+            Failure::Reset(why) => why.clone(),
+            Failure::HeaderTimeout => "response header timeout".into(),
+            Failure::Malformed(e) => format!("malformed response: {e}"),
+        }
+    }
+
+    /// Whether the upstream's retry conditions allow another try.
+    fn retryable(&self, up: &Upstream, replayable: bool) -> bool {
+        match self {
+            Failure::Connect(_) | Failure::ConnectTimeout => up.retry.on_connect,
+            Failure::HeaderTimeout => replayable && up.retry.on_timeout,
+            Failure::Reset(_) | Failure::Malformed(_) => replayable && up.retry.on_reset,
+            Failure::NoServer => false,
+        }
+    }
+}
+
+/// Outcome of sending the request.
+enum Sent {
+    Ok,
+    /// The upstream failed while we wrote; `stale` if nothing suggests it ever saw the request.
+    Upstream(io::Error),
+}
+
+impl Conn {
+    /// Proxies `head` per `route`; `next` is the keep-alive decision made so far.
+    pub(super) async fn forward(
+        &mut self,
+        head: &RequestHead,
+        route: &ProxyRoute,
+        mut next: Next,
+    ) -> Result<Next, ConnError> {
+        let state = self.state.clone();
+        let up: Arc<Upstream> = state.cfg.upstreams[route.upstream].clone();
+        let wu = &state.upstreams[route.upstream];
+        wu.deposit_budget(up.retry.budget);
+        let has_body = head.body != BodyKind::Empty;
+        let idempotent = matches!(
+            head.method,
+            Method::Get
+                | Method::Head
+                | Method::Options
+                | Method::Trace
+                | Method::Put
+                | Method::Delete
+        );
+        let replayable = idempotent && !has_body;
+        let upgrade = wants_upgrade(head);
+        let total_deadline = up.total_timeout.map(|t| Instant::now() + t);
+        let mut tried: Vec<usize> = Vec::new();
+        let mut fresh_only: Option<usize> = None;
+        let mut retries = 0u32;
+
+        let (server, mut uconn, resp) = loop {
+            let server = match fresh_only.take() {
+                Some(s) => s,
+                None => match wu.pick(&up, self.peer.ip(), head, &tried) {
+                    Some(s) => s,
+                    None => return self.fail(&up, None, Failure::NoServer, head, next, has_body),
+                },
+            };
+            if !tried.contains(&server) {
+                tried.push(server);
+            }
+            let pooled = if fresh_only.is_none() {
+                wu.pool.borrow_mut().take(server)
+            } else {
+                None
+            };
+            let reused = pooled.is_some();
+            let mut uc = match pooled {
+                Some(c) => c,
+                None => match connect(&up, server).await {
+                    Ok(c) => c,
+                    Err(f) => {
+                        self.note_failure(&up, server, &f);
+                        if retries < up.retry.attempts && f.retryable(&up, true) && wu.take_budget()
+                        {
+                            retries += 1;
+                            continue;
+                        }
+                        return self.fail(&up, Some(server), f, head, next, has_body);
+                    }
+                },
+            };
+            let _active = wu.track_active(server);
+            let sent = self
+                .send_request(&mut uc, head, route, &up, server, upgrade)
+                .await?;
+            let result = match sent {
+                Sent::Ok => {
+                    read_response_head(&mut uc, head.method == Method::Head, &up, total_deadline)
+                        .await
+                }
+                Sent::Upstream(e) => Err(Failure::Reset(format!("write failed: {e}"))),
+            };
+            match result {
+                Ok(resp) => {
+                    if retries < up.retry.attempts
+                        && replayable
+                        && up.retry.on_status.contains(&resp.status)
+                        && wu.take_budget()
+                    {
+                        tracing::warn!(upstream = %up.name, server = %up.servers[server].name, status = resp.status, "retrying on another server");
+                        retries += 1;
+                        continue;
+                    }
+                    break (server, uc, resp);
+                }
+                // A pooled connection the upstream had closed: the request never reached it.
+                Err(Failure::Reset(_)) if reused && replayable && uc.buf.is_empty() => {
+                    fresh_only = Some(server);
+                }
+                Err(f) => {
+                    self.note_failure(&up, server, &f);
+                    if retries < up.retry.attempts
+                        && f.retryable(&up, replayable)
+                        && wu.take_budget()
+                    {
+                        retries += 1;
+                        continue;
+                    }
+                    return self.fail(&up, Some(server), f, head, next, has_body);
+                }
+            }
+        };
+
+        if upgrade && resp.status == 101 {
+            return self.tunnel(uconn, &resp, route).await;
+        }
+        let chunked_out = matches!(resp.body, BodyKind::Chunked | BodyKind::CloseDelimited);
+        if chunked_out && head.version == Version::Http10 {
+            // An HTTP/1.0 client understands no chunks: the close delimits the body.
+            next = Next::Close;
+        }
+        self.write_response_head(
+            &resp,
+            route,
+            next,
+            head.version,
+            chunked_out && head.version == Version::Http11,
+        );
+        let reusable = self
+            .relay_body(
+                &mut uconn,
+                &resp,
+                &up,
+                server,
+                chunked_out && head.version == Version::Http11,
+                total_deadline,
+            )
+            .await?;
+        if reusable {
+            wu.pool.borrow_mut().put(server, uconn);
+        }
+        Ok(next)
+    }
+
+    /// Answers a failure and logs it; a request whose body was not (fully) read ends the connection.
+    fn fail(
+        &mut self,
+        up: &Upstream,
+        server: Option<usize>,
+        f: Failure,
+        head: &RequestHead,
+        next: Next,
+        has_body: bool,
+    ) -> Result<Next, ConnError> {
+        let server_name = server.map(|s| up.servers[s].name.as_str()).unwrap_or("-");
+        tracing::warn!(upstream = %up.name, server = %server_name, status = f.status(), reason = %f.reason(), "upstream failure");
+        let next = if has_body { Next::Close } else { next };
+        let conn = ConnHeader::for_response(next != Next::KeepAlive, head.version);
+        let server_header = self.state.cfg.server_header.clone();
+        reply::error(
+            &mut self.out,
+            f.status(),
+            server_header.as_deref(),
+            &[],
+            conn,
+            head.method == Method::Head,
+        );
+        Ok(next)
+    }
+
+    fn note_failure(&self, up: &Upstream, server: usize, f: &Failure) {
+        let s = &up.servers[server];
+        if s.health.record_failure(&up.passive, now_ms()) {
+            tracing::warn!(upstream = %up.name, server = %s.name, reason = %f.reason(), down_for_ms = up.passive.down_ms, "server marked down (passive health)");
+        }
+    }
+
+    /// Writes the request head and streams the body to the upstream.
+    async fn send_request(
+        &mut self,
+        uc: &mut UpstreamConn,
+        head: &RequestHead,
+        route: &ProxyRoute,
+        up: &Upstream,
+        server: usize,
+        upgrade: bool,
+    ) -> Result<Sent, ConnError> {
+        let mut req = BytesMut::with_capacity(512 + head.head_len);
+        req.put_slice(head.method.as_str().as_bytes());
+        req.put_u8(b' ');
+        route.upstream_target(head, &mut req);
+        req.put_slice(b" HTTP/1.1\r\n");
+        let tokens = connection_tokens(&head.headers);
+        let peer = self.peer.ip();
+        let trusted = route.trusts(peer);
+        let client_host = head.header("host").cloned();
+        match &route.host {
+            HostMode::Preserve => {
+                if let Some(h) = &client_host {
+                    put_header(&mut req, b"Host", h);
+                }
+            }
+            HostMode::Upstream => {
+                let s = &up.servers[server];
+                put_header(
+                    &mut req,
+                    b"Host",
+                    format!("{}:{}", s.host, s.port).as_bytes(),
+                );
+            }
+            HostMode::Fixed(v) => put_header(&mut req, b"Host", v),
+        }
+        let mut prior_xff: Option<Vec<u8>> = None;
+        let mut prior_fwd: Option<Vec<u8>> = None;
+        for h in &head.headers {
+            let n = &h.name[..];
+            if is_hop_by_hop(n, &tokens)
+                || n.eq_ignore_ascii_case(b"host")
+                || n.eq_ignore_ascii_case(b"content-length")
+                || n.eq_ignore_ascii_case(b"expect")
+                || route.request_edits.drops(n)
+            {
+                continue;
+            }
+            if route.x_forwarded && n.eq_ignore_ascii_case(b"x-forwarded-for") {
+                if trusted {
+                    let v = prior_xff.get_or_insert_with(Vec::new);
+                    if !v.is_empty() {
+                        v.extend_from_slice(b", ");
+                    }
+                    v.extend_from_slice(&h.value);
+                }
+                continue;
+            }
+            if route.x_forwarded
+                && (n.eq_ignore_ascii_case(b"x-forwarded-proto")
+                    || n.eq_ignore_ascii_case(b"x-forwarded-host"))
+                && !trusted
+            {
+                continue;
+            }
+            if route.forwarded && n.eq_ignore_ascii_case(b"forwarded") {
+                if trusted {
+                    let v = prior_fwd.get_or_insert_with(Vec::new);
+                    if !v.is_empty() {
+                        v.extend_from_slice(b", ");
+                    }
+                    v.extend_from_slice(&h.value);
+                }
+                continue;
+            }
+            put_header(&mut req, n, &h.value);
+        }
+        if route.x_forwarded {
+            let mut xff = prior_xff
+                .map(|mut v| {
+                    v.extend_from_slice(b", ");
+                    v
+                })
+                .unwrap_or_default();
+            xff.extend_from_slice(peer.to_string().as_bytes());
+            put_header(&mut req, b"X-Forwarded-For", &xff);
+            if !trusted || head.header("x-forwarded-proto").is_none() {
+                put_header(&mut req, b"X-Forwarded-Proto", b"http");
+            }
+            if let (false, Some(h)) = (
+                trusted && head.header("x-forwarded-host").is_some(),
+                &client_host,
+            ) {
+                put_header(&mut req, b"X-Forwarded-Host", h);
+            }
+        }
+        if route.forwarded {
+            let mut f = prior_fwd
+                .map(|mut v| {
+                    v.extend_from_slice(b", ");
+                    v
+                })
+                .unwrap_or_default();
+            f.extend_from_slice(format!("for={};proto=http", forwarded_node(peer)).as_bytes());
+            if let Some(h) = client_host
+                .as_ref()
+                .and_then(|h| std::str::from_utf8(h).ok())
+            {
+                f.extend_from_slice(format!(";host=\"{h}\"").as_bytes());
+            }
+            put_header(&mut req, b"Forwarded", &f);
+        }
+        for (n, v) in route.request_edits.added() {
+            put_header(&mut req, n, v);
+        }
+        if route.via {
+            put_header(&mut req, b"Via", b"1.1 weir");
+        }
+        match head.body {
+            BodyKind::Length(n) => {
+                req.put_slice(b"Content-Length: ");
+                put_u64(&mut req, n);
+                req.put_slice(b"\r\n");
+            }
+            BodyKind::Chunked => req.put_slice(b"Transfer-Encoding: chunked\r\n"),
+            BodyKind::Empty if head.header("content-length").is_some() => {
+                req.put_slice(b"Content-Length: 0\r\n")
+            }
+            _ => {}
+        }
+        if upgrade {
+            req.put_slice(b"Connection: upgrade\r\n");
+            if let Some(u) = head.header("upgrade") {
+                put_header(&mut req, b"Upgrade", u);
+            }
+        }
+        req.put_slice(b"\r\n");
+        if head.body == BodyKind::Empty {
+            return Ok(match uc.stream.write_all(&req).await {
+                Ok(()) => Sent::Ok,
+                Err(e) => Sent::Upstream(e),
+            });
+        }
+        self.stream_request_body(uc, head, req).await
+    }
+
+    /// Streams the client's body after `req` (the head), re-framing chunked bodies.
+    async fn stream_request_body(
+        &mut self,
+        uc: &mut UpstreamConn,
+        head: &RequestHead,
+        mut req: BytesMut,
+    ) -> Result<Sent, ConnError> {
+        let state = self.state.clone();
+        let limit = state.cfg.limits.max_body_bytes;
+        let chunked = head.body == BodyKind::Chunked;
+        let mut decoder = BodyDecoder::new(head.body);
+        let mut continued = !head.expect_continue;
+        loop {
+            match decoder.decode(&mut self.buf).map_err(ConnError::Parse)? {
+                BodyEvent::Data(d) => {
+                    if decoder.consumed() > limit {
+                        return Err(ConnError::Parse(weir_http::ParseError::BodyTooLarge));
+                    }
+                    if chunked {
+                        req.put_slice(format!("{:x}\r\n", d.len()).as_bytes());
+                        req.put_slice(&d);
+                        req.put_slice(b"\r\n");
+                    } else {
+                        req.put_slice(&d);
+                    }
+                    if req.len() >= SEND_CHUNK {
+                        if let Err(e) = uc.stream.write_all(&req).await {
+                            return Ok(Sent::Upstream(e));
+                        }
+                        req.clear();
+                    }
+                }
+                BodyEvent::Done(_) => {
+                    if chunked {
+                        req.put_slice(b"0\r\n\r\n");
+                    }
+                    return Ok(match uc.stream.write_all(&req).await {
+                        Ok(()) => Sent::Ok,
+                        Err(e) => Sent::Upstream(e),
+                    });
+                }
+                BodyEvent::NeedMore => {
+                    if !req.is_empty() {
+                        if let Err(e) = uc.stream.write_all(&req).await {
+                            return Ok(Sent::Upstream(e));
+                        }
+                        req.clear();
+                    }
+                    if !continued {
+                        self.out.extend_from_slice(weir_http::response::CONTINUE);
+                        continued = true;
+                    }
+                    self.flush().await?;
+                    let n = timeout(state.cfg.timeouts.body, self.read_more())
+                        .await
+                        .map_err(|_| ConnError::BodyTimeout)??;
+                    if n == 0 {
+                        return Err(ConnError::ClosedMidRequest);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The response head sent to the client.
+    fn write_response_head(
+        &mut self,
+        resp: &ResponseHead,
+        route: &ProxyRoute,
+        next: Next,
+        client: Version,
+        chunked: bool,
+    ) {
+        let out = &mut self.out;
+        out.put_slice(b"HTTP/1.1 ");
+        put_u64(out, u64::from(resp.status));
+        out.put_u8(b' ');
+        if resp.reason.is_empty() {
+            out.put_slice(weir_http::response::reason(resp.status).as_bytes());
+        } else {
+            out.put_slice(&resp.reason);
+        }
+        out.put_slice(b"\r\n");
+        let tokens = connection_tokens(&resp.headers);
+        let mut has_date = false;
+        for h in &resp.headers {
+            let n = &h.name[..];
+            if is_hop_by_hop(n, &tokens) || route.response_edits.drops(n) {
+                continue;
+            }
+            if n.eq_ignore_ascii_case(b"content-length") && resp.body != BodyKind::Empty {
+                continue;
+            }
+            has_date |= n.eq_ignore_ascii_case(b"date");
+            put_header(out, n, &h.value);
+        }
+        for (n, v) in route.response_edits.added() {
+            put_header(out, n, v);
+        }
+        if route.via {
+            put_header(out, b"Via", b"1.1 weir");
+        }
+        if !has_date {
+            put_date(out);
+        }
+        match resp.body {
+            BodyKind::Length(n) => {
+                out.put_slice(b"Content-Length: ");
+                put_u64(out, n);
+                out.put_slice(b"\r\n");
+            }
+            _ if chunked => out.put_slice(b"Transfer-Encoding: chunked\r\n"),
+            _ => {}
+        }
+        match (next, client) {
+            (Next::Close, _) => out.put_slice(b"Connection: close\r\n"),
+            (Next::KeepAlive, Version::Http10) => out.put_slice(b"Connection: keep-alive\r\n"),
+            _ => {}
+        }
+        out.put_slice(b"\r\n");
+    }
+
+    /// Streams the response body; returns whether the upstream connection can be reused.
+    async fn relay_body(
+        &mut self,
+        uc: &mut UpstreamConn,
+        resp: &ResponseHead,
+        up: &Upstream,
+        server: usize,
+        chunked: bool,
+        total_deadline: Option<Instant>,
+    ) -> Result<bool, ConnError> {
+        let mut decoder = BodyDecoder::new(resp.body);
+        loop {
+            let event = decoder
+                .decode(&mut uc.buf)
+                .map_err(|e| self.aborted(up, server, &format!("bad response body: {e}")))?;
+            match event {
+                BodyEvent::Data(d) => {
+                    if chunked {
+                        self.out.put_slice(format!("{:x}\r\n", d.len()).as_bytes());
+                        self.out.put_slice(&d);
+                        self.out.put_slice(b"\r\n");
+                    } else {
+                        self.out.put_slice(&d);
+                    }
+                    if self.out.len() >= SEND_CHUNK {
+                        self.flush().await?;
+                    }
+                }
+                BodyEvent::Done(_) => {
+                    if chunked {
+                        self.out.put_slice(b"0\r\n\r\n");
+                    }
+                    return Ok(resp.keep_alive && resp.body != BodyKind::CloseDelimited);
+                }
+                BodyEvent::NeedMore => {
+                    self.flush().await?;
+                    let wait = phase_timeout(up.idle_read_timeout, total_deadline);
+                    let n = match timeout(wait, read_upstream(uc)).await {
+                        Ok(Ok(n)) => n,
+                        Ok(Err(e)) => {
+                            return Err(self.aborted(
+                                up,
+                                server,
+                                &format!("read failed mid-body: {e}"),
+                            ))
+                        }
+                        Err(_) => return Err(self.aborted(up, server, "idle timeout mid-body")),
+                    };
+                    if n == 0 {
+                        if decoder.on_eof().is_ok() {
+                            if chunked {
+                                self.out.put_slice(b"0\r\n\r\n");
+                            }
+                            return Ok(false);
+                        }
+                        return Err(self.aborted(up, server, "upstream closed mid-body"));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Logs an upstream failure after the response started: the client connection is cut.
+    fn aborted(&self, up: &Upstream, server: usize, why: &str) -> ConnError {
+        let s = &up.servers[server];
+        s.health.record_failure(&up.passive, now_ms());
+        tracing::warn!(upstream = %up.name, server = %s.name, reason = %why, "upstream failed mid-response, aborting the client connection");
+        ConnError::UpstreamAborted
+    }
+
+    /// After a 101: relay the response head, then bytes both ways until either side closes.
+    async fn tunnel(
+        &mut self,
+        mut uc: UpstreamConn,
+        resp: &ResponseHead,
+        route: &ProxyRoute,
+    ) -> Result<Next, ConnError> {
+        self.out.put_slice(b"HTTP/1.1 101 Switching Protocols\r\n");
+        for h in &resp.headers {
+            let n = &h.name[..];
+            if n.eq_ignore_ascii_case(b"connection")
+                || n.eq_ignore_ascii_case(b"keep-alive")
+                || route.response_edits.drops(n)
+            {
+                continue;
+            }
+            put_header(&mut self.out, n, &h.value);
+        }
+        self.out.put_slice(b"Connection: upgrade\r\n\r\n");
+        // Bytes the upstream sent after its head belong to the tunnel.
+        self.out.put_slice(&uc.buf);
+        uc.buf.clear();
+        self.flush().await?;
+        if !self.buf.is_empty() {
+            uc.stream.write_all(&self.buf).await?;
+            self.buf.clear();
+        }
+        let client = self.register()?;
+        let _ = tokio::io::copy_bidirectional(client, &mut uc.stream).await;
+        Ok(Next::Upgraded)
+    }
+}
+
+/// Whether the request asks for a protocol upgrade (WebSocket).
+fn wants_upgrade(head: &RequestHead) -> bool {
+    head.header("upgrade").is_some()
+        && connection_tokens(&head.headers)
+            .iter()
+            .any(|t| t == b"upgrade")
+}
+
+async fn connect(up: &Upstream, server: usize) -> Result<UpstreamConn, Failure> {
+    let addr = **up.servers[server].addr.load();
+    match timeout(up.connect_timeout, TcpStream::connect(addr)).await {
+        Err(_) => Err(Failure::ConnectTimeout),
+        Ok(Err(e)) => Err(Failure::Connect(e)),
+        Ok(Ok(stream)) => {
+            let _ = stream.set_nodelay(true);
+            Ok(UpstreamConn {
+                stream,
+                buf: BytesMut::with_capacity(16 * 1024),
+            })
+        }
+    }
+}
+
+async fn read_upstream(uc: &mut UpstreamConn) -> io::Result<usize> {
+    if uc.buf.capacity() - uc.buf.len() < 4096 {
+        uc.buf.reserve(16 * 1024);
+    }
+    uc.stream.read_buf(&mut uc.buf).await
+}
+
+fn phase_timeout(
+    phase: std::time::Duration,
+    total_deadline: Option<Instant>,
+) -> std::time::Duration {
+    match total_deadline {
+        Some(d) => phase.min(d.saturating_duration_since(Instant::now())),
+        None => phase,
+    }
+}
+
+async fn read_response_head(
+    uc: &mut UpstreamConn,
+    head_request: bool,
+    up: &Upstream,
+    total: Option<Instant>,
+) -> Result<ResponseHead, Failure> {
+    let deadline = Instant::now() + phase_timeout(up.response_header_timeout, total);
+    loop {
+        match weir_http::parse_response(&mut uc.buf, MAX_UPSTREAM_HEAD, head_request) {
+            Ok(Some(resp)) if (100..200).contains(&resp.status) && resp.status != 101 => continue,
+            Ok(Some(resp)) => return Ok(resp),
+            Ok(None) => {}
+            Err(e) => return Err(Failure::Malformed(e)),
+        }
+        match tokio::time::timeout_at(deadline, read_upstream(uc)).await {
+            Err(_) => return Err(Failure::HeaderTimeout),
+            Ok(Err(e)) => return Err(Failure::Reset(format!("read failed: {e}"))),
+            Ok(Ok(0)) => return Err(Failure::Reset("closed before a response".into())),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// The candidate list for an upstream now.
+pub(crate) fn up_candidates(up: &Upstream, tried: &[usize], out: &mut Vec<usize>) {
+    let now = now_ms();
+    candidates(&up.backup, |i| up.is_up(i, now) && !tried.contains(&i), out);
+    if out.is_empty() && !tried.is_empty() {
+        // Every server was tried once: allow another go at those still up.
+        candidates(&up.backup, |i| up.is_up(i, now), out);
+    }
+}
