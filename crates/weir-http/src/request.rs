@@ -199,7 +199,8 @@ pub fn parse_request(
     };
 
     // One pass over the fields: record slices, derive framing and connection semantics.
-    let mut ranges: Vec<(usize, usize, usize, usize)> = Vec::with_capacity(req.headers.len());
+    // Offsets of each name and value, on the stack: the slices are made after the split.
+    let mut ranges = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
     let mut framing = FramingFields::default();
     let mut conn_close = false;
     let mut conn_keep_alive = false;
@@ -207,7 +208,7 @@ pub fn parse_request(
     let mut host = None;
     for (i, h) in req.headers.iter().enumerate() {
         let name = h.name.as_bytes();
-        ranges.push((offset(name), name.len(), offset(h.value), h.value.len()));
+        ranges[i] = (offset(name), name.len(), offset(h.value), h.value.len());
         match name.len() {
             4 if name.eq_ignore_ascii_case(b"host") => {
                 if host.is_some() {
@@ -250,10 +251,11 @@ pub fn parse_request(
         Version::Http10 => conn_keep_alive && !conn_close,
     };
 
+    let count = req.headers.len();
     let head = buf.split_to(n).freeze();
-    let headers = ranges
-        .into_iter()
-        .map(|(ns, nl, vs, vl)| Header {
+    let headers = ranges[..count]
+        .iter()
+        .map(|&(ns, nl, vs, vl)| Header {
             name: head.slice(ns..ns + nl),
             value: head.slice(vs..vs + vl),
         })

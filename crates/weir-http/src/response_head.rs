@@ -68,12 +68,13 @@ pub fn parse_response(
     let offset = |s: &[u8]| s.as_ptr() as usize - base;
     let reason = resp.reason.unwrap_or("");
     let reason_range = (offset(reason.as_bytes()), reason.len());
-    let mut ranges = Vec::with_capacity(resp.headers.len());
+    let mut ranges = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
+    let count = resp.headers.len();
     let mut framing = FramingFields::default();
     let (mut close, mut keep_alive_token) = (false, false);
-    for h in resp.headers.iter() {
+    for (i, h) in resp.headers.iter().enumerate() {
         let name = h.name.as_bytes();
-        ranges.push((offset(name), name.len(), offset(h.value), h.value.len()));
+        ranges[i] = (offset(name), name.len(), offset(h.value), h.value.len());
         if name.eq_ignore_ascii_case(b"content-length") {
             framing
                 .content_length(h.value)
@@ -93,9 +94,9 @@ pub fn parse_response(
         && !close
         && (version == Version::Http11 || keep_alive_token);
     let head = buf.split_to(n).freeze();
-    let headers = ranges
-        .into_iter()
-        .map(|(ns, nl, vs, vl)| Header {
+    let headers = ranges[..count]
+        .iter()
+        .map(|&(ns, nl, vs, vl)| Header {
             name: head.slice(ns..ns + nl),
             value: head.slice(vs..vs + vl),
         })

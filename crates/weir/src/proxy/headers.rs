@@ -17,33 +17,50 @@ const HOP_BY_HOP: &[&[u8]] = &[
     b"proxy-authorization",
 ];
 
-/// Names listed in the message's `Connection` fields (lowercased).
-pub fn connection_tokens(headers: &[Header]) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    for h in headers
-        .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case(b"connection"))
-    {
-        for t in h.value.split(|b| *b == b',') {
-            let t: Vec<u8> = t
-                .iter()
-                .copied()
-                .filter(|b| *b != b' ' && *b != b'\t')
-                .collect();
-            if !t.is_empty() {
-                out.push(t.to_ascii_lowercase());
-            }
-        }
+/// The field names a message's `Connection` fields list, read in place (no allocation: most
+/// messages have one such field with one token, or none).
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionTokens<'a> {
+    headers: &'a [Header],
+    present: bool,
+}
+
+impl<'a> ConnectionTokens<'a> {
+    pub fn of(headers: &'a [Header]) -> ConnectionTokens<'a> {
+        let present = headers
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case(b"connection"));
+        ConnectionTokens { headers, present }
     }
-    out
+
+    /// Whether `token` is listed (case-insensitive).
+    pub fn contains(&self, token: &[u8]) -> bool {
+        self.present
+            && self
+                .headers
+                .iter()
+                .filter(|h| h.name.eq_ignore_ascii_case(b"connection"))
+                .any(|h| {
+                    h.value
+                        .split(|b| *b == b',')
+                        .any(|t| trim(t).eq_ignore_ascii_case(token))
+                })
+    }
+}
+
+fn trim(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = s {
+        s = rest;
+    }
+    s
 }
 
 /// Whether a field must not be forwarded.
-pub fn is_hop_by_hop(name: &[u8], connection_tokens: &[Vec<u8>]) -> bool {
-    HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
-        || connection_tokens
-            .iter()
-            .any(|t| name.eq_ignore_ascii_case(t))
+pub fn is_hop_by_hop(name: &[u8], connection: &ConnectionTokens<'_>) -> bool {
+    HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h)) || connection.contains(name)
 }
 
 /// The `for=` node of RFC 7239: IPv6 addresses are quoted and bracketed.
@@ -65,7 +82,7 @@ mod tests {
             name: Bytes::from_static(b"Connection"),
             value: Bytes::from_static(b"close, X-Secret"),
         }];
-        let tokens = connection_tokens(&h);
+        let tokens = ConnectionTokens::of(&h);
         assert!(is_hop_by_hop(b"X-Secret", &tokens));
         assert!(is_hop_by_hop(b"Keep-Alive", &tokens));
         assert!(is_hop_by_hop(b"Proxy-Authorization", &tokens));

@@ -4,16 +4,64 @@
 //! seen the readable/hang-up event, and `try_read` reports EOF without waiting.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::pin::Pin;
+use std::time::Duration;
 
 use bytes::BytesMut;
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
 
-/// An upstream connection and its read buffer.
+/// An upstream connection, its read buffer, and its lazily-moved timer (see
+/// [`UpstreamConn::read_by`]).
 #[derive(Debug)]
 pub struct UpstreamConn {
     pub stream: TcpStream,
     pub buf: BytesMut,
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl UpstreamConn {
+    pub fn new(stream: TcpStream) -> UpstreamConn {
+        UpstreamConn {
+            stream,
+            buf: BytesMut::with_capacity(16 * 1024),
+            timer: None,
+        }
+    }
+
+    /// Reads into `buf`, giving up at `deadline` (`Err(())`).
+    ///
+    /// The connection keeps one `Sleep` for its whole life and only moves it when it fires early
+    /// or must fire sooner, so a response that arrives in time costs no timer-wheel operation.
+    pub async fn read_by(&mut self, deadline: Instant) -> Result<std::io::Result<usize>, ()> {
+        if self.buf.capacity() - self.buf.len() < 4096 {
+            self.buf.reserve(16 * 1024);
+        }
+        let timer = match &mut self.timer {
+            Some(t) => {
+                if t.deadline() > deadline {
+                    t.as_mut().reset(deadline);
+                }
+                t
+            }
+            None => self
+                .timer
+                .insert(Box::pin(tokio::time::sleep_until(deadline))),
+        };
+        loop {
+            tokio::select! {
+                biased;
+                r = self.stream.read_buf(&mut self.buf) => return Ok(r),
+                _ = timer.as_mut() => {
+                    if Instant::now() >= deadline {
+                        return Err(());
+                    }
+                    timer.as_mut().reset(deadline);
+                }
+            }
+        }
+    }
 }
 
 #[derive(Debug)]

@@ -52,14 +52,14 @@ thread_local! {
     static POOL: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
 }
 
-fn take_buf() -> BytesMut {
+pub(super) fn take_buf() -> BytesMut {
     let mut b = POOL.with(|p| p.borrow_mut().pop()).unwrap_or_default();
     // Reclaims the whole original allocation once the request heads that borrowed it are gone.
     b.reserve(READ_BUF);
     b
 }
 
-fn give_buf(mut b: BytesMut) {
+pub(super) fn give_buf(mut b: BytesMut) {
     if b.capacity() == 0 {
         return;
     }

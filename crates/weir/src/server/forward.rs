@@ -19,10 +19,11 @@
 //! body, and the worker's retry budget has tokens.
 
 use std::io;
-use std::sync::Arc;
+
+use std::fmt::Write as _;
 
 use bytes::{BufMut, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::{timeout, Instant};
 use weir_http::response::{put_date, put_header, put_u64};
@@ -30,7 +31,7 @@ use weir_http::{BodyDecoder, BodyEvent, BodyKind, Method, RequestHead, ResponseH
 
 use super::conn::{Conn, ConnError, Next};
 use crate::proxy::balance::candidates;
-use crate::proxy::headers::{connection_tokens, forwarded_node, is_hop_by_hop};
+use crate::proxy::headers::{forwarded_node, is_hop_by_hop, ConnectionTokens};
 use crate::proxy::pool::UpstreamConn;
 use crate::proxy::route::{HostMode, ProxyRoute};
 use crate::proxy::upstream::{now_ms, Upstream};
@@ -101,7 +102,7 @@ impl Conn {
         mut next: Next,
     ) -> Result<Next, ConnError> {
         let state = self.state.clone();
-        let up: Arc<Upstream> = state.cfg.upstreams[route.upstream].clone();
+        let up: &Upstream = &state.cfg.upstreams[route.upstream];
         let wu = &state.upstreams[route.upstream];
         wu.deposit_budget(up.retry.budget);
         let has_body = head.body != BodyKind::Empty;
@@ -117,20 +118,23 @@ impl Conn {
         let replayable = idempotent && !has_body;
         let upgrade = wants_upgrade(head);
         let total_deadline = up.total_timeout.map(|t| Instant::now() + t);
-        let mut tried: Vec<usize> = Vec::new();
+        // Servers tried so far (bounded: retries are few).
+        let mut tried_buf = [usize::MAX; 16];
+        let mut ntried = 0usize;
         let mut fresh_only: Option<usize> = None;
         let mut retries = 0u32;
 
         let (server, mut uconn, resp) = loop {
             let server = match fresh_only.take() {
                 Some(s) => s,
-                None => match wu.pick(&up, self.peer.ip(), head, &tried) {
+                None => match wu.pick(up, self.peer.ip(), head, &tried_buf[..ntried]) {
                     Some(s) => s,
-                    None => return self.fail(&up, None, Failure::NoServer, head, next, has_body),
+                    None => return self.fail(up, None, Failure::NoServer, head, next, has_body),
                 },
             };
-            if !tried.contains(&server) {
-                tried.push(server);
+            if !tried_buf[..ntried].contains(&server) && ntried < tried_buf.len() {
+                tried_buf[ntried] = server;
+                ntried += 1;
             }
             let pooled = if fresh_only.is_none() {
                 wu.pool.borrow_mut().take(server)
@@ -140,26 +144,26 @@ impl Conn {
             let reused = pooled.is_some();
             let mut uc = match pooled {
                 Some(c) => c,
-                None => match connect(&up, server).await {
+                None => match connect(up, server).await {
                     Ok(c) => c,
                     Err(f) => {
-                        self.note_failure(&up, server, &f);
-                        if retries < up.retry.attempts && f.retryable(&up, true) && wu.take_budget()
+                        self.note_failure(up, server, &f);
+                        if retries < up.retry.attempts && f.retryable(up, true) && wu.take_budget()
                         {
                             retries += 1;
                             continue;
                         }
-                        return self.fail(&up, Some(server), f, head, next, has_body);
+                        return self.fail(up, Some(server), f, head, next, has_body);
                     }
                 },
             };
             let _active = wu.track_active(server);
             let sent = self
-                .send_request(&mut uc, head, route, &up, server, upgrade)
+                .send_request(&mut uc, head, route, up, server, upgrade)
                 .await?;
             let result = match sent {
                 Sent::Ok => {
-                    read_response_head(&mut uc, head.method == Method::Head, &up, total_deadline)
+                    read_response_head(&mut uc, head.method == Method::Head, up, total_deadline)
                         .await
                 }
                 Sent::Upstream(e) => Err(Failure::Reset(format!("write failed: {e}"))),
@@ -182,15 +186,15 @@ impl Conn {
                     fresh_only = Some(server);
                 }
                 Err(f) => {
-                    self.note_failure(&up, server, &f);
+                    self.note_failure(up, server, &f);
                     if retries < up.retry.attempts
-                        && f.retryable(&up, replayable)
+                        && f.retryable(up, replayable)
                         && wu.take_budget()
                     {
                         retries += 1;
                         continue;
                     }
-                    return self.fail(&up, Some(server), f, head, next, has_body);
+                    return self.fail(up, Some(server), f, head, next, has_body);
                 }
             }
         };
@@ -214,7 +218,7 @@ impl Conn {
             .relay_body(
                 &mut uconn,
                 &resp,
-                &up,
+                up,
                 server,
                 chunked_out && head.version == Version::Http11,
                 total_deadline,
@@ -269,12 +273,12 @@ impl Conn {
         server: usize,
         upgrade: bool,
     ) -> Result<Sent, ConnError> {
-        let mut req = BytesMut::with_capacity(512 + head.head_len);
+        let mut req = super::conn::take_buf();
         req.put_slice(head.method.as_str().as_bytes());
         req.put_u8(b' ');
         route.upstream_target(head, &mut req);
         req.put_slice(b" HTTP/1.1\r\n");
-        let tokens = connection_tokens(&head.headers);
+        let tokens = ConnectionTokens::of(&head.headers);
         let peer = self.peer.ip();
         let trusted = route.trusts(peer);
         let client_host = head.header("host").cloned();
@@ -396,10 +400,12 @@ impl Conn {
         }
         req.put_slice(b"\r\n");
         if head.body == BodyKind::Empty {
-            return Ok(match uc.stream.write_all(&req).await {
+            let sent = match uc.stream.write_all(&req).await {
                 Ok(()) => Sent::Ok,
                 Err(e) => Sent::Upstream(e),
-            });
+            };
+            super::conn::give_buf(req);
+            return Ok(sent);
         }
         self.stream_request_body(uc, head, req).await
     }
@@ -423,7 +429,7 @@ impl Conn {
                         return Err(ConnError::Parse(weir_http::ParseError::BodyTooLarge));
                     }
                     if chunked {
-                        req.put_slice(format!("{:x}\r\n", d.len()).as_bytes());
+                        let _ = write!(req, "{:x}\r\n", d.len());
                         req.put_slice(&d);
                         req.put_slice(b"\r\n");
                     } else {
@@ -487,7 +493,7 @@ impl Conn {
             out.put_slice(&resp.reason);
         }
         out.put_slice(b"\r\n");
-        let tokens = connection_tokens(&resp.headers);
+        let tokens = ConnectionTokens::of(&resp.headers);
         let mut has_date = false;
         for h in &resp.headers {
             let n = &h.name[..];
@@ -544,7 +550,7 @@ impl Conn {
             match event {
                 BodyEvent::Data(d) => {
                     if chunked {
-                        self.out.put_slice(format!("{:x}\r\n", d.len()).as_bytes());
+                        let _ = write!(self.out, "{:x}\r\n", d.len());
                         self.out.put_slice(&d);
                         self.out.put_slice(b"\r\n");
                     } else {
@@ -562,8 +568,9 @@ impl Conn {
                 }
                 BodyEvent::NeedMore => {
                     self.flush().await?;
-                    let wait = phase_timeout(up.idle_read_timeout, total_deadline);
-                    let n = match timeout(wait, read_upstream(uc)).await {
+                    let deadline =
+                        Instant::now() + phase_timeout(up.idle_read_timeout, total_deadline);
+                    let n = match uc.read_by(deadline).await {
                         Ok(Ok(n)) => n,
                         Ok(Err(e)) => {
                             return Err(self.aborted(
@@ -631,10 +638,7 @@ impl Conn {
 
 /// Whether the request asks for a protocol upgrade (WebSocket).
 fn wants_upgrade(head: &RequestHead) -> bool {
-    head.header("upgrade").is_some()
-        && connection_tokens(&head.headers)
-            .iter()
-            .any(|t| t == b"upgrade")
+    head.header("upgrade").is_some() && ConnectionTokens::of(&head.headers).contains(b"upgrade")
 }
 
 async fn connect(up: &Upstream, server: usize) -> Result<UpstreamConn, Failure> {
@@ -644,19 +648,9 @@ async fn connect(up: &Upstream, server: usize) -> Result<UpstreamConn, Failure> 
         Ok(Err(e)) => Err(Failure::Connect(e)),
         Ok(Ok(stream)) => {
             let _ = stream.set_nodelay(true);
-            Ok(UpstreamConn {
-                stream,
-                buf: BytesMut::with_capacity(16 * 1024),
-            })
+            Ok(UpstreamConn::new(stream))
         }
     }
-}
-
-async fn read_upstream(uc: &mut UpstreamConn) -> io::Result<usize> {
-    if uc.buf.capacity() - uc.buf.len() < 4096 {
-        uc.buf.reserve(16 * 1024);
-    }
-    uc.stream.read_buf(&mut uc.buf).await
 }
 
 fn phase_timeout(
@@ -683,7 +677,7 @@ async fn read_response_head(
             Ok(None) => {}
             Err(e) => return Err(Failure::Malformed(e)),
         }
-        match tokio::time::timeout_at(deadline, read_upstream(uc)).await {
+        match uc.read_by(deadline).await {
             Err(_) => return Err(Failure::HeaderTimeout),
             Ok(Err(e)) => return Err(Failure::Reset(format!("read failed: {e}"))),
             Ok(Ok(0)) => return Err(Failure::Reset("closed before a response".into())),
