@@ -5,19 +5,22 @@
 # The origin pool (one nginx worker answering 1 KiB on two ports) and the load generators share
 # core 1. Runs hey -n 90000 at -c 100 and -c 120, without and with a ~1 KiB request body, then
 # wrk -t1 -c100 -d10s; prints hey's table, wrk's figures, each proxy's CPU µs per request, and the
-# upstream connections each proxy opened during the wrk run.
+# upstream connections each proxy opened during the wrk run. A "floor" row in the wrk table is
+# bench/tools/bare_relay.c: an epoll loop relaying bytes between each client and one upstream
+# connection, with no HTTP at all: what the kernel alone costs per proxied exchange.
 # Usage: bench/seed003_gateway.sh [--quick]   (results in bench/results/seed003-<date>.md)
 source "$(dirname "$0")/lib.sh"
 
 N=90000; WRK_D=10s
 [ "${1:-}" = "--quick" ] && { N=20000; WRK_D=4s; }
 
-ensure_pkgs nginx-light haproxy hey wrk
+ensure_pkgs nginx-light haproxy hey wrk gcc libc6-dev
 build_weir
+gcc -O2 -o "$TMP/bare_relay" "$BENCH_DIR/tools/bare_relay.c"
 raise_nofile
 
 O1=19001; O2=19002; OSTAT=19009
-P_WEIR=18180; P_NGINX=18181; P_HAPROXY=18182
+P_WEIR=18180; P_NGINX=18181; P_HAPROXY=18182; P_FLOOR=18183
 BODY1K=$(head -c 1024 /dev/zero | tr '\0' 'x')
 head -c 1000 /dev/zero | tr '\0' 'b' > "$TMP/body.txt"
 
@@ -109,6 +112,9 @@ HAP
 taskset -c "$SUT_CORE" haproxy -db -f "$TMP/haproxy.cfg" 2>"$TMP/haproxy.log" &
 HAPROXY_PID=$!; track $HAPROXY_PID
 
+taskset -c "$SUT_CORE" "$TMP/bare_relay" $P_FLOOR $O1 &
+FLOOR_PID=$!; track $FLOOR_PID
+
 wait_port $O1 "$TMP/origin/error.log"; wait_port $P_WEIR "$TMP/weir.log"
 wait_port $P_NGINX "$TMP/nginx/error.log"; wait_port $P_HAPROXY "$TMP/haproxy.log"
 NGINX_PID=$(pgrep -P "$NGINX_MASTER" | head -1)
@@ -165,7 +171,7 @@ done
   echo "| proxy | requests/s | p50 µs | p99 µs | CPU µs/req | upstream conns opened | errors |"
   echo "|---|---:|---:|---:|---:|---:|---|"
 } >> "$OUT"
-for s in "${SYSTEMS[@]}"; do
+for s in "${SYSTEMS[@]}" "floor $FLOOR_PID $P_FLOOR"; do
   read -r name pid port <<<"$s"
   a0=$(origin_accepts)
   run_wrk "$pid" "http://127.0.0.1:$port/pipeline" -t1 -c100 -d"$WRK_D"
