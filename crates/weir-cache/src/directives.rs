@@ -1,0 +1,133 @@
+//! Cache-Control directives (RFC 9111 §5.2), parsed leniently the way caches must: unknown
+//! directives are ignored, a malformed delta-seconds makes the directive count as its most
+//! conservative reading (`max-age=abc` is treated as stale, i.e. 0).
+
+/// The directives weir acts on, from requests and responses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Directives {
+    pub max_age: Option<u64>,
+    pub s_maxage: Option<u64>,
+    pub no_store: bool,
+    /// `no-cache` (with or without field names: both mean "revalidate before use" here).
+    pub no_cache: bool,
+    pub private: bool,
+    pub public: bool,
+    pub must_revalidate: bool,
+    pub proxy_revalidate: bool,
+    pub stale_while_revalidate: Option<u64>,
+    pub stale_if_error: Option<u64>,
+    /// Request: `max-stale` (`Some(None)` = any staleness).
+    pub max_stale: Option<Option<u64>>,
+    pub min_fresh: Option<u64>,
+    pub only_if_cached: bool,
+}
+
+impl Directives {
+    /// Parses one or more field values (the caller passes every Cache-Control line).
+    pub fn parse<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Directives {
+        let mut d = Directives::default();
+        for v in values {
+            for item in split_items(v) {
+                let (name, arg) = match item.iter().position(|b| *b == b'=') {
+                    Some(i) => (&item[..i], Some(unquote(&item[i + 1..]))),
+                    None => (item, None),
+                };
+                let secs = || arg.map(|a| parse_secs(a).unwrap_or(0));
+                match name.to_ascii_lowercase().as_slice() {
+                    b"max-age" => d.max_age = Some(secs().unwrap_or(0)),
+                    b"s-maxage" => d.s_maxage = Some(secs().unwrap_or(0)),
+                    b"no-store" => d.no_store = true,
+                    b"no-cache" => d.no_cache = true,
+                    b"private" => d.private = true,
+                    b"public" => d.public = true,
+                    b"must-revalidate" => d.must_revalidate = true,
+                    b"proxy-revalidate" => d.proxy_revalidate = true,
+                    b"stale-while-revalidate" => d.stale_while_revalidate = secs(),
+                    b"stale-if-error" => d.stale_if_error = secs(),
+                    b"max-stale" => d.max_stale = Some(arg.and_then(parse_secs)),
+                    b"min-fresh" => d.min_fresh = secs(),
+                    b"only-if-cached" => d.only_if_cached = true,
+                    _ => {}
+                }
+            }
+        }
+        d
+    }
+}
+
+/// Comma-separated items, commas inside quoted strings kept.
+fn split_items(v: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let (mut start, mut quoted) = (0, false);
+    for (i, b) in v.iter().enumerate() {
+        match b {
+            b'"' => quoted = !quoted,
+            b',' if !quoted => {
+                push_trimmed(&mut out, &v[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    push_trimmed(&mut out, &v[start..]);
+    out
+}
+
+fn push_trimmed<'a>(out: &mut Vec<&'a [u8]>, s: &'a [u8]) {
+    let s = s.trim_ascii();
+    if !s.is_empty() {
+        out.push(s);
+    }
+}
+
+fn unquote(s: &[u8]) -> &[u8] {
+    let s = s.trim_ascii();
+    s.strip_prefix(b"\"")
+        .and_then(|r| r.strip_suffix(b"\""))
+        .unwrap_or(s)
+}
+
+/// delta-seconds; values beyond 2^31 are capped as RFC 9111 §1.2.2 says.
+fn parse_secs(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for d in s {
+        n = (n * 10 + u64::from(d - b'0')).min(1 << 31);
+    }
+    Some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Directives {
+        Directives::parse([s.as_bytes()])
+    }
+
+    #[test]
+    fn parses_the_common_directives() {
+        let d = p(
+            "public, max-age=60, s-maxage=\"120\", stale-while-revalidate=30, stale-if-error=600",
+        );
+        assert!(d.public);
+        assert_eq!((d.max_age, d.s_maxage), (Some(60), Some(120)));
+        assert_eq!(
+            (d.stale_while_revalidate, d.stale_if_error),
+            (Some(30), Some(600))
+        );
+        let d = p("no-cache=\"set-cookie, x-a\", private, must-revalidate");
+        assert!(d.no_cache && d.private && d.must_revalidate);
+        let d = p("max-stale, min-fresh=5, only-if-cached, no-store");
+        assert_eq!(d.max_stale, Some(None));
+        assert_eq!(d.min_fresh, Some(5));
+        assert!(d.only_if_cached && d.no_store);
+        assert_eq!(p("max-age=abc").max_age, Some(0), "malformed means stale");
+        assert_eq!(p("max-age=99999999999999").max_age, Some(1 << 31));
+        assert_eq!(p("MAX-AGE=5, unknown=1").max_age, Some(5));
+        let two = Directives::parse([&b"max-age=5"[..], b"no-store"]);
+        assert!(two.no_store && two.max_age == Some(5));
+    }
+}

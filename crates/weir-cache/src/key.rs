@@ -1,0 +1,232 @@
+//! Cache keys. The default is method class (GET and HEAD share entries) + scheme + host + path +
+//! query; a [`KeySpec`] adds chosen headers, cookies or query parameters, can keep only some
+//! parameters, and can sort them so that `?a=1&b=2` and `?b=2&a=1` share an entry.
+
+use std::hash::{Hash, Hasher};
+
+use bytes::Bytes;
+use weir_http::{Method, RequestHead};
+
+/// What goes into a key (compiled from the route's `cache.key`).
+#[derive(Debug, Clone, Default)]
+pub struct KeySpec {
+    /// Header names (lowercase) whose values are part of the key.
+    pub headers: Vec<String>,
+    /// Cookie names whose values are part of the key.
+    pub cookies: Vec<String>,
+    /// Only these query parameters (in this order); `None` = the whole query string.
+    pub query_params: Option<Vec<String>>,
+    /// Sort the query parameters.
+    pub sort_query: bool,
+}
+
+/// A computed key: its text (kept to tell collisions apart and for purge matching) and hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheKey {
+    pub text: Bytes,
+    pub hash: u64,
+    /// Where host and path start in `text`, for purges by host and prefix.
+    url_start: usize,
+}
+
+impl CacheKey {
+    /// `host/path?query`, the part purges match against.
+    pub fn url(&self) -> &[u8] {
+        &self.text[self.url_start..]
+    }
+
+    /// A key from its text alone (purge by exact URL builds one of these).
+    pub fn from_url(scheme: &str, url: &str) -> CacheKey {
+        let mut text = format!("GET {scheme}://");
+        let url_start = text.len();
+        text.push_str(url);
+        CacheKey {
+            hash: hash_bytes(text.as_bytes()),
+            text: Bytes::from(text),
+            url_start,
+        }
+    }
+}
+
+/// The key text hashed for sharding and lookup.
+pub fn hash_bytes(b: &[u8]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    b.hash(&mut h);
+    h.finish()
+}
+
+impl KeySpec {
+    /// The key of a request. Host is lowercased; the scheme is the listener's.
+    pub fn key(&self, req: &RequestHead, scheme: &str) -> CacheKey {
+        let class = match req.method {
+            Method::Get | Method::Head => "GET",
+            ref m => m.as_str(),
+        };
+        let mut text = Vec::with_capacity(64 + req.target.len());
+        text.extend_from_slice(class.as_bytes());
+        text.push(b' ');
+        text.extend_from_slice(scheme.as_bytes());
+        text.extend_from_slice(b"://");
+        let url_start = text.len();
+        let host = req
+            .header("host")
+            .map(|h| h.to_ascii_lowercase())
+            .unwrap_or_default();
+        text.extend_from_slice(&host);
+        text.extend_from_slice(req.path());
+        if let Some(q) = self.query(req.query()) {
+            text.push(b'?');
+            text.extend_from_slice(&q);
+        }
+        for name in &self.headers {
+            text.extend_from_slice(b"\0h:");
+            text.extend_from_slice(name.as_bytes());
+            text.push(b'=');
+            if let Some(v) = req.header(name) {
+                text.extend_from_slice(v);
+            }
+        }
+        for name in &self.cookies {
+            text.extend_from_slice(b"\0c:");
+            text.extend_from_slice(name.as_bytes());
+            text.push(b'=');
+            if let Some(v) = cookie(req, name) {
+                text.extend_from_slice(v);
+            }
+        }
+        CacheKey {
+            hash: hash_bytes(&text),
+            text: Bytes::from(text),
+            url_start,
+        }
+    }
+
+    fn query(&self, q: Option<&[u8]>) -> Option<Vec<u8>> {
+        let q = q?;
+        if self.query_params.is_none() && !self.sort_query {
+            return Some(q.to_vec());
+        }
+        let mut pairs: Vec<&[u8]> = q.split(|b| *b == b'&').filter(|p| !p.is_empty()).collect();
+        if let Some(keep) = &self.query_params {
+            pairs.retain(|p| {
+                let name = p.split(|b| *b == b'=').next().unwrap_or(p);
+                keep.iter().any(|k| k.as_bytes() == name)
+            });
+        }
+        if self.sort_query {
+            pairs.sort();
+        }
+        if pairs.is_empty() {
+            return None;
+        }
+        Some(pairs.join(&b'&'))
+    }
+}
+
+fn cookie<'a>(req: &'a RequestHead, name: &str) -> Option<&'a [u8]> {
+    for h in req
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case(b"cookie"))
+    {
+        for pair in h.value.split(|b| *b == b';') {
+            let pair = pair.trim_ascii();
+            if let Some(v) = pair
+                .strip_prefix(name.as_bytes())
+                .and_then(|r| r.strip_prefix(b"="))
+            {
+                return Some(v);
+            }
+        }
+    }
+    None
+}
+
+/// Accept-Encoding reduced to what a cache needs to tell apart: `br`, `gzip` or nothing.
+pub fn normalize_accept_encoding(v: Option<&[u8]>) -> &'static [u8] {
+    let Some(v) = v else { return b"" };
+    let has = |coding: &[u8]| {
+        v.split(|b| *b == b',').any(|t| {
+            let mut parts = t.split(|b| *b == b';');
+            let name = parts.next().unwrap_or(b"").trim_ascii();
+            let refused = parts.any(|p| {
+                let p = p.trim_ascii();
+                p == b"q=0" || p == b"q=0.0" || p == b"q=0.00" || p == b"q=0.000"
+            });
+            name.eq_ignore_ascii_case(coding) && !refused
+        })
+    };
+    if has(b"br") {
+        b"br"
+    } else if has(b"gzip") {
+        b"gzip"
+    } else {
+        b""
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+
+    fn req(s: &str) -> RequestHead {
+        let mut b = BytesMut::from(s.as_bytes());
+        weir_http::parse_request(&mut b, &Default::default())
+            .unwrap()
+            .unwrap()
+    }
+
+    #[test]
+    fn default_key() {
+        let spec = KeySpec::default();
+        let a = spec.key(
+            &req("GET /a?x=1 HTTP/1.1\r\nHost: Example.COM\r\n\r\n"),
+            "http",
+        );
+        let b = spec.key(
+            &req("HEAD /a?x=1 HTTP/1.1\r\nHost: example.com\r\n\r\n"),
+            "http",
+        );
+        assert_eq!(a, b, "HEAD shares GET's entries; host case does not matter");
+        assert_eq!(a.url(), b"example.com/a?x=1");
+        let c = spec.key(
+            &req("GET /a?x=2 HTTP/1.1\r\nHost: example.com\r\n\r\n"),
+            "http",
+        );
+        assert_ne!(a.hash, c.hash);
+    }
+
+    #[test]
+    fn configured_components() {
+        let spec = KeySpec {
+            headers: vec!["x-tenant".into()],
+            cookies: vec!["lang".into()],
+            query_params: Some(vec!["b".into(), "a".into()]),
+            sort_query: true,
+        };
+        let k1 = spec.key(&req("GET /p?b=2&utm=x&a=1 HTTP/1.1\r\nHost: h\r\nX-Tenant: t1\r\nCookie: s=1; lang=fr\r\n\r\n"), "http");
+        let k2 = spec.key(
+            &req("GET /p?a=1&b=2 HTTP/1.1\r\nHost: h\r\nX-Tenant: t1\r\nCookie: lang=fr\r\n\r\n"),
+            "http",
+        );
+        assert_eq!(k1, k2);
+        let k3 = spec.key(
+            &req("GET /p?a=1&b=2 HTTP/1.1\r\nHost: h\r\nX-Tenant: t2\r\nCookie: lang=fr\r\n\r\n"),
+            "http",
+        );
+        assert_ne!(k1, k3);
+    }
+
+    #[test]
+    fn accept_encoding_normalization() {
+        assert_eq!(normalize_accept_encoding(Some(b"gzip, deflate, br")), b"br");
+        assert_eq!(
+            normalize_accept_encoding(Some(b"gzip;q=1.0, identity")),
+            b"gzip"
+        );
+        assert_eq!(normalize_accept_encoding(Some(b"br;q=0, gzip")), b"gzip");
+        assert_eq!(normalize_accept_encoding(Some(b"deflate")), b"");
+        assert_eq!(normalize_accept_encoding(None), b"");
+    }
+}

@@ -1,0 +1,24 @@
+//! weir's HTTP cache, without IO: everything here is a pure function or a data structure, so the
+//! RFC 9111 rules can be tested as tables, with a clock that is just a number.
+//!
+//! * [`directives`]: `Cache-Control` / `CDN-Cache-Control` parsing.
+//! * [`policy`]: storability, freshness lifetime, age, and the verdict for a stored response
+//!   given a request (fresh, stale but servable, must revalidate).
+//! * [`key`]: cache keys (method class, scheme, host, path, query, chosen headers/cookies/params).
+//! * [`object`]: a stored response: its pre-encoded head, body, and the metadata policy needs.
+//! * [`store`]: the memory store — sharded, a hard byte limit that counts keys, heads and bodies,
+//!   S3-FIFO eviction (scan resistant), Vary variants, a tag index for purges, stats.
+//!
+//! Time is passed in as seconds (`now: u64`, Unix time): the caller owns the clock.
+
+pub mod directives;
+pub mod key;
+pub mod object;
+pub mod policy;
+pub mod store;
+
+pub use directives::Directives;
+pub use key::{CacheKey, KeySpec};
+pub use object::{CachedObject, ObjectMeta};
+pub use policy::{Freshness, NoStore};
+pub use store::{Lookup, MemoryStore, PurgeSelector, Stats};

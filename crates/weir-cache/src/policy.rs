@@ -1,0 +1,691 @@
+//! RFC 9111 as pure functions: may this response be stored, for how long is it fresh, how old is
+//! it now, and what may be done with it for this request.
+//!
+//! `CDN-Cache-Control` (RFC 9213), when the response has it, replaces `Cache-Control` for
+//! everything here: it is addressed to caches like weir. Route rules from the config (TTL by
+//! status, `ignore_origin`) override the origin as nuster's `cache-rule ... ttl` and nginx's
+//! `proxy_cache_valid` do.
+
+use weir_http::{Header, Method};
+
+use crate::directives::Directives;
+
+/// Statuses a cache may store without explicit freshness (RFC 9110 §15.1, "heuristically
+/// cacheable").
+pub const HEURISTIC_STATUSES: &[u16] =
+    &[200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501];
+
+/// Longest heuristic freshness (a tenth of the time since Last-Modified, at most a day).
+const HEURISTIC_MAX: u64 = 86_400;
+
+/// Storage rules of a cached route, from the config.
+#[derive(Debug, Clone, Default)]
+pub struct StoreRules {
+    /// Freshness by status, overriding the origin when `ignore_origin` or when the origin says
+    /// nothing; `u64::MAX` = forever.
+    pub ttl_by_status: Vec<(u16, u64)>,
+    /// Ignore the origin's Cache-Control, Expires and heuristics entirely (nuster `ttl 0` style).
+    pub ignore_origin: bool,
+    /// Store responses carrying Set-Cookie (off: they are never shared).
+    pub share_set_cookie: bool,
+}
+
+/// Why a response is not stored. Logged and reported in `Cache-Status` as `detail`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoStore {
+    Method,
+    RequestNoStore,
+    ResponseNoStore,
+    Private,
+    Authorization,
+    SetCookie,
+    VaryStar,
+    /// Neither explicit freshness, nor a heuristically cacheable status, nor a rule.
+    NoFreshness,
+    TooLarge,
+    Incomplete,
+}
+
+impl NoStore {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            NoStore::Method => "method",
+            NoStore::RequestNoStore => "request-no-store",
+            NoStore::ResponseNoStore => "no-store",
+            NoStore::Private => "private",
+            NoStore::Authorization => "authorization",
+            NoStore::SetCookie => "set-cookie",
+            NoStore::VaryStar => "vary-star",
+            NoStore::NoFreshness => "no-freshness",
+            NoStore::TooLarge => "too-large",
+            NoStore::Incomplete => "incomplete",
+        }
+    }
+}
+
+/// What the store needs to know about an accepted response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Storable {
+    /// Freshness lifetime in seconds (`u64::MAX` = forever).
+    pub lifetime: u64,
+    /// Directives that keep mattering after storage.
+    pub must_revalidate: bool,
+    pub no_cache: bool,
+    pub stale_while_revalidate: u64,
+    pub stale_if_error: u64,
+}
+
+/// All values of a header.
+pub fn values<'a>(headers: &'a [Header], name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+    headers
+        .iter()
+        .filter(move |h| h.name.eq_ignore_ascii_case(name.as_bytes()))
+        .map(|h| &h.value[..])
+}
+
+fn first<'a>(headers: &'a [Header], name: &'a str) -> Option<&'a [u8]> {
+    values(headers, name).next()
+}
+
+/// Parses an HTTP date header into Unix seconds.
+pub fn http_date(v: Option<&[u8]>) -> Option<u64> {
+    let s = std::str::from_utf8(v?).ok()?;
+    let t = httpdate::parse_http_date(s.trim()).ok()?;
+    t.duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs())
+}
+
+/// The directives of a response for a shared cache: CDN-Cache-Control wins when present.
+pub fn response_directives(headers: &[Header]) -> Directives {
+    if first(headers, "cdn-cache-control").is_some() {
+        Directives::parse(values(headers, "cdn-cache-control"))
+    } else {
+        Directives::parse(values(headers, "cache-control"))
+    }
+}
+
+/// RFC 9111 §3: whether (and how long) a shared cache may store this response.
+pub fn storable(
+    method: &Method,
+    req_headers: &[Header],
+    status: u16,
+    resp_headers: &[Header],
+    rules: &StoreRules,
+    now: u64,
+) -> Result<Storable, NoStore> {
+    if !matches!(method, Method::Get | Method::Head) {
+        return Err(NoStore::Method);
+    }
+    let req = Directives::parse(values(req_headers, "cache-control"));
+    if req.no_store {
+        return Err(NoStore::RequestNoStore);
+    }
+    if values(resp_headers, "vary").any(|v| v.split(|b| *b == b',').any(|t| t.trim_ascii() == b"*"))
+    {
+        return Err(NoStore::VaryStar);
+    }
+    if !rules.share_set_cookie && first(resp_headers, "set-cookie").is_some() {
+        return Err(NoStore::SetCookie);
+    }
+    let rule_ttl = rules
+        .ttl_by_status
+        .iter()
+        .find(|(s, _)| *s == status)
+        .map(|(_, t)| *t);
+    if rules.ignore_origin {
+        return rule_ttl
+            .map(|lifetime| Storable {
+                lifetime,
+                must_revalidate: false,
+                no_cache: false,
+                stale_while_revalidate: 0,
+                stale_if_error: 0,
+            })
+            .ok_or(NoStore::NoFreshness);
+    }
+    let d = response_directives(resp_headers);
+    if d.no_store {
+        return Err(NoStore::ResponseNoStore);
+    }
+    if d.private {
+        return Err(NoStore::Private);
+    }
+    if first(req_headers, "authorization").is_some()
+        && !(d.public || d.s_maxage.is_some() || d.must_revalidate)
+    {
+        return Err(NoStore::Authorization);
+    }
+    let lifetime = match freshness_lifetime(status, &d, resp_headers, now) {
+        Some(l) => Some(l),
+        None => rule_ttl,
+    }
+    .ok_or(NoStore::NoFreshness)?;
+    Ok(Storable {
+        lifetime,
+        must_revalidate: d.must_revalidate || d.proxy_revalidate || d.s_maxage.is_some(),
+        no_cache: d.no_cache,
+        stale_while_revalidate: d.stale_while_revalidate.unwrap_or(0),
+        stale_if_error: d.stale_if_error.unwrap_or(0),
+    })
+}
+
+/// RFC 9111 §4.2.1: s-maxage, max-age, Expires − Date, then the heuristic (§4.2.2) for
+/// heuristically cacheable statuses. `None`: no freshness information at all.
+pub fn freshness_lifetime(
+    status: u16,
+    d: &Directives,
+    headers: &[Header],
+    now: u64,
+) -> Option<u64> {
+    if let Some(s) = d.s_maxage {
+        return Some(s);
+    }
+    if let Some(m) = d.max_age {
+        return Some(m);
+    }
+    let date = http_date(first(headers, "date")).unwrap_or(now);
+    if let Some(expires) = first(headers, "expires") {
+        // An invalid Expires (e.g. "0") means already expired.
+        return Some(
+            http_date(Some(expires))
+                .map(|e| e.saturating_sub(date))
+                .unwrap_or(0),
+        );
+    }
+    if HEURISTIC_STATUSES.contains(&status) || d.public {
+        if let Some(lm) = http_date(first(headers, "last-modified")) {
+            return Some((date.saturating_sub(lm) / 10).min(HEURISTIC_MAX));
+        }
+    }
+    None
+}
+
+/// The age inputs recorded when a response is received (RFC 9111 §4.2.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AgeClock {
+    pub request_time: u64,
+    pub response_time: u64,
+    pub date: u64,
+    pub age_value: u64,
+}
+
+impl AgeClock {
+    pub fn new(request_time: u64, response_time: u64, headers: &[Header]) -> AgeClock {
+        let date = http_date(first(headers, "date")).unwrap_or(response_time);
+        let age_value = first(headers, "age")
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        AgeClock {
+            request_time,
+            response_time,
+            date,
+            age_value,
+        }
+    }
+
+    /// current_age = corrected_initial_age + resident_time.
+    pub fn current_age(&self, now: u64) -> u64 {
+        let apparent_age = self.response_time.saturating_sub(self.date);
+        let response_delay = self.response_time.saturating_sub(self.request_time);
+        let corrected_age_value = self.age_value + response_delay;
+        let corrected_initial_age = apparent_age.max(corrected_age_value);
+        corrected_initial_age + now.saturating_sub(self.response_time)
+    }
+}
+
+/// What may be done with a stored response for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// Serve it.
+    Fresh,
+    /// Stale, but the request's `max-stale` allows serving it as is.
+    StaleAllowed,
+    /// Stale within `stale-while-revalidate`: serve it and revalidate in the background.
+    StaleWhileRevalidate,
+    /// Must be validated with the origin first; `if_error` says whether it may still be served
+    /// if the origin cannot be reached (`stale-if-error`).
+    Revalidate { if_error: bool },
+}
+
+impl Freshness {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Freshness::Fresh => "fresh",
+            Freshness::StaleAllowed => "stale-allowed",
+            Freshness::StaleWhileRevalidate => "stale-while-revalidate",
+            Freshness::Revalidate { .. } => "revalidate",
+        }
+    }
+}
+
+/// The verdict for a stored response (`age` now, its `Storable` facts, soft-purged or not) and
+/// the request's directives.
+pub fn evaluate(s: &Storable, age: u64, invalidated: bool, req: &Directives) -> Freshness {
+    let lifetime = if invalidated { 0 } else { s.lifetime };
+    let stale_by = age.saturating_sub(lifetime);
+    let if_error = s.stale_if_error > 0 && age < lifetime.saturating_add(s.stale_if_error);
+    if req.no_cache || s.no_cache {
+        return Freshness::Revalidate { if_error };
+    }
+    let min_fresh = req.min_fresh.unwrap_or(0);
+    let within_req_max_age = req.max_age.is_none_or(|m| age <= m);
+    if lifetime == u64::MAX || (age.saturating_add(min_fresh) < lifetime && within_req_max_age) {
+        return Freshness::Fresh;
+    }
+    if s.must_revalidate {
+        return Freshness::Revalidate { if_error: false };
+    }
+    if age >= lifetime {
+        match req.max_stale {
+            Some(None) => return Freshness::StaleAllowed,
+            Some(Some(n)) if stale_by <= n => return Freshness::StaleAllowed,
+            _ => {}
+        }
+        if stale_by < s.stale_while_revalidate && !invalidated {
+            return Freshness::StaleWhileRevalidate;
+        }
+    }
+    Freshness::Revalidate { if_error }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    const NOW: u64 = 1_700_000_000;
+
+    fn h(pairs: &[(&str, &str)]) -> Vec<Header> {
+        pairs
+            .iter()
+            .map(|(n, v)| Header {
+                name: Bytes::copy_from_slice(n.as_bytes()),
+                value: Bytes::copy_from_slice(v.as_bytes()),
+            })
+            .collect()
+    }
+
+    fn date(secs: u64) -> String {
+        httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+    }
+
+    #[test]
+    fn storability_table() {
+        let rules = StoreRules::default();
+        let d = date(NOW);
+        let cases: Vec<(
+            &str,
+            Method,
+            Vec<Header>,
+            u16,
+            Vec<Header>,
+            Result<u64, NoStore>,
+        )> = vec![
+            (
+                "max-age",
+                Method::Get,
+                h(&[]),
+                200,
+                h(&[("Cache-Control", "max-age=60")]),
+                Ok(60),
+            ),
+            (
+                "s-maxage wins",
+                Method::Get,
+                h(&[]),
+                200,
+                h(&[("Cache-Control", "max-age=60, s-maxage=5")]),
+                Ok(5),
+            ),
+            (
+                "CDN-Cache-Control wins",
+                Method::Get,
+                h(&[]),
+                200,
+                h(&[
+                    ("Cache-Control", "no-store"),
+                    ("CDN-Cache-Control", "max-age=30"),
+                ]),
+                Ok(30),
+            ),
+            (
+                "expires",
+                Method::Get,
+                h(&[]),
+                200,
+                h(&[("Date", &d), ("Expires", &date(NOW + 100))]),
+                Ok(100),
+            ),
+            (
+                "bad expires",
+                Method::Get,
+                h(&[]),
+                200,
+                h(&[("Expires", "0")]),
+                Ok(0),
+            ),
+            (
+                "heuristic",
+                Method::Get,
+                h(&[]),
+                200,
+                h(&[("Date", &d), ("Last-Modified", &date(NOW - 1000))]),
+                Ok(100),
+            ),
+            (
+                "heuristic capped",
+                Method::Get,
+                h(&[]),
+                200,
+                h(&[("Date", &d), ("Last-Modified", &date(NOW - 10_000_000))]),
+                Ok(86_400),
+            ),
+            (
+                "no freshness",
+                Method::Get,
+                h(&[]),
+                200,
+                h(&[]),
+                Err(NoStore::NoFreshness),
+            ),
+            (
+                "302 not heuristic",
+                Method::Get,
+                h(&[]),
+                302,
+                h(&[("Last-Modified", &date(NOW - 1000))]),
+                Err(NoStore::NoFreshness),
+            ),
+            (
+                "404 heuristic",
+                Method::Get,
+                h(&[]),
+                404,
+                h(&[("Date", &d), ("Last-Modified", &date(NOW - 50))]),
+                Ok(5),
+            ),
+            (
+                "post",
+                Method::Post,
+                h(&[]),
+                200,
+                h(&[("Cache-Control", "max-age=60")]),
+                Err(NoStore::Method),
+            ),
+            (
+                "no-store",
+                Method::Get,
+                h(&[]),
+                200,
+                h(&[("Cache-Control", "max-age=60, no-store")]),
+                Err(NoStore::ResponseNoStore),
+            ),
+            (
+                "request no-store",
+                Method::Get,
+                h(&[("Cache-Control", "no-store")]),
+                200,
+                h(&[("Cache-Control", "max-age=60")]),
+                Err(NoStore::RequestNoStore),
+            ),
+            (
+                "private",
+                Method::Get,
+                h(&[]),
+                200,
+                h(&[("Cache-Control", "private, max-age=60")]),
+                Err(NoStore::Private),
+            ),
+            (
+                "authorization",
+                Method::Get,
+                h(&[("Authorization", "x")]),
+                200,
+                h(&[("Cache-Control", "max-age=60")]),
+                Err(NoStore::Authorization),
+            ),
+            (
+                "authorization + public",
+                Method::Get,
+                h(&[("Authorization", "x")]),
+                200,
+                h(&[("Cache-Control", "public, max-age=60")]),
+                Ok(60),
+            ),
+            (
+                "set-cookie",
+                Method::Get,
+                h(&[]),
+                200,
+                h(&[("Cache-Control", "max-age=60"), ("Set-Cookie", "a=b")]),
+                Err(NoStore::SetCookie),
+            ),
+            (
+                "vary *",
+                Method::Get,
+                h(&[]),
+                200,
+                h(&[("Cache-Control", "max-age=60"), ("Vary", "*")]),
+                Err(NoStore::VaryStar),
+            ),
+        ];
+        for (name, m, rq, status, rs, want) in cases {
+            let got = storable(&m, &rq, status, &rs, &rules, NOW).map(|s| s.lifetime);
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn rules_override_the_origin() {
+        let rules = StoreRules {
+            ttl_by_status: vec![(200, 86_400)],
+            ignore_origin: true,
+            share_set_cookie: false,
+        };
+        let s = storable(
+            &Method::Get,
+            &[],
+            200,
+            &h(&[("Cache-Control", "no-store, private")]),
+            &rules,
+            NOW,
+        )
+        .unwrap();
+        assert_eq!(s.lifetime, 86_400);
+        assert_eq!(
+            storable(&Method::Get, &[], 404, &h(&[]), &rules, NOW),
+            Err(NoStore::NoFreshness)
+        );
+        let fallback = StoreRules {
+            ttl_by_status: vec![(200, 30)],
+            ..Default::default()
+        };
+        assert_eq!(
+            storable(&Method::Get, &[], 200, &h(&[]), &fallback, NOW)
+                .unwrap()
+                .lifetime,
+            30
+        );
+        assert_eq!(
+            storable(
+                &Method::Get,
+                &[],
+                200,
+                &h(&[("Cache-Control", "max-age=5")]),
+                &fallback,
+                NOW
+            )
+            .unwrap()
+            .lifetime,
+            5
+        );
+    }
+
+    #[test]
+    fn age_calculation() {
+        // Origin said Age: 10, the response took 2 s to arrive, Date is 5 s behind.
+        let c = AgeClock::new(NOW - 2, NOW, &h(&[("Age", "10"), ("Date", &date(NOW - 5))]));
+        assert_eq!(c.current_age(NOW), 12);
+        assert_eq!(c.current_age(NOW + 30), 42);
+        let c = AgeClock::new(NOW, NOW, &h(&[("Date", &date(NOW - 20))]));
+        assert_eq!(c.current_age(NOW), 20, "apparent age from Date");
+    }
+
+    #[test]
+    fn freshness_verdicts() {
+        let base = Storable {
+            lifetime: 60,
+            must_revalidate: false,
+            no_cache: false,
+            stale_while_revalidate: 0,
+            stale_if_error: 0,
+        };
+        let req = |s: &str| Directives::parse([s.as_bytes()]);
+        let none = req("");
+        let cases: Vec<(&str, Storable, u64, bool, Directives, Freshness)> = vec![
+            (
+                "fresh",
+                base.clone(),
+                10,
+                false,
+                none.clone(),
+                Freshness::Fresh,
+            ),
+            (
+                "stale",
+                base.clone(),
+                60,
+                false,
+                none.clone(),
+                Freshness::Revalidate { if_error: false },
+            ),
+            (
+                "min-fresh",
+                base.clone(),
+                50,
+                false,
+                req("min-fresh=20"),
+                Freshness::Revalidate { if_error: false },
+            ),
+            (
+                "request max-age",
+                base.clone(),
+                30,
+                false,
+                req("max-age=10"),
+                Freshness::Revalidate { if_error: false },
+            ),
+            (
+                "request no-cache",
+                base.clone(),
+                1,
+                false,
+                req("no-cache"),
+                Freshness::Revalidate { if_error: false },
+            ),
+            (
+                "max-stale any",
+                base.clone(),
+                500,
+                false,
+                req("max-stale"),
+                Freshness::StaleAllowed,
+            ),
+            (
+                "max-stale bounded",
+                base.clone(),
+                100,
+                false,
+                req("max-stale=30"),
+                Freshness::Revalidate { if_error: false },
+            ),
+            (
+                "max-stale within",
+                base.clone(),
+                80,
+                false,
+                req("max-stale=30"),
+                Freshness::StaleAllowed,
+            ),
+            (
+                "swr",
+                Storable {
+                    stale_while_revalidate: 30,
+                    ..base.clone()
+                },
+                70,
+                false,
+                none.clone(),
+                Freshness::StaleWhileRevalidate,
+            ),
+            (
+                "swr expired",
+                Storable {
+                    stale_while_revalidate: 30,
+                    ..base.clone()
+                },
+                95,
+                false,
+                none.clone(),
+                Freshness::Revalidate { if_error: false },
+            ),
+            (
+                "sie",
+                Storable {
+                    stale_if_error: 100,
+                    ..base.clone()
+                },
+                90,
+                false,
+                none.clone(),
+                Freshness::Revalidate { if_error: true },
+            ),
+            (
+                "must-revalidate beats max-stale",
+                Storable {
+                    must_revalidate: true,
+                    ..base.clone()
+                },
+                70,
+                false,
+                req("max-stale"),
+                Freshness::Revalidate { if_error: false },
+            ),
+            (
+                "response no-cache",
+                Storable {
+                    no_cache: true,
+                    ..base.clone()
+                },
+                1,
+                false,
+                none.clone(),
+                Freshness::Revalidate { if_error: false },
+            ),
+            (
+                "soft purged",
+                base.clone(),
+                1,
+                true,
+                none.clone(),
+                Freshness::Revalidate { if_error: false },
+            ),
+            (
+                "forever",
+                Storable {
+                    lifetime: u64::MAX,
+                    ..base.clone()
+                },
+                1 << 40,
+                false,
+                none.clone(),
+                Freshness::Fresh,
+            ),
+        ];
+        for (name, s, age, inval, r, want) in cases {
+            assert_eq!(evaluate(&s, age, inval, &r), want, "{name}");
+        }
+    }
+}

@@ -1,0 +1,532 @@
+//! The memory store: N shards, each behind its own mutex (held for a map operation, never across
+//! an `.await`), a hard byte limit per shard that counts keys, heads, bodies and a fixed
+//! overhead, and S3-FIFO eviction.
+//!
+//! S3-FIFO (Yang et al., SOSP '23) keeps a small FIFO (10% of the bytes) for new entries and a
+//! main FIFO for entries that were hit while in the small one; a ghost list remembers recently
+//! evicted keys so that they go straight to main when they come back. A one-off scan fills and
+//! drains the small FIFO without touching the main one: scan resistant, and a hit costs one
+//! saturating counter increment, no list surgery.
+//!
+//! Entries are per primary key and hold the Vary variants of that key. Queue slots are
+//! `(hash, generation)`, so a purged or replaced entry's old slots are skipped lazily.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+
+use crate::key::CacheKey;
+use crate::object::CachedObject;
+
+/// Counters, updated by the store and by the cache stage.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub stale: AtomicU64,
+    pub revalidated: AtomicU64,
+    pub stores: AtomicU64,
+    pub evictions: AtomicU64,
+    pub coalesced: AtomicU64,
+    pub purged: AtomicU64,
+}
+
+impl Stats {
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What a lookup found.
+#[derive(Debug)]
+pub enum Lookup {
+    Found(Arc<CachedObject>),
+    /// The key is stored, but no variant matches the request's Vary values.
+    VariantMiss,
+    Miss,
+}
+
+/// Which entries a purge removes.
+#[derive(Debug, Clone)]
+pub enum PurgeSelector {
+    /// One key (`host/path?query` under a scheme).
+    Exact(CacheKey),
+    /// Every URL starting with `host/prefix`.
+    Prefix(Vec<u8>),
+    /// Every URL of a host.
+    Host(Vec<u8>),
+    /// Every URL matching a regex (`host/path?query`).
+    Regex(regex::bytes::Regex),
+    /// Every object tagged (Surrogate-Key / Cache-Tag).
+    Tag(String),
+    All,
+}
+
+struct Entry {
+    key: CacheKey,
+    variants: Vec<Arc<CachedObject>>,
+    bytes: u64,
+    freq: u8,
+    in_main: bool,
+    generation: u64,
+}
+
+#[derive(Default)]
+struct Shard {
+    map: HashMap<u64, Entry>,
+    small: VecDeque<(u64, u64)>,
+    main: VecDeque<(u64, u64)>,
+    ghost: VecDeque<u64>,
+    ghost_set: HashSet<u64>,
+    bytes: u64,
+    small_bytes: u64,
+    next_generation: u64,
+    tags: HashMap<String, HashSet<u64>>,
+}
+
+/// The memory store.
+#[derive(Debug)]
+pub struct MemoryStore {
+    shards: Vec<Mutex<Shard>>,
+    shard_limit: u64,
+    pub stats: Stats,
+}
+
+impl std::fmt::Debug for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shard")
+            .field("entries", &self.map.len())
+            .field("bytes", &self.bytes)
+            .finish()
+    }
+}
+
+impl MemoryStore {
+    /// A store of at most `limit` bytes in `shards` shards.
+    pub fn new(limit: u64, shards: usize) -> MemoryStore {
+        let shards = shards.max(1);
+        MemoryStore {
+            shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
+            shard_limit: limit / shards as u64,
+            stats: Stats::default(),
+        }
+    }
+
+    fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, Shard> {
+        let i = (hash % self.shards.len() as u64) as usize;
+        // A poisoned shard only means a panic elsewhere mid-update; the data is still usable.
+        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Finds the variant of `key` whose Vary values match (`value_of(name)` gives the request's).
+    pub fn lookup(&self, key: &CacheKey, value_of: impl Fn(&str) -> Option<Bytes>) -> Lookup {
+        let mut shard = self.shard(key.hash);
+        let Some(e) = shard.map.get_mut(&key.hash) else {
+            return Lookup::Miss;
+        };
+        if e.key.text != key.text {
+            return Lookup::Miss;
+        }
+        e.freq = (e.freq + 1).min(3);
+        match e.variants.iter().find(|v| v.vary_matches(&value_of)) {
+            Some(v) => Lookup::Found(v.clone()),
+            None => Lookup::VariantMiss,
+        }
+    }
+
+    /// Stores `obj` under `key`, replacing the variant with the same Vary values. Returns false
+    /// if the object alone exceeds a shard's share of the limit.
+    pub fn insert(&self, key: &CacheKey, obj: Arc<CachedObject>) -> bool {
+        let size = obj.size() + key.text.len() as u64;
+        if size > self.shard_limit {
+            return false;
+        }
+        let mut evicted = 0;
+        let mut shard = self.shard(key.hash);
+        let s = &mut *shard;
+        if let Some(e) = s.map.get_mut(&key.hash).filter(|e| e.key.text == key.text) {
+            let before = e.bytes;
+            e.variants.retain(|v| !same_vary(v, &obj));
+            e.variants.push(obj.clone());
+            e.bytes = entry_bytes(&e.key, &e.variants);
+            s.bytes = s.bytes - before + e.bytes;
+            if !e.in_main {
+                s.small_bytes = s.small_bytes - before + e.bytes;
+            }
+        } else {
+            if let Some(old) = s.map.remove(&key.hash) {
+                // A different key with the same hash: the newcomer replaces it.
+                s.forget(key.hash, &old);
+            }
+            let generation = s.next_generation;
+            s.next_generation += 1;
+            let to_main = s.ghost_set.remove(&key.hash);
+            let variants = vec![obj.clone()];
+            let bytes = entry_bytes(key, &variants);
+            s.map.insert(
+                key.hash,
+                Entry {
+                    key: key.clone(),
+                    variants,
+                    bytes,
+                    freq: 0,
+                    in_main: to_main,
+                    generation,
+                },
+            );
+            if to_main {
+                s.main.push_back((key.hash, generation));
+            } else {
+                s.small.push_back((key.hash, generation));
+                s.small_bytes += bytes;
+            }
+            s.bytes += bytes;
+        }
+        for t in &obj.meta.tags {
+            s.tags.entry(t.clone()).or_default().insert(key.hash);
+        }
+        while s.bytes > self.shard_limit {
+            if !s.evict_one(self.shard_limit) {
+                break;
+            }
+            evicted += 1;
+        }
+        drop(shard);
+        self.stats.evictions.fetch_add(evicted, Ordering::Relaxed);
+        Stats::bump(&self.stats.stores);
+        true
+    }
+
+    /// Removes one key entirely.
+    pub fn remove(&self, key: &CacheKey) -> bool {
+        let mut shard = self.shard(key.hash);
+        let s = &mut *shard;
+        match s.map.get(&key.hash) {
+            Some(e) if e.key.text == key.text => {
+                if let Some(old) = s.map.remove(&key.hash) {
+                    s.forget(key.hash, &old);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Purges what `sel` selects; `soft` marks objects stale (to be revalidated) instead of
+    /// removing them. Returns the number of keys affected.
+    pub fn purge(&self, sel: &PurgeSelector, soft: bool) -> u64 {
+        if let PurgeSelector::Exact(k) = sel {
+            let n = if soft {
+                let shard = self.shard(k.hash);
+                match shard.map.get(&k.hash).filter(|e| e.key.text == k.text) {
+                    Some(e) => {
+                        e.variants.iter().for_each(|v| v.invalidate());
+                        1
+                    }
+                    None => 0,
+                }
+            } else {
+                u64::from(self.remove(k))
+            };
+            self.stats.purged.fetch_add(n, Ordering::Relaxed);
+            return n;
+        }
+        let mut n = 0;
+        for shard in &self.shards {
+            let mut shard = shard.lock().unwrap_or_else(|e| e.into_inner());
+            let s = &mut *shard;
+            let victims: Vec<u64> = match sel {
+                PurgeSelector::Tag(t) => s
+                    .tags
+                    .get(t)
+                    .map(|set| set.iter().copied().collect())
+                    .unwrap_or_default(),
+                _ => s
+                    .map
+                    .iter()
+                    .filter(|(_, e)| selects(sel, e))
+                    .map(|(h, _)| *h)
+                    .collect(),
+            };
+            for h in victims {
+                if soft {
+                    if let Some(e) = s.map.get(&h) {
+                        e.variants.iter().for_each(|v| v.invalidate());
+                        n += 1;
+                    }
+                } else if let Some(old) = s.map.remove(&h) {
+                    s.forget(h, &old);
+                    n += 1;
+                }
+            }
+        }
+        self.stats.purged.fetch_add(n, Ordering::Relaxed);
+        n
+    }
+
+    /// (keys, bytes) stored now.
+    pub fn usage(&self) -> (u64, u64) {
+        self.shards.iter().fold((0, 0), |(k, b), s| {
+            let s = s.lock().unwrap_or_else(|e| e.into_inner());
+            (k + s.map.len() as u64, b + s.bytes)
+        })
+    }
+
+    /// The byte limit (all shards).
+    pub fn limit(&self) -> u64 {
+        self.shard_limit * self.shards.len() as u64
+    }
+}
+
+fn same_vary(a: &CachedObject, b: &CachedObject) -> bool {
+    a.meta.vary == b.meta.vary
+}
+
+fn entry_bytes(key: &CacheKey, variants: &[Arc<CachedObject>]) -> u64 {
+    key.text.len() as u64 + variants.iter().map(|v| v.size()).sum::<u64>()
+}
+
+fn selects(sel: &PurgeSelector, e: &Entry) -> bool {
+    let url = e.key.url();
+    match sel {
+        PurgeSelector::Prefix(p) => url.starts_with(p),
+        PurgeSelector::Host(h) => {
+            let host_end = url.iter().position(|b| *b == b'/').unwrap_or(url.len());
+            url[..host_end].eq_ignore_ascii_case(h)
+        }
+        PurgeSelector::Regex(r) => r.is_match(url),
+        PurgeSelector::All => true,
+        PurgeSelector::Exact(k) => e.key.text == k.text,
+        PurgeSelector::Tag(t) => e.variants.iter().any(|v| v.meta.tags.contains(t)),
+    }
+}
+
+impl Shard {
+    /// Accounting and tag cleanup for an entry already removed from the map.
+    fn forget(&mut self, hash: u64, old: &Entry) {
+        self.bytes -= old.bytes;
+        if !old.in_main {
+            self.small_bytes -= old.bytes;
+        }
+        for v in &old.variants {
+            for t in &v.meta.tags {
+                if let Some(set) = self.tags.get_mut(t) {
+                    set.remove(&hash);
+                    if set.is_empty() {
+                        self.tags.remove(t);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Evicts (or demotes) until one entry has left; false when nothing is left to evict.
+    fn evict_one(&mut self, limit: u64) -> bool {
+        loop {
+            let from_small =
+                !self.small.is_empty() && (self.small_bytes > limit / 10 || self.main.is_empty());
+            let slot = if from_small {
+                self.small.pop_front()
+            } else {
+                self.main.pop_front()
+            };
+            let Some((hash, generation)) = slot else {
+                return false;
+            };
+            let live = self
+                .map
+                .get(&hash)
+                .is_some_and(|e| e.generation == generation && e.in_main != from_small);
+            if !live {
+                continue;
+            }
+            let Some(e) = self.map.get_mut(&hash) else {
+                continue;
+            };
+            if from_small {
+                if e.freq > 0 {
+                    // Hit while new: promote.
+                    e.freq = 0;
+                    e.in_main = true;
+                    self.small_bytes -= e.bytes;
+                    self.main.push_back((hash, generation));
+                    continue;
+                }
+                let old = self.map.remove(&hash);
+                if let Some(old) = old {
+                    self.forget(hash, &old);
+                }
+                self.ghost.push_back(hash);
+                self.ghost_set.insert(hash);
+                while self.ghost.len() > self.map.len().max(64) {
+                    if let Some(g) = self.ghost.pop_front() {
+                        self.ghost_set.remove(&g);
+                    }
+                }
+                return true;
+            }
+            if e.freq > 0 {
+                e.freq -= 1;
+                self.main.push_back((hash, generation));
+                continue;
+            }
+            if let Some(old) = self.map.remove(&hash) {
+                self.forget(hash, &old);
+            }
+            return true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::ObjectMeta;
+    use crate::policy::{AgeClock, Storable};
+    use std::sync::atomic::AtomicBool;
+
+    fn obj(
+        body_len: usize,
+        tags: &[&str],
+        vary: Vec<(String, Option<Bytes>)>,
+    ) -> Arc<CachedObject> {
+        let meta = ObjectMeta {
+            status: 200,
+            storable: Storable {
+                lifetime: 60,
+                must_revalidate: false,
+                no_cache: false,
+                stale_while_revalidate: 0,
+                stale_if_error: 0,
+            },
+            clock: AgeClock::default(),
+            etag: None,
+            last_modified: None,
+            vary,
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+            invalidated: AtomicBool::new(false),
+        };
+        Arc::new(CachedObject::new(
+            meta,
+            Bytes::new(),
+            Vec::new(),
+            Bytes::from(vec![b'x'; body_len]),
+        ))
+    }
+
+    fn key(url: &str) -> CacheKey {
+        CacheKey::from_url("http", url)
+    }
+
+    #[test]
+    fn bytes_never_exceed_the_limit_and_evicted_objects_are_gone() {
+        let store = MemoryStore::new(64 * 1024, 4);
+        for i in 0..2000 {
+            assert!(store.insert(&key(&format!("h/{i}")), obj(500 + i % 700, &[], vec![])));
+            let (_, bytes) = store.usage();
+            assert!(bytes <= store.limit(), "{bytes} > {}", store.limit());
+        }
+        let (keys, _) = store.usage();
+        assert!(keys > 20 && keys < 200, "{keys}");
+        let evictions = store.stats.evictions.load(Ordering::Relaxed);
+        assert_eq!(evictions + keys, 2000);
+        let found = (0..2000)
+            .filter(|i| {
+                matches!(
+                    store.lookup(&key(&format!("h/{i}")), |_| None),
+                    Lookup::Found(_)
+                )
+            })
+            .count();
+        assert_eq!(found as u64, keys, "evicted objects are really gone");
+        assert!(
+            !store.insert(&key("huge"), obj(1 << 20, &[], vec![])),
+            "bigger than a shard"
+        );
+    }
+
+    #[test]
+    fn scan_resistance_keeps_hot_keys() {
+        let store = MemoryStore::new(200 * 1024, 1);
+        for i in 0..50 {
+            store.insert(&key(&format!("hot/{i}")), obj(1000, &[], vec![]));
+        }
+        for _ in 0..3 {
+            for i in 0..50 {
+                let _ = store.lookup(&key(&format!("hot/{i}")), |_| None);
+            }
+        }
+        // A one-off scan five times the size of the cache.
+        for i in 0..800 {
+            store.insert(&key(&format!("scan/{i}")), obj(1000, &[], vec![]));
+        }
+        let hot = (0..50)
+            .filter(|i| {
+                matches!(
+                    store.lookup(&key(&format!("hot/{i}")), |_| None),
+                    Lookup::Found(_)
+                )
+            })
+            .count();
+        assert!(hot >= 45, "only {hot} of 50 hot keys survived the scan");
+    }
+
+    #[test]
+    fn vary_variants_and_purges() {
+        let store = MemoryStore::new(1 << 20, 2);
+        let gz = vec![(
+            "accept-encoding".to_string(),
+            Some(Bytes::from_static(b"gzip")),
+        )];
+        let plain = vec![("accept-encoding".to_string(), None)];
+        store.insert(&key("a.test/x"), obj(10, &["product-1"], gz));
+        store.insert(&key("a.test/x"), obj(20, &["product-1"], plain));
+        let found = |v: Option<&'static [u8]>| match store
+            .lookup(&key("a.test/x"), move |_| v.map(Bytes::from_static))
+        {
+            Lookup::Found(o) => o.body.len(),
+            Lookup::VariantMiss => 1,
+            Lookup::Miss => 0,
+        };
+        assert_eq!(
+            (found(Some(b"gzip")), found(None), found(Some(b"br"))),
+            (10, 20, 1)
+        );
+        store.insert(&key("a.test/y"), obj(10, &["product-2"], vec![]));
+        store.insert(&key("b.test/y"), obj(10, &[], vec![]));
+        store.insert(&key("a.test/z/1"), obj(10, &[], vec![]));
+        assert_eq!(
+            store.purge(&PurgeSelector::Tag("product-1".into()), false),
+            1
+        );
+        assert_eq!(found(None), 0);
+        assert_eq!(
+            store.purge(&PurgeSelector::Prefix(b"a.test/z".to_vec()), false),
+            1
+        );
+        assert_eq!(
+            store.purge(
+                &PurgeSelector::Regex(regex::bytes::Regex::new("^b\\.test/").unwrap()),
+                true
+            ),
+            1
+        );
+        match store.lookup(&key("b.test/y"), |_| None) {
+            Lookup::Found(o) => assert!(o.is_invalidated(), "soft purge keeps the object, stale"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            store.purge(&PurgeSelector::Host(b"a.test".to_vec()), false),
+            1
+        );
+        assert_eq!(
+            store.purge(&PurgeSelector::Exact(key("b.test/y")), false),
+            1
+        );
+        assert_eq!(store.usage(), (0, 0));
+        store.insert(&key("c/1"), obj(1, &[], vec![]));
+        assert_eq!(store.purge(&PurgeSelector::All, false), 1);
+    }
+}
