@@ -315,14 +315,15 @@ mod tests {
     fn storability_table() {
         let rules = StoreRules::default();
         let d = date(NOW);
-        let cases: Vec<(
-            &str,
+        type Case = (
+            &'static str,
             Method,
             Vec<Header>,
             u16,
             Vec<Header>,
             Result<u64, NoStore>,
-        )> = vec![
+        );
+        let cases: Vec<Case> = vec![
             (
                 "max-age",
                 Method::Get,
