@@ -25,14 +25,15 @@ pub struct KeySpec {
 pub struct CacheKey {
     pub text: Bytes,
     pub hash: u64,
-    /// Where host and path start in `text`, for purges by host and prefix.
+    /// Where `host/path?query` lies in `text`, for purges by URL, host and prefix.
     url_start: usize,
+    url_end: usize,
 }
 
 impl CacheKey {
     /// `host/path?query`, the part purges match against.
     pub fn url(&self) -> &[u8] {
-        &self.text[self.url_start..]
+        &self.text[self.url_start..self.url_end]
     }
 
     /// A key from its text alone (purge by exact URL builds one of these).
@@ -40,10 +41,12 @@ impl CacheKey {
         let mut text = format!("GET {scheme}://");
         let url_start = text.len();
         text.push_str(url);
+        let url_end = text.len();
         CacheKey {
             hash: hash_bytes(text.as_bytes()),
             text: Bytes::from(text),
             url_start,
+            url_end,
         }
     }
 }
@@ -78,6 +81,7 @@ impl KeySpec {
             text.push(b'?');
             text.extend_from_slice(&q);
         }
+        let url_end = text.len();
         for name in &self.headers {
             text.extend_from_slice(b"\0h:");
             text.extend_from_slice(name.as_bytes());
@@ -98,6 +102,7 @@ impl KeySpec {
             hash: hash_bytes(&text),
             text: Bytes::from(text),
             url_start,
+            url_end,
         }
     }
 

@@ -53,6 +53,8 @@ pub enum Lookup {
 pub enum PurgeSelector {
     /// One key (`host/path?query` under a scheme).
     Exact(CacheKey),
+    /// Every key whose URL is exactly `host/path?query` (whatever else the key holds).
+    Url(Vec<u8>),
     /// Every URL starting with `host/prefix`.
     Prefix(Vec<u8>),
     /// Every URL of a host.
@@ -292,6 +294,7 @@ fn selects(sel: &PurgeSelector, e: &Entry) -> bool {
     let url = e.key.url();
     match sel {
         PurgeSelector::Prefix(p) => url.starts_with(p),
+        PurgeSelector::Url(u) => url == &u[..],
         PurgeSelector::Host(h) => {
             let host_end = url.iter().position(|b| *b == b'/').unwrap_or(url.len());
             url[..host_end].eq_ignore_ascii_case(h)

@@ -7,10 +7,14 @@
 //! * [`routes`] picks the route for a request; [`actions`] are what a route does (respond from
 //!   config, serve static files, echo).
 //! * [`proxy`] is the reverse proxy: upstream pools, balancing, health, forwarding rules.
+//! * [`cache`] is the cache stage of proxy routes (zones, Cache-Status); the RFC 9111 rules and
+//!   the store are the `weir-cache` crate. [`admin`] is the admin API (purge, stats, health).
 //! * [`reply`] holds the response-head tail and the canned error responses every action shares.
 //! * [`cli`] is the `weir` command line.
 
 pub mod actions;
+pub mod admin;
+pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod proxy;

@@ -52,3 +52,24 @@ pub fn error(
 ) {
     weir_http::response::put_error(out, status, server, extra, conn.as_bytes(), head_only);
 }
+
+/// A complete JSON response.
+pub fn json(
+    out: &mut BytesMut,
+    status: u16,
+    server: Option<&[u8]>,
+    body: &[u8],
+    conn: ConnHeader,
+    head_only: bool,
+) {
+    weir_http::response::put_status_line(out, status);
+    if let Some(s) = server {
+        weir_http::response::put_header(out, b"Server", s);
+    }
+    out.put_slice(b"Content-Type: application/json\r\nCache-Control: no-store\r\n");
+    weir_http::response::put_content_length(out, body.len() as u64);
+    finish_head(out, conn);
+    if !head_only {
+        out.put_slice(body);
+    }
+}

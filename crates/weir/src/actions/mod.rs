@@ -25,6 +25,8 @@ pub enum Action {
     Echo(echo::Echo),
     /// Boxed: by far the largest variant, and the table is read, not copied.
     Proxy(Box<crate::proxy::route::ProxyRoute>),
+    /// The admin API (only on the admin listener).
+    Admin,
 }
 
 /// The action keys a route gave (exactly one must be set).
@@ -34,6 +36,7 @@ pub(crate) struct Given {
     pub static_files: Option<model::Static>,
     pub echo: Option<model::Echo>,
     pub proxy: Option<model::Proxy>,
+    pub cache: Option<model::Cache>,
 }
 
 impl Action {
@@ -43,14 +46,21 @@ impl Action {
         path: &str,
         base: &BaseDir,
         server: Option<&Bytes>,
-        upstreams: &std::collections::HashMap<String, usize>,
+        refs: &crate::routes::Refs<'_>,
     ) -> Result<Action, CompileError> {
         let Given {
             respond,
             static_files,
             echo,
             proxy,
+            cache,
         } = given;
+        if cache.is_some() && proxy.is_none() {
+            return Err((
+                format!("{path}.cache"),
+                "a cache stage needs a proxy action on the same route".into(),
+            ));
+        }
         let set = [
             respond.is_some(),
             static_files.is_some(),
@@ -64,12 +74,19 @@ impl Action {
             ));
         }
         if let Some(p) = proxy {
-            return crate::proxy::route::ProxyRoute::compile(
+            let mut route = crate::proxy::route::ProxyRoute::compile(
                 p,
                 &format!("{path}.proxy"),
-                upstreams,
-            )
-            .map(|p| Action::Proxy(Box::new(p)));
+                refs.upstreams,
+            )?;
+            if let Some(c) = cache {
+                route.cache = Some(crate::cache::CacheRoute::compile(
+                    c,
+                    &format!("{path}.cache"),
+                    refs.zones,
+                )?);
+            }
+            return Ok(Action::Proxy(Box::new(route)));
         }
         if let Some(r) = respond {
             return respond::Respond::compile(r, &format!("{path}.respond"), base, server)
@@ -91,7 +108,7 @@ impl Action {
     pub fn methods(&self) -> Option<&'static [Method]> {
         match self {
             Action::Static(_) => Some(&[Method::Get, Method::Head]),
-            Action::Respond(_) | Action::Echo(_) | Action::Proxy(_) => None,
+            Action::Respond(_) | Action::Echo(_) | Action::Proxy(_) | Action::Admin => None,
         }
     }
 

@@ -81,6 +81,32 @@ pub(crate) fn compile(file: model::File, base: &BaseDir) -> Result<RuntimeConfig
         upstream_index.insert(name, upstreams.len());
         upstreams.push(Arc::new(up));
     }
+    let mut cache_zones = Vec::with_capacity(file.cache_zones.len());
+    let mut zone_index = std::collections::HashMap::new();
+    for (name, z) in file.cache_zones {
+        if z.max_size.0 < 64 * 1024 {
+            return Err((
+                format!("cache_zones.{name}.max_size"),
+                "must be at least 64k".into(),
+            ));
+        }
+        if z.shards == 0 || z.shards > 1024 {
+            return Err((
+                format!("cache_zones.{name}.shards"),
+                "must be between 1 and 1024".into(),
+            ));
+        }
+        zone_index.insert(name.clone(), cache_zones.len());
+        cache_zones.push(Arc::new(crate::cache::CacheZone::new(
+            &name,
+            z.max_size.0,
+            z.shards,
+        )));
+    }
+    let refs = crate::routes::Refs {
+        upstreams: &upstream_index,
+        zones: &zone_index,
+    };
     let mut listeners = Vec::with_capacity(file.listeners.len());
     for (i, l) in file.listeners.into_iter().enumerate() {
         let path = format!("listeners[{i}]");
@@ -95,17 +121,21 @@ pub(crate) fn compile(file: model::File, base: &BaseDir) -> Result<RuntimeConfig
             ));
         }
         let defer_accept = l.defer_accept;
-        let routes = RouteTable::compile(
-            l.routes,
-            &path,
-            base,
-            server_header.as_ref(),
-            &upstream_index,
-        )?;
+        let routes = RouteTable::compile(l.routes, &path, base, server_header.as_ref(), &refs)?;
         listeners.push(ListenerConfig {
             address,
+            admin: false,
             defer_accept,
             routes: Arc::new(routes),
+        });
+    }
+    if let Some(admin) = file.admin {
+        let address = resolve(&admin.address).map_err(|m| ("admin.address".to_string(), m))?;
+        listeners.push(ListenerConfig {
+            address,
+            admin: true,
+            defer_accept: false,
+            routes: Arc::new(RouteTable::admin()),
         });
     }
     Ok(RuntimeConfig {
@@ -115,6 +145,7 @@ pub(crate) fn compile(file: model::File, base: &BaseDir) -> Result<RuntimeConfig
         timeouts,
         listeners,
         upstreams,
+        cache_zones,
     })
 }
 

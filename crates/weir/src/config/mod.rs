@@ -34,6 +34,8 @@ pub struct RuntimeConfig {
     pub listeners: Vec<ListenerConfig>,
     /// Upstream pools, indexed by `ProxyRoute::upstream`.
     pub upstreams: Vec<Arc<crate::proxy::upstream::Upstream>>,
+    /// Cache zones, indexed by `CacheRoute::zone`.
+    pub cache_zones: Vec<Arc<crate::cache::CacheZone>>,
 }
 
 /// Compiled limits.
@@ -62,6 +64,8 @@ pub struct ListenerConfig {
     pub address: SocketAddr,
     /// TCP_DEFER_ACCEPT on the listening socket.
     pub defer_accept: bool,
+    /// The admin listener (serves purges and stats, no user routes).
+    pub admin: bool,
     pub routes: Arc<RouteTable>,
 }
 

@@ -30,6 +30,125 @@ pub struct File {
     /// Named pools of upstream servers, used by `proxy` routes.
     #[serde(default)]
     pub upstreams: BTreeMap<String, Upstream>,
+    /// Named cache stores, used by routes with a `cache` stage.
+    #[serde(default)]
+    pub cache_zones: BTreeMap<String, CacheZone>,
+    /// The admin listener: purges, stats, health.
+    pub admin: Option<Admin>,
+}
+
+/// A cache store.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheZone {
+    /// Hard limit on stored bytes (keys, heads and bodies).
+    pub max_size: Size,
+    /// Independent locks the store is split into.
+    #[serde(default = "default_shards")]
+    pub shards: usize,
+}
+
+fn default_shards() -> usize {
+    16
+}
+
+/// The admin listener.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Admin {
+    /// `host:port`; keep it on loopback or a management network.
+    pub address: String,
+}
+
+/// The cache stage of a `proxy` route.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cache {
+    /// Name of an entry in `cache_zones`.
+    pub zone: String,
+    #[serde(default)]
+    pub key: CacheKeyConfig,
+    /// Freshness by status (`"200": 1d`, `"404": 1m`, or `forever`), used when the origin says
+    /// nothing, or always with `ignore_origin`.
+    #[serde(default)]
+    pub ttl: BTreeMap<String, String>,
+    /// Ignore the origin's Cache-Control, Expires and heuristics: only `ttl` decides.
+    #[serde(default)]
+    pub ignore_origin: bool,
+    /// Requests that skip the cache.
+    #[serde(default)]
+    pub bypass: CacheBypass,
+    /// Larger responses are passed through, not stored.
+    #[serde(default = "default_max_object")]
+    pub max_object_size: Size,
+    /// Store responses that set cookies (they are never shared otherwise).
+    #[serde(default)]
+    pub share_set_cookie: bool,
+    /// Concurrent misses on one key wait this long for the first one's response.
+    #[serde(default = "default_lock_timeout")]
+    pub lock_timeout: Dur,
+    /// After an uncacheable response, misses on that key go straight to the origin this long.
+    #[serde(default = "default_hit_for_miss")]
+    pub hit_for_miss: Dur,
+    /// Add `X-Cache: HIT|MISS`.
+    #[serde(default)]
+    pub x_cache: bool,
+    /// Peers allowed to send PURGE (loopback always is).
+    #[serde(default)]
+    pub purge_from: Vec<String>,
+}
+
+fn default_max_object() -> Size {
+    Size(8 << 20)
+}
+fn default_lock_timeout() -> Dur {
+    Dur(std::time::Duration::from_secs(5))
+}
+fn default_hit_for_miss() -> Dur {
+    Dur(std::time::Duration::from_secs(10))
+}
+
+/// What goes into the cache key besides method class, scheme, host, path and query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheKeyConfig {
+    #[serde(default)]
+    pub headers: Vec<String>,
+    #[serde(default)]
+    pub cookies: Vec<String>,
+    /// Keep only these query parameters.
+    pub query_params: Option<Vec<String>>,
+    #[serde(default)]
+    pub sort_query: bool,
+    /// Reduce Accept-Encoding to br/gzip/identity when the origin varies on it.
+    #[serde(default = "default_true")]
+    pub normalize_accept_encoding: bool,
+}
+
+// Written out rather than derived: a derived Default would turn normalization off when `key` is
+// omitted, unlike when it is given without `normalize_accept_encoding`.
+impl Default for CacheKeyConfig {
+    fn default() -> Self {
+        CacheKeyConfig {
+            headers: Vec::new(),
+            cookies: Vec::new(),
+            query_params: None,
+            sort_query: false,
+            normalize_accept_encoding: true,
+        }
+    }
+}
+
+/// Bypass conditions.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheBypass {
+    /// Any of these cookies present.
+    #[serde(default)]
+    pub cookies: Vec<String>,
+    /// Any of these request headers present.
+    #[serde(default)]
+    pub headers: Vec<String>,
 }
 
 /// `auto` or a positive number.
@@ -161,6 +280,8 @@ pub struct Route {
     pub echo: Option<Echo>,
     /// Forward to an upstream pool.
     pub proxy: Option<Proxy>,
+    /// Cache the proxied responses (only with `proxy`).
+    pub cache: Option<Cache>,
 }
 
 /// Route conditions.

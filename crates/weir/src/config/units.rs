@@ -35,7 +35,8 @@ impl std::str::FromStr for Dur {
             "" | "s" => n,
             "m" => n * 60.0,
             "h" => n * 3600.0,
-            _ => return Err(format!("invalid duration unit in {s:?} (ms, s, m or h)")),
+            "d" => n * 86_400.0,
+            _ => return Err(format!("invalid duration unit in {s:?} (ms, s, m, h or d)")),
         };
         Ok(Dur(Duration::from_secs_f64(secs)))
     }
@@ -109,6 +110,7 @@ mod tests {
         );
         assert_eq!("10".parse::<Dur>().unwrap().0, Duration::from_secs(10));
         assert_eq!("2m".parse::<Dur>().unwrap().0, Duration::from_secs(120));
+        assert_eq!("1d".parse::<Dur>().unwrap().0, Duration::from_secs(86_400));
         assert!("10 parsecs".parse::<Dur>().is_err());
         assert_eq!("32k".parse::<Size>().unwrap().0, 32768);
         assert_eq!("1m".parse::<Size>().unwrap().0, 1 << 20);

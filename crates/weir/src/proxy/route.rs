@@ -83,6 +83,8 @@ pub struct ProxyRoute {
     pub forwarded: bool,
     pub trusted: Vec<IpNet>,
     pub via: bool,
+    /// The route's cache stage, if any.
+    pub cache: Option<crate::cache::CacheRoute>,
 }
 
 impl ProxyRoute {
@@ -159,6 +161,7 @@ impl ProxyRoute {
             forwarded: p.forwarded.forwarded,
             trusted,
             via: p.via,
+            cache: None,
         })
     }
 

@@ -26,10 +26,19 @@ pub struct RouteTable {
 pub struct Route {
     /// Name for logs (`routes[N]` when none was given).
     pub name: String,
+    /// Position in its table (tasks that outlive a request find their route by it).
+    pub index: usize,
     pub matcher: Matcher,
     /// Methods this route answers; `None` = any.
     pub methods: Option<Vec<Method>>,
     pub action: Action,
+}
+
+/// Names other parts of the config that routes refer to, resolved to indices.
+#[derive(Debug)]
+pub(crate) struct Refs<'a> {
+    pub upstreams: &'a std::collections::HashMap<String, usize>,
+    pub zones: &'a std::collections::HashMap<String, usize>,
 }
 
 /// The outcome of routing one request.
@@ -49,7 +58,7 @@ impl RouteTable {
         listener_path: &str,
         base: &BaseDir,
         server: Option<&Bytes>,
-        upstreams: &std::collections::HashMap<String, usize>,
+        refs: &Refs<'_>,
     ) -> Result<RouteTable, CompileError> {
         let mut out = Vec::with_capacity(routes.len());
         for (i, r) in routes.into_iter().enumerate() {
@@ -61,8 +70,9 @@ impl RouteTable {
                 static_files: r.static_files,
                 echo: r.echo,
                 proxy: r.proxy,
+                cache: r.cache,
             };
-            let action = Action::compile(given, &matcher, &path, base, server, upstreams)?;
+            let action = Action::compile(given, &matcher, &path, base, server, refs)?;
             let methods = match (methods, action.methods()) {
                 (None, None) => None,
                 (Some(m), None) => Some(m),
@@ -80,12 +90,33 @@ impl RouteTable {
             };
             out.push(Route {
                 name,
+                index: i,
                 matcher,
                 methods,
                 action,
             });
         }
         Ok(RouteTable { routes: out })
+    }
+
+    /// The admin listener's table: one route, the admin API.
+    pub(crate) fn admin() -> RouteTable {
+        let (matcher, _) =
+            Matcher::compile(model::Match::default(), "admin").unwrap_or_else(|_| unreachable!());
+        RouteTable {
+            routes: vec![Route {
+                name: "admin".into(),
+                index: 0,
+                matcher,
+                methods: None,
+                action: Action::Admin,
+            }],
+        }
+    }
+
+    /// The route at `index`.
+    pub fn get(&self, index: usize) -> Option<&Route> {
+        self.routes.get(index)
     }
 
     /// Finds the route for a request.

@@ -32,6 +32,7 @@ use tokio::time::{timeout, timeout_at, Instant, Sleep};
 use weir_http::{parse_request, BodyDecoder, BodyEvent, BodyKind, Method, ParseError, RequestHead};
 
 use super::client_io::ClientIo;
+use super::forward::Exchange;
 use super::worker::WorkerState;
 use crate::actions::static_files::{StaticReply, INLINE_BODY};
 use crate::actions::Action;
@@ -149,7 +150,7 @@ pub(crate) struct Conn {
     pub(super) buf: BytesMut,
     pub(super) out: BytesMut,
     pub(super) state: Rc<WorkerState>,
-    routes: Arc<RouteTable>,
+    pub(super) routes: Arc<RouteTable>,
     served: u64,
     /// Slot in the worker's connection slab.
     key: usize,
@@ -347,7 +348,10 @@ impl Conn {
                 } else {
                     Next::KeepAlive
                 };
-                return Box::pin(self.forward(&head, p, next)).await;
+                return match &p.cache {
+                    Some(c) => Box::pin(self.cached(&head, route.index, p, c, next)).await,
+                    None => Box::pin(self.forward(&head, p, next, &mut Exchange::default())).await,
+                };
             }
         }
         let wants_body = matches!(&routed, Routed::Found(route) if route.action.wants_body());
@@ -377,6 +381,17 @@ impl Conn {
                 Action::Respond(r) => r.write(&mut self.out, head_only, conn),
                 Action::Echo(e) => e.write(&mut self.out, &head, &body, server, conn),
                 Action::Proxy(_) => unreachable!("dispatched above"),
+                Action::Admin => {
+                    let (status, json) = crate::admin::handle(&head, cfg);
+                    reply::json(
+                        &mut self.out,
+                        status,
+                        server,
+                        json.as_bytes(),
+                        conn,
+                        head_only,
+                    );
+                }
                 Action::Static(s) => {
                     if let StaticReply::Stream { file, offset, len } =
                         s.serve(&head, &mut self.out, server, conn)

@@ -30,6 +30,7 @@ use weir_http::response::{put_date, put_header, put_u64};
 use weir_http::{BodyDecoder, BodyEvent, BodyKind, Method, RequestHead, ResponseHead, Version};
 
 use super::conn::{Conn, ConnError, Next};
+use super::worker::WorkerState;
 use crate::proxy::balance::candidates;
 use crate::proxy::headers::{forwarded_node, is_hop_by_hop, ConnectionTokens};
 use crate::proxy::pool::UpstreamConn;
@@ -64,7 +65,7 @@ impl Failure {
         }
     }
 
-    fn reason(&self) -> String {
+    pub(crate) fn reason(&self) -> String {
         match self {
             Failure::NoServer => "no server up".into(),
             Failure::Connect(e) => format!("connect failed: {e}"),
@@ -86,6 +87,42 @@ impl Failure {
     }
 }
 
+/// What the cache stage decides when the response head arrives.
+#[derive(Debug, Default)]
+pub(crate) struct HeadPlan {
+    /// Fields added to the client's response head (e.g. `Cache-Status`).
+    pub extra: BytesMut,
+    /// Keep a copy of the body, up to this many bytes, for storing.
+    pub capture: Option<usize>,
+}
+
+/// The cache stage's decision at head time.
+pub(crate) type PlanFn<'a> = Box<dyn FnMut(&ResponseHead) -> HeadPlan + 'a>;
+
+/// Hooks around one forward, used by the cache stage; `Exchange::default()` is a plain proxy.
+#[derive(Default)]
+pub(crate) struct Exchange<'a> {
+    /// Called with the response head before it is relayed.
+    pub plan: Option<PlanFn<'a>>,
+    /// Drop the client's conditional and range fields (a cache fetches whole responses).
+    pub strip_conditionals: bool,
+    /// The response head relayed, once relayed.
+    pub response: Option<ResponseHead>,
+    /// The captured body, when capture was asked and the body completed within the limit.
+    pub body: Option<BytesMut>,
+    /// The status of a failure answered by weir (502/503/504), if any.
+    pub failed: Option<u16>,
+}
+
+impl std::fmt::Debug for Exchange<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exchange")
+            .field("response", &self.response.as_ref().map(|r| r.status))
+            .field("failed", &self.failed)
+            .finish()
+    }
+}
+
 /// Outcome of sending the request.
 enum Sent {
     Ok,
@@ -100,6 +137,7 @@ impl Conn {
         head: &RequestHead,
         route: &ProxyRoute,
         mut next: Next,
+        ex: &mut Exchange<'_>,
     ) -> Result<Next, ConnError> {
         let state = self.state.clone();
         let up: &Upstream = &state.cfg.upstreams[route.upstream];
@@ -129,7 +167,9 @@ impl Conn {
                 Some(s) => s,
                 None => match wu.pick(up, self.peer.ip(), head, &tried_buf[..ntried]) {
                     Some(s) => s,
-                    None => return self.fail(up, None, Failure::NoServer, head, next, has_body),
+                    None => {
+                        return self.fail(up, None, Failure::NoServer, head, next, has_body, ex)
+                    }
                 },
             };
             if !tried_buf[..ntried].contains(&server) && ntried < tried_buf.len() {
@@ -153,13 +193,21 @@ impl Conn {
                             retries += 1;
                             continue;
                         }
-                        return self.fail(up, Some(server), f, head, next, has_body);
+                        return self.fail(up, Some(server), f, head, next, has_body, ex);
                     }
                 },
             };
             let _active = wu.track_active(server);
             let sent = self
-                .send_request(&mut uc, head, route, up, server, upgrade)
+                .send_request(
+                    &mut uc,
+                    head,
+                    route,
+                    up,
+                    server,
+                    upgrade,
+                    ex.strip_conditionals,
+                )
                 .await?;
             let result = match sent {
                 Sent::Ok => {
@@ -194,7 +242,7 @@ impl Conn {
                         retries += 1;
                         continue;
                     }
-                    return self.fail(up, Some(server), f, head, next, has_body);
+                    return self.fail(up, Some(server), f, head, next, has_body, ex);
                 }
             }
         };
@@ -207,30 +255,31 @@ impl Conn {
             // An HTTP/1.0 client understands no chunks: the close delimits the body.
             next = Next::Close;
         }
-        self.write_response_head(
-            &resp,
-            route,
-            next,
-            head.version,
-            chunked_out && head.version == Version::Http11,
-        );
+        let plan = ex.plan.as_mut().map(|f| f(&resp)).unwrap_or_default();
+        let chunked = chunked_out && head.version == Version::Http11;
+        self.write_response_head(&resp, route, next, head.version, chunked, &plan.extra);
+        let mut capture = plan.capture.map(|limit| (BytesMut::new(), limit));
         let reusable = self
             .relay_body(
                 &mut uconn,
                 &resp,
                 up,
                 server,
-                chunked_out && head.version == Version::Http11,
+                chunked,
                 total_deadline,
+                &mut capture,
             )
             .await?;
         if reusable {
             wu.pool.borrow_mut().put(server, uconn);
         }
+        ex.body = capture.map(|(b, _)| b);
+        ex.response = Some(resp);
         Ok(next)
     }
 
     /// Answers a failure and logs it; a request whose body was not (fully) read ends the connection.
+    #[allow(clippy::too_many_arguments)]
     fn fail(
         &mut self,
         up: &Upstream,
@@ -239,7 +288,9 @@ impl Conn {
         head: &RequestHead,
         next: Next,
         has_body: bool,
+        ex: &mut Exchange<'_>,
     ) -> Result<Next, ConnError> {
+        ex.failed = Some(f.status());
         let server_name = server.map(|s| up.servers[s].name.as_str()).unwrap_or("-");
         tracing::warn!(upstream = %up.name, server = %server_name, status = f.status(), reason = %f.reason(), "upstream failure");
         let next = if has_body { Next::Close } else { next };
@@ -257,13 +308,11 @@ impl Conn {
     }
 
     fn note_failure(&self, up: &Upstream, server: usize, f: &Failure) {
-        let s = &up.servers[server];
-        if s.health.record_failure(&up.passive, now_ms()) {
-            tracing::warn!(upstream = %up.name, server = %s.name, reason = %f.reason(), down_for_ms = up.passive.down_ms, "server marked down (passive health)");
-        }
+        record_failure(up, server, f);
     }
 
     /// Writes the request head and streams the body to the upstream.
+    #[allow(clippy::too_many_arguments)]
     async fn send_request(
         &mut self,
         uc: &mut UpstreamConn,
@@ -272,133 +321,20 @@ impl Conn {
         up: &Upstream,
         server: usize,
         upgrade: bool,
+        strip_conditionals: bool,
     ) -> Result<Sent, ConnError> {
         let mut req = super::conn::take_buf();
-        req.put_slice(head.method.as_str().as_bytes());
-        req.put_u8(b' ');
-        route.upstream_target(head, &mut req);
-        req.put_slice(b" HTTP/1.1\r\n");
-        let tokens = ConnectionTokens::of(&head.headers);
-        let peer = self.peer.ip();
-        let trusted = route.trusts(peer);
-        let client_host = head.header("host").cloned();
-        match &route.host {
-            HostMode::Preserve => {
-                if let Some(h) = &client_host {
-                    put_header(&mut req, b"Host", h);
-                }
-            }
-            HostMode::Upstream => {
-                let s = &up.servers[server];
-                put_header(
-                    &mut req,
-                    b"Host",
-                    format!("{}:{}", s.host, s.port).as_bytes(),
-                );
-            }
-            HostMode::Fixed(v) => put_header(&mut req, b"Host", v),
-        }
-        let mut prior_xff: Option<Vec<u8>> = None;
-        let mut prior_fwd: Option<Vec<u8>> = None;
-        for h in &head.headers {
-            let n = &h.name[..];
-            if is_hop_by_hop(n, &tokens)
-                || n.eq_ignore_ascii_case(b"host")
-                || n.eq_ignore_ascii_case(b"content-length")
-                || n.eq_ignore_ascii_case(b"expect")
-                || route.request_edits.drops(n)
-            {
-                continue;
-            }
-            if route.x_forwarded && n.eq_ignore_ascii_case(b"x-forwarded-for") {
-                if trusted {
-                    let v = prior_xff.get_or_insert_with(Vec::new);
-                    if !v.is_empty() {
-                        v.extend_from_slice(b", ");
-                    }
-                    v.extend_from_slice(&h.value);
-                }
-                continue;
-            }
-            if route.x_forwarded
-                && (n.eq_ignore_ascii_case(b"x-forwarded-proto")
-                    || n.eq_ignore_ascii_case(b"x-forwarded-host"))
-                && !trusted
-            {
-                continue;
-            }
-            if route.forwarded && n.eq_ignore_ascii_case(b"forwarded") {
-                if trusted {
-                    let v = prior_fwd.get_or_insert_with(Vec::new);
-                    if !v.is_empty() {
-                        v.extend_from_slice(b", ");
-                    }
-                    v.extend_from_slice(&h.value);
-                }
-                continue;
-            }
-            put_header(&mut req, n, &h.value);
-        }
-        if route.x_forwarded {
-            let mut xff = prior_xff
-                .map(|mut v| {
-                    v.extend_from_slice(b", ");
-                    v
-                })
-                .unwrap_or_default();
-            xff.extend_from_slice(peer.to_string().as_bytes());
-            put_header(&mut req, b"X-Forwarded-For", &xff);
-            if !trusted || head.header("x-forwarded-proto").is_none() {
-                put_header(&mut req, b"X-Forwarded-Proto", b"http");
-            }
-            if let (false, Some(h)) = (
-                trusted && head.header("x-forwarded-host").is_some(),
-                &client_host,
-            ) {
-                put_header(&mut req, b"X-Forwarded-Host", h);
-            }
-        }
-        if route.forwarded {
-            let mut f = prior_fwd
-                .map(|mut v| {
-                    v.extend_from_slice(b", ");
-                    v
-                })
-                .unwrap_or_default();
-            f.extend_from_slice(format!("for={};proto=http", forwarded_node(peer)).as_bytes());
-            if let Some(h) = client_host
-                .as_ref()
-                .and_then(|h| std::str::from_utf8(h).ok())
-            {
-                f.extend_from_slice(format!(";host=\"{h}\"").as_bytes());
-            }
-            put_header(&mut req, b"Forwarded", &f);
-        }
-        for (n, v) in route.request_edits.added() {
-            put_header(&mut req, n, v);
-        }
-        if route.via {
-            put_header(&mut req, b"Via", b"1.1 weir");
-        }
-        match head.body {
-            BodyKind::Length(n) => {
-                req.put_slice(b"Content-Length: ");
-                put_u64(&mut req, n);
-                req.put_slice(b"\r\n");
-            }
-            BodyKind::Chunked => req.put_slice(b"Transfer-Encoding: chunked\r\n"),
-            BodyKind::Empty if head.header("content-length").is_some() => {
-                req.put_slice(b"Content-Length: 0\r\n")
-            }
-            _ => {}
-        }
-        if upgrade {
-            req.put_slice(b"Connection: upgrade\r\n");
-            if let Some(u) = head.header("upgrade") {
-                put_header(&mut req, b"Upgrade", u);
-            }
-        }
-        req.put_slice(b"\r\n");
+        build_request(
+            &mut req,
+            head,
+            route,
+            up,
+            server,
+            self.peer.ip(),
+            upgrade,
+            strip_conditionals,
+            b"",
+        );
         if head.body == BodyKind::Empty {
             let sent = match uc.stream.write_all(&req).await {
                 Ok(()) => Sent::Ok,
@@ -482,6 +418,7 @@ impl Conn {
         next: Next,
         client: Version,
         chunked: bool,
+        extra: &[u8],
     ) {
         let out = &mut self.out;
         out.put_slice(b"HTTP/1.1 ");
@@ -512,6 +449,7 @@ impl Conn {
         if route.via {
             put_header(out, b"Via", b"1.1 weir");
         }
+        out.put_slice(extra);
         if !has_date {
             put_date(out);
         }
@@ -533,6 +471,7 @@ impl Conn {
     }
 
     /// Streams the response body; returns whether the upstream connection can be reused.
+    #[allow(clippy::too_many_arguments)]
     async fn relay_body(
         &mut self,
         uc: &mut UpstreamConn,
@@ -541,6 +480,7 @@ impl Conn {
         server: usize,
         chunked: bool,
         total_deadline: Option<Instant>,
+        capture: &mut Option<(BytesMut, usize)>,
     ) -> Result<bool, ConnError> {
         let mut decoder = BodyDecoder::new(resp.body);
         loop {
@@ -549,6 +489,14 @@ impl Conn {
                 .map_err(|e| self.aborted(up, server, &format!("bad response body: {e}")))?;
             match event {
                 BodyEvent::Data(d) => {
+                    if let Some((copy, limit)) = capture.as_mut() {
+                        if copy.len() + d.len() <= *limit {
+                            copy.extend_from_slice(&d);
+                        } else {
+                            // Too large to store: stop copying, keep relaying.
+                            *capture = None;
+                        }
+                    }
                     if chunked {
                         let _ = write!(self.out, "{:x}\r\n", d.len());
                         self.out.put_slice(&d);
@@ -634,6 +582,254 @@ impl Conn {
         let _ = tokio::io::copy_bidirectional(client, &mut uc.stream).await;
         Ok(Next::Upgraded)
     }
+}
+
+/// One whole exchange with no client attached, for the cache's revalidations (inline and in the
+/// background): pick a server, send `head` (client conditionals dropped) plus `extra` fields,
+/// read the whole response. Bodies over `max_body` fail: the caller falls back to a plain forward.
+pub(crate) async fn fetch_whole(
+    state: &WorkerState,
+    peer: std::net::IpAddr,
+    head: &RequestHead,
+    route: &ProxyRoute,
+    extra: &[u8],
+    max_body: usize,
+) -> Result<(ResponseHead, bytes::Bytes), Failure> {
+    let up: &Upstream = &state.cfg.upstreams[route.upstream];
+    let wu = &state.upstreams[route.upstream];
+    let mut stale_retry = true;
+    loop {
+        let server = wu.pick(up, peer, head, &[]).ok_or(Failure::NoServer)?;
+        let pooled = if stale_retry {
+            wu.pool.borrow_mut().take(server)
+        } else {
+            None
+        };
+        let reused = pooled.is_some();
+        let mut uc = match pooled {
+            Some(c) => c,
+            None => match connect(up, server).await {
+                Ok(c) => c,
+                Err(f) => {
+                    record_failure(up, server, &f);
+                    return Err(f);
+                }
+            },
+        };
+        let _active = wu.track_active(server);
+        let mut req = BytesMut::with_capacity(512);
+        build_request(&mut req, head, route, up, server, peer, false, true, extra);
+        if let Err(e) = uc.stream.write_all(&req).await {
+            if reused && stale_retry {
+                stale_retry = false;
+                continue;
+            }
+            return Err(Failure::Reset(format!("write failed: {e}")));
+        }
+        let resp = match read_response_head(&mut uc, head.method == Method::Head, up, None).await {
+            Ok(r) => r,
+            Err(Failure::Reset(_)) if reused && stale_retry && uc.buf.is_empty() => {
+                stale_retry = false;
+                continue;
+            }
+            Err(f) => {
+                record_failure(up, server, &f);
+                return Err(f);
+            }
+        };
+        let mut decoder = BodyDecoder::new(resp.body);
+        let mut body = BytesMut::new();
+        loop {
+            match decoder.decode(&mut uc.buf) {
+                Err(e) => return Err(Failure::Malformed(e)),
+                Ok(BodyEvent::Data(d)) => {
+                    if body.len() + d.len() > max_body {
+                        return Err(Failure::Reset(
+                            "response larger than max_object_size".into(),
+                        ));
+                    }
+                    body.extend_from_slice(&d);
+                }
+                Ok(BodyEvent::Done(_)) => break,
+                Ok(BodyEvent::NeedMore) => {
+                    let deadline = Instant::now() + up.idle_read_timeout;
+                    match uc.read_by(deadline).await {
+                        Ok(Ok(0)) if decoder.on_eof().is_ok() => break,
+                        Ok(Ok(0)) => return Err(Failure::Reset("closed mid-body".into())),
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => return Err(Failure::Reset(format!("read failed: {e}"))),
+                        Err(()) => return Err(Failure::HeaderTimeout),
+                    }
+                }
+            }
+        }
+        if resp.keep_alive && resp.body != BodyKind::CloseDelimited {
+            wu.pool.borrow_mut().put(server, uc);
+        }
+        return Ok((resp, body.freeze()));
+    }
+}
+
+/// Counts a failure against a server's passive health, logging when it goes down.
+fn record_failure(up: &Upstream, server: usize, f: &Failure) {
+    let s = &up.servers[server];
+    if s.health.record_failure(&up.passive, now_ms()) {
+        tracing::warn!(upstream = %up.name, server = %s.name, reason = %f.reason(), down_for_ms = up.passive.down_ms, "server marked down (passive health)");
+    }
+}
+
+/// Encodes the upstream request head: rewritten target, Host per the route, the client's fields
+/// minus hop-by-hop ones (and conditionals when `strip_conditionals`), forwarding fields, edits,
+/// `Via`, framing, and `extra` fields (pre-rendered lines).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn build_request(
+    req: &mut BytesMut,
+    head: &RequestHead,
+    route: &ProxyRoute,
+    up: &Upstream,
+    server: usize,
+    peer: std::net::IpAddr,
+    upgrade: bool,
+    strip_conditionals: bool,
+    extra: &[u8],
+) {
+    req.put_slice(head.method.as_str().as_bytes());
+    req.put_u8(b' ');
+    route.upstream_target(head, req);
+    req.put_slice(b" HTTP/1.1\r\n");
+    let tokens = ConnectionTokens::of(&head.headers);
+    let trusted = route.trusts(peer);
+    let client_host = head.header("host").cloned();
+    match &route.host {
+        HostMode::Preserve => {
+            if let Some(h) = &client_host {
+                put_header(req, b"Host", h);
+            }
+        }
+        HostMode::Upstream => {
+            let s = &up.servers[server];
+            put_header(req, b"Host", format!("{}:{}", s.host, s.port).as_bytes());
+        }
+        HostMode::Fixed(v) => put_header(req, b"Host", v),
+    }
+    let mut prior_xff: Option<Vec<u8>> = None;
+    let mut prior_fwd: Option<Vec<u8>> = None;
+    for h in &head.headers {
+        let n = &h.name[..];
+        if is_hop_by_hop(n, &tokens)
+            || n.eq_ignore_ascii_case(b"host")
+            || n.eq_ignore_ascii_case(b"content-length")
+            || n.eq_ignore_ascii_case(b"expect")
+            || route.request_edits.drops(n)
+            || (strip_conditionals && is_conditional(n))
+        {
+            continue;
+        }
+        if route.x_forwarded && n.eq_ignore_ascii_case(b"x-forwarded-for") {
+            if trusted {
+                let v = prior_xff.get_or_insert_with(Vec::new);
+                if !v.is_empty() {
+                    v.extend_from_slice(b", ");
+                }
+                v.extend_from_slice(&h.value);
+            }
+            continue;
+        }
+        if route.x_forwarded
+            && (n.eq_ignore_ascii_case(b"x-forwarded-proto")
+                || n.eq_ignore_ascii_case(b"x-forwarded-host"))
+            && !trusted
+        {
+            continue;
+        }
+        if route.forwarded && n.eq_ignore_ascii_case(b"forwarded") {
+            if trusted {
+                let v = prior_fwd.get_or_insert_with(Vec::new);
+                if !v.is_empty() {
+                    v.extend_from_slice(b", ");
+                }
+                v.extend_from_slice(&h.value);
+            }
+            continue;
+        }
+        put_header(req, n, &h.value);
+    }
+    if route.x_forwarded {
+        let mut xff = prior_xff
+            .map(|mut v| {
+                v.extend_from_slice(b", ");
+                v
+            })
+            .unwrap_or_default();
+        xff.extend_from_slice(peer.to_string().as_bytes());
+        put_header(req, b"X-Forwarded-For", &xff);
+        if !trusted || head.header("x-forwarded-proto").is_none() {
+            put_header(req, b"X-Forwarded-Proto", b"http");
+        }
+        if let (false, Some(h)) = (
+            trusted && head.header("x-forwarded-host").is_some(),
+            &client_host,
+        ) {
+            put_header(req, b"X-Forwarded-Host", h);
+        }
+    }
+    if route.forwarded {
+        let mut f = prior_fwd
+            .map(|mut v| {
+                v.extend_from_slice(b", ");
+                v
+            })
+            .unwrap_or_default();
+        f.extend_from_slice(format!("for={};proto=http", forwarded_node(peer)).as_bytes());
+        if let Some(h) = client_host
+            .as_ref()
+            .and_then(|h| std::str::from_utf8(h).ok())
+        {
+            f.extend_from_slice(format!(";host=\"{h}\"").as_bytes());
+        }
+        put_header(req, b"Forwarded", &f);
+    }
+    for (n, v) in route.request_edits.added() {
+        put_header(req, n, v);
+    }
+    if route.via {
+        put_header(req, b"Via", b"1.1 weir");
+    }
+    match head.body {
+        BodyKind::Length(n) => {
+            req.put_slice(b"Content-Length: ");
+            put_u64(req, n);
+            req.put_slice(extra);
+            req.put_slice(b"\r\n");
+        }
+        BodyKind::Chunked => req.put_slice(b"Transfer-Encoding: chunked\r\n"),
+        BodyKind::Empty if head.header("content-length").is_some() => {
+            req.put_slice(b"Content-Length: 0\r\n")
+        }
+        _ => {}
+    }
+    if upgrade {
+        req.put_slice(b"Connection: upgrade\r\n");
+        if let Some(u) = head.header("upgrade") {
+            put_header(req, b"Upgrade", u);
+        }
+    }
+    req.put_slice(extra);
+    req.put_slice(b"\r\n");
+}
+
+/// Fields that make a request conditional or partial.
+fn is_conditional(name: &[u8]) -> bool {
+    [
+        &b"if-none-match"[..],
+        b"if-modified-since",
+        b"if-match",
+        b"if-unmodified-since",
+        b"if-range",
+        b"range",
+    ]
+    .iter()
+    .any(|c| name.eq_ignore_ascii_case(c))
 }
 
 /// Whether the request asks for a protocol upgrade (WebSocket).

@@ -8,6 +8,7 @@
 //! are closed, in-flight requests finish with `Connection: close`, and whatever is left when
 //! `timeouts.shutdown` expires is cut.
 
+mod cache_stage;
 mod client_io;
 mod conn;
 mod forward;
@@ -28,6 +29,7 @@ pub(crate) use forward::up_candidates;
 #[derive(Debug)]
 pub struct ServerHandle {
     addrs: Vec<SocketAddr>,
+    admin: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -38,6 +40,7 @@ pub fn start(cfg: RuntimeConfig) -> io::Result<ServerHandle> {
     let workers = cfg.workers.max(1);
     let mut per_worker: Vec<Vec<worker::Listening>> = (0..workers).map(|_| Vec::new()).collect();
     let mut addrs = Vec::new();
+    let mut admin = None;
     for (i, l) in cfg.listeners.iter().enumerate() {
         let with_addr = |e: io::Error, a: SocketAddr| {
             io::Error::new(e.kind(), format!("cannot listen on {a}: {e}"))
@@ -45,7 +48,11 @@ pub fn start(cfg: RuntimeConfig) -> io::Result<ServerHandle> {
         let first = listener::bind(l.address, cfg.limits.backlog, l.defer_accept)
             .map_err(|e| with_addr(e, l.address))?;
         let actual = first.local_addr()?;
-        addrs.push(actual);
+        if l.admin {
+            admin = Some(actual);
+        } else {
+            addrs.push(actual);
+        }
         per_worker[0].push(worker::Listening {
             socket: first,
             listener: i,
@@ -74,15 +81,21 @@ pub fn start(cfg: RuntimeConfig) -> io::Result<ServerHandle> {
     }
     Ok(ServerHandle {
         addrs,
+        admin,
         shutdown: tx,
         threads,
     })
 }
 
 impl ServerHandle {
-    /// The bound address of each listener, in config order (port 0 resolved).
+    /// The bound address of each (non-admin) listener, in config order (port 0 resolved).
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.addrs
+    }
+
+    /// The bound address of the admin listener, if configured.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin
     }
 
     /// Starts a graceful shutdown; returns at once.

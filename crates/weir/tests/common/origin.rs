@@ -12,6 +12,7 @@ pub struct Origin {
     pub addr: SocketAddr,
     pub accepts: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
+    open: Arc<std::sync::Mutex<Vec<TcpStream>>>,
 }
 
 impl Origin {
@@ -21,9 +22,19 @@ impl Origin {
 }
 
 impl Drop for Origin {
+    /// Stops accepting and cuts every open connection: the origin is really gone.
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         let _ = TcpStream::connect(self.addr);
+        for c in self.open.lock().unwrap().drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+        for _ in 0..200 {
+            if TcpStream::connect(self.addr).is_err() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 }
 
@@ -34,7 +45,8 @@ pub fn origin(handle: impl Fn(TcpStream) + Send + Sync + 'static) -> Origin {
     let accepts = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let handle = Arc::new(handle);
-    let (a, s) = (accepts.clone(), stop.clone());
+    let open = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (a, s, o) = (accepts.clone(), stop.clone(), open.clone());
     std::thread::spawn(move || {
         for conn in l.incoming() {
             if s.load(Ordering::SeqCst) {
@@ -42,14 +54,25 @@ pub fn origin(handle: impl Fn(TcpStream) + Send + Sync + 'static) -> Origin {
             }
             let Ok(conn) = conn else { continue };
             a.fetch_add(1, Ordering::SeqCst);
+            let kept = conn.try_clone().ok();
+            if let Some(c) = &kept {
+                o.lock().unwrap().push(c.try_clone().unwrap());
+            }
             let h = handle.clone();
-            std::thread::spawn(move || h(conn));
+            std::thread::spawn(move || {
+                h(conn);
+                // The clone kept for Drop must not keep the connection open after the handler.
+                if let Some(c) = kept {
+                    let _ = c.shutdown(std::net::Shutdown::Both);
+                }
+            });
         }
     });
     Origin {
         addr,
         accepts,
         stop,
+        open,
     }
 }
 

@@ -1,0 +1,114 @@
+//! The admin API, served on the `admin` listener only (keep it on loopback or a management
+//! network; it has no authentication of its own).
+//!
+//! * `GET /health` → `{"status":"ok"}`
+//! * `GET /stats` → per zone: objects, bytes, limit, hits, misses, stale, revalidated, stores,
+//!   evictions, coalesced, purged.
+//! * `POST /purge?…` (or `PURGE /purge?…`) with one selector — `url=host/path?query`,
+//!   `prefix=host/path`, `host=name`, `regex=…` (over `host/path?query`), `tag=…`
+//!   (Surrogate-Key / Cache-Tag), `all=1` — and optionally `zone=NAME` and `soft=1` (mark stale,
+//!   revalidate on next use, instead of removing). → `{"purged": N}`
+
+use std::sync::atomic::Ordering;
+
+use weir_cache::PurgeSelector;
+use weir_http::{Method, RequestHead};
+
+use crate::config::RuntimeConfig;
+
+/// Answers an admin request: (status, JSON body).
+pub fn handle(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
+    let params = query_params(req.query().unwrap_or(b""));
+    let param = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let is_purge_method = matches!(&req.method, Method::Post)
+        || matches!(&req.method, Method::Other(m) if &m[..] == b"PURGE");
+    match (req.path(), is_purge_method) {
+        (b"/health", false) => (200, r#"{"status":"ok"}"#.into()),
+        (b"/stats", false) => (200, stats(cfg)),
+        (b"/purge", true) => {
+            let selector = if let Some(u) = param("url") {
+                PurgeSelector::Url(u.as_bytes().to_vec())
+            } else if let Some(p) = param("prefix") {
+                PurgeSelector::Prefix(p.as_bytes().to_vec())
+            } else if let Some(h) = param("host") {
+                PurgeSelector::Host(h.to_ascii_lowercase().into_bytes())
+            } else if let Some(r) = param("regex") {
+                match regex::bytes::Regex::new(r) {
+                    Ok(re) => PurgeSelector::Regex(re),
+                    Err(e) => return (400, json_error(&format!("invalid regex: {e}"))),
+                }
+            } else if let Some(t) = param("tag") {
+                PurgeSelector::Tag(t.to_string())
+            } else if param("all").is_some() {
+                PurgeSelector::All
+            } else {
+                return (
+                    400,
+                    json_error("give one of url, prefix, host, regex, tag, all"),
+                );
+            };
+            let soft = matches!(param("soft"), Some("1" | "true"));
+            let zones: Vec<_> = match param("zone") {
+                Some(z) => match cfg.cache_zones.iter().find(|c| c.name == z) {
+                    Some(zone) => vec![zone.clone()],
+                    None => return (404, json_error(&format!("no cache zone named {z:?}"))),
+                },
+                None => cfg.cache_zones.clone(),
+            };
+            let purged: u64 = zones.iter().map(|z| z.store.purge(&selector, soft)).sum();
+            tracing::info!(?selector, soft, purged, "purge");
+            (200, format!(r#"{{"purged":{purged},"soft":{soft}}}"#))
+        }
+        (b"/purge", false) => (405, json_error("use POST or PURGE")),
+        (b"/health" | b"/stats", true) => (405, json_error("use GET")),
+        _ => (
+            404,
+            json_error("unknown admin path (/health, /stats, /purge)"),
+        ),
+    }
+}
+
+fn stats(cfg: &RuntimeConfig) -> String {
+    let mut zones = serde_json::Map::new();
+    for z in &cfg.cache_zones {
+        let (objects, bytes) = z.store.usage();
+        let s = &z.store.stats;
+        let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        zones.insert(
+            z.name.clone(),
+            serde_json::json!({
+                "objects": objects, "bytes": bytes, "limit": z.store.limit(),
+                "hits": n(&s.hits), "misses": n(&s.misses), "stale": n(&s.stale),
+                "revalidated": n(&s.revalidated), "stores": n(&s.stores), "evictions": n(&s.evictions),
+                "coalesced": n(&s.coalesced), "purged": n(&s.purged),
+            }),
+        );
+    }
+    serde_json::json!({ "zones": zones }).to_string()
+}
+
+fn json_error(msg: &str) -> String {
+    serde_json::json!({ "error": msg }).to_string()
+}
+
+fn query_params(q: &[u8]) -> Vec<(String, String)> {
+    q.split(|b| *b == b'&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = match p.iter().position(|b| *b == b'=') {
+                Some(i) => (&p[..i], &p[i + 1..]),
+                None => (p, &b""[..]),
+            };
+            let decode = |s: &[u8]| {
+                let plus: Vec<u8> = s
+                    .iter()
+                    .map(|b| if *b == b'+' { b' ' } else { *b })
+                    .collect();
+                percent_encoding::percent_decode(&plus)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            };
+            (decode(k), decode(v))
+        })
+        .collect()
+}

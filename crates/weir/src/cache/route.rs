@@ -1,0 +1,122 @@
+//! The compiled cache stage of a route.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use weir_cache::key::KeySpec;
+use weir_cache::policy::StoreRules;
+
+use crate::config::{model, CompileError};
+
+/// A route's cache settings.
+#[derive(Debug)]
+pub struct CacheRoute {
+    /// Index into the config's zones.
+    pub zone: usize,
+    pub key: KeySpec,
+    pub normalize_accept_encoding: bool,
+    pub rules: StoreRules,
+    pub bypass_cookies: Vec<String>,
+    pub bypass_headers: Vec<String>,
+    pub max_object_size: usize,
+    pub lock_timeout: Duration,
+    pub hit_for_miss: u64,
+    pub x_cache: bool,
+    pub purge_from: Vec<IpNet>,
+}
+
+impl CacheRoute {
+    pub(crate) fn compile(
+        c: model::Cache,
+        path: &str,
+        zones: &HashMap<String, usize>,
+    ) -> Result<CacheRoute, CompileError> {
+        let zone = *zones.get(&c.zone).ok_or_else(|| {
+            let mut known: Vec<&String> = zones.keys().collect();
+            known.sort();
+            (
+                format!("{path}.zone"),
+                format!("no cache zone named {:?} (defined: {known:?})", c.zone),
+            )
+        })?;
+        let mut ttl_by_status = Vec::new();
+        for (status, ttl) in &c.ttl {
+            let code: u16 = status
+                .parse()
+                .ok()
+                .filter(|s| (200..=599).contains(s))
+                .ok_or_else(|| {
+                    (
+                        format!("{path}.ttl.{status}"),
+                        "keys are status codes (200-599)".to_string(),
+                    )
+                })?;
+            let secs = if ttl == "forever" {
+                u64::MAX
+            } else {
+                ttl.parse::<crate::config::units::Dur>()
+                    .map_err(|m| (format!("{path}.ttl.{status}"), m))?
+                    .0
+                    .as_secs()
+            };
+            ttl_by_status.push((code, secs));
+        }
+        if c.ignore_origin && ttl_by_status.is_empty() {
+            return Err((
+                format!("{path}.ignore_origin"),
+                "ignore_origin needs ttl rules, or nothing would be stored".into(),
+            ));
+        }
+        let mut purge_from = Vec::new();
+        for (i, cidr) in c.purge_from.iter().enumerate() {
+            purge_from.push(
+                cidr.parse::<IpNet>()
+                    .or_else(|_| cidr.parse::<std::net::IpAddr>().map(IpNet::from))
+                    .map_err(|_| {
+                        (
+                            format!("{path}.purge_from[{i}]"),
+                            format!("{cidr:?} is not an address or CIDR"),
+                        )
+                    })?,
+            );
+        }
+        Ok(CacheRoute {
+            zone,
+            key: KeySpec {
+                headers: c
+                    .key
+                    .headers
+                    .iter()
+                    .map(|h| h.to_ascii_lowercase())
+                    .collect(),
+                cookies: c.key.cookies,
+                query_params: c.key.query_params,
+                sort_query: c.key.sort_query,
+            },
+            normalize_accept_encoding: c.key.normalize_accept_encoding,
+            rules: StoreRules {
+                ttl_by_status,
+                ignore_origin: c.ignore_origin,
+                share_set_cookie: c.share_set_cookie,
+            },
+            bypass_cookies: c.bypass.cookies,
+            bypass_headers: c
+                .bypass
+                .headers
+                .iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
+            max_object_size: c.max_object_size.0.min(usize::MAX as u64) as usize,
+            lock_timeout: c.lock_timeout.0,
+            hit_for_miss: c.hit_for_miss.0.as_secs(),
+            x_cache: c.x_cache,
+            purge_from,
+        })
+    }
+
+    /// Whether a peer may PURGE (loopback always may).
+    pub fn may_purge(&self, ip: std::net::IpAddr) -> bool {
+        ip.is_loopback() || self.purge_from.iter().any(|n| n.contains(&ip))
+    }
+}

@@ -1,0 +1,878 @@
+//! The cache stage of a `proxy` route, as part of the client connection it serves:
+//!
+//! ```text
+//! PURGE ─────────────────────────────────────────────→ purge the key (loopback / purge_from)
+//! unsafe method ──→ forward ──→ 2xx/3xx: invalidate the URI, Location, Content-Location
+//! bypass rule ────→ forward (Cache-Status: fwd=bypass)
+//! lookup ─ fresh / max-stale ─────────────────────────→ serve stored (304 / 206 / HEAD as asked)
+//!        ─ stale-while-revalidate ─→ serve stored + background revalidation
+//!        ─ must revalidate ─→ conditional fetch ─ 304 → update headers, serve
+//!                                               ─ new response → store, serve
+//!                                               ─ error/5xx → stale-if-error? serve stale : answer
+//!        ─ miss ─ only-if-cached → 504
+//!               ─ hit-for-miss → forward
+//!               ─ coalesce: leader forwards (tee into the store) / followers wait, then serve
+//! ```
+//!
+//! Hits are written from the stored, pre-encoded head plus `Age`, `Cache-Status`, the route's
+//! response edits and `Via`: three buffer copies and the body.
+
+use std::fmt::Write as _;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use weir_cache::key::normalize_accept_encoding;
+use weir_cache::object::ObjectMeta;
+use weir_cache::policy::{self, evaluate, storable, values, AgeClock, Freshness};
+use weir_cache::store::{Lookup, Stats};
+use weir_cache::{CacheKey, CachedObject, Directives, PurgeSelector};
+use weir_http::response::put_header;
+use weir_http::{Header, Method, RequestHead, ResponseHead};
+
+use super::conn::{Conn, ConnError, Next};
+use super::forward::{fetch_whole, Exchange, HeadPlan, PlanFn};
+use crate::cache::status::Fwd;
+use crate::cache::zone::{Outcome, Role};
+use crate::cache::{CacheRoute, CacheStatus, CacheZone};
+use crate::proxy::headers::{is_hop_by_hop, ConnectionTokens};
+use crate::proxy::route::ProxyRoute;
+use crate::reply::{self, ConnHeader};
+
+impl Conn {
+    /// Serves `head` through the cache stage `c` of proxy route `p`.
+    pub(super) async fn cached(
+        &mut self,
+        head: &RequestHead,
+        route_index: usize,
+        p: &ProxyRoute,
+        c: &CacheRoute,
+        next: Next,
+    ) -> Result<Next, ConnError> {
+        let state = self.state.clone();
+        let zone = state.cfg.cache_zones[c.zone].clone();
+        if matches!(&head.method, Method::Other(m) if &m[..] == b"PURGE") {
+            return Ok(self.purge_request(head, c, &zone, next));
+        }
+        if !matches!(head.method, Method::Get | Method::Head) {
+            let mut ex = Exchange {
+                plan: Some(status_plan(Fwd::Bypass, Some("method"), c.x_cache)),
+                ..Default::default()
+            };
+            let next = self.forward(head, p, next, &mut ex).await?;
+            if !matches!(head.method, Method::Options | Method::Trace) {
+                invalidate_after_unsafe(&zone, head, ex.response.as_ref());
+            }
+            return Ok(next);
+        }
+        if let Some(why) = bypassed(head, c) {
+            let mut ex = Exchange {
+                plan: Some(status_plan(Fwd::Bypass, Some(why), c.x_cache)),
+                ..Default::default()
+            };
+            return self.forward(head, p, next, &mut ex).await;
+        }
+        let key = c.key.key(head, "http");
+        let req_dirs = Directives::parse(values(&head.headers, "cache-control"));
+        let lookup = zone.store.lookup(&key, |name| {
+            vary_value(head, name, c.normalize_accept_encoding)
+        });
+        let fwd_on_miss = match lookup {
+            Lookup::Found(obj) => {
+                return self
+                    .serve_found(head, (route_index, p), c, &zone, &key, obj, &req_dirs, next)
+                    .await
+            }
+            Lookup::VariantMiss => Fwd::VaryMiss,
+            Lookup::Miss => Fwd::UriMiss,
+        };
+        Stats::bump(&zone.store.stats.misses);
+        if req_dirs.only_if_cached {
+            return Ok(self.cache_error(head, c, 504, "only-if-cached", next));
+        }
+        if zone.is_hit_for_miss(key.hash) {
+            let mut ex = Exchange {
+                plan: Some(status_plan(fwd_on_miss, Some("hit-for-miss"), c.x_cache)),
+                ..Default::default()
+            };
+            return self.forward(head, p, next, &mut ex).await;
+        }
+        match zone.join(key.hash) {
+            Role::Leader(tx) => {
+                let guard = LeaderGuard {
+                    zone: &zone,
+                    hash: key.hash,
+                    tx: Some(tx),
+                    outcome: Outcome::Uncacheable,
+                };
+                self.fetch_and_store(head, p, c, &zone, &key, fwd_on_miss, next, guard)
+                    .await
+            }
+            Role::Follower(mut rx) => {
+                Stats::bump(&zone.store.stats.coalesced);
+                let waited =
+                    tokio::time::timeout(c.lock_timeout, rx.wait_for(|o| o.is_some())).await;
+                let stored = matches!(waited, Ok(Ok(ref o)) if **o == Some(Outcome::Stored));
+                if stored {
+                    if let Lookup::Found(obj) = zone.store.lookup(&key, |name| {
+                        vary_value(head, name, c.normalize_accept_encoding)
+                    }) {
+                        let age = obj.meta.clock.current_age(zone.now());
+                        let status = CacheStatus {
+                            fwd: Some(fwd_on_miss),
+                            collapsed: true,
+                            ttl: Some(ttl(&obj, age)),
+                            ..Default::default()
+                        };
+                        self.write_stored(head, p, c, &obj, age, status, next);
+                        return Ok(next);
+                    }
+                }
+                let detail = if waited.is_err() {
+                    "lock-timeout"
+                } else {
+                    "collapsed-uncacheable"
+                };
+                let mut ex = Exchange {
+                    plan: Some(status_plan(fwd_on_miss, Some(detail), c.x_cache)),
+                    ..Default::default()
+                };
+                self.forward(head, p, next, &mut ex).await
+            }
+        }
+    }
+
+    /// A stored response exists: serve, revalidate, or refetch per RFC 9111.
+    #[allow(clippy::too_many_arguments)]
+    async fn serve_found(
+        &mut self,
+        head: &RequestHead,
+        (route_index, p): (usize, &ProxyRoute),
+        c: &CacheRoute,
+        zone: &Arc<CacheZone>,
+        key: &CacheKey,
+        obj: Arc<CachedObject>,
+        req_dirs: &Directives,
+        next: Next,
+    ) -> Result<Next, ConnError> {
+        let now = zone.now();
+        let age = obj.meta.clock.current_age(now);
+        match evaluate(&obj.meta.storable, age, obj.is_invalidated(), req_dirs) {
+            Freshness::Fresh | Freshness::StaleAllowed => {
+                Stats::bump(&zone.store.stats.hits);
+                let status = CacheStatus {
+                    hit: true,
+                    ttl: Some(ttl(&obj, age)),
+                    ..Default::default()
+                };
+                self.write_stored(head, p, c, &obj, age, status, next);
+                Ok(next)
+            }
+            Freshness::StaleWhileRevalidate => {
+                Stats::bump(&zone.store.stats.hits);
+                Stats::bump(&zone.store.stats.stale);
+                let status = CacheStatus {
+                    hit: true,
+                    ttl: Some(ttl(&obj, age)),
+                    detail: Some("stale-while-revalidate"),
+                    ..Default::default()
+                };
+                self.write_stored(head, p, c, &obj, age, status, next);
+                self.revalidate_in_background(head, route_index, zone, key, obj);
+                Ok(next)
+            }
+            Freshness::Revalidate { if_error } => {
+                Stats::bump(&zone.store.stats.stale);
+                if req_dirs.only_if_cached {
+                    return Ok(self.cache_error(head, c, 504, "only-if-cached", next));
+                }
+                let state = self.state.clone();
+                let validators = validators(&obj);
+                let request_time = zone.now();
+                match fetch_whole(
+                    &state,
+                    self.peer.ip(),
+                    head,
+                    p,
+                    &validators,
+                    c.max_object_size,
+                )
+                .await
+                {
+                    Ok((resp, _)) if resp.status == 304 => {
+                        Stats::bump(&zone.store.stats.revalidated);
+                        let updated = Arc::new(refreshed(&obj, &resp, request_time, zone.now(), c));
+                        zone.store.insert(key, updated.clone());
+                        let age = updated.meta.clock.current_age(zone.now());
+                        let status = CacheStatus {
+                            fwd: Some(Fwd::Stale),
+                            fwd_status: Some(304),
+                            ttl: Some(ttl(&updated, age)),
+                            stored: true,
+                            ..Default::default()
+                        };
+                        self.write_stored(head, p, c, &updated, age, status, next);
+                        Ok(next)
+                    }
+                    Ok((resp, _)) if resp.status >= 500 && if_error => {
+                        Ok(self.serve_stale_on_error(head, p, c, &obj, zone, next))
+                    }
+                    Ok((resp, body)) => {
+                        let fresh =
+                            store_response(head, c, zone, key, &resp, body.clone(), request_time);
+                        let obj = fresh.unwrap_or_else(|| {
+                            Arc::new(build_object(
+                                head,
+                                &resp,
+                                body,
+                                request_time,
+                                zone.now(),
+                                c,
+                                None,
+                            ))
+                        });
+                        let age = obj.meta.clock.current_age(zone.now());
+                        let status = CacheStatus {
+                            fwd: Some(Fwd::Stale),
+                            fwd_status: Some(resp.status),
+                            stored: obj.meta.storable.lifetime > 0,
+                            ttl: Some(ttl(&obj, age)),
+                            ..Default::default()
+                        };
+                        self.write_stored(head, p, c, &obj, age, status, next);
+                        Ok(next)
+                    }
+                    Err(_) if if_error => {
+                        Ok(self.serve_stale_on_error(head, p, c, &obj, zone, next))
+                    }
+                    // Too large to revalidate in memory, or the origin failed: a plain forward
+                    // answers (and maps the failure to 502/503/504 as usual).
+                    Err(_) => {
+                        let mut ex = Exchange {
+                            plan: Some(status_plan(Fwd::Stale, None, c.x_cache)),
+                            ..Default::default()
+                        };
+                        self.forward(head, p, next, &mut ex).await
+                    }
+                }
+            }
+        }
+    }
+
+    fn serve_stale_on_error(
+        &mut self,
+        head: &RequestHead,
+        p: &ProxyRoute,
+        c: &CacheRoute,
+        obj: &Arc<CachedObject>,
+        zone: &CacheZone,
+        next: Next,
+    ) -> Next {
+        Stats::bump(&zone.store.stats.hits);
+        let age = obj.meta.clock.current_age(zone.now());
+        let status = CacheStatus {
+            hit: true,
+            ttl: Some(ttl(obj, age)),
+            detail: Some("stale-if-error"),
+            ..Default::default()
+        };
+        self.write_stored(head, p, c, obj, age, status, next);
+        next
+    }
+
+    /// The coalescing leader: forward, relaying to the client while copying the body, then store.
+    #[allow(clippy::too_many_arguments)]
+    async fn fetch_and_store(
+        &mut self,
+        head: &RequestHead,
+        p: &ProxyRoute,
+        c: &CacheRoute,
+        zone: &Arc<CacheZone>,
+        key: &CacheKey,
+        fwd: Fwd,
+        next: Next,
+        mut guard: LeaderGuard<'_>,
+    ) -> Result<Next, ConnError> {
+        let request_time = zone.now();
+        let decision = std::cell::Cell::new(None);
+        let plan = |resp: &ResponseHead| {
+            let verdict = storable(
+                &head.method,
+                &head.headers,
+                resp.status,
+                &resp.headers,
+                &c.rules,
+                zone.now(),
+            );
+            let mut st = CacheStatus {
+                fwd: Some(fwd),
+                fwd_status: Some(resp.status),
+                ..Default::default()
+            };
+            let capture = match &verdict {
+                Ok(_) => {
+                    st.stored = true;
+                    Some(c.max_object_size)
+                }
+                Err(why) => {
+                    st.detail = Some(why.as_str());
+                    None
+                }
+            };
+            decision.set(Some(verdict.is_ok()));
+            let mut extra = BytesMut::new();
+            st.render(&mut extra, c.x_cache);
+            HeadPlan { extra, capture }
+        };
+        let mut ex = Exchange {
+            plan: Some(Box::new(plan)),
+            strip_conditionals: true,
+            ..Default::default()
+        };
+        let next = self.forward(head, p, next, &mut ex).await?;
+        let (resp, body) = (ex.response.take(), ex.body.take());
+        let stored = match (resp, body, decision.get()) {
+            (Some(resp), Some(body), Some(true)) => {
+                store_response(head, c, zone, key, &resp, body.freeze(), request_time).is_some()
+            }
+            (Some(_), _, Some(false)) => {
+                zone.mark_hit_for_miss(key.hash, c.hit_for_miss);
+                false
+            }
+            _ => false,
+        };
+        if stored {
+            zone.clear_hit_for_miss(key.hash);
+            guard.outcome = Outcome::Stored;
+        }
+        drop(guard);
+        Ok(next)
+    }
+
+    /// Spawns a conditional fetch that refreshes `obj` without making anyone wait. The task owns
+    /// what it uses: the route table (`Arc`) and the route's index in it.
+    fn revalidate_in_background(
+        &self,
+        head: &RequestHead,
+        route_index: usize,
+        zone: &Arc<CacheZone>,
+        key: &CacheKey,
+        obj: Arc<CachedObject>,
+    ) {
+        let Role::Leader(tx) = zone.join(key.hash) else {
+            return;
+        };
+        let (state, zone, key, head, peer) = (
+            self.state.clone(),
+            zone.clone(),
+            key.clone(),
+            head.clone(),
+            self.peer.ip(),
+        );
+        let routes = self.routes.clone();
+        tokio::task::spawn_local(async move {
+            let mut guard = LeaderGuard {
+                zone: &zone,
+                hash: key.hash,
+                tx: Some(tx),
+                outcome: Outcome::Uncacheable,
+            };
+            let Some(crate::actions::Action::Proxy(p)) = routes.get(route_index).map(|r| &r.action)
+            else {
+                return;
+            };
+            let Some(c) = p.cache.as_ref() else { return };
+            let request_time = zone.now();
+            match fetch_whole(&state, peer, &head, p, &validators(&obj), c.max_object_size).await {
+                Ok((resp, _)) if resp.status == 304 => {
+                    Stats::bump(&zone.store.stats.revalidated);
+                    zone.store.insert(
+                        &key,
+                        Arc::new(refreshed(&obj, &resp, request_time, zone.now(), c)),
+                    );
+                    guard.outcome = Outcome::Stored;
+                }
+                Ok((resp, body)) if resp.status < 500 => {
+                    if store_response(&head, c, &zone, &key, &resp, body, request_time).is_some() {
+                        guard.outcome = Outcome::Stored;
+                    }
+                }
+                Ok(_) | Err(_) => {}
+            }
+        });
+    }
+
+    /// Writes a stored response, honouring the request's conditionals, range and method.
+    #[allow(clippy::too_many_arguments)]
+    fn write_stored(
+        &mut self,
+        head: &RequestHead,
+        p: &ProxyRoute,
+        c: &CacheRoute,
+        obj: &CachedObject,
+        age: u64,
+        status: CacheStatus,
+        next: Next,
+    ) {
+        let conn = ConnHeader::for_response(next != Next::KeepAlive, head.version);
+        let out = &mut self.out;
+        if client_not_modified(head, obj) {
+            out.put_slice(b"HTTP/1.1 304 Not Modified\r\n");
+            for h in obj.headers.iter().filter(|h| keeps_on_304(&h.name)) {
+                put_header(out, &h.name, &h.value);
+            }
+            tail(out, p, c, age, &status, conn);
+            return;
+        }
+        let head_only = head.method == Method::Head;
+        if let (Some(range), 200) = (head.header("range"), obj.meta.status) {
+            if let Some((start, end)) = single_range(range, obj.body.len() as u64) {
+                out.put_slice(b"HTTP/1.1 206 Partial Content\r\n");
+                for h in &obj.headers {
+                    put_header(out, &h.name, &h.value);
+                }
+                let _ = write!(
+                    out,
+                    "Content-Range: bytes {start}-{end}/{}\r\nContent-Length: {}\r\n",
+                    obj.body.len(),
+                    end - start + 1
+                );
+                tail(out, p, c, age, &status, conn);
+                if !head_only {
+                    out.put_slice(&obj.body[start as usize..=end as usize]);
+                }
+                return;
+            }
+        }
+        out.reserve(obj.head.len() + 160 + obj.body.len());
+        out.put_slice(&obj.head);
+        tail(out, p, c, age, &status, conn);
+        if !head_only {
+            out.put_slice(&obj.body);
+        }
+    }
+
+    fn purge_request(
+        &mut self,
+        head: &RequestHead,
+        c: &CacheRoute,
+        zone: &CacheZone,
+        next: Next,
+    ) -> Next {
+        let server = self.state.cfg.server_header.clone();
+        let conn = ConnHeader::for_response(next != Next::KeepAlive, head.version);
+        if !c.may_purge(self.peer.ip()) {
+            tracing::warn!(peer = %self.peer, "PURGE refused");
+            reply::error(&mut self.out, 403, server.as_deref(), &[], conn, false);
+            return next;
+        }
+        let key = c.key.key(head, "http");
+        let n = zone
+            .store
+            .purge(&PurgeSelector::Url(key.url().to_vec()), false);
+        let body = format!(r#"{{"purged":{n}}}"#);
+        reply::json(
+            &mut self.out,
+            if n > 0 { 200 } else { 404 },
+            server.as_deref(),
+            body.as_bytes(),
+            conn,
+            false,
+        );
+        next
+    }
+
+    fn cache_error(
+        &mut self,
+        head: &RequestHead,
+        c: &CacheRoute,
+        status: u16,
+        detail: &'static str,
+        next: Next,
+    ) -> Next {
+        let server = self.state.cfg.server_header.clone();
+        let conn = ConnHeader::for_response(next != Next::KeepAlive, head.version);
+        let mut line = BytesMut::new();
+        CacheStatus {
+            detail: Some(detail),
+            ..Default::default()
+        }
+        .render(&mut line, c.x_cache);
+        let line = line.freeze();
+        let text = &line[..line.len() - 2];
+        let (name, value) = text.split_at(text.iter().position(|b| *b == b':').unwrap_or(0));
+        reply::error(
+            &mut self.out,
+            status,
+            server.as_deref(),
+            &[(name, value[1..].trim_ascii())],
+            conn,
+            head.method == Method::Head,
+        );
+        next
+    }
+}
+
+/// Releases coalesced followers when the leader ends, however it ends.
+struct LeaderGuard<'a> {
+    zone: &'a CacheZone,
+    hash: u64,
+    tx: Option<tokio::sync::watch::Sender<Option<Outcome>>>,
+    outcome: Outcome,
+}
+
+impl Drop for LeaderGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            self.zone.finish(self.hash, tx, self.outcome);
+        }
+    }
+}
+
+/// A plan that only adds `Cache-Status` (no storing).
+fn status_plan<'a>(fwd: Fwd, detail: Option<&'static str>, x_cache: bool) -> PlanFn<'a> {
+    Box::new(move |resp: &ResponseHead| {
+        let mut extra = BytesMut::new();
+        CacheStatus {
+            fwd: Some(fwd),
+            fwd_status: Some(resp.status),
+            detail,
+            ..Default::default()
+        }
+        .render(&mut extra, x_cache);
+        HeadPlan {
+            extra,
+            capture: None,
+        }
+    })
+}
+
+/// Age, Cache-Status, the route's response edits, Via, the connection field, the blank line.
+fn tail(
+    out: &mut BytesMut,
+    p: &ProxyRoute,
+    c: &CacheRoute,
+    age: u64,
+    status: &CacheStatus,
+    conn: ConnHeader,
+) {
+    let _ = write!(out, "Age: {age}\r\n");
+    status.render(out, c.x_cache);
+    for (n, v) in p.response_edits.added() {
+        put_header(out, n, v);
+    }
+    if p.via {
+        out.put_slice(b"Via: 1.1 weir\r\n");
+    }
+    out.put_slice(conn.as_bytes());
+    out.put_slice(b"\r\n");
+}
+
+fn ttl(obj: &CachedObject, age: u64) -> i64 {
+    let lifetime = if obj.is_invalidated() {
+        0
+    } else {
+        obj.meta.storable.lifetime
+    };
+    if lifetime == u64::MAX {
+        return i64::MAX;
+    }
+    lifetime as i64 - age as i64
+}
+
+/// Why a request skips the cache, if it does.
+fn bypassed(head: &RequestHead, c: &CacheRoute) -> Option<&'static str> {
+    if c.bypass_headers.iter().any(|h| head.header(h).is_some()) {
+        return Some("bypass-header");
+    }
+    if !c.bypass_cookies.is_empty() {
+        for h in head
+            .headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case(b"cookie"))
+        {
+            for pair in h.value.split(|b| *b == b';') {
+                let name = pair
+                    .trim_ascii()
+                    .split(|b| *b == b'=')
+                    .next()
+                    .unwrap_or(b"");
+                if c.bypass_cookies.iter().any(|c| c.as_bytes() == name) {
+                    return Some("bypass-cookie");
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The request's value of a Vary field, as stored and compared.
+fn vary_value(head: &RequestHead, name: &str, normalize_ae: bool) -> Option<Bytes> {
+    if normalize_ae && name == "accept-encoding" {
+        let n = normalize_accept_encoding(head.header("accept-encoding").map(|v| &v[..]));
+        return (!n.is_empty()).then(|| Bytes::from_static(n));
+    }
+    let mut it = values(&head.headers, name);
+    let first = it.next()?;
+    let mut v = first.to_vec();
+    for more in it {
+        v.extend_from_slice(b", ");
+        v.extend_from_slice(more);
+    }
+    Some(Bytes::from(v))
+}
+
+/// Builds the stored form of a response.
+fn build_object(
+    head: &RequestHead,
+    resp: &ResponseHead,
+    body: Bytes,
+    request_time: u64,
+    response_time: u64,
+    c: &CacheRoute,
+    s: Option<policy::Storable>,
+) -> CachedObject {
+    let tokens = ConnectionTokens::of(&resp.headers);
+    let headers: Vec<Header> = resp
+        .headers
+        .iter()
+        .filter(|h| {
+            !is_hop_by_hop(&h.name, &tokens)
+                && !h.name.eq_ignore_ascii_case(b"content-length")
+                && !h.name.eq_ignore_ascii_case(b"age")
+        })
+        .cloned()
+        .collect();
+    let mut vary = Vec::new();
+    for v in values(&resp.headers, "vary") {
+        for name in v.split(|b| *b == b',') {
+            let name = String::from_utf8_lossy(name.trim_ascii()).to_ascii_lowercase();
+            if !name.is_empty() {
+                let value = vary_value(head, &name, c.normalize_accept_encoding);
+                vary.push((name, value));
+            }
+        }
+    }
+    let mut tags = Vec::new();
+    for v in values(&resp.headers, "surrogate-key") {
+        tags.extend(
+            v.split(|b| *b == b' ')
+                .filter(|t| !t.is_empty())
+                .map(|t| String::from_utf8_lossy(t).into_owned()),
+        );
+    }
+    for v in values(&resp.headers, "cache-tag") {
+        tags.extend(
+            v.split(|b| *b == b',')
+                .map(|t| t.trim_ascii())
+                .filter(|t| !t.is_empty())
+                .map(|t| String::from_utf8_lossy(t).into_owned()),
+        );
+    }
+    let storable = s.unwrap_or(policy::Storable {
+        lifetime: 0,
+        must_revalidate: false,
+        no_cache: false,
+        stale_while_revalidate: 0,
+        stale_if_error: 0,
+    });
+    let meta = ObjectMeta {
+        status: resp.status,
+        storable,
+        clock: AgeClock::new(request_time, response_time, &resp.headers),
+        etag: resp.header("etag").cloned(),
+        last_modified: resp.header("last-modified").cloned(),
+        vary,
+        tags,
+        invalidated: AtomicBool::new(false),
+    };
+    CachedObject::new(meta, resp.reason.clone(), headers, body)
+}
+
+/// Stores a response if the policy allows; returns the stored object.
+fn store_response(
+    head: &RequestHead,
+    c: &CacheRoute,
+    zone: &CacheZone,
+    key: &CacheKey,
+    resp: &ResponseHead,
+    body: Bytes,
+    request_time: u64,
+) -> Option<Arc<CachedObject>> {
+    let now = zone.now();
+    let s = storable(
+        &head.method,
+        &head.headers,
+        resp.status,
+        &resp.headers,
+        &c.rules,
+        now,
+    )
+    .ok()?;
+    if body.len() > c.max_object_size || head.method == Method::Head {
+        return None;
+    }
+    let obj = Arc::new(build_object(
+        head,
+        resp,
+        body,
+        request_time,
+        now,
+        c,
+        Some(s),
+    ));
+    zone.store.insert(key, obj.clone()).then_some(obj)
+}
+
+/// The stored response updated by a 304 (RFC 9111 §4.3.4): its fields replaced by the 304's.
+fn refreshed(
+    obj: &CachedObject,
+    resp: &ResponseHead,
+    request_time: u64,
+    response_time: u64,
+    c: &CacheRoute,
+) -> CachedObject {
+    let tokens = ConnectionTokens::of(&resp.headers);
+    let updates: Vec<&Header> = resp
+        .headers
+        .iter()
+        .filter(|h| {
+            !is_hop_by_hop(&h.name, &tokens) && !h.name.eq_ignore_ascii_case(b"content-length")
+        })
+        .collect();
+    let mut headers: Vec<Header> = obj
+        .headers
+        .iter()
+        .filter(|h| !updates.iter().any(|u| u.name.eq_ignore_ascii_case(&h.name)))
+        .cloned()
+        .collect();
+    headers.extend(updates.into_iter().cloned());
+    let now = response_time;
+    let s = storable(&Method::Get, &[], obj.meta.status, &headers, &c.rules, now)
+        .unwrap_or(obj.meta.storable.clone());
+    let meta = ObjectMeta {
+        status: obj.meta.status,
+        storable: s,
+        clock: AgeClock::new(request_time, response_time, &headers),
+        etag: headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(b"etag"))
+            .map(|h| h.value.clone()),
+        last_modified: headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(b"last-modified"))
+            .map(|h| h.value.clone()),
+        vary: obj.meta.vary.clone(),
+        tags: obj.meta.tags.clone(),
+        invalidated: AtomicBool::new(false),
+    };
+    CachedObject::new(meta, obj.reason.clone(), headers, obj.body.clone())
+}
+
+/// If-None-Match / If-Modified-Since fields for revalidating `obj`.
+fn validators(obj: &CachedObject) -> Vec<u8> {
+    let mut v = Vec::new();
+    if let Some(e) = &obj.meta.etag {
+        v.extend_from_slice(b"If-None-Match: ");
+        v.extend_from_slice(e);
+        v.extend_from_slice(b"\r\n");
+    }
+    if let Some(lm) = &obj.meta.last_modified {
+        v.extend_from_slice(b"If-Modified-Since: ");
+        v.extend_from_slice(lm);
+        v.extend_from_slice(b"\r\n");
+    }
+    v
+}
+
+/// Whether the client's own conditionals are satisfied by the stored response (→ 304).
+fn client_not_modified(head: &RequestHead, obj: &CachedObject) -> bool {
+    if obj.meta.status != 200 {
+        return false;
+    }
+    if let Some(inm) = head.header("if-none-match") {
+        let Some(etag) = &obj.meta.etag else {
+            return false;
+        };
+        let bare = |t: &[u8]| {
+            t.trim_ascii()
+                .strip_prefix(b"W/")
+                .unwrap_or(t.trim_ascii())
+                .to_vec()
+        };
+        return inm
+            .split(|b| *b == b',')
+            .any(|t| t.trim_ascii() == b"*" || bare(t) == bare(etag));
+    }
+    match (
+        policy::http_date(head.header("if-modified-since").map(|v| &v[..])),
+        policy::http_date(obj.meta.last_modified.as_deref()),
+    ) {
+        (Some(ims), Some(lm)) => lm <= ims,
+        _ => false,
+    }
+}
+
+/// Fields a 304 repeats (RFC 9110 §15.4.5).
+fn keeps_on_304(name: &[u8]) -> bool {
+    [
+        &b"etag"[..],
+        b"last-modified",
+        b"cache-control",
+        b"expires",
+        b"vary",
+        b"content-location",
+        b"date",
+    ]
+    .iter()
+    .any(|n| name.eq_ignore_ascii_case(n))
+}
+
+/// One satisfiable `bytes=` range (inclusive), or `None` to send the whole body.
+fn single_range(v: &[u8], len: u64) -> Option<(u64, u64)> {
+    let spec = std::str::from_utf8(v).ok()?.trim().strip_prefix("bytes=")?;
+    if spec.contains(',') || len == 0 {
+        return None;
+    }
+    let (a, b) = spec.split_once('-')?;
+    if a.is_empty() {
+        let n: u64 = b.parse().ok()?;
+        return (n > 0).then(|| (len.saturating_sub(n), len - 1));
+    }
+    let start: u64 = a.parse().ok()?;
+    let end: u64 = if b.is_empty() {
+        len - 1
+    } else {
+        b.parse::<u64>().ok()?.min(len - 1)
+    };
+    (start <= end && start < len).then_some((start, end))
+}
+
+/// RFC 9111 §4.4: a successful unsafe request invalidates the target URI and the same-origin
+/// Location and Content-Location.
+fn invalidate_after_unsafe(zone: &CacheZone, head: &RequestHead, resp: Option<&ResponseHead>) {
+    let Some(resp) = resp else { return };
+    if !(200..400).contains(&resp.status) {
+        return;
+    }
+    let host = head
+        .header("host")
+        .map(|h| h.to_ascii_lowercase())
+        .unwrap_or_default();
+    let mut urls = vec![[&host[..], &head.target[..]].concat()];
+    for field in ["location", "content-location"] {
+        if let Some(v) = resp.header(field) {
+            let v = &v[..];
+            if v.starts_with(b"/") {
+                urls.push([&host[..], v].concat());
+            } else if let Some(rest) = v.strip_prefix(b"http://") {
+                if rest.to_ascii_lowercase().starts_with(&host) {
+                    urls.push(rest.to_ascii_lowercase());
+                }
+            }
+        }
+    }
+    for u in urls {
+        zone.store.purge(&PurgeSelector::Url(u), false);
+    }
+}

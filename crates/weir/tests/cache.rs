@@ -1,0 +1,562 @@
+//! The cache over real sockets: RFC 9111 scenarios against an in-process origin, with the zone's
+//! clock moved forward instead of sleeping; coalescing; memory bound; purges; Vary.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::origin::{http_origin, Origin, SeenRequest};
+use common::*;
+
+/// A programmable origin: `respond(path, request, n)` where n counts requests to that path.
+struct Scripted {
+    origin: Origin,
+    seen: Arc<Mutex<Vec<SeenRequest>>>,
+}
+
+impl Scripted {
+    fn requests(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+    fn last(&self) -> SeenRequest {
+        let s = self.seen.lock().unwrap();
+        let r = s.last().unwrap();
+        SeenRequest {
+            line: r.line.clone(),
+            headers: r.headers.clone(),
+            body: r.body.clone(),
+        }
+    }
+}
+
+fn scripted(respond: impl Fn(&SeenRequest, usize) -> String + Send + Sync + 'static) -> Scripted {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let count = Arc::new(AtomicUsize::new(0));
+    let s2 = seen.clone();
+    let origin = http_origin(move |req| {
+        let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+        let out = respond(req, n);
+        s2.lock().unwrap().push(SeenRequest {
+            line: req.line.clone(),
+            headers: req.headers.clone(),
+            body: req.body.clone(),
+        });
+        out.into_bytes()
+    });
+    Scripted { origin, seen }
+}
+
+/// A response with extra header lines and a body.
+fn resp(status: &str, headers: &str, body: &str) -> String {
+    format!(
+        "HTTP/1.1 {status}\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+struct Cache {
+    srv: TestServer,
+    zone: Arc<weir::cache::CacheZone>,
+    admin: std::net::SocketAddr,
+}
+
+fn cache(origin: &Origin, cache_opts: &str, zone_size: &str) -> Cache {
+    let yaml = format!(
+        "workers: 2\ncache_zones:\n  main: {{ max_size: {zone_size} }}\nadmin: {{ address: 127.0.0.1:0 }}\nupstreams:\n  o:\n    servers: ['{}']\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: {{ upstream: o }}\n        cache: {{ zone: main{cache_opts} }}\n",
+        origin.addr
+    );
+    let cfg = weir::config::load_str(&yaml, std::path::Path::new("."), |_| None).unwrap();
+    let zone = cfg.cache_zones[0].clone();
+    let handle = weir::server::start(cfg).unwrap();
+    let addr = handle.local_addrs()[0];
+    let admin = handle.admin_addr().unwrap();
+    Cache {
+        srv: TestServer {
+            handle: Some(handle),
+            addr,
+        },
+        zone,
+        admin,
+    }
+}
+
+fn req(c: &Cache, raw: &str) -> Response {
+    let mut s = c.srv.connect();
+    s.write_all(raw.as_bytes()).unwrap();
+    read_response_to(&mut s, raw.starts_with("HEAD"))
+}
+
+fn get(c: &Cache, path: &str, extra: &str) -> Response {
+    req(
+        c,
+        &format!("GET {path} HTTP/1.1\r\nHost: site.test\r\n{extra}\r\n"),
+    )
+}
+
+fn status_of(r: &Response) -> String {
+    r.header("cache-status").unwrap_or("").to_string()
+}
+
+#[test]
+fn miss_then_hit_with_age_and_cache_status() {
+    let o = scripted(|_, n| {
+        resp(
+            "200 OK",
+            "Cache-Control: max-age=60\r\nETag: \"v1\"\r\n",
+            &format!("body {n}"),
+        )
+    });
+    let c = cache(&o.origin, ", x_cache: true", "1m");
+    let first = get(&c, "/a", "");
+    assert_eq!(first.text(), "body 1");
+    assert_eq!(
+        status_of(&first),
+        "weir; fwd=uri-miss; fwd-status=200; stored"
+    );
+    assert_eq!(first.header("x-cache"), Some("MISS"));
+    c.zone.advance_clock(5);
+    let second = get(&c, "/a", "");
+    assert_eq!(second.text(), "body 1");
+    assert_eq!(second.header("age"), Some("5"));
+    assert_eq!(status_of(&second), "weir; hit; ttl=55");
+    assert_eq!(second.header("x-cache"), Some("HIT"));
+    assert_eq!(o.requests(), 1);
+    // HEAD from the stored GET; conditional from the client answered from cache; a range.
+    let head = req(&c, "HEAD /a HTTP/1.1\r\nHost: site.test\r\n\r\n");
+    assert_eq!(
+        (head.status, head.header("content-length")),
+        (200, Some("6"))
+    );
+    let cond = get(&c, "/a", "If-None-Match: \"v1\"\r\n");
+    assert_eq!((cond.status, cond.header("etag")), (304, Some("\"v1\"")));
+    let range = get(&c, "/a", "Range: bytes=2-3\r\n");
+    assert_eq!((range.status, range.text().as_str()), (206, "dy"));
+    assert_eq!(o.requests(), 1, "all of these came from the cache");
+}
+
+#[test]
+fn storability_table() {
+    // (response headers, request headers, stored?)
+    let cases = [
+        ("Cache-Control: max-age=60\r\n", "", true),
+        ("Cache-Control: no-store\r\n", "", false),
+        ("Cache-Control: private, max-age=60\r\n", "", false),
+        (
+            "Cache-Control: max-age=60\r\n",
+            "Authorization: Basic eA==\r\n",
+            false,
+        ),
+        (
+            "Cache-Control: public, max-age=60\r\n",
+            "Authorization: Basic eA==\r\n",
+            true,
+        ),
+        (
+            "Cache-Control: max-age=60\r\nSet-Cookie: s=1\r\n",
+            "",
+            false,
+        ),
+        ("Cache-Control: max-age=60\r\nVary: *\r\n", "", false),
+        (
+            "Cache-Control: no-store\r\nCDN-Cache-Control: max-age=60\r\n",
+            "",
+            true,
+        ),
+        ("Last-Modified: Mon, 01 Jan 2024 00:00:00 GMT\r\n", "", true),
+        ("", "", false),
+        (
+            "Cache-Control: max-age=60\r\n",
+            "Cache-Control: no-store\r\n",
+            false,
+        ),
+    ];
+    for (i, (rh, qh, stored)) in cases.iter().enumerate() {
+        let owned = rh.to_string();
+        let o = scripted(move |_, n| resp("200 OK", &owned, &format!("n{n}")));
+        let c = cache(&o.origin, "", "1m");
+        get(&c, "/x", qh);
+        let again = get(&c, "/x", qh);
+        assert_eq!(
+            again.text() == "n1",
+            *stored,
+            "case {i}: {rh:?} {qh:?} -> {}",
+            status_of(&again)
+        );
+    }
+}
+
+#[test]
+fn expiry_revalidation_and_304_updates_headers() {
+    let o = scripted(|req, _| {
+        if req.header("if-none-match") == Some("\"v1\"") {
+            resp(
+                "304 Not Modified",
+                "Cache-Control: max-age=100\r\nETag: \"v1\"\r\nX-Updated: yes\r\n",
+                "",
+            )
+        } else {
+            resp(
+                "200 OK",
+                "Cache-Control: max-age=10\r\nETag: \"v1\"\r\n",
+                "payload",
+            )
+        }
+    });
+    let c = cache(&o.origin, "", "1m");
+    assert_eq!(get(&c, "/r", "").text(), "payload");
+    c.zone.advance_clock(11);
+    let r = get(&c, "/r", "");
+    assert_eq!(r.text(), "payload");
+    assert_eq!(
+        status_of(&r),
+        "weir; fwd=stale; fwd-status=304; ttl=100; stored"
+    );
+    assert_eq!(
+        r.header("x-updated"),
+        Some("yes"),
+        "the 304's fields update the stored response"
+    );
+    assert_eq!(o.last().header("if-none-match"), Some("\"v1\""));
+    c.zone.advance_clock(50);
+    let r = get(&c, "/r", "");
+    assert_eq!(status_of(&r), "weir; hit; ttl=50");
+    assert_eq!(o.requests(), 2);
+}
+
+#[test]
+fn request_directives() {
+    let o = scripted(|_, n| {
+        resp(
+            "200 OK",
+            "Cache-Control: max-age=10\r\nETag: \"e\"\r\n",
+            &format!("v{n}"),
+        )
+    });
+    let c = cache(&o.origin, "", "1m");
+    let r = get(&c, "/d", "Cache-Control: only-if-cached\r\n");
+    assert_eq!(r.status, 504, "only-if-cached on a miss");
+    get(&c, "/d", "");
+    c.zone.advance_clock(15);
+    assert_eq!(
+        get(&c, "/d", "Cache-Control: max-stale=10\r\n").text(),
+        "v1",
+        "stale by 5, max-stale 10"
+    );
+    assert_eq!(
+        get(&c, "/d", "Cache-Control: only-if-cached\r\n").status,
+        504,
+        "stale and only-if-cached"
+    );
+    let r = get(&c, "/d", "Cache-Control: no-cache\r\n");
+    assert!(status_of(&r).contains("fwd=stale"), "{}", status_of(&r));
+    c.zone.advance_clock(-15);
+    assert_eq!(o.requests(), 2);
+}
+
+#[test]
+fn stale_while_revalidate_and_stale_if_error() {
+    let o = scripted(|_, n| {
+        resp(
+            "200 OK",
+            "Cache-Control: max-age=10, stale-while-revalidate=30, stale-if-error=300\r\n",
+            &format!("v{n}"),
+        )
+    });
+    let c = cache(&o.origin, "", "1m");
+    get(&c, "/s", "");
+    c.zone.advance_clock(20);
+    let r = get(&c, "/s", "");
+    assert_eq!(r.text(), "v1", "served stale at once");
+    assert!(status_of(&r).contains("detail=stale-while-revalidate"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while o.requests() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no background revalidation"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        get(&c, "/s", "").text(),
+        "v2",
+        "refreshed in the background"
+    );
+
+    // Origin gone: stale-if-error serves the stored response.
+    let c2_origin = scripted(|_, _| {
+        resp(
+            "200 OK",
+            "Cache-Control: max-age=10, stale-if-error=300\r\n",
+            "kept",
+        )
+    });
+    let c2 = cache(&c2_origin.origin, "", "1m");
+    get(&c2, "/e", "");
+    drop(c2_origin);
+    c2.zone.advance_clock(60);
+    let r = get(&c2, "/e", "");
+    assert_eq!((r.status, r.text().as_str()), (200, "kept"));
+    assert!(
+        status_of(&r).contains("detail=stale-if-error"),
+        "{}",
+        status_of(&r)
+    );
+}
+
+#[test]
+fn vary_matrix() {
+    let o = scripted(|req, _| {
+        let ae = req.header("accept-encoding").unwrap_or("none").to_string();
+        resp(
+            "200 OK",
+            "Cache-Control: max-age=60\r\nVary: Accept-Encoding, X-Lang\r\n",
+            &ae,
+        )
+    });
+    let c = cache(&o.origin, "", "1m");
+    let cases = [
+        ("Accept-Encoding: gzip\r\n", "gzip"),
+        ("Accept-Encoding: gzip, deflate\r\n", "gzip"),
+        ("Accept-Encoding: br, gzip\r\n", "br, gzip"),
+        ("", "none"),
+        ("Accept-Encoding: gzip\r\nX-Lang: fr\r\n", "gzip"),
+    ];
+    for (h, body) in cases {
+        assert_eq!(get(&c, "/v", h).text(), body, "{h:?}");
+    }
+    // gzip and "gzip, deflate" normalise to one variant; br, none and gzip+X-Lang are others.
+    assert_eq!(o.requests(), 4);
+    for (h, body) in cases {
+        let r = get(&c, "/v", h);
+        assert!(status_of(&r).contains("hit"), "{h:?}: {}", status_of(&r));
+        assert_eq!(r.text(), body);
+    }
+    assert_eq!(o.requests(), 4);
+}
+
+#[test]
+fn fifty_concurrent_misses_make_one_origin_request() {
+    let o = scripted(|_, n| {
+        std::thread::sleep(Duration::from_millis(300));
+        resp(
+            "200 OK",
+            "Cache-Control: max-age=60\r\n",
+            &format!("only {n}"),
+        )
+    });
+    let c = cache(&o.origin, "", "1m");
+    let addr = c.srv.addr;
+    let threads: Vec<_> = (0..50)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut s = connect(addr);
+                roundtrip(&mut s, b"GET /slow HTTP/1.1\r\nHost: site.test\r\n\r\n")
+            })
+        })
+        .collect();
+    let bodies: Vec<Response> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    assert!(bodies
+        .iter()
+        .all(|r| r.status == 200 && r.text() == "only 1"));
+    assert_eq!(o.requests(), 1);
+    assert!(
+        bodies
+            .iter()
+            .filter(|r| status_of(r).contains("collapsed"))
+            .count()
+            >= 40
+    );
+
+    // Uncacheable: waiters are released to fetch on their own, then hit-for-miss.
+    let o = scripted(|_, n| {
+        std::thread::sleep(Duration::from_millis(200));
+        resp("200 OK", "Cache-Control: no-store\r\n", &format!("n{n}"))
+    });
+    let c = cache(&o.origin, "", "1m");
+    let addr = c.srv.addr;
+    let threads: Vec<_> = (0..5)
+        .map(|_| {
+            std::thread::spawn(move || {
+                roundtrip(
+                    &mut connect(addr),
+                    b"GET /u HTTP/1.1\r\nHost: site.test\r\n\r\n",
+                )
+            })
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap().status, 200);
+    }
+    assert_eq!(o.requests(), 5);
+    let r = get(&c, "/u", "");
+    assert!(
+        status_of(&r).contains("detail=hit-for-miss"),
+        "{}",
+        status_of(&r)
+    );
+}
+
+#[test]
+fn memory_bound_holds() {
+    let o = scripted(|req, _| {
+        resp(
+            "200 OK",
+            "Cache-Control: max-age=600\r\n",
+            &format!("{:>2000}", req.line),
+        )
+    });
+    let c = cache(&o.origin, "", "256k");
+    for i in 0..400 {
+        assert_eq!(get(&c, &format!("/obj/{i}"), "").status, 200);
+        let (_, bytes) = c.zone.store.usage();
+        assert!(
+            bytes <= c.zone.store.limit(),
+            "{bytes} > {}",
+            c.zone.store.limit()
+        );
+    }
+    let (objects, _) = c.zone.store.usage();
+    assert!(objects < 400);
+    let served_before = o.requests();
+    // An evicted object is really gone: asking for it goes to the origin again.
+    get(&c, "/obj/0", "");
+    assert_eq!(o.requests(), served_before + 1);
+    let stats = admin(&c, "GET /stats");
+    assert!(
+        stats.contains("\"evictions\":") && !stats.contains("\"evictions\":0"),
+        "{stats}"
+    );
+}
+
+fn admin(c: &Cache, line: &str) -> String {
+    let mut s = connect(c.admin);
+    roundtrip(
+        &mut s,
+        format!("{line} HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\n\r\n").as_bytes(),
+    )
+    .text()
+}
+
+#[test]
+fn purges_by_every_selector() {
+    let o = scripted(|req, n| {
+        let tag = if req.line.contains("/tagged") {
+            "Surrogate-Key: group-a other\r\n"
+        } else {
+            ""
+        };
+        resp(
+            "200 OK",
+            &format!("Cache-Control: max-age=600\r\nETag: \"e{n}\"\r\n{tag}"),
+            &format!("n{n}"),
+        )
+    });
+    let c = cache(&o.origin, "", "1m");
+    let fill = |paths: &[&str]| {
+        for p in paths {
+            get(&c, p, "");
+        }
+    };
+    let cached = |p: &str| status_of(&get(&c, p, "")).contains("hit");
+    fill(&["/p/1", "/p/2", "/q/1", "/tagged/1", "/tagged/2"]);
+    assert!(cached("/p/1"));
+    assert_eq!(
+        admin(&c, "POST /purge?url=site.test/p/1"),
+        r#"{"purged":1,"soft":false}"#
+    );
+    assert!(!cached("/p/1"));
+    assert_eq!(
+        admin(&c, "POST /purge?prefix=site.test/p/"),
+        r#"{"purged":2,"soft":false}"#
+    );
+    assert_eq!(
+        admin(&c, "POST /purge?tag=group-a"),
+        r#"{"purged":2,"soft":false}"#
+    );
+    assert!(!cached("/tagged/2"));
+    assert_eq!(
+        admin(&c, "POST /purge?regex=%5Esite%5C.test%2Fq"),
+        r#"{"purged":1,"soft":false}"#
+    );
+    fill(&["/h/1"]);
+    assert!(admin(&c, "POST /purge?host=SITE.test").starts_with(r#"{"purged":"#));
+    fill(&["/z/1", "/z/2"]);
+    assert!(admin(&c, "POST /purge?all=1").starts_with(r#"{"purged":"#));
+    assert_eq!(c.zone.store.usage().0, 0);
+    // Soft purge: kept, but revalidated on next use.
+    fill(&["/soft"]);
+    assert_eq!(
+        admin(&c, "POST /purge?url=site.test/soft&soft=1"),
+        r#"{"purged":1,"soft":true}"#
+    );
+    let r = get(&c, "/soft", "");
+    assert!(status_of(&r).contains("fwd=stale"), "{}", status_of(&r));
+    assert!(o.last().header("if-none-match").is_some());
+    // PURGE method from loopback; errors are JSON.
+    fill(&["/m"]);
+    assert_eq!(
+        req(&c, "PURGE /m HTTP/1.1\r\nHost: site.test\r\n\r\n").status,
+        200
+    );
+    assert!(!cached("/m"));
+    assert!(admin(&c, "POST /purge").contains("error"));
+    assert!(admin(&c, "GET /health").contains("ok"));
+}
+
+#[test]
+fn unsafe_methods_invalidate_and_rules_override() {
+    let o = scripted(|req, n| {
+        if req.line.starts_with("POST") {
+            resp("201 Created", "Location: /item/2\r\n", "made")
+        } else {
+            resp("200 OK", "Cache-Control: max-age=600\r\n", &format!("v{n}"))
+        }
+    });
+    let c = cache(&o.origin, "", "1m");
+    get(&c, "/item/1", "");
+    get(&c, "/item/2", "");
+    assert_eq!(
+        req(
+            &c,
+            "POST /item/1 HTTP/1.1\r\nHost: site.test\r\nContent-Length: 0\r\n\r\n"
+        )
+        .status,
+        201
+    );
+    assert!(
+        !status_of(&get(&c, "/item/1", "")).contains("hit"),
+        "target URI invalidated"
+    );
+    assert!(
+        !status_of(&get(&c, "/item/2", "")).contains("hit"),
+        "Location invalidated"
+    );
+
+    // Seed 000 rule: cache every 200 for a day whatever the origin says; bypass on a cookie.
+    let o = scripted(|_, n| {
+        resp(
+            "200 OK",
+            "Cache-Control: no-store, private\r\n",
+            &format!("v{n}"),
+        )
+    });
+    let c = cache(
+        &o.origin,
+        ", ttl: { '200': 1d }, ignore_origin: true, bypass: { cookies: [session] }",
+        "1m",
+    );
+    get(&c, "/forced", "");
+    let r = get(&c, "/forced", "");
+    assert_eq!(
+        (r.text().as_str(), status_of(&r).as_str()),
+        ("v1", "weir; hit; ttl=86400")
+    );
+    let r = get(&c, "/forced", "Cookie: a=1; session=xyz\r\n");
+    assert!(status_of(&r).contains("fwd=bypass"));
+    assert_eq!(r.text(), "v2");
+}
