@@ -24,6 +24,7 @@ pub mod body;
 pub mod date;
 pub mod error;
 pub mod framing;
+mod offsets;
 pub mod request;
 pub mod response;
 pub mod response_head;

@@ -9,6 +9,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::error::ParseError;
 use crate::framing::{BodyKind, FramingFields};
+use crate::offsets::Offsets;
 
 /// Most header fields one request may carry; more is answered with 431.
 pub const MAX_HEADERS: usize = 128;
@@ -200,7 +201,7 @@ pub fn parse_request(
 
     // One pass over the fields: record slices, derive framing and connection semantics.
     // Offsets of each name and value, on the stack: the slices are made after the split.
-    let mut ranges = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
+    let mut ranges = Offsets::new();
     let mut framing = FramingFields::default();
     let mut conn_close = false;
     let mut conn_keep_alive = false;
@@ -208,7 +209,7 @@ pub fn parse_request(
     let mut host = None;
     for (i, h) in req.headers.iter().enumerate() {
         let name = h.name.as_bytes();
-        ranges[i] = (offset(name), name.len(), offset(h.value), h.value.len());
+        ranges.push((offset(name), name.len(), offset(h.value), h.value.len()));
         match name.len() {
             4 if name.eq_ignore_ascii_case(b"host") => {
                 if host.is_some() {
@@ -251,11 +252,10 @@ pub fn parse_request(
         Version::Http10 => conn_keep_alive && !conn_close,
     };
 
-    let count = req.headers.len();
     let head = buf.split_to(n).freeze();
-    let headers = ranges[..count]
-        .iter()
-        .map(|&(ns, nl, vs, vl)| Header {
+    let headers = ranges
+        .spans()
+        .map(|(ns, nl, vs, vl)| Header {
             name: head.slice(ns..ns + nl),
             value: head.slice(vs..vs + vl),
         })

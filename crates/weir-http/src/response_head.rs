@@ -6,6 +6,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::error::ParseError;
 use crate::framing::{trim_ows, BodyKind, FramingFields};
+use crate::offsets::Offsets;
 use crate::request::{Header, Version, MAX_HEADERS};
 
 /// A parsed response head.
@@ -68,13 +69,12 @@ pub fn parse_response(
     let offset = |s: &[u8]| s.as_ptr() as usize - base;
     let reason = resp.reason.unwrap_or("");
     let reason_range = (offset(reason.as_bytes()), reason.len());
-    let mut ranges = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
-    let count = resp.headers.len();
+    let mut ranges = Offsets::new();
     let mut framing = FramingFields::default();
     let (mut close, mut keep_alive_token) = (false, false);
-    for (i, h) in resp.headers.iter().enumerate() {
+    for h in resp.headers.iter() {
         let name = h.name.as_bytes();
-        ranges[i] = (offset(name), name.len(), offset(h.value), h.value.len());
+        ranges.push((offset(name), name.len(), offset(h.value), h.value.len()));
         if name.eq_ignore_ascii_case(b"content-length") {
             framing
                 .content_length(h.value)
@@ -94,9 +94,9 @@ pub fn parse_response(
         && !close
         && (version == Version::Http11 || keep_alive_token);
     let head = buf.split_to(n).freeze();
-    let headers = ranges[..count]
-        .iter()
-        .map(|&(ns, nl, vs, vl)| Header {
+    let headers = ranges
+        .spans()
+        .map(|(ns, nl, vs, vl)| Header {
             name: head.slice(ns..ns + nl),
             value: head.slice(vs..vs + vl),
         })

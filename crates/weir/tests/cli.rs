@@ -17,17 +17,23 @@ fn write_config(name: &str, text: &str) -> std::path::PathBuf {
 #[test]
 fn check_accepts_the_examples() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let out = Command::new(WEIR)
-        .args(["check", "-c", "examples/hello.yaml"])
-        .current_dir(root)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+    for example in ["hello", "proxy", "gateway", "cache"] {
+        let file = format!("examples/{example}.yaml");
+        let out = Command::new(WEIR)
+            .args(["check", "-c", &file])
+            .current_dir(root)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("ok"),
+            "{file}"
+        );
+    }
 }
 
 #[test]

@@ -1,7 +1,5 @@
 //! `Cache-Status` (RFC 9211): one member for weir, with the parameters that say what happened.
 
-use std::fmt::Write;
-
 /// How the response relates to the cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fwd {
@@ -46,40 +44,44 @@ pub struct CacheStatus {
 }
 
 impl CacheStatus {
-    /// Appends `Cache-Status: weir; ...\r\n` (and `X-Cache` when asked) to `out`.
+    /// Appends `Cache-Status: weir; ...\r\n` (and `X-Cache` when asked) to `out`, without
+    /// formatting machinery: this runs on every hit.
     pub fn render(&self, out: &mut bytes::BytesMut, x_cache: bool) {
-        let mut s = String::with_capacity(64);
-        s.push_str("Cache-Status: weir");
+        use bytes::BufMut;
+        out.put_slice(b"Cache-Status: weir");
         if self.hit {
-            s.push_str("; hit");
+            out.put_slice(b"; hit");
         }
         if let Some(f) = self.fwd.filter(|f| *f != Fwd::None) {
-            let _ = write!(s, "; fwd={}", f.as_str());
+            out.put_slice(b"; fwd=");
+            out.put_slice(f.as_str().as_bytes());
         }
         if let Some(st) = self.fwd_status {
-            let _ = write!(s, "; fwd-status={st}");
+            out.put_slice(b"; fwd-status=");
+            out.put_slice(itoa::Buffer::new().format(st).as_bytes());
         }
         if let Some(t) = self.ttl {
-            let _ = write!(s, "; ttl={t}");
+            out.put_slice(b"; ttl=");
+            out.put_slice(itoa::Buffer::new().format(t).as_bytes());
         }
         if self.stored {
-            s.push_str("; stored");
+            out.put_slice(b"; stored");
         }
         if self.collapsed {
-            s.push_str("; collapsed");
+            out.put_slice(b"; collapsed");
         }
         if let Some(d) = self.detail {
-            let _ = write!(s, "; detail={d}");
+            out.put_slice(b"; detail=");
+            out.put_slice(d.as_bytes());
         }
-        s.push_str("\r\n");
+        out.put_slice(b"\r\n");
         if x_cache {
-            s.push_str(if self.hit {
-                "X-Cache: HIT\r\n"
+            out.put_slice(if self.hit {
+                b"X-Cache: HIT\r\n"
             } else {
-                "X-Cache: MISS\r\n"
+                b"X-Cache: MISS\r\n"
             });
         }
-        out.extend_from_slice(s.as_bytes());
     }
 }
 

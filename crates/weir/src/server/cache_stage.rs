@@ -556,7 +556,9 @@ fn tail(
     status: &CacheStatus,
     conn: ConnHeader,
 ) {
-    let _ = write!(out, "Age: {age}\r\n");
+    out.put_slice(b"Age: ");
+    out.put_slice(itoa::Buffer::new().format(age).as_bytes());
+    out.put_slice(b"\r\n");
     status.render(out, c.x_cache);
     for (n, v) in p.response_edits.added() {
         put_header(out, n, v);

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Seed 000 (nuster vs nginx vs Varnish, cache hits on one core), reproduced for issue 4:
+# cache hits for 12 B … 1 KiB objects at -c 100 and -c 1000, weir vs HAProxy's cache vs nginx
+# proxy_cache vs Varnish, each one worker on core 0, wrk -t1 on core 1. Prints the seed's table
+# (rows body size × conns, columns systems, cells requests/s), then CPU µs/request and p99.
+# Usage: bench/seed000_cache.sh [--quick]   (results in bench/results/seed000-<date>.md)
+source "$(dirname "$0")/lib.sh"
+DUR=5s; SIZES=(12 64 128 256 512 1024); CONNS=(100 1000)
+[ "${1:-}" = "--quick" ] && { DUR=2s; SIZES=(12 1024); }
+source "$BENCH_DIR/cache_common.sh"
+warm_caches "${SIZES[@]}"
+hits_before=$(origin_hits)
+
+declare -A RPS_T CPU_T P99_T
+for n in "${SIZES[@]}"; do
+  for c in "${CONNS[@]}"; do
+    for s in "${SYSTEMS[@]}"; do
+      read -r name pid port <<<"$s"
+      taskset -c "$LOAD_CORE" wrk -t1 -c"$c" -d1s "http://127.0.0.1:$port/s$n" >/dev/null 2>&1 || true
+      run_wrk "$pid" "http://127.0.0.1:$port/s$n" -t1 -c"$c" -d"$DUR"
+      RPS_T[$n,$c,$name]=$RPS; CPU_T[$n,$c,$name]=$CPU_US_PER_REQ; P99_T[$n,$c,$name]=$P99_US
+      log "$n B -c$c $name: $RPS req/s, $CPU_US_PER_REQ CPU us/req, p99 ${P99_US}us, errors $ERRORS"
+    done
+  done
+done
+misses=$(( $(origin_hits) - hits_before ))
+
+OUT="$ROOT/bench/results/seed000-$(date -u +%Y%m%d-%H%M).md"
+table() { # title array unit
+  local title=$1 arr=$2
+  echo "$title"
+  echo
+  echo "| body | conns | weir | HAProxy cache | nginx proxy_cache | Varnish |"
+  echo "|---:|---:|---:|---:|---:|---:|"
+  for n in "${SIZES[@]}"; do
+    for c in "${CONNS[@]}"; do
+      eval "echo \"| $n B | $c | \${$arr[$n,$c,weir]} | \${$arr[$n,$c,haproxy]} | \${$arr[$n,$c,nginx]} | \${$arr[$n,$c,varnish]} |\""
+    done
+  done
+  echo
+}
+{
+  echo "# seed 000: cache hits on one core — weir vs HAProxy cache vs nginx proxy_cache vs Varnish"
+  echo
+  machine_info
+  echo "- haproxy $(haproxy -v 2>&1 | head -1 | awk '{print $3}'), varnish $(varnishd -V 2>&1 | head -1 | awk '{print $2}' | tr -d '(')"
+  echo "- command: \`bench/seed000_cache.sh ${1:-}\`; wrk -t1 -d$DUR per cell after a 1 s warm-up; every object cached before measuring"
+  echo "- rule in every system: cache 200 responses for one day whatever the origin says, add a response header"
+  echo "- origin requests during the measured runs (all should be hits): $misses"
+  echo
+  table "Requests/s" RPS_T
+  table "CPU µs per request (cache process user+sys / requests)" CPU_T
+  table "p99 latency µs" P99_T
+  echo "Ratios, weir's CPU µs/request to each peer's (lower is better):"
+  echo
+  echo "| body | conns | weir/HAProxy | weir/nginx | weir/Varnish |"
+  echo "|---:|---:|---:|---:|---:|"
+  for n in "${SIZES[@]}"; do
+    for c in "${CONNS[@]}"; do
+      w=${CPU_T[$n,$c,weir]}
+      echo "| $n B | $c | $(ratio "$w" "${CPU_T[$n,$c,haproxy]}") | $(ratio "$w" "${CPU_T[$n,$c,nginx]}") | $(ratio "$w" "${CPU_T[$n,$c,varnish]}") |"
+    done
+  done
+} > "$OUT"
+cat "$OUT"
+log "results written to ${OUT#$ROOT/}"

@@ -1,0 +1,71 @@
+//! Where each header name and value lies in a head, collected while httparse's borrow of the
+//! buffer is alive and turned into `Bytes` slices after the head is split off. Up to 32 fields
+//! live on the stack (a 512-byte array, cheap to initialise per request); more spill to a `Vec`.
+
+/// (name start, name len, value start, value len)
+pub(crate) type Span = (usize, usize, usize, usize);
+
+type Packed = (u32, u32, u32, u32);
+
+const INLINE: usize = 32;
+
+#[derive(Debug)]
+pub(crate) struct Offsets {
+    inline: [Packed; INLINE],
+    len: usize,
+    spill: Vec<Packed>,
+}
+
+impl Offsets {
+    pub(crate) fn new() -> Offsets {
+        Offsets {
+            inline: [(0, 0, 0, 0); INLINE],
+            len: 0,
+            spill: Vec::new(),
+        }
+    }
+
+    /// Records one field. Heads are bounded far below 4 GiB, so offsets fit in u32.
+    pub(crate) fn push(&mut self, s: Span) {
+        let p = (s.0 as u32, s.1 as u32, s.2 as u32, s.3 as u32);
+        if self.len < INLINE && self.spill.is_empty() {
+            self.inline[self.len] = p;
+            self.len += 1;
+        } else {
+            if self.spill.is_empty() {
+                self.spill.extend_from_slice(&self.inline[..self.len]);
+            }
+            self.spill.push(p);
+        }
+    }
+
+    /// The recorded spans, in order.
+    pub(crate) fn spans(&self) -> impl Iterator<Item = Span> + '_ {
+        let src: &[Packed] = if self.spill.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.spill
+        };
+        src.iter()
+            .map(|&(a, b, c, d)| (a as usize, b as usize, c as usize, d as usize))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spills_past_the_inline_capacity_in_order() {
+        let mut o = Offsets::new();
+        for i in 0..40 {
+            o.push((i, 1, i + 100, 2));
+        }
+        let got: Vec<Span> = o.spans().collect();
+        assert_eq!(got.len(), 40);
+        assert!(got
+            .iter()
+            .enumerate()
+            .all(|(i, s)| s.0 == i && s.2 == i + 100));
+    }
+}
