@@ -33,6 +33,8 @@ enum Command {
         #[arg(short, long)]
         config: PathBuf,
     },
+    /// Load-test an HTTP server (wrk/hey compatible output, sweeps, charts).
+    Bench(Box<crate::bench_cmd::BenchArgs>),
     /// Print the version.
     Version,
 }
@@ -46,6 +48,13 @@ pub fn main() -> ExitCode {
             println!("weir {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
+        Command::Bench(args) => match crate::bench_cmd::run(*args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("weir bench: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Check { config } => match config::load_file(&config) {
             Ok(cfg) => {
                 println!("{}: ok ({})", config.display(), summary(&cfg));

@@ -10,10 +10,11 @@
 //! * [`cache`] is the cache stage of proxy routes (zones, Cache-Status); the RFC 9111 rules and
 //!   the store are the `weir-cache` crate. [`admin`] is the admin API (purge, stats, health).
 //! * [`reply`] holds the response-head tail and the canned error responses every action shares.
-//! * [`cli`] is the `weir` command line.
+//! * [`cli`] is the `weir` command line; [`bench_cmd`] is `weir bench` over the `weir-loadgen` crate.
 
 pub mod actions;
 pub mod admin;
+pub mod bench_cmd;
 pub mod cache;
 pub mod cli;
 pub mod config;

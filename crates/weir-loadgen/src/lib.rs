@@ -1,0 +1,23 @@
+//! `weir bench`: an HTTP/1.1 load generator that gives wrk's numbers, hey's numbers and the seed
+//! 004 table, with sweeps over connection counts and SVG charts.
+//!
+//! * [`options`]: what to run (targets, connections, threads, duration or request count, open-loop
+//!   rate, method, headers, body, `Connection: close`, pipelining, timeout).
+//! * [`client`]: one connection's loop, on the `weir-http` codec; closed loop, or open loop
+//!   where latency is measured from the *intended* send time (coordinated omission corrected, as
+//!   wrk2 does).
+//! * [`run`]: threads (each a current-thread tokio runtime), merging their results.
+//! * [`report`]: wrk, hey, table and JSON output; [`chart`]: requests/s and p99 against
+//!   connections, as SVG.
+//!
+//! Latency goes into HDR histograms at microsecond resolution with no sampling: every response
+//! is recorded.
+
+pub mod chart;
+pub mod client;
+pub mod options;
+pub mod report;
+pub mod run;
+
+pub use options::{Options, Target};
+pub use run::{run, RunResult};

@@ -1,0 +1,102 @@
+//! A run: `threads` OS threads, each a current-thread tokio runtime driving its share of the
+//! connections; their statistics are merged at the end.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::{connection, Control, Errors, Stats};
+use crate::options::Options;
+
+/// A finished run.
+#[derive(Debug)]
+pub struct RunResult {
+    pub options: Options,
+    pub elapsed: Duration,
+    pub stats: Stats,
+    /// Responses per 100 ms, one series per thread (for wrk's Req/Sec statistics).
+    pub per_thread_ticks: Vec<Vec<u64>>,
+}
+
+impl RunResult {
+    pub fn requests_per_sec(&self) -> f64 {
+        self.stats.responses as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    pub fn errors(&self) -> Errors {
+        self.stats.errors
+    }
+}
+
+/// Runs the load described by `opts`.
+pub fn run(opts: &Options) -> Result<RunResult, String> {
+    if opts.connections == 0 {
+        return Err("need at least one connection".into());
+    }
+    let threads = opts.threads.clamp(1, opts.connections);
+    let ctl = Arc::new(Control::new(opts.stop));
+    let request = opts.request_bytes();
+    let mut handles = Vec::new();
+    for t in 0..threads {
+        // Connections spread evenly: the first `extra` threads take one more.
+        let (base, extra) = (opts.connections / threads, opts.connections % threads);
+        let mine = base + usize::from(t < extra);
+        let first = t * base + t.min(extra);
+        let (opts, ctl, request) = (opts.clone(), ctl.clone(), request.clone());
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("weir-bench-{t}"))
+                .spawn(move || -> Result<Stats, String> {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| e.to_string())?;
+                    let local = tokio::task::LocalSet::new();
+                    let stats = Rc::new(RefCell::new(Stats::new()));
+                    let opts = Rc::new(opts);
+                    local.block_on(&rt, async {
+                        let tasks: Vec<_> = (0..mine)
+                            .map(|i| {
+                                tokio::task::spawn_local(connection(
+                                    opts.clone(),
+                                    request.clone(),
+                                    ctl.clone(),
+                                    stats.clone(),
+                                    first + i,
+                                ))
+                            })
+                            .collect();
+                        for t in tasks {
+                            let _ = t.await;
+                        }
+                    });
+                    let stats = stats.replace(Stats::new());
+                    Ok(stats)
+                })
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    let mut merged = Stats::new();
+    let mut ticks = Vec::new();
+    for h in handles {
+        let s = h
+            .join()
+            .map_err(|_| "a bench thread panicked".to_string())??;
+        let _ = merged.latency.add(&s.latency);
+        merged.responses += s.responses;
+        merged.bytes += s.bytes;
+        merged.errors.add(&s.errors);
+        for (k, v) in &s.statuses {
+            *merged.statuses.entry(*k).or_insert(0) += v;
+        }
+        ticks.push(s.per_tick);
+    }
+    let elapsed = ctl.start.elapsed();
+    Ok(RunResult {
+        options: opts.clone(),
+        elapsed,
+        stats: merged,
+        per_thread_ticks: ticks,
+    })
+}

@@ -1,0 +1,186 @@
+//! `weir bench`: the command-line face of the `weir-loadgen` crate.
+//!
+//! Flags follow wrk (`-c`, `-t`, `-d` duration, `-H`, `--latency` is always on) and hey (`-n`,
+//! `-m`, `-D` body file). hey's `-d` (body string) is `--body` here, because `-d` is wrk's
+//! duration.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use clap::{Args, ValueEnum};
+use weir_loadgen::options::Stop;
+use weir_loadgen::{report, Options, RunResult, Target};
+
+use crate::config::units::Dur;
+
+/// Report format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Wrk,
+    Hey,
+    Table,
+    Json,
+}
+
+/// `weir bench` arguments.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// URL to load (or use --target, repeatable).
+    pub url: Option<String>,
+    /// Connections to keep open.
+    #[arg(short = 'c', long, default_value_t = 10)]
+    pub connections: usize,
+    /// Threads (each drives its share of the connections).
+    #[arg(short = 't', long, default_value_t = 1)]
+    pub threads: usize,
+    /// Duration of each run (e.g. 10s); the default when -n is not given.
+    #[arg(short = 'd', long)]
+    pub duration: Option<String>,
+    /// Total requests instead of a duration.
+    #[arg(short = 'n', long)]
+    pub requests: Option<u64>,
+    /// Open loop at this many requests per second (latency from the intended send time).
+    #[arg(short = 'R', long)]
+    pub rate: Option<f64>,
+    /// Request method.
+    #[arg(short = 'm', long, default_value = "GET")]
+    pub method: String,
+    /// Request header `Name: value` (repeatable).
+    #[arg(short = 'H', long = "header")]
+    pub headers: Vec<String>,
+    /// Request body.
+    #[arg(long)]
+    pub body: Option<String>,
+    /// Request body from a file.
+    #[arg(short = 'D', long = "body-file")]
+    pub body_file: Option<PathBuf>,
+    /// A new connection for every request (`Connection: close`).
+    #[arg(long)]
+    pub close: bool,
+    /// Requests in flight per connection (HTTP/1.1 pipelining).
+    #[arg(long, default_value_t = 1)]
+    pub pipeline: usize,
+    /// Per-request timeout.
+    #[arg(long, default_value = "10s")]
+    pub timeout: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Wrk)]
+    pub format: Format,
+    /// Run once per connection count, e.g. 1,10,100,1000.
+    #[arg(long, value_delimiter = ',')]
+    pub sweep_conns: Vec<usize>,
+    /// Write an SVG chart of requests/s and p99 against connections.
+    #[arg(long)]
+    pub chart: Option<PathBuf>,
+    /// A named target `name=URL` (repeatable; all appear in one chart).
+    #[arg(long = "target")]
+    pub targets: Vec<String>,
+    /// Chart title.
+    #[arg(long, default_value = "weir bench")]
+    pub title: String,
+}
+
+/// Runs the command; errors are one line for stderr.
+pub fn run(a: BenchArgs) -> Result<(), String> {
+    let mut targets = Vec::new();
+    if let Some(u) = &a.url {
+        targets.push(Target::parse(u, u)?);
+    }
+    for t in &a.targets {
+        let (name, url) = t
+            .split_once('=')
+            .ok_or_else(|| format!("--target {t:?}: expected name=URL"))?;
+        targets.push(Target::parse(name, url)?);
+    }
+    if targets.is_empty() {
+        return Err("give a URL or --target name=URL".into());
+    }
+    let stop = match (a.requests, &a.duration) {
+        (Some(_), Some(_)) => return Err("give -d or -n, not both".into()),
+        (Some(n), None) => Stop::Requests(n),
+        (None, d) => Stop::After(parse_dur(d.as_deref().unwrap_or("10s"))?),
+    };
+    let body = match (&a.body, &a.body_file) {
+        (Some(_), Some(_)) => return Err("give --body or -D, not both".into()),
+        (Some(b), None) => Bytes::from(b.clone()),
+        (None, Some(f)) => {
+            Bytes::from(std::fs::read(f).map_err(|e| format!("cannot read {}: {e}", f.display()))?)
+        }
+        (None, None) => Bytes::new(),
+    };
+    let mut headers = Vec::new();
+    for h in &a.headers {
+        let (n, v) = h
+            .split_once(':')
+            .ok_or_else(|| format!("-H {h:?}: expected 'Name: value'"))?;
+        headers.push((n.trim().to_string(), v.trim().to_string()));
+    }
+    if a.rate.is_some_and(|r| r <= 0.0) {
+        return Err("-R must be positive".into());
+    }
+    let conns_list = if a.sweep_conns.is_empty() {
+        vec![a.connections]
+    } else {
+        a.sweep_conns.clone()
+    };
+    let mut series: Vec<(String, Vec<RunResult>)> = Vec::new();
+    for target in &targets {
+        let mut runs = Vec::new();
+        for &c in &conns_list {
+            let opts = Options {
+                target: target.clone(),
+                connections: c,
+                threads: a.threads,
+                stop,
+                rate: a.rate,
+                method: a.method.to_ascii_uppercase(),
+                headers: headers.clone(),
+                body: body.clone(),
+                close: a.close,
+                pipeline: a.pipeline,
+                timeout: parse_dur(&a.timeout)?,
+            };
+            if conns_list.len() > 1 || targets.len() > 1 {
+                eprintln!("weir bench: {} with {c} connections…", target.name);
+            }
+            let r = weir_loadgen::run(&opts)?;
+            if matches!(a.format, Format::Wrk | Format::Hey) {
+                let text = if a.format == Format::Wrk {
+                    report::wrk::render(&r)
+                } else {
+                    report::hey::render(&r)
+                };
+                println!("{text}");
+            }
+            runs.push(r);
+        }
+        series.push((target.name.clone(), runs));
+    }
+    match a.format {
+        Format::Table => {
+            for (name, runs) in &series {
+                if series.len() > 1 {
+                    println!("{name}\n");
+                }
+                println!("{}", report::table::render(runs));
+            }
+        }
+        Format::Json => {
+            let all: Vec<RunResult> = series.into_iter().flat_map(|(_, r)| r).collect();
+            println!("{}", report::json::render(&all));
+            return Ok(());
+        }
+        _ => {}
+    }
+    if let Some(path) = &a.chart {
+        let svg = weir_loadgen::chart::render(&a.title, &series);
+        std::fs::write(path, svg).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        eprintln!("weir bench: chart written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn parse_dur(s: &str) -> Result<Duration, String> {
+    s.parse::<Dur>().map(|d| d.0).map_err(|e| e.to_string())
+}
