@@ -10,7 +10,7 @@ const W: f64 = 900.0;
 const PANEL_H: f64 = 300.0;
 const LEFT: f64 = 90.0;
 const RIGHT: f64 = 40.0;
-const TOP: f64 = 50.0;
+const TOP: f64 = 70.0;
 const GAP: f64 = 80.0;
 const COLORS: [&str; 6] = [
     "#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
@@ -202,7 +202,7 @@ fn tick_label(v: f64) -> String {
         format!("{:.1}M", v / 1_000_000.0)
     } else if v >= 1000.0 {
         format!("{:.0}k", v / 1000.0)
-    } else if v >= 10.0 {
+    } else if v >= 10.0 || v.fract() == 0.0 {
         format!("{v:.0}")
     } else {
         format!("{v:.2}")

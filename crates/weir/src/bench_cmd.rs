@@ -79,7 +79,29 @@ pub struct BenchArgs {
     /// Chart title.
     #[arg(long, default_value = "weir bench")]
     pub title: String,
+    /// `name=PID`: report that server process's CPU time per request (user+sys from
+    /// /proc/PID/stat around each run) for the target of that name (repeatable).
+    #[arg(long = "pid")]
+    pub pids: Vec<String>,
 }
+
+/// user+sys clock ticks of a process, from /proc/PID/stat.
+fn cpu_ticks(pid: u32) -> Result<u64, String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| format!("cannot read /proc/{pid}/stat: {e}"))?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let after = stat.rsplit_once(')').map(|(_, a)| a).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let num = |i: usize| {
+        f.get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or_else(|| format!("unexpected /proc/{pid}/stat format"))
+    };
+    Ok(num(11)? + num(12)?)
+}
+
+/// Clock ticks per second (USER_HZ), 100 on every Linux configuration weir supports.
+const TICKS_PER_SEC: f64 = 100.0;
 
 /// Runs the command; errors are one line for stderr.
 pub fn run(a: BenchArgs) -> Result<(), String> {
@@ -119,6 +141,19 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     if a.rate.is_some_and(|r| r <= 0.0) {
         return Err("-R must be positive".into());
     }
+    let mut pids = std::collections::HashMap::new();
+    for p in &a.pids {
+        let (name, pid) = p
+            .split_once('=')
+            .ok_or_else(|| format!("--pid {p:?}: expected name=PID"))?;
+        let pid: u32 = pid
+            .parse()
+            .map_err(|_| format!("--pid {p:?}: not a process id"))?;
+        cpu_ticks(pid)?;
+        pids.insert(name.to_string(), pid);
+    }
+    // CPU µs per request of the target's server process, per run, when --pid names it.
+    let mut cpu: std::collections::HashMap<(String, usize), f64> = std::collections::HashMap::new();
     let conns_list = if a.sweep_conns.is_empty() {
         vec![a.connections]
     } else {
@@ -144,7 +179,16 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
             if conns_list.len() > 1 || targets.len() > 1 {
                 eprintln!("weir bench: {} with {c} connections…", target.name);
             }
+            let pid = pids.get(&target.name).copied();
+            let before = pid.map(cpu_ticks).transpose()?;
             let r = weir_loadgen::run(&opts)?;
+            if let (Some(pid), Some(before)) = (pid, before) {
+                let used = cpu_ticks(pid)?.saturating_sub(before) as f64 / TICKS_PER_SEC;
+                cpu.insert(
+                    (target.name.clone(), c),
+                    used * 1e6 / r.stats.responses.max(1) as f64,
+                );
+            }
             if matches!(a.format, Format::Wrk | Format::Hey) {
                 let text = if a.format == Format::Wrk {
                     report::wrk::render(&r)
@@ -164,12 +208,30 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                     println!("{name}\n");
                 }
                 println!("{}", report::table::render(runs));
+                let cpu_row: Vec<String> = runs
+                    .iter()
+                    .filter_map(|r| {
+                        cpu.get(&(name.clone(), r.options.connections))
+                            .map(|v| format!("{}: {v:.2}", r.options.connections))
+                    })
+                    .collect();
+                if !cpu_row.is_empty() {
+                    println!("server CPU µs/request by conns — {}\n", cpu_row.join(", "));
+                }
             }
         }
         Format::Json => {
-            let all: Vec<RunResult> = series.into_iter().flat_map(|(_, r)| r).collect();
-            println!("{}", report::json::render(&all));
-            return Ok(());
+            let mut all = Vec::new();
+            for (name, runs) in &series {
+                for r in runs {
+                    let mut v = report::json::value(r);
+                    if let Some(c) = cpu.get(&(name.clone(), r.options.connections)) {
+                        v["cpu_us_per_req"] = (*c).into();
+                    }
+                    all.push(v);
+                }
+            }
+            println!("{}", serde_json::Value::Array(all));
         }
         _ => {}
     }
