@@ -94,7 +94,7 @@ impl KeySpec {
             text.extend_from_slice(b"\0c:");
             text.extend_from_slice(name.as_bytes());
             text.push(b'=');
-            if let Some(v) = cookie(req, name) {
+            if let Some(v) = req.cookie(name) {
                 text.extend_from_slice(v);
             }
         }
@@ -126,25 +126,6 @@ impl KeySpec {
         }
         Some(pairs.join(&b'&'))
     }
-}
-
-fn cookie<'a>(req: &'a RequestHead, name: &str) -> Option<&'a [u8]> {
-    for h in req
-        .headers
-        .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case(b"cookie"))
-    {
-        for pair in h.value.split(|b| *b == b';') {
-            let pair = pair.trim_ascii();
-            if let Some(v) = pair
-                .strip_prefix(name.as_bytes())
-                .and_then(|r| r.strip_prefix(b"="))
-            {
-                return Some(v);
-            }
-        }
-    }
-    None
 }
 
 /// Accept-Encoding reduced to what a cache needs to tell apart: `br`, `gzip` or nothing.

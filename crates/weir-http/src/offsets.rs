@@ -39,6 +39,16 @@ impl Offsets {
         }
     }
 
+    /// The fields as `Bytes` slices of `head` (the frozen head the spans point into).
+    pub(crate) fn headers(&self, head: &bytes::Bytes) -> Vec<crate::request::Header> {
+        self.spans()
+            .map(|(ns, nl, vs, vl)| crate::request::Header {
+                name: head.slice(ns..ns + nl),
+                value: head.slice(vs..vs + vl),
+            })
+            .collect()
+    }
+
     /// The recorded spans, in order.
     pub(crate) fn spans(&self) -> impl Iterator<Item = Span> + '_ {
         let src: &[Packed] = if self.spill.is_empty() {

@@ -135,6 +135,20 @@ impl RequestHead {
             .map(|h| &h.value)
     }
 
+    /// The value of cookie `name` from the `Cookie` fields, if sent.
+    pub fn cookie(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case(b"cookie"))
+            .find_map(|h| {
+                h.value.split(|b| *b == b';').find_map(|pair| {
+                    pair.trim_ascii()
+                        .strip_prefix(name.as_bytes())
+                        .and_then(|r| r.strip_prefix(b"="))
+                })
+            })
+    }
+
     /// The `Host` value (or the authority of an absolute-form target), without any port.
     pub fn host(&self) -> Option<&[u8]> {
         let raw: &[u8] = match self.host {
@@ -253,13 +267,7 @@ pub fn parse_request(
     };
 
     let head = buf.split_to(n).freeze();
-    let headers = ranges
-        .spans()
-        .map(|(ns, nl, vs, vl)| Header {
-            name: head.slice(ns..ns + nl),
-            value: head.slice(vs..vs + vl),
-        })
-        .collect();
+    let headers = ranges.headers(&head);
     Ok(Some(RequestHead {
         method,
         target: head.slice(target_range.0..target_range.0 + target_range.1),
@@ -375,6 +383,17 @@ mod tests {
         let mut b = BytesMut::from(&b"GET / HTTP/1.1\r\nHost: a\r\n"[..]);
         assert!(parse_request(&mut b, &Limits::default()).unwrap().is_none());
         assert_eq!(b.len(), 25);
+    }
+
+    #[test]
+    fn cookies() {
+        let h =
+            parse(b"GET / HTTP/1.1\r\nHost: a\r\nCookie: a=1; session=xyz\r\nCookie: b=2\r\n\r\n")
+                .unwrap()
+                .unwrap();
+        assert_eq!(h.cookie("session"), Some(&b"xyz"[..]));
+        assert_eq!(h.cookie("b"), Some(&b"2"[..]));
+        assert_eq!(h.cookie("sess"), None, "no prefix matches");
     }
 
     #[test]

@@ -94,13 +94,7 @@ pub fn parse_response(
         && !close
         && (version == Version::Http11 || keep_alive_token);
     let head = buf.split_to(n).freeze();
-    let headers = ranges
-        .spans()
-        .map(|(ns, nl, vs, vl)| Header {
-            name: head.slice(ns..ns + nl),
-            value: head.slice(vs..vs + vl),
-        })
-        .collect();
+    let headers = ranges.headers(&head);
     let reason = if reason_range.1 == 0 {
         Bytes::new()
     } else {

@@ -587,23 +587,11 @@ fn bypassed(head: &RequestHead, c: &CacheRoute) -> Option<&'static str> {
     if c.bypass_headers.iter().any(|h| head.header(h).is_some()) {
         return Some("bypass-header");
     }
-    if !c.bypass_cookies.is_empty() {
-        for h in head
-            .headers
-            .iter()
-            .filter(|h| h.name.eq_ignore_ascii_case(b"cookie"))
-        {
-            for pair in h.value.split(|b| *b == b';') {
-                let name = pair
-                    .trim_ascii()
-                    .split(|b| *b == b'=')
-                    .next()
-                    .unwrap_or(b"");
-                if c.bypass_cookies.iter().any(|c| c.as_bytes() == name) {
-                    return Some("bypass-cookie");
-                }
-            }
-        }
+    if c.bypass_cookies
+        .iter()
+        .any(|name| head.cookie(name).is_some())
+    {
+        return Some("bypass-cookie");
     }
     None
 }

@@ -727,11 +727,7 @@ pub(crate) fn build_request(
         }
         if route.x_forwarded && n.eq_ignore_ascii_case(b"x-forwarded-for") {
             if trusted {
-                let v = prior_xff.get_or_insert_with(Vec::new);
-                if !v.is_empty() {
-                    v.extend_from_slice(b", ");
-                }
-                v.extend_from_slice(&h.value);
+                append_list(&mut prior_xff, &h.value);
             }
             continue;
         }
@@ -744,25 +740,20 @@ pub(crate) fn build_request(
         }
         if route.forwarded && n.eq_ignore_ascii_case(b"forwarded") {
             if trusted {
-                let v = prior_fwd.get_or_insert_with(Vec::new);
-                if !v.is_empty() {
-                    v.extend_from_slice(b", ");
-                }
-                v.extend_from_slice(&h.value);
+                append_list(&mut prior_fwd, &h.value);
             }
             continue;
         }
         put_header(req, n, &h.value);
     }
     if route.x_forwarded {
-        let mut xff = prior_xff
-            .map(|mut v| {
-                v.extend_from_slice(b", ");
-                v
-            })
-            .unwrap_or_default();
-        xff.extend_from_slice(peer.to_string().as_bytes());
-        put_header(req, b"X-Forwarded-For", &xff);
+        let mut ip = [0u8; 64];
+        append_list(&mut prior_xff, format_ip(peer, &mut ip));
+        put_header(
+            req,
+            b"X-Forwarded-For",
+            prior_xff.as_deref().unwrap_or_default(),
+        );
         if !trusted || head.header("x-forwarded-proto").is_none() {
             put_header(req, b"X-Forwarded-Proto", b"http");
         }
@@ -774,20 +765,15 @@ pub(crate) fn build_request(
         }
     }
     if route.forwarded {
-        let mut f = prior_fwd
-            .map(|mut v| {
-                v.extend_from_slice(b", ");
-                v
-            })
-            .unwrap_or_default();
-        f.extend_from_slice(format!("for={};proto=http", forwarded_node(peer)).as_bytes());
+        let mut element = format!("for={};proto=http", forwarded_node(peer));
         if let Some(h) = client_host
             .as_ref()
             .and_then(|h| std::str::from_utf8(h).ok())
         {
-            f.extend_from_slice(format!(";host=\"{h}\"").as_bytes());
+            element.push_str(&format!(";host=\"{h}\""));
         }
-        put_header(req, b"Forwarded", &f);
+        append_list(&mut prior_fwd, element.as_bytes());
+        put_header(req, b"Forwarded", prior_fwd.as_deref().unwrap_or_default());
     }
     for (n, v) in route.request_edits.added() {
         put_header(req, n, v);
@@ -816,6 +802,24 @@ pub(crate) fn build_request(
     }
     req.put_slice(extra);
     req.put_slice(b"\r\n");
+}
+
+/// Writes an IP address into `buf` without allocating; returns the text.
+fn format_ip(ip: std::net::IpAddr, buf: &mut [u8; 64]) -> &[u8] {
+    use std::io::Write as _;
+    let mut cur = std::io::Cursor::new(&mut buf[..]);
+    let _ = write!(cur, "{ip}");
+    let n = cur.position() as usize;
+    &buf[..n]
+}
+
+/// Appends `item` to a comma-separated field value being built.
+fn append_list(list: &mut Option<Vec<u8>>, item: &[u8]) {
+    let v = list.get_or_insert_with(Vec::new);
+    if !v.is_empty() {
+        v.extend_from_slice(b", ");
+    }
+    v.extend_from_slice(item);
 }
 
 /// Fields that make a request conditional or partial.

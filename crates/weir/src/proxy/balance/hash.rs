@@ -57,29 +57,9 @@ impl HashKey {
             HashKey::Header(name) => {
                 hash64(ctx.request.header(name).map(|v| &v[..]).unwrap_or(b""))
             }
-            HashKey::Cookie(name) => hash64(cookie(ctx, name).unwrap_or(b"")),
+            HashKey::Cookie(name) => hash64(ctx.request.cookie(name).unwrap_or(b"")),
         }
     }
-}
-
-fn cookie<'a>(ctx: &'a PickCtx<'_>, name: &str) -> Option<&'a [u8]> {
-    for h in ctx
-        .request
-        .headers
-        .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case(b"cookie"))
-    {
-        for pair in h.value.split(|b| *b == b';') {
-            let pair = pair.strip_prefix(b" ").unwrap_or(pair);
-            if let Some(v) = pair
-                .strip_prefix(name.as_bytes())
-                .and_then(|r| r.strip_prefix(b"="))
-            {
-                return Some(v);
-            }
-        }
-    }
-    None
 }
 
 /// FNV-1a, then splitmix64 to spread the bits.
