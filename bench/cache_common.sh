@@ -16,21 +16,12 @@ for n in 12 64 128 256 512 600 1024; do head -c "$n" /dev/zero | tr '\0' 'x' > "
 chmod -R a+rX "$TMP/www"
 
 # --- origin: nginx serving the files, one worker on the load core
-mkdir -p "$TMP/origin"
-cat > "$TMP/origin/nginx.conf" <<NGX
-worker_processes 1;
-daemon off;
-pid $TMP/origin/nginx.pid;
-error_log $TMP/origin/error.log warn;
-events { worker_connections 4096; }
-http {
+nginx_conf "$TMP/origin" <<NGX
   access_log $TMP/origin/access.log;
   default_type text/plain;
   server { listen 127.0.0.1:$ORIGIN_PORT; root $TMP/www; }
-}
 NGX
-taskset -c "$LOAD_CORE" nginx -c "$TMP/origin/nginx.conf" -e "$TMP/origin/error.log" &
-track $!
+start_nginx "$TMP/origin" "$LOAD_CORE"
 
 # --- weir: examples/cache.yaml with one worker
 WEIR_WORKERS=1 WEIR_LISTEN=127.0.0.1:$P_WEIR WEIR_ORIGIN=127.0.0.1:$ORIGIN_PORT WEIR_ADMIN=127.0.0.1:$P_ADMIN \
@@ -40,14 +31,7 @@ WEIR_PID=$!; track $WEIR_PID
 # --- nginx proxy_cache
 mkdir -p "$TMP/nginx/cache"
 chmod 777 "$TMP/nginx/cache"
-cat > "$TMP/nginx/nginx.conf" <<NGX
-worker_processes 1;
-daemon off;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/error.log warn;
-worker_rlimit_nofile 20000;
-events { worker_connections 10000; }
-http {
+nginx_conf "$TMP/nginx" <<NGX
   access_log off;
   keepalive_requests 1000000;
   proxy_cache_path $TMP/nginx/cache levels=1:2 keys_zone=c:16m max_size=256m inactive=1d;
@@ -64,10 +48,8 @@ http {
       add_header X-Cache-By nginx;
     }
   }
-}
 NGX
-taskset -c "$SUT_CORE" nginx -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log" &
-NGINX_MASTER=$!; track $NGINX_MASTER
+start_nginx "$TMP/nginx" "$SUT_CORE"; NGINX_MASTER=$NGINX_STARTED
 
 # --- HAProxy cache
 cat > "$TMP/haproxy.cfg" <<HAP

@@ -24,15 +24,7 @@ WEIR_WORKERS=1 WEIR_LISTEN=127.0.0.1:$WEIR_PORT taskset -c "$SUT_CORE" \
   "$WEIR" run -c "$ROOT/examples/hello.yaml" 2>"$TMP/weir.log" &
 WEIR_PID=$!; track $WEIR_PID
 
-mkdir -p "$TMP/nginx"
-cat > "$TMP/nginx/nginx.conf" <<NGX
-worker_processes 1;
-daemon off;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/error.log warn;
-worker_rlimit_nofile 20000;
-events { worker_connections 19000; }
-http {
+nginx_conf "$TMP/nginx" <<NGX
   access_log off;            # weir has no access log either: compare like with like
   keepalive_requests 10000;  # weir's default max_requests_per_connection
   keepalive_timeout 60s;
@@ -41,10 +33,8 @@ http {
     listen 127.0.0.1:$NGINX_DEF_PORT reuseport backlog=4096 deferred;
     location = /hello { default_type text/plain; return 200 "Hello, World\n"; }
   }
-}
 NGX
-taskset -c "$SUT_CORE" nginx -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log" &
-NGINX_MASTER=$!; track $NGINX_MASTER
+start_nginx "$TMP/nginx" "$SUT_CORE"; NGINX_MASTER=$NGINX_STARTED
 taskset -c "$SUT_CORE" "$TMP/bare_epoll" $BARE_PORT &
 BARE_PID=$!; track $BARE_PID
 wait_port $WEIR_PORT "$TMP/weir.log"; wait_port $NGINX_PORT "$TMP/nginx/error.log"; wait_port $BARE_PORT

@@ -35,6 +35,31 @@ ensure_pkgs() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
+# Writes DIR/nginx.conf: one worker, foreground, pid and error log in DIR, then the `http` block
+# whose inside is read from stdin. Usage: nginx_conf DIR <<EOF ... EOF
+nginx_conf() {
+  local dir=$1
+  mkdir -p "$dir"
+  {
+    echo "worker_processes 1;"
+    echo "daemon off;"
+    echo "pid $dir/nginx.pid;"
+    echo "error_log $dir/error.log warn;"
+    echo "worker_rlimit_nofile 20000;"
+    echo "events { worker_connections ${NGINX_WORKER_CONNECTIONS:-19000}; }"
+    echo "http {"
+    cat
+    echo "}"
+  } > "$dir/nginx.conf"
+}
+
+# Starts nginx from DIR/nginx.conf pinned to CORE; sets NGINX_STARTED (the master's pid).
+start_nginx() {
+  taskset -c "$2" nginx -c "$1/nginx.conf" -e "$1/error.log" &
+  NGINX_STARTED=$!
+  track $NGINX_STARTED
+}
+
 build_weir() {
   log "building weir (release)"
   (cd "$ROOT" && cargo build --release -q)

@@ -15,15 +15,7 @@ raise_nofile
 P_WEIR=18380; P_NGINX=18381; P_GO=18382
 WEIR_WORKERS=1 WEIR_LISTEN=127.0.0.1:$P_WEIR taskset -c "$SUT_CORE" "$WEIR" run -c "$ROOT/examples/hello.yaml" 2>"$TMP/weir.log" &
 WEIR_PID=$!; track $WEIR_PID
-mkdir -p "$TMP/nginx"
-cat > "$TMP/nginx/nginx.conf" <<NGX
-worker_processes 1;
-daemon off;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/error.log warn;
-worker_rlimit_nofile 20000;
-events { worker_connections 10000; }
-http {
+nginx_conf "$TMP/nginx" <<NGX
   access_log off;
   keepalive_requests 10000;
   server {
@@ -31,10 +23,8 @@ http {
     location = /hello { default_type text/plain; return 200 "Hello, World\n"; }
     location = /json { default_type application/json; return 200 '{"message":"Hello, World!"}'; }
   }
-}
 NGX
-taskset -c "$SUT_CORE" nginx -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log" &
-NGINX_MASTER=$!; track $NGINX_MASTER
+start_nginx "$TMP/nginx" "$SUT_CORE"; NGINX_MASTER=$NGINX_STARTED
 wait_port $P_WEIR "$TMP/weir.log"; wait_port $P_NGINX "$TMP/nginx/error.log"
 NGINX_PID=$(pgrep -P "$NGINX_MASTER" | head -1)
 SYSTEMS=("weir $WEIR_PID $P_WEIR" "nginx $NGINX_PID $P_NGINX")

@@ -25,15 +25,7 @@ BODY1K=$(head -c 1024 /dev/zero | tr '\0' 'x')
 head -c 1000 /dev/zero | tr '\0' 'b' > "$TMP/body.txt"
 
 # --- origin pool: one nginx worker on core 1 answering 1 KiB, accept counter on $OSTAT
-mkdir -p "$TMP/origin"
-cat > "$TMP/origin/nginx.conf" <<NGX
-worker_processes 1;
-daemon off;
-pid $TMP/origin/nginx.pid;
-error_log $TMP/origin/error.log warn;
-worker_rlimit_nofile 20000;
-events { worker_connections 10000; }
-http {
+nginx_conf "$TMP/origin" <<NGX
   access_log off;
   keepalive_requests 1000000;
   server {
@@ -42,10 +34,8 @@ http {
     location / { default_type text/plain; return 200 "$BODY1K"; }
   }
   server { listen 127.0.0.1:$OSTAT; location / { stub_status; } }
-}
 NGX
-taskset -c "$LOAD_CORE" nginx -c "$TMP/origin/nginx.conf" -e "$TMP/origin/error.log" &
-track $!
+start_nginx "$TMP/origin" "$LOAD_CORE"
 
 # --- weir
 cat > "$TMP/weir.yaml" <<YAML
@@ -65,15 +55,7 @@ taskset -c "$SUT_CORE" "$WEIR" run -c "$TMP/weir.yaml" 2>"$TMP/weir.log" &
 WEIR_PID=$!; track $WEIR_PID
 
 # --- nginx as proxy
-mkdir -p "$TMP/nginx"
-cat > "$TMP/nginx/nginx.conf" <<NGX
-worker_processes 1;
-daemon off;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/error.log warn;
-worker_rlimit_nofile 20000;
-events { worker_connections 10000; }
-http {
+nginx_conf "$TMP/nginx" <<NGX
   access_log off;
   keepalive_requests 1000000;
   upstream echo { server 127.0.0.1:$O1; server 127.0.0.1:$O2; keepalive 1024; }
@@ -85,10 +67,8 @@ http {
       proxy_set_header Connection "";
     }
   }
-}
 NGX
-taskset -c "$SUT_CORE" nginx -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log" &
-NGINX_MASTER=$!; track $NGINX_MASTER
+start_nginx "$TMP/nginx" "$SUT_CORE"; NGINX_MASTER=$NGINX_STARTED
 
 # --- HAProxy
 cat > "$TMP/haproxy.cfg" <<HAP

@@ -22,22 +22,12 @@ listeners:
 YAML
 taskset -c "$SUT_CORE" "$WEIR" run -c "$TMP/weir.yaml" 2>"$TMP/weir.log" &
 WEIR_PID=$!; track $WEIR_PID
-mkdir -p "$TMP/nginx"
-cat > "$TMP/nginx/nginx.conf" <<NGX
-worker_processes 1;
-daemon off;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/error.log warn;
-worker_rlimit_nofile 20000;
-events { worker_connections 10000; }
-http {
+nginx_conf "$TMP/nginx" <<NGX
   access_log off;
   keepalive_requests 10000;
   server { listen 127.0.0.1:$P_NGINX reuseport backlog=4096; location / { default_type text/plain; return 200 "$PAYLOAD"; } }
-}
 NGX
-taskset -c "$SUT_CORE" nginx -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log" &
-NGINX_MASTER=$!; track $NGINX_MASTER
+start_nginx "$TMP/nginx" "$SUT_CORE"; NGINX_MASTER=$NGINX_STARTED
 wait_port $P_WEIR "$TMP/weir.log"; wait_port $P_NGINX "$TMP/nginx/error.log"
 NGINX_PID=$(pgrep -P "$NGINX_MASTER" | head -1)
 SYSTEMS=("weir $WEIR_PID $P_WEIR" "nginx $NGINX_PID $P_NGINX")
