@@ -39,29 +39,42 @@ pub struct CachedObject {
     pub body: Bytes,
 }
 
+/// Encodes a stored-response head: status line, fields and (when known and allowed)
+/// `Content-Length`, without the final CRLF. Stored objects and responses streamed to coalesced
+/// waiters are both written from this.
+pub fn encode_head(
+    status: u16,
+    reason: &[u8],
+    headers: &[Header],
+    content_length: Option<u64>,
+) -> Bytes {
+    let mut head = BytesMut::with_capacity(256);
+    head.put_slice(b"HTTP/1.1 ");
+    weir_http::response::put_u64(&mut head, u64::from(status));
+    head.put_u8(b' ');
+    if reason.is_empty() {
+        head.put_slice(weir_http::response::reason(status).as_bytes());
+    } else {
+        head.put_slice(reason);
+    }
+    head.put_slice(b"\r\n");
+    for h in headers {
+        weir_http::response::put_header(&mut head, &h.name, &h.value);
+    }
+    if let (Some(n), false) = (content_length, status == 304 || status == 204) {
+        weir_http::response::put_content_length(&mut head, n);
+    }
+    head.freeze()
+}
+
 impl CachedObject {
     pub fn new(meta: ObjectMeta, reason: Bytes, headers: Vec<Header>, body: Bytes) -> CachedObject {
-        let mut head = BytesMut::with_capacity(256);
-        head.put_slice(b"HTTP/1.1 ");
-        weir_http::response::put_u64(&mut head, u64::from(meta.status));
-        head.put_u8(b' ');
-        if reason.is_empty() {
-            head.put_slice(weir_http::response::reason(meta.status).as_bytes());
-        } else {
-            head.put_slice(&reason);
-        }
-        head.put_slice(b"\r\n");
-        for h in &headers {
-            weir_http::response::put_header(&mut head, &h.name, &h.value);
-        }
-        if meta.status != 304 && meta.status != 204 {
-            weir_http::response::put_content_length(&mut head, body.len() as u64);
-        }
+        let head = encode_head(meta.status, &reason, &headers, Some(body.len() as u64));
         CachedObject {
             meta,
             headers,
             reason,
-            head: head.freeze(),
+            head,
             body,
         }
     }

@@ -560,3 +560,96 @@ fn unsafe_methods_invalidate_and_rules_override() {
     assert!(status_of(&r).contains("fwd=bypass"));
     assert_eq!(r.text(), "v2");
 }
+
+/// Reads a response head and then exactly `n` body bytes.
+fn head_and(s: &mut std::net::TcpStream, n: usize) -> (String, Vec<u8>) {
+    use std::io::Read;
+    let mut raw = Vec::new();
+    let mut b = [0u8; 1];
+    while !raw.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b).unwrap();
+        raw.push(b[0]);
+    }
+    let mut body = vec![0; n];
+    s.read_exact(&mut body).unwrap();
+    (String::from_utf8(raw).unwrap(), body)
+}
+
+#[test]
+fn coalesced_followers_are_streamed_the_response_as_it_arrives() {
+    use std::io::Read;
+    let o = common::origin::origin(|mut c| {
+        let _ = c.read(&mut [0u8; 2048]);
+        let _ = c.write_all(
+            b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 10\r\n\r\nhello",
+        );
+        std::thread::sleep(Duration::from_millis(400));
+        let _ = c.write_all(b"world");
+    });
+    let c = cache(&o, "", "1m");
+    let addr = c.srv.addr;
+    let leader = std::thread::spawn(move || {
+        roundtrip(
+            &mut connect(addr),
+            b"GET /stream HTTP/1.1\r\nHost: site.test\r\n\r\n",
+        )
+        .text()
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let start = std::time::Instant::now();
+    let mut s = connect(addr);
+    s.write_all(b"GET /stream HTTP/1.1\r\nHost: site.test\r\n\r\n")
+        .unwrap();
+    let (head, first) = head_and(&mut s, 5);
+    let first_at = start.elapsed();
+    assert_eq!(first, b"hello");
+    assert!(
+        first_at < Duration::from_millis(250),
+        "first half only after {first_at:?}: not streamed"
+    );
+    assert!(head.contains("collapsed"), "{head}");
+    let mut rest = [0u8; 5];
+    s.read_exact(&mut rest).unwrap();
+    assert_eq!(&rest, b"world");
+    assert_eq!(leader.join().unwrap(), "helloworld");
+    assert_eq!(o.accepted(), 1, "one origin request for both");
+    assert!(
+        status_of(&get(&c, "/stream", "")).contains("hit"),
+        "and it was stored"
+    );
+}
+
+#[test]
+fn followers_are_aborted_when_the_origin_dies_mid_body() {
+    use std::io::Read;
+    let o = common::origin::origin(|mut c| {
+        let _ = c.read(&mut [0u8; 2048]);
+        let _ = c.write_all(
+            b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 10\r\n\r\nhel",
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    });
+    let c = cache(&o, "", "1m");
+    let addr = c.srv.addr;
+    let leader = std::thread::spawn(move || {
+        let mut s = connect(addr);
+        s.write_all(b"GET /dies HTTP/1.1\r\nHost: site.test\r\n\r\n")
+            .unwrap();
+        let mut all = Vec::new();
+        let _ = s.read_to_end(&mut all);
+        all
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let mut s = connect(addr);
+    s.write_all(b"GET /dies HTTP/1.1\r\nHost: site.test\r\n\r\n")
+        .unwrap();
+    let mut all = Vec::new();
+    let _ = s.read_to_end(&mut all);
+    let text = String::from_utf8_lossy(&all);
+    assert!(
+        text.contains("Content-Length: 10") && text.ends_with("\r\n\r\nhel"),
+        "follower: {text}"
+    );
+    assert!(String::from_utf8_lossy(&leader.join().unwrap()).ends_with("\r\n\r\nhel"));
+    assert_eq!(o.accepted(), 1);
+}

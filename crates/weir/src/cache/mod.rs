@@ -2,10 +2,11 @@
 //! per route, and the `Cache-Status` header. The request flow lives with the connection in
 //! `server/cache_stage.rs`; the RFC 9111 rules and the store are the `weir-cache` crate.
 //!
-//! Divergence from the architecture notes, on purpose: collapsed requests wait for the first
-//! request's response to be complete and are then served from the store, rather than being
-//! streamed the response as it arrives. It keeps the leader's path a plain proxy with a tee;
-//! waiters of a slow, large response see it later than they could.
+//! Request coalescing: the first miss for a key (the leader) fetches it; concurrent misses
+//! (followers) are streamed the leader's response as it arrives — the leader publishes the head
+//! and every body chunk into the zone's in-flight record ([`zone::Inflight`]) while relaying it to
+//! its own client. An uncacheable answer releases followers to fetch on their own; an upstream
+//! failure mid-body aborts them as it aborts the leader's client.
 
 pub mod route;
 pub mod status;

@@ -3,19 +3,111 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use tokio::sync::watch;
 use weir_cache::MemoryStore;
+use weir_http::Header;
 
-/// How a coalesced miss ended, as its waiters see it.
+/// Where a coalesced fetch stands, as its waiters see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// The response is in the store: serve it from there.
-    Stored,
-    /// Not storable (or failed): fetch on your own.
+pub enum Phase {
+    /// No response head yet.
+    Fetching,
+    /// The head is published and body chunks are arriving.
+    Streaming,
+    /// Every chunk is published (and the response stored if it could be).
+    Complete,
+    /// Not storable, or the fetch failed before a head: fetch on your own.
     Uncacheable,
+    /// The upstream failed mid-body: abort, as the leader's client is aborted.
+    Aborted,
+}
+
+/// The head a leader publishes for its followers (fields as they would be stored).
+#[derive(Debug, Clone)]
+pub struct StreamHead {
+    pub status: u16,
+    pub reason: Bytes,
+    pub headers: Vec<Header>,
+    /// Known body length, if the upstream framed it by Content-Length.
+    pub content_length: Option<u64>,
+}
+
+#[derive(Debug)]
+struct Progress {
+    phase: Phase,
+    head: Option<StreamHead>,
+    chunks: Vec<Bytes>,
+}
+
+/// One in-flight miss: what the leader has received so far, for its followers to stream.
+#[derive(Debug)]
+pub struct Inflight {
+    progress: Mutex<Progress>,
+    changed: watch::Sender<u64>,
+}
+
+impl Inflight {
+    fn new() -> Inflight {
+        Inflight {
+            progress: Mutex::new(Progress {
+                phase: Phase::Fetching,
+                head: None,
+                chunks: Vec::new(),
+            }),
+            changed: watch::channel(0).0,
+        }
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Progress)) {
+        f(&mut self.progress.lock().unwrap_or_else(|e| e.into_inner()));
+        self.changed.send_modify(|v| *v += 1);
+    }
+
+    /// Leader: the response head, once it is known to be storable.
+    pub fn publish_head(&self, head: StreamHead) {
+        self.update(|p| {
+            p.head = Some(head);
+            p.phase = Phase::Streaming;
+        });
+    }
+
+    /// Leader: one more piece of the body.
+    pub fn push_chunk(&self, chunk: &Bytes) {
+        self.update(|p| p.chunks.push(chunk.clone()));
+    }
+
+    /// Follower: a receiver woken on every change.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Follower: the phase, the head, and the chunks from index `from` on.
+    pub fn snapshot(&self, from: usize) -> (Phase, Option<StreamHead>, Vec<Bytes>) {
+        let p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        (
+            p.phase,
+            p.head.clone(),
+            p.chunks
+                .get(from..)
+                .map(<[Bytes]>::to_vec)
+                .unwrap_or_default(),
+        )
+    }
+
+    fn end(&self, phase: Phase) {
+        self.update(|p| {
+            // A fetch that published a head but never completed failed mid-body.
+            p.phase = if p.head.is_some() && phase != Phase::Complete {
+                Phase::Aborted
+            } else {
+                phase
+            };
+        });
+    }
 }
 
 /// One zone.
@@ -23,7 +115,7 @@ pub enum Outcome {
 pub struct CacheZone {
     pub name: String,
     pub store: MemoryStore,
-    inflight: Mutex<HashMap<u64, watch::Receiver<Option<Outcome>>>>,
+    inflight: Mutex<HashMap<u64, Arc<Inflight>>>,
     hit_for_miss: Mutex<HashMap<u64, u64>>,
     /// Seconds added to the system clock: lets tests (and nothing else) move time forward.
     skew: AtomicI64,
@@ -32,10 +124,10 @@ pub struct CacheZone {
 /// The role a request gets for a missing key.
 #[derive(Debug)]
 pub enum Role {
-    /// Fetch it and call [`CacheZone::finish`].
-    Leader(watch::Sender<Option<Outcome>>),
-    /// Wait for the leader.
-    Follower(watch::Receiver<Option<Outcome>>),
+    /// Fetch it, publish progress, and call [`CacheZone::finish`].
+    Leader(Arc<Inflight>),
+    /// Follow the leader's progress.
+    Follower(Arc<Inflight>),
 }
 
 impl CacheZone {
@@ -66,23 +158,21 @@ impl CacheZone {
     /// Becomes the leader for `hash`, or a follower of the request already fetching it.
     pub fn join(&self, hash: u64) -> Role {
         let mut table = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(rx) = table.get(&hash) {
-            if rx.has_changed().is_ok() {
-                return Role::Follower(rx.clone());
-            }
+        if let Some(f) = table.get(&hash) {
+            return Role::Follower(f.clone());
         }
-        let (tx, rx) = watch::channel(None);
-        table.insert(hash, rx);
-        Role::Leader(tx)
+        let f = Arc::new(Inflight::new());
+        table.insert(hash, f.clone());
+        Role::Leader(f)
     }
 
-    /// Ends a leader's fetch and releases its followers.
-    pub fn finish(&self, hash: u64, tx: watch::Sender<Option<Outcome>>, outcome: Outcome) {
+    /// Ends a leader's fetch with `phase` and releases its followers.
+    pub fn finish(&self, hash: u64, inflight: &Inflight, phase: Phase) {
         self.inflight
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&hash);
-        tx.send_replace(Some(outcome));
+        inflight.end(phase);
     }
 
     /// Marks `hash` hit-for-miss until `now + secs`.

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use weir_cache::key::normalize_accept_encoding;
 use weir_cache::object::ObjectMeta;
-use weir_cache::policy::{self, evaluate, storable, values, AgeClock, Freshness};
+use weir_cache::policy::{self, evaluate, storable, values, AgeClock, Freshness, NoStore};
 use weir_cache::store::{Lookup, Stats};
 use weir_cache::{CacheKey, CachedObject, Directives, PurgeSelector};
 use weir_http::response::put_header;
@@ -33,7 +33,7 @@ use weir_http::{Header, Method, RequestHead, ResponseHead};
 use super::conn::{Conn, ConnError, Next};
 use super::forward::{fetch_whole, Exchange, HeadPlan, PlanFn};
 use crate::cache::status::Fwd;
-use crate::cache::zone::{Outcome, Role};
+use crate::cache::zone::{Inflight, Phase, Role, StreamHead};
 use crate::cache::{CacheRoute, CacheStatus, CacheZone};
 use crate::proxy::headers::{is_hop_by_hop, ConnectionTokens};
 use crate::proxy::route::ProxyRoute;
@@ -98,46 +98,128 @@ impl Conn {
             return self.forward(head, p, next, &mut ex).await;
         }
         match zone.join(key.hash) {
-            Role::Leader(tx) => {
+            Role::Leader(inflight) => {
                 let guard = LeaderGuard {
                     zone: &zone,
                     hash: key.hash,
-                    tx: Some(tx),
-                    outcome: Outcome::Uncacheable,
+                    inflight,
+                    phase: Phase::Uncacheable,
                 };
                 self.fetch_and_store(head, p, c, &zone, &key, fwd_on_miss, next, guard)
                     .await
             }
-            Role::Follower(mut rx) => {
+            Role::Follower(inflight) => {
                 Stats::bump(&zone.store.stats.coalesced);
-                let waited =
-                    tokio::time::timeout(c.lock_timeout, rx.wait_for(|o| o.is_some())).await;
-                let stored = matches!(waited, Ok(Ok(ref o)) if **o == Some(Outcome::Stored));
-                if stored {
-                    if let Lookup::Found(obj) = zone.store.lookup(&key, |name| {
-                        vary_value(head, name, c.normalize_accept_encoding)
-                    }) {
-                        let age = obj.meta.clock.current_age(zone.now());
-                        let status = CacheStatus {
-                            fwd: Some(fwd_on_miss),
-                            collapsed: true,
-                            ttl: Some(ttl(&obj, age)),
+                match self
+                    .follow(head, p, c, &inflight, fwd_on_miss, next)
+                    .await?
+                {
+                    Some(next) => Ok(next),
+                    None => {
+                        let mut ex = Exchange {
+                            plan: Some(status_plan(
+                                fwd_on_miss,
+                                Some("collapsed-uncacheable"),
+                                c.x_cache,
+                            )),
                             ..Default::default()
                         };
-                        self.write_stored(head, p, c, &obj, age, status, next);
-                        return Ok(next);
+                        self.forward(head, p, next, &mut ex).await
                     }
                 }
-                let detail = if waited.is_err() {
-                    "lock-timeout"
-                } else {
-                    "collapsed-uncacheable"
-                };
-                let mut ex = Exchange {
-                    plan: Some(status_plan(fwd_on_miss, Some(detail), c.x_cache)),
-                    ..Default::default()
-                };
-                self.forward(head, p, next, &mut ex).await
+            }
+        }
+    }
+
+    /// A coalesced follower: streams the leader's response as it arrives. `Ok(None)`: the leader's
+    /// answer is not shareable (or never came within `lock_timeout`), fetch on your own.
+    async fn follow(
+        &mut self,
+        head: &RequestHead,
+        p: &ProxyRoute,
+        c: &CacheRoute,
+        inflight: &Inflight,
+        fwd: Fwd,
+        next: Next,
+    ) -> Result<Option<Next>, ConnError> {
+        let mut changes = inflight.subscribe();
+        let head_deadline = tokio::time::Instant::now() + c.lock_timeout;
+        let shared = loop {
+            match inflight.snapshot(0) {
+                (Phase::Uncacheable, ..) => return Ok(None),
+                (Phase::Aborted, None, _) => return Ok(None),
+                (_, Some(h), _) => break h,
+                _ => {}
+            }
+            match tokio::time::timeout_at(head_deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                // Timed out, or the leader vanished: go on your own.
+                _ => return Ok(None),
+            }
+        };
+        let state = self.state.clone();
+        let idle = state.cfg.upstreams[p.upstream].idle_read_timeout;
+        // Framing for this client: the known length, else chunks (1.1) or the close (1.0).
+        let chunked = shared.content_length.is_none() && head.version == weir_http::Version::Http11;
+        let next = if shared.content_length.is_none() && !chunked {
+            Next::Close
+        } else {
+            next
+        };
+        self.out.put_slice(&weir_cache::object::encode_head(
+            shared.status,
+            &shared.reason,
+            &shared.headers,
+            shared.content_length,
+        ));
+        if chunked {
+            self.out.put_slice(b"Transfer-Encoding: chunked\r\n");
+        }
+        let status = CacheStatus {
+            fwd: Some(fwd),
+            fwd_status: Some(shared.status),
+            collapsed: true,
+            stored: true,
+            ..Default::default()
+        };
+        tail(
+            &mut self.out,
+            p,
+            c,
+            0,
+            &status,
+            ConnHeader::for_response(next != Next::KeepAlive, head.version),
+        );
+        if head.method == Method::Head {
+            return Ok(Some(next));
+        }
+        let mut sent = 0;
+        loop {
+            let (phase, _, chunks) = inflight.snapshot(sent);
+            sent += chunks.len();
+            for chunk in chunks {
+                if chunked {
+                    let _ = write!(self.out, "{:x}\r\n", chunk.len());
+                }
+                self.out.put_slice(&chunk);
+                if chunked {
+                    self.out.put_slice(b"\r\n");
+                }
+            }
+            match phase {
+                Phase::Complete => {
+                    if chunked {
+                        self.out.put_slice(b"0\r\n\r\n");
+                    }
+                    return Ok(Some(next));
+                }
+                Phase::Aborted | Phase::Uncacheable => return Err(ConnError::UpstreamAborted),
+                Phase::Fetching | Phase::Streaming => {}
+            }
+            self.flush().await?;
+            match tokio::time::timeout(idle, changes.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return Err(ConnError::UpstreamAborted),
             }
         }
     }
@@ -295,6 +377,7 @@ impl Conn {
     ) -> Result<Next, ConnError> {
         let request_time = zone.now();
         let decision = std::cell::Cell::new(None);
+        let inflight = guard.inflight.clone();
         let plan = |resp: &ResponseHead| {
             let verdict = storable(
                 &head.method,
@@ -309,9 +392,31 @@ impl Conn {
                 fwd_status: Some(resp.status),
                 ..Default::default()
             };
+            let length = match resp.body {
+                weir_http::BodyKind::Length(n) => Some(n),
+                weir_http::BodyKind::Empty => Some(0),
+                _ => None,
+            };
+            let verdict = match verdict {
+                Ok(_) if length.is_some_and(|n| n > c.max_object_size as u64) => {
+                    Err(NoStore::TooLarge)
+                }
+                v => v,
+            };
+            let mut tee = None;
             let capture = match &verdict {
                 Ok(_) => {
                     st.stored = true;
+                    // Followers can share the body only of a GET (a HEAD's has none).
+                    if head.method == Method::Get {
+                        inflight.publish_head(StreamHead {
+                            status: resp.status,
+                            reason: resp.reason.clone(),
+                            headers: stored_headers(resp),
+                            content_length: length,
+                        });
+                        tee = Some(inflight.clone());
+                    }
                     Some(c.max_object_size)
                 }
                 Err(why) => {
@@ -322,7 +427,11 @@ impl Conn {
             decision.set(Some(verdict.is_ok()));
             let mut extra = BytesMut::new();
             st.render(&mut extra, c.x_cache);
-            HeadPlan { extra, capture }
+            HeadPlan {
+                extra,
+                capture,
+                tee,
+            }
         };
         let mut ex = Exchange {
             plan: Some(Box::new(plan)),
@@ -333,6 +442,8 @@ impl Conn {
         let (resp, body) = (ex.response.take(), ex.body.take());
         let stored = match (resp, body, decision.get()) {
             (Some(resp), Some(body), Some(true)) => {
+                // Every chunk reached the followers, stored or not.
+                guard.phase = Phase::Complete;
                 store_response(head, c, zone, key, &resp, body.freeze(), request_time).is_some()
             }
             (Some(_), _, Some(false)) => {
@@ -343,7 +454,6 @@ impl Conn {
         };
         if stored {
             zone.clear_hit_for_miss(key.hash);
-            guard.outcome = Outcome::Stored;
         }
         drop(guard);
         Ok(next)
@@ -359,7 +469,9 @@ impl Conn {
         key: &CacheKey,
         obj: Arc<CachedObject>,
     ) {
-        let Role::Leader(tx) = zone.join(key.hash) else {
+        // Joining as leader keeps concurrent stale hits from starting more refreshes. Nothing is
+        // published: a miss that follows this key fetches on its own.
+        let Role::Leader(inflight) = zone.join(key.hash) else {
             return;
         };
         let (state, zone, key, head, peer) = (
@@ -371,11 +483,11 @@ impl Conn {
         );
         let routes = self.routes.clone();
         tokio::task::spawn_local(async move {
-            let mut guard = LeaderGuard {
+            let _guard = LeaderGuard {
                 zone: &zone,
                 hash: key.hash,
-                tx: Some(tx),
-                outcome: Outcome::Uncacheable,
+                inflight,
+                phase: Phase::Uncacheable,
             };
             let Some(crate::actions::Action::Proxy(p)) = routes.get(route_index).map(|r| &r.action)
             else {
@@ -390,12 +502,9 @@ impl Conn {
                         &key,
                         Arc::new(refreshed(&obj, &resp, request_time, zone.now(), c)),
                     );
-                    guard.outcome = Outcome::Stored;
                 }
                 Ok((resp, body)) if resp.status < 500 => {
-                    if store_response(&head, c, &zone, &key, &resp, body, request_time).is_some() {
-                        guard.outcome = Outcome::Stored;
-                    }
+                    store_response(&head, c, &zone, &key, &resp, body, request_time);
                 }
                 Ok(_) | Err(_) => {}
             }
@@ -513,19 +622,18 @@ impl Conn {
     }
 }
 
-/// Releases coalesced followers when the leader ends, however it ends.
+/// Releases coalesced followers when the leader ends, however it ends: a leader that published a
+/// head and did not complete leaves them `Aborted`, one that did not get that far `Uncacheable`.
 struct LeaderGuard<'a> {
     zone: &'a CacheZone,
     hash: u64,
-    tx: Option<tokio::sync::watch::Sender<Option<Outcome>>>,
-    outcome: Outcome,
+    inflight: Arc<Inflight>,
+    phase: Phase,
 }
 
 impl Drop for LeaderGuard<'_> {
     fn drop(&mut self) {
-        if let Some(tx) = self.tx.take() {
-            self.zone.finish(self.hash, tx, self.outcome);
-        }
+        self.zone.finish(self.hash, &self.inflight, self.phase);
     }
 }
 
@@ -543,6 +651,7 @@ fn status_plan<'a>(fwd: Fwd, detail: Option<&'static str>, x_cache: bool) -> Pla
         HeadPlan {
             extra,
             capture: None,
+            tee: None,
         }
     })
 }
@@ -612,6 +721,21 @@ fn vary_value(head: &RequestHead, name: &str, normalize_ae: bool) -> Option<Byte
     Some(Bytes::from(v))
 }
 
+/// The fields kept when a response is stored (and shown to coalesced followers): hop-by-hop
+/// fields, Content-Length (re-added from the body) and Age (recomputed) are dropped.
+fn stored_headers(resp: &ResponseHead) -> Vec<Header> {
+    let tokens = ConnectionTokens::of(&resp.headers);
+    resp.headers
+        .iter()
+        .filter(|h| {
+            !is_hop_by_hop(&h.name, &tokens)
+                && !h.name.eq_ignore_ascii_case(b"content-length")
+                && !h.name.eq_ignore_ascii_case(b"age")
+        })
+        .cloned()
+        .collect()
+}
+
 /// Builds the stored form of a response.
 fn build_object(
     head: &RequestHead,
@@ -622,17 +746,7 @@ fn build_object(
     c: &CacheRoute,
     s: Option<policy::Storable>,
 ) -> CachedObject {
-    let tokens = ConnectionTokens::of(&resp.headers);
-    let headers: Vec<Header> = resp
-        .headers
-        .iter()
-        .filter(|h| {
-            !is_hop_by_hop(&h.name, &tokens)
-                && !h.name.eq_ignore_ascii_case(b"content-length")
-                && !h.name.eq_ignore_ascii_case(b"age")
-        })
-        .cloned()
-        .collect();
+    let headers = stored_headers(resp);
     let mut vary = Vec::new();
     for v in values(&resp.headers, "vary") {
         for name in v.split(|b| *b == b',') {

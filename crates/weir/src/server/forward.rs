@@ -94,10 +94,19 @@ pub(crate) struct HeadPlan {
     pub extra: BytesMut,
     /// Keep a copy of the body, up to this many bytes, for storing.
     pub capture: Option<usize>,
+    /// Publish every body chunk here too, for coalesced followers.
+    pub tee: Option<std::sync::Arc<crate::cache::zone::Inflight>>,
 }
 
 /// The cache stage's decision at head time.
 pub(crate) type PlanFn<'a> = Box<dyn FnMut(&ResponseHead) -> HeadPlan + 'a>;
+
+/// The copy of a response body kept for the store (and published to followers).
+pub(crate) struct Capture {
+    copy: BytesMut,
+    limit: usize,
+    tee: Option<std::sync::Arc<crate::cache::zone::Inflight>>,
+}
 
 /// Hooks around one forward, used by the cache stage; `Exchange::default()` is a plain proxy.
 #[derive(Default)]
@@ -258,7 +267,11 @@ impl Conn {
         let plan = ex.plan.as_mut().map(|f| f(&resp)).unwrap_or_default();
         let chunked = chunked_out && head.version == Version::Http11;
         self.write_response_head(&resp, route, next, head.version, chunked, &plan.extra);
-        let mut capture = plan.capture.map(|limit| (BytesMut::new(), limit));
+        let mut capture = plan.capture.map(|limit| Capture {
+            copy: BytesMut::new(),
+            limit,
+            tee: plan.tee.clone(),
+        });
         let reusable = self
             .relay_body(
                 &mut uconn,
@@ -273,7 +286,7 @@ impl Conn {
         if reusable {
             wu.pool.borrow_mut().put(server, uconn);
         }
-        ex.body = capture.map(|(b, _)| b);
+        ex.body = capture.map(|c| c.copy);
         ex.response = Some(resp);
         Ok(next)
     }
@@ -480,7 +493,7 @@ impl Conn {
         server: usize,
         chunked: bool,
         total_deadline: Option<Instant>,
-        capture: &mut Option<(BytesMut, usize)>,
+        capture: &mut Option<Capture>,
     ) -> Result<bool, ConnError> {
         let mut decoder = BodyDecoder::new(resp.body);
         loop {
@@ -489,11 +502,15 @@ impl Conn {
                 .map_err(|e| self.aborted(up, server, &format!("bad response body: {e}")))?;
             match event {
                 BodyEvent::Data(d) => {
-                    if let Some((copy, limit)) = capture.as_mut() {
-                        if copy.len() + d.len() <= *limit {
-                            copy.extend_from_slice(&d);
+                    if let Some(c) = capture.as_mut() {
+                        if c.copy.len() + d.len() <= c.limit {
+                            c.copy.extend_from_slice(&d);
+                            if let Some(t) = &c.tee {
+                                t.push_chunk(&d);
+                            }
                         } else {
-                            // Too large to store: stop copying, keep relaying.
+                            // Too large to store: stop copying (followers are aborted by the
+                            // stage, which sees no complete copy), keep relaying.
                             *capture = None;
                         }
                     }
