@@ -40,6 +40,43 @@ use crate::proxy::route::ProxyRoute;
 use crate::reply::{self, ConnHeader};
 
 impl Conn {
+    /// The hit path, without building the (large, boxed) future of the full stage: a fresh stored
+    /// response is written at once and `Some(next)` returned; anything else is `None`, for
+    /// [`Conn::cached`] to handle.
+    pub(super) fn try_fresh_hit(
+        &mut self,
+        head: &RequestHead,
+        p: &ProxyRoute,
+        c: &CacheRoute,
+        next: Next,
+    ) -> Option<Next> {
+        if !matches!(head.method, Method::Get | Method::Head) || bypassed(head, c).is_some() {
+            return None;
+        }
+        let zone = self.state.cfg.cache_zones[c.zone].clone();
+        let key = c.key.key(head, "http");
+        let Lookup::Found(obj) = zone.store.lookup(&key, |name| {
+            vary_value(head, name, c.normalize_accept_encoding)
+        }) else {
+            return None;
+        };
+        let age = obj.meta.clock.current_age(zone.now());
+        let req_dirs = Directives::parse(values(&head.headers, "cache-control"));
+        match evaluate(&obj.meta.storable, age, obj.is_invalidated(), &req_dirs) {
+            Freshness::Fresh | Freshness::StaleAllowed => {
+                Stats::bump(&zone.store.stats.hits);
+                let status = CacheStatus {
+                    hit: true,
+                    ttl: Some(ttl(&obj, age)),
+                    ..Default::default()
+                };
+                self.write_stored(head, p, c, &obj, age, status, next);
+                Some(next)
+            }
+            _ => None,
+        }
+    }
+
     /// Serves `head` through the cache stage `c` of proxy route `p`.
     pub(super) async fn cached(
         &mut self,

@@ -349,7 +349,10 @@ impl Conn {
                     Next::KeepAlive
                 };
                 return match &p.cache {
-                    Some(c) => Box::pin(self.cached(&head, route.index, p, c, next)).await,
+                    Some(c) => match self.try_fresh_hit(&head, p, c, next) {
+                        Some(next) => Ok(next),
+                        None => Box::pin(self.cached(&head, route.index, p, c, next)).await,
+                    },
                     None => Box::pin(self.forward(&head, p, next, &mut Exchange::default())).await,
                 };
             }
