@@ -64,17 +64,32 @@ impl Conn {
         let req_dirs = Directives::parse(values(&head.headers, "cache-control"));
         match evaluate(&obj.meta.storable, age, obj.is_invalidated(), &req_dirs) {
             Freshness::Fresh | Freshness::StaleAllowed => {
-                Stats::bump(&zone.store.stats.hits);
-                let status = CacheStatus {
-                    hit: true,
-                    ttl: Some(ttl(&obj, age)),
-                    ..Default::default()
-                };
-                self.write_stored(head, p, c, &obj, age, status, next);
+                self.serve_hit(head, p, c, &zone, &obj, age, next);
                 Some(next)
             }
             _ => None,
         }
+    }
+
+    /// Writes a hit: counted, `Cache-Status: hit` with the remaining TTL.
+    #[allow(clippy::too_many_arguments)]
+    fn serve_hit(
+        &mut self,
+        head: &RequestHead,
+        p: &ProxyRoute,
+        c: &CacheRoute,
+        zone: &CacheZone,
+        obj: &CachedObject,
+        age: u64,
+        next: Next,
+    ) {
+        Stats::bump(&zone.store.stats.hits);
+        let status = CacheStatus {
+            hit: true,
+            ttl: Some(ttl(obj, age)),
+            ..Default::default()
+        };
+        self.write_stored(head, p, c, obj, age, status, next);
     }
 
     /// Serves `head` through the cache stage `c` of proxy route `p`.
@@ -278,13 +293,7 @@ impl Conn {
         let age = obj.meta.clock.current_age(now);
         match evaluate(&obj.meta.storable, age, obj.is_invalidated(), req_dirs) {
             Freshness::Fresh | Freshness::StaleAllowed => {
-                Stats::bump(&zone.store.stats.hits);
-                let status = CacheStatus {
-                    hit: true,
-                    ttl: Some(ttl(&obj, age)),
-                    ..Default::default()
-                };
-                self.write_stored(head, p, c, &obj, age, status, next);
+                self.serve_hit(head, p, c, zone, &obj, age, next);
                 Ok(next)
             }
             Freshness::StaleWhileRevalidate => {

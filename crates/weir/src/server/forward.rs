@@ -172,6 +172,8 @@ impl Conn {
         let mut retries = 0u32;
 
         let (server, mut uconn, resp) = loop {
+            // After a stale pooled connection, retry the same server on a new connection.
+            let force_fresh = fresh_only.is_some();
             let server = match fresh_only.take() {
                 Some(s) => s,
                 None => match wu.pick(up, self.peer.ip(), head, &tried_buf[..ntried]) {
@@ -185,26 +187,15 @@ impl Conn {
                 tried_buf[ntried] = server;
                 ntried += 1;
             }
-            let pooled = if fresh_only.is_none() {
-                wu.pool.borrow_mut().take(server)
-            } else {
-                None
-            };
-            let reused = pooled.is_some();
-            let mut uc = match pooled {
-                Some(c) => c,
-                None => match connect(up, server).await {
-                    Ok(c) => c,
-                    Err(f) => {
-                        self.note_failure(up, server, &f);
-                        if retries < up.retry.attempts && f.retryable(up, true) && wu.take_budget()
-                        {
-                            retries += 1;
-                            continue;
-                        }
-                        return self.fail(up, Some(server), f, head, next, has_body, ex);
+            let (mut uc, reused) = match checkout(wu, up, server, !force_fresh).await {
+                Ok(checked_out) => checked_out,
+                Err(f) => {
+                    if retries < up.retry.attempts && f.retryable(up, true) && wu.take_budget() {
+                        retries += 1;
+                        continue;
                     }
-                },
+                    return self.fail(up, Some(server), f, head, next, has_body, ex);
+                }
             };
             let _active = wu.track_active(server);
             let sent = self
@@ -243,7 +234,7 @@ impl Conn {
                     fresh_only = Some(server);
                 }
                 Err(f) => {
-                    self.note_failure(up, server, &f);
+                    record_failure(up, server, &f);
                     if retries < up.retry.attempts
                         && f.retryable(up, replayable)
                         && wu.take_budget()
@@ -318,10 +309,6 @@ impl Conn {
             head.method == Method::Head,
         );
         Ok(next)
-    }
-
-    fn note_failure(&self, up: &Upstream, server: usize, f: &Failure) {
-        record_failure(up, server, f);
     }
 
     /// Writes the request head and streams the body to the upstream.
@@ -617,22 +604,7 @@ pub(crate) async fn fetch_whole(
     let mut stale_retry = true;
     loop {
         let server = wu.pick(up, peer, head, &[]).ok_or(Failure::NoServer)?;
-        let pooled = if stale_retry {
-            wu.pool.borrow_mut().take(server)
-        } else {
-            None
-        };
-        let reused = pooled.is_some();
-        let mut uc = match pooled {
-            Some(c) => c,
-            None => match connect(up, server).await {
-                Ok(c) => c,
-                Err(f) => {
-                    record_failure(up, server, &f);
-                    return Err(f);
-                }
-            },
-        };
+        let (mut uc, reused) = checkout(wu, up, server, stale_retry).await?;
         let _active = wu.track_active(server);
         let mut req = BytesMut::with_capacity(512);
         build_request(&mut req, head, route, up, server, peer, false, true, extra);
@@ -856,6 +828,28 @@ fn is_conditional(name: &[u8]) -> bool {
 /// Whether the request asks for a protocol upgrade (WebSocket).
 fn wants_upgrade(head: &RequestHead) -> bool {
     head.header("upgrade").is_some() && ConnectionTokens::of(&head.headers).contains(b"upgrade")
+}
+
+/// An idle pooled connection to `server` (when `pooled` allows), else a new one; connect failures
+/// count against the server's passive health. Returns the connection and whether it was reused.
+async fn checkout(
+    wu: &crate::proxy::local::WorkerUpstream,
+    up: &Upstream,
+    server: usize,
+    pooled: bool,
+) -> Result<(UpstreamConn, bool), Failure> {
+    if pooled {
+        if let Some(c) = wu.pool.borrow_mut().take(server) {
+            return Ok((c, true));
+        }
+    }
+    match connect(up, server).await {
+        Ok(c) => Ok((c, false)),
+        Err(f) => {
+            record_failure(up, server, &f);
+            Err(f)
+        }
+    }
 }
 
 async fn connect(up: &Upstream, server: usize) -> Result<UpstreamConn, Failure> {
