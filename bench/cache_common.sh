@@ -52,16 +52,7 @@ NGX
 start_nginx "$TMP/nginx" "$SUT_CORE"; NGINX_MASTER=$NGINX_STARTED
 
 # --- HAProxy cache
-cat > "$TMP/haproxy.cfg" <<HAP
-global
-  nbthread 1
-  maxconn 8000
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-  http-reuse always
+haproxy_conf "$TMP/haproxy.cfg" <<HAP
 cache c
   total-max-size 256
   max-object-size 1048576

@@ -60,6 +60,16 @@ start_nginx() {
   track $NGINX_STARTED
 }
 
+# Writes FILE: a one-thread HAProxy with keep-alive upstream reuse, then the sections read from
+# stdin. Usage: haproxy_conf FILE <<EOF ... EOF
+haproxy_conf() {
+  {
+    printf 'global\n  nbthread 1\n  maxconn 8000\n'
+    printf 'defaults\n  mode http\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n  http-reuse always\n'
+    cat
+  } > "$1"
+}
+
 build_weir() {
   log "building weir (release)"
   (cd "$ROOT" && cargo build --release -q)

@@ -71,16 +71,7 @@ NGX
 start_nginx "$TMP/nginx" "$SUT_CORE"; NGINX_MASTER=$NGINX_STARTED
 
 # --- HAProxy
-cat > "$TMP/haproxy.cfg" <<HAP
-global
-  nbthread 1
-  maxconn 8000
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-  http-reuse always
+haproxy_conf "$TMP/haproxy.cfg" <<HAP
 frontend fe
   bind 127.0.0.1:$P_HAPROXY
   use_backend echo if { path_beg /pipeline }
