@@ -77,6 +77,49 @@ fn connection_close_is_honoured() {
     assert_closed(&mut s);
 }
 
+/// Segments the kernel has received on `s` so far (`tcpi_segs_in`).
+#[allow(unsafe_code)]
+fn segments_in(s: &std::net::TcpStream) -> u32 {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `info` is a plain C struct for which all-zero bytes are valid, and `len` tells
+    // getsockopt its exact size, so the kernel writes only inside it.
+    unsafe {
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let rc = libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        );
+        assert_eq!(rc, 0, "getsockopt(TCP_INFO)");
+        info.tcpi_segs_in
+    }
+}
+
+#[test]
+fn last_response_and_fin_share_one_segment() {
+    // With `Connection: close` the response's last bytes and the FIN leave in one segment, so a
+    // connection-per-request client gets one packet (and one wake-up) per response, not two.
+    // After the handshake the client receives: Linux's immediate ACK of the request (quick-ack
+    // at connection start), then response+FIN: 2 segments; a separate FIN makes 3. A stalled
+    // server could add a delayed ACK, so one clean exchange out of three is required.
+    let srv = start("", BASIC_ROUTES);
+    let mut deltas = Vec::new();
+    for _ in 0..3 {
+        let mut s = srv.connect();
+        let before = segments_in(&s);
+        s.write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).unwrap();
+        assert!(got.ends_with(b"Hello, World\n"), "{got:?}");
+        deltas.push(segments_in(&s) - before);
+    }
+    assert!(deltas.contains(&2), "segments per response: {deltas:?}");
+}
+
 #[test]
 fn chunked_body_with_trailers_is_decoded() {
     let srv = start("", BASIC_ROUTES);

@@ -86,13 +86,28 @@ impl ClientIo {
     }
 
     /// Writes as much as the socket takes right now without waiting; returns the bytes written.
-    pub(crate) fn write_now(&mut self, mut data: &[u8]) -> io::Result<usize> {
+    ///
+    /// `closing`: these are the connection's last bytes and the socket is closed right after.
+    /// They are sent with `MSG_MORE`, so the kernel holds them for the `close` and sends data and
+    /// FIN in one segment (`tcp_send_fin` tacks the FIN onto an unsent tail). The client then
+    /// sees the end of the connection together with the response: one packet and one wake-up
+    /// fewer per connection, and its side closes passively, so a connection-per-request client
+    /// does not pile up TIME_WAIT sockets (seed experiment 002).
+    pub(crate) fn write_now(&mut self, mut data: &[u8], closing: bool) -> io::Result<usize> {
         let total = data.len();
         while !data.is_empty() {
             let r = match self {
+                ClientIo::Gone => return Err(io::ErrorKind::NotConnected.into()),
+                ClientIo::Fresh(s) if closing => {
+                    socket2::SockRef::from(&*s).send_with_flags(data, libc::MSG_MORE)
+                }
+                // A raw send on a registered socket leaves tokio's readiness as it was: at worst
+                // tokio later tries a write that finds the buffer full, never the reverse.
+                ClientIo::Registered(s) if closing => {
+                    socket2::SockRef::from(&*s).send_with_flags(data, libc::MSG_MORE)
+                }
                 ClientIo::Fresh(s) => s.write(data),
                 ClientIo::Registered(s) => s.try_write(data),
-                ClientIo::Gone => return Err(io::ErrorKind::NotConnected.into()),
             };
             match r {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),

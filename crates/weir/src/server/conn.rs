@@ -214,10 +214,14 @@ impl Conn {
                 return Ok(());
             }
             if next == Next::Close {
-                self.flush().await?;
                 if !self.buf.is_empty() {
                     // Pipelined requests after the last one we answer: drain, don't reset.
+                    self.flush().await?;
                     Box::pin(self.linger()).await;
+                } else {
+                    // Nothing unread: the socket closes right after, with the FIN riding on
+                    // the response's last segment.
+                    self.flush_with(true).await?;
                 }
                 return Ok(());
             }
@@ -493,10 +497,15 @@ impl Conn {
     /// Writes the output buffer: one direct write in the common case; only a client that is not
     /// reading fast enough gets the timed, registered slow path.
     pub(super) async fn flush(&mut self) -> Result<(), ConnError> {
+        self.flush_with(false).await
+    }
+
+    /// [`Conn::flush`]; `closing`: the socket is closed right after (see [`ClientIo::write_now`]).
+    async fn flush_with(&mut self, closing: bool) -> Result<(), ConnError> {
         if self.out.is_empty() {
             return Ok(());
         }
-        let n = self.io.write_now(&self.out)?;
+        let n = self.io.write_now(&self.out, closing)?;
         if n == self.out.len() {
             self.out.clear();
             return Ok(());
