@@ -118,6 +118,21 @@ to_us() {
          else if (v ~ /s$/) { sub(/s$/,"",v); printf "%.0f\n", v*1000000 } }'
 }
 
+# Median of the numbers given ("n/a" and empty ignored).
+median() {
+  printf '%s\n' "$@" | awk '$1 != "n/a" && $1 != ""' | sort -g |
+    awk '{ a[NR] = $1 } END { if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR + 1) / 2];
+                               else printf "%.2f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+# SYSTEMS, one per line, rotated left by $1: each round of a benchmark starts with a different
+# system, so a slow spell of the shared machine (or kernel state such as the TIME_WAIT table)
+# does not always land on the same one.
+rotated_systems() {
+  local k=$1 n=${#SYSTEMS[@]} i
+  for ((i = 0; i < n; i++)); do echo "${SYSTEMS[$(((i + k) % n))]}"; done
+}
+
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
 machine_info() {

@@ -5,23 +5,28 @@
 # (rows body size × conns, columns systems, cells requests/s), then CPU µs/request and p99.
 # Usage: bench/seed000_cache.sh [--quick]   (results in bench/results/seed000-<date>.md)
 source "$(dirname "$0")/lib.sh"
-DUR=5s; SIZES=(12 64 128 256 512 1024); CONNS=(100 1000)
-[ "${1:-}" = "--quick" ] && { DUR=2s; SIZES=(12 1024); }
+DUR=5s; SIZES=(12 64 128 256 512 1024); CONNS=(100 1000); ROUNDS=3
+[ "${1:-}" = "--quick" ] && { DUR=2s; SIZES=(12 1024); ROUNDS=1; }
 source "$BENCH_DIR/cache_common.sh"
 warm_caches "${SIZES[@]}"
 hits_before=$(origin_hits)
 
-declare -A RPS_T CPU_T P99_T
-for n in "${SIZES[@]}"; do
-  for c in "${CONNS[@]}"; do
-    for s in "${SYSTEMS[@]}"; do
-      read -r name pid port <<<"$s"
-      taskset -c "$LOAD_CORE" wrk -t1 -c"$c" -d1s "http://127.0.0.1:$port/s$n" >/dev/null 2>&1 || true
-      run_wrk "$pid" "http://127.0.0.1:$port/s$n" -t1 -c"$c" -d"$DUR"
-      RPS_T[$n,$c,$name]=$RPS; CPU_T[$n,$c,$name]=$CPU_US_PER_REQ; P99_T[$n,$c,$name]=$P99_US
-      log "$n B -c$c $name: $RPS req/s, $CPU_US_PER_REQ CPU us/req, p99 ${P99_US}us, errors $ERRORS"
+# Every cell is measured once per round; the tables show the median of the rounds.
+declare -A RPS_R CPU_R P99_R RPS_T CPU_T P99_T
+for ((r = 0; r < ROUNDS; r++)); do
+  for n in "${SIZES[@]}"; do
+    for c in "${CONNS[@]}"; do
+      while read -r name pid port; do
+        taskset -c "$LOAD_CORE" wrk -t1 -c"$c" -d1s "http://127.0.0.1:$port/s$n" >/dev/null 2>&1 </dev/null || true
+        run_wrk "$pid" "http://127.0.0.1:$port/s$n" -t1 -c"$c" -d"$DUR" </dev/null
+        RPS_R[$n,$c,$name]+="$RPS "; CPU_R[$n,$c,$name]+="$CPU_US_PER_REQ "; P99_R[$n,$c,$name]+="$P99_US "
+        log "round $((r + 1))/$ROUNDS $n B -c$c $name: $RPS req/s, $CPU_US_PER_REQ CPU us/req, p99 ${P99_US}us, errors $ERRORS"
+      done < <(rotated_systems "$r")
     done
   done
+done
+for k in "${!RPS_R[@]}"; do
+  RPS_T[$k]=$(median ${RPS_R[$k]}); CPU_T[$k]=$(median ${CPU_R[$k]}); P99_T[$k]=$(median ${P99_R[$k]})
 done
 misses=$(( $(origin_hits) - hits_before ))
 
@@ -45,13 +50,24 @@ table() { # title array unit
   machine_info
   echo "- haproxy $(haproxy -v 2>&1 | head -1 | awk '{print $3}'), varnish $(varnishd -V 2>&1 | head -1 | awk '{print $2}' | tr -d '(')"
   echo "- command: \`bench/seed000_cache.sh ${1:-}\`; wrk -t1 -d$DUR per cell after a 1 s warm-up; every object cached before measuring"
+  echo "- every figure is the median of $ROUNDS rounds; each round runs every cell once, the systems' order rotated per round"
   echo "- rule in every system: cache 200 responses for one day whatever the origin says, add a response header"
   echo "- origin requests during the measured runs (all should be hits): $misses"
   echo
   table "Requests/s" RPS_T
   table "CPU µs per request (cache process user+sys / requests)" CPU_T
   table "p99 latency µs" P99_T
-  echo "Ratios, weir's CPU µs/request to each peer's (lower is better):"
+  echo "Per-round CPU µs/request (round 1, 2, …), for the spread behind the medians:"
+  echo
+  echo "| body | conns | weir | HAProxy cache | nginx proxy_cache | Varnish |"
+  echo "|---:|---:|---:|---:|---:|---:|"
+  for n in "${SIZES[@]}"; do
+    for c in "${CONNS[@]}"; do
+      echo "| $n B | $c | ${CPU_R[$n,$c,weir]}| ${CPU_R[$n,$c,haproxy]}| ${CPU_R[$n,$c,nginx]}| ${CPU_R[$n,$c,varnish]}|"
+    done
+  done
+  echo
+  echo "Ratios of the medians, weir's CPU µs/request to each peer's (lower is better):"
   echo
   echo "| body | conns | weir/HAProxy | weir/nginx | weir/Varnish |"
   echo "|---:|---:|---:|---:|---:|"

@@ -5,8 +5,8 @@
 # requests/s, the latency distribution (50/75/90/99 %), socket errors and CPU µs per request.
 # Usage: bench/seed002_close.sh [--quick]   (results in bench/results/seed002-<date>.md)
 source "$(dirname "$0")/lib.sh"
-DUR=10s; CONNS=(200 1000)
-[ "${1:-}" = "--quick" ] && { DUR=3s; CONNS=(200); }
+DUR=10s; CONNS=(200 1000); ROUNDS=3
+[ "${1:-}" = "--quick" ] && { DUR=3s; CONNS=(200); ROUNDS=1; }
 source "$BENCH_DIR/cache_common.sh"
 warm_caches 600
 
@@ -16,24 +16,44 @@ OUT="$ROOT/bench/results/seed002-$(date -u +%Y%m%d-%H%M).md"
   echo
   machine_info
   echo "- command: \`bench/seed002_close.sh ${1:-}\`; wrk -t1 -d$DUR --latency -H 'Connection: close'"
+  echo "- every figure is the median of $ROUNDS rounds; each round runs every system once, the order rotated per round"
   echo
-  echo "| conns | system | requests/s | 50% | 75% | 90% | 99% | socket errors | CPU µs/req |"
-  echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
 } > "$OUT"
-declare -A RPS_C
-for c in "${CONNS[@]}"; do
-  for s in "${SYSTEMS[@]}"; do
-    read -r name pid port <<<"$s"
-    taskset -c "$LOAD_CORE" wrk -t1 -c"$c" -d1s -H "Connection: close" "http://127.0.0.1:$port/s600" >/dev/null 2>&1 || true
-    run_wrk "$pid" "http://127.0.0.1:$port/s600" -t1 -c"$c" -d"$DUR" -H "Connection: close"
-    RPS_C[$c,$name]=$RPS
-    dist=$(awk '$1=="50%"||$1=="75%"||$1=="90%"||$1=="99%" {printf "%s | ", $2}' "$TMP/wrk.out")
-    row="| $c | $name | $RPS | $dist$ERRORS | $CPU_US_PER_REQ |"
-    log "$row"
-    echo "$row" >> "$OUT"
+declare -A RPS_R CPU_R ERR_R Q_R
+for ((r = 0; r < ROUNDS; r++)); do
+  for c in "${CONNS[@]}"; do
+    while read -r name pid port; do
+      taskset -c "$LOAD_CORE" wrk -t1 -c"$c" -d1s -H "Connection: close" "http://127.0.0.1:$port/s600" >/dev/null 2>&1 </dev/null || true
+      run_wrk "$pid" "http://127.0.0.1:$port/s600" -t1 -c"$c" -d"$DUR" -H "Connection: close" </dev/null
+      RPS_R[$c,$name]+="$RPS "; CPU_R[$c,$name]+="$CPU_US_PER_REQ "; ERR_R[$c,$name]+="$ERRORS "
+      for q in 50 75 90 99; do
+        Q_R[$c,$name,$q]+="$(awk -v q="$q%" '$1 == q {print $2}' "$TMP/wrk.out" | to_us) "
+      done
+      log "round $((r + 1))/$ROUNDS -c$c $name: $RPS req/s, $CPU_US_PER_REQ CPU us/req, errors $ERRORS"
+    done < <(rotated_systems "$r")
   done
 done
+declare -A RPS_C
 {
+  echo "Latency percentiles in µs."
+  echo
+  echo "| conns | system | requests/s | 50% | 75% | 90% | 99% | socket errors (per round) | CPU µs/req |"
+  echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+  for c in "${CONNS[@]}"; do
+    for s in "${SYSTEMS[@]}"; do
+      read -r name _ _ <<<"$s"
+      RPS_C[$c,$name]=$(median ${RPS_R[$c,$name]})
+      echo "| $c | $name | ${RPS_C[$c,$name]} | $(median ${Q_R[$c,$name,50]}) | $(median ${Q_R[$c,$name,75]}) | $(median ${Q_R[$c,$name,90]}) | $(median ${Q_R[$c,$name,99]}) | ${ERR_R[$c,$name]}| $(median ${CPU_R[$c,$name]}) |"
+    done
+  done
+  echo
+  echo "Per-round requests/s (round 1, 2, …):"
+  echo
+  echo "| conns | weir | HAProxy | nginx | Varnish |"
+  echo "|---:|---:|---:|---:|---:|"
+  for c in "${CONNS[@]}"; do
+    echo "| $c | ${RPS_R[$c,weir]}| ${RPS_R[$c,haproxy]}| ${RPS_R[$c,nginx]}| ${RPS_R[$c,varnish]}|"
+  done
   echo
   echo "| conns | weir/nginx requests/s | weir/HAProxy | weir/Varnish |"
   echo "|---:|---:|---:|---:|"

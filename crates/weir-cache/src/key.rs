@@ -2,7 +2,9 @@
 //! query; a [`KeySpec`] adds chosen headers, cookies or query parameters, can keep only some
 //! parameters, and can sort them so that `?a=1&b=2` and `?b=2&a=1` share an entry.
 
-use std::hash::{Hash, Hasher};
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::OnceLock;
 
 use bytes::Bytes;
 use weir_http::{Method, RequestHead};
@@ -51,11 +53,11 @@ impl CacheKey {
     }
 }
 
-/// The key text hashed for sharding and lookup.
+/// The key text hashed for sharding and lookup. Keys come from clients, so the SipHash keys are
+/// random per process: nobody can precompute texts that collide and push each other out.
 pub fn hash_bytes(b: &[u8]) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    b.hash(&mut h);
-    h.finish()
+    static STATE: OnceLock<RandomState> = OnceLock::new();
+    STATE.get_or_init(RandomState::new).hash_one(b)
 }
 
 impl KeySpec {
@@ -71,11 +73,9 @@ impl KeySpec {
         text.extend_from_slice(scheme.as_bytes());
         text.extend_from_slice(b"://");
         let url_start = text.len();
-        let host = req
-            .header("host")
-            .map(|h| h.to_ascii_lowercase())
-            .unwrap_or_default();
-        text.extend_from_slice(&host);
+        if let Some(host) = req.header("host") {
+            text.extend(host.iter().map(u8::to_ascii_lowercase));
+        }
         text.extend_from_slice(req.path());
         if let Some(q) = self.query(req.query()) {
             text.push(b'?');

@@ -594,16 +594,15 @@ impl Conn {
                 );
                 tail(out, p, c, age, &status, conn);
                 if !head_only {
-                    out.put_slice(&obj.body[start as usize..=end as usize]);
+                    self.put_body(&obj.body.slice(start as usize..=end as usize));
                 }
                 return;
             }
         }
-        out.reserve(obj.head.len() + 160 + obj.body.len());
         out.put_slice(&obj.head);
         tail(out, p, c, age, &status, conn);
         if !head_only {
-            out.put_slice(&obj.body);
+            self.put_body(&obj.body);
         }
     }
 
@@ -944,23 +943,21 @@ fn client_not_modified(head: &RequestHead, obj: &CachedObject) -> bool {
         let Some(etag) = &obj.meta.etag else {
             return false;
         };
-        let bare = |t: &[u8]| {
-            t.trim_ascii()
-                .strip_prefix(b"W/")
-                .unwrap_or(t.trim_ascii())
-                .to_vec()
-        };
+        // Weak comparison (RFC 9110 §13.1.2): `W/` is ignored on both sides.
+        fn bare(t: &[u8]) -> &[u8] {
+            let t = t.trim_ascii();
+            t.strip_prefix(b"W/").unwrap_or(t)
+        }
+        let stored = bare(etag);
         return inm
             .split(|b| *b == b',')
-            .any(|t| t.trim_ascii() == b"*" || bare(t) == bare(etag));
+            .any(|t| t.trim_ascii() == b"*" || bare(t) == stored);
     }
-    match (
-        policy::http_date(head.header("if-modified-since").map(|v| &v[..])),
-        policy::http_date(obj.meta.last_modified.as_deref()),
-    ) {
-        (Some(ims), Some(lm)) => lm <= ims,
-        _ => false,
-    }
+    // Dates are parsed only when the client sent one: a plain hit pays nothing here.
+    let Some(ims) = policy::http_date(head.header("if-modified-since").map(|v| &v[..])) else {
+        return false;
+    };
+    policy::http_date(obj.meta.last_modified.as_deref()).is_some_and(|lm| lm <= ims)
 }
 
 /// Fields a 304 repeats (RFC 9110 §15.4.5).

@@ -7,7 +7,7 @@
 //! the handshake and asks for `Connection: close` (seed experiment 002) is therefore served with
 //! `accept4`, `recvfrom`, `sendto`, `close` and nothing else.
 
-use std::io::{self, Write};
+use std::io::{self, IoSlice, Write};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -67,22 +67,12 @@ impl ClientIo {
     }
 
     /// Writes everything; waits (registering if needed) when the socket buffer is full.
-    pub(crate) async fn write_all(&mut self, mut data: &[u8]) -> io::Result<()> {
-        if let ClientIo::Fresh(s) = self {
-            while !data.is_empty() {
-                match s.write(data) {
-                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                    Ok(n) => data = &data[n..],
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) => return Err(e),
-                }
-            }
-            if data.is_empty() {
-                return Ok(());
-            }
+    pub(crate) async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        let n = self.write_now(data, false)?;
+        if n == data.len() {
+            return Ok(());
         }
-        self.register()?.write_all(data).await
+        self.register()?.write_all(&data[n..]).await
     }
 
     /// Writes as much as the socket takes right now without waiting; returns the bytes written.
@@ -96,20 +86,7 @@ impl ClientIo {
     pub(crate) fn write_now(&mut self, mut data: &[u8], closing: bool) -> io::Result<usize> {
         let total = data.len();
         while !data.is_empty() {
-            let r = match self {
-                ClientIo::Gone => return Err(io::ErrorKind::NotConnected.into()),
-                ClientIo::Fresh(s) if closing => {
-                    socket2::SockRef::from(&*s).send_with_flags(data, libc::MSG_MORE)
-                }
-                // A raw send on a registered socket leaves tokio's readiness as it was: at worst
-                // tokio later tries a write that finds the buffer full, never the reverse.
-                ClientIo::Registered(s) if closing => {
-                    socket2::SockRef::from(&*s).send_with_flags(data, libc::MSG_MORE)
-                }
-                ClientIo::Fresh(s) => s.write(data),
-                ClientIo::Registered(s) => s.try_write(data),
-            };
-            match r {
+            match self.send_once(&[IoSlice::new(data)], closing) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => data = &data[n..],
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -118,6 +95,31 @@ impl ClientIo {
             }
         }
         Ok(total - data.len())
+    }
+
+    /// One non-blocking `send` (one slice) or `writev` (several); `closing` as in
+    /// [`ClientIo::write_now`]. `WouldBlock` when the socket buffer is full.
+    pub(crate) fn send_once(&mut self, bufs: &[IoSlice<'_>], closing: bool) -> io::Result<usize> {
+        match (self, bufs) {
+            (ClientIo::Gone, _) => Err(io::ErrorKind::NotConnected.into()),
+            (ClientIo::Fresh(s), _) if closing => {
+                socket2::SockRef::from(&*s).send_vectored_with_flags(bufs, libc::MSG_MORE)
+            }
+            // A raw send on a registered socket leaves tokio's readiness as it was: at worst
+            // tokio later tries a write that finds the buffer full, never the reverse.
+            (ClientIo::Registered(s), _) if closing => {
+                socket2::SockRef::from(&*s).send_vectored_with_flags(bufs, libc::MSG_MORE)
+            }
+            (ClientIo::Fresh(s), [one]) => s.write(one),
+            (ClientIo::Fresh(s), _) => s.write_vectored(bufs),
+            (ClientIo::Registered(s), [one]) => s.try_write(one),
+            (ClientIo::Registered(s), _) => s.try_write_vectored(bufs),
+        }
+    }
+
+    /// Waits until the socket can take more bytes (registering if needed).
+    pub(crate) async fn writable(&mut self) -> io::Result<()> {
+        self.register()?.writable().await
     }
 
     /// Half-closes the write side.

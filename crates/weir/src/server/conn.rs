@@ -19,6 +19,7 @@
 //!   with a short lingering close so the client reads the response instead of a reset.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -26,7 +27,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::AsyncReadExt;
 use tokio::time::{timeout, timeout_at, Instant, Sleep};
 use weir_http::{parse_request, BodyDecoder, BodyEvent, BodyKind, Method, ParseError, RequestHead};
@@ -41,6 +42,13 @@ use crate::routes::{RouteTable, Routed};
 
 /// Output is written once it grows past this, even mid-batch.
 const FLUSH_AT: usize = 64 * 1024;
+/// Bodies at least this long are queued by reference (see [`Conn::put_body`]); shorter ones are
+/// copied, which is cheaper than another iovec.
+const BY_REFERENCE: usize = 16 * 1024;
+/// Pooled buffers larger than this are freed instead, so one big response does not pin memory.
+const POOL_BUF_MAX: usize = 128 * 1024;
+/// Slices per vectored write.
+const IOV_MAX: usize = 32;
 /// Capacity of a fresh read buffer.
 const READ_BUF: usize = 8 * 1024;
 /// Idle buffers kept per worker.
@@ -61,7 +69,7 @@ pub(super) fn take_buf() -> BytesMut {
 }
 
 pub(super) fn give_buf(mut b: BytesMut) {
-    if b.capacity() == 0 {
+    if b.capacity() == 0 || b.capacity() > POOL_BUF_MAX {
         return;
     }
     b.clear();
@@ -149,6 +157,9 @@ pub(crate) struct Conn {
     pub(super) peer: SocketAddr,
     pub(super) buf: BytesMut,
     pub(super) out: BytesMut,
+    /// Large bodies queued by reference ahead of `out` (cache hits): written together with `out`
+    /// in one vectored write instead of being copied into it.
+    segs: VecDeque<Bytes>,
     pub(super) state: Rc<WorkerState>,
     pub(super) routes: Arc<RouteTable>,
     served: u64,
@@ -172,6 +183,7 @@ impl Conn {
             peer,
             buf: BytesMut::new(),
             out: BytesMut::new(),
+            segs: VecDeque::new(),
             state,
             routes,
             served: 0,
@@ -225,7 +237,7 @@ impl Conn {
                 }
                 return Ok(());
             }
-            if self.out.len() >= FLUSH_AT {
+            if self.out.len() >= FLUSH_AT || !self.segs.is_empty() {
                 self.flush().await?;
             }
         }
@@ -502,6 +514,9 @@ impl Conn {
 
     /// [`Conn::flush`]; `closing`: the socket is closed right after (see [`ClientIo::write_now`]).
     async fn flush_with(&mut self, closing: bool) -> Result<(), ConnError> {
+        if !self.segs.is_empty() {
+            return Box::pin(self.flush_segments(closing)).await;
+        }
         if self.out.is_empty() {
             return Ok(());
         }
@@ -512,6 +527,61 @@ impl Conn {
         }
         let _ = self.out.split_to(n);
         Box::pin(self.flush_slow()).await
+    }
+
+    /// Appends a response body: copied into `out` when short, queued by reference when long (a
+    /// 10 MiB cached object is sent from the store's own buffer, not copied per client).
+    pub(super) fn put_body(&mut self, body: &Bytes) {
+        if body.len() < BY_REFERENCE {
+            self.out.extend_from_slice(body);
+            return;
+        }
+        if !self.out.is_empty() {
+            self.segs.push_back(self.out.split().freeze());
+        }
+        self.segs.push_back(body.clone());
+    }
+
+    /// Writes the queued segments and then `out` with vectored writes, waiting (bounded by
+    /// `timeouts.write`) while the client's socket buffer is full.
+    async fn flush_segments(&mut self, mut closing: bool) -> Result<(), ConnError> {
+        if !self.out.is_empty() {
+            self.segs.push_back(self.out.split().freeze());
+        }
+        let deadline = Instant::now() + self.state.cfg.timeouts.write;
+        while !self.segs.is_empty() {
+            let mut iov = [io::IoSlice::new(&[]); IOV_MAX];
+            let n = self.segs.len().min(IOV_MAX);
+            for (slot, seg) in iov.iter_mut().zip(&self.segs) {
+                *slot = io::IoSlice::new(seg);
+            }
+            match self.io.send_once(&iov[..n], closing) {
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero).into()),
+                Ok(mut written) => {
+                    while written > 0 {
+                        let Some(front) = self.segs.front_mut() else {
+                            break;
+                        };
+                        let step = written.min(front.len());
+                        front.advance(step);
+                        written -= step;
+                        if front.is_empty() {
+                            self.segs.pop_front();
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // The rest goes without MSG_MORE (see `ClientIo::send_once`).
+                    closing = false;
+                    timeout_at(deadline, self.io.writable())
+                        .await
+                        .map_err(|_| ConnError::WriteTimeout)??;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     async fn flush_slow(&mut self) -> Result<(), ConnError> {
