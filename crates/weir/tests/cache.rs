@@ -561,6 +561,30 @@ fn unsafe_methods_invalidate_and_rules_override() {
     assert_eq!(r.text(), "v2");
 }
 
+#[test]
+fn bypass_by_method() {
+    let o = scripted(|_, n| resp("200 OK", "Cache-Control: max-age=60\r\n", &format!("v{n}")));
+    let c = cache(&o.origin, ", bypass: { methods: [head] }", "1m");
+    assert_eq!(get(&c, "/m", "").text(), "v1");
+    assert_eq!(status_of(&get(&c, "/m", "")), "weir; hit; ttl=60");
+    let h = req(&c, "HEAD /m HTTP/1.1\r\nHost: site.test\r\n\r\n");
+    assert_eq!(
+        status_of(&h),
+        "weir; fwd=bypass; fwd-status=200; detail=bypass-method"
+    );
+    assert_eq!(o.requests(), 2, "the HEAD went to the origin");
+    assert_eq!(o.last().line, "HEAD /m HTTP/1.1");
+
+    let cfg = "cache_zones: { z: { max_size: 1m } }\nupstreams: { o: { servers: ['127.0.0.1:9'] } }\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: { upstream: o }\n        cache: { zone: z, bypass: { methods: [GET, POST] } }\n";
+    let err = weir::config::load_str(cfg, std::path::Path::new("."), |_| None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("bypass.methods[1]") && err.contains("only GET and HEAD"),
+        "{err}"
+    );
+}
+
 /// Reads a response head and then exactly `n` body bytes.
 fn head_and(s: &mut std::net::TcpStream, n: usize) -> (String, Vec<u8>) {
     use std::io::Read;

@@ -19,6 +19,9 @@ pub struct CacheRoute {
     pub rules: StoreRules,
     pub bypass_cookies: Vec<String>,
     pub bypass_headers: Vec<String>,
+    /// Bypass GET requests (and HEAD, which a stored GET answers) / HEAD requests alone.
+    pub bypass_get: bool,
+    pub bypass_head: bool,
     pub max_object_size: usize,
     pub lock_timeout: Duration,
     pub hit_for_miss: u64,
@@ -68,6 +71,19 @@ impl CacheRoute {
                 "ignore_origin needs ttl rules, or nothing would be stored".into(),
             ));
         }
+        let (mut bypass_get, mut bypass_head) = (false, false);
+        for (i, m) in c.bypass.methods.iter().enumerate() {
+            match m.to_ascii_uppercase().as_str() {
+                "GET" => bypass_get = true,
+                "HEAD" => bypass_head = true,
+                _ => {
+                    return Err((
+                        format!("{path}.bypass.methods[{i}]"),
+                        format!("{m:?}: only GET and HEAD use the cache, other methods always go to the upstream"),
+                    ))
+                }
+            }
+        }
         let mut purge_from = Vec::new();
         for (i, cidr) in c.purge_from.iter().enumerate() {
             purge_from.push(
@@ -107,6 +123,8 @@ impl CacheRoute {
                 .iter()
                 .map(|h| h.to_ascii_lowercase())
                 .collect(),
+            bypass_get,
+            bypass_head,
             max_object_size: c.max_object_size.0.min(usize::MAX as u64) as usize,
             lock_timeout: c.lock_timeout.0,
             hit_for_miss: c.hit_for_miss.0.as_secs(),

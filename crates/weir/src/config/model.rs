@@ -149,6 +149,9 @@ pub struct CacheBypass {
     /// Any of these request headers present.
     #[serde(default)]
     pub headers: Vec<String>,
+    /// Requests with these methods (GET or HEAD; others never use the cache).
+    #[serde(default)]
+    pub methods: Vec<String>,
 }
 
 /// `auto` or a positive number.

@@ -738,6 +738,9 @@ fn ttl(obj: &CachedObject, age: u64) -> i64 {
 
 /// Why a request skips the cache, if it does.
 fn bypassed(head: &RequestHead, c: &CacheRoute) -> Option<&'static str> {
+    if c.bypass_get || (c.bypass_head && head.method == Method::Head) {
+        return Some("bypass-method");
+    }
     if c.bypass_headers.iter().any(|h| head.header(h).is_some()) {
         return Some("bypass-header");
     }
