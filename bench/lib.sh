@@ -125,12 +125,13 @@ median() {
                                else printf "%.2f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
 }
 
-# SYSTEMS, one per line, rotated left by $1: each round of a benchmark starts with a different
-# system, so a slow spell of the shared machine (or kernel state such as the TIME_WAIT table)
-# does not always land on the same one.
-rotated_systems() {
-  local k=$1 n=${#SYSTEMS[@]} i
-  for ((i = 0; i < n; i++)); do echo "${SYSTEMS[$(((i + k) % n))]}"; done
+# The remaining arguments, one per line, rotated left by $1: each round of a benchmark starts
+# with a different system, so a slow spell of the shared machine (or kernel state such as the
+# TIME_WAIT table) does not always land on the same one.
+rotated() {
+  local k=$1; shift
+  local items=("$@") n=$# i
+  for ((i = 0; i < n; i++)); do echo "${items[$(((i + k) % n))]}"; done
 }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }

@@ -30,7 +30,7 @@ for ((r = 0; r < ROUNDS; r++)); do
         Q_R[$c,$name,$q]+="$(awk -v q="$q%" '$1 == q {print $2}' "$TMP/wrk.out" | to_us) "
       done
       log "round $((r + 1))/$ROUNDS -c$c $name: $RPS req/s, $CPU_US_PER_REQ CPU us/req, errors $ERRORS"
-    done < <(rotated_systems "$r")
+    done < <(rotated "$r" "${SYSTEMS[@]}")
   done
 done
 declare -A RPS_C

@@ -1,7 +1,10 @@
 /* The floor for keep-alive CPU per request: one thread, epoll, and for every readable socket one
- * read and one write of a fixed "Hello, World" response. No HTTP parsing, no timeouts, no limits:
- * not a server anyone should run, only a measure of what the kernel alone costs per request.
- * Usage: bare_epoll PORT */
+ * read and one write of a fixed response. No HTTP parsing, no timeouts, no limits: not a server
+ * anyone should run, only a measure of what the kernel alone costs per request.
+ * Usage: bare_epoll PORT [BODY_BYTES]
+ *   without BODY_BYTES: "Hello, World\n" (the core bench);
+ *   with BODY_BYTES:    a body of that many bytes under the fields a cache hit carries (Age,
+ *                       Cache-Status, ...), so the floor matches the cache benches' responses. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -13,12 +16,30 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static const char RESP[] =
+static const char HELLO[] =
     "HTTP/1.1 200 OK\r\nServer: bare\r\nContent-Type: text/plain; charset=utf-8\r\n"
     "Content-Length: 13\r\nDate: Sat, 21 Nov 2026 00:00:00 GMT\r\n\r\nHello, World\n";
 
+static char resp[1 << 20];
+static size_t resp_len;
+
+static void build(long body) {
+    if (body < 0) { memcpy(resp, HELLO, sizeof HELLO - 1); resp_len = sizeof HELLO - 1; return; }
+    if (body > (long)sizeof resp - 512) body = sizeof resp - 512;
+    int h = snprintf(resp, 512,
+                     "HTTP/1.1 200 OK\r\nServer: bare\r\nDate: Sat, 21 Nov 2026 00:00:00 GMT\r\n"
+                     "Content-Type: text/plain\r\nContent-Length: %ld\r\n"
+                     "Last-Modified: Sat, 21 Nov 2026 00:00:00 GMT\r\nETag: \"6b1f3a00-%lx\"\r\n"
+                     "Accept-Ranges: bytes\r\nAge: 0\r\nCache-Status: bare; hit; ttl=86400\r\n"
+                     "X-Cache-By: bare\r\n\r\n",
+                     body, body);
+    memset(resp + h, 'x', body);
+    resp_len = h + body;
+}
+
 int main(int argc, char **argv) {
     int port = argc > 1 ? atoi(argv[1]) : 18082, one = 1;
+    build(argc > 2 ? atol(argv[2]) : -1);
     int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
     setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     setsockopt(lfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -43,7 +64,7 @@ int main(int argc, char **argv) {
             }
             ssize_t r = read(fd, buf, sizeof buf);
             if (r <= 0) { close(fd); continue; }
-            if (write(fd, RESP, sizeof RESP - 1) < 0) close(fd);
+            if (write(fd, resp, resp_len) < 0) close(fd);
         }
     }
 }
