@@ -94,14 +94,23 @@ wait_port() {
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 
+# "busy idle" ticks of core $1 from /proc/stat (idle includes iowait).
+core_ticks() { awk -v c="cpu$1" '$1 == c { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6 }' /proc/stat; }
+# Busy % of a core between two core_ticks samples.
+busy_pct() { awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " "); t = (y[1] - x[1]) + (y[2] - x[2]);
+                                             if (t > 0) printf "%.0f", 100 * (y[1] - x[1]) / t; else print "n/a" }'; }
+
 # Runs wrk on the load core against URL with extra args; prints the raw output to $TMP/wrk.out.
-# Sets REQS, RPS, P50_US, P99_US, ERRORS, CPU_US_PER_REQ (for server pid $1).
+# Sets REQS, RPS, P50_US, P99_US, ERRORS, CPU_US_PER_REQ (for server pid $1), and SUT_BUSY and
+# LOAD_BUSY: how busy (%) the server's and the load generator's cores were, which tells which
+# side limited requests/s.
 run_wrk() {
   local pid="$1" url="$2"; shift 2
-  local t0 t1
-  t0=$(cpu_ticks "$pid")
+  local t0 t1 s0 s1 l0 l1
+  t0=$(cpu_ticks "$pid"); s0=$(core_ticks "$SUT_CORE"); l0=$(core_ticks "$LOAD_CORE")
   taskset -c "$LOAD_CORE" wrk --latency "$@" "$url" > "$TMP/wrk.out" 2>&1 || true
-  t1=$(cpu_ticks "$pid")
+  t1=$(cpu_ticks "$pid"); s1=$(core_ticks "$SUT_CORE"); l1=$(core_ticks "$LOAD_CORE")
+  SUT_BUSY=$(busy_pct "$s0" "$s1"); LOAD_BUSY=$(busy_pct "$l0" "$l1")
   REQS=$(awk '/requests in/ {print $1}' "$TMP/wrk.out")
   RPS=$(awk '/Requests\/sec/ {printf "%.0f", $2}' "$TMP/wrk.out")
   P50_US=$(awk '$1=="50%" {print $2}' "$TMP/wrk.out" | to_us)
