@@ -729,3 +729,63 @@ fn large_hits_are_sent_by_reference_to_slow_and_pipelining_clients() {
     assert_closed(&mut s);
     assert_eq!(o.requests(), 2);
 }
+
+#[test]
+fn write_timeout_bounds_each_stall_of_a_large_hit_not_the_transfer() {
+    // timeouts.write is 400ms. A client that reads a 16 MiB hit steadily, but slower than that
+    // in total, gets all of it; a client that stops reading is dropped.
+    let big = "0123456789abcdef".repeat(16 * 1024 * 1024 / 16);
+    let big2 = big.clone();
+    let o = scripted(move |_, _| resp("200 OK", "Cache-Control: max-age=600\r\n", &big2));
+    let yaml = format!(
+        "workers: 1\ntimeouts: {{ write: 400ms }}\ncache_zones:\n  main: {{ max_size: 64m, shards: SHARDS }}\nupstreams:\n  o:\n    servers: ['{}']\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: {{ upstream: o }}\n        cache: {{ zone: main, max_object_size: 32m }}\n",
+        o.origin.addr
+    );
+    // An object must fit in one shard: 64m over 16 shards cannot take 32m objects.
+    let err = weir::config::load_str(
+        &yaml.replace("SHARDS", "16"),
+        std::path::Path::new("."),
+        |_| None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("cache.max_object_size") && err.contains("one shard"),
+        "{err}"
+    );
+    let srv = start_config(&yaml.replace("SHARDS", "2"));
+    let request = b"GET /big HTTP/1.1\r\nHost: site.test\r\n\r\n";
+    assert_eq!(
+        roundtrip(&mut srv.connect(), request).body.len(),
+        big.len(),
+        "the miss"
+    );
+
+    use std::io::Read;
+    let started = std::time::Instant::now();
+    let mut steady = srv.connect();
+    steady.write_all(request).unwrap();
+    let mut got = 0;
+    let mut chunk = vec![0u8; 1 << 20];
+    while got < big.len() {
+        std::thread::sleep(Duration::from_millis(100));
+        let n = steady.read(&mut chunk).unwrap();
+        assert!(n > 0, "dropped after {got} bytes");
+        got += n;
+    }
+    assert!(
+        started.elapsed() > Duration::from_millis(800),
+        "the transfer should outlast the write timeout to prove anything"
+    );
+
+    let mut stalled = srv.connect();
+    stalled.write_all(request).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut rest = Vec::new();
+    let _ = stalled.read_to_end(&mut rest);
+    assert!(
+        rest.len() < big.len(),
+        "a client that stopped reading for longer than timeouts.write was not dropped"
+    );
+    assert_eq!(o.requests(), 1);
+}

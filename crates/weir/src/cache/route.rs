@@ -9,6 +9,9 @@ use weir_cache::policy::StoreRules;
 
 use crate::config::{model, CompileError};
 
+/// `max_object_size` when the route does not set one (bounded by the zone's shard size).
+const DEFAULT_MAX_OBJECT: u64 = 8 << 20;
+
 /// A route's cache settings.
 #[derive(Debug)]
 pub struct CacheRoute {
@@ -33,9 +36,9 @@ impl CacheRoute {
     pub(crate) fn compile(
         c: model::Cache,
         path: &str,
-        zones: &HashMap<String, usize>,
+        zones: &HashMap<String, (usize, u64)>,
     ) -> Result<CacheRoute, CompileError> {
-        let zone = *zones.get(&c.zone).ok_or_else(|| {
+        let (zone, shard_share) = *zones.get(&c.zone).ok_or_else(|| {
             let mut known: Vec<&String> = zones.keys().collect();
             known.sort();
             (
@@ -84,6 +87,21 @@ impl CacheRoute {
                 }
             }
         }
+        // An object must fit in one shard of the store; a larger limit would let weir announce
+        // `stored` for objects the store then refuses.
+        let max_object_size = match c.max_object_size {
+            Some(s) if s.0 > shard_share => {
+                return Err((
+                    format!("{path}.max_object_size"),
+                    format!(
+                        "{} bytes is more than one shard of zone {:?} holds ({shard_share} bytes = max_size / shards); raise the zone's max_size, lower its shards, or lower this",
+                        s.0, c.zone
+                    ),
+                ))
+            }
+            Some(s) => s.0,
+            None => DEFAULT_MAX_OBJECT.min(shard_share),
+        };
         let mut purge_from = Vec::new();
         for (i, cidr) in c.purge_from.iter().enumerate() {
             purge_from.push(
@@ -125,7 +143,7 @@ impl CacheRoute {
                 .collect(),
             bypass_get,
             bypass_head,
-            max_object_size: c.max_object_size.0.min(usize::MAX as u64) as usize,
+            max_object_size: max_object_size.min(usize::MAX as u64) as usize,
             lock_timeout: c.lock_timeout.0,
             hit_for_miss: c.hit_for_miss.0.as_secs(),
             x_cache: c.x_cache,

@@ -96,7 +96,10 @@ pub(crate) fn compile(file: model::File, base: &BaseDir) -> Result<RuntimeConfig
                 "must be between 1 and 1024".into(),
             ));
         }
-        zone_index.insert(name.clone(), cache_zones.len());
+        zone_index.insert(
+            name.clone(),
+            (cache_zones.len(), z.max_size.0 / z.shards as u64),
+        );
         cache_zones.push(Arc::new(crate::cache::CacheZone::new(
             &name,
             z.max_size.0,

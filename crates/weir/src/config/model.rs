@@ -78,9 +78,10 @@ pub struct Cache {
     /// Requests that skip the cache.
     #[serde(default)]
     pub bypass: CacheBypass,
-    /// Larger responses are passed through, not stored.
-    #[serde(default = "default_max_object")]
-    pub max_object_size: Size,
+    /// Larger responses are passed through, not stored. Default: 8m, or one shard's share of
+    /// the zone when that is smaller.
+    #[serde(default)]
+    pub max_object_size: Option<Size>,
     /// Store responses that set cookies (they are never shared otherwise).
     #[serde(default)]
     pub share_set_cookie: bool,
@@ -98,9 +99,6 @@ pub struct Cache {
     pub purge_from: Vec<String>,
 }
 
-fn default_max_object() -> Size {
-    Size(8 << 20)
-}
 fn default_lock_timeout() -> Dur {
     Dur(std::time::Duration::from_secs(5))
 }

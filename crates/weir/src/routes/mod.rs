@@ -38,7 +38,8 @@ pub struct Route {
 #[derive(Debug)]
 pub(crate) struct Refs<'a> {
     pub upstreams: &'a std::collections::HashMap<String, usize>,
-    pub zones: &'a std::collections::HashMap<String, usize>,
+    /// Zone name → (index, bytes one shard holds: the largest object it can store).
+    pub zones: &'a std::collections::HashMap<String, (usize, u64)>,
 }
 
 /// The outcome of routing one request.

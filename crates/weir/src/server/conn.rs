@@ -542,13 +542,14 @@ impl Conn {
         self.segs.push_back(body.clone());
     }
 
-    /// Writes the queued segments and then `out` with vectored writes, waiting (bounded by
-    /// `timeouts.write`) while the client's socket buffer is full.
+    /// Writes the queued segments and then `out` with vectored writes, waiting while the
+    /// client's socket buffer is full. `timeouts.write` bounds each stall, not the whole
+    /// transfer: a big object to a slow but steady reader is not cut.
     async fn flush_segments(&mut self, mut closing: bool) -> Result<(), ConnError> {
         if !self.out.is_empty() {
             self.segs.push_back(self.out.split().freeze());
         }
-        let deadline = Instant::now() + self.state.cfg.timeouts.write;
+        let stall = self.state.cfg.timeouts.write;
         while !self.segs.is_empty() {
             let mut iov = [io::IoSlice::new(&[]); IOV_MAX];
             let n = self.segs.len().min(IOV_MAX);
@@ -574,7 +575,7 @@ impl Conn {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     // The rest goes without MSG_MORE (see `ClientIo::send_once`).
                     closing = false;
-                    timeout_at(deadline, self.io.writable())
+                    timeout(stall, self.io.writable())
                         .await
                         .map_err(|_| ConnError::WriteTimeout)??;
                 }
