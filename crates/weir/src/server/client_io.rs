@@ -122,6 +122,17 @@ impl ClientIo {
         self.register()?.writable().await
     }
 
+    /// Half-closes the write side now, without waiting (errors mean the peer is gone already).
+    pub(crate) fn shutdown_now(&mut self) {
+        let _ = match self {
+            ClientIo::Fresh(s) => s.shutdown(std::net::Shutdown::Write),
+            ClientIo::Registered(s) => {
+                socket2::SockRef::from(&*s).shutdown(std::net::Shutdown::Write)
+            }
+            ClientIo::Gone => Ok(()),
+        };
+    }
+
     /// Half-closes the write side.
     pub(crate) async fn shutdown(&mut self) -> io::Result<()> {
         self.register()?.shutdown().await

@@ -231,9 +231,12 @@ impl Conn {
                     self.flush().await?;
                     Box::pin(self.linger()).await;
                 } else {
-                    // Nothing unread: the socket closes right after, with the FIN riding on
-                    // the response's last segment.
+                    // Nothing unread: the FIN rides on the response's last segment. The explicit
+                    // half-close sends both before `close`, so bytes the client sends late (a
+                    // body after `Expect`, say) cannot make `close` reset the connection and
+                    // discard a response still held by MSG_MORE.
                     self.flush_with(true).await?;
+                    self.io.shutdown_now();
                 }
                 return Ok(());
             }
