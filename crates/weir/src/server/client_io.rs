@@ -66,15 +66,6 @@ impl ClientIo {
         }
     }
 
-    /// Writes everything; waits (registering if needed) when the socket buffer is full.
-    pub(crate) async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
-        let n = self.write_now(data, false)?;
-        if n == data.len() {
-            return Ok(());
-        }
-        self.register()?.write_all(&data[n..]).await
-    }
-
     /// Writes as much as the socket takes right now without waiting; returns the bytes written.
     ///
     /// `closing`: these are the connection's last bytes and the socket is closed right after.
@@ -100,16 +91,13 @@ impl ClientIo {
     /// One non-blocking `send` (one slice) or `writev` (several); `closing` as in
     /// [`ClientIo::write_now`]. `WouldBlock` when the socket buffer is full.
     pub(crate) fn send_once(&mut self, bufs: &[IoSlice<'_>], closing: bool) -> io::Result<usize> {
-        match (self, bufs) {
-            (ClientIo::Gone, _) => Err(io::ErrorKind::NotConnected.into()),
-            (ClientIo::Fresh(s), _) if closing => {
-                socket2::SockRef::from(&*s).send_vectored_with_flags(bufs, libc::MSG_MORE)
-            }
+        if closing {
             // A raw send on a registered socket leaves tokio's readiness as it was: at worst
             // tokio later tries a write that finds the buffer full, never the reverse.
-            (ClientIo::Registered(s), _) if closing => {
-                socket2::SockRef::from(&*s).send_vectored_with_flags(bufs, libc::MSG_MORE)
-            }
+            return self.sock()?.send_vectored_with_flags(bufs, libc::MSG_MORE);
+        }
+        match (self, bufs) {
+            (ClientIo::Gone, _) => Err(io::ErrorKind::NotConnected.into()),
             (ClientIo::Fresh(s), [one]) => s.write(one),
             (ClientIo::Fresh(s), _) => s.write_vectored(bufs),
             (ClientIo::Registered(s), [one]) => s.try_write(one),
@@ -124,13 +112,18 @@ impl ClientIo {
 
     /// Half-closes the write side now, without waiting (errors mean the peer is gone already).
     pub(crate) fn shutdown_now(&mut self) {
-        let _ = match self {
-            ClientIo::Fresh(s) => s.shutdown(std::net::Shutdown::Write),
-            ClientIo::Registered(s) => {
-                socket2::SockRef::from(&*s).shutdown(std::net::Shutdown::Write)
-            }
-            ClientIo::Gone => Ok(()),
-        };
+        if let Ok(s) = self.sock() {
+            let _ = s.shutdown(std::net::Shutdown::Write);
+        }
+    }
+
+    /// The socket for calls tokio and mio do not offer (flags, half-close), in either state.
+    fn sock(&self) -> io::Result<socket2::SockRef<'_>> {
+        match self {
+            ClientIo::Fresh(s) => Ok(socket2::SockRef::from(s)),
+            ClientIo::Registered(s) => Ok(socket2::SockRef::from(s)),
+            ClientIo::Gone => Err(io::ErrorKind::NotConnected.into()),
+        }
     }
 
     /// Half-closes the write side.

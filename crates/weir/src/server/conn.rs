@@ -509,27 +509,26 @@ impl Conn {
         self.io.register()
     }
 
-    /// Writes the output buffer: one direct write in the common case; only a client that is not
-    /// reading fast enough gets the timed, registered slow path.
+    /// Writes the output: one direct write in the common case; queued bodies, or a client that
+    /// is not reading fast enough, take the vectored, timed slow path.
     pub(super) async fn flush(&mut self) -> Result<(), ConnError> {
         self.flush_with(false).await
     }
 
     /// [`Conn::flush`]; `closing`: the socket is closed right after (see [`ClientIo::write_now`]).
     async fn flush_with(&mut self, closing: bool) -> Result<(), ConnError> {
-        if !self.segs.is_empty() {
-            return Box::pin(self.flush_segments(closing)).await;
+        if self.segs.is_empty() {
+            if self.out.is_empty() {
+                return Ok(());
+            }
+            let n = self.io.write_now(&self.out, closing)?;
+            if n == self.out.len() {
+                self.out.clear();
+                return Ok(());
+            }
+            let _ = self.out.split_to(n);
         }
-        if self.out.is_empty() {
-            return Ok(());
-        }
-        let n = self.io.write_now(&self.out, closing)?;
-        if n == self.out.len() {
-            self.out.clear();
-            return Ok(());
-        }
-        let _ = self.out.split_to(n);
-        Box::pin(self.flush_slow()).await
+        Box::pin(self.flush_slow(closing)).await
     }
 
     /// Appends a response body: copied into `out` when short, queued by reference when long (a
@@ -548,7 +547,7 @@ impl Conn {
     /// Writes the queued segments and then `out` with vectored writes, waiting while the
     /// client's socket buffer is full. `timeouts.write` bounds each stall, not the whole
     /// transfer: a big object to a slow but steady reader is not cut.
-    async fn flush_segments(&mut self, mut closing: bool) -> Result<(), ConnError> {
+    async fn flush_slow(&mut self, mut closing: bool) -> Result<(), ConnError> {
         if !self.out.is_empty() {
             self.segs.push_back(self.out.split().freeze());
         }
@@ -586,17 +585,6 @@ impl Conn {
             }
         }
         Ok(())
-    }
-
-    async fn flush_slow(&mut self) -> Result<(), ConnError> {
-        match timeout(self.state.cfg.timeouts.write, self.io.write_all(&self.out)).await {
-            Ok(Ok(())) => {
-                self.out.clear();
-                Ok(())
-            }
-            Ok(Err(e)) => Err(e.into()),
-            Err(_) => Err(ConnError::WriteTimeout),
-        }
     }
 
     /// Half-closes and drains unread input for a moment, so the client sees our last response
