@@ -52,10 +52,7 @@ mod tests {
     fn picks_the_least_loaded() {
         let mut b = LeastConn::new();
         let req = super::super::test_support::request("/", "");
-        let ctx = PickCtx {
-            client_ip: "127.0.0.1".parse().unwrap(),
-            request: &req,
-        };
+        let ctx = super::super::test_support::ctx(&req);
         assert_eq!(b.pick(&ctx, &[0, 1, 2], &[1, 1, 1], &[5, 2, 9]), 1);
         // Weight 4 with 6 in flight (1.5 each) beats weight 1 with 2 in flight.
         assert_eq!(b.pick(&ctx, &[0, 1], &[1, 4], &[2, 6]), 1);

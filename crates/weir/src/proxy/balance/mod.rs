@@ -101,13 +101,18 @@ pub(crate) mod test_support {
             .unwrap()
     }
 
+    /// A pick context for `req` from 127.0.0.1.
+    pub fn ctx(req: &RequestHead) -> super::PickCtx<'_> {
+        super::PickCtx {
+            client_ip: "127.0.0.1".parse().unwrap(),
+            request: req,
+        }
+    }
+
     /// Counts picks per server over `n` requests.
     pub fn distribution(b: &mut dyn super::Balancer, weights: &[u32], n: usize) -> Vec<usize> {
         let req = request("/", "");
-        let ctx = super::PickCtx {
-            client_ip: "127.0.0.1".parse().unwrap(),
-            request: &req,
-        };
+        let ctx = ctx(&req);
         let cands: Vec<usize> = (0..weights.len()).collect();
         let active = vec![0; weights.len()];
         let mut counts = vec![0; weights.len()];

@@ -47,10 +47,7 @@ mod tests {
     fn avoids_the_loaded_server() {
         let mut b = PowerOfTwo::new();
         let req = super::super::test_support::request("/", "");
-        let ctx = PickCtx {
-            client_ip: "127.0.0.1".parse().unwrap(),
-            request: &req,
-        };
+        let ctx = super::super::test_support::ctx(&req);
         // With two servers both are always drawn, so the idle one always wins.
         for _ in 0..50 {
             assert_eq!(b.pick(&ctx, &[0, 1], &[1, 1], &[10, 0]), 1);

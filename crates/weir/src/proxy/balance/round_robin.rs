@@ -47,10 +47,7 @@ mod tests {
         // Smoothness: the heavy server never takes more than its share in a row.
         let mut b = SmoothWeighted::new(3);
         let req = super::super::test_support::request("/", "");
-        let ctx = PickCtx {
-            client_ip: "127.0.0.1".parse().unwrap(),
-            request: &req,
-        };
+        let ctx = super::super::test_support::ctx(&req);
         let seq: Vec<usize> = (0..7)
             .map(|_| b.pick(&ctx, &[0, 1, 2], &[5, 1, 1], &[0; 3]))
             .collect();
