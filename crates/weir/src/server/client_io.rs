@@ -5,7 +5,7 @@
 //! request, a full socket buffer, or keep-alive idling — is it handed to tokio, which costs an
 //! `epoll_ctl(ADD)` now and an `epoll_ctl(DEL)` at close. A client that sends its request with
 //! the handshake and asks for `Connection: close` (seed experiment 002) is therefore served with
-//! `accept4`, `recvfrom`, `sendto`, `close` and nothing else.
+//! `accept4`, `recvfrom`, `sendto` (response and FIN in one segment), `shutdown`, `close`.
 
 use std::io::{self, IoSlice, Write};
 
