@@ -1,6 +1,14 @@
 //! Cache keys. The default is method class (GET and HEAD share entries) + scheme + host + path +
 //! query; a [`KeySpec`] adds chosen headers, cookies or query parameters, can keep only some
 //! parameters, and can sort them so that `?a=1&b=2` and `?b=2&a=1` share an entry.
+//!
+//! The encoding is unambiguous: `CLASS SP scheme "://" authority path ["?" query]`, then
+//! `NUL "h:" name "=" value` per key header and `NUL "c:" name "=" value` per key cookie. The
+//! authority comes from the parser, validated (no `/`, `?`, `#`, `@`) and normalised (lowercase,
+//! no trailing dot, no default port), so the first `/` ends it; a GET/HEAD path starts with `/`
+//! and holds no `?`, so the first `?` ends it; field values cannot hold NUL. Two different
+//! (authority, path, query, fields) tuples therefore never share a key text, and the store
+//! compares texts, not only hashes.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -73,8 +81,10 @@ impl KeySpec {
         text.extend_from_slice(scheme.as_bytes());
         text.extend_from_slice(b"://");
         let url_start = text.len();
-        if let Some(host) = req.header("host") {
-            text.extend(host.iter().map(u8::to_ascii_lowercase));
+        // The parser validated and normalised the authority (absolute-form target first, else
+        // Host): it holds no `/`, so the path's leading `/` ends it; the path holds no `?`.
+        if let Some(a) = req.authority() {
+            text.extend_from_slice(&a.text);
         }
         text.extend_from_slice(req.path());
         if let Some(q) = self.query(req.query()) {
@@ -214,5 +224,31 @@ mod tests {
         assert_eq!(normalize_accept_encoding(Some(b"br;q=0, gzip")), b"gzip");
         assert_eq!(normalize_accept_encoding(Some(b"deflate")), b"");
         assert_eq!(normalize_accept_encoding(None), b"");
+    }
+
+    #[test]
+    fn keys_use_the_validated_authority_and_never_collide() {
+        let spec = KeySpec::default();
+        let k = |s: &str| spec.key(&req(s), "http").text;
+        // The absolute-form authority wins over Host, and is normalised like Host.
+        assert_eq!(
+            k("GET http://Victim.example./b/x HTTP/1.1\r\nHost: attacker.example\r\n\r\n"),
+            k("GET /b/x HTTP/1.1\r\nHost: victim.example:80\r\n\r\n"),
+        );
+        let texts = [
+            k("GET /b/x HTTP/1.1\r\nHost: victim.example\r\n\r\n"),
+            k("GET /x HTTP/1.1\r\nHost: victim.example.b\r\n\r\n"),
+            k("GET /b/x HTTP/1.1\r\nHost: victim.example:8080\r\n\r\n"),
+            k("GET /b/x? HTTP/1.1\r\nHost: victim.example\r\n\r\n"),
+            k("GET /b/x?y HTTP/1.1\r\nHost: victim.example\r\n\r\n"),
+            k("GET /b/x%3Fy HTTP/1.1\r\nHost: victim.example\r\n\r\n"),
+            k("GET /b HTTP/1.1\r\nHost: victim.example\r\n\r\n"),
+            k("GET / HTTP/1.0\r\n\r\n"),
+        ];
+        for (i, a) in texts.iter().enumerate() {
+            for b in &texts[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
     }
 }

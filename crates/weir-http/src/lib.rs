@@ -4,6 +4,7 @@
 //! and the load generator all speak HTTP/1.1 through this crate, so it can be fuzzed and unit-tested
 //! in microseconds and the rules about framing live in exactly one place.
 //!
+//! * [`authority`]: `Host` / absolute-form authority validation and normalisation.
 //! * [`request`]: parse a request head out of a `BytesMut` (`Ok(None)` = need more bytes). Header
 //!   names and values are `Bytes` slices of the read buffer, never copies.
 //! * [`framing`]: RFC 9112 §6 message-body rules (Content-Length vs Transfer-Encoding, keep-alive).
@@ -20,6 +21,7 @@
 //! Hand-written on top of `httparse` (which does the byte-level tokenizing) because this is weir's
 //! hot path: one parse, one pass over the headers to derive framing, zero copies.
 
+pub mod authority;
 pub mod body;
 pub mod date;
 pub mod error;
@@ -29,6 +31,7 @@ pub mod request;
 pub mod response;
 pub mod response_head;
 
+pub use authority::Authority;
 pub use body::{BodyDecoder, BodyEvent};
 pub use error::ParseError;
 pub use framing::BodyKind;

@@ -7,6 +7,7 @@
 
 use bytes::{Bytes, BytesMut};
 
+use crate::authority::{parse_authority, split_absolute, Authority};
 use crate::error::ParseError;
 use crate::framing::{BodyKind, FramingFields};
 use crate::offsets::Offsets;
@@ -120,8 +121,11 @@ pub struct RequestHead {
     pub keep_alive: bool,
     /// `Expect: 100-continue` was sent.
     pub expect_continue: bool,
-    /// Index into `headers` of the `Host` field, if any.
-    host: Option<usize>,
+    /// The validated, normalised authority: an absolute-form target's, else the `Host` field's.
+    /// `None` only for an HTTP/1.0 request without Host.
+    authority: Option<Authority>,
+    /// Where the path starts in `target` (after `scheme://authority` in absolute-form).
+    path_at: usize,
     /// Bytes the head occupied on the wire.
     pub head_len: usize,
 }
@@ -149,27 +153,38 @@ impl RequestHead {
             })
     }
 
-    /// The `Host` value (or the authority of an absolute-form target), without any port.
+    /// The host the request is for (the absolute-form target's authority wins over `Host`),
+    /// validated and normalised (lowercase, no trailing dot), without the port.
     pub fn host(&self) -> Option<&[u8]> {
-        let raw: &[u8] = match self.host {
-            Some(i) => &self.headers[i].value,
-            None => return None,
-        };
-        Some(strip_port(raw))
+        self.authority.as_ref().map(Authority::host)
     }
 
-    /// The path part of the target (before `?`). For absolute-form, the path after the authority.
+    /// The normalised `host[:port]` the request is for (the port only when not the default).
+    pub fn authority(&self) -> Option<&Authority> {
+        self.authority.as_ref()
+    }
+
+    /// The path part of the target (before `?`). For absolute-form, the path after the authority,
+    /// `/` when that is empty.
     pub fn path(&self) -> &[u8] {
-        let t = origin_form(&self.target);
-        match memchr::memchr(b'?', t) {
+        let t = &self.target[self.path_at..];
+        let p = match memchr::memchr2(b'?', b'#', t) {
             Some(i) => &t[..i],
             None => t,
+        };
+        if p.is_empty() && self.path_at > 0 {
+            return b"/";
         }
+        p
     }
 
-    /// The query string (after `?`), if any.
+    /// The query string (after `?`, before any `#`), if any.
     pub fn query(&self) -> Option<&[u8]> {
-        let t = origin_form(&self.target);
+        let t = &self.target[self.path_at..];
+        let t = match memchr::memchr(b'#', t) {
+            Some(i) => &t[..i],
+            None => t,
+        };
         memchr::memchr(b'?', t).map(|i| &t[i + 1..])
     }
 
@@ -207,6 +222,7 @@ pub fn parse_request(
     }
     let target_range = (offset(target.as_bytes()), target.len());
     let method = Method::from_bytes(req.method.unwrap_or("").as_bytes());
+    let form = target_form(target.as_bytes(), &method)?;
     let version = if req.version == Some(0) {
         Version::Http10
     } else {
@@ -268,6 +284,25 @@ pub fn parse_request(
 
     let head = buf.split_to(n).freeze();
     let headers = ranges.headers(&head);
+    // RFC 9112 §3.2: an invalid Host is a 400 even when an absolute-form target overrides it.
+    let host_authority = match host {
+        Some(i) => Some(parse_authority(&headers[i].value, 80).map_err(ParseError::BadRequest)?),
+        None => None,
+    };
+    let (authority, path_at) = match form {
+        TargetForm::Absolute {
+            default_port,
+            authority,
+            path_at,
+        } => {
+            let a = head.slice(target_range.0 + authority.0..target_range.0 + authority.1);
+            (
+                Some(parse_authority(&a, default_port).map_err(ParseError::BadRequest)?),
+                path_at,
+            )
+        }
+        _ => (host_authority, 0),
+    };
     Ok(Some(RequestHead {
         method,
         target: head.slice(target_range.0..target_range.0 + target_range.1),
@@ -276,7 +311,8 @@ pub fn parse_request(
         body,
         keep_alive,
         expect_continue: expect_continue && version == Version::Http11,
-        host,
+        authority,
+        path_at,
         head_len: n,
     }))
 }
@@ -323,32 +359,39 @@ fn httparse_reason(e: httparse::Error) -> &'static str {
     }
 }
 
-/// For an absolute-form target (`http://host/path`), the part from the path on.
-fn origin_form(target: &[u8]) -> &[u8] {
-    if target.first() == Some(&b'/') {
-        return target;
-    }
-    if let Some(i) = memchr::memmem::find(target, b"://") {
-        let rest = &target[i + 3..];
-        return match memchr::memchr2(b'/', b'?', rest) {
-            Some(j) => &rest[j..],
-            None => b"/",
-        };
-    }
-    target
+/// The four request-target forms of RFC 9112 §3.2.
+enum TargetForm {
+    Origin,
+    /// `scheme://authority...`: the authority's range within the target and where the path starts.
+    Absolute {
+        default_port: u16,
+        authority: (usize, usize),
+        path_at: usize,
+    },
+    /// `host:port`, for CONNECT only.
+    Authority,
+    /// `*`, for OPTIONS only.
+    Asterisk,
 }
 
-/// `example.com:8080` → `example.com`; `[::1]:80` → `[::1]`.
-fn strip_port(host: &[u8]) -> &[u8] {
-    if host.first() == Some(&b'[') {
-        return match memchr::memchr(b']', host) {
-            Some(i) => &host[..=i],
-            None => host,
-        };
-    }
-    match memchr::memrchr(b':', host) {
-        Some(i) => &host[..i],
-        None => host,
+/// Classifies the target; anything that is none of the four forms (or a form the method does not
+/// allow) is a 400.
+fn target_form(target: &[u8], method: &Method) -> Result<TargetForm, ParseError> {
+    match target.first() {
+        Some(b'/') => Ok(TargetForm::Origin),
+        Some(b'*') if target.len() == 1 && *method == Method::Options => Ok(TargetForm::Asterisk),
+        _ if *method == Method::Connect => Ok(TargetForm::Authority),
+        Some(c) if c.is_ascii_alphabetic() => {
+            let (default_port, authority, path_at) =
+                split_absolute(target).map_err(ParseError::BadRequest)?;
+            let start = authority.as_ptr() as usize - target.as_ptr() as usize;
+            Ok(TargetForm::Absolute {
+                default_port,
+                authority: (start, start + authority.len()),
+                path_at,
+            })
+        }
+        _ => Err(ParseError::BadRequest("invalid request target")),
     }
 }
 
@@ -492,5 +535,56 @@ mod tests {
         assert!(h.expect_continue);
         assert_eq!(h.path(), b"/x");
         assert_eq!(h.body, BodyKind::Length(2));
+    }
+
+    #[test]
+    fn host_is_validated_and_normalised() {
+        for bad in [
+            &b"GET /x HTTP/1.1\r\nHost: victim.example/b\r\n\r\n"[..],
+            b"GET /x HTTP/1.1\r\nHost: bad host\r\n\r\n",
+            b"GET /x HTTP/1.1\r\nHost: a@b\r\n\r\n",
+            b"GET /x HTTP/1.1\r\nHost: [::1\r\n\r\n",
+            b"GET /x HTTP/1.1\r\nHost:\r\n\r\n",
+            b"GET /x HTTP/1.0\r\nHost: a/b\r\n\r\n",
+            b"GET http://a/x HTTP/1.1\r\nHost: a/b\r\n\r\n",
+            b"GET http://u@a/x HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET http://a/b/x HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n",
+            b"GET x HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET * HTTP/1.1\r\nHost: a\r\n\r\n",
+        ] {
+            assert_eq!(
+                status(bad),
+                400,
+                "{}",
+                String::from_utf8_lossy(bad).escape_debug()
+            );
+        }
+        let h = parse(b"GET /a HTTP/1.1\r\nHost: WWW.Example.com.:80\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.host(), Some(&b"www.example.com"[..]));
+        assert_eq!(&h.authority().unwrap().text[..], b"www.example.com");
+        assert!(parse(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n").is_ok());
+        let h = parse(b"GET /a HTTP/1.0\r\n\r\n").unwrap().unwrap();
+        assert_eq!(h.authority(), None);
+    }
+
+    #[test]
+    fn absolute_form_authority_wins() {
+        let h = parse(
+            b"GET http://Victim.example:8080/b/x?q=1 HTTP/1.1\r\nHost: other.example\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(h.host(), Some(&b"victim.example"[..]));
+        assert_eq!(&h.authority().unwrap().text[..], b"victim.example:8080");
+        assert_eq!(h.path(), b"/b/x");
+        assert_eq!(h.query(), Some(&b"q=1"[..]));
+        let h = parse(b"GET https://h.test:443?q HTTP/1.1\r\nHost: h.test\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(&h.authority().unwrap().text[..], b"h.test");
+        assert_eq!(h.path(), b"/", "an empty path is /");
+        assert_eq!(h.query(), Some(&b"q"[..]));
     }
 }

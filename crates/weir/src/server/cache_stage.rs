@@ -1005,19 +1005,28 @@ fn invalidate_after_unsafe(zone: &CacheZone, head: &RequestHead, resp: Option<&R
     if !(200..400).contains(&resp.status) {
         return;
     }
-    let host = head
-        .header("host")
-        .map(|h| h.to_ascii_lowercase())
-        .unwrap_or_default();
-    let mut urls = vec![[&host[..], &head.target[..]].concat()];
+    let host = head.authority().map(|a| &a.text[..]).unwrap_or_default();
+    let mut target = head.path().to_vec();
+    if let Some(q) = head.query() {
+        target.push(b'?');
+        target.extend_from_slice(q);
+    }
+    let mut urls = vec![[host, &target[..]].concat()];
     for field in ["location", "content-location"] {
         if let Some(v) = resp.header(field) {
             let v = &v[..];
             if v.starts_with(b"/") {
-                urls.push([&host[..], v].concat());
+                urls.push([host, v].concat());
             } else if let Some(rest) = v.strip_prefix(b"http://") {
-                if rest.to_ascii_lowercase().starts_with(&host) {
-                    urls.push(rest.to_ascii_lowercase());
+                // Same origin only: the authority compares case-insensitively, the path exactly.
+                let end = rest.iter().position(|b| *b == b'/').unwrap_or(rest.len());
+                if rest[..end].eq_ignore_ascii_case(host) {
+                    let path = if end == rest.len() {
+                        &b"/"[..]
+                    } else {
+                        &rest[end..]
+                    };
+                    urls.push([host, path].concat());
                 }
             }
         }

@@ -688,18 +688,17 @@ pub(crate) fn build_request(
     req.put_slice(b" HTTP/1.1\r\n");
     let tokens = ConnectionTokens::of(&head.headers);
     let trusted = route.trusts(peer);
-    let client_host = head.header("host").cloned();
-    match &route.host {
-        HostMode::Preserve => {
-            if let Some(h) = &client_host {
-                put_header(req, b"Host", h);
-            }
-        }
-        HostMode::Upstream => {
+    // The validated, normalised authority: an absolute-form target's wins over the received Host
+    // (RFC 9112 §3.2.2), which is never forwarded as received.
+    let client_host = head.authority().map(|a| &a.text);
+    match (&route.host, client_host) {
+        (HostMode::Preserve, Some(h)) => put_header(req, b"Host", h),
+        // An HTTP/1.0 request without Host still needs one upstream (RFC 9112 §3.2).
+        (HostMode::Upstream, _) | (HostMode::Preserve, None) => {
             let s = &up.servers[server];
             put_header(req, b"Host", format!("{}:{}", s.host, s.port).as_bytes());
         }
-        HostMode::Fixed(v) => put_header(req, b"Host", v),
+        (HostMode::Fixed(v), _) => put_header(req, b"Host", v),
     }
     let mut prior_xff: Option<Vec<u8>> = None;
     let mut prior_fwd: Option<Vec<u8>> = None;
@@ -748,17 +747,14 @@ pub(crate) fn build_request(
         }
         if let (false, Some(h)) = (
             trusted && head.header("x-forwarded-host").is_some(),
-            &client_host,
+            client_host,
         ) {
             put_header(req, b"X-Forwarded-Host", h);
         }
     }
     if route.forwarded {
         let mut element = format!("for={};proto=http", forwarded_node(peer));
-        if let Some(h) = client_host
-            .as_ref()
-            .and_then(|h| std::str::from_utf8(h).ok())
-        {
+        if let Some(h) = client_host.and_then(|h| std::str::from_utf8(h).ok()) {
             element.push_str(&format!(";host=\"{h}\""));
         }
         append_list(&mut prior_fwd, element.as_bytes());

@@ -1,6 +1,7 @@
 //! Test harness: start weir in-process on 127.0.0.1:0 and talk raw bytes to it.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod cachekit;
 pub mod origin;
 
 use std::io::{Read, Write};
