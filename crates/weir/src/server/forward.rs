@@ -40,6 +40,8 @@ use crate::reply::{self, ConnHeader};
 
 /// Largest upstream response head accepted.
 const MAX_UPSTREAM_HEAD: usize = 64 * 1024;
+/// Most interim (1xx) responses relayed for one request; more is treated as a broken upstream.
+const MAX_INTERIM: usize = 32;
 /// Request bytes gathered before a write to the upstream.
 const SEND_CHUNK: usize = 64 * 1024;
 
@@ -170,6 +172,7 @@ impl Conn {
         let mut ntried = 0usize;
         let mut fresh_only: Option<usize> = None;
         let mut retries = 0u32;
+        let mut interims = 0usize;
 
         let (server, mut uconn, resp) = loop {
             // After a stale pooled connection, retry the same server on a new connection.
@@ -210,10 +213,26 @@ impl Conn {
                 )
                 .await?;
             let result = match sent {
-                Sent::Ok => {
-                    read_response_head(&mut uc, head.method == Method::Head, up, total_deadline)
-                        .await
-                }
+                Sent::Ok => loop {
+                    interims += 1;
+                    if interims > MAX_INTERIM {
+                        break Err(Failure::Reset("too many 1xx responses".into()));
+                    }
+                    let r = read_response_head(
+                        &mut uc,
+                        head.method == Method::Head,
+                        up,
+                        total_deadline,
+                        Interim::Return,
+                    )
+                    .await;
+                    match r {
+                        Ok(interim) if is_interim(interim.status) => {
+                            self.relay_interim(&interim, head.version).await?;
+                        }
+                        r => break r,
+                    }
+                },
                 Sent::Upstream(e) => Err(Failure::Reset(format!("write failed: {e}"))),
             };
             match result {
@@ -408,6 +427,40 @@ impl Conn {
                 }
             }
         }
+    }
+
+    /// Relays an interim (1xx) response to an HTTP/1.1 client at once, hop-by-hop fields dropped.
+    /// Its fields are never carried into the final response, and the cache never sees it.
+    /// `100 Continue` is weir's own business (it answers `Expect` itself), and HTTP/1.0 clients
+    /// get no 1xx at all (RFC 9110 §15.2).
+    async fn relay_interim(
+        &mut self,
+        resp: &ResponseHead,
+        client: Version,
+    ) -> Result<(), ConnError> {
+        if resp.status == 100 || client == Version::Http10 {
+            return Ok(());
+        }
+        let out = &mut self.out;
+        out.put_slice(b"HTTP/1.1 ");
+        put_u64(out, u64::from(resp.status));
+        out.put_u8(b' ');
+        if resp.reason.is_empty() {
+            out.put_slice(weir_http::response::reason(resp.status).as_bytes());
+        } else {
+            out.put_slice(&resp.reason);
+        }
+        out.put_slice(b"\r\n");
+        let tokens = ConnectionTokens::of(&resp.headers);
+        for h in resp
+            .headers
+            .iter()
+            .filter(|h| !is_hop_by_hop(&h.name, &tokens))
+        {
+            put_header(out, &h.name, &h.value);
+        }
+        out.put_slice(b"\r\n");
+        self.flush().await
     }
 
     /// The response head sent to the client.
@@ -615,7 +668,15 @@ pub(crate) async fn fetch_whole(
             }
             return Err(Failure::Reset(format!("write failed: {e}")));
         }
-        let resp = match read_response_head(&mut uc, head.method == Method::Head, up, None).await {
+        let resp = match read_response_head(
+            &mut uc,
+            head.method == Method::Head,
+            up,
+            None,
+            Interim::Skip,
+        )
+        .await
+        {
             Ok(r) => r,
             Err(Failure::Reset(_)) if reused && stale_retry && uc.buf.is_empty() => {
                 stale_retry = false;
@@ -870,16 +931,31 @@ fn phase_timeout(
     }
 }
 
+/// What `read_response_head` does with an interim (1xx, not 101) response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Interim {
+    /// Return it: the caller relays it to its client and reads again.
+    Return,
+    /// Drop it (no client to relay to).
+    Skip,
+}
+
+/// A 1xx other than 101 (which is the final answer to an Upgrade).
+fn is_interim(status: u16) -> bool {
+    (100..200).contains(&status) && status != 101
+}
+
 async fn read_response_head(
     uc: &mut UpstreamConn,
     head_request: bool,
     up: &Upstream,
     total: Option<Instant>,
+    interim: Interim,
 ) -> Result<ResponseHead, Failure> {
     let deadline = Instant::now() + phase_timeout(up.response_header_timeout, total);
     loop {
         match weir_http::parse_response(&mut uc.buf, MAX_UPSTREAM_HEAD, head_request) {
-            Ok(Some(resp)) if (100..200).contains(&resp.status) && resp.status != 101 => continue,
+            Ok(Some(resp)) if is_interim(resp.status) && interim == Interim::Skip => continue,
             Ok(Some(resp)) => return Ok(resp),
             Ok(None) => {}
             Err(e) => return Err(Failure::Malformed(e)),
