@@ -20,6 +20,8 @@ pub struct Directives {
     pub max_stale: Option<Option<u64>>,
     pub min_fresh: Option<u64>,
     pub only_if_cached: bool,
+    /// `must-understand` (RFC 9111 §5.2.2.3).
+    pub must_understand: bool,
 }
 
 impl Directives {
@@ -47,11 +49,53 @@ impl Directives {
                     b"max-stale" => d.max_stale = Some(arg.and_then(parse_secs)),
                     b"min-fresh" => d.min_fresh = secs(),
                     b"only-if-cached" => d.only_if_cached = true,
+                    b"must-understand" => d.must_understand = true,
                     _ => {}
                 }
             }
         }
         d
+    }
+}
+
+impl Directives {
+    /// Reads `CDN-Cache-Control` (RFC 9213): an RFC 8941 Dictionary whose known members must have
+    /// the right type (integers for the delta-seconds, booleans for the flags; `no-cache` and
+    /// `private` may also list field names). `None` when the field does not parse or a member has
+    /// the wrong type: the caller then ignores the whole field.
+    pub fn parse_structured<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> Option<Directives> {
+        use crate::structured::{parse_dictionary, Value};
+        let mut d = Directives::default();
+        for (key, value) in parse_dictionary(lines)? {
+            let secs = |v: &Value| match v {
+                Value::Integer(n) if *n >= 0 => Some((*n as u64).min(1 << 31)),
+                _ => None,
+            };
+            let flag = |v: &Value| match v {
+                Value::Boolean(b) => Some(*b),
+                _ => None,
+            };
+            let flag_or_fields = |v: &Value| match v {
+                Value::Boolean(b) => Some(*b),
+                Value::String(_) | Value::InnerList => Some(true),
+                _ => None,
+            };
+            match key.as_slice() {
+                b"max-age" => d.max_age = Some(secs(&value)?),
+                b"s-maxage" => d.s_maxage = Some(secs(&value)?),
+                b"stale-while-revalidate" => d.stale_while_revalidate = Some(secs(&value)?),
+                b"stale-if-error" => d.stale_if_error = Some(secs(&value)?),
+                b"no-store" => d.no_store = flag(&value)?,
+                b"public" => d.public = flag(&value)?,
+                b"must-revalidate" => d.must_revalidate = flag(&value)?,
+                b"proxy-revalidate" => d.proxy_revalidate = flag(&value)?,
+                b"must-understand" => d.must_understand = flag(&value)?,
+                b"no-cache" => d.no_cache = flag_or_fields(&value)?,
+                b"private" => d.private = flag_or_fields(&value)?,
+                _ => {}
+            }
+        }
+        Some(d)
     }
 }
 
@@ -129,5 +173,33 @@ mod tests {
         assert_eq!(p("MAX-AGE=5, unknown=1").max_age, Some(5));
         let two = Directives::parse([&b"max-age=5"[..], b"no-store"]);
         assert!(two.no_store && two.max_age == Some(5));
+    }
+
+    #[test]
+    fn cdn_cache_control_is_a_dictionary() {
+        let sp = |s: &str| Directives::parse_structured([s.as_bytes()]);
+        let d = sp("max-age=60, no-store=?0, private").unwrap();
+        assert_eq!((d.max_age, d.no_store, d.private), (Some(60), false, true));
+        assert_eq!(
+            sp("no-cache=(\"set-cookie\")").map(|d| d.no_cache),
+            Some(true)
+        );
+        for bad in [
+            "max-age=\"60\"",
+            "max-age=-1",
+            "max-age=6.0",
+            "no-store=1",
+            "public=\"yes\"",
+            "max-age=60,",
+            "Max-Age=60",
+            "max-age=60;;",
+        ] {
+            assert_eq!(sp(bad), None, "{bad}");
+        }
+        // Unknown members of any type are fine.
+        assert_eq!(
+            sp("x-ext=\"a\", max-age=5").map(|d| d.max_age),
+            Some(Some(5))
+        );
     }
 }

@@ -2,6 +2,8 @@
 //! RFC 9111 rules can be tested as tables, with a clock that is just a number.
 //!
 //! * [`directives`]: `Cache-Control` / `CDN-Cache-Control` parsing.
+//! * [`vary`]: a request's normalised value of a `Vary` field.
+//! * [`structured`]: RFC 8941 Dictionaries (for `CDN-Cache-Control`).
 //! * [`policy`]: storability, freshness lifetime, age, and the verdict for a stored response
 //!   given a request (fresh, stale but servable, must revalidate).
 //! * [`key`]: cache keys (method class, scheme, host, path, query, chosen headers/cookies/params).
@@ -16,6 +18,8 @@ pub mod key;
 pub mod object;
 pub mod policy;
 pub mod store;
+pub mod structured;
+pub mod vary;
 
 pub use directives::Directives;
 pub use key::{CacheKey, KeySpec};

@@ -19,6 +19,9 @@ pub struct ObjectMeta {
     pub clock: AgeClock,
     pub etag: Option<Bytes>,
     pub last_modified: Option<Bytes>,
+    /// What `If-Modified-Since` compares against, in Unix seconds: `Last-Modified`, else `Date`,
+    /// else the time received (RFC 9111 §4.3.2). Parsed once, when stored.
+    pub modified: u64,
     /// The request's values of the response's Vary fields (lowercase name, value).
     pub vary: Vec<(String, Option<Bytes>)>,
     /// Surrogate keys / cache tags.
@@ -37,6 +40,17 @@ pub struct CachedObject {
     /// Pre-encoded: status line, fields, `Content-Length`, without the final CRLF.
     pub head: Bytes,
     pub body: Bytes,
+}
+
+impl CachedObject {
+    /// The validators client conditionals and ranges are evaluated against.
+    pub fn validators(&self) -> weir_http::conditional::Validators<'_> {
+        weir_http::conditional::Validators {
+            etag: self.meta.etag.as_deref(),
+            last_modified_text: self.meta.last_modified.as_deref(),
+            modified: Some(self.meta.modified),
+        }
+    }
 }
 
 /// Encodes a stored-response head: status line, fields and (when known and allowed)

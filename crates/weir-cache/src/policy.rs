@@ -10,6 +10,12 @@ use weir_http::{Header, Method};
 
 use crate::directives::Directives;
 
+/// Statuses whose caching rules weir implements (for `must-understand`): the heuristically
+/// cacheable ones plus the redirects a cache may store with explicit freshness. Not 206.
+pub const UNDERSTOOD_STATUSES: &[u16] = &[
+    200, 203, 204, 300, 301, 302, 303, 307, 308, 404, 405, 410, 414, 451, 501,
+];
+
 /// Statuses a cache may store without explicit freshness (RFC 9110 §15.1, "heuristically
 /// cacheable").
 pub const HEURISTIC_STATUSES: &[u16] =
@@ -44,6 +50,10 @@ pub enum NoStore {
     NoFreshness,
     TooLarge,
     Incomplete,
+    /// A 206: weir stores complete responses only (RFC 9111 §3.4).
+    Partial,
+    /// `must-understand` on a status whose caching rules weir does not implement.
+    NotUnderstood,
 }
 
 impl NoStore {
@@ -59,6 +69,8 @@ impl NoStore {
             NoStore::NoFreshness => "no-freshness",
             NoStore::TooLarge => "too-large",
             NoStore::Incomplete => "incomplete",
+            NoStore::Partial => "partial",
+            NoStore::NotUnderstood => "must-understand",
         }
     }
 }
@@ -87,22 +99,22 @@ fn first<'a>(headers: &'a [Header], name: &'a str) -> Option<&'a [u8]> {
     values(headers, name).next()
 }
 
-/// Parses an HTTP date header into Unix seconds.
+/// Parses an HTTP date header into Unix seconds (any of the three forms of RFC 9110 §5.6.7;
+/// anything else, including wrong-case names, is invalid).
 pub fn http_date(v: Option<&[u8]>) -> Option<u64> {
-    let s = std::str::from_utf8(v?).ok()?;
-    let t = httpdate::parse_http_date(s.trim()).ok()?;
-    t.duration_since(std::time::UNIX_EPOCH)
-        .ok()
-        .map(|d| d.as_secs())
+    weir_http::conditional::parse_date(v?)
 }
 
 /// The directives of a response for a shared cache: CDN-Cache-Control wins when present.
+/// A `CDN-Cache-Control` that is not a valid RFC 8941 Dictionary (or has a member of the wrong
+/// type) is ignored as a whole (RFC 9213 §2.1).
 pub fn response_directives(headers: &[Header]) -> Directives {
     if first(headers, "cdn-cache-control").is_some() {
-        Directives::parse(values(headers, "cdn-cache-control"))
-    } else {
-        Directives::parse(values(headers, "cache-control"))
+        if let Some(d) = Directives::parse_structured(values(headers, "cdn-cache-control")) {
+            return d;
+        }
     }
+    Directives::parse(values(headers, "cache-control"))
 }
 
 /// RFC 9111 §3: whether (and how long) a shared cache may store this response.
@@ -116,6 +128,11 @@ pub fn storable(
 ) -> Result<Storable, NoStore> {
     if !matches!(method, Method::Get | Method::Head) {
         return Err(NoStore::Method);
+    }
+    // A partial response is never stored as if complete, whatever the rules say (RFC 9111 §3.4):
+    // weir strips Range upstream, so a 206 here is an origin answering a plain GET with a part.
+    if status == 206 {
+        return Err(NoStore::Partial);
     }
     let req = Directives::parse(values(req_headers, "cache-control"));
     if req.no_store {
@@ -145,7 +162,12 @@ pub fn storable(
             .ok_or(NoStore::NoFreshness);
     }
     let d = response_directives(resp_headers);
-    if d.no_store {
+    // must-understand: store only a status whose rules weir implements, and then no-store,
+    // which the origin sends alongside for caches that do not understand, is ignored.
+    if d.must_understand && !UNDERSTOOD_STATUSES.contains(&status) {
+        return Err(NoStore::NotUnderstood);
+    }
+    if d.no_store && !d.must_understand {
         return Err(NoStore::ResponseNoStore);
     }
     if d.private {
@@ -156,8 +178,13 @@ pub fn storable(
     {
         return Err(NoStore::Authorization);
     }
+    // A no-cache response with a validator is worth storing even without freshness: every use
+    // revalidates it, and a 304 saves the body (RFC 9111 §5.2.2.4).
+    let validator =
+        first(resp_headers, "etag").is_some() || first(resp_headers, "last-modified").is_some();
     let lifetime = match freshness_lifetime(status, &d, resp_headers, now) {
         Some(l) => Some(l),
+        None if d.no_cache && validator => Some(rule_ttl.unwrap_or(0)),
         None => rule_ttl,
     }
     .ok_or(NoStore::NoFreshness)?;
@@ -213,9 +240,14 @@ pub struct AgeClock {
 impl AgeClock {
     pub fn new(request_time: u64, response_time: u64, headers: &[Header]) -> AgeClock {
         let date = http_date(first(headers, "date")).unwrap_or(response_time);
+        // RFC 9111 §5.1: of a list (`Age: 7200, 0`, or several lines) the first member counts;
+        // an invalid value is ignored.
         let age_value = first(headers, "age")
+            .and_then(|v| v.split(|b| *b == b',').next())
+            .map(<[u8]>::trim_ascii)
+            .filter(|v| !v.is_empty() && v.iter().all(u8::is_ascii_digit))
             .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|s| s.trim().parse::<u64>().ok())
+            .map(|s| s.parse::<u64>().unwrap_or(1 << 31))
             .unwrap_or(0);
         AgeClock {
             request_time,

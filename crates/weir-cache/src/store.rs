@@ -407,6 +407,7 @@ mod tests {
             clock: AgeClock::default(),
             etag: None,
             last_modified: None,
+            modified: 0,
             vary,
             tags: tags.iter().map(|t| t.to_string()).collect(),
             invalidated: AtomicBool::new(false),

@@ -5,6 +5,7 @@
 //! in microseconds and the rules about framing live in exactly one place.
 //!
 //! * [`authority`]: `Host` / absolute-form authority validation and normalisation.
+//! * [`conditional`]: the one `Range` parser and `If-*` evaluator (static files and cache hits).
 //! * [`request`]: parse a request head out of a `BytesMut` (`Ok(None)` = need more bytes). Header
 //!   names and values are `Bytes` slices of the read buffer, never copies.
 //! * [`framing`]: RFC 9112 §6 message-body rules (Content-Length vs Transfer-Encoding, keep-alive).
@@ -23,6 +24,7 @@
 
 pub mod authority;
 pub mod body;
+pub mod conditional;
 pub mod date;
 pub mod error;
 pub mod framing;

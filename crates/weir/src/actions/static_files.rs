@@ -7,6 +7,7 @@
 //!   (weak comparison) and `If-Modified-Since` answer 304.
 //! * One byte range (`bytes=a-b`, `a-`, `-n`) answers 206, an unsatisfiable one 416; `If-Range`
 //!   is honoured; several ranges are answered with the whole file (allowed by RFC 9110 §14.2).
+//!   The rules are `weir_http::conditional`, shared with cache hits.
 //!
 //! File IO is blocking, on the worker thread, as nginx does without `aio`: small files are read
 //! straight into the output buffer, larger ones are streamed in 64 KiB steps by the connection so
@@ -19,6 +20,7 @@ use std::path::PathBuf;
 use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
+use weir_http::conditional::{self, RangeSpec, Validators};
 use weir_http::response::{put_content_length, put_header, put_status_line};
 use weir_http::{Method, RequestHead};
 
@@ -141,7 +143,12 @@ impl StaticFiles {
         let etag = format!("\"{mtime_secs:x}-{size:x}\"");
         let last_modified = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(mtime_secs));
 
-        if not_modified(req, &etag, mtime_secs) {
+        let validators = Validators {
+            etag: Some(etag.as_bytes()),
+            last_modified_text: Some(last_modified.as_bytes()),
+            modified: Some(mtime_secs),
+        };
+        if conditional::not_modified(req, &validators) {
             put_status_line(out, 304);
             if let Some(s) = server {
                 put_header(out, b"Server", s);
@@ -152,12 +159,7 @@ impl StaticFiles {
             return StaticReply::Done;
         }
 
-        let range = match req.header("range") {
-            Some(r) if req.method == Method::Get && if_range_ok(req, &etag, &last_modified) => {
-                parse_range(r, size)
-            }
-            _ => RangeSpec::Whole,
-        };
+        let range = conditional::range(req, size, &validators);
         let (status, offset, len) = match range {
             RangeSpec::Whole => (200, 0, size),
             RangeSpec::Bytes(start, end) => (206, start, end - start + 1),
@@ -237,117 +239,4 @@ fn redirect_to_dir(
         req.method == Method::Head,
     );
     StaticReply::Done
-}
-
-/// RFC 9110 §13.1.2/§13.1.3: If-None-Match wins over If-Modified-Since.
-fn not_modified(req: &RequestHead, etag: &str, mtime_secs: u64) -> bool {
-    if let Some(inm) = req.header("if-none-match") {
-        let inm = String::from_utf8_lossy(inm);
-        let bare = etag.trim_start_matches("W/");
-        return inm
-            .split(',')
-            .map(str::trim)
-            .any(|t| t == "*" || t.trim_start_matches("W/") == bare);
-    }
-    if let Some(ims) = req.header("if-modified-since") {
-        if let Some(t) = std::str::from_utf8(ims)
-            .ok()
-            .and_then(|s| httpdate::parse_http_date(s).ok())
-        {
-            let ims_secs = t
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0);
-            return mtime_secs <= ims_secs;
-        }
-    }
-    false
-}
-
-/// `If-Range` must match the strong ETag or the exact Last-Modified, else the whole file is sent.
-fn if_range_ok(req: &RequestHead, etag: &str, last_modified: &str) -> bool {
-    match req.header("if-range") {
-        None => true,
-        Some(v) => {
-            let v = String::from_utf8_lossy(v);
-            let v = v.trim();
-            if v.starts_with('"') {
-                v == etag
-            } else {
-                v == last_modified
-            }
-        }
-    }
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum RangeSpec {
-    Whole,
-    /// Inclusive byte positions.
-    Bytes(u64, u64),
-    Unsatisfiable,
-}
-
-/// One `bytes=` range; anything we do not serve as a single range becomes `Whole`.
-fn parse_range(value: &[u8], size: u64) -> RangeSpec {
-    let Ok(v) = std::str::from_utf8(value) else {
-        return RangeSpec::Whole;
-    };
-    let Some(spec) = v.trim().strip_prefix("bytes=") else {
-        return RangeSpec::Whole;
-    };
-    if spec.contains(',') {
-        return RangeSpec::Whole;
-    }
-    let Some((a, b)) = spec.trim().split_once('-') else {
-        return RangeSpec::Whole;
-    };
-    let num = |s: &str| {
-        if s.bytes().all(|c| c.is_ascii_digit()) {
-            s.parse::<u64>().ok()
-        } else {
-            None
-        }
-    };
-    match (a.is_empty(), b.is_empty()) {
-        (true, true) => RangeSpec::Whole,
-        (true, false) => match num(b) {
-            Some(0) => RangeSpec::Unsatisfiable,
-            Some(_) if size == 0 => RangeSpec::Unsatisfiable,
-            Some(n) => RangeSpec::Bytes(size.saturating_sub(n), size - 1),
-            None => RangeSpec::Whole,
-        },
-        (false, _) => {
-            let Some(start) = num(a) else {
-                return RangeSpec::Whole;
-            };
-            let end = if b.is_empty() { Some(u64::MAX) } else { num(b) };
-            match end {
-                None => RangeSpec::Whole,
-                Some(end) if end < start => RangeSpec::Whole,
-                Some(_) if start >= size => RangeSpec::Unsatisfiable,
-                Some(end) => RangeSpec::Bytes(start, end.min(size - 1)),
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ranges() {
-        assert_eq!(parse_range(b"bytes=0-4", 10), RangeSpec::Bytes(0, 4));
-        assert_eq!(parse_range(b"bytes=5-", 10), RangeSpec::Bytes(5, 9));
-        assert_eq!(parse_range(b"bytes=-3", 10), RangeSpec::Bytes(7, 9));
-        assert_eq!(parse_range(b"bytes=-30", 10), RangeSpec::Bytes(0, 9));
-        assert_eq!(parse_range(b"bytes=8-100", 10), RangeSpec::Bytes(8, 9));
-        assert_eq!(parse_range(b"bytes=10-", 10), RangeSpec::Unsatisfiable);
-        assert_eq!(parse_range(b"bytes=-0", 10), RangeSpec::Unsatisfiable);
-        assert_eq!(parse_range(b"bytes=0-1,3-4", 10), RangeSpec::Whole);
-        assert_eq!(parse_range(b"bytes=5-2", 10), RangeSpec::Whole);
-        assert_eq!(parse_range(b"items=0-1", 10), RangeSpec::Whole);
-        assert_eq!(parse_range(b"bytes=x-1", 10), RangeSpec::Whole);
-    }
 }

@@ -22,11 +22,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use weir_cache::key::normalize_accept_encoding;
 use weir_cache::object::ObjectMeta;
 use weir_cache::policy::{self, evaluate, storable, values, AgeClock, Freshness, NoStore};
 use weir_cache::store::{Lookup, Stats};
 use weir_cache::{CacheKey, CachedObject, Directives, PurgeSelector};
+use weir_http::conditional::{self, RangeSpec};
 use weir_http::response::put_header;
 use weir_http::{Header, Method, RequestHead, ResponseHead};
 
@@ -571,7 +571,10 @@ impl Conn {
     ) {
         let conn = ConnHeader::for_response(next != Next::KeepAlive, head.version);
         let out = &mut self.out;
-        if client_not_modified(head, obj) {
+        // Conditionals and ranges apply to a stored 200 only; the rules are the static files'.
+        let validators = obj.validators();
+        let complete = obj.meta.status == 200;
+        if complete && conditional::not_modified(head, &validators) {
             out.put_slice(b"HTTP/1.1 304 Not Modified\r\n");
             for h in obj.headers.iter().filter(|h| keeps_on_304(&h.name)) {
                 put_header(out, &h.name, &h.value);
@@ -580,16 +583,16 @@ impl Conn {
             return;
         }
         let head_only = head.method == Method::Head;
-        if let (Some(range), 200) = (head.header("range"), obj.meta.status) {
-            if let Some((start, end)) = single_range(range, obj.body.len() as u64) {
+        let size = obj.body.len() as u64;
+        match complete.then(|| conditional::range(head, size, &validators)) {
+            Some(RangeSpec::Bytes(start, end)) => {
                 out.put_slice(b"HTTP/1.1 206 Partial Content\r\n");
                 for h in &obj.headers {
                     put_header(out, &h.name, &h.value);
                 }
                 let _ = write!(
                     out,
-                    "Content-Range: bytes {start}-{end}/{}\r\nContent-Length: {}\r\n",
-                    obj.body.len(),
+                    "Content-Range: bytes {start}-{end}/{size}\r\nContent-Length: {}\r\n",
                     end - start + 1
                 );
                 tail(out, p, c, age, &status, conn);
@@ -598,6 +601,15 @@ impl Conn {
                 }
                 return;
             }
+            Some(RangeSpec::Unsatisfiable) => {
+                let _ = write!(
+                    out,
+                    "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */{size}\r\nContent-Length: 0\r\n"
+                );
+                tail(out, p, c, age, &status, conn);
+                return;
+            }
+            Some(RangeSpec::Whole) | None => {}
         }
         out.put_slice(&obj.head);
         tail(out, p, c, age, &status, conn);
@@ -753,20 +765,10 @@ fn bypassed(head: &RequestHead, c: &CacheRoute) -> Option<&'static str> {
     None
 }
 
-/// The request's value of a Vary field, as stored and compared.
+/// The request's value of a Vary field, as stored and compared (normalised: see
+/// `weir_cache::vary`).
 fn vary_value(head: &RequestHead, name: &str, normalize_ae: bool) -> Option<Bytes> {
-    if normalize_ae && name == "accept-encoding" {
-        let n = normalize_accept_encoding(head.header("accept-encoding").map(|v| &v[..]));
-        return (!n.is_empty()).then(|| Bytes::from_static(n));
-    }
-    let mut it = values(&head.headers, name);
-    let first = it.next()?;
-    let mut v = first.to_vec();
-    for more in it {
-        v.extend_from_slice(b", ");
-        v.extend_from_slice(more);
-    }
-    Some(Bytes::from(v))
+    weir_cache::vary::request_value(&head.headers, name, normalize_ae)
 }
 
 /// The fields kept when a response is stored (and shown to coalesced followers): hop-by-hop
@@ -828,12 +830,15 @@ fn build_object(
         stale_while_revalidate: 0,
         stale_if_error: 0,
     });
+    let clock = AgeClock::new(request_time, response_time, &resp.headers);
     let meta = ObjectMeta {
         status: resp.status,
         storable,
-        clock: AgeClock::new(request_time, response_time, &resp.headers),
+        clock,
         etag: resp.header("etag").cloned(),
         last_modified: resp.header("last-modified").cloned(),
+        modified: policy::http_date(resp.header("last-modified").map(|v| &v[..]))
+            .unwrap_or(clock.date),
         vary,
         tags,
         invalidated: AtomicBool::new(false),
@@ -902,18 +907,21 @@ fn refreshed(
     let now = response_time;
     let s = storable(&Method::Get, &[], obj.meta.status, &headers, &c.rules, now)
         .unwrap_or(obj.meta.storable.clone());
+    let clock = AgeClock::new(request_time, response_time, &headers);
+    let last_modified = headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case(b"last-modified"))
+        .map(|h| h.value.clone());
     let meta = ObjectMeta {
         status: obj.meta.status,
         storable: s,
-        clock: AgeClock::new(request_time, response_time, &headers),
+        clock,
         etag: headers
             .iter()
             .find(|h| h.name.eq_ignore_ascii_case(b"etag"))
             .map(|h| h.value.clone()),
-        last_modified: headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(b"last-modified"))
-            .map(|h| h.value.clone()),
+        modified: policy::http_date(last_modified.as_deref()).unwrap_or(clock.date),
+        last_modified,
         vary: obj.meta.vary.clone(),
         tags: obj.meta.tags.clone(),
         invalidated: AtomicBool::new(false),
@@ -937,32 +945,6 @@ fn validators(obj: &CachedObject) -> Vec<u8> {
     v
 }
 
-/// Whether the client's own conditionals are satisfied by the stored response (→ 304).
-fn client_not_modified(head: &RequestHead, obj: &CachedObject) -> bool {
-    if obj.meta.status != 200 {
-        return false;
-    }
-    if let Some(inm) = head.header("if-none-match") {
-        let Some(etag) = &obj.meta.etag else {
-            return false;
-        };
-        // Weak comparison (RFC 9110 §13.1.2): `W/` is ignored on both sides.
-        fn bare(t: &[u8]) -> &[u8] {
-            let t = t.trim_ascii();
-            t.strip_prefix(b"W/").unwrap_or(t)
-        }
-        let stored = bare(etag);
-        return inm
-            .split(|b| *b == b',')
-            .any(|t| t.trim_ascii() == b"*" || bare(t) == stored);
-    }
-    // Dates are parsed only when the client sent one: a plain hit pays nothing here.
-    let Some(ims) = policy::http_date(head.header("if-modified-since").map(|v| &v[..])) else {
-        return false;
-    };
-    policy::http_date(obj.meta.last_modified.as_deref()).is_some_and(|lm| lm <= ims)
-}
-
 /// Fields a 304 repeats (RFC 9110 §15.4.5).
 fn keeps_on_304(name: &[u8]) -> bool {
     [
@@ -976,26 +958,6 @@ fn keeps_on_304(name: &[u8]) -> bool {
     ]
     .iter()
     .any(|n| name.eq_ignore_ascii_case(n))
-}
-
-/// One satisfiable `bytes=` range (inclusive), or `None` to send the whole body.
-fn single_range(v: &[u8], len: u64) -> Option<(u64, u64)> {
-    let spec = std::str::from_utf8(v).ok()?.trim().strip_prefix("bytes=")?;
-    if spec.contains(',') || len == 0 {
-        return None;
-    }
-    let (a, b) = spec.split_once('-')?;
-    if a.is_empty() {
-        let n: u64 = b.parse().ok()?;
-        return (n > 0).then(|| (len.saturating_sub(n), len - 1));
-    }
-    let start: u64 = a.parse().ok()?;
-    let end: u64 = if b.is_empty() {
-        len - 1
-    } else {
-        b.parse::<u64>().ok()?.min(len - 1)
-    };
-    (start <= end && start < len).then_some((start, end))
 }
 
 /// RFC 9111 §4.4: a successful unsafe request invalidates the target URI and the same-origin
