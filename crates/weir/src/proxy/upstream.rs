@@ -101,6 +101,11 @@ impl Health {
             && now_ms >= self.down_until_ms.load(Ordering::Relaxed)
     }
 
+    /// Ends a passive mark-down at once.
+    pub fn clear_passive_down(&self) {
+        self.down_until_ms.store(0, Ordering::Relaxed);
+    }
+
     /// Counts a failure; returns true when it marks the server down.
     pub fn record_failure(&self, p: &PassivePolicy, now_ms: u64) -> bool {
         if p.max_fails == 0 {
@@ -283,6 +288,35 @@ impl Upstream {
     /// Whether server `i` is up now.
     pub fn is_up(&self, i: usize, now_ms: u64) -> bool {
         self.servers[i].health.is_up(now_ms)
+    }
+
+    /// Counts a passive failure of server `i`; returns true when it marks the server down.
+    ///
+    /// Passive failures never take down the last server that is up (primaries and backups
+    /// together), as nginx never marks down the only server of a group: with one flaky origin,
+    /// clients keep getting its answers (or its 502s) rather than 503s for `down_for`. Only
+    /// active health checks, which probe on purpose, can leave a group with nothing up. When
+    /// two workers mark the last two servers down at once, the later one sees nothing else up
+    /// and takes its mark back.
+    pub fn record_passive_failure(&self, i: usize, now_ms: u64) -> bool {
+        let others_up = |now| {
+            self.servers
+                .iter()
+                .enumerate()
+                .any(|(j, s)| j != i && s.health.is_up(now))
+        };
+        if !others_up(now_ms) {
+            return false;
+        }
+        let health = &self.servers[i].health;
+        if !health.record_failure(&self.passive, now_ms) {
+            return false;
+        }
+        if !others_up(now_ms) {
+            health.clear_passive_down();
+            return false;
+        }
+        true
     }
 }
 

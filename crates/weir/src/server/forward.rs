@@ -603,7 +603,7 @@ impl Conn {
     /// Logs an upstream failure after the response started: the client connection is cut.
     fn aborted(&self, up: &Upstream, server: usize, why: &str) -> ConnError {
         let s = &up.servers[server];
-        s.health.record_failure(&up.passive, now_ms());
+        up.record_passive_failure(server, now_ms());
         tracing::warn!(upstream = %up.name, server = %s.name, reason = %why, "upstream failed mid-response, aborting the client connection");
         ConnError::UpstreamAborted
     }
@@ -723,7 +723,7 @@ pub(crate) async fn fetch_whole(
 /// Counts a failure against a server's passive health, logging when it goes down.
 fn record_failure(up: &Upstream, server: usize, f: &Failure) {
     let s = &up.servers[server];
-    if s.health.record_failure(&up.passive, now_ms()) {
+    if up.record_passive_failure(server, now_ms()) {
         tracing::warn!(upstream = %up.name, server = %s.name, reason = %f.reason(), down_for_ms = up.passive.down_ms, "server marked down (passive health)");
     }
 }
