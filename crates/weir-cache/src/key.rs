@@ -75,6 +75,15 @@ impl KeySpec {
             Method::Get | Method::Head => "GET",
             ref m => m.as_str(),
         };
+        self.key_in_class(req, scheme, class)
+    }
+
+    /// The key a GET of the same URI would have (a POST response stored for later GETs).
+    pub fn get_key(&self, req: &RequestHead, scheme: &str) -> CacheKey {
+        self.key_in_class(req, scheme, "GET")
+    }
+
+    fn key_in_class(&self, req: &RequestHead, scheme: &str, class: &str) -> CacheKey {
         let mut text = Vec::with_capacity(64 + req.target.len());
         text.extend_from_slice(class.as_bytes());
         text.push(b' ');

@@ -197,6 +197,37 @@ pub fn storable(
     })
 }
 
+/// RFC 9110 §9.3.3: whether a POST's response may be stored for later GETs of the request URI.
+/// It must be a 200 or 203 with explicit freshness (`max-age`, `s-maxage` or `Expires`) and a
+/// `Content-Location` naming the request's own URI: `path_and_query` as a path-absolute
+/// reference, or an `http://` URL of the same `authority`. The caller still applies
+/// [`storable`] as for a GET.
+pub fn post_response_reusable(
+    path_and_query: &[u8],
+    authority: &[u8],
+    status: u16,
+    resp_headers: &[Header],
+) -> bool {
+    if !matches!(status, 200 | 203) {
+        return false;
+    }
+    let d = response_directives(resp_headers);
+    let explicit =
+        d.max_age.is_some() || d.s_maxage.is_some() || first(resp_headers, "expires").is_some();
+    let Some(location) = first(resp_headers, "content-location").map(<[u8]>::trim_ascii) else {
+        return false;
+    };
+    let same_uri = if location.starts_with(b"/") {
+        location == path_and_query
+    } else if let Some(rest) = location.strip_prefix(b"http://") {
+        let end = rest.iter().position(|b| *b == b'/').unwrap_or(rest.len());
+        rest[..end].eq_ignore_ascii_case(authority) && &rest[end..] == path_and_query
+    } else {
+        false
+    };
+    explicit && same_uri
+}
+
 /// RFC 9111 §4.2.1: s-maxage, max-age, Expires − Date, then the heuristic (§4.2.2) for
 /// heuristically cacheable statuses. `None`: no freshness information at all.
 pub fn freshness_lifetime(
@@ -719,6 +750,68 @@ mod tests {
         ];
         for (name, s, age, inval, r, want) in cases {
             assert_eq!(evaluate(&s, age, inval, &r), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn post_responses_reusable_for_gets() {
+        let cases: &[(u16, &[(&str, &str)], bool)] = &[
+            (
+                200,
+                &[
+                    ("Cache-Control", "max-age=60"),
+                    ("Content-Location", "/p?x=1"),
+                ],
+                true,
+            ),
+            (
+                200,
+                &[
+                    ("Expires", "Mon, 01 Jan 2024 00:00:00 GMT"),
+                    ("Content-Location", "http://H.test/p?x=1"),
+                ],
+                true,
+            ),
+            (
+                200,
+                &[
+                    ("Cache-Control", "max-age=60"),
+                    ("Content-Location", "/other"),
+                ],
+                false,
+            ),
+            (
+                200,
+                &[
+                    ("Cache-Control", "max-age=60"),
+                    ("Content-Location", "http://evil.test/p?x=1"),
+                ],
+                false,
+            ),
+            (200, &[("Cache-Control", "max-age=60")], false),
+            (
+                200,
+                &[
+                    ("Last-Modified", "Mon, 01 Jan 2024 00:00:00 GMT"),
+                    ("Content-Location", "/p?x=1"),
+                ],
+                false,
+            ),
+            (
+                201,
+                &[
+                    ("Cache-Control", "max-age=60"),
+                    ("Content-Location", "/p?x=1"),
+                ],
+                false,
+            ),
+        ];
+        for (status, headers, want) in cases {
+            assert_eq!(
+                post_response_reusable(b"/p?x=1", b"h.test", *status, &h(headers)),
+                *want,
+                "{status} {headers:?}"
+            );
         }
     }
 }

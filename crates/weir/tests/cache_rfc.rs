@@ -242,3 +242,36 @@ fn must_understand_stores_understood_statuses_despite_no_store() {
     get(&c, "/m", "");
     assert_eq!(o.requests(), 2, "202 is not understood: not stored");
 }
+
+#[test]
+fn post_responses_serve_later_gets_only_when_asked() {
+    let make = |location: &'static str| {
+        scripted(move |req, n| {
+            let body = format!("{} {n}", &req.line[..req.line.find(' ').unwrap()]);
+            resp(
+                "200 OK",
+                &format!("Cache-Control: max-age=600\r\nContent-Location: {location}\r\n"),
+                &body,
+            )
+        })
+    };
+    let post = "POST /p?x=1 HTTP/1.1\r\nHost: site.test\r\nContent-Length: 2\r\n\r\nhi";
+    // On: the POST's response answers the next GET of its URI.
+    let o = make("/p?x=1");
+    let c = cache(&o.origin, ", store_post_responses: true", "1m");
+    assert_eq!(common::cachekit::req(&c, post).text(), "POST 1");
+    let g = get(&c, "/p?x=1", "");
+    assert_eq!(g.text(), "POST 1");
+    assert!(status_of(&g).contains("hit"), "{}", status_of(&g));
+    assert_eq!(o.requests(), 1);
+    // A Content-Location naming another URI is not stored.
+    let o = make("/elsewhere");
+    let c = cache(&o.origin, ", store_post_responses: true", "1m");
+    common::cachekit::req(&c, post);
+    assert_eq!(get(&c, "/p?x=1", "").text(), "GET 2");
+    // Off (the default): never.
+    let o = make("/p?x=1");
+    let c = cache(&o.origin, "", "1m");
+    common::cachekit::req(&c, post);
+    assert_eq!(get(&c, "/p?x=1", "").text(), "GET 2");
+}

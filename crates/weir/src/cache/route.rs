@@ -29,6 +29,7 @@ pub struct CacheRoute {
     pub lock_timeout: Duration,
     pub hit_for_miss: u64,
     pub x_cache: bool,
+    pub store_post_responses: bool,
     pub purge_from: Vec<IpNet>,
 }
 
@@ -147,6 +148,7 @@ impl CacheRoute {
             lock_timeout: c.lock_timeout.0,
             hit_for_miss: c.hit_for_miss.0.as_secs(),
             x_cache: c.x_cache,
+            store_post_responses: c.store_post_responses,
             purge_from,
         })
     }

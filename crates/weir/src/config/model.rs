@@ -94,6 +94,10 @@ pub struct Cache {
     /// Add `X-Cache: HIT|MISS`.
     #[serde(default)]
     pub x_cache: bool,
+    /// Store a POST's response for later GETs when it has explicit freshness and a
+    /// Content-Location equal to the request's URI (RFC 9110 §9.3.3).
+    #[serde(default)]
+    pub store_post_responses: bool,
     /// Peers allowed to send PURGE (loopback always is).
     #[serde(default)]
     pub purge_from: Vec<String>,

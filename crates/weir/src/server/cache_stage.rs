@@ -107,13 +107,25 @@ impl Conn {
             return Ok(self.purge_request(head, c, &zone, next));
         }
         if !matches!(head.method, Method::Get | Method::Head) {
+            let store_post = c.store_post_responses && head.method == Method::Post;
+            let request_time = zone.now();
+            let plan = if store_post {
+                post_plan(head, c)
+            } else {
+                status_plan(Fwd::Bypass, Some("method"), c.x_cache)
+            };
             let mut ex = Exchange {
-                plan: Some(status_plan(Fwd::Bypass, Some("method"), c.x_cache)),
+                plan: Some(plan),
                 ..Default::default()
             };
             let next = self.forward(head, p, next, &mut ex).await?;
             if !matches!(head.method, Method::Options | Method::Trace) {
                 invalidate_after_unsafe(&zone, head, ex.response.as_ref());
+            }
+            if let (Some(resp), Some(body)) = (ex.response.as_ref(), ex.body.take()) {
+                // Only a post_plan captures: the response is reusable for GETs of this URI.
+                let key = c.key.get_key(head, "http");
+                store_response(head, c, &zone, &key, resp, body.freeze(), request_time);
             }
             return Ok(next);
         }
@@ -713,6 +725,35 @@ fn status_plan<'a>(fwd: Fwd, detail: Option<&'static str>, x_cache: bool) -> Pla
     })
 }
 
+/// The plan for a POST on a route with `store_post_responses`: `Cache-Status` as for any unsafe
+/// method, and a copy of the body when the response may serve later GETs (RFC 9110 §9.3.3).
+fn post_plan<'a>(head: &RequestHead, c: &CacheRoute) -> PlanFn<'a> {
+    let mut uri = head.path().to_vec();
+    if let Some(q) = head.query() {
+        uri.push(b'?');
+        uri.extend_from_slice(q);
+    }
+    let authority = head.authority().map(|a| a.text.clone()).unwrap_or_default();
+    let (limit, x_cache) = (c.max_object_size, c.x_cache);
+    Box::new(move |resp: &ResponseHead| {
+        let reusable = policy::post_response_reusable(&uri, &authority, resp.status, &resp.headers);
+        let mut extra = BytesMut::new();
+        CacheStatus {
+            fwd: Some(Fwd::Bypass),
+            fwd_status: Some(resp.status),
+            detail: Some("method"),
+            stored: reusable,
+            ..Default::default()
+        }
+        .render(&mut extra, x_cache);
+        HeadPlan {
+            extra,
+            capture: reusable.then_some(limit),
+            tee: None,
+        }
+    })
+}
+
 /// Age, Cache-Status, the route's response edits, Via, the connection field, the blank line.
 fn tail(
     out: &mut BytesMut,
@@ -857,8 +898,14 @@ fn store_response(
     request_time: u64,
 ) -> Option<Arc<CachedObject>> {
     let now = zone.now();
+    // A POST gets here only when its response was found reusable for GETs (`post_plan`): it
+    // is then judged as the GET it will answer.
+    let method = match head.method {
+        Method::Post => &Method::Get,
+        ref m => m,
+    };
     let s = storable(
-        &head.method,
+        method,
         &head.headers,
         resp.status,
         &resp.headers,
