@@ -753,9 +753,12 @@ mod tests {
         }
     }
 
+    /// (status, response fields, reusable)
+    type PostCase<'a> = (u16, &'a [(&'a str, &'a str)], bool);
+
     #[test]
     fn post_responses_reusable_for_gets() {
-        let cases: &[(u16, &[(&str, &str)], bool)] = &[
+        let cases: &[PostCase] = &[
             (
                 200,
                 &[
