@@ -46,6 +46,14 @@ impl CacheKey {
         &self.text[self.url_start..self.url_end]
     }
 
+    /// The same key in an allocation of exactly its size.
+    pub fn compact(&self) -> CacheKey {
+        CacheKey {
+            text: Bytes::copy_from_slice(&self.text),
+            ..self.clone()
+        }
+    }
+
     /// A key from its text alone (purge by exact URL builds one of these).
     pub fn from_url(scheme: &str, url: &str) -> CacheKey {
         let mut text = format!("GET {scheme}://");

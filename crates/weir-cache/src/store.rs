@@ -170,7 +170,8 @@ impl MemoryStore {
             s.map.insert(
                 key.hash,
                 Entry {
-                    key: key.clone(),
+                    // The request's key text may sit in a larger buffer: keep an exact copy.
+                    key: key.compact(),
                     variants,
                     bytes,
                     freq: 0,

@@ -22,7 +22,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use weir_cache::object::ObjectMeta;
+use weir_cache::object::{exact, ObjectMeta};
 use weir_cache::policy::{self, evaluate, storable, values, AgeClock, Freshness, NoStore};
 use weir_cache::store::{Lookup, Stats};
 use weir_cache::{CacheKey, CachedObject, Directives, PurgeSelector};
@@ -125,7 +125,7 @@ impl Conn {
             if let (Some(resp), Some(body)) = (ex.response.as_ref(), ex.body.take()) {
                 // Only a post_plan captures: the response is reusable for GETs of this URI.
                 let key = c.key.get_key(head, "http");
-                store_response(head, c, &zone, &key, resp, body.freeze(), request_time);
+                store_response(head, c, &zone, &key, resp, exact(body), request_time);
             }
             return Ok(next);
         }
@@ -502,7 +502,7 @@ impl Conn {
             (Some(resp), Some(body), Some(true)) => {
                 // Every chunk reached the followers, stored or not.
                 guard.phase = Phase::Complete;
-                store_response(head, c, zone, key, &resp, body.freeze(), request_time).is_some()
+                store_response(head, c, zone, key, &resp, exact(body), request_time).is_some()
             }
             (Some(_), _, Some(false)) => {
                 zone.mark_hit_for_miss(key.hash, c.hit_for_miss);

@@ -278,7 +278,11 @@ impl Conn {
         let chunked = chunked_out && head.version == Version::Http11;
         self.write_response_head(&resp, route, next, head.version, chunked, &plan.extra);
         let mut capture = plan.capture.map(|limit| Capture {
-            copy: BytesMut::new(),
+            // Sized exactly when the length is known, so that the stored body holds no slack.
+            copy: match resp.body {
+                BodyKind::Length(n) if n <= limit as u64 => BytesMut::with_capacity(n as usize),
+                _ => BytesMut::new(),
+            },
             limit,
             tee: plan.tee.clone(),
         });
@@ -716,7 +720,7 @@ pub(crate) async fn fetch_whole(
         if resp.keep_alive && resp.body != BodyKind::CloseDelimited {
             wu.pool.borrow_mut().put(server, uc);
         }
-        return Ok((resp, body.freeze()));
+        return Ok((resp, weir_cache::object::exact(body)));
     }
 }
 

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Cache churn vs memory (issue 9, item 7): does the zone's `max_size` bound the process?
+# weir runs examples/cache.yaml's rule (every 200 stored for a day whatever the origin says) with
+# one worker on core 0 and a zone of MAX_SIZE; wrk -c50 on core 1 requests `/sN?k=<random>`, so
+# every request is a miss that stores a new N-byte object and the store evicts all the time.
+# After DUR of churn the table shows weir's RSS, its growth over the idle process, and that
+# growth divided by max_size. Origin: nginx serving the files, on core 1 with wrk.
+# Usage: bench/cache_churn.sh [--quick]   (results in bench/results/churn-<date>.md)
+source "$(dirname "$0")/lib.sh"
+DUR=30s; SIZES=(100 4096 1048576); MAXES=(8m 32m 128m)
+[ "${1:-}" = "--quick" ] && { DUR=10s; MAXES=(8m 32m); }
+ensure_pkgs nginx-light wrk
+build_weir
+raise_nofile
+
+ORIGIN_PORT=19201; P_WEIR=18290
+chmod 755 "$TMP"
+mkdir -p "$TMP/www"
+for n in "${SIZES[@]}"; do head -c "$n" /dev/zero | tr '\0' 'x' > "$TMP/www/s$n"; done
+chmod -R a+rX "$TMP/www"
+nginx_conf "$TMP/origin" <<NGX
+  access_log off;
+  default_type text/plain;
+  server { listen 127.0.0.1:$ORIGIN_PORT; root $TMP/www; }
+NGX
+start_nginx "$TMP/origin" "$LOAD_CORE"
+wait_port "$ORIGIN_PORT" "$TMP/origin/error.log"
+
+cat > "$TMP/churn.lua" <<'LUA'
+math.randomseed(os.time())
+request = function()
+  return wrk.format("GET", wrk.path .. "?k=" .. math.random(1, 2000000000))
+end
+LUA
+
+to_bytes() { numfmt --from=iec "$(echo "$1" | tr 'mkg' 'MKG')"; }
+
+declare -A RSS IDLE GROWTH RATIO RPS_T STORES
+for m in "${MAXES[@]}"; do
+  for n in "${SIZES[@]}"; do
+    # One shard per 4 MiB of zone, at least 1: a 1 MiB object must fit one shard.
+    shards=$(( $(to_bytes "$m") / 4194304 )); [ "$shards" -lt 1 ] && shards=1
+    cat > "$TMP/weir.yaml" <<YAML
+workers: 1
+cache_zones:
+  main: { max_size: $m, shards: $shards }
+upstreams:
+  origin:
+    servers: ["127.0.0.1:$ORIGIN_PORT"]
+listeners:
+  - address: 127.0.0.1:$P_WEIR
+    routes:
+      - proxy: { upstream: origin }
+        cache: { zone: main, ttl: { "200": 1d }, ignore_origin: true, max_object_size: 2m }
+YAML
+    taskset -c "$SUT_CORE" "$WEIR" run -c "$TMP/weir.yaml" 2>"$TMP/weir.log" &
+    pid=$!; track "$pid"
+    wait_port "$P_WEIR" "$TMP/weir.log"
+    idle=$(rss_kib "$pid")
+    run_wrk "$pid" "http://127.0.0.1:$P_WEIR/s$n" -t1 -c50 -d"$DUR" -s "$TMP/churn.lua" </dev/null
+    rss=$(rss_kib "$pid")
+    kill "$pid"; wait "$pid" 2>/dev/null || true
+    IDLE[$m,$n]=$idle; RSS[$m,$n]=$rss; RPS_T[$m,$n]=$RPS
+    GROWTH[$m,$n]=$(( (rss - idle) / 1024 ))
+    RATIO[$m,$n]=$(awk -v g=$((rss - idle)) -v m="$(to_bytes "$m")" 'BEGIN { printf "%.2f", g * 1024 / m }')
+    log "max_size $m, ${n} B objects: RSS $((rss / 1024)) MiB (idle $((idle / 1024)) MiB), growth/max_size ${RATIO[$m,$n]}, $RPS req/s, errors $ERRORS"
+  done
+done
+
+OUT="$ROOT/bench/results/churn-$(date -u +%Y%m%d-%H%M).md"
+{
+  echo "# Cache churn: RSS against the zone's max_size"
+  echo
+  machine_info
+  echo "- load: wrk -t1 -c50 -d$DUR, every request a miss for a new key (/sN?k=<random>)"
+  echo "- weir: 1 worker, ignore_origin + ttl 1d (examples/cache.yaml's rule), one shard per 4 MiB of zone"
+  echo
+  echo "| max_size | object | RSS after churn | idle RSS | growth | growth / max_size | requests/s |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|"
+  for m in "${MAXES[@]}"; do
+    for n in "${SIZES[@]}"; do
+      echo "| $m | $n B | $(( RSS[$m,$n] / 1024 )) MiB | $(( IDLE[$m,$n] / 1024 )) MiB | ${GROWTH[$m,$n]} MiB | ${RATIO[$m,$n]} | ${RPS_T[$m,$n]} |"
+    done
+  done
+} > "$OUT"
+cat "$OUT"
+log "results in $OUT"
