@@ -5,9 +5,10 @@
 # every request is a miss that stores a new N-byte object and the store evicts all the time.
 # After DUR of churn the table shows weir's RSS, its growth over the idle process, and that
 # growth divided by max_size. Origin: nginx serving the files, on core 1 with wrk.
-# Usage: bench/cache_churn.sh [--quick]   (results in bench/results/churn-<date>.md)
+# Usage: bench/cache_churn.sh [--quick]   (env: DUR, SIZES, MAXES, CONNS override the matrix)
+#   (results in bench/results/churn-<date>.md)
 source "$(dirname "$0")/lib.sh"
-DUR=30s; SIZES=(100 4096 1048576); MAXES=(8m 32m 128m)
+DUR=${DUR:-30s}; SIZES=(${SIZES:-100 4096 1048576}); MAXES=(${MAXES:-8m 32m 128m}); CONNS=${CONNS:-50}
 [ "${1:-}" = "--quick" ] && { DUR=10s; MAXES=(8m 32m); }
 ensure_pkgs nginx-light wrk
 build_weir
@@ -57,7 +58,7 @@ YAML
     pid=$!; track "$pid"
     wait_port "$P_WEIR" "$TMP/weir.log"
     idle=$(rss_kib "$pid")
-    run_wrk "$pid" "http://127.0.0.1:$P_WEIR/s$n" -t1 -c50 -d"$DUR" -s "$TMP/churn.lua" </dev/null
+    run_wrk "$pid" "http://127.0.0.1:$P_WEIR/s$n" -t1 -c"$CONNS" -d"$DUR" -s "$TMP/churn.lua" </dev/null
     rss=$(rss_kib "$pid")
     kill "$pid"; wait "$pid" 2>/dev/null || true
     IDLE[$m,$n]=$idle; RSS[$m,$n]=$rss; RPS_T[$m,$n]=$RPS
@@ -72,7 +73,7 @@ OUT="$ROOT/bench/results/churn-$(date -u +%Y%m%d-%H%M).md"
   echo "# Cache churn: RSS against the zone's max_size"
   echo
   machine_info
-  echo "- load: wrk -t1 -c50 -d$DUR, every request a miss for a new key (/sN?k=<random>)"
+  echo "- load: wrk -t1 -c$CONNS -d$DUR, every request a miss for a new key (/sN?k=<random>)"
   echo "- weir: 1 worker, ignore_origin + ttl 1d (examples/cache.yaml's rule), one shard per 4 MiB of zone"
   echo
   echo "| max_size | object | RSS after churn | idle RSS | growth | growth / max_size | requests/s |"

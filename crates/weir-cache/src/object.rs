@@ -9,11 +9,18 @@ use weir_http::Header;
 use crate::policy::{AgeClock, Storable};
 
 /// Per-object memory counted against the byte limit besides the bytes of its head, body, field
-/// table and Vary values: the object itself behind its `Arc`, the store's map entry, queue and
-/// ghost slots (about 96 bytes), and the allocator's own header on each of the object's six or so
-/// allocations (16 bytes each). Counting less let RSS run at 2.5–3.5× `max_size` with small
-/// objects (bench/cache_churn.sh).
-pub const OBJECT_OVERHEAD: u64 = std::mem::size_of::<CachedObject>() as u64 + 16 + 96 + 6 * 16;
+/// table and Vary values:
+/// * the object itself behind its `Arc` (`size_of::<CachedObject>()` + 16);
+/// * the store's entry: a hash-map slot of about 120 bytes at a load between 7/16 and 7/8
+///   (≈ 185), the variants vector (32), the FIFO queue slot with slack (32) and the ghost list's
+///   two slots (≈ 48): 300 in all;
+/// * the allocator's header on each of the object's eight or so allocations (16 each) and the
+///   shared-buffer headers of its `Bytes` (2 × 32).
+///
+/// Counting less (a flat 256 bytes, field table ignored) let RSS run at 2.5–3.5× `max_size` with
+/// small objects; with this figure 100 B objects stay within about 1.1× (bench/cache_churn.sh).
+pub const OBJECT_OVERHEAD: u64 =
+    std::mem::size_of::<CachedObject>() as u64 + 16 + 300 + 8 * 16 + 2 * 32;
 
 /// A body as stored: the bytes exactly, in an allocation of their own size. A capture buffer that
 /// grew by doubling (or a slice of a larger read buffer) would otherwise hold up to twice the
@@ -99,7 +106,10 @@ pub fn encode_head(
     } else {
         reason.len()
     };
-    let fields: usize = headers.iter().map(|h| h.name.len() + h.value.len() + 4).sum();
+    let fields: usize = headers
+        .iter()
+        .map(|h| h.name.len() + h.value.len() + 4)
+        .sum();
     // Exactly the encoded size (status line, fields, Content-Length): nothing is left over.
     let mut head = BytesMut::with_capacity(9 + 4 + reason_len + 2 + fields + 40);
     head.put_slice(b"HTTP/1.1 ");
@@ -143,8 +153,8 @@ impl CachedObject {
             meta.etag = find(b"etag").or(meta.etag.map(|e| Bytes::copy_from_slice(&e)));
         }
         if meta.last_modified.is_some() {
-            meta.last_modified = find(b"last-modified")
-                .or(meta.last_modified.map(|e| Bytes::copy_from_slice(&e)));
+            meta.last_modified =
+                find(b"last-modified").or(meta.last_modified.map(|e| Bytes::copy_from_slice(&e)));
         }
         CachedObject {
             meta,
@@ -262,7 +272,10 @@ mod tests {
         }
         assert!(within(&obj.reason, &obj.head));
         assert!(within(obj.meta.etag.as_deref().unwrap(), &obj.head));
-        assert_eq!(obj.header("content-type").map(|v| &v[..]), Some(&b"text/html"[..]));
+        assert_eq!(
+            obj.header("content-type").map(|v| &v[..]),
+            Some(&b"text/html"[..])
+        );
         assert_eq!(&obj.reason[..], b"aa");
         // Nothing refers to the read buffer any more.
         assert!(read_buffer.is_unique());
@@ -276,12 +289,21 @@ mod tests {
         assert_eq!(body.len(), 1000);
         let sized = BytesMut::from(&[b'y'; 4096][..]);
         let ptr = sized.as_ptr();
-        assert_eq!(exact(sized).as_ptr(), ptr, "an exact buffer is kept, not copied");
+        assert_eq!(
+            exact(sized).as_ptr(),
+            ptr,
+            "an exact buffer is kept, not copied"
+        );
     }
 
     #[test]
     fn size_counts_the_field_table_and_overhead() {
-        let small = CachedObject::new(meta(None), Bytes::new(), Vec::new(), Bytes::from_static(b"x"));
+        let small = CachedObject::new(
+            meta(None),
+            Bytes::new(),
+            Vec::new(),
+            Bytes::from_static(b"x"),
+        );
         assert!(small.size() >= OBJECT_OVERHEAD + small.head.len() as u64 + 1);
         assert!(OBJECT_OVERHEAD >= std::mem::size_of::<CachedObject>() as u64);
     }

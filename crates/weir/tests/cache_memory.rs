@@ -1,0 +1,77 @@
+//! The zone's byte limit bounds the process (issue 9, item 7): under sustained churn, every
+//! request a miss that stores a new 4 KiB object into an 8 MiB zone, the process grows by no
+//! more than 1.2 × max_size plus a fixed allowance. Before stored objects stopped pinning the
+//! upstream's read buffers and the store counted their real size, it grew by about 2.8×.
+//! A file of its own: RSS is per process, so no other test may run beside it.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::Write;
+
+use common::cachekit::cache;
+use common::origin::http_origin;
+use common::*;
+
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1024
+}
+
+#[test]
+fn churn_keeps_rss_within_the_zone_limit() {
+    let body = "x".repeat(4096);
+    let origin = http_origin(move |_| {
+        format!(
+            "HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Type: text/plain\r\nETag: \"abc\"\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    });
+    let c = cache(&origin, "", "8m");
+    let addr = c.srv.addr;
+    let run = |from: usize, to: usize| {
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    let mut s = connect(addr);
+                    for i in (from + t..to).step_by(4) {
+                        s.write_all(
+                            format!("GET /obj?k={i} HTTP/1.1\r\nHost: churn.test\r\n\r\n")
+                                .as_bytes(),
+                        )
+                        .unwrap();
+                        let r = read_response(&mut s);
+                        assert_eq!(r.body.len(), 4096);
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+    };
+    // Warm up connections, buffers and pools, then measure the growth under churn.
+    run(0, 400);
+    let before = rss_bytes();
+    run(400, 16_400);
+    let growth = rss_bytes().saturating_sub(before);
+    eprintln!("RSS growth under churn: {} KiB", growth / 1024);
+    let limit = 8 * 1024 * 1024;
+    let stats = c
+        .zone
+        .store
+        .stats
+        .evictions
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(stats > 1000, "the churn evicted ({stats} evictions)");
+    assert!(
+        growth <= limit * 12 / 10 + 4 * 1024 * 1024,
+        "RSS grew by {} KiB for an 8 MiB zone",
+        growth / 1024
+    );
+}
