@@ -304,7 +304,7 @@ mod tests {
             Vec::new(),
             Bytes::from_static(b"x"),
         );
-        assert!(small.size() >= OBJECT_OVERHEAD + small.head.len() as u64 + 1);
+        assert!(small.size() > OBJECT_OVERHEAD + small.head.len() as u64);
         assert!(OBJECT_OVERHEAD >= std::mem::size_of::<CachedObject>() as u64);
     }
 }

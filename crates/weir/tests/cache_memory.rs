@@ -1,7 +1,9 @@
 //! The zone's byte limit bounds the process (issue 9, item 7): under sustained churn, every
-//! request a miss that stores a new 4 KiB object into an 8 MiB zone, the process grows by no
-//! more than 1.2 × max_size plus a fixed allowance. Before stored objects stopped pinning the
-//! upstream's read buffers and the store counted their real size, it grew by about 2.8×.
+//! request a miss that stores a new 4 KiB object into a 32 MiB zone, the process grows by no
+//! more than 1.2 × max_size plus a 16 MiB allowance (buffers, pools, allocator slack, and the
+//! test's own client and origin threads). Before
+//! stored objects stopped pinning the upstream's read buffers and the store counted their real
+//! size, it grew by about 2.5× max_size.
 //! A file of its own: RSS is per process, so no other test may run beside it.
 #![allow(clippy::unwrap_used)]
 
@@ -34,7 +36,7 @@ fn churn_keeps_rss_within_the_zone_limit() {
         )
         .into_bytes()
     });
-    let c = cache(&origin, "", "8m");
+    let c = cache(&origin, "", "32m");
     let addr = c.srv.addr;
     let run = |from: usize, to: usize| {
         let threads: Vec<_> = (0..4)
@@ -58,10 +60,10 @@ fn churn_keeps_rss_within_the_zone_limit() {
     // Warm up connections, buffers and pools, then measure the growth under churn.
     run(0, 400);
     let before = rss_bytes();
-    run(400, 16_400);
+    run(400, 30_400);
     let growth = rss_bytes().saturating_sub(before);
     eprintln!("RSS growth under churn: {} KiB", growth / 1024);
-    let limit = 8 * 1024 * 1024;
+    let limit = 32 * 1024 * 1024;
     let stats = c
         .zone
         .store
@@ -70,8 +72,8 @@ fn churn_keeps_rss_within_the_zone_limit() {
         .load(std::sync::atomic::Ordering::Relaxed);
     assert!(stats > 1000, "the churn evicted ({stats} evictions)");
     assert!(
-        growth <= limit * 12 / 10 + 4 * 1024 * 1024,
-        "RSS grew by {} KiB for an 8 MiB zone",
+        growth <= limit * 12 / 10 + 16 * 1024 * 1024,
+        "RSS grew by {} KiB for a 32 MiB zone",
         growth / 1024
     );
 }
