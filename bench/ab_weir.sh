@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# A/B of two weir builds in the same run, for hot-path changes: the scenarios of bench/core.sh
+# (hello keep-alive at -c100 and -c1000, Connection: close at -c200) and of
+# bench/seed000_cache.sh (cache hits of 12 B and 1 KiB at -c100 and -c1000). Each binary runs
+# one worker on core 0, wrk -t1 on core 1; every cell is measured ROUNDS times with the order of
+# the two binaries alternated, and the medians are reported with the new/old ratio.
+# Besides CPU µs per request (user+sys from /proc/PID/stat), it reports user-space instructions
+# per request, counted by callgrind over a fixed number of requests (`weir bench -n`) after a
+# warm-up: instruction counts do not move with the machine's noise the way time does. (perf's
+# hardware counters are not available on this VM.)
+# Usage: bench/ab_weir.sh OLD_REV [--quick]   (OLD_REV: a git revision, built in a worktree)
+#        OLD_WEIR=/path/to/weir bench/ab_weir.sh [--quick]
+source "$(dirname "$0")/lib.sh"
+DUR=5s; ROUNDS=3
+OLD_REV=""
+for a in "$@"; do
+  case "$a" in
+    --quick) DUR=3s; ROUNDS=1 ;;
+    *) OLD_REV=$a ;;
+  esac
+done
+ensure_pkgs nginx-light wrk valgrind curl
+build_weir
+NEW_WEIR=$WEIR
+if [ -z "${OLD_WEIR:-}" ]; then
+  [ -n "$OLD_REV" ] || { log "usage: bench/ab_weir.sh OLD_REV [--quick] (or OLD_WEIR=path)"; exit 2; }
+  log "building $OLD_REV (release) in a worktree"
+  git -C "$ROOT" worktree add -q --detach "$TMP/old" "$OLD_REV"
+  (cd "$TMP/old" && CARGO_TARGET_DIR="$TMP/old-target" cargo build --release -q)
+  OLD_WEIR="$TMP/old-target/release/weir"
+  cp "$OLD_WEIR" "$TMP/weir-old"; OLD_WEIR="$TMP/weir-old"
+  git -C "$ROOT" worktree remove --force "$TMP/old"
+fi
+raise_nofile
+
+# Origin for the cache cells: nginx serving the objects, on the load core.
+ORIGIN_PORT=19301
+chmod 755 "$TMP"; mkdir -p "$TMP/www"
+for n in 12 1024; do head -c "$n" /dev/zero | tr '\0' 'x' > "$TMP/www/s$n"; done
+chmod -R a+rX "$TMP/www"
+nginx_conf "$TMP/origin" <<NGX
+  access_log off;
+  default_type text/plain;
+  server { listen 127.0.0.1:$ORIGIN_PORT; root $TMP/www; }
+NGX
+start_nginx "$TMP/origin" "$LOAD_CORE"
+
+declare -A PID PORT ADMIN
+PORT[old]=18380; PORT[new]=18381; ADMIN[old]=19380; ADMIN[new]=19381
+CPORT_old=18390; CPORT_new=18391
+start_pair() { # which binary config port [admin]
+  local which=$1 bin=$2 cfg=$3 port=$4 admin=${5:-127.0.0.1:0}
+  WEIR_WORKERS=1 WEIR_LISTEN=127.0.0.1:$port WEIR_ORIGIN=127.0.0.1:$ORIGIN_PORT WEIR_ADMIN=$admin \
+    taskset -c "$SUT_CORE" "$bin" run -c "$cfg" 2>"$TMP/weir-$which-$port.log" &
+  track $!
+  echo $!
+}
+PID[old,hello]=$(start_pair old "$OLD_WEIR" "$ROOT/examples/hello.yaml" ${PORT[old]})
+PID[new,hello]=$(start_pair new "$NEW_WEIR" "$ROOT/examples/hello.yaml" ${PORT[new]})
+PID[old,cache]=$(start_pair old "$OLD_WEIR" "$ROOT/examples/cache.yaml" $CPORT_old 127.0.0.1:${ADMIN[old]})
+PID[new,cache]=$(start_pair new "$NEW_WEIR" "$ROOT/examples/cache.yaml" $CPORT_new 127.0.0.1:${ADMIN[new]})
+wait_port "$ORIGIN_PORT" "$TMP/origin/error.log"
+for p in ${PORT[old]} ${PORT[new]} $CPORT_old $CPORT_new; do wait_port "$p"; done
+for p in $CPORT_old $CPORT_new; do for n in 12 1024; do curl -s -o /dev/null "http://127.0.0.1:$p/s$n"; done; done
+
+# One measurement: sets CPU_US_PER_REQ, RPS, P99_US.
+measure() { # pid url wrk-args...
+  local pid=$1 url=$2; shift 2
+  taskset -c "$LOAD_CORE" wrk -t1 -d1s "$@" "$url" >/dev/null 2>&1 || true
+  run_wrk "$pid" "$url" "$@"
+}
+
+# User-space instructions per request under callgrind: INS. Args: binary config path bench-args.
+CG_N=${CG_N:-5000}
+instructions() {
+  local bin=$1 cfg=$2 path=$3; shift 3
+  local port=18399 pid out
+  WEIR_WORKERS=1 WEIR_LISTEN=127.0.0.1:$port WEIR_ORIGIN=127.0.0.1:$ORIGIN_PORT WEIR_ADMIN=127.0.0.1:0 \
+    taskset -c "$SUT_CORE" valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.out.%p" \
+    "$bin" run -c "$cfg" 2>"$TMP/cg.log" &
+  pid=$!; track $pid
+  for _ in $(seq 1 600); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+  taskset -c "$LOAD_CORE" "$NEW_WEIR" bench -n 500 "$@" "http://127.0.0.1:$port$path" >/dev/null 2>&1 || true
+  callgrind_control -z "$pid" >/dev/null 2>&1
+  taskset -c "$LOAD_CORE" "$NEW_WEIR" bench -n "$CG_N" "$@" "http://127.0.0.1:$port$path" >/dev/null 2>&1 || true
+  callgrind_control -d "$pid" >/dev/null 2>&1
+  sleep 0.5
+  out=$(ls -t "$TMP"/cg.out."$pid"* 2>/dev/null | head -1)
+  INS=$(awk -v n="$CG_N" '/^(summary|totals):/ {t=$2} END { if (t > 0) printf "%.0f", t / n; else print "n/a" }' "$out")
+  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
+  rm -f "$TMP"/cg.out.*
+}
+
+CELLS=("hello-ka-c100|hello|/hello|-c100"
+       "hello-ka-c1000|hello|/hello|-c1000"
+       "hello-close-c200|hello|/hello|-c200 -H Connection:close"
+       "hit-12B-c100|cache|/s12|-c100"
+       "hit-12B-c1000|cache|/s12|-c1000"
+       "hit-1KiB-c100|cache|/s1024|-c100"
+       "hit-1KiB-c1000|cache|/s1024|-c1000")
+declare -A CPU RPSV P99 IU
+for ((r = 0; r < ROUNDS; r++)); do
+  for cell in "${CELLS[@]}"; do
+    IFS='|' read -r name kind path args <<<"$cell"
+    order=(old new); [ $((r % 2)) = 1 ] && order=(new old)
+    for which in "${order[@]}"; do
+      if [ "$kind" = hello ]; then port=${PORT[$which]}; else eval "port=\$CPORT_$which"; fi
+      # shellcheck disable=SC2086
+      measure "${PID[$which,$kind]}" "http://127.0.0.1:$port$path" -t1 -d"$DUR" $args
+      CPU[$name,$which]+="$CPU_US_PER_REQ "; RPSV[$name,$which]+="$RPS "; P99[$name,$which]+="$P99_US "
+      log "round $((r + 1)) $name $which: $RPS req/s, $CPU_US_PER_REQ CPU us/req, p99 ${P99_US}us"
+    done
+  done
+done
+
+# Instruction counts, once per binary and kind of request (they barely vary between runs).
+for k in "hello-ka|hello|/hello|-c 10" "hello-close|hello|/hello|-c 10 --close" "hit-1KiB|cache|/s1024|-c 10"; do
+  IFS='|' read -r name kind path args <<<"$k"
+  cfg="$ROOT/examples/hello.yaml"; [ "$kind" = cache ] && cfg="$ROOT/examples/cache.yaml"
+  for which in old new; do
+    if [ "$which" = old ]; then bin=$OLD_WEIR; else bin=$NEW_WEIR; fi
+    # shellcheck disable=SC2086
+    instructions "$bin" "$cfg" "$path" $args
+    IU[$name,$which]=$INS
+    log "callgrind $name $which: $INS instructions/request"
+  done
+done
+
+OUT="$ROOT/bench/results/ab-$(date -u +%Y%m%d-%H%M).md"
+{
+  echo "# weir A/B: $("$OLD_WEIR" version 2>/dev/null | head -1) (old) vs $(git -C "$ROOT" rev-parse --short HEAD) (new)"
+  echo
+  machine_info
+  echo "- old: ${OLD_REV:-$OLD_WEIR}; each cell: wrk -t1 -d$DUR, median of $ROUNDS rounds, order alternated"
+  echo
+  echo "| cell | old CPU µs/req | new CPU µs/req | new/old | old req/s | new req/s | old p99 µs | new p99 µs |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+  for cell in "${CELLS[@]}"; do
+    name=${cell%%|*}
+    oc=$(median ${CPU[$name,old]}); nc=$(median ${CPU[$name,new]})
+    echo "| $name | $oc | $nc | $(ratio "$nc" "$oc") | $(median ${RPSV[$name,old]}) | $(median ${RPSV[$name,new]}) | $(median ${P99[$name,old]}) | $(median ${P99[$name,new]}) |"
+  done
+  echo
+  echo "User-space instructions per request (callgrind, $CG_N requests after a 500-request warm-up, weir bench -c 10):"
+  echo
+  echo "| request | old | new | new/old |"
+  echo "|---|---:|---:|---:|"
+  for name in hello-ka hello-close hit-1KiB; do
+    echo "| $name | ${IU[$name,old]} | ${IU[$name,new]} | $(ratio "${IU[$name,new]}" "${IU[$name,old]}") |"
+  done
+  echo
+  echo "Every round, old then new or new then old:"
+  echo
+  for cell in "${CELLS[@]}"; do
+    name=${cell%%|*}
+    echo "- $name: old CPU ${CPU[$name,old]}/ new CPU ${CPU[$name,new]}"
+  done
+} > "$OUT"
+cat "$OUT"
+log "results in $OUT"
