@@ -48,17 +48,18 @@ start_nginx "$TMP/origin" "$LOAD_CORE"
 declare -A PID PORT ADMIN
 PORT[old]=18380; PORT[new]=18381; ADMIN[old]=19380; ADMIN[new]=19381
 CPORT_old=18390; CPORT_new=18391
-start_pair() { # which binary config port [admin]
+# Starts a weir build on core 0; sets STARTED to its pid.
+start_weir() { # which binary config port [admin]
   local which=$1 bin=$2 cfg=$3 port=$4 admin=${5:-127.0.0.1:0}
   WEIR_WORKERS=1 WEIR_LISTEN=127.0.0.1:$port WEIR_ORIGIN=127.0.0.1:$ORIGIN_PORT WEIR_ADMIN=$admin \
-    taskset -c "$SUT_CORE" "$bin" run -c "$cfg" 2>"$TMP/weir-$which-$port.log" &
-  track $!
-  echo $!
+    taskset -c "$SUT_CORE" "$bin" run -c "$cfg" >/dev/null 2>"$TMP/weir-$which-$port.log" &
+  STARTED=$!
+  track $STARTED
 }
-PID[old,hello]=$(start_pair old "$OLD_WEIR" "$ROOT/examples/hello.yaml" ${PORT[old]})
-PID[new,hello]=$(start_pair new "$NEW_WEIR" "$ROOT/examples/hello.yaml" ${PORT[new]})
-PID[old,cache]=$(start_pair old "$OLD_WEIR" "$ROOT/examples/cache.yaml" $CPORT_old 127.0.0.1:${ADMIN[old]})
-PID[new,cache]=$(start_pair new "$NEW_WEIR" "$ROOT/examples/cache.yaml" $CPORT_new 127.0.0.1:${ADMIN[new]})
+start_weir old "$OLD_WEIR" "$ROOT/examples/hello.yaml" ${PORT[old]}; PID[old,hello]=$STARTED
+start_weir new "$NEW_WEIR" "$ROOT/examples/hello.yaml" ${PORT[new]}; PID[new,hello]=$STARTED
+start_weir old "$OLD_WEIR" "$ROOT/examples/cache.yaml" $CPORT_old 127.0.0.1:${ADMIN[old]}; PID[old,cache]=$STARTED
+start_weir new "$NEW_WEIR" "$ROOT/examples/cache.yaml" $CPORT_new 127.0.0.1:${ADMIN[new]}; PID[new,cache]=$STARTED
 wait_port "$ORIGIN_PORT" "$TMP/origin/error.log"
 for p in ${PORT[old]} ${PORT[new]} $CPORT_old $CPORT_new; do wait_port "$p"; done
 for p in $CPORT_old $CPORT_new; do for n in 12 1024; do curl -s -o /dev/null "http://127.0.0.1:$p/s$n"; done; done

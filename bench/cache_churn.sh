@@ -4,7 +4,9 @@
 # one worker on core 0 and a zone of MAX_SIZE; wrk -c50 on core 1 requests `/sN?k=<random>`, so
 # every request is a miss that stores a new N-byte object and the store evicts all the time.
 # After DUR of churn the table shows weir's RSS, its growth over the idle process, and that
-# growth divided by max_size. Origin: nginx serving the files, on core 1 with wrk.
+# growth divided by max_size, then the same for the peak (VmHWM): responses being fetched are
+# held while in flight and freed after, so the peak is what an OOM killer sees.
+# Origin: nginx serving the files, on core 1 with wrk.
 # Usage: bench/cache_churn.sh [--quick]   (env: DUR, SIZES, MAXES, CONNS override the matrix)
 #   (results in bench/results/churn-<date>.md)
 source "$(dirname "$0")/lib.sh"
@@ -36,7 +38,7 @@ LUA
 
 to_bytes() { numfmt --from=iec "$(echo "$1" | tr 'mkg' 'MKG')"; }
 
-declare -A RSS IDLE GROWTH RATIO RPS_T STORES
+declare -A RSS IDLE GROWTH RATIO RPS_T PEAK PRATIO
 for m in "${MAXES[@]}"; do
   for n in "${SIZES[@]}"; do
     # One shard per 4 MiB of zone, at least 1: a 1 MiB object must fit one shard.
@@ -59,8 +61,10 @@ YAML
     wait_port "$P_WEIR" "$TMP/weir.log"
     idle=$(rss_kib "$pid")
     run_wrk "$pid" "http://127.0.0.1:$P_WEIR/s$n" -t1 -c"$CONNS" -d"$DUR" -s "$TMP/churn.lua" </dev/null
-    rss=$(rss_kib "$pid")
+    rss=$(rss_kib "$pid"); peak=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
     kill "$pid"; wait "$pid" 2>/dev/null || true
+    PEAK[$m,$n]=$(( (peak - idle) / 1024 ))
+    PRATIO[$m,$n]=$(awk -v g=$((peak - idle)) -v m="$(to_bytes "$m")" 'BEGIN { printf "%.2f", g * 1024 / m }')
     IDLE[$m,$n]=$idle; RSS[$m,$n]=$rss; RPS_T[$m,$n]=$RPS
     GROWTH[$m,$n]=$(( (rss - idle) / 1024 ))
     RATIO[$m,$n]=$(awk -v g=$((rss - idle)) -v m="$(to_bytes "$m")" 'BEGIN { printf "%.2f", g * 1024 / m }')
@@ -76,11 +80,11 @@ OUT="$ROOT/bench/results/churn-$(date -u +%Y%m%d-%H%M).md"
   echo "- load: wrk -t1 -c$CONNS -d$DUR, every request a miss for a new key (/sN?k=<random>)"
   echo "- weir: 1 worker, ignore_origin + ttl 1d (examples/cache.yaml's rule), one shard per 4 MiB of zone"
   echo
-  echo "| max_size | object | RSS after churn | idle RSS | growth | growth / max_size | requests/s |"
-  echo "|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| max_size | object | RSS after churn | idle RSS | growth | growth / max_size | peak growth | peak / max_size | requests/s |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   for m in "${MAXES[@]}"; do
     for n in "${SIZES[@]}"; do
-      echo "| $m | $n B | $(( RSS[$m,$n] / 1024 )) MiB | $(( IDLE[$m,$n] / 1024 )) MiB | ${GROWTH[$m,$n]} MiB | ${RATIO[$m,$n]} | ${RPS_T[$m,$n]} |"
+      echo "| $m | $n B | $(( RSS[$m,$n] / 1024 )) MiB | $(( IDLE[$m,$n] / 1024 )) MiB | ${GROWTH[$m,$n]} MiB | ${RATIO[$m,$n]} | ${PEAK[$m,$n]} MiB | ${PRATIO[$m,$n]} | ${RPS_T[$m,$n]} |"
     done
   done
 } > "$OUT"

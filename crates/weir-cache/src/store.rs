@@ -93,6 +93,8 @@ struct Shard {
 pub struct MemoryStore {
     shards: Vec<Mutex<Shard>>,
     shard_limit: u64,
+    /// Bytes of responses being captured for storing right now ([`MemoryStore::reserve`]).
+    in_flight: AtomicU64,
     pub stats: Stats,
 }
 
@@ -112,6 +114,7 @@ impl MemoryStore {
         MemoryStore {
             shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
             shard_limit: limit / shards as u64,
+            in_flight: AtomicU64::new(0),
             stats: Stats::default(),
         }
     }
@@ -136,6 +139,30 @@ impl MemoryStore {
             Some(v) => Lookup::Found(v.clone()),
             None => Lookup::VariantMiss,
         }
+    }
+
+    /// Reserves `n` bytes for a response being captured to be stored. Captures in flight may hold
+    /// at most half the limit together; past that this says no, and the caller passes the
+    /// response through without storing it. Inserts evict down to the limit minus what is in
+    /// flight, so stored objects and captures together stay within the limit: without this, 50
+    /// concurrent misses of 1 MiB objects held 50 MiB beyond an 8 MiB zone.
+    pub fn reserve(&self, n: u64) -> bool {
+        let cap = self.limit() / 2;
+        self.in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |cur| {
+                (cur + n <= cap).then_some(cur + n)
+            })
+            .is_ok()
+    }
+
+    /// Gives back bytes taken with [`MemoryStore::reserve`].
+    pub fn release(&self, n: u64) {
+        self.in_flight.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Bytes reserved by captures in flight.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
     }
 
     /// Stores `obj` under `key`, replacing the variant with the same Vary values. Returns false
@@ -190,8 +217,12 @@ impl MemoryStore {
         for t in &obj.meta.tags {
             s.tags.entry(t.clone()).or_default().insert(key.hash);
         }
-        while s.bytes > self.shard_limit {
-            if !s.evict_one(self.shard_limit) {
+        // Room for the captures in flight too (their share of this shard).
+        let limit = self
+            .shard_limit
+            .saturating_sub(self.in_flight() / self.shards.len() as u64);
+        while s.bytes > limit {
+            if !s.evict_one(limit) {
                 break;
             }
             evicted += 1;
@@ -533,5 +564,25 @@ mod tests {
         assert_eq!(store.usage(), (0, 0));
         store.insert(&key("c/1"), obj(1, &[], vec![]));
         assert_eq!(store.purge(&PurgeSelector::All, false), 1);
+    }
+
+    #[test]
+    fn captures_in_flight_take_room_from_stored_objects() {
+        let store = MemoryStore::new(100_000, 1);
+        for i in 0..50 {
+            store.insert(&key(&format!("/{i}")), obj(1000, &[], vec![]));
+        }
+        let full = store.usage().1;
+        assert!(full > 80_000, "{full}");
+        assert!(store.reserve(40_000));
+        assert!(
+            !store.reserve(20_000),
+            "in flight may take at most half the limit"
+        );
+        store.insert(&key("/new"), obj(1000, &[], vec![]));
+        assert!(store.usage().1 + store.in_flight() <= store.limit());
+        store.release(40_000);
+        assert_eq!(store.in_flight(), 0);
+        assert!(store.reserve(50_000));
     }
 }

@@ -110,7 +110,7 @@ impl Conn {
             let store_post = c.store_post_responses && head.method == Method::Post;
             let request_time = zone.now();
             let plan = if store_post {
-                post_plan(head, c)
+                post_plan(head, c, &zone)
             } else {
                 status_plan(Fwd::Bypass, Some("method"), c.x_cache)
             };
@@ -489,6 +489,7 @@ impl Conn {
                 extra,
                 capture,
                 tee,
+                zone: Some(zone.clone()),
             }
         };
         let mut ex = Exchange {
@@ -719,15 +720,15 @@ fn status_plan<'a>(fwd: Fwd, detail: Option<&'static str>, x_cache: bool) -> Pla
         .render(&mut extra, x_cache);
         HeadPlan {
             extra,
-            capture: None,
-            tee: None,
+            ..Default::default()
         }
     })
 }
 
 /// The plan for a POST on a route with `store_post_responses`: `Cache-Status` as for any unsafe
 /// method, and a copy of the body when the response may serve later GETs (RFC 9110 §9.3.3).
-fn post_plan<'a>(head: &RequestHead, c: &CacheRoute) -> PlanFn<'a> {
+fn post_plan<'a>(head: &RequestHead, c: &CacheRoute, zone: &Arc<CacheZone>) -> PlanFn<'a> {
+    let zone = Some(zone.clone());
     let mut uri = head.path().to_vec();
     if let Some(q) = head.query() {
         uri.push(b'?');
@@ -750,6 +751,7 @@ fn post_plan<'a>(head: &RequestHead, c: &CacheRoute) -> PlanFn<'a> {
             extra,
             capture: reusable.then_some(limit),
             tee: None,
+            zone: zone.clone(),
         }
     })
 }

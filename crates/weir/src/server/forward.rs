@@ -98,16 +98,52 @@ pub(crate) struct HeadPlan {
     pub capture: Option<usize>,
     /// Publish every body chunk here too, for coalesced followers.
     pub tee: Option<std::sync::Arc<crate::cache::zone::Inflight>>,
+    /// The zone whose budget for captures in flight the copy is charged to.
+    pub zone: Option<std::sync::Arc<crate::cache::CacheZone>>,
 }
 
 /// The cache stage's decision at head time.
 pub(crate) type PlanFn<'a> = Box<dyn FnMut(&ResponseHead) -> HeadPlan + 'a>;
 
-/// The copy of a response body kept for the store (and published to followers).
+/// The copy of a response body kept for the store (and published to followers), charged to the
+/// zone's budget for captures in flight while it grows, and given back when it ends.
 pub(crate) struct Capture {
     copy: BytesMut,
     limit: usize,
     tee: Option<std::sync::Arc<crate::cache::zone::Inflight>>,
+    zone: Option<std::sync::Arc<crate::cache::CacheZone>>,
+    reserved: u64,
+}
+
+impl Capture {
+    /// Copies one chunk if it fits the object limit and the zone's in-flight budget (a chunk
+    /// published to followers is held twice: in the copy and in their queue). `false`: stop
+    /// capturing, the response will not be stored.
+    fn take(&mut self, d: &bytes::Bytes) -> bool {
+        if self.copy.len() + d.len() > self.limit {
+            return false;
+        }
+        let cost = d.len() as u64 * if self.tee.is_some() { 2 } else { 1 };
+        if let Some(z) = &self.zone {
+            if !z.store.reserve(cost) {
+                return false;
+            }
+            self.reserved += cost;
+        }
+        self.copy.extend_from_slice(d);
+        if let Some(t) = &self.tee {
+            t.push_chunk(d);
+        }
+        true
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        if let Some(z) = &self.zone {
+            z.store.release(self.reserved);
+        }
+    }
 }
 
 /// Hooks around one forward, used by the cache stage; `Exchange::default()` is a plain proxy.
@@ -285,6 +321,8 @@ impl Conn {
             },
             limit,
             tee: plan.tee.clone(),
+            zone: plan.zone.clone(),
+            reserved: 0,
         });
         let reusable = self
             .relay_body(
@@ -300,7 +338,8 @@ impl Conn {
         if reusable {
             wu.pool.borrow_mut().put(server, uconn);
         }
-        ex.body = capture.map(|c| c.copy);
+        // The reservation ends here; the stage stores the copy right after.
+        ex.body = capture.map(|mut c| std::mem::take(&mut c.copy));
         ex.response = Some(resp);
         Ok(next)
     }
@@ -546,17 +585,11 @@ impl Conn {
                 .map_err(|e| self.aborted(up, server, &format!("bad response body: {e}")))?;
             match event {
                 BodyEvent::Data(d) => {
-                    if let Some(c) = capture.as_mut() {
-                        if c.copy.len() + d.len() <= c.limit {
-                            c.copy.extend_from_slice(&d);
-                            if let Some(t) = &c.tee {
-                                t.push_chunk(&d);
-                            }
-                        } else {
-                            // Too large to store: stop copying (followers are aborted by the
-                            // stage, which sees no complete copy), keep relaying.
-                            *capture = None;
-                        }
+                    if capture.as_mut().is_some_and(|c| !c.take(&d)) {
+                        // Too large to store, or the zone's in-flight budget is spent: stop
+                        // copying (followers are aborted by the stage, which sees no complete
+                        // copy), keep relaying.
+                        *capture = None;
                     }
                     if chunked {
                         let _ = write!(self.out, "{:x}\r\n", d.len());
