@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use weir_http::Header;
 
 use crate::policy::{AgeClock, Storable};
@@ -112,15 +112,7 @@ pub fn encode_head(
         .sum();
     // Exactly the encoded size (status line, fields, Content-Length): nothing is left over.
     let mut head = BytesMut::with_capacity(9 + 4 + reason_len + 2 + fields + 40);
-    head.put_slice(b"HTTP/1.1 ");
-    weir_http::response::put_u64(&mut head, u64::from(status));
-    head.put_u8(b' ');
-    if reason.is_empty() {
-        head.put_slice(weir_http::response::reason(status).as_bytes());
-    } else {
-        head.put_slice(reason);
-    }
-    head.put_slice(b"\r\n");
+    weir_http::response::put_status_line_with(&mut head, status, reason);
     for h in headers {
         weir_http::response::put_header(&mut head, &h.name, &h.value);
     }
@@ -211,11 +203,12 @@ impl CachedObject {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::policy::{AgeClock, Storable};
 
-    fn meta(etag: Option<Bytes>) -> ObjectMeta {
+    /// A plain stored-200 meta for tests (also used by the store's tests).
+    pub(crate) fn meta(etag: Option<Bytes>) -> ObjectMeta {
         ObjectMeta {
             status: 200,
             storable: Storable {

@@ -354,13 +354,14 @@ pub fn evaluate(s: &Storable, age: u64, invalidated: bool, req: &Directives) -> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use bytes::Bytes;
 
     const NOW: u64 = 1_700_000_000;
 
-    fn h(pairs: &[(&str, &str)]) -> Vec<Header> {
+    /// Header fields from (name, value) pairs (also used by other modules' tests).
+    pub(crate) fn h(pairs: &[(&str, &str)]) -> Vec<Header> {
         pairs
             .iter()
             .map(|(n, v)| Header {

@@ -418,32 +418,15 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::object::ObjectMeta;
-    use crate::policy::{AgeClock, Storable};
-    use std::sync::atomic::AtomicBool;
 
     fn obj(
         body_len: usize,
         tags: &[&str],
         vary: Vec<(String, Option<Bytes>)>,
     ) -> Arc<CachedObject> {
-        let meta = ObjectMeta {
-            status: 200,
-            storable: Storable {
-                lifetime: 60,
-                must_revalidate: false,
-                no_cache: false,
-                stale_while_revalidate: 0,
-                stale_if_error: 0,
-            },
-            clock: AgeClock::default(),
-            etag: None,
-            last_modified: None,
-            modified: 0,
-            vary,
-            tags: tags.iter().map(|t| t.to_string()).collect(),
-            invalidated: AtomicBool::new(false),
-        };
+        let mut meta = crate::object::tests::meta(None);
+        meta.vary = vary;
+        meta.tags = tags.iter().map(|t| t.to_string()).collect();
         Arc::new(CachedObject::new(
             meta,
             Bytes::new(),

@@ -75,16 +75,7 @@ fn tidy(m: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn h(pairs: &[(&str, &str)]) -> Vec<Header> {
-        pairs
-            .iter()
-            .map(|(n, v)| Header {
-                name: Bytes::copy_from_slice(n.as_bytes()),
-                value: Bytes::copy_from_slice(v.as_bytes()),
-            })
-            .collect()
-    }
+    use crate::policy::tests::h;
 
     /// (field name, request fields, normalised value)
     type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], Option<&'a str>);

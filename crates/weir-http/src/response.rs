@@ -18,10 +18,20 @@ pub fn reason(status: u16) -> &'static str {
 
 /// Writes `HTTP/1.1 <code> <reason>\r\n`.
 pub fn put_status_line(out: &mut BytesMut, status: u16) {
+    put_status_line_with(out, status, b"");
+}
+
+/// Writes `HTTP/1.1 <status> <reason>\r\n` with a reason phrase as received (relayed and
+/// stored responses); an empty one is replaced by the standard phrase.
+pub fn put_status_line_with(out: &mut BytesMut, status: u16, reason_phrase: &[u8]) {
     out.put_slice(b"HTTP/1.1 ");
     put_u64(out, u64::from(status));
     out.put_u8(b' ');
-    out.put_slice(reason(status).as_bytes());
+    if reason_phrase.is_empty() {
+        out.put_slice(reason(status).as_bytes());
+    } else {
+        out.put_slice(reason_phrase);
+    }
     out.put_slice(b"\r\n");
 }
 

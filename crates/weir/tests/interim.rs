@@ -32,6 +32,13 @@ fn read_all(s: &mut std::net::TcpStream) -> String {
     String::from_utf8(raw).unwrap()
 }
 
+/// Sends `GET /page` on `s` and reads everything up to the end of the final body.
+fn get_page(s: &mut std::net::TcpStream) -> String {
+    s.write_all(b"GET /page HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        .unwrap();
+    read_all(s)
+}
+
 fn check_relayed(text: &str) {
     let hints = text
         .find("HTTP/1.1 103 Early Hints\r\n")
@@ -58,13 +65,9 @@ fn plain_proxy_relays_1xx_in_order() {
         "      - proxy: { upstream: o }\n",
     );
     let mut s = srv.connect();
-    s.write_all(b"GET /page HTTP/1.1\r\nHost: a.test\r\n\r\n")
-        .unwrap();
-    check_relayed(&read_all(&mut s));
+    check_relayed(&get_page(&mut s));
     // The connection stays usable after the interim responses.
-    s.write_all(b"GET /page HTTP/1.1\r\nHost: a.test\r\n\r\n")
-        .unwrap();
-    check_relayed(&read_all(&mut s));
+    check_relayed(&get_page(&mut s));
     // HTTP/1.0 clients get no 1xx (RFC 9110 §15.2).
     let mut s = srv.connect();
     s.write_all(b"GET /page HTTP/1.0\r\nHost: a.test\r\n\r\n")
@@ -84,13 +87,9 @@ fn cached_route_relays_1xx_but_never_stores_them() {
         "      - proxy: { upstream: o }\n        cache: { zone: z }\n",
     );
     let mut s = srv.connect();
-    s.write_all(b"GET /page HTTP/1.1\r\nHost: a.test\r\n\r\n")
-        .unwrap();
-    check_relayed(&read_all(&mut s));
+    check_relayed(&get_page(&mut s));
     // The hit is the final response alone.
-    s.write_all(b"GET /page HTTP/1.1\r\nHost: a.test\r\n\r\n")
-        .unwrap();
-    let hit = read_all(&mut s);
+    let hit = get_page(&mut s);
     assert!(hit.starts_with("HTTP/1.1 200 OK\r\n"), "{hit}");
     assert!(hit.contains("Cache-Status: weir; hit"), "{hit}");
     assert!(!hit.contains("Link:") && !hit.contains("103"), "{hit}");

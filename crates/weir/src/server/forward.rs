@@ -26,7 +26,7 @@ use bytes::{BufMut, BytesMut};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::{timeout, Instant};
-use weir_http::response::{put_date, put_header, put_u64};
+use weir_http::response::{put_date, put_header, put_status_line_with, put_u64};
 use weir_http::{BodyDecoder, BodyEvent, BodyKind, Method, RequestHead, ResponseHead, Version};
 
 use super::conn::{Conn, ConnError, Next};
@@ -485,15 +485,7 @@ impl Conn {
             return Ok(());
         }
         let out = &mut self.out;
-        out.put_slice(b"HTTP/1.1 ");
-        put_u64(out, u64::from(resp.status));
-        out.put_u8(b' ');
-        if resp.reason.is_empty() {
-            out.put_slice(weir_http::response::reason(resp.status).as_bytes());
-        } else {
-            out.put_slice(&resp.reason);
-        }
-        out.put_slice(b"\r\n");
+        put_status_line_with(out, resp.status, &resp.reason);
         let tokens = ConnectionTokens::of(&resp.headers);
         for h in resp
             .headers
@@ -517,15 +509,7 @@ impl Conn {
         extra: &[u8],
     ) {
         let out = &mut self.out;
-        out.put_slice(b"HTTP/1.1 ");
-        put_u64(out, u64::from(resp.status));
-        out.put_u8(b' ');
-        if resp.reason.is_empty() {
-            out.put_slice(weir_http::response::reason(resp.status).as_bytes());
-        } else {
-            out.put_slice(&resp.reason);
-        }
-        out.put_slice(b"\r\n");
+        put_status_line_with(out, resp.status, &resp.reason);
         let tokens = ConnectionTokens::of(&resp.headers);
         let mut has_date = false;
         for h in &resp.headers {
