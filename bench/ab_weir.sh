@@ -8,6 +8,7 @@
 # per request, counted by callgrind over a fixed number of requests (`weir bench -n`) after a
 # warm-up: instruction counts do not move with the machine's noise the way time does. (perf's
 # hardware counters are not available on this VM.)
+# CG_ONLY=1 skips the timed cells (instruction counts only, about a minute).
 # Usage: bench/ab_weir.sh OLD_REV [--quick]   (OLD_REV: a git revision, built in a worktree)
 #        OLD_WEIR=/path/to/weir bench/ab_weir.sh [--quick]
 source "$(dirname "$0")/lib.sh"
@@ -100,6 +101,7 @@ CELLS=("hello-ka-c100|hello|/hello|-c100"
        "hit-1KiB-c100|cache|/s1024|-c100"
        "hit-1KiB-c1000|cache|/s1024|-c1000")
 declare -A CPU RPSV P99 IU
+[ -n "${CG_ONLY:-}" ] && ROUNDS=0
 for ((r = 0; r < ROUNDS; r++)); do
   for cell in "${CELLS[@]}"; do
     IFS='|' read -r name kind path args <<<"$cell"

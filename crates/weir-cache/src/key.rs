@@ -101,7 +101,7 @@ impl KeySpec {
         // The parser validated and normalised the authority (absolute-form target first, else
         // Host): it holds no `/`, so the path's leading `/` ends it; the path holds no `?`.
         if let Some(a) = req.authority() {
-            text.extend_from_slice(&a.text);
+            text.extend_from_slice(a);
         }
         text.extend_from_slice(req.path());
         if let Some(q) = self.query(req.query()) {

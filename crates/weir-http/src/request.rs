@@ -121,9 +121,13 @@ pub struct RequestHead {
     pub keep_alive: bool,
     /// `Expect: 100-continue` was sent.
     pub expect_continue: bool,
-    /// The validated, normalised authority: an absolute-form target's, else the `Host` field's.
-    /// `None` only for an HTTP/1.0 request without Host.
-    authority: Option<Authority>,
+    /// Index into `headers` of the `Host` field, if any.
+    host_field: Option<usize>,
+    /// Where the validated, normalised authority is: the Host field's value as received (already
+    /// normal, the common case), or a normalised copy / the absolute-form target's authority.
+    authority: AuthoritySource,
+    /// Length of the host part of the authority (the rest is `:port`).
+    authority_host_len: usize,
     /// Where the path starts in `target` (after `scheme://authority` in absolute-form).
     path_at: usize,
     /// Bytes the head occupied on the wire.
@@ -156,12 +160,26 @@ impl RequestHead {
     /// The host the request is for (the absolute-form target's authority wins over `Host`),
     /// validated and normalised (lowercase, no trailing dot), without the port.
     pub fn host(&self) -> Option<&[u8]> {
-        self.authority.as_ref().map(Authority::host)
+        self.authority().map(|a| &a[..self.authority_host_len])
     }
 
     /// The normalised `host[:port]` the request is for (the port only when not the default).
-    pub fn authority(&self) -> Option<&Authority> {
-        self.authority.as_ref()
+    /// `None` only for an HTTP/1.0 request without Host.
+    pub fn authority(&self) -> Option<&[u8]> {
+        match &self.authority {
+            AuthoritySource::None => None,
+            AuthoritySource::HostField => self.host_field.map(|i| &self.headers[i].value[..]),
+            AuthoritySource::Owned(b) => Some(b),
+        }
+    }
+
+    /// [`RequestHead::authority`] as a `Bytes` (shares the head's buffer when it can).
+    pub fn authority_bytes(&self) -> Option<Bytes> {
+        match &self.authority {
+            AuthoritySource::None => None,
+            AuthoritySource::HostField => self.host_field.map(|i| self.headers[i].value.clone()),
+            AuthoritySource::Owned(b) => Some(b.clone()),
+        }
     }
 
     /// The path part of the target (before `?`). For absolute-form, the path after the authority,
@@ -192,6 +210,17 @@ impl RequestHead {
     pub fn wants_close(&self) -> bool {
         !self.keep_alive
     }
+}
+
+/// Where a request's authority lives.
+#[derive(Debug, Clone)]
+enum AuthoritySource {
+    /// HTTP/1.0 without Host.
+    None,
+    /// The Host field's value, already normal.
+    HostField,
+    /// Normalised, or taken from an absolute-form target.
+    Owned(Bytes),
 }
 
 /// Parses one request head from the front of `buf`.
@@ -285,23 +314,36 @@ pub fn parse_request(
     let head = buf.split_to(n).freeze();
     let headers = ranges.headers(&head);
     // RFC 9112 §3.2: an invalid Host is a 400 even when an absolute-form target overrides it.
-    let host_authority = match host {
+    let from_host = match host {
         Some(i) => Some(parse_authority(&headers[i].value, 80).map_err(ParseError::BadRequest)?),
         None => None,
     };
-    let (authority, path_at) = match form {
+    let (authority, authority_host_len, path_at) = match form {
         TargetForm::Absolute {
             default_port,
             authority,
             path_at,
         } => {
-            let a = head.slice(target_range.0 + authority.0..target_range.0 + authority.1);
-            (
-                Some(parse_authority(&a, default_port).map_err(ParseError::BadRequest)?),
-                path_at,
-            )
+            let range = target_range.0 + authority.0..target_range.0 + authority.1;
+            let a = parse_authority(&head[range.clone()], default_port)
+                .map_err(ParseError::BadRequest)?;
+            let text = match a.normalised {
+                Some(n) => Bytes::from(n),
+                None => head.slice(range),
+            };
+            (AuthoritySource::Owned(text), a.host_len, path_at)
         }
-        _ => (host_authority, 0),
+        _ => match from_host {
+            None => (AuthoritySource::None, 0, 0),
+            Some(Authority {
+                host_len,
+                normalised: None,
+            }) => (AuthoritySource::HostField, host_len, 0),
+            Some(Authority {
+                host_len,
+                normalised: Some(n),
+            }) => (AuthoritySource::Owned(Bytes::from(n)), host_len, 0),
+        },
     };
     Ok(Some(RequestHead {
         method,
@@ -311,7 +353,9 @@ pub fn parse_request(
         body,
         keep_alive,
         expect_continue: expect_continue && version == Version::Http11,
+        host_field: host,
         authority,
+        authority_host_len,
         path_at,
         head_len: n,
     }))
@@ -563,7 +607,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(h.host(), Some(&b"www.example.com"[..]));
-        assert_eq!(&h.authority().unwrap().text[..], b"www.example.com");
+        assert_eq!(h.authority(), Some(&b"www.example.com"[..]));
         assert!(parse(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n").is_ok());
         let h = parse(b"GET /a HTTP/1.0\r\n\r\n").unwrap().unwrap();
         assert_eq!(h.authority(), None);
@@ -577,13 +621,13 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(h.host(), Some(&b"victim.example"[..]));
-        assert_eq!(&h.authority().unwrap().text[..], b"victim.example:8080");
+        assert_eq!(h.authority(), Some(&b"victim.example:8080"[..]));
         assert_eq!(h.path(), b"/b/x");
         assert_eq!(h.query(), Some(&b"q=1"[..]));
         let h = parse(b"GET https://h.test:443?q HTTP/1.1\r\nHost: h.test\r\n\r\n")
             .unwrap()
             .unwrap();
-        assert_eq!(&h.authority().unwrap().text[..], b"h.test");
+        assert_eq!(h.authority(), Some(&b"h.test"[..]));
         assert_eq!(h.path(), b"/", "an empty path is /");
         assert_eq!(h.query(), Some(&b"q"[..]));
     }

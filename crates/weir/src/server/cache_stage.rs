@@ -734,7 +734,7 @@ fn post_plan<'a>(head: &RequestHead, c: &CacheRoute, zone: &Arc<CacheZone>) -> P
         uri.push(b'?');
         uri.extend_from_slice(q);
     }
-    let authority = head.authority().map(|a| a.text.clone()).unwrap_or_default();
+    let authority = head.authority_bytes().unwrap_or_default();
     let (limit, x_cache) = (c.max_object_size, c.x_cache);
     Box::new(move |resp: &ResponseHead| {
         let reusable = policy::post_response_reusable(&uri, &authority, resp.status, &resp.headers);
@@ -1016,7 +1016,7 @@ fn invalidate_after_unsafe(zone: &CacheZone, head: &RequestHead, resp: Option<&R
     if !(200..400).contains(&resp.status) {
         return;
     }
-    let host = head.authority().map(|a| &a.text[..]).unwrap_or_default();
+    let host = head.authority().unwrap_or_default();
     let mut target = head.path().to_vec();
     if let Some(q) = head.query() {
         target.push(b'?');

@@ -772,7 +772,7 @@ pub(crate) fn build_request(
     let trusted = route.trusts(peer);
     // The validated, normalised authority: an absolute-form target's wins over the received Host
     // (RFC 9112 §3.2.2), which is never forwarded as received.
-    let client_host = head.authority().map(|a| &a.text);
+    let client_host = head.authority();
     match (&route.host, client_host) {
         (HostMode::Preserve, Some(h)) => put_header(req, b"Host", h),
         // An HTTP/1.0 request without Host still needs one upstream (RFC 9112 §3.2).
