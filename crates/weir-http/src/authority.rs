@@ -24,14 +24,14 @@ pub struct Authority {
     pub normalised: Option<Vec<u8>>,
 }
 
-/// Byte classes for one table lookup per byte: invalid, a reg-name byte, an uppercase letter
-/// (valid, to be lowercased), `%`, `:` and `.`.
-const BAD: u8 = 0;
-const OK: u8 = 1;
-const UPPER: u8 = 2;
-const PCT: u8 = 3;
-const COLON: u8 = 4;
-const DOT: u8 = 5;
+/// Byte classes, one table lookup per byte. Reg-name bytes (letters, digits, `-._~`, the
+/// sub-delims) are 0, except uppercase letters, which are valid but flagged to be lowercased;
+/// anything at `STOP` or above ends the fast loop.
+const UPPER: u8 = 1;
+const STOP: u8 = 0x10;
+const PCT: u8 = 0x10;
+const COLON: u8 = 0x20;
+const BAD: u8 = 0x40;
 
 static CLASS: [u8; 256] = {
     let mut t = [BAD; 256];
@@ -39,12 +39,11 @@ static CLASS: [u8; 256] = {
     while b < 256 {
         let c = b as u8;
         t[b] = match c {
-            b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'~' => OK,
-            b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' => OK,
+            b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => 0,
+            b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' => 0,
             b'A'..=b'Z' => UPPER,
             b'%' => PCT,
             b':' => COLON,
-            b'.' => DOT,
             _ => BAD,
         };
         b += 1;
@@ -76,36 +75,47 @@ pub fn parse_authority(v: &[u8], default_port: u16) -> Result<Authority, &'stati
             v[..close].iter().any(u8::is_ascii_uppercase),
         )
     } else {
-        let (mut i, mut upper) = (0, false);
+        let (mut i, mut flags) = (0, 0u8);
         while i < v.len() {
-            match CLASS[v[i] as usize] {
-                OK | DOT => {}
-                UPPER => upper = true,
-                PCT => {
-                    let hex = v.get(i + 1..i + 3);
-                    if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
-                        return Err("invalid percent-encoding in Host");
+            let c = CLASS[v[i] as usize];
+            if c >= STOP {
+                match c {
+                    PCT => {
+                        let hex = v.get(i + 1..i + 3);
+                        if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
+                            return Err("invalid percent-encoding in Host");
+                        }
+                        flags |= u8::from(v[i + 1..i + 3].iter().any(u8::is_ascii_uppercase));
+                        i += 3;
+                        continue;
                     }
-                    upper |= v[i + 1..i + 3].iter().any(u8::is_ascii_uppercase);
-                    i += 2;
+                    COLON => break,
+                    _ => return Err("invalid character in Host"),
                 }
-                COLON => break,
-                _ => return Err("invalid character in Host"),
             }
+            flags |= c;
             i += 1;
         }
         if i == 0 {
             return Err("empty host in Host");
         }
-        (&v[..i], v.get(i + 1..).filter(|_| i < v.len()), upper)
+        (
+            &v[..i],
+            v.get(i + 1..).filter(|_| i < v.len()),
+            flags & UPPER != 0,
+        )
     };
     let port_num = match port {
         None | Some([]) => None,
         Some(p) => {
-            if p.len() > 5 || !p.iter().all(u8::is_ascii_digit) {
-                return Err("invalid port in Host");
+            let mut n: u32 = 0;
+            for d in p {
+                let digit = d.wrapping_sub(b'0');
+                if digit > 9 || n > 6553 {
+                    return Err("invalid port in Host");
+                }
+                n = n * 10 + u32::from(digit);
             }
-            let n: u32 = p.iter().fold(0, |n, d| n * 10 + u32::from(d - b'0'));
             if n > 65535 {
                 return Err("invalid port in Host");
             }

@@ -130,6 +130,8 @@ pub struct RequestHead {
     authority_host_len: usize,
     /// Where the path starts in `target` (after `scheme://authority` in absolute-form).
     path_at: usize,
+    /// Where the path ends in `target`: at the `?` of a query, else the end.
+    path_end: usize,
     /// Bytes the head occupied on the wire.
     pub head_len: usize,
 }
@@ -183,27 +185,17 @@ impl RequestHead {
     }
 
     /// The path part of the target (before `?`). For absolute-form, the path after the authority,
-    /// `/` when that is empty.
+    /// `/` when that is empty. Found once by the parser: a slice, no scan.
     pub fn path(&self) -> &[u8] {
-        let t = &self.target[self.path_at..];
-        let p = match memchr::memchr2(b'?', b'#', t) {
-            Some(i) => &t[..i],
-            None => t,
-        };
-        if p.is_empty() && self.path_at > 0 {
+        if self.path_end == self.path_at && self.path_at > 0 {
             return b"/";
         }
-        p
+        &self.target[self.path_at..self.path_end]
     }
 
-    /// The query string (after `?`, before any `#`), if any.
+    /// The query string (after `?`), if any.
     pub fn query(&self) -> Option<&[u8]> {
-        let t = &self.target[self.path_at..];
-        let t = match memchr::memchr(b'#', t) {
-            Some(i) => &t[..i],
-            None => t,
-        };
-        memchr::memchr(b'?', t).map(|i| &t[i + 1..])
+        (self.path_end < self.target.len()).then(|| &self.target[self.path_end + 1..])
     }
 
     /// Whether the request says this is the last exchange or the version forbids reuse.
@@ -345,6 +337,21 @@ pub fn parse_request(
             }) => (AuthoritySource::Owned(Bytes::from(n)), host_len, 0),
         },
     };
+    // One scan for the end of the path. A fragment is not part of a request target (RFC 9112
+    // §3.2): a `#` anywhere is a 400, so no later reader has to look for one.
+    let target_bytes = &head[target_range.0..target_range.0 + target_range.1];
+    let path_end = match memchr::memchr2(b'?', b'#', &target_bytes[path_at..]) {
+        Some(i) if target_bytes[path_at + i] == b'#' => {
+            return Err(ParseError::BadRequest("fragment in request target"))
+        }
+        Some(i) => {
+            if memchr::memchr(b'#', &target_bytes[path_at + i..]).is_some() {
+                return Err(ParseError::BadRequest("fragment in request target"));
+            }
+            path_at + i
+        }
+        None => target_bytes.len(),
+    };
     Ok(Some(RequestHead {
         method,
         target: head.slice(target_range.0..target_range.0 + target_range.1),
@@ -357,6 +364,7 @@ pub fn parse_request(
         authority,
         authority_host_len,
         path_at,
+        path_end,
         head_len: n,
     }))
 }
@@ -595,6 +603,8 @@ mod tests {
             b"GET http://a/b/x HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n",
             b"GET x HTTP/1.1\r\nHost: a\r\n\r\n",
             b"GET * HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET /a#frag HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET /a?q#frag HTTP/1.1\r\nHost: a\r\n\r\n",
         ] {
             assert_eq!(
                 status(bad),
