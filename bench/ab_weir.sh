@@ -95,7 +95,7 @@ instructions() {
 
 CELLS=("hello-ka-c100|hello|/hello|-c100"
        "hello-ka-c1000|hello|/hello|-c1000"
-       "hello-close-c200|hello|/hello|-c200 -H Connection:close"
+       "hello-close-c200|hello|/hello|-c200 CLOSE"
        "hit-12B-c100|cache|/s12|-c100"
        "hit-12B-c1000|cache|/s12|-c1000"
        "hit-1KiB-c100|cache|/s1024|-c100"
@@ -108,8 +108,12 @@ for ((r = 0; r < ROUNDS; r++)); do
     order=(old new); [ $((r % 2)) = 1 ] && order=(new old)
     for which in "${order[@]}"; do
       if [ "$kind" = hello ]; then port=${PORT[$which]}; else eval "port=\$CPORT_$which"; fi
-      # shellcheck disable=SC2086
-      measure "${PID[$which,$kind]}" "http://127.0.0.1:$port$path" -t1 -d"$DUR" $args
+      # wrk needs "Name: value" as one argument: CLOSE stands for it in the cell table.
+      wrk_args=()
+      for a in $args; do
+        if [ "$a" = CLOSE ]; then wrk_args+=(-H "Connection: close"); else wrk_args+=("$a"); fi
+      done
+      measure "${PID[$which,$kind]}" "http://127.0.0.1:$port$path" -t1 -d"$DUR" "${wrk_args[@]}"
       CPU[$name,$which]+="$CPU_US_PER_REQ "; RPSV[$name,$which]+="$RPS "; P99[$name,$which]+="$P99_US "
       log "round $((r + 1)) $name $which: $RPS req/s, $CPU_US_PER_REQ CPU us/req, p99 ${P99_US}us"
     done
