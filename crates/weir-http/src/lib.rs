@@ -6,6 +6,7 @@
 //!
 //! * [`authority`]: `Host` / absolute-form authority validation and normalisation.
 //! * [`conditional`]: the one `Range` parser and `If-*` evaluator (static files and cache hits).
+//! * [`hop`]: the hop-by-hop field table and `Connection` tokens.
 //! * [`request`]: parse a request head out of a `BytesMut` (`Ok(None)` = need more bytes). Header
 //!   names and values are `Bytes` slices of the read buffer, never copies.
 //! * [`framing`]: RFC 9112 §6 message-body rules (Content-Length vs Transfer-Encoding, keep-alive).
@@ -28,6 +29,7 @@ pub mod conditional;
 pub mod date;
 pub mod error;
 pub mod framing;
+pub mod hop;
 mod offsets;
 pub mod request;
 pub mod response;

@@ -35,9 +35,9 @@ use super::forward::{fetch_whole, Exchange, HeadPlan, PlanFn};
 use crate::cache::status::Fwd;
 use crate::cache::zone::{Inflight, Phase, Role, StreamHead};
 use crate::cache::{CacheRoute, CacheStatus, CacheZone};
-use crate::proxy::headers::{is_hop_by_hop, ConnectionTokens};
 use crate::proxy::route::ProxyRoute;
 use crate::reply::{self, ConnHeader};
+use weir_http::hop::{is_hop_by_hop, ConnectionTokens};
 
 impl Conn {
     /// The hit path, without building the (large, boxed) future of the full stage: a fresh stored

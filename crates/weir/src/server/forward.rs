@@ -32,11 +32,12 @@ use weir_http::{BodyDecoder, BodyEvent, BodyKind, Method, RequestHead, ResponseH
 use super::conn::{Conn, ConnError, Next};
 use super::worker::WorkerState;
 use crate::proxy::balance::candidates;
-use crate::proxy::headers::{forwarded_node, is_hop_by_hop, ConnectionTokens};
+use crate::proxy::headers::forwarded_node;
 use crate::proxy::pool::UpstreamConn;
 use crate::proxy::route::{HostMode, ProxyRoute};
 use crate::proxy::upstream::{now_ms, Upstream};
 use crate::reply::{self, ConnHeader};
+use weir_http::hop::{is_hop_by_hop, ConnectionTokens};
 
 /// Largest upstream response head accepted.
 const MAX_UPSTREAM_HEAD: usize = 64 * 1024;
