@@ -36,15 +36,7 @@ raise_nofile
 
 # Origin for the cache cells: nginx serving the objects, on the load core.
 ORIGIN_PORT=19301
-chmod 755 "$TMP"; mkdir -p "$TMP/www"
-for n in 12 1024; do head -c "$n" /dev/zero | tr '\0' 'x' > "$TMP/www/s$n"; done
-chmod -R a+rX "$TMP/www"
-nginx_conf "$TMP/origin" <<NGX
-  access_log off;
-  default_type text/plain;
-  server { listen 127.0.0.1:$ORIGIN_PORT; root $TMP/www; }
-NGX
-start_nginx "$TMP/origin" "$LOAD_CORE"
+file_origin "$ORIGIN_PORT" 12 1024
 
 declare -A PID PORT ADMIN
 PORT[old]=18380; PORT[new]=18381; ADMIN[old]=19380; ADMIN[new]=19381
@@ -61,7 +53,6 @@ start_weir old "$OLD_WEIR" "$ROOT/examples/hello.yaml" ${PORT[old]}; PID[old,hel
 start_weir new "$NEW_WEIR" "$ROOT/examples/hello.yaml" ${PORT[new]}; PID[new,hello]=$STARTED
 start_weir old "$OLD_WEIR" "$ROOT/examples/cache.yaml" $CPORT_old 127.0.0.1:${ADMIN[old]}; PID[old,cache]=$STARTED
 start_weir new "$NEW_WEIR" "$ROOT/examples/cache.yaml" $CPORT_new 127.0.0.1:${ADMIN[new]}; PID[new,cache]=$STARTED
-wait_port "$ORIGIN_PORT" "$TMP/origin/error.log"
 for p in ${PORT[old]} ${PORT[new]} $CPORT_old $CPORT_new; do wait_port "$p"; done
 for p in $CPORT_old $CPORT_new; do for n in 12 1024; do curl -s -o /dev/null "http://127.0.0.1:$p/s$n"; done; done
 

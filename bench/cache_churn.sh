@@ -17,17 +17,7 @@ build_weir
 raise_nofile
 
 ORIGIN_PORT=19201; P_WEIR=18290
-chmod 755 "$TMP"
-mkdir -p "$TMP/www"
-for n in "${SIZES[@]}"; do head -c "$n" /dev/zero | tr '\0' 'x' > "$TMP/www/s$n"; done
-chmod -R a+rX "$TMP/www"
-nginx_conf "$TMP/origin" <<NGX
-  access_log off;
-  default_type text/plain;
-  server { listen 127.0.0.1:$ORIGIN_PORT; root $TMP/www; }
-NGX
-start_nginx "$TMP/origin" "$LOAD_CORE"
-wait_port "$ORIGIN_PORT" "$TMP/origin/error.log"
+file_origin "$ORIGIN_PORT" "${SIZES[@]}"
 
 cat > "$TMP/churn.lua" <<'LUA'
 math.randomseed(os.time())

@@ -70,6 +70,22 @@ haproxy_conf() {
   } > "$1"
 }
 
+# Starts an nginx origin on the load core, on 127.0.0.1:PORT, serving files /sN of N bytes for
+# each size given, without an access log. Usage: file_origin PORT SIZE...
+file_origin() {
+  local port=$1 n; shift
+  chmod 755 "$TMP"; mkdir -p "$TMP/www"
+  for n in "$@"; do head -c "$n" /dev/zero | tr '\0' 'x' > "$TMP/www/s$n"; done
+  chmod -R a+rX "$TMP/www"
+  nginx_conf "$TMP/origin" <<NGX
+  access_log off;
+  default_type text/plain;
+  server { listen 127.0.0.1:$port; root $TMP/www; }
+NGX
+  start_nginx "$TMP/origin" "$LOAD_CORE"
+  wait_port "$port" "$TMP/origin/error.log"
+}
+
 build_weir() {
   log "building weir (release)"
   (cd "$ROOT" && cargo build --release -q)
