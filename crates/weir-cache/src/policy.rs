@@ -5,6 +5,9 @@
 //! everything here: it is addressed to caches like weir. Route rules from the config (TTL by
 //! status, `ignore_origin`) override the origin as nuster's `cache-rule ... ttl` and nginx's
 //! `proxy_cache_valid` do.
+//!
+//! Size: the rules are the first ~350 lines; the rest is their table tests (storability,
+//! freshness, age, verdicts, POST reuse), kept beside the code they pin down.
 
 use weir_http::{Header, Method};
 

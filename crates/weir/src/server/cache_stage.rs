@@ -16,6 +16,10 @@
 //!
 //! Hits are written from the stored, pre-encoded head plus `Age`, `Cache-Status`, the route's
 //! response edits and `Via`: three buffer copies and the body.
+//!
+//! Size: about 1,050 lines, over the project's 700, for the same reason as `forward.rs`; the
+//! pipeline issue (10) moves the pure parts (stored headers, objects, refresh, invalidation) to
+//! `weir-cache` and the flow into the pipeline.
 
 use std::fmt::Write as _;
 use std::sync::atomic::AtomicBool;

@@ -17,6 +17,10 @@
 //! pooled connection is retried on a fresh one for idempotent requests. Other retries go to
 //! another server when the upstream's `retries.on` allows it, the request is idempotent and has no
 //! body, and the worker's retry budget has tokens.
+//!
+//! Size: about 1,000 lines, over the project's 700, because the whole exchange is methods of the
+//! client connection today. The pipeline issue (10) splits it along the `Downstream` seam:
+//! upstream selection and pooling to `proxy/`, response encoding to `weir-http`'s `Reply`.
 
 use std::io;
 
