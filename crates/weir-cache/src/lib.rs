@@ -8,6 +8,7 @@
 //!   given a request (fresh, stale but servable, must revalidate).
 //! * [`key`]: cache keys (method class, scheme, host, path, query, chosen headers/cookies/params).
 //! * [`object`]: a stored response: its pre-encoded head, body, and the metadata policy needs.
+//! * [`stored`]: building, refreshing (304) and invalidating stored responses.
 //! * [`store`]: the memory store — sharded, a hard byte limit that counts keys, heads and bodies,
 //!   S3-FIFO eviction (scan resistant), Vary variants, a tag index for purges, stats.
 //!
@@ -18,6 +19,7 @@ pub mod key;
 pub mod object;
 pub mod policy;
 pub mod store;
+pub mod stored;
 pub mod structured;
 pub mod vary;
 

@@ -1,0 +1,340 @@
+//! Building, refreshing and invalidating stored responses: what the cache stage does with a
+//! response once policy said yes, as pure functions with table tests (moved out of the socket
+//! layer, `weir/src/server/cache_stage.rs`, where they had none).
+
+use std::sync::atomic::AtomicBool;
+
+use bytes::Bytes;
+use weir_http::hop::{is_hop_by_hop, ConnectionTokens};
+use weir_http::{Header, ResponseHead};
+
+use crate::object::{CachedObject, ObjectMeta};
+use crate::policy::{self, http_date, storable, values, AgeClock, Storable, StoreRules};
+
+/// The fields kept when a response is stored (and shown to coalesced followers): hop-by-hop
+/// fields, Content-Length (re-added from the body) and Age (recomputed) are dropped.
+pub fn stored_headers(headers: &[Header]) -> Vec<Header> {
+    let tokens = ConnectionTokens::of(headers);
+    headers
+        .iter()
+        .filter(|h| {
+            !is_hop_by_hop(&h.name, &tokens)
+                && !h.name.eq_ignore_ascii_case(b"content-length")
+                && !h.name.eq_ignore_ascii_case(b"age")
+        })
+        .cloned()
+        .collect()
+}
+
+/// The stored form of a response to a request with fields `req_headers`. `s`: what policy said
+/// (`None`: a response kept only to answer this request, fresh for no time).
+pub fn build(
+    req_headers: &[Header],
+    resp: &ResponseHead,
+    body: Bytes,
+    (request_time, response_time): (u64, u64),
+    normalize_ae: bool,
+    s: Option<Storable>,
+) -> CachedObject {
+    let mut vary = Vec::new();
+    for v in values(&resp.headers, "vary") {
+        for name in v.split(|b| *b == b',') {
+            let name = String::from_utf8_lossy(name.trim_ascii()).to_ascii_lowercase();
+            if !name.is_empty() {
+                let value = crate::vary::request_value(req_headers, &name, normalize_ae);
+                vary.push((name, value));
+            }
+        }
+    }
+    let mut tags = Vec::new();
+    for v in values(&resp.headers, "surrogate-key") {
+        tags.extend(
+            v.split(|b| *b == b' ')
+                .filter(|t| !t.is_empty())
+                .map(|t| String::from_utf8_lossy(t).into_owned()),
+        );
+    }
+    for v in values(&resp.headers, "cache-tag") {
+        tags.extend(
+            v.split(|b| *b == b',')
+                .map(|t| t.trim_ascii())
+                .filter(|t| !t.is_empty())
+                .map(|t| String::from_utf8_lossy(t).into_owned()),
+        );
+    }
+    let storable = s.unwrap_or(Storable {
+        lifetime: 0,
+        must_revalidate: false,
+        no_cache: false,
+        stale_while_revalidate: 0,
+        stale_if_error: 0,
+    });
+    let clock = AgeClock::new(request_time, response_time, &resp.headers);
+    let last_modified = resp.header("last-modified").cloned();
+    let meta = ObjectMeta {
+        status: resp.status,
+        storable,
+        clock,
+        etag: resp.header("etag").cloned(),
+        modified: http_date(last_modified.as_deref()).unwrap_or(clock.date),
+        last_modified,
+        vary,
+        tags,
+        invalidated: AtomicBool::new(false),
+    };
+    CachedObject::new(
+        meta,
+        resp.reason.clone(),
+        stored_headers(&resp.headers),
+        body,
+    )
+}
+
+/// The stored response updated by a 304 (RFC 9111 §4.3.4): its fields replaced by the 304's
+/// (hop-by-hop and Content-Length excepted), freshness and validators recomputed.
+pub fn refreshed(
+    obj: &CachedObject,
+    not_modified: &[Header],
+    (request_time, response_time): (u64, u64),
+    rules: &StoreRules,
+) -> CachedObject {
+    let tokens = ConnectionTokens::of(not_modified);
+    let updates: Vec<&Header> = not_modified
+        .iter()
+        .filter(|h| {
+            !is_hop_by_hop(&h.name, &tokens) && !h.name.eq_ignore_ascii_case(b"content-length")
+        })
+        .collect();
+    let mut headers: Vec<Header> = obj
+        .headers
+        .iter()
+        .filter(|h| !updates.iter().any(|u| u.name.eq_ignore_ascii_case(&h.name)))
+        .cloned()
+        .collect();
+    headers.extend(updates.into_iter().cloned());
+    let s = storable(
+        &weir_http::Method::Get,
+        &[],
+        obj.meta.status,
+        &headers,
+        rules,
+        response_time,
+    )
+    .unwrap_or(obj.meta.storable.clone());
+    let clock = AgeClock::new(request_time, response_time, &headers);
+    let find = |name: &[u8]| {
+        headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value.clone())
+    };
+    let last_modified = find(b"last-modified");
+    let meta = ObjectMeta {
+        status: obj.meta.status,
+        storable: s,
+        clock,
+        etag: find(b"etag"),
+        modified: policy::http_date(last_modified.as_deref()).unwrap_or(clock.date),
+        last_modified,
+        vary: obj.meta.vary.clone(),
+        tags: obj.meta.tags.clone(),
+        invalidated: AtomicBool::new(false),
+    };
+    CachedObject::new(meta, obj.reason.clone(), headers, obj.body.clone())
+}
+
+/// If-None-Match / If-Modified-Since fields (encoded lines) for revalidating `obj`.
+pub fn revalidation_fields(obj: &CachedObject) -> Vec<u8> {
+    let mut v = Vec::new();
+    if let Some(e) = &obj.meta.etag {
+        v.extend_from_slice(b"If-None-Match: ");
+        v.extend_from_slice(e);
+        v.extend_from_slice(b"\r\n");
+    }
+    if let Some(lm) = &obj.meta.last_modified {
+        v.extend_from_slice(b"If-Modified-Since: ");
+        v.extend_from_slice(lm);
+        v.extend_from_slice(b"\r\n");
+    }
+    v
+}
+
+/// Fields a 304 repeats (RFC 9110 §15.4.5).
+pub fn keeps_on_304(name: &[u8]) -> bool {
+    [
+        &b"etag"[..],
+        b"last-modified",
+        b"cache-control",
+        b"expires",
+        b"vary",
+        b"content-location",
+        b"date",
+    ]
+    .iter()
+    .any(|n| name.eq_ignore_ascii_case(n))
+}
+
+/// RFC 9111 §4.4: the URLs (`authority` + path) a successful unsafe request invalidates: its
+/// own target and the same-origin `Location` and `Content-Location`. Nothing after a 1xx, 4xx
+/// or 5xx.
+pub fn invalidated_urls(
+    authority: &[u8],
+    path_and_query: &[u8],
+    status: u16,
+    locations: [Option<&[u8]>; 2],
+) -> Vec<Vec<u8>> {
+    if !(200..400).contains(&status) {
+        return Vec::new();
+    }
+    let mut urls = vec![[authority, path_and_query].concat()];
+    for v in locations.into_iter().flatten() {
+        if v.starts_with(b"/") {
+            urls.push([authority, v].concat());
+        } else if let Some(rest) = v.strip_prefix(b"http://") {
+            // Same origin only: the authority compares case-insensitively, the path exactly.
+            let end = rest.iter().position(|b| *b == b'/').unwrap_or(rest.len());
+            if rest[..end].eq_ignore_ascii_case(authority) {
+                let path = if end == rest.len() {
+                    &b"/"[..]
+                } else {
+                    &rest[end..]
+                };
+                urls.push([authority, path].concat());
+            }
+        }
+    }
+    urls
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::tests::h;
+    use bytes::BytesMut;
+
+    fn response(raw: &str) -> ResponseHead {
+        let mut b = BytesMut::from(raw.as_bytes());
+        weir_http::parse_response(&mut b, 64 * 1024, false)
+            .unwrap()
+            .unwrap()
+    }
+
+    fn names(fields: &[Header]) -> Vec<String> {
+        fields
+            .iter()
+            .map(|f| String::from_utf8_lossy(&f.name).to_ascii_lowercase())
+            .collect()
+    }
+
+    #[test]
+    fn stored_fields_drop_hop_by_hop_length_and_age() {
+        let kept = stored_headers(&h(&[
+            ("Connection", "X-Secret"),
+            ("X-Secret", "1"),
+            ("Keep-Alive", "timeout=5"),
+            ("Content-Length", "3"),
+            ("Age", "7"),
+            ("ETag", "\"a\""),
+            ("Cache-Control", "max-age=60"),
+        ]));
+        assert_eq!(names(&kept), ["etag", "cache-control"]);
+    }
+
+    #[test]
+    fn build_records_vary_values_tags_and_validators() {
+        let resp = response(
+            "HTTP/1.1 200 OK\r\nVary: Accept-Language, X-Tenant\r\nSurrogate-Key: a b\r\nCache-Tag: c, d\r\nETag: \"v\"\r\nLast-Modified: Mon, 01 Jan 2024 00:00:00 GMT\r\nContent-Length: 2\r\n\r\n",
+        );
+        let req = h(&[("Accept-Language", "FR, en"), ("X-Tenant", "t1")]);
+        let obj = build(&req, &resp, Bytes::from_static(b"hi"), (10, 11), true, None);
+        assert_eq!(
+            obj.meta.vary,
+            vec![
+                (
+                    "accept-language".into(),
+                    Some(Bytes::from_static(b"en, fr"))
+                ),
+                ("x-tenant".into(), Some(Bytes::from_static(b"t1"))),
+            ]
+        );
+        assert_eq!(obj.meta.tags, ["a", "b", "c", "d"]);
+        assert_eq!(obj.meta.etag.as_deref(), Some(&b"\"v\""[..]));
+        assert_eq!(obj.meta.modified, 1_704_067_200);
+        assert_eq!(
+            obj.meta.storable.lifetime, 0,
+            "no policy verdict: fresh for no time"
+        );
+        assert_eq!(
+            revalidation_fields(&obj),
+            b"If-None-Match: \"v\"\r\nIf-Modified-Since: Mon, 01 Jan 2024 00:00:00 GMT\r\n"
+        );
+    }
+
+    #[test]
+    fn a_304_replaces_fields_and_recomputes_freshness() {
+        let resp = response(
+            "HTTP/1.1 200 OK\r\nCache-Control: max-age=10\r\nETag: \"v1\"\r\nX-Kept: yes\r\nContent-Length: 2\r\n\r\n",
+        );
+        let old = build(&[], &resp, Bytes::from_static(b"hi"), (0, 0), false, None);
+        let updated = refreshed(
+            &old,
+            &h(&[
+                ("Cache-Control", "max-age=600"),
+                ("ETag", "\"v2\""),
+                ("Connection", "close"),
+                ("Content-Length", "0"),
+            ]),
+            (100, 100),
+            &StoreRules::default(),
+        );
+        assert_eq!(names(&updated.headers), ["x-kept", "cache-control", "etag"]);
+        assert_eq!(updated.meta.storable.lifetime, 600);
+        assert_eq!(updated.meta.etag.as_deref(), Some(&b"\"v2\""[..]));
+        assert_eq!(&updated.body[..], b"hi");
+        assert_eq!(updated.meta.clock.current_age(100), 0);
+    }
+
+    #[test]
+    fn fields_a_304_repeats() {
+        for (name, kept) in [
+            ("ETag", true),
+            ("last-modified", true),
+            ("Cache-Control", true),
+            ("Expires", true),
+            ("Vary", true),
+            ("Content-Location", true),
+            ("Date", true),
+            ("Content-Type", false),
+            ("Set-Cookie", false),
+        ] {
+            assert_eq!(keeps_on_304(name.as_bytes()), kept, "{name}");
+        }
+    }
+
+    #[test]
+    fn unsafe_methods_invalidate_same_origin_urls_only() {
+        let a = b"site.test";
+        let urls = |status, loc: Option<&str>, cloc: Option<&str>| {
+            invalidated_urls(
+                a,
+                b"/p?x=1",
+                status,
+                [loc.map(str::as_bytes), cloc.map(str::as_bytes)],
+            )
+            .into_iter()
+            .map(|u| String::from_utf8(u).unwrap())
+            .collect::<Vec<_>>()
+        };
+        assert_eq!(urls(200, None, None), ["site.test/p?x=1"]);
+        assert_eq!(
+            urls(201, Some("/new"), Some("http://SITE.test/Doc")),
+            ["site.test/p?x=1", "site.test/new", "site.test/Doc"]
+        );
+        assert_eq!(
+            urls(303, Some("http://other.test/x"), Some("http://site.test")),
+            ["site.test/p?x=1", "site.test/"]
+        );
+        assert!(urls(404, Some("/new"), None).is_empty());
+        assert!(urls(500, None, None).is_empty());
+    }
+}
