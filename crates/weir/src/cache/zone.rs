@@ -1,5 +1,7 @@
 //! A cache zone: the store, the table of in-flight misses used for request coalescing, and the
-//! hit-for-miss marks. Shared by all workers (`Arc`), with short `Mutex` sections only.
+//! hit-for-miss marks. Shared by all workers (`Arc`), with short `Mutex` sections only. The two
+//! tables are sharded like the store (by key hash, one mutex per shard), so workers missing on
+//! different keys do not queue on one lock.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -110,13 +112,39 @@ impl Inflight {
     }
 }
 
+/// A map from key hashes split in shards, each behind its own mutex.
+#[derive(Debug)]
+struct Sharded<V> {
+    shards: Box<[Mutex<HashMap<u64, V>>]>,
+}
+
+impl<V> Sharded<V> {
+    fn new(shards: usize) -> Sharded<V> {
+        Sharded {
+            shards: (0..shards.max(1))
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
+        }
+    }
+
+    /// The shard holding `hash` (a poisoned lock only means a panic elsewhere mid-update).
+    fn lock(&self, hash: u64) -> std::sync::MutexGuard<'_, HashMap<u64, V>> {
+        let i = (hash % self.shards.len() as u64) as usize;
+        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Hit-for-miss marks kept per shard before expired ones are swept on insert: marks for keys
+/// never asked again would otherwise pile up.
+const HIT_FOR_MISS_SWEEP: usize = 4096;
+
 /// One zone.
 #[derive(Debug)]
 pub struct CacheZone {
     pub name: String,
     pub store: MemoryStore,
-    inflight: Mutex<HashMap<u64, Arc<Inflight>>>,
-    hit_for_miss: Mutex<HashMap<u64, u64>>,
+    inflight: Sharded<Arc<Inflight>>,
+    hit_for_miss: Sharded<u64>,
     /// Seconds added to the system clock: lets tests (and nothing else) move time forward.
     skew: AtomicI64,
 }
@@ -135,8 +163,8 @@ impl CacheZone {
         CacheZone {
             name: name.to_string(),
             store: MemoryStore::new(limit, shards),
-            inflight: Mutex::new(HashMap::new()),
-            hit_for_miss: Mutex::new(HashMap::new()),
+            inflight: Sharded::new(shards),
+            hit_for_miss: Sharded::new(shards),
             skew: AtomicI64::new(0),
         }
     }
@@ -157,7 +185,7 @@ impl CacheZone {
 
     /// Becomes the leader for `hash`, or a follower of the request already fetching it.
     pub fn join(&self, hash: u64) -> Role {
-        let mut table = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        let mut table = self.inflight.lock(hash);
         if let Some(f) = table.get(&hash) {
             return Role::Follower(f.clone());
         }
@@ -168,28 +196,26 @@ impl CacheZone {
 
     /// Ends a leader's fetch with `phase` and releases its followers.
     pub fn finish(&self, hash: u64, inflight: &Inflight, phase: Phase) {
-        self.inflight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&hash);
+        self.inflight.lock(hash).remove(&hash);
         inflight.end(phase);
     }
 
     /// Marks `hash` hit-for-miss until `now + secs`.
     pub fn mark_hit_for_miss(&self, hash: u64, secs: u64) {
         if secs > 0 {
-            let until = self.now() + secs;
-            self.hit_for_miss
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(hash, until);
+            let now = self.now();
+            let mut marks = self.hit_for_miss.lock(hash);
+            if marks.len() >= HIT_FOR_MISS_SWEEP {
+                marks.retain(|_, until| *until > now);
+            }
+            marks.insert(hash, now + secs);
         }
     }
 
     /// Whether `hash` is marked hit-for-miss now (expired marks are dropped).
     pub fn is_hit_for_miss(&self, hash: u64) -> bool {
         let now = self.now();
-        let mut m = self.hit_for_miss.lock().unwrap_or_else(|e| e.into_inner());
+        let mut m = self.hit_for_miss.lock(hash);
         match m.get(&hash) {
             Some(until) if *until > now => true,
             Some(_) => {
@@ -202,9 +228,46 @@ impl CacheZone {
 
     /// Clears a hit-for-miss mark (a later response was storable).
     pub fn clear_hit_for_miss(&self, hash: u64) {
-        self.hit_for_miss
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&hash);
+        self.hit_for_miss.lock(hash).remove(&hash);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coalescing_and_marks_are_per_key_across_shards() {
+        let zone = CacheZone::new("z", 1 << 20, 4);
+        for hash in 0..16u64 {
+            assert!(matches!(zone.join(hash), Role::Leader(_)), "{hash}");
+            assert!(matches!(zone.join(hash), Role::Follower(_)), "{hash}");
+        }
+        if let Role::Follower(f) = zone.join(3) {
+            zone.finish(3, &f, Phase::Complete);
+        }
+        assert!(
+            matches!(zone.join(3), Role::Leader(_)),
+            "a finished key leads again"
+        );
+        zone.mark_hit_for_miss(7, 10);
+        assert!(zone.is_hit_for_miss(7) && !zone.is_hit_for_miss(8));
+        zone.advance_clock(11);
+        assert!(!zone.is_hit_for_miss(7), "expired");
+    }
+
+    #[test]
+    fn expired_hit_for_miss_marks_are_swept() {
+        let zone = CacheZone::new("z", 1 << 20, 1);
+        for hash in 0..HIT_FOR_MISS_SWEEP as u64 {
+            zone.mark_hit_for_miss(hash, 1);
+        }
+        zone.advance_clock(5);
+        zone.mark_hit_for_miss(u64::MAX, 1);
+        assert_eq!(
+            zone.hit_for_miss.lock(0).len(),
+            1,
+            "expired marks were swept"
+        );
     }
 }
