@@ -1,6 +1,7 @@
 //! weir: an HTTP accelerator — reverse proxy, RFC 9111 cache and API gateway in one binary.
 //!
-//! How the pieces fit (see `docs/ARCHITECTURE.md` in the design notes for the long version):
+//! How the pieces fit (the intended shape is `shared/design/ARCHITECTURE.md`, beside this
+//! repository):
 //! * [`config`] turns a YAML file into a validated, precompiled [`config::RuntimeConfig`].
 //! * [`server`] runs thread-per-core workers, each with its own SO_REUSEPORT listeners, and one
 //!   task per connection driving the HTTP/1.1 codec from the `weir-http` crate.

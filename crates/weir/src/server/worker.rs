@@ -151,7 +151,7 @@ pub(crate) fn run(
 }
 
 /// Accepts with `accept4(SOCK_NONBLOCK)` into sockets not yet registered with the reactor (see
-/// `io.rs`), draining the backlog on each readiness event.
+/// `client_io.rs`), draining the backlog on each readiness event.
 async fn accept_loop(
     state: Rc<WorkerState>,
     listener: AsyncFd<mio::net::TcpListener>,
