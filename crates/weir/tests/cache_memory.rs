@@ -9,22 +9,9 @@
 
 mod common;
 
-use std::io::Write;
-
 use common::cachekit::cache;
 use common::origin::http_origin;
 use common::*;
-
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse::<u64>()
-        .unwrap()
-        * 1024
-}
 
 #[test]
 fn churn_keeps_rss_within_the_zone_limit() {
@@ -38,30 +25,12 @@ fn churn_keeps_rss_within_the_zone_limit() {
     });
     let c = cache(&origin, "", "32m");
     let addr = c.srv.addr;
-    let run = |from: usize, to: usize| {
-        let threads: Vec<_> = (0..4)
-            .map(|t| {
-                std::thread::spawn(move || {
-                    let mut s = connect(addr);
-                    for i in (from + t..to).step_by(4) {
-                        s.write_all(
-                            format!("GET /obj?k={i} HTTP/1.1\r\nHost: churn.test\r\n\r\n")
-                                .as_bytes(),
-                        )
-                        .unwrap();
-                        let r = read_response(&mut s);
-                        assert_eq!(r.body.len(), 4096);
-                    }
-                })
-            })
-            .collect();
-        threads.into_iter().for_each(|t| t.join().unwrap());
-    };
+    let run = |from, to| churn(addr, 4, "/obj", from..to, 4096);
     // Warm up connections, buffers and pools, then measure the growth under churn.
     run(0, 400);
-    let before = rss_bytes();
+    let before = proc_status_bytes(std::process::id(), "VmRSS:");
     run(400, 30_400);
-    let growth = rss_bytes().saturating_sub(before);
+    let growth = proc_status_bytes(std::process::id(), "VmRSS:").saturating_sub(before);
     eprintln!("RSS growth under churn: {} KiB", growth / 1024);
     let limit = 32 * 1024 * 1024;
     let stats = c

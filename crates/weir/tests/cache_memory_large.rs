@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -18,18 +17,6 @@ use common::origin::http_origin;
 use common::*;
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
-
-/// A field of /proc/PID/status in bytes (VmRSS now, VmHWM the peak since the last reset).
-fn status_bytes(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with(field)).unwrap();
-    line.split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse::<u64>()
-        .unwrap()
-        * 1024
-}
 
 struct Weir(Child);
 impl Drop for Weir {
@@ -81,31 +68,13 @@ fn concurrent_large_misses_stay_within_the_zone_limit() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let run = |from: usize, to: usize| {
-        let threads: Vec<_> = (0..16)
-            .map(|t| {
-                std::thread::spawn(move || {
-                    let mut s = connect(addr);
-                    for i in (from + t..to).step_by(16) {
-                        s.write_all(
-                            format!("GET /big?k={i} HTTP/1.1\r\nHost: churn.test\r\n\r\n")
-                                .as_bytes(),
-                        )
-                        .unwrap();
-                        let r = read_response(&mut s);
-                        assert_eq!(r.body.len(), 1 << 20);
-                    }
-                })
-            })
-            .collect();
-        threads.into_iter().for_each(|t| t.join().unwrap());
-    };
+    let run = |from, to| churn(addr, 16, "/big", from..to, 1 << 20);
     let pid = weir.0.id();
     // From the idle process to its peak: in-flight memory is gone once the requests end, and
     // memory the allocator keeps after a first burst would hide a later one.
-    let idle = status_bytes(pid, "VmRSS:");
+    let idle = proc_status_bytes(pid, "VmRSS:");
     run(0, 16 * 16);
-    let growth = status_bytes(pid, "VmHWM:").saturating_sub(idle);
+    let growth = proc_status_bytes(pid, "VmHWM:").saturating_sub(idle);
     eprintln!(
         "weir's peak RSS growth with 16 concurrent 1 MiB misses into 8 MiB: {} KiB",
         growth / 1024

@@ -12,37 +12,29 @@ use common::*;
 #[test]
 fn invalid_host_values_get_400_and_close() {
     let srv = start("", BASIC_ROUTES);
-    for host in [
-        "Host: bad host\r\n",
-        "Host: a/b\r\n",
-        "Host: a@b\r\n",
-        "Host: [::1\r\n",
-        "Host: victim.example/b\r\n",
-        "Host: a:port\r\n",
-        "Host:\r\n",
-        "Host: a\r\nHost: a\r\n",
-        "",
+    for (host, status) in [
+        ("Host: bad host\r\n", 400),
+        ("Host: a/b\r\n", 400),
+        ("Host: a@b\r\n", 400),
+        ("Host: [::1\r\n", 400),
+        ("Host: victim.example/b\r\n", 400),
+        ("Host: a:port\r\n", 400),
+        ("Host:\r\n", 400),
+        ("Host: a\r\nHost: a\r\n", 400),
+        ("", 400),
+        ("Host: [::1]:8080\r\n", 200),
+        ("Host: EXAMPLE.com.\r\n", 200),
+        ("Host: 10.0.0.1\r\n", 200),
     ] {
         let mut s = srv.connect();
         let r = roundtrip(
             &mut s,
             format!("GET /hello HTTP/1.1\r\n{host}\r\n").as_bytes(),
         );
-        assert_eq!(r.status, 400, "{host:?}");
-        assert_closed(&mut s);
-    }
-    // Valid forms pass.
-    for host in [
-        "Host: [::1]:8080\r\n",
-        "Host: EXAMPLE.com.\r\n",
-        "Host: 10.0.0.1\r\n",
-    ] {
-        let mut s = srv.connect();
-        let r = roundtrip(
-            &mut s,
-            format!("GET /hello HTTP/1.1\r\n{host}\r\n").as_bytes(),
-        );
-        assert_eq!(r.status, 200, "{host:?}");
+        assert_eq!(r.status, status, "{host:?}");
+        if status == 400 {
+            assert_closed(&mut s);
+        }
     }
 }
 

@@ -207,3 +207,42 @@ pub fn assert_closed(s: &mut TcpStream) {
         "connection should have been closed"
     );
 }
+
+/// Misses `GET {path}?k=i` for every i in `keys`, spread over `clients` keep-alive connections
+/// on their own threads; each response body must be `body_len` bytes.
+pub fn churn(
+    addr: SocketAddr,
+    clients: usize,
+    path: &'static str,
+    keys: std::ops::Range<usize>,
+    body_len: usize,
+) {
+    let threads: Vec<_> = (0..clients)
+        .map(|t| {
+            let keys = keys.clone();
+            std::thread::spawn(move || {
+                let mut s = connect(addr);
+                for i in (keys.start + t..keys.end).step_by(clients) {
+                    s.write_all(
+                        format!("GET {path}?k={i} HTTP/1.1\r\nHost: churn.test\r\n\r\n").as_bytes(),
+                    )
+                    .unwrap();
+                    assert_eq!(read_response(&mut s).body.len(), body_len);
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+}
+
+/// A `/proc/PID/status` field (`VmRSS:`, `VmHWM:`) in bytes.
+pub fn proc_status_bytes(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with(field)).unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1024
+}
