@@ -12,8 +12,9 @@
 //! * [`store`]: the memory store — sharded, a hard byte limit that counts keys, heads and bodies,
 //!   S3-FIFO eviction (scan resistant), Vary variants, a tag index for purges, stats.
 //!
-//! Time is passed in as seconds (`now: u64`, Unix time): the caller owns the clock.
+//! Time is passed in as seconds (`now: u64`, Unix time): the caller owns the clock ([`clock`]).
 
+pub mod clock;
 pub mod directives;
 pub mod key;
 pub mod object;
@@ -23,6 +24,7 @@ pub mod stored;
 pub mod structured;
 pub mod vary;
 
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use directives::Directives;
 pub use key::{CacheKey, KeySpec};
 pub use object::{CachedObject, ObjectMeta};

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use weir_cache::PurgeSelector;
 use weir_http::{Method, RequestHead};
 
-use crate::config::RuntimeConfig;
+use crate::runtime::RuntimeConfig;
 
 /// Answers an admin request: (status, JSON body).
 pub fn handle(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {

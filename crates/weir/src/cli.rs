@@ -5,7 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{self, RuntimeConfig};
+use crate::config;
+use crate::runtime::{self, Registry, RuntimeConfig};
 use crate::server;
 
 #[derive(Debug, Parser)]
@@ -55,7 +56,7 @@ pub fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Check { config } => match config::load_file(&config) {
+        Command::Check { config } => match runtime::load_file(&config, &Default::default()) {
             Ok(cfg) => {
                 println!("{}: ok ({})", config.display(), summary(&cfg));
                 ExitCode::SUCCESS
@@ -67,8 +68,8 @@ pub fn main() -> ExitCode {
         },
         Command::Run { config } => {
             let loaded = match &config {
-                Some(path) => config::load_file(path),
-                None => config::load_str(config::DEFAULT_CONFIG, std::path::Path::new("."), |v| {
+                Some(path) => runtime::load_file(path, &std::sync::Arc::new(Registry::default())),
+                None => runtime::load_str(config::DEFAULT_CONFIG, std::path::Path::new("."), |v| {
                     std::env::var(v).ok()
                 }),
             };

@@ -2,7 +2,10 @@
 //!
 //! How the pieces fit (the intended shape is `shared/design/ARCHITECTURE.md`, beside this
 //! repository):
-//! * [`config`] turns a YAML file into a validated, precompiled [`config::RuntimeConfig`].
+//! * [`config`] turns a YAML file into a validated model ([`config::Source`]); [`runtime`]
+//!   compiles it into the immutable [`runtime::RuntimeConfig`] the server runs on, with state
+//!   that outlives a config (cache zones, upstream health) kept by name in a
+//!   [`runtime::Registry`].
 //! * [`server`] runs thread-per-core workers, each with its own SO_REUSEPORT listeners, and one
 //!   task per connection driving the HTTP/1.1 codec from the `weir-http` crate.
 //! * [`routes`] picks the route for a request; [`actions`] are what a route does (respond from
@@ -22,4 +25,5 @@ pub mod config;
 pub mod proxy;
 pub mod reply;
 pub mod routes;
+pub mod runtime;
 pub mod server;

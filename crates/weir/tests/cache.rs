@@ -27,7 +27,7 @@ fn miss_then_hit_with_age_and_cache_status() {
         "weir; fwd=uri-miss; fwd-status=200; stored"
     );
     assert_eq!(first.header("x-cache"), Some("MISS"));
-    c.zone.advance_clock(5);
+    c.clock.advance(5);
     let second = get(&c, "/a", "");
     assert_eq!(second.text(), "body 1");
     assert_eq!(second.header("age"), Some("5"));
@@ -117,7 +117,7 @@ fn expiry_revalidation_and_304_updates_headers() {
     });
     let c = cache(&o.origin, "", "1m");
     assert_eq!(get(&c, "/r", "").text(), "payload");
-    c.zone.advance_clock(11);
+    c.clock.advance(11);
     let r = get(&c, "/r", "");
     assert_eq!(r.text(), "payload");
     assert_eq!(
@@ -130,7 +130,7 @@ fn expiry_revalidation_and_304_updates_headers() {
         "the 304's fields update the stored response"
     );
     assert_eq!(o.last().header("if-none-match"), Some("\"v1\""));
-    c.zone.advance_clock(50);
+    c.clock.advance(50);
     let r = get(&c, "/r", "");
     assert_eq!(status_of(&r), "weir; hit; ttl=50");
     assert_eq!(o.requests(), 2);
@@ -149,7 +149,7 @@ fn request_directives() {
     let r = get(&c, "/d", "Cache-Control: only-if-cached\r\n");
     assert_eq!(r.status, 504, "only-if-cached on a miss");
     get(&c, "/d", "");
-    c.zone.advance_clock(15);
+    c.clock.advance(15);
     assert_eq!(
         get(&c, "/d", "Cache-Control: max-stale=10\r\n").text(),
         "v1",
@@ -162,7 +162,7 @@ fn request_directives() {
     );
     let r = get(&c, "/d", "Cache-Control: no-cache\r\n");
     assert!(status_of(&r).contains("fwd=stale"), "{}", status_of(&r));
-    c.zone.advance_clock(-15);
+    c.clock.advance(-15);
     assert_eq!(o.requests(), 2);
 }
 
@@ -177,7 +177,7 @@ fn stale_while_revalidate_and_stale_if_error() {
     });
     let c = cache(&o.origin, "", "1m");
     get(&c, "/s", "");
-    c.zone.advance_clock(20);
+    c.clock.advance(20);
     let r = get(&c, "/s", "");
     assert_eq!(r.text(), "v1", "served stale at once");
     assert!(status_of(&r).contains("detail=stale-while-revalidate"));
@@ -207,7 +207,7 @@ fn stale_while_revalidate_and_stale_if_error() {
     let c2 = cache(&c2_origin.origin, "", "1m");
     get(&c2, "/e", "");
     drop(c2_origin);
-    c2.zone.advance_clock(60);
+    c2.clock.advance(60);
     let r = get(&c2, "/e", "");
     assert_eq!((r.status, r.text().as_str()), (200, "kept"));
     assert!(
@@ -485,7 +485,7 @@ fn bypass_by_method() {
     assert_eq!(o.last().line, "HEAD /m HTTP/1.1");
 
     let cfg = "cache_zones: { z: { max_size: 1m } }\nupstreams: { o: { servers: ['127.0.0.1:9'] } }\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: { upstream: o }\n        cache: { zone: z, bypass: { methods: [GET, POST] } }\n";
-    let err = weir::config::load_str(cfg, std::path::Path::new("."), |_| None)
+    let err = weir::runtime::load_str(cfg, std::path::Path::new("."), |_| None)
         .unwrap_err()
         .to_string();
     assert!(
@@ -651,7 +651,7 @@ fn write_timeout_bounds_each_stall_of_a_large_hit_not_the_transfer() {
         o.origin.addr
     );
     // An object must fit in one shard: 64m over 16 shards cannot take 32m objects.
-    let err = weir::config::load_str(
+    let err = weir::runtime::load_str(
         &yaml.replace("SHARDS", "16"),
         std::path::Path::new("."),
         |_| None,

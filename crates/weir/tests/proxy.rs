@@ -575,7 +575,7 @@ fn config_errors_for_upstreams_name_the_key() {
         ("listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: { upstream: missing }\n", "listeners[0].routes[0].proxy.upstream"),
     ];
     for (yaml, path) in bad {
-        let e = weir::config::load_str(yaml, std::path::Path::new("."), |_| None).unwrap_err();
+        let e = weir::runtime::load_str(yaml, std::path::Path::new("."), |_| None).unwrap_err();
         assert_eq!(e.path.as_deref(), Some(path), "{e}");
         assert!(e.line.is_some(), "{e}");
     }

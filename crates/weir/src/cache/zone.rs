@@ -4,13 +4,11 @@
 //! different keys do not queue on one lock.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use tokio::sync::watch;
-use weir_cache::MemoryStore;
+use weir_cache::{Clock, MemoryStore};
 use weir_http::Header;
 
 /// Where a coalesced fetch stands, as its waiters see it.
@@ -145,8 +143,8 @@ pub struct CacheZone {
     pub store: MemoryStore,
     inflight: Sharded<Arc<Inflight>>,
     hit_for_miss: Sharded<u64>,
-    /// Seconds added to the system clock: lets tests (and nothing else) move time forward.
-    skew: AtomicI64,
+    /// The clock the zone's freshness runs on (the registry's: see `runtime/registry.rs`).
+    clock: Arc<dyn Clock>,
 }
 
 /// The role a request gets for a missing key.
@@ -159,28 +157,19 @@ pub enum Role {
 }
 
 impl CacheZone {
-    pub fn new(name: &str, limit: u64, shards: usize) -> CacheZone {
+    pub fn new(name: &str, limit: u64, shards: usize, clock: Arc<dyn Clock>) -> CacheZone {
         CacheZone {
             name: name.to_string(),
             store: MemoryStore::new(limit, shards),
             inflight: Sharded::new(shards),
             hit_for_miss: Sharded::new(shards),
-            skew: AtomicI64::new(0),
+            clock,
         }
     }
 
     /// Unix seconds, as the cache sees them.
     pub fn now(&self) -> u64 {
-        let real = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0) as i64;
-        (real + self.skew.load(Ordering::Relaxed)).max(0) as u64
-    }
-
-    /// Moves the cache's clock forward (tests drive freshness without sleeping).
-    pub fn advance_clock(&self, secs: i64) {
-        self.skew.fetch_add(secs, Ordering::Relaxed);
+        self.clock.now()
     }
 
     /// Becomes the leader for `hash`, or a follower of the request already fetching it.
@@ -238,7 +227,8 @@ mod tests {
 
     #[test]
     fn coalescing_and_marks_are_per_key_across_shards() {
-        let zone = CacheZone::new("z", 1 << 20, 4);
+        let clock = Arc::new(weir_cache::ManualClock::new());
+        let zone = CacheZone::new("z", 1 << 20, 4, clock.clone());
         for hash in 0..16u64 {
             assert!(matches!(zone.join(hash), Role::Leader(_)), "{hash}");
             assert!(matches!(zone.join(hash), Role::Follower(_)), "{hash}");
@@ -252,17 +242,18 @@ mod tests {
         );
         zone.mark_hit_for_miss(7, 10);
         assert!(zone.is_hit_for_miss(7) && !zone.is_hit_for_miss(8));
-        zone.advance_clock(11);
+        clock.advance(11);
         assert!(!zone.is_hit_for_miss(7), "expired");
     }
 
     #[test]
     fn expired_hit_for_miss_marks_are_swept() {
-        let zone = CacheZone::new("z", 1 << 20, 1);
+        let clock = Arc::new(weir_cache::ManualClock::new());
+        let zone = CacheZone::new("z", 1 << 20, 1, clock.clone());
         for hash in 0..HIT_FOR_MISS_SWEEP as u64 {
             zone.mark_hit_for_miss(hash, 1);
         }
-        zone.advance_clock(5);
+        clock.advance(5);
         zone.mark_hit_for_miss(u64::MAX, 1);
         assert_eq!(
             zone.hit_for_miss.lock(0).len(),

@@ -1,30 +1,29 @@
 //! The background thread of the proxy: active HTTP health checks (rise/fall) and periodic DNS
 //! re-resolution of upstream servers given by name. It only writes the shared atomics the
 //! workers read (`Health`, `Server::addr`), so the request path never waits for it.
+//!
+//! It follows reloads: when the server publishes a new config it stops its checks and starts
+//! those of the new upstreams. Health and addresses are shared by name across configs
+//! (`runtime/registry.rs`), so a check's verdict carries over.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use arc_swap::ArcSwap;
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::upstream::{ActivePolicy, Server, Upstream};
+use crate::runtime::RuntimeConfig;
 
-/// Starts the thread if any upstream needs it; it ends when `shutdown` turns true.
+/// Starts the thread; it ends when `shutdown` turns true, and restarts its checks on the
+/// published config each time `reloaded` changes.
 pub fn spawn(
-    upstreams: Vec<Arc<Upstream>>,
+    published: Arc<ArcSwap<RuntimeConfig>>,
+    mut reloaded: watch::Receiver<u64>,
     mut shutdown: watch::Receiver<bool>,
-) -> Option<JoinHandle<()>> {
-    let needed = upstreams.iter().any(|u| {
-        u.active.is_some()
-            || u.servers
-                .iter()
-                .any(|s| s.host.parse::<std::net::IpAddr>().is_err())
-    });
-    if !needed {
-        return None;
-    }
+) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("weir-health".into())
         .spawn(move || {
@@ -40,20 +39,37 @@ pub fn spawn(
             };
             let local = tokio::task::LocalSet::new();
             local.block_on(&rt, async move {
-                for u in &upstreams {
-                    for i in 0..u.servers.len() {
-                        if let Some(policy) = u.active.clone() {
-                            tokio::task::spawn_local(check_loop(u.clone(), i, policy));
-                        }
-                        if u.servers[i].host.parse::<std::net::IpAddr>().is_err() {
-                            tokio::task::spawn_local(resolve_loop(u.clone(), i));
-                        }
+                loop {
+                    let tasks = start_checks(&published.load_full().upstreams);
+                    let stop = tokio::select! {
+                        _ = shutdown.wait_for(|s| *s) => true,
+                        changed = reloaded.changed() => changed.is_err(),
+                    };
+                    for t in tasks {
+                        t.abort();
+                    }
+                    if stop {
+                        return;
                     }
                 }
-                let _ = shutdown.wait_for(|s| *s).await;
             });
         })
-        .ok()
+}
+
+/// Starts the check and re-resolve loops `upstreams` need.
+fn start_checks(upstreams: &[Arc<Upstream>]) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    for u in upstreams {
+        for i in 0..u.servers.len() {
+            if let Some(policy) = u.active.clone() {
+                tasks.push(tokio::task::spawn_local(check_loop(u.clone(), i, policy)));
+            }
+            if u.servers[i].host.parse::<std::net::IpAddr>().is_err() {
+                tasks.push(tokio::task::spawn_local(resolve_loop(u.clone(), i)));
+            }
+        }
+    }
+    tasks
 }
 
 async fn check_loop(u: Arc<Upstream>, i: usize, p: ActivePolicy) {

@@ -19,6 +19,8 @@ const BUDGET_MAX: f64 = 100.0;
 /// Per-worker state of one upstream.
 #[derive(Debug)]
 pub struct WorkerUpstream {
+    /// What the state was built for: a reloaded upstream keeps it only if this is unchanged.
+    shape: Shape,
     balancer: RefCell<Box<dyn Balancer>>,
     active: RefCell<Vec<u32>>,
     pub pool: RefCell<Pool>,
@@ -40,10 +42,39 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// The parts of an upstream's config its per-worker state depends on.
+#[derive(Debug, PartialEq)]
+struct Shape {
+    servers: Vec<String>,
+    weights: Vec<u32>,
+    policy: super::balance::Policy,
+    max_idle: usize,
+    idle_timeout: std::time::Duration,
+}
+
+impl Shape {
+    fn of(up: &Upstream) -> Shape {
+        Shape {
+            servers: up.servers.iter().map(|s| s.name.clone()).collect(),
+            weights: up.weights.clone(),
+            policy: up.policy.clone(),
+            max_idle: up.max_idle,
+            idle_timeout: up.idle_timeout,
+        }
+    }
+}
+
 impl WorkerUpstream {
+    /// Whether this state can serve `up` (a reloaded upstream with the same servers, weights,
+    /// policy and pool settings keeps its warm connections, balancer position and budget).
+    pub fn fits(&self, up: &Upstream) -> bool {
+        self.shape == Shape::of(up)
+    }
+
     pub fn new(up: &Upstream) -> WorkerUpstream {
         let n = up.servers.len();
         WorkerUpstream {
+            shape: Shape::of(up),
             balancer: RefCell::new(new_balancer(&up.policy, n, up.ring.clone())),
             active: RefCell::new(vec![0; n]),
             pool: RefCell::new(Pool::new(n, up.max_idle, up.idle_timeout)),
@@ -61,7 +92,7 @@ impl WorkerUpstream {
         tried: &[usize],
     ) -> Option<usize> {
         let mut cands = self.scratch.borrow_mut();
-        crate::server::up_candidates(up, tried, &mut cands);
+        super::balance::up_candidates(up, tried, &mut cands);
         if cands.is_empty() {
             return None;
         }

@@ -106,6 +106,12 @@ impl Pool {
         None
     }
 
+    /// Closes every idle connection and takes no more (the upstream left the config).
+    pub fn retire(&mut self) {
+        self.per_server.iter_mut().for_each(VecDeque::clear);
+        self.max_idle = 0;
+    }
+
     /// Returns a connection for reuse (dropped if the pool is full or reuse is off).
     pub fn put(&mut self, server: usize, mut conn: UpstreamConn) {
         if self.max_idle == 0 || !conn.buf.is_empty() {

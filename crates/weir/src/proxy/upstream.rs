@@ -40,9 +40,10 @@ pub struct Server {
     pub name: String,
     pub host: String,
     pub port: u16,
-    /// The address connected to; re-resolved periodically for DNS names.
-    pub addr: ArcSwap<SocketAddr>,
-    pub health: Health,
+    /// The address connected to; re-resolved periodically for DNS names. Shared with the
+    /// configs before and after a reload (`runtime/registry.rs`), as is `health`.
+    pub addr: Arc<ArcSwap<SocketAddr>>,
+    pub health: Arc<Health>,
 }
 
 /// When to try another server.
@@ -141,6 +142,7 @@ impl Upstream {
         name: &str,
         u: model::Upstream,
         path: &str,
+        registry: &crate::runtime::Registry,
     ) -> Result<Upstream, CompileError> {
         if u.servers.is_empty() {
             return Err((
@@ -164,12 +166,14 @@ impl Upstream {
             }
             let (host, port) = parse_server(&address).map_err(|m| (key.clone(), m))?;
             let addr = resolve(&host, port).map_err(|m| (key.clone(), m))?;
+            let server_name = format!("{host}:{port}");
+            let shared = registry.server(name, &server_name, addr);
             servers.push(Server {
-                name: format!("{host}:{port}"),
+                name: server_name,
                 host,
                 port,
-                addr: ArcSwap::from_pointee(addr),
-                health: Health::default(),
+                addr: shared.addr,
+                health: shared.health,
             });
             weights.push(weight);
             backup.push(is_backup);

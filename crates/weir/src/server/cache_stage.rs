@@ -56,7 +56,7 @@ impl Conn {
         if !matches!(head.method, Method::Get | Method::Head) || bypassed(head, c).is_some() {
             return None;
         }
-        let zone = self.state.cfg.cache_zones[c.zone].clone();
+        let zone = self.rt.cfg.cache_zones[c.zone].clone();
         let key = c.key.key(head, "http");
         let Lookup::Found(obj) = zone.store.lookup(&key, |name| {
             vary_value(head, name, c.normalize_accept_encoding)
@@ -104,8 +104,8 @@ impl Conn {
         c: &CacheRoute,
         next: Next,
     ) -> Result<Next, ConnError> {
-        let state = self.state.clone();
-        let zone = state.cfg.cache_zones[c.zone].clone();
+        let rt = self.rt.clone();
+        let zone = rt.cfg.cache_zones[c.zone].clone();
         if matches!(&head.method, Method::Other(m) if &m[..] == b"PURGE") {
             return Ok(self.purge_request(head, c, &zone, next));
         }
@@ -224,8 +224,7 @@ impl Conn {
                 _ => return Ok(None),
             }
         };
-        let state = self.state.clone();
-        let idle = state.cfg.upstreams[p.upstream].idle_read_timeout;
+        let idle = self.rt.cfg.upstreams[p.upstream].idle_read_timeout;
         // Framing for this client: the known length, else chunks (1.1) or the close (1.0).
         let chunked = shared.content_length.is_none() && head.version == weir_http::Version::Http11;
         let next = if shared.content_length.is_none() && !chunked {
@@ -329,18 +328,11 @@ impl Conn {
                 if req_dirs.only_if_cached {
                     return Ok(self.cache_error(head, c, 504, "only-if-cached", next));
                 }
-                let state = self.state.clone();
+                let rt = self.rt.clone();
                 let validators = stored::revalidation_fields(&obj);
                 let request_time = zone.now();
-                match fetch_whole(
-                    &state,
-                    self.peer.ip(),
-                    head,
-                    p,
-                    &validators,
-                    c.max_object_size,
-                )
-                .await
+                match fetch_whole(&rt, self.peer.ip(), head, p, &validators, c.max_object_size)
+                    .await
                 {
                     Ok((resp, _)) if resp.status == 304 => {
                         Stats::bump(&zone.store.stats.revalidated);
@@ -540,14 +532,14 @@ impl Conn {
         let Role::Leader(inflight) = zone.join(key.hash) else {
             return;
         };
-        let (state, zone, key, head, peer) = (
-            self.state.clone(),
+        let (rt, zone, key, head, peer) = (
+            self.rt.clone(),
             zone.clone(),
             key.clone(),
             head.clone(),
             self.peer.ip(),
         );
-        let routes = self.routes.clone();
+        let routes = self.routes().clone();
         tokio::task::spawn_local(async move {
             let _guard = LeaderGuard {
                 zone: &zone,
@@ -562,7 +554,7 @@ impl Conn {
             let Some(c) = p.cache.as_ref() else { return };
             let request_time = zone.now();
             match fetch_whole(
-                &state,
+                &rt,
                 peer,
                 &head,
                 p,
@@ -659,7 +651,7 @@ impl Conn {
         zone: &CacheZone,
         next: Next,
     ) -> Next {
-        let server = self.state.cfg.server_header.clone();
+        let server = self.rt.cfg.server_header.clone();
         let conn = ConnHeader::for_response(next != Next::KeepAlive, head.version);
         if !c.may_purge(self.peer.ip()) {
             tracing::warn!(peer = %self.peer, "PURGE refused");
@@ -690,7 +682,7 @@ impl Conn {
         detail: &'static str,
         next: Next,
     ) -> Next {
-        let server = self.state.cfg.server_header.clone();
+        let server = self.rt.cfg.server_header.clone();
         let conn = ConnHeader::for_response(next != Next::KeepAlive, head.version);
         let mut line = BytesMut::new();
         CacheStatus {

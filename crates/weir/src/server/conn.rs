@@ -34,7 +34,7 @@ use weir_http::{parse_request, BodyDecoder, BodyEvent, BodyKind, Method, ParseEr
 
 use super::client_io::ClientIo;
 use super::forward::Exchange;
-use super::worker::WorkerState;
+use super::worker::{WorkerRuntime, WorkerState};
 use crate::actions::static_files::{StaticReply, INLINE_BODY};
 use crate::actions::Action;
 use crate::reply::{self, ConnHeader};
@@ -161,7 +161,10 @@ pub(crate) struct Conn {
     /// in one vectored write instead of being copied into it.
     segs: VecDeque<Bytes>,
     pub(super) state: Rc<WorkerState>,
-    pub(super) routes: Arc<RouteTable>,
+    /// The config the current request runs on (refreshed as each request starts).
+    pub(super) rt: Rc<WorkerRuntime>,
+    /// Index of the listener in the config: its routes are `rt.cfg.listeners[listener].routes`.
+    listener: usize,
     served: u64,
     /// Slot in the worker's connection slab.
     key: usize,
@@ -176,7 +179,7 @@ impl Conn {
         peer: SocketAddr,
         key: usize,
         state: Rc<WorkerState>,
-        routes: Arc<RouteTable>,
+        listener: usize,
     ) -> Conn {
         Conn {
             io: ClientIo::Fresh(stream),
@@ -184,8 +187,9 @@ impl Conn {
             buf: BytesMut::new(),
             out: BytesMut::new(),
             segs: VecDeque::new(),
+            rt: state.current(),
             state,
-            routes,
+            listener,
             served: 0,
             key,
             idle_timer: None,
@@ -197,7 +201,7 @@ impl Conn {
         if let Err(e) = self.run().await {
             tracing::debug!(peer = %self.peer, reason = %e, "closing connection");
             if let Some(status) = e.status() {
-                let server = self.state.cfg.server_header.clone();
+                let server = self.rt.cfg.server_header.clone();
                 reply::error(
                     &mut self.out,
                     status,
@@ -248,8 +252,9 @@ impl Conn {
 
     /// Returns the next request head, `None` when the connection ended cleanly between requests.
     async fn read_head(&mut self) -> Result<Option<RequestHead>, ConnError> {
-        let state = self.state.clone();
-        let cfg = &state.cfg;
+        self.rt = self.state.current();
+        let rt = self.rt.clone();
+        let cfg = &rt.cfg;
         let mut deadline = None;
         loop {
             if !self.buf.is_empty() {
@@ -340,13 +345,15 @@ impl Conn {
         ready?;
         self.buf = take_buf();
         self.out = take_buf();
+        // A config published while this connection was idle applies to its next request.
+        self.rt = self.state.current();
         Ok(Some(read_more(&mut self.io, &mut self.buf).await?))
     }
 
     /// Answers one request.
     async fn handle(&mut self, head: RequestHead) -> Result<Next, ConnError> {
-        let state = self.state.clone();
-        let cfg = &state.cfg;
+        let rt = self.rt.clone();
+        let cfg = &rt.cfg;
         let server = cfg.server_header.as_deref();
         if let BodyKind::Length(n) = head.body {
             if n > cfg.limits.max_body_bytes {
@@ -354,14 +361,14 @@ impl Conn {
             }
         }
         let head_only = head.method == Method::Head;
-        let routes = self.routes.clone();
+        let routes = self.routes().clone();
         let routed = routes.route(&head);
         if let Routed::Found(route) = &routed {
             if let Action::Proxy(p) = &route.action {
                 let max = cfg.limits.max_requests_per_connection;
                 let next = if !head.keep_alive
                     || (max > 0 && self.served >= max)
-                    || state.shutting_down.get()
+                    || self.state.shutting_down.get()
                 {
                     Next::Close
                 } else {
@@ -391,7 +398,7 @@ impl Conn {
         let next = if skip_body
             || !head.keep_alive
             || (max > 0 && self.served >= max)
-            || state.shutting_down.get()
+            || self.state.shutting_down.get()
         {
             Next::Close
         } else {
@@ -437,8 +444,8 @@ impl Conn {
 
     /// Reads the request body, keeping it when `keep`, enforcing `max_body_bytes`.
     async fn read_body(&mut self, head: &RequestHead, keep: bool) -> Result<BytesMut, ConnError> {
-        let state = self.state.clone();
-        let cfg = &state.cfg;
+        let rt = self.rt.clone();
+        let cfg = &rt.cfg;
         let limit = cfg.limits.max_body_bytes;
         let mut decoder = BodyDecoder::new(head.body);
         let mut body = BytesMut::new();
@@ -499,6 +506,11 @@ impl Conn {
         Ok(())
     }
 
+    /// The routes of this connection's listener, in the current request's config.
+    pub(super) fn routes(&self) -> &Arc<RouteTable> {
+        &self.rt.cfg.listeners[self.listener].routes
+    }
+
     /// Reads more of the client's bytes into the read buffer.
     pub(super) async fn read_more(&mut self) -> io::Result<usize> {
         read_more(&mut self.io, &mut self.buf).await
@@ -551,7 +563,7 @@ impl Conn {
         if !self.out.is_empty() {
             self.segs.push_back(self.out.split().freeze());
         }
-        let stall = self.state.cfg.timeouts.write;
+        let stall = self.rt.cfg.timeouts.write;
         while !self.segs.is_empty() {
             let mut iov = [io::IoSlice::new(&[]); IOV_MAX];
             let n = self.segs.len().min(IOV_MAX);

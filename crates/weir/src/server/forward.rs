@@ -34,8 +34,7 @@ use weir_http::response::{put_date, put_header, put_status_line_with, put_u64};
 use weir_http::{BodyDecoder, BodyEvent, BodyKind, Method, RequestHead, ResponseHead, Version};
 
 use super::conn::{Conn, ConnError, Next};
-use super::worker::WorkerState;
-use crate::proxy::balance::candidates;
+use super::worker::WorkerRuntime;
 use crate::proxy::headers::forwarded_node;
 use crate::proxy::pool::UpstreamConn;
 use crate::proxy::route::{HostMode, ProxyRoute};
@@ -191,9 +190,9 @@ impl Conn {
         mut next: Next,
         ex: &mut Exchange<'_>,
     ) -> Result<Next, ConnError> {
-        let state = self.state.clone();
-        let up: &Upstream = &state.cfg.upstreams[route.upstream];
-        let wu = &state.upstreams[route.upstream];
+        let rt = self.rt.clone();
+        let up: &Upstream = &rt.cfg.upstreams[route.upstream];
+        let wu = &rt.upstreams[route.upstream];
         wu.deposit_budget(up.retry.budget);
         let has_body = head.body != BodyKind::Empty;
         let idempotent = matches!(
@@ -366,7 +365,7 @@ impl Conn {
         tracing::warn!(upstream = %up.name, server = %server_name, status = f.status(), reason = %f.reason(), "upstream failure");
         let next = if has_body { Next::Close } else { next };
         let conn = ConnHeader::for_response(next != Next::KeepAlive, head.version);
-        let server_header = self.state.cfg.server_header.clone();
+        let server_header = self.rt.cfg.server_header.clone();
         reply::error(
             &mut self.out,
             f.status(),
@@ -420,8 +419,8 @@ impl Conn {
         head: &RequestHead,
         mut req: BytesMut,
     ) -> Result<Sent, ConnError> {
-        let state = self.state.clone();
-        let limit = state.cfg.limits.max_body_bytes;
+        let rt = self.rt.clone();
+        let limit = rt.cfg.limits.max_body_bytes;
         let chunked = head.body == BodyKind::Chunked;
         let mut decoder = BodyDecoder::new(head.body);
         let mut continued = !head.expect_continue;
@@ -466,7 +465,7 @@ impl Conn {
                         continued = true;
                     }
                     self.flush().await?;
-                    let n = timeout(state.cfg.timeouts.body, self.read_more())
+                    let n = timeout(rt.cfg.timeouts.body, self.read_more())
                         .await
                         .map_err(|_| ConnError::BodyTimeout)??;
                     if n == 0 {
@@ -671,15 +670,15 @@ impl Conn {
 /// background): pick a server, send `head` (client conditionals dropped) plus `extra` fields,
 /// read the whole response. Bodies over `max_body` fail: the caller falls back to a plain forward.
 pub(crate) async fn fetch_whole(
-    state: &WorkerState,
+    rt: &WorkerRuntime,
     peer: std::net::IpAddr,
     head: &RequestHead,
     route: &ProxyRoute,
     extra: &[u8],
     max_body: usize,
 ) -> Result<(ResponseHead, bytes::Bytes), Failure> {
-    let up: &Upstream = &state.cfg.upstreams[route.upstream];
-    let wu = &state.upstreams[route.upstream];
+    let up: &Upstream = &rt.cfg.upstreams[route.upstream];
+    let wu = &rt.upstreams[route.upstream];
     let mut stale_retry = true;
     loop {
         let server = wu.pick(up, peer, head, &[]).ok_or(Failure::NoServer)?;
@@ -992,15 +991,5 @@ async fn read_response_head(
             Ok(Ok(0)) => return Err(Failure::Reset("closed before a response".into())),
             Ok(Ok(_)) => {}
         }
-    }
-}
-
-/// The candidate list for an upstream now.
-pub(crate) fn up_candidates(up: &Upstream, tried: &[usize], out: &mut Vec<usize>) {
-    let now = now_ms();
-    candidates(&up.backup, |i| up.is_up(i, now) && !tried.contains(&i), out);
-    if out.is_empty() && !tried.is_empty() {
-        // Every server was tried once: allow another go at those still up.
-        candidates(&up.backup, |i| up.is_up(i, now), out);
     }
 }

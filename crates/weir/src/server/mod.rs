@@ -22,12 +22,17 @@ use std::thread::JoinHandle;
 
 use tokio::sync::watch;
 
-use crate::config::RuntimeConfig;
-pub(crate) use forward::up_candidates;
+use arc_swap::ArcSwap;
+
+use crate::runtime::RuntimeConfig;
 
 /// A running server.
 #[derive(Debug)]
 pub struct ServerHandle {
+    /// The config requests start on; swapped by [`ServerHandle::reload`].
+    published: Arc<ArcSwap<RuntimeConfig>>,
+    /// Tells the health thread the upstreams may have changed.
+    reloaded: watch::Sender<u64>,
     addrs: Vec<SocketAddr>,
     admin: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
@@ -67,19 +72,25 @@ pub fn start(cfg: RuntimeConfig) -> io::Result<ServerHandle> {
         }
     }
     let (tx, rx) = watch::channel(false);
+    let (reloaded, generation) = watch::channel(0u64);
+    let published = Arc::new(ArcSwap::new(cfg));
     let mut threads = Vec::with_capacity(workers + 1);
-    if let Some(t) = crate::proxy::health::spawn(cfg.upstreams.clone(), rx.clone()) {
-        threads.push(t);
-    }
+    threads.push(crate::proxy::health::spawn(
+        published.clone(),
+        generation,
+        rx.clone(),
+    )?);
     for (id, listening) in per_worker.into_iter().enumerate() {
-        let cfg = cfg.clone();
+        let published = published.clone();
         let rx = rx.clone();
         let t = std::thread::Builder::new()
             .name(format!("weir-worker-{id}"))
-            .spawn(move || worker::run(id, cfg, listening, rx))?;
+            .spawn(move || worker::run(id, published, listening, rx))?;
         threads.push(t);
     }
     Ok(ServerHandle {
+        published,
+        reloaded,
         addrs,
         admin,
         shutdown: tx,
@@ -87,7 +98,69 @@ pub fn start(cfg: RuntimeConfig) -> io::Result<ServerHandle> {
     })
 }
 
+/// Why a new config was not swapped in (the running one stays).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReloadError(pub String);
+
+impl std::fmt::Display for ReloadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ReloadError {}
+
 impl ServerHandle {
+    /// Swaps in `cfg`, compiled against [`ServerHandle::registry`]: requests that start from
+    /// now on run on it; requests in flight finish on the config they began with. Cache zones,
+    /// their objects and upstream health carry over by name (`runtime/registry.rs`).
+    ///
+    /// Listeners and the worker count are bound at start: a config that changes them is
+    /// refused, and the running config stays.
+    pub fn reload(&self, cfg: RuntimeConfig) -> Result<(), ReloadError> {
+        let old = self.published.load_full();
+        if !Arc::ptr_eq(&cfg.registry, &old.registry) {
+            return Err(ReloadError(
+                "the new config was not compiled against this server's registry".into(),
+            ));
+        }
+        if cfg.workers != old.workers {
+            return Err(ReloadError(format!(
+                "workers: changing it ({} → {}) needs a restart",
+                old.workers, cfg.workers
+            )));
+        }
+        let same_listeners = cfg.listeners.len() == old.listeners.len()
+            && cfg
+                .listeners
+                .iter()
+                .zip(&old.listeners)
+                .all(|(a, b)| a.address == b.address && a.admin == b.admin);
+        if !same_listeners {
+            return Err(ReloadError(
+                "listeners: adding, removing or moving a listener needs a restart".into(),
+            ));
+        }
+        let registry = cfg.registry.clone();
+        let cfg = Arc::new(cfg);
+        self.published.store(cfg.clone());
+        registry.retain(&cfg);
+        self.reloaded.send_modify(|g| *g += 1);
+        tracing::info!("configuration reloaded");
+        Ok(())
+    }
+
+    /// The registry the running config was compiled against: compile a new config against it
+    /// (`runtime::compile_str`) to [`ServerHandle::reload`] it.
+    pub fn registry(&self) -> Arc<crate::runtime::Registry> {
+        self.published.load().registry.clone()
+    }
+
+    /// The config requests start on now.
+    pub fn config(&self) -> Arc<RuntimeConfig> {
+        self.published.load_full()
+    }
+
     /// The bound address of each (non-admin) listener, in config order (port 0 resolved).
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.addrs

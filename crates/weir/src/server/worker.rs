@@ -7,6 +7,13 @@
 //! holding its abort handle and an `idle` flag it flips around its keep-alive wait (two `Cell`
 //! writes). On shutdown the worker aborts the idle ones; busy ones see `shutting_down` and
 //! close after their response. No timer or notifier is registered per request for this.
+//!
+//! Config swaps: the server publishes the current `RuntimeConfig` in an `ArcSwap`. Each request
+//! starts with [`WorkerState::current`]: one pointer compare against the worker's cached copy
+//! (`arc_swap::Cache`) in the steady state. When it changed, the worker builds a new
+//! [`WorkerRuntime`], carrying over each upstream's per-worker state (pool, balancer, budget)
+//! by name when its servers and policy are unchanged. A request keeps the `Rc<WorkerRuntime>`
+//! it started with, so indices into its config stay valid to its end.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -18,9 +25,11 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::{watch, Notify};
 use tokio::task::AbortHandle;
 
+use arc_swap::ArcSwap;
+
 use super::conn::Conn;
-use crate::config::RuntimeConfig;
 use crate::proxy::local::WorkerUpstream;
+use crate::runtime::RuntimeConfig;
 
 /// A listening socket handed to a worker.
 #[derive(Debug)]
@@ -30,10 +39,50 @@ pub(crate) struct Listening {
     pub listener: usize,
 }
 
+/// The config as this worker runs it: the published `RuntimeConfig` and this worker's state for
+/// each of its upstreams, indexed like `cfg.upstreams`.
+#[derive(Debug)]
+pub(crate) struct WorkerRuntime {
+    pub cfg: Arc<RuntimeConfig>,
+    pub upstreams: Vec<Rc<WorkerUpstream>>,
+}
+
+impl WorkerRuntime {
+    /// The runtime for `cfg`, keeping `old`'s per-upstream state where it still fits.
+    fn build(cfg: Arc<RuntimeConfig>, old: Option<&WorkerRuntime>) -> WorkerRuntime {
+        let upstreams = cfg
+            .upstreams
+            .iter()
+            .map(|up| {
+                old.and_then(|o| {
+                    o.cfg
+                        .upstreams
+                        .iter()
+                        .zip(&o.upstreams)
+                        .find(|(u, w)| u.name == up.name && w.fits(up))
+                        .map(|(_, w)| w.clone())
+                })
+                .unwrap_or_else(|| Rc::new(WorkerUpstream::new(up)))
+            })
+            .collect::<Vec<_>>();
+        // State not carried over closes its idle connections now rather than when the last
+        // request holding the old runtime ends.
+        for w in old.iter().flat_map(|o| &o.upstreams) {
+            if !upstreams.iter().any(|n| Rc::ptr_eq(n, w)) {
+                w.pool.borrow_mut().retire();
+            }
+        }
+        WorkerRuntime { cfg, upstreams }
+    }
+}
+
+type Published = Arc<ArcSwap<RuntimeConfig>>;
+
 /// State shared by the tasks of one worker.
 #[derive(Debug)]
 pub(crate) struct WorkerState {
-    pub cfg: Arc<RuntimeConfig>,
+    published: RefCell<arc_swap::Cache<Published, Arc<RuntimeConfig>>>,
+    runtime: RefCell<Rc<WorkerRuntime>>,
     pub active: Cell<usize>,
     pub max_active: usize,
     pub slot_freed: Notify,
@@ -42,8 +91,6 @@ pub(crate) struct WorkerState {
     pub shutting_down: Cell<bool>,
     /// One slot per open connection.
     pub conns: RefCell<Slab<ConnSlot>>,
-    /// Per-upstream state of this worker, indexed like `cfg.upstreams`.
-    pub upstreams: Vec<WorkerUpstream>,
 }
 
 /// What the worker knows about one connection.
@@ -55,6 +102,19 @@ pub(crate) struct ConnSlot {
 }
 
 impl WorkerState {
+    /// The config a request starting now runs on.
+    pub(crate) fn current(&self) -> Rc<WorkerRuntime> {
+        let mut published = self.published.borrow_mut();
+        let cfg = published.load();
+        let cached = self.runtime.borrow().clone();
+        if Arc::ptr_eq(cfg, &cached.cfg) {
+            return cached;
+        }
+        let fresh = Rc::new(WorkerRuntime::build(cfg.clone(), Some(&cached)));
+        *self.runtime.borrow_mut() = fresh.clone();
+        fresh
+    }
+
     /// Marks connection `key` idle or busy.
     pub(crate) fn set_idle(&self, key: usize, idle: bool) {
         if let Some(slot) = self.conns.borrow().get(key) {
@@ -77,10 +137,11 @@ impl Drop for ActiveGuard {
 
 pub(crate) fn run(
     id: usize,
-    cfg: Arc<RuntimeConfig>,
+    published: Published,
     listening: Vec<Listening>,
     shutdown: watch::Receiver<bool>,
 ) {
+    let cfg = published.load_full();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -98,18 +159,14 @@ pub(crate) fn run(
         .div_ceil(cfg.workers.max(1))
         .max(1);
     let state = Rc::new(WorkerState {
-        cfg: cfg.clone(),
+        runtime: RefCell::new(Rc::new(WorkerRuntime::build(cfg.clone(), None))),
+        published: RefCell::new(arc_swap::Cache::new(published)),
         active: Cell::new(0),
         max_active,
         slot_freed: Notify::new(),
         shutdown: shutdown.clone(),
         shutting_down: Cell::new(false),
         conns: RefCell::new(Slab::new()),
-        upstreams: cfg
-            .upstreams
-            .iter()
-            .map(|u| WorkerUpstream::new(u))
-            .collect(),
     });
     local.block_on(&rt, async move {
         for l in listening {
@@ -135,7 +192,7 @@ pub(crate) fn run(
                 }
             }
         }
-        let deadline = tokio::time::Instant::now() + cfg.timeouts.shutdown;
+        let deadline = tokio::time::Instant::now() + state.current().cfg.timeouts.shutdown;
         while state.active.get() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -158,7 +215,6 @@ async fn accept_loop(
     index: usize,
 ) {
     let mut shutdown = state.shutdown.clone();
-    let routes = state.cfg.listeners[index].routes.clone();
     loop {
         while state.active.get() >= state.max_active {
             tokio::select! {
@@ -186,7 +242,7 @@ async fn accept_loop(
                         idle: Cell::new(false),
                     });
                     let guard = ActiveGuard(state.clone(), key);
-                    let conn = Conn::new(stream, peer, key, state.clone(), routes.clone());
+                    let conn = Conn::new(stream, peer, key, state.clone(), index);
                     let task = tokio::task::spawn_local(async move {
                         conn.serve().await;
                         drop(guard);

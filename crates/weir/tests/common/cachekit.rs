@@ -59,6 +59,8 @@ pub fn resp(status: &str, headers: &str, body: &str) -> String {
 pub struct Cache {
     pub srv: TestServer,
     pub zone: Arc<weir::cache::CacheZone>,
+    /// The zone's clock: tests move time with `clock.advance(secs)`.
+    pub clock: Arc<weir_cache::ManualClock>,
     pub admin: std::net::SocketAddr,
 }
 
@@ -67,7 +69,10 @@ pub fn cache(origin: &Origin, cache_opts: &str, zone_size: &str) -> Cache {
         "workers: 2\ncache_zones:\n  main: {{ max_size: {zone_size} }}\nadmin: {{ address: 127.0.0.1:0 }}\nupstreams:\n  o:\n    servers: ['{}']\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: {{ upstream: o }}\n        cache: {{ zone: main{cache_opts} }}\n",
         origin.addr
     );
-    let cfg = weir::config::load_str(&yaml, std::path::Path::new("."), |_| None).unwrap();
+    let clock = Arc::new(weir_cache::ManualClock::new());
+    let registry = Arc::new(weir::runtime::Registry::with_clock(clock.clone()));
+    let cfg =
+        weir::runtime::compile_str(&yaml, std::path::Path::new("."), |_| None, &registry).unwrap();
     let zone = cfg.cache_zones[0].clone();
     let handle = weir::server::start(cfg).unwrap();
     let addr = handle.local_addrs()[0];
@@ -78,6 +83,7 @@ pub fn cache(origin: &Origin, cache_opts: &str, zone_size: &str) -> Cache {
             addr,
         },
         zone,
+        clock,
         admin,
     }
 }

@@ -38,7 +38,7 @@ impl Drop for TestServer {
 
 /// Starts a server from a full YAML config (its first listener should use port 0).
 pub fn start_config(yaml: &str) -> TestServer {
-    let cfg = weir::config::load_str(yaml, Path::new("."), |v| std::env::var(v).ok()).unwrap();
+    let cfg = weir::runtime::load_str(yaml, Path::new("."), |v| std::env::var(v).ok()).unwrap();
     let handle = weir::server::start(cfg).unwrap();
     let addr = handle.local_addrs()[0];
     TestServer {

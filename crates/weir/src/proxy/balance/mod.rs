@@ -139,3 +139,13 @@ mod tests {
         assert!(out.is_empty());
     }
 }
+
+/// The candidate list for an upstream now.
+pub(crate) fn up_candidates(up: &super::upstream::Upstream, tried: &[usize], out: &mut Vec<usize>) {
+    let now = super::upstream::now_ms();
+    candidates(&up.backup, |i| up.is_up(i, now) && !tried.contains(&i), out);
+    if out.is_empty() && !tried.is_empty() {
+        // Every server was tried once: allow another go at those still up.
+        candidates(&up.backup, |i| up.is_up(i, now), out);
+    }
+}

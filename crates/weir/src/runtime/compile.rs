@@ -1,17 +1,21 @@
 //! model → RuntimeConfig: resolve addresses, check cross-field rules, precompile routes and
-//! actions. Errors are `(key path, message)`; the caller adds the line.
+//! actions, and take zones and server state from the registry. Errors are `(key path,
+//! message)`; the caller adds the line.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{model, BaseDir, Limits, ListenerConfig, RuntimeConfig, Timeouts};
+use super::{Limits, ListenerConfig, Registry, RuntimeConfig, Timeouts};
+use crate::config::{check_header_value, model, BaseDir, CompileError};
 use crate::routes::RouteTable;
 
-pub(crate) type CompileError = (String, String);
-
-pub(crate) fn compile(file: model::File, base: &BaseDir) -> Result<RuntimeConfig, CompileError> {
+pub(crate) fn compile(
+    file: model::File,
+    base: &BaseDir,
+    registry: &Arc<Registry>,
+) -> Result<RuntimeConfig, CompileError> {
     let workers = match file.workers {
         model::Workers::Auto => std::thread::available_parallelism()
             .map(|n| n.get())
@@ -77,7 +81,12 @@ pub(crate) fn compile(file: model::File, base: &BaseDir) -> Result<RuntimeConfig
     let mut upstreams = Vec::with_capacity(file.upstreams.len());
     let mut upstream_index = std::collections::HashMap::new();
     for (name, u) in file.upstreams {
-        let up = crate::proxy::upstream::Upstream::compile(&name, u, &format!("upstreams.{name}"))?;
+        let up = crate::proxy::upstream::Upstream::compile(
+            &name,
+            u,
+            &format!("upstreams.{name}"),
+            registry,
+        )?;
         upstream_index.insert(name, upstreams.len());
         upstreams.push(Arc::new(up));
     }
@@ -100,11 +109,7 @@ pub(crate) fn compile(file: model::File, base: &BaseDir) -> Result<RuntimeConfig
             name.clone(),
             (cache_zones.len(), z.max_size.0 / z.shards as u64),
         );
-        cache_zones.push(Arc::new(crate::cache::CacheZone::new(
-            &name,
-            z.max_size.0,
-            z.shards,
-        )));
+        cache_zones.push(registry.zone(&name, z.max_size.0, z.shards));
     }
     let refs = crate::routes::Refs {
         upstreams: &upstream_index,
@@ -149,6 +154,7 @@ pub(crate) fn compile(file: model::File, base: &BaseDir) -> Result<RuntimeConfig
         listeners,
         upstreams,
         cache_zones,
+        registry: registry.clone(),
     })
 }
 
@@ -171,24 +177,4 @@ fn resolve(addr: &str) -> Result<SocketAddr, String> {
         .map_err(|e| format!("cannot resolve {addr:?}: {e}"))?
         .next()
         .ok_or_else(|| format!("{addr:?} resolved to no address"))
-}
-
-/// Header values must not be able to break the response framing.
-pub(crate) fn check_header_value(v: &str) -> Result<(), String> {
-    if v.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
-        return Err("header values must not contain control characters or line breaks".into());
-    }
-    Ok(())
-}
-
-/// Header names must be RFC 9110 tokens.
-pub(crate) fn check_header_name(n: &str) -> Result<(), String> {
-    let ok = !n.is_empty()
-        && n.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("{n:?} is not a valid header name"))
-    }
 }

@@ -1,0 +1,165 @@
+//! The running form of a config. [`compile`] turns a parsed [`config::Source`] into an immutable
+//! [`RuntimeConfig`]: resolved addresses, route tables, precomputed header values, and the
+//! upstreams and cache zones it uses, whose live state (stores, health) comes from a
+//! [`Registry`] by name. The server publishes the current `RuntimeConfig` through an `ArcSwap`;
+//! each request runs on the one that was current when it began, so a reload never changes a
+//! request halfway (`server/worker.rs`).
+//!
+//! Why a module apart from `config/`: the config is text and a model, and knows nothing of
+//! routes, proxies or caches; this module is where those meet. `config/` imports none of them,
+//! so it stays a leaf.
+
+mod compile;
+pub mod registry;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::config::{self, ConfigError};
+use crate::routes::RouteTable;
+pub use registry::Registry;
+
+/// The compiled, validated configuration.
+#[derive(Debug)]
+pub struct RuntimeConfig {
+    /// Number of worker threads (resolved from `auto`).
+    pub workers: usize,
+    /// `Server` header value, if one is sent.
+    pub server_header: Option<Bytes>,
+    pub limits: Limits,
+    pub timeouts: Timeouts,
+    pub listeners: Vec<ListenerConfig>,
+    /// Upstream pools, indexed by `ProxyRoute::upstream`.
+    pub upstreams: Vec<Arc<crate::proxy::upstream::Upstream>>,
+    /// Cache zones, indexed by `CacheRoute::zone`.
+    pub cache_zones: Vec<Arc<crate::cache::CacheZone>>,
+    /// Where the zones and server health came from; a reload compiles against the same one.
+    pub registry: Arc<Registry>,
+}
+
+/// Compiled limits.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub head: weir_http::Limits,
+    pub max_body_bytes: u64,
+    pub max_connections: usize,
+    pub max_requests_per_connection: u64,
+    pub backlog: u32,
+}
+
+/// Compiled timeouts.
+#[derive(Debug, Clone)]
+pub struct Timeouts {
+    pub header: Duration,
+    pub body: Duration,
+    pub keepalive: Duration,
+    pub write: Duration,
+    pub shutdown: Duration,
+}
+
+/// One listening socket and its routes.
+#[derive(Debug)]
+pub struct ListenerConfig {
+    pub address: SocketAddr,
+    /// TCP_DEFER_ACCEPT on the listening socket.
+    pub defer_accept: bool,
+    /// The admin listener (serves purges and stats, no user routes).
+    pub admin: bool,
+    pub routes: Arc<RouteTable>,
+}
+
+/// Compiles a parsed config against `registry`.
+pub fn compile(
+    source: config::Source,
+    registry: &Arc<Registry>,
+) -> Result<RuntimeConfig, ConfigError> {
+    let config::Source { file, base, index } = source;
+    compile::compile(file, &base, registry).map_err(|e| ConfigError::located(&index, e))
+}
+
+/// Parses and compiles config text against a new registry (see [`compile_str`] to reuse one).
+pub fn load_str(
+    text: &str,
+    base: &Path,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<RuntimeConfig, ConfigError> {
+    compile_str(text, base, env, &Arc::new(Registry::default()))
+}
+
+/// Parses and compiles config text against `registry`.
+pub fn compile_str(
+    text: &str,
+    base: &Path,
+    env: impl Fn(&str) -> Option<String>,
+    registry: &Arc<Registry>,
+) -> Result<RuntimeConfig, ConfigError> {
+    compile(config::load_str(text, base, env)?, registry)
+}
+
+/// Reads, parses and compiles a config file against `registry`.
+pub fn load_file(path: &Path, registry: &Arc<Registry>) -> Result<RuntimeConfig, ConfigError> {
+    let source = config::load_file(path)?;
+    compile(source, registry).map_err(|mut e| {
+        e.file = Some(path.display().to_string());
+        e
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<RuntimeConfig, ConfigError> {
+        load_str(text, Path::new("."), |_| None)
+    }
+
+    #[test]
+    fn embedded_default_compiles() {
+        let c = load(config::DEFAULT_CONFIG).unwrap();
+        assert_eq!(c.listeners[0].address.to_string(), "127.0.0.1:8080");
+    }
+
+    #[test]
+    fn compile_errors_name_path_and_line() {
+        let e = load("listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - match:\n          path_regex: '('\n        echo: {}\n")
+            .unwrap_err();
+        assert_eq!(e.line, Some(5), "{e}");
+        assert_eq!(
+            e.path.as_deref(),
+            Some("listeners[0].routes[0].match.path_regex")
+        );
+        let e =
+            load("listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - match: {path: /}\n")
+                .unwrap_err();
+        assert!(e.message.contains("exactly one action"), "{e}");
+        assert_eq!(e.line, Some(4));
+        let e = load("listeners:\n  - address: nowhere\n").unwrap_err();
+        assert_eq!(e.path.as_deref(), Some("listeners[0].address"));
+        let e = load("workers: 0\nlisteners: []\n").unwrap_err();
+        assert!(e.to_string().contains("workers"), "{e}");
+    }
+
+    #[test]
+    fn a_recompile_finds_the_same_zone_and_health_and_forgets_removed_names() {
+        let reg = Arc::new(Registry::default());
+        let text = |zone: &str, size: &str| {
+            format!("cache_zones: {{ {zone}: {{ max_size: {size} }} }}\nupstreams: {{ o: {{ servers: ['127.0.0.1:9', '127.0.0.1:10'] }} }}\nlisteners: []\n")
+        };
+        let a = compile_str(&text("z", "1m"), Path::new("."), |_| None, &reg).unwrap();
+        let b = compile_str(&text("z", "1m"), Path::new("."), |_| None, &reg).unwrap();
+        assert!(Arc::ptr_eq(&a.cache_zones[0], &b.cache_zones[0]));
+        assert!(Arc::ptr_eq(
+            &a.upstreams[0].servers[1].health,
+            &b.upstreams[0].servers[1].health
+        ));
+        let resized = compile_str(&text("z", "2m"), Path::new("."), |_| None, &reg).unwrap();
+        assert!(!Arc::ptr_eq(&a.cache_zones[0], &resized.cache_zones[0]));
+        let renamed = compile_str(&text("y", "1m"), Path::new("."), |_| None, &reg).unwrap();
+        reg.retain(&renamed);
+        assert_eq!(reg.len(), (1, 2));
+    }
+}
