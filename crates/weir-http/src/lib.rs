@@ -11,6 +11,8 @@
 //!   names and values are `Bytes` slices of the read buffer, never copies.
 //! * [`framing`]: RFC 9112 §6 message-body rules (Content-Length vs Transfer-Encoding, keep-alive).
 //! * [`body`]: the body decoder (content-length, chunked with trailers, close-delimited).
+//! * [`reply`]: the [`Reply`] every producer builds, its one HTTP/1.1 encoder, and the one
+//!   chunked encoder.
 //! * [`response`]: encoding helpers (status lines, headers, canned error responses).
 //! * [`response_head`]: parse an upstream's response head and its framing (for the proxy).
 //! * [`date`]: the `Date` header, rendered at most once per second per thread.
@@ -31,6 +33,7 @@ pub mod error;
 pub mod framing;
 pub mod hop;
 mod offsets;
+pub mod reply;
 pub mod request;
 pub mod response;
 pub mod response_head;
@@ -39,5 +42,6 @@ pub use authority::Authority;
 pub use body::{BodyDecoder, BodyEvent};
 pub use error::ParseError;
 pub use framing::BodyKind;
+pub use reply::{Base, BodyEncoding, Framing, Persistence, Reply};
 pub use request::{parse_request, Header, Limits, Method, RequestHead, Version};
 pub use response_head::{parse_response, ResponseHead};

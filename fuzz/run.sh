@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Short fuzz runs of the request parser and the chunked decoder (nightly + cargo-fuzz).
+#   fuzz/run.sh            60 s per target
+#   SECS=600 fuzz/run.sh   longer
+# Crashes land in fuzz/artifacts/<target>/; new inputs grow fuzz/corpus/<target>/ (copied from
+# a scratch directory so the checked-in seeds stay small).
+set -euo pipefail
+cd "$(dirname "$0")"
+SECS=${SECS:-60}
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+rustup toolchain list | grep -q nightly || rustup toolchain install nightly --profile minimal
+for t in request_parser chunked_decoder; do
+  work=$(mktemp -d)
+  cp corpus/$t/* "$work"/
+  echo "== $t for ${SECS}s"
+  cargo +nightly fuzz run "$t" "$work" -- -max_total_time="$SECS" -max_len=4096
+  echo "$t: $(ls "$work" | wc -l) inputs in the working corpus ($work)"
+done
