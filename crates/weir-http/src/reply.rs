@@ -50,6 +50,9 @@ pub enum Persistence {
     Close,
 }
 
+/// A filter's test for base fields it removes (names compared case-insensitively by it).
+pub type DropFn<'a> = &'a dyn Fn(&[u8]) -> bool;
+
 /// Most slices of added fields and of pre-rendered lines a reply carries.
 const MAX_PARTS: usize = 4;
 
@@ -60,8 +63,8 @@ pub struct Reply<'a> {
     /// The reason phrase as received; empty: the standard one.
     pub reason: &'a [u8],
     pub base: Base<'a>,
-    /// Base fields a filter removes (names compared case-insensitively by the filter).
-    pub drop: Option<&'a dyn Fn(&[u8]) -> bool>,
+    /// Base fields a filter removes.
+    pub drop: Option<DropFn<'a>>,
     added: [&'a [(Bytes, Bytes)]; MAX_PARTS],
     lines: [&'a [u8]; MAX_PARTS],
     /// Add a `Date` field (when the base has none).
