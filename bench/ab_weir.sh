@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A/B of two weir builds in the same run, for hot-path changes: the scenarios of bench/core.sh
 # (hello keep-alive at -c100 and -c1000, Connection: close at -c200) and of
-# bench/seed000_cache.sh (cache hits of 12 B and 1 KiB at -c100 and -c1000). Each binary runs
+# bench/seed000_cache.sh (cache hits of 12 B and 1 KiB at -c100 and -c1000), and instruction
+# counts for those plus a proxied 1 KiB response (examples/proxy.yaml). Each binary runs
 # one worker on core 0, wrk -t1 on core 1; every cell is measured ROUNDS times with the order of
 # the two binaries alternated, and the medians are reported with the new/old ratio.
 # Besides CPU µs per request (user+sys from /proc/PID/stat), it reports user-space instructions
@@ -112,9 +113,9 @@ for ((r = 0; r < ROUNDS; r++)); do
 done
 
 # Instruction counts, once per binary and kind of request (they barely vary between runs).
-for k in "hello-ka|hello|/hello|-c 10" "hello-close|hello|/hello|-c 10 --close" "hit-1KiB|cache|/s1024|-c 10"; do
+for k in "hello-ka|hello|/hello|-c 10" "hello-close|hello|/hello|-c 10 --close" "hit-1KiB|cache|/s1024|-c 10" "proxy-1KiB|proxy|/s1024|-c 10"; do
   IFS='|' read -r name kind path args <<<"$k"
-  cfg="$ROOT/examples/hello.yaml"; [ "$kind" = cache ] && cfg="$ROOT/examples/cache.yaml"
+  cfg="$ROOT/examples/$kind.yaml"
   for which in old new; do
     if [ "$which" = old ]; then bin=$OLD_WEIR; else bin=$NEW_WEIR; fi
     # shellcheck disable=SC2086
@@ -131,6 +132,7 @@ OUT="$ROOT/bench/results/ab-$(date -u +%Y%m%d-%H%M).md"
   machine_info
   echo "- old: ${OLD_REV:-$OLD_WEIR}; each cell: wrk -t1 -d$DUR, median of $ROUNDS rounds, order alternated"
   echo
+  if [ "$ROUNDS" -gt 0 ]; then
   echo "| cell | old CPU µs/req | new CPU µs/req | new/old | old req/s | new req/s | old p99 µs | new p99 µs |"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|"
   for cell in "${CELLS[@]}"; do
@@ -139,20 +141,23 @@ OUT="$ROOT/bench/results/ab-$(date -u +%Y%m%d-%H%M).md"
     echo "| $name | $oc | $nc | $(ratio "$nc" "$oc") | $(median ${RPSV[$name,old]}) | $(median ${RPSV[$name,new]}) | $(median ${P99[$name,old]}) | $(median ${P99[$name,new]}) |"
   done
   echo
+  fi
   echo "User-space instructions per request (callgrind, $CG_N requests after a 500-request warm-up, weir bench -c 10):"
   echo
   echo "| request | old | new | new/old |"
   echo "|---|---:|---:|---:|"
-  for name in hello-ka hello-close hit-1KiB; do
+  for name in hello-ka hello-close hit-1KiB proxy-1KiB; do
     echo "| $name | ${IU[$name,old]} | ${IU[$name,new]} | $(ratio "${IU[$name,new]}" "${IU[$name,old]}") |"
   done
   echo
+  if [ "$ROUNDS" -gt 0 ]; then
   echo "Every round, old then new or new then old:"
   echo
   for cell in "${CELLS[@]}"; do
     name=${cell%%|*}
     echo "- $name: old CPU ${CPU[$name,old]}/ new CPU ${CPU[$name,new]}"
   done
+  fi
 } > "$OUT"
 cat "$OUT"
 log "results in $OUT"

@@ -119,6 +119,7 @@ impl MemoryStore {
         }
     }
 
+    #[inline]
     fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, Shard> {
         let i = (hash % self.shards.len() as u64) as usize;
         // A poisoned shard only means a panic elsewhere mid-update; the data is still usable.

@@ -27,8 +27,8 @@ pub enum Base<'a> {
     /// A pre-encoded status line and field lines (no blank line), written as is: a stored
     /// object's head, which carries its own `Date` and `Content-Length`.
     Encoded(&'a [u8]),
-    /// Fields received from an upstream: connection-specific ones (RFC 9110 §7.6.1) and framing
-    /// fields are dropped, the rest relayed.
+    /// Fields received from an upstream: connection-specific ones (RFC 9110 §7.6.1) are dropped,
+    /// and `Content-Length` too unless the framing is [`Framing::Given`]; the rest is relayed.
     Fields(&'a [Header]),
 }
 
@@ -50,8 +50,19 @@ pub enum Persistence {
     Close,
 }
 
-/// A filter's test for base fields it removes (names compared case-insensitively by it).
-pub type DropFn<'a> = &'a dyn Fn(&[u8]) -> bool;
+/// Which base fields a filter removes (names compared case-insensitively by it).
+pub trait DropFields {
+    fn drops(&self, name: &[u8]) -> bool;
+}
+
+impl<F: Fn(&[u8]) -> bool> DropFields for F {
+    fn drops(&self, name: &[u8]) -> bool {
+        self(name)
+    }
+}
+
+/// Renders field lines (`Name: value\r\n`) into the encoder's output.
+pub type RenderFn<'a> = &'a dyn Fn(&mut BytesMut);
 
 /// Most slices of added fields and of pre-rendered lines a reply carries.
 const MAX_PARTS: usize = 4;
@@ -64,9 +75,15 @@ pub struct Reply<'a> {
     pub reason: &'a [u8],
     pub base: Base<'a>,
     /// Base fields a filter removes.
-    pub drop: Option<DropFn<'a>>,
+    pub drop: Option<&'a dyn DropFields>,
     added: [&'a [(Bytes, Bytes)]; MAX_PARTS],
     lines: [&'a [u8]; MAX_PARTS],
+    /// Slots of `added` and `lines` in use (the encoder walks only those).
+    n_added: u8,
+    n_lines: u8,
+    /// Field lines rendered by the encoder straight into its output, after `lines`: a hit's
+    /// `Age` and `Cache-Status`, without a buffer to render them into first.
+    pub render: Option<RenderFn<'a>>,
     /// Add a `Date` field (when the base has none).
     pub date: bool,
     pub framing: Framing,
@@ -103,6 +120,9 @@ impl<'a> Reply<'a> {
             drop: None,
             added: [&[]; MAX_PARTS],
             lines: [&[]; MAX_PARTS],
+            n_added: 0,
+            n_lines: 0,
+            render: None,
             date: true,
             framing,
         }
@@ -113,10 +133,11 @@ impl<'a> Reply<'a> {
         if fields.is_empty() {
             return;
         }
-        let slot = self.added.iter().position(|s| s.is_empty());
-        debug_assert!(slot.is_some(), "more than {MAX_PARTS} field slices");
-        if let Some(i) = slot {
+        let i = self.n_added as usize;
+        debug_assert!(i < MAX_PARTS, "more than {MAX_PARTS} field slices");
+        if i < MAX_PARTS {
             self.added[i] = fields;
+            self.n_added += 1;
         }
     }
 
@@ -126,16 +147,19 @@ impl<'a> Reply<'a> {
         if lines.is_empty() {
             return;
         }
-        let slot = self.lines.iter().position(|s| s.is_empty());
-        debug_assert!(slot.is_some(), "more than {MAX_PARTS} line slices");
-        if let Some(i) = slot {
+        let i = self.n_lines as usize;
+        debug_assert!(i < MAX_PARTS, "more than {MAX_PARTS} line slices");
+        if i < MAX_PARTS {
             self.lines[i] = lines;
+            self.n_lines += 1;
         }
     }
 
     /// The added fields and lines, for encoders other than HTTP/1.1 and for tests.
     pub fn added(&self) -> impl Iterator<Item = &(Bytes, Bytes)> {
-        self.added.iter().flat_map(|s| s.iter())
+        self.added[..self.n_added as usize]
+            .iter()
+            .flat_map(|s| s.iter())
     }
 
     /// Writes the HTTP/1.1 head for a client speaking `version`, and says how to write the
@@ -147,7 +171,7 @@ impl<'a> Reply<'a> {
         version: Version,
         persistence: Persistence,
     ) -> BodyEncoding {
-        let drop = |name: &[u8]| self.drop.is_some_and(|d| d(name));
+        let drop = |name: &[u8]| self.drop.is_some_and(|d| d.drops(name));
         let mut has_date = false;
         match self.base {
             Base::None => put_status_line_with(out, self.status, self.reason),
@@ -158,10 +182,11 @@ impl<'a> Reply<'a> {
                 let tokens = ConnectionTokens::of(fields);
                 for h in fields {
                     let n = &h.name[..];
-                    if is_hop_by_hop(n, &tokens)
-                        || n.eq_ignore_ascii_case(b"content-length")
-                        || drop(n)
-                    {
+                    // The framing fields are the encoder's, unless the base carries them (a
+                    // HEAD response's or a 304's Content-Length describes another message).
+                    let framing_field =
+                        self.framing != Framing::Given && n.eq_ignore_ascii_case(b"content-length");
+                    if is_hop_by_hop(n, &tokens) || framing_field || drop(n) {
                         continue;
                     }
                     has_date |= n.eq_ignore_ascii_case(b"date");
@@ -169,11 +194,16 @@ impl<'a> Reply<'a> {
                 }
             }
         }
-        for (n, v) in self.added() {
-            put_header(out, n, v);
+        for fields in &self.added[..self.n_added as usize] {
+            for (n, v) in fields.iter() {
+                put_header(out, n, v);
+            }
         }
-        for l in &self.lines {
+        for l in &self.lines[..self.n_lines as usize] {
             out.put_slice(l);
+        }
+        if let Some(render) = self.render {
+            render(out);
         }
         if self.date && !has_date {
             put_date(out);
@@ -190,7 +220,10 @@ impl<'a> Reply<'a> {
             }
             (Framing::Unknown, Version::Http10) => (BodyEncoding::UntilClose, Persistence::Close),
         };
-        out.put_slice(connection_field(persistence, version));
+        let connection = connection_field(persistence, version);
+        if !connection.is_empty() {
+            out.put_slice(connection);
+        }
         out.put_slice(b"\r\n");
         encoding
     }
@@ -373,6 +406,20 @@ mod tests {
         assert!(
             !text.contains("Set-Cookie") && text.contains("ETag"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn rendered_lines_follow_the_added_ones() {
+        let age = |out: &mut BytesMut| out.put_slice(b"Age: 3\r\n");
+        let mut r = Reply::new(200, Framing::Length(0));
+        r.date = false;
+        r.add_lines(b"Via: 1.1 weir\r\n");
+        r.render = Some(&age);
+        let (text, _) = encode(&r, Version::Http11, Persistence::KeepAlive);
+        assert_eq!(
+            text,
+            "HTTP/1.1 200 OK\r\nVia: 1.1 weir\r\nAge: 3\r\nContent-Length: 0\r\n\r\n"
         );
     }
 

@@ -13,7 +13,6 @@
 //! * [`proxy`] is the reverse proxy: upstream pools, balancing, health, forwarding rules.
 //! * [`cache`] is the cache stage of proxy routes (zones, Cache-Status); the RFC 9111 rules and
 //!   the store are the `weir-cache` crate. [`admin`] is the admin API (purge, stats, health).
-//! * [`reply`] holds the response-head tail and the canned error responses every action shares.
 //! * [`cli`] is the `weir` command line; [`bench_cmd`] is `weir bench` over the `weir-loadgen` crate.
 
 pub mod actions;
@@ -22,8 +21,10 @@ pub mod bench_cmd;
 pub mod cache;
 pub mod cli;
 pub mod config;
+pub mod error;
+pub mod filters;
+pub mod pipeline;
 pub mod proxy;
-pub mod reply;
 pub mod routes;
 pub mod runtime;
 pub mod server;

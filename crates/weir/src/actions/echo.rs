@@ -2,11 +2,9 @@
 //! plain text, or as JSON when configured or asked for with `Accept: application/json`. This is
 //! the echo backend of seed experiment 003 and a handy target for tests and demos.
 
-use bytes::{BufMut, BytesMut};
 use weir_http::RequestHead;
 
 use crate::config::model::{self, EchoFormat};
-use crate::reply::{finish_head, ConnHeader};
 
 /// A compiled echo action.
 #[derive(Debug)]
@@ -19,15 +17,8 @@ impl Echo {
         Echo { format: e.format }
     }
 
-    /// Writes the response echoing `req` and its `body`.
-    pub fn write(
-        &self,
-        out: &mut BytesMut,
-        req: &RequestHead,
-        body: &[u8],
-        server: Option<&[u8]>,
-        conn: ConnHeader,
-    ) {
+    /// The response echoing `req` and its `body`: the `Content-Type` field line and the body.
+    pub fn render(&self, req: &RequestHead, body: &[u8]) -> (&'static [u8], Vec<u8>) {
         let json = match self.format {
             EchoFormat::Json => true,
             EchoFormat::Text => false,
@@ -35,20 +26,16 @@ impl Echo {
                 .header("accept")
                 .is_some_and(|a| memchr::memmem::find(a, b"application/json").is_some()),
         };
-        let (content_type, payload): (&[u8], Vec<u8>) = if json {
-            (b"application/json", render_json(req, body))
+        if json {
+            (
+                b"Content-Type: application/json\r\n",
+                render_json(req, body),
+            )
         } else {
-            (b"text/plain; charset=utf-8", render_text(req, body))
-        };
-        weir_http::response::put_status_line(out, 200);
-        if let Some(s) = server {
-            weir_http::response::put_header(out, b"Server", s);
-        }
-        weir_http::response::put_header(out, b"Content-Type", content_type);
-        weir_http::response::put_content_length(out, payload.len() as u64);
-        finish_head(out, conn);
-        if req.method != weir_http::Method::Head {
-            out.put_slice(&payload);
+            (
+                b"Content-Type: text/plain; charset=utf-8\r\n",
+                render_text(req, body),
+            )
         }
     }
 }

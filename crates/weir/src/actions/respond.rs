@@ -1,10 +1,10 @@
 //! `respond`: a response fixed in config. Everything but `Date` and the connection field is
-//! encoded at load time, so a request costs three `memcpy`s into the output buffer.
+//! encoded at load time (a `Reply` over the encoded head), so a request costs three `memcpy`s
+//! into the output buffer.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::config::{check_header_name, check_header_value, model, BaseDir, CompileError};
-use crate::reply::{finish_head, ConnHeader};
 
 /// Headers weir manages itself and config may not set.
 const MANAGED: &[&str] = &[
@@ -94,14 +94,12 @@ impl Respond {
         })
     }
 
-    /// Writes the whole response.
-    #[inline]
-    pub fn write(&self, out: &mut BytesMut, head_only: bool, conn: ConnHeader) {
-        out.reserve(self.head.len() + 64 + self.body.len());
-        out.put_slice(&self.head);
-        finish_head(out, conn);
-        if !head_only {
-            out.put_slice(&self.body);
-        }
+    /// Status line, `Server`, configured fields and `Content-Length`, encoded.
+    pub fn head(&self) -> &[u8] {
+        &self.head
+    }
+
+    pub fn body(&self) -> &Bytes {
+        &self.body
     }
 }

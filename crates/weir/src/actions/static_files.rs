@@ -10,8 +10,9 @@
 //!   The rules are `weir_http::conditional`, shared with cache hits.
 //!
 //! File IO is blocking, on the worker thread, as nginx does without `aio`: small files are read
-//! straight into the output buffer, larger ones are streamed in 64 KiB steps by the connection so
-//! memory stays bounded. No open-file cache yet: each request opens the file.
+//! whole, larger ones are streamed in 64 KiB steps by the pipeline so memory stays bounded. No
+//! open-file cache yet: each request opens the file. [`StaticFiles::serve`] returns what to
+//! answer ([`StaticReply`]); the pipeline sends it.
 
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
@@ -21,11 +22,10 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use weir_http::conditional::{self, RangeSpec, Validators};
-use weir_http::response::{put_content_length, put_header, put_status_line};
-use weir_http::{Method, RequestHead};
+use weir_http::response::put_header;
+use weir_http::{Framing, Method, RequestHead};
 
 use crate::config::{model, CompileError};
-use crate::reply::{self, finish_head, ConnHeader};
 
 /// Bodies up to this size are read into the output buffer in one go.
 pub const INLINE_BODY: u64 = 64 * 1024;
@@ -40,13 +40,39 @@ pub struct StaticFiles {
     prefix: Option<Bytes>,
 }
 
-/// What is left to do after [`StaticFiles::serve`] wrote into the output buffer.
+/// What to answer.
 #[derive(Debug)]
 pub enum StaticReply {
-    /// The response is complete in the output buffer.
-    Done,
-    /// The head is in the output buffer; `len` bytes of `file` from `offset` must follow.
-    Stream { file: File, offset: u64, len: u64 },
+    /// A canned error (or redirect) with extra field lines (`Location`, `Content-Range`).
+    Canned { status: u16, lines: BytesMut },
+    /// A response: status, field lines, framing, and the body.
+    File {
+        status: u16,
+        lines: BytesMut,
+        framing: Framing,
+        body: StaticBody,
+    },
+}
+
+/// The body of a [`StaticReply::File`].
+#[derive(Debug)]
+pub enum StaticBody {
+    None,
+    /// Read already (small files).
+    Inline(Bytes),
+    /// `len` bytes of `file` from `offset`, to stream.
+    Stream {
+        file: File,
+        offset: u64,
+        len: u64,
+    },
+}
+
+fn canned(status: u16) -> StaticReply {
+    StaticReply::Canned {
+        status,
+        lines: BytesMut::new(),
+    }
 }
 
 impl StaticFiles {
@@ -77,62 +103,52 @@ impl StaticFiles {
         })
     }
 
-    /// Answers `req`, writing the head (and a small body) into `out`.
-    pub fn serve(
-        &self,
-        req: &RequestHead,
-        out: &mut BytesMut,
-        server: Option<&[u8]>,
-        conn: ConnHeader,
-    ) -> StaticReply {
+    /// What to answer `req` with.
+    pub fn serve(&self, req: &RequestHead) -> StaticReply {
         let head_only = req.method == Method::Head;
-        let fail = |out: &mut BytesMut, status: u16| {
-            reply::error(out, status, server, &[], conn, head_only);
-            StaticReply::Done
-        };
         let mut rel = req.path();
         if let Some(p) = &self.prefix {
             rel = rel.strip_prefix(&p[..]).unwrap_or(rel);
         }
         let decoded: Vec<u8> = percent_encoding::percent_decode(rel).collect();
         if decoded.contains(&0) {
-            return fail(out, 400);
+            return canned(400);
         }
         let mut path = self.root.clone();
         for seg in decoded.split(|b| *b == b'/') {
             match seg {
                 b"" | b"." => {}
-                b".." => return fail(out, 404),
+                b".." => return canned(404),
                 s => path.push(std::ffi::OsStr::from_bytes(s)),
             }
         }
         let mut meta = match std::fs::metadata(&path) {
             Ok(m) => m,
-            Err(e) => return fail(out, io_status(&e)),
+            Err(e) => return canned(io_status(&e)),
         };
         if meta.is_dir() {
             if !req.path().ends_with(b"/") {
-                return redirect_to_dir(out, req, server, conn);
+                return redirect_to_dir(req);
             }
             path.push(&self.index);
             meta = match std::fs::metadata(&path) {
                 Ok(m) if m.is_file() => m,
-                Ok(_) => return fail(out, 403),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return fail(out, 403),
-                Err(e) => return fail(out, io_status(&e)),
+                Ok(_) => return canned(403),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return canned(403),
+                Err(e) => return canned(io_status(&e)),
             };
         }
         if !meta.is_file() {
-            return fail(out, 403);
+            return canned(403);
         }
         match std::fs::canonicalize(&path) {
             Ok(real) if real.starts_with(&self.root) => {}
-            Ok(_) => return fail(out, 403),
-            Err(e) => return fail(out, io_status(&e)),
+            Ok(_) => return canned(403),
+            Err(e) => return canned(io_status(&e)),
         }
         let file = match File::open(&path) {
             Ok(f) => f,
-            Err(e) => return fail(out, io_status(&e)),
+            Err(e) => return canned(io_status(&e)),
         };
         let size = meta.len();
         let mtime = meta.modified().unwrap_or(UNIX_EPOCH);
@@ -148,15 +164,16 @@ impl StaticFiles {
             last_modified_text: Some(last_modified.as_bytes()),
             modified: Some(mtime_secs),
         };
+        let mut lines = BytesMut::with_capacity(256);
         if conditional::not_modified(req, &validators) {
-            put_status_line(out, 304);
-            if let Some(s) = server {
-                put_header(out, b"Server", s);
-            }
-            put_header(out, b"ETag", etag.as_bytes());
-            put_header(out, b"Last-Modified", last_modified.as_bytes());
-            finish_head(out, conn);
-            return StaticReply::Done;
+            put_header(&mut lines, b"ETag", etag.as_bytes());
+            put_header(&mut lines, b"Last-Modified", last_modified.as_bytes());
+            return StaticReply::File {
+                status: 304,
+                lines,
+                framing: Framing::Given,
+                body: StaticBody::None,
+            };
         }
 
         let range = conditional::range(req, size, &validators);
@@ -165,47 +182,40 @@ impl StaticFiles {
             RangeSpec::Bytes(start, end) => (206, start, end - start + 1),
             RangeSpec::Unsatisfiable => {
                 let cr = format!("bytes */{size}");
-                reply::error(
-                    out,
-                    416,
-                    server,
-                    &[(b"Content-Range", cr.as_bytes())],
-                    conn,
-                    head_only,
-                );
-                return StaticReply::Done;
+                put_header(&mut lines, b"Content-Range", cr.as_bytes());
+                return StaticReply::Canned { status: 416, lines };
             }
         };
-        put_status_line(out, status);
-        if let Some(s) = server {
-            put_header(out, b"Server", s);
-        }
         let ctype = mime_guess::from_path(&path)
             .first_raw()
             .unwrap_or("application/octet-stream");
-        put_header(out, b"Content-Type", ctype.as_bytes());
-        put_content_length(out, len);
-        put_header(out, b"Last-Modified", last_modified.as_bytes());
-        put_header(out, b"ETag", etag.as_bytes());
-        put_header(out, b"Accept-Ranges", b"bytes");
+        put_header(&mut lines, b"Content-Type", ctype.as_bytes());
+        put_header(&mut lines, b"Last-Modified", last_modified.as_bytes());
+        put_header(&mut lines, b"ETag", etag.as_bytes());
+        put_header(&mut lines, b"Accept-Ranges", b"bytes");
         if status == 206 {
             let cr = format!("bytes {}-{}/{}", offset, offset + len - 1, size);
-            put_header(out, b"Content-Range", cr.as_bytes());
+            put_header(&mut lines, b"Content-Range", cr.as_bytes());
         }
-        finish_head(out, conn);
-        if head_only || len == 0 {
-            return StaticReply::Done;
-        }
-        if len <= INLINE_BODY {
-            let start = out.len();
-            out.resize(start + len as usize, 0);
-            if file.read_exact_at(&mut out[start..], offset).is_ok() {
-                return StaticReply::Done;
+        let body = if head_only || len == 0 {
+            StaticBody::None
+        } else if len <= INLINE_BODY {
+            let mut data = BytesMut::zeroed(len as usize);
+            match file.read_exact_at(&mut data, offset) {
+                Ok(()) => StaticBody::Inline(data.freeze()),
+                // The file shrank since its size was read: stream what is there, and the
+                // stream cuts the connection when it runs short of the promised length.
+                Err(_) => StaticBody::Stream { file, offset, len },
             }
-            // The file shrank under us: the head is already promised, so the connection must go.
-            out.truncate(start);
+        } else {
+            StaticBody::Stream { file, offset, len }
+        };
+        StaticReply::File {
+            status,
+            lines,
+            framing: Framing::Length(len),
+            body,
         }
-        StaticReply::Stream { file, offset, len }
     }
 }
 
@@ -218,25 +228,14 @@ fn io_status(e: &std::io::Error) -> u16 {
     }
 }
 
-fn redirect_to_dir(
-    out: &mut BytesMut,
-    req: &RequestHead,
-    server: Option<&[u8]>,
-    conn: ConnHeader,
-) -> StaticReply {
+fn redirect_to_dir(req: &RequestHead) -> StaticReply {
     let mut location = req.path().to_vec();
     location.push(b'/');
     if let Some(q) = req.query() {
         location.push(b'?');
         location.extend_from_slice(q);
     }
-    reply::error(
-        out,
-        301,
-        server,
-        &[(b"Location", &location)],
-        conn,
-        req.method == Method::Head,
-    );
-    StaticReply::Done
+    let mut lines = BytesMut::new();
+    put_header(&mut lines, b"Location", &location);
+    StaticReply::Canned { status: 301, lines }
 }

@@ -9,18 +9,16 @@
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use arc_swap::ArcSwap;
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::upstream::{ActivePolicy, Server, Upstream};
-use crate::runtime::RuntimeConfig;
 
 /// Starts the thread; it ends when `shutdown` turns true, and restarts its checks on the
-/// published config each time `reloaded` changes.
+/// `upstreams()` of the published config each time `reloaded` changes.
 pub fn spawn(
-    published: Arc<ArcSwap<RuntimeConfig>>,
+    upstreams: impl Fn() -> Vec<Arc<Upstream>> + Send + 'static,
     mut reloaded: watch::Receiver<u64>,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<JoinHandle<()>> {
@@ -40,7 +38,7 @@ pub fn spawn(
             let local = tokio::task::LocalSet::new();
             local.block_on(&rt, async move {
                 loop {
-                    let tasks = start_checks(&published.load_full().upstreams);
+                    let tasks = start_checks(&upstreams());
                     let stop = tokio::select! {
                         _ = shutdown.wait_for(|s| *s) => true,
                         changed = reloaded.changed() => changed.is_err(),

@@ -1,5 +1,5 @@
-//! The compiled `proxy` action: which upstream, how the path and Host change, which headers are
-//! edited each way, and how the client address is passed on.
+//! The compiled `proxy` action: which upstream, how the path and Host change, and the route's
+//! filters (header edits each way, forwarding fields, `Via`: see `filters/`).
 
 use std::collections::HashMap;
 
@@ -7,7 +7,11 @@ use bytes::{Bytes, BytesMut};
 use ipnet::IpNet;
 use weir_http::RequestHead;
 
-use crate::config::{check_header_name, check_header_value, model, CompileError};
+use crate::config::{check_header_value, model, CompileError};
+use crate::filters::forwarded::Forwarded;
+use crate::filters::header_edit::{HeaderEdit, HeaderEdits};
+use crate::filters::via::Via;
+use crate::filters::{Chain, Filter};
 
 /// How the upstream request's Host is chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,53 +24,6 @@ pub enum HostMode {
     Fixed(Bytes),
 }
 
-/// Compiled header edits: remove, then set (replace), then add.
-#[derive(Debug, Default)]
-pub struct HeaderEdits {
-    pub remove: Vec<String>,
-    pub set: Vec<(Bytes, Bytes)>,
-    pub add: Vec<(Bytes, Bytes)>,
-}
-
-impl HeaderEdits {
-    fn compile(ops: model::HeaderOps, path: &str) -> Result<HeaderEdits, CompileError> {
-        let check = |k: &str, n: &str, v: Option<&str>| -> Result<(), CompileError> {
-            check_header_name(n).map_err(|m| (format!("{path}.{k}.{n}"), m))?;
-            if let Some(v) = v {
-                check_header_value(v).map_err(|m| (format!("{path}.{k}.{n}"), m))?;
-            }
-            Ok(())
-        };
-        let mut e = HeaderEdits::default();
-        for n in ops.remove {
-            check("remove", &n, None)?;
-            e.remove.push(n.to_ascii_lowercase());
-        }
-        for (n, v) in ops.set {
-            check("set", &n, Some(&v))?;
-            e.remove.push(n.to_ascii_lowercase());
-            e.set.push((Bytes::from(n), Bytes::from(v)));
-        }
-        for (n, v) in ops.add {
-            check("add", &n, Some(&v))?;
-            e.add.push((Bytes::from(n), Bytes::from(v)));
-        }
-        Ok(e)
-    }
-
-    /// Whether a field is removed (or replaced) by these edits.
-    pub fn drops(&self, name: &[u8]) -> bool {
-        self.remove
-            .iter()
-            .any(|r| name.eq_ignore_ascii_case(r.as_bytes()))
-    }
-
-    /// The fields these edits add.
-    pub fn added(&self) -> impl Iterator<Item = &(Bytes, Bytes)> {
-        self.set.iter().chain(self.add.iter())
-    }
-}
-
 /// A compiled `proxy` action.
 #[derive(Debug)]
 pub struct ProxyRoute {
@@ -77,12 +34,8 @@ pub struct ProxyRoute {
     strip_prefix: Option<Bytes>,
     add_prefix: Option<Bytes>,
     regex: Option<(regex::bytes::Regex, String)>,
-    pub request_edits: HeaderEdits,
-    pub response_edits: HeaderEdits,
-    pub x_forwarded: bool,
-    pub forwarded: bool,
-    pub trusted: Vec<IpNet>,
-    pub via: bool,
+    /// Header edits, forwarding fields and `Via` (`filters/`), in that order.
+    pub filters: Chain,
     /// The route's cache stage, if any.
     pub cache: Option<crate::cache::CacheRoute>,
 }
@@ -149,18 +102,36 @@ impl ProxyRoute {
             strip_prefix: prefix("strip_prefix", p.strip_prefix)?,
             add_prefix: prefix("add_prefix", p.add_prefix)?,
             regex,
-            request_edits: HeaderEdits::compile(
-                p.request_headers,
-                &format!("{path}.request_headers"),
-            )?,
-            response_edits: HeaderEdits::compile(
-                p.response_headers,
-                &format!("{path}.response_headers"),
-            )?,
-            x_forwarded: p.forwarded.x_forwarded,
-            forwarded: p.forwarded.forwarded,
-            trusted,
-            via: p.via,
+            filters: {
+                let mut filters: Vec<Box<dyn Filter>> = Vec::new();
+                let mut drops = false;
+                if p.forwarded.x_forwarded || p.forwarded.forwarded {
+                    filters.push(Box::new(Forwarded {
+                        x_forwarded: p.forwarded.x_forwarded,
+                        forwarded: p.forwarded.forwarded,
+                        trusted,
+                    }));
+                    drops = true;
+                }
+                let edit = HeaderEdit {
+                    request: HeaderEdits::compile(
+                        p.request_headers,
+                        &format!("{path}.request_headers"),
+                    )?,
+                    response: HeaderEdits::compile(
+                        p.response_headers,
+                        &format!("{path}.response_headers"),
+                    )?,
+                };
+                if !edit.request.is_empty() || !edit.response.is_empty() {
+                    drops |= !edit.request.remove.is_empty();
+                    filters.push(Box::new(edit));
+                }
+                if p.via {
+                    filters.push(Box::new(Via));
+                }
+                Chain::new(filters, drops, false)
+            },
             cache: None,
         })
     }
@@ -191,11 +162,6 @@ impl ProxyRoute {
             out.extend_from_slice(b"?");
             out.extend_from_slice(q);
         }
-    }
-
-    /// Whether a peer's forwarding headers are to be kept.
-    pub fn trusts(&self, ip: std::net::IpAddr) -> bool {
-        self.trusted.iter().any(|n| n.contains(&ip))
     }
 }
 

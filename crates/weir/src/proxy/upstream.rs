@@ -46,15 +46,26 @@ pub struct Server {
     pub health: Arc<Health>,
 }
 
+/// The state of one server that outlives a config: its health and resolved address.
+#[derive(Debug, Clone)]
+pub struct ServerState {
+    pub health: Arc<Health>,
+    pub addr: Arc<ArcSwap<SocketAddr>>,
+}
+
+/// Where compiling an upstream finds its servers' state by name (`runtime::Registry`), so a
+/// reloaded config finds the same health.
+pub trait SharedServers {
+    /// The state of `server` (`host:port`) of `upstream`, its address set to `addr`.
+    fn server(&self, upstream: &str, server: &str, addr: SocketAddr) -> ServerState;
+}
+
 /// When to try another server.
 #[derive(Debug, Clone)]
 pub struct RetryPolicy {
     pub attempts: u32,
-    /// Connect failures (nothing was sent: safe for any request).
-    pub on_connect: bool,
-    /// For idempotent requests without a body:
-    pub on_timeout: bool,
-    pub on_reset: bool,
+    /// Connect failures, timeouts, resets (`Error::retryable`).
+    pub on: crate::error::RetryOn,
     pub on_status: Vec<u16>,
     /// Retries as a fraction of requests.
     pub budget: f64,
@@ -142,7 +153,7 @@ impl Upstream {
         name: &str,
         u: model::Upstream,
         path: &str,
-        registry: &crate::runtime::Registry,
+        shared: &dyn SharedServers,
     ) -> Result<Upstream, CompileError> {
         if u.servers.is_empty() {
             return Err((
@@ -167,13 +178,13 @@ impl Upstream {
             let (host, port) = parse_server(&address).map_err(|m| (key.clone(), m))?;
             let addr = resolve(&host, port).map_err(|m| (key.clone(), m))?;
             let server_name = format!("{host}:{port}");
-            let shared = registry.server(name, &server_name, addr);
+            let state = shared.server(name, &server_name, addr);
             servers.push(Server {
                 name: server_name,
                 host,
                 port,
-                addr: shared.addr,
-                health: shared.health,
+                addr: state.addr,
+                health: state.health,
             });
             weights.push(weight);
             backup.push(is_backup);
@@ -211,17 +222,15 @@ impl Upstream {
         });
         let mut retry = RetryPolicy {
             attempts: u.retries.attempts,
-            on_connect: false,
-            on_timeout: false,
-            on_reset: false,
+            on: Default::default(),
             on_status: Vec::new(),
             budget: u.retries.budget,
         };
         for (i, cond) in u.retries.on.iter().enumerate() {
             match cond.as_str() {
-                "connect" => retry.on_connect = true,
-                "timeout" => retry.on_timeout = true,
-                "reset" => retry.on_reset = true,
+                "connect" => retry.on.connect = true,
+                "timeout" => retry.on.timeout = true,
+                "reset" => retry.on.reset = true,
                 s => match s.parse::<u16>() {
                     Ok(code @ 500..=599) => retry.on_status.push(code),
                     _ => {

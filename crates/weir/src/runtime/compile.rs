@@ -85,7 +85,7 @@ pub(crate) fn compile(
             &name,
             u,
             &format!("upstreams.{name}"),
-            registry,
+            &**registry,
         )?;
         upstream_index.insert(name, upstreams.len());
         upstreams.push(Arc::new(up));
@@ -146,9 +146,14 @@ pub(crate) fn compile(
             routes: Arc::new(RouteTable::admin()),
         });
     }
+    let server_line = match &server_header {
+        Some(v) => Bytes::from([&b"Server: "[..], v, b"\r\n"].concat()),
+        None => Bytes::new(),
+    };
     Ok(RuntimeConfig {
         workers,
         server_header,
+        server_line,
         limits,
         timeouts,
         listeners,

@@ -10,7 +10,9 @@
 //! so it stays a leaf.
 
 mod compile;
+mod published;
 pub mod registry;
+mod worker;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -21,7 +23,9 @@ use bytes::Bytes;
 
 use crate::config::{self, ConfigError};
 use crate::routes::RouteTable;
+pub use published::Published;
 pub use registry::Registry;
+pub(crate) use worker::WorkerRuntime;
 
 /// The compiled, validated configuration.
 #[derive(Debug)]
@@ -30,6 +34,8 @@ pub struct RuntimeConfig {
     pub workers: usize,
     /// `Server` header value, if one is sent.
     pub server_header: Option<Bytes>,
+    /// `Server: <value>\r\n`, or empty: the line replies made by weir carry.
+    pub server_line: Bytes,
     pub limits: Limits,
     pub timeouts: Timeouts,
     pub listeners: Vec<ListenerConfig>,

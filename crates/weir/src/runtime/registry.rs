@@ -17,14 +17,7 @@ use arc_swap::ArcSwap;
 use weir_cache::{Clock, SystemClock};
 
 use crate::cache::CacheZone;
-use crate::proxy::upstream::Health;
-
-/// The shared state of one upstream server.
-#[derive(Debug, Clone)]
-pub struct ServerState {
-    pub health: Arc<Health>,
-    pub addr: Arc<ArcSwap<SocketAddr>>,
-}
+use crate::proxy::upstream::{Health, ServerState, SharedServers};
 
 #[derive(Debug)]
 struct Zone {
@@ -78,20 +71,6 @@ impl Registry {
         zone
     }
 
-    /// The state of server `server` (`host:port`) of upstream `upstream`, its address set to
-    /// `addr` (just resolved).
-    pub fn server(&self, upstream: &str, server: &str, addr: SocketAddr) -> ServerState {
-        let mut servers = lock(&self.servers);
-        let state = servers
-            .entry(format!("{upstream}/{server}"))
-            .or_insert_with(|| ServerState {
-                health: Arc::new(Health::default()),
-                addr: Arc::new(ArcSwap::from_pointee(addr)),
-            });
-        state.addr.store(Arc::new(addr));
-        state.clone()
-    }
-
     /// Forgets zones and servers `cfg` does not name.
     pub fn retain(&self, cfg: &super::RuntimeConfig) {
         lock(&self.zones).retain(|name, _| cfg.cache_zones.iter().any(|z| &z.name == name));
@@ -107,6 +86,20 @@ impl Registry {
     /// Number of zones and servers held (for tests of `retain`).
     pub fn len(&self) -> (usize, usize) {
         (lock(&self.zones).len(), lock(&self.servers).len())
+    }
+}
+
+impl SharedServers for Registry {
+    fn server(&self, upstream: &str, server: &str, addr: SocketAddr) -> ServerState {
+        let mut servers = lock(&self.servers);
+        let state = servers
+            .entry(format!("{upstream}/{server}"))
+            .or_insert_with(|| ServerState {
+                health: Arc::new(Health::default()),
+                addr: Arc::new(ArcSwap::from_pointee(addr)),
+            });
+        state.addr.store(Arc::new(addr));
+        state.clone()
     }
 }
 

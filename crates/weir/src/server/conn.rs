@@ -1,4 +1,7 @@
-//! One client connection: read → parse → route → act → write, repeated while keep-alive holds.
+//! One HTTP/1.1 client connection: read → parse → pipeline → write, repeated while keep-alive
+//! holds. The connection is the transport only: it implements `pipeline::Downstream` (request
+//! body chunks, replies encoded with `weir_http::Reply::encode_h1`, flushes, tunnels) and hands
+//! each request to `pipeline::handle`, which knows nothing of HTTP/1.1 framing.
 //!
 //! Hand-written because it is the hot path. The shape:
 //! * Requests are parsed straight out of the read buffer ([`weir_http::parse_request`]); every
@@ -14,9 +17,9 @@
 //!   bounds, so a read that is ready never registers a timer.
 //! * Rare paths (request bodies, file streaming, lingering close) are boxed when they run, so
 //!   the future every idle connection keeps stays small (≈ 0.5 KiB instead of ≈ 5 KiB).
-//! * Errors: [`ConnError::status`] is the one place a connection-level failure becomes a status
-//!   code. After any error response the connection is closed (framing can no longer be trusted),
-//!   with a short lingering close so the client reads the response instead of a reset.
+//! * Errors: `crate::error::Error::status` is the one place a failure becomes a status code.
+//!   After any error response the connection is closed (framing can no longer be trusted), with
+//!   a short lingering close so the client reads the response instead of a reset.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -24,21 +27,23 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::time::{timeout, timeout_at, Instant, Sleep};
-use weir_http::{parse_request, BodyDecoder, BodyEvent, BodyKind, Method, ParseError, RequestHead};
+use weir_http::reply::{put_chunk, put_last_chunk};
+use weir_http::{
+    parse_request, BodyDecoder, BodyEncoding, BodyEvent, BodyKind, ParseError, Persistence, Reply,
+    RequestHead, Version,
+};
 
 use super::client_io::ClientIo;
-use super::forward::Exchange;
-use super::worker::{WorkerRuntime, WorkerState};
-use crate::actions::static_files::{StaticReply, INLINE_BODY};
-use crate::actions::Action;
-use crate::reply::{self, ConnHeader};
-use crate::routes::{RouteTable, Routed};
+use super::worker::WorkerState;
+use crate::error::{Error, ErrorKind};
+use crate::pipeline::downstream::Downstream;
+use crate::runtime::WorkerRuntime;
 
 /// Output is written once it grows past this, even mid-batch.
 const FLUSH_AT: usize = 64 * 1024;
@@ -81,75 +86,6 @@ pub(super) fn give_buf(mut b: BytesMut) {
     });
 }
 
-/// Why a connection ended early.
-#[derive(Debug)]
-pub(crate) enum ConnError {
-    /// The request could not be parsed or framed.
-    Parse(ParseError),
-    /// The head did not arrive within `timeouts.header`.
-    HeaderTimeout,
-    /// The body stalled for `timeouts.body`.
-    BodyTimeout,
-    /// The client stopped reading for `timeouts.write`.
-    WriteTimeout,
-    /// The client closed in the middle of a request.
-    ClosedMidRequest,
-    /// The socket failed.
-    Io(io::Error),
-    /// The upstream failed after the response started: the client connection is cut.
-    UpstreamAborted,
-}
-
-impl ConnError {
-    /// The status to answer with before closing, if the client can still be answered.
-    fn status(&self) -> Option<u16> {
-        match self {
-            ConnError::Parse(e) => Some(e.status()),
-            ConnError::HeaderTimeout | ConnError::BodyTimeout => Some(408),
-            ConnError::WriteTimeout
-            | ConnError::ClosedMidRequest
-            | ConnError::Io(_)
-            | ConnError::UpstreamAborted => None,
-        }
-    }
-
-    fn as_str(&self) -> &'static str {
-        match self {
-            ConnError::Parse(e) => e.as_str(),
-            ConnError::HeaderTimeout => "request head timeout",
-            ConnError::BodyTimeout => "request body timeout",
-            ConnError::WriteTimeout => "write timeout",
-            ConnError::ClosedMidRequest => "client closed mid-request",
-            ConnError::Io(_) => "socket error",
-            ConnError::UpstreamAborted => "upstream failed mid-response",
-        }
-    }
-}
-
-impl std::fmt::Display for ConnError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ConnError::Io(e) => write!(f, "socket error: {e}"),
-            other => f.write_str(other.as_str()),
-        }
-    }
-}
-
-impl From<io::Error> for ConnError {
-    fn from(e: io::Error) -> Self {
-        ConnError::Io(e)
-    }
-}
-
-/// What happens after a response.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Next {
-    KeepAlive,
-    Close,
-    /// The connection was handed to a tunnel (WebSocket) that has ended: nothing more to write.
-    Upgraded,
-}
-
 /// A client connection.
 #[derive(Debug)]
 pub(crate) struct Conn {
@@ -160,12 +96,21 @@ pub(crate) struct Conn {
     /// Large bodies queued by reference ahead of `out` (cache hits): written together with `out`
     /// in one vectored write instead of being copied into it.
     segs: VecDeque<Bytes>,
-    pub(super) state: Rc<WorkerState>,
+    state: Rc<WorkerState>,
     /// The config the current request runs on (refreshed as each request starts).
-    pub(super) rt: Rc<WorkerRuntime>,
-    /// Index of the listener in the config: its routes are `rt.cfg.listeners[listener].routes`.
+    rt: Rc<WorkerRuntime>,
+    /// Index of the listener in the config.
     listener: usize,
     served: u64,
+    /// The request whose body is being read, if it has one (boxed: rare, and it would otherwise
+    /// sit in every idle connection's future).
+    body: Option<Box<RequestBody>>,
+    /// The current request's protocol version.
+    version: Version,
+    /// How the current response's body is framed on the wire.
+    encoding: BodyEncoding,
+    /// The connection was handed to a tunnel (WebSocket) that has ended: nothing more to write.
+    upgraded: bool,
     /// Slot in the worker's connection slab.
     key: usize,
     /// The idle timer, created at the first idle wait and then only pushed forward (see
@@ -187,10 +132,14 @@ impl Conn {
             buf: BytesMut::new(),
             out: BytesMut::new(),
             segs: VecDeque::new(),
-            rt: state.current(),
+            rt: state.cached(),
             state,
             listener,
             served: 0,
+            body: None,
+            version: Version::Http11,
+            encoding: BodyEncoding::Plain,
+            upgraded: false,
             key,
             idle_timer: None,
         }
@@ -201,15 +150,7 @@ impl Conn {
         if let Err(e) = self.run().await {
             tracing::debug!(peer = %self.peer, reason = %e, "closing connection");
             if let Some(status) = e.status() {
-                let server = self.rt.cfg.server_header.clone();
-                reply::error(
-                    &mut self.out,
-                    status,
-                    server.as_deref(),
-                    &[],
-                    ConnHeader::Close,
-                    false,
-                );
+                self.send_canned(status);
                 if self.flush().await.is_ok() {
                     Box::pin(self.linger()).await;
                 }
@@ -219,17 +160,17 @@ impl Conn {
         give_buf(std::mem::take(&mut self.out));
     }
 
-    async fn run(&mut self) -> Result<(), ConnError> {
+    async fn run(&mut self) -> Result<(), Error> {
         loop {
             let Some(head) = self.read_head().await? else {
                 return self.flush().await;
             };
             self.served += 1;
-            let next = self.handle(head).await?;
-            if next == Next::Upgraded {
+            let persistence = self.handle(&head).await?;
+            if self.upgraded {
                 return Ok(());
             }
-            if next == Next::Close {
+            if persistence == Persistence::Close {
                 if !self.buf.is_empty() {
                     // Pipelined requests after the last one we answer: drain, don't reset.
                     self.flush().await?;
@@ -251,16 +192,15 @@ impl Conn {
     }
 
     /// Returns the next request head, `None` when the connection ended cleanly between requests.
-    async fn read_head(&mut self) -> Result<Option<RequestHead>, ConnError> {
-        self.rt = self.state.current();
+    async fn read_head(&mut self) -> Result<Option<RequestHead>, Error> {
         let rt = self.rt.clone();
         let cfg = &rt.cfg;
         let mut deadline = None;
         loop {
             if !self.buf.is_empty() {
-                if let Some(head) =
-                    parse_request(&mut self.buf, &cfg.limits.head).map_err(ConnError::Parse)?
-                {
+                if let Some(head) = parse_request(&mut self.buf, &cfg.limits.head)? {
+                    // The request runs on the config published when it arrived.
+                    self.state.refresh(&mut self.rt);
                     return Ok(Some(head));
                 }
                 deadline.get_or_insert_with(|| Instant::now() + cfg.timeouts.header);
@@ -269,7 +209,7 @@ impl Conn {
             let n = match deadline {
                 Some(d) => Box::pin(timeout_at(d, read_more(&mut self.io, &mut self.buf)))
                     .await
-                    .map_err(|_| ConnError::HeaderTimeout)??,
+                    .map_err(|_| Error::new(ErrorKind::HeaderTimeout))??,
                 None => {
                     let wait = if self.served == 0 {
                         cfg.timeouts.header
@@ -286,7 +226,7 @@ impl Conn {
                 return if self.buf.is_empty() {
                     Ok(None)
                 } else {
-                    Err(ConnError::ClosedMidRequest)
+                    Err(Error::new(ErrorKind::ClientClosed))
                 };
             }
         }
@@ -299,7 +239,7 @@ impl Conn {
     /// `Sleep` and only moves its deadline when it fires early (the deadline of the current wait
     /// is later than when it was set) or must fire sooner. In the keep-alive steady state a
     /// request costs one clock read here, no timer-wheel operation.
-    async fn wait_idle(&mut self, wait: Duration) -> Result<Option<usize>, ConnError> {
+    async fn wait_idle(&mut self, wait: Duration) -> Result<Option<usize>, Error> {
         if let ClientIo::Fresh(_) = self.io {
             // A fresh connection usually has its request already: read it without registering.
             if self.buf.capacity() == 0 {
@@ -345,190 +285,53 @@ impl Conn {
         ready?;
         self.buf = take_buf();
         self.out = take_buf();
-        // A config published while this connection was idle applies to its next request.
-        self.rt = self.state.current();
         Ok(Some(read_more(&mut self.io, &mut self.buf).await?))
     }
 
-    /// Answers one request.
-    async fn handle(&mut self, head: RequestHead) -> Result<Next, ConnError> {
-        let rt = self.rt.clone();
-        let cfg = &rt.cfg;
-        let server = cfg.server_header.as_deref();
+    /// Answers one request through the pipeline.
+    async fn handle(&mut self, head: &RequestHead) -> Result<Persistence, Error> {
         if let BodyKind::Length(n) = head.body {
-            if n > cfg.limits.max_body_bytes {
-                return Err(ConnError::Parse(ParseError::BodyTooLarge));
+            if n > self.rt.cfg.limits.max_body_bytes {
+                return Err(ParseError::BodyTooLarge.into());
             }
         }
-        let head_only = head.method == Method::Head;
-        let routes = self.routes().clone();
-        let routed = routes.route(&head);
-        if let Routed::Found(route) = &routed {
-            if let Action::Proxy(p) = &route.action {
-                let max = cfg.limits.max_requests_per_connection;
-                let next = if !head.keep_alive
-                    || (max > 0 && self.served >= max)
-                    || self.state.shutting_down.get()
-                {
-                    Next::Close
-                } else {
-                    Next::KeepAlive
-                };
-                return match &p.cache {
-                    Some(c) => match self.try_fresh_hit(&head, p, c, next) {
-                        Some(next) => Ok(next),
-                        None => Box::pin(self.cached(&head, route.index, p, c, next)).await,
-                    },
-                    None => Box::pin(self.forward(&head, p, next, &mut Exchange::default())).await,
-                };
-            }
-        }
-        let wants_body = matches!(&routed, Routed::Found(route) if route.action.wants_body());
-        let has_body = head.body != BodyKind::Empty;
-        // A client waiting for 100-continue has not sent a body we will not use: answer and close
-        // rather than read it.
-        let skip_body = has_body && head.expect_continue && !wants_body;
-        let body = if has_body && !skip_body {
-            Box::pin(self.read_body(&head, wants_body)).await?
-        } else {
-            BytesMut::new()
-        };
-        // Decided after the body is in, so a shutdown that began meanwhile is announced.
-        let max = cfg.limits.max_requests_per_connection;
-        let next = if skip_body
-            || !head.keep_alive
-            || (max > 0 && self.served >= max)
-            || self.state.shutting_down.get()
-        {
-            Next::Close
-        } else {
-            Next::KeepAlive
-        };
-        let conn = ConnHeader::for_response(next != Next::KeepAlive, head.version);
-        match routed {
-            Routed::Found(route) => match &route.action {
-                Action::Respond(r) => r.write(&mut self.out, head_only, conn),
-                Action::Echo(e) => e.write(&mut self.out, &head, &body, server, conn),
-                Action::Proxy(_) => unreachable!("dispatched above"),
-                Action::Admin => {
-                    let (status, json) = crate::admin::handle(&head, cfg);
-                    reply::json(
-                        &mut self.out,
-                        status,
-                        server,
-                        json.as_bytes(),
-                        conn,
-                        head_only,
-                    );
-                }
-                Action::Static(s) => {
-                    if let StaticReply::Stream { file, offset, len } =
-                        s.serve(&head, &mut self.out, server, conn)
-                    {
-                        Box::pin(self.stream_file(file, offset, len)).await?;
-                    }
-                }
-            },
-            Routed::MethodNotAllowed(allow) => reply::error(
-                &mut self.out,
-                405,
-                server,
-                &[(b"Allow", &allow)],
-                conn,
-                head_only,
-            ),
-            Routed::NotFound => reply::error(&mut self.out, 404, server, &[], conn, head_only),
-        }
-        Ok(next)
-    }
-
-    /// Reads the request body, keeping it when `keep`, enforcing `max_body_bytes`.
-    async fn read_body(&mut self, head: &RequestHead, keep: bool) -> Result<BytesMut, ConnError> {
+        self.version = head.version;
+        self.body = (head.body != BodyKind::Empty).then(|| {
+            Box::new(RequestBody {
+                decoder: BodyDecoder::new(head.body),
+                continued: !head.expect_continue,
+            })
+        });
         let rt = self.rt.clone();
-        let cfg = &rt.cfg;
-        let limit = cfg.limits.max_body_bytes;
-        let mut decoder = BodyDecoder::new(head.body);
-        let mut body = BytesMut::new();
-        let mut continued = !head.expect_continue;
-        loop {
-            match decoder.decode(&mut self.buf).map_err(ConnError::Parse)? {
-                BodyEvent::Data(chunk) => {
-                    if decoder.consumed() > limit {
-                        return Err(ConnError::Parse(ParseError::BodyTooLarge));
-                    }
-                    if keep {
-                        body.extend_from_slice(&chunk);
-                    }
-                }
-                BodyEvent::Done(_trailers) => return Ok(body),
-                BodyEvent::NeedMore => {
-                    if !continued {
-                        self.out.extend_from_slice(weir_http::response::CONTINUE);
-                        continued = true;
-                    }
-                    self.flush().await?;
-                    let n = timeout(cfg.timeouts.body, read_more(&mut self.io, &mut self.buf))
-                        .await
-                        .map_err(|_| ConnError::BodyTimeout)??;
-                    if n == 0 {
-                        return Err(ConnError::ClosedMidRequest);
-                    }
-                }
-            }
-        }
+        let listener = self.listener;
+        let persistence = crate::pipeline::handle(self, rt, listener, head).await?;
+        // A body the pipeline did not read makes the next request's framing unknowable.
+        let unread = self.body.take().is_some_and(|b| !b.decoder.is_done());
+        Ok(if unread {
+            Persistence::Close
+        } else {
+            persistence
+        })
     }
 
-    /// Streams a file range after the head already in the output buffer.
-    async fn stream_file(
-        &mut self,
-        file: std::fs::File,
-        mut offset: u64,
-        mut len: u64,
-    ) -> Result<(), ConnError> {
-        use std::os::unix::fs::FileExt;
-        while len > 0 {
-            let step = len.min(INLINE_BODY) as usize;
-            let start = self.out.len();
-            self.out.resize(start + step, 0);
-            let n = file.read_at(&mut self.out[start..], offset)?;
-            if n == 0 {
-                // Truncated under us after the head promised more: abort the connection.
-                return Err(ConnError::Io(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "file shrank while sending",
-                )));
-            }
-            self.out.truncate(start + n);
-            offset += n as u64;
-            len -= n as u64;
-            self.flush().await?;
-        }
-        Ok(())
-    }
-
-    /// The routes of this connection's listener, in the current request's config.
-    pub(super) fn routes(&self) -> &Arc<RouteTable> {
-        &self.rt.cfg.listeners[self.listener].routes
-    }
-
-    /// Reads more of the client's bytes into the read buffer.
-    pub(super) async fn read_more(&mut self) -> io::Result<usize> {
-        read_more(&mut self.io, &mut self.buf).await
-    }
-
-    /// The client socket, registered with the reactor (for tunnels).
-    pub(super) fn register(&mut self) -> io::Result<&mut tokio::net::TcpStream> {
-        self.io.register()
+    /// A canned error response after a connection-level failure (the connection closes).
+    fn send_canned(&mut self, status: u16) {
+        let body = crate::error::canned_body(status);
+        let mut reply = crate::error::canned(status, body.len());
+        let rt = self.rt.clone();
+        reply.add_lines(&rt.cfg.server_line);
+        self.encoding = reply.encode_h1(&mut self.out, self.version, Persistence::Close);
+        self.out.extend_from_slice(body.as_bytes());
     }
 
     /// Writes the output: one direct write in the common case; queued bodies, or a client that
     /// is not reading fast enough, take the vectored, timed slow path.
-    pub(super) async fn flush(&mut self) -> Result<(), ConnError> {
+    async fn flush(&mut self) -> Result<(), Error> {
         self.flush_with(false).await
     }
 
     /// [`Conn::flush`]; `closing`: the socket is closed right after (see [`ClientIo::write_now`]).
-    async fn flush_with(&mut self, closing: bool) -> Result<(), ConnError> {
+    async fn flush_with(&mut self, closing: bool) -> Result<(), Error> {
         if self.segs.is_empty() {
             if self.out.is_empty() {
                 return Ok(());
@@ -545,7 +348,8 @@ impl Conn {
 
     /// Appends a response body: copied into `out` when short, queued by reference when long (a
     /// 10 MiB cached object is sent from the store's own buffer, not copied per client).
-    pub(super) fn put_body(&mut self, body: &Bytes) {
+    #[inline(always)]
+    fn put_body(&mut self, body: &Bytes) {
         if body.len() < BY_REFERENCE {
             self.out.extend_from_slice(body);
             return;
@@ -559,7 +363,7 @@ impl Conn {
     /// Writes the queued segments and then `out` with vectored writes, waiting while the
     /// client's socket buffer is full. `timeouts.write` bounds each stall, not the whole
     /// transfer: a big object to a slow but steady reader is not cut.
-    async fn flush_slow(&mut self, mut closing: bool) -> Result<(), ConnError> {
+    async fn flush_slow(&mut self, mut closing: bool) -> Result<(), Error> {
         if !self.out.is_empty() {
             self.segs.push_back(self.out.split().freeze());
         }
@@ -591,7 +395,7 @@ impl Conn {
                     closing = false;
                     timeout(stall, self.io.writable())
                         .await
-                        .map_err(|_| ConnError::WriteTimeout)??;
+                        .map_err(|_| Error::new(ErrorKind::WriteTimeout))??;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -622,6 +426,120 @@ impl Conn {
                 _ => break,
             }
         }
+    }
+}
+
+/// The request body being read: its decoder, and whether `100 Continue` was sent (or not needed).
+#[derive(Debug)]
+struct RequestBody {
+    decoder: BodyDecoder,
+    continued: bool,
+}
+
+impl Downstream for Conn {
+    fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    fn version(&self) -> Version {
+        self.version
+    }
+
+    fn persistence(&self, head: &RequestHead) -> Persistence {
+        let max = self.rt.cfg.limits.max_requests_per_connection;
+        if !head.keep_alive || (max > 0 && self.served >= max) || self.state.shutting_down.get() {
+            Persistence::Close
+        } else {
+            Persistence::KeepAlive
+        }
+    }
+
+    async fn body_chunk(&mut self) -> Result<Option<Bytes>, Error> {
+        let limit = self.rt.cfg.limits.max_body_bytes;
+        let body_timeout = self.rt.cfg.timeouts.body;
+        loop {
+            let Some(body) = self.body.as_mut() else {
+                return Ok(None);
+            };
+            match body.decoder.decode(&mut self.buf)? {
+                BodyEvent::Data(chunk) => {
+                    if body.decoder.consumed() > limit {
+                        return Err(ParseError::BodyTooLarge.into());
+                    }
+                    return Ok(Some(chunk));
+                }
+                BodyEvent::Done(_trailers) => return Ok(None),
+                BodyEvent::NeedMore => {
+                    if !body.continued {
+                        body.continued = true;
+                        self.out.extend_from_slice(weir_http::response::CONTINUE);
+                    }
+                    self.flush().await?;
+                    let n = timeout(body_timeout, read_more(&mut self.io, &mut self.buf))
+                        .await
+                        .map_err(|_| Error::new(ErrorKind::BodyTimeout))??;
+                    if n == 0 {
+                        return Err(Error::new(ErrorKind::ClientClosed));
+                    }
+                }
+            }
+        }
+    }
+
+    async fn send_interim(&mut self, reply: &Reply<'_>) -> Result<(), Error> {
+        reply.encode_h1(&mut self.out, self.version, Persistence::KeepAlive);
+        self.flush().await
+    }
+
+    #[inline]
+    fn send_head(&mut self, reply: &Reply<'_>, persistence: Persistence) -> Persistence {
+        if self.out.capacity() == 0 {
+            // A fresh connection answers before it ever waited: take a pooled buffer rather
+            // than grow an empty one field by field.
+            self.out = take_buf();
+        }
+        self.encoding = reply.encode_h1(&mut self.out, self.version, persistence);
+        if self.encoding == BodyEncoding::UntilClose {
+            Persistence::Close
+        } else {
+            persistence
+        }
+    }
+
+    #[inline(always)]
+    fn send_data(&mut self, data: &Bytes) {
+        match self.encoding {
+            BodyEncoding::Chunked => put_chunk(&mut self.out, data),
+            BodyEncoding::Plain | BodyEncoding::UntilClose => self.put_body(data),
+        }
+    }
+
+    fn end_body(&mut self) {
+        if self.encoding == BodyEncoding::Chunked {
+            put_last_chunk(&mut self.out);
+        }
+    }
+
+    fn should_flush(&self) -> bool {
+        self.out.len() >= FLUSH_AT || !self.segs.is_empty()
+    }
+
+    async fn flush(&mut self) -> Result<(), Error> {
+        Conn::flush(self).await
+    }
+
+    async fn tunnel(&mut self, upstream: &mut TcpStream, early: &[u8]) -> Result<(), Error> {
+        // Bytes the upstream sent after its head belong to the tunnel.
+        self.out.extend_from_slice(early);
+        Conn::flush(self).await?;
+        self.upgraded = true;
+        if !self.buf.is_empty() {
+            upstream.write_all(&self.buf).await?;
+            self.buf.clear();
+        }
+        let client = self.io.register()?;
+        let _ = tokio::io::copy_bidirectional(client, upstream).await;
+        Ok(())
     }
 }
 

@@ -8,10 +8,8 @@
 //! are closed, in-flight requests finish with `Connection: close`, and whatever is left when
 //! `timeouts.shutdown` expires is cut.
 
-mod cache_stage;
 mod client_io;
 mod conn;
-mod forward;
 mod listener;
 mod worker;
 
@@ -22,15 +20,13 @@ use std::thread::JoinHandle;
 
 use tokio::sync::watch;
 
-use arc_swap::ArcSwap;
-
-use crate::runtime::RuntimeConfig;
+use crate::runtime::{Published, RuntimeConfig};
 
 /// A running server.
 #[derive(Debug)]
 pub struct ServerHandle {
     /// The config requests start on; swapped by [`ServerHandle::reload`].
-    published: Arc<ArcSwap<RuntimeConfig>>,
+    published: Arc<Published>,
     /// Tells the health thread the upstreams may have changed.
     reloaded: watch::Sender<u64>,
     addrs: Vec<SocketAddr>,
@@ -73,10 +69,11 @@ pub fn start(cfg: RuntimeConfig) -> io::Result<ServerHandle> {
     }
     let (tx, rx) = watch::channel(false);
     let (reloaded, generation) = watch::channel(0u64);
-    let published = Arc::new(ArcSwap::new(cfg));
+    let published = Arc::new(Published::new(cfg));
     let mut threads = Vec::with_capacity(workers + 1);
+    let current = published.clone();
     threads.push(crate::proxy::health::spawn(
-        published.clone(),
+        move || current.load().upstreams.clone(),
         generation,
         rx.clone(),
     )?);
@@ -118,7 +115,7 @@ impl ServerHandle {
     /// Listeners and the worker count are bound at start: a config that changes them is
     /// refused, and the running config stays.
     pub fn reload(&self, cfg: RuntimeConfig) -> Result<(), ReloadError> {
-        let old = self.published.load_full();
+        let old = self.published.load();
         if !Arc::ptr_eq(&cfg.registry, &old.registry) {
             return Err(ReloadError(
                 "the new config was not compiled against this server's registry".into(),
@@ -158,7 +155,7 @@ impl ServerHandle {
 
     /// The config requests start on now.
     pub fn config(&self) -> Arc<RuntimeConfig> {
-        self.published.load_full()
+        self.published.load()
     }
 
     /// The bound address of each (non-admin) listener, in config order (port 0 resolved).

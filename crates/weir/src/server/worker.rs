@@ -8,9 +8,9 @@
 //! writes). On shutdown the worker aborts the idle ones; busy ones see `shutting_down` and
 //! close after their response. No timer or notifier is registered per request for this.
 //!
-//! Config swaps: the server publishes the current `RuntimeConfig` in an `ArcSwap`. Each request
-//! starts with [`WorkerState::current`]: one pointer compare against the worker's cached copy
-//! (`arc_swap::Cache`) in the steady state. When it changed, the worker builds a new
+//! Config swaps: the server publishes the current `RuntimeConfig` (`runtime/published.rs`). Each
+//! request starts with [`WorkerState::refresh`]: one atomic load and a compare of generations in
+//! the steady state. When it changed, the worker builds a new
 //! [`WorkerRuntime`], carrying over each upstream's per-worker state (pool, balancer, budget)
 //! by name when its servers and policy are unchanged. A request keeps the `Rc<WorkerRuntime>`
 //! it started with, so indices into its config stay valid to its end.
@@ -25,11 +25,8 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::{watch, Notify};
 use tokio::task::AbortHandle;
 
-use arc_swap::ArcSwap;
-
 use super::conn::Conn;
-use crate::proxy::local::WorkerUpstream;
-use crate::runtime::RuntimeConfig;
+use crate::runtime::{Published, WorkerRuntime};
 
 /// A listening socket handed to a worker.
 #[derive(Debug)]
@@ -39,49 +36,10 @@ pub(crate) struct Listening {
     pub listener: usize,
 }
 
-/// The config as this worker runs it: the published `RuntimeConfig` and this worker's state for
-/// each of its upstreams, indexed like `cfg.upstreams`.
-#[derive(Debug)]
-pub(crate) struct WorkerRuntime {
-    pub cfg: Arc<RuntimeConfig>,
-    pub upstreams: Vec<Rc<WorkerUpstream>>,
-}
-
-impl WorkerRuntime {
-    /// The runtime for `cfg`, keeping `old`'s per-upstream state where it still fits.
-    fn build(cfg: Arc<RuntimeConfig>, old: Option<&WorkerRuntime>) -> WorkerRuntime {
-        let upstreams = cfg
-            .upstreams
-            .iter()
-            .map(|up| {
-                old.and_then(|o| {
-                    o.cfg
-                        .upstreams
-                        .iter()
-                        .zip(&o.upstreams)
-                        .find(|(u, w)| u.name == up.name && w.fits(up))
-                        .map(|(_, w)| w.clone())
-                })
-                .unwrap_or_else(|| Rc::new(WorkerUpstream::new(up)))
-            })
-            .collect::<Vec<_>>();
-        // State not carried over closes its idle connections now rather than when the last
-        // request holding the old runtime ends.
-        for w in old.iter().flat_map(|o| &o.upstreams) {
-            if !upstreams.iter().any(|n| Rc::ptr_eq(n, w)) {
-                w.pool.borrow_mut().retire();
-            }
-        }
-        WorkerRuntime { cfg, upstreams }
-    }
-}
-
-type Published = Arc<ArcSwap<RuntimeConfig>>;
-
 /// State shared by the tasks of one worker.
 #[derive(Debug)]
 pub(crate) struct WorkerState {
-    published: RefCell<arc_swap::Cache<Published, Arc<RuntimeConfig>>>,
+    published: Arc<Published>,
     runtime: RefCell<Rc<WorkerRuntime>>,
     pub active: Cell<usize>,
     pub max_active: usize,
@@ -102,17 +60,33 @@ pub(crate) struct ConnSlot {
 }
 
 impl WorkerState {
-    /// The config a request starting now runs on.
-    pub(crate) fn current(&self) -> Rc<WorkerRuntime> {
-        let mut published = self.published.borrow_mut();
-        let cfg = published.load();
+    /// Points `rt` at the config a request starting now runs on: in the steady state one
+    /// atomic load and a compare.
+    #[inline]
+    pub(crate) fn refresh(&self, rt: &mut Rc<WorkerRuntime>) {
+        let generation = self.published.generation();
+        if rt.generation != generation {
+            *rt = self.rebuild(generation);
+        }
+    }
+
+    /// The worker's runtime for the config published at `generation` (or later), built once
+    /// per published config.
+    #[cold]
+    fn rebuild(&self, generation: u64) -> Rc<WorkerRuntime> {
         let cached = self.runtime.borrow().clone();
-        if Arc::ptr_eq(cfg, &cached.cfg) {
+        if cached.generation == generation {
             return cached;
         }
-        let fresh = Rc::new(WorkerRuntime::build(cfg.clone(), Some(&cached)));
+        let cfg = self.published.load();
+        let fresh = Rc::new(WorkerRuntime::build(cfg, generation, Some(&cached)));
         *self.runtime.borrow_mut() = fresh.clone();
         fresh
+    }
+
+    /// The runtime this worker built last (a new connection's first request refreshes it).
+    pub(crate) fn cached(&self) -> Rc<WorkerRuntime> {
+        self.runtime.borrow().clone()
     }
 
     /// Marks connection `key` idle or busy.
@@ -137,11 +111,12 @@ impl Drop for ActiveGuard {
 
 pub(crate) fn run(
     id: usize,
-    published: Published,
+    published: Arc<Published>,
     listening: Vec<Listening>,
     shutdown: watch::Receiver<bool>,
 ) {
-    let cfg = published.load_full();
+    let generation = published.generation();
+    let cfg = published.load();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -159,8 +134,8 @@ pub(crate) fn run(
         .div_ceil(cfg.workers.max(1))
         .max(1);
     let state = Rc::new(WorkerState {
-        runtime: RefCell::new(Rc::new(WorkerRuntime::build(cfg.clone(), None))),
-        published: RefCell::new(arc_swap::Cache::new(published)),
+        runtime: RefCell::new(Rc::new(WorkerRuntime::build(cfg.clone(), generation, None))),
+        published,
         active: Cell::new(0),
         max_active,
         slot_freed: Notify::new(),
@@ -192,7 +167,9 @@ pub(crate) fn run(
                 }
             }
         }
-        let deadline = tokio::time::Instant::now() + state.current().cfg.timeouts.shutdown;
+        let mut rt = state.cached();
+        state.refresh(&mut rt);
+        let deadline = tokio::time::Instant::now() + rt.cfg.timeouts.shutdown;
         while state.active.get() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

@@ -1,0 +1,173 @@
+//! `forwarded:`: tells the upstream who the client was, with `X-Forwarded-For/-Proto/-Host`
+//! and/or RFC 7239 `Forwarded`. The client's own values are kept (and appended to) only when
+//! it is a trusted proxy; from anyone else they are dropped, so a client cannot forge its
+//! address.
+
+use bytes::BytesMut;
+use ipnet::IpNet;
+use weir_http::response::put_header;
+use weir_http::RequestHead;
+
+use super::{Client, Filter};
+
+/// A compiled `forwarded` block.
+#[derive(Debug)]
+pub struct Forwarded {
+    pub x_forwarded: bool,
+    pub forwarded: bool,
+    pub trusted: Vec<IpNet>,
+}
+
+impl Forwarded {
+    /// Whether a peer's forwarding fields are to be kept.
+    pub fn trusts(&self, ip: std::net::IpAddr) -> bool {
+        self.trusted.iter().any(|n| n.contains(&ip))
+    }
+}
+
+impl Filter for Forwarded {
+    fn drops_upstream(&self, client: &Client, name: &[u8]) -> bool {
+        if self.x_forwarded {
+            // Re-emitted below (with the trusted prior values first).
+            if name.eq_ignore_ascii_case(b"x-forwarded-for") {
+                return true;
+            }
+            if (name.eq_ignore_ascii_case(b"x-forwarded-proto")
+                || name.eq_ignore_ascii_case(b"x-forwarded-host"))
+                && !self.trusts(client.ip)
+            {
+                return true;
+            }
+        }
+        self.forwarded && name.eq_ignore_ascii_case(b"forwarded")
+    }
+
+    fn upstream_fields(&self, client: &Client, head: &RequestHead, out: &mut BytesMut) {
+        let trusted = self.trusts(client.ip);
+        // The validated, normalised authority (an absolute-form target's wins over Host).
+        let client_host = head.authority();
+        if self.x_forwarded {
+            let mut xff = prior(head, b"x-forwarded-for", trusted);
+            let mut ip = [0u8; 64];
+            append_list(&mut xff, format_ip(client.ip, &mut ip));
+            put_header(out, b"X-Forwarded-For", &xff);
+            if !trusted || head.header("x-forwarded-proto").is_none() {
+                put_header(out, b"X-Forwarded-Proto", client.scheme.as_bytes());
+            }
+            if let (false, Some(h)) = (
+                trusted && head.header("x-forwarded-host").is_some(),
+                client_host,
+            ) {
+                put_header(out, b"X-Forwarded-Host", h);
+            }
+        }
+        if self.forwarded {
+            let mut fwd = prior(head, b"forwarded", trusted);
+            let mut element = format!("for={};proto={}", node(client.ip), client.scheme);
+            if let Some(h) = client_host.and_then(|h| std::str::from_utf8(h).ok()) {
+                element.push_str(&format!(";host=\"{h}\""));
+            }
+            append_list(&mut fwd, element.as_bytes());
+            put_header(out, b"Forwarded", &fwd);
+        }
+    }
+}
+
+/// The values of `name` the client sent, comma-joined, when it is trusted.
+fn prior(head: &RequestHead, name: &[u8], trusted: bool) -> Vec<u8> {
+    let mut list = Vec::new();
+    if trusted {
+        for h in head
+            .headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case(name))
+        {
+            append_list(&mut list, &h.value);
+        }
+    }
+    list
+}
+
+/// The `for=` node of RFC 7239: IPv6 addresses are quoted and bracketed.
+pub fn node(ip: std::net::IpAddr) -> String {
+    match ip {
+        std::net::IpAddr::V4(a) => a.to_string(),
+        std::net::IpAddr::V6(a) => format!("\"[{a}]\""),
+    }
+}
+
+/// Writes an IP address into `buf` without allocating; returns the text.
+fn format_ip(ip: std::net::IpAddr, buf: &mut [u8; 64]) -> &[u8] {
+    use std::io::Write as _;
+    let mut cur = std::io::Cursor::new(&mut buf[..]);
+    let _ = write!(cur, "{ip}");
+    let n = cur.position() as usize;
+    &buf[..n]
+}
+
+/// Appends `item` to a comma-separated field value being built.
+fn append_list(list: &mut Vec<u8>, item: &[u8]) {
+    if !list.is_empty() {
+        list.extend_from_slice(b", ");
+    }
+    list.extend_from_slice(item);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(f: &Forwarded, peer: &str, req: &str) -> (String, Vec<String>) {
+        let client = Client {
+            ip: peer.parse().unwrap(),
+            scheme: "http",
+        };
+        let mut b = BytesMut::from(req.as_bytes());
+        let head = weir_http::parse_request(&mut b, &Default::default())
+            .unwrap()
+            .unwrap();
+        let mut out = BytesMut::new();
+        f.upstream_fields(&client, &head, &mut out);
+        let dropped = head
+            .headers
+            .iter()
+            .filter(|h| f.drops_upstream(&client, &h.name))
+            .map(|h| String::from_utf8_lossy(&h.name).into_owned())
+            .collect();
+        (String::from_utf8(out.to_vec()).unwrap(), dropped)
+    }
+
+    #[test]
+    fn untrusted_values_are_replaced_and_trusted_ones_extended() {
+        let f = Forwarded {
+            x_forwarded: true,
+            forwarded: true,
+            trusted: vec!["10.0.0.0/8".parse().unwrap()],
+        };
+        let req = "GET / HTTP/1.1\r\nHost: Site.Example\r\nX-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Proto: https\r\nForwarded: for=1.2.3.4\r\n\r\n";
+        let (out, dropped) = fields(&f, "192.0.2.1", req);
+        assert_eq!(
+            out,
+            "X-Forwarded-For: 192.0.2.1\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: site.example\r\nForwarded: for=192.0.2.1;proto=http;host=\"site.example\"\r\n"
+        );
+        assert_eq!(
+            dropped,
+            ["X-Forwarded-For", "X-Forwarded-Proto", "Forwarded"]
+        );
+        let (out, dropped) = fields(&f, "10.1.2.3", req);
+        assert!(
+            out.starts_with("X-Forwarded-For: 1.2.3.4, 10.1.2.3\r\n"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("X-Forwarded-Proto"),
+            "the trusted proxy's is kept: {out}"
+        );
+        assert!(
+            out.contains("Forwarded: for=1.2.3.4, for=10.1.2.3;"),
+            "{out}"
+        );
+        assert_eq!(dropped, ["X-Forwarded-For", "Forwarded"]);
+        assert_eq!(node("::1".parse().unwrap()), "\"[::1]\"");
+    }
+}

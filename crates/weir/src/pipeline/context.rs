@@ -1,0 +1,88 @@
+//! What the pipeline knows about one request while it runs, and what a log line or a metric
+//! would report when it ends: the route, the cache state, the upstream and server, the status,
+//! bytes and timings.
+
+use std::rc::Rc;
+use std::time::Instant;
+
+use crate::runtime::WorkerRuntime;
+
+/// What the cache did with a request (RFC 9211's facts, by name). The `Cache-Status` field is
+/// rendered from the richer `cache::CacheStatus`; this is the summary the pipeline keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheState {
+    /// The route has no cache.
+    NotCached,
+    /// Served from the store, fresh (or stale as the request allowed).
+    Hit,
+    /// Served stale while a background fetch refreshes it.
+    StaleWhileRevalidate,
+    /// Served stale because the upstream failed (`stale-if-error`).
+    StaleIfError,
+    /// Stale, validated with the upstream (304) and served from the store.
+    Revalidated,
+    /// Fetched from the upstream (stored or not).
+    Miss,
+    /// Streamed from another request's fetch of the same key.
+    Collapsed,
+    /// Not looked up: a rule, the method, or a recent uncacheable answer said so.
+    Bypass(&'static str),
+    /// Answered by the cache itself: a purge, or a 504 for `only-if-cached`.
+    Answered,
+}
+
+impl CacheState {
+    /// The name used in logs.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CacheState::NotCached => "-",
+            CacheState::Hit => "hit",
+            CacheState::StaleWhileRevalidate => "stale-while-revalidate",
+            CacheState::StaleIfError => "stale-if-error",
+            CacheState::Revalidated => "revalidated",
+            CacheState::Miss => "miss",
+            CacheState::Collapsed => "collapsed",
+            CacheState::Bypass(_) => "bypass",
+            CacheState::Answered => "answered",
+        }
+    }
+}
+
+/// One request's state.
+#[derive(Debug)]
+pub(crate) struct RequestCtx {
+    /// The config the request runs on, held to its end (a reload never changes it halfway).
+    pub rt: Rc<WorkerRuntime>,
+    /// The listener the request came in on (its index in `rt.cfg.listeners`).
+    pub listener: usize,
+    /// Index of the route in its listener's table (`None`: no route matched).
+    pub route: Option<usize>,
+    pub cache: CacheState,
+    /// The upstream server answering, as `upstream/server`, once one was picked.
+    pub upstream: Option<(usize, usize)>,
+    /// The final status sent, once the head was queued.
+    pub status: u16,
+    /// Body bytes queued for the client.
+    pub bytes_sent: u64,
+    /// When the request started, read only when something will report it (the `trace` log
+    /// now, the access log later): a clock read is ~1% of a keep-alive hello.
+    pub started: Option<Instant>,
+    /// When the upstream's response head arrived.
+    pub upstream_head_at: Option<Instant>,
+}
+
+impl RequestCtx {
+    pub fn new(rt: Rc<WorkerRuntime>, listener: usize) -> RequestCtx {
+        RequestCtx {
+            rt,
+            listener,
+            route: None,
+            cache: CacheState::NotCached,
+            upstream: None,
+            status: 0,
+            bytes_sent: 0,
+            started: tracing::enabled!(tracing::Level::TRACE).then(Instant::now),
+            upstream_head_at: None,
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! The seam between the request pipeline and a client protocol. An HTTP/1.1 connection
+//! (`server/conn.rs`) implements it today; an HTTP/2 stream, plain or TLS, implements the same
+//! methods, and every producer (proxy, cache, actions) then works over it unchanged.
+//!
+//! Generic, not `dyn`: the pipeline is monomorphised per protocol, so a cache hit over HTTP/1.1
+//! costs what it cost when it wrote into the connection's buffer itself (the methods inline).
+//!
+//! The protocol owns the encoding: producers hand it a [`Reply`] and body bytes; it decides the
+//! status line, the framing (length, chunks, or the close) and the `Connection` field.
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use tokio::net::TcpStream;
+use weir_http::{Persistence, Reply, RequestHead, Version};
+
+use crate::error::Error;
+
+/// A client a response is written to, and the request body is read from.
+pub(crate) trait Downstream {
+    /// The client's address.
+    fn peer(&self) -> SocketAddr;
+
+    /// The protocol version the client speaks (HTTP/1.0 gets no chunks and no 1xx).
+    fn version(&self) -> Version;
+
+    /// Whether the connection may serve another request after this one, given the request:
+    /// the client asked for it, the per-connection limit allows it, the server is not shutting
+    /// down.
+    fn persistence(&self, head: &RequestHead) -> Persistence;
+
+    /// The next piece of the request body; `None` once it is complete. The first call sends
+    /// `100 Continue` when the client waits for it.
+    fn body_chunk(&mut self) -> impl Future<Output = Result<Option<Bytes>, Error>>;
+
+    /// Sends an interim (1xx) response at once.
+    fn send_interim(&mut self, reply: &Reply<'_>) -> impl Future<Output = Result<(), Error>>;
+
+    /// Queues the response head. `persistence` may be turned into `Close` by the protocol (an
+    /// HTTP/1.0 client and a body of unknown length); the returned value is what holds.
+    fn send_head(&mut self, reply: &Reply<'_>, persistence: Persistence) -> Persistence;
+
+    /// Queues body bytes (framed as the head said: as is, or as a chunk).
+    fn send_data(&mut self, data: &Bytes);
+
+    /// Ends the body (the last chunk, when chunked).
+    fn end_body(&mut self);
+
+    /// Whether enough is queued that it should be written before reading more upstream.
+    fn should_flush(&self) -> bool;
+
+    /// Writes what is queued, waiting (bounded by `timeouts.write` per stall) for a slow client.
+    fn flush(&mut self) -> impl Future<Output = Result<(), Error>>;
+
+    /// After a `101 Switching Protocols` head was queued: relay bytes both ways between the
+    /// client and `upstream` until either side closes. `early` is what the upstream sent after
+    /// its head. Protocols without upgrades (HTTP/2) refuse with an error.
+    fn tunnel(
+        &mut self,
+        upstream: &mut TcpStream,
+        early: &[u8],
+    ) -> impl Future<Output = Result<(), Error>>;
+}

@@ -1,0 +1,510 @@
+//! The upstream phase: relay one request to an upstream and its response back to the client.
+//!
+//! 1. Pick a server among those up (primaries, else backups) with the upstream's policy.
+//! 2. Take an idle pooled connection or connect (`connect` timeout).
+//! 3. Send the head and stream the body: the client's body is decoded and re-framed as it
+//!    arrives, never buffered whole (a 1 GiB upload needs no more memory than a small one).
+//! 4. Read the response head (`response_header` timeout), relaying interim (1xx) responses, then
+//!    stream the body back. An upstream that dies mid-body aborts the client connection: the
+//!    client sees a truncated message, never a short one presented as complete.
+//! 5. Reuse the upstream connection when both messages ended cleanly and it may be kept.
+//!
+//! Failures before a response head are answered with the status `error.rs` maps them to
+//! (502/503/504), logged with the upstream, the server and the reason, and counted by passive
+//! health. A stale pooled connection is retried on a fresh one for idempotent requests. Other
+//! retries go to another server when the upstream's `retries.on` allows it, the request is
+//! idempotent and has no body, and the worker's retry budget has tokens.
+//!
+//! The cache phase hooks in through [`Exchange`]: a plan made when the response head arrives
+//! (fields to add, whether to keep a copy of the body, followers to publish chunks to).
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::AsyncWriteExt;
+use tokio::time::Instant;
+use weir_http::reply::{put_chunk, put_last_chunk};
+use weir_http::{
+    Base, BodyKind, Framing, Method, Persistence, Reply, RequestHead, ResponseHead, Version,
+};
+
+use super::downstream::Downstream;
+use super::RequestCtx;
+use crate::cache::zone::Inflight;
+use crate::cache::CacheZone;
+use crate::error::{Error, ErrorKind};
+use crate::filters::Client;
+use crate::proxy::exchange::{
+    build_request, checkout, is_interim, phase_timeout, read_response_head, record_failure,
+    wants_upgrade, Interim, RequestShape,
+};
+use crate::proxy::pool::UpstreamConn;
+use crate::proxy::route::ProxyRoute;
+use crate::proxy::upstream::{now_ms, Upstream};
+
+/// Most interim (1xx) responses relayed for one request; more is treated as a broken upstream.
+const MAX_INTERIM: usize = 32;
+/// Request bytes gathered before a write to the upstream.
+const SEND_CHUNK: usize = 64 * 1024;
+
+/// What the cache phase decides when the response head arrives.
+#[derive(Debug, Default)]
+pub(crate) struct HeadPlan {
+    /// Field lines added to the client's response head (`Cache-Status`).
+    pub lines: BytesMut,
+    /// Keep a copy of the body, up to this many bytes, for storing.
+    pub capture: Option<usize>,
+    /// Publish every body chunk here too, for coalesced followers.
+    pub tee: Option<Arc<Inflight>>,
+    /// The zone whose budget for captures in flight the copy is charged to.
+    pub zone: Option<Arc<CacheZone>>,
+}
+
+/// The cache phase's decision at head time.
+pub(crate) type PlanFn<'a> = Box<dyn FnMut(&ResponseHead) -> HeadPlan + 'a>;
+
+/// The copy of a response body kept for the store (and published to followers), charged to the
+/// zone's budget for captures in flight while it grows, and given back when it ends.
+struct Capture {
+    copy: BytesMut,
+    limit: usize,
+    tee: Option<Arc<Inflight>>,
+    zone: Option<Arc<CacheZone>>,
+    reserved: u64,
+}
+
+impl Capture {
+    /// Copies one chunk if it fits the object limit and the zone's in-flight budget (a chunk
+    /// published to followers is held twice: in the copy and in their queue). `false`: stop
+    /// capturing, the response will not be stored.
+    fn take(&mut self, d: &Bytes) -> bool {
+        if self.copy.len() + d.len() > self.limit {
+            return false;
+        }
+        let cost = d.len() as u64 * if self.tee.is_some() { 2 } else { 1 };
+        if let Some(z) = &self.zone {
+            if !z.store.reserve(cost) {
+                return false;
+            }
+            self.reserved += cost;
+        }
+        self.copy.extend_from_slice(d);
+        if let Some(t) = &self.tee {
+            t.push_chunk(d);
+        }
+        true
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        if let Some(z) = &self.zone {
+            z.store.release(self.reserved);
+        }
+    }
+}
+
+/// Hooks around one forward, used by the cache phase; `Exchange::default()` is a plain proxy.
+#[derive(Default)]
+pub(crate) struct Exchange<'a> {
+    /// Called with the response head before it is relayed.
+    pub plan: Option<PlanFn<'a>>,
+    /// Drop the client's conditional and range fields (a cache fetches whole responses).
+    pub strip_conditionals: bool,
+    /// The response head relayed, once relayed.
+    pub response: Option<ResponseHead>,
+    /// The captured body, when capture was asked and the body completed within the limit.
+    pub body: Option<BytesMut>,
+    /// The status of a failure answered by weir (502/503/504), if any.
+    pub failed: Option<u16>,
+}
+
+impl std::fmt::Debug for Exchange<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exchange")
+            .field("response", &self.response.as_ref().map(|r| r.status))
+            .field("failed", &self.failed)
+            .finish()
+    }
+}
+
+/// Outcome of sending the request.
+enum Sent {
+    Ok,
+    /// The upstream failed while we wrote.
+    Upstream(std::io::Error),
+}
+
+/// Where the exchange stands: the upstream, this worker's state for it, the request.
+struct Target<'r> {
+    up: &'r Upstream,
+    route: &'r ProxyRoute,
+    head: &'r RequestHead,
+    client: Client,
+}
+
+/// Proxies `head` per `route`; `persistence` is the keep-alive decision made so far, and the
+/// return value the one that holds after the response.
+pub(crate) async fn forward<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    head: &RequestHead,
+    route: &ProxyRoute,
+    mut persistence: Persistence,
+    ex: &mut Exchange<'_>,
+) -> Result<Persistence, Error> {
+    let rt = ctx.rt.clone();
+    let up: &Upstream = &rt.cfg.upstreams[route.upstream];
+    let wu = &rt.upstreams[route.upstream];
+    wu.deposit_budget(up.retry.budget);
+    let has_body = head.body != BodyKind::Empty;
+    let idempotent = matches!(
+        head.method,
+        Method::Get | Method::Head | Method::Options | Method::Trace | Method::Put | Method::Delete
+    );
+    let replayable = idempotent && !has_body;
+    let target = Target {
+        up,
+        route,
+        head,
+        client: super::client_of(d),
+    };
+    let shape = RequestShape {
+        upgrade: wants_upgrade(head),
+        strip_conditionals: ex.strip_conditionals,
+        extra: b"",
+    };
+    let total_deadline = up.total_timeout.map(|t| Instant::now() + t);
+    // Servers tried so far (bounded: retries are few).
+    let mut tried_buf = [usize::MAX; 16];
+    let mut ntried = 0usize;
+    let mut fresh_only: Option<usize> = None;
+    let mut retries = 0u32;
+    let mut interims = 0usize;
+
+    let (server, mut upstream_conn, resp) = loop {
+        // After a stale pooled connection, retry the same server on a new connection.
+        let force_fresh = fresh_only.is_some();
+        let server = match fresh_only.take() {
+            Some(s) => s,
+            None => match wu.pick(up, target.client.ip, head, &tried_buf[..ntried]) {
+                Some(s) => s,
+                None => {
+                    let e = Error::new(ErrorKind::NoServer);
+                    return fail(d, ctx, &target, None, e, persistence, has_body, ex);
+                }
+            },
+        };
+        if !tried_buf[..ntried].contains(&server) && ntried < tried_buf.len() {
+            tried_buf[ntried] = server;
+            ntried += 1;
+        }
+        let (mut conn, reused) = match checkout(wu, up, server, !force_fresh).await {
+            Ok(checked_out) => checked_out,
+            Err(e) => {
+                if retries < up.retry.attempts
+                    && e.retryable(&up.retry.on, true)
+                    && wu.take_budget()
+                {
+                    retries += 1;
+                    continue;
+                }
+                return fail(d, ctx, &target, Some(server), e, persistence, has_body, ex);
+            }
+        };
+        let _active = wu.track_active(server);
+        let sent = send_request(d, &mut conn, &target, server, shape).await?;
+        let result = match sent {
+            Sent::Ok => loop {
+                interims += 1;
+                if interims > MAX_INTERIM {
+                    break Err(Error::with(
+                        ErrorKind::UpstreamReset,
+                        "too many 1xx responses",
+                    ));
+                }
+                let head_request = head.method == Method::Head;
+                match read_response_head(
+                    &mut conn,
+                    head_request,
+                    up,
+                    total_deadline,
+                    Interim::Return,
+                )
+                .await
+                {
+                    Ok(interim) if is_interim(interim.status) => relay_interim(d, &interim).await?,
+                    r => break r,
+                }
+            },
+            Sent::Upstream(e) => Err(Error::with(ErrorKind::UpstreamReset, format!("write: {e}"))),
+        };
+        match result {
+            Ok(resp) => {
+                if retries < up.retry.attempts
+                    && replayable
+                    && up.retry.on_status.contains(&resp.status)
+                    && wu.take_budget()
+                {
+                    tracing::warn!(upstream = %up.name, server = %up.servers[server].name, status = resp.status, "retrying on another server");
+                    retries += 1;
+                    continue;
+                }
+                break (server, conn, resp);
+            }
+            // A pooled connection the upstream had closed: the request never reached it.
+            Err(e)
+                if e.kind == ErrorKind::UpstreamReset
+                    && reused
+                    && replayable
+                    && conn.buf.is_empty() =>
+            {
+                fresh_only = Some(server);
+            }
+            Err(e) => {
+                record_failure(up, server, &e);
+                if retries < up.retry.attempts
+                    && e.retryable(&up.retry.on, replayable)
+                    && wu.take_budget()
+                {
+                    retries += 1;
+                    continue;
+                }
+                return fail(d, ctx, &target, Some(server), e, persistence, has_body, ex);
+            }
+        }
+    };
+    ctx.upstream = Some((route.upstream, server));
+    ctx.upstream_head_at = Some(std::time::Instant::now());
+    ctx.status = resp.status;
+
+    if shape.upgrade && resp.status == 101 {
+        tunnel(d, upstream_conn, &resp, route).await?;
+        return Ok(Persistence::Close);
+    }
+    let plan = ex.plan.as_mut().map(|f| f(&resp)).unwrap_or_default();
+    let framing = match resp.body {
+        BodyKind::Length(n) => Framing::Length(n),
+        BodyKind::Chunked | BodyKind::CloseDelimited => Framing::Unknown,
+        BodyKind::Empty => Framing::Given,
+    };
+    let mut reply = Reply::new(resp.status, framing);
+    reply.reason = &resp.reason;
+    reply.base = Base::Fields(&resp.headers);
+    reply.add_lines(&plan.lines);
+    route.filters.response(&mut reply);
+    persistence = d.send_head(&reply, persistence);
+    let mut capture = plan.capture.map(|limit| Capture {
+        // Sized exactly when the length is known, so that the stored body holds no slack.
+        copy: match resp.body {
+            BodyKind::Length(n) if n <= limit as u64 => BytesMut::with_capacity(n as usize),
+            _ => BytesMut::new(),
+        },
+        limit,
+        tee: plan.tee.clone(),
+        zone: plan.zone.clone(),
+        reserved: 0,
+    });
+    let reusable = relay_body(
+        d,
+        ctx,
+        &mut upstream_conn,
+        &resp,
+        (up, server),
+        total_deadline,
+        &mut capture,
+    )
+    .await?;
+    if reusable {
+        wu.pool.borrow_mut().put(server, upstream_conn);
+    }
+    // The reservation ends here; the cache phase stores the copy right after.
+    ex.body = capture.map(|mut c| std::mem::take(&mut c.copy));
+    ex.response = Some(resp);
+    Ok(persistence)
+}
+
+/// Answers a failure and logs it; a request whose body was not (fully) read ends the connection.
+#[allow(clippy::too_many_arguments)]
+fn fail<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    target: &Target<'_>,
+    server: Option<usize>,
+    e: Error,
+    persistence: Persistence,
+    has_body: bool,
+    ex: &mut Exchange<'_>,
+) -> Result<Persistence, Error> {
+    let up = target.up;
+    let server_name = server.map(|s| up.servers[s].name.as_str()).unwrap_or("-");
+    let status = e.status().unwrap_or(502);
+    tracing::warn!(upstream = %up.name, server = %server_name, status, reason = %e, "upstream failure");
+    ex.failed = Some(status);
+    if let Some(s) = server {
+        ctx.upstream = Some((target.route.upstream, s));
+    }
+    let persistence = if has_body {
+        Persistence::Close
+    } else {
+        persistence
+    };
+    Ok(super::send_error(
+        d,
+        ctx,
+        target.head,
+        status,
+        &[],
+        persistence,
+    ))
+}
+
+/// Writes the request head and streams the body to the upstream.
+async fn send_request<D: Downstream>(
+    d: &mut D,
+    conn: &mut UpstreamConn,
+    target: &Target<'_>,
+    server: usize,
+    shape: RequestShape<'_>,
+) -> Result<Sent, Error> {
+    let head = target.head;
+    let mut req = BytesMut::with_capacity(1024);
+    build_request(
+        &mut req,
+        head,
+        target.route,
+        target.up,
+        server,
+        &target.client,
+        shape,
+    );
+    if head.body == BodyKind::Empty {
+        return Ok(match conn.stream.write_all(&req).await {
+            Ok(()) => Sent::Ok,
+            Err(e) => Sent::Upstream(e),
+        });
+    }
+    let chunked = head.body == BodyKind::Chunked;
+    while let Some(data) = d.body_chunk().await? {
+        if chunked {
+            put_chunk(&mut req, &data);
+        } else {
+            req.extend_from_slice(&data);
+        }
+        if req.len() >= SEND_CHUNK {
+            if let Err(e) = conn.stream.write_all(&req).await {
+                return Ok(Sent::Upstream(e));
+            }
+            req.clear();
+        }
+    }
+    if chunked {
+        put_last_chunk(&mut req);
+    }
+    Ok(match conn.stream.write_all(&req).await {
+        Ok(()) => Sent::Ok,
+        Err(e) => Sent::Upstream(e),
+    })
+}
+
+/// Relays an interim (1xx) response to an HTTP/1.1 client at once, hop-by-hop fields dropped.
+/// Its fields are never carried into the final response, and the cache never sees it.
+/// `100 Continue` is weir's own business (it answers `Expect` itself), and HTTP/1.0 clients
+/// get no 1xx at all (RFC 9110 §15.2).
+async fn relay_interim<D: Downstream>(d: &mut D, resp: &ResponseHead) -> Result<(), Error> {
+    if resp.status == 100 || d.version() == Version::Http10 {
+        return Ok(());
+    }
+    let mut reply = Reply::new(resp.status, Framing::Given);
+    reply.reason = &resp.reason;
+    reply.base = Base::Fields(&resp.headers);
+    reply.date = false;
+    d.send_interim(&reply).await
+}
+
+/// Streams the response body; returns whether the upstream connection can be reused.
+async fn relay_body<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    conn: &mut UpstreamConn,
+    resp: &ResponseHead,
+    (up, server): (&Upstream, usize),
+    total_deadline: Option<Instant>,
+    capture: &mut Option<Capture>,
+) -> Result<bool, Error> {
+    let mut decoder = weir_http::BodyDecoder::new(resp.body);
+    loop {
+        let event = decoder
+            .decode(&mut conn.buf)
+            .map_err(|e| aborted(up, server, &format!("bad response body: {e}")))?;
+        match event {
+            weir_http::BodyEvent::Data(data) => {
+                if capture.as_mut().is_some_and(|c| !c.take(&data)) {
+                    // Too large to store, or the zone's in-flight budget is spent: stop
+                    // copying (followers are aborted by the cache phase, which sees no complete
+                    // copy), keep relaying.
+                    *capture = None;
+                }
+                ctx.bytes_sent += data.len() as u64;
+                d.send_data(&data);
+                if d.should_flush() {
+                    d.flush().await?;
+                }
+            }
+            weir_http::BodyEvent::Done(_) => {
+                d.end_body();
+                return Ok(resp.keep_alive && resp.body != BodyKind::CloseDelimited);
+            }
+            weir_http::BodyEvent::NeedMore => {
+                d.flush().await?;
+                let deadline = Instant::now() + phase_timeout(up.idle_read_timeout, total_deadline);
+                let n = match conn.read_by(deadline).await {
+                    Ok(Ok(n)) => n,
+                    Ok(Err(e)) => {
+                        return Err(aborted(up, server, &format!("read failed mid-body: {e}")))
+                    }
+                    Err(_) => return Err(aborted(up, server, "idle timeout mid-body")),
+                };
+                if n == 0 {
+                    if decoder.on_eof().is_ok() {
+                        d.end_body();
+                        return Ok(false);
+                    }
+                    return Err(aborted(up, server, "upstream closed mid-body"));
+                }
+            }
+        }
+    }
+}
+
+/// Logs an upstream failure after the response started: the client connection is cut.
+fn aborted(up: &Upstream, server: usize, why: &str) -> Error {
+    let s = &up.servers[server];
+    up.record_passive_failure(server, now_ms());
+    tracing::warn!(upstream = %up.name, server = %s.name, reason = %why, "upstream failed mid-response, aborting the client connection");
+    Error::with(ErrorKind::UpstreamAborted, why)
+}
+
+/// After a 101: relay the response head, then bytes both ways until either side closes.
+async fn tunnel<D: Downstream>(
+    d: &mut D,
+    mut conn: UpstreamConn,
+    resp: &ResponseHead,
+    route: &ProxyRoute,
+) -> Result<(), Error> {
+    // The hop-by-hop `Upgrade` and `Connection` are this exchange's business: relayed here.
+    let mut lines = BytesMut::new();
+    if let Some(u) = resp.header("upgrade") {
+        weir_http::response::put_header(&mut lines, b"Upgrade", u);
+    }
+    lines.extend_from_slice(b"Connection: upgrade\r\n");
+    let mut reply = Reply::new(101, Framing::Given);
+    reply.reason = &resp.reason;
+    reply.base = Base::Fields(&resp.headers);
+    reply.date = false;
+    route.filters.response(&mut reply);
+    reply.add_lines(&lines);
+    d.send_head(&reply, Persistence::KeepAlive);
+    let early = std::mem::take(&mut conn.buf);
+    d.tunnel(&mut conn.stream, &early).await
+}

@@ -1,0 +1,399 @@
+//! The request pipeline: what happens to one request, whatever protocol brought it. Start here.
+//!
+//! ```text
+//! route ─→ request filters ─→ cache lookup ─ hit ─────────────────────────→ response filters ─→ write ─→ log
+//!                                          └ miss/stale/bypass ─→ upstream ─→ response filters ─→ write ─→ log
+//!        └ respond / static / echo / admin ───────────────────────────────→ write ─→ log
+//! ```
+//!
+//! * [`handle`] (this file) routes the request, runs the route's request filters, and hands it
+//!   to the route's action; the non-proxy actions are answered here.
+//! * [`cache`]: the cache phase of proxy routes (lookup, coalescing, revalidation, store).
+//! * [`forward`]: the upstream phase (pick, connect, stream both ways, retries, 1xx, upgrades).
+//! * [`context::RequestCtx`]: what is known about the request as it runs (route, cache state,
+//!   upstream and server, status, bytes, timings) and what the log reports at the end.
+//! * [`downstream::Downstream`]: the client protocol. Everything here is generic over it.
+//!
+//! Producers build a `weir_http::Reply`; only the `Downstream` encodes it. Errors are
+//! `crate::error::Error`, mapped to a status and a canned reply in one place ([`send_error`]).
+
+pub(crate) mod cache;
+pub(crate) mod context;
+pub(crate) mod downstream;
+pub(crate) mod forward;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use weir_http::{Base, BodyKind, Framing, Method, Persistence, Reply, RequestHead};
+
+pub use context::CacheState;
+pub(crate) use context::RequestCtx;
+use downstream::Downstream;
+
+use crate::actions::static_files::{StaticBody, StaticReply, INLINE_BODY};
+use crate::actions::Action;
+use crate::error::{canned_body, Error, ErrorKind};
+use crate::filters::{Client, Flow};
+use crate::routes::Routed;
+use crate::runtime::WorkerRuntime;
+
+/// The rest of a request that must wait for IO, boxed: the hot paths (a hit, a fixed response)
+/// finish without it, and every connection's future stays small (a pipeline future inline in
+/// the connection would put its largest state, the proxy's, in every idle connection).
+type Later<'a> = Pin<Box<dyn Future<Output = Result<Persistence, Error>> + 'a>>;
+
+/// How far [`start`] got.
+enum Started<'a> {
+    Done(Result<Persistence, Error>),
+    Later(Later<'a>),
+}
+
+/// Answers one request on `d`, running on `rt`, arriving on listener `listener`. Returns whether
+/// the connection may serve another request.
+pub(crate) async fn handle<D: Downstream>(
+    d: &mut D,
+    rt: Rc<WorkerRuntime>,
+    listener: usize,
+    head: &RequestHead,
+) -> Result<Persistence, Error> {
+    let mut ctx = RequestCtx::new(rt.clone(), listener);
+    let result = match start(d, &mut ctx, &rt, head) {
+        Started::Done(result) => result,
+        Started::Later(rest) => rest.await,
+    };
+    log(&ctx, head, &result);
+    result
+}
+
+/// Routes the request and runs what can run without waiting: request filters, a fresh hit, a
+/// fixed response, a static file read whole.
+fn start<'a, D: Downstream>(
+    d: &'a mut D,
+    ctx: &'a mut RequestCtx,
+    rt: &'a WorkerRuntime,
+    head: &'a RequestHead,
+) -> Started<'a> {
+    let routes = &rt.cfg.listeners[ctx.listener].routes;
+    let routed = routes.route(head);
+    if let Routed::Found(route) = &routed {
+        ctx.route = Some(route.index);
+        if let (Action::Respond(r), true) = (&route.action, head.body == BodyKind::Empty) {
+            // The fixed response, inline: the hello-world path.
+            let persistence = d.persistence(head);
+            return Started::Done(Ok(respond(d, ctx, head, r, persistence)));
+        }
+        if let Action::Proxy(p) = &route.action {
+            let persistence = d.persistence(head);
+            if p.filters.has_request() {
+                if let Flow::Respond {
+                    status,
+                    fields,
+                    body,
+                } = p.filters.request(&client_of(d), head)
+                {
+                    let persistence = respond_for_filter(d, ctx, head, status, &fields, &body);
+                    return Started::Done(Ok(persistence));
+                }
+            }
+            return match &p.cache {
+                Some(c) => {
+                    let stage = cache::Stage {
+                        head,
+                        proxy: p,
+                        cache: c,
+                        zone: &rt.cfg.cache_zones[c.zone],
+                    };
+                    if cache::try_fresh_hit(d, ctx, stage, persistence) {
+                        Started::Done(Ok(persistence))
+                    } else {
+                        Started::Later(Box::pin(cache::cached(
+                            d,
+                            ctx,
+                            stage,
+                            route.index,
+                            persistence,
+                        )))
+                    }
+                }
+                None => Started::Later(Box::pin(async move {
+                    let mut ex = forward::Exchange::default();
+                    forward::forward(d, ctx, head, p, persistence, &mut ex).await
+                })),
+            };
+        }
+    }
+    let wants_body = matches!(&routed, Routed::Found(route) if route.action.wants_body());
+    let has_body = head.body != BodyKind::Empty;
+    // A client waiting for 100-continue has not sent a body we will not use: answer and close
+    // rather than read it.
+    let skip_body = has_body && head.expect_continue && !wants_body;
+    if has_body && !skip_body {
+        return Started::Later(Box::pin(async move {
+            let body = read_body(d, wants_body).await?;
+            // Decided after the body is in, so a shutdown that began meanwhile is announced.
+            let persistence = d.persistence(head);
+            match answer(d, ctx, head, routed, &body, persistence) {
+                Answered::Done(persistence) => Ok(persistence),
+                Answered::Stream(persistence, file, offset, len) => {
+                    stream_file(d, ctx, file, offset, len).await?;
+                    Ok(persistence)
+                }
+            }
+        }));
+    }
+    let persistence = if skip_body {
+        Persistence::Close
+    } else {
+        d.persistence(head)
+    };
+    match answer(d, ctx, head, routed, &[], persistence) {
+        Answered::Done(persistence) => Started::Done(Ok(persistence)),
+        Answered::Stream(persistence, file, offset, len) => Started::Later(Box::pin(async move {
+            stream_file(d, ctx, file, offset, len).await?;
+            Ok(persistence)
+        })),
+    }
+}
+
+/// What [`answer`] left to do.
+enum Answered {
+    Done(Persistence),
+    /// Stream `len` bytes of the file from `offset` after the head.
+    Stream(Persistence, std::fs::File, u64, u64),
+}
+
+/// Answers a request routed to anything but a proxy (or to nothing).
+fn answer<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    head: &RequestHead,
+    routed: Routed<'_>,
+    body: &[u8],
+    persistence: Persistence,
+) -> Answered {
+    let head_only = head.method == Method::Head;
+    let route = match routed {
+        Routed::Found(route) => route,
+        Routed::MethodNotAllowed(allow) => {
+            let mut lines = BytesMut::new();
+            weir_http::response::put_header(&mut lines, b"Allow", &allow);
+            return Answered::Done(send_error(d, ctx, head, 405, &lines, persistence));
+        }
+        Routed::NotFound => return Answered::Done(send_error(d, ctx, head, 404, &[], persistence)),
+    };
+    let persistence = match &route.action {
+        Action::Respond(r) => respond(d, ctx, head, r, persistence),
+        Action::Echo(e) => {
+            let (content_type, payload) = e.render(head, body);
+            let mut reply = Reply::new(200, Framing::Length(payload.len() as u64));
+            reply.add_lines(&ctx.rt.cfg.server_line);
+            reply.add_lines(content_type);
+            ctx.status = 200;
+            let persistence = d.send_head(&reply, persistence);
+            if !head_only {
+                ctx.bytes_sent += payload.len() as u64;
+                d.send_data(&Bytes::from(payload));
+            }
+            persistence
+        }
+        Action::Admin => {
+            let (status, json) = crate::admin::handle(head, &ctx.rt.cfg);
+            let json = Bytes::from(json);
+            send_json(d, ctx, status, &json, head_only, persistence)
+        }
+        Action::Static(s) => match s.serve(head) {
+            StaticReply::Canned { status, lines } => {
+                send_error(d, ctx, head, status, &lines, persistence)
+            }
+            StaticReply::File {
+                status,
+                lines,
+                framing,
+                body,
+            } => {
+                let mut reply = Reply::new(status, framing);
+                reply.add_lines(&ctx.rt.cfg.server_line);
+                reply.add_lines(&lines);
+                ctx.status = status;
+                let persistence = d.send_head(&reply, persistence);
+                match body {
+                    StaticBody::None => {}
+                    StaticBody::Inline(data) => {
+                        ctx.bytes_sent += data.len() as u64;
+                        d.send_data(&data);
+                    }
+                    StaticBody::Stream { file, offset, len } => {
+                        return Answered::Stream(persistence, file, offset, len)
+                    }
+                }
+                persistence
+            }
+        },
+        Action::Proxy(_) => unreachable!("dispatched in start"),
+    };
+    Answered::Done(persistence)
+}
+
+/// A fixed response from config: its pre-encoded head, `Date`, the connection field, the body.
+#[inline(always)]
+fn respond<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    head: &RequestHead,
+    r: &crate::actions::respond::Respond,
+    persistence: Persistence,
+) -> Persistence {
+    let mut reply = Reply::new(r.status, Framing::Given);
+    reply.base = Base::Encoded(r.head());
+    ctx.status = r.status;
+    let persistence = d.send_head(&reply, persistence);
+    if head.method != Method::Head {
+        ctx.bytes_sent += r.body().len() as u64;
+        d.send_data(r.body());
+    }
+    persistence
+}
+
+/// What filters are told about the client.
+pub(crate) fn client_of<D: Downstream>(d: &D) -> Client {
+    Client {
+        ip: d.peer().ip(),
+        scheme: "http",
+    }
+}
+
+/// Queues the canned response for `status` with extra field `lines`: the one writer of error
+/// replies (`error.rs` says which status an error gets).
+pub(crate) fn send_error<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    head: &RequestHead,
+    status: u16,
+    lines: &[u8],
+    persistence: Persistence,
+) -> Persistence {
+    let body = canned_body(status);
+    let mut reply = crate::error::canned(status, body.len());
+    reply.add_lines(&ctx.rt.cfg.server_line);
+    reply.add_lines(lines);
+    ctx.status = status;
+    let persistence = d.send_head(&reply, persistence);
+    if head.method != Method::Head {
+        ctx.bytes_sent += body.len() as u64;
+        d.send_data(&Bytes::from(body));
+    }
+    persistence
+}
+
+/// Queues a JSON response (admin API, purges).
+pub(crate) fn send_json<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    status: u16,
+    json: &Bytes,
+    head_only: bool,
+    persistence: Persistence,
+) -> Persistence {
+    let mut reply = Reply::new(status, Framing::Length(json.len() as u64));
+    reply.add_lines(&ctx.rt.cfg.server_line);
+    reply.add_lines(b"Content-Type: application/json\r\nCache-Control: no-store\r\n");
+    ctx.status = status;
+    let persistence = d.send_head(&reply, persistence);
+    if !head_only {
+        ctx.bytes_sent += json.len() as u64;
+        d.send_data(json);
+    }
+    persistence
+}
+
+/// A request filter answered.
+fn respond_for_filter<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    head: &RequestHead,
+    status: u16,
+    fields: &[(Bytes, Bytes)],
+    body: &Bytes,
+) -> Persistence {
+    // The request body, if any, is not read: the connection cannot be reused.
+    let persistence = if head.body == BodyKind::Empty {
+        d.persistence(head)
+    } else {
+        Persistence::Close
+    };
+    let mut reply = Reply::new(status, Framing::Length(body.len() as u64));
+    reply.add_lines(&ctx.rt.cfg.server_line);
+    reply.add_lines(b"Content-Type: text/plain; charset=utf-8\r\n");
+    reply.add_fields(fields);
+    ctx.status = status;
+    let persistence = d.send_head(&reply, persistence);
+    if head.method != Method::Head {
+        d.send_data(body);
+    }
+    persistence
+}
+
+/// Reads the request body, keeping it when `keep` (echo), draining it otherwise.
+async fn read_body<D: Downstream>(d: &mut D, keep: bool) -> Result<BytesMut, Error> {
+    let mut body = BytesMut::new();
+    while let Some(chunk) = d.body_chunk().await? {
+        if keep {
+            body.extend_from_slice(&chunk);
+        }
+    }
+    Ok(body)
+}
+
+/// Streams a file range after its head.
+async fn stream_file<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    file: std::fs::File,
+    mut offset: u64,
+    mut len: u64,
+) -> Result<(), Error> {
+    use std::os::unix::fs::FileExt;
+    while len > 0 {
+        let step = len.min(INLINE_BODY) as usize;
+        let mut data = BytesMut::zeroed(step);
+        let n = file.read_at(&mut data, offset)?;
+        if n == 0 {
+            // Truncated under us after the head promised more: abort the connection.
+            return Err(Error::with(
+                ErrorKind::ClientIo,
+                "file shrank while sending",
+            ));
+        }
+        data.truncate(n);
+        offset += n as u64;
+        len -= n as u64;
+        ctx.bytes_sent += n as u64;
+        d.send_data(&data.freeze());
+        d.flush().await?;
+    }
+    Ok(())
+}
+
+/// The log phase. The access log (off the hot path, per-worker buffers) lands with the
+/// operations issue; until then a request is a `trace` event, free when tracing is off.
+fn log(ctx: &RequestCtx, head: &RequestHead, result: &Result<Persistence, Error>) {
+    tracing::trace!(
+        method = head.method.as_str(),
+        path = %String::from_utf8_lossy(head.path()),
+        status = ctx.status,
+        route = ?ctx.route,
+        cache = ctx.cache.as_str(),
+        upstream = ?ctx.upstream,
+        bytes = ctx.bytes_sent,
+        micros = ctx.started.map(|t| t.elapsed().as_micros() as u64),
+        upstream_micros = ctx
+            .started
+            .zip(ctx.upstream_head_at)
+            .map(|(s, t)| t.duration_since(s).as_micros() as u64),
+        error = result.as_ref().err().map(|e| e.as_str()),
+        "request"
+    );
+}

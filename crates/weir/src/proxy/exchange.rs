@@ -1,0 +1,302 @@
+//! The upstream side of an exchange, with no client attached: pick a connection (pooled or
+//! new), encode the upstream request head, read a response head, and count failures against
+//! passive health. `pipeline/forward.rs` relays between these and a client; [`fetch_whole`]
+//! is a complete exchange for the cache's revalidations.
+//!
+//! Failures map to [`Error`] kinds here (connect, timeouts, resets, malformed responses), and
+//! to statuses in one place (`error.rs`).
+
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::time::{timeout, Instant};
+use weir_http::hop::{is_hop_by_hop, ConnectionTokens};
+use weir_http::response::{put_header, put_u64};
+use weir_http::{BodyDecoder, BodyEvent, BodyKind, Method, RequestHead, ResponseHead};
+
+use super::local::WorkerUpstream;
+use super::pool::UpstreamConn;
+use super::route::{HostMode, ProxyRoute};
+use super::upstream::{now_ms, Upstream};
+use crate::error::{Error, ErrorKind};
+use crate::filters::Client;
+
+/// Largest upstream response head accepted.
+pub const MAX_UPSTREAM_HEAD: usize = 64 * 1024;
+
+/// Counts a failure against a server's passive health, logging when it goes down.
+pub fn record_failure(up: &Upstream, server: usize, e: &Error) {
+    let s = &up.servers[server];
+    if up.record_passive_failure(server, now_ms()) {
+        tracing::warn!(upstream = %up.name, server = %s.name, reason = %e, down_for_ms = up.passive.down_ms, "server marked down (passive health)");
+    }
+}
+
+/// An idle pooled connection to `server` (when `pooled` allows), else a new one; connect failures
+/// count against the server's passive health. Returns the connection and whether it was reused.
+pub async fn checkout(
+    wu: &WorkerUpstream,
+    up: &Upstream,
+    server: usize,
+    pooled: bool,
+) -> Result<(UpstreamConn, bool), Error> {
+    if pooled {
+        if let Some(c) = wu.pool.borrow_mut().take(server) {
+            return Ok((c, true));
+        }
+    }
+    match connect(up, server).await {
+        Ok(c) => Ok((c, false)),
+        Err(e) => {
+            record_failure(up, server, &e);
+            Err(e)
+        }
+    }
+}
+
+async fn connect(up: &Upstream, server: usize) -> Result<UpstreamConn, Error> {
+    let addr = **up.servers[server].addr.load();
+    match timeout(up.connect_timeout, TcpStream::connect(addr)).await {
+        Err(_) => Err(Error::new(ErrorKind::ConnectTimeout)),
+        Ok(Err(e)) => Err(Error::with(ErrorKind::Connect, e)),
+        Ok(Ok(stream)) => {
+            let _ = stream.set_nodelay(true);
+            Ok(UpstreamConn::new(stream))
+        }
+    }
+}
+
+/// A phase's timeout, cut short by the exchange's total deadline.
+pub fn phase_timeout(phase: Duration, total_deadline: Option<Instant>) -> Duration {
+    match total_deadline {
+        Some(d) => phase.min(d.saturating_duration_since(Instant::now())),
+        None => phase,
+    }
+}
+
+/// What [`read_response_head`] does with an interim (1xx, not 101) response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interim {
+    /// Return it: the caller relays it to its client and reads again.
+    Return,
+    /// Drop it (no client to relay to).
+    Skip,
+}
+
+/// A 1xx other than 101 (which is the final answer to an Upgrade).
+pub fn is_interim(status: u16) -> bool {
+    (100..200).contains(&status) && status != 101
+}
+
+/// Reads a response head within `response_header` (and the total deadline).
+pub async fn read_response_head(
+    uc: &mut UpstreamConn,
+    head_request: bool,
+    up: &Upstream,
+    total: Option<Instant>,
+    interim: Interim,
+) -> Result<ResponseHead, Error> {
+    let deadline = Instant::now() + phase_timeout(up.response_header_timeout, total);
+    loop {
+        match weir_http::parse_response(&mut uc.buf, MAX_UPSTREAM_HEAD, head_request) {
+            Ok(Some(resp)) if is_interim(resp.status) && interim == Interim::Skip => continue,
+            Ok(Some(resp)) => return Ok(resp),
+            Ok(None) => {}
+            Err(e) => return Err(Error::with(ErrorKind::BadResponse, e)),
+        }
+        match uc.read_by(deadline).await {
+            Err(_) => return Err(Error::new(ErrorKind::ResponseTimeout)),
+            Ok(Err(e)) => return Err(Error::with(ErrorKind::UpstreamReset, format!("read: {e}"))),
+            Ok(Ok(0)) => {
+                return Err(Error::with(
+                    ErrorKind::UpstreamReset,
+                    "closed before a response",
+                ))
+            }
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Fields that make a request conditional or partial.
+fn is_conditional(name: &[u8]) -> bool {
+    [
+        &b"if-none-match"[..],
+        b"if-modified-since",
+        b"if-match",
+        b"if-unmodified-since",
+        b"if-range",
+        b"range",
+    ]
+    .iter()
+    .any(|c| name.eq_ignore_ascii_case(c))
+}
+
+/// Whether the request asks for a protocol upgrade (WebSocket).
+pub fn wants_upgrade(head: &RequestHead) -> bool {
+    head.header("upgrade").is_some() && ConnectionTokens::of(&head.headers).contains(b"upgrade")
+}
+
+/// How the upstream request differs from the client's.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestShape<'a> {
+    /// Relay `Upgrade` and ask for it (`Connection: upgrade`).
+    pub upgrade: bool,
+    /// Drop the client's conditional and range fields (a cache fetches whole responses).
+    pub strip_conditionals: bool,
+    /// Pre-rendered field lines added last (a revalidation's validators).
+    pub extra: &'a [u8],
+}
+
+/// Encodes the upstream request head: rewritten target, Host per the route, the client's fields
+/// minus hop-by-hop ones, framing, and those the route's filters drop; then the filters' fields
+/// (forwarding, edits, `Via`), the framing and `extra`.
+pub fn build_request(
+    req: &mut BytesMut,
+    head: &RequestHead,
+    route: &ProxyRoute,
+    up: &Upstream,
+    server: usize,
+    client: &Client,
+    shape: RequestShape<'_>,
+) {
+    req.put_slice(head.method.as_str().as_bytes());
+    req.put_u8(b' ');
+    route.upstream_target(head, req);
+    req.put_slice(b" HTTP/1.1\r\n");
+    let tokens = ConnectionTokens::of(&head.headers);
+    // The validated, normalised authority: an absolute-form target's wins over the received Host
+    // (RFC 9112 §3.2.2), which is never forwarded as received.
+    match (&route.host, head.authority()) {
+        (HostMode::Preserve, Some(h)) => put_header(req, b"Host", h),
+        // An HTTP/1.0 request without Host still needs one upstream (RFC 9112 §3.2).
+        (HostMode::Upstream, _) | (HostMode::Preserve, None) => {
+            let s = &up.servers[server];
+            put_header(req, b"Host", format!("{}:{}", s.host, s.port).as_bytes());
+        }
+        (HostMode::Fixed(v), _) => put_header(req, b"Host", v),
+    }
+    for h in &head.headers {
+        let n = &h.name[..];
+        if is_hop_by_hop(n, &tokens)
+            || n.eq_ignore_ascii_case(b"host")
+            || n.eq_ignore_ascii_case(b"content-length")
+            || n.eq_ignore_ascii_case(b"expect")
+            || (shape.strip_conditionals && is_conditional(n))
+            || route.filters.drops_upstream(client, n)
+        {
+            continue;
+        }
+        put_header(req, n, &h.value);
+    }
+    route.filters.upstream_fields(client, head, req);
+    match head.body {
+        BodyKind::Length(n) => {
+            req.put_slice(b"Content-Length: ");
+            put_u64(req, n);
+            req.put_slice(b"\r\n");
+        }
+        BodyKind::Chunked => req.put_slice(b"Transfer-Encoding: chunked\r\n"),
+        BodyKind::Empty if head.header("content-length").is_some() => {
+            req.put_slice(b"Content-Length: 0\r\n")
+        }
+        _ => {}
+    }
+    if shape.upgrade {
+        req.put_slice(b"Connection: upgrade\r\n");
+        if let Some(u) = head.header("upgrade") {
+            put_header(req, b"Upgrade", u);
+        }
+    }
+    req.put_slice(shape.extra);
+    req.put_slice(b"\r\n");
+}
+
+/// One whole exchange with no client attached, for the cache's revalidations (inline and in the
+/// background): pick a server, send `head` (client conditionals dropped) plus `extra` fields,
+/// read the whole response. Bodies over `max_body` fail: the caller falls back to a plain forward.
+pub async fn fetch_whole(
+    (up, wu): (&Upstream, &WorkerUpstream),
+    client: &Client,
+    head: &RequestHead,
+    route: &ProxyRoute,
+    extra: &[u8],
+    max_body: usize,
+) -> Result<(ResponseHead, Bytes), Error> {
+    let mut stale_retry = true;
+    loop {
+        let server = wu
+            .pick(up, client.ip, head, &[])
+            .ok_or(Error::new(ErrorKind::NoServer))?;
+        let (mut uc, reused) = checkout(wu, up, server, stale_retry).await?;
+        let _active = wu.track_active(server);
+        let mut req = BytesMut::with_capacity(512);
+        let shape = RequestShape {
+            strip_conditionals: true,
+            extra,
+            ..Default::default()
+        };
+        build_request(&mut req, head, route, up, server, client, shape);
+        if let Err(e) = uc.stream.write_all(&req).await {
+            if reused && stale_retry {
+                stale_retry = false;
+                continue;
+            }
+            return Err(Error::with(ErrorKind::UpstreamReset, format!("write: {e}")));
+        }
+        let head_request = head.method == Method::Head;
+        let resp = match read_response_head(&mut uc, head_request, up, None, Interim::Skip).await {
+            Ok(r) => r,
+            Err(e)
+                if e.kind == ErrorKind::UpstreamReset
+                    && reused
+                    && stale_retry
+                    && uc.buf.is_empty() =>
+            {
+                stale_retry = false;
+                continue;
+            }
+            Err(e) => {
+                record_failure(up, server, &e);
+                return Err(e);
+            }
+        };
+        let mut decoder = BodyDecoder::new(resp.body);
+        let mut body = BytesMut::new();
+        loop {
+            match decoder.decode(&mut uc.buf) {
+                Err(e) => return Err(Error::with(ErrorKind::BadResponse, e)),
+                Ok(BodyEvent::Data(d)) => {
+                    if body.len() + d.len() > max_body {
+                        return Err(Error::with(
+                            ErrorKind::UpstreamReset,
+                            "response larger than max_object_size",
+                        ));
+                    }
+                    body.extend_from_slice(&d);
+                }
+                Ok(BodyEvent::Done(_)) => break,
+                Ok(BodyEvent::NeedMore) => {
+                    let deadline = Instant::now() + up.idle_read_timeout;
+                    match uc.read_by(deadline).await {
+                        Ok(Ok(0)) if decoder.on_eof().is_ok() => break,
+                        Ok(Ok(0)) => {
+                            return Err(Error::with(ErrorKind::UpstreamReset, "closed mid-body"))
+                        }
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => {
+                            return Err(Error::with(ErrorKind::UpstreamReset, format!("read: {e}")))
+                        }
+                        Err(()) => return Err(Error::new(ErrorKind::ResponseTimeout)),
+                    }
+                }
+            }
+        }
+        if resp.keep_alive && resp.body != BodyKind::CloseDelimited {
+            wu.pool.borrow_mut().put(server, uc);
+        }
+        return Ok((resp, weir_cache::object::exact(body)));
+    }
+}
