@@ -15,7 +15,14 @@ use bytes::Bytes;
 use weir_http::Method;
 
 use crate::config::{model, BaseDir, CompileError};
-use crate::routes::Matcher;
+
+/// Names other parts of the config that actions refer to, resolved to indices.
+#[derive(Debug)]
+pub(crate) struct Refs<'a> {
+    pub upstreams: &'a std::collections::HashMap<String, usize>,
+    /// Zone name → (index, bytes one shard holds: the largest object it can store).
+    pub zones: &'a std::collections::HashMap<String, (usize, u64)>,
+}
 
 /// A compiled action.
 #[derive(Debug)]
@@ -42,11 +49,11 @@ pub(crate) struct Given {
 impl Action {
     pub(crate) fn compile(
         given: Given,
-        matcher: &Matcher,
+        route_prefix: Option<&[u8]>,
         path: &str,
         base: &BaseDir,
         server: Option<&Bytes>,
-        refs: &crate::routes::Refs<'_>,
+        refs: &Refs<'_>,
     ) -> Result<Action, CompileError> {
         let Given {
             respond,
@@ -94,7 +101,7 @@ impl Action {
         }
         if let Some(s) = static_files {
             let prefix = if s.strip_prefix {
-                matcher.prefix().map(Bytes::copy_from_slice)
+                route_prefix.map(Bytes::copy_from_slice)
             } else {
                 None
             };

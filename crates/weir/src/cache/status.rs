@@ -3,8 +3,6 @@
 /// How the response relates to the cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fwd {
-    /// Not forwarded: a hit.
-    None,
     /// The cache was skipped by a rule or method.
     Bypass,
     /// No stored response for the URI.
@@ -20,7 +18,6 @@ pub enum Fwd {
 impl Fwd {
     pub fn as_str(&self) -> &'static str {
         match self {
-            Fwd::None => "",
             Fwd::Bypass => "bypass",
             Fwd::UriMiss => "uri-miss",
             Fwd::VaryMiss => "vary-miss",
@@ -52,7 +49,7 @@ impl CacheStatus {
         if self.hit {
             out.put_slice(b"; hit");
         }
-        if let Some(f) = self.fwd.filter(|f| *f != Fwd::None) {
+        if let Some(f) = self.fwd {
             out.put_slice(b"; fwd=");
             out.put_slice(f.as_str().as_bytes());
         }

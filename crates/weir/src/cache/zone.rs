@@ -13,7 +13,7 @@ use weir_http::Header;
 
 /// Where a coalesced fetch stands, as its waiters see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub enum FetchPhase {
     /// No response head yet.
     Fetching,
     /// The head is published and body chunks are arriving.
@@ -38,7 +38,7 @@ pub struct StreamHead {
 
 #[derive(Debug)]
 struct Progress {
-    phase: Phase,
+    phase: FetchPhase,
     head: Option<StreamHead>,
     chunks: Vec<Bytes>,
 }
@@ -54,7 +54,7 @@ impl Inflight {
     fn new() -> Inflight {
         Inflight {
             progress: Mutex::new(Progress {
-                phase: Phase::Fetching,
+                phase: FetchPhase::Fetching,
                 head: None,
                 chunks: Vec::new(),
             }),
@@ -71,7 +71,7 @@ impl Inflight {
     pub fn publish_head(&self, head: StreamHead) {
         self.update(|p| {
             p.head = Some(head);
-            p.phase = Phase::Streaming;
+            p.phase = FetchPhase::Streaming;
         });
     }
 
@@ -86,7 +86,7 @@ impl Inflight {
     }
 
     /// Follower: the phase, the head, and the chunks from index `from` on.
-    pub fn snapshot(&self, from: usize) -> (Phase, Option<StreamHead>, Vec<Bytes>) {
+    pub fn snapshot(&self, from: usize) -> (FetchPhase, Option<StreamHead>, Vec<Bytes>) {
         let p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
         (
             p.phase,
@@ -98,11 +98,11 @@ impl Inflight {
         )
     }
 
-    fn end(&self, phase: Phase) {
+    fn end(&self, phase: FetchPhase) {
         self.update(|p| {
             // A fetch that published a head but never completed failed mid-body.
-            p.phase = if p.head.is_some() && phase != Phase::Complete {
-                Phase::Aborted
+            p.phase = if p.head.is_some() && phase != FetchPhase::Complete {
+                FetchPhase::Aborted
             } else {
                 phase
             };
@@ -184,7 +184,7 @@ impl CacheZone {
     }
 
     /// Ends a leader's fetch with `phase` and releases its followers.
-    pub fn finish(&self, hash: u64, inflight: &Inflight, phase: Phase) {
+    pub fn finish(&self, hash: u64, inflight: &Inflight, phase: FetchPhase) {
         self.inflight.lock(hash).remove(&hash);
         inflight.end(phase);
     }
@@ -234,7 +234,7 @@ mod tests {
             assert!(matches!(zone.join(hash), Role::Follower(_)), "{hash}");
         }
         if let Role::Follower(f) = zone.join(3) {
-            zone.finish(3, &f, Phase::Complete);
+            zone.finish(3, &f, FetchPhase::Complete);
         }
         assert!(
             matches!(zone.join(3), Role::Leader(_)),

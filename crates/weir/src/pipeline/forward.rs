@@ -155,8 +155,8 @@ pub(crate) async fn forward<D: Downstream>(
 ) -> Result<Persistence, Error> {
     let rt = ctx.rt.clone();
     let up: &Upstream = &rt.cfg.upstreams[route.upstream];
-    let wu = &rt.upstreams[route.upstream];
-    wu.deposit_budget(up.retry.budget);
+    let per_worker = &rt.upstreams[route.upstream];
+    per_worker.deposit_budget(up.retry.budget);
     let has_body = head.body != BodyKind::Empty;
     let idempotent = matches!(
         head.method,
@@ -187,7 +187,7 @@ pub(crate) async fn forward<D: Downstream>(
         let force_fresh = fresh_only.is_some();
         let server = match fresh_only.take() {
             Some(s) => s,
-            None => match wu.pick(up, target.client.ip, head, &tried_buf[..ntried]) {
+            None => match per_worker.pick(up, target.client.ip, head, &tried_buf[..ntried]) {
                 Some(s) => s,
                 None => {
                     let e = Error::new(ErrorKind::NoServer);
@@ -199,12 +199,12 @@ pub(crate) async fn forward<D: Downstream>(
             tried_buf[ntried] = server;
             ntried += 1;
         }
-        let (mut conn, reused) = match checkout(wu, up, server, !force_fresh).await {
+        let (mut conn, reused) = match checkout(per_worker, up, server, !force_fresh).await {
             Ok(checked_out) => checked_out,
             Err(e) => {
                 if retries < up.retry.attempts
                     && e.retryable(&up.retry.on, true)
-                    && wu.take_budget()
+                    && per_worker.take_budget()
                 {
                     retries += 1;
                     continue;
@@ -212,7 +212,7 @@ pub(crate) async fn forward<D: Downstream>(
                 return fail(d, ctx, &target, Some(server), e, persistence, has_body, ex);
             }
         };
-        let _active = wu.track_active(server);
+        let _active = per_worker.track_active(server);
         let sent = send_request(d, &mut conn, &target, server, shape).await?;
         let result = match sent {
             Sent::Ok => loop {
@@ -244,7 +244,7 @@ pub(crate) async fn forward<D: Downstream>(
                 if retries < up.retry.attempts
                     && replayable
                     && up.retry.on_status.contains(&resp.status)
-                    && wu.take_budget()
+                    && per_worker.take_budget()
                 {
                     tracing::warn!(upstream = %up.name, server = %up.servers[server].name, status = resp.status, "retrying on another server");
                     retries += 1;
@@ -265,7 +265,7 @@ pub(crate) async fn forward<D: Downstream>(
                 record_failure(up, server, &e);
                 if retries < up.retry.attempts
                     && e.retryable(&up.retry.on, replayable)
-                    && wu.take_budget()
+                    && per_worker.take_budget()
                 {
                     retries += 1;
                     continue;
@@ -316,10 +316,10 @@ pub(crate) async fn forward<D: Downstream>(
     )
     .await?;
     if reusable {
-        wu.pool.borrow_mut().put(server, upstream_conn);
+        per_worker.pool.borrow_mut().put(server, upstream_conn);
     }
     // The reservation ends here; the cache phase stores the copy right after.
-    ex.body = capture.map(|mut c| std::mem::take(&mut c.copy));
+    ex.body = capture.map(|mut kept| std::mem::take(&mut kept.copy));
     ex.response = Some(resp);
     Ok(persistence)
 }
@@ -439,7 +439,7 @@ async fn relay_body<D: Downstream>(
             .map_err(|e| aborted(up, server, &format!("bad response body: {e}")))?;
         match event {
             weir_http::BodyEvent::Data(data) => {
-                if capture.as_mut().is_some_and(|c| !c.take(&data)) {
+                if capture.as_mut().is_some_and(|kept| !kept.take(&data)) {
                     // Too large to store, or the zone's in-flight budget is spent: stop
                     // copying (followers are aborted by the cache phase, which sees no complete
                     // copy), keep relaying.

@@ -85,26 +85,26 @@ fn start<'a, D: Downstream>(
             let persistence = d.persistence(head);
             return Started::Done(Ok(respond(d, ctx, head, r, persistence)));
         }
-        if let Action::Proxy(p) = &route.action {
+        if let Action::Proxy(proxy) = &route.action {
             let persistence = d.persistence(head);
-            if p.filters.has_request() {
+            if proxy.filters.has_request() {
                 if let Flow::Respond {
                     status,
                     fields,
                     body,
-                } = p.filters.request(&client_of(d), head)
+                } = proxy.filters.request(&client_of(d), head)
                 {
                     let persistence = respond_for_filter(d, ctx, head, status, &fields, &body);
                     return Started::Done(Ok(persistence));
                 }
             }
-            return match &p.cache {
-                Some(c) => {
+            return match &proxy.cache {
+                Some(settings) => {
                     let stage = cache::Stage {
                         head,
-                        proxy: p,
-                        cache: c,
-                        zone: &rt.cfg.cache_zones[c.zone],
+                        proxy,
+                        cache: settings,
+                        zone: &rt.cfg.cache_zones[settings.zone],
                     };
                     if cache::try_fresh_hit(d, ctx, stage, persistence) {
                         Started::Done(Ok(persistence))
@@ -120,7 +120,7 @@ fn start<'a, D: Downstream>(
                 }
                 None => Started::Later(Box::pin(async move {
                     let mut ex = forward::Exchange::default();
-                    forward::forward(d, ctx, head, p, persistence, &mut ex).await
+                    forward::forward(d, ctx, head, proxy, persistence, &mut ex).await
                 })),
             };
         }

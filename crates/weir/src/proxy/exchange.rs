@@ -16,7 +16,7 @@ use weir_http::hop::{is_hop_by_hop, ConnectionTokens};
 use weir_http::response::{put_header, put_u64};
 use weir_http::{BodyDecoder, BodyEvent, BodyKind, Method, RequestHead, ResponseHead};
 
-use super::local::WorkerUpstream;
+use super::per_worker::WorkerUpstream;
 use super::pool::UpstreamConn;
 use super::route::{HostMode, ProxyRoute};
 use super::upstream::{now_ms, Upstream};
@@ -37,13 +37,13 @@ pub fn record_failure(up: &Upstream, server: usize, e: &Error) {
 /// An idle pooled connection to `server` (when `pooled` allows), else a new one; connect failures
 /// count against the server's passive health. Returns the connection and whether it was reused.
 pub async fn checkout(
-    wu: &WorkerUpstream,
+    per_worker: &WorkerUpstream,
     up: &Upstream,
     server: usize,
     pooled: bool,
 ) -> Result<(UpstreamConn, bool), Error> {
     if pooled {
-        if let Some(c) = wu.pool.borrow_mut().take(server) {
+        if let Some(c) = per_worker.pool.borrow_mut().take(server) {
             return Ok((c, true));
         }
     }
@@ -218,7 +218,7 @@ pub fn build_request(
 /// background): pick a server, send `head` (client conditionals dropped) plus `extra` fields,
 /// read the whole response. Bodies over `max_body` fail: the caller falls back to a plain forward.
 pub async fn fetch_whole(
-    (up, wu): (&Upstream, &WorkerUpstream),
+    (up, per_worker): (&Upstream, &WorkerUpstream),
     client: &Client,
     head: &RequestHead,
     route: &ProxyRoute,
@@ -227,11 +227,11 @@ pub async fn fetch_whole(
 ) -> Result<(ResponseHead, Bytes), Error> {
     let mut stale_retry = true;
     loop {
-        let server = wu
+        let server = per_worker
             .pick(up, client.ip, head, &[])
             .ok_or(Error::new(ErrorKind::NoServer))?;
-        let (mut uc, reused) = checkout(wu, up, server, stale_retry).await?;
-        let _active = wu.track_active(server);
+        let (mut uc, reused) = checkout(per_worker, up, server, stale_retry).await?;
+        let _active = per_worker.track_active(server);
         let mut req = BytesMut::with_capacity(512);
         let shape = RequestShape {
             strip_conditionals: true,
@@ -295,7 +295,7 @@ pub async fn fetch_whole(
             }
         }
         if resp.keep_alive && resp.body != BodyKind::CloseDelimited {
-            wu.pool.borrow_mut().put(server, uc);
+            per_worker.pool.borrow_mut().put(server, uc);
         }
         return Ok((resp, weir_cache::object::exact(body)));
     }

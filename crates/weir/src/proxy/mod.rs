@@ -8,8 +8,8 @@
 //! * [`exchange`]: the upstream side of an exchange — checkout or connect, the upstream request
 //!   head, the response head, passive-health accounting, and whole fetches for revalidation.
 //! * [`health`]: the background thread that runs active checks and re-resolves DNS names.
-//! * [`pool`]: per-worker idle upstream connections; [`local`]: the rest of a worker's state
-//!   per upstream (balancer, in-flight counts, retry budget).
+//! * [`pool`]: per-worker idle upstream connections; [`per_worker`]: the rest of a worker's
+//!   state per upstream (balancer, in-flight counts, retry budget).
 //!
 //! Relaying between an upstream and a client (streaming both bodies, retries, 1xx, upgrades) is
 //! a pipeline phase: `pipeline/forward.rs`.
@@ -17,7 +17,7 @@
 pub mod balance;
 pub mod exchange;
 pub mod health;
-pub mod local;
+pub mod per_worker;
 pub mod pool;
 pub mod route;
 pub mod upstream;

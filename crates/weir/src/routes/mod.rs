@@ -34,14 +34,6 @@ pub struct Route {
     pub action: Action,
 }
 
-/// Names other parts of the config that routes refer to, resolved to indices.
-#[derive(Debug)]
-pub(crate) struct Refs<'a> {
-    pub upstreams: &'a std::collections::HashMap<String, usize>,
-    /// Zone name → (index, bytes one shard holds: the largest object it can store).
-    pub zones: &'a std::collections::HashMap<String, (usize, u64)>,
-}
-
 /// The outcome of routing one request.
 #[derive(Debug)]
 pub enum Routed<'a> {
@@ -59,7 +51,7 @@ impl RouteTable {
         listener_path: &str,
         base: &BaseDir,
         server: Option<&Bytes>,
-        refs: &Refs<'_>,
+        refs: &crate::actions::Refs<'_>,
     ) -> Result<RouteTable, CompileError> {
         let mut out = Vec::with_capacity(routes.len());
         for (i, r) in routes.into_iter().enumerate() {
@@ -73,7 +65,7 @@ impl RouteTable {
                 proxy: r.proxy,
                 cache: r.cache,
             };
-            let action = Action::compile(given, &matcher, &path, base, server, refs)?;
+            let action = Action::compile(given, matcher.prefix(), &path, base, server, refs)?;
             let methods = match (methods, action.methods()) {
                 (None, None) => None,
                 (Some(m), None) => Some(m),

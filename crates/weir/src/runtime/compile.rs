@@ -111,7 +111,7 @@ pub(crate) fn compile(
         );
         cache_zones.push(registry.zone(&name, z.max_size.0, z.shards));
     }
-    let refs = crate::routes::Refs {
+    let refs = crate::actions::Refs {
         upstreams: &upstream_index,
         zones: &zone_index,
     };

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use super::RuntimeConfig;
-use crate::proxy::local::WorkerUpstream;
+use crate::proxy::per_worker::WorkerUpstream;
 
 /// The config as this worker runs it: the published `RuntimeConfig` and this worker's state for
 /// each of its upstreams, indexed like `cfg.upstreams`.

@@ -1,0 +1,359 @@
+//! The cache phase of a `proxy` route:
+//!
+//! ```text
+//! PURGE ─────────────────────────────────────────────→ purge the key (loopback / purge_from)
+//! unsafe method ──→ forward ──→ 2xx/3xx: invalidate the URI, Location, Content-Location
+//! bypass rule ────→ forward (Cache-Status: fwd=bypass)
+//! lookup ─ fresh / max-stale ─────────────────────────→ serve stored (304 / 206 / HEAD as asked)
+//!        ─ stale-while-revalidate ─→ serve stored + background revalidation
+//!        ─ must revalidate ─→ conditional fetch ─ 304 → update headers, serve
+//!                                               ─ new response → store, serve
+//!                                               ─ error/5xx → stale-if-error? serve stale : answer
+//!        ─ miss ─ only-if-cached → 504
+//!               ─ hit-for-miss → forward
+//!               ─ coalesce: leader forwards (tee into the store) / followers wait, then serve
+//! ```
+//!
+//! Hits are a [`Reply`] over the stored, pre-encoded head, with `Age` and `Cache-Status`
+//! rendered by the encoder straight into the output (`Reply::render`), then the route's
+//! response filters: no allocation and no intermediate buffer per hit. Building,
+//! refreshing and invalidating stored objects are `weir_cache::stored`; the RFC 9111 verdicts
+//! are `weir_cache::policy`. What is left here is the flow.
+
+mod miss;
+mod write;
+
+use std::sync::Arc;
+
+use weir_cache::object::exact;
+use weir_cache::policy::{evaluate, values, Freshness};
+use weir_cache::store::{Lookup, Stats};
+use weir_cache::stored;
+use weir_cache::{CacheKey, CachedObject, Directives};
+use weir_http::{Method, Persistence, RequestHead};
+
+use super::context::CacheState;
+use super::downstream::Downstream;
+use super::forward::{forward, Exchange};
+use super::RequestCtx;
+use crate::cache::status::Fwd;
+use crate::cache::zone::{FetchPhase, Role};
+use crate::cache::{CacheRoute, CacheStatus, CacheZone};
+use crate::error::Error;
+use crate::proxy::exchange::fetch_whole;
+use crate::proxy::route::ProxyRoute;
+
+use miss::*;
+use write::*;
+
+/// One request through the cache phase: the request, the route and its cache settings.
+#[derive(Clone, Copy)]
+pub(crate) struct Stage<'r> {
+    pub head: &'r RequestHead,
+    pub proxy: &'r ProxyRoute,
+    pub cache: &'r CacheRoute,
+    pub zone: &'r Arc<CacheZone>,
+}
+
+/// The hit path, without building the (large, boxed) future of the full phase: a fresh stored
+/// response is queued at once and `true` returned; anything else is `false`, for [`cached`].
+pub(crate) fn try_fresh_hit<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    stage: Stage<'_>,
+    persistence: Persistence,
+) -> bool {
+    let (head, settings, zone) = (stage.head, stage.cache, stage.zone);
+    if !matches!(head.method, Method::Get | Method::Head) || bypassed(head, settings).is_some() {
+        return false;
+    }
+    let key = settings.key.key(head, "http");
+    let Lookup::Found(obj) = zone.store.lookup(&key, |name| {
+        weir_cache::vary::request_value(&head.headers, name, settings.normalize_accept_encoding)
+    }) else {
+        return false;
+    };
+    let age = obj.meta.clock.current_age(zone.now());
+    let req_dirs = Directives::parse(values(&head.headers, "cache-control"));
+    match evaluate(&obj.meta.storable, age, obj.is_invalidated(), &req_dirs) {
+        Freshness::Fresh | Freshness::StaleAllowed => {
+            serve_hit(d, ctx, stage, &obj, age, persistence);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Queues a hit: counted, `Cache-Status: hit` with the remaining TTL.
+fn serve_hit<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    stage: Stage<'_>,
+    obj: &CachedObject,
+    age: u64,
+    persistence: Persistence,
+) {
+    Stats::bump(&stage.zone.store.stats.hits);
+    ctx.cache = CacheState::Hit;
+    let status = CacheStatus {
+        hit: true,
+        ttl: Some(ttl(obj, age)),
+        ..Default::default()
+    };
+    write_stored(d, ctx, stage, obj, age, &status, persistence);
+}
+
+/// Serves the request through the cache phase.
+pub(crate) async fn cached<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    stage: Stage<'_>,
+    route_index: usize,
+    persistence: Persistence,
+) -> Result<Persistence, Error> {
+    let (head, proxy, settings, zone) = (stage.head, stage.proxy, stage.cache, stage.zone);
+    if matches!(&head.method, Method::Other(m) if &m[..] == b"PURGE") {
+        return Ok(purge_request(d, ctx, stage, persistence));
+    }
+    if !matches!(head.method, Method::Get | Method::Head) {
+        ctx.cache = CacheState::Bypass("method");
+        let store_post = settings.store_post_responses && head.method == Method::Post;
+        let request_time = zone.now();
+        let plan = if store_post {
+            post_plan(head, settings, zone)
+        } else {
+            status_plan(Fwd::Bypass, Some("method"), settings.x_cache)
+        };
+        let mut ex = Exchange {
+            plan: Some(plan),
+            ..Default::default()
+        };
+        let persistence = forward(d, ctx, head, proxy, persistence, &mut ex).await?;
+        if !matches!(head.method, Method::Options | Method::Trace) {
+            invalidate_after_unsafe(zone, head, ex.response.as_ref());
+        }
+        if let (Some(resp), Some(body)) = (ex.response.as_ref(), ex.body.take()) {
+            // Only a post_plan captures: the response is reusable for GETs of this URI.
+            let key = settings.key.get_key(head, "http");
+            store_response(stage, &key, resp, exact(body), request_time);
+        }
+        return Ok(persistence);
+    }
+    if let Some(why) = bypassed(head, settings) {
+        ctx.cache = CacheState::Bypass(why);
+        let mut ex = Exchange {
+            plan: Some(status_plan(Fwd::Bypass, Some(why), settings.x_cache)),
+            ..Default::default()
+        };
+        return forward(d, ctx, head, proxy, persistence, &mut ex).await;
+    }
+    let key = settings.key.key(head, "http");
+    let req_dirs = Directives::parse(values(&head.headers, "cache-control"));
+    let lookup = zone.store.lookup(&key, |name| {
+        weir_cache::vary::request_value(&head.headers, name, settings.normalize_accept_encoding)
+    });
+    let fwd_on_miss = match lookup {
+        Lookup::Found(obj) => {
+            return serve_found(
+                d,
+                ctx,
+                stage,
+                route_index,
+                &key,
+                obj,
+                &req_dirs,
+                persistence,
+            )
+            .await
+        }
+        Lookup::VariantMiss => Fwd::VaryMiss,
+        Lookup::Miss => Fwd::UriMiss,
+    };
+    Stats::bump(&zone.store.stats.misses);
+    if req_dirs.only_if_cached {
+        return Ok(cache_error(d, ctx, stage, "only-if-cached", persistence));
+    }
+    if zone.is_hit_for_miss(key.hash) {
+        ctx.cache = CacheState::Bypass("hit-for-miss");
+        let mut ex = Exchange {
+            plan: Some(status_plan(
+                fwd_on_miss,
+                Some("hit-for-miss"),
+                settings.x_cache,
+            )),
+            ..Default::default()
+        };
+        return forward(d, ctx, head, proxy, persistence, &mut ex).await;
+    }
+    match zone.join(key.hash) {
+        Role::Leader(inflight) => {
+            let guard = LeaderGuard {
+                zone,
+                hash: key.hash,
+                inflight,
+                phase: FetchPhase::Uncacheable,
+            };
+            fetch_and_store(d, ctx, stage, &key, fwd_on_miss, persistence, guard).await
+        }
+        Role::Follower(inflight) => {
+            Stats::bump(&zone.store.stats.coalesced);
+            match follow(d, ctx, stage, &inflight, fwd_on_miss, persistence).await? {
+                Some(persistence) => Ok(persistence),
+                None => {
+                    ctx.cache = CacheState::Miss;
+                    let mut ex = Exchange {
+                        plan: Some(status_plan(
+                            fwd_on_miss,
+                            Some("collapsed-uncacheable"),
+                            settings.x_cache,
+                        )),
+                        ..Default::default()
+                    };
+                    forward(d, ctx, head, proxy, persistence, &mut ex).await
+                }
+            }
+        }
+    }
+}
+
+/// A stored response exists: serve, revalidate, or refetch per RFC 9111.
+#[allow(clippy::too_many_arguments)]
+async fn serve_found<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    stage: Stage<'_>,
+    route_index: usize,
+    key: &CacheKey,
+    obj: Arc<CachedObject>,
+    req_dirs: &Directives,
+    persistence: Persistence,
+) -> Result<Persistence, Error> {
+    let (head, proxy, settings, zone) = (stage.head, stage.proxy, stage.cache, stage.zone);
+    let now = zone.now();
+    let age = obj.meta.clock.current_age(now);
+    match evaluate(&obj.meta.storable, age, obj.is_invalidated(), req_dirs) {
+        Freshness::Fresh | Freshness::StaleAllowed => {
+            serve_hit(d, ctx, stage, &obj, age, persistence);
+            Ok(persistence)
+        }
+        Freshness::StaleWhileRevalidate => {
+            Stats::bump(&zone.store.stats.hits);
+            Stats::bump(&zone.store.stats.stale);
+            ctx.cache = CacheState::StaleWhileRevalidate;
+            let status = CacheStatus {
+                hit: true,
+                ttl: Some(ttl(&obj, age)),
+                detail: Some("stale-while-revalidate"),
+                ..Default::default()
+            };
+            write_stored(d, ctx, stage, &obj, age, &status, persistence);
+            revalidate_in_background(ctx, stage, route_index, key, obj, super::client_of(d));
+            Ok(persistence)
+        }
+        Freshness::Revalidate { if_error } => {
+            Stats::bump(&zone.store.stats.stale);
+            if req_dirs.only_if_cached {
+                return Ok(cache_error(d, ctx, stage, "only-if-cached", persistence));
+            }
+            let rt = ctx.rt.clone();
+            let upstream = (
+                &*rt.cfg.upstreams[proxy.upstream],
+                &*rt.upstreams[proxy.upstream],
+            );
+            let validators = stored::revalidation_fields(&obj);
+            let request_time = zone.now();
+            let client = super::client_of(d);
+            let fetched = fetch_whole(
+                upstream,
+                &client,
+                head,
+                proxy,
+                &validators,
+                settings.max_object_size,
+            )
+            .await;
+            match fetched {
+                Ok((resp, _)) if resp.status == 304 => {
+                    Stats::bump(&zone.store.stats.revalidated);
+                    ctx.cache = CacheState::Revalidated;
+                    let updated = Arc::new(stored::refreshed(
+                        &obj,
+                        &resp.headers,
+                        (request_time, zone.now()),
+                        &settings.rules,
+                    ));
+                    zone.store.insert(key, updated.clone());
+                    let age = updated.meta.clock.current_age(zone.now());
+                    let status = CacheStatus {
+                        fwd: Some(Fwd::Stale),
+                        fwd_status: Some(304),
+                        ttl: Some(ttl(&updated, age)),
+                        stored: true,
+                        ..Default::default()
+                    };
+                    write_stored(d, ctx, stage, &updated, age, &status, persistence);
+                    Ok(persistence)
+                }
+                Ok((resp, _)) if resp.status >= 500 && if_error => {
+                    Ok(serve_stale_on_error(d, ctx, stage, &obj, persistence))
+                }
+                Ok((resp, body)) => {
+                    ctx.cache = CacheState::Miss;
+                    let fresh = store_response(stage, key, &resp, body.clone(), request_time);
+                    let obj = fresh.unwrap_or_else(|| {
+                        // Not storable: serve it once, as a stored object nobody else sees.
+                        Arc::new(stored::build(
+                            &head.headers,
+                            &resp,
+                            body,
+                            (request_time, zone.now()),
+                            settings.normalize_accept_encoding,
+                            None,
+                        ))
+                    });
+                    let age = obj.meta.clock.current_age(zone.now());
+                    let status = CacheStatus {
+                        fwd: Some(Fwd::Stale),
+                        fwd_status: Some(resp.status),
+                        stored: obj.meta.storable.lifetime > 0,
+                        ttl: Some(ttl(&obj, age)),
+                        ..Default::default()
+                    };
+                    write_stored(d, ctx, stage, &obj, age, &status, persistence);
+                    Ok(persistence)
+                }
+                Err(_) if if_error => Ok(serve_stale_on_error(d, ctx, stage, &obj, persistence)),
+                // Too large to revalidate in memory, or the origin failed: a plain forward
+                // answers (and maps the failure to 502/503/504 as usual).
+                Err(_) => {
+                    ctx.cache = CacheState::Miss;
+                    let mut ex = Exchange {
+                        plan: Some(status_plan(Fwd::Stale, None, settings.x_cache)),
+                        ..Default::default()
+                    };
+                    forward(d, ctx, head, proxy, persistence, &mut ex).await
+                }
+            }
+        }
+    }
+}
+
+fn serve_stale_on_error<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    stage: Stage<'_>,
+    obj: &Arc<CachedObject>,
+    persistence: Persistence,
+) -> Persistence {
+    Stats::bump(&stage.zone.store.stats.hits);
+    ctx.cache = CacheState::StaleIfError;
+    let age = obj.meta.clock.current_age(stage.zone.now());
+    let status = CacheStatus {
+        hit: true,
+        ttl: Some(ttl(obj, age)),
+        detail: Some("stale-if-error"),
+        ..Default::default()
+    };
+    write_stored(d, ctx, stage, obj, age, &status, persistence);
+    persistence
+}
