@@ -220,9 +220,12 @@ pub fn parse_request(
     buf: &mut BytesMut,
     limits: &Limits,
 ) -> Result<Option<RequestHead>, ParseError> {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut slots);
-    let n = match req.parse(buf) {
+    // Uninitialised slots: zeroing 128 of them (4 KiB) per request cost ~10% of a keep-alive
+    // hello's instructions (callgrind).
+    let mut slots =
+        [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let n = match req.parse_with_uninit_headers(buf, &mut slots) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
             check_partial(buf, limits)?;

@@ -42,9 +42,13 @@ pub fn parse_response(
     max_head: usize,
     head_request: bool,
 ) -> Result<Option<ResponseHead>, ParseError> {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut slots);
-    let n = match resp.parse(buf) {
+    // Uninitialised slots, as for requests (`parse_request`).
+    let mut slots =
+        [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut []);
+    let n = match httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut resp, buf, &mut slots)
+    {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if buf.len() > max_head => {
             return Err(ParseError::HeadTooLarge)

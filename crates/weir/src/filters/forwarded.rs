@@ -96,13 +96,32 @@ pub fn node(ip: std::net::IpAddr) -> String {
     }
 }
 
-/// Writes an IP address into `buf` without allocating; returns the text.
+/// Writes an IP address into `buf` without allocating; returns the text. IPv4 by hand: the
+/// `fmt` machinery cost ~500 instructions per proxied request (callgrind).
 fn format_ip(ip: std::net::IpAddr, buf: &mut [u8; 64]) -> &[u8] {
-    use std::io::Write as _;
-    let mut cur = std::io::Cursor::new(&mut buf[..]);
-    let _ = write!(cur, "{ip}");
-    let n = cur.position() as usize;
-    &buf[..n]
+    match ip {
+        std::net::IpAddr::V4(a) => {
+            let mut n = 0;
+            for (i, octet) in a.octets().iter().enumerate() {
+                if i > 0 {
+                    buf[n] = b'.';
+                    n += 1;
+                }
+                let mut digits = itoa::Buffer::new();
+                let d = digits.format(*octet).as_bytes();
+                buf[n..n + d.len()].copy_from_slice(d);
+                n += d.len();
+            }
+            &buf[..n]
+        }
+        std::net::IpAddr::V6(_) => {
+            use std::io::Write as _;
+            let mut cur = std::io::Cursor::new(&mut buf[..]);
+            let _ = write!(cur, "{ip}");
+            let n = cur.position() as usize;
+            &buf[..n]
+        }
+    }
 }
 
 /// Appends `item` to a comma-separated field value being built.
@@ -169,5 +188,15 @@ mod tests {
         );
         assert_eq!(dropped, ["X-Forwarded-For", "Forwarded"]);
         assert_eq!(node("::1".parse().unwrap()), "\"[::1]\"");
+        for ip in [
+            "0.0.0.0",
+            "10.1.22.255",
+            "192.168.100.9",
+            "::1",
+            "2001:db8::7",
+        ] {
+            let mut buf = [0u8; 64];
+            assert_eq!(format_ip(ip.parse().unwrap(), &mut buf), ip.as_bytes());
+        }
     }
 }

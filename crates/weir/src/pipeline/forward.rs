@@ -359,7 +359,8 @@ fn fail<D: Downstream>(
     ))
 }
 
-/// Writes the request head and streams the body to the upstream.
+/// Writes the request head and streams the body to the upstream, in the connection's own
+/// write buffer (reused from one request to the next).
 async fn send_request<D: Downstream>(
     d: &mut D,
     conn: &mut UpstreamConn,
@@ -367,10 +368,26 @@ async fn send_request<D: Downstream>(
     server: usize,
     shape: RequestShape<'_>,
 ) -> Result<Sent, Error> {
+    let mut req = std::mem::take(&mut conn.out);
+    req.clear();
+    let sent = write_request(d, conn, &mut req, target, server, shape).await;
+    if req.capacity() <= SEND_CHUNK * 2 {
+        conn.out = req;
+    }
+    sent
+}
+
+async fn write_request<D: Downstream>(
+    d: &mut D,
+    conn: &mut UpstreamConn,
+    req: &mut BytesMut,
+    target: &Target<'_>,
+    server: usize,
+    shape: RequestShape<'_>,
+) -> Result<Sent, Error> {
     let head = target.head;
-    let mut req = BytesMut::with_capacity(1024);
     build_request(
-        &mut req,
+        req,
         head,
         target.route,
         target.up,
@@ -379,7 +396,7 @@ async fn send_request<D: Downstream>(
         shape,
     );
     if head.body == BodyKind::Empty {
-        return Ok(match conn.stream.write_all(&req).await {
+        return Ok(match conn.stream.write_all(req).await {
             Ok(()) => Sent::Ok,
             Err(e) => Sent::Upstream(e),
         });
@@ -387,21 +404,21 @@ async fn send_request<D: Downstream>(
     let chunked = head.body == BodyKind::Chunked;
     while let Some(data) = d.body_chunk().await? {
         if chunked {
-            put_chunk(&mut req, &data);
+            put_chunk(req, &data);
         } else {
             req.extend_from_slice(&data);
         }
         if req.len() >= SEND_CHUNK {
-            if let Err(e) = conn.stream.write_all(&req).await {
+            if let Err(e) = conn.stream.write_all(req).await {
                 return Ok(Sent::Upstream(e));
             }
             req.clear();
         }
     }
     if chunked {
-        put_last_chunk(&mut req);
+        put_last_chunk(req);
     }
-    Ok(match conn.stream.write_all(&req).await {
+    Ok(match conn.stream.write_all(req).await {
         Ok(()) => Sent::Ok,
         Err(e) => Sent::Upstream(e),
     })

@@ -18,6 +18,8 @@ use tokio::time::{Instant, Sleep};
 pub struct UpstreamConn {
     pub stream: TcpStream,
     pub buf: BytesMut,
+    /// The request being written, kept for the next one (no allocation per request).
+    pub out: BytesMut,
     timer: Option<Pin<Box<Sleep>>>,
 }
 
@@ -26,6 +28,7 @@ impl UpstreamConn {
         UpstreamConn {
             stream,
             buf: BytesMut::with_capacity(16 * 1024),
+            out: BytesMut::new(),
             timer: None,
         }
     }
