@@ -8,6 +8,13 @@
 //! writes). On shutdown the worker aborts the idle ones; busy ones see `shutting_down` and
 //! close after their response. No timer or notifier is registered per request for this.
 //!
+//! Idle timeouts the same way: a connection waiting for its next request writes a deadline into
+//! its slot (on the worker's coarse clock, no clock read), and one sweeper task per worker ticks
+//! a few times per timeout and aborts the connections whose deadline passed. A timer per
+//! connection (a boxed `Sleep`, 96 bytes, plus a timer-wheel entry) was the largest thing an idle
+//! connection held after its task; the sweeper closes an idle connection between the timeout
+//! and the timeout plus two ticks (a quarter of the shortest idle timeout each, at most 1 s).
+//!
 //! Config swaps: the server publishes the current `RuntimeConfig` (`runtime/published.rs`). Each
 //! request starts with [`WorkerState::refresh`]: one atomic load and a compare of generations in
 //! the steady state. When it changed, the worker builds a new
@@ -49,14 +56,19 @@ pub(crate) struct WorkerState {
     pub shutting_down: Cell<bool>,
     /// One slot per open connection.
     pub conns: RefCell<Slab<ConnSlot>>,
+    /// The worker's coarse clock: milliseconds since it started, moved by the sweeper.
+    clock_ms: Cell<u64>,
+    /// The sweeper's period (ms).
+    tick_ms: Cell<u64>,
 }
 
 /// What the worker knows about one connection.
 #[derive(Debug)]
 pub(crate) struct ConnSlot {
     pub abort: Option<AbortHandle>,
-    /// Waiting for the next request, with nothing in flight.
-    pub idle: Cell<bool>,
+    /// Waiting for the next request, with nothing in flight, until this time on the worker's
+    /// coarse clock (ms); 0 when busy.
+    pub idle_until: Cell<u64>,
 }
 
 impl WorkerState {
@@ -89,10 +101,28 @@ impl WorkerState {
         self.runtime.borrow().clone()
     }
 
-    /// Marks connection `key` idle or busy.
-    pub(crate) fn set_idle(&self, key: usize, idle: bool) {
+    /// Marks connection `key` idle for `wait` (closed by the sweeper after it), or busy (`None`).
+    pub(crate) fn set_idle(&self, key: usize, wait: Option<Duration>) {
+        let until = match wait {
+            // One tick more, so that the coarse clock's lag never closes a connection early.
+            Some(w) => self.clock_ms.get() + w.as_millis() as u64 + self.tick_ms.get(),
+            None => 0,
+        };
         if let Some(slot) = self.conns.borrow().get(key) {
-            slot.idle.set(idle);
+            slot.idle_until.set(until);
+        }
+    }
+
+    /// Aborts the idle connections whose deadline passed (`now`: the coarse clock, ms).
+    fn sweep(&self, now: u64) {
+        for (_, slot) in self.conns.borrow().iter() {
+            let until = slot.idle_until.get();
+            if until != 0 && until <= now {
+                slot.idle_until.set(0);
+                if let Some(a) = &slot.abort {
+                    a.abort();
+                }
+            }
         }
     }
 }
@@ -142,6 +172,8 @@ pub(crate) fn run(
         shutdown: shutdown.clone(),
         shutting_down: Cell::new(false),
         conns: RefCell::new(Slab::new()),
+        clock_ms: Cell::new(0),
+        tick_ms: Cell::new(sweep_tick(&cfg.timeouts).as_millis() as u64),
     });
     local.block_on(&rt, async move {
         for l in listening {
@@ -157,16 +189,11 @@ pub(crate) fn run(
                 Err(e) => tracing::error!(worker = id, error = %e, "cannot register listener"),
             }
         }
+        tokio::task::spawn_local(sweeper(state.clone()));
         let mut rx = shutdown;
         let _ = rx.wait_for(|s| *s).await;
         state.shutting_down.set(true);
-        for (_, slot) in state.conns.borrow().iter() {
-            if slot.idle.get() {
-                if let Some(a) = &slot.abort {
-                    a.abort();
-                }
-            }
-        }
+        state.sweep(u64::MAX);
         let mut rt = state.cached();
         state.refresh(&mut rt);
         let deadline = tokio::time::Instant::now() + rt.cfg.timeouts.shutdown;
@@ -182,6 +209,26 @@ pub(crate) fn run(
         }
     });
     // Dropping the LocalSet and runtime cancels what is left and closes its sockets.
+}
+
+/// The sweeper's period: a quarter of the shortest idle wait, between 10 ms and 1 s.
+fn sweep_tick(t: &crate::runtime::Timeouts) -> Duration {
+    (t.keepalive.min(t.header) / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
+/// Moves the worker's coarse clock and closes connections idle past their deadline.
+async fn sweeper(state: Rc<WorkerState>) {
+    let start = tokio::time::Instant::now();
+    let mut rt = state.cached();
+    loop {
+        state.refresh(&mut rt);
+        let tick = sweep_tick(&rt.cfg.timeouts);
+        state.tick_ms.set(tick.as_millis() as u64);
+        tokio::time::sleep(tick).await;
+        let now = start.elapsed().as_millis() as u64;
+        state.clock_ms.set(now);
+        state.sweep(now);
+    }
 }
 
 /// Accepts with `accept4(SOCK_NONBLOCK)` into sockets not yet registered with the reactor (see
@@ -216,10 +263,10 @@ async fn accept_loop(
                     state.active.set(state.active.get() + 1);
                     let key = state.conns.borrow_mut().insert(ConnSlot {
                         abort: None,
-                        idle: Cell::new(false),
+                        idle_until: Cell::new(0),
                     });
                     let guard = ActiveGuard(state.clone(), key);
-                    let conn = Conn::new(stream, peer, key, state.clone(), index);
+                    let mut conn = Conn::new(stream, peer, key, state.clone(), index);
                     let task = tokio::task::spawn_local(async move {
                         conn.serve().await;
                         drop(guard);
