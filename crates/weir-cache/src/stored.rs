@@ -1,6 +1,6 @@
-//! Building, refreshing and invalidating stored responses: what the cache stage does with a
-//! response once policy said yes, as pure functions with table tests (moved out of the socket
-//! layer, `weir/src/server/cache_stage.rs`, where they had none).
+//! Building, refreshing and invalidating stored responses: what the cache phase
+//! (`weir/src/pipeline/cache/`) does with a response once policy said yes, as pure functions
+//! with table tests.
 
 use std::sync::atomic::AtomicBool;
 

@@ -1,6 +1,6 @@
-//! The cache stage of `proxy` routes: zones (stores shared by all workers), the compiled stage
-//! per route, and the `Cache-Status` header. The request flow lives with the connection in
-//! `server/cache_stage.rs`; the RFC 9111 rules and the store are the `weir-cache` crate.
+//! The cache of `proxy` routes: zones (stores shared by all workers), the compiled cache
+//! settings per route, and the `Cache-Status` header. The request flow is the pipeline's cache
+//! phase, `pipeline/cache/`; the RFC 9111 rules and the store are the `weir-cache` crate.
 //!
 //! Request coalescing: the first miss for a key (the leader) fetches it; concurrent misses
 //! (followers) are streamed the leader's response as it arrives — the leader publishes the head
