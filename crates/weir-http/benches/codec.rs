@@ -53,15 +53,39 @@ fn encode(c: &mut Criterion) {
         ),
         (Bytes::from_static(b"ETag"), Bytes::from_static(b"\"abc\"")),
     ];
-    c.bench_function("encode status line + 3 fields", |b| {
+    c.bench_function("encode Reply: status line + 3 fields", |b| {
         let mut out = BytesMut::with_capacity(512);
         b.iter(|| {
             out.clear();
-            weir_http::response::put_status_line_with(&mut out, 200, b"");
-            for (n, v) in &fields {
-                weir_http::response::put_header(&mut out, n, v);
-            }
-            black_box(out.len())
+            let mut reply = weir_http::Reply::new(200, weir_http::Framing::Length(1024));
+            reply.add_fields(&fields);
+            let enc = reply.encode_h1(
+                &mut out,
+                weir_http::Version::Http11,
+                weir_http::Persistence::KeepAlive,
+            );
+            black_box((out.len(), enc))
+        })
+    });
+    // A cache hit's head: the stored, pre-encoded head plus rendered Age / Cache-Status lines.
+    let stored: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nCache-Control: max-age=60\r\nETag: \"abc\"\r\nDate: Sun, 22 Nov 2026 10:00:00 GMT\r\nContent-Length: 1024\r\n";
+    c.bench_function("encode Reply: stored head + Age + Cache-Status", |b| {
+        let mut out = BytesMut::with_capacity(512);
+        let render = |out: &mut BytesMut| {
+            out.extend_from_slice(b"Age: 12\r\nCache-Status: weir; hit; ttl=48\r\n");
+        };
+        b.iter(|| {
+            out.clear();
+            let mut reply = weir_http::Reply::new(200, weir_http::Framing::Given);
+            reply.base = weir_http::Base::Encoded(stored);
+            reply.date = false;
+            reply.render = Some(&render);
+            let enc = reply.encode_h1(
+                &mut out,
+                weir_http::Version::Http11,
+                weir_http::Persistence::KeepAlive,
+            );
+            black_box((out.len(), enc))
         })
     });
 }
