@@ -74,7 +74,7 @@ pub fn main() -> ExitCode {
                 }),
             };
             match loaded {
-                Ok(cfg) => run(cfg, config.is_none()),
+                Ok(cfg) => run(cfg, config),
                 Err(e) => {
                     eprintln!("weir: {e}");
                     ExitCode::FAILURE
@@ -97,7 +97,8 @@ fn summary(cfg: &RuntimeConfig) -> String {
     )
 }
 
-fn run(cfg: RuntimeConfig, embedded: bool) -> ExitCode {
+fn run(cfg: RuntimeConfig, path: Option<std::path::PathBuf>) -> ExitCode {
+    let embedded = path.is_none();
     let workers = cfg.workers;
     let handle = match server::start(cfg) {
         Ok(h) => h,
@@ -123,12 +124,40 @@ fn run(cfg: RuntimeConfig, embedded: bool) -> ExitCode {
             urls.join(" ")
         );
     }
-    wait_for_signals(handle);
+    wait_for_signals(handle, path);
     ExitCode::SUCCESS
 }
 
-/// Blocks until SIGINT/SIGTERM, shuts down gracefully; a second signal exits at once.
-fn wait_for_signals(handle: server::ServerHandle) {
+/// Re-reads and compiles the config (the file, or the built-in one) against the running server's
+/// registry and swaps it in. On any error the running config stays, and the error is logged.
+fn reload(handle: &server::ServerHandle, path: Option<&std::path::Path>) {
+    let registry = handle.registry();
+    let compiled = match path {
+        Some(p) => runtime::load_file(p, &registry),
+        None => runtime::compile_str(
+            config::DEFAULT_CONFIG,
+            std::path::Path::new("."),
+            |v| std::env::var(v).ok(),
+            &registry,
+        ),
+    };
+    let from = path.map_or("the built-in config".to_string(), |p| {
+        p.display().to_string()
+    });
+    match compiled
+        .map_err(|e| e.to_string())
+        .and_then(|cfg| handle.reload(cfg).map_err(|e| e.to_string()))
+    {
+        Ok(()) => tracing::info!(config = %from, "reloaded"),
+        Err(e) => {
+            tracing::error!(config = %from, error = %e, "reload failed, the running config stays")
+        }
+    }
+}
+
+/// Blocks until SIGINT/SIGTERM, shuts down gracefully; a second signal exits at once. SIGHUP
+/// reloads the config, as nginx and HAProxy users expect.
+fn wait_for_signals(handle: server::ServerHandle, path: Option<std::path::PathBuf>) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -142,16 +171,20 @@ fn wait_for_signals(handle: server::ServerHandle) {
     };
     rt.block_on(async move {
         use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int)) = (
+        let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
+            signal(SignalKind::hangup()),
         ) else {
             eprintln!("weir: cannot install signal handlers");
             return;
         };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+        loop {
+            tokio::select! {
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+                _ = hup.recv() => reload(&handle, path.as_deref()),
+            }
         }
         tracing::info!(
             "shutting down: finishing in-flight requests (a second signal stops at once)"

@@ -116,9 +116,171 @@ fn run_reports_a_busy_port() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("cannot listen on"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        err.contains("line 2: listeners[0].address") && err.contains("in use by another process"),
+        "{err}"
     );
+}
+
+/// A child process killed when dropped, so a failing test leaves no server behind.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Running {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+/// Starts `weir run -c FILE`; returns the child and the address it says it serves.
+fn spawn_run(config: &std::path::Path) -> (Running, std::net::SocketAddr) {
+    let mut child = Command::new(WEIR)
+        .args(["run", "-c"])
+        .arg(config)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut addr = None;
+    for _ in 0..5 {
+        let line = lines.next().unwrap().unwrap();
+        if let Some(i) = line.find("http://") {
+            let rest = &line[i + 7..];
+            addr = Some(rest[..rest.find('/').unwrap()].parse().unwrap());
+            break;
+        }
+    }
+    // Keep draining stderr so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (
+        Running(child),
+        addr.expect("weir run should say where it listens"),
+    )
+}
+
+fn signal(child: &std::process::Child, sig: &str) {
+    Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+}
+
+#[test]
+fn a_second_weir_cannot_take_the_port_of_the_first() {
+    let first_cfg = write_config(
+        "first",
+        "listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - respond: { status: 200, body: first }\n",
+    );
+    let (mut first, addr) = spawn_run(&first_cfg);
+    let second_cfg = write_config(
+        "second",
+        &format!("workers: 1\nlisteners:\n  - address: {addr}\n    routes:\n      - respond: {{ status: 200, body: second }}\n"),
+    );
+    let mut second = Running(
+        Command::new(WEIR)
+            .args(["run", "-c"])
+            .arg(&second_cfg)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while second.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = second.kill();
+            panic!("the second weir started on the first one's port");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let status = second.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "the second weir must not start");
+    assert!(
+        err.contains("line 3: listeners[0].address") && err.contains("in use by another process"),
+        "{err}"
+    );
+    // Every request still reaches the first.
+    for _ in 0..20 {
+        assert_eq!(common::get(addr, "/").text(), "first");
+    }
+    signal(&first, "-TERM");
+    assert!(first.wait().unwrap().success());
+}
+
+#[test]
+fn sighup_reloads_the_config_and_a_bad_one_keeps_the_running_one() {
+    let body = |b: &str| {
+        format!("listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - respond: {{ status: 200, body: {b} }}\n")
+    };
+    let cfg = write_config("hup", &body("one"));
+    let (mut child, addr) = spawn_run(&cfg);
+    assert_eq!(common::get(addr, "/").text(), "one");
+    std::fs::write(&cfg, body("two")).unwrap();
+    signal(&child, "-HUP");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while common::get(addr, "/").text() != "two" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "SIGHUP did not reload"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // A broken config: the process stays up on the running config.
+    std::fs::write(
+        &cfg,
+        "listeners: [ {address: 127.0.0.1:0, routes: [ {respond: {stauts: 1}} ] } ]\n",
+    )
+    .unwrap();
+    signal(&child, "-HUP");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "SIGHUP must not end weir"
+    );
+    assert_eq!(common::get(addr, "/").text(), "two");
+    signal(&child, "-TERM");
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn check_rejects_overflowing_durations_and_sizes_naming_the_key() {
+    for (text, key) in [
+        (
+            "timeouts: { header: 99999999999999999999d }\nlisteners: []\n",
+            "timeouts.header",
+        ),
+        (
+            "timeouts: { keepalive: 1e300s }\nlisteners: []\n",
+            "timeouts.keepalive",
+        ),
+        (
+            "limits: { max_body_bytes: 99999999999999999999g }\nlisteners: []\n",
+            "limits.max_body_bytes",
+        ),
+    ] {
+        let p = write_config("overflow", text);
+        let out = Command::new(WEIR)
+            .args(["check", "-c"])
+            .arg(&p)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "an error, not an abort: {err}");
+        assert!(err.contains(key) && err.contains(":1:"), "{text}: {err}");
+    }
 }

@@ -38,9 +38,22 @@ impl std::str::FromStr for Dur {
             "d" => n * 86_400.0,
             _ => return Err(format!("invalid duration unit in {s:?} (ms, s, m, h or d)")),
         };
-        Ok(Dur(Duration::from_secs_f64(secs)))
+        // `from_secs_f64` panics on overflow, NaN and negatives: `99999999999999999999d` aborted
+        // `weir check` with no key named. Refuse them as config errors instead.
+        if secs.is_sign_negative() {
+            return Err(format!("duration {s:?} must not be negative"));
+        }
+        Duration::try_from_secs_f64(secs)
+            .ok()
+            .filter(|d| *d <= MAX_DURATION)
+            .map(Dur)
+            .ok_or_else(|| format!("duration {s:?} is out of range (at most 100 years)"))
     }
 }
+
+/// The longest duration the config accepts: far beyond any sensible timeout, and far below what
+/// would overflow an `Instant` when added to now.
+const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400);
 
 impl std::str::FromStr for Size {
     type Err = String;
@@ -112,6 +125,19 @@ mod tests {
         assert_eq!("2m".parse::<Dur>().unwrap().0, Duration::from_secs(120));
         assert_eq!("1d".parse::<Dur>().unwrap().0, Duration::from_secs(86_400));
         assert!("10 parsecs".parse::<Dur>().is_err());
+        for bad in [
+            "99999999999999999999d",
+            "1e300s",
+            "nan",
+            "inf",
+            "-1s",
+            "-0.5",
+        ] {
+            let e = bad.parse::<Dur>().unwrap_err();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+        assert!("99999999999999999999k".parse::<Size>().is_err());
+        assert!("18446744073709551615g".parse::<Size>().is_err());
         assert_eq!("32k".parse::<Size>().unwrap().0, 32768);
         assert_eq!("1m".parse::<Size>().unwrap().0, 1 << 20);
         assert!("-1".parse::<Size>().is_err());

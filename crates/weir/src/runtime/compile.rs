@@ -135,6 +135,8 @@ pub(crate) fn compile(
             admin: false,
             defer_accept,
             routes: Arc::new(routes),
+            key: format!("{path}.address"),
+            line: None,
         });
     }
     if let Some(admin) = file.admin {
@@ -144,6 +146,8 @@ pub(crate) fn compile(
             admin: true,
             defer_accept: false,
             routes: Arc::new(RouteTable::admin()),
+            key: "admin.address".to_string(),
+            line: None,
         });
     }
     let server_line = match &server_header {

@@ -76,6 +76,19 @@ pub struct ListenerConfig {
     /// The admin listener (serves purges and stats, no user routes).
     pub admin: bool,
     pub routes: Arc<RouteTable>,
+    /// Where the address was given, for errors: the key path and the config line.
+    pub key: String,
+    pub line: Option<usize>,
+}
+
+impl ListenerConfig {
+    /// `line 9: listeners[0].address` (or the key alone when the line is unknown).
+    pub fn origin(&self) -> String {
+        match self.line {
+            Some(l) => format!("line {l}: {}", self.key),
+            None => self.key.clone(),
+        }
+    }
 }
 
 /// Compiles a parsed config against `registry`.
@@ -84,7 +97,12 @@ pub fn compile(
     registry: &Arc<Registry>,
 ) -> Result<RuntimeConfig, ConfigError> {
     let config::Source { file, base, index } = source;
-    compile::compile(file, &base, registry).map_err(|e| ConfigError::located(&index, e))
+    let mut cfg =
+        compile::compile(file, &base, registry).map_err(|e| ConfigError::located(&index, e))?;
+    for l in &mut cfg.listeners {
+        l.line = index.line_of(&l.key);
+    }
+    Ok(cfg)
 }
 
 /// Parses and compiles config text against a new registry (see [`compile_str`] to reuse one).

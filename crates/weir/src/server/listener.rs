@@ -18,6 +18,25 @@ use socket2::{Domain, Protocol, Socket, Type};
 /// Seconds the kernel waits for a deferred connection's first data before queueing it anyway.
 const DEFER_ACCEPT_SECS: libc::c_int = 10;
 
+/// Fails with `AddrInUse` when another socket listens on `addr`, whoever owns it.
+///
+/// SO_REUSEPORT, which the workers need, would otherwise let a second weir (or anything else that
+/// sets it) bind the same address silently, and the kernel would then spread new connections
+/// over both processes. A probe bound without SO_REUSEPORT fails if any socket holds the address;
+/// SO_REUSEADDR keeps connections in TIME_WAIT from counting. The probe is closed at once: the
+/// race with a process binding in between is the width of two system calls.
+pub fn check_free(addr: SocketAddr) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    probe.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        probe.set_only_v6(true)?;
+    }
+    probe.bind(&addr.into())
+}
+
 /// Binds a non-blocking listening socket.
 pub fn bind(
     addr: SocketAddr,

@@ -46,6 +46,16 @@ pub fn start(cfg: RuntimeConfig) -> io::Result<ServerHandle> {
         let with_addr = |e: io::Error, a: SocketAddr| {
             io::Error::new(e.kind(), format!("cannot listen on {a}: {e}"))
         };
+        listener::check_free(l.address).map_err(|e| {
+            let why = if e.kind() == io::ErrorKind::AddrInUse {
+                "is in use by another process (another weir? stop it first: two processes \
+                 sharing a port would each get a share of its connections)"
+                    .to_string()
+            } else {
+                format!("cannot be bound: {e}")
+            };
+            io::Error::new(e.kind(), format!("{}: {} {why}", l.origin(), l.address))
+        })?;
         let first = listener::bind(l.address, cfg.limits.backlog, l.defer_accept)
             .map_err(|e| with_addr(e, l.address))?;
         let actual = first.local_addr()?;
