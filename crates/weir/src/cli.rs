@@ -112,6 +112,10 @@ fn run(cfg: RuntimeConfig, path: Option<std::path::PathBuf>) -> ExitCode {
         .iter()
         .map(|a| format!("http://{a}/"))
         .collect();
+    let admin = handle
+        .admin_addr()
+        .map(|a| format!("; admin API on http://{a}/"))
+        .unwrap_or_default();
     if embedded {
         eprintln!("weir: no config file given (-c FILE), serving the built-in config");
         eprintln!(
@@ -120,7 +124,7 @@ fn run(cfg: RuntimeConfig, path: Option<std::path::PathBuf>) -> ExitCode {
         );
     } else {
         eprintln!(
-            "weir: serving {} with {workers} worker(s); Ctrl-C stops",
+            "weir: serving {} with {workers} worker(s){admin}; Ctrl-C stops, SIGHUP reloads",
             urls.join(" ")
         );
     }
