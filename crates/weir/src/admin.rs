@@ -1,7 +1,10 @@
 //! The admin API, served on the `admin` listener only (keep it on loopback or a management
 //! network; it has no authentication of its own).
 //!
-//! * `GET /health` → `{"status":"ok"}`
+//! * `GET /health` → `{"status":"ok"}` (liveness: the process answers)
+//! * `GET /ready` → 200 `{"ready":true,...}` when every upstream has at least one server up,
+//!   else 503 with the upstreams that have none (readiness, for a load balancer in front). The
+//!   listeners are bound before the admin listener answers at all.
 //! * `GET /stats` → per zone: objects, bytes, limit, hits, misses, stale, revalidated, stores,
 //!   evictions, coalesced, purged.
 //! * `POST /purge?…` (or `PURGE /purge?…`) with one selector — `url=host/path?query`,
@@ -24,6 +27,7 @@ pub fn handle(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
         || matches!(&req.method, Method::Other(m) if &m[..] == b"PURGE");
     match (req.path(), is_purge_method) {
         (b"/health", false) => (200, r#"{"status":"ok"}"#.into()),
+        (b"/ready", false) => ready(cfg),
         (b"/stats", false) => (200, stats(cfg)),
         (b"/purge", true) => {
             let selector = if let Some(u) = param("url") {
@@ -60,12 +64,26 @@ pub fn handle(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
             (200, format!(r#"{{"purged":{purged},"soft":{soft}}}"#))
         }
         (b"/purge", false) => (405, json_error("use POST or PURGE")),
-        (b"/health" | b"/stats", true) => (405, json_error("use GET")),
+        (b"/health" | b"/ready" | b"/stats", true) => (405, json_error("use GET")),
         _ => (
             404,
-            json_error("unknown admin path (/health, /stats, /purge)"),
+            json_error("unknown admin path (/health, /ready, /stats, /purge)"),
         ),
     }
+}
+
+/// Readiness: every upstream has a server up.
+fn ready(cfg: &RuntimeConfig) -> (u16, String) {
+    let now = crate::proxy::upstream::now_ms();
+    let down: Vec<&str> = cfg
+        .upstreams
+        .iter()
+        .filter(|u| !(0..u.servers.len()).any(|i| u.is_up(i, now)))
+        .map(|u| u.name.as_str())
+        .collect();
+    let body =
+        serde_json::json!({ "ready": down.is_empty(), "upstreams_without_servers_up": down });
+    (if down.is_empty() { 200 } else { 503 }, body.to_string())
 }
 
 fn stats(cfg: &RuntimeConfig) -> String {

@@ -580,3 +580,51 @@ fn config_errors_for_upstreams_name_the_key() {
         assert!(e.line.is_some(), "{e}");
     }
 }
+
+#[test]
+fn ready_on_the_admin_listener_follows_upstream_health() {
+    let healthy = Arc::new(AtomicBool::new(true));
+    let h = healthy.clone();
+    let o = http_origin(move |req| {
+        if req.line.starts_with("GET /health ") && !h.load(Ordering::SeqCst) {
+            b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n".to_vec()
+        } else {
+            ok("up")
+        }
+    });
+    let srv = start_config(&format!(
+        "workers: 1\nadmin: {{ address: 127.0.0.1:0 }}\nupstreams:\n  app:\n    servers: [\"{}\"]\n    active_health: {{ path: /health, interval: 50ms, rise: 1, fall: 1 }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: {{ upstream: app }}\n",
+        addr(&o)
+    ));
+    let admin = srv.handle.as_ref().unwrap().admin_addr().unwrap();
+    let wait_for = |status: u16| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let r = get(admin, "/ready");
+            if r.status == status {
+                return r.text();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "still {}, want {status}",
+                r.status
+            );
+            std::thread::sleep(Duration::from_millis(30));
+        }
+    };
+    assert!(wait_for(200).contains(r#""ready":true"#));
+    assert_eq!(get(admin, "/health").status, 200);
+    healthy.store(false, Ordering::SeqCst);
+    let body = wait_for(503);
+    assert!(
+        body.contains(r#""ready":false"#) && body.contains("app"),
+        "{body}"
+    );
+    assert_eq!(
+        get(admin, "/health").status,
+        200,
+        "liveness is not readiness"
+    );
+    healthy.store(true, Ordering::SeqCst);
+    wait_for(200);
+}
