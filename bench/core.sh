@@ -74,17 +74,6 @@ for s in "${SCEN[@]}"; do
   done
 done
 
-idle_rss() { # pid port -> KiB per connection (x100 for precision)
-  local pid=$1 port=$2 before after
-  before=$(rss_kib "$pid")
-  coproc HOLD { taskset -c "$LOAD_CORE" python3 "$BENCH_DIR/tools/idle_conns.py" "$port" "$IDLE" /hello; }
-  read -r line <&"${HOLD[0]}"
-  sleep 0.5
-  after=$(rss_kib "$pid")
-  exec {HOLD[1]}>&-
-  wait "$HOLD_PID" 2>/dev/null || true
-  echo "$before $after"
-}
 read -r WB WA < <(idle_rss $WEIR_PID $WEIR_PORT)
 read -r NB NA < <(idle_rss $NGINX_PID $NGINX_PORT)
 per_conn() { awk -v a="$1" -v b="$2" -v n="$IDLE" 'BEGIN { printf "%.2f", (b - a) / n }'; }

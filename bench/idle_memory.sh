@@ -24,17 +24,6 @@ start_weir() { # bin port -> STARTED
   STARTED=$!; track $STARTED
   wait_port "$2" "$TMP/weir-$2.log"
 }
-idle_rss() { # pid port -> "before after" KiB
-  local pid=$1 port=$2 before after line
-  before=$(rss_kib "$pid")
-  coproc HOLD { taskset -c "$LOAD_CORE" python3 "$BENCH_DIR/tools/idle_conns.py" "$port" "$IDLE" /hello; }
-  read -r line <&"${HOLD[0]}"
-  sleep 0.5
-  after=$(rss_kib "$pid")
-  exec {HOLD[1]}>&-
-  wait "$HOLD_PID" 2>/dev/null || true
-  echo "$before $after"
-}
 per_conn() { awk -v a="$1" -v b="$2" -v n="$IDLE" 'BEGIN { printf "%.2f", (b - a) / n }'; }
 
 ROWS=()

@@ -169,3 +169,17 @@ machine_info() {
   command -v wrk >/dev/null && echo "- wrk: $(wrk -v 2>&1 | head -1 | awk '{print $1, $2}')"
   echo "- pinning: servers on core $SUT_CORE, load generator on core $LOAD_CORE (taskset)"
 }
+
+# RSS of PID before and after IDLE keep-alive connections to PORT (each after one request to
+# PATH) are opened and held: prints "before after" in KiB. Usage: idle_rss PID PORT [PATH]
+idle_rss() {
+  local pid=$1 port=$2 path=${3:-/hello} before after line
+  before=$(rss_kib "$pid")
+  coproc HOLD { taskset -c "$LOAD_CORE" python3 "$BENCH_DIR/tools/idle_conns.py" "$port" "$IDLE" "$path"; }
+  read -r line <&"${HOLD[0]}"
+  sleep 0.5
+  after=$(rss_kib "$pid")
+  exec {HOLD[1]}>&-
+  wait "$HOLD_PID" 2>/dev/null || true
+  echo "$before $after"
+}

@@ -72,30 +72,13 @@ fn version_prints() {
 
 #[test]
 fn run_without_config_serves_the_builtin_and_stops_on_sigterm() {
-    let mut child = Command::new(WEIR)
-        .arg("run")
-        .env("WEIR_LISTEN", "127.0.0.1:0")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut addr = None;
-    for _ in 0..5 {
-        let line = lines.next().unwrap().unwrap();
-        if let Some(i) = line.find("http://") {
-            let rest = &line[i + 7..];
-            addr = Some(rest[..rest.find('/').unwrap()].parse().unwrap());
-            break;
-        }
-    }
-    let addr = addr.expect("weir run should say where it listens");
+    let mut cmd = Command::new(WEIR);
+    cmd.arg("run").env("WEIR_LISTEN", "127.0.0.1:0");
+    let (mut child, addr) = spawn_serving(cmd);
     let r = common::get(addr, "/hello");
     assert_eq!(r.text(), "Hello, World\n");
     assert!(common::get(addr, "/").text().contains("Welcome to weir"));
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
+    signal(&child, "-TERM");
     let status = child.wait().unwrap();
     assert!(status.success(), "exit status {status:?}");
 }
@@ -148,12 +131,14 @@ impl std::ops::DerefMut for Running {
 
 /// Starts `weir run -c FILE`; returns the child and the address it says it serves.
 fn spawn_run(config: &std::path::Path) -> (Running, std::net::SocketAddr) {
-    let mut child = Command::new(WEIR)
-        .args(["run", "-c"])
-        .arg(config)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut cmd = Command::new(WEIR);
+    cmd.args(["run", "-c"]).arg(config);
+    spawn_serving(cmd)
+}
+
+/// Spawns `cmd` (a `weir run`); returns the child and the address it says it serves.
+fn spawn_serving(mut cmd: Command) -> (Running, std::net::SocketAddr) {
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut addr = None;
     for _ in 0..5 {
