@@ -115,14 +115,22 @@ impl WorkerState {
 
     /// Aborts the idle connections whose deadline passed (`now`: the coarse clock, ms).
     fn sweep(&self, now: u64) {
+        let mut closed = 0usize;
         for (_, slot) in self.conns.borrow().iter() {
             let until = slot.idle_until.get();
             if until != 0 && until <= now {
                 slot.idle_until.set(0);
                 if let Some(a) = &slot.abort {
                     a.abort();
+                    closed += 1;
                 }
             }
+        }
+        if closed > 0 {
+            tracing::debug!(
+                connections = closed,
+                "closed idle connections (idle or first-request timeout, or shutdown)"
+            );
         }
     }
 }
