@@ -5,6 +5,9 @@
 set -euo pipefail
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$BENCH_DIR/.." && pwd)"
+# examples/hello.yaml serves /static/ from WEIR_ROOT: absolute, so that builds from before
+# relative roots resolved against the config file (A/B runs) find it too.
+export WEIR_ROOT="$ROOT/examples/www"
 cd "$ROOT"
 SUT_CORE="${SUT_CORE:-0}"
 LOAD_CORE="${LOAD_CORE:-1}"

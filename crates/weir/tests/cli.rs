@@ -269,3 +269,27 @@ fn check_rejects_overflowing_durations_and_sizes_naming_the_key() {
         assert!(err.contains(key) && err.contains(":1:"), "{text}: {err}");
     }
 }
+
+#[test]
+fn a_relative_static_root_resolves_against_the_config_file() {
+    let dir = std::env::temp_dir().join(format!("weir-cli-site-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("www")).unwrap();
+    std::fs::write(dir.join("www/page.txt"), "from the config's directory").unwrap();
+    let cfg = dir.join("site.yaml");
+    std::fs::write(
+        &cfg,
+        "listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - static: { root: www }\n",
+    )
+    .unwrap();
+    // Started from elsewhere: the root must not depend on the working directory.
+    let mut cmd = Command::new(WEIR);
+    cmd.args(["run", "-c"]).arg(&cfg).current_dir("/");
+    let (mut child, addr) = spawn_serving(cmd);
+    assert_eq!(
+        common::get(addr, "/page.txt").text(),
+        "from the config's directory"
+    );
+    signal(&child, "-TERM");
+    assert!(child.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}

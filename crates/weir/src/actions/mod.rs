@@ -105,7 +105,7 @@ impl Action {
             } else {
                 None
             };
-            return static_files::StaticFiles::compile(s, prefix, &format!("{path}.static"))
+            return static_files::StaticFiles::compile(s, prefix, &format!("{path}.static"), base)
                 .map(Action::Static);
         }
         Ok(Action::Echo(echo::Echo::compile(echo.unwrap_or_default())))

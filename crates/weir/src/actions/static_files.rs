@@ -25,7 +25,7 @@ use weir_http::conditional::{self, RangeSpec, Validators};
 use weir_http::response::put_header;
 use weir_http::{Framing, Method, RequestHead};
 
-use crate::config::{model, CompileError};
+use crate::config::{model, BaseDir, CompileError};
 
 /// Bodies up to this size are read into the output buffer in one go.
 pub const INLINE_BODY: u64 = 64 * 1024;
@@ -76,12 +76,15 @@ fn canned(status: u16) -> StaticReply {
 }
 
 impl StaticFiles {
+    /// `root` resolves against the config file's directory when relative, like `body_file`
+    /// (before, it resolved against the working directory weir was started from).
     pub(crate) fn compile(
         s: model::Static,
         prefix: Option<Bytes>,
         path: &str,
+        base: &BaseDir,
     ) -> Result<StaticFiles, CompileError> {
-        let root = std::fs::canonicalize(&s.root).map_err(|e| {
+        let root = std::fs::canonicalize(base.0.join(&s.root)).map_err(|e| {
             (
                 format!("{path}.root"),
                 format!("cannot open directory {:?}: {e}", s.root),
