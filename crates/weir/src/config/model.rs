@@ -71,7 +71,7 @@ pub struct Cache {
     pub zone: String,
     #[serde(default)]
     pub key: CacheKeyConfig,
-    /// Freshness by status (`"200": 1d`, `"404": 1m`, or `forever`), used when the origin says
+    /// Freshness by status (`"200": 1d`, `"404": 1m`, `"200": forever`), used when the origin says
     /// nothing, or always with `ignore_origin`.
     #[serde(default)]
     pub ttl: BTreeMap<String, String>,
