@@ -169,10 +169,11 @@ pub fn canned_body(status: u16) -> String {
     format!("{status} {}\n", weir_http::response::reason(status))
 }
 
-/// The canned response for `status` (`text/plain`, body from [`canned_body`]); the caller adds
-/// `Server` and any fields (`Allow`, `Location`, `Content-Range`, `Cache-Status`).
-pub fn canned(status: u16, body_len: usize) -> Reply<'static> {
+/// The canned response for `status`: `server_line` (`Server: ...`, or empty), a `text/plain`
+/// body from [`canned_body`]; the caller adds any fields (`Allow`, `Location`, `Cache-Status`).
+pub fn canned(status: u16, body_len: usize, server_line: &[u8]) -> Reply<'_> {
     let mut r = Reply::new(status, Framing::Length(body_len as u64));
+    r.add_lines(server_line);
     r.add_lines(b"Content-Type: text/plain; charset=utf-8\r\n");
     r
 }

@@ -180,6 +180,12 @@ pub(crate) async fn forward<D: Downstream>(
     let mut ntried = 0usize;
     let mut fresh_only: Option<usize> = None;
     let mut retries = 0u32;
+    // One more try when the condition allows it, attempts remain and the budget has a token.
+    let mut retry = |allowed: bool| {
+        let go = allowed && retries < up.retry.attempts && per_worker.take_budget();
+        retries += u32::from(go);
+        go
+    };
     let mut interims = 0usize;
 
     let (server, mut upstream_conn, resp) = loop {
@@ -202,11 +208,7 @@ pub(crate) async fn forward<D: Downstream>(
         let (mut conn, reused) = match checkout(per_worker, up, server, !force_fresh).await {
             Ok(checked_out) => checked_out,
             Err(e) => {
-                if retries < up.retry.attempts
-                    && e.retryable(&up.retry.on, true)
-                    && per_worker.take_budget()
-                {
-                    retries += 1;
+                if retry(e.retryable(&up.retry.on, true)) {
                     continue;
                 }
                 return fail(d, ctx, &target, Some(server), e, persistence, has_body, ex);
@@ -241,13 +243,8 @@ pub(crate) async fn forward<D: Downstream>(
         };
         match result {
             Ok(resp) => {
-                if retries < up.retry.attempts
-                    && replayable
-                    && up.retry.on_status.contains(&resp.status)
-                    && per_worker.take_budget()
-                {
+                if retry(replayable && up.retry.on_status.contains(&resp.status)) {
                     tracing::warn!(upstream = %up.name, server = %up.servers[server].name, status = resp.status, "retrying on another server");
-                    retries += 1;
                     continue;
                 }
                 break (server, conn, resp);
@@ -263,11 +260,7 @@ pub(crate) async fn forward<D: Downstream>(
             }
             Err(e) => {
                 record_failure(up, server, &e);
-                if retries < up.retry.attempts
-                    && e.retryable(&up.retry.on, replayable)
-                    && per_worker.take_budget()
-                {
-                    retries += 1;
+                if retry(e.retryable(&up.retry.on, replayable)) {
                     continue;
                 }
                 return fail(d, ctx, &target, Some(server), e, persistence, has_body, ex);

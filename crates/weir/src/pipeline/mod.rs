@@ -276,8 +276,7 @@ pub(crate) fn send_error<D: Downstream>(
     persistence: Persistence,
 ) -> Persistence {
     let body = canned_body(status);
-    let mut reply = crate::error::canned(status, body.len());
-    reply.add_lines(&ctx.rt.cfg.server_line);
+    let mut reply = crate::error::canned(status, body.len(), &ctx.rt.cfg.server_line);
     reply.add_lines(lines);
     ctx.status = status;
     let persistence = d.send_head(&reply, persistence);

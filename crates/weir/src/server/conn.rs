@@ -310,9 +310,8 @@ impl Conn {
     /// A canned error response after a connection-level failure (the connection closes).
     fn send_canned(&mut self, status: u16) {
         let body = crate::error::canned_body(status);
-        let mut reply = crate::error::canned(status, body.len());
         let rt = self.rt.clone();
-        reply.add_lines(&rt.cfg.server_line);
+        let reply = crate::error::canned(status, body.len(), &rt.cfg.server_line);
         self.encoding = reply.encode_h1(&mut self.out, self.version, Persistence::Close);
         self.out.extend_from_slice(body.as_bytes());
     }

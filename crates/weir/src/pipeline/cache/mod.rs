@@ -141,11 +141,7 @@ pub(crate) async fn cached<D: Downstream>(
     }
     if let Some(why) = bypassed(head, settings) {
         ctx.cache = CacheState::Bypass(why);
-        let mut ex = Exchange {
-            plan: Some(status_plan(Fwd::Bypass, Some(why), settings.x_cache)),
-            ..Default::default()
-        };
-        return forward(d, ctx, head, proxy, persistence, &mut ex).await;
+        return forward_uncached(d, ctx, stage, Fwd::Bypass, Some(why), persistence).await;
     }
     let key = settings.key.key(head, "http");
     let req_dirs = Directives::parse(values(&head.headers, "cache-control"));
@@ -175,15 +171,15 @@ pub(crate) async fn cached<D: Downstream>(
     }
     if zone.is_hit_for_miss(key.hash) {
         ctx.cache = CacheState::Bypass("hit-for-miss");
-        let mut ex = Exchange {
-            plan: Some(status_plan(
-                fwd_on_miss,
-                Some("hit-for-miss"),
-                settings.x_cache,
-            )),
-            ..Default::default()
-        };
-        return forward(d, ctx, head, proxy, persistence, &mut ex).await;
+        return forward_uncached(
+            d,
+            ctx,
+            stage,
+            fwd_on_miss,
+            Some("hit-for-miss"),
+            persistence,
+        )
+        .await;
     }
     match zone.join(key.hash) {
         Role::Leader(inflight) => {
@@ -201,15 +197,8 @@ pub(crate) async fn cached<D: Downstream>(
                 Some(persistence) => Ok(persistence),
                 None => {
                     ctx.cache = CacheState::Miss;
-                    let mut ex = Exchange {
-                        plan: Some(status_plan(
-                            fwd_on_miss,
-                            Some("collapsed-uncacheable"),
-                            settings.x_cache,
-                        )),
-                        ..Default::default()
-                    };
-                    forward(d, ctx, head, proxy, persistence, &mut ex).await
+                    let detail = Some("collapsed-uncacheable");
+                    forward_uncached(d, ctx, stage, fwd_on_miss, detail, persistence).await
                 }
             }
         }
@@ -327,11 +316,7 @@ async fn serve_found<D: Downstream>(
                 // answers (and maps the failure to 502/503/504 as usual).
                 Err(_) => {
                     ctx.cache = CacheState::Miss;
-                    let mut ex = Exchange {
-                        plan: Some(status_plan(Fwd::Stale, None, settings.x_cache)),
-                        ..Default::default()
-                    };
-                    forward(d, ctx, head, proxy, persistence, &mut ex).await
+                    forward_uncached(d, ctx, stage, Fwd::Stale, None, persistence).await
                 }
             }
         }
@@ -356,4 +341,20 @@ fn serve_stale_on_error<D: Downstream>(
     };
     write_stored(d, ctx, stage, obj, age, &status, persistence);
     persistence
+}
+
+/// Forwards without storing: the response only gets its `Cache-Status` (`fwd`, `detail`).
+async fn forward_uncached<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    stage: Stage<'_>,
+    fwd: Fwd,
+    detail: Option<&'static str>,
+    persistence: Persistence,
+) -> Result<Persistence, Error> {
+    let mut ex = Exchange {
+        plan: Some(status_plan(fwd, detail, stage.cache.x_cache)),
+        ..Default::default()
+    };
+    forward(d, ctx, stage.head, stage.proxy, persistence, &mut ex).await
 }
