@@ -275,3 +275,25 @@ fn post_responses_serve_later_gets_only_when_asked() {
     common::cachekit::req(&c, post);
     assert_eq!(get(&c, "/p?x=1", "").text(), "GET 2");
 }
+
+#[test]
+fn ttl_forever_keeps_an_object_fresh_for_years() {
+    let o = scripted(|_, n| {
+        resp(
+            "200 OK",
+            "Cache-Control: max-age=1\r\n",
+            &format!("body {n}"),
+        )
+    });
+    let c = cache(
+        &o.origin,
+        ", ttl: { \"200\": forever }, ignore_origin: true, x_cache: true",
+        "1m",
+    );
+    assert_eq!(get(&c, "/f", "").text(), "body 1");
+    c.clock.advance(10 * 365 * 86_400);
+    let again = get(&c, "/f", "");
+    assert_eq!(again.text(), "body 1");
+    assert_eq!(again.header("x-cache"), Some("HIT"));
+    assert_eq!(o.requests(), 1);
+}
