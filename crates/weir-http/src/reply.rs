@@ -155,6 +155,46 @@ impl<'a> Reply<'a> {
         }
     }
 
+    /// The value of field `name` (lowercase) as the reply carries it: the first one among the
+    /// base (unless dropped), the added fields and the added lines. Fields `render` writes and
+    /// those the encoder adds (`Date`, framing, `Connection`) are not seen. For logs: a walk
+    /// over every field, done only when a log format asks for a response field.
+    pub fn field(&self, name: &str) -> Option<&'a [u8]> {
+        let name = name.as_bytes();
+        let dropped = |n: &[u8]| self.drop.is_some_and(|d| d.drops(n));
+        let in_lines = |text: &'a [u8]| {
+            text.split(|b| *b == b'\n').find_map(|line| {
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                let colon = line.iter().position(|b| *b == b':')?;
+                (line[..colon].eq_ignore_ascii_case(name)).then(|| line[colon + 1..].trim_ascii())
+            })
+        };
+        let base = match self.base {
+            Base::None => None,
+            Base::Encoded(text) => {
+                // Skip the status line.
+                let start = text.iter().position(|b| *b == b'\n').map_or(text.len(), |i| i + 1);
+                in_lines(&text[start..]).filter(|_| !dropped(name))
+            }
+            Base::Fields(fields) => fields
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name) && !dropped(&h.name))
+                .map(|h| &h.value[..]),
+        };
+        base.or_else(|| {
+            self.added[..self.n_added as usize]
+                .iter()
+                .flat_map(|s| s.iter())
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| &v[..])
+        })
+        .or_else(|| {
+            self.lines[..self.n_lines as usize]
+                .iter()
+                .find_map(|l| in_lines(l))
+        })
+    }
+
     /// The added fields and lines, for encoders other than HTTP/1.1 and for tests.
     pub fn added(&self) -> impl Iterator<Item = &(Bytes, Bytes)> {
         self.added[..self.n_added as usize]
@@ -280,6 +320,23 @@ pub fn put_last_chunk(out: &mut BytesMut) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_field_is_found_in_every_part_of_a_reply() {
+        let stored = b"HTTP/1.1 200 OK\r\nETag: \"v1\"\r\nX-Drop: 1\r\n";
+        let added = [(Bytes::from_static(b"X-Added"), Bytes::from_static(b"a"))];
+        let drop = |n: &[u8]| n.eq_ignore_ascii_case(b"x-drop");
+        let mut r = Reply::new(200, Framing::Given);
+        r.base = Base::Encoded(stored);
+        r.drop = Some(&drop);
+        r.add_fields(&added);
+        r.add_lines(b"Cache-Status: weir; hit\r\n");
+        assert_eq!(r.field("etag"), Some(&b"\"v1\""[..]));
+        assert_eq!(r.field("x-drop"), None);
+        assert_eq!(r.field("x-added"), Some(&b"a"[..]));
+        assert_eq!(r.field("cache-status"), Some(&b"weir; hit"[..]));
+        assert_eq!(r.field("http/1.1 200 ok"), None);
+    }
+
     use super::*;
 
     fn h(n: &'static str, v: &'static str) -> Header {

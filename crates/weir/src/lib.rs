@@ -15,6 +15,7 @@
 //!   the store are the `weir-cache` crate. [`admin`] is the admin API (purge, stats, health).
 //! * [`cli`] is the `weir` command line; [`bench_cmd`] is `weir bench` over the `weir-loadgen` crate.
 
+pub mod access_log;
 pub mod actions;
 pub mod admin;
 pub mod bench_cmd;
@@ -23,6 +24,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod filters;
+pub mod metrics;
 pub mod pipeline;
 pub mod proxy;
 pub mod routes;

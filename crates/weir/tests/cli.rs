@@ -3,16 +3,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-const WEIR: &str = env!("CARGO_BIN_EXE_weir");
-
-fn write_config(name: &str, text: &str) -> std::path::PathBuf {
-    let p = std::env::temp_dir().join(format!("weir-cli-{name}-{}.yaml", std::process::id()));
-    std::fs::write(&p, text).unwrap();
-    p
-}
+use common::process::{signal, spawn_run, spawn_serving, write_config, Running, WEIR};
 
 #[test]
 fn check_accepts_the_examples() {
@@ -104,64 +97,6 @@ fn run_reports_a_busy_port() {
         err.contains("line 2: listeners[0].address") && err.contains("in use by another process"),
         "{err}"
     );
-}
-
-/// A child process killed when dropped, so a failing test leaves no server behind.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl std::ops::Deref for Running {
-    type Target = std::process::Child;
-    fn deref(&self) -> &std::process::Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Running {
-    fn deref_mut(&mut self) -> &mut std::process::Child {
-        &mut self.0
-    }
-}
-
-/// Starts `weir run -c FILE`; returns the child and the address it says it serves.
-fn spawn_run(config: &std::path::Path) -> (Running, std::net::SocketAddr) {
-    let mut cmd = Command::new(WEIR);
-    cmd.args(["run", "-c"]).arg(config);
-    spawn_serving(cmd)
-}
-
-/// Spawns `cmd` (a `weir run`); returns the child and the address it says it serves.
-fn spawn_serving(mut cmd: Command) -> (Running, std::net::SocketAddr) {
-    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut addr = None;
-    for _ in 0..5 {
-        let line = lines.next().unwrap().unwrap();
-        if let Some(i) = line.find("http://") {
-            let rest = &line[i + 7..];
-            addr = Some(rest[..rest.find('/').unwrap()].parse().unwrap());
-            break;
-        }
-    }
-    // Keep draining stderr so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (
-        Running(child),
-        addr.expect("weir run should say where it listens"),
-    )
-}
-
-fn signal(child: &std::process::Child, sig: &str) {
-    Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .unwrap();
 }
 
 #[test]

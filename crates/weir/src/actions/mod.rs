@@ -22,6 +22,8 @@ pub(crate) struct Refs<'a> {
     pub upstreams: &'a std::collections::HashMap<String, usize>,
     /// Zone name → (index, bytes one shard holds: the largest object it can store).
     pub zones: &'a std::collections::HashMap<String, (usize, u64)>,
+    /// Access logs, compiled as routes name them.
+    pub logs: &'a crate::access_log::LogCompiler<'a>,
 }
 
 /// A compiled action.

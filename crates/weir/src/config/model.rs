@@ -36,8 +36,114 @@ pub struct File {
     /// Named cache stores, used by routes with a `cache` stage.
     #[serde(default)]
     pub cache_zones: BTreeMap<String, CacheZone>,
-    /// The admin listener: purges, stats, health.
+    /// The admin listener: purges, stats, health, metrics, reload.
     pub admin: Option<Admin>,
+    /// The error log: level (or `RUST_LOG`-style filter) and format.
+    #[serde(default)]
+    pub log: Log,
+    /// The access log of every listener that does not set its own.
+    pub access_log: Option<AccessLogSetting>,
+    /// Count requests per route and status, and their durations, for `/metrics`.
+    #[serde(default = "default_true")]
+    pub metrics: bool,
+    /// The request id: kept from trusted peers, generated otherwise, sent upstream, logged.
+    #[serde(default)]
+    pub request_id: RequestId,
+}
+
+/// The error log (`tracing`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Log {
+    /// `error`, `warn`, `info`, `debug`, `trace`, or a filter such as `info,weir::proxy=debug`.
+    /// `--log-level` and `WEIR_LOG` override it.
+    pub level: String,
+    /// `text` or `json`.
+    pub format: String,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Log {
+            level: "info".into(),
+            format: "text".into(),
+        }
+    }
+}
+
+/// `off`, or where and how to write access log lines.
+#[derive(Debug)]
+pub enum AccessLogSetting {
+    Off,
+    On(AccessLog),
+}
+
+/// An access log.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessLog {
+    /// A file (appended to; reopened on SIGUSR1), or `stdout`.
+    pub path: Option<String>,
+    /// Syslog instead of a file: `udp://host:514` or `unix:///dev/log` (RFC 5424).
+    pub syslog: Option<String>,
+    /// `combined` (default), `common`, `json`, or a template of `$variables`.
+    #[serde(default = "default_log_format")]
+    pub format: String,
+}
+
+fn default_log_format() -> String {
+    "combined".into()
+}
+
+impl<'de> Deserialize<'de> for AccessLogSetting {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = AccessLogSetting;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("`off` or { path | syslog, format }")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                match v {
+                    "off" => Ok(AccessLogSetting::Off),
+                    _ => Err(E::custom(format!(
+                        "{v:?}: write `off` or {{ path: FILE, format: combined }}"
+                    ))),
+                }
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Self::Value, E> {
+                // YAML 1.1 reads a bare `off` as false.
+                match v {
+                    false => Ok(AccessLogSetting::Off),
+                    true => Err(E::custom("write { path: FILE, format: combined }")),
+                }
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<Self::Value, A::Error> {
+                AccessLog::deserialize(serde::de::value::MapAccessDeserializer::new(m))
+                    .map(AccessLogSetting::On)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The request id.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RequestId {
+    /// The field it travels in.
+    pub header: String,
+    /// Peers (addresses or CIDRs) whose id is kept; from anyone else a new one is made.
+    pub trust_from: Vec<String>,
+}
+
+impl Default for RequestId {
+    fn default() -> Self {
+        RequestId {
+            header: "x-request-id".into(),
+            trust_from: Vec::new(),
+        }
+    }
 }
 
 /// A cache store.
@@ -268,6 +374,8 @@ pub struct Listener {
     /// Routes, tried in order; the first whose match applies answers.
     #[serde(default)]
     pub routes: Vec<Route>,
+    /// This listener's access log (else the top-level one); `off` for none.
+    pub access_log: Option<AccessLogSetting>,
 }
 
 /// A route: a match and exactly one action.
@@ -290,6 +398,8 @@ pub struct Route {
     pub proxy: Option<Proxy>,
     /// Cache the proxied responses (only with `proxy`).
     pub cache: Option<Cache>,
+    /// This route's access log (else its listener's); `off` for none (health checks, say).
+    pub access_log: Option<AccessLogSetting>,
 }
 
 /// Route conditions.

@@ -16,6 +16,7 @@
 
 pub mod forwarded;
 pub mod header_edit;
+pub mod request_id;
 pub mod via;
 
 use std::fmt::Debug;

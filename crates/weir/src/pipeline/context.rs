@@ -2,8 +2,12 @@
 //! would report when it ends: the route, the cache state, the upstream and server, the status,
 //! bytes and timings.
 
+use std::net::IpAddr;
 use std::rc::Rc;
 use std::time::Instant;
+
+use bytes::Bytes;
+use weir_http::{Reply, RequestHead};
 
 use crate::runtime::WorkerRuntime;
 
@@ -69,20 +73,61 @@ pub(crate) struct RequestCtx {
     pub started: Option<Instant>,
     /// When the upstream's response head arrived.
     pub upstream_head_at: Option<Instant>,
+    /// Request body bytes read from the client.
+    pub bytes_received: u64,
+    /// The access log the request is written to (its slot in `cfg.access_logs`).
+    pub log: Option<usize>,
+    /// Response fields the access log reports, captured as the head is sent (empty unless the
+    /// log's format names some).
+    /// Each is `(index in the log's response_fields, value)`.
+    pub sent_fields: Vec<(usize, Bytes)>,
+    /// The request id, once something asked for it ([`RequestCtx::request_id`]).
+    pub request_id: Option<Bytes>,
 }
 
 impl RequestCtx {
     pub fn new(rt: Rc<WorkerRuntime>, listener: usize) -> RequestCtx {
         RequestCtx {
-            rt,
-            listener,
             route: None,
             cache: CacheState::NotCached,
             upstream: None,
             status: 0,
             bytes_sent: 0,
-            started: tracing::enabled!(tracing::Level::TRACE).then(Instant::now),
+            started: (rt.cfg.metrics
+                || !rt.cfg.access_logs.is_empty()
+                || tracing::enabled!(tracing::Level::TRACE))
+            .then(Instant::now),
             upstream_head_at: None,
+            bytes_received: 0,
+            log: rt.cfg.listeners[listener].access_log,
+            sent_fields: Vec::new(),
+            request_id: None,
+            rt,
+            listener,
+        }
+    }
+
+    /// The request's id (made once, on first use): see `filters/request_id.rs`.
+    pub fn request_id(&mut self, head: &RequestHead, peer: IpAddr) -> Bytes {
+        if let Some(id) = &self.request_id {
+            return id.clone();
+        }
+        let id = self.rt.cfg.request_id.of(head, peer, &self.rt.ids);
+        self.request_id = Some(id.clone());
+        id
+    }
+
+    /// Notes what the access log reports of a response head about to be sent.
+    #[inline]
+    pub fn sent(&mut self, reply: &Reply<'_>) {
+        self.status = reply.status;
+        if let Some(slot) = self.log {
+            let rt = self.rt.clone();
+            for (i, name) in rt.cfg.access_logs[slot].response_fields.iter().enumerate() {
+                if let Some(v) = reply.field(name) {
+                    self.sent_fields.push((i, Bytes::copy_from_slice(v)));
+                }
+            }
         }
     }
 }

@@ -29,7 +29,7 @@ use weir_http::{
 };
 
 use super::downstream::Downstream;
-use super::RequestCtx;
+use super::{send_head, RequestCtx};
 use crate::cache::zone::Inflight;
 use crate::cache::CacheZone;
 use crate::error::{Error, ErrorKind};
@@ -169,10 +169,14 @@ pub(crate) async fn forward<D: Downstream>(
         head,
         client: super::client_of(d),
     };
+    let id = ctx.request_id(head, target.client.ip);
+    let settings = &rt.cfg.request_id;
+    let id_line = [&settings.prefix[..], &id, b"\r\n"].concat();
     let shape = RequestShape {
         upgrade: wants_upgrade(head),
         strip_conditionals: ex.strip_conditionals,
         extra: b"",
+        request_id: Some((&settings.name, &id_line)),
     };
     let total_deadline = up.total_timeout.map(|t| Instant::now() + t);
     // Servers tried so far (bounded: retries are few).
@@ -215,7 +219,8 @@ pub(crate) async fn forward<D: Downstream>(
             }
         };
         let _active = per_worker.track_active(server);
-        let sent = send_request(d, &mut conn, &target, server, shape).await?;
+        let sent = send_request(d, &mut conn, &target, server, shape, &mut ctx.bytes_received)
+            .await?;
         let result = match sent {
             Sent::Ok => loop {
                 interims += 1;
@@ -272,7 +277,7 @@ pub(crate) async fn forward<D: Downstream>(
     ctx.status = resp.status;
 
     if shape.upgrade && resp.status == 101 {
-        tunnel(d, upstream_conn, &resp, route).await?;
+        tunnel(d, ctx, upstream_conn, &resp, route).await?;
         return Ok(Persistence::Close);
     }
     let plan = ex.plan.as_mut().map(|f| f(&resp)).unwrap_or_default();
@@ -286,7 +291,7 @@ pub(crate) async fn forward<D: Downstream>(
     reply.base = Base::Fields(&resp.headers);
     reply.add_lines(&plan.lines);
     route.filters.response(&mut reply);
-    persistence = d.send_head(&reply, persistence);
+    persistence = send_head(d, ctx, &reply, persistence);
     let mut capture = plan.capture.map(|limit| Capture {
         // Sized exactly when the length is known, so that the stored body holds no slack.
         copy: match resp.body {
@@ -360,10 +365,11 @@ async fn send_request<D: Downstream>(
     target: &Target<'_>,
     server: usize,
     shape: RequestShape<'_>,
+    received: &mut u64,
 ) -> Result<Sent, Error> {
     let mut req = std::mem::take(&mut conn.out);
     req.clear();
-    let sent = write_request(d, conn, &mut req, target, server, shape).await;
+    let sent = write_request(d, conn, &mut req, target, server, shape, received).await;
     if req.capacity() <= SEND_CHUNK * 2 {
         conn.out = req;
     }
@@ -377,6 +383,7 @@ async fn write_request<D: Downstream>(
     target: &Target<'_>,
     server: usize,
     shape: RequestShape<'_>,
+    received: &mut u64,
 ) -> Result<Sent, Error> {
     let head = target.head;
     build_request(
@@ -396,6 +403,7 @@ async fn write_request<D: Downstream>(
     }
     let chunked = head.body == BodyKind::Chunked;
     while let Some(data) = d.body_chunk().await? {
+        *received += data.len() as u64;
         if chunked {
             put_chunk(req, &data);
         } else {
@@ -490,6 +498,7 @@ async fn relay_body<D: Downstream>(
 /// Logs an upstream failure after the response started: the client connection is cut.
 fn aborted(up: &Upstream, server: usize, why: &str) -> Error {
     let s = &up.servers[server];
+    s.health.count_failure();
     up.record_passive_failure(server, now_ms());
     tracing::warn!(upstream = %up.name, server = %s.name, reason = %why, "upstream failed mid-response, aborting the client connection");
     Error::with(ErrorKind::UpstreamAborted, why)
@@ -498,6 +507,7 @@ fn aborted(up: &Upstream, server: usize, why: &str) -> Error {
 /// After a 101: relay the response head, then bytes both ways until either side closes.
 async fn tunnel<D: Downstream>(
     d: &mut D,
+    ctx: &mut RequestCtx,
     mut conn: UpstreamConn,
     resp: &ResponseHead,
     route: &ProxyRoute,
@@ -514,7 +524,7 @@ async fn tunnel<D: Downstream>(
     reply.date = false;
     route.filters.response(&mut reply);
     reply.add_lines(&lines);
-    d.send_head(&reply, Persistence::KeepAlive);
+    send_head(d, ctx, &reply, Persistence::KeepAlive);
     let early = std::mem::take(&mut conn.buf);
     d.tunnel(&mut conn.stream, &early).await
 }

@@ -21,6 +21,7 @@ pub(crate) mod cache;
 pub(crate) mod context;
 pub(crate) mod downstream;
 pub(crate) mod forward;
+mod log;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -64,8 +65,21 @@ pub(crate) async fn handle<D: Downstream>(
         Started::Done(result) => result,
         Started::Later(rest) => rest.await,
     };
-    log(&ctx, head, &result);
+    log::finish(d, &mut ctx, head, &result);
     result
+}
+
+/// Queues a response head: the one way the pipeline sends one, so the status and the fields
+/// the access log reports are noted in one place.
+#[inline(always)]
+pub(crate) fn send_head<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    reply: &Reply<'_>,
+    persistence: Persistence,
+) -> Persistence {
+    ctx.sent(reply);
+    d.send_head(reply, persistence)
 }
 
 /// Routes the request and runs what can run without waiting: request filters, a fresh hit, a
@@ -80,6 +94,7 @@ fn start<'a, D: Downstream>(
     let routed = routes.route(head);
     if let Routed::Found(route) = &routed {
         ctx.route = Some(route.index);
+        ctx.log = route.access_log;
         if let (Action::Respond(r), true) = (&route.action, head.body == BodyKind::Empty) {
             // The fixed response, inline: the hello-world path.
             let persistence = d.persistence(head);
@@ -125,6 +140,18 @@ fn start<'a, D: Downstream>(
             };
         }
     }
+    if let Routed::Found(route) = &routed {
+        if matches!(route.action, Action::Admin) && crate::admin::is_reload(head) {
+            return Started::Later(Box::pin(async move {
+                // A body, if any, is not used: drained so the connection stays usable.
+                read_body(d, ctx, false).await?;
+                let rt = ctx.rt.clone();
+                let reply = crate::admin::reload(&rt.cfg).await;
+                let persistence = d.persistence(head);
+                Ok(send_admin(d, ctx, reply, false, persistence))
+            }));
+        }
+    }
     let wants_body = matches!(&routed, Routed::Found(route) if route.action.wants_body());
     let has_body = head.body != BodyKind::Empty;
     // A client waiting for 100-continue has not sent a body we will not use: answer and close
@@ -132,7 +159,7 @@ fn start<'a, D: Downstream>(
     let skip_body = has_body && head.expect_continue && !wants_body;
     if has_body && !skip_body {
         return Started::Later(Box::pin(async move {
-            let body = read_body(d, wants_body).await?;
+            let body = read_body(d, ctx, wants_body).await?;
             // Decided after the body is in, so a shutdown that began meanwhile is announced.
             let persistence = d.persistence(head);
             match answer(d, ctx, head, routed, &body, persistence) {
@@ -188,11 +215,11 @@ fn answer<D: Downstream>(
         Action::Respond(r) => respond(d, ctx, head, r, persistence),
         Action::Echo(e) => {
             let (content_type, payload) = e.render(head, body);
+            let rt = ctx.rt.clone();
             let mut reply = Reply::new(200, Framing::Length(payload.len() as u64));
-            reply.add_lines(&ctx.rt.cfg.server_line);
+            reply.add_lines(&rt.cfg.server_line);
             reply.add_lines(content_type);
-            ctx.status = 200;
-            let persistence = d.send_head(&reply, persistence);
+            let persistence = send_head(d, ctx, &reply, persistence);
             if !head_only {
                 ctx.bytes_sent += payload.len() as u64;
                 d.send_data(&Bytes::from(payload));
@@ -200,9 +227,9 @@ fn answer<D: Downstream>(
             persistence
         }
         Action::Admin => {
-            let (status, json) = crate::admin::handle(head, &ctx.rt.cfg);
-            let json = Bytes::from(json);
-            send_json(d, ctx, status, &json, head_only, persistence)
+            let rt = ctx.rt.clone();
+            let reply = crate::admin::handle(head, &rt.cfg, rt.generation);
+            send_admin(d, ctx, reply, head_only, persistence)
         }
         Action::Static(s) => match s.serve(head) {
             StaticReply::Canned { status, lines } => {
@@ -214,11 +241,11 @@ fn answer<D: Downstream>(
                 framing,
                 body,
             } => {
+                let rt = ctx.rt.clone();
                 let mut reply = Reply::new(status, framing);
-                reply.add_lines(&ctx.rt.cfg.server_line);
+                reply.add_lines(&rt.cfg.server_line);
                 reply.add_lines(&lines);
-                ctx.status = status;
-                let persistence = d.send_head(&reply, persistence);
+                let persistence = send_head(d, ctx, &reply, persistence);
                 match body {
                     StaticBody::None => {}
                     StaticBody::Inline(data) => {
@@ -248,8 +275,7 @@ fn respond<D: Downstream>(
 ) -> Persistence {
     let mut reply = Reply::new(r.status, Framing::Given);
     reply.base = Base::Encoded(r.head());
-    ctx.status = r.status;
-    let persistence = d.send_head(&reply, persistence);
+    let persistence = send_head(d, ctx, &reply, persistence);
     if head.method != Method::Head {
         ctx.bytes_sent += r.body().len() as u64;
         d.send_data(r.body());
@@ -276,10 +302,10 @@ pub(crate) fn send_error<D: Downstream>(
     persistence: Persistence,
 ) -> Persistence {
     let body = canned_body(status);
-    let mut reply = crate::error::canned(status, body.len(), &ctx.rt.cfg.server_line);
+    let rt = ctx.rt.clone();
+    let mut reply = crate::error::canned(status, body.len(), &rt.cfg.server_line);
     reply.add_lines(lines);
-    ctx.status = status;
-    let persistence = d.send_head(&reply, persistence);
+    let persistence = send_head(d, ctx, &reply, persistence);
     if head.method != Method::Head {
         ctx.bytes_sent += body.len() as u64;
         d.send_data(&Bytes::from(body));
@@ -287,7 +313,7 @@ pub(crate) fn send_error<D: Downstream>(
     persistence
 }
 
-/// Queues a JSON response (admin API, purges).
+/// Queues a JSON response (purges).
 pub(crate) fn send_json<D: Downstream>(
     d: &mut D,
     ctx: &mut RequestCtx,
@@ -296,11 +322,37 @@ pub(crate) fn send_json<D: Downstream>(
     head_only: bool,
     persistence: Persistence,
 ) -> Persistence {
+    send_typed(d, ctx, status, b"application/json", json, head_only, persistence)
+}
+
+/// Queues an admin API answer.
+fn send_admin<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    reply: crate::admin::AdminReply,
+    head_only: bool,
+    persistence: Persistence,
+) -> Persistence {
+    let body = Bytes::from(reply.body);
+    send_typed(d, ctx, reply.status, reply.content_type, &body, head_only, persistence)
+}
+
+/// Queues `body` with its content type, not to be stored by anyone.
+fn send_typed<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    status: u16,
+    content_type: &[u8],
+    json: &Bytes,
+    head_only: bool,
+    persistence: Persistence,
+) -> Persistence {
+    let rt = ctx.rt.clone();
     let mut reply = Reply::new(status, Framing::Length(json.len() as u64));
-    reply.add_lines(&ctx.rt.cfg.server_line);
-    reply.add_lines(b"Content-Type: application/json\r\nCache-Control: no-store\r\n");
-    ctx.status = status;
-    let persistence = d.send_head(&reply, persistence);
+    reply.add_lines(&rt.cfg.server_line);
+    let lines = [b"Content-Type: ", content_type, b"\r\nCache-Control: no-store\r\n"].concat();
+    reply.add_lines(&lines);
+    let persistence = send_head(d, ctx, &reply, persistence);
     if !head_only {
         ctx.bytes_sent += json.len() as u64;
         d.send_data(json);
@@ -323,12 +375,12 @@ fn respond_for_filter<D: Downstream>(
     } else {
         Persistence::Close
     };
+    let rt = ctx.rt.clone();
     let mut reply = Reply::new(status, Framing::Length(body.len() as u64));
-    reply.add_lines(&ctx.rt.cfg.server_line);
+    reply.add_lines(&rt.cfg.server_line);
     reply.add_lines(b"Content-Type: text/plain; charset=utf-8\r\n");
     reply.add_fields(fields);
-    ctx.status = status;
-    let persistence = d.send_head(&reply, persistence);
+    let persistence = send_head(d, ctx, &reply, persistence);
     if head.method != Method::Head {
         d.send_data(body);
     }
@@ -336,9 +388,10 @@ fn respond_for_filter<D: Downstream>(
 }
 
 /// Reads the request body, keeping it when `keep` (echo), draining it otherwise.
-async fn read_body<D: Downstream>(d: &mut D, keep: bool) -> Result<BytesMut, Error> {
+async fn read_body<D: Downstream>(d: &mut D, ctx: &mut RequestCtx, keep: bool) -> Result<BytesMut, Error> {
     let mut body = BytesMut::new();
     while let Some(chunk) = d.body_chunk().await? {
+        ctx.bytes_received += chunk.len() as u64;
         if keep {
             body.extend_from_slice(&chunk);
         }
@@ -374,25 +427,4 @@ async fn stream_file<D: Downstream>(
         d.flush().await?;
     }
     Ok(())
-}
-
-/// The log phase. The access log (off the hot path, per-worker buffers) lands with the
-/// operations issue; until then a request is a `trace` event, free when tracing is off.
-fn log(ctx: &RequestCtx, head: &RequestHead, result: &Result<Persistence, Error>) {
-    tracing::trace!(
-        method = head.method.as_str(),
-        path = %String::from_utf8_lossy(head.path()),
-        status = ctx.status,
-        route = ?ctx.route,
-        cache = ctx.cache.as_str(),
-        upstream = ?ctx.upstream,
-        bytes = ctx.bytes_sent,
-        micros = ctx.started.map(|t| t.elapsed().as_micros() as u64),
-        upstream_micros = ctx
-            .started
-            .zip(ctx.upstream_head_at)
-            .map(|(s, t)| t.duration_since(s).as_micros() as u64),
-        error = result.as_ref().err().map(|e| e.as_str()),
-        "request"
-    );
 }

@@ -29,6 +29,7 @@ pub const MAX_UPSTREAM_HEAD: usize = 64 * 1024;
 /// Counts a failure against a server's passive health, logging when it goes down.
 pub fn record_failure(up: &Upstream, server: usize, e: &Error) {
     let s = &up.servers[server];
+    s.health.count_failure();
     if up.record_passive_failure(server, now_ms()) {
         tracing::warn!(upstream = %up.name, server = %s.name, reason = %e, down_for_ms = up.passive.down_ms, "server marked down (passive health)");
     }
@@ -148,6 +149,9 @@ pub struct RequestShape<'a> {
     pub strip_conditionals: bool,
     /// Pre-rendered field lines added last (a revalidation's validators).
     pub extra: &'a [u8],
+    /// The request id: the field's lowercase name (the client's is not relayed) and the whole
+    /// line sent in its place.
+    pub request_id: Option<(&'a str, &'a [u8])>,
 }
 
 /// Encodes the upstream request head: rewritten target, Host per the route, the client's fields
@@ -186,12 +190,18 @@ pub fn build_request(
             || n.eq_ignore_ascii_case(b"expect")
             || (shape.strip_conditionals && is_conditional(n))
             || route.filters.drops_upstream(client, n)
+            || shape
+                .request_id
+                .is_some_and(|(id, _)| n.eq_ignore_ascii_case(id.as_bytes()))
         {
             continue;
         }
         put_header(req, n, &h.value);
     }
     route.filters.upstream_fields(client, head, req);
+    if let Some((_, line)) = shape.request_id {
+        req.put_slice(line);
+    }
     match head.body {
         BodyKind::Length(n) => {
             req.put_slice(b"Content-Length: ");

@@ -99,6 +99,8 @@ pub struct Health {
     window_start_ms: AtomicU64,
     /// Active checks: false once `fall` checks failed in a row, true again after `rise` passed.
     active_down: AtomicBool,
+    /// Failed attempts since start, for `/metrics` (a shared atomic: failures are rare).
+    failures_total: AtomicU64,
 }
 
 /// Milliseconds since the process started (monotonic).
@@ -111,6 +113,16 @@ impl Health {
     pub fn is_up(&self, now_ms: u64) -> bool {
         !self.active_down.load(Ordering::Relaxed)
             && now_ms >= self.down_until_ms.load(Ordering::Relaxed)
+    }
+
+    /// Counts a failed attempt for `/metrics`.
+    pub fn count_failure(&self) {
+        self.failures_total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Failed attempts since start.
+    pub fn failures(&self) -> u64 {
+        self.failures_total.load(Ordering::Relaxed)
     }
 
     /// Ends a passive mark-down at once.

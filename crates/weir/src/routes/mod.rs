@@ -32,6 +32,9 @@ pub struct Route {
     /// Methods this route answers; `None` = any.
     pub methods: Option<Vec<Method>>,
     pub action: Action,
+    /// Slot of its access log in `RuntimeConfig::access_logs` (the route's own, else its
+    /// listener's, else the top-level one).
+    pub access_log: Option<usize>,
 }
 
 /// The outcome of routing one request.
@@ -52,11 +55,17 @@ impl RouteTable {
         base: &BaseDir,
         server: Option<&Bytes>,
         refs: &crate::actions::Refs<'_>,
+        access_log: Option<usize>,
     ) -> Result<RouteTable, CompileError> {
         let mut out = Vec::with_capacity(routes.len());
         for (i, r) in routes.into_iter().enumerate() {
             let path = format!("{listener_path}.routes[{i}]");
             let name = r.name.clone().unwrap_or_else(|| format!("routes[{i}]"));
+            let log = refs.logs.slot(
+                r.access_log.as_ref(),
+                &format!("{path}.access_log"),
+                access_log,
+            )?;
             let (matcher, methods) = Matcher::compile(r.matcher, &format!("{path}.match"))?;
             let given = crate::actions::Given {
                 respond: r.respond,
@@ -87,13 +96,14 @@ impl RouteTable {
                 matcher,
                 methods,
                 action,
+                access_log: log,
             });
         }
         Ok(RouteTable { routes: out })
     }
 
     /// The admin listener's table: one route, the admin API.
-    pub(crate) fn admin() -> RouteTable {
+    pub(crate) fn admin(access_log: Option<usize>) -> RouteTable {
         let (matcher, _) =
             Matcher::compile(model::Match::default(), "admin").unwrap_or_else(|_| unreachable!());
         RouteTable {
@@ -103,8 +113,14 @@ impl RouteTable {
                 matcher,
                 methods: None,
                 action: Action::Admin,
+                access_log,
             }],
         }
+    }
+
+    /// The routes, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &Route> {
+        self.routes.iter()
     }
 
     /// The route at `index`.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{Limits, ListenerConfig, Registry, RuntimeConfig, Timeouts};
+use super::{Limits, ListenerConfig, LogSettings, Registry, RuntimeConfig, Timeouts};
 use crate::config::{check_header_value, model, BaseDir, CompileError};
 use crate::routes::RouteTable;
 
@@ -111,9 +111,15 @@ pub(crate) fn compile(
         );
         cache_zones.push(registry.zone(&name, z.max_size.0, z.shards));
     }
+    let logs = crate::access_log::LogCompiler::new(
+        &registry.sinks,
+        registry.metrics.log_dropped.clone(),
+    );
+    let default_log = logs.slot(file.access_log.as_ref(), "access_log", None)?;
     let refs = crate::actions::Refs {
         upstreams: &upstream_index,
         zones: &zone_index,
+        logs: &logs,
     };
     let mut listeners = Vec::with_capacity(file.listeners.len());
     for (i, l) in file.listeners.into_iter().enumerate() {
@@ -129,12 +135,19 @@ pub(crate) fn compile(
             ));
         }
         let defer_accept = l.defer_accept;
-        let routes = RouteTable::compile(l.routes, &path, base, server_header.as_ref(), &refs)?;
+        let log = logs.slot(
+            l.access_log.as_ref(),
+            &format!("{path}.access_log"),
+            default_log,
+        )?;
+        let routes =
+            RouteTable::compile(l.routes, &path, base, server_header.as_ref(), &refs, log)?;
         listeners.push(ListenerConfig {
             address,
             admin: false,
             defer_accept,
             routes: Arc::new(routes),
+            access_log: log,
             key: format!("{path}.address"),
             line: None,
         });
@@ -145,11 +158,15 @@ pub(crate) fn compile(
             address,
             admin: true,
             defer_accept: false,
-            routes: Arc::new(RouteTable::admin()),
+            routes: Arc::new(RouteTable::admin(default_log)),
+            access_log: default_log,
             key: "admin.address".to_string(),
             line: None,
         });
     }
+    let log = LogSettings::compile(&file.log)?;
+    let request_id = crate::filters::request_id::RequestIdSettings::compile(&file.request_id)?;
+    let access_logs = logs.finish();
     let server_line = match &server_header {
         Some(v) => Bytes::from([&b"Server: "[..], v, b"\r\n"].concat()),
         None => Bytes::new(),
@@ -164,6 +181,10 @@ pub(crate) fn compile(
         upstreams,
         cache_zones,
         registry: registry.clone(),
+        access_logs,
+        metrics: file.metrics,
+        request_id,
+        log,
     })
 }
 

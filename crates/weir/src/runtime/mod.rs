@@ -45,6 +45,43 @@ pub struct RuntimeConfig {
     pub cache_zones: Vec<Arc<crate::cache::CacheZone>>,
     /// Where the zones and server health came from; a reload compiles against the same one.
     pub registry: Arc<Registry>,
+    /// Access logs, indexed by `Route::access_log`.
+    pub access_logs: Vec<Arc<crate::access_log::AccessLog>>,
+    /// Per-request counters for `/metrics` (`metrics: true`, the default).
+    pub metrics: bool,
+    pub request_id: crate::filters::request_id::RequestIdSettings,
+    pub log: LogSettings,
+}
+
+/// The error log's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSettings {
+    /// A `tracing` filter (`info`, `info,weir::proxy=debug`), validated.
+    pub level: String,
+    pub json: bool,
+}
+
+impl LogSettings {
+    pub(crate) fn compile(l: &config::model::Log) -> Result<LogSettings, config::CompileError> {
+        let level = l.level.trim();
+        tracing_subscriber::EnvFilter::builder()
+            .parse(level)
+            .map_err(|e| ("log.level".to_string(), format!("{level:?}: {e}")))?;
+        let json = match l.format.as_str() {
+            "text" => false,
+            "json" => true,
+            other => {
+                return Err((
+                    "log.format".into(),
+                    format!("{other:?}: use text or json"),
+                ))
+            }
+        };
+        Ok(LogSettings {
+            level: level.to_string(),
+            json,
+        })
+    }
 }
 
 /// Compiled limits.
@@ -76,6 +113,8 @@ pub struct ListenerConfig {
     /// The admin listener (serves purges and stats, no user routes).
     pub admin: bool,
     pub routes: Arc<RouteTable>,
+    /// The access log of requests no route matched (routes carry their own).
+    pub access_log: Option<usize>,
     /// Where the address was given, for errors: the key path and the config line.
     pub key: String,
     pub line: Option<usize>,

@@ -32,7 +32,17 @@ pub struct Registry {
     clock: Arc<dyn Clock>,
     zones: Mutex<HashMap<String, Zone>>,
     servers: Mutex<HashMap<String, ServerState>>,
+    /// Open access log destinations, by target.
+    pub sinks: crate::access_log::Sinks,
+    /// Every worker's counters (they outlive configs, so counters stay monotonic).
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Where `POST /reload` asks for a reload (set by `weir run`, which knows the file).
+    pub reloader: Mutex<Option<Reloader>>,
 }
+
+/// Asks the process to re-read its config; the answer is `Err(why)` when it kept the old one.
+pub type Reloader =
+    tokio::sync::mpsc::UnboundedSender<tokio::sync::oneshot::Sender<Result<(), String>>>;
 
 impl Default for Registry {
     fn default() -> Self {
@@ -47,6 +57,9 @@ impl Registry {
             clock,
             zones: Mutex::new(HashMap::new()),
             servers: Mutex::new(HashMap::new()),
+            sinks: Default::default(),
+            metrics: Default::default(),
+            reloader: Mutex::new(None),
         }
     }
 
@@ -73,6 +86,7 @@ impl Registry {
 
     /// Forgets zones and servers `cfg` does not name.
     pub fn retain(&self, cfg: &super::RuntimeConfig) {
+        self.sinks.retain(&cfg.access_logs);
         lock(&self.zones).retain(|name, _| cfg.cache_zones.iter().any(|z| &z.name == name));
         lock(&self.servers).retain(|key, _| {
             cfg.upstreams.iter().any(|u| {

@@ -7,6 +7,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use super::RuntimeConfig;
+use crate::access_log::LogBuffer;
+use crate::filters::request_id::Generator;
+use crate::metrics::{Counter, RouteMetrics, WorkerMetrics};
 use crate::proxy::per_worker::WorkerUpstream;
 
 /// The config as this worker runs it: the published `RuntimeConfig` and this worker's state for
@@ -17,6 +20,13 @@ pub(crate) struct WorkerRuntime {
     /// The `Published` generation `cfg` was loaded at.
     pub generation: u64,
     pub upstreams: Vec<Rc<WorkerUpstream>>,
+    /// Per listener, the counters of each route (index `route + 1`; 0: no route matched).
+    pub route_metrics: Vec<Vec<Arc<RouteMetrics>>>,
+    /// Per upstream, each server's request counter.
+    pub server_metrics: Vec<Vec<Arc<Counter>>>,
+    /// This worker's buffer for each of `cfg.access_logs`.
+    pub logs: Vec<Rc<LogBuffer>>,
+    pub ids: Rc<Generator>,
 }
 
 impl WorkerRuntime {
@@ -25,6 +35,7 @@ impl WorkerRuntime {
         cfg: Arc<RuntimeConfig>,
         generation: u64,
         old: Option<&WorkerRuntime>,
+        metrics: &Arc<WorkerMetrics>,
     ) -> WorkerRuntime {
         let upstreams = cfg
             .upstreams
@@ -48,10 +59,49 @@ impl WorkerRuntime {
                 w.pool.borrow_mut().retire();
             }
         }
+        let route_metrics = cfg
+            .listeners
+            .iter()
+            .map(|l| {
+                let listener = if l.admin {
+                    "admin".to_string()
+                } else {
+                    l.address.to_string()
+                };
+                std::iter::once(metrics.route(&listener, "-"))
+                    .chain(l.routes.iter().map(|r| metrics.route(&listener, &r.name)))
+                    .collect()
+            })
+            .collect();
+        let server_metrics = cfg
+            .upstreams
+            .iter()
+            .map(|u| {
+                u.servers
+                    .iter()
+                    .map(|s| metrics.server(&u.name, &s.name))
+                    .collect()
+            })
+            .collect();
+        // A buffer per log, the old one when it writes to the same place (nothing is lost or
+        // reordered across a reload).
+        let logs = cfg
+            .access_logs
+            .iter()
+            .map(|l| {
+                old.and_then(|o| o.logs.iter().find(|b| Arc::ptr_eq(&b.sink, &l.sink)))
+                    .cloned()
+                    .unwrap_or_else(|| Rc::new(LogBuffer::new(l.sink.clone())))
+            })
+            .collect();
         WorkerRuntime {
             cfg,
             generation,
             upstreams,
+            route_metrics,
+            server_metrics,
+            logs,
+            ids: old.map_or_else(Default::default, |o| o.ids.clone()),
         }
     }
 }

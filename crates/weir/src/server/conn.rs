@@ -40,7 +40,8 @@ use weir_http::{
 
 use super::client_io::ClientIo;
 use super::worker::WorkerState;
-use crate::error::{Error, ErrorKind};
+use crate::error::{Error, ErrorKind, Side};
+use crate::metrics::CloseReason;
 use crate::pipeline::downstream::Downstream;
 use crate::runtime::WorkerRuntime;
 
@@ -145,13 +146,13 @@ impl Conn {
     /// Takes `&mut self`, not `self`: an `async fn` that takes the connection by value keeps it
     /// twice in its future (the argument and the binding), 232 bytes more per idle connection
     /// (`-Zprint-type-sizes`). The spawned task owns the connection instead.
-    pub(crate) async fn serve(&mut self) {
+    pub(crate) async fn serve(&mut self) -> CloseReason {
         // The error is dropped before the next await, so the future does not keep room for it.
-        let status = match self.run().await {
-            Ok(()) => None,
+        let (status, why) = match self.run().await {
+            Ok(()) => (None, CloseReason::Done),
             Err(e) => {
                 tracing::debug!(peer = %self.peer, reason = %e, "closing connection");
-                e.status()
+                (e.status(), close_reason(&e))
             }
         };
         if let Some(status) = status {
@@ -162,6 +163,7 @@ impl Conn {
         }
         give_buf(std::mem::take(&mut self.buf));
         give_buf(std::mem::take(&mut self.out));
+        why
     }
 
     async fn run(&mut self) -> Result<(), Error> {
@@ -536,6 +538,20 @@ impl Downstream for Conn {
 }
 
 /// Reads whatever is available into `buf`, growing it if it is nearly full.
+/// The `reason` label of `weir_connections_closed_total` for a connection ended by `e`.
+fn close_reason(e: &Error) -> CloseReason {
+    match e.kind {
+        ErrorKind::HeaderTimeout | ErrorKind::BodyTimeout | ErrorKind::WriteTimeout => {
+            CloseReason::Timeout
+        }
+        ErrorKind::BadRequest(_) => CloseReason::BadRequest,
+        _ => match e.side() {
+            Side::Upstream => CloseReason::UpstreamError,
+            Side::Client | Side::Internal => CloseReason::ClientError,
+        },
+    }
+}
+
 async fn read_more(io: &mut ClientIo, buf: &mut BytesMut) -> io::Result<usize> {
     if buf.capacity() - buf.len() < 1024 {
         buf.reserve(READ_BUF);

@@ -183,10 +183,29 @@ impl ServerHandle {
         self.shutdown.send_replace(true);
     }
 
-    /// Waits for every worker to finish (call [`ServerHandle::shutdown`] first).
+    /// Waits for every worker to finish (call [`ServerHandle::shutdown`] first), then for the
+    /// access log writers to write what the workers handed them.
     pub fn join(mut self) {
+        self.join_threads();
+    }
+
+    fn join_threads(&mut self) {
+        if self.threads.is_empty() {
+            return;
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        for sink in self.published.load().registry.sinks.all() {
+            sink.sync(std::time::Duration::from_secs(2));
+        }
+    }
+
+    /// Waits until the access log lines of requests answered so far are written (up to `wait`
+    /// per log): the workers hand over their buffers at least once per sweeper tick.
+    pub fn sync_logs(&self, wait: std::time::Duration) {
+        for sink in self.published.load().registry.sinks.all() {
+            sink.sync(wait);
         }
     }
 }
@@ -194,8 +213,6 @@ impl ServerHandle {
 impl Drop for ServerHandle {
     fn drop(&mut self) {
         self.shutdown();
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+        self.join_threads();
     }
 }

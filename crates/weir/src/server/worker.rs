@@ -33,6 +33,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::AbortHandle;
 
 use super::conn::Conn;
+use crate::metrics::CloseReason;
 use crate::runtime::{Published, WorkerRuntime};
 
 /// A listening socket handed to a worker.
@@ -60,6 +61,8 @@ pub(crate) struct WorkerState {
     clock_ms: Cell<u64>,
     /// The sweeper's period (ms).
     tick_ms: Cell<u64>,
+    /// This worker's counters (`metrics/`).
+    pub metrics: Arc<crate::metrics::WorkerMetrics>,
 }
 
 /// What the worker knows about one connection.
@@ -91,7 +94,12 @@ impl WorkerState {
             return cached;
         }
         let cfg = self.published.load();
-        let fresh = Rc::new(WorkerRuntime::build(cfg, generation, Some(&cached)));
+        let fresh = Rc::new(WorkerRuntime::build(
+            cfg,
+            generation,
+            Some(&cached),
+            &self.metrics,
+        ));
         *self.runtime.borrow_mut() = fresh.clone();
         fresh
     }
@@ -135,12 +143,14 @@ impl WorkerState {
     }
 }
 
-/// Frees the connection's slot when its task ends (normally or aborted).
+/// Frees the connection's slot when its task ends (normally or aborted), and counts why it
+/// closed: an aborted task (the sweeper's idle close) never sets a reason, hence `Idle`.
 #[derive(Debug)]
-pub(crate) struct ActiveGuard(Rc<WorkerState>, usize);
+pub(crate) struct ActiveGuard(Rc<WorkerState>, usize, CloseReason);
 
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
+        self.0.metrics.closed(self.2);
         self.0.conns.borrow_mut().try_remove(self.1);
         self.0.active.set(self.0.active.get() - 1);
         self.0.slot_freed.notify_one();
@@ -166,13 +176,20 @@ pub(crate) fn run(
         }
     };
     let local = tokio::task::LocalSet::new();
+    let metrics = cfg.registry.metrics.add_worker();
     let max_active = cfg
         .limits
         .max_connections
         .div_ceil(cfg.workers.max(1))
         .max(1);
     let state = Rc::new(WorkerState {
-        runtime: RefCell::new(Rc::new(WorkerRuntime::build(cfg.clone(), generation, None))),
+        runtime: RefCell::new(Rc::new(WorkerRuntime::build(
+            cfg.clone(),
+            generation,
+            None,
+            &metrics,
+        ))),
+        metrics,
         published,
         active: Cell::new(0),
         max_active,
@@ -236,6 +253,9 @@ async fn sweeper(state: Rc<WorkerState>) {
         let now = start.elapsed().as_millis() as u64;
         state.clock_ms.set(now);
         state.sweep(now);
+        for log in &rt.logs {
+            log.flush();
+        }
     }
 }
 
@@ -269,14 +289,15 @@ async fn accept_loop(
             match guard.try_io(|l| l.get_ref().accept()) {
                 Ok(Ok((stream, peer))) => {
                     state.active.set(state.active.get() + 1);
+                    state.metrics.accepted.inc();
                     let key = state.conns.borrow_mut().insert(ConnSlot {
                         abort: None,
                         idle_until: Cell::new(0),
                     });
-                    let guard = ActiveGuard(state.clone(), key);
+                    let mut guard = ActiveGuard(state.clone(), key, CloseReason::Idle);
                     let mut conn = Conn::new(stream, peer, key, state.clone(), index);
                     let task = tokio::task::spawn_local(async move {
-                        conn.serve().await;
+                        guard.2 = conn.serve().await;
                         drop(guard);
                     });
                     if let Some(slot) = state.conns.borrow_mut().get_mut(key) {

@@ -3,6 +3,7 @@
 
 pub mod cachekit;
 pub mod origin;
+pub mod process;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -19,7 +19,7 @@ use crate::filters::Client;
 use crate::pipeline::context::CacheState;
 use crate::pipeline::downstream::Downstream;
 use crate::pipeline::forward::{forward, Exchange, HeadPlan, PlanFn};
-use crate::pipeline::RequestCtx;
+use crate::pipeline::{send_head, RequestCtx};
 use crate::proxy::exchange::fetch_whole;
 
 use super::write::*;
@@ -83,7 +83,7 @@ pub(super) async fn follow<D: Downstream>(
     reply.add_lines(b"Age: 0\r\n");
     reply.add_lines(&lines);
     proxy.filters.response(&mut reply);
-    let persistence = d.send_head(&reply, persistence);
+    let persistence = send_head(d, ctx, &reply, persistence);
     if head.method == Method::Head {
         return Ok(Some(persistence));
     }

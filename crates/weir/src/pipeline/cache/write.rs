@@ -14,7 +14,7 @@ use crate::cache::{CacheRoute, CacheStatus, CacheZone};
 use crate::error::{Error, ErrorKind};
 use crate::pipeline::context::CacheState;
 use crate::pipeline::downstream::Downstream;
-use crate::pipeline::RequestCtx;
+use crate::pipeline::{send_head, RequestCtx};
 
 use super::Stage;
 
@@ -47,8 +47,7 @@ pub(super) fn write_stored<D: Downstream>(
         reply.date = false;
         reply.render = Some(&render);
         proxy.filters.response(&mut reply);
-        ctx.status = 304;
-        d.send_head(&reply, persistence);
+        send_head(d, ctx, &reply, persistence);
         return;
     }
     let head_only = head.method == Method::Head;
@@ -63,8 +62,7 @@ pub(super) fn write_stored<D: Downstream>(
             reply.add_lines(range.as_bytes());
             reply.render = Some(&render);
             proxy.filters.response(&mut reply);
-            ctx.status = 206;
-            d.send_head(&reply, persistence);
+            send_head(d, ctx, &reply, persistence);
             if !head_only {
                 let body = obj.body.slice(start as usize..=end as usize);
                 ctx.bytes_sent += body.len() as u64;
@@ -79,8 +77,7 @@ pub(super) fn write_stored<D: Downstream>(
             reply.add_lines(range.as_bytes());
             reply.render = Some(&render);
             proxy.filters.response(&mut reply);
-            ctx.status = 416;
-            d.send_head(&reply, persistence);
+            send_head(d, ctx, &reply, persistence);
             return;
         }
         Some(RangeSpec::Whole) | None => {}
@@ -90,8 +87,7 @@ pub(super) fn write_stored<D: Downstream>(
     reply.date = false;
     reply.render = Some(&render);
     proxy.filters.response(&mut reply);
-    ctx.status = obj.meta.status;
-    d.send_head(&reply, persistence);
+    send_head(d, ctx, &reply, persistence);
     if !head_only {
         ctx.bytes_sent += obj.body.len() as u64;
         d.send_data(&obj.body);

@@ -11,6 +11,11 @@
 //!   `prefix=host/path`, `host=name`, `regex=…` (over `host/path?query`), `tag=…`
 //!   (Surrogate-Key / Cache-Tag), `all=1` — and optionally `zone=NAME` and `soft=1` (mark stale,
 //!   revalidate on next use, instead of removing). → `{"purged": N}`
+//! * `GET /metrics` → Prometheus/OpenMetrics text (`metrics/scrape.rs`).
+//! * `POST /reload` → re-reads the config file as SIGHUP does: 200 `{"reloaded":true}`, or 500
+//!   `{"reloaded":false,"error":…}` with the running config kept.
+//! * `GET /openapi.json` → this API described as OpenAPI 3.0 (checked against the real
+//!   endpoints in `tests/admin_api.rs`).
 
 use std::sync::atomic::Ordering;
 
@@ -19,8 +24,86 @@ use weir_http::{Method, RequestHead};
 
 use crate::runtime::RuntimeConfig;
 
-/// Answers an admin request: (status, JSON body).
-pub fn handle(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
+/// The OpenAPI description of this API.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// An admin answer: status, content type, body.
+#[derive(Debug)]
+pub struct AdminReply {
+    pub status: u16,
+    pub content_type: &'static [u8],
+    pub body: String,
+}
+
+/// Whether `req` is a reload (answered by [`reload`], which waits).
+pub fn is_reload(req: &RequestHead) -> bool {
+    req.path() == b"/reload" && req.method == Method::Post
+}
+
+/// Asks `weir run` to reload, and waits for the outcome.
+pub async fn reload(cfg: &RuntimeConfig) -> AdminReply {
+    let json = |status, body: serde_json::Value| AdminReply {
+        status,
+        content_type: JSON,
+        body: body.to_string(),
+    };
+    let sender = cfg
+        .registry
+        .reloader
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let Some(sender) = sender else {
+        return json(
+            503,
+            serde_json::json!({"reloaded": false, "error": "this server was not started by `weir run`: nothing to reload from"}),
+        );
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    if sender.send(tx).is_err() {
+        return json(
+            503,
+            serde_json::json!({"reloaded": false, "error": "shutting down"}),
+        );
+    }
+    match tokio::time::timeout(std::time::Duration::from_secs(60), rx).await {
+        Ok(Ok(Ok(()))) => json(200, serde_json::json!({"reloaded": true})),
+        Ok(Ok(Err(e))) => json(500, serde_json::json!({"reloaded": false, "error": e})),
+        _ => json(
+            503,
+            serde_json::json!({"reloaded": false, "error": "no answer from the reloader"}),
+        ),
+    }
+}
+
+const JSON: &[u8] = b"application/json";
+
+/// Answers an admin request (all but [`reload`]); `generation` is the running config's.
+pub fn handle(req: &RequestHead, cfg: &std::sync::Arc<RuntimeConfig>, generation: u64) -> AdminReply {
+    let (status, body) = match (req.path(), &req.method) {
+        (b"/metrics", Method::Get | Method::Head) => {
+            let accept = req.header("accept").map(|v| &v[..]);
+            let (content_type, body) = crate::metrics::scrape::scrape(cfg, generation, accept);
+            return AdminReply {
+                status: 200,
+                content_type,
+                body,
+            };
+        }
+        (b"/openapi.json", Method::Get | Method::Head) => (200, OPENAPI.to_string()),
+        (b"/metrics" | b"/openapi.json", _) => (405, json_error("use GET")),
+        (b"/reload", _) => (405, json_error("use POST")),
+        _ => json_api(req, cfg),
+    };
+    AdminReply {
+        status,
+        content_type: JSON,
+        body,
+    }
+}
+
+/// The JSON endpoints.
+fn json_api(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
     let params = query_params(req.query().unwrap_or(b""));
     let param = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
     let is_purge_method = matches!(&req.method, Method::Post)
@@ -67,7 +150,9 @@ pub fn handle(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
         (b"/health" | b"/ready" | b"/stats", true) => (405, json_error("use GET")),
         _ => (
             404,
-            json_error("unknown admin path (/health, /ready, /stats, /purge)"),
+            json_error(
+                "unknown admin path (/health, /ready, /stats, /metrics, /purge, /reload, /openapi.json)",
+            ),
         ),
     }
 }

@@ -1,4 +1,8 @@
-//! The `weir` command line: `run`, `check`, `version`.
+//! The `weir` command line: `run`, `check`, `bench`, `version`; signals (SIGHUP reloads,
+//! SIGUSR1 reopens access logs, SIGTERM/SIGINT stop) and systemd notifications.
+
+mod logging;
+mod notify;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,6 +20,10 @@ use crate::server;
     about = "HTTP accelerator: reverse proxy, cache and gateway in one binary"
 )]
 struct Cli {
+    /// Error log level or filter (`error`, `warn`, `info`, `debug`, `trace`, or
+    /// `info,weir::proxy=debug`). Overrides WEIR_LOG and the config's `log.level`.
+    #[arg(long, global = true)]
+    log_level: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -43,19 +51,28 @@ enum Command {
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    if let Some(level) = &cli.log_level {
+        if let Err(e) = logging::parse(level) {
+            eprintln!("weir: --log-level: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let flag = cli.log_level.as_deref();
     match cli.command {
         Command::Version => {
             println!("weir {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
-        Command::Bench(args) => match crate::bench_cmd::run(*args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("weir bench: {e}");
-                ExitCode::FAILURE
+        Command::Bench(args) => {
+            let _ = logging::Logging::init(flag, "info", false);
+            match crate::bench_cmd::run(*args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("weir bench: {e}");
+                    ExitCode::FAILURE
+                }
             }
-        },
+        }
         Command::Check { config } => match runtime::load_file(&config, &Default::default()) {
             Ok(cfg) => {
                 println!("{}: ok ({})", config.display(), summary(&cfg));
@@ -73,13 +90,21 @@ pub fn main() -> ExitCode {
                     std::env::var(v).ok()
                 }),
             };
-            match loaded {
-                Ok(cfg) => run(cfg, config),
+            let cfg = match loaded {
+                Ok(cfg) => cfg,
                 Err(e) => {
                     eprintln!("weir: {e}");
-                    ExitCode::FAILURE
+                    return ExitCode::FAILURE;
                 }
-            }
+            };
+            let logs = match logging::Logging::init(flag, &cfg.log.level, cfg.log.json) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("weir: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            run(cfg, config, logs)
         }
     }
 }
@@ -97,7 +122,7 @@ fn summary(cfg: &RuntimeConfig) -> String {
     )
 }
 
-fn run(cfg: RuntimeConfig, path: Option<std::path::PathBuf>) -> ExitCode {
+fn run(cfg: RuntimeConfig, path: Option<std::path::PathBuf>, logs: logging::Logging) -> ExitCode {
     let embedded = path.is_none();
     let workers = cfg.workers;
     let handle = match server::start(cfg) {
@@ -107,6 +132,7 @@ fn run(cfg: RuntimeConfig, path: Option<std::path::PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    notify::notify("READY=1");
     let urls: Vec<String> = handle
         .local_addrs()
         .iter()
@@ -128,13 +154,18 @@ fn run(cfg: RuntimeConfig, path: Option<std::path::PathBuf>) -> ExitCode {
             urls.join(" ")
         );
     }
-    wait_for_signals(handle, path);
+    wait_for_signals(handle, path, logs);
     ExitCode::SUCCESS
 }
 
 /// Re-reads and compiles the config (the file, or the built-in one) against the running server's
 /// registry and swaps it in. On any error the running config stays, and the error is logged.
-fn reload(handle: &server::ServerHandle, path: Option<&std::path::Path>) {
+fn reload(
+    handle: &server::ServerHandle,
+    path: Option<&std::path::Path>,
+    logs: &logging::Logging,
+) -> Result<(), String> {
+    notify::notify("RELOADING=1");
     let registry = handle.registry();
     let compiled = match path {
         Some(p) => runtime::load_file(p, &registry),
@@ -148,20 +179,29 @@ fn reload(handle: &server::ServerHandle, path: Option<&std::path::Path>) {
     let from = path.map_or("the built-in config".to_string(), |p| {
         p.display().to_string()
     });
-    match compiled
-        .map_err(|e| e.to_string())
-        .and_then(|cfg| handle.reload(cfg).map_err(|e| e.to_string()))
-    {
+    let result = compiled.map_err(|e| e.to_string()).and_then(|cfg| {
+        let level = cfg.log.level.clone();
+        handle.reload(cfg).map_err(|e| e.to_string())?;
+        logs.apply(&level);
+        Ok(())
+    });
+    match &result {
         Ok(()) => tracing::info!(config = %from, "reloaded"),
         Err(e) => {
             tracing::error!(config = %from, error = %e, "reload failed, the running config stays")
         }
     }
+    notify::notify("READY=1");
+    result
 }
 
 /// Blocks until SIGINT/SIGTERM, shuts down gracefully; a second signal exits at once. SIGHUP
 /// reloads the config, as nginx and HAProxy users expect.
-fn wait_for_signals(handle: server::ServerHandle, path: Option<std::path::PathBuf>) {
+fn wait_for_signals(
+    handle: server::ServerHandle,
+    path: Option<std::path::PathBuf>,
+    logs: logging::Logging,
+) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -175,21 +215,39 @@ fn wait_for_signals(handle: server::ServerHandle, path: Option<std::path::PathBu
     };
     rt.block_on(async move {
         use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        let (Ok(mut term), Ok(mut int), Ok(mut hup), Ok(mut usr1)) = (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
             signal(SignalKind::hangup()),
+            signal(SignalKind::user_defined1()),
         ) else {
             eprintln!("weir: cannot install signal handlers");
             return;
         };
+        // `POST /reload` on the admin API asks here, like SIGHUP.
+        let (tx, mut asked) = tokio::sync::mpsc::unbounded_channel();
+        *handle
+            .registry()
+            .reloader
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(tx);
         loop {
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
-                _ = hup.recv() => reload(&handle, path.as_deref()),
+                _ = hup.recv() => {
+                    let _ = reload(&handle, path.as_deref(), &logs);
+                }
+                Some(answer) = asked.recv() => {
+                    let _ = answer.send(reload(&handle, path.as_deref(), &logs));
+                }
+                _ = usr1.recv() => {
+                    tracing::info!("reopening access logs");
+                    handle.registry().sinks.reopen();
+                }
             }
         }
+        notify::notify("STOPPING=1");
         tracing::info!(
             "shutting down: finishing in-flight requests (a second signal stops at once)"
         );
@@ -201,13 +259,4 @@ fn wait_for_signals(handle: server::ServerHandle, path: Option<std::path::PathBu
             _ = int.recv() => std::process::exit(130),
         }
     });
-}
-
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
 }

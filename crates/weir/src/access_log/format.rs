@@ -1,0 +1,542 @@
+//! Access log formats: `combined`, `common`, `json`, or a template of `$variables` (nginx
+//! syntax: `$status`, `${request_time}`, `$http_user_agent`, `$sent_http_content_type`).
+//! A template is parsed once at config load into literal and variable pieces, and an unknown
+//! variable is a config error; rendering a line is a walk over the pieces into the worker's
+//! buffer, with no allocation.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// nginx's and Apache's `combined` format.
+pub const COMBINED: &str = r#"$remote_addr - - [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent""#;
+/// nginx's and Apache's `common` format.
+pub const COMMON: &str = r#"$remote_addr - - [$time_local] "$request" $status $body_bytes_sent"#;
+
+/// What a log line can report about one request.
+pub struct Entry<'a> {
+    /// Seconds since the Unix epoch, and the millisecond.
+    pub time: (u64, u32),
+    pub client: SocketAddr,
+    pub method: &'a str,
+    pub path: &'a [u8],
+    pub query: Option<&'a [u8]>,
+    pub protocol: &'a str,
+    pub status: u16,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub request_time: Option<Duration>,
+    pub upstream_time: Option<Duration>,
+    pub upstream_addr: Option<SocketAddr>,
+    pub cache: &'static str,
+    pub route: &'a str,
+    pub tls_protocol: Option<&'a str>,
+    pub tls_cipher: Option<&'a str>,
+    pub request_id: Option<&'a [u8]>,
+    /// A request field by lowercase name.
+    pub request_field: &'a dyn Fn(&str) -> Option<&'a [u8]>,
+    /// A response field by lowercase name (captured when the head was sent).
+    pub response_field: &'a dyn Fn(&str) -> Option<&'a [u8]>,
+}
+
+impl std::fmt::Debug for Entry<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("method", &self.method)
+            .field("status", &self.status)
+            .finish()
+    }
+}
+
+/// One variable of a template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Var {
+    RemoteAddr,
+    RemotePort,
+    TimeLocal,
+    TimeIso8601,
+    Msec,
+    Request,
+    Method,
+    Path,
+    Query,
+    Uri,
+    Protocol,
+    Status,
+    BytesSent,
+    BytesReceived,
+    RequestTime,
+    UpstreamTime,
+    UpstreamAddr,
+    Cache,
+    Route,
+    TlsProtocol,
+    TlsCipher,
+    RequestId,
+    /// Request field, lowercase with `-` (from `$http_user_agent`).
+    RequestField(String),
+    /// Response field (from `$sent_http_content_type`).
+    ResponseField(String),
+}
+
+const NAMES: &[(&str, Var)] = &[
+    ("remote_addr", Var::RemoteAddr),
+    ("remote_port", Var::RemotePort),
+    ("time_local", Var::TimeLocal),
+    ("time_iso8601", Var::TimeIso8601),
+    ("msec", Var::Msec),
+    ("request", Var::Request),
+    ("method", Var::Method),
+    ("request_method", Var::Method),
+    ("path", Var::Path),
+    ("query", Var::Query),
+    ("args", Var::Query),
+    ("request_uri", Var::Uri),
+    ("protocol", Var::Protocol),
+    ("server_protocol", Var::Protocol),
+    ("status", Var::Status),
+    ("body_bytes_sent", Var::BytesSent),
+    ("bytes_sent", Var::BytesSent),
+    ("bytes_received", Var::BytesReceived),
+    ("request_time", Var::RequestTime),
+    ("upstream_time", Var::UpstreamTime),
+    ("upstream_response_time", Var::UpstreamTime),
+    ("upstream_addr", Var::UpstreamAddr),
+    ("cache", Var::Cache),
+    ("upstream_cache_status", Var::Cache),
+    ("route", Var::Route),
+    ("tls_protocol", Var::TlsProtocol),
+    ("ssl_protocol", Var::TlsProtocol),
+    ("tls_cipher", Var::TlsCipher),
+    ("ssl_cipher", Var::TlsCipher),
+    ("request_id", Var::RequestId),
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    Text(Vec<u8>),
+    Var(Var),
+}
+
+/// A compiled format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Format {
+    Template(Vec<Piece>),
+    Json,
+}
+
+impl Format {
+    /// `combined`, `common`, `json`, or a template.
+    pub fn parse(spec: &str) -> Result<Format, String> {
+        match spec {
+            "combined" => Format::template(COMBINED),
+            "common" => Format::template(COMMON),
+            "json" => Ok(Format::Json),
+            t if t.contains('$') => Format::template(t),
+            other => Err(format!(
+                "unknown format {other:?}: use combined, common, json, or a template with $variables"
+            )),
+        }
+    }
+
+    fn template(t: &str) -> Result<Format, String> {
+        let mut pieces = Vec::new();
+        let mut text = Vec::new();
+        let mut rest = t;
+        while let Some(i) = rest.find('$') {
+            text.extend_from_slice(&rest.as_bytes()[..i]);
+            rest = &rest[i + 1..];
+            let (name, after) = if let Some(inner) = rest.strip_prefix('{') {
+                let end = inner
+                    .find('}')
+                    .ok_or_else(|| format!("unclosed ${{ in {t:?}"))?;
+                (&inner[..end], &inner[end + 1..])
+            } else {
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                (&rest[..end], &rest[end..])
+            };
+            if name.is_empty() {
+                return Err(format!("a lone $ in {t:?} (write a variable name after it)"));
+            }
+            if !text.is_empty() {
+                pieces.push(Piece::Text(std::mem::take(&mut text)));
+            }
+            pieces.push(Piece::Var(variable(name)?));
+            rest = after;
+        }
+        text.extend_from_slice(rest.as_bytes());
+        if !text.is_empty() {
+            pieces.push(Piece::Text(text));
+        }
+        Ok(Format::Template(pieces))
+    }
+
+    /// Whether the format reports response fields (then they are captured per request).
+    pub fn uses_response_fields(&self) -> bool {
+        matches!(self, Format::Template(p) if p.iter().any(|p| matches!(p, Piece::Var(Var::ResponseField(_)))))
+    }
+
+    /// Whether the format reports the request id.
+    pub fn uses_request_id(&self) -> bool {
+        match self {
+            Format::Json => true,
+            Format::Template(p) => p.iter().any(|p| *p == Piece::Var(Var::RequestId)),
+        }
+    }
+
+    /// The response fields the format reports.
+    pub fn response_fields(&self) -> Vec<String> {
+        match self {
+            Format::Json => Vec::new(),
+            Format::Template(p) => p
+                .iter()
+                .filter_map(|p| match p {
+                    Piece::Var(Var::ResponseField(n)) => Some(n.clone()),
+                    _ => None,
+                })
+                .collect(),
+        }
+    }
+
+    /// Appends one line (with its `\n`) for `e` to `out`; `time_local` is the cached rendering
+    /// of `e.time`'s second in `[10/Oct/2000:13:55:36 +0000]` form without brackets.
+    pub fn render(&self, e: &Entry<'_>, time_local: &[u8], out: &mut Vec<u8>) {
+        match self {
+            Format::Json => json(e, out),
+            Format::Template(pieces) => {
+                for p in pieces {
+                    match p {
+                        Piece::Text(t) => out.extend_from_slice(t),
+                        Piece::Var(v) => text_var(v, e, time_local, out),
+                    }
+                }
+            }
+        }
+        out.push(b'\n');
+    }
+}
+
+fn variable(name: &str) -> Result<Var, String> {
+    if let Some((_, v)) = NAMES.iter().find(|(n, _)| *n == name) {
+        return Ok(v.clone());
+    }
+    let field = |n: &str| n.replace('_', "-").to_ascii_lowercase();
+    if let Some(n) = name.strip_prefix("http_").filter(|n| !n.is_empty()) {
+        return Ok(Var::RequestField(field(n)));
+    }
+    if let Some(n) = name.strip_prefix("sent_http_").filter(|n| !n.is_empty()) {
+        return Ok(Var::ResponseField(field(n)));
+    }
+    let known: Vec<&str> = NAMES.iter().map(|(n, _)| *n).collect();
+    Err(format!(
+        "unknown variable ${name}; known: {}, http_NAME (request field), sent_http_NAME (response field)",
+        known.join(", ")
+    ))
+}
+
+/// Bytes from the request, escaped as nginx does for text logs: `"`, `\`, controls and bytes
+/// beyond ASCII as `\xHH`, so a line cannot be split or forged by what a client sends.
+fn escaped(v: &[u8], out: &mut Vec<u8>) {
+    for &b in v {
+        if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
+            let _ = write!(out, "\\x{b:02X}");
+        } else {
+            out.push(b);
+        }
+    }
+}
+
+fn seconds(d: Duration, out: &mut Vec<u8>) {
+    let _ = write!(out, "{}.{:03}", d.as_secs(), d.subsec_millis());
+}
+
+fn text_var(v: &Var, e: &Entry<'_>, time_local: &[u8], out: &mut Vec<u8>) {
+    let dash = |out: &mut Vec<u8>| out.push(b'-');
+    match v {
+        Var::RemoteAddr => {
+            let _ = write!(out, "{}", e.client.ip());
+        }
+        Var::RemotePort => {
+            let _ = write!(out, "{}", e.client.port());
+        }
+        Var::TimeLocal => out.extend_from_slice(time_local),
+        Var::TimeIso8601 => iso8601(e.time, out),
+        Var::Msec => {
+            let _ = write!(out, "{}.{:03}", e.time.0, e.time.1);
+        }
+        Var::Request => {
+            out.extend_from_slice(e.method.as_bytes());
+            out.push(b' ');
+            uri(e, out);
+            out.push(b' ');
+            out.extend_from_slice(e.protocol.as_bytes());
+        }
+        Var::Method => out.extend_from_slice(e.method.as_bytes()),
+        Var::Path => escaped(e.path, out),
+        Var::Query => match e.query {
+            Some(q) => escaped(q, out),
+            None => dash(out),
+        },
+        Var::Uri => uri(e, out),
+        Var::Protocol => out.extend_from_slice(e.protocol.as_bytes()),
+        Var::Status => {
+            let _ = write!(out, "{}", e.status);
+        }
+        Var::BytesSent => {
+            let _ = write!(out, "{}", e.bytes_sent);
+        }
+        Var::BytesReceived => {
+            let _ = write!(out, "{}", e.bytes_received);
+        }
+        Var::RequestTime => match e.request_time {
+            Some(d) => seconds(d, out),
+            None => dash(out),
+        },
+        Var::UpstreamTime => match e.upstream_time {
+            Some(d) => seconds(d, out),
+            None => dash(out),
+        },
+        Var::UpstreamAddr => match e.upstream_addr {
+            Some(a) => {
+                let _ = write!(out, "{a}");
+            }
+            None => dash(out),
+        },
+        Var::Cache => out.extend_from_slice(e.cache.as_bytes()),
+        Var::Route => escaped(e.route.as_bytes(), out),
+        Var::TlsProtocol => out.extend_from_slice(e.tls_protocol.unwrap_or("-").as_bytes()),
+        Var::TlsCipher => out.extend_from_slice(e.tls_cipher.unwrap_or("-").as_bytes()),
+        Var::RequestId => match e.request_id {
+            Some(id) => escaped(id, out),
+            None => dash(out),
+        },
+        Var::RequestField(n) => match (e.request_field)(n) {
+            Some(v) => escaped(v, out),
+            None => dash(out),
+        },
+        Var::ResponseField(n) => match (e.response_field)(n) {
+            Some(v) => escaped(v, out),
+            None => dash(out),
+        },
+    }
+}
+
+fn uri(e: &Entry<'_>, out: &mut Vec<u8>) {
+    escaped(e.path, out);
+    if let Some(q) = e.query {
+        out.push(b'?');
+        escaped(q, out);
+    }
+}
+
+/// `2026-11-22T17:38:23.123Z`.
+pub fn iso8601((secs, ms): (u64, u32), out: &mut Vec<u8>) {
+    let (y, mo, d, h, mi, s) = civil(secs);
+    let _ = write!(out, "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{ms:03}Z");
+}
+
+/// `22/Nov/2026:17:38:23 +0000` (weir logs in UTC).
+pub fn time_local(secs: u64, out: &mut Vec<u8>) {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let (y, mo, d, h, mi, s) = civil(secs);
+    let _ = write!(
+        out,
+        "{d:02}/{}/{y:04}:{h:02}:{mi:02}:{s:02} +0000",
+        MONTHS[(mo - 1) as usize]
+    );
+}
+
+/// Calendar date and time of a Unix time, UTC (Howard Hinnant's days-to-civil).
+fn civil(secs: u64) -> (i64, u32, u32, u32, u32, u32) {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (
+        y,
+        m,
+        d,
+        (rem / 3600) as u32,
+        (rem / 60 % 60) as u32,
+        (rem % 60) as u32,
+    )
+}
+
+/// One JSON object with stable field names; absent values are `null`.
+fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"{\"time\":\"");
+    iso8601(e.time, out);
+    let _ = write!(out, "\",\"client\":\"{}\",\"method\":", e.client.ip());
+    json_str(Some(e.method.as_bytes()), out);
+    out.extend_from_slice(b",\"path\":");
+    json_str(Some(e.path), out);
+    out.extend_from_slice(b",\"query\":");
+    json_str(e.query, out);
+    out.extend_from_slice(b",\"protocol\":");
+    json_str(Some(e.protocol.as_bytes()), out);
+    let _ = write!(
+        out,
+        ",\"status\":{},\"bytes_sent\":{},\"bytes_received\":{},\"request_time\":",
+        e.status, e.bytes_sent, e.bytes_received
+    );
+    json_secs(e.request_time, out);
+    out.extend_from_slice(b",\"upstream_time\":");
+    json_secs(e.upstream_time, out);
+    out.extend_from_slice(b",\"upstream_addr\":");
+    match e.upstream_addr {
+        Some(a) => {
+            let _ = write!(out, "\"{a}\"");
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+    let _ = write!(out, ",\"cache\":\"{}\",\"route\":", e.cache);
+    json_str(Some(e.route.as_bytes()), out);
+    out.extend_from_slice(b",\"tls_protocol\":");
+    json_str(e.tls_protocol.map(str::as_bytes), out);
+    out.extend_from_slice(b",\"tls_cipher\":");
+    json_str(e.tls_cipher.map(str::as_bytes), out);
+    out.extend_from_slice(b",\"request_id\":");
+    json_str(e.request_id, out);
+    out.extend_from_slice(b",\"referer\":");
+    json_str((e.request_field)("referer"), out);
+    out.extend_from_slice(b",\"user_agent\":");
+    json_str((e.request_field)("user-agent"), out);
+    out.push(b'}');
+}
+
+fn json_secs(d: Option<Duration>, out: &mut Vec<u8>) {
+    match d {
+        Some(d) => {
+            let _ = write!(out, "{}.{:06}", d.as_secs(), d.subsec_micros());
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// A JSON string; bytes that are not UTF-8 become U+FFFD.
+fn json_str(v: Option<&[u8]>, out: &mut Vec<u8>) {
+    let Some(v) = v else {
+        out.extend_from_slice(b"null");
+        return;
+    };
+    out.push(b'"');
+    for c in String::from_utf8_lossy(v).chars() {
+        match c {
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => {
+                let mut b = [0; 4];
+                out.extend_from_slice(c.encode_utf8(&mut b).as_bytes());
+            }
+        }
+    }
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry<'a>(
+        fields: &'a dyn Fn(&str) -> Option<&'a [u8]>,
+        sent: &'a dyn Fn(&str) -> Option<&'a [u8]>,
+    ) -> Entry<'a> {
+        Entry {
+            time: (1_795_369_103, 123),
+            client: "192.0.2.7:5555".parse().unwrap(),
+            method: "GET",
+            path: b"/a\"b",
+            query: Some(b"x=1"),
+            protocol: "HTTP/1.1",
+            status: 200,
+            bytes_sent: 12,
+            bytes_received: 0,
+            request_time: Some(Duration::from_micros(1500)),
+            upstream_time: None,
+            upstream_addr: None,
+            cache: "hit",
+            route: "hello",
+            tls_protocol: None,
+            tls_cipher: None,
+            request_id: Some(b"abc"),
+            request_field: fields,
+            response_field: sent,
+        }
+    }
+
+    fn line(spec: &str) -> String {
+        let fields = |n: &str| match n {
+            "user-agent" => Some(&b"curl/8 \"x\"\n"[..]),
+            "x-tenant" => Some(&b"blue"[..]),
+            _ => None,
+        };
+        let sent = |n: &str| (n == "content-type").then_some(&b"text/plain"[..]);
+        let e = entry(&fields, &sent);
+        let mut t = Vec::new();
+        time_local(e.time.0, &mut t);
+        let mut out = Vec::new();
+        Format::parse(spec).unwrap().render(&e, &t, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_named_formats_render_as_nginx_does() {
+        assert_eq!(
+            line("combined"),
+            "192.0.2.7 - - [22/Nov/2026:17:38:23 +0000] \"GET /a\\x22b?x=1 HTTP/1.1\" 200 12 \"-\" \"curl/8 \\x22x\\x22\\x0A\"\n"
+        );
+        assert_eq!(
+            line("common"),
+            "192.0.2.7 - - [22/Nov/2026:17:38:23 +0000] \"GET /a\\x22b?x=1 HTTP/1.1\" 200 12\n"
+        );
+    }
+
+    #[test]
+    fn templates_take_every_variable_kind() {
+        assert_eq!(
+            line("$status ${request_time}s $cache $route $request_id $http_x_tenant $sent_http_content_type $upstream_addr $msec"),
+            "200 0.001s hit hello abc blue text/plain - 1795369103.123\n"
+        );
+        assert!(Format::parse("$status $nope").unwrap_err().contains("$nope"));
+        assert!(Format::parse("$").is_err());
+        assert!(Format::parse("${status").is_err());
+        assert!(Format::parse("plain").is_err());
+        assert!(Format::parse("$sent_http_etag").unwrap().uses_response_fields());
+    }
+
+    #[test]
+    fn json_lines_parse_and_keep_odd_bytes_safe() {
+        let v: serde_json::Value = serde_json::from_str(line("json").trim_end()).unwrap();
+        assert_eq!(v["time"], "2026-11-22T17:38:23.123Z");
+        assert_eq!(v["path"], "/a\"b");
+        assert_eq!(v["status"], 200);
+        assert_eq!(v["request_time"], 0.0015);
+        assert_eq!(v["upstream_time"], serde_json::Value::Null);
+        assert_eq!(v["user_agent"], "curl/8 \"x\"\n");
+        assert_eq!(v["request_id"], "abc");
+    }
+
+    #[test]
+    fn civil_dates_cross_leap_years() {
+        let mut out = Vec::new();
+        iso8601((951_782_400, 0), &mut out); // 2000-02-29
+        assert_eq!(out, b"2000-02-29T00:00:00.000Z");
+        out.clear();
+        time_local(0, &mut out);
+        assert_eq!(out, b"01/Jan/1970:00:00:00 +0000");
+    }
+}

@@ -1,0 +1,125 @@
+//! The request id: an `X-Request-Id` (or the configured field) kept when a trusted peer sent
+//! it, made here otherwise; sent upstream and written to the access log. Made only when
+//! something uses it (a proxied request, a log format that reports it), so a fixed response
+//! pays nothing.
+//!
+//! Ids are 32 hex digits: a random 64-bit prefix per worker and a per-worker counter, unique
+//! within a process without a shared counter, and not guessable across restarts.
+
+use std::cell::Cell;
+use std::net::IpAddr;
+
+use bytes::Bytes;
+use ipnet::IpNet;
+use weir_http::RequestHead;
+
+use crate::config::model;
+use crate::config::CompileError;
+
+/// The compiled `request_id` settings.
+#[derive(Debug, Clone)]
+pub struct RequestIdSettings {
+    /// The field name, lowercase (for lookups).
+    pub name: String,
+    /// `Name: ` as sent upstream.
+    pub prefix: Bytes,
+    pub trust_from: Vec<IpNet>,
+}
+
+impl RequestIdSettings {
+    pub fn compile(c: &model::RequestId) -> Result<RequestIdSettings, CompileError> {
+        let name = c.header.trim();
+        crate::config::check_header_name(name).map_err(|m| ("request_id.header".to_string(), m))?;
+        let trust_from = c
+            .trust_from
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                t.parse::<IpNet>()
+                    .or_else(|_| t.parse::<IpAddr>().map(IpNet::from))
+                    .map_err(|_| {
+                        (
+                            format!("request_id.trust_from[{i}]"),
+                            format!("{t:?} is not an address or CIDR"),
+                        )
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(RequestIdSettings {
+            name: name.to_ascii_lowercase(),
+            prefix: Bytes::from(format!("{name}: ")),
+            trust_from,
+        })
+    }
+
+    /// The request's id: the received one when `peer` is trusted and it is sane, else a new one.
+    pub fn of(&self, head: &RequestHead, peer: IpAddr, ids: &Generator) -> Bytes {
+        if self.trust_from.iter().any(|n| n.contains(&peer)) {
+            if let Some(v) = head.header(&self.name) {
+                if !v.is_empty() && v.len() <= 200 && v.iter().all(|b| (0x21..0x7f).contains(b))
+                {
+                    return Bytes::copy_from_slice(v);
+                }
+            }
+        }
+        ids.next()
+    }
+}
+
+/// Makes ids on one worker.
+#[derive(Debug)]
+pub struct Generator {
+    prefix: u64,
+    counter: Cell<u64>,
+}
+
+impl Default for Generator {
+    fn default() -> Self {
+        Generator {
+            prefix: fastrand::u64(..),
+            counter: Cell::new(0),
+        }
+    }
+}
+
+impl Generator {
+    pub fn next(&self) -> Bytes {
+        let n = self.counter.get() + 1;
+        self.counter.set(n);
+        Bytes::from(format!("{:016x}{n:016x}", self.prefix))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(raw: &[u8]) -> RequestHead {
+        let mut b = bytes::BytesMut::from(raw);
+        weir_http::parse_request(&mut b, &Default::default())
+            .unwrap()
+            .unwrap()
+    }
+
+    #[test]
+    fn kept_from_trusted_peers_only_and_made_unique_otherwise() {
+        let s = RequestIdSettings::compile(&model::RequestId {
+            header: "X-Request-Id".into(),
+            trust_from: vec!["10.0.0.0/8".into()],
+        })
+        .unwrap();
+        let ids = Generator::default();
+        let h = head(b"GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: abc\r\n\r\n");
+        assert_eq!(&s.of(&h, "10.1.2.3".parse().unwrap(), &ids)[..], b"abc");
+        let made = s.of(&h, "192.0.2.1".parse().unwrap(), &ids);
+        assert_eq!(made.len(), 32);
+        assert_ne!(made, s.of(&h, "192.0.2.1".parse().unwrap(), &ids));
+        let bad = head(b"GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: a b\r\n\r\n");
+        assert_eq!(s.of(&bad, "10.1.2.3".parse().unwrap(), &ids).len(), 32);
+        assert!(RequestIdSettings::compile(&model::RequestId {
+            header: "bad name".into(),
+            trust_from: vec![],
+        })
+        .is_err());
+    }
+}

@@ -1,0 +1,111 @@
+//! The log phase, after the response is queued: the request's counters (`metrics/`), its
+//! access log line (`access_log/`), and a `trace` event when tracing is that verbose.
+//!
+//! Cost on the hot path with metrics on (the default): one clock read at the start of the
+//! request (`RequestCtx::new`), one here, and three single-writer counter increments. With an
+//! access log, the line is rendered into the worker's buffer; the write happens elsewhere.
+
+use std::time::Duration;
+
+use weir_http::{RequestHead, Version};
+
+use super::downstream::Downstream;
+use super::RequestCtx;
+use crate::access_log::Entry;
+use crate::error::Error;
+use weir_http::Persistence;
+
+pub(super) fn finish<D: Downstream>(
+    d: &D,
+    ctx: &mut RequestCtx,
+    head: &RequestHead,
+    result: &Result<Persistence, Error>,
+) {
+    let elapsed = ctx.started.map(|t| t.elapsed());
+    let rt = ctx.rt.clone();
+    if rt.cfg.metrics {
+        let micros = elapsed.map_or(0, |e| e.as_micros() as u64);
+        rt.route_metrics[ctx.listener][ctx.route.map_or(0, |r| r + 1)].record(ctx.status, micros);
+        if let Some((u, s)) = ctx.upstream {
+            rt.server_metrics[u][s].inc();
+        }
+    }
+    if let Some(slot) = ctx.log {
+        access_line(d, ctx, head, slot, elapsed);
+    }
+    tracing::trace!(
+        method = head.method.as_str(),
+        path = %String::from_utf8_lossy(head.path()),
+        status = ctx.status,
+        route = ?ctx.route,
+        cache = ctx.cache.as_str(),
+        upstream = ?ctx.upstream,
+        bytes = ctx.bytes_sent,
+        micros = elapsed.map(|e| e.as_micros() as u64),
+        error = result.as_ref().err().map(|e| e.as_str()),
+        "request"
+    );
+}
+
+#[cold]
+fn access_line<D: Downstream>(
+    d: &D,
+    ctx: &mut RequestCtx,
+    head: &RequestHead,
+    slot: usize,
+    elapsed: Option<Duration>,
+) {
+    let rt = ctx.rt.clone();
+    let log = &rt.cfg.access_logs[slot];
+    let peer = d.peer();
+    let request_id = if log.format.uses_request_id() || ctx.request_id.is_some() {
+        Some(ctx.request_id(head, peer.ip()))
+    } else {
+        None
+    };
+    let route = ctx
+        .route
+        .and_then(|r| rt.cfg.listeners[ctx.listener].routes.get(r))
+        .map_or("-", |r| r.name.as_str());
+    let upstream_addr = ctx
+        .upstream
+        .map(|(u, s)| **rt.cfg.upstreams[u].servers[s].addr.load());
+    let upstream_time = ctx
+        .started
+        .zip(ctx.upstream_head_at)
+        .map(|(s, t)| t.duration_since(s));
+    let request_field = |name: &str| head.header(name).map(|v| &v[..]);
+    let sent = &ctx.sent_fields;
+    let response_field = |name: &str| {
+        let i = log.response_fields.iter().position(|n| n == name)?;
+        sent.iter().find(|(j, _)| *j == i).map(|(_, v)| &v[..])
+    };
+    let time = crate::access_log::now();
+    let entry = Entry {
+        time,
+        client: peer,
+        method: head.method.as_str(),
+        path: head.path(),
+        query: head.query(),
+        protocol: match head.version {
+            Version::Http10 => "HTTP/1.0",
+            _ => "HTTP/1.1",
+        },
+        status: ctx.status,
+        bytes_sent: ctx.bytes_sent,
+        bytes_received: ctx.bytes_received,
+        request_time: elapsed,
+        upstream_time,
+        upstream_addr,
+        cache: ctx.cache.as_str(),
+        route,
+        tls_protocol: None,
+        tls_cipher: None,
+        request_id: request_id.as_deref(),
+        request_field: &request_field,
+        response_field: &response_field,
+    };
+    rt.logs[slot].append(time.0, |time_local, out| {
+        log.format.render(&entry, time_local, out)
+    });
+}
