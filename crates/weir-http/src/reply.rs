@@ -173,7 +173,10 @@ impl<'a> Reply<'a> {
             Base::None => None,
             Base::Encoded(text) => {
                 // Skip the status line.
-                let start = text.iter().position(|b| *b == b'\n').map_or(text.len(), |i| i + 1);
+                let start = text
+                    .iter()
+                    .position(|b| *b == b'\n')
+                    .map_or(text.len(), |i| i + 1);
                 in_lines(&text[start..]).filter(|_| !dropped(name))
             }
             Base::Fields(fields) => fields

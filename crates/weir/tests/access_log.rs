@@ -157,7 +157,10 @@ fn syslog_gets_one_rfc5424_message_per_request() {
     for (msg, path) in got.iter().zip(["/a", "/b"]) {
         assert!(msg.starts_with("<134>1 20"), "{msg}");
         assert!(msg.contains(" weir "), "{msg}");
-        assert!(msg.contains(&format!("\"GET {path} HTTP/1.1\" 200 2")), "{msg}");
+        assert!(
+            msg.contains(&format!("\"GET {path} HTTP/1.1\" 200 2")),
+            "{msg}"
+        );
     }
 }
 
@@ -168,13 +171,18 @@ fn bad_access_log_settings_are_config_errors_naming_the_key() {
             .unwrap_err()
             .to_string()
     };
-    let e = load("listeners:\n  - address: 127.0.0.1:0\n    access_log: { path: /nonexistent-dir/x.log }\n");
+    let e = load(
+        "listeners:\n  - address: 127.0.0.1:0\n    access_log: { path: /nonexistent-dir/x.log }\n",
+    );
     assert!(
         e.contains(":3: listeners[0].access_log.path") && e.contains("/nonexistent-dir/x.log"),
         "{e}"
     );
     let e = load("access_log: { path: stdout, format: '$status $bogus' }\nlisteners: []\n");
-    assert!(e.contains("access_log.format") && e.contains("$bogus"), "{e}");
+    assert!(
+        e.contains("access_log.format") && e.contains("$bogus"),
+        "{e}"
+    );
     let e = load("log: { level: 'loud' }\nlisteners: []\n");
     assert!(e.contains("log.level"), "{e}");
 }

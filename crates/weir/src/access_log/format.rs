@@ -158,7 +158,9 @@ impl Format {
                 (&rest[..end], &rest[end..])
             };
             if name.is_empty() {
-                return Err(format!("a lone $ in {t:?} (write a variable name after it)"));
+                return Err(format!(
+                    "a lone $ in {t:?} (write a variable name after it)"
+                ));
             }
             if !text.is_empty() {
                 pieces.push(Piece::Text(std::mem::take(&mut text)));
@@ -182,7 +184,7 @@ impl Format {
     pub fn uses_request_id(&self) -> bool {
         match self {
             Format::Json => true,
-            Format::Template(p) => p.iter().any(|p| *p == Piece::Var(Var::RequestId)),
+            Format::Template(p) => p.contains(&Piece::Var(Var::RequestId)),
         }
     }
 
@@ -511,11 +513,15 @@ mod tests {
             line("$status ${request_time}s $cache $route $request_id $http_x_tenant $sent_http_content_type $upstream_addr $msec"),
             "200 0.001s hit hello abc blue text/plain - 1795369103.123\n"
         );
-        assert!(Format::parse("$status $nope").unwrap_err().contains("$nope"));
+        assert!(Format::parse("$status $nope")
+            .unwrap_err()
+            .contains("$nope"));
         assert!(Format::parse("$").is_err());
         assert!(Format::parse("${status").is_err());
         assert!(Format::parse("plain").is_err());
-        assert!(Format::parse("$sent_http_etag").unwrap().uses_response_fields());
+        assert!(Format::parse("$sent_http_etag")
+            .unwrap()
+            .uses_response_fields());
     }
 
     #[test]

@@ -124,7 +124,11 @@ impl<'a> LogCompiler<'a> {
         {
             return Ok(Some(i));
         }
-        let which = if log.syslog.is_some() { "syslog" } else { "path" };
+        let which = if log.syslog.is_some() {
+            "syslog"
+        } else {
+            "path"
+        };
         let sink = self
             .sinks
             .get(target, &self.dropped)

@@ -47,7 +47,9 @@ impl Target {
                 } else if let Some(p) = s.strip_prefix("unix://") {
                     Ok(Target::SyslogUnix(PathBuf::from(p)))
                 } else {
-                    Err(format!("syslog: {s:?} is not udp://host:port or unix:///path"))
+                    Err(format!(
+                        "syslog: {s:?} is not udp://host:port or unix:///path"
+                    ))
                 }
             }
             (Some(_), Some(_)) => Err("give path or syslog, not both".into()),
@@ -157,7 +159,11 @@ impl Output {
                     .map_err(|e| format!("cannot resolve syslog address {a:?}: {e}"))?
                     .next()
                     .ok_or_else(|| format!("syslog address {a:?} resolved to nothing"))?;
-                let local = if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+                let local = if addr.is_ipv4() {
+                    "0.0.0.0:0"
+                } else {
+                    "[::]:0"
+                };
                 let s = UdpSocket::bind(local).map_err(|e| format!("syslog socket: {e}"))?;
                 s.connect(addr)
                     .map_err(|e| format!("cannot reach syslog at {a}: {e}"))?;
@@ -223,7 +229,9 @@ fn writer(target: Target, mut out: Output, rx: Receiver<Msg>, reopen: Arc<Atomic
                     out = o;
                     tracing::info!(target = ?target, "access log reopened");
                 }
-                Err(e) => tracing::error!(error = %e, "access log reopen failed, writing to the old file"),
+                Err(e) => {
+                    tracing::error!(error = %e, "access log reopen failed, writing to the old file")
+                }
             }
         }
         match msg {

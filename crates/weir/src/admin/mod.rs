@@ -11,11 +11,13 @@
 //!   `prefix=host/path`, `host=name`, `regex=…` (over `host/path?query`), `tag=…`
 //!   (Surrogate-Key / Cache-Tag), `all=1` — and optionally `zone=NAME` and `soft=1` (mark stale,
 //!   revalidate on next use, instead of removing). → `{"purged": N}`
-//! * `GET /metrics` → Prometheus/OpenMetrics text (`metrics/scrape.rs`).
+//! * `GET /metrics` → Prometheus/OpenMetrics text ([`scrape`]).
 //! * `POST /reload` → re-reads the config file as SIGHUP does: 200 `{"reloaded":true}`, or 500
 //!   `{"reloaded":false,"error":…}` with the running config kept.
 //! * `GET /openapi.json` → this API described as OpenAPI 3.0 (checked against the real
 //!   endpoints in `tests/admin_api.rs`).
+
+pub mod scrape;
 
 use std::sync::atomic::Ordering;
 
@@ -79,11 +81,15 @@ pub async fn reload(cfg: &RuntimeConfig) -> AdminReply {
 const JSON: &[u8] = b"application/json";
 
 /// Answers an admin request (all but [`reload`]); `generation` is the running config's.
-pub fn handle(req: &RequestHead, cfg: &std::sync::Arc<RuntimeConfig>, generation: u64) -> AdminReply {
+pub fn handle(
+    req: &RequestHead,
+    cfg: &std::sync::Arc<RuntimeConfig>,
+    generation: u64,
+) -> AdminReply {
     let (status, body) = match (req.path(), &req.method) {
         (b"/metrics", Method::Get | Method::Head) => {
             let accept = req.header("accept").map(|v| &v[..]);
-            let (content_type, body) = crate::metrics::scrape::scrape(cfg, generation, accept);
+            let (content_type, body) = scrape::scrape(cfg, generation, accept);
             return AdminReply {
                 status: 200,
                 content_type,

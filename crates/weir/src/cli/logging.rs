@@ -18,9 +18,7 @@ pub struct Logging {
 
 /// Parses a level or filter (`info`, `warn,weir::proxy=debug`).
 pub fn parse(spec: &str) -> Result<EnvFilter, String> {
-    EnvFilter::builder()
-        .parse(spec)
-        .map_err(|e| format!("invalid log level {spec:?}: {e}"))
+    crate::config::log_filter(spec)
 }
 
 impl Logging {

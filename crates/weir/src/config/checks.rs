@@ -19,3 +19,23 @@ pub(crate) fn check_header_name(n: &str) -> Result<(), String> {
         Err(format!("{n:?} is not a valid header name"))
     }
 }
+
+/// A log level or `RUST_LOG`-style filter: `info`, `warn,weir::proxy=debug`. Stricter than
+/// `EnvFilter` alone, which reads a lone misspelt level (`infoo`) as a target name and
+/// silently logs nothing.
+pub fn log_filter(spec: &str) -> Result<tracing_subscriber::EnvFilter, String> {
+    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+    let is_level = |l: &str| LEVELS.iter().any(|x| x.eq_ignore_ascii_case(l.trim()));
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let level = part.rsplit_once('=').map_or(part, |(_, l)| l);
+        if !is_level(level) {
+            return Err(format!(
+                "invalid log level {spec:?}: {level:?} is not one of {}",
+                LEVELS.join(", ")
+            ));
+        }
+    }
+    tracing_subscriber::EnvFilter::builder()
+        .parse(spec)
+        .map_err(|e| format!("invalid log level {spec:?}: {e}"))
+}

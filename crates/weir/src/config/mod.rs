@@ -8,6 +8,7 @@
 //! [`locate::LineIndex`] built from the same text.
 
 mod checks;
+pub use checks::log_filter;
 pub(crate) use checks::{check_header_name, check_header_value};
 pub mod interpolate;
 pub mod locate;

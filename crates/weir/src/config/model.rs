@@ -118,7 +118,10 @@ impl<'de> Deserialize<'de> for AccessLogSetting {
                     true => Err(E::custom("write { path: FILE, format: combined }")),
                 }
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<Self::Value, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                m: A,
+            ) -> Result<Self::Value, A::Error> {
                 AccessLog::deserialize(serde::de::value::MapAccessDeserializer::new(m))
                     .map(AccessLogSetting::On)
             }

@@ -56,8 +56,7 @@ impl RequestIdSettings {
     pub fn of(&self, head: &RequestHead, peer: IpAddr, ids: &Generator) -> Bytes {
         if self.trust_from.iter().any(|n| n.contains(&peer)) {
             if let Some(v) = head.header(&self.name) {
-                if !v.is_empty() && v.len() <= 200 && v.iter().all(|b| (0x21..0x7f).contains(b))
-                {
+                if !v.is_empty() && v.len() <= 200 && v.iter().all(|b| (0x21..0x7f).contains(b)) {
                     return Bytes::copy_from_slice(v);
                 }
             }

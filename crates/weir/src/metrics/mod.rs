@@ -5,15 +5,13 @@
 //! bounce the cache line. Each worker here owns its counters ([`WorkerMetrics`]) and is their
 //! only writer, so an increment is a plain load and store ([`Counter::inc`]: no lock prefix, no
 //! shared line); the scrape reads every worker's counters and sums them. `prometheus_client`
-//! does the text encoding (`scrape.rs`), so names, types and escaping follow its exposition
+//! does the text encoding (`admin/scrape.rs`), so names, types and escaping follow its exposition
 //! format.
 //!
 //! Counters are found by name, not by config index: a reload that keeps a route's listener and
 //! name keeps its counters, so they stay monotonic across reloads as Prometheus expects.
 //!
 //! Rare events (upstream failures, dropped log lines) are plain shared atomics where they happen.
-
-pub mod scrape;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,8 +31,10 @@ impl Counter {
 
     #[inline(always)]
     pub fn add(&self, n: u64) {
-        self.0
-            .store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        self.0.store(
+            self.0.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
     }
 
     pub fn get(&self) -> u64 {
@@ -53,15 +53,15 @@ const BUCKETS_US: [u64; 14] = [
 ];
 
 /// Statuses 100..=599 each have a counter.
-const CODES: usize = 500;
+pub(crate) const CODES: usize = 500;
 
 /// One route's counters on one worker: requests by status, and the duration histogram.
 #[derive(Debug)]
 pub struct RouteMetrics {
-    codes: Box<[Counter]>,
+    pub(crate) codes: Box<[Counter]>,
     /// Per bucket of [`DURATION_BUCKETS`], plus `+Inf` last (not cumulative; summed at scrape).
-    buckets: [Counter; 15],
-    sum_us: Counter,
+    pub(crate) buckets: [Counter; 15],
+    pub(crate) sum_us: Counter,
 }
 
 impl Default for RouteMetrics {
@@ -139,10 +139,10 @@ pub type RouteKey = (String, String);
 #[derive(Debug, Default)]
 pub struct WorkerMetrics {
     pub accepted: Counter,
-    closed: [Counter; 6],
-    routes: Mutex<HashMap<RouteKey, Arc<RouteMetrics>>>,
+    pub(crate) closed: [Counter; 6],
+    pub(crate) routes: Mutex<HashMap<RouteKey, Arc<RouteMetrics>>>,
     /// Requests sent per `(upstream, server)`.
-    servers: Mutex<HashMap<(String, String), Arc<Counter>>>,
+    pub(crate) servers: Mutex<HashMap<(String, String), Arc<Counter>>>,
 }
 
 impl WorkerMetrics {
@@ -185,12 +185,12 @@ impl Metrics {
         w
     }
 
-    fn workers(&self) -> Vec<Arc<WorkerMetrics>> {
+    pub(crate) fn workers(&self) -> Vec<Arc<WorkerMetrics>> {
         lock(&self.workers).clone()
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 

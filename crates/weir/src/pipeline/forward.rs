@@ -219,8 +219,15 @@ pub(crate) async fn forward<D: Downstream>(
             }
         };
         let _active = per_worker.track_active(server);
-        let sent = send_request(d, &mut conn, &target, server, shape, &mut ctx.bytes_received)
-            .await?;
+        let sent = send_request(
+            d,
+            &mut conn,
+            &target,
+            server,
+            shape,
+            &mut ctx.bytes_received,
+        )
+        .await?;
         let result = match sent {
             Sent::Ok => loop {
                 interims += 1;

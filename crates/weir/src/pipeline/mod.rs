@@ -322,7 +322,15 @@ pub(crate) fn send_json<D: Downstream>(
     head_only: bool,
     persistence: Persistence,
 ) -> Persistence {
-    send_typed(d, ctx, status, b"application/json", json, head_only, persistence)
+    send_typed(
+        d,
+        ctx,
+        status,
+        b"application/json",
+        json,
+        head_only,
+        persistence,
+    )
 }
 
 /// Queues an admin API answer.
@@ -334,7 +342,15 @@ fn send_admin<D: Downstream>(
     persistence: Persistence,
 ) -> Persistence {
     let body = Bytes::from(reply.body);
-    send_typed(d, ctx, reply.status, reply.content_type, &body, head_only, persistence)
+    send_typed(
+        d,
+        ctx,
+        reply.status,
+        reply.content_type,
+        &body,
+        head_only,
+        persistence,
+    )
 }
 
 /// Queues `body` with its content type, not to be stored by anyone.
@@ -350,7 +366,12 @@ fn send_typed<D: Downstream>(
     let rt = ctx.rt.clone();
     let mut reply = Reply::new(status, Framing::Length(json.len() as u64));
     reply.add_lines(&rt.cfg.server_line);
-    let lines = [b"Content-Type: ", content_type, b"\r\nCache-Control: no-store\r\n"].concat();
+    let lines = [
+        b"Content-Type: ",
+        content_type,
+        b"\r\nCache-Control: no-store\r\n",
+    ]
+    .concat();
     reply.add_lines(&lines);
     let persistence = send_head(d, ctx, &reply, persistence);
     if !head_only {
@@ -388,7 +409,11 @@ fn respond_for_filter<D: Downstream>(
 }
 
 /// Reads the request body, keeping it when `keep` (echo), draining it otherwise.
-async fn read_body<D: Downstream>(d: &mut D, ctx: &mut RequestCtx, keep: bool) -> Result<BytesMut, Error> {
+async fn read_body<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    keep: bool,
+) -> Result<BytesMut, Error> {
     let mut body = BytesMut::new();
     while let Some(chunk) = d.body_chunk().await? {
         ctx.bytes_received += chunk.len() as u64;

@@ -111,10 +111,8 @@ pub(crate) fn compile(
         );
         cache_zones.push(registry.zone(&name, z.max_size.0, z.shards));
     }
-    let logs = crate::access_log::LogCompiler::new(
-        &registry.sinks,
-        registry.metrics.log_dropped.clone(),
-    );
+    let logs =
+        crate::access_log::LogCompiler::new(&registry.sinks, registry.metrics.log_dropped.clone());
     let default_log = logs.slot(file.access_log.as_ref(), "access_log", None)?;
     let refs = crate::actions::Refs {
         upstreams: &upstream_index,

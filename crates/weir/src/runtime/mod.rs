@@ -64,18 +64,11 @@ pub struct LogSettings {
 impl LogSettings {
     pub(crate) fn compile(l: &config::model::Log) -> Result<LogSettings, config::CompileError> {
         let level = l.level.trim();
-        tracing_subscriber::EnvFilter::builder()
-            .parse(level)
-            .map_err(|e| ("log.level".to_string(), format!("{level:?}: {e}")))?;
+        config::log_filter(level).map_err(|e| ("log.level".to_string(), e))?;
         let json = match l.format.as_str() {
             "text" => false,
             "json" => true,
-            other => {
-                return Err((
-                    "log.format".into(),
-                    format!("{other:?}: use text or json"),
-                ))
-            }
+            other => return Err(("log.format".into(), format!("{other:?}: use text or json"))),
         };
         Ok(LogSettings {
             level: level.to_string(),

@@ -69,4 +69,3 @@ pub fn signal(child: &std::process::Child, sig: &str) {
         .status()
         .unwrap();
 }
-

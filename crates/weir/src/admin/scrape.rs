@@ -15,7 +15,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
-use super::{CloseReason, Counter, Metrics, DURATION_BUCKETS};
+use crate::metrics::{self, CloseReason, Counter, Metrics, DURATION_BUCKETS};
 use crate::runtime::RuntimeConfig;
 
 /// The OpenMetrics content type, served when the scraper asks for it (Prometheus does).
@@ -60,7 +60,11 @@ fn to_text_format(open: &str) -> String {
         match meta {
             Some((p, rest)) => {
                 let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
-                let total = if counters.contains(name) { "_total" } else { "" };
+                let total = if counters.contains(name) {
+                    "_total"
+                } else {
+                    ""
+                };
                 let _ = writeln!(out, "{p}{name}{total} {tail}");
             }
             None => {
@@ -173,15 +177,19 @@ impl prometheus_client::collector::Collector for Scrape {
 }
 
 impl Scrape {
-    fn http(&self, enc: &mut DescriptorEncoder, workers: &[Arc<super::WorkerMetrics>]) -> fmt::Result {
+    fn http(
+        &self,
+        enc: &mut DescriptorEncoder,
+        workers: &[Arc<metrics::WorkerMetrics>],
+    ) -> fmt::Result {
         // Summed over workers, per (listener, route).
         let mut codes: BTreeMap<(String, String), Vec<u64>> = BTreeMap::new();
         let mut hist: BTreeMap<(String, String), (Vec<u64>, u64)> = BTreeMap::new();
         for w in workers {
-            for (key, r) in super::lock(&w.routes).iter() {
+            for (key, r) in metrics::lock(&w.routes).iter() {
                 let c = codes
                     .entry(key.clone())
-                    .or_insert_with(|| vec![0; super::CODES]);
+                    .or_insert_with(|| vec![0; metrics::CODES]);
                 for (sum, n) in c.iter_mut().zip(r.codes.iter()) {
                     *sum += n.get();
                 }
@@ -248,9 +256,9 @@ impl Scrape {
     fn connections(
         &self,
         enc: &mut DescriptorEncoder,
-        workers: &[Arc<super::WorkerMetrics>],
+        workers: &[Arc<metrics::WorkerMetrics>],
     ) -> fmt::Result {
-        let sum = |f: &dyn Fn(&super::WorkerMetrics) -> &Counter| -> u64 {
+        let sum = |f: &dyn Fn(&metrics::WorkerMetrics) -> &Counter| -> u64 {
             workers.iter().map(|w| f(w).get()).sum()
         };
         let accepted = sum(&|w| &w.accepted);
@@ -282,18 +290,21 @@ impl Scrape {
             "weir_connections_open",
             "Client connections open now.",
             MetricType::Gauge,
-            [(Labels::new(), gauge(accepted.saturating_sub(closed_all) as i64))],
+            [(
+                Labels::new(),
+                gauge(accepted.saturating_sub(closed_all) as i64),
+            )],
         )
     }
 
     fn upstreams(
         &self,
         enc: &mut DescriptorEncoder,
-        workers: &[Arc<super::WorkerMetrics>],
+        workers: &[Arc<metrics::WorkerMetrics>],
     ) -> fmt::Result {
         let mut sent: BTreeMap<(String, String), u64> = BTreeMap::new();
         for w in workers {
-            for (key, n) in super::lock(&w.servers).iter() {
+            for (key, n) in metrics::lock(&w.servers).iter() {
                 *sent.entry(key.clone()).or_default() += n.get();
             }
         }
@@ -303,7 +314,8 @@ impl Scrape {
             .iter()
             .flat_map(|u| u.servers.iter().map(move |s| (u.name.as_str(), s)))
             .collect();
-        let labels = |u: &str, s: &str| vec![("upstream", u.to_string()), ("server", s.to_string())];
+        let labels =
+            |u: &str, s: &str| vec![("upstream", u.to_string()), ("server", s.to_string())];
         family(
             enc,
             "weir_upstream_requests",
@@ -342,12 +354,28 @@ impl Scrape {
         type Stat = fn(&weir_cache::store::Stats) -> &AtomicU64;
         let counters: [(&str, &str, Stat); 8] = [
             ("hits", "Requests served from the store.", |s| &s.hits),
-            ("misses", "Lookups that found nothing usable.", |s| &s.misses),
-            ("stale", "Stale objects served (stale-while-revalidate, stale-if-error).", |s| &s.stale),
-            ("revalidated", "Stale objects revalidated with a 304.", |s| &s.revalidated),
+            ("misses", "Lookups that found nothing usable.", |s| {
+                &s.misses
+            }),
+            (
+                "stale",
+                "Stale objects served (stale-while-revalidate, stale-if-error).",
+                |s| &s.stale,
+            ),
+            (
+                "revalidated",
+                "Stale objects revalidated with a 304.",
+                |s| &s.revalidated,
+            ),
             ("stores", "Responses stored.", |s| &s.stores),
-            ("evictions", "Objects evicted to make room.", |s| &s.evictions),
-            ("coalesced", "Requests that waited for another request's fetch.", |s| &s.coalesced),
+            ("evictions", "Objects evicted to make room.", |s| {
+                &s.evictions
+            }),
+            (
+                "coalesced",
+                "Requests that waited for another request's fetch.",
+                |s| &s.coalesced,
+            ),
             ("purged", "Objects purged.", |s| &s.purged),
         ];
         let zones = &self.cfg.cache_zones;
@@ -372,14 +400,18 @@ impl Scrape {
             "weir_cache_objects",
             "Objects stored.",
             MetricType::Gauge,
-            usage.iter().map(|(z, (o, _))| (zone(&z.name), gauge(*o as i64))),
+            usage
+                .iter()
+                .map(|(z, (o, _))| (zone(&z.name), gauge(*o as i64))),
         )?;
         family(
             enc,
             "weir_cache_bytes",
             "Bytes the stored objects occupy.",
             MetricType::Gauge,
-            usage.iter().map(|(z, (_, b))| (zone(&z.name), gauge(*b as i64))),
+            usage
+                .iter()
+                .map(|(z, (_, b))| (zone(&z.name), gauge(*b as i64))),
         )?;
         family(
             enc,
