@@ -64,26 +64,8 @@ measure() { # pid url wrk-args...
   run_wrk "$pid" "$url" "$@"
 }
 
-# User-space instructions per request under callgrind: INS. Args: binary config path bench-args.
-CG_N=${CG_N:-5000}
-instructions() {
-  local bin=$1 cfg=$2 path=$3; shift 3
-  local port=18399 pid out
-  WEIR_WORKERS=1 WEIR_LISTEN=127.0.0.1:$port WEIR_ORIGIN=127.0.0.1:$ORIGIN_PORT WEIR_ADMIN=127.0.0.1:0 \
-    taskset -c "$SUT_CORE" valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.out.%p" \
-    "$bin" run -c "$cfg" 2>"$TMP/cg.log" &
-  pid=$!; track $pid
-  for _ in $(seq 1 600); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
-  taskset -c "$LOAD_CORE" "$NEW_WEIR" bench -n 500 "$@" "http://127.0.0.1:$port$path" >/dev/null 2>&1 || true
-  callgrind_control -z "$pid" >/dev/null 2>&1
-  taskset -c "$LOAD_CORE" "$NEW_WEIR" bench -n "$CG_N" "$@" "http://127.0.0.1:$port$path" >/dev/null 2>&1 || true
-  callgrind_control -d "$pid" >/dev/null 2>&1
-  sleep 0.5
-  out=$(ls -t "$TMP"/cg.out."$pid"* 2>/dev/null | head -1)
-  INS=$(awk -v n="$CG_N" '/^(summary|totals):/ {t=$2} END { if (t > 0) printf "%.0f", t / n; else print "n/a" }' "$out")
-  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
-  rm -f "$TMP"/cg.out.*
-}
+# User-space instructions per request under callgrind: INS (bench/lib.sh).
+instructions() { WEIR=$NEW_WEIR cg_instructions "$@"; }
 
 CELLS=("hello-ka-c100|hello|/hello|-c100"
        "hello-ka-c1000|hello|/hello|-c1000"

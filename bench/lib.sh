@@ -186,3 +186,26 @@ idle_rss() {
   wait "$HOLD_PID" 2>/dev/null || true
   echo "$before $after"
 }
+
+# User-space instructions per request of weir binary BIN serving CONFIG, counted by callgrind over
+# CG_N requests (`weir bench -n`, load generator $WEIR) after a 500-request warm-up: sets INS.
+# Args: BIN CONFIG PATH bench-args... ($ORIGIN_PORT is passed as WEIR_ORIGIN when set.)
+CG_N=${CG_N:-5000}
+cg_instructions() {
+  local bin=$1 cfg=$2 path=$3; shift 3
+  local port=18399 pid out
+  WEIR_WORKERS=1 WEIR_LISTEN=127.0.0.1:$port WEIR_ORIGIN=127.0.0.1:${ORIGIN_PORT:-19301} WEIR_ADMIN=127.0.0.1:0 \
+    taskset -c "$SUT_CORE" valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.out.%p" \
+    "$bin" run -c "$cfg" 2>"$TMP/cg.log" &
+  pid=$!; track $pid
+  for _ in $(seq 1 600); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+  taskset -c "$LOAD_CORE" "$WEIR" bench -n 500 "$@" "http://127.0.0.1:$port$path" >/dev/null 2>&1 || true
+  callgrind_control -z "$pid" >/dev/null 2>&1
+  taskset -c "$LOAD_CORE" "$WEIR" bench -n "$CG_N" "$@" "http://127.0.0.1:$port$path" >/dev/null 2>&1 || true
+  callgrind_control -d "$pid" >/dev/null 2>&1
+  sleep 0.5
+  out=$(ls -t "$TMP"/cg.out."$pid"* 2>/dev/null | head -1)
+  INS=$(awk -v n="$CG_N" '/^(summary|totals):/ {t=$2} END { if (t > 0) printf "%.0f", t / n; else print "n/a" }' "$out")
+  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
+  rm -f "$TMP"/cg.out.*
+}

@@ -10,10 +10,15 @@ use common::process::{signal, spawn_run, spawn_serving, write_config, Running, W
 #[test]
 fn check_accepts_the_examples() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    for example in ["hello", "proxy", "gateway", "cache"] {
-        let file = format!("examples/{example}.yaml");
+    for file in [
+        "examples/hello.yaml",
+        "examples/proxy.yaml",
+        "examples/gateway.yaml",
+        "examples/cache.yaml",
+        "deploy/container.yaml",
+    ] {
         let out = Command::new(WEIR)
-            .args(["check", "-c", &file])
+            .args(["check", "-c", file])
             .current_dir(root)
             .output()
             .unwrap();

@@ -241,7 +241,10 @@ fn variable(name: &str) -> Result<Var, String> {
 /// Bytes from the request, escaped as nginx does for text logs: `"`, `\`, controls and bytes
 /// beyond ASCII as `\xHH`, so a line cannot be split or forged by what a client sends.
 fn escaped(v: &[u8], out: &mut Vec<u8>) {
-    for &b in v {
+    let needs = |b: &u8| *b == b'"' || *b == b'\\' || !(0x20..0x7f).contains(b);
+    let clean = v.iter().position(needs).unwrap_or(v.len());
+    out.extend_from_slice(&v[..clean]);
+    for &b in &v[clean..] {
         if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
             let _ = write!(out, "\\x{b:02X}");
         } else {
@@ -250,23 +253,40 @@ fn escaped(v: &[u8], out: &mut Vec<u8>) {
     }
 }
 
+/// A number, without the `fmt` machinery (a combined line's numbers and address through
+/// `write!` cost ~1,500 instructions per request under callgrind).
+fn number(n: u64, out: &mut Vec<u8>) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+fn ip(a: std::net::IpAddr, out: &mut Vec<u8>) {
+    let mut buf = [0u8; 64];
+    out.extend_from_slice(crate::filters::forwarded::format_ip(a, &mut buf));
+}
+
 fn seconds(d: Duration, out: &mut Vec<u8>) {
-    let _ = write!(out, "{}.{:03}", d.as_secs(), d.subsec_millis());
+    decimal(d.as_secs(), d.subsec_millis(), 3, out);
+}
+
+/// `whole.fraction`, the fraction zero-padded to `width` digits.
+fn decimal(whole: u64, fraction: u32, width: usize, out: &mut Vec<u8>) {
+    number(whole, out);
+    out.push(b'.');
+    let mut digits = itoa::Buffer::new();
+    let f = digits.format(fraction).as_bytes();
+    out.extend(std::iter::repeat_n(b'0', width.saturating_sub(f.len())));
+    out.extend_from_slice(f);
 }
 
 fn text_var(v: &Var, e: &Entry<'_>, time_local: &[u8], out: &mut Vec<u8>) {
     let dash = |out: &mut Vec<u8>| out.push(b'-');
     match v {
-        Var::RemoteAddr => {
-            let _ = write!(out, "{}", e.client.ip());
-        }
-        Var::RemotePort => {
-            let _ = write!(out, "{}", e.client.port());
-        }
+        Var::RemoteAddr => ip(e.client.ip(), out),
+        Var::RemotePort => number(e.client.port().into(), out),
         Var::TimeLocal => out.extend_from_slice(time_local),
         Var::TimeIso8601 => iso8601(e.time, out),
         Var::Msec => {
-            let _ = write!(out, "{}.{:03}", e.time.0, e.time.1);
+            decimal(e.time.0, e.time.1, 3, out);
         }
         Var::Request => {
             out.extend_from_slice(e.method.as_bytes());
@@ -283,15 +303,9 @@ fn text_var(v: &Var, e: &Entry<'_>, time_local: &[u8], out: &mut Vec<u8>) {
         },
         Var::Uri => uri(e, out),
         Var::Protocol => out.extend_from_slice(e.protocol.as_bytes()),
-        Var::Status => {
-            let _ = write!(out, "{}", e.status);
-        }
-        Var::BytesSent => {
-            let _ = write!(out, "{}", e.bytes_sent);
-        }
-        Var::BytesReceived => {
-            let _ = write!(out, "{}", e.bytes_received);
-        }
+        Var::Status => number(e.status.into(), out),
+        Var::BytesSent => number(e.bytes_sent, out),
+        Var::BytesReceived => number(e.bytes_received, out),
         Var::RequestTime => match e.request_time {
             Some(d) => seconds(d, out),
             None => dash(out),
@@ -379,7 +393,9 @@ fn civil(secs: u64) -> (i64, u32, u32, u32, u32, u32) {
 fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(b"{\"time\":\"");
     iso8601(e.time, out);
-    let _ = write!(out, "\",\"client\":\"{}\",\"method\":", e.client.ip());
+    out.extend_from_slice(b"\",\"client\":\"");
+    ip(e.client.ip(), out);
+    out.extend_from_slice(b"\",\"method\":");
     json_str(Some(e.method.as_bytes()), out);
     out.extend_from_slice(b",\"path\":");
     json_str(Some(e.path), out);
@@ -387,11 +403,13 @@ fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
     json_str(e.query, out);
     out.extend_from_slice(b",\"protocol\":");
     json_str(Some(e.protocol.as_bytes()), out);
-    let _ = write!(
-        out,
-        ",\"status\":{},\"bytes_sent\":{},\"bytes_received\":{},\"request_time\":",
-        e.status, e.bytes_sent, e.bytes_received
-    );
+    out.extend_from_slice(b",\"status\":");
+    number(e.status.into(), out);
+    out.extend_from_slice(b",\"bytes_sent\":");
+    number(e.bytes_sent, out);
+    out.extend_from_slice(b",\"bytes_received\":");
+    number(e.bytes_received, out);
+    out.extend_from_slice(b",\"request_time\":");
     json_secs(e.request_time, out);
     out.extend_from_slice(b",\"upstream_time\":");
     json_secs(e.upstream_time, out);
@@ -420,7 +438,7 @@ fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
 fn json_secs(d: Option<Duration>, out: &mut Vec<u8>) {
     match d {
         Some(d) => {
-            let _ = write!(out, "{}.{:06}", d.as_secs(), d.subsec_micros());
+            decimal(d.as_secs(), d.subsec_micros(), 6, out);
         }
         None => out.extend_from_slice(b"null"),
     }

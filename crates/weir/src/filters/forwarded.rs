@@ -98,7 +98,7 @@ pub fn node(ip: std::net::IpAddr) -> String {
 
 /// Writes an IP address into `buf` without allocating; returns the text. IPv4 by hand: the
 /// `fmt` machinery cost ~500 instructions per proxied request (callgrind).
-fn format_ip(ip: std::net::IpAddr, buf: &mut [u8; 64]) -> &[u8] {
+pub(crate) fn format_ip(ip: std::net::IpAddr, buf: &mut [u8; 64]) -> &[u8] {
     match ip {
         std::net::IpAddr::V4(a) => {
             let mut n = 0;

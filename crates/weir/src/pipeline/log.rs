@@ -21,7 +21,8 @@ pub(super) fn finish<D: Downstream>(
     head: &RequestHead,
     result: &Result<Persistence, Error>,
 ) {
-    let elapsed = ctx.started.map(|t| t.elapsed());
+    let now = ctx.started.map(|t| (t, std::time::Instant::now()));
+    let elapsed = now.map(|(t, now)| now - t);
     let rt = ctx.rt.clone();
     if rt.cfg.metrics {
         let micros = elapsed.map_or(0, |e| e.as_micros() as u64);
@@ -31,7 +32,8 @@ pub(super) fn finish<D: Downstream>(
         }
     }
     if let Some(slot) = ctx.log {
-        access_line(d, ctx, head, slot, elapsed);
+        let now = now.map_or_else(std::time::Instant::now, |(_, now)| now);
+        access_line(d, ctx, head, slot, elapsed, now);
     }
     tracing::trace!(
         method = head.method.as_str(),
@@ -54,6 +56,7 @@ fn access_line<D: Downstream>(
     head: &RequestHead,
     slot: usize,
     elapsed: Option<Duration>,
+    now: std::time::Instant,
 ) {
     let rt = ctx.rt.clone();
     let log = &rt.cfg.access_logs[slot];
@@ -80,7 +83,7 @@ fn access_line<D: Downstream>(
         let i = log.response_fields.iter().position(|n| n == name)?;
         sent.iter().find(|(j, _)| *j == i).map(|(_, v)| &v[..])
     };
-    let time = crate::access_log::now();
+    let time = crate::access_log::wall_at(now);
     let entry = Entry {
         time,
         client: peer,

@@ -1,0 +1,22 @@
+# weir in a container: a multi-stage build, a small runtime image, not root, port 8080.
+#   docker build -t weir .
+#   docker run --rm -p 8080:8080 weir                      # serves deploy/container.yaml
+#   docker run --rm -p 8080:8080 -v $PWD/my.yaml:/etc/weir/weir.yaml:ro weir
+# Reload: docker kill --signal HUP <container>. Reopen logs: --signal USR1.
+FROM rust:1-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked -p weir && strip target/release/weir
+
+FROM debian:bookworm-slim
+RUN useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin weir \
+    && mkdir -p /etc/weir /var/log/weir && chown weir /var/log/weir
+COPY --from=build /src/target/release/weir /usr/local/bin/weir
+COPY deploy/container.yaml /etc/weir/weir.yaml
+COPY examples/www /etc/weir/www
+USER weir
+EXPOSE 8080 9901
+ENV WEIR_LISTEN=0.0.0.0:8080
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/local/bin/weir"]
+CMD ["run", "-c", "/etc/weir/weir.yaml"]

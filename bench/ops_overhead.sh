@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# What logging and metrics cost per request, in the same run: hello (keep-alive, -c100) and a
+# 1 KiB cache hit (-c100), each served by one build under three configs:
+#   off     - `metrics: false`, no access log (the floor for this comparison)
+#   metrics - the default: per-route counters and the duration histogram
+#   access  - the default plus `access_log: { path: FILE, format: combined }`
+# weir runs one worker on core 0, wrk -t1 on core 1; ROUNDS rounds with the order rotated, medians
+# reported. Also user-space instructions per request under callgrind (fixed request count).
+# Usage: bench/ops_overhead.sh [--quick]
+source "$(dirname "$0")/lib.sh"
+DUR=5s; ROUNDS=3
+[ "${1:-}" = --quick ] && { DUR=3s; ROUNDS=1; }
+ensure_pkgs nginx-light wrk valgrind curl
+build_weir
+raise_nofile
+ORIGIN_PORT=19301
+file_origin "$ORIGIN_PORT" 1024
+
+VARIANTS=(off metrics access)
+variant_cfg() { # base variant -> path
+  local base=$1 v=$2 out
+  out="$TMP/$v-$(basename "$base")"
+  cp "$ROOT/examples/$base" "$out"
+  case $v in
+    off) printf '\nmetrics: false\n' >> "$out" ;;
+    access) printf '\naccess_log: { path: %s, format: combined }\n' "$TMP/access-$base.log" >> "$out" ;;
+  esac
+  echo "$out"
+}
+
+declare -A PID PORT
+port=18480
+for kind in hello cache; do
+  for v in "${VARIANTS[@]}"; do
+    cfg=$(variant_cfg "$kind.yaml" "$v")
+    WEIR_WORKERS=1 WEIR_LISTEN=127.0.0.1:$port WEIR_ORIGIN=127.0.0.1:$ORIGIN_PORT WEIR_ADMIN=127.0.0.1:0 \
+      taskset -c "$SUT_CORE" "$WEIR" run -c "$cfg" >/dev/null 2>"$TMP/weir-$kind-$v.log" &
+    PID[$kind,$v]=$!; track $!; PORT[$kind,$v]=$port
+    port=$((port + 1))
+  done
+done
+for k in "${!PORT[@]}"; do wait_port "${PORT[$k]}"; done
+for v in "${VARIANTS[@]}"; do curl -s -o /dev/null "http://127.0.0.1:${PORT[cache,$v]}/s1024"; done
+
+CELLS=("hello-ka-c100|hello|/hello" "hit-1KiB-c100|cache|/s1024")
+declare -A CPU RPSV P99 IU
+for ((r = 0; r < ROUNDS; r++)); do
+  for cell in "${CELLS[@]}"; do
+    IFS='|' read -r name kind path <<<"$cell"
+    for v in $(rotated "$r" "${VARIANTS[@]}"); do
+      url="http://127.0.0.1:${PORT[$kind,$v]}$path"
+      taskset -c "$LOAD_CORE" wrk -t1 -c100 -d1s "$url" >/dev/null 2>&1 || true
+      run_wrk "${PID[$kind,$v]}" "$url" -t1 -c100 -d"$DUR"
+      CPU[$name,$v]+="$CPU_US_PER_REQ "; RPSV[$name,$v]+="$RPS "; P99[$name,$v]+="$P99_US "
+      log "round $((r + 1)) $name $v: $RPS req/s, $CPU_US_PER_REQ CPU us/req, p99 ${P99_US}us"
+    done
+  done
+done
+LINES=$(cat "$TMP"/access-*.log 2>/dev/null | wc -l)
+
+for cell in "${CELLS[@]}"; do
+  IFS='|' read -r name kind path <<<"$cell"
+  for v in "${VARIANTS[@]}"; do
+    cg_instructions "$WEIR" "$(variant_cfg "$kind.yaml" "$v")" "$path" -c 10
+    IU[$name,$v]=$INS
+    log "callgrind $name $v: $INS instructions/request"
+  done
+done
+
+OUT="$ROOT/bench/results/ops-overhead-$(date -u +%Y%m%d-%H%M).md"
+{
+  echo "# Cost of metrics and the access log ($(git -C "$ROOT" rev-parse --short HEAD))"
+  echo
+  machine_info
+  echo "- each cell: wrk -t1 -c100 -d$DUR, median of $ROUNDS rounds, order rotated; $LINES access log lines written"
+  echo
+  echo "| cell | config | CPU µs/req | vs off | req/s | p99 µs | instructions/req | vs off |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|"
+  for cell in "${CELLS[@]}"; do
+    name=${cell%%|*}
+    base=$(median ${CPU[$name,off]})
+    for v in "${VARIANTS[@]}"; do
+      c=$(median ${CPU[$name,$v]})
+      echo "| $name | $v | $c | $(ratio "$c" "$base") | $(median ${RPSV[$name,$v]}) | $(median ${P99[$name,$v]}) | ${IU[$name,$v]} | $(ratio "${IU[$name,$v]}" "${IU[$name,off]}") |"
+    done
+  done
+  echo
+  echo "Every round:"
+  echo
+  for cell in "${CELLS[@]}"; do
+    name=${cell%%|*}
+    for v in "${VARIANTS[@]}"; do echo "- $name $v: CPU ${CPU[$name,$v]}"; done
+  done
+} > "$OUT"
+cat "$OUT"
+log "results in $OUT"
