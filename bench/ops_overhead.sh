@@ -8,7 +8,7 @@
 # reported. Also user-space instructions per request under callgrind (fixed request count).
 # Usage: bench/ops_overhead.sh [--quick]
 source "$(dirname "$0")/lib.sh"
-DUR=5s; ROUNDS=3
+DUR=5s; ROUNDS=${ROUNDS:-3}
 [ "${1:-}" = --quick ] && { DUR=3s; ROUNDS=1; }
 ensure_pkgs nginx-light wrk valgrind curl
 build_weir

@@ -3,6 +3,7 @@
 
 mod logging;
 mod notify;
+mod upgrade;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,6 +36,10 @@ enum Command {
         /// Config file (YAML).
         #[arg(short, long)]
         config: Option<PathBuf>,
+        /// Binary upgrade: take the listening sockets of the weir serving this unix socket (if
+        /// one does; it then drains and exits), and serve them here to the next one.
+        #[arg(long, value_name = "PATH")]
+        upgrade_socket: Option<PathBuf>,
     },
     /// Validate a config file and exit: 0 if valid, 1 with the error otherwise.
     Check {
@@ -83,7 +88,10 @@ pub fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Run { config } => {
+        Command::Run {
+            config,
+            upgrade_socket,
+        } => {
             let loaded = match &config {
                 Some(path) => runtime::load_file(path, &std::sync::Arc::new(Registry::default())),
                 None => runtime::load_str(config::DEFAULT_CONFIG, std::path::Path::new("."), |v| {
@@ -104,7 +112,7 @@ pub fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            run(cfg, config, logs)
+            run(cfg, config, logs, upgrade_socket)
         }
     }
 }
@@ -122,16 +130,53 @@ fn summary(cfg: &RuntimeConfig) -> String {
     )
 }
 
-fn run(cfg: RuntimeConfig, path: Option<std::path::PathBuf>, logs: logging::Logging) -> ExitCode {
+fn run(
+    cfg: RuntimeConfig,
+    path: Option<std::path::PathBuf>,
+    logs: logging::Logging,
+    upgrade_socket: Option<PathBuf>,
+) -> ExitCode {
     let embedded = path.is_none();
     let workers = cfg.workers;
-    let handle = match server::start(cfg) {
+    let taken = match upgrade_socket
+        .as_deref()
+        .map(upgrade::take_over)
+        .transpose()
+    {
+        Ok(t) => t.flatten(),
+        Err(e) => {
+            eprintln!("weir: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (inherited, taken) = match taken {
+        Some(mut t) => (std::mem::take(&mut t.sockets), Some(t)),
+        None => (Vec::new(), None),
+    };
+    let upgraded = !inherited.is_empty();
+    let handle = match server::start_with(cfg, inherited) {
         Ok(h) => h,
         Err(e) => {
             eprintln!("weir: {e}");
             return ExitCode::FAILURE;
         }
     };
+    let (drain_tx, drain_rx) = tokio::sync::mpsc::unbounded_channel();
+    if let Some(socket) = upgrade_socket {
+        let tx = drain_tx.clone();
+        if let Err(e) = upgrade::serve(socket, handle.listening_sockets(), move || {
+            let _ = tx.send(());
+        }) {
+            eprintln!("weir: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    if let Some(t) = taken {
+        t.finish();
+    }
+    if upgraded {
+        tracing::info!("took over the listening sockets of the previous weir");
+    }
     notify::notify("READY=1");
     let urls: Vec<String> = handle
         .local_addrs()
@@ -154,7 +199,7 @@ fn run(cfg: RuntimeConfig, path: Option<std::path::PathBuf>, logs: logging::Logg
             urls.join(" ")
         );
     }
-    wait_for_signals(handle, path, logs);
+    wait_for_signals(handle, path, logs, drain_rx);
     ExitCode::SUCCESS
 }
 
@@ -201,7 +246,11 @@ fn wait_for_signals(
     handle: server::ServerHandle,
     path: Option<std::path::PathBuf>,
     logs: logging::Logging,
+    mut taken_over: tokio::sync::mpsc::UnboundedReceiver<()>,
 ) {
+    // Where this binary was started from, read now: once an install replaces the file,
+    // /proc/self/exe names the deleted old one.
+    let exe = std::env::current_exe().ok();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -215,11 +264,12 @@ fn wait_for_signals(
     };
     rt.block_on(async move {
         use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int), Ok(mut hup), Ok(mut usr1)) = (
+        let (Ok(mut term), Ok(mut int), Ok(mut hup), Ok(mut usr1), Ok(mut usr2)) = (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
             signal(SignalKind::hangup()),
             signal(SignalKind::user_defined1()),
+            signal(SignalKind::user_defined2()),
         ) else {
             eprintln!("weir: cannot install signal handlers");
             return;
@@ -231,10 +281,11 @@ fn wait_for_signals(
             .reloader
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(tx);
-        loop {
+        let drain = loop {
             tokio::select! {
-                _ = term.recv() => break,
-                _ = int.recv() => break,
+                _ = term.recv() => break false,
+                _ = int.recv() => break false,
+                Some(()) = taken_over.recv() => break true,
                 _ = hup.recv() => {
                     let _ = reload(&handle, path.as_deref(), &logs);
                 }
@@ -245,13 +296,28 @@ fn wait_for_signals(
                     tracing::info!("reopening access logs");
                     handle.registry().sinks.reopen();
                 }
+                _ = usr2.recv() => {
+                    let started = exe
+                        .as_deref()
+                        .ok_or_else(|| "cannot tell which binary this is".to_string())
+                        .and_then(upgrade::spawn_new);
+                    if let Err(e) = started {
+                        tracing::error!(error = %e, "binary upgrade not started");
+                    }
+                }
             }
+        };
+        if drain {
+            // The new process is the service now: it tells systemd its own MAINPID.
+            tracing::info!("draining: each idle connection answers one more request, then closes");
+            handle.drain();
+        } else {
+            notify::notify("STOPPING=1");
+            tracing::info!(
+                "shutting down: finishing in-flight requests (a second signal stops at once)"
+            );
+            handle.shutdown();
         }
-        notify::notify("STOPPING=1");
-        tracing::info!(
-            "shutting down: finishing in-flight requests (a second signal stops at once)"
-        );
-        handle.shutdown();
         let join = tokio::task::spawn_blocking(move || handle.join());
         tokio::select! {
             _ = join => tracing::info!("stopped"),

@@ -10,11 +10,14 @@
 
 mod client_io;
 mod conn;
+pub mod handoff;
 mod listener;
 mod worker;
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -32,20 +35,65 @@ pub struct ServerHandle {
     addrs: Vec<SocketAddr>,
     admin: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
+    /// Set before `shutdown` for a drain: idle connections stay until their next request
+    /// (answered with `Connection: close`) or the shutdown deadline, instead of closing at once.
+    drain: Arc<AtomicBool>,
+    /// A duplicate of every listening socket, for handing them to a new process.
+    sockets: Vec<(SocketAddr, TcpListener)>,
     threads: Vec<JoinHandle<()>>,
 }
 
 /// Binds all listeners and starts the workers.
 pub fn start(cfg: RuntimeConfig) -> io::Result<ServerHandle> {
+    start_with(cfg, Vec::new())
+}
+
+/// Starts the workers on `inherited` listening sockets where their address is a listener's
+/// (a binary upgrade: see [`handoff`]), binding the others. Every inherited socket of a
+/// listener is served (several per worker when there are more sockets than workers), so no
+/// accept queue of the old process is left unread; inherited sockets no listener names are
+/// closed.
+pub fn start_with(
+    cfg: RuntimeConfig,
+    mut inherited: Vec<(SocketAddr, TcpListener)>,
+) -> io::Result<ServerHandle> {
     let cfg = Arc::new(cfg);
     let workers = cfg.workers.max(1);
     let mut per_worker: Vec<Vec<worker::Listening>> = (0..workers).map(|_| Vec::new()).collect();
     let mut addrs = Vec::new();
     let mut admin = None;
+    let mut sockets = Vec::new();
     for (i, l) in cfg.listeners.iter().enumerate() {
         let with_addr = |e: io::Error, a: SocketAddr| {
             io::Error::new(e.kind(), format!("cannot listen on {a}: {e}"))
         };
+        let (theirs, rest): (Vec<_>, Vec<_>) = inherited
+            .into_iter()
+            .partition(|(a, _)| *a == l.address && l.address.port() != 0);
+        inherited = rest;
+        if !theirs.is_empty() {
+            let actual = l.address;
+            if l.admin {
+                admin = Some(actual);
+            } else {
+                addrs.push(actual);
+            }
+            let mut mine: Vec<TcpListener> = theirs.into_iter().map(|(_, s)| s).collect();
+            while mine.len() < workers {
+                mine.push(
+                    listener::bind(actual, cfg.limits.backlog, l.defer_accept)
+                        .map_err(|e| with_addr(e, actual))?,
+                );
+            }
+            for (n, socket) in mine.into_iter().enumerate() {
+                sockets.push((actual, socket.try_clone()?));
+                per_worker[n % workers].push(worker::Listening {
+                    socket,
+                    listener: i,
+                });
+            }
+            continue;
+        }
         listener::check_free(l.address).map_err(|e| {
             let why = if e.kind() == io::ErrorKind::AddrInUse {
                 "is in use by another process (another weir? stop it first: two processes \
@@ -64,6 +112,7 @@ pub fn start(cfg: RuntimeConfig) -> io::Result<ServerHandle> {
         } else {
             addrs.push(actual);
         }
+        sockets.push((actual, first.try_clone()?));
         per_worker[0].push(worker::Listening {
             socket: first,
             listener: i,
@@ -71,12 +120,18 @@ pub fn start(cfg: RuntimeConfig) -> io::Result<ServerHandle> {
         for w in per_worker.iter_mut().skip(1) {
             let socket = listener::bind(actual, cfg.limits.backlog, l.defer_accept)
                 .map_err(|e| with_addr(e, actual))?;
+            sockets.push((actual, socket.try_clone()?));
             w.push(worker::Listening {
                 socket,
                 listener: i,
             });
         }
     }
+    for (addr, _) in &inherited {
+        tracing::warn!(%addr, "a handed-over socket matches no listener: closed");
+    }
+    drop(inherited);
+    let drain = Arc::new(AtomicBool::new(false));
     let (tx, rx) = watch::channel(false);
     let (reloaded, generation) = watch::channel(0u64);
     let published = Arc::new(Published::new(cfg));
@@ -90,9 +145,10 @@ pub fn start(cfg: RuntimeConfig) -> io::Result<ServerHandle> {
     for (id, listening) in per_worker.into_iter().enumerate() {
         let published = published.clone();
         let rx = rx.clone();
+        let drain = drain.clone();
         let t = std::thread::Builder::new()
             .name(format!("weir-worker-{id}"))
-            .spawn(move || worker::run(id, published, listening, rx))?;
+            .spawn(move || worker::run(id, published, listening, rx, drain))?;
         threads.push(t);
     }
     Ok(ServerHandle {
@@ -101,6 +157,8 @@ pub fn start(cfg: RuntimeConfig) -> io::Result<ServerHandle> {
         addrs,
         admin,
         shutdown: tx,
+        drain,
+        sockets,
         threads,
     })
 }
@@ -181,6 +239,23 @@ impl ServerHandle {
     /// Starts a graceful shutdown; returns at once.
     pub fn shutdown(&self) {
         self.shutdown.send_replace(true);
+    }
+
+    /// Starts a drain, for when another process took over the listening sockets: stop
+    /// accepting, let every idle connection serve one more request with `Connection: close`
+    /// (closing idle ones at once would race with requests clients are sending on them), and
+    /// cut what is left at `timeouts.shutdown`. Returns at once.
+    pub fn drain(&self) {
+        self.drain.store(true, Ordering::SeqCst);
+        self.shutdown.send_replace(true);
+    }
+
+    /// Every listening socket (one per listener and worker), for [`handoff::send`].
+    pub fn listening_sockets(&self) -> Vec<(SocketAddr, RawFd)> {
+        self.sockets
+            .iter()
+            .map(|(a, s)| (*a, s.as_raw_fd()))
+            .collect()
     }
 
     /// Waits for every worker to finish (call [`ServerHandle::shutdown`] first), then for the

@@ -162,6 +162,7 @@ pub(crate) fn run(
     published: Arc<Published>,
     listening: Vec<Listening>,
     shutdown: watch::Receiver<bool>,
+    drain: Arc<std::sync::atomic::AtomicBool>,
 ) {
     let generation = published.generation();
     let cfg = published.load();
@@ -218,7 +219,9 @@ pub(crate) fn run(
         let mut rx = shutdown;
         let _ = rx.wait_for(|s| *s).await;
         state.shutting_down.set(true);
-        state.sweep(u64::MAX);
+        if !drain.load(std::sync::atomic::Ordering::SeqCst) {
+            state.sweep(u64::MAX);
+        }
         let mut rt = state.cached();
         state.refresh(&mut rt);
         let deadline = tokio::time::Instant::now() + rt.cfg.timeouts.shutdown;

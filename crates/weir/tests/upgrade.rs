@@ -1,0 +1,182 @@
+//! Binary upgrade over real sockets: a second `weir run --upgrade-socket` takes the listening
+//! sockets of the first under keep-alive load; the first drains and exits; no request fails.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::Write;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::process::{signal, spawn_serving, write_config, WEIR};
+
+fn config(port: u16, body: &str) -> String {
+    format!("workers: 2\nlisteners:\n  - address: 127.0.0.1:{port}\n    routes:\n      - respond: {{ body: {body} }}\n")
+}
+
+#[test]
+fn a_new_process_takes_the_sockets_and_the_old_one_drains_without_failures() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = std::env::temp_dir().join(format!("weir-upgrade-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("upgrade.sock");
+    let cfg = write_config("upgrade-old", &config(port, "old"));
+    let start = |cfg: &std::path::Path| {
+        let mut cmd = Command::new(WEIR);
+        cmd.args(["run", "-c"])
+            .arg(cfg)
+            .arg("--upgrade-socket")
+            .arg(&socket);
+        spawn_serving(cmd)
+    };
+    let (mut old, addr) = start(&cfg);
+
+    // Keep-alive clients that reconnect after `Connection: close`, as browsers and load
+    // balancers do; any error or unexpected answer is a failure.
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let served = Arc::new(AtomicUsize::new(0));
+    let seen_new = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (stop, failures, served, seen_new) = (
+                stop.clone(),
+                failures.clone(),
+                served.clone(),
+                seen_new.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut conn = common::connect(addr);
+                while !stop.load(Ordering::SeqCst) {
+                    if conn
+                        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+                        .is_err()
+                    {
+                        failures.lock().unwrap().push("write failed".into());
+                        conn = common::connect(addr);
+                        continue;
+                    }
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        common::read_response(&mut conn)
+                    }));
+                    match r {
+                        Ok(r) if r.status == 200 => {
+                            served.fetch_add(1, Ordering::SeqCst);
+                            if r.text() == "new" {
+                                seen_new.store(true, Ordering::SeqCst);
+                            }
+                            if r.header("connection") == Some("close") {
+                                conn = common::connect(addr);
+                            }
+                        }
+                        Ok(r) => {
+                            failures
+                                .lock()
+                                .unwrap()
+                                .push(format!("status {}", r.status));
+                            conn = common::connect(addr);
+                        }
+                        Err(_) => {
+                            failures.lock().unwrap().push("read failed".into());
+                            conn = common::connect(addr);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = served.load(Ordering::SeqCst);
+    assert!(before > 0, "no traffic before the upgrade");
+
+    let new_cfg = write_config("upgrade-new", &config(port, "new"));
+    let (mut new, new_addr) = start(&new_cfg);
+    assert_eq!(new_addr, addr, "the new process serves the same address");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = old.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the old weir did not drain and exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "the old weir exits cleanly: {status:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::SeqCst);
+    for c in clients {
+        c.join().unwrap();
+    }
+    let failures = failures.lock().unwrap();
+    assert!(failures.is_empty(), "failed requests: {failures:?}");
+    assert!(seen_new.load(Ordering::SeqCst), "the new process answered");
+    assert!(served.load(Ordering::SeqCst) > before);
+    assert_eq!(common::get(addr, "/").text(), "new");
+
+    // The new one can be upgraded in turn, and a bad config leaves it serving.
+    let bad = write_config("upgrade-bad", "listeners: [ { address: nowhere } ]\n");
+    let out = Command::new(WEIR)
+        .args(["run", "-c"])
+        .arg(&bad)
+        .arg("--upgrade-socket")
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        new.try_wait().unwrap().is_none(),
+        "a failed upgrade leaves the running weir"
+    );
+    assert_eq!(common::get(addr, "/").text(), "new");
+    signal(&new, "-TERM");
+    assert!(new.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sigusr2_starts_the_new_binary_which_takes_over() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = std::env::temp_dir().join(format!("weir-usr2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("upgrade.sock");
+    let cfg = dir.join("weir-usr2.yaml");
+    std::fs::write(&cfg, config(port, "one")).unwrap();
+    let mut cmd = Command::new(WEIR);
+    cmd.args(["run", "-c"])
+        .arg(&cfg)
+        .arg("--upgrade-socket")
+        .arg(&socket);
+    let (mut old, addr) = spawn_serving(cmd);
+    assert_eq!(common::get(addr, "/").text(), "one");
+    std::fs::write(&cfg, config(port, "two")).unwrap();
+    signal(&old, "-USR2");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while old.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the old weir did not hand over");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(common::get(addr, "/").text(), "two");
+    // The new process outlives its parent: stop it by its command line.
+    Command::new("pkill")
+        .args(["-TERM", "-f", &cfg.display().to_string()])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_ok() {
+        assert!(Instant::now() < deadline, "the new weir did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
