@@ -8,7 +8,7 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::process::{signal, spawn_run, spawn_serving, write_config, WEIR};
+use common::process::{free_port, signal, spawn_run, spawn_serving, write_config, WEIR};
 
 const CONFIG: &str = r#"
 workers: 2
@@ -188,14 +188,6 @@ fn admin_of(
         .parse()
         .unwrap();
     (child, addr, admin)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]

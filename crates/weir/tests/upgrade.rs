@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::process::{signal, spawn_serving, write_config, WEIR};
+use common::process::{free_port, signal, spawn_serving, write_config, WEIR};
 
 fn config(port: u16, body: &str) -> String {
     format!("workers: 2\nlisteners:\n  - address: 127.0.0.1:{port}\n    routes:\n      - respond: {{ body: {body} }}\n")
@@ -18,11 +18,7 @@ fn config(port: u16, body: &str) -> String {
 
 #[test]
 fn a_new_process_takes_the_sockets_and_the_old_one_drains_without_failures() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let dir = std::env::temp_dir().join(format!("weir-upgrade-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let socket = dir.join("upgrade.sock");
@@ -143,11 +139,7 @@ fn a_new_process_takes_the_sockets_and_the_old_one_drains_without_failures() {
 
 #[test]
 fn sigusr2_starts_the_new_binary_which_takes_over() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let dir = std::env::temp_dir().join(format!("weir-usr2-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let socket = dir.join("upgrade.sock");

@@ -485,8 +485,8 @@ impl ProcStat {
         let rest = &stat[stat.rfind(')')? + 2..];
         let f: Vec<&str> = rest.split_whitespace().collect();
         let num = |i: usize| f.get(i).and_then(|v| v.parse::<i64>().ok());
-        let ticks = tick_rate() as f64;
-        let page = page_size();
+        let ticks = sysconf(libc::_SC_CLK_TCK, 100) as f64;
+        let page = sysconf(libc::_SC_PAGESIZE, 4096);
         // Indices are the stat(5) field numbers minus 3 (pid and comm are consumed).
         let utime = num(11)? as f64;
         let stime = num(12)? as f64;
@@ -508,24 +508,14 @@ impl ProcStat {
     }
 }
 
-fn tick_rate() -> i64 {
+/// `sysconf(name)`, or `default` when the system does not say.
+fn sysconf(name: libc::c_int, default: i64) -> i64 {
     // SAFETY: sysconf reads a constant of the running system; no memory is passed.
     #[allow(unsafe_code)]
-    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let v = unsafe { libc::sysconf(name) };
     if v > 0 {
         v
     } else {
-        100
-    }
-}
-
-fn page_size() -> i64 {
-    // SAFETY: as above.
-    #[allow(unsafe_code)]
-    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if v > 0 {
-        v
-    } else {
-        4096
+        default
     }
 }

@@ -69,3 +69,12 @@ pub fn signal(child: &std::process::Child, sig: &str) {
         .status()
         .unwrap();
 }
+
+/// A port nothing listens on now (for configs that must name a fixed port).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
