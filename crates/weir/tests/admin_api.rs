@@ -336,3 +336,19 @@ fn systemd_hears_ready_reloading_and_stopping() {
     assert!(child.wait().unwrap().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_dashboard_is_one_self_contained_page_fed_by_the_admin_api() {
+    let server = common::start_config(CONFIG);
+    let admin = server.handle.as_ref().unwrap().admin_addr().unwrap();
+    let r = request(admin, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(r.status, 200);
+    assert!(r.header("content-type").unwrap().starts_with("text/html"));
+    let page = r.text();
+    for external in ["src=\"http", "href=\"http", "src='http", "@import", "//cdn"] {
+        assert!(!page.contains(external), "the page loads {external}…: weir runs offline");
+    }
+    for uses in ["fetch(\"/metrics\"", "\"/reload\"", "\"/purge?all=1\""] {
+        assert!(page.contains(uses), "the page should use {uses}");
+    }
+}

@@ -14,6 +14,8 @@
 //! * `GET /metrics` → Prometheus/OpenMetrics text ([`scrape`]).
 //! * `POST /reload` → re-reads the config file as SIGHUP does: 200 `{"reloaded":true}`, or 500
 //!   `{"reloaded":false,"error":…}` with the running config kept.
+//! * `GET /` → the live dashboard (`dashboard.html`: requests/s, latency, cache, upstreams,
+//!   purge and reload buttons), fed by `/metrics`.
 //! * `GET /openapi.json` → this API described as OpenAPI 3.0 (checked against the real
 //!   endpoints in `tests/admin_api.rs`).
 
@@ -25,6 +27,9 @@ use weir_cache::PurgeSelector;
 use weir_http::{Method, RequestHead};
 
 use crate::runtime::RuntimeConfig;
+
+/// The live dashboard, one self-contained page (no external resources: weir runs offline).
+pub const DASHBOARD: &str = include_str!("dashboard.html");
 
 /// The OpenAPI description of this API.
 pub const OPENAPI: &str = include_str!("openapi.json");
@@ -97,6 +102,13 @@ pub fn handle(
             };
         }
         (b"/openapi.json", Method::Get | Method::Head) => (200, OPENAPI.to_string()),
+        (b"/", Method::Get | Method::Head) => {
+            return AdminReply {
+                status: 200,
+                content_type: b"text/html; charset=utf-8",
+                body: DASHBOARD.to_string(),
+            }
+        }
         (b"/metrics" | b"/openapi.json", _) => (405, json_error("use GET")),
         (b"/reload", _) => (405, json_error("use POST")),
         _ => json_api(req, cfg),
@@ -157,7 +169,7 @@ fn json_api(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
         _ => (
             404,
             json_error(
-                "unknown admin path (/health, /ready, /stats, /metrics, /purge, /reload, /openapi.json)",
+                "unknown admin path (/, /health, /ready, /stats, /metrics, /purge, /reload, /openapi.json)",
             ),
         ),
     }

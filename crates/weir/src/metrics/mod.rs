@@ -43,12 +43,14 @@ impl Counter {
 }
 
 /// Upper bounds of the request duration histogram, in seconds (`+Inf` is implied).
-pub const DURATION_BUCKETS: [f64; 14] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+/// Starts at 10 µs: a cache hit or a fixed response is answered in a few microseconds.
+pub const DURATION_BUCKETS: [f64; 17] = [
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5, 1.0, 5.0,
 ];
 /// The same bounds in microseconds, for the hot path.
-const BUCKETS_US: [u64; 14] = [
-    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+const BUCKETS_US: [u64; 17] = [
+    10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
     1_000_000, 5_000_000,
 ];
 
@@ -60,7 +62,7 @@ pub(crate) const CODES: usize = 500;
 pub struct RouteMetrics {
     pub(crate) codes: Box<[Counter]>,
     /// Per bucket of [`DURATION_BUCKETS`], plus `+Inf` last (not cumulative; summed at scrape).
-    pub(crate) buckets: [Counter; 15],
+    pub(crate) buckets: [Counter; 18],
     pub(crate) sum_us: Counter,
 }
 
@@ -210,9 +212,11 @@ mod tests {
         assert_eq!(r.codes[304].get(), 1);
         assert_eq!(r.codes[499].get(), 1);
         let counts: Vec<u64> = r.buckets.iter().map(Counter::get).collect();
-        assert_eq!(counts[0], 3, "≤100µs: 50, 100 and 1");
-        assert_eq!(counts[1], 1, "101µs");
-        assert_eq!(counts[14], 1, "+Inf");
+        assert_eq!(counts[0], 1, "≤10µs: 1");
+        assert_eq!(counts[2], 1, "≤50µs: 50");
+        assert_eq!(counts[3], 1, "≤100µs: 100");
+        assert_eq!(counts[4], 1, "≤250µs: 101");
+        assert_eq!(counts[17], 1, "+Inf");
         assert_eq!(r.sum_us.get(), 10_000_252);
     }
 
