@@ -171,13 +171,15 @@ fn run(
             return ExitCode::FAILURE;
         }
     }
+    // READY (with MAINPID) before the old process is told to go: under systemd the service
+    // must have its new main process before the old one exits.
+    notify::notify("READY=1");
     if let Some(t) = taken {
         t.finish();
     }
     if upgraded {
         tracing::info!("took over the listening sockets of the previous weir");
     }
-    notify::notify("READY=1");
     let urls: Vec<String> = handle
         .local_addrs()
         .iter()
