@@ -346,7 +346,10 @@ fn the_dashboard_is_one_self_contained_page_fed_by_the_admin_api() {
     assert!(r.header("content-type").unwrap().starts_with("text/html"));
     let page = r.text();
     for external in ["src=\"http", "href=\"http", "src='http", "@import", "//cdn"] {
-        assert!(!page.contains(external), "the page loads {external}…: weir runs offline");
+        assert!(
+            !page.contains(external),
+            "the page loads {external}…: weir runs offline"
+        );
     }
     for uses in ["fetch(\"/metrics\"", "\"/reload\"", "\"/purge?all=1\""] {
         assert!(page.contains(uses), "the page should use {uses}");

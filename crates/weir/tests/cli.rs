@@ -15,6 +15,7 @@ fn check_accepts_the_examples() {
         "examples/proxy.yaml",
         "examples/gateway.yaml",
         "examples/cache.yaml",
+        "examples/echo-origins.yaml",
         "deploy/container.yaml",
     ] {
         let out = Command::new(WEIR)
@@ -232,4 +233,28 @@ fn a_relative_static_root_resolves_against_the_config_file() {
     signal(&child, "-TERM");
     assert!(child.wait().unwrap().success());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_ipv6_address_from_the_environment_works_unquoted_in_the_examples() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    for file in [
+        "examples/hello.yaml",
+        "examples/cache.yaml",
+        "examples/echo-origins.yaml",
+        "deploy/container.yaml",
+    ] {
+        let out = Command::new(WEIR)
+            .args(["check", "-c", file])
+            .env("WEIR_LISTEN", "[::1]:8080")
+            .current_dir(root)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && said.contains("[::1]:8080"),
+            "{file}: {said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -164,7 +164,7 @@ fn run(
     let (drain_tx, drain_rx) = tokio::sync::mpsc::unbounded_channel();
     if let Some(socket) = upgrade_socket {
         let tx = drain_tx.clone();
-        if let Err(e) = upgrade::serve(socket, handle.listening_sockets(), move || {
+        if let Err(e) = upgrade::serve(socket, handle.handoff_sockets(), move || {
             let _ = tx.send(());
         }) {
             eprintln!("weir: {e}");

@@ -10,12 +10,12 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::server::handoff;
+use crate::server::{handoff, SharedSockets};
 
 /// A hand-over in progress, on the new process's side.
 #[derive(Debug)]
@@ -62,7 +62,7 @@ impl TakeOver {
 /// it serves, calls `drain` (once). Binds `path` anew (an old file is replaced).
 pub fn serve(
     path: PathBuf,
-    sockets: Vec<(SocketAddr, RawFd)>,
+    sockets: SharedSockets,
     drain: impl Fn() + Send + 'static,
 ) -> Result<(), String> {
     let _ = std::fs::remove_file(&path);
@@ -91,13 +91,22 @@ pub fn serve(
 }
 
 /// One hand-over: `Ok(true)` once the new process says it serves.
-fn hand_over(conn: &UnixStream, sockets: &[(SocketAddr, RawFd)]) -> std::io::Result<bool> {
+fn hand_over(conn: &UnixStream, sockets: &SharedSockets) -> std::io::Result<bool> {
     conn.set_read_timeout(Some(Duration::from_secs(60)))?;
     let mut lines = BufReader::new(conn).lines();
     if lines.next().transpose()?.as_deref() != Some("takeover") {
         return Ok(false);
     }
-    handoff::send(conn, sockets)?;
+    {
+        let held = sockets.lock().unwrap_or_else(|e| e.into_inner());
+        if held.is_empty() {
+            return Err(std::io::Error::other(
+                "shutting down: no sockets to hand over",
+            ));
+        }
+        let fds: Vec<(SocketAddr, RawFd)> = held.iter().map(|(a, s)| (*a, s.as_raw_fd())).collect();
+        handoff::send(conn, &fds)?;
+    }
     Ok(lines.next().transpose()?.as_deref() == Some("ready"))
 }
 

@@ -1,6 +1,12 @@
 //! `${VAR}` and `${VAR:-default}` substitution over the raw config text, before YAML parsing, so that
 //! any value (including numbers and addresses) can come from the environment. `$${` is a literal
 //! `${`. An unset variable without a default is an error naming the variable and its line.
+//!
+//! A `${...}` that is a whole unquoted value (`address: ${LISTEN}`, `- ${SERVER}`,
+//! `{ address: ${LISTEN} }`) and whose value YAML would not read as a plain string (an IPv6
+//! `[::1]:80` is a list to YAML, `*x` an alias, `a: b` a mapping) is inserted double-quoted, so
+//! it stays the string it was. Plain values (`8080`, `true`, `127.0.0.1:80`) are inserted as
+//! they are and keep their YAML type.
 
 use super::ConfigError;
 
@@ -39,21 +45,64 @@ pub fn interpolate(
                 format!("invalid variable name in ${{{expr}}}"),
             ));
         }
-        match (lookup(name), default) {
-            (Some(v), _) if !v.is_empty() || default.is_none() => out.push_str(&v),
-            (_, Some(d)) => out.push_str(d),
+        let value = match (lookup(name), default) {
+            (Some(v), _) if !v.is_empty() || default.is_none() => v,
+            (_, Some(d)) => d.to_string(),
             (None, None) => {
                 return Err(ConfigError::at_line(
                     line,
                     format!("environment variable {name} is not set (use ${{{name}:-default}} for a default)"),
                 ))
             }
-            (Some(v), None) => out.push_str(&v),
+            (Some(v), None) => v,
+        };
+        let after_value = &body_start[end + 1..];
+        if whole_value(&out, after_value) && !plain_scalar(&value) {
+            out.push('"');
+            for c in value.chars() {
+                if c == '"' || c == '\\' {
+                    out.push('\\');
+                }
+                out.push(c);
+            }
+            out.push('"');
+        } else {
+            out.push_str(&value);
         }
-        rest = &body_start[end + 1..];
+        rest = after_value;
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// Whether a `${...}` between `before` (the text so far) and `after` is a whole unquoted value.
+fn whole_value(before: &str, after: &str) -> bool {
+    let line = before.rsplit('\n').next().unwrap_or("").trim_end();
+    let opens = line.ends_with(':')
+        || line.ends_with('-')
+        || line.ends_with('[')
+        || line.ends_with(',')
+        || line.ends_with('{');
+    let rest = after.split('\n').next().unwrap_or("").trim_start();
+    let closes = rest.is_empty()
+        || rest.starts_with('#')
+        || rest.starts_with('}')
+        || rest.starts_with(']')
+        || rest.starts_with(',');
+    opens && closes
+}
+
+/// Whether YAML reads `v`, unquoted, as the plain scalar it is.
+fn plain_scalar(v: &str) -> bool {
+    let first_ok = !v.starts_with(|c: char| "[]{}*&!|>'\"%@`#,?-".contains(c) || c.is_whitespace())
+        || (v.starts_with('-') && v.len() > 1 && !v[1..].starts_with(' '));
+    first_ok
+        && !v.contains(": ")
+        && !v.contains(" #")
+        && !v.ends_with(':')
+        && !v.ends_with(char::is_whitespace)
+        && !v.contains(['\n', '\r'])
+        && !v.contains(['{', '}', '[', ']', ','])
 }
 
 fn line_at(text: &str, byte: usize) -> usize {
@@ -90,6 +139,31 @@ mod tests {
             "like the shell, :- also covers empty"
         );
         assert_eq!(interpolate("a: $${SET} $5", env).unwrap(), "a: ${SET} $5");
+    }
+
+    #[test]
+    fn values_yaml_would_misread_are_quoted_where_they_are_whole_values() {
+        let v6 = |_: &str| Some("[::1]:8080".to_string());
+        assert_eq!(interpolate("a: ${X}", v6).unwrap(), "a: \"[::1]:8080\"");
+        assert_eq!(
+            interpolate("- ${X} # c", v6).unwrap(),
+            "- \"[::1]:8080\" # c"
+        );
+        assert_eq!(
+            interpolate("l: { a: ${X}, b: 1 }", v6).unwrap(),
+            "l: { a: \"[::1]:8080\", b: 1 }"
+        );
+        assert_eq!(
+            interpolate("a: http://${X}/x", v6).unwrap(),
+            "a: http://[::1]:8080/x",
+            "inside a larger value: as is"
+        );
+        let plain = |_: &str| Some("127.0.0.1:80".to_string());
+        assert_eq!(interpolate("a: ${X}", plain).unwrap(), "a: 127.0.0.1:80");
+        let n = |_: &str| Some("8".to_string());
+        assert_eq!(interpolate("workers: ${X}", n).unwrap(), "workers: 8");
+        let odd = |_: &str| Some("*a \"q\"".to_string());
+        assert_eq!(interpolate("a: ${X}", odd).unwrap(), "a: \"*a \\\"q\\\"\"");
     }
 
     #[test]

@@ -111,12 +111,27 @@ pub fn load_str(
     let file: model::File = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        let line = inner.location().map(|l| l.line());
+        let mut line = inner.location().map(|l| l.line());
+        let message = strip_location(&inner.to_string());
+        // serde_yaml starts some messages with the path of the mapping at fault; that path is
+        // the more precise one (for an unknown field, the mapping that lacks it), and printing
+        // both would name the key twice.
+        let (path, message) = match message.split_once(": ") {
+            Some((p, m)) if is_key_path(p) => (p.to_string(), m.to_string()),
+            _ => (path, message),
+        };
+        // A duplicate key is reported at its mapping's start: find the second occurrence.
+        if let Some(key) = message
+            .strip_prefix("duplicate field `")
+            .and_then(|m| m.split('`').next())
+        {
+            line = duplicate_line(&text, line.unwrap_or(1), key).or(line);
+        }
         ConfigError {
             file: None,
             line,
-            path: Some(path),
-            message: strip_location(&inner.to_string()),
+            path: (path != ".").then_some(path),
+            message,
         }
     })?;
     Ok(Source {
@@ -129,6 +144,34 @@ pub fn load_str(
 /// Directory relative paths in the config are resolved against.
 #[derive(Debug)]
 pub(crate) struct BaseDir(pub PathBuf);
+
+/// Whether `p` looks like a key path (`listeners[0].routes[1].respond`), not prose.
+fn is_key_path(p: &str) -> bool {
+    !p.is_empty()
+        && p.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.[]-".contains(c))
+}
+
+/// The line of the second `key:` at or after line `from` (1-based), in block or flow style.
+fn duplicate_line(text: &str, from: usize, key: &str) -> Option<usize> {
+    let mut seen = 0;
+    for (i, line) in text.lines().enumerate().skip(from.saturating_sub(1)) {
+        let mut rest = line;
+        while let Some(at) = rest.find(key) {
+            let before = rest[..at].trim_end();
+            let after = &rest[at + key.len()..];
+            let starts = before.is_empty() || before.ends_with(['-', '{', ',']);
+            if starts && after.trim_start().starts_with(':') {
+                seen += 1;
+                if seen == 2 {
+                    return Some(i + 1);
+                }
+            }
+            rest = after;
+        }
+    }
+    None
+}
 
 /// serde_yaml appends " at line L column C"; we print the line ourselves.
 fn strip_location(msg: &str) -> String {
@@ -153,6 +196,29 @@ mod tests {
         assert_eq!(e.line, Some(5), "{e}");
         assert!(e.to_string().contains("listeners[0].routes[0]"), "{e}");
         assert!(e.message.contains("mtach"), "{e}");
+    }
+
+    #[test]
+    fn errors_name_the_key_once_and_duplicates_at_their_line() {
+        let load = |t: &str| load_str(t, Path::new("."), |_| None).unwrap_err();
+        let e = load(
+            "listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - respond: { stauts: 200 }\n",
+        );
+        assert_eq!(
+            e.to_string(),
+            "config:4: listeners[0].routes[0].respond: unknown field `stauts`, expected one of `status`, `headers`, `body`, `body_file`"
+        );
+        let e = load("listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - respond: { status: 200 }\n        respond: { status: 201 }\n");
+        assert_eq!(e.line, Some(5), "{e}");
+        assert_eq!(
+            e.to_string().matches("listeners[0].routes[0]").count(),
+            1,
+            "{e}"
+        );
+        let e = load("workers: 1\nworkers: 2\nlisteners: []\n");
+        assert_eq!(e.line, Some(2), "{e}");
+        let e = load("listeners: [\n");
+        assert!(e.line.is_some(), "a YAML syntax error has its line: {e}");
     }
 
     #[test]

@@ -16,7 +16,6 @@ mod worker;
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -38,10 +37,14 @@ pub struct ServerHandle {
     /// Set before `shutdown` for a drain: idle connections stay until their next request
     /// (answered with `Connection: close`) or the shutdown deadline, instead of closing at once.
     drain: Arc<AtomicBool>,
-    /// A duplicate of every listening socket, for handing them to a new process.
-    sockets: Vec<(SocketAddr, TcpListener)>,
+    /// A duplicate of every listening socket, for handing them to a new process; emptied when
+    /// shutdown begins, so that the sockets close with the workers' copies.
+    sockets: SharedSockets,
     threads: Vec<JoinHandle<()>>,
 }
+
+/// The listening sockets a server can hand over (see [`ServerHandle::handoff_sockets`]).
+pub type SharedSockets = Arc<std::sync::Mutex<Vec<(SocketAddr, TcpListener)>>>;
 
 /// Binds all listeners and starts the workers.
 pub fn start(cfg: RuntimeConfig) -> io::Result<ServerHandle> {
@@ -158,7 +161,7 @@ pub fn start_with(
         admin,
         shutdown: tx,
         drain,
-        sockets,
+        sockets: Arc::new(std::sync::Mutex::new(sockets)),
         threads,
     })
 }
@@ -238,6 +241,10 @@ impl ServerHandle {
 
     /// Starts a graceful shutdown; returns at once.
     pub fn shutdown(&self) {
+        self.sockets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         self.shutdown.send_replace(true);
     }
 
@@ -247,15 +254,13 @@ impl ServerHandle {
     /// cut what is left at `timeouts.shutdown`. Returns at once.
     pub fn drain(&self) {
         self.drain.store(true, Ordering::SeqCst);
-        self.shutdown.send_replace(true);
+        self.shutdown();
     }
 
-    /// Every listening socket (one per listener and worker), for [`handoff::send`].
-    pub fn listening_sockets(&self) -> Vec<(SocketAddr, RawFd)> {
-        self.sockets
-            .iter()
-            .map(|(a, s)| (*a, s.as_raw_fd()))
-            .collect()
+    /// Every listening socket (one per listener and worker), for [`handoff::send`]; empty once
+    /// shutdown began. Hold the lock while sending: shutdown closes them under it.
+    pub fn handoff_sockets(&self) -> SharedSockets {
+        self.sockets.clone()
     }
 
     /// Waits for every worker to finish (call [`ServerHandle::shutdown`] first), then for the
