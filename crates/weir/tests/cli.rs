@@ -241,7 +241,6 @@ fn an_ipv6_address_from_the_environment_works_unquoted_in_the_examples() {
     for file in [
         "examples/hello.yaml",
         "examples/cache.yaml",
-        "examples/echo-origins.yaml",
         "deploy/container.yaml",
     ] {
         let out = Command::new(WEIR)
