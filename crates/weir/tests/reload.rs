@@ -131,30 +131,79 @@ fn swapping_the_config_under_traffic_fails_no_request_and_keeps_cache_hits() {
 }
 
 #[test]
-fn a_reload_that_moves_listeners_or_workers_is_refused_and_the_old_config_stays() {
-    let cfg = |workers: usize, extra: &str| {
-        format!("workers: {workers}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - respond: {{ status: 200, body: old }}\n{extra}")
+fn a_reload_adds_and_removes_listeners_and_refuses_what_it_cannot_do() {
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
     };
+    let (a, b) = (free(), free());
+    let listener = |addr: std::net::SocketAddr, body: &str| {
+        format!(
+            "  - address: {addr}\n    routes:\n      - respond: {{ status: 200, body: {body} }}\n"
+        )
+    };
+    let cfg =
+        |workers: usize, listeners: &str| format!("workers: {workers}\nlisteners:\n{listeners}");
     let handle = weir::server::start(
-        weir::runtime::load_str(&cfg(1, ""), Path::new("."), |_| None).unwrap(),
+        weir::runtime::load_str(&cfg(2, &listener(a, "a")), Path::new("."), |_| None).unwrap(),
     )
     .unwrap();
-    let addr = handle.local_addrs()[0];
     let reg = handle.registry();
     let compile =
         |text: &str| weir::runtime::compile_str(text, Path::new("."), |_| None, &reg).unwrap();
-    let e = handle.reload(compile(&cfg(2, ""))).unwrap_err();
-    assert!(e.to_string().contains("workers"), "{e}");
+
+    // A keep-alive connection on `a`, open across the reload that removes `a`.
+    let mut kept = common::connect(a);
+    assert_eq!(
+        roundtrip(&mut kept, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").text(),
+        "a"
+    );
+
+    // Add `b` and drop `a`.
+    handle.reload(compile(&cfg(2, &listener(b, "b")))).unwrap();
+    assert_eq!(handle.local_addrs(), vec![b]);
+    for _ in 0..20 {
+        assert_eq!(
+            get(b, "/").text(),
+            "b",
+            "every worker accepts on the new listener"
+        );
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::net::TcpStream::connect(a).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the removed listener still accepts"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // The connection on the removed listener answers on its old routes, then closes.
+    let r = roundtrip(&mut kept, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(
+        (r.text().as_str(), r.header("connection")),
+        ("a", Some("close"))
+    );
+
+    // A new listener that cannot be bound refuses the whole reload; nothing changes.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = taken.local_addr().unwrap();
+    let both = format!("{}{}", listener(b, "b2"), listener(busy, "busy"));
+    let e = handle.reload(compile(&cfg(2, &both))).unwrap_err();
+    assert!(
+        e.to_string().contains("listeners[1].address") && e.to_string().contains("in use"),
+        "{e}"
+    );
+    assert_eq!(get(b, "/").text(), "b", "the running config stays");
+
     let e = handle
-        .reload(compile(&cfg(
-            1,
-            "  - address: 127.0.0.1:0\n    routes:\n      - respond: { status: 200 }\n",
-        )))
+        .reload(compile(&cfg(1, &listener(b, "b"))))
         .unwrap_err();
-    assert!(e.to_string().contains("listener"), "{e}");
-    let foreign = weir::runtime::load_str(&cfg(1, ""), Path::new("."), |_| None).unwrap();
+    assert!(e.to_string().contains("workers"), "{e}");
+    let foreign =
+        weir::runtime::load_str(&cfg(2, &listener(b, "b")), Path::new("."), |_| None).unwrap();
     assert!(handle.reload(foreign).is_err(), "another registry's config");
-    assert_eq!(get(addr, "/").text(), "old");
     handle.shutdown();
     handle.join();
 }

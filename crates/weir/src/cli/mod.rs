@@ -171,15 +171,24 @@ fn run(
             return ExitCode::FAILURE;
         }
     }
-    // READY (with MAINPID) before the old process is told to go: under systemd the service
-    // must have its new main process before the old one exits.
-    notify::notify("READY=1");
-    if let Some(t) = taken {
-        t.finish();
-    }
-    if upgraded {
-        tracing::info!("took over the listening sockets of the previous weir");
-    }
+    let ready = move |handle: &server::ServerHandle| {
+        // READY (with MAINPID) before the old process is told to go: under systemd the
+        // service must have its new main process before the old one exits.
+        notify::notify("READY=1");
+        if let Some(t) = taken {
+            t.finish();
+        }
+        if upgraded {
+            tracing::info!("took over the listening sockets of the previous weir");
+        }
+        banner(handle, embedded, workers);
+    };
+    wait_for_signals(handle, path, logs, drain_rx, ready);
+    ExitCode::SUCCESS
+}
+
+/// The start-up lines: every listener and the admin API.
+fn banner(handle: &server::ServerHandle, embedded: bool, workers: usize) {
     let urls: Vec<String> = handle
         .local_addrs()
         .iter()
@@ -201,8 +210,6 @@ fn run(
             urls.join(" ")
         );
     }
-    wait_for_signals(handle, path, logs, drain_rx);
-    ExitCode::SUCCESS
 }
 
 /// Re-reads and compiles the config (the file, or the built-in one) against the running server's
@@ -249,6 +256,7 @@ fn wait_for_signals(
     path: Option<std::path::PathBuf>,
     logs: logging::Logging,
     mut taken_over: tokio::sync::mpsc::UnboundedReceiver<()>,
+    ready: impl FnOnce(&server::ServerHandle),
 ) {
     // Where this binary was started from, read now: once an install replaces the file,
     // /proc/self/exe names the deleted old one.
@@ -276,6 +284,8 @@ fn wait_for_signals(
             eprintln!("weir: cannot install signal handlers");
             return;
         };
+        // Ready only now: a SIGHUP sent as soon as weir says it serves must find its handler.
+        ready(&handle);
         // `POST /reload` on the admin API asks here, like SIGHUP.
         let (tx, mut asked) = tokio::sync::mpsc::unbounded_channel();
         *handle

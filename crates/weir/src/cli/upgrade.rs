@@ -104,7 +104,10 @@ fn hand_over(conn: &UnixStream, sockets: &SharedSockets) -> std::io::Result<bool
                 "shutting down: no sockets to hand over",
             ));
         }
-        let fds: Vec<(SocketAddr, RawFd)> = held.iter().map(|(a, s)| (*a, s.as_raw_fd())).collect();
+        let fds: Vec<(SocketAddr, RawFd)> = held
+            .iter()
+            .map(|b| (b.addr, b.socket.as_raw_fd()))
+            .collect();
         handoff::send(conn, &fds)?;
     }
     Ok(lines.next().transpose()?.as_deref() == Some("ready"))

@@ -141,6 +141,7 @@ pub(crate) fn compile(
         let routes =
             RouteTable::compile(l.routes, &path, base, server_header.as_ref(), &refs, log)?;
         listeners.push(ListenerConfig {
+            id: listener_id(&listeners, address, false),
             address,
             admin: false,
             defer_accept,
@@ -153,6 +154,7 @@ pub(crate) fn compile(
     if let Some(admin) = file.admin {
         let address = resolve(&admin.address).map_err(|m| ("admin.address".to_string(), m))?;
         listeners.push(ListenerConfig {
+            id: listener_id(&listeners, address, true),
             address,
             admin: true,
             defer_accept: false,
@@ -184,6 +186,19 @@ pub(crate) fn compile(
         request_id,
         log,
     })
+}
+
+/// The id of a listener on `address` added after `before`.
+fn listener_id(before: &[ListenerConfig], address: SocketAddr, admin: bool) -> super::ListenerId {
+    let nth = before
+        .iter()
+        .filter(|l| l.address == address && l.admin == admin)
+        .count();
+    super::ListenerId {
+        address,
+        admin,
+        nth,
+    }
 }
 
 /// `host:port`, `[v6]:port`, `:port` (all IPv4 interfaces) or `name:port` (resolved now).

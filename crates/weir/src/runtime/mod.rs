@@ -97,9 +97,19 @@ pub struct Timeouts {
     pub shutdown: Duration,
 }
 
+/// What identifies a listener across reloads: its address, whether it is the admin one, and
+/// its rank among listeners with the same two (several `127.0.0.1:0` listeners are distinct).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ListenerId {
+    pub address: SocketAddr,
+    pub admin: bool,
+    pub nth: usize,
+}
+
 /// One listening socket and its routes.
 #[derive(Debug)]
 pub struct ListenerConfig {
+    pub id: ListenerId,
     pub address: SocketAddr,
     /// TCP_DEFER_ACCEPT on the listening socket.
     pub defer_accept: bool,
@@ -111,6 +121,14 @@ pub struct ListenerConfig {
     /// Where the address was given, for errors: the key path and the config line.
     pub key: String,
     pub line: Option<usize>,
+}
+
+impl RuntimeConfig {
+    /// The index of listener `id` in this config, if it has it.
+    #[inline]
+    pub fn listener_index(&self, id: &ListenerId) -> Option<usize> {
+        self.listeners.iter().position(|l| l.id == *id)
+    }
 }
 
 impl ListenerConfig {

@@ -113,6 +113,8 @@ pub(crate) struct Conn {
     upgraded: bool,
     /// Slot in the worker's connection slab.
     key: usize,
+    /// A reload removed this connection's listener: it closes after the current request.
+    orphaned: bool,
 }
 
 impl Conn {
@@ -121,6 +123,7 @@ impl Conn {
         peer: SocketAddr,
         key: usize,
         state: Rc<WorkerState>,
+        rt: Rc<WorkerRuntime>,
         listener: usize,
     ) -> Conn {
         Conn {
@@ -129,7 +132,7 @@ impl Conn {
             buf: BytesMut::new(),
             out: BytesMut::new(),
             segs: VecDeque::new(),
-            rt: state.cached(),
+            rt,
             state,
             listener,
             served: 0,
@@ -138,6 +141,7 @@ impl Conn {
             encoding: BodyEncoding::Plain,
             upgraded: false,
             key,
+            orphaned: false,
         }
     }
 
@@ -217,7 +221,7 @@ impl Conn {
             if !self.buf.is_empty() {
                 if let Some(head) = parse_request(&mut self.buf, &cfg.limits.head)? {
                     // The request runs on the config published when it arrived.
-                    self.state.refresh(&mut self.rt);
+                    self.refresh_config();
                     return Ok(Some(head));
                 }
                 deadline.get_or_insert_with(|| Instant::now() + cfg.timeouts.header);
@@ -246,6 +250,26 @@ impl Conn {
                     Err(Error::new(ErrorKind::ClientClosed))
                 };
             }
+        }
+    }
+
+    /// Moves to the config published now, finding this connection's listener in it (a reload
+    /// may reorder listeners). A listener the new config removed keeps its connection on the
+    /// config it had, to answer this request and close.
+    #[inline]
+    fn refresh_config(&mut self) {
+        if self.rt.generation == self.state.generation() {
+            return;
+        }
+        let mut next = self.rt.clone();
+        self.state.refresh(&mut next);
+        let id = self.rt.cfg.listeners[self.listener].id;
+        match next.cfg.listener_index(&id) {
+            Some(i) => {
+                self.listener = i;
+                self.rt = next;
+            }
+            None => self.orphaned = true,
         }
     }
 
@@ -441,7 +465,11 @@ impl Downstream for Conn {
 
     fn persistence(&self, head: &RequestHead) -> Persistence {
         let max = self.rt.cfg.limits.max_requests_per_connection;
-        if !head.keep_alive || (max > 0 && self.served >= max) || self.state.shutting_down.get() {
+        if !head.keep_alive
+            || (max > 0 && self.served >= max)
+            || self.state.shutting_down.get()
+            || self.orphaned
+        {
             Persistence::Close
         } else {
             Persistence::KeepAlive

@@ -22,7 +22,7 @@ use std::thread::JoinHandle;
 
 use tokio::sync::watch;
 
-use crate::runtime::{Published, RuntimeConfig};
+use crate::runtime::{ListenerConfig, ListenerId, Published, RuntimeConfig};
 
 /// A running server.
 #[derive(Debug)]
@@ -31,24 +31,80 @@ pub struct ServerHandle {
     published: Arc<Published>,
     /// Tells the health thread the upstreams may have changed.
     reloaded: watch::Sender<u64>,
-    addrs: Vec<SocketAddr>,
-    admin: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     /// Set before `shutdown` for a drain: idle connections stay until their next request
     /// (answered with `Connection: close`) or the shutdown deadline, instead of closing at once.
     drain: Arc<AtomicBool>,
-    /// A duplicate of every listening socket, for handing them to a new process; emptied when
-    /// shutdown begins, so that the sockets close with the workers' copies.
+    /// A duplicate of every listening socket, with its listener and bound address: for handing
+    /// them to a new process, and for the bound addresses. Emptied when shutdown begins, so that
+    /// the sockets close with the workers' copies.
     sockets: SharedSockets,
+    /// The bound address of each listener.
+    addrs: std::sync::Mutex<Vec<(ListenerId, SocketAddr)>>,
+    /// Each worker's channel for listeners added or removed by a reload.
+    changes: Vec<tokio::sync::mpsc::UnboundedSender<worker::ListenerChange>>,
     threads: Vec<JoinHandle<()>>,
 }
 
+/// One listening socket of a running server.
+#[derive(Debug)]
+pub struct Bound {
+    pub id: ListenerId,
+    /// The address it is bound to (port 0 resolved).
+    pub addr: SocketAddr,
+    pub socket: TcpListener,
+}
+
 /// The listening sockets a server can hand over (see [`ServerHandle::handoff_sockets`]).
-pub type SharedSockets = Arc<std::sync::Mutex<Vec<(SocketAddr, TcpListener)>>>;
+pub type SharedSockets = Arc<std::sync::Mutex<Vec<Bound>>>;
 
 /// Binds all listeners and starts the workers.
 pub fn start(cfg: RuntimeConfig) -> io::Result<ServerHandle> {
     start_with(cfg, Vec::new())
+}
+
+/// The sockets of listener `l`, one per worker at least: the `inherited` ones bound to its
+/// address (taken out of the list), topped up with new ones; or all new, after checking that no
+/// other process listens there. Returns the bound address with them.
+fn sockets_for(
+    l: &ListenerConfig,
+    workers: usize,
+    backlog: u32,
+    inherited: &mut Vec<(SocketAddr, TcpListener)>,
+) -> io::Result<(SocketAddr, Vec<TcpListener>)> {
+    let with_addr = |e: io::Error, a: SocketAddr| {
+        io::Error::new(e.kind(), format!("cannot listen on {a}: {e}"))
+    };
+    let (theirs, rest): (Vec<_>, Vec<_>) = std::mem::take(inherited)
+        .into_iter()
+        .partition(|(a, _)| *a == l.address && l.address.port() != 0);
+    *inherited = rest;
+    let mut mine: Vec<TcpListener> = theirs.into_iter().map(|(_, s)| s).collect();
+    let actual = if mine.is_empty() {
+        listener::check_free(l.address).map_err(|e| {
+            let why = if e.kind() == io::ErrorKind::AddrInUse {
+                "is in use by another process (another weir? stop it first: two processes \
+                 sharing a port would each get a share of its connections)"
+                    .to_string()
+            } else {
+                format!("cannot be bound: {e}")
+            };
+            io::Error::new(e.kind(), format!("{}: {} {why}", l.origin(), l.address))
+        })?;
+        let first = listener::bind(l.address, backlog, l.defer_accept)
+            .map_err(|e| with_addr(e, l.address))?;
+        let actual = first.local_addr()?;
+        mine.push(first);
+        actual
+    } else {
+        l.address
+    };
+    while mine.len() < workers {
+        mine.push(
+            listener::bind(actual, backlog, l.defer_accept).map_err(|e| with_addr(e, actual))?,
+        );
+    }
+    Ok((actual, mine))
 }
 
 /// Starts the workers on `inherited` listening sockets where their address is a listener's
@@ -63,71 +119,18 @@ pub fn start_with(
     let cfg = Arc::new(cfg);
     let workers = cfg.workers.max(1);
     let mut per_worker: Vec<Vec<worker::Listening>> = (0..workers).map(|_| Vec::new()).collect();
-    let mut addrs = Vec::new();
-    let mut admin = None;
     let mut sockets = Vec::new();
-    for (i, l) in cfg.listeners.iter().enumerate() {
-        let with_addr = |e: io::Error, a: SocketAddr| {
-            io::Error::new(e.kind(), format!("cannot listen on {a}: {e}"))
-        };
-        let (theirs, rest): (Vec<_>, Vec<_>) = inherited
-            .into_iter()
-            .partition(|(a, _)| *a == l.address && l.address.port() != 0);
-        inherited = rest;
-        if !theirs.is_empty() {
-            let actual = l.address;
-            if l.admin {
-                admin = Some(actual);
-            } else {
-                addrs.push(actual);
-            }
-            let mut mine: Vec<TcpListener> = theirs.into_iter().map(|(_, s)| s).collect();
-            while mine.len() < workers {
-                mine.push(
-                    listener::bind(actual, cfg.limits.backlog, l.defer_accept)
-                        .map_err(|e| with_addr(e, actual))?,
-                );
-            }
-            for (n, socket) in mine.into_iter().enumerate() {
-                sockets.push((actual, socket.try_clone()?));
-                per_worker[n % workers].push(worker::Listening {
-                    socket,
-                    listener: i,
-                });
-            }
-            continue;
-        }
-        listener::check_free(l.address).map_err(|e| {
-            let why = if e.kind() == io::ErrorKind::AddrInUse {
-                "is in use by another process (another weir? stop it first: two processes \
-                 sharing a port would each get a share of its connections)"
-                    .to_string()
-            } else {
-                format!("cannot be bound: {e}")
-            };
-            io::Error::new(e.kind(), format!("{}: {} {why}", l.origin(), l.address))
-        })?;
-        let first = listener::bind(l.address, cfg.limits.backlog, l.defer_accept)
-            .map_err(|e| with_addr(e, l.address))?;
-        let actual = first.local_addr()?;
-        if l.admin {
-            admin = Some(actual);
-        } else {
-            addrs.push(actual);
-        }
-        sockets.push((actual, first.try_clone()?));
-        per_worker[0].push(worker::Listening {
-            socket: first,
-            listener: i,
-        });
-        for w in per_worker.iter_mut().skip(1) {
-            let socket = listener::bind(actual, cfg.limits.backlog, l.defer_accept)
-                .map_err(|e| with_addr(e, actual))?;
-            sockets.push((actual, socket.try_clone()?));
-            w.push(worker::Listening {
-                socket,
-                listener: i,
+    let mut addrs = Vec::new();
+    for l in &cfg.listeners {
+        let (actual, mine) = sockets_for(l, workers, cfg.limits.backlog, &mut inherited)?;
+        addrs.push((l.id, actual));
+        for (n, socket) in mine.into_iter().enumerate() {
+            sockets.push(Bound {
+                id: l.id,
+                addr: actual,
+                socket: socket.try_clone()?,
             });
+            per_worker[n % workers].push(worker::Listening { socket, id: l.id });
         }
     }
     for (addr, _) in &inherited {
@@ -145,23 +148,26 @@ pub fn start_with(
         generation,
         rx.clone(),
     )?);
+    let mut changes = Vec::with_capacity(workers);
     for (id, listening) in per_worker.into_iter().enumerate() {
         let published = published.clone();
         let rx = rx.clone();
         let drain = drain.clone();
+        let (change_tx, change_rx) = tokio::sync::mpsc::unbounded_channel();
+        changes.push(change_tx);
         let t = std::thread::Builder::new()
             .name(format!("weir-worker-{id}"))
-            .spawn(move || worker::run(id, published, listening, rx, drain))?;
+            .spawn(move || worker::run(id, published, listening, rx, drain, change_rx))?;
         threads.push(t);
     }
     Ok(ServerHandle {
         published,
         reloaded,
-        addrs,
-        admin,
         shutdown: tx,
         drain,
         sockets: Arc::new(std::sync::Mutex::new(sockets)),
+        addrs: std::sync::Mutex::new(addrs),
+        changes,
         threads,
     })
 }
@@ -183,8 +189,11 @@ impl ServerHandle {
     /// now on run on it; requests in flight finish on the config they began with. Cache zones,
     /// their objects and upstream health carry over by name (`runtime/registry.rs`).
     ///
-    /// Listeners and the worker count are bound at start: a config that changes them is
-    /// refused, and the running config stays.
+    /// Listeners are matched by address (and admin or not): new ones are bound first (a
+    /// failure refuses the whole reload, naming the listener, and nothing changes), and start
+    /// accepting once the config is swapped; removed ones stop accepting, and their open
+    /// connections answer the request they are on with `Connection: close`. The worker count
+    /// is fixed at start: a config that changes it is refused.
     pub fn reload(&self, cfg: RuntimeConfig) -> Result<(), ReloadError> {
         let old = self.published.load();
         if !Arc::ptr_eq(&cfg.registry, &old.registry) {
@@ -198,21 +207,55 @@ impl ServerHandle {
                 old.workers, cfg.workers
             )));
         }
-        let same_listeners = cfg.listeners.len() == old.listeners.len()
-            && cfg
-                .listeners
-                .iter()
-                .zip(&old.listeners)
-                .all(|(a, b)| a.address == b.address && a.admin == b.admin);
-        if !same_listeners {
-            return Err(ReloadError(
-                "listeners: adding, removing or moving a listener needs a restart".into(),
-            ));
+        let workers = self.changes.len();
+        let mut added = Vec::new();
+        for l in cfg
+            .listeners
+            .iter()
+            .filter(|l| old.listener_index(&l.id).is_none())
+        {
+            let (addr, sockets) = sockets_for(l, workers, cfg.limits.backlog, &mut Vec::new())
+                .map_err(|e| ReloadError(format!("new listener: {e}")))?;
+            added.push((l.id, addr, sockets));
         }
+        let removed: Vec<ListenerId> = old
+            .listeners
+            .iter()
+            .filter(|l| cfg.listener_index(&l.id).is_none())
+            .map(|l| l.id)
+            .collect();
         let registry = cfg.registry.clone();
         let cfg = Arc::new(cfg);
         self.published.store(cfg.clone());
         registry.retain(&cfg);
+        {
+            let mut bound = self.sockets.lock().unwrap_or_else(|e| e.into_inner());
+            let mut addrs = self.addrs.lock().unwrap_or_else(|e| e.into_inner());
+            bound.retain(|b| !removed.contains(&b.id));
+            addrs.retain(|(id, _)| !removed.contains(id));
+            for id in &removed {
+                tracing::info!(address = %id.address, "listener removed: it stops accepting");
+                for w in &self.changes {
+                    let _ = w.send(worker::ListenerChange::Remove(*id));
+                }
+            }
+            for (id, addr, sockets) in added {
+                tracing::info!(%addr, "listener added");
+                addrs.push((id, addr));
+                for (n, socket) in sockets.into_iter().enumerate() {
+                    if let Ok(copy) = socket.try_clone() {
+                        bound.push(Bound {
+                            id,
+                            addr,
+                            socket: copy,
+                        });
+                    }
+                    let _ = self.changes[n % workers].send(worker::ListenerChange::Add(
+                        worker::Listening { socket, id },
+                    ));
+                }
+            }
+        }
         self.reloaded.send_modify(|g| *g += 1);
         tracing::info!("configuration reloaded");
         Ok(())
@@ -229,14 +272,22 @@ impl ServerHandle {
         self.published.load()
     }
 
-    /// The bound address of each (non-admin) listener, in config order (port 0 resolved).
-    pub fn local_addrs(&self) -> &[SocketAddr] {
-        &self.addrs
+    /// The bound address of each (non-admin) listener, in the running config's order (port 0
+    /// resolved).
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        let cfg = self.published.load();
+        let addrs = self.addrs.lock().unwrap_or_else(|e| e.into_inner());
+        cfg.listeners
+            .iter()
+            .filter(|l| !l.admin)
+            .filter_map(|l| addrs.iter().find(|(id, _)| *id == l.id).map(|(_, a)| *a))
+            .collect()
     }
 
     /// The bound address of the admin listener, if configured.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
-        self.admin
+        let addrs = self.addrs.lock().unwrap_or_else(|e| e.into_inner());
+        addrs.iter().find(|(id, _)| id.admin).map(|(_, a)| *a)
     }
 
     /// Starts a graceful shutdown; returns at once.

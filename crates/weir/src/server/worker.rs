@@ -32,16 +32,27 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::{watch, Notify};
 use tokio::task::AbortHandle;
 
+use std::collections::HashMap;
+
 use super::conn::Conn;
 use crate::metrics::CloseReason;
+use crate::runtime::ListenerId;
 use crate::runtime::{Published, WorkerRuntime};
 
 /// A listening socket handed to a worker.
 #[derive(Debug)]
 pub(crate) struct Listening {
     pub socket: std::net::TcpListener,
-    /// Index into `cfg.listeners`.
-    pub listener: usize,
+    /// Which listener it is (found in each config by id: reloads may reorder listeners).
+    pub id: ListenerId,
+}
+
+/// A listener added or removed by a reload.
+#[derive(Debug)]
+pub(crate) enum ListenerChange {
+    Add(Listening),
+    /// Stop accepting on it (its sockets close); its connections finish their request and close.
+    Remove(ListenerId),
 }
 
 /// State shared by the tasks of one worker.
@@ -63,6 +74,8 @@ pub(crate) struct WorkerState {
     tick_ms: Cell<u64>,
     /// This worker's counters (`metrics/`).
     pub metrics: Arc<crate::metrics::WorkerMetrics>,
+    /// The accept loop of each listening socket, by listener.
+    accepting: RefCell<HashMap<ListenerId, Vec<AbortHandle>>>,
 }
 
 /// What the worker knows about one connection.
@@ -102,6 +115,12 @@ impl WorkerState {
         ));
         *self.runtime.borrow_mut() = fresh.clone();
         fresh
+    }
+
+    /// The generation of the config published now.
+    #[inline]
+    pub(crate) fn generation(&self) -> u64 {
+        self.published.generation()
     }
 
     /// The runtime this worker built last (a new connection's first request refreshes it).
@@ -163,6 +182,7 @@ pub(crate) fn run(
     listening: Vec<Listening>,
     shutdown: watch::Receiver<bool>,
     drain: Arc<std::sync::atomic::AtomicBool>,
+    mut changes: tokio::sync::mpsc::UnboundedReceiver<ListenerChange>,
 ) {
     let generation = published.generation();
     let cfg = published.load();
@@ -200,22 +220,26 @@ pub(crate) fn run(
         conns: RefCell::new(Slab::new()),
         clock_ms: Cell::new(0),
         tick_ms: Cell::new(sweep_tick(&cfg.timeouts).as_millis() as u64),
+        accepting: RefCell::new(HashMap::new()),
     });
     local.block_on(&rt, async move {
         for l in listening {
-            // `AsyncFd::new` is deprecated because a caller could close the fd while it is still
-            // registered; here the AsyncFd owns the listener outright and drops (deregisters and
-            // closes) it in one place, so that hazard does not exist.
-            #[allow(deprecated)]
-            let registered = AsyncFd::new(mio::net::TcpListener::from_std(l.socket));
-            match registered {
-                Ok(socket) => {
-                    tokio::task::spawn_local(accept_loop(state.clone(), socket, l.listener));
-                }
-                Err(e) => tracing::error!(worker = id, error = %e, "cannot register listener"),
-            }
+            start_accepting(&state, l);
         }
         tokio::task::spawn_local(sweeper(state.clone()));
+        let s = state.clone();
+        tokio::task::spawn_local(async move {
+            while let Some(change) = changes.recv().await {
+                match change {
+                    ListenerChange::Add(l) => start_accepting(&s, l),
+                    ListenerChange::Remove(id) => {
+                        for task in s.accepting.borrow_mut().remove(&id).unwrap_or_default() {
+                            task.abort();
+                        }
+                    }
+                }
+            }
+        });
         let mut rx = shutdown;
         let _ = rx.wait_for(|s| *s).await;
         state.shutting_down.set(true);
@@ -237,6 +261,27 @@ pub(crate) fn run(
         }
     });
     // Dropping the LocalSet and runtime cancels what is left and closes its sockets.
+}
+
+/// Registers a listening socket and spawns its accept loop.
+fn start_accepting(state: &Rc<WorkerState>, l: Listening) {
+    // `AsyncFd::new` is deprecated because a caller could close the fd while it is still
+    // registered; here the AsyncFd owns the listener outright and drops (deregisters and
+    // closes) it in one place, so that hazard does not exist.
+    #[allow(deprecated)]
+    let registered = AsyncFd::new(mio::net::TcpListener::from_std(l.socket));
+    match registered {
+        Ok(socket) => {
+            let task = tokio::task::spawn_local(accept_loop(state.clone(), socket, l.id));
+            state
+                .accepting
+                .borrow_mut()
+                .entry(l.id)
+                .or_default()
+                .push(task.abort_handle());
+        }
+        Err(e) => tracing::error!(error = %e, "cannot register listener"),
+    }
 }
 
 /// The sweeper's period: a quarter of the shortest idle wait, between 10 ms and 1 s.
@@ -267,9 +312,12 @@ async fn sweeper(state: Rc<WorkerState>) {
 async fn accept_loop(
     state: Rc<WorkerState>,
     listener: AsyncFd<mio::net::TcpListener>,
-    index: usize,
+    id: ListenerId,
 ) {
     let mut shutdown = state.shutdown.clone();
+    // The listener's index in the current config, looked up again when the config changes.
+    let mut rt = state.cached();
+    let mut index = rt.cfg.listener_index(&id);
     loop {
         while state.active.get() >= state.max_active {
             tokio::select! {
@@ -291,6 +339,14 @@ async fn accept_loop(
         while state.active.get() < state.max_active {
             match guard.try_io(|l| l.get_ref().accept()) {
                 Ok(Ok((stream, peer))) => {
+                    if rt.generation != state.generation() {
+                        state.refresh(&mut rt);
+                        index = rt.cfg.listener_index(&id);
+                    }
+                    let Some(index) = index else {
+                        // Removed by a reload an instant ago: this loop is about to stop.
+                        continue;
+                    };
                     state.active.set(state.active.get() + 1);
                     state.metrics.accepted.inc();
                     let key = state.conns.borrow_mut().insert(ConnSlot {
@@ -298,7 +354,7 @@ async fn accept_loop(
                         idle_until: Cell::new(0),
                     });
                     let mut guard = ActiveGuard(state.clone(), key, CloseReason::Idle);
-                    let mut conn = Conn::new(stream, peer, key, state.clone(), index);
+                    let mut conn = Conn::new(stream, peer, key, state.clone(), rt.clone(), index);
                     let task = tokio::task::spawn_local(async move {
                         guard.2 = conn.serve().await;
                         drop(guard);
