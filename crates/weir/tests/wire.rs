@@ -4,7 +4,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -403,5 +403,23 @@ fn a_request_that_arrives_after_accept_is_served() {
     assert_eq!(
         roundtrip(&mut s, b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n").status,
         200
+    );
+}
+
+#[test]
+fn a_connection_that_sends_nothing_is_closed_at_the_header_timeout_despite_defer_accept() {
+    // With TCP_DEFER_ACCEPT the kernel holds a silent connection before weir sees it; weir
+    // counts that time against `timeouts.header` (2 s here: the kernel holds 1 s, weir 1 s).
+    let srv = start("timeouts: { header: 2s }", BASIC_ROUTES);
+    let started = Instant::now();
+    let mut s = srv.connect();
+    assert!(
+        closed_within(&mut s, Duration::from_secs(6)),
+        "a silent connection was still open after 6 s"
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(1800) && took < Duration::from_millis(3600),
+        "closed after {took:?}, expected about 2 s (the header timeout plus at most two sweeps)"
     );
 }

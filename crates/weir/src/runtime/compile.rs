@@ -132,7 +132,11 @@ pub(crate) fn compile(
                 format!("{address} is listed twice"),
             ));
         }
-        let defer_accept = l.defer_accept;
+        let defer_secs = if l.defer_accept {
+            super::defer_secs(timeouts.header)
+        } else {
+            0
+        };
         let log = logs.slot(
             l.access_log.as_ref(),
             &format!("{path}.access_log"),
@@ -144,7 +148,7 @@ pub(crate) fn compile(
             id: listener_id(&listeners, address, false),
             address,
             admin: false,
-            defer_accept,
+            defer_secs,
             routes: Arc::new(routes),
             access_log: log,
             key: format!("{path}.address"),
@@ -157,7 +161,7 @@ pub(crate) fn compile(
             id: listener_id(&listeners, address, true),
             address,
             admin: true,
-            defer_accept: false,
+            defer_secs: 0,
             routes: Arc::new(RouteTable::admin(default_log)),
             access_log: default_log,
             key: "admin.address".to_string(),

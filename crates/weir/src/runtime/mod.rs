@@ -111,8 +111,11 @@ pub struct ListenerId {
 pub struct ListenerConfig {
     pub id: ListenerId,
     pub address: SocketAddr,
-    /// TCP_DEFER_ACCEPT on the listening socket.
-    pub defer_accept: bool,
+    /// TCP_DEFER_ACCEPT on the listening socket, in seconds (0: off). The kernel holds a silent
+    /// connection exactly this long when it is 2^n - 1 ([`defer_secs`]); weir then gives it
+    /// `timeouts.header` minus this, so a client that sends nothing is closed at
+    /// `timeouts.header` after connecting.
+    pub defer_secs: u32,
     /// The admin listener (serves purges and stats, no user routes).
     pub admin: bool,
     pub routes: Arc<RouteTable>,
@@ -121,6 +124,18 @@ pub struct ListenerConfig {
     /// Where the address was given, for errors: the key path and the config line.
     pub key: String,
     pub line: Option<usize>,
+}
+
+/// The TCP_DEFER_ACCEPT value for a header timeout: the largest 2^n - 1 seconds within half of
+/// it (at least 1). Linux rounds the value up to 2^n - 1 (its SYN-ACK retransmission schedule:
+/// 10 holds a silent connection 15 s, measured), so these values are held exactly.
+pub fn defer_secs(header: Duration) -> u32 {
+    let half = header.as_secs_f64() / 2.0;
+    let mut v = 1u32;
+    while f64::from(v * 2 + 1) <= half && v < 1023 {
+        v = v * 2 + 1;
+    }
+    v
 }
 
 impl RuntimeConfig {
@@ -189,6 +204,20 @@ mod tests {
 
     fn load(text: &str) -> Result<RuntimeConfig, ConfigError> {
         load_str(text, Path::new("."), |_| None)
+    }
+
+    #[test]
+    fn defer_values_are_ones_linux_holds_exactly_and_fit_half_the_header_timeout() {
+        let d = |secs: f64| defer_secs(Duration::from_secs_f64(secs));
+        assert_eq!(d(0.5), 1, "at least 1");
+        assert_eq!(d(2.0), 1);
+        assert_eq!(
+            d(10.0),
+            3,
+            "the default header timeout: held 3 s, then 7 s in weir"
+        );
+        assert_eq!(d(14.0), 7);
+        assert_eq!(d(60.0), 15);
     }
 
     #[test]

@@ -279,7 +279,7 @@ impl Conn {
     /// No timer of its own: the wait's deadline goes into the worker's slot for the connection,
     /// and the worker's sweeper aborts the task when it passes (`worker.rs`). A request costs
     /// two `Cell` writes here, no clock read and no timer-wheel operation.
-    async fn wait_idle(&mut self, wait: Duration) -> Result<Option<usize>, Error> {
+    async fn wait_idle(&mut self, mut wait: Duration) -> Result<Option<usize>, Error> {
         if let ClientIo::Fresh(_) = self.io {
             // A fresh connection usually has its request already: read it without registering.
             if self.buf.capacity() == 0 {
@@ -287,6 +287,14 @@ impl Conn {
             }
             if let Some(n) = self.io.try_read_fresh(&mut self.buf)? {
                 return Ok(Some(n));
+            }
+            // Accepted with nothing to read on a deferring listener: the kernel already held
+            // it for the whole deferral (it queues a connection early only when data came).
+            let defer = self.rt.cfg.listeners[self.listener].defer_secs;
+            if self.served == 0 && defer > 0 {
+                wait = wait
+                    .saturating_sub(Duration::from_secs(defer.into()))
+                    .max(Duration::from_millis(100));
             }
         }
         if self.state.shutting_down.get() {

@@ -15,9 +15,6 @@ use std::net::SocketAddr;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-/// Seconds the kernel waits for a deferred connection's first data before queueing it anyway.
-const DEFER_ACCEPT_SECS: libc::c_int = 10;
-
 /// Fails with `AddrInUse` when another socket listens on `addr`, whoever owns it.
 ///
 /// SO_REUSEPORT, which the workers need, would otherwise let a second weir (or anything else that
@@ -38,11 +35,7 @@ pub fn check_free(addr: SocketAddr) -> io::Result<()> {
 }
 
 /// Binds a non-blocking listening socket.
-pub fn bind(
-    addr: SocketAddr,
-    backlog: u32,
-    defer_accept: bool,
-) -> io::Result<std::net::TcpListener> {
+pub fn bind(addr: SocketAddr, backlog: u32, defer_secs: u32) -> io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
@@ -51,8 +44,8 @@ pub fn bind(
         socket.set_only_v6(true)?;
     }
     socket.set_nonblocking(true)?;
-    if defer_accept {
-        set_defer_accept(&socket, DEFER_ACCEPT_SECS)?;
+    if defer_secs > 0 {
+        set_defer_accept(&socket, defer_secs)?;
     }
     socket.bind(&addr.into())?;
     socket.listen(backlog.min(i32::MAX as u32) as i32)?;
@@ -61,8 +54,8 @@ pub fn bind(
 
 /// `setsockopt(IPPROTO_TCP, TCP_DEFER_ACCEPT)`, which socket2 does not wrap.
 #[allow(unsafe_code)]
-fn set_defer_accept(socket: &Socket, secs: libc::c_int) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
+pub fn set_defer_accept(socket: &impl std::os::fd::AsRawFd, secs: u32) -> io::Result<()> {
+    let secs = secs.min(i32::MAX as u32) as libc::c_int;
     // SAFETY: the fd is a valid socket borrowed from `socket` for the duration of the call; the
     // option value points to a live `c_int` and its exact size is passed, so the kernel reads
     // nothing out of bounds.

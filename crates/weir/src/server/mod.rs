@@ -91,7 +91,7 @@ fn sockets_for(
             };
             io::Error::new(e.kind(), format!("{}: {} {why}", l.origin(), l.address))
         })?;
-        let first = listener::bind(l.address, backlog, l.defer_accept)
+        let first = listener::bind(l.address, backlog, l.defer_secs)
             .map_err(|e| with_addr(e, l.address))?;
         let actual = first.local_addr()?;
         mine.push(first);
@@ -100,9 +100,7 @@ fn sockets_for(
         l.address
     };
     while mine.len() < workers {
-        mine.push(
-            listener::bind(actual, backlog, l.defer_accept).map_err(|e| with_addr(e, actual))?,
-        );
+        mine.push(listener::bind(actual, backlog, l.defer_secs).map_err(|e| with_addr(e, actual))?);
     }
     Ok((actual, mine))
 }
@@ -231,6 +229,22 @@ impl ServerHandle {
         {
             let mut bound = self.sockets.lock().unwrap_or_else(|e| e.into_inner());
             let mut addrs = self.addrs.lock().unwrap_or_else(|e| e.into_inner());
+            // Kept listeners follow a changed `timeouts.header` or `defer_accept`.
+            for b in bound.iter() {
+                let (Some(was), Some(now)) = (
+                    old.listener_index(&b.id)
+                        .map(|i| old.listeners[i].defer_secs),
+                    cfg.listener_index(&b.id)
+                        .map(|i| cfg.listeners[i].defer_secs),
+                ) else {
+                    continue;
+                };
+                if was != now {
+                    if let Err(e) = listener::set_defer_accept(&b.socket, now) {
+                        tracing::warn!(addr = %b.addr, error = %e, "cannot change TCP_DEFER_ACCEPT");
+                    }
+                }
+            }
             bound.retain(|b| !removed.contains(&b.id));
             addrs.retain(|(id, _)| !removed.contains(id));
             for id in &removed {
