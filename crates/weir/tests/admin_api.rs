@@ -355,3 +355,59 @@ fn the_dashboard_is_one_self_contained_page_fed_by_the_admin_api() {
         assert!(page.contains(uses), "the page should use {uses}");
     }
 }
+
+#[test]
+fn a_health_route_on_the_main_listener_follows_upstream_health_and_shutdown() {
+    let origin = common::origin::http_origin(|_| common::origin::ok("fine"));
+    let server = common::start_config(&format!(
+        r#"
+workers: 1
+upstreams:
+  live: {{ servers: ['{origin}'] }}
+  dead:
+    servers: ['127.0.0.1:1']
+    active_health: {{ path: /, interval: 100ms, timeout: 100ms, fall: 1, rise: 1 }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - match: {{ path: /healthz }}
+        health: {{ upstreams: [live] }}
+      - match: {{ path: /healthz-all }}
+        health: {{}}
+"#,
+        origin = origin.addr
+    ));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = common::get(server.addr, "/healthz-all");
+        if r.status == 503 {
+            assert!(r.text().contains("dead"), "{}", r.text());
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the dead upstream never made /healthz-all fail"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut kept = server.connect();
+    let r = common::roundtrip(&mut kept, b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (200, r#"{"ready":true,"upstreams_without_servers_up":[]}"#)
+    );
+    assert_eq!(
+        common::roundtrip(
+            &mut kept,
+            b"POST /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"
+        )
+        .status,
+        405
+    );
+    // Draining: the kept connection's next check says so, so a load balancer stops sending.
+    server.handle.as_ref().unwrap().drain();
+    std::thread::sleep(Duration::from_millis(100));
+    let r = common::roundtrip(&mut kept, b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(r.status, 503);
+    assert!(r.text().contains("shutting_down"), "{}", r.text());
+}

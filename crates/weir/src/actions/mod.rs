@@ -5,6 +5,7 @@
 //!   pre-encoded, so serving it is three buffer copies and a `Date`.
 //! * [`static_files`]: files under a root directory, with validators, conditionals and ranges.
 //! * [`echo`]: the request itself back, as text or JSON (the echo backend of seed 003).
+//! * `health`: a load balancer's check, answered from the upstreams' health (`admin::ready`).
 //! * `proxy`: forward to an upstream pool ([`crate::proxy::route::ProxyRoute`]).
 
 pub mod echo;
@@ -36,6 +37,8 @@ pub enum Action {
     Proxy(Box<crate::proxy::route::ProxyRoute>),
     /// The admin API (only on the admin listener).
     Admin,
+    /// A load balancer's health check: the upstreams that must have a server up (`None`: all).
+    Health(Option<Vec<usize>>),
 }
 
 /// The action keys a route gave (exactly one must be set).
@@ -44,6 +47,7 @@ pub(crate) struct Given {
     pub respond: Option<model::Respond>,
     pub static_files: Option<model::Static>,
     pub echo: Option<model::Echo>,
+    pub health: Option<model::HealthRoute>,
     pub proxy: Option<model::Proxy>,
     pub cache: Option<model::Cache>,
 }
@@ -61,6 +65,7 @@ impl Action {
             respond,
             static_files,
             echo,
+            health,
             proxy,
             cache,
         } = given;
@@ -74,12 +79,13 @@ impl Action {
             respond.is_some(),
             static_files.is_some(),
             echo.is_some(),
+            health.is_some(),
             proxy.is_some(),
         ];
         if set.iter().filter(|g| **g).count() != 1 {
             return Err((
                 path.to_string(),
-                "a route needs exactly one action: respond, static, echo or proxy".into(),
+                "a route needs exactly one action: respond, static, echo, health or proxy".into(),
             ));
         }
         if let Some(p) = proxy {
@@ -110,13 +116,33 @@ impl Action {
             return static_files::StaticFiles::compile(s, prefix, &format!("{path}.static"), base)
                 .map(Action::Static);
         }
+        if let Some(h) = health {
+            let only = h
+                .upstreams
+                .map(|names| {
+                    names
+                        .iter()
+                        .enumerate()
+                        .map(|(i, n)| {
+                            refs.upstreams.get(n).copied().ok_or_else(|| {
+                                (
+                                    format!("{path}.health.upstreams[{i}]"),
+                                    format!("no upstream named {n:?}"),
+                                )
+                            })
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .transpose()?;
+            return Ok(Action::Health(only));
+        }
         Ok(Action::Echo(echo::Echo::compile(echo.unwrap_or_default())))
     }
 
     /// Methods the action itself can answer (`None` = any).
     pub fn methods(&self) -> Option<&'static [Method]> {
         match self {
-            Action::Static(_) => Some(&[Method::Get, Method::Head]),
+            Action::Static(_) | Action::Health(_) => Some(&[Method::Get, Method::Head]),
             Action::Respond(_) | Action::Echo(_) | Action::Proxy(_) | Action::Admin => None,
         }
     }

@@ -177,10 +177,19 @@ fn json_api(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
 
 /// Readiness: every upstream has a server up.
 fn ready(cfg: &RuntimeConfig) -> (u16, String) {
+    readiness(cfg, None)
+}
+
+/// Readiness over the upstreams `only` names (all when `None`): 200 when each has a server up,
+/// else 503 naming those that have none. Also the `health` route action's answer.
+pub fn readiness(cfg: &RuntimeConfig, only: Option<&[usize]>) -> (u16, String) {
     let now = crate::proxy::upstream::now_ms();
     let down: Vec<&str> = cfg
         .upstreams
         .iter()
+        .enumerate()
+        .filter(|(i, _)| only.is_none_or(|o| o.contains(i)))
+        .map(|(_, u)| u)
         .filter(|u| !(0..u.servers.len()).any(|i| u.is_up(i, now)))
         .map(|u| u.name.as_str())
         .collect();

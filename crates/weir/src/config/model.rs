@@ -397,6 +397,9 @@ pub struct Route {
     pub static_files: Option<Static>,
     /// Answer with the request itself.
     pub echo: Option<Echo>,
+    /// A health check for a load balancer in front: 200 while weir is ready (every upstream,
+    /// or those listed, has a server up) and not shutting down, else 503.
+    pub health: Option<HealthRoute>,
     /// Forward to an upstream pool.
     pub proxy: Option<Proxy>,
     /// Cache the proxied responses (only with `proxy`).
@@ -487,6 +490,15 @@ fn default_index() -> String {
 
 fn default_true() -> bool {
     true
+}
+
+/// The `health` action.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthRoute {
+    /// Upstreams that must have a server up (default: all of them).
+    #[serde(default)]
+    pub upstreams: Option<Vec<String>>,
 }
 
 /// Echo the request back.

@@ -30,6 +30,10 @@ pub(crate) trait Downstream {
     /// down.
     fn persistence(&self, head: &RequestHead) -> Persistence;
 
+    /// Whether the server is shutting down or draining (a health route then answers 503, so
+    /// that a load balancer stops sending here).
+    fn shutting_down(&self) -> bool;
+
     /// The next piece of the request body; `None` once it is complete. The first call sends
     /// `100 Continue` when the client waits for it.
     fn body_chunk(&mut self) -> impl Future<Output = Result<Option<Bytes>, Error>>;

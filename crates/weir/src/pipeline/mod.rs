@@ -226,6 +226,16 @@ fn answer<D: Downstream>(
             }
             persistence
         }
+        Action::Health(only) => {
+            let rt = ctx.rt.clone();
+            let (status, body) = if d.shutting_down() {
+                (503, r#"{"ready":false,"shutting_down":true}"#.to_string())
+            } else {
+                crate::admin::readiness(&rt.cfg, only.as_deref())
+            };
+            let body = Bytes::from(body);
+            send_json(d, ctx, status, &body, head_only, persistence)
+        }
         Action::Admin => {
             let rt = ctx.rt.clone();
             let reply = crate::admin::handle(head, &rt.cfg, rt.generation);

@@ -71,6 +71,7 @@ impl RouteTable {
                 respond: r.respond,
                 static_files: r.static_files,
                 echo: r.echo,
+                health: r.health,
                 proxy: r.proxy,
                 cache: r.cache,
             };

@@ -484,6 +484,10 @@ impl Downstream for Conn {
         }
     }
 
+    fn shutting_down(&self) -> bool {
+        self.state.shutting_down.get() || self.orphaned
+    }
+
     async fn body_chunk(&mut self) -> Result<Option<Bytes>, Error> {
         let limit = self.rt.cfg.limits.max_body_bytes;
         let body_timeout = self.rt.cfg.timeouts.body;
