@@ -111,6 +111,7 @@ wait_port() {
 
 # user+sys CPU ticks of a process (all its threads).
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+user_ticks() { awk '{print $14}' "/proc/$1/stat"; }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 
 # "busy idle" ticks of core $1 from /proc/stat (idle includes iowait).
@@ -120,15 +121,16 @@ busy_pct() { awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ")
                                              if (t > 0) printf "%.0f", 100 * (y[1] - x[1]) / t; else print "n/a" }'; }
 
 # Runs wrk on the load core against URL with extra args; prints the raw output to $TMP/wrk.out.
-# Sets REQS, RPS, P50_US, P99_US, ERRORS, CPU_US_PER_REQ (for server pid $1), and SUT_BUSY and
+# Sets REQS, RPS, P50_US, P99_US, ERRORS, CPU_US_PER_REQ and USER_US_PER_REQ (user time only)
+# (for server pid $1), and SUT_BUSY and
 # LOAD_BUSY: how busy (%) the server's and the load generator's cores were, which tells which
 # side limited requests/s.
 run_wrk() {
   local pid="$1" url="$2"; shift 2
   local t0 t1 s0 s1 l0 l1
-  t0=$(cpu_ticks "$pid"); s0=$(core_ticks "$SUT_CORE"); l0=$(core_ticks "$LOAD_CORE")
+  t0=$(cpu_ticks "$pid"); u0=$(user_ticks "$pid"); s0=$(core_ticks "$SUT_CORE"); l0=$(core_ticks "$LOAD_CORE")
   taskset -c "$LOAD_CORE" wrk --latency "$@" "$url" > "$TMP/wrk.out" 2>&1 || true
-  t1=$(cpu_ticks "$pid"); s1=$(core_ticks "$SUT_CORE"); l1=$(core_ticks "$LOAD_CORE")
+  t1=$(cpu_ticks "$pid"); u1=$(user_ticks "$pid"); s1=$(core_ticks "$SUT_CORE"); l1=$(core_ticks "$LOAD_CORE")
   SUT_BUSY=$(busy_pct "$s0" "$s1"); LOAD_BUSY=$(busy_pct "$l0" "$l1")
   REQS=$(awk '/requests in/ {print $1}' "$TMP/wrk.out")
   RPS=$(awk '/Requests\/sec/ {printf "%.0f", $2}' "$TMP/wrk.out")
@@ -137,6 +139,7 @@ run_wrk() {
   ERRORS=$(awk '/Socket errors/ {gsub(",",""); print $4+$6+$8+$10} /Non-2xx/ {print "non2xx:"$4}' "$TMP/wrk.out" | paste -sd' ')
   ERRORS=${ERRORS:-0}
   CPU_US_PER_REQ=$(awk -v d=$((t1 - t0)) -v r="${REQS:-0}" -v hz="$CLK_TCK" 'BEGIN { if (r > 0) printf "%.2f", d * 1e6 / hz / r; else print "n/a" }')
+  USER_US_PER_REQ=$(awk -v d=$((u1 - u0)) -v r="${REQS:-0}" -v hz="$CLK_TCK" 'BEGIN { if (r > 0) printf "%.3f", d * 1e6 / hz / r; else print "n/a" }')
 }
 
 # wrk prints 1.23ms / 456.00us / 1.2s; convert to microseconds.

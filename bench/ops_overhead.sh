@@ -5,7 +5,11 @@
 #   metrics - the default: per-route counters and the duration histogram
 #   access  - the default plus `access_log: { path: FILE, format: combined }`
 # weir runs one worker on core 0, wrk -t1 on core 1; ROUNDS rounds with the order rotated, medians
-# reported. Also user-space instructions per request under callgrind (fixed request count).
+# reported. Also user-space instructions per request under callgrind (fixed request count), and
+# the user time per request apart: logging and counting are user-space work, and the kernel's
+# share of a request (most of it, and the noisiest part on a shared machine) does not change
+# with them, so "user µs added" over the off config's whole CPU µs/req is the steadiest estimate
+# of what they cost.
 # Usage: bench/ops_overhead.sh [--quick]
 source "$(dirname "$0")/lib.sh"
 DUR=5s; ROUNDS=${ROUNDS:-3}
@@ -43,7 +47,7 @@ for k in "${!PORT[@]}"; do wait_port "${PORT[$k]}"; done
 for v in "${VARIANTS[@]}"; do curl -s -o /dev/null "http://127.0.0.1:${PORT[cache,$v]}/s1024"; done
 
 CELLS=("hello-ka-c100|hello|/hello" "hit-1KiB-c100|cache|/s1024")
-declare -A CPU RPSV P99 IU
+declare -A CPU RPSV P99 IU USR
 for ((r = 0; r < ROUNDS; r++)); do
   for cell in "${CELLS[@]}"; do
     IFS='|' read -r name kind path <<<"$cell"
@@ -52,7 +56,8 @@ for ((r = 0; r < ROUNDS; r++)); do
       taskset -c "$LOAD_CORE" wrk -t1 -c100 -d1s "$url" >/dev/null 2>&1 || true
       run_wrk "${PID[$kind,$v]}" "$url" -t1 -c100 -d"$DUR"
       CPU[$name,$v]+="$CPU_US_PER_REQ "; RPSV[$name,$v]+="$RPS "; P99[$name,$v]+="$P99_US "
-      log "round $((r + 1)) $name $v: $RPS req/s, $CPU_US_PER_REQ CPU us/req, p99 ${P99_US}us"
+      USR[$name,$v]+="$USER_US_PER_REQ "
+      log "round $((r + 1)) $name $v: $RPS req/s, $CPU_US_PER_REQ CPU us/req ($USER_US_PER_REQ user), p99 ${P99_US}us"
     done
   done
 done
@@ -74,14 +79,16 @@ OUT="$ROOT/bench/results/ops-overhead-$(date -u +%Y%m%d-%H%M).md"
   machine_info
   echo "- each cell: wrk -t1 -c100 -d$DUR, median of $ROUNDS rounds, order rotated; $LINES access log lines written"
   echo
-  echo "| cell | config | CPU µs/req | vs off | req/s | p99 µs | instructions/req | vs off |"
-  echo "|---|---|---:|---:|---:|---:|---:|---:|"
+  echo "| cell | config | CPU µs/req | vs off | user µs/req | user µs added | added / off's CPU | req/s | p99 µs | instructions/req | vs off |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   for cell in "${CELLS[@]}"; do
     name=${cell%%|*}
-    base=$(median ${CPU[$name,off]})
+    base=$(median ${CPU[$name,off]}); ubase=$(median ${USR[$name,off]})
     for v in "${VARIANTS[@]}"; do
-      c=$(median ${CPU[$name,$v]})
-      echo "| $name | $v | $c | $(ratio "$c" "$base") | $(median ${RPSV[$name,$v]}) | $(median ${P99[$name,$v]}) | ${IU[$name,$v]} | $(ratio "${IU[$name,$v]}" "${IU[$name,off]}") |"
+      c=$(median ${CPU[$name,$v]}); u=$(median ${USR[$name,$v]})
+      added=$(awk -v a="$u" -v b="$ubase" 'BEGIN { printf "%+.3f", a - b }')
+      share=$(awk -v a="$u" -v b="$ubase" -v c="$base" 'BEGIN { if (c > 0) printf "%+.1f%%", 100 * (a - b) / c; else print "n/a" }')
+      echo "| $name | $v | $c | $(ratio "$c" "$base") | $u | $added | $share | $(median ${RPSV[$name,$v]}) | $(median ${P99[$name,$v]}) | ${IU[$name,$v]} | $(ratio "${IU[$name,$v]}" "${IU[$name,off]}") |"
     done
   done
   echo
@@ -89,7 +96,7 @@ OUT="$ROOT/bench/results/ops-overhead-$(date -u +%Y%m%d-%H%M).md"
   echo
   for cell in "${CELLS[@]}"; do
     name=${cell%%|*}
-    for v in "${VARIANTS[@]}"; do echo "- $name $v: CPU ${CPU[$name,$v]}"; done
+    for v in "${VARIANTS[@]}"; do echo "- $name $v: CPU ${CPU[$name,$v]}/ user ${USR[$name,$v]}"; done
   done
 } > "$OUT"
 cat "$OUT"

@@ -238,14 +238,27 @@ fn variable(name: &str) -> Result<Var, String> {
     ))
 }
 
+/// The bytes [`escaped`] writes as `\xHH`: a table lookup per byte.
+static ESCAPE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = i < 0x20 || i >= 0x7f || i == b'"' as usize || i == b'\\' as usize;
+        i += 1;
+    }
+    t
+};
+
 /// Bytes from the request, escaped as nginx does for text logs: `"`, `\`, controls and bytes
 /// beyond ASCII as `\xHH`, so a line cannot be split or forged by what a client sends.
 fn escaped(v: &[u8], out: &mut Vec<u8>) {
-    let needs = |b: &u8| *b == b'"' || *b == b'\\' || !(0x20..0x7f).contains(b);
-    let clean = v.iter().position(needs).unwrap_or(v.len());
+    let clean = v
+        .iter()
+        .position(|b| ESCAPE[*b as usize])
+        .unwrap_or(v.len());
     out.extend_from_slice(&v[..clean]);
     for &b in &v[clean..] {
-        if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
+        if ESCAPE[b as usize] {
             let _ = write!(out, "\\x{b:02X}");
         } else {
             out.push(b);
@@ -259,9 +272,23 @@ fn number(n: u64, out: &mut Vec<u8>) {
     out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
+thread_local! {
+    /// The last client address rendered on this thread, and its text: consecutive lines mostly
+    /// come from the same keep-alive client.
+    static LAST_IP: std::cell::RefCell<(Option<std::net::IpAddr>, Vec<u8>)> =
+        const { std::cell::RefCell::new((None, Vec::new())) };
+}
+
 fn ip(a: std::net::IpAddr, out: &mut Vec<u8>) {
-    let mut buf = [0u8; 64];
-    out.extend_from_slice(crate::filters::forwarded::format_ip(a, &mut buf));
+    LAST_IP.with_borrow_mut(|(last, text)| {
+        if *last != Some(a) {
+            let mut buf = [0u8; 64];
+            text.clear();
+            text.extend_from_slice(crate::filters::forwarded::format_ip(a, &mut buf));
+            *last = Some(a);
+        }
+        out.extend_from_slice(text);
+    });
 }
 
 fn seconds(d: Duration, out: &mut Vec<u8>) {

@@ -30,6 +30,8 @@ pub struct AccessLog {
     pub sink: Arc<Sink>,
     /// Response fields the format reports (captured per request only when non-empty).
     pub response_fields: Vec<String>,
+    /// Whether the format reports the request id (then one is made for every request).
+    pub uses_request_id: bool,
 }
 
 /// Seconds since the Unix epoch and the millisecond.
@@ -159,6 +161,7 @@ impl<'a> LogCompiler<'a> {
             .map_err(|m| (format!("{key}.{which}"), m))?;
         logs.push(Arc::new(AccessLog {
             response_fields: format.response_fields(),
+            uses_request_id: format.uses_request_id(),
             format,
             sink,
         }));

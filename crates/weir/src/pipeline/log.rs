@@ -61,7 +61,7 @@ fn access_line<D: Downstream>(
     let rt = ctx.rt.clone();
     let log = &rt.cfg.access_logs[slot];
     let peer = d.peer();
-    let request_id = if log.format.uses_request_id() || ctx.request_id.is_some() {
+    let request_id = if log.uses_request_id || ctx.request_id.is_some() {
         Some(ctx.request_id(head, peer.ip()))
     } else {
         None
