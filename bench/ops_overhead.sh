@@ -6,7 +6,9 @@
 #   access  - the default plus `access_log: { path: FILE, format: combined }`
 # weir runs one worker on core 0, wrk -t1 on core 1; ROUNDS rounds with the order rotated, medians
 # reported. Also user-space instructions per request under callgrind (fixed request count), and
-# the user time per request apart: logging and counting are user-space work, and the kernel's
+# the user time per request apart. The peer: nginx `return 200` with `access_log off` and with a
+# buffered combined log (`buffer=32k flush=1s`, the closest to weir's per-worker buffers), in the
+# hello cells. For the user time: logging and counting are user-space work, and the kernel's
 # share of a request (most of it, and the noisiest part on a shared machine) does not change
 # with them, so "user µs added" over the off config's whole CPU µs/req is the steadiest estimate
 # of what they cost.
@@ -43,15 +45,29 @@ for kind in hello cache; do
     port=$((port + 1))
   done
 done
+# nginx, access log off and on (hello only).
+for v in off access; do
+  if [ "$v" = off ]; then log_line="access_log off;"; else
+    log_line="access_log $TMP/nginx-access.log combined buffer=32k flush=1s;"; fi
+  nginx_conf "$TMP/nginx-$v" <<NGX
+  $log_line
+  server { listen 127.0.0.1:$port; location / { return 200 "Hello, World\n"; } }
+NGX
+  start_nginx "$TMP/nginx-$v" "$SUT_CORE"
+  PORT[nginx,$v]=$port; port=$((port + 1))
+  wait_port "${PORT[nginx,$v]}" "$TMP/nginx-$v/error.log"
+  PID[nginx,$v]=$(pgrep -P "$NGINX_STARTED" | head -1)
+done
 for k in "${!PORT[@]}"; do wait_port "${PORT[$k]}"; done
 for v in "${VARIANTS[@]}"; do curl -s -o /dev/null "http://127.0.0.1:${PORT[cache,$v]}/s1024"; done
 
-CELLS=("hello-ka-c100|hello|/hello" "hit-1KiB-c100|cache|/s1024")
+CELLS=("hello-ka-c100|hello|/hello" "hit-1KiB-c100|cache|/s1024" "nginx-hello-ka-c100|nginx|/hello")
 declare -A CPU RPSV P99 IU USR
 for ((r = 0; r < ROUNDS; r++)); do
   for cell in "${CELLS[@]}"; do
     IFS='|' read -r name kind path <<<"$cell"
-    for v in $(rotated "$r" "${VARIANTS[@]}"); do
+    variants=("${VARIANTS[@]}"); [ "$kind" = nginx ] && variants=(off access)
+    for v in $(rotated "$r" "${variants[@]}"); do
       url="http://127.0.0.1:${PORT[$kind,$v]}$path"
       taskset -c "$LOAD_CORE" wrk -t1 -c100 -d1s "$url" >/dev/null 2>&1 || true
       run_wrk "${PID[$kind,$v]}" "$url" -t1 -c100 -d"$DUR"
@@ -61,10 +77,11 @@ for ((r = 0; r < ROUNDS; r++)); do
     done
   done
 done
-LINES=$(cat "$TMP"/access-*.log 2>/dev/null | wc -l)
+LINES=$(cat "$TMP"/access-*.log "$TMP"/nginx-access.log 2>/dev/null | wc -l)
 
 for cell in "${CELLS[@]}"; do
   IFS='|' read -r name kind path <<<"$cell"
+  [ "$kind" = nginx ] && continue
   for v in "${VARIANTS[@]}"; do
     cg_instructions "$WEIR" "$(variant_cfg "$kind.yaml" "$v")" "$path" -c 10
     IU[$name,$v]=$INS
@@ -84,11 +101,12 @@ OUT="$ROOT/bench/results/ops-overhead-$(date -u +%Y%m%d-%H%M).md"
   for cell in "${CELLS[@]}"; do
     name=${cell%%|*}
     base=$(median ${CPU[$name,off]}); ubase=$(median ${USR[$name,off]})
-    for v in "${VARIANTS[@]}"; do
+    variants=("${VARIANTS[@]}"); [[ $name == nginx* ]] && variants=(off access)
+    for v in "${variants[@]}"; do
       c=$(median ${CPU[$name,$v]}); u=$(median ${USR[$name,$v]})
       added=$(awk -v a="$u" -v b="$ubase" 'BEGIN { printf "%+.3f", a - b }')
       share=$(awk -v a="$u" -v b="$ubase" -v c="$base" 'BEGIN { if (c > 0) printf "%+.1f%%", 100 * (a - b) / c; else print "n/a" }')
-      echo "| $name | $v | $c | $(ratio "$c" "$base") | $u | $added | $share | $(median ${RPSV[$name,$v]}) | $(median ${P99[$name,$v]}) | ${IU[$name,$v]} | $(ratio "${IU[$name,$v]}" "${IU[$name,off]}") |"
+      echo "| $name | $v | $c | $(ratio "$c" "$base") | $u | $added | $share | $(median ${RPSV[$name,$v]}) | $(median ${P99[$name,$v]}) | ${IU[$name,$v]:-—} | $(ratio "${IU[$name,$v]:-0}" "${IU[$name,off]:-0}") |"
     done
   done
   echo
@@ -96,7 +114,8 @@ OUT="$ROOT/bench/results/ops-overhead-$(date -u +%Y%m%d-%H%M).md"
   echo
   for cell in "${CELLS[@]}"; do
     name=${cell%%|*}
-    for v in "${VARIANTS[@]}"; do echo "- $name $v: CPU ${CPU[$name,$v]}/ user ${USR[$name,$v]}"; done
+    variants=("${VARIANTS[@]}"); [[ $name == nginx* ]] && variants=(off access)
+    for v in "${variants[@]}"; do echo "- $name $v: CPU ${CPU[$name,$v]}/ user ${USR[$name,$v]}"; done
   done
 } > "$OUT"
 cat "$OUT"
