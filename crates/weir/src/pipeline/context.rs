@@ -59,11 +59,13 @@ pub(crate) struct RequestCtx {
     pub rt: Rc<WorkerRuntime>,
     /// The listener the request came in on (its index in `rt.cfg.listeners`).
     pub listener: usize,
-    /// Index of the route in its listener's table (`None`: no route matched).
-    pub route: Option<usize>,
+    /// Index of the route in its listener's table (`None`: no route matched). Indices are
+    /// `u32` here: the context lives in the pipeline's future, which every idle connection
+    /// pays for (see `Extra`).
+    pub route: Option<u32>,
     pub cache: CacheState,
     /// The upstream server answering, as `upstream/server`, once one was picked.
-    pub upstream: Option<(usize, usize)>,
+    pub upstream: Option<(u32, u32)>,
     /// The final status sent, once the head was queued.
     pub status: u16,
     /// Body bytes queued for the client.
@@ -76,10 +78,18 @@ pub(crate) struct RequestCtx {
     /// Request body bytes read from the client.
     pub bytes_received: u64,
     /// The access log the request is written to (its slot in `cfg.access_logs`).
-    pub log: Option<usize>,
-    /// Response fields the access log reports, captured as the head is sent (empty unless the
-    /// log's format names some).
-    /// Each is `(index in the log's response_fields, value)`.
+    pub log: Option<u32>,
+    /// What only some requests need, boxed: the context lives in the pipeline's future, whose
+    /// size every idle connection pays (`server/conn.rs`), while these are set only for
+    /// proxied requests and logs that report them.
+    pub extra: Option<Box<Extra>>,
+}
+
+/// The rarely used part of a [`RequestCtx`].
+#[derive(Debug, Default)]
+pub(crate) struct Extra {
+    /// Response fields the access log reports, captured as the head is sent: each is
+    /// `(index in the log's response_fields, value)`.
     pub sent_fields: Vec<(usize, Bytes)>,
     /// The request id, once something asked for it ([`RequestCtx::request_id`]).
     pub request_id: Option<Bytes>,
@@ -99,9 +109,8 @@ impl RequestCtx {
             .then(Instant::now),
             upstream_head_at: None,
             bytes_received: 0,
-            log: rt.cfg.listeners[listener].access_log,
-            sent_fields: Vec::new(),
-            request_id: None,
+            log: rt.cfg.listeners[listener].access_log.map(|s| s as u32),
+            extra: None,
             rt,
             listener,
         }
@@ -109,11 +118,12 @@ impl RequestCtx {
 
     /// The request's id (made once, on first use): see `filters/request_id.rs`.
     pub fn request_id(&mut self, head: &RequestHead, peer: IpAddr) -> Bytes {
-        if let Some(id) = &self.request_id {
+        let extra = self.extra.get_or_insert_with(Default::default);
+        if let Some(id) = &extra.request_id {
             return id.clone();
         }
         let id = self.rt.cfg.request_id.of(head, peer, &self.rt.ids);
-        self.request_id = Some(id.clone());
+        extra.request_id = Some(id.clone());
         id
     }
 
@@ -122,10 +132,21 @@ impl RequestCtx {
     pub fn sent(&mut self, reply: &Reply<'_>) {
         self.status = reply.status;
         if let Some(slot) = self.log {
+            if self.rt.cfg.access_logs[slot as usize]
+                .response_fields
+                .is_empty()
+            {
+                return;
+            }
             let rt = self.rt.clone();
-            for (i, name) in rt.cfg.access_logs[slot].response_fields.iter().enumerate() {
+            for (i, name) in rt.cfg.access_logs[slot as usize]
+                .response_fields
+                .iter()
+                .enumerate()
+            {
                 if let Some(v) = reply.field(name) {
-                    self.sent_fields.push((i, Bytes::copy_from_slice(v)));
+                    let extra = self.extra.get_or_insert_with(Default::default);
+                    extra.sent_fields.push((i, Bytes::copy_from_slice(v)));
                 }
             }
         }

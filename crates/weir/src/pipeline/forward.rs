@@ -279,7 +279,7 @@ pub(crate) async fn forward<D: Downstream>(
             }
         }
     };
-    ctx.upstream = Some((route.upstream, server));
+    ctx.upstream = Some((route.upstream as u32, server as u32));
     ctx.upstream_head_at = Some(std::time::Instant::now());
     ctx.status = resp.status;
 
@@ -347,7 +347,7 @@ fn fail<D: Downstream>(
     tracing::warn!(upstream = %up.name, server = %server_name, status, reason = %e, "upstream failure");
     ex.failed = Some(status);
     if let Some(s) = server {
-        ctx.upstream = Some((target.route.upstream, s));
+        ctx.upstream = Some((target.route.upstream as u32, s as u32));
     }
     let persistence = if has_body {
         Persistence::Close

@@ -26,12 +26,13 @@ pub(super) fn finish<D: Downstream>(
     let rt = ctx.rt.clone();
     if rt.cfg.metrics {
         let micros = elapsed.map_or(0, |e| e.as_micros() as u64);
-        rt.route_metrics[ctx.listener][ctx.route.map_or(0, |r| r + 1)].record(ctx.status, micros);
+        rt.route_metrics[ctx.listener][ctx.route.map_or(0, |r| r as usize + 1)]
+            .record(ctx.status, micros);
         if let Some((u, s)) = ctx.upstream {
-            rt.server_metrics[u][s].inc();
+            rt.server_metrics[u as usize][s as usize].inc();
         }
     }
-    if let Some(slot) = ctx.log {
+    if let Some(slot) = ctx.log.map(|s| s as usize) {
         let now = now.map_or_else(std::time::Instant::now, |(_, now)| now);
         access_line(d, ctx, head, slot, elapsed, now);
     }
@@ -61,24 +62,25 @@ fn access_line<D: Downstream>(
     let rt = ctx.rt.clone();
     let log = &rt.cfg.access_logs[slot];
     let peer = d.peer();
-    let request_id = if log.uses_request_id || ctx.request_id.is_some() {
-        Some(ctx.request_id(head, peer.ip()))
-    } else {
-        None
-    };
+    let request_id =
+        if log.uses_request_id || ctx.extra.as_ref().is_some_and(|e| e.request_id.is_some()) {
+            Some(ctx.request_id(head, peer.ip()))
+        } else {
+            None
+        };
     let route = ctx
         .route
-        .and_then(|r| rt.cfg.listeners[ctx.listener].routes.get(r))
+        .and_then(|r| rt.cfg.listeners[ctx.listener].routes.get(r as usize))
         .map_or("-", |r| r.name.as_str());
     let upstream_addr = ctx
         .upstream
-        .map(|(u, s)| **rt.cfg.upstreams[u].servers[s].addr.load());
+        .map(|(u, s)| **rt.cfg.upstreams[u as usize].servers[s as usize].addr.load());
     let upstream_time = ctx
         .started
         .zip(ctx.upstream_head_at)
         .map(|(s, t)| t.duration_since(s));
     let request_field = |name: &str| head.header(name).map(|v| &v[..]);
-    let sent = &ctx.sent_fields;
+    let sent: &[(usize, bytes::Bytes)] = ctx.extra.as_ref().map_or(&[], |e| &e.sent_fields);
     let response_field = |name: &str| {
         let i = log.response_fields.iter().position(|n| n == name)?;
         sent.iter().find(|(j, _)| *j == i).map(|(_, v)| &v[..])

@@ -93,8 +93,8 @@ fn start<'a, D: Downstream>(
     let routes = &rt.cfg.listeners[ctx.listener].routes;
     let routed = routes.route(head);
     if let Routed::Found(route) = &routed {
-        ctx.route = Some(route.index);
-        ctx.log = route.access_log;
+        ctx.route = Some(route.index as u32);
+        ctx.log = route.access_log.map(|s| s as u32);
         if let (Action::Respond(r), true) = (&route.action, head.body == BodyKind::Empty) {
             // The fixed response, inline: the hello-world path.
             let persistence = d.persistence(head);
