@@ -186,3 +186,24 @@ fn bad_access_log_settings_are_config_errors_naming_the_key() {
     let e = load("log: { level: 'loud' }\nlisteners: []\n");
     assert!(e.contains("log.level"), "{e}");
 }
+
+#[test]
+fn syslog_over_a_unix_datagram_socket() {
+    let path = std::env::temp_dir().join(format!("weir-syslog-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let sock = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let server = common::start_config(&format!(
+        "workers: 1\nlisteners:\n  - address: 127.0.0.1:0\n    access_log: {{ syslog: 'unix://{}', format: json }}\n    routes:\n      - respond: {{ body: hi }}\n",
+        path.display()
+    ));
+    common::get(server.addr, "/unix");
+    let mut buf = [0u8; 4096];
+    let n = sock.recv(&mut buf).unwrap();
+    let msg = String::from_utf8_lossy(&buf[..n]).to_string();
+    assert!(msg.starts_with("<134>1 "), "{msg}");
+    let json = &msg[msg.find('{').unwrap()..];
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    assert_eq!(v["path"], "/unix");
+    let _ = std::fs::remove_file(&path);
+}
