@@ -1,0 +1,111 @@
+//! The operator's part of the config file: the error log, access logs, the request id and the
+//! `health` route action. Re-exported from `model.rs`, which holds the rest of the file format.
+
+use serde::Deserialize;
+
+/// The error log (`tracing`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Log {
+    /// `error`, `warn`, `info`, `debug`, `trace`, or a filter such as `info,weir::proxy=debug`.
+    /// `--log-level` and `WEIR_LOG` override it.
+    pub level: String,
+    /// `text` or `json`.
+    pub format: String,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Log {
+            level: "info".into(),
+            format: "text".into(),
+        }
+    }
+}
+
+/// `off`, or where and how to write access log lines.
+#[derive(Debug)]
+pub enum AccessLogSetting {
+    Off,
+    On(AccessLog),
+}
+
+/// An access log.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessLog {
+    /// A file (appended to; reopened on SIGUSR1), or `stdout`.
+    pub path: Option<String>,
+    /// Syslog instead of a file: `udp://host:514` or `unix:///dev/log` (RFC 5424).
+    pub syslog: Option<String>,
+    /// `combined` (default), `common`, `json`, or a template of `$variables`.
+    #[serde(default = "default_log_format")]
+    pub format: String,
+}
+
+fn default_log_format() -> String {
+    "combined".into()
+}
+
+impl<'de> Deserialize<'de> for AccessLogSetting {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = AccessLogSetting;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("`off` or { path | syslog, format }")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                match v {
+                    "off" => Ok(AccessLogSetting::Off),
+                    _ => Err(E::custom(format!(
+                        "{v:?}: write `off` or {{ path: FILE, format: combined }}"
+                    ))),
+                }
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Self::Value, E> {
+                // YAML 1.1 reads a bare `off` as false.
+                match v {
+                    false => Ok(AccessLogSetting::Off),
+                    true => Err(E::custom("write { path: FILE, format: combined }")),
+                }
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                m: A,
+            ) -> Result<Self::Value, A::Error> {
+                AccessLog::deserialize(serde::de::value::MapAccessDeserializer::new(m))
+                    .map(AccessLogSetting::On)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The request id.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RequestId {
+    /// The field it travels in.
+    pub header: String,
+    /// Peers (addresses or CIDRs) whose id is kept; from anyone else a new one is made.
+    pub trust_from: Vec<String>,
+}
+
+impl Default for RequestId {
+    fn default() -> Self {
+        RequestId {
+            header: "x-request-id".into(),
+            trust_from: Vec::new(),
+        }
+    }
+}
+
+/// The `health` action.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthRoute {
+    /// Upstreams that must have a server up (default: all of them).
+    #[serde(default)]
+    pub upstreams: Option<Vec<String>>,
+}
