@@ -65,8 +65,9 @@ read -r total ok errs < <(python3 - "$TMP/bench.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))[0]
 ok = sum(v for k, v in r["statuses"].items() if k.startswith("2"))
-errs = r["errors_conns"] + r["errors_reads"] + r["errors_writes"] + r["errors_timeouts"] + r["errors_status"]
-print(int(r["requests_total"]), int(ok), int(errs))
+e = r["errors"]
+errs = e["connect"] + e["read"] + e["write"] + e["timeout"] + e["status"]
+print(r["requests"], ok, errs)
 PY
 )
 OUT="$ROOT/bench/results/reload-$(date -u +%Y%m%d-%H%M).md"

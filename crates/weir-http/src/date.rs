@@ -38,8 +38,43 @@ pub fn with_date_line<R>(f: impl FnOnce(&[u8]) -> R) -> R {
     })
 }
 
+/// Calendar date and time of a Unix time, UTC (Howard Hinnant's days-to-civil).
+pub fn civil(secs: u64) -> (i64, u32, u32, u32, u32, u32) {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (
+        y,
+        m,
+        d,
+        (rem / 3600) as u32,
+        (rem / 60 % 60) as u32,
+        (rem % 60) as u32,
+    )
+}
+
+/// `2026-11-22T17:38:23.123Z` (RFC 3339, UTC, milliseconds).
+pub fn rfc3339(secs: u64, millis: u32) -> String {
+    let (y, mo, d, h, mi, s) = civil(secs);
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{millis:03}Z")
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn rfc3339_crosses_leap_years() {
+        assert_eq!(super::rfc3339(951_782_400, 7), "2000-02-29T00:00:00.007Z");
+        assert_eq!(super::rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
+    }
+
     #[test]
     fn renders_imf_fixdate() {
         super::with_date_line(|l| {

@@ -10,7 +10,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,7 +53,10 @@ pub struct Stats {
     /// Latency in microseconds, every response.
     pub latency: Histogram<u64>,
     pub responses: u64,
+    /// Every byte read, heads included (wrk's "Transfer").
     pub bytes: u64,
+    /// Body bytes only (hey's "Size/request").
+    pub body_bytes: u64,
     pub errors: Errors,
     pub statuses: BTreeMap<u16, u64>,
     /// Responses completed per 100 ms interval since the start.
@@ -68,6 +71,7 @@ impl Stats {
                 .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!())),
             responses: 0,
             bytes: 0,
+            body_bytes: 0,
             errors: Errors::default(),
             statuses: BTreeMap::new(),
             per_tick: Vec::new(),
@@ -104,6 +108,10 @@ pub struct Control {
     deadline: Option<Instant>,
     /// Requests left to issue (`-n`); unused with a duration.
     remaining: AtomicI64,
+    /// Some connection of the run has connected.
+    connected: AtomicBool,
+    /// Why the run stopped early: nothing could connect (the OS error).
+    aborted: std::sync::OnceLock<String>,
 }
 
 impl Control {
@@ -114,11 +122,15 @@ impl Control {
                 start,
                 deadline: Some(start + d),
                 remaining: AtomicI64::new(i64::MAX),
+                connected: AtomicBool::new(false),
+                aborted: std::sync::OnceLock::new(),
             },
             Stop::Requests(n) => Control {
                 start,
                 deadline: None,
                 remaining: AtomicI64::new(n as i64),
+                connected: AtomicBool::new(false),
+                aborted: std::sync::OnceLock::new(),
             },
         }
     }
@@ -132,9 +144,28 @@ impl Control {
     }
 
     fn over(&self) -> bool {
+        if self.aborted.get().is_some() {
+            return true;
+        }
         match self.deadline {
             Some(d) => Instant::now() >= d,
             None => self.remaining.load(Ordering::Relaxed) <= 0,
+        }
+    }
+
+    /// Why the run was abandoned, if it was: no connection could be made.
+    pub fn aborted(&self) -> Option<&str> {
+        self.aborted.get().map(String::as_str)
+    }
+
+    /// A connect failed. Before any connection of the run succeeded, that ends the run with the
+    /// error (a wrong port must not spin or print an all-zero report); afterwards it is counted,
+    /// and in a `-n` run it uses up one request, so that a server gone for good ends the run.
+    fn connect_failed(&self, why: String) {
+        if !self.connected.load(Ordering::Relaxed) {
+            let _ = self.aborted.set(why);
+        } else if self.deadline.is_none() {
+            self.remaining.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -172,9 +203,17 @@ pub async fn connection(
         )
         .await
         {
-            Ok(Ok(s)) => s,
-            _ => {
+            Ok(Ok(s)) => {
+                ctl.connected.store(true, Ordering::Relaxed);
+                s
+            }
+            failed => {
+                let why = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => format!("no answer within {:?}", opts.timeout),
+                };
                 stats.borrow_mut().errors.connect += 1;
+                ctl.connect_failed(format!("cannot connect to {}: {why}", opts.target.addr));
                 // Back off a little so a refused port does not spin.
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
@@ -192,9 +231,15 @@ pub async fn connection(
                         let due = *t;
                         *t += i;
                         if Instant::now() < due {
+                            // Idle until the send time: the timer wakes us up to a millisecond
+                            // late, which is the timer's, not the server's, so time from the
+                            // actual send. A request that is due while the connection is still
+                            // busy (the server is slow) is timed from when it was due.
                             tokio::time::sleep_until(due).await;
+                            Instant::now()
+                        } else {
+                            due
                         }
-                        due
                     }
                     _ => Instant::now(),
                 };
@@ -218,10 +263,11 @@ pub async fn connection(
                     deadline = deadline.min(end + opts.timeout);
                 }
                 match read_response(&mut stream, &mut buf, head_request, deadline).await {
-                    Ok((status, keep_alive, n)) => {
+                    Ok((status, keep_alive, n, body)) => {
                         sent.pop_front();
                         let mut s = stats.borrow_mut();
                         s.bytes += n as u64;
+                        s.body_bytes += body;
                         s.record(ctl.start, t0, status);
                         drop(s);
                         if opts.close || !keep_alive {
@@ -251,13 +297,13 @@ enum ReadError {
     Failed,
 }
 
-/// Reads one response: (status, reusable, bytes it took).
+/// Reads one response: (status, reusable, bytes it took, body bytes).
 async fn read_response(
     s: &mut TcpStream,
     buf: &mut BytesMut,
     head_request: bool,
     deadline: Instant,
-) -> Result<(u16, bool, usize), ReadError> {
+) -> Result<(u16, bool, usize, u64), ReadError> {
     let before = buf.len();
     let mut read_total = 0usize;
     let head = loop {
@@ -270,9 +316,10 @@ async fn read_response(
         read_total += fill(s, buf, deadline).await?;
     };
     let mut decoder = BodyDecoder::new(head.body);
+    let mut body = 0u64;
     loop {
         match decoder.decode(buf) {
-            Ok(BodyEvent::Data(_)) => {}
+            Ok(BodyEvent::Data(d)) => body += d.len() as u64,
             Ok(BodyEvent::Done(_)) => break,
             Ok(BodyEvent::NeedMore) => match fill(s, buf, deadline).await {
                 Ok(n) => read_total += n,
@@ -287,6 +334,7 @@ async fn read_response(
         head.status,
         head.keep_alive,
         before + read_total - buf.len(),
+        body,
     ))
 }
 

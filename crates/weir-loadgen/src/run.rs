@@ -13,6 +13,8 @@ use crate::options::Options;
 #[derive(Debug)]
 pub struct RunResult {
     pub options: Options,
+    /// When it started (for reports).
+    pub started: std::time::SystemTime,
     pub elapsed: Duration,
     pub stats: Stats,
     /// Responses per 100 ms, one series per thread (for wrk's Req/Sec statistics).
@@ -35,6 +37,7 @@ pub fn run(opts: &Options) -> Result<RunResult, String> {
         return Err("need at least one connection".into());
     }
     let threads = opts.threads.clamp(1, opts.connections);
+    let started = std::time::SystemTime::now();
     let ctl = Arc::new(Control::new(opts.stop));
     let request = opts.request_bytes();
     let mut handles = Vec::new();
@@ -86,14 +89,19 @@ pub fn run(opts: &Options) -> Result<RunResult, String> {
         let _ = merged.latency.add(&s.latency);
         merged.responses += s.responses;
         merged.bytes += s.bytes;
+        merged.body_bytes += s.body_bytes;
         merged.errors.add(&s.errors);
         for (k, v) in &s.statuses {
             *merged.statuses.entry(*k).or_insert(0) += v;
         }
         ticks.push(s.per_tick);
     }
+    if let Some(why) = ctl.aborted() {
+        return Err(why.to_string());
+    }
     let elapsed = ctl.start.elapsed();
     Ok(RunResult {
+        started,
         options: opts.clone(),
         elapsed,
         stats: merged,

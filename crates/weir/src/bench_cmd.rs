@@ -1,8 +1,8 @@
 //! `weir bench`: the command-line face of the `weir-loadgen` crate.
 //!
-//! Flags follow wrk (`-c`, `-t`, `-d` duration, `-H`, `--latency` is always on) and hey (`-n`,
-//! `-m`, `-D` body file). hey's `-d` (body string) is `--body` here, because `-d` is wrk's
-//! duration.
+//! Flags follow wrk (`-c`, `-t`, `-d` duration, `-H`, `--latency`, accepted: the distribution is
+//! always printed) and hey (`-n`, `-z` duration, `-m`, `-D` body file). hey's `-d` (body string)
+//! is `--body` here, because `-d` is wrk's duration.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -34,9 +34,12 @@ pub struct BenchArgs {
     /// Threads (each drives its share of the connections).
     #[arg(short = 't', long, default_value_t = 1)]
     pub threads: usize,
-    /// Duration of each run (e.g. 10s); the default when -n is not given.
-    #[arg(short = 'd', long)]
+    /// Duration of each run (e.g. 10s); the default when -n is not given. `-z` as in hey.
+    #[arg(short = 'd', long, short_alias = 'z')]
     pub duration: Option<String>,
+    /// Accepted for wrk's command lines: the latency distribution is always printed.
+    #[arg(long)]
+    pub latency: bool,
     /// Total requests instead of a duration.
     #[arg(short = 'n', long)]
     pub requests: Option<u64>,

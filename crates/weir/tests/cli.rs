@@ -257,3 +257,37 @@ fn an_ipv6_address_from_the_environment_works_unquoted_in_the_examples() {
         );
     }
 }
+
+#[test]
+fn bench_takes_wrk_and_hey_flags_and_fails_loudly_when_nothing_listens() {
+    let srv = common::start("", common::BASIC_ROUTES);
+    let url = format!("http://{}/hello", srv.addr);
+    // wrk's --latency and hey's -z are accepted.
+    let out = Command::new(WEIR)
+        .args(["bench", "-c", "2", "-z", "300ms", "--latency", &url])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Latency Distribution"));
+    let dead = common::process::free_port();
+    let started = std::time::Instant::now();
+    let out = Command::new(WEIR)
+        .args(["bench", "-n", "10", &format!("http://127.0.0.1:{dead}/")])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "nothing listening must not look like success"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot connect") && err.contains("refused"),
+        "{err}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}

@@ -1,6 +1,6 @@
 //! hey's summary: totals, a response-time histogram, the latency distribution, status codes and
-//! errors. Times in seconds, as hey prints them. ("Total data" counts every byte read, heads
-//! included; hey counts bodies only.)
+//! errors. Times in seconds, as hey prints them. "Total data" and "Size/request" count body bytes,
+//! as hey does.
 
 use std::fmt::Write;
 
@@ -17,8 +17,12 @@ pub fn render(r: &RunResult) -> String {
     let _ = writeln!(s, "  Average:\t{:.4} secs", secs(h.mean()));
     let _ = writeln!(s, "  Requests/sec:\t{:.4}", r.requests_per_sec());
     let _ = writeln!(s, "  ");
-    let _ = writeln!(s, "  Total data:\t{} bytes", r.stats.bytes);
-    let per = r.stats.bytes.checked_div(r.stats.responses).unwrap_or(0);
+    let _ = writeln!(s, "  Total data:\t{} bytes", r.stats.body_bytes);
+    let per = r
+        .stats
+        .body_bytes
+        .checked_div(r.stats.responses)
+        .unwrap_or(0);
     let _ = writeln!(s, "  Size/request:\t{per} bytes");
     let _ = writeln!(s, "\nResponse time histogram:");
     if !h.is_empty() {

@@ -376,8 +376,7 @@ fn uri(e: &Entry<'_>, out: &mut Vec<u8>) {
 
 /// `2026-11-22T17:38:23.123Z`.
 pub fn iso8601((secs, ms): (u64, u32), out: &mut Vec<u8>) {
-    let (y, mo, d, h, mi, s) = civil(secs);
-    let _ = write!(out, "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{ms:03}Z");
+    out.extend_from_slice(weir_http::date::rfc3339(secs, ms).as_bytes());
 }
 
 /// `22/Nov/2026:17:38:23 +0000` (weir logs in UTC).
@@ -385,35 +384,12 @@ pub fn time_local(secs: u64, out: &mut Vec<u8>) {
     const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
-    let (y, mo, d, h, mi, s) = civil(secs);
+    let (y, mo, d, h, mi, s) = weir_http::date::civil(secs);
     let _ = write!(
         out,
         "{d:02}/{}/{y:04}:{h:02}:{mi:02}:{s:02} +0000",
         MONTHS[(mo - 1) as usize]
     );
-}
-
-/// Calendar date and time of a Unix time, UTC (Howard Hinnant's days-to-civil).
-fn civil(secs: u64) -> (i64, u32, u32, u32, u32, u32) {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (
-        y,
-        m,
-        d,
-        (rem / 3600) as u32,
-        (rem / 60 % 60) as u32,
-        (rem % 60) as u32,
-    )
 }
 
 /// One JSON object with stable field names; absent values are `null`.
