@@ -5,7 +5,8 @@ Usage: dashboard_check.py ADMIN_URL SCREENSHOT.png
 Loads ADMIN_URL/ while the caller keeps weir under load, reads the numbers the page shows twice,
 3 s apart, and checks that they move (requests/s > 0, the request total grows) and that they
 match /metrics: the page's total is a value /metrics passed through (not above a scrape made
-just after, and within a few seconds of traffic of it). Saves a screenshot. Exits 1 on a failed
+just after, and within a few seconds of traffic of it). Then presses the reload and purge
+buttons and checks what the page reports. Saves a screenshot. Exits 1 on a failed
 check, printing why. Needs `chromium` and the `websocket-client` module.
 """
 import base64, json, re, subprocess, sys, tempfile, time, urllib.request
@@ -65,10 +66,18 @@ try:
     first, after_first = page_values(), metrics_total()
     time.sleep(3)
     second, after_second = page_values(), metrics_total()
+    # The buttons: reload, and purge (its confirmation answered yes).
+    call("Runtime.evaluate", expression="window.confirm = () => true; document.getElementById('reload').click()")
+    time.sleep(1)
+    reload_msg = call("Runtime.evaluate", expression="document.getElementById('message').textContent", returnByValue=True)["result"]["value"]
+    call("Runtime.evaluate", expression="document.getElementById('purge').click()")
+    time.sleep(1)
+    purge_msg = call("Runtime.evaluate", expression="document.getElementById('message').textContent", returnByValue=True)["result"]["value"]
     png = call("Page.captureScreenshot", format="png")["data"]
     open(shot, "wb").write(base64.b64decode(png))
     print(json.dumps({"first": first, "metrics_after_first": after_first,
-                      "second": second, "metrics_after_second": after_second}, indent=1))
+                      "second": second, "metrics_after_second": after_second,
+                      "reload_button": reload_msg, "purge_button": purge_msg}, indent=1))
     failures = []
     if not second["scrapes"] > first["scrapes"] >= 2:
         failures.append(f"the page did not keep scraping: {first['scrapes']} then {second['scrapes']}")
@@ -82,6 +91,10 @@ try:
         slack = max(1.5 * shown["rps"], 10)
         if not shown["total"] <= after <= shown["total"] + slack:
             failures.append(f"{label}: page total {shown['total']} vs /metrics {after} (slack {slack:.0f})")
+    if not reload_msg.startswith("reload: done"):
+        failures.append(f"the reload button said {reload_msg!r}")
+    if not purge_msg.startswith("purge: done"):
+        failures.append(f"the purge button said {purge_msg!r}")
     if second["zones"] < 1 or second["servers"] < 1:
         failures.append("no cache zone or upstream server listed")
     if failures:
