@@ -61,18 +61,38 @@ pub fn civil(secs: u64) -> (i64, u32, u32, u32, u32, u32) {
     )
 }
 
-/// `2026-11-22T17:38:23.123Z` (RFC 3339, UTC, milliseconds).
-pub fn rfc3339(secs: u64, millis: u32) -> String {
+/// `2026-11-22T17:38:23.123Z` (RFC 3339, UTC, milliseconds), without allocating: the JSON
+/// access log writes one per line.
+pub fn rfc3339(secs: u64, millis: u32) -> [u8; 24] {
     let (y, mo, d, h, mi, s) = civil(secs);
-    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{millis:03}Z")
+    let mut out = *b"0000-00-00T00:00:00.000Z";
+    let mut put = |at: usize, v: u32, width: usize| {
+        let mut v = v;
+        for i in (at..at + width).rev() {
+            out[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    };
+    put(0, y.clamp(0, 9999) as u32, 4);
+    put(5, mo, 2);
+    put(8, d, 2);
+    put(11, h, 2);
+    put(14, mi, 2);
+    put(17, s, 2);
+    put(20, millis.min(999), 3);
+    out
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn rfc3339_crosses_leap_years() {
-        assert_eq!(super::rfc3339(951_782_400, 7), "2000-02-29T00:00:00.007Z");
-        assert_eq!(super::rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(&super::rfc3339(951_782_400, 7), b"2000-02-29T00:00:00.007Z");
+        assert_eq!(&super::rfc3339(0, 0), b"1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            &super::rfc3339(1_795_369_103, 123),
+            b"2026-11-22T17:38:23.123Z"
+        );
     }
 
     #[test]

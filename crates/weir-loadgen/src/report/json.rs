@@ -23,7 +23,7 @@ pub fn value(r: &RunResult) -> serde_json::Value {
     serde_json::json!({
         "target": r.options.target.name,
         "url": r.options.target.url,
-        "timestamp": weir_http::date::rfc3339(started.as_secs(), started.subsec_millis()),
+        "timestamp": String::from_utf8_lossy(&weir_http::date::rfc3339(started.as_secs(), started.subsec_millis())),
         "duration_seconds": r.elapsed.as_secs_f64(),
         "connections": r.options.connections,
         "threads": r.options.threads.clamp(1, r.options.connections.max(1)),

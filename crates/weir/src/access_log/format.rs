@@ -376,7 +376,7 @@ fn uri(e: &Entry<'_>, out: &mut Vec<u8>) {
 
 /// `2026-11-22T17:38:23.123Z`.
 pub fn iso8601((secs, ms): (u64, u32), out: &mut Vec<u8>) {
-    out.extend_from_slice(weir_http::date::rfc3339(secs, ms).as_bytes());
+    out.extend_from_slice(&weir_http::date::rfc3339(secs, ms));
 }
 
 /// `22/Nov/2026:17:38:23 +0000` (weir logs in UTC).
