@@ -16,11 +16,6 @@ pub struct Logging {
     overridden: bool,
 }
 
-/// Parses a level or filter (`info`, `warn,weir::proxy=debug`).
-pub fn parse(spec: &str) -> Result<EnvFilter, String> {
-    crate::config::log_filter(spec)
-}
-
 impl Logging {
     /// Installs the subscriber. `flag`: `--log-level`; `config`: `log.level` (already valid).
     pub fn init(flag: Option<&str>, config: &str, json: bool) -> Result<Logging, String> {
@@ -30,7 +25,7 @@ impl Logging {
             (None, Some(e)) => (e, true),
             (None, None) => (config, false),
         };
-        let filter = parse(spec).map_err(|e| match (flag, env.is_some()) {
+        let filter = crate::config::log_filter(spec).map_err(|e| match (flag, env.is_some()) {
             (Some(_), _) => format!("--log-level: {e}"),
             (None, true) => format!("WEIR_LOG: {e}"),
             _ => e,
@@ -66,7 +61,7 @@ impl Logging {
         if self.overridden {
             return;
         }
-        if let (Some(h), Ok(f)) = (&self.handle, parse(level)) {
+        if let (Some(h), Ok(f)) = (&self.handle, crate::config::log_filter(level)) {
             let _ = h.reload(f);
         }
     }

@@ -57,7 +57,7 @@ enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(level) = &cli.log_level {
-        if let Err(e) = logging::parse(level) {
+        if let Err(e) = config::log_filter(level) {
             eprintln!("weir: --log-level: {e}");
             return ExitCode::FAILURE;
         }
