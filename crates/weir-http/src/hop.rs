@@ -16,6 +16,8 @@ const HOP_BY_HOP: &[&[u8]] = &[
     b"proxy-connection",
     b"proxy-authenticate",
     b"proxy-authorization",
+    // Only meaningful with `Upgrade: h2c` (RFC 7540 §3.2), which is never relayed.
+    b"http2-settings",
 ];
 
 /// Tokens kept in place; a message listing more falls back to scanning its fields.

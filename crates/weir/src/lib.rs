@@ -13,6 +13,7 @@
 //! * [`proxy`] is the reverse proxy: upstream pools, balancing, health, forwarding rules.
 //! * [`cache`] is the cache stage of proxy routes (zones, Cache-Status); the RFC 9111 rules and
 //!   the store are the `weir-cache` crate. [`admin`] is the admin API (purge, stats, health).
+//! * [`tls`] terminates TLS (rustls): certificates by SNI, resumption, mTLS.
 //! * [`cli`] is the `weir` command line; [`bench_cmd`] is `weir bench` over the `weir-loadgen` crate.
 
 pub mod access_log;
@@ -30,3 +31,4 @@ pub mod proxy;
 pub mod routes;
 pub mod runtime;
 pub mod server;
+pub mod tls;

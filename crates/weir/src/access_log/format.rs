@@ -30,8 +30,8 @@ pub struct Entry<'a> {
     pub upstream_addr: Option<SocketAddr>,
     pub cache: &'static str,
     pub route: &'a str,
-    pub tls_protocol: Option<&'a str>,
-    pub tls_cipher: Option<&'a str>,
+    /// What the TLS handshake settled; `None` over plain TCP.
+    pub tls: Option<&'a crate::tls::TlsInfo>,
     pub request_id: Option<&'a [u8]>,
     /// A request field by lowercase name.
     pub request_field: &'a dyn Fn(&str) -> Option<&'a [u8]>,
@@ -72,6 +72,8 @@ pub enum Var {
     Route,
     TlsProtocol,
     TlsCipher,
+    TlsSni,
+    TlsClientSubject,
     RequestId,
     /// Request field, lowercase with `-` (from `$http_user_agent`).
     RequestField(String),
@@ -109,6 +111,10 @@ const NAMES: &[(&str, Var)] = &[
     ("ssl_protocol", Var::TlsProtocol),
     ("tls_cipher", Var::TlsCipher),
     ("ssl_cipher", Var::TlsCipher),
+    ("tls_sni", Var::TlsSni),
+    ("ssl_server_name", Var::TlsSni),
+    ("tls_client_subject", Var::TlsClientSubject),
+    ("ssl_client_s_dn", Var::TlsClientSubject),
     ("request_id", Var::RequestId),
 ];
 
@@ -349,8 +355,16 @@ fn text_var(v: &Var, e: &Entry<'_>, time_local: &[u8], out: &mut Vec<u8>) {
         },
         Var::Cache => out.extend_from_slice(e.cache.as_bytes()),
         Var::Route => escaped(e.route.as_bytes(), out),
-        Var::TlsProtocol => out.extend_from_slice(e.tls_protocol.unwrap_or("-").as_bytes()),
-        Var::TlsCipher => out.extend_from_slice(e.tls_cipher.unwrap_or("-").as_bytes()),
+        Var::TlsProtocol => out.extend_from_slice(e.tls.map_or("-", |t| t.protocol).as_bytes()),
+        Var::TlsCipher => out.extend_from_slice(e.tls.map_or("-", |t| t.cipher).as_bytes()),
+        Var::TlsSni => match e.tls.and_then(|t| t.sni.as_deref()) {
+            Some(v) => escaped(v.as_bytes(), out),
+            None => dash(out),
+        },
+        Var::TlsClientSubject => match e.tls.and_then(|t| t.client_subject.as_deref()) {
+            Some(v) => escaped(v.as_bytes(), out),
+            None => dash(out),
+        },
         Var::RequestId => match e.request_id {
             Some(id) => escaped(id, out),
             None => dash(out),
@@ -426,9 +440,18 @@ fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
     let _ = write!(out, ",\"cache\":\"{}\",\"route\":", e.cache);
     json_str(Some(e.route.as_bytes()), out);
     out.extend_from_slice(b",\"tls_protocol\":");
-    json_str(e.tls_protocol.map(str::as_bytes), out);
+    json_str(e.tls.map(|t| t.protocol.as_bytes()), out);
     out.extend_from_slice(b",\"tls_cipher\":");
-    json_str(e.tls_cipher.map(str::as_bytes), out);
+    json_str(e.tls.map(|t| t.cipher.as_bytes()), out);
+    out.extend_from_slice(b",\"tls_sni\":");
+    json_str(e.tls.and_then(|t| t.sni.as_deref()).map(str::as_bytes), out);
+    out.extend_from_slice(b",\"tls_client_subject\":");
+    json_str(
+        e.tls
+            .and_then(|t| t.client_subject.as_deref())
+            .map(str::as_bytes),
+        out,
+    );
     out.extend_from_slice(b",\"request_id\":");
     json_str(e.request_id, out);
     out.extend_from_slice(b",\"referer\":");
@@ -493,8 +516,7 @@ mod tests {
             upstream_addr: None,
             cache: "hit",
             route: "hello",
-            tls_protocol: None,
-            tls_cipher: None,
+            tls: None,
             request_id: Some(b"abc"),
             request_field: fields,
             response_field: sent,

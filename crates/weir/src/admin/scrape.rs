@@ -294,6 +294,27 @@ impl Scrape {
                 Labels::new(),
                 gauge(accepted.saturating_sub(closed_all) as i64),
             )],
+        )?;
+        let rows: Vec<_> = metrics::TlsOutcome::ALL
+            .iter()
+            .map(|o| {
+                let n = sum(&|w| &w.tls[*o as usize]);
+                (vec![("result", o.label().to_string())], counter(n))
+            })
+            .collect();
+        family(
+            enc,
+            "weir_tls_handshakes",
+            "TLS handshakes, by result (full, resumed, failed, plaintext, timeout).",
+            MetricType::Counter,
+            rows,
+        )?;
+        family(
+            enc,
+            "weir_http2_abuse_closes",
+            "HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM (floods, rapid reset).",
+            MetricType::Counter,
+            [(Labels::new(), counter(sum(&|w| &w.h2_abuse)))],
         )
     }
 

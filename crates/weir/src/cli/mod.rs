@@ -189,11 +189,7 @@ fn run(
 
 /// The start-up lines: every listener and the admin API.
 fn banner(handle: &server::ServerHandle, embedded: bool, workers: usize) {
-    let urls: Vec<String> = handle
-        .local_addrs()
-        .iter()
-        .map(|a| format!("http://{a}/"))
-        .collect();
+    let urls = handle.local_urls();
     let admin = handle
         .admin_addr()
         .map(|a| format!("; admin API on http://{a}/"))

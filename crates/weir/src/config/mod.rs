@@ -14,6 +14,7 @@ pub mod interpolate;
 pub mod locate;
 pub mod model;
 pub mod model_ops;
+pub mod model_tls;
 pub mod units;
 
 use std::path::{Path, PathBuf};

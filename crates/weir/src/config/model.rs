@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 pub use super::model_ops::{AccessLog, AccessLogSetting, HealthRoute, Log, RequestId};
+pub use super::model_tls::{Certificate, ClientAuth, ClientAuthMode, Http2, Tls};
 use super::units::{Dur, Size};
 
 /// The whole file.
@@ -51,6 +52,9 @@ pub struct File {
     /// The request id: kept from trusted peers, generated otherwise, sent upstream, logged.
     #[serde(default)]
     pub request_id: RequestId,
+    /// HTTP/2 limits (TLS listeners offering `h2`, and `h2c` listeners).
+    #[serde(default)]
+    pub http2: Http2,
 }
 
 /// A cache store.
@@ -283,6 +287,12 @@ pub struct Listener {
     pub routes: Vec<Route>,
     /// This listener's access log (else the top-level one); `off` for none.
     pub access_log: Option<AccessLogSetting>,
+    /// Terminate TLS on this listener.
+    pub tls: Option<Tls>,
+    /// Accept HTTP/2 without TLS from clients that start with its preface (prior knowledge,
+    /// `curl --http2-prior-knowledge`, `h2load`). `Upgrade: h2c` is never honoured.
+    #[serde(default)]
+    pub h2c: bool,
 }
 
 /// A route: a match and exactly one action.
@@ -319,6 +329,13 @@ pub struct Match {
     /// Host names: exact (`example.com`) or wildcard (`*.example.com`). One string or a list.
     #[serde(default)]
     pub host: OneOrMany,
+    /// TLS server names (SNI) the client asked for, exact or `*.` wildcard; a connection
+    /// without TLS or without SNI does not match.
+    #[serde(default)]
+    pub sni: OneOrMany,
+    /// A regular expression over the verified client certificate's subject (RFC 4514, as in
+    /// `CN=alice,O=Example`); a connection without a client certificate does not match.
+    pub client_subject: Option<String>,
     /// Exact path.
     pub path: Option<String>,
     /// Path prefix.

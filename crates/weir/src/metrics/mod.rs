@@ -141,13 +141,53 @@ pub type RouteKey = (String, String);
 #[derive(Debug, Default)]
 pub struct WorkerMetrics {
     pub accepted: Counter,
+    /// TLS handshakes by outcome ([`TlsOutcome`]).
+    pub(crate) tls: [Counter; 5],
+    /// HTTP/2 connections closed with GOAWAY for abuse (floods, rapid reset).
+    pub h2_abuse: Counter,
     pub(crate) closed: [Counter; 6],
     pub(crate) routes: Mutex<HashMap<RouteKey, Arc<RouteMetrics>>>,
     /// Requests sent per `(upstream, server)`.
     pub(crate) servers: Mutex<HashMap<(String, String), Arc<Counter>>>,
 }
 
+/// How a TLS handshake ended: the `result` label of `weir_tls_handshakes_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsOutcome {
+    Full,
+    Resumed,
+    Failed,
+    /// Plain HTTP sent to a TLS port.
+    Plaintext,
+    Timeout,
+}
+
+impl TlsOutcome {
+    pub const ALL: [TlsOutcome; 5] = [
+        TlsOutcome::Full,
+        TlsOutcome::Resumed,
+        TlsOutcome::Failed,
+        TlsOutcome::Plaintext,
+        TlsOutcome::Timeout,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            TlsOutcome::Full => "full",
+            TlsOutcome::Resumed => "resumed",
+            TlsOutcome::Failed => "failed",
+            TlsOutcome::Plaintext => "plaintext",
+            TlsOutcome::Timeout => "timeout",
+        }
+    }
+}
+
 impl WorkerMetrics {
+    #[inline]
+    pub fn tls(&self, outcome: TlsOutcome) {
+        self.tls[outcome as usize].inc();
+    }
+
     #[inline]
     pub fn closed(&self, why: CloseReason) {
         self.closed[why as usize].inc();

@@ -34,6 +34,10 @@ pub(crate) trait Downstream {
     /// that a load balancer stops sending here).
     fn shutting_down(&self) -> bool;
 
+    /// What the TLS handshake settled (SNI, protocol, cipher, client certificate); `None` over
+    /// plain TCP.
+    fn tls(&self) -> Option<&crate::tls::TlsInfo>;
+
     /// The next piece of the request body; `None` once it is complete. The first call sends
     /// `100 Continue` when the client waits for it.
     fn body_chunk(&mut self) -> impl Future<Output = Result<Option<Bytes>, Error>>;

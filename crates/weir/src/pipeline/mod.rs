@@ -91,7 +91,7 @@ fn start<'a, D: Downstream>(
     head: &'a RequestHead,
 ) -> Started<'a> {
     let routes = &rt.cfg.listeners[ctx.listener].routes;
-    let routed = routes.route(head);
+    let routed = routes.route(head, d.tls());
     if let Routed::Found(route) = &routed {
         ctx.route = Some(route.index as u32);
         ctx.log = route.access_log.map(|s| s as u32);
@@ -120,6 +120,7 @@ fn start<'a, D: Downstream>(
                         proxy,
                         cache: settings,
                         zone: &rt.cfg.cache_zones[settings.zone],
+                        scheme: scheme_of(d),
                     };
                     if cache::try_fresh_hit(d, ctx, stage, persistence) {
                         Started::Done(Ok(persistence))
@@ -297,7 +298,18 @@ fn respond<D: Downstream>(
 pub(crate) fn client_of<D: Downstream>(d: &D) -> Client {
     Client {
         ip: d.peer().ip(),
-        scheme: "http",
+        scheme: scheme_of(d),
+    }
+}
+
+/// `https` on a TLS connection, else `http`: for `X-Forwarded-Proto`, `Forwarded` and the
+/// cache key.
+#[inline]
+pub(crate) fn scheme_of<D: Downstream>(d: &D) -> &'static str {
+    if d.tls().is_some() {
+        "https"
+    } else {
+        "http"
     }
 }
 

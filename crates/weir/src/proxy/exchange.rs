@@ -135,9 +135,21 @@ fn is_conditional(name: &[u8]) -> bool {
     .any(|c| name.eq_ignore_ascii_case(c))
 }
 
-/// Whether the request asks for a protocol upgrade (WebSocket).
+/// Whether the request asks for a protocol upgrade (WebSocket) that is relayed upstream.
+///
+/// Never `h2c`: a client that upgraded to cleartext HTTP/2 through the proxy would speak to the
+/// upstream directly, past every route and filter after the first request (the "h2c smuggling"
+/// hole). Its `Upgrade` is then dropped as the hop-by-hop field it is, with `HTTP2-Settings`.
 pub fn wants_upgrade(head: &RequestHead) -> bool {
-    head.header("upgrade").is_some() && ConnectionTokens::of(&head.headers).contains(b"upgrade")
+    let Some(upgrade) = head.header("upgrade") else {
+        return false;
+    };
+    let h2c = upgrade.split(|b| *b == b',').any(|token| {
+        let token = token.trim_ascii();
+        let name = token.split(|b| *b == b'/').next().unwrap_or(token);
+        name.eq_ignore_ascii_case(b"h2c")
+    });
+    !h2c && ConnectionTokens::of(&head.headers).contains(b"upgrade")
 }
 
 /// How the upstream request differs from the client's.

@@ -6,11 +6,14 @@ use weir_http::{Method, RequestHead};
 
 use crate::config::model;
 use crate::config::{check_header_name, CompileError};
+use crate::tls::TlsInfo;
 
 /// All conditions of a route.
 #[derive(Debug)]
 pub struct Matcher {
     hosts: Vec<HostPattern>,
+    sni: Vec<HostPattern>,
+    client_subject: Option<regex::Regex>,
     pub path: PathMatch,
     headers: Vec<(String, Bytes)>,
 }
@@ -38,25 +41,17 @@ impl Matcher {
         m: model::Match,
         path: &str,
     ) -> Result<(Matcher, Option<Vec<Method>>), CompileError> {
-        let mut hosts = Vec::new();
-        for h in m.host.into_vec() {
-            let h = h.trim().to_ascii_lowercase();
-            if h.is_empty() || h.contains(['/', ' ']) {
-                return Err((format!("{path}.host"), format!("{h:?} is not a host name")));
-            }
-            hosts.push(match h.strip_prefix('*') {
-                Some(rest) if rest.starts_with('.') && rest.len() > 1 => {
-                    HostPattern::Suffix(rest.to_string())
-                }
-                Some(_) => {
-                    return Err((
-                        format!("{path}.host"),
-                        "wildcards must look like *.example.com".into(),
-                    ))
-                }
-                None => HostPattern::Exact(h),
-            });
-        }
+        let hosts = host_patterns(m.host.into_vec(), &format!("{path}.host"))?;
+        let sni = host_patterns(m.sni.into_vec(), &format!("{path}.sni"))?;
+        let client_subject = match &m.client_subject {
+            Some(r) => Some(regex::Regex::new(r).map_err(|e| {
+                (
+                    format!("{path}.client_subject"),
+                    format!("bad regular expression: {e}"),
+                )
+            })?),
+            None => None,
+        };
         let given = [
             m.path.is_some(),
             m.path_prefix.is_some(),
@@ -124,6 +119,8 @@ impl Matcher {
         Ok((
             Matcher {
                 hosts,
+                sni,
+                client_subject,
                 path: path_match,
                 headers,
             },
@@ -131,8 +128,9 @@ impl Matcher {
         ))
     }
 
-    /// Whether the request satisfies every condition except the method.
-    pub fn matches(&self, req: &RequestHead) -> bool {
+    /// Whether the request, on a connection whose TLS handshake settled `tls`, satisfies every
+    /// condition except the method.
+    pub fn matches(&self, req: &RequestHead, tls: Option<&TlsInfo>) -> bool {
         let path = req.path();
         let path_ok = match &self.path {
             PathMatch::Any => true,
@@ -145,14 +143,23 @@ impl Matcher {
         }
         if !self.hosts.is_empty() {
             let Some(host) = req.host() else { return false };
-            let host_ok = self.hosts.iter().any(|h| match h {
-                HostPattern::Exact(e) => host.eq_ignore_ascii_case(e.as_bytes()),
-                HostPattern::Suffix(s) => {
-                    host.len() > s.len()
-                        && host[host.len() - s.len()..].eq_ignore_ascii_case(s.as_bytes())
-                }
-            });
-            if !host_ok {
+            if !any_host(&self.hosts, host) {
+                return false;
+            }
+        }
+        if !self.sni.is_empty() {
+            let Some(name) = tls.and_then(|t| t.sni.as_deref()) else {
+                return false;
+            };
+            if !any_host(&self.sni, name.as_bytes()) {
+                return false;
+            }
+        }
+        if let Some(re) = &self.client_subject {
+            let Some(subject) = tls.and_then(|t| t.client_subject.as_deref()) else {
+                return false;
+            };
+            if !re.is_match(subject) {
                 return false;
             }
         }
@@ -172,6 +179,40 @@ impl Matcher {
     }
 }
 
+/// Compiles host names (`example.com`, `*.example.com`) given at key `key`.
+fn host_patterns(names: Vec<String>, key: &str) -> Result<Vec<HostPattern>, CompileError> {
+    let mut out = Vec::new();
+    for h in names {
+        let h = h.trim().to_ascii_lowercase();
+        if h.is_empty() || h.contains(['/', ' ']) {
+            return Err((key.to_string(), format!("{h:?} is not a host name")));
+        }
+        out.push(match h.strip_prefix('*') {
+            Some(rest) if rest.starts_with('.') && rest.len() > 1 => {
+                HostPattern::Suffix(rest.to_string())
+            }
+            Some(_) => {
+                return Err((
+                    key.to_string(),
+                    "wildcards must look like *.example.com".into(),
+                ))
+            }
+            None => HostPattern::Exact(h),
+        });
+    }
+    Ok(out)
+}
+
+/// Whether `host` matches one of `patterns` (case-insensitively).
+fn any_host(patterns: &[HostPattern], host: &[u8]) -> bool {
+    patterns.iter().any(|h| match h {
+        HostPattern::Exact(e) => host.eq_ignore_ascii_case(e.as_bytes()),
+        HostPattern::Suffix(s) => {
+            host.len() > s.len() && host[host.len() - s.len()..].eq_ignore_ascii_case(s.as_bytes())
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +225,29 @@ mod tests {
             .unwrap()
     }
 
+    impl Matcher {
+        fn matches_plain(&self, r: &RequestHead) -> bool {
+            self.matches(r, None)
+        }
+    }
+
+    #[test]
+    fn sni_and_client_subject_need_tls() {
+        let m = matcher("sni: '*.example.com'\nclient_subject: '^CN=alice,'");
+        let r = req("GET / HTTP/1.1\r\nHost: other\r\n\r\n");
+        let tls = |sni: Option<&str>, subject: Option<&str>| TlsInfo {
+            sni: sni.map(Into::into),
+            client_subject: subject.map(Into::into),
+            ..Default::default()
+        };
+        assert!(m.matches(&r, Some(&tls(Some("a.example.com"), Some("CN=alice,O=X")))));
+        assert!(!m.matches(&r, Some(&tls(Some("example.com"), Some("CN=alice,O=X")))));
+        assert!(!m.matches(&r, Some(&tls(Some("a.example.com"), Some("CN=bob,O=X")))));
+        assert!(!m.matches(&r, Some(&tls(Some("a.example.com"), None))));
+        assert!(!m.matches(&r, Some(&tls(None, Some("CN=alice,O=X")))));
+        assert!(!m.matches_plain(&r));
+    }
+
     fn matcher(yaml: &str) -> Matcher {
         let m: model::Match = serde_yaml::from_str(yaml).unwrap();
         Matcher::compile(m, "m").unwrap().0
@@ -192,28 +256,28 @@ mod tests {
     #[test]
     fn hosts() {
         let m = matcher("host: ['example.com', '*.example.org']");
-        assert!(m.matches(&req("GET / HTTP/1.1\r\nHost: EXAMPLE.com:8080\r\n\r\n")));
-        assert!(m.matches(&req("GET / HTTP/1.1\r\nHost: a.b.example.org\r\n\r\n")));
-        assert!(!m.matches(&req("GET / HTTP/1.1\r\nHost: example.org\r\n\r\n")));
-        assert!(!m.matches(&req("GET / HTTP/1.1\r\nHost: badexample.com\r\n\r\n")));
+        assert!(m.matches_plain(&req("GET / HTTP/1.1\r\nHost: EXAMPLE.com:8080\r\n\r\n")));
+        assert!(m.matches_plain(&req("GET / HTTP/1.1\r\nHost: a.b.example.org\r\n\r\n")));
+        assert!(!m.matches_plain(&req("GET / HTTP/1.1\r\nHost: example.org\r\n\r\n")));
+        assert!(!m.matches_plain(&req("GET / HTTP/1.1\r\nHost: badexample.com\r\n\r\n")));
     }
 
     #[test]
     fn paths_and_headers() {
         let m = matcher("path_regex: '^/api/v[0-9]+/'\nheaders: {x-tenant: blue}");
-        assert!(m.matches(&req(
+        assert!(m.matches_plain(&req(
             "GET /api/v2/x?q HTTP/1.1\r\nHost: a\r\nX-Tenant: blue\r\n\r\n"
         )));
-        assert!(!m.matches(&req(
+        assert!(!m.matches_plain(&req(
             "GET /api/v2/x HTTP/1.1\r\nHost: a\r\nX-Tenant: red\r\n\r\n"
         )));
-        assert!(!m.matches(&req(
+        assert!(!m.matches_plain(&req(
             "GET /api/vx/ HTTP/1.1\r\nHost: a\r\nX-Tenant: blue\r\n\r\n"
         )));
         let m = matcher("path: /hello");
-        assert!(m.matches(&req("GET /hello?x=1 HTTP/1.1\r\nHost: a\r\n\r\n")));
-        assert!(!m.matches(&req("GET /hello/ HTTP/1.1\r\nHost: a\r\n\r\n")));
+        assert!(m.matches_plain(&req("GET /hello?x=1 HTTP/1.1\r\nHost: a\r\n\r\n")));
+        assert!(!m.matches_plain(&req("GET /hello/ HTTP/1.1\r\nHost: a\r\n\r\n")));
         let m = matcher("path_prefix: /static/");
-        assert!(m.matches(&req("GET /static/a/b HTTP/1.1\r\nHost: a\r\n\r\n")));
+        assert!(m.matches_plain(&req("GET /static/a/b HTTP/1.1\r\nHost: a\r\n\r\n")));
     }
 }

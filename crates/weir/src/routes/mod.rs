@@ -129,11 +129,11 @@ impl RouteTable {
         self.routes.get(index)
     }
 
-    /// Finds the route for a request.
-    pub fn route(&self, req: &RequestHead) -> Routed<'_> {
+    /// Finds the route for a request on a connection whose TLS handshake settled `tls`.
+    pub fn route(&self, req: &RequestHead, tls: Option<&crate::tls::TlsInfo>) -> Routed<'_> {
         let mut allowed: Option<Vec<&Method>> = None;
         for r in &self.routes {
-            if !r.matcher.matches(req) {
+            if !r.matcher.matches(req, tls) {
                 continue;
             }
             match &r.methods {

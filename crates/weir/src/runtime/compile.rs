@@ -142,6 +142,15 @@ pub(crate) fn compile(
             &format!("{path}.access_log"),
             default_log,
         )?;
+        let tls = match &l.tls {
+            Some(t) => Some(crate::tls::server_config(
+                t,
+                &format!("{path}.tls"),
+                base,
+                &registry.tls,
+            )?),
+            None => None,
+        };
         let routes =
             RouteTable::compile(l.routes, &path, base, server_header.as_ref(), &refs, log)?;
         listeners.push(ListenerConfig {
@@ -151,6 +160,8 @@ pub(crate) fn compile(
             defer_secs,
             routes: Arc::new(routes),
             access_log: log,
+            tls,
+            h2c: l.h2c,
             key: format!("{path}.address"),
             line: None,
         });
@@ -164,6 +175,8 @@ pub(crate) fn compile(
             defer_secs: 0,
             routes: Arc::new(RouteTable::admin(default_log)),
             access_log: default_log,
+            tls: None,
+            h2c: false,
             key: "admin.address".to_string(),
             line: None,
         });
@@ -189,7 +202,35 @@ pub(crate) fn compile(
         metrics: file.metrics,
         request_id,
         log,
+        http2: check_http2(file.http2)?,
     })
+}
+
+/// Checks the `http2:` limits against RFC 9113's ranges.
+fn check_http2(h: model::Http2) -> Result<model::Http2, CompileError> {
+    const MAX_WINDOW: u64 = (1 << 31) - 1;
+    let bad = |key: &str, m: &str| Err((format!("http2.{key}"), m.to_string()));
+    if h.max_concurrent_streams == 0 {
+        return bad("max_concurrent_streams", "must be at least 1");
+    }
+    if !(16_384..=16_777_215).contains(&h.max_frame_size.0) {
+        return bad("max_frame_size", "must be between 16KiB and 16MiB - 1");
+    }
+    if h.initial_window_size.0 > MAX_WINDOW || h.connection_window_size.0 > MAX_WINDOW {
+        let key = if h.initial_window_size.0 > MAX_WINDOW {
+            "initial_window_size"
+        } else {
+            "connection_window_size"
+        };
+        return bad(key, "must be below 2GiB");
+    }
+    if h.max_header_list_size.0 > u64::from(u32::MAX) {
+        return bad("max_header_list_size", "must be below 4GiB");
+    }
+    if h.max_control_frames_per_second == 0 {
+        return bad("max_control_frames_per_second", "must be at least 1");
+    }
+    Ok(h)
 }
 
 /// The id of a listener on `address` added after `before`.

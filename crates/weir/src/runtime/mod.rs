@@ -51,6 +51,8 @@ pub struct RuntimeConfig {
     pub metrics: bool,
     pub request_id: crate::filters::request_id::RequestIdSettings,
     pub log: LogSettings,
+    /// HTTP/2 limits (validated: window and frame sizes within RFC 9113's ranges).
+    pub http2: crate::config::model::Http2,
 }
 
 /// The error log's settings.
@@ -121,6 +123,10 @@ pub struct ListenerConfig {
     pub routes: Arc<RouteTable>,
     /// The access log of requests no route matched (routes carry their own).
     pub access_log: Option<usize>,
+    /// TLS termination (`None`: plain TCP).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// HTTP/2 with prior knowledge on a plain listener.
+    pub h2c: bool,
     /// Where the address was given, for errors: the key path and the config line.
     pub key: String,
     pub line: Option<usize>,

@@ -38,6 +38,8 @@ pub struct Registry {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Where `POST /reload` asks for a reload (set by `weir run`, which knows the file).
     pub reloader: Mutex<Option<Reloader>>,
+    /// TLS ticket keys and the session cache (sessions resume across reloads).
+    pub tls: crate::tls::Shared,
 }
 
 /// Asks the process to re-read its config; the answer is `Err(why)` when it kept the old one.
@@ -60,6 +62,7 @@ impl Registry {
             sinks: Default::default(),
             metrics: Default::default(),
             reloader: Mutex::new(None),
+            tls: Default::default(),
         }
     }
 

@@ -6,12 +6,28 @@
 //! `epoll_ctl(ADD)` now and an `epoll_ctl(DEL)` at close. A client that sends its request with
 //! the handshake and asks for `Connection: close` (seed experiment 002) is therefore served with
 //! `accept4`, `recvfrom`, `sendto` (response and FIN in one segment), `shutdown`, `close`.
+//!
+//! TLS connections are registered from the start (the handshake waits anyway) and skip both
+//! fast paths: `MSG_MORE` with the FIN would hold back a `close_notify`, and there is no
+//! handshake-free first read to save. Their writes go into rustls' buffer (`writer()`), which
+//! encrypts at once, and the records are pushed with `write_tls` until the socket is full:
+//! [`ClientIo::has_pending`] tells the connection that records are still waiting, so a
+//! response is never left in rustls' buffer while the connection waits for a request.
 
 use std::io::{self, IoSlice, Write};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use crate::tls::TlsInfo;
+
+/// A TLS connection after its handshake, and what the handshake settled.
+#[derive(Debug)]
+pub(crate) struct TlsConn {
+    pub stream: tokio_rustls::server::TlsStream<TcpStream>,
+    pub info: TlsInfo,
+}
 
 /// A client socket, before or after registration with the reactor.
 #[derive(Debug)]
@@ -20,6 +36,8 @@ pub(crate) enum ClientIo {
     Fresh(mio::net::TcpStream),
     /// Registered with this worker's reactor.
     Registered(TcpStream),
+    /// TLS, registered (boxed: a plain connection does not carry rustls' state in its size).
+    Tls(Box<TlsConn>),
     /// Transient state during registration.
     Gone,
 }
@@ -44,13 +62,78 @@ impl ClientIo {
 
     /// Reads what is available; waits (registering if needed) when nothing is.
     pub(crate) async fn read_buf(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
-        if let ClientIo::Fresh(s) = self {
-            match read_nonblocking(s, buf) {
+        match self {
+            ClientIo::Fresh(s) => match read_nonblocking(s, buf) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 other => return other,
+            },
+            ClientIo::Tls(t) => {
+                return match t.stream.read_buf(buf).await {
+                    // Most clients close without `close_notify`; between requests that is a
+                    // clean end, as it is for nginx.
+                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(0),
+                    other => other,
+                };
             }
+            _ => {}
         }
         self.register()?.read_buf(buf).await
+    }
+
+    /// Waits until a request may have started: the socket is readable, or (TLS) rustls holds
+    /// decrypted bytes already. Reads nothing, so the caller need not hold a buffer meanwhile.
+    pub(crate) async fn readable(&mut self) -> io::Result<()> {
+        if let ClientIo::Tls(t) = self {
+            let (tcp, conn) = t.stream.get_mut();
+            let state = conn
+                .process_new_packets()
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            if state.plaintext_bytes_to_read() > 0 || state.peer_has_closed() {
+                return Ok(());
+            }
+            return tcp.readable().await;
+        }
+        self.register()?.readable().await
+    }
+
+    /// Relays bytes both ways between the client and `upstream` until either side closes.
+    pub(crate) async fn tunnel(&mut self, upstream: &mut TcpStream) -> io::Result<()> {
+        if let ClientIo::Tls(t) = self {
+            tokio::io::copy_bidirectional(&mut t.stream, upstream).await?;
+            return Ok(());
+        }
+        tokio::io::copy_bidirectional(self.register()?, upstream).await?;
+        Ok(())
+    }
+
+    /// What the TLS handshake settled; `None` on plain TCP.
+    #[inline]
+    pub(crate) fn tls_info(&self) -> Option<&TlsInfo> {
+        match self {
+            ClientIo::Tls(t) => Some(&t.info),
+            _ => None,
+        }
+    }
+
+    /// TLS records are still waiting in rustls' buffer for room in the socket.
+    #[inline]
+    pub(crate) fn has_pending(&self) -> bool {
+        match self {
+            ClientIo::Tls(t) => t.stream.get_ref().1.wants_write(),
+            _ => false,
+        }
+    }
+
+    /// Pushes waiting TLS records into the socket: `Ok(true)` once none are left, `Ok(false)`
+    /// when the socket is full.
+    pub(crate) fn push_pending(&mut self) -> io::Result<bool> {
+        match self {
+            ClientIo::Tls(t) => {
+                let (tcp, conn) = t.stream.get_mut();
+                push_tls(tcp, conn)
+            }
+            _ => Ok(true),
+        }
     }
 
     /// Whether a fresh socket has bytes right now (consumes them into `buf`): `Ok(Some(n))` read
@@ -94,10 +177,22 @@ impl ClientIo {
         if closing {
             // A raw send on a registered socket leaves tokio's readiness as it was: at worst
             // tokio later tries a write that finds the buffer full, never the reverse.
-            return self.sock()?.send_vectored_with_flags(bufs, libc::MSG_MORE);
+            if !matches!(self, ClientIo::Tls(_)) {
+                return self.sock()?.send_vectored_with_flags(bufs, libc::MSG_MORE);
+            }
         }
         match (self, bufs) {
             (ClientIo::Gone, _) => Err(io::ErrorKind::NotConnected.into()),
+            (ClientIo::Tls(t), _) => {
+                let (tcp, conn) = t.stream.get_mut();
+                let n = conn.writer().write_vectored(bufs)?;
+                push_tls(tcp, conn)?;
+                if n == 0 && bufs.iter().any(|b| !b.is_empty()) {
+                    // rustls' buffer is full of records the socket has no room for.
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Ok(n)
+            }
             (ClientIo::Fresh(s), [one]) => s.write(one),
             (ClientIo::Fresh(s), _) => s.write_vectored(bufs),
             (ClientIo::Registered(s), [one]) => s.try_write(one),
@@ -107,11 +202,20 @@ impl ClientIo {
 
     /// Waits until the socket can take more bytes (registering if needed).
     pub(crate) async fn writable(&mut self) -> io::Result<()> {
+        if let ClientIo::Tls(t) = self {
+            return t.stream.get_ref().0.writable().await;
+        }
         self.register()?.writable().await
     }
 
     /// Half-closes the write side now, without waiting (errors mean the peer is gone already).
+    /// TLS sends `close_notify` first.
     pub(crate) fn shutdown_now(&mut self) {
+        if let ClientIo::Tls(t) = self {
+            let (tcp, conn) = t.stream.get_mut();
+            conn.send_close_notify();
+            let _ = push_tls(tcp, conn);
+        }
         if let Ok(s) = self.sock() {
             let _ = s.shutdown(std::net::Shutdown::Write);
         }
@@ -122,14 +226,43 @@ impl ClientIo {
         match self {
             ClientIo::Fresh(s) => Ok(socket2::SockRef::from(s)),
             ClientIo::Registered(s) => Ok(socket2::SockRef::from(s)),
+            ClientIo::Tls(t) => Ok(socket2::SockRef::from(t.stream.get_ref().0)),
             ClientIo::Gone => Err(io::ErrorKind::NotConnected.into()),
         }
     }
 
-    /// Half-closes the write side.
+    /// Half-closes the write side (TLS: after `close_notify`).
     pub(crate) async fn shutdown(&mut self) -> io::Result<()> {
+        if let ClientIo::Tls(t) = self {
+            return t.stream.shutdown().await;
+        }
         self.register()?.shutdown().await
     }
+}
+
+/// Writes rustls' waiting records to `tcp` without blocking: `Ok(true)` once none are left.
+fn push_tls(tcp: &mut TcpStream, conn: &mut rustls::ServerConnection) -> io::Result<bool> {
+    struct Sock<'a>(&'a TcpStream);
+    impl Write for Sock<'_> {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.0.try_write(b)
+        }
+        fn write_vectored(&mut self, b: &[IoSlice<'_>]) -> io::Result<usize> {
+            self.0.try_write_vectored(b)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    while conn.wants_write() {
+        match conn.write_tls(&mut Sock(tcp)) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
 }
 
 /// One non-blocking `recv` into the spare capacity of `buf`, without zero-filling it first (a

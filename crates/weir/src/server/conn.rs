@@ -29,7 +29,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::{timeout, timeout_at, Instant};
 use weir_http::reply::{put_chunk, put_last_chunk};
@@ -39,6 +39,7 @@ use weir_http::{
 };
 
 use super::client_io::ClientIo;
+use super::h2::PREFACE;
 use super::worker::WorkerState;
 use crate::error::{Error, ErrorKind, Side};
 use crate::metrics::CloseReason;
@@ -115,11 +116,13 @@ pub(crate) struct Conn {
     key: usize,
     /// A reload removed this connection's listener: it closes after the current request.
     orphaned: bool,
+    /// The client sent the HTTP/2 preface on an `h2c` listener: the connection goes to HTTP/2.
+    h2_preface: bool,
 }
 
 impl Conn {
     pub(crate) fn new(
-        stream: mio::net::TcpStream,
+        io: ClientIo,
         peer: SocketAddr,
         key: usize,
         state: Rc<WorkerState>,
@@ -127,7 +130,7 @@ impl Conn {
         listener: usize,
     ) -> Conn {
         Conn {
-            io: ClientIo::Fresh(stream),
+            io,
             peer,
             buf: BytesMut::new(),
             out: BytesMut::new(),
@@ -142,6 +145,7 @@ impl Conn {
             upgraded: false,
             key,
             orphaned: false,
+            h2_preface: false,
         }
     }
 
@@ -153,6 +157,7 @@ impl Conn {
     pub(crate) async fn serve(&mut self) -> CloseReason {
         // The error is dropped before the next await, so the future does not keep room for it.
         let (status, why) = match self.run().await {
+            Ok(()) if self.h2_preface => return Box::pin(self.into_h2()).await,
             Ok(()) => (None, CloseReason::Done),
             Err(e) => {
                 tracing::debug!(peer = %self.peer, reason = %e, "closing connection");
@@ -168,6 +173,24 @@ impl Conn {
         give_buf(std::mem::take(&mut self.buf));
         give_buf(std::mem::take(&mut self.out));
         why
+    }
+
+    /// Hands the connection to HTTP/2 (h2c with prior knowledge), preface included.
+    async fn into_h2(&mut self) -> CloseReason {
+        let tcp = match std::mem::replace(&mut self.io, ClientIo::Gone) {
+            ClientIo::Fresh(s) => match TcpStream::from_std(std::net::TcpStream::from(s)) {
+                Ok(t) => t,
+                Err(_) => return CloseReason::ClientError,
+            },
+            ClientIo::Registered(s) => s,
+            ClientIo::Tls(_) | ClientIo::Gone => return CloseReason::ClientError,
+        };
+        let prefix = self.buf.split().freeze();
+        give_buf(std::mem::take(&mut self.buf));
+        give_buf(std::mem::take(&mut self.out));
+        let io = super::h2::Rewind::new(prefix, tcp);
+        let (state, rt) = (self.state.clone(), self.rt.clone());
+        super::h2::serve(io, self.peer, state, rt, self.listener, None).await
     }
 
     async fn run(&mut self) -> Result<(), Error> {
@@ -219,6 +242,29 @@ impl Conn {
         let mut deadline = None;
         loop {
             if !self.buf.is_empty() {
+                if self.served == 0 && self.buf[0] == b'P' && cfg.listeners[self.listener].h2c {
+                    let n = self.buf.len().min(PREFACE.len());
+                    if self.buf[..n] == PREFACE[..n] {
+                        if n == PREFACE.len() {
+                            self.h2_preface = true;
+                            return Ok(None);
+                        }
+                        deadline.get_or_insert_with(|| Instant::now() + cfg.timeouts.header);
+                        self.flush().await?;
+                        let more = timeout_at(
+                            deadline.unwrap_or_else(Instant::now),
+                            read_more(&mut self.io, &mut self.buf),
+                        );
+                        if Box::pin(more)
+                            .await
+                            .map_err(|_| Error::new(ErrorKind::HeaderTimeout))??
+                            == 0
+                        {
+                            return Err(Error::new(ErrorKind::ClientClosed));
+                        }
+                        continue;
+                    }
+                }
                 if let Some(head) = parse_request(&mut self.buf, &cfg.limits.head)? {
                     // The request runs on the config published when it arrived.
                     self.refresh_config();
@@ -302,9 +348,8 @@ impl Conn {
         }
         give_buf(std::mem::take(&mut self.buf));
         give_buf(std::mem::take(&mut self.out));
-        let stream = self.io.register()?;
         self.state.set_idle(self.key, Some(wait));
-        let ready = stream.readable().await;
+        let ready = self.io.readable().await;
         self.state.set_idle(self.key, None);
         ready?;
         self.buf = take_buf();
@@ -365,9 +410,12 @@ impl Conn {
             let n = self.io.write_now(&self.out, closing)?;
             if n == self.out.len() {
                 self.out.clear();
-                return Ok(());
+                if !self.io.has_pending() {
+                    return Ok(());
+                }
+            } else {
+                let _ = self.out.split_to(n);
             }
-            let _ = self.out.split_to(n);
         }
         Box::pin(self.flush_slow(closing)).await
     }
@@ -426,6 +474,12 @@ impl Conn {
                 Err(e) => return Err(e.into()),
             }
         }
+        // TLS records rustls could not write yet.
+        while !self.io.push_pending()? {
+            timeout(stall, self.io.writable())
+                .await
+                .map_err(|_| Error::new(ErrorKind::WriteTimeout))??;
+        }
         Ok(())
     }
 
@@ -435,16 +489,13 @@ impl Conn {
         if self.io.shutdown().await.is_err() {
             return;
         }
-        let Ok(stream) = self.io.register() else {
-            return;
-        };
         let deadline = Instant::now() + LINGER_TIME;
         let mut drained = 0;
         // Drain into the read buffer (a stack array here would live in every connection's future).
         self.buf.clear();
         self.buf.reserve(READ_BUF);
         while drained < LINGER_BYTES {
-            match timeout_at(deadline, stream.read_buf(&mut self.buf)).await {
+            match timeout_at(deadline, self.io.read_buf(&mut self.buf)).await {
                 Ok(Ok(n)) if n > 0 => {
                     drained += n;
                     self.buf.clear();
@@ -486,6 +537,10 @@ impl Downstream for Conn {
 
     fn shutting_down(&self) -> bool {
         self.state.shutting_down.get() || self.orphaned
+    }
+
+    fn tls(&self) -> Option<&crate::tls::TlsInfo> {
+        self.io.tls_info()
     }
 
     async fn body_chunk(&mut self) -> Result<Option<Bytes>, Error> {
@@ -571,8 +626,7 @@ impl Downstream for Conn {
             upstream.write_all(&self.buf).await?;
             self.buf.clear();
         }
-        let client = self.io.register()?;
-        let _ = tokio::io::copy_bidirectional(client, upstream).await;
+        let _ = self.io.tunnel(upstream).await;
         Ok(())
     }
 }

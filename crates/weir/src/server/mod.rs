@@ -10,8 +10,10 @@
 
 mod client_io;
 mod conn;
+mod h2;
 pub mod handoff;
 mod listener;
+mod tls;
 mod worker;
 
 use std::io;
@@ -295,6 +297,21 @@ impl ServerHandle {
             .iter()
             .filter(|l| !l.admin)
             .filter_map(|l| addrs.iter().find(|(id, _)| *id == l.id).map(|(_, a)| *a))
+            .collect()
+    }
+
+    /// The URL of each listener but the admin one: `https://` on TLS listeners.
+    pub fn local_urls(&self) -> Vec<String> {
+        let cfg = self.published.load();
+        let addrs = self.addrs.lock().unwrap_or_else(|e| e.into_inner());
+        cfg.listeners
+            .iter()
+            .filter(|l| !l.admin)
+            .filter_map(|l| {
+                let scheme = if l.tls.is_some() { "https" } else { "http" };
+                let (_, a) = addrs.iter().find(|(id, _)| *id == l.id)?;
+                Some(format!("{scheme}://{a}/"))
+            })
             .collect()
     }
 

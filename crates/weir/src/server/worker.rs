@@ -34,6 +34,7 @@ use tokio::task::AbortHandle;
 
 use std::collections::HashMap;
 
+use super::client_io::ClientIo;
 use super::conn::Conn;
 use crate::metrics::CloseReason;
 use crate::runtime::ListenerId;
@@ -358,11 +359,33 @@ async fn accept_loop(
                         idle_until: Cell::new(0),
                     });
                     let mut guard = ActiveGuard(state.clone(), key as u32, CloseReason::Idle);
-                    let mut conn = Conn::new(stream, peer, key, state.clone(), rt.clone(), index);
-                    let task = tokio::task::spawn_local(async move {
-                        guard.2 = conn.serve().await;
-                        drop(guard);
-                    });
+                    let task = match &rt.cfg.listeners[index].tls {
+                        // A separate task type: plain connections keep their small future.
+                        Some(tls) => {
+                            let serve = super::tls::serve(
+                                stream,
+                                peer,
+                                key,
+                                state.clone(),
+                                rt.clone(),
+                                index,
+                                tls.clone(),
+                            );
+                            tokio::task::spawn_local(async move {
+                                guard.2 = serve.await;
+                                drop(guard);
+                            })
+                        }
+                        None => {
+                            let io = ClientIo::Fresh(stream);
+                            let mut conn =
+                                Conn::new(io, peer, key, state.clone(), rt.clone(), index);
+                            tokio::task::spawn_local(async move {
+                                guard.2 = conn.serve().await;
+                                drop(guard);
+                            })
+                        }
+                    };
                     if let Some(slot) = state.conns.borrow_mut().get_mut(key) {
                         slot.abort = Some(task.abort_handle());
                     }

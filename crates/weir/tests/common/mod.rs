@@ -4,6 +4,7 @@
 pub mod cachekit;
 pub mod origin;
 pub mod process;
+pub mod tlskit;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -98,7 +99,7 @@ impl Response {
 
 /// Reads one response from a stream (Content-Length or chunked framing; no body for HEAD when
 /// `head` is true or for 1xx/204/304).
-pub fn read_response_to(s: &mut TcpStream, head: bool) -> Response {
+pub fn read_response_to(s: &mut impl Read, head: bool) -> Response {
     let mut raw = Vec::new();
     let mut byte = [0u8; 1];
     while !raw.ends_with(b"\r\n\r\n") {
@@ -155,7 +156,7 @@ pub fn read_response_to(s: &mut TcpStream, head: bool) -> Response {
     resp
 }
 
-fn read_line(s: &mut TcpStream) -> String {
+fn read_line(s: &mut impl Read) -> String {
     let mut line = Vec::new();
     let mut byte = [0u8; 1];
     while !line.ends_with(b"\r\n") {

@@ -290,6 +290,7 @@ pub(super) fn revalidate_in_background(
                     proxy,
                     cache: settings,
                     zone: &zone,
+                    scheme: client.scheme,
                 };
                 store_response(stage, &key, &resp, body, request_time);
             }

@@ -53,6 +53,8 @@ pub(crate) struct Stage<'r> {
     pub proxy: &'r ProxyRoute,
     pub cache: &'r CacheRoute,
     pub zone: &'r Arc<CacheZone>,
+    /// `http` or `https`: the scheme part of the cache key, from the listener.
+    pub scheme: &'static str,
 }
 
 /// The hit path, without building the (large, boxed) future of the full phase: a fresh stored
@@ -67,7 +69,7 @@ pub(crate) fn try_fresh_hit<D: Downstream>(
     if !matches!(head.method, Method::Get | Method::Head) || bypassed(head, settings).is_some() {
         return false;
     }
-    let key = settings.key.key(head, "http");
+    let key = settings.key.key(head, stage.scheme);
     let Lookup::Found(obj) = zone.store.lookup(&key, |name| {
         weir_cache::vary::request_value(&head.headers, name, settings.normalize_accept_encoding)
     }) else {
@@ -134,7 +136,7 @@ pub(crate) async fn cached<D: Downstream>(
         }
         if let (Some(resp), Some(body)) = (ex.response.as_ref(), ex.body.take()) {
             // Only a post_plan captures: the response is reusable for GETs of this URI.
-            let key = settings.key.get_key(head, "http");
+            let key = settings.key.get_key(head, stage.scheme);
             store_response(stage, &key, resp, exact(body), request_time);
         }
         return Ok(persistence);
@@ -143,7 +145,7 @@ pub(crate) async fn cached<D: Downstream>(
         ctx.cache = CacheState::Bypass(why);
         return forward_uncached(d, ctx, stage, Fwd::Bypass, Some(why), persistence).await;
     }
-    let key = settings.key.key(head, "http");
+    let key = settings.key.key(head, stage.scheme);
     let req_dirs = Directives::parse(values(&head.headers, "cache-control"));
     let lookup = zone.store.lookup(&key, |name| {
         weir_cache::vary::request_value(&head.headers, name, settings.normalize_accept_encoding)

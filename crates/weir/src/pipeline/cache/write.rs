@@ -127,7 +127,7 @@ pub(super) fn purge_request<D: Downstream>(
         tracing::warn!(%peer, "PURGE refused");
         return crate::pipeline::send_error(d, ctx, head, 403, &[], persistence);
     }
-    let key = stage.cache.key.key(head, "http");
+    let key = stage.cache.key.key(head, stage.scheme);
     let n = stage
         .zone
         .store

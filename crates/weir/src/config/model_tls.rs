@@ -1,0 +1,126 @@
+//! The TLS and HTTP/2 part of the config file: a listener's `tls:` section and the top-level
+//! `http2:` limits. Re-exported from `model.rs`.
+
+use serde::Deserialize;
+
+use super::units::Size;
+
+/// A listener's TLS termination.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tls {
+    /// Certificates, chosen by the name the client asks for (SNI). The first is the default,
+    /// for clients that send no name or one that matches no certificate.
+    pub certificates: Vec<Certificate>,
+    /// `tls1.2` and/or `tls1.3`.
+    #[serde(default = "default_protocols")]
+    pub protocols: Vec<String>,
+    /// Cipher suites by their IANA names (`TLS13_AES_128_GCM_SHA256`,
+    /// `TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256`, ...); absent: rustls' defaults, all AEAD with
+    /// forward secrecy.
+    pub ciphers: Option<Vec<String>>,
+    /// Protocols offered by ALPN, in order of preference: `h2`, `http/1.1`.
+    #[serde(default = "default_alpn")]
+    pub alpn: Vec<String>,
+    /// Resumption by TLS 1.3 tickets and TLS 1.2 session tickets, with keys that rotate every
+    /// 6 hours and live in this process only.
+    #[serde(default = "default_true")]
+    pub session_tickets: bool,
+    /// Sessions kept for resumption by id (TLS 1.2 clients without tickets); 0: none.
+    #[serde(default = "default_session_cache")]
+    pub session_cache: usize,
+    /// Verify client certificates (mTLS).
+    pub client_auth: Option<ClientAuth>,
+}
+
+/// One certificate chain and its key.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Certificate {
+    /// PEM file: the certificate, then its intermediates.
+    pub cert: String,
+    /// PEM file: the private key (PKCS#8, PKCS#1 or SEC1; RSA, ECDSA or Ed25519).
+    pub key: String,
+    /// Names it is chosen for (`example.com`, `*.example.com`); absent: the DNS names of the
+    /// certificate's subjectAltName.
+    #[serde(default)]
+    pub names: Vec<String>,
+}
+
+/// Client certificate verification.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientAuth {
+    /// PEM file of the CA certificates client certificates must chain to.
+    pub ca: String,
+    /// `required` (the handshake fails without a valid certificate) or `optional` (a client
+    /// without one is let in; one with an invalid one is not).
+    #[serde(default)]
+    pub mode: ClientAuthMode,
+}
+
+/// Whether a client certificate is required.
+#[derive(Debug, Default, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuthMode {
+    #[default]
+    Required,
+    Optional,
+}
+
+fn default_protocols() -> Vec<String> {
+    vec!["tls1.2".into(), "tls1.3".into()]
+}
+
+fn default_alpn() -> Vec<String> {
+    vec!["h2".into(), "http/1.1".into()]
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_session_cache() -> usize {
+    20_000
+}
+
+/// HTTP/2 limits, for every listener that speaks it. The defaults follow nginx's and the h2
+/// crate's, with the flood limits of CVE-2023-44487 ("rapid reset") and CVE-2019-9512..9518.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Http2 {
+    /// Streams a client may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub max_concurrent_streams: u32,
+    /// Largest decoded request header list (SETTINGS_MAX_HEADER_LIST_SIZE); 431 beyond.
+    pub max_header_list_size: Size,
+    /// Each stream's receive window (SETTINGS_INITIAL_WINDOW_SIZE).
+    pub initial_window_size: Size,
+    /// The connection's receive window.
+    pub connection_window_size: Size,
+    /// Largest frame the client may send (SETTINGS_MAX_FRAME_SIZE).
+    pub max_frame_size: Size,
+    /// Streams the client may reset before weir has answered them, per connection at once,
+    /// before it is closed with GOAWAY ENHANCE_YOUR_CALM (rapid reset).
+    pub max_pending_reset_streams: usize,
+    /// Streams weir may reset for protocol errors on one connection before closing it.
+    pub max_error_reset_streams: usize,
+    /// Control frames (SETTINGS, PING, RST_STREAM, PRIORITY, WINDOW_UPDATE) and empty DATA or
+    /// HEADERS frames a client may send per second before the connection is closed with
+    /// GOAWAY ENHANCE_YOUR_CALM (the 2019 flood family).
+    pub max_control_frames_per_second: u32,
+}
+
+impl Default for Http2 {
+    fn default() -> Self {
+        Http2 {
+            max_concurrent_streams: 128,
+            max_header_list_size: Size(32 * 1024),
+            initial_window_size: Size(256 * 1024),
+            connection_window_size: Size(1024 * 1024),
+            max_frame_size: Size(16 * 1024),
+            max_pending_reset_streams: 20,
+            max_error_reset_streams: 1024,
+            max_control_frames_per_second: 1000,
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! Between HTTP/2's message types (`http::Request`, `http::Response`) and the pipeline's: an
+//! HTTP/2 request becomes a `weir_http::RequestHead` by way of the HTTP/1.1 text it stands
+//! for, parsed by the same codec (so every check the codec makes applies to both protocols);
+//! a `Reply` becomes response fields by way of the HTTP/1.1 head its one encoder writes, minus
+//! the connection-specific fields HTTP/2 forbids (RFC 9113 §8.2.2).
+//!
+//! The detour costs a parse per request and per response; it buys one encoder and one parser
+//! for both protocols (a second encoder is where header-handling bugs hide).
+
+use bytes::{BufMut, BytesMut};
+use http::header::{HeaderName, HeaderValue};
+use weir_http::{parse_request, Persistence, Reply, RequestHead, Version};
+
+use crate::error::Error;
+
+/// Fields HTTP/2 forbids in a message (RFC 9113 §8.2.2).
+fn connection_specific(name: &[u8]) -> bool {
+    const FORBIDDEN: [&[u8]; 6] = [
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"transfer-encoding",
+        b"upgrade",
+        b"http2-settings",
+    ];
+    FORBIDDEN.iter().any(|f| f.eq_ignore_ascii_case(name))
+}
+
+/// The request head of an HTTP/2 request. `has_body`: the HEADERS frame did not end the
+/// stream; a body without `content-length` is read as chunked (its length is known at its end).
+pub(crate) fn request_head(
+    parts: &http::request::Parts,
+    has_body: bool,
+    limits: &weir_http::Limits,
+) -> Result<RequestHead, Error> {
+    let mut b = BytesMut::with_capacity(512);
+    b.put_slice(parts.method.as_str().as_bytes());
+    b.put_u8(b' ');
+    if parts.method == http::Method::CONNECT {
+        let authority = parts.uri.authority().map_or("", |a| a.as_str());
+        b.put_slice(authority.as_bytes());
+    } else {
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        b.put_slice(path.as_bytes());
+    }
+    b.put_slice(b" HTTP/1.1\r\n");
+    let authority = parts.uri.authority();
+    if let Some(a) = authority {
+        b.put_slice(b"host: ");
+        b.put_slice(a.as_str().as_bytes());
+        b.put_slice(b"\r\n");
+    }
+    let mut cookies: Vec<&[u8]> = Vec::new();
+    let mut has_length = false;
+    for (name, value) in &parts.headers {
+        if name == http::header::COOKIE {
+            // HTTP/2 may split cookies into several fields; HTTP/1.1 wants one (§8.2.3).
+            cookies.push(value.as_bytes());
+            continue;
+        }
+        if (name == http::header::HOST && authority.is_some())
+            || connection_specific(name.as_str().as_bytes())
+        {
+            continue;
+        }
+        has_length |= name == http::header::CONTENT_LENGTH;
+        b.put_slice(name.as_str().as_bytes());
+        b.put_slice(b": ");
+        b.put_slice(value.as_bytes());
+        b.put_slice(b"\r\n");
+    }
+    if !cookies.is_empty() {
+        b.put_slice(b"cookie: ");
+        b.put_slice(&cookies.join(&b"; "[..]));
+        b.put_slice(b"\r\n");
+    }
+    if has_body && !has_length {
+        b.put_slice(b"transfer-encoding: chunked\r\n");
+    }
+    b.put_slice(b"\r\n");
+    match parse_request(&mut b, limits)? {
+        Some(head) => Ok(head),
+        None => Err(weir_http::ParseError::BadRequest("incomplete request head").into()),
+    }
+}
+
+/// The response head of `reply`: its status and fields, as the HTTP/1.1 encoder writes them,
+/// without the connection-specific ones.
+pub(crate) fn response_head(reply: &Reply<'_>) -> http::Response<()> {
+    let mut text = BytesMut::with_capacity(512);
+    reply.encode_h1(&mut text, Version::Http11, Persistence::KeepAlive);
+    let mut slots = [httparse::EMPTY_HEADER; 128];
+    let mut parsed = httparse::Response::new(&mut slots);
+    let mut response = http::Response::new(());
+    *response.status_mut() =
+        http::StatusCode::from_u16(reply.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
+    if parsed.parse(&text).is_err() {
+        return response;
+    }
+    let headers = response.headers_mut();
+    for h in parsed.headers.iter() {
+        if connection_specific(h.name.as_bytes()) {
+            continue;
+        }
+        let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(h.name.as_bytes()),
+            HeaderValue::from_bytes(h.value),
+        ) else {
+            continue;
+        };
+        headers.append(name, value);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use weir_http::{BodyKind, Framing};
+
+    fn limits() -> weir_http::Limits {
+        weir_http::Limits::default()
+    }
+
+    #[test]
+    fn requests_read_as_their_http1_equivalent() {
+        let req = http::Request::builder()
+            .method("POST")
+            .uri("https://example.com/a?b=1")
+            .header("cookie", "a=1")
+            .header("cookie", "b=2")
+            .header("x-one", "1")
+            .body(())
+            .unwrap();
+        let (parts, ()) = req.into_parts();
+        let head = request_head(&parts, true, &limits()).unwrap();
+        assert_eq!(&head.target[..], b"/a?b=1");
+        assert_eq!(head.header("host").unwrap(), "example.com");
+        assert_eq!(head.header("cookie").unwrap(), "a=1; b=2");
+        assert_eq!(head.header("x-one").unwrap(), "1");
+        assert_eq!(head.body, BodyKind::Chunked);
+
+        let req = http::Request::builder()
+            .uri("https://example.com/")
+            .header("content-length", "3")
+            .body(())
+            .unwrap();
+        let (parts, ()) = req.into_parts();
+        assert_eq!(
+            request_head(&parts, true, &limits()).unwrap().body,
+            BodyKind::Length(3)
+        );
+        assert_eq!(
+            request_head(&parts, false, &limits()).unwrap().body,
+            BodyKind::Length(3)
+        );
+    }
+
+    #[test]
+    fn responses_lose_connection_fields_and_keep_the_rest() {
+        let fields = [
+            (
+                bytes::Bytes::from_static(b"x-a"),
+                bytes::Bytes::from_static(b"1"),
+            ),
+            (
+                bytes::Bytes::from_static(b"connection"),
+                bytes::Bytes::from_static(b"close"),
+            ),
+        ];
+        let mut reply = Reply::new(201, Framing::Unknown);
+        reply.add_fields(&fields);
+        let r = response_head(&reply);
+        assert_eq!(r.status(), 201);
+        assert_eq!(r.headers()["x-a"], "1");
+        assert!(r.headers().get("connection").is_none());
+        assert!(r.headers().get("transfer-encoding").is_none());
+        assert!(r.headers().get("date").is_some());
+    }
+}

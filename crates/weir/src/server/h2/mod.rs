@@ -1,0 +1,190 @@
+//! HTTP/2 to clients: over TLS when ALPN settles `h2`, and h2c with prior knowledge on
+//! listeners with `h2c: true`. The framing, HPACK and flow control are the `h2` crate's; each
+//! stream becomes a [`stream::H2Stream`], a `pipeline::Downstream` like an HTTP/1.1 connection,
+//! so routing, the cache, the proxy and the actions run over it unchanged.
+//!
+//! Abuse limits (settings in `http2:`): concurrent streams, header list size and windows are
+//! SETTINGS the `h2` crate enforces; rapid reset (CVE-2023-44487) is its pending-accept reset
+//! limit, which answers GOAWAY ENHANCE_YOUR_CALM. The 2019 flood family (PING, SETTINGS,
+//! RST_STREAM, PRIORITY and empty-frame floods) is [`flood::FloodGuard`]'s: it counts those
+//! frames on the way in and closes the connection with GOAWAY ENHANCE_YOUR_CALM past
+//! `max_control_frames_per_second`.
+
+mod convert;
+mod flood;
+mod stream;
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::worker::WorkerState;
+use crate::metrics::CloseReason;
+use crate::runtime::WorkerRuntime;
+use crate::tls::TlsInfo;
+
+/// The client connection preface (RFC 9113 §3.4).
+pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Per-stream send buffer: what a stream may queue beyond the client's window.
+const SEND_BUFFER: usize = 256 * 1024;
+
+/// How long a connection closed for abuse gets to flush its GOAWAY.
+const GOAWAY_GRACE: Duration = Duration::from_secs(1);
+
+/// What every stream of a connection shares.
+#[derive(Debug)]
+pub(crate) struct ConnShared {
+    pub peer: SocketAddr,
+    pub tls: Option<Rc<TlsInfo>>,
+    pub state: Rc<WorkerState>,
+    pub listener_id: crate::runtime::ListenerId,
+}
+
+/// Serves an HTTP/2 connection to its end.
+pub(crate) async fn serve<T>(
+    io: T,
+    peer: SocketAddr,
+    state: Rc<WorkerState>,
+    rt: Rc<WorkerRuntime>,
+    listener: usize,
+    tls: Option<Rc<TlsInfo>>,
+) -> CloseReason
+where
+    T: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let cfg = &rt.cfg;
+    let h = &cfg.http2;
+    let guard = flood::FloodGuard::new(io, h.max_control_frames_per_second);
+    let tripped = guard.tripped();
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(h.max_concurrent_streams)
+        .max_header_list_size(h.max_header_list_size.0 as u32)
+        .initial_window_size(h.initial_window_size.0 as u32)
+        .initial_connection_window_size(h.connection_window_size.0 as u32)
+        .max_frame_size(h.max_frame_size.0 as u32)
+        .max_pending_accept_reset_streams(h.max_pending_reset_streams)
+        .max_local_error_reset_streams(Some(h.max_error_reset_streams))
+        .max_send_buffer_size(SEND_BUFFER);
+    let mut conn = match tokio::time::timeout(cfg.timeouts.header, builder.handshake(guard)).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "HTTP/2 handshake failed");
+            return CloseReason::BadRequest;
+        }
+        Err(_) => return CloseReason::Timeout,
+    };
+    let shared = Rc::new(ConnShared {
+        peer,
+        tls,
+        state: state.clone(),
+        listener_id: cfg.listeners[listener].id,
+    });
+    let keepalive = cfg.timeouts.keepalive;
+    let mut streams = tokio::task::JoinSet::new();
+    let mut shutdown = state.shutdown.clone();
+    let mut going_away = false;
+    let reason = loop {
+        // Idle: no stream running. The keep-alive timeout then applies, as on HTTP/1.1.
+        let idle = streams.is_empty();
+        tokio::select! {
+            next = conn.accept() => match next {
+                Some(Ok((request, respond))) => {
+                    streams.spawn_local(stream::serve(request, respond, shared.clone()));
+                }
+                Some(Err(e)) => {
+                    if e.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM) {
+                        state.metrics.h2_abuse.inc();
+                    }
+                    tracing::debug!(%peer, error = %e, "HTTP/2 connection error");
+                    break CloseReason::ClientError;
+                }
+                None => break CloseReason::Done,
+            },
+            Some(_) = streams.join_next(), if !idle => {}
+            _ = tokio::time::sleep(keepalive), if idle && !going_away => {
+                conn.graceful_shutdown();
+                going_away = true;
+            }
+            _ = tripped.notified() => {
+                state.metrics.h2_abuse.inc();
+                tracing::debug!(%peer, "HTTP/2 control frame flood: GOAWAY");
+                conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+                let _ = tokio::time::timeout(GOAWAY_GRACE, conn.accept()).await;
+                break CloseReason::ClientError;
+            }
+            _ = shutdown.wait_for(|s| *s), if !going_away => {
+                conn.graceful_shutdown();
+                going_away = true;
+            }
+        }
+    };
+    streams.abort_all();
+    reason
+}
+
+/// A stream whose first bytes were already read (the h2c preface, read as if it were an
+/// HTTP/1.1 request): they are read again first.
+#[derive(Debug)]
+pub(crate) struct Rewind<T> {
+    prefix: Bytes,
+    io: T,
+}
+
+impl<T> Rewind<T> {
+    pub(crate) fn new(prefix: Bytes, io: T) -> Rewind<T> {
+        Rewind { prefix, io }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Rewind<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if !self.prefix.is_empty() {
+            let n = self.prefix.len().min(buf.remaining());
+            buf.put_slice(&self.prefix[..n]);
+            self.prefix.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}

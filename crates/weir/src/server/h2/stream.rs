@@ -1,0 +1,251 @@
+//! One HTTP/2 stream as a `pipeline::Downstream`: the request body comes from the stream's
+//! DATA frames, the response goes out as HEADERS and DATA. Body bytes are handed to `h2` as
+//! the `Bytes` producers give (a cache hit's stored body is not copied), within the flow
+//! control windows: [`H2Stream::flush`] waits for window (bounded by `timeouts.write` per
+//! stall) rather than buffer a large body.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{RecvStream, SendStream};
+use tokio::net::TcpStream;
+use weir_http::{Persistence, Reply, RequestHead, Version};
+
+use super::{convert, ConnShared};
+use crate::error::{Error, ErrorKind};
+use crate::pipeline::downstream::Downstream;
+use crate::runtime::WorkerRuntime;
+
+/// Queued body bytes past which the pipeline should flush.
+const FLUSH_AT: usize = 64 * 1024;
+
+/// One stream being answered.
+#[derive(Debug)]
+pub(crate) struct H2Stream {
+    shared: Rc<ConnShared>,
+    rt: Rc<WorkerRuntime>,
+    body: Option<RecvStream>,
+    body_read: u64,
+    respond: SendResponse<Bytes>,
+    /// The response head, queued until the first flush (so that a body-less response goes
+    /// out as one HEADERS frame with END_STREAM).
+    head: Option<http::Response<()>>,
+    send: Option<SendStream<Bytes>>,
+    queued: VecDeque<Bytes>,
+    queued_len: usize,
+    /// `end_body` was called: the stream ends after what is queued.
+    ended: bool,
+    /// END_STREAM was sent.
+    finished: bool,
+}
+
+/// Answers one stream through the pipeline.
+pub(crate) async fn serve(
+    request: http::Request<RecvStream>,
+    respond: SendResponse<Bytes>,
+    shared: Rc<ConnShared>,
+) {
+    let mut rt = shared.state.cached();
+    shared.state.refresh(&mut rt);
+    let Some(listener) = rt.cfg.listener_index(&shared.listener_id) else {
+        let mut respond = respond;
+        respond.send_reset(h2::Reason::REFUSED_STREAM);
+        return;
+    };
+    let (parts, body) = request.into_parts();
+    let has_body = !body.is_end_stream();
+    let mut d = H2Stream {
+        shared,
+        rt: rt.clone(),
+        body: has_body.then_some(body),
+        body_read: 0,
+        respond,
+        head: None,
+        send: None,
+        queued: VecDeque::new(),
+        queued_len: 0,
+        ended: false,
+        finished: false,
+    };
+    let result = match convert::request_head(&parts, has_body, &rt.cfg.limits.head) {
+        Ok(head) => crate::pipeline::handle(&mut d, rt.clone(), listener, &head).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = result {
+        tracing::debug!(peer = %d.shared.peer, reason = %e, "HTTP/2 stream failed");
+        match e.status() {
+            Some(status) if d.send.is_none() => d.send_canned(status),
+            _ => {
+                d.reset(h2::Reason::INTERNAL_ERROR);
+                return;
+            }
+        }
+    }
+    d.ended = true;
+    if d.flush().await.is_err() {
+        d.reset(h2::Reason::CANCEL);
+    }
+}
+
+impl H2Stream {
+    fn reset(&mut self, reason: h2::Reason) {
+        match &mut self.send {
+            Some(s) => s.send_reset(reason),
+            None => self.respond.send_reset(reason),
+        }
+    }
+
+    /// The canned response for `status`, when nothing was sent yet.
+    fn send_canned(&mut self, status: u16) {
+        let body = crate::error::canned_body(status);
+        let reply = crate::error::canned(status, body.len(), &self.rt.cfg.server_line);
+        self.queued.clear();
+        self.queued_len = 0;
+        self.head = Some(convert::response_head(&reply));
+        self.send_data(&Bytes::from(body));
+        self.ended = true;
+    }
+
+    /// Sends `data` within the stream's window, waiting for window as needed.
+    async fn send_windowed(&mut self, mut data: Bytes, last: bool) -> Result<(), Error> {
+        let stall = self.rt.cfg.timeouts.write;
+        let Some(send) = self.send.as_mut() else {
+            return Ok(());
+        };
+        if data.is_empty() {
+            return send.send_data(data, last).map_err(h2_error);
+        }
+        while !data.is_empty() {
+            send.reserve_capacity(data.len());
+            let mut room = send.capacity();
+            while room == 0 {
+                let wait = std::future::poll_fn(|cx| send.poll_capacity(cx));
+                match tokio::time::timeout(stall, wait).await {
+                    Err(_) => return Err(Error::new(ErrorKind::WriteTimeout)),
+                    Ok(None) => return Err(Error::new(ErrorKind::ClientClosed)),
+                    Ok(Some(Err(e))) => return Err(h2_error(e)),
+                    Ok(Some(Ok(n))) => room = n,
+                }
+            }
+            let piece = data.split_to(room.min(data.len()));
+            send.send_data(piece, last && data.is_empty())
+                .map_err(h2_error)?;
+        }
+        Ok(())
+    }
+}
+
+/// An `h2` stream error as the pipeline sees it: the client went away.
+fn h2_error(e: h2::Error) -> Error {
+    Error::with(ErrorKind::ClientClosed, e)
+}
+
+impl Downstream for H2Stream {
+    fn peer(&self) -> SocketAddr {
+        self.shared.peer
+    }
+
+    fn version(&self) -> Version {
+        // Chunked framing and 1xx are available, as with HTTP/1.1.
+        Version::Http11
+    }
+
+    fn persistence(&self, _head: &RequestHead) -> Persistence {
+        Persistence::KeepAlive
+    }
+
+    fn shutting_down(&self) -> bool {
+        self.shared.state.shutting_down.get()
+    }
+
+    fn tls(&self) -> Option<&crate::tls::TlsInfo> {
+        self.shared.tls.as_deref()
+    }
+
+    async fn body_chunk(&mut self) -> Result<Option<Bytes>, Error> {
+        let limit = self.rt.cfg.limits.max_body_bytes;
+        let wait = self.rt.cfg.timeouts.body;
+        let Some(body) = self.body.as_mut() else {
+            return Ok(None);
+        };
+        match tokio::time::timeout(wait, body.data()).await {
+            Err(_) => Err(Error::new(ErrorKind::BodyTimeout)),
+            Ok(None) => {
+                self.body = None;
+                Ok(None)
+            }
+            Ok(Some(Err(e))) => Err(h2_error(e)),
+            Ok(Some(Ok(chunk))) => {
+                let _ = body.flow_control().release_capacity(chunk.len());
+                self.body_read += chunk.len() as u64;
+                if self.body_read > limit {
+                    return Err(weir_http::ParseError::BodyTooLarge.into());
+                }
+                Ok(Some(chunk))
+            }
+        }
+    }
+
+    async fn send_interim(&mut self, reply: &Reply<'_>) -> Result<(), Error> {
+        self.respond
+            .send_informational(convert::response_head(reply))
+            .map_err(h2_error)
+    }
+
+    fn send_head(&mut self, reply: &Reply<'_>, persistence: Persistence) -> Persistence {
+        self.head = Some(convert::response_head(reply));
+        persistence
+    }
+
+    fn send_data(&mut self, data: &Bytes) {
+        if !data.is_empty() {
+            self.queued_len += data.len();
+            self.queued.push_back(data.clone());
+        }
+    }
+
+    fn end_body(&mut self) {
+        self.ended = true;
+    }
+
+    fn should_flush(&self) -> bool {
+        self.queued_len >= FLUSH_AT
+    }
+
+    async fn flush(&mut self) -> Result<(), Error> {
+        if self.finished {
+            return Ok(());
+        }
+        if let Some(head) = self.head.take() {
+            let end = self.ended && self.queued.is_empty();
+            let send = self.respond.send_response(head, end).map_err(h2_error)?;
+            if end {
+                self.finished = true;
+                return Ok(());
+            }
+            self.send = Some(send);
+        }
+        while let Some(data) = self.queued.pop_front() {
+            self.queued_len -= data.len();
+            let last = self.ended && self.queued.is_empty();
+            self.send_windowed(data, last).await?;
+            self.finished = last;
+        }
+        if self.ended && !self.finished && self.send.is_some() {
+            self.send_windowed(Bytes::new(), true).await?;
+            self.finished = true;
+        }
+        Ok(())
+    }
+
+    async fn tunnel(&mut self, _upstream: &mut TcpStream, _early: &[u8]) -> Result<(), Error> {
+        // Upgrades do not exist in HTTP/2 (RFC 9113 §8.6); the proxy strips `Upgrade`.
+        Err(Error::with(
+            ErrorKind::UpstreamAborted,
+            "upstream switched protocols on an HTTP/2 stream",
+        ))
+    }
+}

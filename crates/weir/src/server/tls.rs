@@ -1,0 +1,99 @@
+//! A TLS connection's start: the handshake (bounded by `timeouts.header`), then HTTP/1.1 or
+//! HTTP/2 by what ALPN settled. Plain HTTP sent to a TLS port gets nginx's answer (400 "The
+//! plain HTTP request was sent to HTTPS port"). Failed handshakes and plaintext are counted
+//! (`weir_tls_handshakes_total{result}`) and logged at debug only: their rate is the client's
+//! to choose, so they never reach the error log.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use super::client_io::{ClientIo, TlsConn};
+use super::conn::Conn;
+use super::worker::WorkerState;
+use crate::metrics::{CloseReason, TlsOutcome};
+use crate::runtime::WorkerRuntime;
+use crate::tls::TlsInfo;
+
+/// A TLS record's first byte: a handshake.
+const HANDSHAKE: u8 = 0x16;
+
+const PLAINTEXT_REPLY: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\
+Content-Length: 46\r\nConnection: close\r\n\r\nThe plain HTTP request was sent to HTTPS port\n";
+
+/// Serves one accepted connection on a TLS listener.
+pub(crate) async fn serve(
+    stream: mio::net::TcpStream,
+    peer: SocketAddr,
+    key: usize,
+    state: Rc<WorkerState>,
+    rt: Rc<WorkerRuntime>,
+    listener: usize,
+    config: Arc<rustls::ServerConfig>,
+) -> CloseReason {
+    let header = rt.cfg.timeouts.header;
+    let tcp = match TcpStream::from_std(std::net::TcpStream::from(stream)) {
+        Ok(t) => t,
+        Err(_) => return CloseReason::ClientError,
+    };
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(header, tcp.peek(&mut first)).await {
+        Err(_) => {
+            state.metrics.tls(TlsOutcome::Timeout);
+            return CloseReason::Timeout;
+        }
+        Ok(Ok(0)) | Ok(Err(_)) => return CloseReason::Done,
+        Ok(Ok(_)) if first[0] != HANDSHAKE => {
+            state.metrics.tls(TlsOutcome::Plaintext);
+            tracing::debug!(%peer, "plain HTTP on a TLS port");
+            let mut tcp = tcp;
+            let _ = tcp.write_all(PLAINTEXT_REPLY).await;
+            let _ = tcp.shutdown().await;
+            // Drain the request for a moment, so that closing does not reset the answer away.
+            let mut sink = [0u8; 4096];
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(500);
+            while let Ok(Ok(n)) = tokio::time::timeout_at(
+                deadline,
+                tokio::io::AsyncReadExt::read(&mut tcp, &mut sink),
+            )
+            .await
+            {
+                if n == 0 {
+                    break;
+                }
+            }
+            return CloseReason::BadRequest;
+        }
+        Ok(Ok(_)) => {}
+    }
+    let accept = tokio_rustls::TlsAcceptor::from(config).accept(tcp);
+    let stream = match tokio::time::timeout(header, accept).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            state.metrics.tls(TlsOutcome::Failed);
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            return CloseReason::ClientError;
+        }
+        Err(_) => {
+            state.metrics.tls(TlsOutcome::Timeout);
+            tracing::debug!(%peer, "TLS handshake timed out");
+            return CloseReason::Timeout;
+        }
+    };
+    let conn = stream.get_ref().1;
+    let info = TlsInfo::of(conn);
+    state.metrics.tls(if info.resumed {
+        TlsOutcome::Resumed
+    } else {
+        TlsOutcome::Full
+    });
+    if conn.alpn_protocol() == Some(b"h2") {
+        return super::h2::serve(stream, peer, state, rt, listener, Some(Rc::new(info))).await;
+    }
+    let io = ClientIo::Tls(Box::new(TlsConn { stream, info }));
+    let mut conn = Conn::new(io, peer, key, state, rt, listener);
+    conn.serve().await
+}
