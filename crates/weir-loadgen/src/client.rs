@@ -17,11 +17,11 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use hdrhistogram::Histogram;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
 use weir_http::{BodyDecoder, BodyEvent};
 
 use crate::options::{Options, Stop};
+use crate::transport::{connect, Stream, Tls};
 
 /// Error counts, by class.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +61,9 @@ pub struct Stats {
     pub statuses: BTreeMap<u16, u64>,
     /// Responses completed per 100 ms interval since the start.
     pub per_tick: Vec<u64>,
+    /// TLS handshakes completed, and how many of them resumed a session.
+    pub handshakes: u64,
+    pub resumed: u64,
 }
 
 impl Stats {
@@ -75,10 +78,12 @@ impl Stats {
             errors: Errors::default(),
             statuses: BTreeMap::new(),
             per_tick: Vec::new(),
+            handshakes: 0,
+            resumed: 0,
         }
     }
 
-    fn record(&mut self, start: Instant, sent: Instant, status: u16) {
+    pub(crate) fn record(&mut self, start: Instant, sent: Instant, status: u16) {
         let now = Instant::now();
         let us = now.saturating_duration_since(sent).as_micros().max(1) as u64;
         let _ = self.latency.record(us.min(100_000_000));
@@ -136,14 +141,14 @@ impl Control {
     }
 
     /// Takes the right to send one more request.
-    fn take(&self) -> bool {
+    pub(crate) fn take(&self) -> bool {
         if let Some(d) = self.deadline {
             return Instant::now() < d;
         }
         self.remaining.fetch_sub(1, Ordering::Relaxed) > 0
     }
 
-    fn over(&self) -> bool {
+    pub(crate) fn over(&self) -> bool {
         if self.aborted.get().is_some() {
             return true;
         }
@@ -161,7 +166,7 @@ impl Control {
     /// A connect failed. Before any connection of the run succeeded, that ends the run with the
     /// error (a wrong port must not spin or print an all-zero report); afterwards it is counted,
     /// and in a `-n` run it uses up one request, so that a server gone for good ends the run.
-    fn connect_failed(&self, why: String) {
+    pub(crate) fn connect_failed(&self, why: String) {
         if !self.connected.load(Ordering::Relaxed) {
             let _ = self.aborted.set(why);
         } else if self.deadline.is_none() {
@@ -169,9 +174,48 @@ impl Control {
         }
     }
 
+    /// A connection was made.
+    pub(crate) fn connected(&self) {
+        self.connected.store(true, Ordering::Relaxed);
+    }
+
     /// When in-flight requests stop mattering (the end of a timed run).
-    fn hard_end(&self) -> Option<Instant> {
+    pub(crate) fn hard_end(&self) -> Option<Instant> {
         self.deadline
+    }
+}
+
+/// Opens a connection (TLS included), counting it; `None` after a failure was counted and
+/// backed off from.
+pub(crate) async fn open(
+    opts: &Options,
+    tls: Option<&Tls>,
+    ctl: &Control,
+    stats: &RefCell<Stats>,
+) -> Option<Stream> {
+    match timeout_at(Instant::now() + opts.timeout, connect(opts, tls)).await {
+        Ok(Ok(s)) => {
+            ctl.connected();
+            if let Stream::Tls(t) = &s {
+                let mut st = stats.borrow_mut();
+                st.handshakes += 1;
+                if t.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+                    st.resumed += 1;
+                }
+            }
+            Some(s)
+        }
+        failed => {
+            let why = match failed {
+                Ok(Err(e)) => e.to_string(),
+                _ => format!("no answer within {:?}", opts.timeout),
+            };
+            stats.borrow_mut().errors.connect += 1;
+            ctl.connect_failed(format!("cannot connect to {}: {why}", opts.target.addr));
+            // Back off a little so a refused port does not spin.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            None
+        }
     }
 }
 
@@ -182,6 +226,7 @@ pub async fn connection(
     ctl: Arc<Control>,
     stats: Rc<RefCell<Stats>>,
     index: usize,
+    tls: Option<Tls>,
 ) {
     let head_request = opts.method.eq_ignore_ascii_case("HEAD");
     // Open loop: this connection's share of the rate, staggered across connections.
@@ -197,29 +242,9 @@ pub async fn connection(
     };
     let mut buf = BytesMut::with_capacity(16 * 1024);
     while !ctl.over() {
-        let mut stream = match timeout_at(
-            Instant::now() + opts.timeout,
-            TcpStream::connect(opts.target.addr),
-        )
-        .await
-        {
-            Ok(Ok(s)) => {
-                ctl.connected.store(true, Ordering::Relaxed);
-                s
-            }
-            failed => {
-                let why = match failed {
-                    Ok(Err(e)) => e.to_string(),
-                    _ => format!("no answer within {:?}", opts.timeout),
-                };
-                stats.borrow_mut().errors.connect += 1;
-                ctl.connect_failed(format!("cannot connect to {}: {why}", opts.target.addr));
-                // Back off a little so a refused port does not spin.
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
+        let Some(mut stream) = open(&opts, tls.as_ref(), &ctl, &stats).await else {
+            continue;
         };
-        let _ = stream.set_nodelay(true);
         buf.clear();
         let mut sent: VecDeque<Instant> = VecDeque::with_capacity(depth);
         'conn: loop {
@@ -299,7 +324,7 @@ enum ReadError {
 
 /// Reads one response: (status, reusable, bytes it took, body bytes).
 async fn read_response(
-    s: &mut TcpStream,
+    s: &mut Stream,
     buf: &mut BytesMut,
     head_request: bool,
     deadline: Instant,
@@ -338,11 +363,7 @@ async fn read_response(
     ))
 }
 
-async fn fill(
-    s: &mut TcpStream,
-    buf: &mut BytesMut,
-    deadline: Instant,
-) -> Result<usize, ReadError> {
+async fn fill(s: &mut Stream, buf: &mut BytesMut, deadline: Instant) -> Result<usize, ReadError> {
     if buf.capacity() - buf.len() < 4096 {
         buf.reserve(16 * 1024);
     }

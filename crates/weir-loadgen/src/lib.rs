@@ -1,4 +1,4 @@
-//! `weir bench`: an HTTP/1.1 load generator that gives wrk's numbers, hey's numbers and the seed
+//! `weir bench`: an HTTP/1.1 and HTTP/2 load generator, plain or over TLS, that gives wrk's numbers, hey's numbers and the seed
 //! 004 table, with sweeps over connection counts and SVG charts.
 //!
 //! * [`options`]: what to run (targets, connections, threads, duration or request count, open-loop
@@ -6,6 +6,8 @@
 //! * [`client`]: one connection's loop, on the `weir-http` codec; closed loop, or open loop
 //!   where latency is measured from the *intended* send time (coordinated omission corrected, as
 //!   wrk2 does).
+//! * [`h2client`]: an HTTP/2 connection running several streams at once (h2load's `-m`);
+//!   [`transport`]: plain TCP or TLS (rustls) under either.
 //! * [`run`]: threads (each a current-thread tokio runtime), merging their results.
 //! * [`report`]: wrk, hey, table and JSON output; [`chart`]: requests/s and p99 against
 //!   connections, as SVG.
@@ -15,9 +17,11 @@
 
 pub mod chart;
 pub mod client;
+pub mod h2client;
 pub mod options;
 pub mod report;
 pub mod run;
+pub mod transport;
 
 pub use options::{Options, Target};
 pub use run::{run, RunResult};

@@ -12,18 +12,26 @@ pub struct Target {
     pub name: String,
     pub url: String,
     pub addr: SocketAddr,
-    /// `Host` header value.
+    /// `Host` header value (`:authority` over HTTP/2).
     pub host: String,
     /// Path and query.
     pub path: String,
+    /// `https://`: TLS, with `server_name` as SNI.
+    pub tls: bool,
+    /// The host without its port.
+    pub server_name: String,
 }
 
 impl Target {
-    /// Parses `http://host[:port][/path]` (no TLS).
+    /// Parses `http://host[:port][/path]` or `https://...`.
     pub fn parse(name: &str, url: &str) -> Result<Target, String> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| format!("{url:?}: only http:// URLs are supported"))?;
+        let (rest, tls) = if let Some(r) = url.strip_prefix("http://") {
+            (r, false)
+        } else if let Some(r) = url.strip_prefix("https://") {
+            (r, true)
+        } else {
+            return Err(format!("{url:?}: give an http:// or https:// URL"));
+        };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
@@ -31,14 +39,18 @@ impl Target {
         if authority.is_empty() {
             return Err(format!("{url:?} has no host"));
         }
-        let with_port = if authority
+        let has_port = authority
             .rsplit_once(':')
             .is_some_and(|(_, p)| p.chars().all(|c| c.is_ascii_digit()) && !p.is_empty())
-            && !authority.ends_with(']')
-        {
+            && !authority.ends_with(']');
+        let with_port = if has_port {
             authority.to_string()
         } else {
-            format!("{authority}:80")
+            format!("{authority}:{}", if tls { 443 } else { 80 })
+        };
+        let server_name = match with_port.rsplit_once(':') {
+            Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']').to_string(),
+            None => authority.to_string(),
         };
         let addr = with_port
             .to_socket_addrs()
@@ -51,6 +63,8 @@ impl Target {
             addr,
             host: authority.to_string(),
             path: path.to_string(),
+            tls,
+            server_name,
         })
     }
 }
@@ -80,6 +94,13 @@ pub struct Options {
     pub pipeline: usize,
     /// A request without a response this long is a timeout error.
     pub timeout: Duration,
+    /// Speak HTTP/2: ALPN `h2` over TLS, prior knowledge (h2c) over TCP.
+    pub h2: bool,
+    /// Concurrent streams per HTTP/2 connection (h2load's `-m`).
+    pub streams: usize,
+    /// Resume TLS sessions on reconnects (tickets or ids); off: every connection makes a full
+    /// handshake.
+    pub tls_resume: bool,
 }
 
 impl Options {
@@ -123,7 +144,14 @@ mod tests {
         );
         let t = Target::parse("t", "http://127.0.0.1").unwrap();
         assert_eq!((t.addr.port(), t.path.as_str()), (80, "/"));
-        assert!(Target::parse("t", "https://x").is_err());
+        let t = Target::parse("t", "https://localhost/x").unwrap();
+        assert_eq!(
+            (t.addr.port(), t.tls, t.server_name.as_str()),
+            (443, true, "localhost")
+        );
+        let t = Target::parse("t", "https://127.0.0.1:8443").unwrap();
+        assert_eq!((t.addr.port(), t.server_name.as_str()), (8443, "127.0.0.1"));
+        assert!(Target::parse("t", "ftp://x").is_err());
         assert!(Target::parse("t", "http:///x").is_err());
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::client::{connection, Control, Errors, Stats};
 use crate::options::Options;
+use crate::transport::Tls;
 
 /// A finished run.
 #[derive(Debug)]
@@ -26,6 +27,11 @@ impl RunResult {
         self.stats.responses as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
+    /// TLS handshakes per second (0 over plain TCP).
+    pub fn handshakes_per_sec(&self) -> f64 {
+        self.stats.handshakes as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
     pub fn errors(&self) -> Errors {
         self.stats.errors
     }
@@ -35,6 +41,11 @@ impl RunResult {
 pub fn run(opts: &Options) -> Result<RunResult, String> {
     if opts.connections == 0 {
         return Err("need at least one connection".into());
+    }
+    if opts.h2 && (opts.rate.is_some() || opts.pipeline > 1 || opts.close) {
+        return Err(
+            "--h2 runs closed loop over kept connections: no -R, --pipeline or --close".into(),
+        );
     }
     let threads = opts.threads.clamp(1, opts.connections);
     let started = std::time::SystemTime::now();
@@ -57,17 +68,29 @@ pub fn run(opts: &Options) -> Result<RunResult, String> {
                         .map_err(|e| e.to_string())?;
                     let local = tokio::task::LocalSet::new();
                     let stats = Rc::new(RefCell::new(Stats::new()));
+                    // One TLS config (and session store) per thread.
+                    let tls = Tls::for_options(&opts)?;
                     let opts = Rc::new(opts);
                     local.block_on(&rt, async {
                         let tasks: Vec<_> = (0..mine)
                             .map(|i| {
-                                tokio::task::spawn_local(connection(
-                                    opts.clone(),
-                                    request.clone(),
-                                    ctl.clone(),
-                                    stats.clone(),
-                                    first + i,
-                                ))
+                                if opts.h2 {
+                                    tokio::task::spawn_local(crate::h2client::connection(
+                                        opts.clone(),
+                                        ctl.clone(),
+                                        stats.clone(),
+                                        tls.clone(),
+                                    ))
+                                } else {
+                                    tokio::task::spawn_local(connection(
+                                        opts.clone(),
+                                        request.clone(),
+                                        ctl.clone(),
+                                        stats.clone(),
+                                        first + i,
+                                        tls.clone(),
+                                    ))
+                                }
                             })
                             .collect();
                         for t in tasks {
@@ -90,6 +113,8 @@ pub fn run(opts: &Options) -> Result<RunResult, String> {
         merged.responses += s.responses;
         merged.bytes += s.bytes;
         merged.body_bytes += s.body_bytes;
+        merged.handshakes += s.handshakes;
+        merged.resumed += s.resumed;
         merged.errors.add(&s.errors);
         for (k, v) in &s.statuses {
             *merged.statuses.entry(*k).or_insert(0) += v;

@@ -78,6 +78,9 @@ fn opts(addr: SocketAddr, conns: usize, stop: Stop) -> Options {
         close: false,
         pipeline: 1,
         timeout: Duration::from_secs(2),
+        h2: false,
+        streams: 1,
+        tls_resume: false,
     }
 }
 

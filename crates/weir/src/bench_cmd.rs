@@ -46,9 +46,19 @@ pub struct BenchArgs {
     /// Open loop at this many requests per second (latency from the intended send time).
     #[arg(short = 'R', long)]
     pub rate: Option<f64>,
-    /// Request method.
+    /// Request method. With --h2, a number means streams per connection, as h2load's `-m`.
     #[arg(short = 'm', long, default_value = "GET")]
     pub method: String,
+    /// Speak HTTP/2: ALPN `h2` over https://, prior knowledge (h2c) over http://.
+    #[arg(long)]
+    pub h2: bool,
+    /// Concurrent streams per HTTP/2 connection (h2load's `-m`).
+    #[arg(long, default_value_t = 1)]
+    pub streams: usize,
+    /// Resume TLS sessions when reconnecting; by default every connection makes a full
+    /// handshake. Certificates are not verified (test servers), handshake signatures are.
+    #[arg(long)]
+    pub tls_resume: bool,
     /// Request header `Name: value` (repeatable).
     #[arg(short = 'H', long = "header")]
     pub headers: Vec<String>,
@@ -141,6 +151,17 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
             .ok_or_else(|| format!("-H {h:?}: expected 'Name: value'"))?;
         headers.push((n.trim().to_string(), v.trim().to_string()));
     }
+    // h2load's `-m N` is streams per connection; ours is the method, unless --h2 and a number.
+    let (method, streams) = match a.method.parse::<usize>() {
+        Ok(n) if a.h2 && n > 0 => ("GET".to_string(), n),
+        Ok(_) => {
+            return Err(format!(
+                "-m {}: a method, or with --h2 a stream count",
+                a.method
+            ))
+        }
+        Err(_) => (a.method.to_ascii_uppercase(), a.streams.max(1)),
+    };
     if a.rate.is_some_and(|r| r <= 0.0) {
         return Err("-R must be positive".into());
     }
@@ -172,12 +193,15 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                 threads: a.threads,
                 stop,
                 rate: a.rate,
-                method: a.method.to_ascii_uppercase(),
+                method: method.clone(),
                 headers: headers.clone(),
                 body: body.clone(),
                 close: a.close,
                 pipeline: a.pipeline,
                 timeout: parse_dur(&a.timeout)?,
+                h2: a.h2,
+                streams,
+                tls_resume: a.tls_resume,
             };
             if conns_list.len() > 1 || targets.len() > 1 {
                 eprintln!("weir bench: {} with {c} connections…", target.name);

@@ -341,3 +341,64 @@ listeners:
     let mut rest = Vec::new();
     assert_eq!(c.read_to_end(&mut rest).unwrap(), 0);
 }
+
+#[test]
+fn weir_bench_speaks_https_h2_and_counts_handshakes() {
+    use weir_loadgen::options::Stop;
+    let pki = Pki::new("bench");
+    let cert = pki.issue("leaf", "leaf", &["localhost"]);
+    let s = start_config(&format!(
+        "workers: 1\nlisteners:\n  - address: 127.0.0.1:0\n    tls:\n      certificates: [{{ cert: '{}', key: '{}' }}]\n    routes:\n{ROUTES}\n  - address: 127.0.0.1:0\n    h2c: true\n    routes:\n{ROUTES}\n",
+        p(&cert.cert),
+        p(&cert.key)
+    ));
+    let h2c_addr = s.handle.as_ref().unwrap().local_addrs()[1];
+    let opts = |url: String| weir_loadgen::Options {
+        target: weir_loadgen::Target::parse("t", &url).unwrap(),
+        connections: 2,
+        threads: 1,
+        stop: Stop::Requests(200),
+        rate: None,
+        method: "GET".into(),
+        headers: vec![],
+        body: bytes::Bytes::new(),
+        close: false,
+        pipeline: 1,
+        timeout: std::time::Duration::from_secs(5),
+        h2: false,
+        streams: 1,
+        tls_resume: false,
+    };
+    let https = format!("https://localhost:{}/who", s.addr.port());
+    let check = |o: &weir_loadgen::Options| {
+        let r = weir_loadgen::run(o).unwrap();
+        assert_eq!(r.stats.responses, 200, "{:?}", o.target.url);
+        assert_eq!(r.stats.errors.total(), 0);
+        assert_eq!(r.stats.body_bytes, 200 * "anyone\n".len() as u64);
+        r
+    };
+    // HTTP/1.1 over TLS, kept connections: one handshake each.
+    let r = check(&opts(https.clone()));
+    assert_eq!(r.stats.handshakes, 2);
+    // A connection per request: a full handshake per request, or resumed ones.
+    let mut o = opts(https.clone());
+    o.close = true;
+    let r = check(&o);
+    // Each connection may open once more and find the requests all taken.
+    assert!(
+        (200..=202).contains(&r.stats.handshakes),
+        "{}",
+        r.stats.handshakes
+    );
+    assert_eq!(r.stats.resumed, 0);
+    o.tls_resume = true;
+    let r = check(&o);
+    assert!(r.stats.resumed >= 190, "resumed {}", r.stats.resumed);
+    // HTTP/2 over TLS (ALPN) and h2c, several streams per connection.
+    for url in [https, format!("http://{h2c_addr}/who")] {
+        let mut o = opts(url);
+        o.h2 = true;
+        o.streams = 8;
+        check(&o);
+    }
+}

@@ -33,6 +33,11 @@ pub fn value(r: &RunResult) -> serde_json::Value {
         "requests_per_second": r.stats.responses as f64 / secs,
         "bytes": r.stats.bytes,
         "body_bytes": r.stats.body_bytes,
+        "tls_handshakes": r.stats.handshakes,
+        "tls_resumed": r.stats.resumed,
+        "handshakes_per_second": r.handshakes_per_sec(),
+        "protocol": if r.options.h2 { "h2" } else { "http/1.1" },
+        "streams": r.options.streams,
         "bytes_per_second": r.stats.bytes as f64 / secs,
         "latency_ms": {
             "min": ms(h.min() as f64),

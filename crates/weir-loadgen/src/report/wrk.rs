@@ -83,5 +83,14 @@ pub fn render(r: &RunResult) -> String {
         "Transfer/sec: {:>10}",
         wrk_bytes(r.stats.bytes as f64 / r.elapsed.as_secs_f64().max(1e-9))
     );
+    if r.stats.handshakes > 0 {
+        let _ = writeln!(
+            s,
+            "TLS handshakes/sec: {:>10.2} ({} in all, {} resumed)",
+            r.handshakes_per_sec(),
+            r.stats.handshakes,
+            r.stats.resumed
+        );
+    }
     s
 }

@@ -80,20 +80,21 @@ impl ClientIo {
         self.register()?.read_buf(buf).await
     }
 
-    /// Waits until a request may have started: the socket is readable, or (TLS) rustls holds
-    /// decrypted bytes already. Reads nothing, so the caller need not hold a buffer meanwhile.
-    pub(crate) async fn readable(&mut self) -> io::Result<()> {
+    /// The socket to wait on for a request to start, registered; `None` when there is nothing
+    /// to wait for because rustls holds decrypted bytes already (TLS). Waiting on the socket
+    /// reads nothing, so the caller need not hold a buffer meanwhile.
+    pub(crate) fn idle_stream(&mut self) -> io::Result<Option<&TcpStream>> {
         if let ClientIo::Tls(t) = self {
             let (tcp, conn) = t.stream.get_mut();
             let state = conn
                 .process_new_packets()
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
             if state.plaintext_bytes_to_read() > 0 || state.peer_has_closed() {
-                return Ok(());
+                return Ok(None);
             }
-            return tcp.readable().await;
+            return Ok(Some(tcp));
         }
-        self.register()?.readable().await
+        Ok(Some(self.register()?))
     }
 
     /// Relays bytes both ways between the client and `upstream` until either side closes.

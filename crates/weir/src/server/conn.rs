@@ -116,8 +116,6 @@ pub(crate) struct Conn {
     key: usize,
     /// A reload removed this connection's listener: it closes after the current request.
     orphaned: bool,
-    /// The client sent the HTTP/2 preface on an `h2c` listener: the connection goes to HTTP/2.
-    h2_preface: bool,
 }
 
 impl Conn {
@@ -145,7 +143,6 @@ impl Conn {
             upgraded: false,
             key,
             orphaned: false,
-            h2_preface: false,
         }
     }
 
@@ -156,8 +153,14 @@ impl Conn {
     /// (`-Zprint-type-sizes`). The spawned task owns the connection instead.
     pub(crate) async fn serve(&mut self) -> CloseReason {
         // The error is dropped before the next await, so the future does not keep room for it.
+        if self.rt.cfg.listeners[self.listener].h2c {
+            // One boxed await with a one-byte answer: a larger value alive here would be laid
+            // out in every state of this future (48 bytes more per idle connection).
+            if let Some(why) = Box::pin(self.h2c()).await {
+                return why;
+            }
+        }
         let (status, why) = match self.run().await {
-            Ok(()) if self.h2_preface => return Box::pin(self.into_h2()).await,
             Ok(()) => (None, CloseReason::Done),
             Err(e) => {
                 tracing::debug!(peer = %self.peer, reason = %e, "closing connection");
@@ -173,6 +176,38 @@ impl Conn {
         give_buf(std::mem::take(&mut self.buf));
         give_buf(std::mem::take(&mut self.out));
         why
+    }
+
+    /// On an `h2c` listener: serves HTTP/2 to its end if the client starts with its preface
+    /// (`Some`), else leaves the bytes read for HTTP/1.1 (`None`).
+    async fn h2c(&mut self) -> Option<CloseReason> {
+        match self.sniff_h2c().await {
+            Ok(true) => Some(self.into_h2().await),
+            Ok(false) => None,
+            Err(_) => Some(CloseReason::ClientError),
+        }
+    }
+
+    /// On an `h2c` listener: reads until the first bytes show whether the client starts with
+    /// the HTTP/2 preface (`true`) or speaks HTTP/1.1 (`false`, the bytes stay in `buf`).
+    async fn sniff_h2c(&mut self) -> Result<bool, Error> {
+        let deadline = Instant::now() + self.rt.cfg.timeouts.header;
+        if self.buf.capacity() == 0 {
+            self.buf = take_buf();
+        }
+        loop {
+            let n = self.buf.len().min(PREFACE.len());
+            if self.buf[..n] != PREFACE[..n] {
+                return Ok(false);
+            }
+            if n == PREFACE.len() {
+                return Ok(true);
+            }
+            let read = timeout_at(deadline, read_more(&mut self.io, &mut self.buf)).await;
+            if read.map_err(|_| Error::new(ErrorKind::HeaderTimeout))?? == 0 {
+                return Ok(false);
+            }
+        }
     }
 
     /// Hands the connection to HTTP/2 (h2c with prior knowledge), preface included.
@@ -242,29 +277,6 @@ impl Conn {
         let mut deadline = None;
         loop {
             if !self.buf.is_empty() {
-                if self.served == 0 && self.buf[0] == b'P' && cfg.listeners[self.listener].h2c {
-                    let n = self.buf.len().min(PREFACE.len());
-                    if self.buf[..n] == PREFACE[..n] {
-                        if n == PREFACE.len() {
-                            self.h2_preface = true;
-                            return Ok(None);
-                        }
-                        deadline.get_or_insert_with(|| Instant::now() + cfg.timeouts.header);
-                        self.flush().await?;
-                        let more = timeout_at(
-                            deadline.unwrap_or_else(Instant::now),
-                            read_more(&mut self.io, &mut self.buf),
-                        );
-                        if Box::pin(more)
-                            .await
-                            .map_err(|_| Error::new(ErrorKind::HeaderTimeout))??
-                            == 0
-                        {
-                            return Err(Error::new(ErrorKind::ClientClosed));
-                        }
-                        continue;
-                    }
-                }
                 if let Some(head) = parse_request(&mut self.buf, &cfg.limits.head)? {
                     // The request runs on the config published when it arrived.
                     self.refresh_config();
@@ -348,10 +360,15 @@ impl Conn {
         }
         give_buf(std::mem::take(&mut self.buf));
         give_buf(std::mem::take(&mut self.out));
-        self.state.set_idle(self.key, Some(wait));
-        let ready = self.io.readable().await;
-        self.state.set_idle(self.key, None);
-        ready?;
+        // Bound first: an `if let` on the `?` expression would keep its temporary (16 bytes)
+        // across the wait, in every idle connection's future.
+        let stream = self.io.idle_stream()?;
+        if let Some(stream) = stream {
+            self.state.set_idle(self.key, Some(wait));
+            let ready = stream.readable().await;
+            self.state.set_idle(self.key, None);
+            ready?;
+        }
         self.buf = take_buf();
         self.out = take_buf();
         Ok(Some(read_more(&mut self.io, &mut self.buf).await?))

@@ -4,7 +4,9 @@
 //! (`weir_tls_handshakes_total{result}`) and logged at debug only: their rate is the client's
 //! to choose, so they never reach the error log.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -49,51 +51,87 @@ pub(crate) async fn serve(
         Ok(Ok(_)) if first[0] != HANDSHAKE => {
             state.metrics.tls(TlsOutcome::Plaintext);
             tracing::debug!(%peer, "plain HTTP on a TLS port");
-            let mut tcp = tcp;
-            let _ = tcp.write_all(PLAINTEXT_REPLY).await;
-            let _ = tcp.shutdown().await;
-            // Drain the request for a moment, so that closing does not reset the answer away.
-            let mut sink = [0u8; 4096];
-            let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(500);
-            while let Ok(Ok(n)) = tokio::time::timeout_at(
-                deadline,
-                tokio::io::AsyncReadExt::read(&mut tcp, &mut sink),
-            )
-            .await
-            {
-                if n == 0 {
-                    break;
-                }
-            }
+            Box::pin(refuse_plaintext(tcp)).await;
             return CloseReason::BadRequest;
         }
         Ok(Ok(_)) => {}
     }
-    let accept = tokio_rustls::TlsAcceptor::from(config).accept(tcp);
-    let stream = match tokio::time::timeout(header, accept).await {
+    // Boxed, as is what follows: rustls' connection state is large (KiBs), and a future that
+    // held it inline would keep that much in every connection's task.
+    let accept = Box::pin(tokio_rustls::TlsAcceptor::from(config).accept(tcp));
+    let handshake = tokio::time::timeout(header, accept).await;
+    // Moved straight into a synchronous function: a TLS stream (about 1.2 KiB) bound here would
+    // be laid out in this future for the connection's whole life (`-Zprint-type-sizes`).
+    after_handshake(handshake, peer, key, state, rt, listener).await
+}
+
+type Handshake = Result<
+    std::io::Result<tokio_rustls::server::TlsStream<TcpStream>>,
+    tokio::time::error::Elapsed,
+>;
+
+/// Counts the handshake's outcome and returns what serves the connection next.
+fn after_handshake(
+    handshake: Handshake,
+    peer: SocketAddr,
+    key: usize,
+    state: Rc<WorkerState>,
+    rt: Rc<WorkerRuntime>,
+    listener: usize,
+) -> Pin<Box<dyn Future<Output = CloseReason>>> {
+    let stream = match handshake {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             state.metrics.tls(TlsOutcome::Failed);
             tracing::debug!(%peer, error = %e, "TLS handshake failed");
-            return CloseReason::ClientError;
+            return Box::pin(std::future::ready(CloseReason::ClientError));
         }
         Err(_) => {
             state.metrics.tls(TlsOutcome::Timeout);
             tracing::debug!(%peer, "TLS handshake timed out");
-            return CloseReason::Timeout;
+            return Box::pin(std::future::ready(CloseReason::Timeout));
         }
     };
-    let conn = stream.get_ref().1;
-    let info = TlsInfo::of(conn);
+    let info = TlsInfo::of(stream.get_ref().1);
     state.metrics.tls(if info.resumed {
         TlsOutcome::Resumed
     } else {
         TlsOutcome::Full
     });
-    if conn.alpn_protocol() == Some(b"h2") {
-        return super::h2::serve(stream, peer, state, rt, listener, Some(Rc::new(info))).await;
+    protocol(stream, info, peer, key, state, rt, listener)
+}
+
+/// The protocol ALPN settled, boxed.
+fn protocol(
+    stream: tokio_rustls::server::TlsStream<TcpStream>,
+    info: TlsInfo,
+    peer: SocketAddr,
+    key: usize,
+    state: Rc<WorkerState>,
+    rt: Rc<WorkerRuntime>,
+    listener: usize,
+) -> Pin<Box<dyn Future<Output = CloseReason>>> {
+    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+        let info = Some(Rc::new(info));
+        return Box::pin(super::h2::serve(stream, peer, state, rt, listener, info));
     }
     let io = ClientIo::Tls(Box::new(TlsConn { stream, info }));
-    let mut conn = Conn::new(io, peer, key, state, rt, listener);
-    conn.serve().await
+    let mut conn = Box::new(Conn::new(io, peer, key, state, rt, listener));
+    Box::pin(async move { conn.serve().await })
+}
+
+/// Answers plain HTTP on a TLS port as nginx does, then drains the request for a moment so
+/// that closing does not reset the answer away.
+async fn refuse_plaintext(mut tcp: TcpStream) {
+    let _ = tcp.write_all(PLAINTEXT_REPLY).await;
+    let _ = tcp.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(500);
+    while let Ok(Ok(n)) =
+        tokio::time::timeout_at(deadline, tokio::io::AsyncReadExt::read(&mut tcp, &mut sink)).await
+    {
+        if n == 0 {
+            break;
+        }
+    }
 }

@@ -362,7 +362,9 @@ async fn accept_loop(
                     let task = match &rt.cfg.listeners[index].tls {
                         // A separate task type: plain connections keep their small future.
                         Some(tls) => {
-                            let serve = super::tls::serve(
+                            // Boxed: the task would otherwise hold the future twice (as
+                            // the moved-in value and as the awaited one).
+                            let serve = Box::pin(super::tls::serve(
                                 stream,
                                 peer,
                                 key,
@@ -370,7 +372,7 @@ async fn accept_loop(
                                 rt.clone(),
                                 index,
                                 tls.clone(),
-                            );
+                            ));
                             tokio::task::spawn_local(async move {
                                 guard.2 = serve.await;
                                 drop(guard);
