@@ -182,7 +182,7 @@ impl Conn {
     /// (`Some`), else leaves the bytes read for HTTP/1.1 (`None`).
     async fn h2c(&mut self) -> Option<CloseReason> {
         match self.sniff_h2c().await {
-            Ok(true) => Some(self.into_h2().await),
+            Ok(true) => Some(self.serve_h2().await),
             Ok(false) => None,
             Err(_) => Some(CloseReason::ClientError),
         }
@@ -211,7 +211,7 @@ impl Conn {
     }
 
     /// Hands the connection to HTTP/2 (h2c with prior knowledge), preface included.
-    async fn into_h2(&mut self) -> CloseReason {
+    async fn serve_h2(&mut self) -> CloseReason {
         let tcp = match std::mem::replace(&mut self.io, ClientIo::Gone) {
             ClientIo::Fresh(s) => match TcpStream::from_std(std::net::TcpStream::from(s)) {
                 Ok(t) => t,
