@@ -196,7 +196,7 @@ pub(crate) async fn open(
     match timeout_at(Instant::now() + opts.timeout, connect(opts, tls)).await {
         Ok(Ok(s)) => {
             ctl.connected();
-            if let Stream::Tls(t) = &s {
+            if let tokio_util::either::Either::Right(t) = &s {
                 let mut st = stats.borrow_mut();
                 st.handshakes += 1;
                 if t.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {

@@ -5,25 +5,19 @@
 //! full handshake, which is what a handshakes/s figure means.
 
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio_util::either::Either;
 
 use crate::options::Options;
 
-/// A client connection.
-#[derive(Debug)]
-pub enum Stream {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-}
+/// A client connection: plain TCP or TLS.
+pub type Stream = Either<TcpStream, Box<tokio_rustls::client::TlsStream<TcpStream>>>;
 
 /// The TLS side of a run: one client config (and session store) per thread.
 #[derive(Clone)]
@@ -49,7 +43,7 @@ impl Tls {
             .with_safe_default_protocol_versions()
             .map_err(|e| e.to_string())?
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+            .with_custom_certificate_verifier(Arc::new(SignaturesOnly(provider)))
             .with_no_client_auth();
         cfg.alpn_protocols = if opts.h2 {
             vec![b"h2".to_vec()]
@@ -73,81 +67,30 @@ pub async fn connect(opts: &Options, tls: Option<&Tls>) -> io::Result<Stream> {
     let tcp = TcpStream::connect(opts.target.addr).await?;
     let _ = tcp.set_nodelay(true);
     match tls {
-        None => Ok(Stream::Plain(tcp)),
+        None => Ok(Either::Left(tcp)),
         Some(t) => {
             let s = t.connector.connect(t.name.clone(), tcp).await?;
             if opts.h2 && s.get_ref().1.alpn_protocol() != Some(b"h2") {
                 return Err(io::Error::other("the server did not agree to h2 (ALPN)"));
             }
-            Ok(Stream::Tls(Box::new(s)))
-        }
-    }
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Stream::Plain(s) => s.is_write_vectored(),
-            Stream::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Ok(Either::Right(Box::new(s)))
         }
     }
 }
 
 /// Accepts any certificate, but checks the handshake signatures with the provider's
-/// algorithms (the client's share of a handshake's cost).
+/// algorithms (the client's share of a handshake's cost). Also the verifier of weir's
+/// `insecure_skip_verify` upstreams.
 #[derive(Debug)]
-struct NoVerify(Arc<CryptoProvider>);
+pub struct SignaturesOnly(Arc<CryptoProvider>);
 
-impl ServerCertVerifier for NoVerify {
+impl SignaturesOnly {
+    pub fn new(provider: Arc<CryptoProvider>) -> SignaturesOnly {
+        SignaturesOnly(provider)
+    }
+}
+
+impl ServerCertVerifier for SignaturesOnly {
     fn verify_server_cert(
         &self,
         _end_entity: &CertificateDer<'_>,

@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 pub use super::model_ops::{AccessLog, AccessLogSetting, HealthRoute, Log, RequestId};
-pub use super::model_tls::{Certificate, ClientAuth, ClientAuthMode, Http2, Tls};
+pub use super::model_tls::{
+    Certificate, ClientAuth, ClientAuthMode, ClientCert, Http2, Tls, UpstreamTls,
+};
 use super::units::{Dur, Size};
 
 /// The whole file.
@@ -458,6 +460,16 @@ pub struct Upstream {
     /// How often DNS names are resolved again.
     #[serde(default = "default_resolve_every")]
     pub resolve_every: Dur,
+    /// TLS to the servers (`https://` servers use it with defaults when absent).
+    pub tls: Option<UpstreamTls>,
+    /// `http/1.1` (the default) or `h2` (gRPC-style backends: prior knowledge over TCP, ALPN
+    /// over TLS; trailers are relayed).
+    #[serde(default = "default_upstream_protocol")]
+    pub protocol: String,
+}
+
+fn default_upstream_protocol() -> String {
+    "http/1.1".into()
 }
 
 fn default_policy() -> String {

@@ -124,3 +124,28 @@ impl Default for Http2 {
         }
     }
 }
+
+/// TLS to an upstream's servers. Servers written `https://` use TLS with these settings (the
+/// defaults when the section is absent); with the section, every server of the upstream does.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTls {
+    /// PEM file of the CA certificates servers are verified against; absent: the system's
+    /// roots (`/etc/ssl/certs`).
+    pub ca: Option<String>,
+    /// The name sent as SNI and verified in the certificate; absent: each server's host.
+    pub sni: Option<String>,
+    /// Accept any certificate. For labs only: weir logs a warning at every load.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+    /// A client certificate, for servers that require one (mTLS).
+    pub client_cert: Option<ClientCert>,
+}
+
+/// A client certificate chain and its key (PEM files).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientCert {
+    pub cert: String,
+    pub key: String,
+}

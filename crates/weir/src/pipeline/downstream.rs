@@ -12,7 +12,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 
 use bytes::Bytes;
-use tokio::net::TcpStream;
 use weir_http::{Persistence, Reply, RequestHead, Version};
 
 use crate::error::Error;
@@ -52,6 +51,10 @@ pub(crate) trait Downstream {
     /// Queues body bytes (framed as the head said: as is, or as a chunk).
     fn send_data(&mut self, data: &Bytes);
 
+    /// Queues trailer fields, before [`Downstream::end_body`] (gRPC's `grpc-status`). HTTP/1.1
+    /// sends them after the last chunk when the body is chunked, and drops them otherwise.
+    fn send_trailers(&mut self, fields: &[weir_http::Header]);
+
     /// Ends the body (the last chunk, when chunked).
     fn end_body(&mut self);
 
@@ -66,7 +69,7 @@ pub(crate) trait Downstream {
     /// its head. Protocols without upgrades (HTTP/2) refuse with an error.
     fn tunnel(
         &mut self,
-        upstream: &mut TcpStream,
+        upstream: &mut crate::proxy::tls::UpStream,
         early: &[u8],
     ) -> impl Future<Output = Result<(), Error>>;
 }

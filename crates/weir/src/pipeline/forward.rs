@@ -21,7 +21,6 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 use weir_http::reply::{put_chunk, put_last_chunk};
 use weir_http::{
@@ -403,10 +402,12 @@ async fn write_request<D: Downstream>(
         shape,
     );
     if head.body == BodyKind::Empty {
-        return Ok(match conn.stream.write_all(req).await {
-            Ok(()) => Sent::Ok,
-            Err(e) => Sent::Upstream(e),
-        });
+        return Ok(
+            match crate::proxy::exchange::send(&mut conn.stream, req).await {
+                Ok(()) => Sent::Ok,
+                Err(e) => Sent::Upstream(e),
+            },
+        );
     }
     let chunked = head.body == BodyKind::Chunked;
     while let Some(data) = d.body_chunk().await? {
@@ -417,7 +418,7 @@ async fn write_request<D: Downstream>(
             req.extend_from_slice(&data);
         }
         if req.len() >= SEND_CHUNK {
-            if let Err(e) = conn.stream.write_all(req).await {
+            if let Err(e) = crate::proxy::exchange::send(&mut conn.stream, req).await {
                 return Ok(Sent::Upstream(e));
             }
             req.clear();
@@ -426,10 +427,12 @@ async fn write_request<D: Downstream>(
     if chunked {
         put_last_chunk(req);
     }
-    Ok(match conn.stream.write_all(req).await {
-        Ok(()) => Sent::Ok,
-        Err(e) => Sent::Upstream(e),
-    })
+    Ok(
+        match crate::proxy::exchange::send(&mut conn.stream, req).await {
+            Ok(()) => Sent::Ok,
+            Err(e) => Sent::Upstream(e),
+        },
+    )
 }
 
 /// Relays an interim (1xx) response to an HTTP/1.1 client at once, hop-by-hop fields dropped.
@@ -476,7 +479,8 @@ async fn relay_body<D: Downstream>(
                     d.flush().await?;
                 }
             }
-            weir_http::BodyEvent::Done(_) => {
+            weir_http::BodyEvent::Done(trailers) => {
+                d.send_trailers(&trailers);
                 d.end_body();
                 return Ok(resp.keep_alive && resp.body != BodyKind::CloseDelimited);
             }

@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
-use tokio::time::{timeout, Instant};
+use tokio::time::Instant;
 use weir_http::hop::{is_hop_by_hop, ConnectionTokens};
 use weir_http::response::{put_header, put_u64};
 use weir_http::{BodyDecoder, BodyEvent, BodyKind, Method, RequestHead, ResponseHead};
@@ -48,7 +47,18 @@ pub async fn checkout(
             return Ok((c, true));
         }
     }
-    match connect(up, server).await {
+    let connected = if up.h2 {
+        super::h2_upstream::open(&per_worker.pool, up, server)
+            .await
+            .map(|pipe| UpstreamConn::new(tokio_util::either::Either::Right(pipe)))
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::TimedOut => Error::new(ErrorKind::ConnectTimeout),
+                _ => Error::with(ErrorKind::Connect, e),
+            })
+    } else {
+        connect(up, server).await
+    };
+    match connected {
         Ok(c) => Ok((c, false)),
         Err(e) => {
             record_failure(up, server, &e);
@@ -58,15 +68,26 @@ pub async fn checkout(
 }
 
 async fn connect(up: &Upstream, server: usize) -> Result<UpstreamConn, Error> {
-    let addr = **up.servers[server].addr.load();
-    match timeout(up.connect_timeout, TcpStream::connect(addr)).await {
-        Err(_) => Err(Error::new(ErrorKind::ConnectTimeout)),
-        Ok(Err(e)) => Err(Error::with(ErrorKind::Connect, e)),
-        Ok(Ok(stream)) => {
-            let _ = stream.set_nodelay(true);
-            Ok(UpstreamConn::new(stream))
+    let s = &up.servers[server];
+    let addr = **s.addr.load();
+    let tls = up.tls.as_ref().zip(s.tls_name.as_ref());
+    match super::tls::connect(addr, tls, up.connect_timeout).await {
+        Ok(stream) => Ok(UpstreamConn::new(tokio_util::either::Either::Left(stream))),
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            Err(Error::new(ErrorKind::ConnectTimeout))
         }
+        Err(e) => Err(Error::with(ErrorKind::Connect, e)),
     }
+}
+
+/// Writes `bytes` to an upstream connection and flushes them (a TLS stream may otherwise keep
+/// the last records in rustls' buffer).
+pub async fn send<S>(stream: &mut S, bytes: &[u8]) -> std::io::Result<()>
+where
+    S: tokio::io::AsyncWrite + Unpin,
+{
+    stream.write_all(bytes).await?;
+    stream.flush().await
 }
 
 /// A phase's timeout, cut short by the exchange's total deadline.
@@ -261,7 +282,7 @@ pub async fn fetch_whole(
             ..Default::default()
         };
         build_request(&mut req, head, route, up, server, client, shape);
-        if let Err(e) = uc.stream.write_all(&req).await {
+        if let Err(e) = send(&mut uc.stream, &req).await {
             if reused && stale_retry {
                 stale_retry = false;
                 continue;

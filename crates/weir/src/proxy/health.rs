@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 
 use super::upstream::{ActivePolicy, Server, Upstream};
@@ -74,7 +74,20 @@ async fn check_loop(u: Arc<Upstream>, i: usize, p: ActivePolicy) {
     let server = &u.servers[i];
     let (mut ok_run, mut fail_run) = (0u32, 0u32);
     loop {
-        let verdict = check_once(server, &p).await;
+        let verdict = if u.h2 {
+            match super::h2_upstream::check(&u, i, &p.path, p.timeout).await {
+                Ok(status)
+                    if p.expect_status
+                        .map_or((200..300).contains(&status), |w| w == status) =>
+                {
+                    Ok(())
+                }
+                Ok(status) => Err(format!("status {status}")),
+                Err(e) => Err(e),
+            }
+        } else {
+            check_once(server, u.tls.as_ref(), &p).await
+        };
         match &verdict {
             Ok(()) => {
                 ok_run += 1;
@@ -98,17 +111,22 @@ async fn check_loop(u: Arc<Upstream>, i: usize, p: ActivePolicy) {
 }
 
 /// One `GET path` with `Connection: close`; healthy if the status is as expected.
-async fn check_once(server: &Server, p: &ActivePolicy) -> Result<(), String> {
+async fn check_once(
+    server: &Server,
+    tls: Option<&super::tls::UpstreamTls>,
+    p: &ActivePolicy,
+) -> Result<(), String> {
     let addr = **server.addr.load();
     let exchange = async {
-        let mut s = tokio::net::TcpStream::connect(addr)
+        let tls = tls.zip(server.tls_name.as_ref());
+        let mut s = super::tls::connect(addr, tls, p.timeout)
             .await
             .map_err(|e| format!("connect: {e}"))?;
         let req = format!(
             "GET {} HTTP/1.1\r\nHost: {}:{}\r\nUser-Agent: weir-health-check\r\nConnection: close\r\n\r\n",
             p.path, server.host, server.port
         );
-        s.write_all(req.as_bytes())
+        super::exchange::send(&mut s, req.as_bytes())
             .await
             .map_err(|e| format!("write: {e}"))?;
         let mut buf = BytesMut::with_capacity(4096);

@@ -8,6 +8,9 @@
 //! * [`exchange`]: the upstream side of an exchange — checkout or connect, the upstream request
 //!   head, the response head, passive-health accounting, and whole fetches for revalidation.
 //! * [`health`]: the background thread that runs active checks and re-resolves DNS names.
+//! * [`h2_upstream`]: HTTP/2 to upstreams (`protocol: h2`, gRPC), bridged onto the HTTP/1.1
+//!   upstream phase.
+//! * [`tls`]: TLS to upstream servers (verification, SNI, client certificates, resumption).
 //! * [`pool`]: per-worker idle upstream connections; [`per_worker`]: the rest of a worker's
 //!   state per upstream (balancer, in-flight counts, retry budget).
 //!
@@ -16,8 +19,10 @@
 
 pub mod balance;
 pub mod exchange;
+pub mod h2_upstream;
 pub mod health;
 pub mod per_worker;
 pub mod pool;
 pub mod route;
+pub mod tls;
 pub mod upstream;

@@ -9,14 +9,16 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
+
+use super::tls::UpStream;
 
 /// An upstream connection, its read buffer, and its lazily-moved timer (see
 /// [`UpstreamConn::read_by`]).
 #[derive(Debug)]
 pub struct UpstreamConn {
-    pub stream: TcpStream,
+    /// Plain TCP or TLS (`proxy/tls.rs`).
+    pub stream: UpStream,
     pub buf: BytesMut,
     /// The request being written, kept for the next one (no allocation per request).
     pub out: BytesMut,
@@ -24,7 +26,7 @@ pub struct UpstreamConn {
 }
 
 impl UpstreamConn {
-    pub fn new(stream: TcpStream) -> UpstreamConn {
+    pub fn new(stream: UpStream) -> UpstreamConn {
         UpstreamConn {
             stream,
             buf: BytesMut::with_capacity(16 * 1024),
@@ -77,6 +79,8 @@ struct Idle {
 #[derive(Debug)]
 pub struct Pool {
     per_server: Vec<VecDeque<Idle>>,
+    /// The shared HTTP/2 connection to each server (`protocol: h2`).
+    h2: Vec<Option<h2::client::SendRequest<bytes::Bytes>>>,
     max_idle: usize,
     idle_timeout: Duration,
 }
@@ -85,6 +89,7 @@ impl Pool {
     pub fn new(servers: usize, max_idle: usize, idle_timeout: Duration) -> Pool {
         Pool {
             per_server: (0..servers).map(|_| VecDeque::new()).collect(),
+            h2: vec![None; servers],
             max_idle,
             idle_timeout,
         }
@@ -100,7 +105,12 @@ impl Pool {
                 return None;
             }
             let mut probe = [0u8; 1];
-            match idle.conn.stream.try_read(&mut probe) {
+            // On the socket itself: over TLS, any bytes (a close_notify) also mean "not
+            // reusable", and none leave rustls' state untouched.
+            let Some(tcp) = super::tls::tcp(&idle.conn.stream) else {
+                continue;
+            };
+            match tcp.try_read(&mut probe) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(idle.conn),
                 // EOF, stray bytes or an error: not reusable.
                 _ => continue,
@@ -109,9 +119,22 @@ impl Pool {
         None
     }
 
+    /// The HTTP/2 connection to `server`, if one was made.
+    pub fn h2(&self, server: usize) -> Option<h2::client::SendRequest<bytes::Bytes>> {
+        self.h2.get(server).cloned().flatten()
+    }
+
+    /// Keeps the HTTP/2 connection to `server`.
+    pub fn set_h2(&mut self, server: usize, send: h2::client::SendRequest<bytes::Bytes>) {
+        if let Some(slot) = self.h2.get_mut(server) {
+            *slot = Some(send);
+        }
+    }
+
     /// Closes every idle connection and takes no more (the upstream left the config).
     pub fn retire(&mut self) {
         self.per_server.iter_mut().for_each(VecDeque::clear);
+        self.h2.iter_mut().for_each(|s| *s = None);
         self.max_idle = 0;
     }
 

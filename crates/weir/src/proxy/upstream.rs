@@ -31,6 +31,10 @@ pub struct Upstream {
     pub passive: PassivePolicy,
     pub active: Option<ActivePolicy>,
     pub resolve_every: Duration,
+    /// TLS to the servers that use it (`Server::tls_name`).
+    pub tls: Option<super::tls::UpstreamTls>,
+    /// Speak HTTP/2 to the servers (`protocol: h2`).
+    pub h2: bool,
 }
 
 /// One server.
@@ -44,6 +48,8 @@ pub struct Server {
     /// configs before and after a reload (`runtime/registry.rs`), as is `health`.
     pub addr: Arc<ArcSwap<SocketAddr>>,
     pub health: Arc<Health>,
+    /// Spoken to over TLS, asking for (and verifying) this name.
+    pub tls_name: Option<rustls::pki_types::ServerName<'static>>,
 }
 
 /// The state of one server that outlives a config: its health and resolved address.
@@ -166,6 +172,7 @@ impl Upstream {
         u: model::Upstream,
         path: &str,
         shared: &dyn SharedServers,
+        base: &crate::config::BaseDir,
     ) -> Result<Upstream, CompileError> {
         if u.servers.is_empty() {
             return Err((
@@ -173,6 +180,40 @@ impl Upstream {
                 "an upstream needs at least one server".into(),
             ));
         }
+        let any_https = u.servers.iter().any(|s| {
+            let a = match s {
+                model::UpstreamServer::Short(a) => a,
+                model::UpstreamServer::Long(l) => &l.address,
+            };
+            a.trim().starts_with("https://")
+        });
+        let h2 = match u.protocol.as_str() {
+            "http/1.1" | "http1" => false,
+            "h2" | "http2" => true,
+            other => {
+                return Err((
+                    format!("{path}.protocol"),
+                    format!("unknown protocol {other:?} (http/1.1 or h2)"),
+                ))
+            }
+        };
+        let tls = match (&u.tls, any_https) {
+            (Some(t), _) => Some(super::tls::compile(
+                t,
+                name,
+                &format!("{path}.tls"),
+                base,
+                h2,
+            )?),
+            (None, true) => Some(super::tls::compile(
+                &Default::default(),
+                name,
+                &format!("{path}.tls"),
+                base,
+                h2,
+            )?),
+            (None, false) => None,
+        };
         let mut servers = Vec::new();
         let (mut weights, mut backup) = (Vec::new(), Vec::new());
         for (i, s) in u.servers.into_iter().enumerate() {
@@ -187,7 +228,13 @@ impl Upstream {
                     "weight must be between 1 and 1000".into(),
                 ));
             }
-            let (host, port) = parse_server(&address).map_err(|m| (key.clone(), m))?;
+            let (host, port, https) = parse_server(&address).map_err(|m| (key.clone(), m))?;
+            let tls_name = match &tls {
+                Some(t) if https || u.tls.is_some() => {
+                    Some(t.name_for(&host).map_err(|m| (key.clone(), m))?)
+                }
+                _ => None,
+            };
             let addr = resolve(&host, port).map_err(|m| (key.clone(), m))?;
             let server_name = format!("{host}:{port}");
             let state = shared.server(name, &server_name, addr);
@@ -197,6 +244,7 @@ impl Upstream {
                 port,
                 addr: state.addr,
                 health: state.health,
+                tls_name,
             });
             weights.push(weight);
             backup.push(is_backup);
@@ -307,6 +355,8 @@ impl Upstream {
             },
             active,
             resolve_every: u.resolve_every.0,
+            tls,
+            h2,
         })
     }
 
@@ -353,18 +403,16 @@ fn nonzero(d: Duration, default: Duration) -> Duration {
     }
 }
 
-/// `host:port`, `http://host[:port][/]`, `[v6]:port`.
-fn parse_server(s: &str) -> Result<(String, u16), String> {
+/// `host:port`, `http://host[:port][/]`, `https://host[:port][/]`, `[v6]:port`; the third
+/// value says `https://`.
+fn parse_server(s: &str) -> Result<(String, u16, bool), String> {
     let s = s.trim();
-    if s.starts_with("https://") {
-        return Err(
-            "https upstreams are not supported yet (weir speaks plain HTTP/1.1 to upstreams)"
-                .into(),
-        );
-    }
-    let (rest, default_port) = match s.strip_prefix("http://") {
-        Some(r) => (r.trim_end_matches('/'), Some(80)),
-        None => (s, None),
+    let (rest, default_port, https) = if let Some(r) = s.strip_prefix("http://") {
+        (r.trim_end_matches('/'), Some(80), false)
+    } else if let Some(r) = s.strip_prefix("https://") {
+        (r.trim_end_matches('/'), Some(443), true)
+    } else {
+        (s, None, false)
     };
     if rest.contains('/') {
         return Err(format!("{s:?}: a server is host:port, without a path"));
@@ -391,7 +439,7 @@ fn parse_server(s: &str) -> Result<(String, u16), String> {
     if host.is_empty() {
         return Err(format!("{s:?} has no host"));
     }
-    Ok((host, port))
+    Ok((host, port, https))
 }
 
 /// Resolves `host:port` to its first address.
@@ -412,21 +460,22 @@ mod tests {
 
     #[test]
     fn server_forms() {
-        assert_eq!(
-            parse_server("127.0.0.1:9000").unwrap(),
-            ("127.0.0.1".into(), 9000)
-        );
-        assert_eq!(
-            parse_server("http://origin.test").unwrap(),
-            ("origin.test".into(), 80)
-        );
-        assert_eq!(
-            parse_server("http://origin.test:8080/").unwrap(),
-            ("origin.test".into(), 8080)
-        );
-        assert_eq!(parse_server("[::1]:80").unwrap(), ("::1".into(), 80));
+        let cases: &[(&str, (&str, u16, bool))] = &[
+            ("127.0.0.1:9000", ("127.0.0.1", 9000, false)),
+            ("http://origin.test", ("origin.test", 80, false)),
+            ("http://origin.test:8080/", ("origin.test", 8080, false)),
+            ("https://origin.test", ("origin.test", 443, true)),
+            ("https://origin.test:8443", ("origin.test", 8443, true)),
+            ("[::1]:80", ("::1", 80, false)),
+        ];
+        for (text, (host, port, https)) in cases {
+            assert_eq!(
+                parse_server(text).unwrap(),
+                (host.to_string(), *port, *https),
+                "{text}"
+            );
+        }
         assert!(parse_server("origin.test").is_err());
-        assert!(parse_server("https://x:443").is_err());
         assert!(parse_server("http://x/path").is_err());
     }
 

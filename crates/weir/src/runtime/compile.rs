@@ -86,6 +86,7 @@ pub(crate) fn compile(
             u,
             &format!("upstreams.{name}"),
             &**registry,
+            base,
         )?;
         upstream_index.insert(name, upstreams.len());
         upstreams.push(Arc::new(up));

@@ -98,7 +98,10 @@ impl ClientIo {
     }
 
     /// Relays bytes both ways between the client and `upstream` until either side closes.
-    pub(crate) async fn tunnel(&mut self, upstream: &mut TcpStream) -> io::Result<()> {
+    pub(crate) async fn tunnel(
+        &mut self,
+        upstream: &mut crate::proxy::tls::UpStream,
+    ) -> io::Result<()> {
         if let ClientIo::Tls(t) = self {
             tokio::io::copy_bidirectional(&mut t.stream, upstream).await?;
             return Ok(());

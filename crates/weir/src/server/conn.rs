@@ -620,6 +620,19 @@ impl Downstream for Conn {
         }
     }
 
+    fn send_trailers(&mut self, fields: &[weir_http::Header]) {
+        if self.encoding != BodyEncoding::Chunked || fields.is_empty() {
+            return;
+        }
+        // The last chunk with the trailer section; `end_body` then has nothing to add.
+        self.out.extend_from_slice(b"0\r\n");
+        for h in fields {
+            weir_http::response::put_header(&mut self.out, &h.name, &h.value);
+        }
+        self.out.extend_from_slice(b"\r\n");
+        self.encoding = BodyEncoding::Plain;
+    }
+
     fn end_body(&mut self) {
         if self.encoding == BodyEncoding::Chunked {
             put_last_chunk(&mut self.out);
@@ -634,7 +647,11 @@ impl Downstream for Conn {
         Conn::flush(self).await
     }
 
-    async fn tunnel(&mut self, upstream: &mut TcpStream, early: &[u8]) -> Result<(), Error> {
+    async fn tunnel(
+        &mut self,
+        upstream: &mut crate::proxy::tls::UpStream,
+        early: &[u8],
+    ) -> Result<(), Error> {
         // Bytes the upstream sent after its head belong to the tunnel.
         self.out.extend_from_slice(early);
         Conn::flush(self).await?;

@@ -11,7 +11,6 @@ use std::rc::Rc;
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
-use tokio::net::TcpStream;
 use weir_http::{Persistence, Reply, RequestHead, Version};
 
 use super::{convert, ConnShared};
@@ -40,6 +39,8 @@ pub(crate) struct H2Stream {
     ended: bool,
     /// END_STREAM was sent.
     finished: bool,
+    /// Trailer fields, sent in place of the END_STREAM data frame.
+    trailers: Option<http::HeaderMap>,
 }
 
 /// Answers one stream through the pipeline.
@@ -69,6 +70,7 @@ pub(crate) async fn serve(
         queued_len: 0,
         ended: false,
         finished: false,
+        trailers: None,
     };
     let result = match convert::request_head(&parts, has_body, &rt.cfg.limits.head) {
         Ok(head) => crate::pipeline::handle(&mut d, rt.clone(), listener, &head).await,
@@ -207,6 +209,21 @@ impl Downstream for H2Stream {
         }
     }
 
+    fn send_trailers(&mut self, fields: &[weir_http::Header]) {
+        let mut map = http::HeaderMap::new();
+        for h in fields {
+            if let (Ok(n), Ok(v)) = (
+                http::HeaderName::from_bytes(&h.name),
+                http::HeaderValue::from_bytes(&h.value),
+            ) {
+                map.append(n, v);
+            }
+        }
+        if !map.is_empty() {
+            self.trailers = Some(map);
+        }
+    }
+
     fn end_body(&mut self) {
         self.ended = true;
     }
@@ -220,7 +237,7 @@ impl Downstream for H2Stream {
             return Ok(());
         }
         if let Some(head) = self.head.take() {
-            let end = self.ended && self.queued.is_empty();
+            let end = self.ended && self.queued.is_empty() && self.trailers.is_none();
             let send = self.respond.send_response(head, end).map_err(h2_error)?;
             if end {
                 self.finished = true;
@@ -230,18 +247,27 @@ impl Downstream for H2Stream {
         }
         while let Some(data) = self.queued.pop_front() {
             self.queued_len -= data.len();
-            let last = self.ended && self.queued.is_empty();
+            let last = self.ended && self.queued.is_empty() && self.trailers.is_none();
             self.send_windowed(data, last).await?;
             self.finished = last;
         }
-        if self.ended && !self.finished && self.send.is_some() {
-            self.send_windowed(Bytes::new(), true).await?;
-            self.finished = true;
+        if self.ended && !self.finished {
+            if let Some(send) = self.send.as_mut() {
+                match self.trailers.take() {
+                    Some(t) => send.send_trailers(t).map_err(h2_error)?,
+                    None => self.send_windowed(Bytes::new(), true).await?,
+                }
+                self.finished = true;
+            }
         }
         Ok(())
     }
 
-    async fn tunnel(&mut self, _upstream: &mut TcpStream, _early: &[u8]) -> Result<(), Error> {
+    async fn tunnel(
+        &mut self,
+        _upstream: &mut crate::proxy::tls::UpStream,
+        _early: &[u8],
+    ) -> Result<(), Error> {
         // Upgrades do not exist in HTTP/2 (RFC 9113 §8.6); the proxy strips `Upgrade`.
         Err(Error::with(
             ErrorKind::UpstreamAborted,

@@ -1,0 +1,261 @@
+//! HTTP/2 to upstreams (`protocol: h2`), for gRPC-style backends: h2 with prior knowledge over
+//! TCP, ALPN `h2` over TLS, one connection per worker and server shared by all requests (kept in
+//! the worker's [`super::pool::Pool`]).
+//!
+//! Each request is bridged, not re-implemented: the upstream phase writes an HTTP/1.1 request
+//! into an in-memory pipe (`tokio::io::duplex`) and reads an HTTP/1.1 response back, while a
+//! task ([`bridge`]) carries it over one stream of the shared connection. Retries, the cache,
+//! passive health and the logs then work as for any upstream. Trailers cross both ways as
+//! chunked trailer fields (gRPC's `grpc-status` arrives that way), and the response says
+//! `Connection: close`, so the pipe is never pooled.
+//!
+//! The cost is an HTTP/1.1 encode and parse per message on each side of the pipe: small next
+//! to what a gRPC backend does per call, and it keeps one upstream phase for both protocols.
+
+use std::cell::RefCell;
+use std::io;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use h2::client::SendRequest;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use weir_http::{parse_request, BodyDecoder, BodyEvent, BodyKind, Header};
+
+use super::pool::Pool;
+use super::upstream::Upstream;
+
+/// Buffer of each direction of a request's pipe.
+const PIPE: usize = 64 * 1024;
+
+/// A stream to `server` of `up` over the worker's shared HTTP/2 connection (made on first use
+/// and again after it failed), as a pipe that speaks HTTP/1.1.
+pub async fn open(pool: &RefCell<Pool>, up: &Upstream, server: usize) -> io::Result<DuplexStream> {
+    let existing = pool.borrow().h2(server);
+    let send = match existing {
+        Some(s) => match s.ready().await {
+            Ok(s) => s,
+            Err(_) => connect(pool, up, server).await?,
+        },
+        None => connect(pool, up, server).await?,
+    };
+    let s = &up.servers[server];
+    let scheme = if s.tls_name.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let authority = format!("{}:{}", s.host, s.port);
+    let (ours, theirs) = tokio::io::duplex(PIPE);
+    tokio::task::spawn_local(async move {
+        if let Err(e) = bridge(theirs, send, scheme, &authority).await {
+            tracing::debug!(error = %e, "HTTP/2 upstream stream failed");
+        }
+    });
+    Ok(ours)
+}
+
+/// Connects to `server` and keeps the connection in the pool.
+async fn connect(
+    pool: &RefCell<Pool>,
+    up: &Upstream,
+    server: usize,
+) -> io::Result<SendRequest<Bytes>> {
+    let s = &up.servers[server];
+    let addr = **s.addr.load();
+    let tls = up.tls.as_ref().zip(s.tls_name.as_ref());
+    let stream = super::tls::connect(addr, tls, up.connect_timeout).await?;
+    let (send, conn) = tokio::time::timeout(up.connect_timeout, h2::client::handshake(stream))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "HTTP/2 handshake timed out"))?
+        .map_err(io::Error::other)?;
+    tokio::task::spawn_local(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "HTTP/2 upstream connection ended");
+        }
+    });
+    let send = send.ready().await.map_err(io::Error::other)?;
+    pool.borrow_mut().set_h2(server, send.clone());
+    Ok(send)
+}
+
+/// Carries one HTTP/1.1 exchange from `pipe` over a stream of `send`.
+async fn bridge(
+    mut pipe: DuplexStream,
+    send: SendRequest<Bytes>,
+    scheme: &str,
+    authority: &str,
+) -> io::Result<()> {
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    let limits = weir_http::Limits {
+        max_head_bytes: PIPE,
+        max_uri_bytes: PIPE,
+    };
+    let head = loop {
+        if let Some(h) = parse_request(&mut buf, &limits).map_err(io::Error::other)? {
+            break h;
+        }
+        if pipe.read_buf(&mut buf).await? == 0 {
+            return Ok(());
+        }
+    };
+    let host = head
+        .host()
+        .map(|h| String::from_utf8_lossy(h).into_owned())
+        .unwrap_or_else(|| authority.to_string());
+    let target = String::from_utf8_lossy(&head.target).into_owned();
+    let mut req = http::Request::builder()
+        .method(head.method.as_str())
+        .uri(format!("{scheme}://{host}{target}"))
+        .body(())
+        .map_err(io::Error::other)?;
+    for h in &head.headers {
+        if h.name.eq_ignore_ascii_case(b"host") || forbidden(&h.name) {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (
+            http::HeaderName::from_bytes(&h.name),
+            http::HeaderValue::from_bytes(&h.value),
+        ) {
+            req.headers_mut().append(n, v);
+        }
+    }
+    // gRPC servers want to know trailers are understood; a proxy that relays them does.
+    req.headers_mut()
+        .insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+    let has_body = head.body != BodyKind::Empty;
+    let mut send = send;
+    let (response, mut stream) = send
+        .send_request(req, !has_body)
+        .map_err(io::Error::other)?;
+    if has_body {
+        let mut decoder = BodyDecoder::new(head.body);
+        loop {
+            match decoder.decode(&mut buf).map_err(io::Error::other)? {
+                BodyEvent::Data(d) => stream.send_data(d, false).map_err(io::Error::other)?,
+                BodyEvent::NeedMore => {
+                    if pipe.read_buf(&mut buf).await? == 0 {
+                        return Err(io::ErrorKind::UnexpectedEof.into());
+                    }
+                }
+                BodyEvent::Done(trailers) if trailers.is_empty() => {
+                    stream
+                        .send_data(Bytes::new(), true)
+                        .map_err(io::Error::other)?;
+                    break;
+                }
+                BodyEvent::Done(trailers) => {
+                    stream
+                        .send_trailers(header_map(&trailers))
+                        .map_err(io::Error::other)?;
+                    break;
+                }
+            }
+        }
+    }
+    let response = response.await.map_err(io::Error::other)?;
+    let status = response.status().as_u16();
+    let bodyless = head.method == weir_http::Method::Head || matches!(status, 204 | 304);
+    let mut out = BytesMut::with_capacity(1024);
+    out.put_slice(format!("HTTP/1.1 {status} \r\n").as_bytes());
+    put_fields(&mut out, response.headers());
+    if !bodyless {
+        out.put_slice(b"transfer-encoding: chunked\r\n");
+    }
+    out.put_slice(b"connection: close\r\n\r\n");
+    let mut body = response.into_body();
+    if !bodyless {
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.map_err(io::Error::other)?;
+            let _ = body.flow_control().release_capacity(chunk.len());
+            weir_http::reply::put_chunk(&mut out, &chunk);
+            if out.len() >= PIPE / 2 {
+                pipe.write_all(&out).await?;
+                out.clear();
+            }
+        }
+        out.put_slice(b"0\r\n");
+        if let Some(trailers) = body.trailers().await.map_err(io::Error::other)? {
+            put_fields(&mut out, &trailers);
+        }
+        out.put_slice(b"\r\n");
+    }
+    pipe.write_all(&out).await?;
+    pipe.shutdown().await
+}
+
+/// Fields HTTP/2 forbids (RFC 9113 §8.2.2); `te` is set by the bridge.
+fn forbidden(name: &[u8]) -> bool {
+    const FORBIDDEN: [&[u8]; 7] = [
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"transfer-encoding",
+        b"upgrade",
+        b"te",
+        b"http2-settings",
+    ];
+    FORBIDDEN.iter().any(|f| f.eq_ignore_ascii_case(name))
+}
+
+fn header_map(fields: &[Header]) -> http::HeaderMap {
+    let mut map = http::HeaderMap::new();
+    for h in fields {
+        if let (Ok(n), Ok(v)) = (
+            http::HeaderName::from_bytes(&h.name),
+            http::HeaderValue::from_bytes(&h.value),
+        ) {
+            map.append(n, v);
+        }
+    }
+    map
+}
+
+fn put_fields(out: &mut BytesMut, fields: &http::HeaderMap) {
+    for (n, v) in fields {
+        out.put_slice(n.as_str().as_bytes());
+        out.put_slice(b": ");
+        out.put_slice(v.as_bytes());
+        out.put_slice(b"\r\n");
+    }
+}
+
+/// One health check over HTTP/2: `GET path`, its status.
+pub async fn check(
+    up: &Upstream,
+    server: usize,
+    path: &str,
+    within: Duration,
+) -> Result<u16, String> {
+    let s = &up.servers[server];
+    let addr = **s.addr.load();
+    let tls = up.tls.as_ref().zip(s.tls_name.as_ref());
+    let run = async {
+        let stream = super::tls::connect(addr, tls, within)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let (send, conn) = h2::client::handshake(stream)
+            .await
+            .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
+        let driver = tokio::task::spawn_local(async move {
+            let _ = conn.await;
+        });
+        let scheme = if s.tls_name.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let req = http::Request::builder()
+            .uri(format!("{scheme}://{}:{}{path}", s.host, s.port))
+            .header("user-agent", "weir-health-check")
+            .body(())
+            .map_err(|e| e.to_string())?;
+        let mut send = send.ready().await.map_err(|e| e.to_string())?;
+        let (response, _) = send.send_request(req, true).map_err(|e| e.to_string())?;
+        let status = response.await.map_err(|e| e.to_string())?.status().as_u16();
+        driver.abort();
+        Ok(status)
+    };
+    tokio::time::timeout(within, run)
+        .await
+        .map_err(|_| "timeout".to_string())?
+}

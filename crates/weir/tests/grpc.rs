@@ -1,0 +1,157 @@
+//! gRPC through weir: an HTTP/2 upstream (`protocol: h2`, prior knowledge) behind an h2c
+//! listener. A unary call's response body and its trailers (`grpc-status`, `grpc-message`)
+//! reach an HTTP/2 client as trailers and an HTTP/1.1 client as chunked trailer fields; the
+//! upstream's health checks speak HTTP/2 too.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::Read;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+
+/// A gRPC-ish server on its own thread (h2 with prior knowledge): `/health` answers 200; any
+/// other path echoes the message of the request's one gRPC frame, upper-cased, with trailers.
+fn grpc_server() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let count = connections.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut conn = h2::server::handshake(tcp).await.unwrap();
+                    while let Some(Ok((req, mut respond))) = conn.accept().await {
+                        tokio::spawn(async move {
+                            let path = req.uri().path().to_string();
+                            let te = req.headers().get("te").cloned();
+                            let mut body = req.into_body();
+                            let mut got = BytesMut::new();
+                            while let Some(Ok(chunk)) = body.data().await {
+                                let _ = body.flow_control().release_capacity(chunk.len());
+                                got.extend_from_slice(&chunk);
+                            }
+                            if path == "/health" {
+                                let resp = http::Response::builder().status(200).body(()).unwrap();
+                                respond.send_response(resp, true).unwrap();
+                                return;
+                            }
+                            assert_eq!(te.unwrap(), "trailers");
+                            let message = String::from_utf8_lossy(&got[5..]).to_uppercase();
+                            let resp = http::Response::builder()
+                                .status(200)
+                                .header("content-type", "application/grpc")
+                                .body(())
+                                .unwrap();
+                            let mut send = respond.send_response(resp, false).unwrap();
+                            send.send_data(frame(&message), false).unwrap();
+                            let mut trailers = http::HeaderMap::new();
+                            trailers.insert("grpc-status", "0".parse().unwrap());
+                            trailers.insert("grpc-message", "all good".parse().unwrap());
+                            send.send_trailers(trailers).unwrap();
+                        });
+                    }
+                });
+            }
+        });
+    });
+    (addr, connections)
+}
+
+/// A gRPC message frame: uncompressed flag, 4-byte length, the bytes.
+fn frame(message: &str) -> Bytes {
+    let mut f = vec![0u8];
+    f.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    f.extend_from_slice(message.as_bytes());
+    Bytes::from(f)
+}
+
+#[test]
+fn a_unary_grpc_call_passes_through_with_its_trailers() {
+    let (origin, connections) = grpc_server();
+    let s = common::start_config(&format!(
+        r#"workers: 1
+upstreams:
+  g:
+    servers: ["{origin}"]
+    protocol: h2
+    active_health: {{ path: /health, interval: 100ms, fall: 1 }}
+listeners:
+  - address: 127.0.0.1:0
+    h2c: true
+    routes:
+      - proxy: {{ upstream: g }}
+"#
+    ));
+    let addr = s.addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        for word in ["hello", "again"] {
+            let req = http::Request::builder()
+                .method("POST")
+                .uri(format!("http://{addr}/echo.Echo/Say"))
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(())
+                .unwrap();
+            let mut c = client.clone().ready().await.unwrap();
+            let (resp, mut send) = c.send_request(req, false).unwrap();
+            send.send_data(frame(word), true).unwrap();
+            let resp = resp.await.unwrap();
+            assert_eq!(resp.status(), 200);
+            assert_eq!(resp.headers()["content-type"], "application/grpc");
+            let mut body = resp.into_body();
+            let mut got = BytesMut::new();
+            while let Some(chunk) = body.data().await {
+                got.extend_from_slice(&chunk.unwrap());
+            }
+            assert_eq!(&got[..], &frame(&word.to_uppercase())[..]);
+            let trailers = body.trailers().await.unwrap().expect("trailers");
+            assert_eq!(trailers["grpc-status"], "0");
+            assert_eq!(trailers["grpc-message"], "all good");
+        }
+    });
+    // An HTTP/1.1 client gets the trailers after the last chunk.
+    let mut c = s.connect();
+    let message = frame("plain");
+    let mut req = format!(
+        "POST /echo.Echo/Say HTTP/1.1\r\nHost: x\r\nContent-Type: application/grpc\r\nTE: trailers\r\nContent-Length: {}\r\n\r\n",
+        message.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&message);
+    std::io::Write::write_all(&mut c, &req).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !raw.ends_with(b"0\r\ngrpc-status: 0\r\ngrpc-message: all good\r\n\r\n") {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "{}", String::from_utf8_lossy(&raw));
+        raw.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("Transfer-Encoding: chunked"), "{text}");
+    let _ = connections;
+}
