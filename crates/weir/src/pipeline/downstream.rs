@@ -24,6 +24,14 @@ pub(crate) trait Downstream {
     /// The protocol version the client speaks (HTTP/1.0 gets no chunks and no 1xx).
     fn version(&self) -> Version;
 
+    /// The protocol as logs name it (`HTTP/1.1`, `HTTP/2.0`).
+    fn protocol(&self) -> &'static str {
+        match self.version() {
+            Version::Http10 => "HTTP/1.0",
+            Version::Http11 => "HTTP/1.1",
+        }
+    }
+
     /// Whether the connection may serve another request after this one, given the request:
     /// the client asked for it, the per-connection limit allows it, the server is not shutting
     /// down.

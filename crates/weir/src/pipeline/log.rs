@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use weir_http::{RequestHead, Version};
+use weir_http::RequestHead;
 
 use super::downstream::Downstream;
 use super::RequestCtx;
@@ -93,10 +93,7 @@ fn access_line<D: Downstream>(
         method: head.method.as_str(),
         path: head.path(),
         query: head.query(),
-        protocol: match head.version {
-            Version::Http10 => "HTTP/1.0",
-            _ => "HTTP/1.1",
-        },
+        protocol: d.protocol(),
         status: ctx.status,
         bytes_sent: ctx.bytes_sent,
         bytes_received: ctx.bytes_received,

@@ -85,30 +85,48 @@ pub(crate) fn request_head(
 }
 
 /// The response head of `reply`: its status and fields, as the HTTP/1.1 encoder writes them,
-/// without the connection-specific ones.
+/// without the connection-specific ones. Values are slices of the encoded text (no copy each);
+/// the text is the encoder's own, one `Name: value` per line, so it is split, not re-parsed.
 pub(crate) fn response_head(reply: &Reply<'_>) -> http::Response<()> {
     let mut text = BytesMut::with_capacity(512);
     reply.encode_h1(&mut text, Version::Http11, Persistence::KeepAlive);
-    let mut slots = [httparse::EMPTY_HEADER; 128];
-    let mut parsed = httparse::Response::new(&mut slots);
+    let text = text.freeze();
     let mut response = http::Response::new(());
     *response.status_mut() =
         http::StatusCode::from_u16(reply.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
-    if parsed.parse(&text).is_err() {
-        return response;
-    }
     let headers = response.headers_mut();
-    for h in parsed.headers.iter() {
-        if connection_specific(h.name.as_bytes()) {
-            continue;
-        }
-        let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(h.name.as_bytes()),
-            HeaderValue::from_bytes(h.value),
-        ) else {
-            continue;
+    let mut at = match memchr::memchr(b'\n', &text) {
+        Some(i) => i + 1,
+        None => return response,
+    };
+    while at < text.len() {
+        let end = memchr::memchr(b'\n', &text[at..]).map_or(text.len(), |i| at + i);
+        let line_end = if end > at && text[end - 1] == b'\r' {
+            end - 1
+        } else {
+            end
         };
-        headers.append(name, value);
+        let line = &text[at..line_end];
+        let next = end + 1;
+        if line.is_empty() {
+            break;
+        }
+        if let Some(colon) = memchr::memchr(b':', line) {
+            let name = &line[..colon];
+            let mut v0 = at + colon + 1;
+            while v0 < line_end && (text[v0] == b' ' || text[v0] == b'\t') {
+                v0 += 1;
+            }
+            if !connection_specific(name) {
+                if let (Ok(n), Ok(v)) = (
+                    HeaderName::from_bytes(name),
+                    HeaderValue::from_maybe_shared(text.slice(v0..line_end)),
+                ) {
+                    headers.append(n, v);
+                }
+            }
+        }
+        at = next;
     }
     response
 }

@@ -161,6 +161,10 @@ impl Downstream for H2Stream {
         Version::Http11
     }
 
+    fn protocol(&self) -> &'static str {
+        "HTTP/2.0"
+    }
+
     fn persistence(&self, _head: &RequestHead) -> Persistence {
         Persistence::KeepAlive
     }
