@@ -177,11 +177,13 @@ machine_info() {
 }
 
 # RSS of PID before and after IDLE keep-alive connections to PORT (each after one request to
-# PATH) are opened and held: prints "before after" in KiB. Usage: idle_rss PID PORT [PATH]
+# PATH) are opened and held: prints "before after" in KiB. `tls` as the fourth argument makes
+# them TLS connections; a fifth sets their number instead of $IDLE.
+# Usage: idle_rss PID PORT [PATH] [tls|plain] [COUNT]
 idle_rss() {
-  local pid=$1 port=$2 path=${3:-/hello} before after line
+  local pid=$1 port=$2 path=${3:-/hello} mode=${4:-plain} n=${5:-$IDLE} before after line
   before=$(rss_kib "$pid")
-  coproc HOLD { taskset -c "$LOAD_CORE" python3 "$BENCH_DIR/tools/idle_conns.py" "$port" "$IDLE" "$path"; }
+  coproc HOLD { taskset -c "$LOAD_CORE" python3 "$BENCH_DIR/tools/idle_conns.py" "$port" "$n" "$path" "$mode"; }
   read -r line <&"${HOLD[0]}"
   sleep 0.5
   after=$(rss_kib "$pid")

@@ -8,7 +8,8 @@
 #      weir bench --close (handshakes/s, server CPU µs per handshake);
 #   3. HTTP/2, 100 connections x 10 streams, 1 KiB cache hit: h2load -m 10, then weir bench
 #      --h2 for p99;
-#   4. memory per idle TLS connection at IDLE connections (python ssl clients).
+#   4. memory per idle TLS connection at IDLE connections (python ssl clients,
+#      bench/tools/idle_conns.py).
 # The plain-TCP floor (bench/tools/bare_epoll.c) and weir over plain TCP are measured in the same
 # run, for how far TLS sits from a plain exchange.
 # Usage: bench/tls.sh [SECONDS] [IDLE]   (results in bench/results/tls-<date>.md)
@@ -167,21 +168,10 @@ run_h2load "$WEIR_PID" http://127.0.0.1:19404/s1024 --h1 -c 50
 ROW[plain]="$RPS $CPU_US $FAILED"
 
 log "idle TLS connections ($IDLE each)"
-idle_tls() { # pid port count -> "before after"
-  local pid=$1 port=$2 n=$3 before after line
-  before=$(rss_kib "$pid")
-  coproc HOLD { taskset -c "$LOAD_CORE" python3 "$BENCH_DIR/tools/idle_tls.py" "$port" "$n" /s1024; }
-  read -r line <&"${HOLD[0]}"
-  sleep 0.5
-  after=$(rss_kib "$pid")
-  exec {HOLD[1]}>&-
-  wait "$HOLD_PID" 2>/dev/null || true
-  echo "$before $after"
-}
 declare -A IDLE_OF=([weir]=$IDLE [nginx]=$IDLE [haproxy]=$HAP_IDLE)
 for sys in weir nginx haproxy; do
   n=${IDLE_OF[$sys]}
-  read -r b a < <(idle_tls "${PID_OF[$sys]}" "${PORT_OF[$sys]}" "$n")
+  read -r b a < <(idle_rss "${PID_OF[$sys]}" "${PORT_OF[$sys]}" /s1024 tls "$n")
   ROW[$sys.idle]=$(awk -v a="$b" -v b="$a" -v n="$n" 'BEGIN { printf "%.2f", (b - a) / n }')
 done
 

@@ -15,6 +15,7 @@ pub mod locate;
 pub mod model;
 pub mod model_ops;
 pub mod model_tls;
+pub mod model_upstream;
 pub mod units;
 
 use std::path::{Path, PathBuf};

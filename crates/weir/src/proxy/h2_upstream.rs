@@ -197,7 +197,8 @@ fn forbidden(name: &[u8]) -> bool {
     FORBIDDEN.iter().any(|f| f.eq_ignore_ascii_case(name))
 }
 
-fn header_map(fields: &[Header]) -> http::HeaderMap {
+/// Fields as an `http::HeaderMap` (those `http` refuses are left out): trailers, both ways.
+pub(crate) fn header_map(fields: &[Header]) -> http::HeaderMap {
     let mut map = http::HeaderMap::new();
     for h in fields {
         if let (Ok(n), Ok(v)) = (

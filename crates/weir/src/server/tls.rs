@@ -70,7 +70,8 @@ type Handshake = Result<
     tokio::time::error::Elapsed,
 >;
 
-/// Counts the handshake's outcome and returns what serves the connection next.
+/// Counts the handshake's outcome and returns what serves the connection next: HTTP/2 or
+/// HTTP/1.1, as ALPN settled.
 fn after_handshake(
     handshake: Handshake,
     peer: SocketAddr,
@@ -98,19 +99,7 @@ fn after_handshake(
     } else {
         TlsOutcome::Full
     });
-    protocol(stream, info, peer, key, state, rt, listener)
-}
-
-/// The protocol ALPN settled, boxed.
-fn protocol(
-    stream: tokio_rustls::server::TlsStream<TcpStream>,
-    info: TlsInfo,
-    peer: SocketAddr,
-    key: usize,
-    state: Rc<WorkerState>,
-    rt: Rc<WorkerRuntime>,
-    listener: usize,
-) -> Pin<Box<dyn Future<Output = CloseReason>>> {
+    // The protocol ALPN settled.
     if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
         let info = Some(Rc::new(info));
         return Box::pin(super::h2::serve(stream, peer, state, rt, listener, info));

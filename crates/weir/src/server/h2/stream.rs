@@ -220,15 +220,7 @@ impl Downstream for H2Stream {
     }
 
     fn send_trailers(&mut self, fields: &[weir_http::Header]) {
-        let mut map = http::HeaderMap::new();
-        for h in fields {
-            if let (Ok(n), Ok(v)) = (
-                http::HeaderName::from_bytes(&h.name),
-                http::HeaderValue::from_bytes(&h.value),
-            ) {
-                map.append(n, v);
-            }
-        }
+        let map = crate::proxy::h2_upstream::header_map(fields);
         if !map.is_empty() {
             self.trailers = Some(map);
         }
