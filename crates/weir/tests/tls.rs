@@ -402,3 +402,42 @@ fn weir_bench_speaks_https_h2_and_counts_handshakes() {
         check(&o);
     }
 }
+
+#[test]
+fn the_tls_example_serves_hello_over_h2_and_http1_and_says_https() {
+    let pki = Pki::new("example");
+    let cert = pki.issue("localhost", "localhost", &["localhost"]);
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    // Without the certificate variables the example is refused, naming them.
+    let out = std::process::Command::new(common::process::WEIR)
+        .args(["check", "-c", "examples/tls.yaml"])
+        .env_remove("WEIR_TLS_CERT")
+        .env_remove("WEIR_TLS_KEY")
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("WEIR_TLS_CERT"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut cmd = std::process::Command::new(common::process::WEIR);
+    cmd.args(["run", "-c", "examples/tls.yaml"])
+        .env("WEIR_TLS_CERT", &cert.cert)
+        .env("WEIR_TLS_KEY", &cert.key)
+        .env("WEIR_LISTEN", "127.0.0.1:0")
+        .env("WEIR_WORKERS", "1")
+        .current_dir(root);
+    let (_child, addr) = common::process::spawn_serving(cmd);
+    for alpn in [&["h2", "http/1.1"][..], &["http/1.1"][..]] {
+        let cfg = tlskit::client_config(&pki.ca_der, alpn, None);
+        let c = tlskit::connect(addr, "localhost", &cfg).unwrap();
+        assert_eq!(c.conn.alpn_protocol(), Some(alpn[0].as_bytes()));
+        if alpn[0] == "http/1.1" {
+            let mut c = c;
+            let r = tlskit::exchange(&mut c, "GET /hello HTTP/1.1\r\nHost: localhost\r\n\r\n");
+            assert_eq!(r.text(), "Hello, World\n");
+        }
+    }
+}

@@ -49,8 +49,11 @@ pub fn spawn_serving(mut cmd: Command) -> (Running, std::net::SocketAddr) {
     let mut addr = None;
     for _ in 0..5 {
         let line = lines.next().unwrap().unwrap();
-        if let Some(i) = line.find("http://") {
-            let rest = &line[i + 7..];
+        if let Some(i) = line
+            .find("://")
+            .filter(|i| line[..*i].ends_with("http") || line[..*i].ends_with("https"))
+        {
+            let rest = &line[i + 3..];
             addr = Some(rest[..rest.find('/').unwrap()].parse().unwrap());
             break;
         }
