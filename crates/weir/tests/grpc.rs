@@ -44,6 +44,13 @@ fn grpc_server() -> (SocketAddr, Arc<AtomicUsize>) {
                                 let _ = body.flow_control().release_capacity(chunk.len());
                                 got.extend_from_slice(&chunk);
                             }
+                            // Request trailers, when the client sent some, are echoed back.
+                            let echoed = match body.trailers().await {
+                                Ok(Some(t)) => t
+                                    .get("x-client-trailer")
+                                    .map(|v| v.to_str().unwrap_or("").to_string()),
+                                _ => None,
+                            };
                             if path == "/health" {
                                 let resp = http::Response::builder().status(200).body(()).unwrap();
                                 respond.send_response(resp, true).unwrap();
@@ -61,6 +68,9 @@ fn grpc_server() -> (SocketAddr, Arc<AtomicUsize>) {
                             let mut trailers = http::HeaderMap::new();
                             trailers.insert("grpc-status", "0".parse().unwrap());
                             trailers.insert("grpc-message", "all good".parse().unwrap());
+                            if let Some(v) = echoed {
+                                trailers.insert("x-echoed-trailer", v.parse().unwrap());
+                            }
                             send.send_trailers(trailers).unwrap();
                         });
                     }
@@ -117,7 +127,15 @@ listeners:
                 .unwrap();
             let mut c = client.clone().ready().await.unwrap();
             let (resp, mut send) = c.send_request(req, false).unwrap();
-            send.send_data(frame(word), true).unwrap();
+            // The second call ends its request with trailers: they reach the upstream too.
+            if word == "again" {
+                send.send_data(frame(word), false).unwrap();
+                let mut t = http::HeaderMap::new();
+                t.insert("x-client-trailer", "from-client".parse().unwrap());
+                send.send_trailers(t).unwrap();
+            } else {
+                send.send_data(frame(word), true).unwrap();
+            }
             let resp = resp.await.unwrap();
             assert_eq!(resp.status(), 200);
             assert_eq!(resp.headers()["content-type"], "application/grpc");
@@ -130,22 +148,31 @@ listeners:
             let trailers = body.trailers().await.unwrap().expect("trailers");
             assert_eq!(trailers["grpc-status"], "0");
             assert_eq!(trailers["grpc-message"], "all good");
+            let echoed = trailers
+                .get("x-echoed-trailer")
+                .map(|v| v.to_str().unwrap());
+            let want = (word == "again").then_some("from-client");
+            assert_eq!(echoed, want, "{word}");
         }
     });
-    // An HTTP/1.1 client gets the trailers after the last chunk.
+    // An HTTP/1.1 client: its chunked body's trailers go upstream, and the response's come
+    // back after the last chunk.
     let mut c = s.connect();
     let message = frame("plain");
     let mut req = format!(
-        "POST /echo.Echo/Say HTTP/1.1\r\nHost: x\r\nContent-Type: application/grpc\r\nTE: trailers\r\nContent-Length: {}\r\n\r\n",
+        "POST /echo.Echo/Say HTTP/1.1\r\nHost: x\r\nContent-Type: application/grpc\r\nTE: trailers\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
         message.len()
     )
     .into_bytes();
     req.extend_from_slice(&message);
+    req.extend_from_slice(b"\r\n0\r\nX-Client-Trailer: h1-client\r\n\r\n");
     std::io::Write::write_all(&mut c, &req).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut raw = Vec::new();
     let mut buf = [0u8; 4096];
-    while !raw.ends_with(b"0\r\ngrpc-status: 0\r\ngrpc-message: all good\r\n\r\n") {
+    while !raw.ends_with(
+        b"0\r\ngrpc-status: 0\r\ngrpc-message: all good\r\nx-echoed-trailer: h1-client\r\n\r\n",
+    ) {
         let n = c.read(&mut buf).unwrap();
         assert!(n > 0, "{}", String::from_utf8_lossy(&raw));
         raw.extend_from_slice(&buf[..n]);

@@ -49,6 +49,11 @@ pub(crate) trait Downstream {
     /// `100 Continue` when the client waits for it.
     fn body_chunk(&mut self) -> impl Future<Output = Result<Option<Bytes>, Error>>;
 
+    /// The request's trailer fields, once its body has been read to the end (a chunked
+    /// HTTP/1.1 body's trailer section, or an HTTP/2 stream's trailing HEADERS); empty when it
+    /// had none. Taken: a second call returns nothing.
+    fn request_trailers(&mut self) -> Vec<weir_http::Header>;
+
     /// Sends an interim (1xx) response at once.
     fn send_interim(&mut self, reply: &Reply<'_>) -> impl Future<Output = Result<(), Error>>;
 

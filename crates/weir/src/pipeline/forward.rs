@@ -425,7 +425,17 @@ async fn write_request<D: Downstream>(
         }
     }
     if chunked {
-        put_last_chunk(req);
+        // The client's trailer section goes on (gRPC-style metadata), else the plain last chunk.
+        let trailers = d.request_trailers();
+        if trailers.is_empty() {
+            put_last_chunk(req);
+        } else {
+            req.extend_from_slice(b"0\r\n");
+            for h in &trailers {
+                weir_http::response::put_header(req, &h.name, &h.value);
+            }
+            req.extend_from_slice(b"\r\n");
+        }
     }
     Ok(
         match crate::proxy::exchange::send(&mut conn.stream, req).await {

@@ -389,6 +389,7 @@ impl Conn {
             Box::new(RequestBody {
                 decoder: BodyDecoder::new(head.body),
                 continued: !head.expect_continue,
+                trailers: Vec::new(),
             })
         });
         let rt = self.rt.clone();
@@ -528,6 +529,8 @@ impl Conn {
 struct RequestBody {
     decoder: BodyDecoder,
     continued: bool,
+    /// The trailer section of a chunked body, once read.
+    trailers: Vec<weir_http::Header>,
 }
 
 impl Downstream for Conn {
@@ -574,7 +577,10 @@ impl Downstream for Conn {
                     }
                     return Ok(Some(chunk));
                 }
-                BodyEvent::Done(_trailers) => return Ok(None),
+                BodyEvent::Done(trailers) => {
+                    body.trailers = trailers;
+                    return Ok(None);
+                }
                 BodyEvent::NeedMore => {
                     if !body.continued {
                         body.continued = true;
@@ -590,6 +596,13 @@ impl Downstream for Conn {
                 }
             }
         }
+    }
+
+    fn request_trailers(&mut self) -> Vec<weir_http::Header> {
+        self.body
+            .as_mut()
+            .map(|b| std::mem::take(&mut b.trailers))
+            .unwrap_or_default()
     }
 
     async fn send_interim(&mut self, reply: &Reply<'_>) -> Result<(), Error> {

@@ -47,6 +47,8 @@ pub(crate) struct H2Stream {
     finished: bool,
     /// Trailer fields, sent in place of the END_STREAM data frame.
     trailers: Option<http::HeaderMap>,
+    /// The request's trailers, once its body ended.
+    request_trailers: Vec<weir_http::Header>,
 }
 
 /// Answers one stream through the pipeline.
@@ -77,6 +79,7 @@ pub(crate) async fn serve(
         ended: false,
         finished: false,
         trailers: None,
+        request_trailers: Vec::new(),
     };
     let result = match convert::request_head(&parts, has_body, &rt.cfg.limits.head) {
         Ok(head) => crate::pipeline::handle(&mut d, rt.clone(), listener, &head).await,
@@ -186,6 +189,16 @@ impl Downstream for H2Stream {
         match tokio::time::timeout(wait, body.data()).await {
             Err(_) => Err(Error::new(ErrorKind::BodyTimeout)),
             Ok(None) => {
+                let trailers = tokio::time::timeout(wait, body.trailers()).await;
+                if let Ok(Ok(Some(map))) = trailers {
+                    self.request_trailers = map
+                        .iter()
+                        .map(|(n, v)| weir_http::Header {
+                            name: Bytes::copy_from_slice(n.as_str().as_bytes()),
+                            value: Bytes::copy_from_slice(v.as_bytes()),
+                        })
+                        .collect();
+                }
                 self.body = None;
                 Ok(None)
             }
@@ -199,6 +212,10 @@ impl Downstream for H2Stream {
                 Ok(Some(chunk))
             }
         }
+    }
+
+    fn request_trailers(&mut self) -> Vec<weir_http::Header> {
+        std::mem::take(&mut self.request_trailers)
     }
 
     async fn send_interim(&mut self, reply: &Reply<'_>) -> Result<(), Error> {
