@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use common::tlskit::{self, Pki};
 use common::{start_config, TestServer};
+use rcgen::KeyPair;
 
 fn p(path: &Path) -> String {
     path.display().to_string()
@@ -440,4 +441,63 @@ fn the_tls_example_serves_hello_over_h2_and_http1_and_says_https() {
             assert_eq!(r.text(), "Hello, World\n");
         }
     }
+}
+
+#[test]
+fn rsa_ecdsa_and_ed25519_certificates_serve_and_mtls_subjects_are_logged() {
+    let pki = Pki::new("keys");
+    let log = pki.dir.join("access.log");
+    let keys = [
+        (
+            "rsa",
+            KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256).unwrap(),
+        ),
+        (
+            "ecdsa",
+            KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384).unwrap(),
+        ),
+        (
+            "ed25519",
+            KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap(),
+        ),
+    ];
+    let mut certs = String::new();
+    let mut issued = Vec::new();
+    for (name, key) in keys {
+        let host = format!("{name}.test");
+        let c = pki.issue_key(name, name, &[host.as_str()], key, |_| {});
+        certs.push_str(&format!(
+            "        - {{ cert: '{}', key: '{}' }}\n",
+            p(&c.cert),
+            p(&c.key)
+        ));
+        issued.push((host, c));
+    }
+    let alice = pki.issue("alice", "alice", &[]);
+    let s = tls_server(
+        &format!(
+            "      certificates:\n{certs}      client_auth: {{ ca: '{}', mode: optional }}\n",
+            p(&pki.ca_file())
+        ),
+        &format!(
+            "      - match: {{ path: /who }}\n        respond: {{ body: \"ok\\n\" }}\n        access_log: {{ path: '{}', format: '$tls_protocol $tls_sni $tls_client_subject' }}\n",
+            p(&log)
+        ),
+    );
+    for (host, c) in &issued {
+        let cfg = tlskit::client_config(&pki.ca_der, &["http/1.1"], Some(&alice));
+        let mut conn = tlskit::connect(s.addr, host, &cfg).unwrap();
+        assert_eq!(tlskit::presented(&conn), c.chain[0], "{host}");
+        let r = tlskit::exchange(&mut conn, "GET /who HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(r.status, 200, "{host}");
+    }
+    drop(s); // stopping the server writes the log out
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[0].starts_with("TLSv1.3 rsa.test CN=alice"), "{text}");
+    assert!(
+        lines[2].starts_with("TLSv1.3 ed25519.test CN=alice"),
+        "{text}"
+    );
 }

@@ -340,8 +340,8 @@ pub struct Match {
     /// without TLS or without SNI does not match.
     #[serde(default)]
     pub sni: OneOrMany,
-    /// A regular expression over the verified client certificate's subject (RFC 4514, as in
-    /// `CN=alice,O=Example`); a connection without a client certificate does not match.
+    /// A regular expression over the verified client certificate's subject (printed as
+    /// `CN=alice, O=Example`); a connection without a client certificate does not match.
     pub client_subject: Option<String>,
     /// Exact path.
     pub path: Option<String>,

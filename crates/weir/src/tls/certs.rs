@@ -98,7 +98,7 @@ fn check_leaf(der: &CertificateDer<'_>, path: &Path, now: i64) -> Result<Vec<Str
     Ok(names)
 }
 
-/// The subject of a DER certificate as an RFC 4514 string (`CN=client,O=Example`), for
+/// The subject of a DER certificate as a string (`CN=client, O=Example`: attributes in certificate order, comma and space between), for
 /// routes and logs.
 pub(crate) fn subject(der: &[u8]) -> Option<String> {
     let (_, x509) = x509_parser::parse_x509_certificate(der).ok()?;

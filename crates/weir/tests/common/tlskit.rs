@@ -68,7 +68,18 @@ impl Pki {
         names: &[&str],
         edit: impl FnOnce(&mut CertificateParams),
     ) -> Issued {
-        let key = KeyPair::generate().unwrap();
+        self.issue_key(file, cn, names, KeyPair::generate().unwrap(), edit)
+    }
+
+    /// [`Pki::issue_with`] for a given key (RSA, Ed25519, ...).
+    pub fn issue_key(
+        &self,
+        file: &str,
+        cn: &str,
+        names: &[&str],
+        key: KeyPair,
+        edit: impl FnOnce(&mut CertificateParams),
+    ) -> Issued {
         let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
         let mut params = CertificateParams::new(names).unwrap();
         params.distinguished_name.push(DnType::CommonName, cn);
