@@ -30,7 +30,6 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::time::{timeout, timeout_at, Instant};
 use weir_http::reply::{put_chunk, put_last_chunk};
 use weir_http::{
@@ -38,8 +37,9 @@ use weir_http::{
     RequestHead, Version,
 };
 
+mod h2c;
+
 use super::client_io::ClientIo;
-use super::h2::PREFACE;
 use super::worker::WorkerState;
 use crate::error::{Error, ErrorKind, Side};
 use crate::metrics::CloseReason;
@@ -176,56 +176,6 @@ impl Conn {
         give_buf(std::mem::take(&mut self.buf));
         give_buf(std::mem::take(&mut self.out));
         why
-    }
-
-    /// On an `h2c` listener: serves HTTP/2 to its end if the client starts with its preface
-    /// (`Some`), else leaves the bytes read for HTTP/1.1 (`None`).
-    async fn h2c(&mut self) -> Option<CloseReason> {
-        match self.sniff_h2c().await {
-            Ok(true) => Some(self.serve_h2().await),
-            Ok(false) => None,
-            Err(_) => Some(CloseReason::ClientError),
-        }
-    }
-
-    /// On an `h2c` listener: reads until the first bytes show whether the client starts with
-    /// the HTTP/2 preface (`true`) or speaks HTTP/1.1 (`false`, the bytes stay in `buf`).
-    async fn sniff_h2c(&mut self) -> Result<bool, Error> {
-        let deadline = Instant::now() + self.rt.cfg.timeouts.header;
-        if self.buf.capacity() == 0 {
-            self.buf = take_buf();
-        }
-        loop {
-            let n = self.buf.len().min(PREFACE.len());
-            if self.buf[..n] != PREFACE[..n] {
-                return Ok(false);
-            }
-            if n == PREFACE.len() {
-                return Ok(true);
-            }
-            let read = timeout_at(deadline, read_more(&mut self.io, &mut self.buf)).await;
-            if read.map_err(|_| Error::new(ErrorKind::HeaderTimeout))?? == 0 {
-                return Ok(false);
-            }
-        }
-    }
-
-    /// Hands the connection to HTTP/2 (h2c with prior knowledge), preface included.
-    async fn serve_h2(&mut self) -> CloseReason {
-        let tcp = match std::mem::replace(&mut self.io, ClientIo::Gone) {
-            ClientIo::Fresh(s) => match TcpStream::from_std(std::net::TcpStream::from(s)) {
-                Ok(t) => t,
-                Err(_) => return CloseReason::ClientError,
-            },
-            ClientIo::Registered(s) => s,
-            ClientIo::Tls(_) | ClientIo::Gone => return CloseReason::ClientError,
-        };
-        let prefix = self.buf.split().freeze();
-        give_buf(std::mem::take(&mut self.buf));
-        give_buf(std::mem::take(&mut self.out));
-        let io = super::h2::Rewind::new(prefix, tcp);
-        let (state, rt) = (self.state.clone(), self.rt.clone());
-        super::h2::serve(io, self.peer, state, rt, self.listener, None).await
     }
 
     async fn run(&mut self) -> Result<(), Error> {
