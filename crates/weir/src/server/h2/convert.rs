@@ -95,6 +95,9 @@ pub(crate) fn response_head(reply: &Reply<'_>) -> http::Response<()> {
     *response.status_mut() =
         http::StatusCode::from_u16(reply.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
     let headers = response.headers_mut();
+    // One allocation for the whole map: growing it field by field cost about 1,000
+    // instructions per response (callgrind, `HeaderMap::try_grow` and `try_reserve_one`).
+    headers.reserve(memchr::memchr_iter(b'\n', &text).count());
     let mut at = match memchr::memchr(b'\n', &text) {
         Some(i) => i + 1,
         None => return response,

@@ -162,6 +162,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for FloodGuard<T> {
     ) -> Poll<std::io::Result<usize>> {
         let this = &mut *self;
         if this.wbuf.len() + data.len() <= COALESCE {
+            if this.wbuf.capacity() == 0 {
+                // Once per turn, not a doubling per frame.
+                this.wbuf.reserve_exact(COALESCE);
+            }
             this.wbuf.extend_from_slice(data);
             return Poll::Ready(Ok(data.len()));
         }
