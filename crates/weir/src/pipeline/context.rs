@@ -80,7 +80,7 @@ pub(crate) struct RequestCtx {
     /// The access log the request is written to (its slot in `cfg.access_logs`).
     pub log: Option<u32>,
     /// What only some requests need, boxed: the context lives in the pipeline's future, whose
-    /// size every idle connection pays (`server/conn.rs`), while these are set only for
+    /// size every idle connection pays (`server/conn/`), while these are set only for
     /// proxied requests and logs that report them.
     pub extra: Option<Box<Extra>>,
 }

@@ -1,6 +1,6 @@
-//! The seam between the request pipeline and a client protocol. An HTTP/1.1 connection
-//! (`server/conn.rs`) implements it today; an HTTP/2 stream, plain or TLS, implements the same
-//! methods, and every producer (proxy, cache, actions) then works over it unchanged.
+//! The seam between the request pipeline and a client protocol. An HTTP/1.1 connection, plain
+//! or TLS (`server/conn/`), and an HTTP/2 stream (`server/h2/stream.rs`) implement it, and every
+//! producer (proxy, cache, actions) works over either unchanged.
 //!
 //! Generic, not `dyn`: the pipeline is monomorphised per protocol, so a cache hit over HTTP/1.1
 //! costs what it cost when it wrote into the connection's buffer itself (the methods inline).
