@@ -20,6 +20,23 @@ const HOP_BY_HOP: &[&[u8]] = &[
     b"http2-settings",
 ];
 
+/// Fields HTTP/2 forbids in a message (RFC 9113 §8.2.2): the connection-specific ones. Used by
+/// both HTTP/2 sides (a client's streams, and the bridge to HTTP/2 upstreams).
+const NOT_IN_H2: &[&[u8]] = &[
+    b"connection",
+    b"keep-alive",
+    b"proxy-connection",
+    b"transfer-encoding",
+    b"upgrade",
+    b"http2-settings",
+];
+
+/// Whether HTTP/2 forbids field `name` (RFC 9113 §8.2.2; `te` other than `trailers` too, which
+/// callers handle).
+pub fn not_in_h2(name: &[u8]) -> bool {
+    NOT_IN_H2.iter().any(|f| name.eq_ignore_ascii_case(f))
+}
+
 /// Tokens kept in place; a message listing more falls back to scanning its fields.
 const MAX_TOKENS: usize = 8;
 

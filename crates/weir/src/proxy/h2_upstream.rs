@@ -183,18 +183,9 @@ async fn bridge(
     pipe.shutdown().await
 }
 
-/// Fields HTTP/2 forbids (RFC 9113 §8.2.2); `te` is set by the bridge.
+/// Fields HTTP/2 forbids (RFC 9113 §8.2.2), and `te`, which the bridge sets itself.
 fn forbidden(name: &[u8]) -> bool {
-    const FORBIDDEN: [&[u8]; 7] = [
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"transfer-encoding",
-        b"upgrade",
-        b"te",
-        b"http2-settings",
-    ];
-    FORBIDDEN.iter().any(|f| f.eq_ignore_ascii_case(name))
+    weir_http::hop::not_in_h2(name) || name.eq_ignore_ascii_case(b"te")
 }
 
 /// Fields as an `http::HeaderMap` (those `http` refuses are left out): trailers, both ways.

@@ -130,7 +130,8 @@ pub(crate) fn compile(
                 now,
             )
             .map_err(|m| (at.clone(), m))?;
-            let key = load_key(&base.0.join(&c.key)).map_err(|m| (at.clone(), m))?;
+            let key =
+                crate::tls::certs::read_key(&base.0.join(&c.key)).map_err(|m| (at.clone(), m))?;
             builder
                 .with_client_auth_cert(loaded.key.cert.clone(), key)
                 .map_err(|e| (at, e.to_string()))?
@@ -152,13 +153,6 @@ pub(crate) fn compile(
         connector: tokio_rustls::TlsConnector::from(Arc::new(cfg)),
         sni,
     })
-}
-
-/// The private key of a PEM file (already checked by `certs::load`).
-fn load_key(path: &std::path::Path) -> Result<rustls::pki_types::PrivateKeyDer<'static>, String> {
-    use rustls::pki_types::pem::PemObject;
-    rustls::pki_types::PrivateKeyDer::from_pem_file(path)
-        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Connects to `addr` within `within`, then makes the TLS handshake when `tls` is given.

@@ -30,6 +30,17 @@ pub(crate) fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, St
     Ok(certs)
 }
 
+/// Reads the PEM private key of `path` (PKCS#8, PKCS#1 or SEC1).
+pub(crate) fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
+        format!(
+            "{}: no private key found (PKCS#8, PKCS#1 or SEC1 PEM): {e}",
+            path.display()
+        )
+    })
+}
+
 /// Loads `cert` (chain) and `key`, checking that they belong together and that the
 /// certificate is valid at `now` (seconds since the epoch).
 pub(crate) fn load(
@@ -39,13 +50,7 @@ pub(crate) fn load(
     now: i64,
 ) -> Result<Loaded, String> {
     let chain = read_certs(cert)?;
-    let key_pem = std::fs::read(key).map_err(|e| format!("cannot read {}: {e}", key.display()))?;
-    let private = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
-        format!(
-            "{}: no private key found (PKCS#8, PKCS#1 or SEC1 PEM): {e}",
-            key.display()
-        )
-    })?;
+    let private = read_key(key)?;
     let names = check_leaf(&chain[0], cert, now)?;
     let certified = CertifiedKey::from_der(chain, private, provider).map_err(|e| match e {
         rustls::Error::InconsistentKeys(_) => format!(

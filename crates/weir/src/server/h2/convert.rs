@@ -13,18 +13,7 @@ use weir_http::{parse_request, Persistence, Reply, RequestHead, Version};
 
 use crate::error::Error;
 
-/// Fields HTTP/2 forbids in a message (RFC 9113 §8.2.2).
-fn connection_specific(name: &[u8]) -> bool {
-    const FORBIDDEN: [&[u8]; 6] = [
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"transfer-encoding",
-        b"upgrade",
-        b"http2-settings",
-    ];
-    FORBIDDEN.iter().any(|f| f.eq_ignore_ascii_case(name))
-}
+use weir_http::hop::not_in_h2 as connection_specific;
 
 /// The request head of an HTTP/2 request. `has_body`: the HEADERS frame did not end the
 /// stream; a body without `content-length` is read as chunked (its length is known at its end).
