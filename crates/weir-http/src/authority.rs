@@ -9,9 +9,15 @@
 //! IPv4 address (a reg-name syntactically) or a bracketed IPv6 literal, and port is digits. No
 //! `/`, `?`, `#`, `@`, whitespace or control byte can pass.
 //!
-//! Normalised form (what routing and cache keys see, and what an absolute-form request forwards):
-//! lowercase, one trailing dot of a reg-name removed, and the port dropped when it is empty or the
-//! scheme's default. Values already in that form (nearly all) are kept as slices of the head: the
+//! A reg-name with an empty label (`a..b`, `a..`, `.a`, `.`) is refused: it names no host, and
+//! `admin.example..` once lost one trailing dot per pass, became `admin.example.`, missed a
+//! `host: admin.example` route and reached a name-based origin that served the internal site.
+//!
+//! Normalised form (what routing and cache keys see, what `X-Forwarded-Host` says and what is
+//! forwarded as Host): lowercase, percent-encoded unreserved characters decoded (RFC 3986
+//! §6.2.2.2, so `admin%2Eexample` is `admin.example`), the one trailing dot of a reg-name removed,
+//! and the port dropped when it is empty or the scheme's default. It is computed once, by the
+//! codec, for HTTP/1.1 Host, absolute-form targets and HTTP/2 `:authority` alike. Values already in that form (nearly all) are kept as slices of the head: the
 //! hot path allocates nothing and clones no buffer: one table lookup per byte.
 
 /// A validated authority: where its host ends, and its normalised text when that differs from
@@ -28,10 +34,13 @@ pub struct Authority {
 /// sub-delims) are 0, except uppercase letters, which are valid but flagged to be lowercased;
 /// anything at `STOP` or above ends the fast loop.
 const UPPER: u8 = 1;
+/// A percent-encoded unreserved character, to be decoded.
+const DECODE: u8 = 2;
 const STOP: u8 = 0x10;
 const PCT: u8 = 0x10;
 const COLON: u8 = 0x20;
 const BAD: u8 = 0x40;
+const DOT: u8 = 0x80;
 
 static CLASS: [u8; 256] = {
     let mut t = [BAD; 256];
@@ -39,7 +48,8 @@ static CLASS: [u8; 256] = {
     while b < 256 {
         let c = b as u8;
         t[b] = match c {
-            b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => 0,
+            b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'~' => 0,
+            b'.' => DOT,
             b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' => 0,
             b'A'..=b'Z' => UPPER,
             b'%' => PCT,
@@ -58,7 +68,7 @@ pub fn parse_authority(v: &[u8], default_port: u16) -> Result<Authority, &'stati
     if v.is_empty() {
         return Err("empty Host");
     }
-    let (host, port, upper) = if v[0] == b'[' {
+    let (host, port, flags, last_dot) = if v[0] == b'[' {
         let close = memchr::memchr(b']', v).ok_or("unterminated IPv6 literal in Host")?;
         let text = std::str::from_utf8(&v[1..close]).map_err(|_| "invalid IPv6 literal in Host")?;
         if text.parse::<std::net::Ipv6Addr>().is_err() {
@@ -72,20 +82,44 @@ pub fn parse_authority(v: &[u8], default_port: u16) -> Result<Authority, &'stati
         (
             &v[..=close],
             port,
-            v[..close].iter().any(u8::is_ascii_uppercase),
+            u8::from(v[..close].iter().any(u8::is_ascii_uppercase)),
+            0,
         )
     } else {
-        let (mut i, mut flags) = (0, 0u8);
+        // `label_start`: the last byte seen ended a label (or none was seen), so a dot here
+        // would make an empty label.
+        let (mut i, mut flags, mut label_start) = (0, 0u8, true);
         while i < v.len() {
             let c = CLASS[v[i] as usize];
             if c >= STOP {
                 match c {
-                    PCT => {
-                        let hex = v.get(i + 1..i + 3);
-                        if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
-                            return Err("invalid percent-encoding in Host");
+                    DOT => {
+                        if label_start {
+                            return Err("empty label in Host");
                         }
-                        flags |= u8::from(v[i + 1..i + 3].iter().any(u8::is_ascii_uppercase));
+                        label_start = true;
+                        i += 1;
+                        continue;
+                    }
+                    PCT => {
+                        let decoded = v.get(i + 1..i + 3).and_then(hex_byte);
+                        let Some(decoded) = decoded else {
+                            return Err("invalid percent-encoding in Host");
+                        };
+                        if is_unreserved(decoded) {
+                            flags |= DECODE;
+                            if decoded == b'.' {
+                                if label_start {
+                                    return Err("empty label in Host");
+                                }
+                                label_start = true;
+                                i += 3;
+                                continue;
+                            }
+                        } else {
+                            flags |= u8::from(v[i + 1..i + 3].iter().any(u8::is_ascii_uppercase));
+                        }
+                        label_start = false;
                         i += 3;
                         continue;
                     }
@@ -94,15 +128,28 @@ pub fn parse_authority(v: &[u8], default_port: u16) -> Result<Authority, &'stati
                 }
             }
             flags |= c;
+            label_start = false;
             i += 1;
         }
         if i == 0 {
             return Err("empty host in Host");
         }
+        // A trailing dot is allowed once (the root label); `a..` was refused above.
+        let last_dot = if v[i - 1] == b'.' {
+            1
+        } else if i >= 3 && v[i - 3] == b'%' && v[i - 2] == b'2' && v[i - 1] | 0x20 == b'e' {
+            3
+        } else {
+            0
+        };
+        if last_dot == i {
+            return Err("empty label in Host");
+        }
         (
             &v[..i],
             v.get(i + 1..).filter(|_| i < v.len()),
-            flags & UPPER != 0,
+            flags,
+            last_dot,
         )
     };
     let port_num = match port {
@@ -123,21 +170,36 @@ pub fn parse_authority(v: &[u8], default_port: u16) -> Result<Authority, &'stati
         }
     };
     let keep_port = port_num.is_some_and(|p| p != default_port);
-    let trailing_dot = v[0] != b'[' && host.len() > 1 && host.ends_with(b".");
-    let needs_change = upper
-        || trailing_dot
+    let needs_change = flags != 0
+        || last_dot != 0
         || (port.is_some() && !keep_port)
         // a port with leading zeros is re-rendered
         || (keep_port && port.is_some_and(|p| p.len() > 1 && p[0] == b'0'));
-    let host_len = host.len() - usize::from(trailing_dot);
+    let kept = &host[..host.len() - last_dot];
     if !needs_change {
         return Ok(Authority {
-            host_len,
+            host_len: kept.len(),
             normalised: None,
         });
     }
-    let mut text = Vec::with_capacity(host_len + 6);
-    text.extend(host[..host_len].iter().map(u8::to_ascii_lowercase));
+    let mut text = Vec::with_capacity(kept.len() + 6);
+    let mut j = 0;
+    while j < kept.len() {
+        let decoded = (kept[j] == b'%')
+            .then(|| hex_byte(&kept[j + 1..j + 3]))
+            .flatten();
+        match decoded {
+            Some(d) if is_unreserved(d) => {
+                text.push(d.to_ascii_lowercase());
+                j += 3;
+            }
+            _ => {
+                text.push(kept[j].to_ascii_lowercase());
+                j += 1;
+            }
+        }
+    }
+    let host_len = text.len();
     if let (true, Some(p)) = (keep_port, port_num) {
         text.push(b':');
         text.extend_from_slice(itoa::Buffer::new().format(p).as_bytes());
@@ -146,6 +208,20 @@ pub fn parse_authority(v: &[u8], default_port: u16) -> Result<Authority, &'stati
         host_len,
         normalised: Some(text),
     })
+}
+
+/// The byte two hex digits stand for.
+fn hex_byte(h: &[u8]) -> Option<u8> {
+    let digit = |c: u8| (c as char).to_digit(16);
+    match h {
+        [a, b] => Some((digit(*a)? * 16 + digit(*b)?) as u8),
+        _ => None,
+    }
+}
+
+/// RFC 3986 §2.3: a percent-encoded unreserved character means the character itself.
+fn is_unreserved(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~')
 }
 
 /// The parts of an absolute-form target (`http://authority/path?query`): the scheme's default
@@ -197,8 +273,13 @@ mod tests {
             ("[::1]:80", "[::1]"),
             ("[2001:DB8::1]:81", "[2001:db8::1]:81"),
             ("a_b-c~d", "a_b-c~d"),
-            ("a%2eb", "a%2eb"),
-            ("a%2Eb", "a%2eb"),
+            ("a%2eb", "a.b"),
+            ("a%2Eb", "a.b"),
+            ("Admin%2EExample", "admin.example"),
+            ("a%41", "aa"),
+            ("a%2fb", "a%2fb"),
+            ("a%2Fb", "a%2fb"),
+            ("a.b%2e", "a.b"),
             ("x!$&'()*+,;=y", "x!$&'()*+,;=y"),
         ] {
             assert_eq!(norm(input).as_deref(), Ok(want), "{input}");
@@ -226,6 +307,18 @@ mod tests {
             ":80",
             "a%zz",
             "a%2",
+            // empty labels: not a reg-name (and `admin.example..` once slipped past host routes)
+            ".",
+            "..",
+            "a..",
+            "a..b",
+            ".a",
+            "admin.example..",
+            "admin.example..:80",
+            "admin.example%2e.",
+            "admin.example.%2e",
+            "a%2e%2eb",
+            "%2ea",
             "a\"b",
             "[v1.x]",
             "a\x7fb",

@@ -243,21 +243,8 @@ fn upgrade_h2c_is_never_relayed_upstream() {
 
 // ---- abuse, over raw frames ----
 
-const PING: u8 = 0x6;
-const SETTINGS: u8 = 0x4;
-const HEADERS: u8 = 0x1;
-const DATA: u8 = 0x0;
-const RST_STREAM: u8 = 0x3;
-const GOAWAY: u8 = 0x7;
+use common::h2raw::{frame, raw, DATA, GOAWAY, HEADERS, PING, RST_STREAM, SETTINGS};
 const ENHANCE_YOUR_CALM: u32 = 0xb;
-
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len();
-    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
-}
 
 /// A HEADERS block for `GET http://a/` (HPACK: indexed :method GET, :scheme http, :path /,
 /// and :authority `a` as a literal), padded with a field of `extra` bytes.
@@ -283,14 +270,6 @@ fn get_block(extra: usize) -> Vec<u8> {
         b.extend(std::iter::repeat_n(b'x', extra));
     }
     b
-}
-
-/// Opens a raw h2c connection: preface and an empty SETTINGS.
-fn raw(addr: SocketAddr) -> std::net::TcpStream {
-    let mut s = common::connect(addr);
-    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
-    s.write_all(&frame(SETTINGS, 0, 0, &[])).unwrap();
-    s
 }
 
 /// Reads frames until a GOAWAY (its error code) or the end of the connection (`None`).

@@ -43,6 +43,9 @@ pub(crate) struct FloodGuard<T> {
     wbuf: Vec<u8>,
     /// The inner stream was written since its last flush.
     dirty: bool,
+    /// The last read found nothing to read: `h2` has finished this turn's reading, and its next
+    /// flush is the one before it sleeps (see the `AsyncWrite` impl).
+    read_idle: bool,
 }
 
 impl<T> FloodGuard<T> {
@@ -60,6 +63,7 @@ impl<T> FloodGuard<T> {
             stopped: false,
             wbuf: Vec::new(),
             dirty: false,
+            read_idle: false,
         }
     }
 
@@ -132,10 +136,12 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for FloodGuard<T> {
         ready!(self.write_out(cx))?;
         if self.stopped {
             // Read nothing more: the connection is closing with GOAWAY.
+            self.read_idle = true;
             return Poll::Pending;
         }
         let before = buf.filled().len();
         let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        self.read_idle = r.is_pending();
         if let Poll::Ready(Ok(())) = r {
             let this = &mut *self;
             if !this.scan(&buf.filled()[before..]) {
@@ -150,10 +156,15 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for FloodGuard<T> {
 
 /// Writes are gathered and go out in one system call per turn of the connection. The `h2`
 /// crate flushes after nearly every frame: serving 10 streams of 1 KiB responses made 10
-/// `sendto` calls per read (`strace`), about half the worker's time. Here a flush only marks the
-/// data as due; it is written when `h2` next reads (it always reads before it sleeps, so
-/// nothing due is ever left behind), when 16 KiB have gathered, or at shutdown. Declaring no
-/// vectored writes makes `h2` copy payloads up to 1 KiB into its own buffer too.
+/// `sendto` calls per read (`strace`), about half the worker's time. Here a flush in the middle
+/// of a turn (while reads still return data) only marks the data as due: it is written when
+/// `h2` next reads, when 16 KiB have gathered, or at shutdown. The flush `h2` makes after its
+/// read found nothing (`Connection::poll` then calls `poll_complete` and sleeps) writes for real:
+/// the frames queued in that turn (a PING ACK, a SETTINGS ACK, a WINDOW_UPDATE, the responses
+/// of streams polled in [`super::drive`]) must never wait for the client to send again. (They
+/// once did: a PING on an idle connection went unanswered, and 4 of 20 1 MB uploads stalled
+/// on a WINDOW_UPDATE until the body timeout.) Declaring no vectored writes makes `h2` copy
+/// payloads up to 1 KiB into its own buffer too.
 impl<T: AsyncWrite + Unpin> AsyncWrite for FloodGuard<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
@@ -198,8 +209,12 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for FloodGuard<T> {
         false
     }
 
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        // Due, not written: see `poll_read`.
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if self.read_idle {
+            // The flush before `h2` sleeps: everything queued leaves now.
+            return self.write_out(cx);
+        }
+        // Mid-turn: due, not written (see `poll_read`).
         Poll::Ready(Ok(()))
     }
 
