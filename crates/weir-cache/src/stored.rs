@@ -90,8 +90,8 @@ pub fn build(
     )
 }
 
-/// The stored response updated by a 304 (RFC 9111 §4.3.4): its fields replaced by the 304's
-/// (hop-by-hop and Content-Length excepted), freshness and validators recomputed.
+/// The stored response updated by a 304 (RFC 9111 §4.3.4 and §3.2): its fields replaced by the
+/// 304's, except those [`updates_stored`] keeps out; freshness and validators recomputed.
 pub fn refreshed(
     obj: &CachedObject,
     not_modified: &[Header],
@@ -101,9 +101,7 @@ pub fn refreshed(
     let tokens = ConnectionTokens::of(not_modified);
     let updates: Vec<&Header> = not_modified
         .iter()
-        .filter(|h| {
-            !is_hop_by_hop(&h.name, &tokens) && !h.name.eq_ignore_ascii_case(b"content-length")
-        })
+        .filter(|h| !is_hop_by_hop(&h.name, &tokens) && updates_stored(&h.name, rules))
         .collect();
     let mut headers: Vec<Header> = obj
         .headers
@@ -141,6 +139,46 @@ pub fn refreshed(
         invalidated: AtomicBool::new(false),
     };
     CachedObject::new(meta, obj.reason.clone(), headers, obj.body.clone())
+}
+
+/// Whether a field of a 304 replaces the stored one (RFC 9111 §3.2). Not: Content-Length (the
+/// stored body's), Age (the clock's), the fields that describe the stored body's bytes
+/// (Content-Encoding, Content-Range, Transfer-Encoding: a 304 that changed them would mislabel
+/// the body, the §3.2 exception "to assure integrity"), and Set-Cookie/Set-Cookie2 unless the
+/// zone shares cookies: a cookie in a 304 is the revalidating client's, and merged into the
+/// shared object it went to every later client (see [`own_fields_of_304`]).
+pub fn updates_stored(name: &[u8], rules: &StoreRules) -> bool {
+    let never = [
+        &b"content-length"[..],
+        b"age",
+        b"content-encoding",
+        b"content-range",
+        b"transfer-encoding",
+    ];
+    if never.iter().any(|n| name.eq_ignore_ascii_case(n)) {
+        return false;
+    }
+    rules.share_set_cookie || !is_set_cookie(name)
+}
+
+/// The fields of a 304 that the client whose request caused the revalidation gets but the stored
+/// object does not (its Set-Cookie, when the zone does not share cookies), encoded as lines.
+pub fn own_fields_of_304(not_modified: &[Header], rules: &StoreRules) -> Vec<u8> {
+    let mut out = Vec::new();
+    if rules.share_set_cookie {
+        return out;
+    }
+    for h in not_modified.iter().filter(|h| is_set_cookie(&h.name)) {
+        out.extend_from_slice(&h.name);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(&h.value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+fn is_set_cookie(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"set-cookie") || name.eq_ignore_ascii_case(b"set-cookie2")
 }
 
 /// If-None-Match / If-Modified-Since fields (encoded lines) for revalidating `obj`.
@@ -292,6 +330,71 @@ mod tests {
         assert_eq!(updated.meta.etag.as_deref(), Some(&b"\"v2\""[..]));
         assert_eq!(&updated.body[..], b"hi");
         assert_eq!(updated.meta.clock.current_age(100), 0);
+    }
+
+    /// RFC 9111 §3.2, as a table: which fields of a 304 update the stored response.
+    #[test]
+    fn fields_a_304_updates() {
+        let private = StoreRules::default();
+        let shared = StoreRules {
+            share_set_cookie: true,
+            ..StoreRules::default()
+        };
+        for (name, updates, when_shared) in [
+            ("Cache-Control", true, true),
+            ("Expires", true, true),
+            ("ETag", true, true),
+            ("Last-Modified", true, true),
+            ("Date", true, true),
+            ("Vary", true, true),
+            ("Content-Type", true, true),
+            ("X-Custom", true, true),
+            ("Content-Length", false, false),
+            ("Age", false, false),
+            ("Content-Encoding", false, false),
+            ("Content-Range", false, false),
+            ("Transfer-Encoding", false, false),
+            ("Set-Cookie", false, true),
+            ("set-cookie2", false, true),
+        ] {
+            assert_eq!(updates_stored(name.as_bytes(), &private), updates, "{name}");
+            assert_eq!(
+                updates_stored(name.as_bytes(), &shared),
+                when_shared,
+                "{name} (shared)"
+            );
+        }
+    }
+
+    #[test]
+    fn a_304_cookie_stays_with_its_client() {
+        let resp = response(
+            "HTTP/1.1 200 OK\r\nCache-Control: max-age=10\r\nETag: \"v1\"\r\nContent-Length: 2\r\n\r\n",
+        );
+        let old = build(&[], &resp, Bytes::from_static(b"hi"), (0, 0), false, None);
+        let not_modified = h(&[
+            ("Cache-Control", "max-age=600"),
+            ("Set-Cookie", "session=abc"),
+            ("Age", "5"),
+        ]);
+        let rules = StoreRules::default();
+        let updated = refreshed(&old, &not_modified, (100, 100), &rules);
+        assert_eq!(names(&updated.headers), ["etag", "cache-control"]);
+        assert_eq!(updated.meta.storable.lifetime, 600, "still storable");
+        assert_eq!(
+            own_fields_of_304(&not_modified, &rules),
+            b"Set-Cookie: session=abc\r\n"
+        );
+        let shared = StoreRules {
+            share_set_cookie: true,
+            ..StoreRules::default()
+        };
+        let updated = refreshed(&old, &not_modified, (100, 100), &shared);
+        assert_eq!(
+            names(&updated.headers),
+            ["etag", "cache-control", "set-cookie"]
+        );
+        assert!(own_fields_of_304(&not_modified, &shared).is_empty());
     }
 
     #[test]

@@ -282,7 +282,8 @@ async fn serve_found<D: Downstream>(
                         stored: true,
                         ..Default::default()
                     };
-                    write_stored(d, ctx, stage, &updated, age, &status, persistence);
+                    let own = stored::own_fields_of_304(&resp.headers, &settings.rules);
+                    write_stored_with(d, ctx, stage, &updated, age, &status, persistence, &own);
                     Ok(persistence)
                 }
                 Ok((resp, _)) if resp.status >= 500 && if_error => {

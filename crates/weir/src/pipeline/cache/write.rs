@@ -29,6 +29,23 @@ pub(super) fn write_stored<D: Downstream>(
     status: &CacheStatus,
     persistence: Persistence,
 ) {
+    write_stored_with(d, ctx, stage, obj, age, status, persistence, b"");
+}
+
+/// [`write_stored`] with `own`: field lines for this client only, never stored (the Set-Cookie
+/// of the 304 its request caused).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn write_stored_with<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    stage: Stage<'_>,
+    obj: &CachedObject,
+    age: u64,
+    status: &CacheStatus,
+    persistence: Persistence,
+    own: &[u8],
+) {
     let (head, proxy, settings) = (stage.head, stage.proxy, stage.cache);
     // Age and Cache-Status are rendered by the encoder straight into its output.
     let render = |out: &mut BytesMut| {
@@ -46,6 +63,9 @@ pub(super) fn write_stored<D: Downstream>(
         reply.base = Base::Encoded(&kept);
         reply.date = false;
         reply.render = Some(&render);
+        if !own.is_empty() {
+            reply.add_lines(own);
+        }
         proxy.filters.response(&mut reply);
         send_head(d, ctx, &reply, persistence);
         return;
@@ -61,6 +81,9 @@ pub(super) fn write_stored<D: Downstream>(
             reply.date = false;
             reply.add_lines(range.as_bytes());
             reply.render = Some(&render);
+            if !own.is_empty() {
+                reply.add_lines(own);
+            }
             proxy.filters.response(&mut reply);
             send_head(d, ctx, &reply, persistence);
             if !head_only {
@@ -76,6 +99,9 @@ pub(super) fn write_stored<D: Downstream>(
             reply.date = false;
             reply.add_lines(range.as_bytes());
             reply.render = Some(&render);
+            if !own.is_empty() {
+                reply.add_lines(own);
+            }
             proxy.filters.response(&mut reply);
             send_head(d, ctx, &reply, persistence);
             return;
@@ -86,6 +112,9 @@ pub(super) fn write_stored<D: Downstream>(
     reply.base = Base::Encoded(&obj.head);
     reply.date = false;
     reply.render = Some(&render);
+    if !own.is_empty() {
+        reply.add_lines(own);
+    }
     proxy.filters.response(&mut reply);
     send_head(d, ctx, &reply, persistence);
     if !head_only {
