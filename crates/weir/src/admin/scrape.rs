@@ -359,6 +359,15 @@ impl Scrape {
                 .iter()
                 .map(|(u, s)| (labels(u, &s.name), counter(s.health.failures()))),
         )?;
+        family(
+            enc,
+            "weir_upstream_desync",
+            "Upstream connections closed instead of reused because bytes followed a complete response.",
+            MetricType::Counter,
+            servers
+                .iter()
+                .map(|(u, s)| (labels(u, &s.name), counter(s.health.desyncs()))),
+        )?;
         let now = crate::proxy::upstream::now_ms();
         family(
             enc,

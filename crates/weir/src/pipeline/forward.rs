@@ -320,7 +320,10 @@ pub(crate) async fn forward<D: Downstream>(
     )
     .await?;
     if reusable {
-        per_worker.pool.borrow_mut().put(server, upstream_conn);
+        per_worker
+            .pool
+            .borrow_mut()
+            .put(server, upstream_conn, &up.servers[server].health);
     }
     // The reservation ends here; the cache phase stores the copy right after.
     ex.body = capture.map(|mut kept| std::mem::take(&mut kept.copy));

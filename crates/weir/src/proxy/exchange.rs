@@ -43,7 +43,11 @@ pub async fn checkout(
     pooled: bool,
 ) -> Result<(UpstreamConn, bool), Error> {
     if pooled {
-        if let Some(c) = per_worker.pool.borrow_mut().take(server) {
+        if let Some(c) = per_worker
+            .pool
+            .borrow_mut()
+            .take(server, &up.servers[server].health)
+        {
             return Ok((c, true));
         }
     }
@@ -338,7 +342,10 @@ pub async fn fetch_whole(
             }
         }
         if resp.keep_alive && resp.body != BodyKind::CloseDelimited {
-            per_worker.pool.borrow_mut().put(server, uc);
+            per_worker
+                .pool
+                .borrow_mut()
+                .put(server, uc, &up.servers[server].health);
         }
         return Ok((resp, weir_cache::object::exact(body)));
     }

@@ -1,7 +1,15 @@
 //! Idle upstream connections, per worker and server (thread-per-core: no locks). Most recently
 //! used first, so a small working set of warm connections serves the load and the rest age out.
-//! A connection the upstream closed while idle is usually noticed for free: tokio has already
-//! seen the readable/hang-up event, and `try_read` reports EOF without waiting.
+//!
+//! A connection is reused only when nothing is waiting to be read on it: bytes after a complete
+//! response (past its Content-Length, a body after a HEAD, 204 or 304) would be read as the
+//! next request's response, and on a cached route stored and served to everyone (response
+//! desync; nginx 1.22 has it). So [`Pool::put`] refuses a connection with bytes left in its
+//! buffer, and [`Pool::take`] asks the kernel (`recv` with `MSG_PEEK`, one system call per
+//! reuse) rather than tokio's readiness: bytes that arrived after the worker last polled its
+//! reactor are not in that readiness yet, and `try_read` trusted it and let 20-27 of 60
+//! follow-ups read an injected response. Either way the connection is closed and counted
+//! (`weir_upstream_desync_total`); EOF (the upstream closed while idle) is not a desync.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -12,6 +20,7 @@ use tokio::io::AsyncReadExt;
 use tokio::time::{Instant, Sleep};
 
 use super::tls::UpStream;
+use super::upstream::Health;
 
 /// An upstream connection, its read buffer, and its lazily-moved timer (see
 /// [`UpstreamConn::read_by`]).
@@ -95,8 +104,9 @@ impl Pool {
         }
     }
 
-    /// A live idle connection to `server`, if any.
-    pub fn take(&mut self, server: usize) -> Option<UpstreamConn> {
+    /// A live idle connection to `server` with nothing waiting to be read, if any; those with
+    /// stray bytes are dropped and counted on `health`.
+    pub fn take(&mut self, server: usize, health: &Health) -> Option<UpstreamConn> {
         let q = &mut self.per_server[server];
         while let Some(idle) = q.pop_back() {
             if idle.since.elapsed() > self.idle_timeout {
@@ -104,16 +114,19 @@ impl Pool {
                 q.clear();
                 return None;
             }
-            let mut probe = [0u8; 1];
+            let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
             // On the socket itself: over TLS, any bytes (a close_notify) also mean "not
-            // reusable", and none leave rustls' state untouched.
+            // reusable", and none leave rustls' state untouched. The socket is non-blocking.
             let Some(tcp) = super::tls::tcp(&idle.conn.stream) else {
                 continue;
             };
-            match tcp.try_read(&mut probe) {
+            match socket2::SockRef::from(tcp).peek(&mut probe) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(idle.conn),
-                // EOF, stray bytes or an error: not reusable.
-                _ => continue,
+                // Stray bytes: a desync. EOF or an error: closed while idle.
+                Ok(n) if n > 0 && super::tls::is_plain(&idle.conn.stream) => {
+                    health.count_desync();
+                }
+                _ => {}
             }
         }
         None
@@ -138,9 +151,14 @@ impl Pool {
         self.max_idle = 0;
     }
 
-    /// Returns a connection for reuse (dropped if the pool is full or reuse is off).
-    pub fn put(&mut self, server: usize, mut conn: UpstreamConn) {
-        if self.max_idle == 0 || !conn.buf.is_empty() {
+    /// Returns a connection for reuse (dropped if the pool is full or reuse is off, and dropped
+    /// and counted on `health` if bytes followed the response).
+    pub fn put(&mut self, server: usize, mut conn: UpstreamConn, health: &Health) {
+        if !conn.buf.is_empty() {
+            health.count_desync();
+            return;
+        }
+        if self.max_idle == 0 {
             return;
         }
         let q = &mut self.per_server[server];
@@ -152,5 +170,62 @@ impl Pool {
             conn,
             since: Instant::now(),
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::io::Write;
+
+    use tokio_util::either::Either;
+
+    use super::*;
+
+    /// Bytes that reach the socket after the response was read, while the worker has not polled
+    /// its reactor since: tokio's readiness was cleared by the short read, so `try_read` said
+    /// "nothing there" without asking the kernel, and the connection was reused (the desync).
+    #[tokio::test]
+    async fn stray_bytes_the_reactor_has_not_seen_are_caught() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut origin, _) = l.accept().unwrap();
+        origin.set_nodelay(true).unwrap();
+        origin
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            .unwrap();
+        let mut conn = UpstreamConn::new(Either::Left(Either::Left(c)));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        assert!(conn.read_by(deadline).await.unwrap().unwrap() > 0);
+        conn.buf.clear();
+        let health = Health::default();
+        let mut pool = Pool::new(1, 4, Duration::from_secs(60));
+        pool.put(0, conn, &health);
+        // No await from here on: the reactor cannot learn of these bytes.
+        origin
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nINJECTED")
+            .unwrap();
+        assert!(pool.take(0, &health).is_none(), "not reused");
+        assert_eq!(health.desyncs(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_clean_connection_is_reused_and_leftovers_are_refused() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (_origin, _) = l.accept().unwrap();
+        let health = Health::default();
+        let mut pool = Pool::new(1, 4, Duration::from_secs(60));
+        let mut conn = UpstreamConn::new(Either::Left(Either::Left(c)));
+        pool.put(0, conn, &health);
+        conn = pool.take(0, &health).expect("clean: reused");
+        conn.buf.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        pool.put(0, conn, &health);
+        assert!(pool.take(0, &health).is_none());
+        assert_eq!(health.desyncs(), 1);
     }
 }

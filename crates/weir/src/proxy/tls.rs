@@ -34,6 +34,11 @@ pub fn tcp(s: &UpStream) -> Option<&TcpStream> {
     }
 }
 
+/// Whether the connection is plain TCP (bytes on its socket are HTTP, not TLS records).
+pub fn is_plain(s: &UpStream) -> bool {
+    matches!(s, Either::Left(Either::Left(_)))
+}
+
 /// An upstream's TLS settings, compiled.
 #[derive(Clone)]
 pub struct UpstreamTls {

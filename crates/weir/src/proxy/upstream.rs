@@ -107,6 +107,8 @@ pub struct Health {
     active_down: AtomicBool,
     /// Failed attempts since start, for `/metrics` (a shared atomic: failures are rare).
     failures_total: AtomicU64,
+    /// Connections closed because bytes followed a complete response (`proxy/pool.rs`).
+    desync_total: AtomicU64,
 }
 
 /// Milliseconds since the process started (monotonic).
@@ -129,6 +131,16 @@ impl Health {
     /// Failed attempts since start.
     pub fn failures(&self) -> u64 {
         self.failures_total.load(Ordering::Relaxed)
+    }
+
+    /// Counts a connection dropped for bytes after a complete response.
+    pub fn count_desync(&self) {
+        self.desync_total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections dropped for bytes after a complete response, since start.
+    pub fn desyncs(&self) -> u64 {
+        self.desync_total.load(Ordering::Relaxed)
     }
 
     /// Ends a passive mark-down at once.
