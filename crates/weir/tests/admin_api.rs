@@ -43,7 +43,7 @@ fn metrics_count_what_happened_and_promtool_accepts_them() {
         common::get(server.addr, "/hello");
     }
     common::get(server.addr, "/nope");
-    let r = request(admin, "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n");
+    let r = request(admin, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n");
     assert_eq!(r.status, 200);
     assert!(r
         .header("content-type")
@@ -70,7 +70,7 @@ fn metrics_count_what_happened_and_promtool_accepts_them() {
     // OpenMetrics when asked for, as Prometheus does.
     let r = request(
         admin,
-        "GET /metrics HTTP/1.1\r\nHost: a\r\nAccept: application/openmetrics-text;version=1.0.0\r\n\r\n",
+        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nAccept: application/openmetrics-text;version=1.0.0\r\n\r\n",
     );
     assert!(r
         .header("content-type")
@@ -111,7 +111,10 @@ fn metrics_count_what_happened_and_promtool_accepts_them() {
 fn the_openapi_document_matches_the_real_endpoints() {
     let server = common::start_config(CONFIG);
     let admin = server.handle.as_ref().unwrap().admin_addr().unwrap();
-    let r = request(admin, "GET /openapi.json HTTP/1.1\r\nHost: a\r\n\r\n");
+    let r = request(
+        admin,
+        "GET /openapi.json HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    );
     assert_eq!(r.status, 200);
     let doc: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
     assert_eq!(doc["openapi"], "3.0.3");
@@ -120,7 +123,7 @@ fn the_openapi_document_matches_the_real_endpoints() {
         for (method, op) in ops.as_object().unwrap() {
             let query = if path == "/purge" { "?all=1" } else { "" };
             let raw = format!(
-                "{} {path}{query} HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+                "{} {path}{query} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n",
                 method.to_uppercase()
             );
             let r = request(admin, &raw);
@@ -162,7 +165,7 @@ fn the_openapi_document_matches_the_real_endpoints() {
     }
     // And nothing undocumented answers.
     assert_eq!(
-        request(admin, "GET /secret HTTP/1.1\r\nHost: a\r\n\r\n").status,
+        request(admin, "GET /secret HTTP/1.1\r\nHost: localhost\r\n\r\n").status,
         404
     );
 }
@@ -202,14 +205,14 @@ fn post_reload_swaps_the_config_or_reports_why_not() {
     std::fs::write(&cfg, body("two")).unwrap();
     let r = request(
         admin,
-        "POST /reload HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+        "POST /reload HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n",
     );
     assert_eq!((r.status, r.text().as_str()), (200, r#"{"reloaded":true}"#));
     assert_eq!(common::get(addr, "/").text(), "two");
     std::fs::write(&cfg, body("three").replace("body:", "bdoy:")).unwrap();
     let r = request(
         admin,
-        "POST /reload HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+        "POST /reload HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n",
     );
     assert_eq!(r.status, 500);
     assert!(r.text().contains("unknown field `bdoy`"), "{}", r.text());
@@ -219,7 +222,7 @@ fn post_reload_swaps_the_config_or_reports_why_not() {
         "the running config stays"
     );
     // Reloads show in the metrics.
-    let m = request(admin, "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n").text();
+    let m = request(admin, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").text();
     assert_eq!(sample(&m, "weir_config_reloads_total"), Some(1.0), "{m}");
     signal(&child, "-TERM");
     assert!(child.wait().unwrap().success());
@@ -231,11 +234,11 @@ fn an_in_process_server_has_nothing_to_reload_from() {
     let admin = server.handle.as_ref().unwrap().admin_addr().unwrap();
     let r = request(
         admin,
-        "POST /reload HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+        "POST /reload HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n",
     );
     assert_eq!(r.status, 503);
     assert_eq!(
-        request(admin, "GET /reload HTTP/1.1\r\nHost: a\r\n\r\n").status,
+        request(admin, "GET /reload HTTP/1.1\r\nHost: localhost\r\n\r\n").status,
         405
     );
 }
@@ -341,7 +344,7 @@ fn systemd_hears_ready_reloading_and_stopping() {
 fn the_dashboard_is_one_self_contained_page_fed_by_the_admin_api() {
     let server = common::start_config(CONFIG);
     let admin = server.handle.as_ref().unwrap().admin_addr().unwrap();
-    let r = request(admin, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    let r = request(admin, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n");
     assert_eq!(r.status, 200);
     assert!(r.header("content-type").unwrap().starts_with("text/html"));
     let page = r.text();
@@ -351,7 +354,7 @@ fn the_dashboard_is_one_self_contained_page_fed_by_the_admin_api() {
             "the page loads {external}…: weir runs offline"
         );
     }
-    for uses in ["fetch(\"/metrics\"", "\"/reload\"", "\"/purge?all=1\""] {
+    for uses in ["api(\"/metrics\"", "\"/reload\"", "\"/purge?all=1\""] {
         assert!(page.contains(uses), "the page should use {uses}");
     }
 }
@@ -391,7 +394,10 @@ listeners:
         std::thread::sleep(Duration::from_millis(50));
     }
     let mut kept = server.connect();
-    let r = common::roundtrip(&mut kept, b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n");
+    let r = common::roundtrip(
+        &mut kept,
+        b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    );
     assert_eq!(
         (r.status, r.text().as_str()),
         (200, r#"{"ready":true,"upstreams_without_servers_up":[]}"#)
@@ -399,7 +405,7 @@ listeners:
     assert_eq!(
         common::roundtrip(
             &mut kept,
-            b"POST /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"
+            b"POST /healthz HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n"
         )
         .status,
         405
@@ -407,7 +413,10 @@ listeners:
     // Draining: the kept connection's next check says so, so a load balancer stops sending.
     server.handle.as_ref().unwrap().drain();
     std::thread::sleep(Duration::from_millis(100));
-    let r = common::roundtrip(&mut kept, b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n");
+    let r = common::roundtrip(
+        &mut kept,
+        b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    );
     assert_eq!(r.status, 503);
     assert!(r.text().contains("shutting_down"), "{}", r.text());
 }

@@ -346,7 +346,7 @@ fn admin(c: &Cache, line: &str) -> String {
     let mut s = connect(c.admin);
     roundtrip(
         &mut s,
-        format!("{line} HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\n\r\n").as_bytes(),
+        format!("{line} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n").as_bytes(),
     )
     .text()
 }

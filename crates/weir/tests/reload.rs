@@ -68,7 +68,7 @@ fn swapping_the_config_under_traffic_fails_no_request_and_keeps_cache_hits() {
                     } else {
                         format!("/obj{}", (n + t) % 8)
                     };
-                    let raw = format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n");
+                    let raw = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
                     if s.write_all(raw.as_bytes()).is_err() {
                         failed.fetch_add(1, Ordering::Relaxed);
                         s = connect(addr);

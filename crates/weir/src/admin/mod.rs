@@ -1,5 +1,6 @@
 //! The admin API, served on the `admin` listener only (keep it on loopback or a management
-//! network; it has no authentication of its own).
+//! network). Every request first passes [`guard`]: Host and Origin checks against DNS rebinding
+//! and cross-site requests, an optional bearer token, and each endpoint's methods.
 //!
 //! * `GET /health` → `{"status":"ok"}` (liveness: the process answers)
 //! * `GET /ready` → 200 `{"ready":true,...}` when every upstream has at least one server up,
@@ -19,6 +20,7 @@
 //! * `GET /openapi.json` → this API described as OpenAPI 3.0 (checked against the real
 //!   endpoints in `tests/admin_api.rs`).
 
+pub mod guard;
 pub mod scrape;
 
 use std::sync::atomic::Ordering;
@@ -40,6 +42,8 @@ pub struct AdminReply {
     pub status: u16,
     pub content_type: &'static [u8],
     pub body: String,
+    /// Field lines to add (`Allow`, `WWW-Authenticate`).
+    pub lines: Vec<u8>,
 }
 
 /// Whether `req` is a reload (answered by [`reload`], which waits).
@@ -53,6 +57,7 @@ pub async fn reload(cfg: &RuntimeConfig) -> AdminReply {
         status,
         content_type: JSON,
         body: body.to_string(),
+        lines: Vec::new(),
     };
     let sender = cfg
         .registry
@@ -99,6 +104,7 @@ pub fn handle(
                 status: 200,
                 content_type,
                 body,
+                lines: Vec::new(),
             };
         }
         (b"/openapi.json", Method::Get | Method::Head) => (200, OPENAPI.to_string()),
@@ -107,6 +113,7 @@ pub fn handle(
                 status: 200,
                 content_type: b"text/html; charset=utf-8",
                 body: DASHBOARD.to_string(),
+                lines: Vec::new(),
             }
         }
         (b"/metrics" | b"/openapi.json", _) => (405, json_error("use GET")),
@@ -117,6 +124,7 @@ pub fn handle(
         status,
         content_type: JSON,
         body,
+        lines: Vec::new(),
     }
 }
 

@@ -53,6 +53,20 @@ enum Command {
     Version,
 }
 
+/// What `weir check` warns about without failing.
+fn warnings(cfg: &runtime::RuntimeConfig) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(a) = &cfg.admin {
+        if !a.address.ip().is_loopback() && !a.has_token() {
+            out.push(format!(
+                "admin.address {} is not on loopback and the admin API has no token: anyone who reaches it can purge and reload (set admin.token_file or admin.token_env)",
+                a.address
+            ));
+        }
+    }
+    out
+}
+
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -80,6 +94,9 @@ pub fn main() -> ExitCode {
         }
         Command::Check { config } => match runtime::load_file(&config, &Default::default()) {
             Ok(cfg) => {
+                for w in warnings(&cfg) {
+                    eprintln!("weir: {}: warning: {w}", config.display());
+                }
                 println!("{}: ok ({})", config.display(), summary(&cfg));
                 ExitCode::SUCCESS
             }

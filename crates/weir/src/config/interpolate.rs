@@ -7,17 +7,59 @@
 //! `[::1]:80` is a list to YAML, `*x` an alias, `a: b` a mapping) is inserted double-quoted, so
 //! it stays the string it was. Plain values (`8080`, `true`, `127.0.0.1:80`) are inserted as
 //! they are and keep their YAML type.
+//!
+//! A YAML comment (`#` at the start of a line or after a space, outside quotes) is copied as it
+//! is: a `${VAR}` in a comment is not a value, and an unset one must not reject the file.
+//!
+//! Values taken from the environment are remembered ([`Secrets`]) so that an error about the
+//! text they became names the variable, never its value: `port: ${DB_PASSWORD}` by mistake
+//! once answered a reload with the password in the message and the log.
 
 use super::ConfigError;
+
+/// The values the environment supplied, by variable, to be kept out of error messages.
+#[derive(Debug, Default, Clone)]
+pub struct Secrets(Vec<(String, String)>);
+
+impl Secrets {
+    /// `e` with every environment-supplied value in its message replaced by `${NAME}`. Values
+    /// shorter than 3 bytes are left (they would match inside unrelated words and numbers).
+    pub fn redact(&self, mut e: ConfigError) -> ConfigError {
+        for (name, value) in &self.0 {
+            if value.len() >= 3 && e.message.contains(value.as_str()) {
+                e.message = e.message.replace(value.as_str(), &format!("${{{name}}}"));
+            }
+        }
+        e
+    }
+}
 
 /// Replaces every `${...}` in `text` using `lookup` for variable values.
 pub fn interpolate(
     text: &str,
     lookup: impl Fn(&str) -> Option<String>,
 ) -> Result<String, ConfigError> {
+    interpolate_tracked(text, lookup).map(|(text, _)| text)
+}
+
+/// [`interpolate`], and the values that came from the environment.
+pub fn interpolate_tracked(
+    text: &str,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<(String, Secrets), ConfigError> {
     let mut out = String::with_capacity(text.len());
+    let mut secrets = Secrets::default();
     let mut rest = text;
     while let Some(i) = rest.find('$') {
+        if let Some(comment) = comment_before(rest, i) {
+            // Copy the comment to its line end untouched.
+            let end = rest[comment..]
+                .find('\n')
+                .map_or(rest.len(), |n| comment + n);
+            out.push_str(&rest[..end]);
+            rest = &rest[end..];
+            continue;
+        }
         out.push_str(&rest[..i]);
         let after = &rest[i + 1..];
         if let Some(stripped) = after.strip_prefix("${") {
@@ -46,7 +88,10 @@ pub fn interpolate(
             ));
         }
         let value = match (lookup(name), default) {
-            (Some(v), _) if !v.is_empty() || default.is_none() => v,
+            (Some(v), _) if !v.is_empty() || default.is_none() => {
+                secrets.0.push((name.to_string(), v.clone()));
+                v
+            }
             (_, Some(d)) => d.to_string(),
             (None, None) => {
                 return Err(ConfigError::at_line(
@@ -72,7 +117,28 @@ pub fn interpolate(
         rest = after_value;
     }
     out.push_str(rest);
-    Ok(out)
+    Ok((out, secrets))
+}
+
+/// Where a comment starts on the line of byte `i` of `rest`, at or before `i`, if one does:
+/// a `#` at the line's start or after whitespace, outside single and double quotes. `rest`
+/// always starts at a line start or right after a `${...}` (never inside quotes that span it,
+/// which configs do not do around a variable and a comment).
+fn comment_before(rest: &str, i: usize) -> Option<usize> {
+    let line_start = rest[..i].rfind('\n').map_or(0, |n| n + 1);
+    let line = &rest.as_bytes()[line_start..i];
+    let (mut single, mut double) = (false, false);
+    for (j, &c) in line.iter().enumerate() {
+        match c {
+            b'\'' if !double => single = !single,
+            b'"' if !single => double = !double,
+            b'#' if !single && !double && (j == 0 || line[j - 1].is_ascii_whitespace()) => {
+                return Some(line_start + j)
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Whether a `${...}` between `before` (the text so far) and `after` is a whole unquoted value.
@@ -123,6 +189,34 @@ mod tests {
             "EMPTY" => Some(String::new()),
             _ => None,
         }
+    }
+
+    #[test]
+    fn comments_are_not_interpolated() {
+        assert_eq!(
+            interpolate(
+                "# uses ${UNSET}\na: ${SET} # or ${UNSET2}\nb: '#${SET}'\nc: x#${SET}\n",
+                env
+            )
+            .unwrap(),
+            "# uses ${UNSET}\na: value # or ${UNSET2}\nb: '#value'\nc: x#value\n"
+        );
+        assert!(interpolate("a: 1\n  # ${UNSET}\n", env).is_ok());
+        assert!(interpolate("a: ${UNSET}\n", env).is_err());
+    }
+
+    #[test]
+    fn errors_name_the_variable_not_its_value() {
+        let (_, secrets) =
+            interpolate_tracked("port: ${SET}\nhost: ${UNSET:-default}\n", env).unwrap();
+        let e = secrets.redact(ConfigError::at_line(
+            1,
+            "invalid type: string \"value\", expected u16; default",
+        ));
+        assert_eq!(
+            e.message,
+            "invalid type: string \"${SET}\", expected u16; default"
+        );
     }
 
     #[test]

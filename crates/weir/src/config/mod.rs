@@ -70,6 +70,8 @@ pub struct Source {
     pub file: model::File,
     pub(crate) base: BaseDir,
     pub(crate) index: locate::LineIndex,
+    /// Values from the environment, kept out of error messages.
+    pub(crate) secrets: interpolate::Secrets,
 }
 
 impl ConfigError {
@@ -109,9 +111,10 @@ pub fn load_str(
     base: &Path,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Source, ConfigError> {
-    let text = interpolate::interpolate(text, env)?;
+    let (text, secrets) = interpolate::interpolate_tracked(text, env)?;
     let de = serde_yaml::Deserializer::from_str(&text);
-    let file: model::File = serde_path_to_error::deserialize(de).map_err(|e| {
+    let parsed: Result<model::File, _> = serde_path_to_error::deserialize(de);
+    let file = parsed.map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let mut line = inner.location().map(|l| l.line());
@@ -130,17 +133,18 @@ pub fn load_str(
         {
             line = duplicate_line(&text, line.unwrap_or(1), key).or(line);
         }
-        ConfigError {
+        secrets.redact(ConfigError {
             file: None,
             line,
             path: (path != ".").then_some(path),
             message,
-        }
+        })
     })?;
     Ok(Source {
         file,
         base: BaseDir(base.to_path_buf()),
         index: locate::LineIndex::build(&text),
+        secrets,
     })
 }
 

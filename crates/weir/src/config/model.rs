@@ -85,6 +85,19 @@ fn default_shards() -> usize {
 pub struct Admin {
     /// `host:port`; keep it on loopback or a management network.
     pub address: String,
+    /// Host names (besides loopback names and IP literals) the admin API answers to; any other
+    /// Host gets 403 (DNS rebinding).
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// A file holding the bearer token every request but `GET /health` must carry.
+    #[serde(default)]
+    pub token_file: Option<String>,
+    /// The name of an environment variable holding that token (instead of `token_file`).
+    #[serde(default)]
+    pub token_env: Option<String>,
+    /// Log admin requests in the access log (off: scrapes and dashboards would flood it).
+    #[serde(default)]
+    pub access_log: bool,
 }
 
 /// The cache stage of a `proxy` route.

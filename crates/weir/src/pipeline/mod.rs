@@ -142,6 +142,18 @@ fn start<'a, D: Downstream>(
         }
     }
     if let Routed::Found(route) = &routed {
+        if matches!(route.action, Action::Admin) {
+            let rt = ctx.rt.clone();
+            if let Some(refused) = rt.cfg.admin.as_ref().and_then(|a| a.refuse(head)) {
+                let persistence = if head.body == BodyKind::Empty {
+                    d.persistence(head)
+                } else {
+                    Persistence::Close
+                };
+                let head_only = head.method == Method::Head;
+                return Started::Done(Ok(send_admin(d, ctx, refused, head_only, persistence)));
+            }
+        }
         if matches!(route.action, Action::Admin) && crate::admin::is_reload(head) {
             return Started::Later(Box::pin(async move {
                 // A body, if any, is not used: drained so the connection stays usable.
@@ -347,8 +359,7 @@ pub(crate) fn send_json<D: Downstream>(
     send_typed(
         d,
         ctx,
-        status,
-        b"application/json",
+        (status, b"application/json", b""),
         json,
         head_only,
         persistence,
@@ -367,8 +378,7 @@ fn send_admin<D: Downstream>(
     send_typed(
         d,
         ctx,
-        reply.status,
-        reply.content_type,
+        (reply.status, reply.content_type, &reply.lines),
         &body,
         head_only,
         persistence,
@@ -379,8 +389,7 @@ fn send_admin<D: Downstream>(
 fn send_typed<D: Downstream>(
     d: &mut D,
     ctx: &mut RequestCtx,
-    status: u16,
-    content_type: &[u8],
+    (status, content_type, extra): (u16, &[u8], &[u8]),
     json: &Bytes,
     head_only: bool,
     persistence: Persistence,
@@ -392,6 +401,7 @@ fn send_typed<D: Downstream>(
         b"Content-Type: ",
         content_type,
         b"\r\nCache-Control: no-store\r\n",
+        extra,
     ]
     .concat();
     reply.add_lines(&lines);

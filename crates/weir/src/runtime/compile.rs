@@ -167,14 +167,26 @@ pub(crate) fn compile(
             line: None,
         });
     }
-    if let Some(admin) = file.admin {
+    let mut admin_settings = None;
+    if let Some(admin) = &file.admin {
         let address = resolve(&admin.address).map_err(|m| ("admin.address".to_string(), m))?;
+        let settings = crate::admin::guard::AdminSettings::compile(admin, address, base, &|v| {
+            std::env::var(v).ok()
+        })?;
+        // Scrapes and dashboards would flood the access log: admin requests are logged only
+        // when asked for.
+        let log = if settings.access_log {
+            default_log
+        } else {
+            None
+        };
+        admin_settings = Some(settings);
         listeners.push(ListenerConfig {
             id: listener_id(&listeners, address, true),
             address,
             admin: true,
             defer_secs: 0,
-            routes: Arc::new(RouteTable::admin(default_log)),
+            routes: Arc::new(RouteTable::admin(log)),
             access_log: default_log,
             tls: None,
             h2c: false,
@@ -204,6 +216,7 @@ pub(crate) fn compile(
         request_id,
         log,
         http2: check_http2(file.http2)?,
+        admin: admin_settings,
     })
 }
 

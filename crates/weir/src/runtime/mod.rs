@@ -53,6 +53,8 @@ pub struct RuntimeConfig {
     pub log: LogSettings,
     /// HTTP/2 limits (validated: window and frame sizes within RFC 9113's ranges).
     pub http2: crate::config::model::Http2,
+    /// Who may use the admin API, when there is an admin listener.
+    pub admin: Option<crate::admin::guard::AdminSettings>,
 }
 
 /// The error log's settings.
@@ -167,9 +169,14 @@ pub fn compile(
     source: config::Source,
     registry: &Arc<Registry>,
 ) -> Result<RuntimeConfig, ConfigError> {
-    let config::Source { file, base, index } = source;
-    let mut cfg =
-        compile::compile(file, &base, registry).map_err(|e| ConfigError::located(&index, e))?;
+    let config::Source {
+        file,
+        base,
+        index,
+        secrets,
+    } = source;
+    let mut cfg = compile::compile(file, &base, registry)
+        .map_err(|e| secrets.redact(ConfigError::located(&index, e)))?;
     for l in &mut cfg.listeners {
         l.line = index.line_of(&l.key);
     }

@@ -177,12 +177,12 @@ pub fn roundtrip(s: &mut TcpStream, raw: &[u8]) -> Response {
     read_response(s)
 }
 
-/// A GET with Host on a fresh connection.
+/// A GET with Host on a fresh connection (`localhost`: the admin API answers it too).
 pub fn get(addr: SocketAddr, path: &str) -> Response {
     let mut s = connect(addr);
     roundtrip(
         &mut s,
-        format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes(),
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes(),
     )
 }
 
