@@ -37,6 +37,47 @@ pub fn not_in_h2(name: &[u8]) -> bool {
     NOT_IN_H2.iter().any(|f| name.eq_ignore_ascii_case(f))
 }
 
+/// Fields a trailer section must not carry (RFC 9110 §6.5.1): framing, routing, request
+/// modifiers, authentication and content format, besides the hop-by-hop ones. A recipient that
+/// merged them into the header section would be misled (a trailing `Content-Length` or `Host`),
+/// so a proxy drops them.
+const NOT_IN_TRAILERS: &[&[u8]] = &[
+    b"content-length",
+    b"host",
+    b"content-encoding",
+    b"content-type",
+    b"content-range",
+    b"trailer",
+    b"authorization",
+    b"cookie",
+    b"set-cookie",
+    b"cache-control",
+    b"expect",
+    b"max-forwards",
+    b"pragma",
+    b"range",
+    b"if-match",
+    b"if-none-match",
+    b"if-modified-since",
+    b"if-unmodified-since",
+    b"if-range",
+    b"www-authenticate",
+    b"age",
+    b"expires",
+    b"date",
+    b"location",
+    b"retry-after",
+    b"vary",
+];
+
+/// Whether a trailer field is dropped rather than forwarded: the fields of [`NOT_IN_TRAILERS`],
+/// the hop-by-hop ones, and any pseudo-header.
+pub fn not_in_trailers(name: &[u8]) -> bool {
+    name.first() == Some(&b':')
+        || NOT_IN_TRAILERS.iter().any(|f| name.eq_ignore_ascii_case(f))
+        || HOP_BY_HOP.iter().any(|f| name.eq_ignore_ascii_case(f))
+}
+
 /// Tokens kept in place; a message listing more falls back to scanning its fields.
 const MAX_TOKENS: usize = 8;
 

@@ -451,8 +451,6 @@ enum TargetForm {
         authority: (usize, usize),
         path_at: usize,
     },
-    /// `host:port`, for CONNECT only.
-    Authority,
     /// `*`, for OPTIONS only.
     Asterisk,
 }
@@ -463,7 +461,11 @@ fn target_form(target: &[u8], method: &Method) -> Result<TargetForm, ParseError>
     match target.first() {
         Some(b'/') => Ok(TargetForm::Origin),
         Some(b'*') if target.len() == 1 && *method == Method::Options => Ok(TargetForm::Asterisk),
-        _ if *method == Method::Connect => Ok(TargetForm::Authority),
+        // weir is a reverse proxy, never a forward one: a CONNECT relayed as `CONNECT /host:port`
+        // with its body let a backend that reads CONNECT as bodiless see a second request.
+        _ if *method == Method::Connect => Err(ParseError::NotImplemented(
+            "CONNECT is not supported (weir is not a forward proxy)",
+        )),
         Some(c) if c.is_ascii_alphabetic() => {
             let (default_port, authority, path_at) =
                 split_absolute(target).map_err(ParseError::BadRequest)?;

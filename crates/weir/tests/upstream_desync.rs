@@ -22,10 +22,7 @@ const INJECTED: &str =
 enum Gap {
     /// In the same write.
     SamePacket,
-    /// In a write of their own right after it: they arrive after weir read the response and
-    /// (usually) before it reuses the connection, before its reactor has seen them.
-    NextPacket,
-    /// 10 ms later.
+    /// In a write of their own, 5 ms later.
     Later,
 }
 
@@ -76,7 +73,7 @@ fn hostile(kind: &'static str, gap: Gap) -> common::origin::Origin {
             } else {
                 w.write_all(head.as_bytes()).and_then(|()| {
                     if gap == Gap::Later {
-                        std::thread::sleep(Duration::from_millis(10));
+                        std::thread::sleep(Duration::from_millis(5));
                     }
                     w.write_all(extra.as_bytes())
                 })
@@ -102,7 +99,10 @@ fn bytes_after_a_response_are_never_read_as_the_next_one() {
     let mut injected = 0;
     let mut desynced = 0;
     for kind in ["length", "head", "204", "304"] {
-        for gap in [Gap::SamePacket, Gap::NextPacket, Gap::Later] {
+        // (Extra bytes written right after the response race by nature: when they arrive after
+        // weir sent the next request, nothing can tell them from its answer. The case the
+        // kernel check catches, bytes the reactor has not seen yet, is `proxy::pool::tests`'.)
+        for gap in [Gap::SamePacket, Gap::Later] {
             let o = hostile(kind, gap);
             let srv = start(
                 &format!(
@@ -127,7 +127,7 @@ fn bytes_after_a_response_are_never_read_as_the_next_one() {
                     // The extra bytes have arrived when the next request is due. (Bytes that
                     // arrive after weir sent the next request cannot be told from its answer:
                     // HTTP/1.1 has no request ids; see proxy/pool.rs.)
-                    std::thread::sleep(Duration::from_millis(30));
+                    std::thread::sleep(Duration::from_millis(60));
                     s.write_all(follow.as_bytes()).unwrap();
                 } else {
                     // Pipelined: weir goes from one to the next at once.

@@ -140,6 +140,7 @@ mod tests {
         let client = Client {
             ip: peer.parse().unwrap(),
             scheme: "http",
+            version: "1.1",
         };
         let mut b = BytesMut::from(req.as_bytes());
         let head = weir_http::parse_request(&mut b, &Default::default())

@@ -44,6 +44,8 @@ pub struct Client {
     pub ip: IpAddr,
     /// `http` or `https`: the listener's scheme.
     pub scheme: &'static str,
+    /// The protocol version the client spoke, as `Via` names it: `1.0`, `1.1` or `2`.
+    pub version: &'static str,
 }
 
 /// One filter. Methods default to doing nothing.
@@ -145,6 +147,7 @@ mod tests {
         let client = Client {
             ip: "127.0.0.1".parse().unwrap(),
             scheme: "http",
+            version: "1.1",
         };
         let mut b = BytesMut::from(&b"GET / HTTP/1.1\r\nHost: a\r\nX-Deny: 1\r\n\r\n"[..]);
         let head = weir_http::parse_request(&mut b, &Default::default())

@@ -1,4 +1,6 @@
-//! `via: true`: `Via: 1.1 weir` on the upstream request and on every response (RFC 9110 §7.6.3).
+//! `via: true`: `Via` on the upstream request and on every response (RFC 9110 §7.6.3). Each
+//! names the protocol of the message weir received on that hop: the client's version (`1.0`,
+//! `1.1`, `2`) upstream, the upstream's (HTTP/1.1 as weir relays it) on the response.
 
 use bytes::{BufMut, BytesMut};
 use weir_http::{Reply, RequestHead};
@@ -6,13 +8,19 @@ use weir_http::{Reply, RequestHead};
 use super::{Client, Filter};
 
 const LINE: &[u8] = b"Via: 1.1 weir\r\n";
+const LINE_10: &[u8] = b"Via: 1.0 weir\r\n";
+const LINE_2: &[u8] = b"Via: 2 weir\r\n";
 
 #[derive(Debug)]
 pub struct Via;
 
 impl Filter for Via {
-    fn upstream_fields(&self, _: &Client, _: &RequestHead, out: &mut BytesMut) {
-        out.put_slice(LINE);
+    fn upstream_fields(&self, client: &Client, _: &RequestHead, out: &mut BytesMut) {
+        out.put_slice(match client.version {
+            "2" => LINE_2,
+            "1.0" => LINE_10,
+            _ => LINE,
+        });
     }
 
     fn response<'a>(&'a self, reply: &mut Reply<'a>) {

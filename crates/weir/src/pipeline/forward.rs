@@ -429,7 +429,9 @@ async fn write_request<D: Downstream>(
     }
     if chunked {
         // The client's trailer section goes on (gRPC-style metadata), else the plain last chunk.
-        let trailers = d.request_trailers();
+        // Fields a trailer section must not carry are dropped (RFC 9110 §6.5.1).
+        let mut trailers = d.request_trailers();
+        trailers.retain(|h| !weir_http::hop::not_in_trailers(&h.name));
         if trailers.is_empty() {
             put_last_chunk(req);
         } else {

@@ -306,11 +306,30 @@ fn respond<D: Downstream>(
     persistence
 }
 
+/// A declared body over `limits.max_body_bytes` is refused (413) before anything of it is read
+/// or forwarded, over either protocol (an HTTP/2 `content-length` once reached the origin first).
+pub(crate) fn check_declared_length(
+    head: &RequestHead,
+    limits: &crate::runtime::Limits,
+) -> Result<(), Error> {
+    match head.body {
+        BodyKind::Length(n) if n > limits.max_body_bytes => {
+            Err(weir_http::ParseError::BodyTooLarge.into())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// What filters are told about the client.
 pub(crate) fn client_of<D: Downstream>(d: &D) -> Client {
     Client {
         ip: d.peer().ip(),
         scheme: scheme_of(d),
+        version: match d.protocol() {
+            "HTTP/2.0" => "2",
+            "HTTP/1.0" => "1.0",
+            _ => "1.1",
+        },
     }
 }
 

@@ -138,6 +138,11 @@ impl ProxyRoute {
 
     /// The request target sent upstream: origin-form path (rewritten) and query.
     pub fn upstream_target(&self, req: &RequestHead, out: &mut BytesMut) {
+        if &req.target[..] == b"*" {
+            // `OPTIONS *` (asterisk-form) is about the server, not a path: it goes as it came.
+            out.extend_from_slice(b"*");
+            return;
+        }
         let mut path: &[u8] = req.path();
         if let Some(p) = &self.strip_prefix {
             if let Some(rest) = path.strip_prefix(&p[..]) {

@@ -329,11 +329,7 @@ impl Conn {
     /// (`-Zprint-type-sizes`: 208 bytes each), and that future's size is paid by every idle
     /// connection.
     async fn handle(&mut self, head: &RequestHead) -> Result<Persistence, Error> {
-        if let BodyKind::Length(n) = head.body {
-            if n > self.rt.cfg.limits.max_body_bytes {
-                return Err(ParseError::BodyTooLarge.into());
-            }
-        }
+        crate::pipeline::check_declared_length(head, &self.rt.cfg.limits)?;
         self.version = head.version;
         self.body = (head.body != BodyKind::Empty).then(|| {
             Box::new(RequestBody {

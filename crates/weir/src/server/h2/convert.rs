@@ -22,6 +22,22 @@ pub(crate) fn request_head(
     has_body: bool,
     limits: &weir_http::Limits,
 ) -> Result<RequestHead, Error> {
+    // RFC 9113 §8.3.1: `:scheme` is http or https here (weir serves no other); §8.2.1: a value
+    // with leading or trailing whitespace is malformed, refused rather than trimmed.
+    // (Without `:authority` the `h2` crate keeps no scheme in the URI; it checked it was there.)
+    if parts.method != http::Method::CONNECT
+        && !matches!(parts.uri.scheme_str(), None | Some("http" | "https"))
+    {
+        return Err(weir_http::ParseError::BadRequest("unsupported :scheme").into());
+    }
+    let padded = |v: &[u8]| {
+        matches!(v.first(), Some(b' ' | b'\t')) || matches!(v.last(), Some(b' ' | b'\t'))
+    };
+    if parts.headers.values().any(|v| padded(v.as_bytes())) {
+        return Err(
+            weir_http::ParseError::BadRequest("field value with surrounding whitespace").into(),
+        );
+    }
     let mut b = BytesMut::with_capacity(512);
     b.put_slice(parts.method.as_str().as_bytes());
     b.put_u8(b' ');
