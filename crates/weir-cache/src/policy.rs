@@ -261,6 +261,9 @@ pub fn freshness_lifetime(
     None
 }
 
+/// The largest delta-seconds value kept (RFC 9111 §1.2.2): 2^31.
+pub const MAX_DELTA: u64 = 1 << 31;
+
 /// The age inputs recorded when a response is received (RFC 9111 §4.2.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AgeClock {
@@ -274,13 +277,15 @@ impl AgeClock {
     pub fn new(request_time: u64, response_time: u64, headers: &[Header]) -> AgeClock {
         let date = http_date(first(headers, "date")).unwrap_or(response_time);
         // RFC 9111 §5.1: of a list (`Age: 7200, 0`, or several lines) the first member counts;
-        // an invalid value is ignored.
+        // an invalid value is ignored. §1.2.2: a delta-seconds too large saturates at 2^31
+        // (`Age: 18446744073709551615` once wrapped the sum below, and a stale response was
+        // served fresh with `Age: 0`).
         let age_value = first(headers, "age")
             .and_then(|v| v.split(|b| *b == b',').next())
             .map(<[u8]>::trim_ascii)
             .filter(|v| !v.is_empty() && v.iter().all(u8::is_ascii_digit))
             .and_then(|v| std::str::from_utf8(v).ok())
-            .map(|s| s.parse::<u64>().unwrap_or(1 << 31))
+            .map(|s| s.parse::<u64>().map_or(MAX_DELTA, |n| n.min(MAX_DELTA)))
             .unwrap_or(0);
         AgeClock {
             request_time,
@@ -294,9 +299,9 @@ impl AgeClock {
     pub fn current_age(&self, now: u64) -> u64 {
         let apparent_age = self.response_time.saturating_sub(self.date);
         let response_delay = self.response_time.saturating_sub(self.request_time);
-        let corrected_age_value = self.age_value + response_delay;
+        let corrected_age_value = self.age_value.saturating_add(response_delay);
         let corrected_initial_age = apparent_age.max(corrected_age_value);
-        corrected_initial_age + now.saturating_sub(self.response_time)
+        corrected_initial_age.saturating_add(now.saturating_sub(self.response_time))
     }
 }
 

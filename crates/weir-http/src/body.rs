@@ -192,6 +192,15 @@ fn subslice_range(outer: &[u8], inner: &[u8]) -> std::ops::Range<usize> {
     start..start + inner.len()
 }
 
+/// Checks the first chunk-size line of a chunked body, if it has arrived: a proxy can then
+/// answer 502 for a body that is bad from its first byte, before it relays the head.
+pub fn check_first_chunk(buf: &[u8]) -> Result<(), ParseError> {
+    match find_crlf(buf, MAX_CHUNK_LINE)? {
+        Some(end) => parse_chunk_size(&buf[..end]).map(|_| ()),
+        None => Ok(()),
+    }
+}
+
 /// Position of the CRLF ending the first line, `None` if not yet received.
 fn find_crlf(buf: &[u8], max: usize) -> Result<Option<usize>, ParseError> {
     match memchr::memchr(b'\n', buf) {

@@ -119,14 +119,19 @@ impl FramingFields {
                     "both Transfer-Encoding and Content-Length",
                 ));
             }
+            // A coding weir does not decode (`gzip, chunked`) would reach the client as raw
+            // framing, or as bytes it cannot read: refused (a 502 from the proxy).
+            if self.te_unknown {
+                return Err(ParseError::NotImplemented(
+                    "unsupported transfer coding in response",
+                ));
+            }
             // A response whose final coding is not chunked is delimited by the close.
-            return Ok(
-                if self.te_last_chunked && !self.te_chunked_not_last && !self.te_unknown {
-                    BodyKind::Chunked
-                } else {
-                    BodyKind::CloseDelimited
-                },
-            );
+            return Ok(if self.te_last_chunked && !self.te_chunked_not_last {
+                BodyKind::Chunked
+            } else {
+                BodyKind::CloseDelimited
+            });
         }
         Ok(match self.content_length {
             Some(0) => BodyKind::Empty,
@@ -214,9 +219,21 @@ mod tests {
         assert_eq!(f.response_body(204, false), Ok(BodyKind::Empty));
         assert_eq!(f.response_body(304, false), Ok(BodyKind::Empty));
         assert_eq!(f.response_body(200, true), Ok(BodyKind::Empty));
+        // Codings weir does not decode are refused, chunked last or not.
+        for te in [&b"gzip"[..], b"gzip, chunked", b"chunked, gzip"] {
+            let mut f = FramingFields::default();
+            f.transfer_encoding(te).unwrap();
+            assert_eq!(
+                f.response_body(200, false),
+                Err(ParseError::NotImplemented(
+                    "unsupported transfer coding in response"
+                )),
+                "{te:?}"
+            );
+        }
         let mut f = FramingFields::default();
-        f.transfer_encoding(b"gzip").unwrap();
-        assert_eq!(f.response_body(200, false), Ok(BodyKind::CloseDelimited));
+        f.transfer_encoding(b"chunked").unwrap();
+        assert_eq!(f.response_body(200, false), Ok(BodyKind::Chunked));
         f.content_length(b"3").unwrap();
         assert!(f.response_body(200, false).is_err());
     }

@@ -71,8 +71,14 @@ pub fn parse_response(
     };
     let base = buf.as_ptr() as usize;
     let offset = |s: &[u8]| s.as_ptr() as usize - base;
+    // httparse gives a reason phrase that is not UTF-8 as a static "" (not a slice of `buf`):
+    // its offset must not be taken (it underflowed).
     let reason = resp.reason.unwrap_or("");
-    let reason_range = (offset(reason.as_bytes()), reason.len());
+    let reason_range = if reason.is_empty() {
+        (0, 0)
+    } else {
+        (offset(reason.as_bytes()), reason.len())
+    };
     let mut ranges = Offsets::new();
     let mut framing = FramingFields::default();
     let (mut close, mut keep_alive_token) = (false, false);

@@ -81,6 +81,31 @@ fn age_lists_use_their_first_member() {
     );
 }
 
+/// RFC 9111 §1.2.2: a huge Age saturates at 2^31, it does not wrap to 0 (which served a stale
+/// response fresh).
+#[test]
+fn a_huge_age_saturates_and_stays_stale() {
+    for age in [
+        "18446744073709551615",
+        "18446744073709551616",
+        "99999999999999999999999",
+    ] {
+        let h = format!("Cache-Control: max-age=3600\r\nAge: {age}\r\n");
+        let o = scripted(move |_, n| resp("200 OK", &h, &format!("body{n}")));
+        let c = cache(&o.origin, "", "1m");
+        get(&c, "/r", "");
+        // A second of residence: the sum that wrapped.
+        c.clock.advance(1);
+        let r = get(&c, "/r", "");
+        assert_eq!(
+            (o.requests(), r.text().as_str()),
+            (2, "body2"),
+            "Age: {age}"
+        );
+        assert_ne!(r.header("age"), Some("0"), "Age: {age}");
+    }
+}
+
 #[test]
 fn expires_in_every_date_form_and_wrong_case_is_expired() {
     for form in date_forms(3600) {

@@ -278,6 +278,14 @@ pub(crate) async fn forward<D: Downstream>(
             }
         }
     };
+    if resp.body == BodyKind::Chunked {
+        // A body bad from its first chunk-size line is a 502, not a relayed head and a cut.
+        if let Err(e) = weir_http::body::check_first_chunk(&upstream_conn.buf) {
+            let e = Error::with(ErrorKind::BadResponse, format!("bad response body: {e}"));
+            record_failure(up, server, &e);
+            return fail(d, ctx, &target, Some(server), e, persistence, has_body, ex);
+        }
+    }
     ctx.upstream = Some((route.upstream as u32, server as u32));
     ctx.upstream_head_at = Some(std::time::Instant::now());
     ctx.status = resp.status;
