@@ -157,6 +157,13 @@ impl prometheus_client::collector::Collector for Scrape {
         self.cache(&mut enc)?;
         family(
             &mut enc,
+            "weir_panics",
+            "Panics caught: each closed the connection being served; the worker went on.",
+            MetricType::Counter,
+            [(Labels::new(), counter(crate::logs::PANICS.total()))],
+        )?;
+        family(
+            &mut enc,
             "weir_access_log_dropped_lines",
             "Access log lines dropped because the log writer fell behind.",
             MetricType::Counter,

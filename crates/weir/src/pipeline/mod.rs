@@ -60,6 +60,8 @@ pub(crate) async fn handle<D: Downstream>(
     listener: usize,
     head: &RequestHead,
 ) -> Result<Persistence, Error> {
+    #[cfg(debug_assertions)]
+    fault_injection(head);
     let mut ctx = RequestCtx::new(rt.clone(), listener);
     let result = match start(d, &mut ctx, &rt, head) {
         Started::Done(result) => result,
@@ -317,6 +319,16 @@ pub(crate) fn check_declared_length(
             Err(weir_http::ParseError::BodyTooLarge.into())
         }
         _ => Ok(()),
+    }
+}
+
+/// Debug builds only, and only with `WEIR_FAULT_INJECTION` set in the environment: a request
+/// for `/__weir_fault/panic` panics, so tests can prove that a panic closes one connection and
+/// no worker (`tests/panics.rs`). Compiled out of release builds.
+#[cfg(debug_assertions)]
+fn fault_injection(head: &RequestHead) {
+    if head.path() == b"/__weir_fault/panic" && std::env::var_os("WEIR_FAULT_INJECTION").is_some() {
+        panic!("fault injection: a panic while serving a request");
     }
 }
 

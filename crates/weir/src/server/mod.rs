@@ -116,6 +116,7 @@ pub fn start_with(
     cfg: RuntimeConfig,
     mut inherited: Vec<(SocketAddr, TcpListener)>,
 ) -> io::Result<ServerHandle> {
+    crate::logs::install_panic_hook();
     let cfg = Arc::new(cfg);
     let workers = cfg.workers.max(1);
     let mut per_worker: Vec<Vec<worker::Listening>> = (0..workers).map(|_| Vec::new()).collect();
