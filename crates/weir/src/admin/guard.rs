@@ -13,136 +13,60 @@
 //!   `Authorization: Bearer <token>` (compared in constant time); else 401;
 //! - every endpoint has its methods: anything else is 405 with `Allow` (RFC 9110 §15.5.6).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
 use weir_http::{Method, RequestHead};
 
 use super::AdminReply;
-use crate::config::{model, BaseDir, CompileError};
+pub use crate::runtime::admin_settings::AdminSettings;
 
-/// The admin listener's access settings, compiled.
-#[derive(Debug, Clone)]
-pub struct AdminSettings {
-    pub address: SocketAddr,
-    /// Lowercased, without a trailing dot.
-    allowed_hosts: Vec<Vec<u8>>,
-    token: Option<String>,
-    /// Admin requests go to the access log.
-    pub access_log: bool,
-}
-
-impl AdminSettings {
-    pub(crate) fn compile(
-        a: &model::Admin,
-        address: SocketAddr,
-        base: &BaseDir,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<AdminSettings, CompileError> {
-        let token = match (&a.token_file, &a.token_env) {
-            (Some(_), Some(_)) => {
-                return Err((
-                    "admin.token_env".into(),
-                    "give token_file or token_env, not both".into(),
-                ))
-            }
-            (Some(f), None) => {
-                let path = base.0.join(f);
-                let text = std::fs::read_to_string(&path).map_err(|e| {
-                    (
-                        "admin.token_file".to_string(),
-                        format!("cannot read {}: {e}", path.display()),
-                    )
-                })?;
-                Some(text.trim().to_string())
-            }
-            (None, Some(var)) => Some(
-                env(var)
-                    .ok_or_else(|| {
-                        (
-                            "admin.token_env".to_string(),
-                            format!("environment variable {var} is not set"),
-                        )
-                    })?
-                    .trim()
-                    .to_string(),
-            ),
-            (None, None) => None,
-        };
-        if token.as_deref().is_some_and(|t| t.len() < 16) {
-            let key = if a.token_file.is_some() {
-                "admin.token_file"
-            } else {
-                "admin.token_env"
-            };
-            return Err((
-                key.into(),
-                "the token must be at least 16 characters".into(),
+/// The refusal for `req` under `settings`, if it is refused.
+pub fn refuse(settings: &AdminSettings, req: &RequestHead) -> Option<AdminReply> {
+    if let Some(host) = req.host() {
+        if !host_allowed(settings, host) {
+            return Some(refusal(403, "Host not allowed for the admin API", b""));
+        }
+    }
+    let safe = matches!(req.method, Method::Get | Method::Head | Method::Options);
+    if !safe && cross_site(req) {
+        return Some(refusal(403, "cross-site request refused", b""));
+    }
+    let allow = allowed_methods(req.path());
+    if let Some(allow) = allow {
+        if !method_in(&req.method, allow) {
+            let line = format!("Allow: {}\r\n", allow.join(", "));
+            return Some(refusal(405, "method not allowed", line.as_bytes()));
+        }
+    }
+    if let Some(token) = settings.token() {
+        let exempt = req.path() == b"/health" && safe;
+        if !exempt && !bearer_matches(req, token) {
+            return Some(refusal(
+                401,
+                "a bearer token is required",
+                b"WWW-Authenticate: Bearer realm=\"weir admin\"\r\n",
             ));
         }
-        Ok(AdminSettings {
-            address,
-            allowed_hosts: a
-                .allowed_hosts
-                .iter()
-                .map(|h| h.trim_end_matches('.').to_ascii_lowercase().into_bytes())
-                .collect(),
-            token,
-            access_log: a.access_log,
-        })
     }
+    None
+}
 
-    /// Whether a token is required.
-    pub fn has_token(&self) -> bool {
-        self.token.is_some()
+fn host_allowed(settings: &AdminSettings, host: &[u8]) -> bool {
+    if host.eq_ignore_ascii_case(b"localhost") {
+        return true;
     }
-
-    /// The refusal for `req`, if it is refused.
-    pub fn refuse(&self, req: &RequestHead) -> Option<AdminReply> {
-        if let Some(host) = req.host() {
-            if !self.host_allowed(host) {
-                return Some(refusal(403, "Host not allowed for the admin API", b""));
-            }
-        }
-        let safe = matches!(req.method, Method::Get | Method::Head | Method::Options);
-        if !safe && cross_site(req) {
-            return Some(refusal(403, "cross-site request refused", b""));
-        }
-        let allow = allowed_methods(req.path());
-        if let Some(allow) = allow {
-            if !method_in(&req.method, allow) {
-                let line = format!("Allow: {}\r\n", allow.join(", "));
-                return Some(refusal(405, "method not allowed", line.as_bytes()));
-            }
-        }
-        if let Some(token) = &self.token {
-            let exempt = req.path() == b"/health" && safe;
-            if !exempt && !bearer_matches(req, token) {
-                return Some(refusal(
-                    401,
-                    "a bearer token is required",
-                    b"WWW-Authenticate: Bearer realm=\"weir admin\"\r\n",
-                ));
-            }
-        }
-        None
+    let literal = host.strip_prefix(b"[").and_then(|h| h.strip_suffix(b"]"));
+    let ip = std::str::from_utf8(literal.unwrap_or(host))
+        .ok()
+        .and_then(|t| t.parse::<IpAddr>().ok());
+    if let Some(ip) = ip {
+        let bound = settings.address.ip();
+        return ip.is_loopback() || bound.is_unspecified() || ip == bound;
     }
-
-    fn host_allowed(&self, host: &[u8]) -> bool {
-        if host.eq_ignore_ascii_case(b"localhost") {
-            return true;
-        }
-        let literal = host.strip_prefix(b"[").and_then(|h| h.strip_suffix(b"]"));
-        let ip = std::str::from_utf8(literal.unwrap_or(host))
-            .ok()
-            .and_then(|t| t.parse::<IpAddr>().ok());
-        if let Some(ip) = ip {
-            let bound = self.address.ip();
-            return ip.is_loopback() || bound.is_unspecified() || ip == bound;
-        }
-        self.allowed_hosts
-            .iter()
-            .any(|h| h.eq_ignore_ascii_case(host))
-    }
+    settings
+        .allowed_hosts()
+        .iter()
+        .any(|h| h.eq_ignore_ascii_case(host))
 }
 
 /// The methods each endpoint takes; `None`: no such endpoint (404 from the API).

@@ -40,7 +40,7 @@ impl Limited {
     /// suppressed before it.
     pub fn admit(&self) -> Option<u64> {
         self.total.fetch_add(1, Ordering::Relaxed);
-        let now = crate::proxy::upstream::now_ms() / 1000 + 1;
+        let now = seconds_since_start() + 1;
         let w = self.window.load(Ordering::Relaxed);
         let (sec, lines) = (w >> 16, w & 0xffff);
         let next = if sec == now {
@@ -69,6 +69,15 @@ impl Default for Limited {
     fn default() -> Self {
         Limited::new()
     }
+}
+
+/// Whole seconds since the first call (monotonic).
+fn seconds_since_start() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs()
 }
 
 /// Panics caught while serving a connection (or anywhere in the process).

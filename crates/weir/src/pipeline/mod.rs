@@ -146,7 +146,12 @@ fn start<'a, D: Downstream>(
     if let Routed::Found(route) = &routed {
         if matches!(route.action, Action::Admin) {
             let rt = ctx.rt.clone();
-            if let Some(refused) = rt.cfg.admin.as_ref().and_then(|a| a.refuse(head)) {
+            if let Some(refused) = rt
+                .cfg
+                .admin
+                .as_ref()
+                .and_then(|a| crate::admin::guard::refuse(a, head))
+            {
                 let persistence = if head.body == BodyKind::Empty {
                     d.persistence(head)
                 } else {

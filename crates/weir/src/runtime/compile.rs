@@ -170,7 +170,7 @@ pub(crate) fn compile(
     let mut admin_settings = None;
     if let Some(admin) = &file.admin {
         let address = resolve(&admin.address).map_err(|m| ("admin.address".to_string(), m))?;
-        let settings = crate::admin::guard::AdminSettings::compile(admin, address, base, &|v| {
+        let settings = super::admin_settings::AdminSettings::compile(admin, address, base, &|v| {
             std::env::var(v).ok()
         })?;
         // Scrapes and dashboards would flood the access log: admin requests are logged only

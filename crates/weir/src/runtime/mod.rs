@@ -9,6 +9,7 @@
 //! routes, proxies or caches; this module is where those meet. `config/` imports none of them,
 //! so it stays a leaf.
 
+pub mod admin_settings;
 mod compile;
 mod published;
 pub mod registry;
@@ -54,7 +55,7 @@ pub struct RuntimeConfig {
     /// HTTP/2 limits (validated: window and frame sizes within RFC 9113's ranges).
     pub http2: crate::config::model::Http2,
     /// Who may use the admin API, when there is an admin listener.
-    pub admin: Option<crate::admin::guard::AdminSettings>,
+    pub admin: Option<admin_settings::AdminSettings>,
 }
 
 /// The error log's settings.
