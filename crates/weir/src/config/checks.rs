@@ -20,9 +20,14 @@ pub(crate) fn check_header_name(n: &str) -> Result<(), String> {
     }
 }
 
+/// Libraries whose log lines a client can cause (a rapid-reset connection, a bad SNI, a
+/// renegotiation attempt): logged at `error` unless the filter names them. weir counts those
+/// events itself (`/metrics`) and logs them rate-limited.
+const CLIENT_DRIVEN: [&str; 3] = ["h2", "rustls", "tokio_rustls"];
+
 /// A log level or `RUST_LOG`-style filter: `info`, `warn,weir::proxy=debug`. Stricter than
 /// `EnvFilter` alone, which reads a lone misspelt level (`infoo`) as a target name and
-/// silently logs nothing.
+/// silently logs nothing. The targets of [`CLIENT_DRIVEN`] default to `error`.
 pub fn log_filter(spec: &str) -> Result<tracing_subscriber::EnvFilter, String> {
     const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
     let is_level = |l: &str| LEVELS.iter().any(|x| x.eq_ignore_ascii_case(l.trim()));
@@ -35,7 +40,16 @@ pub fn log_filter(spec: &str) -> Result<tracing_subscriber::EnvFilter, String> {
             ));
         }
     }
+    let mut full = spec.to_string();
+    for target in CLIENT_DRIVEN {
+        let named = spec
+            .split(',')
+            .any(|p| p.trim().split('=').next() == Some(target));
+        if !named {
+            full.push_str(&format!(",{target}=error"));
+        }
+    }
     tracing_subscriber::EnvFilter::builder()
-        .parse(spec)
+        .parse(&full)
         .map_err(|e| format!("invalid log level {spec:?}: {e}"))
 }

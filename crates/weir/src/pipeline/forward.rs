@@ -41,6 +41,12 @@ use crate::proxy::pool::UpstreamConn;
 use crate::proxy::route::ProxyRoute;
 use crate::proxy::upstream::{now_ms, Upstream};
 
+/// Client-triggerable log lines, rate-limited (`logs/`): a client chooses how often an upstream
+/// fails it. The events themselves are counted per server in `/metrics`.
+static FAILURE_LOG: crate::logs::Limited = crate::logs::Limited::new();
+static RETRY_LOG: crate::logs::Limited = crate::logs::Limited::new();
+static ABORT_LOG: crate::logs::Limited = crate::logs::Limited::new();
+
 /// Most interim (1xx) responses relayed for one request; more is treated as a broken upstream.
 const MAX_INTERIM: usize = 32;
 /// Request bytes gathered before a write to the upstream.
@@ -255,7 +261,9 @@ pub(crate) async fn forward<D: Downstream>(
         match result {
             Ok(resp) => {
                 if retry(replayable && up.retry.on_status.contains(&resp.status)) {
-                    tracing::warn!(upstream = %up.name, server = %up.servers[server].name, status = resp.status, "retrying on another server");
+                    if let Some(suppressed) = RETRY_LOG.admit() {
+                        tracing::warn!(upstream = %up.name, server = %up.servers[server].name, status = resp.status, suppressed, "retrying on another server");
+                    }
                     continue;
                 }
                 break (server, conn, resp);
@@ -354,7 +362,9 @@ fn fail<D: Downstream>(
     let up = target.up;
     let server_name = server.map(|s| up.servers[s].name.as_str()).unwrap_or("-");
     let status = e.status().unwrap_or(502);
-    tracing::warn!(upstream = %up.name, server = %server_name, status, reason = %e, "upstream failure");
+    if let Some(suppressed) = FAILURE_LOG.admit() {
+        tracing::warn!(upstream = %up.name, server = %server_name, status, reason = %e, suppressed, "upstream failure");
+    }
     ex.failed = Some(status);
     if let Some(s) = server {
         ctx.upstream = Some((target.route.upstream as u32, s as u32));
@@ -534,7 +544,9 @@ fn aborted(up: &Upstream, server: usize, why: &str) -> Error {
     let s = &up.servers[server];
     s.health.count_failure();
     up.record_passive_failure(server, now_ms());
-    tracing::warn!(upstream = %up.name, server = %s.name, reason = %why, "upstream failed mid-response, aborting the client connection");
+    if let Some(suppressed) = ABORT_LOG.admit() {
+        tracing::warn!(upstream = %up.name, server = %s.name, reason = %why, suppressed, "upstream failed mid-response, aborting the client connection");
+    }
     Error::with(ErrorKind::UpstreamAborted, why)
 }
 

@@ -396,7 +396,10 @@ async fn accept_loop(
                 Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionAborted => {}
                 Ok(Err(e)) => {
                     // EMFILE/ENFILE/ENOBUFS: back off instead of spinning on a full table.
-                    tracing::warn!(error = %e, "accept failed");
+                    static ACCEPT_FAILED: crate::logs::Limited = crate::logs::Limited::new();
+                    if let Some(suppressed) = ACCEPT_FAILED.admit() {
+                        tracing::warn!(error = %e, suppressed, "accept failed");
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     break;
                 }

@@ -153,7 +153,10 @@ pub(super) fn purge_request<D: Downstream>(
     ctx.cache = CacheState::Answered;
     let peer = d.peer();
     if !stage.cache.may_purge(peer.ip()) {
-        tracing::warn!(%peer, "PURGE refused");
+        static REFUSED: crate::logs::Limited = crate::logs::Limited::new();
+        if let Some(suppressed) = REFUSED.admit() {
+            tracing::warn!(%peer, suppressed, "PURGE refused");
+        }
         return crate::pipeline::send_error(d, ctx, head, 403, &[], persistence);
     }
     let key = stage.cache.key.key(head, stage.scheme);
