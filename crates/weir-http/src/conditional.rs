@@ -28,24 +28,72 @@ pub enum RangeSpec {
     Unsatisfiable,
 }
 
-/// RFC 9110 §13.2.2 steps 3–4 for GET/HEAD: whether to answer 304. `If-None-Match` (weak
-/// comparison) wins over `If-Modified-Since`; a date that does not parse is ignored.
-pub fn not_modified(req: &RequestHead, v: &Validators<'_>) -> bool {
+/// The verdict of a request's preconditions (RFC 9110 §13.2.2) on a representation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precondition {
+    /// Go on (serve it, or evaluate the range).
+    Pass,
+    /// 412 Precondition Failed: `If-Match` or `If-Unmodified-Since` did not hold.
+    Failed,
+    /// 304 Not Modified (GET and HEAD only).
+    NotModified,
+}
+
+/// RFC 9110 §13.2.2 steps 1–4, in one pass over the request's fields: `If-Match` (strong
+/// comparison; `*` matches any current representation) else `If-Unmodified-Since`, then for
+/// GET/HEAD `If-None-Match` (weak comparison) else `If-Modified-Since`. A date that does not
+/// parse is ignored, as is a date condition when the representation has no modification time.
+pub fn evaluate(req: &RequestHead, v: &Validators<'_>) -> Precondition {
+    let (mut im, mut ius, mut inm, mut ims) = (None, None, None, None);
+    for h in &req.headers {
+        let slot = match h.name.len() {
+            8 if h.name.eq_ignore_ascii_case(b"if-match") => &mut im,
+            13 if h.name.eq_ignore_ascii_case(b"if-none-match") => &mut inm,
+            17 if h.name.eq_ignore_ascii_case(b"if-modified-since") => &mut ims,
+            19 if h.name.eq_ignore_ascii_case(b"if-unmodified-since") => &mut ius,
+            _ => continue,
+        };
+        slot.get_or_insert(&h.value[..]);
+    }
+    if let Some(list) = im {
+        let matched = list.split(|b| *b == b',').map(<[u8]>::trim_ascii).any(|t| {
+            t == b"*"
+                || v.etag
+                    .is_some_and(|e| !e.starts_with(b"W/") && !t.starts_with(b"W/") && t == e)
+        });
+        if !matched {
+            return Precondition::Failed;
+        }
+    } else if let (Some(date), Some(m)) = (ius.and_then(parse_date), v.modified) {
+        if m > date {
+            return Precondition::Failed;
+        }
+    }
     if !matches!(req.method, Method::Get | Method::Head) {
-        return false;
+        return Precondition::Pass;
     }
-    if let Some(inm) = req.header("if-none-match") {
-        let Some(etag) = v.etag else { return false };
-        let stored = weak(etag);
-        return inm
-            .split(|b| *b == b',')
-            .map(<[u8]>::trim_ascii)
-            .any(|t| t == b"*" || weak(t) == stored);
-    }
-    let Some(ims) = req.header("if-modified-since").and_then(|d| parse_date(d)) else {
-        return false;
+    let not_modified = if let Some(list) = inm {
+        v.etag.is_some_and(|etag| {
+            let stored = weak(etag);
+            list.split(|b| *b == b',')
+                .map(<[u8]>::trim_ascii)
+                .any(|t| t == b"*" || weak(t) == stored)
+        })
+    } else if let (Some(date), Some(m)) = (ims.and_then(parse_date), v.modified) {
+        m <= date
+    } else {
+        false
     };
-    v.modified.is_some_and(|m| m <= ims)
+    if not_modified {
+        Precondition::NotModified
+    } else {
+        Precondition::Pass
+    }
+}
+
+/// RFC 9110 §13.2.2 steps 3–4 for GET/HEAD: whether to answer 304 (see [`evaluate`]).
+pub fn not_modified(req: &RequestHead, v: &Validators<'_>) -> bool {
+    evaluate(req, v) == Precondition::NotModified
 }
 
 /// The range to serve for `req` over a representation of `size` bytes (GET only).

@@ -101,3 +101,35 @@ fn fields_a_304_updates_and_those_it_does_not() {
     }
     assert_eq!(hit.text(), "0123456789");
 }
+
+/// If-Match and If-Unmodified-Since on a cache hit go through the same evaluator as static
+/// files: 412 when they fail (issue 18, item 11).
+#[test]
+fn cache_hits_answer_412_to_failed_preconditions() {
+    let o = scripted(|_, _| {
+        resp(
+            "200 OK",
+            "Cache-Control: max-age=600\r\nETag: \"v1\"\r\nLast-Modified: Mon, 01 Jan 2024 00:00:00 GMT\r\n",
+            "stored",
+        )
+    });
+    let c = cache(&o.origin, "", "1m");
+    get(&c, "/p", "");
+    for (h, status) in [
+        ("If-Match: \"v1\"\r\n", 200),
+        ("If-Match: \"v2\"\r\n", 412),
+        (
+            "If-Unmodified-Since: Mon, 01 Jan 2001 00:00:00 GMT\r\n",
+            412,
+        ),
+        (
+            "If-Unmodified-Since: Mon, 01 Jan 2024 00:00:00 GMT\r\n",
+            200,
+        ),
+    ] {
+        let r = get(&c, "/p", h);
+        assert_eq!(r.status, status, "{h}");
+        assert!(status_of(&r).contains("hit"), "{}", status_of(&r));
+    }
+    assert_eq!(o.requests(), 1);
+}

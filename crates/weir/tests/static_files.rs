@@ -24,7 +24,8 @@ fn fixture(name: &str) -> Fixture {
     std::os::unix::fs::symlink(base.join("secret.txt"), root.join("escape.txt")).unwrap();
     std::os::unix::fs::symlink(root.join("hello.txt"), root.join("inside.txt")).unwrap();
     let routes = format!(
-        "      - match: {{ path_prefix: /static/ }}\n        static: {{ root: {} }}\n",
+        "      - match: {{ path_prefix: /static/ }}\n        static: {{ root: {} }}\n      - static: {{ root: {} }}\n",
+        root.display(),
         root.display()
     );
     Fixture {
@@ -155,4 +156,81 @@ fn no_escape_from_the_root() {
         "POST /static/hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n",
     );
     assert_eq!((r.status, r.header("allow")), (405, Some("GET, HEAD")));
+}
+
+/// Issue 18, item 11: no open redirect, long segments and a file named as a directory are
+/// 404, and If-Match / If-Unmodified-Since are honoured (412).
+#[test]
+fn redirects_never_leave_the_site_and_odd_paths_are_404() {
+    let f = fixture("odd");
+    for (path, location) in [
+        ("//docs", "/docs/"),
+        ("///docs?x=1", "/docs/?x=1"),
+        ("/docs", "/docs/"),
+        ("/static/docs", "/static/docs/"),
+    ] {
+        let r = req(&f, &format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n"));
+        assert_eq!(
+            (r.status, r.header("location")),
+            (301, Some(location)),
+            "{path}"
+        );
+    }
+    let long = "a".repeat(300);
+    for path in [
+        format!("/static/{long}"),
+        format!("/static/docs/{long}/x"),
+        "/static/hello.txt/".to_string(),
+        "/hello.txt/".to_string(),
+    ] {
+        let r = req(&f, &format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n"));
+        assert_eq!(r.status, 404, "{path}");
+    }
+}
+
+#[test]
+fn if_match_and_if_unmodified_since_answer_412() {
+    let f = fixture("preconditions");
+    let r = get(f.srv.addr, "/static/hello.txt");
+    let etag = r.header("etag").unwrap().to_string();
+    let get_with = |h: &str| {
+        req(
+            &f,
+            &format!("GET /static/hello.txt HTTP/1.1\r\nHost: a\r\n{h}\r\n"),
+        )
+        .status
+    };
+    assert_eq!(get_with(&format!("If-Match: {etag}\r\n")), 200);
+    assert_eq!(get_with("If-Match: *\r\n"), 200);
+    assert_eq!(get_with(&format!("If-Match: \"nope\", {etag}\r\n")), 200);
+    assert_eq!(get_with("If-Match: \"nope\"\r\n"), 412);
+    assert_eq!(
+        get_with(&format!("If-Match: W/{etag}\r\n")),
+        412,
+        "strong comparison"
+    );
+    assert_eq!(
+        get_with("If-Unmodified-Since: Mon, 01 Jan 2001 00:00:00 GMT\r\n"),
+        412
+    );
+    assert_eq!(
+        get_with("If-Unmodified-Since: Fri, 01 Jan 2100 00:00:00 GMT\r\n"),
+        200
+    );
+    assert_eq!(
+        get_with("If-Unmodified-Since: soon\r\n"),
+        200,
+        "an invalid date is ignored"
+    );
+    // If-Match wins over If-Unmodified-Since, and 412 over 304.
+    assert_eq!(
+        get_with(&format!(
+            "If-Match: {etag}\r\nIf-Unmodified-Since: Mon, 01 Jan 2001 00:00:00 GMT\r\n"
+        )),
+        200
+    );
+    assert_eq!(
+        get_with(&format!("If-Match: \"nope\"\r\nIf-None-Match: {etag}\r\n")),
+        412
+    );
 }

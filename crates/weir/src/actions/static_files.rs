@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
-use weir_http::conditional::{self, RangeSpec, Validators};
+use weir_http::conditional::{self, Precondition, RangeSpec, Validators};
 use weir_http::response::put_header;
 use weir_http::{Framing, Method, RequestHead};
 
@@ -122,6 +122,8 @@ impl StaticFiles {
             match seg {
                 b"" | b"." => {}
                 b".." => return canned(404),
+                // No file name is longer (NAME_MAX): 404 without asking the filesystem.
+                s if s.len() > 255 => return canned(404),
                 s => path.push(std::ffi::OsStr::from_bytes(s)),
             }
         }
@@ -129,7 +131,8 @@ impl StaticFiles {
             Ok(m) => m,
             Err(e) => return canned(io_status(&e)),
         };
-        if meta.is_dir() {
+        let meta_was_dir = meta.is_dir();
+        if meta_was_dir {
             if !req.path().ends_with(b"/") {
                 return redirect_to_dir(req);
             }
@@ -143,6 +146,10 @@ impl StaticFiles {
         }
         if !meta.is_file() {
             return canned(403);
+        }
+        if req.path().ends_with(b"/") && !meta_was_dir {
+            // `/file.txt/` names a directory that is not there (nginx answers 404 too).
+            return canned(404);
         }
         match std::fs::canonicalize(&path) {
             Ok(real) if real.starts_with(&self.root) => {}
@@ -168,7 +175,11 @@ impl StaticFiles {
             modified: Some(mtime_secs),
         };
         let mut lines = BytesMut::with_capacity(256);
-        if conditional::not_modified(req, &validators) {
+        let verdict = conditional::evaluate(req, &validators);
+        if verdict == Precondition::Failed {
+            return canned(412);
+        }
+        if verdict == Precondition::NotModified {
             put_header(&mut lines, b"ETag", etag.as_bytes());
             put_header(&mut lines, b"Last-Modified", last_modified.as_bytes());
             return StaticReply::File {
@@ -227,12 +238,22 @@ fn io_status(e: &std::io::Error) -> u16 {
         std::io::ErrorKind::NotFound => 404,
         std::io::ErrorKind::PermissionDenied => 403,
         _ if e.raw_os_error() == Some(libc::ENOTDIR) => 404,
+        // A segment longer than a file name can be names no file.
+        _ if e.raw_os_error() == Some(libc::ENAMETOOLONG) => 404,
         _ => 500,
     }
 }
 
 fn redirect_to_dir(req: &RequestHead) -> StaticReply {
-    let mut location = req.path().to_vec();
+    // `//evil.com` + `/` would be a network-path reference (an open redirect): the Location
+    // starts with one slash, whatever the request had.
+    let path = req.path();
+    let from = path
+        .iter()
+        .take_while(|b| **b == b'/')
+        .count()
+        .saturating_sub(1);
+    let mut location = path[from..].to_vec();
     location.push(b'/');
     if let Some(q) = req.query() {
         location.push(b'?');

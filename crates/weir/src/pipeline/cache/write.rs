@@ -57,7 +57,24 @@ pub(super) fn write_stored_with<D: Downstream>(
     // Conditionals and ranges apply to a stored 200 only; the rules are the static files'.
     let validators = obj.validators();
     let complete = obj.meta.status == 200;
-    if complete && conditional::not_modified(head, &validators) {
+    let verdict = if complete {
+        conditional::evaluate(head, &validators)
+    } else {
+        conditional::Precondition::Pass
+    };
+    if verdict == conditional::Precondition::Failed {
+        let body = crate::error::canned_body(412);
+        let mut reply = crate::error::canned(412, body.len(), b"");
+        reply.render = Some(&render);
+        proxy.filters.response(&mut reply);
+        send_head(d, ctx, &reply, persistence);
+        if head.method != Method::Head {
+            ctx.bytes_sent += body.len() as u64;
+            d.send_data(&Bytes::from(body));
+        }
+        return;
+    }
+    if verdict == conditional::Precondition::NotModified {
         let kept = stored_fields_304(obj);
         let mut reply = Reply::new(304, Framing::Given);
         reply.base = Base::Encoded(&kept);
