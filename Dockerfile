@@ -15,7 +15,9 @@ COPY --from=build /src/target/release/weir /usr/local/bin/weir
 COPY deploy/container.yaml /etc/weir/weir.yaml
 COPY examples/www /etc/weir/www
 USER weir
-EXPOSE 8080 9901
+# Only the service port: the admin API listens on the container's loopback (deploy/container.yaml);
+# to publish it, run with -e WEIR_ADMIN=0.0.0.0:9901 -p 127.0.0.1:9901:9901 on a trusted host.
+EXPOSE 8080
 ENV WEIR_LISTEN=0.0.0.0:8080
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/weir"]

@@ -8,8 +8,14 @@ use crate::date::with_date_line;
 /// The interim response sent before reading a body announced with `Expect: 100-continue`.
 pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
-/// The reason phrase of a status code ("" for unknown codes).
+/// The reason phrase of a status code ("" for unknown codes), as RFC 9110 names it (the `http`
+/// crate still has RFC 7231's "Payload Too Large" and "Unprocessable Entity").
 pub fn reason(status: u16) -> &'static str {
+    match status {
+        413 => return "Content Too Large",
+        422 => return "Unprocessable Content",
+        _ => {}
+    }
     http::StatusCode::from_u16(status)
         .ok()
         .and_then(|s| s.canonical_reason())

@@ -104,6 +104,10 @@ listeners:
     assert_eq!(v["route"], "api");
     assert_eq!(v["upstream_addr"], origin.addr.to_string());
     assert!(v["upstream_time"].as_f64().unwrap() >= 0.0);
+    // Absent values are null, as the docs say (not cached, no TLS), never the text "-".
+    for absent in ["cache", "tls_protocol", "tls_sni", "referer"] {
+        assert!(v[absent].is_null(), "{absent}: {}", v[absent]);
+    }
     let id = v["request_id"].as_str().unwrap().to_string();
     assert_eq!(id.len(), 32, "an untrusted client's id is replaced: {id}");
 

@@ -437,7 +437,10 @@ fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
         }
         None => out.extend_from_slice(b"null"),
     }
-    let _ = write!(out, ",\"cache\":\"{}\",\"route\":", e.cache);
+    // Not a cached route: `null`, as the docs promise for absent values (not the text `-`).
+    out.extend_from_slice(b",\"cache\":");
+    json_str((e.cache != "-").then_some(e.cache.as_bytes()), out);
+    out.extend_from_slice(b",\"route\":");
     json_str(Some(e.route.as_bytes()), out);
     out.extend_from_slice(b",\"tls_protocol\":");
     json_str(e.tls.map(|t| t.protocol.as_bytes()), out);

@@ -140,7 +140,10 @@ fn json_api(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
         (b"/stats", false) => (200, stats(cfg)),
         (b"/purge", true) => {
             let selector = if let Some(u) = param("url") {
-                PurgeSelector::Url(u.as_bytes().to_vec())
+                match purge_url(u) {
+                    Ok(url) => PurgeSelector::Url(url),
+                    Err(why) => return (400, json_error(&why)),
+                }
             } else if let Some(p) = param("prefix") {
                 PurgeSelector::Prefix(p.as_bytes().to_vec())
             } else if let Some(h) = param("host") {
@@ -223,6 +226,32 @@ fn stats(cfg: &RuntimeConfig) -> String {
         );
     }
     serde_json::json!({ "zones": zones }).to_string()
+}
+
+/// The cache-key form of a purge URL: `host[:port]/path?query` as keys hold it (authority
+/// normalised as requests' are: lowercase, default port dropped), from that form or a full
+/// `http://` / `https://` URL. An error for a value that could match nothing (no path, a bad
+/// host): `{"purged":0}` for a typo was no answer.
+fn purge_url(u: &str) -> Result<Vec<u8>, String> {
+    let (rest, default_port) = if let Some(r) = u.strip_prefix("http://") {
+        (r, 80)
+    } else if let Some(r) = u.strip_prefix("https://") {
+        (r, 443)
+    } else {
+        (u, 80)
+    };
+    let bad = || {
+        format!("url={u:?} can match no cached object: give host[:port]/path?query or a full http(s) URL")
+    };
+    let slash = rest.find('/').ok_or_else(bad)?;
+    let (authority, path) = rest.split_at(slash);
+    let a = weir_http::authority::parse_authority(authority.as_bytes(), default_port)
+        .map_err(|_| bad())?;
+    let mut out = a
+        .normalised
+        .unwrap_or_else(|| authority.as_bytes().to_vec());
+    out.extend_from_slice(path.split('#').next().unwrap_or(path).as_bytes());
+    Ok(out)
 }
 
 fn json_error(msg: &str) -> String {

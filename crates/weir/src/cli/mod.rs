@@ -174,7 +174,12 @@ fn run(
     let handle = match server::start_with(cfg, inherited) {
         Ok(h) => h,
         Err(e) => {
-            eprintln!("weir: {e}");
+            // The file first, as config errors have it: `weir: FILE: line N: key ...`.
+            let file = path.as_ref().map_or_else(
+                || "<built-in config>".to_string(),
+                |p| p.display().to_string(),
+            );
+            eprintln!("weir: {file}: {e}");
             return ExitCode::FAILURE;
         }
     };

@@ -57,10 +57,17 @@ impl RouteTable {
         refs: &crate::actions::Refs<'_>,
         access_log: Option<usize>,
     ) -> Result<RouteTable, CompileError> {
-        let mut out = Vec::with_capacity(routes.len());
+        let mut out: Vec<Route> = Vec::with_capacity(routes.len());
         for (i, r) in routes.into_iter().enumerate() {
             let path = format!("{listener_path}.routes[{i}]");
             let name = r.name.clone().unwrap_or_else(|| format!("routes[{i}]"));
+            // A name labels the route's metrics and log lines: two routes must not share one.
+            if let Some(first) = out.iter().position(|o| o.name == name) {
+                return Err((
+                    format!("{path}.name"),
+                    format!("{name:?} is already the name of routes[{first}] on this listener"),
+                ));
+            }
             let log = refs.logs.slot(
                 r.access_log.as_ref(),
                 &format!("{path}.access_log"),

@@ -170,6 +170,16 @@ pub(crate) fn compile(
     let mut admin_settings = None;
     if let Some(admin) = &file.admin {
         let address = resolve(&admin.address).map_err(|m| ("admin.address".to_string(), m))?;
+        // One port cannot be both (`run` would fail to bind the second).
+        if let Some(l) = listeners.iter().find(|l| same_socket(l.address, address)) {
+            return Err((
+                "admin.address".to_string(),
+                format!(
+                    "{address} is also the address of {}",
+                    l.key.trim_end_matches(".address")
+                ),
+            ));
+        }
         let settings = super::admin_settings::AdminSettings::compile(admin, address, base, &|v| {
             std::env::var(v).ok()
         })?;
@@ -218,6 +228,14 @@ pub(crate) fn compile(
         http2: check_http2(file.http2)?,
         admin: admin_settings,
     })
+}
+
+/// Whether two addresses would bind the same socket: same port (not 0), and the same IP or
+/// either of them all addresses.
+fn same_socket(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
 /// Checks the `http2:` limits against RFC 9113's ranges.
