@@ -60,12 +60,20 @@ pub enum StaticBody {
     None,
     /// Read already (small files).
     Inline(Bytes),
-    /// `len` bytes of `file` from `offset`, to stream.
-    Stream {
-        file: File,
-        offset: u64,
-        len: u64,
-    },
+    /// `len` bytes of a file from `offset`, to stream.
+    Stream(FileBody),
+}
+
+/// A file being streamed: the open file, and its path to open it again after a wait for the
+/// client (a stalled HTTP/2 stream holds no descriptor: `pipeline::stream_file`).
+#[derive(Debug)]
+pub struct FileBody {
+    pub file: Option<File>,
+    pub path: PathBuf,
+    /// Device and inode of `file`: a file opened again must be the same one.
+    pub id: (u64, u64),
+    pub offset: u64,
+    pub len: u64,
 }
 
 fn canned(status: u16) -> StaticReply {
@@ -219,10 +227,10 @@ impl StaticFiles {
                 Ok(()) => StaticBody::Inline(data.freeze()),
                 // The file shrank since its size was read: stream what is there, and the
                 // stream cuts the connection when it runs short of the promised length.
-                Err(_) => StaticBody::Stream { file, offset, len },
+                Err(_) => StaticBody::Stream(FileBody::new(file, path, offset, len)),
             }
         } else {
-            StaticBody::Stream { file, offset, len }
+            StaticBody::Stream(FileBody::new(file, path, offset, len))
         };
         StaticReply::File {
             status,
@@ -230,6 +238,37 @@ impl StaticFiles {
             framing: Framing::Length(len),
             body,
         }
+    }
+}
+
+impl FileBody {
+    fn new(file: File, path: PathBuf, offset: u64, len: u64) -> FileBody {
+        use std::os::unix::fs::MetadataExt;
+        let id = file.metadata().map_or((0, 0), |m| (m.dev(), m.ino()));
+        FileBody {
+            file: Some(file),
+            path,
+            id,
+            offset,
+            len,
+        }
+    }
+
+    /// The open file, opened again if it was closed; an error if the path now names another
+    /// file (replaced while the client stalled: the promised bytes cannot be sent).
+    pub fn open(&mut self) -> std::io::Result<&File> {
+        use std::os::unix::fs::MetadataExt;
+        if self.file.is_none() {
+            let f = File::open(&self.path)?;
+            let m = f.metadata()?;
+            if (m.dev(), m.ino()) != self.id {
+                return Err(std::io::Error::other("file replaced while sending"));
+            }
+            self.file = Some(f);
+        }
+        self.file
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other("file not open"))
     }
 }
 

@@ -71,6 +71,19 @@ pub(crate) trait Downstream {
     /// Ends the body (the last chunk, when chunked).
     fn end_body(&mut self);
 
+    /// How many body bytes (up to `want`) the client can take at once, without waiting: `want`
+    /// for HTTP/1.1 (the socket's buffer absorbs them), an HTTP/2 stream's send window. A
+    /// producer that reads its body as it goes (a file) reads no more than this.
+    fn room_now(&mut self, want: usize) -> usize {
+        want
+    }
+
+    /// Waits (within `timeouts.write`) until the client can take some body bytes; how many,
+    /// up to `want`.
+    fn room(&mut self, want: usize) -> impl Future<Output = Result<usize, Error>> {
+        std::future::ready(Ok(want))
+    }
+
     /// Whether enough is queued that it should be written before reading more upstream.
     fn should_flush(&self) -> bool;
 

@@ -184,8 +184,8 @@ fn start<'a, D: Downstream>(
             let persistence = d.persistence(head);
             match answer(d, ctx, head, routed, &body, persistence) {
                 Answered::Done(persistence) => Ok(persistence),
-                Answered::Stream(persistence, file, offset, len) => {
-                    stream_file(d, ctx, file, offset, len).await?;
+                Answered::Stream(persistence, body) => {
+                    stream_file(d, ctx, body).await?;
                     Ok(persistence)
                 }
             }
@@ -198,8 +198,8 @@ fn start<'a, D: Downstream>(
     };
     match answer(d, ctx, head, routed, &[], persistence) {
         Answered::Done(persistence) => Started::Done(Ok(persistence)),
-        Answered::Stream(persistence, file, offset, len) => Started::Later(Box::pin(async move {
-            stream_file(d, ctx, file, offset, len).await?;
+        Answered::Stream(persistence, body) => Started::Later(Box::pin(async move {
+            stream_file(d, ctx, body).await?;
             Ok(persistence)
         })),
     }
@@ -208,8 +208,8 @@ fn start<'a, D: Downstream>(
 /// What [`answer`] left to do.
 enum Answered {
     Done(Persistence),
-    /// Stream `len` bytes of the file from `offset` after the head.
-    Stream(Persistence, std::fs::File, u64, u64),
+    /// Stream the file's bytes after the head.
+    Stream(Persistence, crate::actions::static_files::FileBody),
 }
 
 /// Answers a request routed to anything but a proxy (or to nothing).
@@ -282,9 +282,7 @@ fn answer<D: Downstream>(
                         ctx.bytes_sent += data.len() as u64;
                         d.send_data(&data);
                     }
-                    StaticBody::Stream { file, offset, len } => {
-                        return Answered::Stream(persistence, file, offset, len)
-                    }
+                    StaticBody::Stream(body) => return Answered::Stream(persistence, body),
                 }
                 persistence
             }
@@ -496,15 +494,23 @@ async fn read_body<D: Downstream>(
 async fn stream_file<D: Downstream>(
     d: &mut D,
     ctx: &mut RequestCtx,
-    file: std::fs::File,
-    mut offset: u64,
-    mut len: u64,
+    mut body: crate::actions::static_files::FileBody,
 ) -> Result<(), Error> {
     use std::os::unix::fs::FileExt;
-    while len > 0 {
-        let step = len.min(INLINE_BODY) as usize;
+    while body.len > 0 {
+        // Read only what the client can take now (an HTTP/2 stream's window): a stalled
+        // stream holds no buffer, and while it waits, no open file either.
+        let want = body.len.min(INLINE_BODY) as usize;
+        let step = match d.room_now(want) {
+            0 => {
+                body.file = None;
+                d.room(want).await?
+            }
+            n => n,
+        };
+        let offset = body.offset;
         let mut data = BytesMut::zeroed(step);
-        let n = file.read_at(&mut data, offset)?;
+        let n = body.open()?.read_at(&mut data, offset)?;
         if n == 0 {
             // Truncated under us after the head promised more: abort the connection.
             return Err(Error::with(
@@ -513,8 +519,8 @@ async fn stream_file<D: Downstream>(
             ));
         }
         data.truncate(n);
-        offset += n as u64;
-        len -= n as u64;
+        body.offset += n as u64;
+        body.len -= n as u64;
         ctx.bytes_sent += n as u64;
         d.send_data(&data.freeze());
         d.flush().await?;

@@ -298,6 +298,7 @@ fn sweep_tick(t: &crate::runtime::Timeouts) -> Duration {
 async fn sweeper(state: Rc<WorkerState>) {
     let start = tokio::time::Instant::now();
     let mut rt = state.cached();
+    let mut peak = 0;
     loop {
         state.refresh(&mut rt);
         let tick = sweep_tick(&rt.cfg.timeouts);
@@ -309,7 +310,27 @@ async fn sweeper(state: Rc<WorkerState>) {
         for log in &rt.logs {
             log.flush();
         }
+        peak = return_memory(state.active.get(), peak);
     }
+}
+
+/// Hands freed memory back to the system after many connections closed: glibc's malloc keeps
+/// what a burst of connections freed (12,800 stalled HTTP/2 streams left 40 MiB resident after
+/// their clients were gone), and RSS never came down. `malloc_trim` walks the heap, so it runs
+/// only when the connection count fell to half its peak or less, by 32 at least (not per
+/// tick; a steady load never triggers it); returns the new peak.
+fn return_memory(active: usize, peak: usize) -> usize {
+    if active > peak / 2 || active + 32 > peak {
+        return peak.max(active);
+    }
+    #[cfg(target_env = "gnu")]
+    #[allow(unsafe_code)]
+    // SAFETY: malloc_trim only releases free memory of the allocator's own heaps; it takes the
+    // allocator's locks and may be called from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+    active
 }
 
 /// Accepts with `accept4(SOCK_NONBLOCK)` into sockets not yet registered with the reactor (see

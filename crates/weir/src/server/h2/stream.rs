@@ -250,6 +250,46 @@ impl Downstream for H2Stream {
         self.ended = true;
     }
 
+    fn room_now(&mut self, want: usize) -> usize {
+        if let Some(head) = self.head.take() {
+            // The head goes now: the stream's window exists once it is open.
+            match self.respond.send_response(head, false) {
+                Ok(send) => self.send = Some(send),
+                Err(_) => return want,
+            }
+        }
+        match self.send.as_mut() {
+            Some(send) => {
+                send.reserve_capacity(want);
+                send.capacity().min(want)
+            }
+            None => want,
+        }
+    }
+
+    async fn room(&mut self, want: usize) -> Result<usize, Error> {
+        let stall = self.rt.cfg.timeouts.write;
+        let Some(send) = self.send.as_mut() else {
+            return Ok(want);
+        };
+        send.reserve_capacity(want);
+        loop {
+            if send.capacity() > 0 {
+                return Ok(send.capacity().min(want));
+            }
+            // Past `timeouts.write` without window the stream is reset (by `serve`, on the
+            // error): a client that never opens its window holds nothing for long.
+            let wait = std::future::poll_fn(|cx| send.poll_capacity(cx));
+            match tokio::time::timeout(stall, wait).await {
+                Err(_) => return Err(Error::new(ErrorKind::WriteTimeout)),
+                Ok(None) => return Err(Error::new(ErrorKind::ClientClosed)),
+                Ok(Some(Err(e))) => return Err(h2_error(e)),
+                Ok(Some(Ok(n))) if n > 0 => return Ok(n.min(want)),
+                Ok(Some(Ok(_))) => {}
+            }
+        }
+    }
+
     fn should_flush(&self) -> bool {
         self.queued_len >= FLUSH_AT
     }

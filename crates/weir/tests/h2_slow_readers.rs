@@ -1,0 +1,101 @@
+//! HTTP/2 clients that never open their window hold bounded memory and no files (issue 18,
+//! item 4): 100 connections × 128 streams each ask for a 10 MiB static file with an initial
+//! window of 0. weir reads a file only as the window opens, holds no descriptor while a stream
+//! waits, and resets a stream stalled past `timeouts.write`. Measured on `weir run`
+//! (RSS and descriptors from /proc); the figures are printed for the issue's note.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::h2raw::{frame, get, END_HEADERS, END_STREAM, HEADERS, SETTINGS};
+use common::process::{free_port, spawn_serving, write_config, WEIR};
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap()
+}
+
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+#[test]
+fn stalled_streams_hold_bounded_memory_and_no_files() {
+    const CONNS: usize = 100;
+    const STREAMS: u32 = 128;
+    let root = std::env::temp_dir().join(format!("weir-slow-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("big.bin"), vec![7u8; 10 << 20]).unwrap();
+    let port = free_port();
+    let cfg = write_config(
+        "slow-readers",
+        &format!(
+            "workers: 1\ntimeouts: {{ write: 4s }}\nlisteners:\n  - address: 127.0.0.1:{port}\n    h2c: true\n    routes:\n      - static: {{ root: '{}' }}\n",
+            root.display()
+        ),
+    );
+    let mut cmd = Command::new(WEIR);
+    cmd.args(["run", "-c"]).arg(&cfg);
+    let (child, addr) = spawn_serving(cmd);
+    let pid = child.id();
+    // Warm up: one whole download.
+    let r = common::get(addr, "/hello-missing");
+    assert_eq!(r.status, 404);
+    std::thread::sleep(Duration::from_millis(300));
+    let (rss0, fds0) = (rss_kib(pid), fds(pid));
+
+    let mut conns = Vec::new();
+    let request = get("http", b"a", b"/big.bin");
+    for _ in 0..CONNS {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+        // SETTINGS_INITIAL_WINDOW_SIZE = 0: no stream may receive a byte of DATA.
+        s.write_all(&frame(SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 0]))
+            .unwrap();
+        let mut burst = Vec::new();
+        for i in 0..STREAMS {
+            burst.extend(frame(
+                HEADERS,
+                END_STREAM | END_HEADERS,
+                2 * i + 1,
+                &request,
+            ));
+        }
+        s.write_all(&burst).unwrap();
+        conns.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let (rss1, fds1) = (rss_kib(pid), fds(pid));
+    let streams = CONNS as u64 * u64::from(STREAMS);
+    let per_stream = (rss1.saturating_sub(rss0)) * 1024 / streams;
+    eprintln!(
+        "slow readers: RSS {rss0} KiB -> {rss1} KiB with {streams} stalled streams ({per_stream} B each); descriptors {fds0} -> {fds1}"
+    );
+    // One socket per connection, and no file held by a stalled stream.
+    assert!(fds1 <= fds0 + CONNS + 4, "{fds0} -> {fds1}");
+    assert!(
+        per_stream <= 8 * 1024,
+        "{per_stream} bytes per stalled stream"
+    );
+    drop(conns);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut rss2 = rss_kib(pid);
+    while rss2 > rss0 + rss0 / 10 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+        rss2 = rss_kib(pid);
+    }
+    eprintln!("slow readers: RSS {rss2} KiB after the clients left (start {rss0} KiB)");
+    assert!(rss2 <= rss0 + rss0 / 10, "{rss0} -> {rss2}");
+    assert!(fds(pid) <= fds0 + 1);
+}
