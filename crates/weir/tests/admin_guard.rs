@@ -232,3 +232,49 @@ fn check_warns_about_an_open_admin_listener_without_a_token() {
     assert!(out.status.success());
     assert!(!String::from_utf8_lossy(&out.stderr).contains("warning"));
 }
+
+/// PURGE on a cached route: `purge_from: []` refuses everyone, loopback included; behind a
+/// trusted proxy the client is the one `X-Forwarded-For` names, not the proxy's loopback.
+#[test]
+fn purge_from_can_refuse_loopback_and_follows_trusted_proxies() {
+    let o = common::origin::http_origin(|_| {
+        b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: 2\r\n\r\nok".to_vec()
+    });
+    let server = |route_extra: &str, cache_extra: &str| {
+        common::start_config(&format!(
+            "workers: 1\ncache_zones: {{ z: {{ max_size: 1m }} }}\nupstreams: {{ o: {{ servers: ['{}'] }} }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: {{ upstream: o{route_extra} }}\n        cache: {{ zone: z{cache_extra} }}\n",
+            o.addr
+        ))
+    };
+    let purge = |srv: &common::TestServer, extra: &str| {
+        common::get(srv.addr, "/p");
+        let mut s = srv.connect();
+        common::roundtrip(
+            &mut s,
+            format!("PURGE /p HTTP/1.1\r\nHost: localhost\r\n{extra}\r\n").as_bytes(),
+        )
+        .status
+    };
+    let default = server("", "");
+    assert_eq!(purge(&default, ""), 200, "loopback may purge by default");
+    let nobody = server("", ", purge_from: []");
+    assert_eq!(purge(&nobody, ""), 403, "[] refuses loopback too");
+    let behind = server(", forwarded: { trusted_proxies: [127.0.0.1] }", "");
+    assert_eq!(
+        purge(&behind, "X-Forwarded-For: 203.0.113.9\r\n"),
+        403,
+        "the client behind the proxy is not loopback"
+    );
+    assert_eq!(
+        purge(&behind, "X-Forwarded-For: 203.0.113.9, 127.0.0.1\r\n"),
+        403,
+        "trusted hops are skipped from the right"
+    );
+    assert_eq!(purge(&behind, ""), 200, "the proxy's own request");
+    let office = server(
+        ", forwarded: { trusted_proxies: [127.0.0.1] }",
+        ", purge_from: [203.0.113.0/24]",
+    );
+    assert_eq!(purge(&office, "X-Forwarded-For: 203.0.113.9\r\n"), 200);
+    assert_eq!(purge(&office, ""), 403, "loopback is not listed");
+}

@@ -103,8 +103,11 @@ impl CacheRoute {
             Some(s) => s.0,
             None => DEFAULT_MAX_OBJECT.min(shard_share),
         };
+        let listed = c
+            .purge_from
+            .unwrap_or_else(|| vec!["127.0.0.0/8".into(), "::1/128".into()]);
         let mut purge_from = Vec::new();
-        for (i, cidr) in c.purge_from.iter().enumerate() {
+        for (i, cidr) in listed.iter().enumerate() {
             purge_from.push(
                 cidr.parse::<IpNet>()
                     .or_else(|_| cidr.parse::<std::net::IpAddr>().map(IpNet::from))
@@ -154,7 +157,9 @@ impl CacheRoute {
     }
 
     /// Whether a peer may PURGE (loopback always may).
+    /// Whether client `ip` may PURGE: it is in `purge_from` (loopback when unset; nobody when
+    /// `[]`).
     pub fn may_purge(&self, ip: std::net::IpAddr) -> bool {
-        ip.is_loopback() || self.purge_from.iter().any(|n| n.contains(&ip))
+        self.purge_from.iter().any(|n| n.contains(&ip))
     }
 }

@@ -138,9 +138,9 @@ pub struct Cache {
     /// Content-Location equal to the request's URI (RFC 9110 §9.3.3).
     #[serde(default)]
     pub store_post_responses: bool,
-    /// Peers allowed to send PURGE (loopback always is).
+    /// Clients allowed to send PURGE: addresses or CIDRs. Unset: loopback only; `[]`: nobody.
     #[serde(default)]
-    pub purge_from: Vec<String>,
+    pub purge_from: Option<Vec<String>>,
 }
 
 fn default_lock_timeout() -> Dur {

@@ -38,9 +38,41 @@ pub struct ProxyRoute {
     pub filters: Chain,
     /// The route's cache stage, if any.
     pub cache: Option<crate::cache::CacheRoute>,
+    /// `forwarded.trusted_proxies`: peers whose `X-Forwarded-For` names the client.
+    pub trusted: Vec<IpNet>,
 }
 
 impl ProxyRoute {
+    /// The client's address under the trusted-proxy rules of `forwarded`: the peer, or, when
+    /// the peer is a trusted proxy, the right-most address of `X-Forwarded-For` that is not one
+    /// (a client cannot name itself past an untrusted hop). Used for PURGE's `purge_from`.
+    pub fn client_ip(&self, peer: std::net::IpAddr, head: &RequestHead) -> std::net::IpAddr {
+        let trusted = |ip: &std::net::IpAddr| self.trusted.iter().any(|n| n.contains(ip));
+        if !trusted(&peer) {
+            return peer;
+        }
+        let mut client = peer;
+        let lists = head
+            .headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case(b"x-forwarded-for"))
+            .collect::<Vec<_>>();
+        for h in lists.iter().rev() {
+            for part in h.value.rsplit(|b| *b == b',') {
+                let text = std::str::from_utf8(part).unwrap_or("").trim();
+                let Ok(ip) = text.parse::<std::net::IpAddr>() else {
+                    // Garbage from a trusted hop: stop at the last address known good.
+                    return client;
+                };
+                client = ip;
+                if !trusted(&ip) {
+                    return ip;
+                }
+            }
+        }
+        client
+    }
+
     pub(crate) fn compile(
         p: model::Proxy,
         path: &str,
@@ -96,6 +128,7 @@ impl ProxyRoute {
             trusted.push(net);
         }
         Ok(ProxyRoute {
+            trusted: trusted.clone(),
             upstream,
             upstream_name: p.upstream,
             host,

@@ -169,10 +169,11 @@ pub(super) fn purge_request<D: Downstream>(
     let head = stage.head;
     ctx.cache = CacheState::Answered;
     let peer = d.peer();
-    if !stage.cache.may_purge(peer.ip()) {
+    let client = stage.proxy.client_ip(peer.ip(), head);
+    if !stage.cache.may_purge(client) {
         static REFUSED: crate::logs::Limited = crate::logs::Limited::new();
         if let Some(suppressed) = REFUSED.admit() {
-            tracing::warn!(%peer, suppressed, "PURGE refused");
+            tracing::warn!(%peer, %client, suppressed, "PURGE refused");
         }
         return crate::pipeline::send_error(d, ctx, head, 403, &[], persistence);
     }
