@@ -292,6 +292,20 @@ impl Scrape {
             MetricType::Counter,
             rows,
         )?;
+        let refused: Vec<_> = metrics::Refusal::ALL
+            .iter()
+            .map(|r| {
+                let n = sum(&|w| &w.refused[*r as usize]);
+                (vec![("reason", r.as_str().to_string())], counter(n))
+            })
+            .collect();
+        family(
+            enc,
+            "weir_connections_refused",
+            "Connections closed as soon as accepted: max_connections (or the admin budget) in use, or the descriptor limit.",
+            MetricType::Counter,
+            refused,
+        )?;
         family(
             enc,
             "weir_connections_open",

@@ -25,14 +25,22 @@ pub struct Limited {
     suppressed: AtomicU64,
     /// Every event, logged or not.
     total: AtomicU64,
+    /// Lines a second.
+    rate: u64,
 }
 
 impl Limited {
     pub const fn new() -> Limited {
+        Limited::with_rate(PER_SECOND)
+    }
+
+    /// A gate letting `rate` lines a second through.
+    pub const fn with_rate(rate: u64) -> Limited {
         Limited {
             window: AtomicU64::new(0),
             suppressed: AtomicU64::new(0),
             total: AtomicU64::new(0),
+            rate,
         }
     }
 
@@ -44,7 +52,7 @@ impl Limited {
         let w = self.window.load(Ordering::Relaxed);
         let (sec, lines) = (w >> 16, w & 0xffff);
         let next = if sec == now {
-            if lines >= PER_SECOND {
+            if lines >= self.rate {
                 self.suppressed.fetch_add(1, Ordering::Relaxed);
                 return None;
             }

@@ -134,6 +134,26 @@ impl CloseReason {
     }
 }
 
+/// Why a connection was closed as soon as it was accepted (`weir_connections_refused_total`, `server/worker.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The worker's share of `max_connections` (or the admin budget) is in use.
+    MaxConnections = 0,
+    /// The process is at its descriptor limit.
+    FdLimit = 1,
+}
+
+impl Refusal {
+    pub const ALL: [Refusal; 2] = [Refusal::MaxConnections, Refusal::FdLimit];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::MaxConnections => "max_connections",
+            Refusal::FdLimit => "fd_limit",
+        }
+    }
+}
+
 /// The key of a route's counters: listener address and route name.
 pub type RouteKey = (String, String);
 
@@ -146,6 +166,8 @@ pub struct WorkerMetrics {
     /// HTTP/2 connections closed with GOAWAY for abuse (floods, rapid reset).
     pub h2_abuse: Counter,
     pub(crate) closed: [Counter; 6],
+    /// Connections closed as soon as accepted, by [`Refusal`].
+    pub(crate) refused: [Counter; 2],
     pub(crate) routes: Mutex<HashMap<RouteKey, Arc<RouteMetrics>>>,
     /// Requests sent per `(upstream, server)`.
     pub(crate) servers: Mutex<HashMap<(String, String), Arc<Counter>>>,

@@ -1,7 +1,14 @@
 //! One worker thread: a current-thread tokio runtime, an accept loop per listener, and one task
 //! per connection. Connection counting is per worker (`max_connections / workers` each), in a
-//! `Cell`: no atomics on the accept path. At the limit the worker stops accepting and new
-//! connections wait in the kernel's backlog, as nginx and HAProxy do.
+//! `Cell`: no atomics on the accept path. At the limit a new connection is accepted and closed
+//! at once (counted as `refused{reason="max_connections"}`, logged at most a few times a
+//! second): a client learns at once rather than waiting in the backlog. At the descriptor limit
+//! (EMFILE) a reserve descriptor kept for the purpose is given up to accept and close the
+//! connection (`reason="fd_limit"`), so the backlog never fills with connections nobody takes.
+//!
+//! The admin listener has its own budget ([`ADMIN_CONNECTIONS`] per worker, outside
+//! `max_connections`) and its own reserve descriptor: the operator can still read /metrics and
+//! reload when the service is full.
 //!
 //! Graceful shutdown without per-request cost: each connection has a slot in a per-worker slab
 //! holding its abort handle and an `idle` flag it flips around its keep-alive wait (two `Cell`
@@ -29,7 +36,7 @@ use std::time::Duration;
 
 use slab::Slab;
 use tokio::io::unix::AsyncFd;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use std::collections::HashMap;
@@ -62,8 +69,12 @@ pub(crate) struct WorkerState {
     published: Arc<Published>,
     runtime: RefCell<Rc<WorkerRuntime>>,
     pub active: Cell<usize>,
+    /// Admin connections open (their own budget).
+    admin_active: Cell<usize>,
+    /// Descriptors held in reserve for the descriptor limit: one to refuse a connection with,
+    /// one to accept an admin connection with.
+    reserve: RefCell<[Option<std::fs::File>; 2]>,
     pub max_active: usize,
-    pub slot_freed: Notify,
     pub shutdown: watch::Receiver<bool>,
     /// Set by the worker when shutdown begins (the watch is for the accept loops and the worker).
     pub shutting_down: Cell<bool>,
@@ -170,14 +181,17 @@ impl WorkerState {
 /// bytes pushed that task from tokio's 896-byte cell to the next 128-byte step
 /// (`-Zprint-type-sizes`; 0.12 KiB more per idle connection, measured).
 #[derive(Debug)]
-pub(crate) struct ActiveGuard(Rc<WorkerState>, u32, CloseReason);
+pub(crate) struct ActiveGuard(Rc<WorkerState>, u32, CloseReason, bool);
 
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
         self.0.metrics.closed(self.2);
         self.0.conns.borrow_mut().try_remove(self.1 as usize);
+        if self.3 {
+            self.0.admin_active.set(self.0.admin_active.get() - 1);
+            return;
+        }
         self.0.active.set(self.0.active.get() - 1);
-        self.0.slot_freed.notify_one();
     }
 }
 
@@ -218,8 +232,9 @@ pub(crate) fn run(
         metrics,
         published,
         active: Cell::new(0),
+        admin_active: Cell::new(0),
+        reserve: RefCell::new([reserve_fd(), reserve_fd()]),
         max_active,
-        slot_freed: Notify::new(),
         shutdown: shutdown.clone(),
         shutting_down: Cell::new(false),
         conns: RefCell::new(Slab::new()),
@@ -333,6 +348,105 @@ fn return_memory(active: usize, peak: usize) -> usize {
     active
 }
 
+/// Admin connections per worker, outside `max_connections`.
+pub(crate) const ADMIN_CONNECTIONS: usize = 16;
+
+/// Closes a connection just accepted, counted and logged (rate-limited: a client chooses how
+/// often).
+fn refuse(state: &WorkerState, stream: mio::net::TcpStream, why: crate::metrics::Refusal) {
+    static REFUSED: crate::logs::Limited = crate::logs::Limited::with_rate(1);
+    drop(stream);
+    state.metrics.refused[why as usize].inc();
+    if let Some(suppressed) = REFUSED.admit() {
+        tracing::warn!(reason = why.as_str(), suppressed, "connection refused");
+    }
+}
+
+/// A descriptor to give up at the descriptor limit (`/dev/null`, read-only).
+fn reserve_fd() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
+}
+
+impl WorkerState {
+    /// Whether a new connection on a listener (admin or not) is over its budget.
+    fn over_budget(&self, admin: bool) -> bool {
+        if admin {
+            self.admin_active.get() >= ADMIN_CONNECTIONS
+        } else {
+            self.active.get() >= self.max_active
+        }
+    }
+
+    /// Closes the reserve descriptor for the admin listener or the others, if held.
+    fn take_reserve(&self, admin: bool) -> bool {
+        self.reserve.borrow_mut()[usize::from(admin)]
+            .take()
+            .is_some()
+    }
+
+    /// Holds a reserve descriptor again (when the table has room; else at the next try).
+    fn restore_reserve(&self, admin: bool) {
+        let mut r = self.reserve.borrow_mut();
+        if r[usize::from(admin)].is_none() {
+            r[usize::from(admin)] = reserve_fd();
+        }
+    }
+}
+
+/// Starts serving an accepted connection on listener `index`, counted in its budget.
+fn start_connection(
+    state: &Rc<WorkerState>,
+    rt: &Rc<WorkerRuntime>,
+    index: usize,
+    stream: mio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    admin: bool,
+) {
+    let count = if admin {
+        &state.admin_active
+    } else {
+        &state.active
+    };
+    count.set(count.get() + 1);
+    state.metrics.accepted.inc();
+    let key = state.conns.borrow_mut().insert(ConnSlot {
+        abort: None,
+        idle_until: Cell::new(0),
+    });
+    let mut guard = ActiveGuard(state.clone(), key as u32, CloseReason::Idle, admin);
+    let task = match &rt.cfg.listeners[index].tls {
+        // A separate task type: plain connections keep their small future.
+        Some(tls) => {
+            // Boxed: the task would otherwise hold the future twice (as
+            // the moved-in value and as the awaited one).
+            let serve = Box::pin(super::tls::serve(
+                stream,
+                peer,
+                key,
+                state.clone(),
+                rt.clone(),
+                index,
+                tls.clone(),
+            ));
+            tokio::task::spawn_local(async move {
+                guard.2 = serve.await;
+                drop(guard);
+            })
+        }
+        None => {
+            let io = ClientIo::Fresh(stream);
+            let mut conn = Conn::new(io, peer, key, state.clone(), rt.clone(), index);
+            tokio::task::spawn_local(async move {
+                guard.2 = conn.serve().await;
+                drop(guard);
+            })
+        }
+    };
+    if let Some(slot) = state.conns.borrow_mut().get_mut(key) {
+        slot.abort = Some(task.abort_handle());
+    }
+}
+
 /// Accepts with `accept4(SOCK_NONBLOCK)` into sockets not yet registered with the reactor (see
 /// `client_io.rs`), draining the backlog on each readiness event.
 async fn accept_loop(
@@ -345,12 +459,6 @@ async fn accept_loop(
     let mut rt = state.cached();
     let mut index = rt.cfg.listener_index(&id);
     loop {
-        while state.active.get() >= state.max_active {
-            tokio::select! {
-                _ = state.slot_freed.notified() => {}
-                _ = shutdown.wait_for(|s| *s) => return,
-            }
-        }
         let mut guard = tokio::select! {
             biased;
             _ = shutdown.wait_for(|s| *s) => return,
@@ -362,61 +470,49 @@ async fn accept_loop(
                 }
             },
         };
-        while state.active.get() < state.max_active {
+        state.restore_reserve(id.admin);
+        loop {
             match guard.try_io(|l| l.get_ref().accept()) {
+                Ok(Ok((stream, _))) if state.over_budget(id.admin) => {
+                    refuse(&state, stream, crate::metrics::Refusal::MaxConnections);
+                }
                 Ok(Ok((stream, peer))) => {
                     if rt.generation != state.generation() {
                         state.refresh(&mut rt);
                         index = rt.cfg.listener_index(&id);
                     }
-                    let Some(index) = index else {
-                        // Removed by a reload an instant ago: this loop is about to stop.
-                        continue;
-                    };
-                    state.active.set(state.active.get() + 1);
-                    state.metrics.accepted.inc();
-                    let key = state.conns.borrow_mut().insert(ConnSlot {
-                        abort: None,
-                        idle_until: Cell::new(0),
-                    });
-                    let mut guard = ActiveGuard(state.clone(), key as u32, CloseReason::Idle);
-                    let task = match &rt.cfg.listeners[index].tls {
-                        // A separate task type: plain connections keep their small future.
-                        Some(tls) => {
-                            // Boxed: the task would otherwise hold the future twice (as
-                            // the moved-in value and as the awaited one).
-                            let serve = Box::pin(super::tls::serve(
-                                stream,
-                                peer,
-                                key,
-                                state.clone(),
-                                rt.clone(),
-                                index,
-                                tls.clone(),
-                            ));
-                            tokio::task::spawn_local(async move {
-                                guard.2 = serve.await;
-                                drop(guard);
-                            })
-                        }
-                        None => {
-                            let io = ClientIo::Fresh(stream);
-                            let mut conn =
-                                Conn::new(io, peer, key, state.clone(), rt.clone(), index);
-                            tokio::task::spawn_local(async move {
-                                guard.2 = conn.serve().await;
-                                drop(guard);
-                            })
-                        }
-                    };
-                    if let Some(slot) = state.conns.borrow_mut().get_mut(key) {
-                        slot.abort = Some(task.abort_handle());
+                    // `None`: removed by a reload an instant ago; this loop is about to stop.
+                    if let Some(index) = index {
+                        start_connection(&state, &rt, index, stream, peer, id.admin);
                     }
                 }
                 Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionAborted => {}
+                Ok(Err(e))
+                    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+                        && state.take_reserve(id.admin) =>
+                {
+                    // A descriptor was given up for this: take the connection, then refuse it
+                    // (or, on the admin listener, serve it) and hold a reserve again. (EMFILE
+                    // comes before the backlog is looked at: it may be empty.)
+                    match listener.get_ref().accept() {
+                        Ok((stream, peer)) => match index {
+                            Some(index) if id.admin => {
+                                start_connection(&state, &rt, index, stream, peer, true);
+                            }
+                            _ => refuse(&state, stream, crate::metrics::Refusal::FdLimit),
+                        },
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            state.restore_reserve(id.admin);
+                            guard.clear_ready();
+                            break;
+                        }
+                        Err(_) => {}
+                    }
+                    state.restore_reserve(id.admin);
+                }
                 Ok(Err(e)) => {
-                    // EMFILE/ENFILE/ENOBUFS: back off instead of spinning on a full table.
+                    // ENOBUFS, or EMFILE with no reserve left: back off instead of spinning.
                     static ACCEPT_FAILED: crate::logs::Limited = crate::logs::Limited::new();
                     if let Some(suppressed) = ACCEPT_FAILED.admit() {
                         tracing::warn!(error = %e, suppressed, "accept failed");
