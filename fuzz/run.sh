@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Short fuzz runs of the request parser and the chunked decoder (nightly + cargo-fuzz).
+# Short fuzz runs of every target (nightly + cargo-fuzz): the request parser, the chunked decoder,
+# the upstream response head, the cache's field parsers and ${VAR} interpolation.
 #   fuzz/run.sh            60 s per target
 #   SECS=600 fuzz/run.sh   longer
 # Crashes land in fuzz/artifacts/<target>/; new inputs grow fuzz/corpus/<target>/ (copied from
@@ -9,10 +10,10 @@ cd "$(dirname "$0")"
 SECS=${SECS:-60}
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 rustup toolchain list | grep -q nightly || rustup toolchain install nightly --profile minimal
-for t in request_parser chunked_decoder; do
+for t in request_parser chunked_decoder response_head cache_fields interpolate; do
   work=$(mktemp -d)
   cp corpus/$t/* "$work"/
   echo "== $t for ${SECS}s"
-  cargo +nightly fuzz run "$t" "$work" -- -max_total_time="$SECS" -max_len=4096
+  cargo +nightly fuzz run "$t" "$work" -- -max_total_time="$SECS" -max_len=131072
   echo "$t: $(ls "$work" | wc -l) inputs in the working corpus ($work)"
 done

@@ -68,7 +68,21 @@ impl ClientIo {
                 other => return other,
             },
             ClientIo::Tls(t) => {
-                return match t.stream.read_buf(buf).await {
+                let read = std::future::poll_fn(|cx| {
+                    let polled =
+                        tokio_util::io::poll_read_buf(std::pin::Pin::new(&mut t.stream), cx, buf);
+                    if polled.is_pending() {
+                        // Records rustls queued while reading leave now, not with the next
+                        // response: the client may be waiting for them (the alert refusing a
+                        // TLS 1.2 renegotiation once never left, and the client hung).
+                        let (tcp, conn) = t.stream.get_mut();
+                        if conn.wants_write() {
+                            let _ = push_tls(tcp, conn);
+                        }
+                    }
+                    polled
+                });
+                return match read.await {
                     // Most clients close without `close_notify`; between requests that is a
                     // clean end, as it is for nginx.
                     Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(0),
