@@ -90,6 +90,8 @@ NGX
 }
 
 build_weir() {
+  # WEIR_BIN=/path/to/weir measures that binary instead (a before/after figure).
+  if [ -n "${WEIR_BIN:-}" ]; then WEIR=$WEIR_BIN; log "using $WEIR"; return; fi
   log "building weir (release)"
   (cd "$ROOT" && cargo build --release -q)
   WEIR="$ROOT/target/release/weir"
