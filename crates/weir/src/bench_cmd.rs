@@ -209,6 +209,20 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
             let pid = pids.get(&target.name).copied();
             let before = pid.map(cpu_ticks).transpose()?;
             let r = weir_loadgen::run(&opts)?;
+            if r.stats.responses == 0 {
+                // An all-zero report with exit 0 hid what happened (an h2 run against an
+                // HTTP/1.1-only port, a server that closes every connection).
+                let e = r.errors();
+                let hint = if a.h2 {
+                    " (does the server speak HTTP/2 on this port? over plain TCP it must take h2c with prior knowledge)"
+                } else {
+                    ""
+                };
+                return Err(format!(
+                    "{}: no response in the whole run: connect errors {}, read {}, write {}, timeouts {}{hint}",
+                    target.name, e.connect, e.read, e.write, e.timeout
+                ));
+            }
             if let (Some(pid), Some(before)) = (pid, before) {
                 let used = cpu_ticks(pid)?.saturating_sub(before) as f64 / TICKS_PER_SEC;
                 cpu.insert(

@@ -30,10 +30,94 @@ fn fds(pid: u32) -> usize {
         .count()
 }
 
+const CONNS: usize = 100;
+const STREAMS: u32 = 128;
+
+/// Opens `CONNS` connections of `STREAMS` streams, each asking for `path` with an initial
+/// window of 0; returns the connections (to keep them open) once weir has taken them in.
+fn stall(addr: std::net::SocketAddr, path: &[u8]) -> Vec<TcpStream> {
+    let mut conns = Vec::new();
+    let request = get("http", b"a", path);
+    for _ in 0..CONNS {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+        // SETTINGS_INITIAL_WINDOW_SIZE = 0: no stream may receive a byte of DATA.
+        s.write_all(&frame(SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 0]))
+            .unwrap();
+        let mut burst = Vec::new();
+        for i in 0..STREAMS {
+            burst.extend(frame(
+                HEADERS,
+                END_STREAM | END_HEADERS,
+                2 * i + 1,
+                &request,
+            ));
+        }
+        s.write_all(&burst).unwrap();
+        conns.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    conns
+}
+
+/// RSS back within 10% of `rss0` after the clients left (waits up to 10 s); the value.
+fn settles(pid: u32, rss0: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut rss = rss_kib(pid);
+    while rss > rss0 + rss0 / 10 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+        rss = rss_kib(pid);
+    }
+    rss
+}
+
+#[test]
+fn stalled_streams_on_a_cached_object_hold_bounded_memory() {
+    let body = vec![b'c'; 1 << 20];
+    let origin = common::origin::http_origin(move |_| {
+        let mut r = format!(
+            "HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        r.extend_from_slice(&body);
+        r
+    });
+    let port = free_port();
+    let cfg = write_config(
+        "slow-readers-cache",
+        &format!(
+            "workers: 1\ntimeouts: {{ write: 4s }}\ncache_zones: {{ z: {{ max_size: 8m }} }}\nupstreams: {{ o: {{ servers: ['{}'] }} }}\nlisteners:\n  - address: 127.0.0.1:{port}\n    h2c: true\n    routes:\n      - proxy: {{ upstream: o }}\n        cache: {{ zone: z }}\n",
+            origin.addr
+        ),
+    );
+    let mut cmd = Command::new(WEIR);
+    cmd.args(["run", "-c"]).arg(&cfg);
+    let (child, addr) = spawn_serving(cmd);
+    let pid = child.id();
+    assert_eq!(common::get(addr, "/obj").body.len(), 1 << 20, "stored");
+    std::thread::sleep(Duration::from_millis(300));
+    let (rss0, fds0) = (rss_kib(pid), fds(pid));
+    let conns = stall(addr, b"/obj");
+    let (rss1, fds1) = (rss_kib(pid), fds(pid));
+    let streams = CONNS as u64 * u64::from(STREAMS);
+    let per_stream = (rss1.saturating_sub(rss0)) * 1024 / streams;
+    eprintln!(
+        "slow readers (cache hits): RSS {rss0} KiB -> {rss1} KiB with {streams} stalled streams ({per_stream} B each); descriptors {fds0} -> {fds1}"
+    );
+    assert!(fds1 <= fds0 + CONNS + 4, "{fds0} -> {fds1}");
+    assert!(
+        per_stream <= 8 * 1024,
+        "{per_stream} bytes per stalled stream"
+    );
+    drop(conns);
+    let rss2 = settles(pid, rss0);
+    eprintln!("slow readers (cache hits): RSS {rss2} KiB after the clients left");
+    assert!(rss2 <= rss0 + rss0 / 10, "{rss0} -> {rss2}");
+}
+
 #[test]
 fn stalled_streams_hold_bounded_memory_and_no_files() {
-    const CONNS: usize = 100;
-    const STREAMS: u32 = 128;
     let root = std::env::temp_dir().join(format!("weir-slow-{}", std::process::id()));
     std::fs::create_dir_all(&root).unwrap();
     std::fs::write(root.join("big.bin"), vec![7u8; 10 << 20]).unwrap();
@@ -89,12 +173,7 @@ fn stalled_streams_hold_bounded_memory_and_no_files() {
         "{per_stream} bytes per stalled stream"
     );
     drop(conns);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut rss2 = rss_kib(pid);
-    while rss2 > rss0 + rss0 / 10 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(250));
-        rss2 = rss_kib(pid);
-    }
+    let rss2 = settles(pid, rss0);
     eprintln!("slow readers: RSS {rss2} KiB after the clients left (start {rss0} KiB)");
     assert!(rss2 <= rss0 + rss0 / 10, "{rss0} -> {rss2}");
     assert!(fds(pid) <= fds0 + 1);
