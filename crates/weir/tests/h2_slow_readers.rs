@@ -60,9 +60,9 @@ fn stall(addr: std::net::SocketAddr, path: &[u8]) -> Vec<TcpStream> {
     conns
 }
 
-/// RSS back within 10% of `rss0` after the clients left (waits up to 10 s); the value.
+/// RSS back within 10% of `rss0` after the clients left (waits up to 30 s, the bound); the value.
 fn settles(pid: u32, rss0: u64) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     let mut rss = rss_kib(pid);
     while rss > rss0 + rss0 / 10 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(250));
@@ -71,7 +71,9 @@ fn settles(pid: u32, rss0: u64) -> u64 {
     rss
 }
 
-#[test]
+/// Run after the static-file case by [`stalled_streams_hold_bounded_memory_and_no_files`]: the
+/// two at once (two processes with 12,800 streams each on two cores) starve each other's
+/// sweeper, and the measurement is of that, not of weir.
 fn stalled_streams_on_a_cached_object_hold_bounded_memory() {
     let body = vec![b'c'; 1 << 20];
     let origin = common::origin::http_origin(move |_| {
@@ -113,7 +115,12 @@ fn stalled_streams_on_a_cached_object_hold_bounded_memory() {
     drop(conns);
     let rss2 = settles(pid, rss0);
     eprintln!("slow readers (cache hits): RSS {rss2} KiB after the clients left");
-    assert!(rss2 <= rss0 + rss0 / 10, "{rss0} -> {rss2}");
+    let _ = &origin;
+    assert!(
+        rss2 <= rss0 + rss0 / 10,
+        "{rss0} -> {rss2} ({} descriptors open)",
+        fds(pid)
+    );
 }
 
 #[test]
@@ -175,6 +182,11 @@ fn stalled_streams_hold_bounded_memory_and_no_files() {
     drop(conns);
     let rss2 = settles(pid, rss0);
     eprintln!("slow readers: RSS {rss2} KiB after the clients left (start {rss0} KiB)");
-    assert!(rss2 <= rss0 + rss0 / 10, "{rss0} -> {rss2}");
+    assert!(
+        rss2 <= rss0 + rss0 / 10,
+        "{rss0} -> {rss2} ({} descriptors open)",
+        fds(pid)
+    );
     assert!(fds(pid) <= fds0 + 1);
+    stalled_streams_on_a_cached_object_hold_bounded_memory();
 }

@@ -313,7 +313,7 @@ fn sweep_tick(t: &crate::runtime::Timeouts) -> Duration {
 async fn sweeper(state: Rc<WorkerState>) {
     let start = tokio::time::Instant::now();
     let mut rt = state.cached();
-    let mut peak = 0;
+    let mut trim = Trim::default();
     loop {
         state.refresh(&mut rt);
         let tick = sweep_tick(&rt.cfg.timeouts);
@@ -325,27 +325,44 @@ async fn sweeper(state: Rc<WorkerState>) {
         for log in &rt.logs {
             log.flush();
         }
-        peak = return_memory(state.active.get(), peak);
+        trim.tick(state.active.get());
     }
 }
 
 /// Hands freed memory back to the system after many connections closed: glibc's malloc keeps
 /// what a burst of connections freed (12,800 stalled HTTP/2 streams left 40 MiB resident after
 /// their clients were gone), and RSS never came down. `malloc_trim` walks the heap, so it runs
-/// only when the connection count fell to half its peak or less, by 32 at least (not per
-/// tick; a steady load never triggers it); returns the new peak.
-fn return_memory(active: usize, peak: usize) -> usize {
-    if active > peak / 2 || active + 32 > peak {
-        return peak.max(active);
+/// only when the connection count fell to half its peak or less, by 32 at least, or to zero
+/// (not per tick; a steady load never triggers it). Emptying trims on three ticks in a row:
+/// memory freed a little after the last connection (a task's cell, a timer entry) goes too.
+#[derive(Debug, Default)]
+struct Trim {
+    /// The most connections seen open at a tick since the last trim.
+    peak: usize,
+    /// Ticks left to trim on while no connection is open.
+    again: u8,
+}
+
+impl Trim {
+    fn tick(&mut self, active: usize) {
+        let halved = active <= self.peak / 2 && active + 32 <= self.peak;
+        if active == 0 && self.peak > 0 {
+            self.again = 3;
+        }
+        if !halved && !(active == 0 && self.again > 0) {
+            self.peak = self.peak.max(active);
+            return;
+        }
+        self.again = self.again.saturating_sub(1);
+        #[cfg(target_env = "gnu")]
+        #[allow(unsafe_code)]
+        // SAFETY: malloc_trim only releases free memory of the allocator's own heaps; it takes
+        // the allocator's locks and may be called from any thread at any time.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+        self.peak = active;
     }
-    #[cfg(target_env = "gnu")]
-    #[allow(unsafe_code)]
-    // SAFETY: malloc_trim only releases free memory of the allocator's own heaps; it takes the
-    // allocator's locks and may be called from any thread at any time.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-    active
 }
 
 /// Admin connections per worker, outside `max_connections`.
