@@ -349,7 +349,8 @@ impl Trim {
         if active == 0 && self.peak > 0 {
             self.again = 3;
         }
-        if !halved && !(active == 0 && self.again > 0) {
+        let settling = active == 0 && self.again > 0;
+        if !(halved || settling) {
             self.peak = self.peak.max(active);
             return;
         }
