@@ -89,7 +89,7 @@ fn stalled_streams_on_a_cached_object_hold_bounded_memory() {
     let cfg = write_config(
         "slow-readers-cache",
         &format!(
-            "workers: 1\ntimeouts: {{ write: 4s }}\ncache_zones: {{ z: {{ max_size: 8m }} }}\nupstreams: {{ o: {{ servers: ['{}'] }} }}\nlisteners:\n  - address: 127.0.0.1:{port}\n    h2c: true\n    routes:\n      - proxy: {{ upstream: o }}\n        cache: {{ zone: z }}\n",
+            "workers: 1\ntimeouts: {{ write: 4s }}\ncache_zones: {{ z: {{ max_size: 64m }} }}\nupstreams: {{ o: {{ servers: ['{}'] }} }}\nlisteners:\n  - address: 127.0.0.1:{port}\n    h2c: true\n    routes:\n      - proxy: {{ upstream: o }}\n        cache: {{ zone: z }}\n",
             origin.addr
         ),
     );
@@ -97,7 +97,10 @@ fn stalled_streams_on_a_cached_object_hold_bounded_memory() {
     cmd.args(["run", "-c"]).arg(&cfg);
     let (child, addr) = spawn_serving(cmd);
     let pid = child.id();
-    assert_eq!(common::get(addr, "/obj").body.len(), 1 << 20, "stored");
+    assert_eq!(common::get(addr, "/obj").body.len(), 1 << 20);
+    let hit = common::get(addr, "/obj");
+    let status = hit.header("cache-status").unwrap_or("").to_string();
+    assert!(status.contains("hit"), "stored: {status}");
     std::thread::sleep(Duration::from_millis(300));
     let (rss0, fds0) = (rss_kib(pid), fds(pid));
     let conns = stall(addr, b"/obj");
