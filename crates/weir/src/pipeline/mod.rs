@@ -123,6 +123,7 @@ fn start<'a, D: Downstream>(
                         cache: settings,
                         zone: &rt.cfg.cache_zones[settings.zone],
                         scheme: scheme_of(d),
+                        own: b"",
                     };
                     if cache::try_fresh_hit(d, ctx, stage, persistence) {
                         Started::Done(Ok(persistence))

@@ -291,6 +291,7 @@ pub(super) fn revalidate_in_background(
                     cache: settings,
                     zone: &zone,
                     scheme: client.scheme,
+                    own: b"",
                 };
                 store_response(stage, &key, &resp, body, request_time);
             }

@@ -55,6 +55,9 @@ pub(crate) struct Stage<'r> {
     pub zone: &'r Arc<CacheZone>,
     /// `http` or `https`: the scheme part of the cache key, from the listener.
     pub scheme: &'static str,
+    /// Field lines for this client only, never stored: the Set-Cookie of the 304 its request
+    /// caused (empty otherwise).
+    pub own: &'r [u8],
 }
 
 /// The hit path, without building the (large, boxed) future of the full phase: a fresh stored
@@ -283,7 +286,8 @@ async fn serve_found<D: Downstream>(
                         ..Default::default()
                     };
                     let own = stored::own_fields_of_304(&resp.headers, &settings.rules);
-                    write_stored_with(d, ctx, stage, &updated, age, &status, persistence, &own);
+                    let stage = Stage { own: &own, ..stage };
+                    write_stored(d, ctx, stage, &updated, age, &status, persistence);
                     Ok(persistence)
                 }
                 Ok((resp, _)) if resp.status >= 500 && if_error => {

@@ -29,24 +29,7 @@ pub(super) fn write_stored<D: Downstream>(
     status: &CacheStatus,
     persistence: Persistence,
 ) {
-    write_stored_with(d, ctx, stage, obj, age, status, persistence, b"");
-}
-
-/// [`write_stored`] with `own`: field lines for this client only, never stored (the Set-Cookie
-/// of the 304 its request caused).
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub(super) fn write_stored_with<D: Downstream>(
-    d: &mut D,
-    ctx: &mut RequestCtx,
-    stage: Stage<'_>,
-    obj: &CachedObject,
-    age: u64,
-    status: &CacheStatus,
-    persistence: Persistence,
-    own: &[u8],
-) {
-    let (head, proxy, settings) = (stage.head, stage.proxy, stage.cache);
+    let (head, proxy, settings, own) = (stage.head, stage.proxy, stage.cache, stage.own);
     // Age and Cache-Status are rendered by the encoder straight into its output.
     let render = |out: &mut BytesMut| {
         out.extend_from_slice(b"Age: ");
