@@ -116,8 +116,7 @@ pub fn handle(
                 lines: Vec::new(),
             }
         }
-        (b"/metrics" | b"/openapi.json", _) => (405, json_error("use GET")),
-        (b"/reload", _) => (405, json_error("use POST")),
+        // Methods were checked by `guard::refuse` (405 with Allow, one table for all).
         _ => json_api(req, cfg),
     };
     AdminReply {
@@ -175,8 +174,6 @@ fn json_api(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
             tracing::info!(?selector, soft, purged, "purge");
             (200, format!(r#"{{"purged":{purged},"soft":{soft}}}"#))
         }
-        (b"/purge", false) => (405, json_error("use POST or PURGE")),
-        (b"/health" | b"/ready" | b"/stats", true) => (405, json_error("use GET")),
         _ => (
             404,
             json_error(
