@@ -56,6 +56,8 @@ pub enum NoStore {
     Partial,
     /// `must-understand` on a status whose caching rules weir does not implement.
     NotUnderstood,
+    /// A filter of the route kept it out of the store (its before-store phase).
+    Filter,
 }
 
 impl NoStore {
@@ -73,6 +75,7 @@ impl NoStore {
             NoStore::Incomplete => "incomplete",
             NoStore::Partial => "partial",
             NoStore::NotUnderstood => "must-understand",
+            NoStore::Filter => "filter",
         }
     }
 }

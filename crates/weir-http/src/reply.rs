@@ -10,6 +10,12 @@
 //! counts (measured with callgrind: see bench/ab_weir.sh), where a `Vec` of owned fields per
 //! response cost an allocation and a reference count per field.
 //!
+//! Any number of added field slices, line slices and drop sets: the first four (one drop set) sit
+//! in inline arrays, so the replies weir builds (at most three of each without filters) hold no
+//! allocation; a fifth goes to a `Vec` instead of being lost (it once was, silently). Not
+//! `SmallVec`: its storage makes `Reply<'a>` invariant in `'a`, and the response filters need
+//! to extend a reply with parts that live shorter than it (`pipeline::send_filtered`).
+//!
 //! HTTP/2 would read the same value: `Base::Encoded` and `lines` are field lines in HTTP/1.1
 //! syntax, already validated, which split into name/value pairs without parsing anything else.
 
@@ -64,23 +70,20 @@ impl<F: Fn(&[u8]) -> bool> DropFields for F {
 /// Renders field lines (`Name: value\r\n`) into the encoder's output.
 pub type RenderFn<'a> = &'a dyn Fn(&mut BytesMut);
 
-/// Most slices of added fields and of pre-rendered lines a reply carries.
-const MAX_PARTS: usize = 4;
+/// Slices of added fields and of pre-rendered lines a reply carries without allocating.
+const INLINE_PARTS: usize = 4;
 
 /// A response to encode.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct Reply<'a> {
     pub status: u16,
     /// The reason phrase as received; empty: the standard one.
     pub reason: &'a [u8],
     pub base: Base<'a>,
-    /// Base fields a filter removes.
-    pub drop: Option<&'a dyn DropFields>,
-    added: [&'a [(Bytes, Bytes)]; MAX_PARTS],
-    lines: [&'a [u8]; MAX_PARTS],
-    /// Slots of `added` and `lines` in use (the encoder walks only those).
-    n_added: u8,
-    n_lines: u8,
+    /// Base fields filters remove, one set per filter.
+    drops: Parts<&'a dyn DropFields, 1>,
+    added: Parts<&'a [(Bytes, Bytes)], INLINE_PARTS>,
+    lines: Parts<&'a [u8], INLINE_PARTS>,
     /// Field lines rendered by the encoder straight into its output, after `lines`: a hit's
     /// `Age` and `Cache-Status`, without a buffer to render them into first.
     pub render: Option<RenderFn<'a>>,
@@ -96,6 +99,46 @@ impl std::fmt::Debug for Reply<'_> {
             .field("base", &self.base)
             .field("framing", &self.framing)
             .finish()
+    }
+}
+
+/// A list of `N` inline slots, then a `Vec` (covariant, unlike `SmallVec`).
+#[derive(Clone)]
+struct Parts<T: Copy, const N: usize> {
+    inline: [Option<T>; N],
+    n: u8,
+    more: Vec<T>,
+}
+
+impl<T: Copy, const N: usize> Parts<T, N> {
+    fn new() -> Self {
+        Parts {
+            inline: [None; N],
+            n: 0,
+            more: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, v: T) {
+        let i = self.n as usize;
+        if i < N {
+            self.inline[i] = Some(v);
+            self.n += 1;
+        } else {
+            self.more.push(v);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    fn iter(&self) -> impl Iterator<Item = T> + '_ {
+        self.inline[..self.n as usize]
+            .iter()
+            .flatten()
+            .copied()
+            .chain(self.more.iter().copied())
     }
 }
 
@@ -117,42 +160,37 @@ impl<'a> Reply<'a> {
             status,
             reason: b"",
             base: Base::None,
-            drop: None,
-            added: [&[]; MAX_PARTS],
-            lines: [&[]; MAX_PARTS],
-            n_added: 0,
-            n_lines: 0,
+            drops: Parts::new(),
+            added: Parts::new(),
+            lines: Parts::new(),
             render: None,
             date: true,
             framing,
         }
     }
 
-    /// Adds fields (a route's configured ones, say). At most four slices per reply.
+    /// Adds fields (a route's configured ones, say).
     pub fn add_fields(&mut self, fields: &'a [(Bytes, Bytes)]) {
-        if fields.is_empty() {
-            return;
-        }
-        let i = self.n_added as usize;
-        debug_assert!(i < MAX_PARTS, "more than {MAX_PARTS} field slices");
-        if i < MAX_PARTS {
-            self.added[i] = fields;
-            self.n_added += 1;
+        if !fields.is_empty() {
+            self.added.push(fields);
         }
     }
 
-    /// Adds pre-rendered field lines (`Name: value\r\n` each, values already validated). At most
-    /// four slices per reply.
+    /// Adds pre-rendered field lines (`Name: value\r\n` each, values already validated).
     pub fn add_lines(&mut self, lines: &'a [u8]) {
-        if lines.is_empty() {
-            return;
+        if !lines.is_empty() {
+            self.lines.push(lines);
         }
-        let i = self.n_lines as usize;
-        debug_assert!(i < MAX_PARTS, "more than {MAX_PARTS} line slices");
-        if i < MAX_PARTS {
-            self.lines[i] = lines;
-            self.n_lines += 1;
-        }
+    }
+
+    /// Removes the base fields `set` names (added fields and lines are not affected).
+    pub fn drop_fields(&mut self, set: &'a dyn DropFields) {
+        self.drops.push(set);
+    }
+
+    /// Whether a drop set removes base field `name`.
+    fn dropped(&self, name: &[u8]) -> bool {
+        self.drops.iter().any(|d| d.drops(name))
     }
 
     /// The value of field `name` (lowercase) as the reply carries it: the first one among the
@@ -161,7 +199,7 @@ impl<'a> Reply<'a> {
     /// over every field, done only when a log format asks for a response field.
     pub fn field(&self, name: &str) -> Option<&'a [u8]> {
         let name = name.as_bytes();
-        let dropped = |n: &[u8]| self.drop.is_some_and(|d| d.drops(n));
+        let dropped = |n: &[u8]| self.dropped(n);
         let in_lines = |text: &'a [u8]| {
             text.split(|b| *b == b'\n').find_map(|line| {
                 let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -185,24 +223,18 @@ impl<'a> Reply<'a> {
                 .map(|h| &h.value[..]),
         };
         base.or_else(|| {
-            self.added[..self.n_added as usize]
+            self.added
                 .iter()
                 .flat_map(|s| s.iter())
                 .find(|(n, _)| n.eq_ignore_ascii_case(name))
                 .map(|(_, v)| &v[..])
         })
-        .or_else(|| {
-            self.lines[..self.n_lines as usize]
-                .iter()
-                .find_map(|l| in_lines(l))
-        })
+        .or_else(|| self.lines.iter().find_map(|l| in_lines(l)))
     }
 
     /// The added fields and lines, for encoders other than HTTP/1.1 and for tests.
     pub fn added(&self) -> impl Iterator<Item = &(Bytes, Bytes)> {
-        self.added[..self.n_added as usize]
-            .iter()
-            .flat_map(|s| s.iter())
+        self.added.iter().flat_map(|s| s.iter())
     }
 
     /// Writes the HTTP/1.1 head for a client speaking `version`, and says how to write the
@@ -214,11 +246,11 @@ impl<'a> Reply<'a> {
         version: Version,
         persistence: Persistence,
     ) -> BodyEncoding {
-        let drop = |name: &[u8]| self.drop.is_some_and(|d| d.drops(name));
+        let drop = |name: &[u8]| self.dropped(name);
         let mut has_date = false;
         match self.base {
             Base::None => put_status_line_with(out, self.status, self.reason),
-            Base::Encoded(head) if self.drop.is_none() => out.put_slice(head),
+            Base::Encoded(head) if self.drops.is_empty() => out.put_slice(head),
             Base::Encoded(head) => put_encoded_filtered(out, head, &drop),
             Base::Fields(fields) => {
                 put_status_line_with(out, self.status, self.reason);
@@ -237,12 +269,12 @@ impl<'a> Reply<'a> {
                 }
             }
         }
-        for fields in &self.added[..self.n_added as usize] {
+        for fields in self.added.iter() {
             for (n, v) in fields.iter() {
                 put_header(out, n, v);
             }
         }
-        for l in &self.lines[..self.n_lines as usize] {
+        for l in self.lines.iter() {
             out.put_slice(l);
         }
         if let Some(render) = self.render {
@@ -330,7 +362,7 @@ mod tests {
         let drop = |n: &[u8]| n.eq_ignore_ascii_case(b"x-drop");
         let mut r = Reply::new(200, Framing::Given);
         r.base = Base::Encoded(stored);
-        r.drop = Some(&drop);
+        r.drop_fields(&drop);
         r.add_fields(&added);
         r.add_lines(b"Cache-Status: weir; hit\r\n");
         assert_eq!(r.field("etag"), Some(&b"\"v1\""[..]));
@@ -438,7 +470,7 @@ mod tests {
         let mut r = Reply::new(200, Framing::Length(2));
         r.reason = b"Fine";
         r.base = Base::Fields(&fields);
-        r.drop = Some(&drop);
+        r.drop_fields(&drop);
         r.add_fields(&added);
         r.add_lines(b"Via: 1.1 weir\r\n");
         let (text, _) = encode(&r, Version::Http11, Persistence::KeepAlive);
@@ -461,7 +493,7 @@ mod tests {
             "HTTP/1.1 200 OK\r\nETag: \"a\"\r\nSet-Cookie: s=1\r\nContent-Length: 3\r\nAge: 4\r\nConnection: close\r\n\r\n"
         );
         let drop = |n: &[u8]| n.eq_ignore_ascii_case(b"set-cookie");
-        r.drop = Some(&drop);
+        r.drop_fields(&drop);
         let (text, _) = encode(&r, Version::Http11, Persistence::KeepAlive);
         assert!(
             !text.contains("Set-Cookie") && text.contains("ETag"),

@@ -33,3 +33,4 @@ pub mod routes;
 pub mod runtime;
 pub mod server;
 pub mod tls;
+pub mod vars;

@@ -79,6 +79,12 @@ pub enum Var {
     RequestField(String),
     /// Response field (from `$sent_http_content_type`).
     ResponseField(String),
+    /// A query parameter (`$arg_page`).
+    Arg(String),
+    /// A cookie (`$cookie_session`).
+    Cookie(String),
+    /// The Host field's host, without the port.
+    Host,
 }
 
 const NAMES: &[(&str, Var)] = &[
@@ -116,13 +122,11 @@ const NAMES: &[(&str, Var)] = &[
     ("tls_client_subject", Var::TlsClientSubject),
     ("ssl_client_s_dn", Var::TlsClientSubject),
     ("request_id", Var::RequestId),
+    ("host", Var::Host),
 ];
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Piece {
-    Text(Vec<u8>),
-    Var(Var),
-}
+/// A piece of a compiled template.
+pub type Piece = crate::vars::Piece<Var>;
 
 /// A compiled format.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,39 +150,7 @@ impl Format {
     }
 
     fn template(t: &str) -> Result<Format, String> {
-        let mut pieces = Vec::new();
-        let mut text = Vec::new();
-        let mut rest = t;
-        while let Some(i) = rest.find('$') {
-            text.extend_from_slice(&rest.as_bytes()[..i]);
-            rest = &rest[i + 1..];
-            let (name, after) = if let Some(inner) = rest.strip_prefix('{') {
-                let end = inner
-                    .find('}')
-                    .ok_or_else(|| format!("unclosed ${{ in {t:?}"))?;
-                (&inner[..end], &inner[end + 1..])
-            } else {
-                let end = rest
-                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                    .unwrap_or(rest.len());
-                (&rest[..end], &rest[end..])
-            };
-            if name.is_empty() {
-                return Err(format!(
-                    "a lone $ in {t:?} (write a variable name after it)"
-                ));
-            }
-            if !text.is_empty() {
-                pieces.push(Piece::Text(std::mem::take(&mut text)));
-            }
-            pieces.push(Piece::Var(variable(name)?));
-            rest = after;
-        }
-        text.extend_from_slice(rest.as_bytes());
-        if !text.is_empty() {
-            pieces.push(Piece::Text(text));
-        }
-        Ok(Format::Template(pieces))
+        crate::vars::scan(t, variable).map(Format::Template)
     }
 
     /// Whether the format reports response fields (then they are captured per request).
@@ -237,9 +209,15 @@ fn variable(name: &str) -> Result<Var, String> {
     if let Some(n) = name.strip_prefix("sent_http_").filter(|n| !n.is_empty()) {
         return Ok(Var::ResponseField(field(n)));
     }
+    if let Some(n) = name.strip_prefix("arg_").filter(|n| !n.is_empty()) {
+        return Ok(Var::Arg(n.to_string()));
+    }
+    if let Some(n) = name.strip_prefix("cookie_").filter(|n| !n.is_empty()) {
+        return Ok(Var::Cookie(n.to_string()));
+    }
     let known: Vec<&str> = NAMES.iter().map(|(n, _)| *n).collect();
     Err(format!(
-        "unknown variable ${name}; known: {}, http_NAME (request field), sent_http_NAME (response field)",
+        "unknown variable ${name}; known: {}, http_NAME (request field), sent_http_NAME (response field), arg_NAME, cookie_NAME",
         known.join(", ")
     ))
 }
@@ -375,6 +353,28 @@ fn text_var(v: &Var, e: &Entry<'_>, time_local: &[u8], out: &mut Vec<u8>) {
         },
         Var::ResponseField(n) => match (e.response_field)(n) {
             Some(v) => escaped(v, out),
+            None => dash(out),
+        },
+        Var::Arg(n) => match e.query.and_then(|q| crate::vars::arg(q, n.as_bytes())) {
+            Some(v) => escaped(v, out),
+            None => dash(out),
+        },
+        Var::Cookie(n) => {
+            let found =
+                (e.request_field)("cookie").and_then(|c| crate::vars::cookie_in(c, n.as_bytes()));
+            match found {
+                Some(v) => escaped(v, out),
+                None => dash(out),
+            }
+        }
+        Var::Host => match (e.request_field)("host") {
+            Some(v) => {
+                let host = match v.iter().rposition(|b| *b == b':') {
+                    Some(i) if !v.ends_with(b"]") => &v[..i],
+                    _ => v,
+                };
+                escaped(&host.to_ascii_lowercase(), out)
+            }
             None => dash(out),
         },
     }
@@ -562,7 +562,8 @@ mod tests {
         assert!(Format::parse("$status $nope")
             .unwrap_err()
             .contains("$nope"));
-        assert!(Format::parse("$").is_err());
+        // A `$` that starts no name is text (`vars::scan`), as in every other config value.
+        assert!(Format::parse("$ $").is_ok());
         assert!(Format::parse("${status").is_err());
         assert!(Format::parse("plain").is_err());
         assert!(Format::parse("$sent_http_etag")

@@ -12,6 +12,8 @@ pub mod echo;
 pub mod respond;
 pub mod static_files;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use weir_http::Method;
 
@@ -25,6 +27,8 @@ pub(crate) struct Refs<'a> {
     pub zones: &'a std::collections::HashMap<String, (usize, u64)>,
     /// Access logs, compiled as routes name them.
     pub logs: &'a crate::access_log::LogCompiler<'a>,
+    /// Filters: the named definitions, and where inline ones are compiled.
+    pub filters: &'a crate::filters::compile::Compiler,
 }
 
 /// A compiled action.
@@ -45,6 +49,7 @@ pub enum Action {
 #[derive(Debug)]
 pub(crate) struct Given {
     pub respond: Option<model::Respond>,
+    pub redirect: Option<model::Redirect>,
     pub static_files: Option<model::Static>,
     pub echo: Option<model::Echo>,
     pub health: Option<model::HealthRoute>,
@@ -53,6 +58,9 @@ pub(crate) struct Given {
 }
 
 impl Action {
+    /// Compiles a route's action; a proxy takes the route's `filters` into its chain (the
+    /// other actions leave them to the route).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn compile(
         given: Given,
         route_prefix: Option<&[u8]>,
@@ -60,9 +68,12 @@ impl Action {
         base: &BaseDir,
         server: Option<&Bytes>,
         refs: &Refs<'_>,
+        filters: &mut Vec<Arc<dyn crate::filters::Filter>>,
+        route: (&str, Option<&regex::bytes::Regex>),
     ) -> Result<Action, CompileError> {
         let Given {
             respond,
+            redirect,
             static_files,
             echo,
             health,
@@ -77,6 +88,7 @@ impl Action {
         }
         let set = [
             respond.is_some(),
+            redirect.is_some(),
             static_files.is_some(),
             echo.is_some(),
             health.is_some(),
@@ -85,7 +97,8 @@ impl Action {
         if set.iter().filter(|g| **g).count() != 1 {
             return Err((
                 path.to_string(),
-                "a route needs exactly one action: respond, static, echo, health or proxy".into(),
+                "a route needs exactly one action: respond, redirect, static, echo, health or proxy"
+                    .into(),
             ));
         }
         if let Some(p) = proxy {
@@ -93,6 +106,8 @@ impl Action {
                 p,
                 &format!("{path}.proxy"),
                 refs.upstreams,
+                std::mem::take(filters),
+                route,
             )?;
             if let Some(c) = cache {
                 route.cache = Some(crate::cache::CacheRoute::compile(
@@ -104,8 +119,18 @@ impl Action {
             return Ok(Action::Proxy(Box::new(route)));
         }
         if let Some(r) = respond {
-            return respond::Respond::compile(r, &format!("{path}.respond"), base, server)
-                .map(Action::Respond);
+            let r = respond::Respond::compile(r, &format!("{path}.respond"), base, server)?;
+            check_captures(&r, path, route.1)?;
+            return Ok(Action::Respond(r));
+        }
+        if let Some(r) = redirect {
+            let (to, status) = match r {
+                model::Redirect::To(to) => (to, 301),
+                model::Redirect::Full(f) => (f.to, f.status),
+            };
+            let r = respond::Respond::redirect(&to, status, &format!("{path}.redirect"), server)?;
+            check_captures(&r, path, route.1)?;
+            return Ok(Action::Respond(r));
         }
         if let Some(s) = static_files {
             let prefix = if s.strip_prefix {
@@ -152,4 +177,23 @@ impl Action {
     pub fn wants_body(&self) -> bool {
         matches!(self, Action::Echo(_))
     }
+}
+
+/// `$1`..`$9` in a response need a `path_regex` with that many groups.
+fn check_captures(
+    r: &respond::Respond,
+    path: &str,
+    regex: Option<&regex::bytes::Regex>,
+) -> Result<(), CompileError> {
+    let used = r.captures();
+    let groups = regex.map_or(0, |re| re.captures_len() - 1);
+    if used > groups {
+        return Err((
+            path.to_string(),
+            format!(
+                "${used} needs a match.path_regex with {used} capture groups (it has {groups})"
+            ),
+        ));
+    }
+    Ok(())
 }

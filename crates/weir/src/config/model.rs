@@ -12,6 +12,9 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+pub use super::model_filters::{
+    Canary, CircuitBreaker, Concurrency, FilterRef, FilterSpec, Headers, IpRules, RateLimit, Split,
+};
 pub use super::model_ops::{AccessLog, AccessLogSetting, HealthRoute, Log, RequestId};
 pub use super::model_tls::{
     Certificate, ClientAuth, ClientAuthMode, ClientCert, Http2, Tls, UpstreamTls,
@@ -46,6 +49,9 @@ pub struct File {
     /// Named cache stores, used by routes with a `cache` stage.
     #[serde(default)]
     pub cache_zones: BTreeMap<String, CacheZone>,
+    /// Named filters, used by listeners and routes (which then share one, and its state).
+    #[serde(default)]
+    pub filters: BTreeMap<String, FilterSpec>,
     /// The admin listener: purges, stats, health, metrics, reload.
     pub admin: Option<Admin>,
     /// The error log: level (or `RUST_LOG`-style filter) and format.
@@ -305,6 +311,9 @@ pub struct Listener {
     /// Routes, tried in order; the first whose match applies answers.
     #[serde(default)]
     pub routes: Vec<Route>,
+    /// Filters every route of this listener runs first.
+    #[serde(default)]
+    pub filters: Vec<FilterRef>,
     /// This listener's access log (else the top-level one); `off` for none.
     pub access_log: Option<AccessLogSetting>,
     /// Terminate TLS on this listener.
@@ -326,6 +335,11 @@ pub struct Route {
     pub matcher: Match,
     /// Answer from config (nginx `return`).
     pub respond: Option<Respond>,
+    /// A redirect: `"https://$host$request_uri"`, or `{to: ..., status: 302}`.
+    pub redirect: Option<Redirect>,
+    /// Filters this route runs (after its listener's), in order: names or inline.
+    #[serde(default)]
+    pub filters: Vec<FilterRef>,
     /// Serve files from a directory.
     #[serde(rename = "static")]
     pub static_files: Option<Static>,
@@ -394,9 +408,9 @@ impl OneOrMany {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Respond {
-    /// Status code (default 200).
+    /// Status code (default 200), or a variable template that renders to one.
     #[serde(default = "default_status")]
-    pub status: u16,
+    pub status: Status,
     /// Response headers; `content-type` defaults to `text/plain; charset=utf-8` when there is a body.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
@@ -406,8 +420,36 @@ pub struct Respond {
     pub body_file: Option<String>,
 }
 
-fn default_status() -> u16 {
-    200
+fn default_status() -> Status {
+    Status::Code(200)
+}
+
+/// A status: a number, or a template of variables (`"$arg_code"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Status {
+    Code(u16),
+    Template(String),
+}
+
+/// A redirect: the target alone (301), or with a status.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Redirect {
+    To(String),
+    Full(RedirectFull),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedirectFull {
+    pub to: String,
+    #[serde(default = "default_redirect")]
+    pub status: u16,
+}
+
+fn default_redirect() -> u16 {
+    301
 }
 
 /// Files from a directory.

@@ -26,6 +26,10 @@ impl Forwarded {
 }
 
 impl Filter for Forwarded {
+    fn phases(&self) -> u8 {
+        super::phase::UPSTREAM | super::phase::DROPS_UPSTREAM
+    }
+
     fn drops_upstream(&self, client: &Client, name: &[u8]) -> bool {
         if self.x_forwarded {
             // Re-emitted below (with the trusted prior values first).

@@ -1,12 +1,19 @@
-//! `request_headers` / `response_headers`: remove, then set (replace), then add fields, on the
-//! upstream request and on every response of the route (hits included).
+//! `request_headers` / `response_headers` (and the `headers` filter): remove, then set (replace),
+//! then add fields, on the upstream request and on every response of the route (hits included).
+//!
+//! Values may use request variables (`X-Client: $remote_addr`, `vars.rs`). Values without one
+//! are encoded once at load; those with one are rendered per request: upstream ones as the
+//! request is written, response ones in the request phase into the filter's state (the
+//! response phase does not see the request), so a route with only literal edits keeps no
+//! state and allocates nothing.
 
 use bytes::{Bytes, BytesMut};
 use weir_http::reply::DropFields;
 use weir_http::{Reply, RequestHead};
 
-use super::{Client, Filter};
+use super::{phase, Client, Filter, Req, State};
 use crate::config::{check_header_name, check_header_value, model, CompileError};
+use crate::vars::{Env, Template};
 
 /// Compiled header edits: remove, then set (replace), then add.
 #[derive(Debug, Default)]
@@ -16,6 +23,8 @@ pub struct HeaderEdits {
     pub add: Vec<(Bytes, Bytes)>,
     /// `set` then `add`, encoded as field lines once at load: one copy per message.
     lines: Bytes,
+    /// Fields whose values use variables, rendered per request.
+    dynamic: Vec<(Bytes, Template)>,
 }
 
 impl HeaderEdits {
@@ -32,14 +41,25 @@ impl HeaderEdits {
             check("remove", &n, None)?;
             e.remove.push(n.to_ascii_lowercase());
         }
+        let template = |k: &str, n: &str, v: &str| {
+            Template::parse(v).map_err(|m| (format!("{path}.{k}.{n}"), m))
+        };
         for (n, v) in ops.set {
             check("set", &n, Some(&v))?;
             e.remove.push(n.to_ascii_lowercase());
-            e.set.push((Bytes::from(n), Bytes::from(v)));
+            let t = template("set", &n, &v)?;
+            match t.literal() {
+                Some(_) => e.set.push((Bytes::from(n), Bytes::from(v))),
+                None => e.dynamic.push((Bytes::from(n), t)),
+            }
         }
         for (n, v) in ops.add {
             check("add", &n, Some(&v))?;
-            e.add.push((Bytes::from(n), Bytes::from(v)));
+            let t = template("add", &n, &v)?;
+            match t.literal() {
+                Some(_) => e.add.push((Bytes::from(n), Bytes::from(v))),
+                None => e.dynamic.push((Bytes::from(n), t)),
+            }
         }
         let mut lines = BytesMut::new();
         for (n, v) in e.added() {
@@ -50,7 +70,20 @@ impl HeaderEdits {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.remove.is_empty() && self.add.is_empty()
+        self.remove.is_empty() && self.add.is_empty() && self.dynamic.is_empty()
+    }
+
+    /// Renders the fields whose values use variables, as field lines.
+    fn render(&self, env: &Env<'_>, out: &mut BytesMut) {
+        let mut value = Vec::new();
+        for (n, t) in &self.dynamic {
+            value.clear();
+            t.render(env, &mut value);
+            // A value from the request may hold what a field must not: left out, not sent.
+            if crate::vars::field_safe(&value) {
+                weir_http::response::put_header(out, n, &value);
+            }
+        }
     }
 
     /// The fields these edits add.
@@ -78,21 +111,61 @@ impl DropFields for HeaderEdits {
 pub struct HeaderEdit {
     pub request: HeaderEdits,
     pub response: HeaderEdits,
+    /// The route's name and path regex, for `$route` and `$1`..`$9` in upstream values.
+    pub route: String,
+    pub regex: Option<regex::bytes::Regex>,
 }
 
 impl Filter for HeaderEdit {
+    fn phases(&self) -> u8 {
+        let mut p = 0;
+        if !self.request.is_empty() {
+            p |= phase::UPSTREAM;
+        }
+        if !self.request.remove.is_empty() {
+            p |= phase::DROPS_UPSTREAM;
+        }
+        if !self.response.is_empty() {
+            p |= phase::RESPONSE;
+        }
+        if !self.response.dynamic.is_empty() {
+            p |= phase::REQUEST | phase::STATE;
+        }
+        p
+    }
+
+    fn request(&self, req: &Req<'_>, state: &mut State, _: &mut Option<usize>) -> super::Flow {
+        let mut lines = BytesMut::new();
+        self.response.render(&req.env(), &mut lines);
+        *state = Some(Box::new(lines));
+        super::Flow::Continue
+    }
+
     fn drops_upstream(&self, _: &Client, name: &[u8]) -> bool {
         self.request.drops(name)
     }
 
-    fn upstream_fields(&self, _: &Client, _: &RequestHead, out: &mut BytesMut) {
+    fn upstream_fields(&self, client: &Client, head: &RequestHead, out: &mut BytesMut) {
         out.extend_from_slice(self.request.lines());
+        if !self.request.dynamic.is_empty() {
+            let env = Env {
+                head,
+                scheme: client.scheme,
+                client: client.ip,
+                route: &self.route,
+                regex: self.regex.as_ref(),
+            };
+            self.request.render(&env, out);
+        }
     }
 
-    fn response<'a>(&'a self, reply: &mut Reply<'a>) {
+    fn response<'a>(&'a self, reply: &mut Reply<'a>, state: &mut State, lines: &mut BytesMut) {
         if !self.response.remove.is_empty() {
-            reply.drop = Some(&self.response);
+            reply.drop_fields(&self.response);
         }
         reply.add_lines(self.response.lines());
+        if let Some(rendered) = state.as_ref().and_then(|s| s.downcast_ref::<BytesMut>()) {
+            lines.extend_from_slice(rendered);
+        }
     }
 }

@@ -1,41 +1,89 @@
-//! Filters: per-route steps of the pipeline, compiled at config load. A filter implements the
-//! phases it cares about; the others default to doing nothing.
+//! Filters: the policy steps of a route, compiled at config load and run in config order: the
+//! listener's `filters`, then the route's, then the proxy's own (forwarding fields, header edits,
+//! `Via`). A filter is named once at the top level (`filters: {limit: {rate_limit: ...}}`) and
+//! referenced from many routes, which then share it and its state (one rate limiter, one
+//! breaker), or written inline in a route's list.
 //!
 //! ```text
-//! request ──→ Filter::request (may answer: Flow::Respond) ──→ cache lookup ──→ upstream
-//!                                upstream request: Filter::drops_upstream / upstream_fields
-//! response (after lookup: hits included, and relayed responses) ──→ Filter::response
+//! request ─→ Filter::request ─→ [cache lookup] ─→ upstream request: drops_upstream / upstream_fields
+//!              │ Respond: answer now                   │
+//!              │ Wait(future): resume after it         ▼
+//!              ▼                            upstream response ─→ Filter::before_store (may refuse to store)
+//!          response (every answer of the route, hits included) ─→ Filter::response ─→ write ─→ Filter::log
 //! ```
 //!
-//! Response filters run after the cache lookup, on every response a route sends, hits included.
-//! They never shape what is stored: the store keeps the upstream's response (minus hop-by-hop
-//! fields), so a changed edit applies to stored objects at once.
+//! What we took, and from where:
+//! * Pingora's phases (`request_filter`, `upstream_request_filter`, `response_filter`,
+//!   `logging`) and its per-request module context: each filter gets one [`State`] slot per
+//!   request, `None` until the filter puts something there. A chain whose filters keep no
+//!   state allocates nothing (the slots live in the context's boxed `Extra`, made only when a
+//!   stateful filter runs).
+//! * Envoy's `StopIteration` and `continueDecoding()`: a request filter that must wait on IO
+//!   returns [`Flow::Wait`] with a future; the pipeline awaits it and resumes the chain after
+//!   that filter. Routes whose filters never wait run no async machinery: the request phase
+//!   is a plain loop of calls, and the pipeline boxes a future only when one is returned.
+//! * Not tower's `Layer`: a stack of nested services fixes the order in types and makes every
+//!   filter async; ours is a list read from config and mostly synchronous.
 //!
-//! Shipped filters: [`header_edit`] (remove/set/add fields each way), [`forwarded`]
-//! (X-Forwarded-* and RFC 7239 `Forwarded`, with trusted proxies) and [`via`].
+//! [`Chain`] keeps a bit per phase so that a route whose filters do not use one skips it with
+//! one test; `phases()` is how a filter says which it implements.
+//!
+//! Shipped filters: [`header_edit`], [`forwarded`], [`via`] (proxy settings), and the
+//! traffic-control filters [`rate_limit`], [`concurrency`], [`ip_filter`], [`breaker`] and
+//! [`split`] (traffic split and canary), compiled from config by [`compile`].
 
+pub mod breaker;
+pub mod compile;
+pub mod concurrency;
 pub mod forwarded;
 pub mod header_edit;
+pub mod ip_filter;
+pub mod rate_limit;
 pub mod request_id;
+pub mod split;
 pub mod via;
 
+use std::any::Any;
 use std::fmt::Debug;
+use std::future::Future;
 use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use weir_http::{Reply, RequestHead};
+use weir_http::{Reply, RequestHead, ResponseHead};
+
+/// A filter's per-request state: `None` until it stores something.
+pub type State = Option<Box<dyn Any>>;
+
+/// An answer made by a filter (`text/plain` unless its fields say otherwise).
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub fields: Vec<(Bytes, Bytes)>,
+    pub body: Bytes,
+}
 
 /// What a request filter decided.
-#[derive(Debug)]
 pub enum Flow {
     /// Go on with the next filter, then the route's action.
     Continue,
-    /// Answer now with this status, extra fields and body (`text/plain`).
-    Respond {
-        status: u16,
-        fields: Vec<(Bytes, Bytes)>,
-        body: Bytes,
-    },
+    /// Answer now.
+    Respond(Answer),
+    /// Wait for this future (IO: a key server, a store), then decide. The chain resumes with
+    /// what it returns, as if the filter had returned that.
+    Wait(Pin<Box<dyn Future<Output = Flow>>>),
+}
+
+impl Debug for Flow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Flow::Continue => f.write_str("Continue"),
+            Flow::Respond(a) => write!(f, "Respond({})", a.status),
+            Flow::Wait(_) => f.write_str("Wait"),
+        }
+    }
 }
 
 /// What filters know about the client.
@@ -48,10 +96,67 @@ pub struct Client {
     pub version: &'static str,
 }
 
-/// One filter. Methods default to doing nothing.
+/// The request, as the request phase sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Req<'a> {
+    pub client: &'a Client,
+    pub head: &'a RequestHead,
+    /// The route's name.
+    pub route: &'a str,
+    /// The route's `path_regex`, for `$1`..`$9`.
+    pub regex: Option<&'a regex::bytes::Regex>,
+}
+
+impl<'a> Req<'a> {
+    /// The variables' view of the request.
+    pub fn env(&self) -> crate::vars::Env<'a> {
+        crate::vars::Env {
+            head: self.head,
+            scheme: self.client.scheme,
+            client: self.client.ip,
+            route: self.route,
+            regex: self.regex,
+        }
+    }
+}
+
+/// What the log phase is told about a finished request.
+#[derive(Debug, Clone, Copy)]
+pub struct Done {
+    /// The status sent (0: none was, the connection failed first).
+    pub status: u16,
+    /// Whether weir answered for an upstream that failed (502/503/504 of its own).
+    pub upstream_failed: bool,
+    pub bytes_sent: u64,
+    /// From the start of the request to now, when the clock was read.
+    pub elapsed: Option<Duration>,
+    /// Until the upstream's response head, when there was one.
+    pub upstream_time: Option<Duration>,
+}
+
+/// Phase bits ([`Filter::phases`]).
+pub mod phase {
+    pub const REQUEST: u8 = 1;
+    pub const UPSTREAM: u8 = 2;
+    pub const BEFORE_STORE: u8 = 4;
+    pub const RESPONSE: u8 = 8;
+    pub const LOG: u8 = 16;
+    /// Drops fields of the client's request on the way upstream.
+    pub const DROPS_UPSTREAM: u8 = 32;
+    /// Keeps per-request state.
+    pub const STATE: u8 = 64;
+    /// Chooses the upstream (traffic split, canary): needs a proxy action.
+    pub const UPSTREAM_CHOICE: u8 = 128;
+}
+
+/// One filter. Methods default to doing nothing; [`Filter::phases`] says which are implemented.
 pub trait Filter: Debug + Send + Sync {
-    /// Before the cache lookup.
-    fn request(&self, _client: &Client, _head: &RequestHead) -> Flow {
+    /// The phases this filter implements ([`phase`] bits).
+    fn phases(&self) -> u8;
+
+    /// Before the cache lookup and the action: may answer or wait. `upstream` is the choice of
+    /// upstream so far (an index into the config's upstreams), for filters that choose one.
+    fn request(&self, _req: &Req<'_>, _state: &mut State, _upstream: &mut Option<usize>) -> Flow {
         Flow::Continue
     }
 
@@ -63,59 +168,195 @@ pub trait Filter: Debug + Send + Sync {
     /// Fields added to the upstream request, as `Name: value\r\n` lines.
     fn upstream_fields(&self, _client: &Client, _head: &RequestHead, _out: &mut BytesMut) {}
 
-    /// Shapes a response (hits included) before it is encoded.
-    fn response<'a>(&'a self, _reply: &mut Reply<'a>) {}
+    /// An upstream response the cache would store: `false` keeps it out of the store (it is
+    /// still relayed).
+    fn before_store(&self, _resp: &ResponseHead) -> bool {
+        true
+    }
+
+    /// Shapes a response (hits and weir's own answers included) before it is encoded: fields
+    /// the filter owns go on `reply`, per-request lines into `lines`.
+    fn response<'a>(&'a self, _reply: &mut Reply<'a>, _state: &mut State, _lines: &mut BytesMut) {}
+
+    /// After the response: the final status, bytes and timings. Changes nothing.
+    fn log(&self, _done: &Done, _state: &mut State) {}
+}
+
+/// What the request phase of a chain decided.
+pub enum Step {
+    Continue,
+    Respond(Answer),
+    /// Filter `at` waits: await the future, then [`Chain::resume`] with `at`.
+    Wait(usize, Pin<Box<dyn Future<Output = Flow>>>),
+}
+
+impl Debug for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::Continue => f.write_str("Continue"),
+            Step::Respond(a) => write!(f, "Respond({})", a.status),
+            Step::Wait(at, _) => write!(f, "Wait({at})"),
+        }
+    }
+}
+
+/// The per-request part of a chain's run: each filter's state slot and the upstream chosen.
+#[derive(Debug, Default)]
+pub struct Run {
+    states: Vec<State>,
+    pub upstream: Option<usize>,
 }
 
 /// A route's filters, in config order.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Chain {
-    filters: Vec<Box<dyn Filter>>,
-    /// Whether any filter drops upstream fields (skips a call per field when none does).
-    drops_upstream: bool,
-    /// Whether any filter has a request phase (skips building the `Client` when none does).
-    has_request: bool,
+    filters: Vec<Arc<dyn Filter>>,
+    /// The union of the filters' phases.
+    phases: u8,
 }
 
 impl Chain {
-    /// A chain of `filters`; `drops_upstream` and `has_request` say whether any of them
-    /// implements those phases (the shipped filters know; both `true` is always correct).
-    pub fn new(filters: Vec<Box<dyn Filter>>, drops_upstream: bool, has_request: bool) -> Chain {
-        Chain {
-            filters,
-            drops_upstream,
-            has_request,
+    pub fn new(filters: Vec<Arc<dyn Filter>>) -> Chain {
+        let phases = filters.iter().fold(0, |p, f| p | f.phases());
+        Chain { filters, phases }
+    }
+
+    /// This chain followed by `more`.
+    pub fn then(mut self, more: Vec<Arc<dyn Filter>>) -> Chain {
+        self.filters.extend(more);
+        Chain::new(self.filters)
+    }
+
+    /// The union of the filters' phases.
+    #[inline(always)]
+    pub fn phases(&self) -> u8 {
+        self.phases
+    }
+
+    /// Whether any filter implements `phase`.
+    #[inline(always)]
+    pub fn has(&self, phase: u8) -> bool {
+        self.phases & phase != 0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.filters.is_empty()
+    }
+
+    fn slot<'r>(&self, states: &'r mut Vec<State>, i: usize) -> &'r mut State {
+        if states.len() < self.filters.len() {
+            states.resize_with(self.filters.len(), || None);
         }
+        &mut states[i]
     }
 
-    /// Whether any filter has a request phase.
-    #[inline]
-    pub fn has_request(&self) -> bool {
-        self.has_request
-    }
-
-    pub fn request(&self, client: &Client, head: &RequestHead) -> Flow {
-        for f in &self.filters {
-            if let flow @ Flow::Respond { .. } = f.request(client, head) {
-                return flow;
+    /// Runs the request phase from filter `from` on.
+    pub fn request(&self, req: &Req<'_>, run: &mut Run, from: usize) -> Step {
+        let mut none: State = None;
+        for (i, f) in self.filters.iter().enumerate().skip(from) {
+            if f.phases() & phase::REQUEST == 0 {
+                continue;
+            }
+            let state = if f.phases() & phase::STATE != 0 {
+                self.slot(&mut run.states, i)
+            } else {
+                &mut none
+            };
+            match f.request(req, state, &mut run.upstream) {
+                Flow::Continue => {}
+                Flow::Respond(a) => return Step::Respond(a),
+                Flow::Wait(fut) => return Step::Wait(i, fut),
             }
         }
-        Flow::Continue
+        Step::Continue
+    }
+
+    /// Goes on after filter `at`'s wait ended with `flow`.
+    pub fn resume(&self, req: &Req<'_>, run: &mut Run, at: usize, flow: Flow) -> Step {
+        match flow {
+            Flow::Continue => self.request(req, run, at + 1),
+            Flow::Respond(a) => Step::Respond(a),
+            Flow::Wait(fut) => Step::Wait(at, fut),
+        }
+    }
+
+    /// Runs the whole request phase, awaiting any filter that waits.
+    pub async fn request_async(&self, req: &Req<'_>, run: &mut Run, first: Step) -> Option<Answer> {
+        let mut step = first;
+        loop {
+            match step {
+                Step::Continue => return None,
+                Step::Respond(a) => return Some(a),
+                Step::Wait(at, fut) => {
+                    let flow = fut.await;
+                    step = self.resume(req, run, at, flow);
+                }
+            }
+        }
     }
 
     pub fn drops_upstream(&self, client: &Client, name: &[u8]) -> bool {
-        self.drops_upstream && self.filters.iter().any(|f| f.drops_upstream(client, name))
+        self.has(phase::DROPS_UPSTREAM)
+            && self.filters.iter().any(|f| f.drops_upstream(client, name))
     }
 
     pub fn upstream_fields(&self, client: &Client, head: &RequestHead, out: &mut BytesMut) {
+        if !self.has(phase::UPSTREAM) {
+            return;
+        }
         for f in &self.filters {
             f.upstream_fields(client, head, out);
         }
     }
 
-    pub fn response<'a>(&'a self, reply: &mut Reply<'a>) {
-        for f in &self.filters {
-            f.response(reply);
+    /// Whether every filter lets the cache store `resp`.
+    pub fn before_store(&self, resp: &ResponseHead) -> bool {
+        !self.has(phase::BEFORE_STORE) || self.filters.iter().all(|f| f.before_store(resp))
+    }
+
+    /// The response phase: each filter's fields on `reply`, then the per-request `lines` they
+    /// wrote (declare `lines` before the reply that borrows it; it allocates only if written).
+    pub fn response<'a>(
+        &'a self,
+        reply: &mut Reply<'a>,
+        run: Option<&mut Run>,
+        lines: &'a mut BytesMut,
+    ) {
+        if !self.has(phase::RESPONSE) {
+            return;
+        }
+        let mut none: State = None;
+        let mut run = run;
+        for (i, f) in self.filters.iter().enumerate() {
+            if f.phases() & phase::RESPONSE == 0 {
+                continue;
+            }
+            let state = match (&mut run, f.phases() & phase::STATE != 0) {
+                (Some(run), true) => self.slot(&mut run.states, i),
+                _ => &mut none,
+            };
+            f.response(reply, state, lines);
+        }
+        let lines: &'a BytesMut = lines;
+        reply.add_lines(lines);
+    }
+
+    /// The log phase.
+    pub fn log(&self, done: &Done, run: Option<&mut Run>) {
+        if !self.has(phase::LOG) {
+            return;
+        }
+        let mut none: State = None;
+        let mut run = run;
+        for (i, f) in self.filters.iter().enumerate() {
+            if f.phases() & phase::LOG == 0 {
+                continue;
+            }
+            let state = match (&mut run, f.phases() & phase::STATE != 0) {
+                (Some(run), true) => self.slot(&mut run.states, i),
+                _ => &mut none,
+            };
+            f.log(done, state);
         }
     }
 }
@@ -124,39 +365,75 @@ impl Chain {
 mod tests {
     use super::*;
 
-    /// A filter that answers requests carrying a field: the seam can end a request early.
+    /// A filter that answers requests carrying a field.
     #[derive(Debug)]
     struct Deny;
 
     impl Filter for Deny {
-        fn request(&self, _: &Client, head: &RequestHead) -> Flow {
-            match head.header("x-deny") {
-                Some(_) => Flow::Respond {
+        fn phases(&self) -> u8 {
+            phase::REQUEST
+        }
+        fn request(&self, req: &Req<'_>, _: &mut State, _: &mut Option<usize>) -> Flow {
+            match req.head.header("x-deny") {
+                Some(_) => Flow::Respond(Answer {
                     status: 403,
                     fields: Vec::new(),
                     body: Bytes::from_static(b"denied\n"),
-                },
+                }),
                 None => Flow::Continue,
             }
         }
     }
 
+    /// A filter that waits once, then counts in its state.
+    #[derive(Debug)]
+    struct WaitThenCount;
+
+    impl Filter for WaitThenCount {
+        fn phases(&self) -> u8 {
+            phase::REQUEST | phase::STATE
+        }
+        fn request(&self, _: &Req<'_>, state: &mut State, _: &mut Option<usize>) -> Flow {
+            *state = Some(Box::new(7u32));
+            Flow::Wait(Box::pin(async { Flow::Continue }))
+        }
+    }
+
+    fn head(raw: &str) -> RequestHead {
+        let mut b = BytesMut::from(raw.as_bytes());
+        weir_http::parse_request(&mut b, &Default::default())
+            .unwrap()
+            .unwrap()
+    }
+
     #[test]
-    fn the_first_filter_that_answers_ends_the_chain() {
-        let chain = Chain::new(vec![Box::new(Deny)], false, true);
+    fn the_first_filter_that_answers_ends_the_chain_and_waits_resume_after_the_waiter() {
+        let chain = Chain::new(vec![Arc::new(WaitThenCount), Arc::new(Deny)]);
+        assert!(chain.has(phase::STATE) && !chain.has(phase::LOG));
         let client = Client {
             ip: "127.0.0.1".parse().unwrap(),
             scheme: "http",
             version: "1.1",
         };
-        let mut b = BytesMut::from(&b"GET / HTTP/1.1\r\nHost: a\r\nX-Deny: 1\r\n\r\n"[..]);
-        let head = weir_http::parse_request(&mut b, &Default::default())
-            .unwrap()
+        let h = head("GET / HTTP/1.1\r\nHost: a\r\nX-Deny: 1\r\n\r\n");
+        let req = Req {
+            client: &client,
+            head: &h,
+            route: "r",
+            regex: None,
+        };
+        let mut run = Run::default();
+        let step = chain.request(&req, &mut run, 0);
+        assert!(matches!(step, Step::Wait(0, _)));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
             .unwrap();
-        assert!(matches!(
-            chain.request(&client, &head),
-            Flow::Respond { status: 403, .. }
-        ));
+        let answer = rt.block_on(chain.request_async(&req, &mut run, step));
+        assert_eq!(answer.map(|a| a.status), Some(403));
+        assert_eq!(
+            run.states[0].as_ref().and_then(|s| s.downcast_ref::<u32>()),
+            Some(&7)
+        );
         assert!(!chain.drops_upstream(&client, b"x-deny"));
     }
 }

@@ -15,6 +15,10 @@ const LINE_2: &[u8] = b"Via: 2 weir\r\n";
 pub struct Via;
 
 impl Filter for Via {
+    fn phases(&self) -> u8 {
+        super::phase::UPSTREAM | super::phase::RESPONSE
+    }
+
     fn upstream_fields(&self, client: &Client, _: &RequestHead, out: &mut BytesMut) {
         out.put_slice(match client.version {
             "2" => LINE_2,
@@ -23,7 +27,7 @@ impl Filter for Via {
         });
     }
 
-    fn response<'a>(&'a self, reply: &mut Reply<'a>) {
+    fn response<'a>(&'a self, reply: &mut Reply<'a>, _: &mut super::State, _: &mut BytesMut) {
         reply.add_lines(LINE);
     }
 }

@@ -79,6 +79,10 @@ pub(crate) struct RequestCtx {
     pub bytes_received: u64,
     /// The access log the request is written to (its slot in `cfg.access_logs`).
     pub log: Option<u32>,
+    /// The phases the route's filters use (`filters::phase` bits; 0 until routed).
+    pub phases: u8,
+    /// Whether weir answered for an upstream that failed (its own 502/503/504).
+    pub upstream_failed: bool,
     /// What only some requests need, boxed: the context lives in the pipeline's future, whose
     /// size every idle connection pays (`server/conn/`), while these are set only for
     /// proxied requests and logs that report them.
@@ -93,6 +97,8 @@ pub(crate) struct Extra {
     pub sent_fields: Vec<(usize, Bytes)>,
     /// The request id, once something asked for it ([`RequestCtx::request_id`]).
     pub request_id: Option<Bytes>,
+    /// The filters' per-request state and choices.
+    pub filters: crate::filters::Run,
 }
 
 impl RequestCtx {
@@ -111,6 +117,8 @@ impl RequestCtx {
             bytes_received: 0,
             log: rt.cfg.listeners[listener].access_log.map(|s| s as u32),
             extra: None,
+            phases: 0,
+            upstream_failed: false,
             rt,
             listener,
         }
@@ -125,6 +133,22 @@ impl RequestCtx {
         let id = self.rt.cfg.request_id.of(head, peer, &self.rt.ids);
         extra.request_id = Some(id.clone());
         id
+    }
+
+    /// The filters' run, made on first use.
+    pub fn run(&mut self) -> &mut crate::filters::Run {
+        &mut self.extra.get_or_insert_with(Default::default).filters
+    }
+
+    /// The filters' run, if one was made.
+    pub fn run_if_any(&mut self) -> Option<&mut crate::filters::Run> {
+        self.extra.as_mut().map(|e| &mut e.filters)
+    }
+
+    /// The upstream a filter chose, if one did.
+    #[inline]
+    pub fn chosen_upstream(&self) -> Option<usize> {
+        self.extra.as_ref().and_then(|e| e.filters.upstream)
     }
 
     /// Notes what the access log reports of a response head about to be sent.

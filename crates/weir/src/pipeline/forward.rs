@@ -142,6 +142,8 @@ enum Sent {
 
 /// Where the exchange stands: the upstream, this worker's state for it, the request.
 struct Target<'r> {
+    /// Index of `up` in the config's upstreams.
+    upstream: usize,
     up: &'r Upstream,
     route: &'r ProxyRoute,
     head: &'r RequestHead,
@@ -159,8 +161,10 @@ pub(crate) async fn forward<D: Downstream>(
     ex: &mut Exchange<'_>,
 ) -> Result<Persistence, Error> {
     let rt = ctx.rt.clone();
-    let up: &Upstream = &rt.cfg.upstreams[route.upstream];
-    let per_worker = &rt.upstreams[route.upstream];
+    // A traffic split or canary filter may have chosen another upstream than the route's.
+    let upstream = ctx.chosen_upstream().unwrap_or(route.upstream);
+    let up: &Upstream = &rt.cfg.upstreams[upstream];
+    let per_worker = &rt.upstreams[upstream];
     per_worker.deposit_budget(up.retry.budget);
     let has_body = head.body != BodyKind::Empty;
     let idempotent = matches!(
@@ -169,6 +173,7 @@ pub(crate) async fn forward<D: Downstream>(
     );
     let replayable = idempotent && !has_body;
     let target = Target {
+        upstream,
         up,
         route,
         head,
@@ -294,12 +299,12 @@ pub(crate) async fn forward<D: Downstream>(
             return fail(d, ctx, &target, Some(server), e, persistence, has_body, ex);
         }
     }
-    ctx.upstream = Some((route.upstream as u32, server as u32));
+    ctx.upstream = Some((upstream as u32, server as u32));
     ctx.upstream_head_at = Some(std::time::Instant::now());
     ctx.status = resp.status;
 
     if shape.upgrade && resp.status == 101 {
-        tunnel(d, ctx, upstream_conn, &resp, route).await?;
+        tunnel(d, ctx, upstream_conn, &resp).await?;
         return Ok(Persistence::Close);
     }
     let plan = ex.plan.as_mut().map(|f| f(&resp)).unwrap_or_default();
@@ -312,8 +317,8 @@ pub(crate) async fn forward<D: Downstream>(
     reply.reason = &resp.reason;
     reply.base = Base::Fields(&resp.headers);
     reply.add_lines(&plan.lines);
-    route.filters.response(&mut reply);
     persistence = send_head(d, ctx, &reply, persistence);
+    drop(reply);
     let mut capture = plan.capture.map(|limit| Capture {
         // Sized exactly when the length is known, so that the stored body holds no slack.
         copy: match resp.body {
@@ -366,8 +371,9 @@ fn fail<D: Downstream>(
         tracing::warn!(upstream = %up.name, server = %server_name, status, reason = %e, suppressed, "upstream failure");
     }
     ex.failed = Some(status);
+    ctx.upstream_failed = true;
     if let Some(s) = server {
-        ctx.upstream = Some((target.route.upstream as u32, s as u32));
+        ctx.upstream = Some((target.upstream as u32, s as u32));
     }
     let persistence = if has_body {
         Persistence::Close
@@ -556,7 +562,6 @@ async fn tunnel<D: Downstream>(
     ctx: &mut RequestCtx,
     mut conn: UpstreamConn,
     resp: &ResponseHead,
-    route: &ProxyRoute,
 ) -> Result<(), Error> {
     // The hop-by-hop `Upgrade` and `Connection` are this exchange's business: relayed here.
     let mut lines = BytesMut::new();
@@ -568,7 +573,6 @@ async fn tunnel<D: Downstream>(
     reply.reason = &resp.reason;
     reply.base = Base::Fields(&resp.headers);
     reply.date = false;
-    route.filters.response(&mut reply);
     reply.add_lines(&lines);
     send_head(d, ctx, &reply, Persistence::KeepAlive);
     let early = std::mem::take(&mut conn.buf);

@@ -33,6 +33,9 @@ pub(super) fn finish<D: Downstream>(
             rt.server_metrics[u as usize][s as usize].inc();
         }
     }
+    if ctx.phases & crate::filters::phase::LOG != 0 {
+        log_filters(ctx, elapsed);
+    }
     if let Some(slot) = ctx.log.map(|s| s as usize) {
         let now = now.map_or_else(std::time::Instant::now, |(_, now)| now);
         access_line(d, ctx, head, slot, elapsed, now);
@@ -49,6 +52,28 @@ pub(super) fn finish<D: Downstream>(
         error = result.as_ref().err().map(|e| e.as_str()),
         "request"
     );
+}
+
+/// The route's log filters (a circuit breaker counting outcomes).
+#[cold]
+fn log_filters(ctx: &mut RequestCtx, elapsed: Option<Duration>) {
+    let done = crate::filters::Done {
+        status: ctx.status,
+        upstream_failed: ctx.upstream_failed,
+        bytes_sent: ctx.bytes_sent,
+        elapsed,
+        upstream_time: ctx
+            .started
+            .zip(ctx.upstream_head_at)
+            .map(|(s, t)| t.duration_since(s)),
+    };
+    let rt = ctx.rt.clone();
+    if let Some(route) = ctx
+        .route
+        .and_then(|r| rt.cfg.listeners[ctx.listener].routes.get(r as usize))
+    {
+        route.filters().log(&done, ctx.run_if_any());
+    }
 }
 
 #[cold]

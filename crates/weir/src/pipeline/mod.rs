@@ -37,7 +37,7 @@ use downstream::Downstream;
 use crate::actions::static_files::{StaticBody, StaticReply, INLINE_BODY};
 use crate::actions::Action;
 use crate::error::{canned_body, Error, ErrorKind};
-use crate::filters::{Client, Flow};
+use crate::filters::{phase, Answer, Client, Req, Run, Step};
 use crate::routes::Routed;
 use crate::runtime::WorkerRuntime;
 
@@ -73,6 +73,8 @@ pub(crate) async fn handle<D: Downstream>(
 
 /// Queues a response head: the one way the pipeline sends one, so the status and the fields
 /// the access log reports are noted in one place.
+/// The route's response filters run here, on every answer of the route (hits, weir's own
+/// replies, a filter's answer).
 #[inline(always)]
 pub(crate) fn send_head<D: Downstream>(
     d: &mut D,
@@ -80,12 +82,40 @@ pub(crate) fn send_head<D: Downstream>(
     reply: &Reply<'_>,
     persistence: Persistence,
 ) -> Persistence {
+    if ctx.phases & phase::RESPONSE != 0 {
+        return send_filtered(d, ctx, reply, persistence);
+    }
     ctx.sent(reply);
     d.send_head(reply, persistence)
 }
 
-/// Routes the request and runs what can run without waiting: request filters, a fresh hit, a
-/// fixed response, a static file read whole.
+/// [`send_head`] through the route's response filters.
+#[cold]
+fn send_filtered<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    reply: &Reply<'_>,
+    persistence: Persistence,
+) -> Persistence {
+    let rt = ctx.rt.clone();
+    let chain = ctx
+        .route
+        .and_then(|r| rt.cfg.listeners[ctx.listener].routes.get(r as usize));
+    let Some(route) = chain else {
+        ctx.sent(reply);
+        return d.send_head(reply, persistence);
+    };
+    let mut lines = BytesMut::new();
+    let mut filtered: Reply<'_> = reply.clone();
+    route
+        .filters()
+        .response(&mut filtered, ctx.run_if_any(), &mut lines);
+    ctx.sent(&filtered);
+    d.send_head(&filtered, persistence)
+}
+
+/// Routes the request, runs its request filters, and what can run without waiting: a fresh
+/// hit, a fixed response, a static file read whole.
 fn start<'a, D: Downstream>(
     d: &'a mut D,
     ctx: &'a mut RequestCtx,
@@ -94,27 +124,74 @@ fn start<'a, D: Downstream>(
 ) -> Started<'a> {
     let routes = &rt.cfg.listeners[ctx.listener].routes;
     let routed = routes.route(head, d.tls());
-    if let Routed::Found(route) = &routed {
+    if let Routed::Found(route) = routed {
         ctx.route = Some(route.index as u32);
         ctx.log = route.access_log.map(|s| s as u32);
+        let chain = route.filters();
+        ctx.phases = chain.phases();
+        if chain.has(phase::REQUEST) {
+            let client = client_of(d);
+            let req = Req {
+                client: &client,
+                head,
+                route: &route.name,
+                regex: route.regex(),
+            };
+            let mut local = Run::default();
+            let run = if chain.has(phase::STATE | phase::UPSTREAM_CHOICE) {
+                ctx.run()
+            } else {
+                &mut local
+            };
+            match chain.request(&req, run, 0) {
+                Step::Continue => {}
+                Step::Respond(a) => return Started::Done(Ok(respond_for_filter(d, ctx, head, a))),
+                wait @ Step::Wait(..) => {
+                    return Started::Later(Box::pin(async move {
+                        let client = client_of(d);
+                        let req = Req {
+                            client: &client,
+                            head,
+                            route: &route.name,
+                            regex: route.regex(),
+                        };
+                        let mut local = Run::default();
+                        let run = if chain.has(phase::STATE | phase::UPSTREAM_CHOICE) {
+                            ctx.run()
+                        } else {
+                            &mut local
+                        };
+                        if let Some(a) = chain.request_async(&req, run, wait).await {
+                            return Ok(respond_for_filter(d, ctx, head, a));
+                        }
+                        match act(d, ctx, rt, head, Routed::Found(route)) {
+                            Started::Done(result) => result,
+                            Started::Later(rest) => rest.await,
+                        }
+                    }));
+                }
+            }
+        }
+    }
+    act(d, ctx, rt, head, routed)
+}
+
+/// Runs the route's action (after its request filters).
+fn act<'a, D: Downstream>(
+    d: &'a mut D,
+    ctx: &'a mut RequestCtx,
+    rt: &'a WorkerRuntime,
+    head: &'a RequestHead,
+    routed: Routed<'a>,
+) -> Started<'a> {
+    if let Routed::Found(route) = &routed {
         if let (Action::Respond(r), true) = (&route.action, head.body == BodyKind::Empty) {
             // The fixed response, inline: the hello-world path.
             let persistence = d.persistence(head);
-            return Started::Done(Ok(respond(d, ctx, head, r, persistence)));
+            return Started::Done(Ok(respond(d, ctx, head, route, r, persistence)));
         }
         if let Action::Proxy(proxy) = &route.action {
             let persistence = d.persistence(head);
-            if proxy.filters.has_request() {
-                if let Flow::Respond {
-                    status,
-                    fields,
-                    body,
-                } = proxy.filters.request(&client_of(d), head)
-                {
-                    let persistence = respond_for_filter(d, ctx, head, status, &fields, &body);
-                    return Started::Done(Ok(persistence));
-                }
-            }
             return match &proxy.cache {
                 Some(settings) => {
                     let stage = cache::Stage {
@@ -233,7 +310,7 @@ fn answer<D: Downstream>(
         Routed::NotFound => return Answered::Done(send_error(d, ctx, head, 404, &[], persistence)),
     };
     let persistence = match &route.action {
-        Action::Respond(r) => respond(d, ctx, head, r, persistence),
+        Action::Respond(r) => respond(d, ctx, head, route, r, persistence),
         Action::Echo(e) => {
             let (content_type, payload) = e.render(head, body);
             let rt = ctx.rt.clone();
@@ -299,9 +376,13 @@ fn respond<D: Downstream>(
     d: &mut D,
     ctx: &mut RequestCtx,
     head: &RequestHead,
+    route: &crate::routes::Route,
     r: &crate::actions::respond::Respond,
     persistence: Persistence,
 ) -> Persistence {
+    if let Some(dynamic) = &r.dynamic {
+        return respond_rendered(d, ctx, head, route, r, dynamic, persistence);
+    }
     let mut reply = Reply::new(r.status, Framing::Given);
     reply.base = Base::Encoded(r.head());
     let persistence = send_head(d, ctx, &reply, persistence);
@@ -311,6 +392,54 @@ fn respond<D: Downstream>(
     }
     persistence
 }
+
+/// A response that uses request variables, rendered for this request.
+#[cold]
+fn respond_rendered<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    head: &RequestHead,
+    route: &crate::routes::Route,
+    r: &crate::actions::respond::Respond,
+    dynamic: &crate::actions::respond::Dynamic,
+    persistence: Persistence,
+) -> Persistence {
+    let client = client_of(d);
+    let env = crate::vars::Env {
+        head,
+        scheme: client.scheme,
+        client: client.ip,
+        route: &route.name,
+        regex: route.regex(),
+    };
+    let rendered = match r.render(dynamic, &env) {
+        Ok(rendered) => rendered,
+        Err(why) => {
+            if let Some(suppressed) = RENDER_LOG.admit() {
+                tracing::warn!(route = %route.name, suppressed, "respond: {why}");
+            }
+            return send_error(d, ctx, head, 500, &[], persistence);
+        }
+    };
+    let bodyless = matches!(rendered.status, 204 | 304);
+    let framing = if bodyless {
+        Framing::Given
+    } else {
+        Framing::Length(rendered.body.len() as u64)
+    };
+    let mut reply = Reply::new(rendered.status, framing);
+    reply.add_lines(&rendered.lines);
+    let persistence = send_head(d, ctx, &reply, persistence);
+    drop(reply);
+    if head.method != Method::Head && !bodyless {
+        ctx.bytes_sent += rendered.body.len() as u64;
+        d.send_data(&rendered.body);
+    }
+    persistence
+}
+
+/// Responses whose variables rendered to something unsendable: logged at most so often.
+static RENDER_LOG: crate::logs::Limited = crate::logs::Limited::new();
 
 /// A declared body over `limits.max_body_bytes` is refused (413) before anything of it is read
 /// or forwarded, over either protocol (an HTTP/2 `content-length` once reached the origin first).
@@ -430,8 +559,6 @@ fn send_typed<D: Downstream>(
     persistence: Persistence,
 ) -> Persistence {
     let rt = ctx.rt.clone();
-    let mut reply = Reply::new(status, Framing::Length(json.len() as u64));
-    reply.add_lines(&rt.cfg.server_line);
     let lines = [
         b"Content-Type: ",
         content_type,
@@ -439,6 +566,8 @@ fn send_typed<D: Downstream>(
         extra,
     ]
     .concat();
+    let mut reply = Reply::new(status, Framing::Length(json.len() as u64));
+    reply.add_lines(&rt.cfg.server_line);
     reply.add_lines(&lines);
     let persistence = send_head(d, ctx, &reply, persistence);
     if !head_only {
@@ -453,9 +582,7 @@ fn respond_for_filter<D: Downstream>(
     d: &mut D,
     ctx: &mut RequestCtx,
     head: &RequestHead,
-    status: u16,
-    fields: &[(Bytes, Bytes)],
-    body: &Bytes,
+    a: Answer,
 ) -> Persistence {
     // The request body, if any, is not read: the connection cannot be reused.
     let persistence = if head.body == BodyKind::Empty {
@@ -464,13 +591,21 @@ fn respond_for_filter<D: Downstream>(
         Persistence::Close
     };
     let rt = ctx.rt.clone();
-    let mut reply = Reply::new(status, Framing::Length(body.len() as u64));
+    let typed = a
+        .fields
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case(b"content-type"));
+    let mut reply = Reply::new(a.status, Framing::Length(a.body.len() as u64));
     reply.add_lines(&rt.cfg.server_line);
-    reply.add_lines(b"Content-Type: text/plain; charset=utf-8\r\n");
-    reply.add_fields(fields);
+    if !typed {
+        reply.add_lines(b"Content-Type: text/plain; charset=utf-8\r\n");
+    }
+    reply.add_fields(&a.fields);
     let persistence = send_head(d, ctx, &reply, persistence);
+    drop(reply);
     if head.method != Method::Head {
-        d.send_data(body);
+        ctx.bytes_sent += a.body.len() as u64;
+        d.send_data(&a.body);
     }
     persistence
 }

@@ -12,6 +12,7 @@ use crate::filters::forwarded::Forwarded;
 use crate::filters::header_edit::{HeaderEdit, HeaderEdits};
 use crate::filters::via::Via;
 use crate::filters::{Chain, Filter};
+use std::sync::Arc;
 
 /// How the upstream request's Host is chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,10 +74,14 @@ impl ProxyRoute {
         client
     }
 
+    /// Compiles a `proxy` action; `before` are the route's filters (its listener's and its
+    /// own), which run before the proxy's own (forwarding fields, header edits, `Via`).
     pub(crate) fn compile(
         p: model::Proxy,
         path: &str,
         upstreams: &HashMap<String, usize>,
+        before: Vec<Arc<dyn Filter>>,
+        route: (&str, Option<&regex::bytes::Regex>),
     ) -> Result<ProxyRoute, CompileError> {
         let upstream = *upstreams.get(&p.upstream).ok_or_else(|| {
             let mut known: Vec<&String> = upstreams.keys().collect();
@@ -136,15 +141,13 @@ impl ProxyRoute {
             add_prefix: prefix("add_prefix", p.add_prefix)?,
             regex,
             filters: {
-                let mut filters: Vec<Box<dyn Filter>> = Vec::new();
-                let mut drops = false;
+                let mut filters: Vec<Arc<dyn Filter>> = before;
                 if p.forwarded.x_forwarded || p.forwarded.forwarded {
-                    filters.push(Box::new(Forwarded {
+                    filters.push(Arc::new(Forwarded {
                         x_forwarded: p.forwarded.x_forwarded,
                         forwarded: p.forwarded.forwarded,
                         trusted,
                     }));
-                    drops = true;
                 }
                 let edit = HeaderEdit {
                     request: HeaderEdits::compile(
@@ -155,15 +158,16 @@ impl ProxyRoute {
                         p.response_headers,
                         &format!("{path}.response_headers"),
                     )?,
+                    route: route.0.to_string(),
+                    regex: route.1.cloned(),
                 };
                 if !edit.request.is_empty() || !edit.response.is_empty() {
-                    drops |= !edit.request.remove.is_empty();
-                    filters.push(Box::new(edit));
+                    filters.push(Arc::new(edit));
                 }
                 if p.via {
-                    filters.push(Box::new(Via));
+                    filters.push(Arc::new(Via));
                 }
-                Chain::new(filters, drops, false)
+                Chain::new(filters)
             },
             cache: None,
         })
@@ -210,7 +214,7 @@ mod tests {
     fn route(yaml: &str) -> ProxyRoute {
         let p: model::Proxy = serde_yaml::from_str(yaml).unwrap();
         let ups = HashMap::from([("u".to_string(), 0usize)]);
-        ProxyRoute::compile(p, "r", &ups).unwrap()
+        ProxyRoute::compile(p, "r", &ups, Vec::new(), ("r", None)).unwrap()
     }
 
     fn target(r: &ProxyRoute, path: &str) -> String {
@@ -239,11 +243,18 @@ mod tests {
     #[test]
     fn errors_name_keys() {
         let p: model::Proxy = serde_yaml::from_str("upstream: nope").unwrap();
-        let e = ProxyRoute::compile(p, "r", &HashMap::new()).unwrap_err();
+        let e = ProxyRoute::compile(p, "r", &HashMap::new(), Vec::new(), ("r", None)).unwrap_err();
         assert_eq!(e.0, "r.upstream");
         let p: model::Proxy =
             serde_yaml::from_str("{upstream: u, forwarded: {trusted_proxies: [bogus]}}").unwrap();
-        let e = ProxyRoute::compile(p, "r", &HashMap::from([("u".to_string(), 0)])).unwrap_err();
+        let e = ProxyRoute::compile(
+            p,
+            "r",
+            &HashMap::from([("u".to_string(), 0)]),
+            Vec::new(),
+            ("r", None),
+        )
+        .unwrap_err();
         assert_eq!(e.0, "r.forwarded.trusted_proxies[0]");
     }
 }

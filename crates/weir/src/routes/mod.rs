@@ -9,10 +9,13 @@ mod matcher;
 use bytes::Bytes;
 use weir_http::{Method, RequestHead};
 
+use std::sync::Arc;
+
 use crate::actions::Action;
 use crate::config::model;
 use crate::config::BaseDir;
 use crate::config::CompileError;
+use crate::filters::{Chain, Filter};
 pub use matcher::{HostPattern, Matcher, PathMatch};
 
 /// The routes of one listener.
@@ -35,6 +38,28 @@ pub struct Route {
     /// Slot of its access log in `RuntimeConfig::access_logs` (the route's own, else its
     /// listener's, else the top-level one).
     pub access_log: Option<usize>,
+    /// The listener's filters then the route's (a proxy keeps them in its own chain, after
+    /// which its forwarding and header filters run: see [`Route::filters`]).
+    filters: Chain,
+}
+
+impl Route {
+    /// The route's filters, in order.
+    #[inline(always)]
+    pub fn filters(&self) -> &Chain {
+        match &self.action {
+            Action::Proxy(p) => &p.filters,
+            _ => &self.filters,
+        }
+    }
+
+    /// The route's `path_regex`, for `$1`..`$9`.
+    pub fn regex(&self) -> Option<&regex::bytes::Regex> {
+        match &self.matcher.path {
+            PathMatch::Regex(r) => Some(r),
+            _ => None,
+        }
+    }
 }
 
 /// The outcome of routing one request.
@@ -56,6 +81,7 @@ impl RouteTable {
         server: Option<&Bytes>,
         refs: &crate::actions::Refs<'_>,
         access_log: Option<usize>,
+        listener_filters: &[Arc<dyn Filter>],
     ) -> Result<RouteTable, CompileError> {
         let mut out: Vec<Route> = Vec::with_capacity(routes.len());
         for (i, r) in routes.into_iter().enumerate() {
@@ -74,7 +100,21 @@ impl RouteTable {
                 access_log,
             )?;
             let (matcher, methods) = Matcher::compile(r.matcher, &format!("{path}.match"))?;
+            let regex = match &matcher.path {
+                PathMatch::Regex(r) => Some(r.clone()),
+                _ => None,
+            };
+            let mut filters = listener_filters.to_vec();
+            filters.extend(refs.filters.list(
+                r.filters,
+                &path,
+                refs.upstreams,
+                base,
+                Some((&name, regex.as_ref())),
+            )?);
+            crate::filters::compile::check_chain(&filters, r.proxy.is_some(), &path)?;
             let given = crate::actions::Given {
+                redirect: r.redirect,
                 respond: r.respond,
                 static_files: r.static_files,
                 echo: r.echo,
@@ -82,7 +122,16 @@ impl RouteTable {
                 proxy: r.proxy,
                 cache: r.cache,
             };
-            let action = Action::compile(given, matcher.prefix(), &path, base, server, refs)?;
+            let action = Action::compile(
+                given,
+                matcher.prefix(),
+                &path,
+                base,
+                server,
+                refs,
+                &mut filters,
+                (&name, regex.as_ref()),
+            )?;
             let methods = match (methods, action.methods()) {
                 (None, None) => None,
                 (Some(m), None) => Some(m),
@@ -105,6 +154,7 @@ impl RouteTable {
                 methods,
                 action,
                 access_log: log,
+                filters: Chain::new(filters),
             });
         }
         Ok(RouteTable { routes: out })
@@ -122,6 +172,7 @@ impl RouteTable {
                 methods: None,
                 action: Action::Admin,
                 access_log,
+                filters: Chain::default(),
             }],
         }
     }

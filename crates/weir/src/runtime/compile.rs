@@ -115,10 +115,12 @@ pub(crate) fn compile(
     let logs =
         crate::access_log::LogCompiler::new(&registry.sinks, registry.metrics.log_dropped.clone());
     let default_log = logs.slot(file.access_log.as_ref(), "access_log", None)?;
+    let filters = crate::filters::compile::Compiler::new(file.filters, &upstream_index, base)?;
     let refs = crate::actions::Refs {
         upstreams: &upstream_index,
         zones: &zone_index,
         logs: &logs,
+        filters: &filters,
     };
     let mut listeners = Vec::with_capacity(file.listeners.len());
     for (i, l) in file.listeners.into_iter().enumerate() {
@@ -152,8 +154,16 @@ pub(crate) fn compile(
             )?),
             None => None,
         };
-        let routes =
-            RouteTable::compile(l.routes, &path, base, server_header.as_ref(), &refs, log)?;
+        let listener_filters = filters.list(l.filters, &path, &upstream_index, base, None)?;
+        let routes = RouteTable::compile(
+            l.routes,
+            &path,
+            base,
+            server_header.as_ref(),
+            &refs,
+            log,
+            &listener_filters,
+        )?;
         listeners.push(ListenerConfig {
             id: listener_id(&listeners, address, false),
             address,

@@ -82,7 +82,6 @@ pub(super) async fn follow<D: Downstream>(
     reply.date = false;
     reply.add_lines(b"Age: 0\r\n");
     reply.add_lines(&lines);
-    proxy.filters.response(&mut reply);
     let persistence = send_head(d, ctx, &reply, persistence);
     if head.method == Method::Head {
         return Ok(Some(persistence));
@@ -159,6 +158,7 @@ pub(super) async fn fetch_and_store<D: Downstream>(
             Ok(_) if length.is_some_and(|n| n > settings.max_object_size as u64) => {
                 Err(NoStore::TooLarge)
             }
+            Ok(_) if !proxy.filters.before_store(resp) => Err(NoStore::Filter),
             v => v,
         };
         let mut tee = None;

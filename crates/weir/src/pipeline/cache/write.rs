@@ -29,7 +29,7 @@ pub(super) fn write_stored<D: Downstream>(
     status: &CacheStatus,
     persistence: Persistence,
 ) {
-    let (head, proxy, settings, own) = (stage.head, stage.proxy, stage.cache, stage.own);
+    let (head, settings, own) = (stage.head, stage.cache, stage.own);
     // Age and Cache-Status are rendered by the encoder straight into its output.
     let render = |out: &mut BytesMut| {
         out.extend_from_slice(b"Age: ");
@@ -49,7 +49,6 @@ pub(super) fn write_stored<D: Downstream>(
         let body = crate::error::canned_body(412);
         let mut reply = crate::error::canned(412, body.len(), b"");
         reply.render = Some(&render);
-        proxy.filters.response(&mut reply);
         send_head(d, ctx, &reply, persistence);
         if head.method != Method::Head {
             ctx.bytes_sent += body.len() as u64;
@@ -66,7 +65,6 @@ pub(super) fn write_stored<D: Downstream>(
         if !own.is_empty() {
             reply.add_lines(own);
         }
-        proxy.filters.response(&mut reply);
         send_head(d, ctx, &reply, persistence);
         return;
     }
@@ -84,7 +82,6 @@ pub(super) fn write_stored<D: Downstream>(
             if !own.is_empty() {
                 reply.add_lines(own);
             }
-            proxy.filters.response(&mut reply);
             send_head(d, ctx, &reply, persistence);
             if !head_only {
                 let body = obj.body.slice(start as usize..=end as usize);
@@ -102,7 +99,6 @@ pub(super) fn write_stored<D: Downstream>(
             if !own.is_empty() {
                 reply.add_lines(own);
             }
-            proxy.filters.response(&mut reply);
             send_head(d, ctx, &reply, persistence);
             return;
         }
@@ -115,7 +111,6 @@ pub(super) fn write_stored<D: Downstream>(
     if !own.is_empty() {
         reply.add_lines(own);
     }
-    proxy.filters.response(&mut reply);
     send_head(d, ctx, &reply, persistence);
     if !head_only {
         ctx.bytes_sent += obj.body.len() as u64;
@@ -264,7 +259,10 @@ pub(super) fn store_response(
         now,
     )
     .ok()?;
-    if body.len() > settings.max_object_size || head.method == Method::Head {
+    if body.len() > settings.max_object_size
+        || head.method == Method::Head
+        || !stage.proxy.filters.before_store(resp)
+    {
         return None;
     }
     let obj = Arc::new(stored::build(

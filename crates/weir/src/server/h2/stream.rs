@@ -116,9 +116,11 @@ impl H2Stream {
     fn send_canned(&mut self, status: u16) {
         let body = crate::error::canned_body(status);
         let reply = crate::error::canned(status, body.len(), &self.rt.cfg.server_line);
+        let head = convert::response_head(&reply);
+        drop(reply);
         self.queued.clear();
         self.queued_len = 0;
-        self.head = Some(convert::response_head(&reply));
+        self.head = Some(head);
         self.send_data(&Bytes::from(body));
         self.ended = true;
     }

@@ -1,0 +1,225 @@
+//! The `filters` keys: named definitions at the top level, lists on listeners and routes, and
+//! each filter's settings. Defaults follow the anchors (nginx `limit_req`/`limit_conn`,
+//! Easegress's circuit breaker, Envoy's thresholds) and are documented in docs/config.md.
+
+use std::collections::BTreeMap;
+
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+
+use super::model::HeaderOps;
+use super::units::Dur;
+
+/// A route's or listener's filter: the name of a top-level definition, or one written inline.
+#[derive(Debug)]
+pub enum FilterRef {
+    Name(String),
+    Inline(Box<FilterSpec>),
+}
+
+impl<'de> Deserialize<'de> for FilterRef {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = FilterRef;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("the name of a filter under `filters:`, or a filter written inline")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<FilterRef, E> {
+                Ok(FilterRef::Name(v.to_string()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<FilterRef, A::Error> {
+                // Not `untagged`: an error inside the inline filter keeps its key and line.
+                FilterSpec::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(|s| FilterRef::Inline(Box::new(s)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One filter: exactly one of the keys.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterSpec {
+    pub rate_limit: Option<RateLimit>,
+    pub concurrency: Option<Concurrency>,
+    pub ip: Option<IpRules>,
+    pub circuit_breaker: Option<CircuitBreaker>,
+    pub split: Option<Split>,
+    pub canary: Option<Canary>,
+    pub headers: Option<Headers>,
+}
+
+/// GCRA rate limit per key (nginx `limit_req`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimit {
+    /// Requests admitted per `per`.
+    pub rate: u32,
+    #[serde(default = "one_second")]
+    pub per: Dur,
+    /// Requests admitted at once beyond the rate.
+    #[serde(default)]
+    pub burst: u32,
+    /// Requests beyond the burst that wait for their turn instead of a 429 (nginx's delayed
+    /// `burst`); 0: none wait.
+    #[serde(default)]
+    pub queue: u32,
+    /// What a request is counted by: a variable template (`$remote_addr`, `$http_x_api_key`,
+    /// `$cookie_session`, `$route`, ...). An empty rendered key is counted as one key.
+    #[serde(default = "remote_addr")]
+    pub key: String,
+    /// Count IPv4 clients by network of this prefix length (with `key: $remote_addr`).
+    pub ipv4_prefix: Option<u8>,
+    pub ipv6_prefix: Option<u8>,
+    #[serde(default = "status_429")]
+    pub status: u16,
+    /// Keys remembered; the least recently limited are forgotten first.
+    #[serde(default = "max_keys")]
+    pub max_keys: usize,
+    /// Send RateLimit-Policy and RateLimit on every response (429s always carry them).
+    #[serde(default = "yes")]
+    pub headers: bool,
+}
+
+/// In-flight requests per key (nginx `limit_conn`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Concurrency {
+    pub max: u32,
+    #[serde(default = "remote_addr")]
+    pub key: String,
+    #[serde(default = "status_503")]
+    pub status: u16,
+    #[serde(default = "max_keys")]
+    pub max_keys: usize,
+}
+
+/// Client address rules: deny wins, then allow (when any allow rule is given, others are
+/// denied).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IpRules {
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// Files of addresses/CIDRs, one per line (`#` comments), read at load and on reload.
+    pub allow_file: Option<String>,
+    pub deny_file: Option<String>,
+    #[serde(default = "status_403")]
+    pub status: u16,
+}
+
+/// Easegress's circuit breaker.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CircuitBreaker {
+    /// `count` (the last `window_size` calls) or `time` (the last `window_size` seconds).
+    #[serde(default = "count")]
+    pub window: String,
+    #[serde(default = "hundred")]
+    pub window_size: u32,
+    /// Percent of failed calls that opens the breaker.
+    #[serde(default = "fifty")]
+    pub failure_rate: f64,
+    /// Percent of slow calls that opens the breaker.
+    #[serde(default = "hundred_f")]
+    pub slow_call_rate: f64,
+    /// A call at least this long is slow.
+    #[serde(default = "one_minute")]
+    pub slow_call: Dur,
+    /// Calls in the window before the rates are judged.
+    #[serde(default = "ten")]
+    pub min_calls: u32,
+    /// Calls let through while half-open.
+    #[serde(default = "ten")]
+    pub half_open_calls: u32,
+    /// Time open before trying again.
+    #[serde(default = "one_minute")]
+    pub wait: Dur,
+    /// Statuses counted as failures (weir's own 502/503/504 for an upstream that failed always
+    /// are).
+    #[serde(default = "failure_codes")]
+    pub failure_codes: Vec<u16>,
+    #[serde(default = "status_503")]
+    pub status: u16,
+}
+
+/// Weighted choice between upstreams.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Split {
+    /// Upstream name → weight.
+    pub upstreams: BTreeMap<String, u32>,
+}
+
+/// A candidate pool for some requests: a share of them, and those matching a header or cookie.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Canary {
+    pub upstream: String,
+    /// Percent of requests (0-100) sent to the candidate.
+    #[serde(default)]
+    pub percent: f64,
+    /// Requests with one of these field values go to the candidate.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Requests with one of these cookie values go to the candidate.
+    #[serde(default)]
+    pub cookies: BTreeMap<String, String>,
+}
+
+/// Header edits as a filter, on any route.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Headers {
+    #[serde(default)]
+    pub request: HeaderOps,
+    #[serde(default)]
+    pub response: HeaderOps,
+}
+
+fn one_second() -> Dur {
+    Dur(std::time::Duration::from_secs(1))
+}
+fn one_minute() -> Dur {
+    Dur(std::time::Duration::from_secs(60))
+}
+fn remote_addr() -> String {
+    "$remote_addr".into()
+}
+fn status_429() -> u16 {
+    429
+}
+fn status_503() -> u16 {
+    503
+}
+fn status_403() -> u16 {
+    403
+}
+fn max_keys() -> usize {
+    100_000
+}
+fn yes() -> bool {
+    true
+}
+fn count() -> String {
+    "count".into()
+}
+fn hundred() -> u32 {
+    100
+}
+fn hundred_f() -> f64 {
+    100.0
+}
+fn fifty() -> f64 {
+    50.0
+}
+fn ten() -> u32 {
+    10
+}
+fn failure_codes() -> Vec<u16> {
+    vec![500, 502, 503, 504]
+}

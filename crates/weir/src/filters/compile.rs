@@ -1,0 +1,223 @@
+//! From config to filters: the named definitions (compiled once, shared by every route that
+//! names them, state included), and the lists of listeners and routes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use super::breaker::Breaker;
+use super::concurrency::Concurrency;
+use super::header_edit::{HeaderEdit, HeaderEdits};
+use super::ip_filter::IpFilter;
+use super::rate_limit::RateLimit;
+use super::split::{Canary, Split};
+use super::{phase, Filter};
+use crate::config::model::{FilterRef, FilterSpec};
+use crate::config::{BaseDir, CompileError};
+
+/// A compiled filter, with handles on the ones that report state (metrics, admin API).
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    pub filter: Arc<dyn Filter>,
+    pub kind: Kind,
+}
+
+/// What /metrics and the admin API read.
+#[derive(Debug, Clone)]
+pub enum Kind {
+    RateLimit(Arc<RateLimit>),
+    Concurrency(Arc<Concurrency>),
+    Breaker(Arc<Breaker>),
+    Other,
+}
+
+/// The filters of one config.
+#[derive(Debug, Default)]
+pub struct Compiler {
+    named: HashMap<String, Compiled>,
+    /// Every filter compiled, named or inline, for /metrics and the admin API.
+    pub all: std::cell::RefCell<Vec<Compiled>>,
+}
+
+impl Compiler {
+    /// Compiles the top-level definitions.
+    pub(crate) fn new(
+        defs: BTreeMap<String, FilterSpec>,
+        upstreams: &HashMap<String, usize>,
+        base: &BaseDir,
+    ) -> Result<Compiler, CompileError> {
+        let c = Compiler::default();
+        let mut named = HashMap::new();
+        for (name, spec) in defs {
+            let compiled = c.spec(
+                &name,
+                spec,
+                &format!("filters.{name}"),
+                upstreams,
+                base,
+                None,
+            )?;
+            named.insert(name, compiled);
+        }
+        Ok(Compiler { named, ..c })
+    }
+
+    /// A list of references (`filters:` of a listener or route) at `path`. `route` is the
+    /// route's name and path regex, when the list is a route's.
+    pub(crate) fn list(
+        &self,
+        refs: Vec<FilterRef>,
+        path: &str,
+        upstreams: &HashMap<String, usize>,
+        base: &BaseDir,
+        route: Option<(&str, Option<&regex::bytes::Regex>)>,
+    ) -> Result<Vec<Arc<dyn Filter>>, CompileError> {
+        let mut out = Vec::with_capacity(refs.len());
+        for (i, r) in refs.into_iter().enumerate() {
+            let key = format!("{path}.filters[{i}]");
+            let f = match r {
+                FilterRef::Name(n) => match self.named.get(&n) {
+                    Some(c) => c.filter.clone(),
+                    None => {
+                        let mut known: Vec<&String> = self.named.keys().collect();
+                        known.sort();
+                        return Err((key, format!("no filter named {n:?} (defined: {known:?})")));
+                    }
+                },
+                FilterRef::Inline(spec) => {
+                    let name = match route {
+                        Some((r, _)) => format!("{r}#{i}"),
+                        None => key.clone(),
+                    };
+                    self.spec(&name, *spec, &key, upstreams, base, route)?
+                        .filter
+                }
+            };
+            out.push(f);
+        }
+        Ok(out)
+    }
+
+    fn spec(
+        &self,
+        name: &str,
+        spec: FilterSpec,
+        path: &str,
+        upstreams: &HashMap<String, usize>,
+        base: &BaseDir,
+        route: Option<(&str, Option<&regex::bytes::Regex>)>,
+    ) -> Result<Compiled, CompileError> {
+        let FilterSpec {
+            rate_limit,
+            concurrency,
+            ip,
+            circuit_breaker,
+            split,
+            canary,
+            headers,
+        } = spec;
+        let given = [
+            rate_limit.is_some(),
+            concurrency.is_some(),
+            ip.is_some(),
+            circuit_breaker.is_some(),
+            split.is_some(),
+            canary.is_some(),
+            headers.is_some(),
+        ];
+        if given.iter().filter(|g| **g).count() != 1 {
+            return Err((
+                path.to_string(),
+                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers".into(),
+            ));
+        }
+        let compiled = if let Some(r) = rate_limit {
+            let f = Arc::new(RateLimit::compile(
+                name,
+                r,
+                &format!("{path}.rate_limit"),
+                None,
+            )?);
+            Compiled {
+                filter: f.clone(),
+                kind: Kind::RateLimit(f),
+            }
+        } else if let Some(c) = concurrency {
+            let f = Arc::new(Concurrency::compile(
+                name,
+                c,
+                &format!("{path}.concurrency"),
+            )?);
+            Compiled {
+                filter: f.clone(),
+                kind: Kind::Concurrency(f),
+            }
+        } else if let Some(r) = ip {
+            let f = IpFilter::compile(r, &format!("{path}.ip"), base)?;
+            Compiled {
+                filter: Arc::new(f),
+                kind: Kind::Other,
+            }
+        } else if let Some(b) = circuit_breaker {
+            let f = Arc::new(Breaker::compile(
+                name,
+                b,
+                &format!("{path}.circuit_breaker"),
+            )?);
+            Compiled {
+                filter: f.clone(),
+                kind: Kind::Breaker(f),
+            }
+        } else if let Some(s) = split {
+            let f = Split::compile(s, &format!("{path}.split"), upstreams)?;
+            Compiled {
+                filter: Arc::new(f),
+                kind: Kind::Other,
+            }
+        } else if let Some(c) = canary {
+            let f = Canary::compile(c, &format!("{path}.canary"), upstreams)?;
+            Compiled {
+                filter: Arc::new(f),
+                kind: Kind::Other,
+            }
+        } else {
+            let h = headers.unwrap_or_default();
+            let edit = HeaderEdit {
+                request: HeaderEdits::compile(h.request, &format!("{path}.headers.request"))?,
+                response: HeaderEdits::compile(h.response, &format!("{path}.headers.response"))?,
+                route: route.map_or_else(String::new, |r| r.0.to_string()),
+                regex: route.and_then(|r| r.1.cloned()),
+            };
+            Compiled {
+                filter: Arc::new(edit),
+                kind: Kind::Other,
+            }
+        };
+        self.all.borrow_mut().push(compiled.clone());
+        Ok(compiled)
+    }
+
+    /// Every filter compiled, each once (named ones are shared).
+    pub fn into_all(self) -> Vec<Compiled> {
+        self.all.into_inner()
+    }
+}
+
+/// Checks a route's chain against its action: choosing an upstream needs a proxy.
+pub(crate) fn check_chain(
+    filters: &[Arc<dyn Filter>],
+    is_proxy: bool,
+    path: &str,
+) -> Result<(), CompileError> {
+    if !is_proxy {
+        if let Some(i) = filters
+            .iter()
+            .position(|f| f.phases() & phase::UPSTREAM_CHOICE != 0)
+        {
+            return Err((
+                format!("{path}.filters[{i}]"),
+                "split and canary choose an upstream: the route needs a proxy action".into(),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,176 @@
+//! `concurrency`: requests in flight per key (nginx `limit_conn`). A request over the limit is
+//! answered with `status` (503 by default, as nginx); one admitted holds a slot until it ends,
+//! however it ends: the slot is the filter's per-request state, released when the request's
+//! context is dropped (after the log phase, or when the connection fails halfway).
+//!
+//! Process-wide like the rate limit: one table behind 16 sharded mutexes, bounded by
+//! `max_keys` (a key with nothing in flight is removed at once, so the table holds only keys
+//! with requests running; over the bound, new keys are refused rather than old ones forgotten).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+
+use super::{phase, Answer, Flow, Req, State};
+use crate::config::{model, CompileError};
+use crate::vars::Template;
+
+const SHARDS: usize = 16;
+
+#[derive(Debug)]
+pub struct Concurrency {
+    pub name: String,
+    max: u32,
+    key: Template,
+    status: u16,
+    pub table: Arc<Table>,
+}
+
+#[derive(Debug)]
+pub struct Table {
+    shards: Vec<Mutex<HashMap<Vec<u8>, u32>>>,
+    hasher: std::collections::hash_map::RandomState,
+    max_keys: usize,
+    len: AtomicUsize,
+    pub rejected: AtomicU64,
+}
+
+impl Table {
+    fn new(max_keys: usize) -> Table {
+        Table {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: Default::default(),
+            max_keys,
+            len: AtomicUsize::new(0),
+            rejected: AtomicU64::new(0),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn shard(&self, key: &[u8]) -> &Mutex<HashMap<Vec<u8>, u32>> {
+        let mut h = self.hasher.build_hasher();
+        key.hash(&mut h);
+        &self.shards[(h.finish() as usize) % SHARDS]
+    }
+
+    /// Takes a slot for `key` if fewer than `max` are held.
+    fn acquire(&self, key: &[u8], max: u32) -> bool {
+        let mut map = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
+        match map.get_mut(key) {
+            Some(n) if *n >= max => false,
+            Some(n) => {
+                *n += 1;
+                true
+            }
+            None if self.len() >= self.max_keys => false,
+            None => {
+                map.insert(key.to_vec(), 1);
+                self.len.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+        }
+    }
+
+    fn release(&self, key: &[u8]) {
+        let mut map = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = map.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(key);
+                self.len.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// A held slot: released on drop.
+#[derive(Debug)]
+struct Slot {
+    table: Arc<Table>,
+    key: Vec<u8>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.table.release(&self.key);
+    }
+}
+
+impl Concurrency {
+    pub(crate) fn compile(
+        name: &str,
+        c: model::Concurrency,
+        path: &str,
+    ) -> Result<Concurrency, CompileError> {
+        if c.max == 0 {
+            return Err((format!("{path}.max"), "must be at least 1".into()));
+        }
+        if !(400..=599).contains(&c.status) {
+            return Err((format!("{path}.status"), "must be 400-599".into()));
+        }
+        Ok(Concurrency {
+            name: name.to_string(),
+            max: c.max,
+            key: Template::parse(&c.key).map_err(|m| (format!("{path}.key"), m))?,
+            status: c.status,
+            table: Arc::new(Table::new(c.max_keys.max(1))),
+        })
+    }
+}
+
+impl super::Filter for Concurrency {
+    fn phases(&self) -> u8 {
+        phase::REQUEST | phase::STATE
+    }
+
+    fn request(&self, req: &Req<'_>, state: &mut State, _: &mut Option<usize>) -> Flow {
+        let key = self.key.to_vec(&req.env());
+        if self.table.acquire(&key, self.max) {
+            *state = Some(Box::new(Slot {
+                table: self.table.clone(),
+                key,
+            }));
+            Flow::Continue
+        } else {
+            self.table.rejected.fetch_add(1, Ordering::Relaxed);
+            Flow::Respond(Answer {
+                status: self.status,
+                fields: Vec::new(),
+                body: Bytes::from_static(b"Too many requests in flight\n"),
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_counted_and_released() {
+        let t = Arc::new(Table::new(2));
+        assert!(t.acquire(b"a", 2));
+        assert!(t.acquire(b"a", 2));
+        assert!(!t.acquire(b"a", 2));
+        assert!(t.acquire(b"b", 2));
+        assert!(!t.acquire(b"c", 2), "the table holds 2 keys at most");
+        let s = Slot {
+            table: t.clone(),
+            key: b"a".to_vec(),
+        };
+        drop(s);
+        assert!(t.acquire(b"a", 2));
+        t.release(b"b");
+        assert_eq!(t.len(), 1);
+    }
+}
