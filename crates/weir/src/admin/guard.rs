@@ -72,9 +72,8 @@ fn host_allowed(settings: &AdminSettings, host: &[u8]) -> bool {
 /// The methods each endpoint takes; `None`: no such endpoint (404 from the API).
 pub fn allowed_methods(path: &[u8]) -> Option<&'static [&'static str]> {
     Some(match path {
-        b"/" | b"/metrics" | b"/openapi.json" | b"/health" | b"/ready" | b"/stats" => {
-            &["GET", "HEAD"]
-        }
+        b"/" | b"/metrics" | b"/openapi.json" | b"/health" | b"/ready" | b"/stats"
+        | b"/breakers" => &["GET", "HEAD"],
         b"/purge" => &["POST", "PURGE"],
         b"/reload" => &["POST"],
         _ => return None,

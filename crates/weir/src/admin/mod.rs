@@ -137,6 +137,7 @@ fn json_api(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
         (b"/health", false) => (200, r#"{"status":"ok"}"#.into()),
         (b"/ready", false) => ready(cfg),
         (b"/stats", false) => (200, stats(cfg)),
+        (b"/breakers", false) => (200, breakers(cfg)),
         (b"/purge", true) => {
             let selector = if let Some(u) = param("url") {
                 match purge_url(u) {
@@ -204,6 +205,24 @@ pub fn readiness(cfg: &RuntimeConfig, only: Option<&[usize]>) -> (u16, String) {
     let body =
         serde_json::json!({ "ready": down.is_empty(), "upstreams_without_servers_up": down });
     (if down.is_empty() { 200 } else { 503 }, body.to_string())
+}
+
+/// `GET /breakers`: each circuit breaker's state and window.
+fn breakers(cfg: &RuntimeConfig) -> String {
+    let mut out = serde_json::Map::new();
+    for c in &cfg.filters {
+        if let crate::filters::compile::Kind::Breaker(b) = &c.kind {
+            let s = b.snapshot();
+            out.insert(
+                s.name.clone(),
+                serde_json::json!({
+                    "state": s.phase.as_str(), "calls": s.calls, "failed": s.failed,
+                    "slow": s.slow, "opened": s.opened,
+                }),
+            );
+        }
+    }
+    serde_json::json!({ "breakers": out }).to_string()
 }
 
 fn stats(cfg: &RuntimeConfig) -> String {

@@ -97,6 +97,11 @@ pub fn install_panic_hook() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         std::panic::set_hook(Box::new(|info| {
+            if !tracing::dispatcher::has_been_set() {
+                // No log to write to (a library user, a test harness): stderr, as Rust's own.
+                eprintln!("{info}");
+                return;
+            }
             if let Some(suppressed) = PANICS.admit() {
                 let message = info
                     .payload()

@@ -221,6 +221,7 @@ pub(crate) fn compile(
         Some(v) => Bytes::from([&b"Server: "[..], v, b"\r\n"].concat()),
         None => Bytes::new(),
     };
+    let filters = filters.into_all();
     Ok(RuntimeConfig {
         workers,
         server_header,
@@ -237,6 +238,7 @@ pub(crate) fn compile(
         log,
         http2: check_http2(file.http2)?,
         admin: admin_settings,
+        filters,
     })
 }
 

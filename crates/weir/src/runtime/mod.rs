@@ -56,6 +56,8 @@ pub struct RuntimeConfig {
     pub http2: crate::config::model::Http2,
     /// Who may use the admin API, when there is an admin listener.
     pub admin: Option<admin_settings::AdminSettings>,
+    /// Every filter compiled (named ones once), for /metrics and the admin API.
+    pub filters: Vec<crate::filters::compile::Compiled>,
 }
 
 /// The error log's settings.

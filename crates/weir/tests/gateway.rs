@@ -1,0 +1,549 @@
+//! The gateway example contract (examples/gateway.yaml as written, with its environment
+//! variables) and the traffic-control filters, over real sockets.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::origin::{http_origin, ok};
+use common::{get, roundtrip, TestServer};
+
+const EXAMPLE: &str = include_str!("../../../examples/gateway.yaml");
+
+/// Two origins that say which they are.
+fn two_origins() -> (common::origin::Origin, common::origin::Origin) {
+    (http_origin(|_| ok("one")), http_origin(|_| ok("two")))
+}
+
+/// examples/gateway.yaml with these variables (the rest from their defaults).
+fn gateway(vars: &[(&str, String)]) -> TestServer {
+    let vars: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .chain([("WEIR_LISTEN".to_string(), "127.0.0.1:0".to_string())])
+        .collect();
+    let cfg = weir::runtime::load_str(EXAMPLE, Path::new("."), |v| vars.get(v).cloned()).unwrap();
+    let handle = weir::server::start(cfg).unwrap();
+    let addr = handle.local_addrs()[0];
+    TestServer {
+        handle: Some(handle),
+        addr,
+    }
+}
+
+fn origin_vars(o1: SocketAddr, o2: SocketAddr) -> Vec<(&'static str, String)> {
+    vec![
+        ("WEIR_ECHO_1", o1.to_string()),
+        ("WEIR_ECHO_2", o2.to_string()),
+    ]
+}
+
+#[test]
+fn limited_answers_ok_then_429_with_ratelimit_fields() {
+    let (o1, o2) = two_origins();
+    let mut vars = origin_vars(o1.addr, o2.addr);
+    vars.push(("WEIR_RATE", "10".into()));
+    vars.push(("WEIR_BURST", "5".into()));
+    vars.push(("WEIR_WORKERS", "1".into()));
+    let s = gateway(&vars);
+    let mut c = s.connect();
+    let first = roundtrip(&mut c, b"GET /limited HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(first.status, 200);
+    assert_eq!(first.text(), "ok");
+    assert_eq!(
+        first.header("ratelimit-policy"),
+        Some("\"per_client\";q=10;w=1")
+    );
+    assert_eq!(first.header("ratelimit"), Some("\"per_client\";r=5;t=1"));
+    let mut statuses = vec![first.status];
+    let mut refused = None;
+    for _ in 0..9 {
+        let r = roundtrip(&mut c, b"GET /limited HTTP/1.1\r\nHost: a\r\n\r\n");
+        statuses.push(r.status);
+        if r.status == 429 && refused.is_none() {
+            refused = Some(r);
+        }
+    }
+    // The burst of 5 on top of the first; the clock may let one more through.
+    let admitted = statuses.iter().filter(|s| **s == 200).count();
+    assert!((6..=7).contains(&admitted), "{statuses:?}");
+    let r = refused.expect("some requests are refused");
+    assert_eq!(
+        r.header("ratelimit-policy"),
+        Some("\"per_client\";q=10;w=1")
+    );
+    assert!(
+        r.header("ratelimit")
+            .unwrap()
+            .starts_with("\"per_client\";r=0;t="),
+        "{:?}",
+        r.header("ratelimit")
+    );
+    assert_eq!(r.header("retry-after"), Some("1"));
+    // The connection stays usable after a 429, and the quota comes back.
+    std::thread::sleep(Duration::from_millis(250));
+    let r = roundtrip(&mut c, b"GET /limited HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(r.status, 200);
+    // The table's size is in /metrics (no admin listener here: the count shows in the text).
+}
+
+/// With 2 workers and 100 r/s, the admitted rate is within ±5% of 100 r/s: one limiter per
+/// process, not one per worker.
+#[test]
+fn the_rate_limit_is_one_per_process_with_two_workers() {
+    let (o1, o2) = two_origins();
+    let mut vars = origin_vars(o1.addr, o2.addr);
+    vars.push(("WEIR_RATE", "100".into()));
+    vars.push(("WEIR_BURST", "0".into()));
+    vars.push(("WEIR_WORKERS", "2".into()));
+    let s = gateway(&vars);
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let run_for = Duration::from_secs(4);
+    let start = Instant::now();
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (a, r, addr) = (admitted.clone(), refused.clone(), s.addr);
+            std::thread::spawn(move || {
+                let mut c = common::connect(addr);
+                while start.elapsed() < run_for {
+                    let resp = roundtrip(&mut c, b"GET /limited HTTP/1.1\r\nHost: a\r\n\r\n");
+                    match resp.status {
+                        200 => a.fetch_add(1, Ordering::Relaxed),
+                        429 => r.fetch_add(1, Ordering::Relaxed),
+                        s => panic!("status {s}"),
+                    };
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let admitted = admitted.load(Ordering::Relaxed) as f64;
+    let refused = refused.load(Ordering::Relaxed);
+    let rate = admitted / secs;
+    eprintln!("admitted {admitted} in {secs:.2}s = {rate:.1} r/s; refused {refused}");
+    assert!(
+        refused > 1000,
+        "the load exceeded the limit: {refused} refused"
+    );
+    assert!(
+        (95.0..=105.0).contains(&rate),
+        "admitted {rate:.1} r/s, limit 100"
+    );
+}
+
+#[test]
+fn old_redirects_to_new_keeping_the_query() {
+    let (o1, o2) = two_origins();
+    let s = gateway(&origin_vars(o1.addr, o2.addr));
+    let mut c = s.connect();
+    let r = roundtrip(
+        &mut c,
+        b"GET /old/a/b?x=1&y=2 HTTP/1.1\r\nHost: Example.com:8080\r\n\r\n",
+    );
+    assert_eq!(r.status, 301);
+    assert_eq!(
+        r.header("location"),
+        Some("https://example.com/new/a/b?x=1&y=2")
+    );
+    let r = roundtrip(
+        &mut c,
+        b"GET /old/page HTTP/1.1\r\nHost: example.com\r\n\r\n",
+    );
+    assert_eq!(r.header("location"), Some("https://example.com/new/page"));
+}
+
+#[test]
+fn canary_sends_a_tenth_and_every_x_canary_to_the_second_server() {
+    let (o1, o2) = two_origins();
+    let s = gateway(&origin_vars(o1.addr, o2.addr));
+    let mut c = s.connect();
+    let n = 2000;
+    let mut second = 0;
+    for _ in 0..n {
+        let r = roundtrip(&mut c, b"GET /canary HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!(r.status, 200);
+        second += usize::from(r.text() == "two");
+    }
+    let share = second as f64 / n as f64;
+    // Binomial(2000, 0.1): sd 0.67%; ±2.5% is beyond 3.5 sd.
+    assert!(
+        (0.075..=0.125).contains(&share),
+        "{second} of {n} to the candidate"
+    );
+    for _ in 0..50 {
+        let r = roundtrip(
+            &mut c,
+            b"GET /canary HTTP/1.1\r\nHost: a\r\nX-Canary: 1\r\n\r\n",
+        );
+        assert_eq!(r.text(), "two");
+    }
+    // And /pipeline still goes round-robin over both.
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..4 {
+        seen.insert(get(s.addr, "/pipeline").text());
+    }
+    assert_eq!(seen.len(), 2, "{seen:?}");
+}
+
+fn start(yaml: &str) -> TestServer {
+    common::start_config(yaml)
+}
+
+#[test]
+fn ip_rules_inline_and_from_a_file_reread_on_reload() {
+    let dir = std::env::temp_dir().join(format!("weir-ip-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("deny.txt");
+    std::fs::write(&file, "# nobody yet\n192.0.2.0/24\n").unwrap();
+    let yaml = |f: &Path| {
+        format!(
+            r#"
+workers: 1
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - match: {{ path: /open }}
+        filters: [{{ ip: {{ deny_file: "{}" }} }}]
+        respond: {{ body: "open" }}
+      - match: {{ path: /office }}
+        filters: [{{ ip: {{ allow: [10.0.0.0/8] }} }}]
+        respond: {{ body: "office" }}
+"#,
+            f.display()
+        )
+    };
+    let s = start(&yaml(&file));
+    assert_eq!(get(s.addr, "/open").status, 200);
+    let r = get(s.addr, "/office");
+    assert_eq!(r.status, 403, "127.0.0.1 is not in 10.0.0.0/8");
+    // The file now denies loopback; a reload re-reads it.
+    std::fs::write(&file, "127.0.0.0/8  # loopback\n").unwrap();
+    let handle = s.handle.as_ref().unwrap();
+    let cfg =
+        weir::runtime::compile_str(&yaml(&file), Path::new("."), |_| None, &handle.registry())
+            .unwrap();
+    handle.reload(cfg).unwrap();
+    assert_eq!(get(s.addr, "/open").status, 403);
+    // A bad line names the file, line and key.
+    std::fs::write(&file, "127.0.0.1\nnot-an-address\n").unwrap();
+    let e = weir::runtime::load_str(&yaml(&file), Path::new("."), |v| std::env::var(v).ok())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("deny_file") && e.contains("deny.txt:2") && e.contains("not-an-address"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// An origin that holds each request for `delay` and counts the most it held at once.
+fn slow_origin(delay: Duration, peak: Arc<AtomicUsize>) -> common::origin::Origin {
+    let now = Arc::new(AtomicUsize::new(0));
+    http_origin(move |_| {
+        let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+        peak.fetch_max(n, Ordering::SeqCst);
+        std::thread::sleep(delay);
+        now.fetch_sub(1, Ordering::SeqCst);
+        ok("slow")
+    })
+}
+
+#[test]
+fn concurrency_caps_requests_in_flight_per_client_and_releases_slots() {
+    let peak = Arc::new(AtomicUsize::new(0));
+    let o = slow_origin(Duration::from_millis(400), peak.clone());
+    let s = start(&format!(
+        r#"
+workers: 2
+upstreams:
+  slow: {{ servers: ["{}"] }}
+filters:
+  two_each:
+    concurrency: {{ max: 2 }}
+listeners:
+  - address: 127.0.0.1:0
+    filters: [two_each]
+    routes:
+      - proxy: {{ upstream: slow }}
+"#,
+        o.addr
+    ));
+    let statuses: Vec<u16> = (0..5)
+        .map(|_| {
+            let addr = s.addr;
+            std::thread::spawn(move || get(addr, "/").status)
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        2,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 503).count(),
+        3,
+        "{statuses:?}"
+    );
+    assert_eq!(peak.load(Ordering::SeqCst), 2);
+    // The slots came back when the requests ended.
+    assert_eq!(get(s.addr, "/").status, 200);
+}
+
+#[test]
+fn a_circuit_breaker_opens_on_failures_then_half_opens_and_closes() {
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let f = failing.clone();
+    let o = http_origin(move |_| {
+        if f.load(Ordering::SeqCst) {
+            b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\nfail".to_vec()
+        } else {
+            ok("fine")
+        }
+    });
+    let s = start(&format!(
+        r#"
+workers: 1
+admin: {{ address: 127.0.0.1:0 }}
+upstreams:
+  app: {{ servers: ["{}"] }}
+filters:
+  breaker:
+    circuit_breaker: {{ window_size: 10, min_calls: 4, failure_rate: 50, half_open_calls: 2, wait: 1s }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - filters: [breaker]
+        proxy: {{ upstream: app }}
+"#,
+        o.addr
+    ));
+    let admin = s.handle.as_ref().unwrap().admin_addr().unwrap();
+    for _ in 0..4 {
+        assert_eq!(get(s.addr, "/").status, 500);
+    }
+    let r = get(s.addr, "/");
+    assert_eq!(r.status, 503);
+    assert!(
+        r.text().contains("circuit breaker \"breaker\" is open"),
+        "{}",
+        r.text()
+    );
+    assert!(r.header("retry-after").is_some());
+    let b = get(admin, "/breakers").text();
+    assert!(
+        b.contains(r#""state":"open""#) && b.contains(r#""opened":1"#),
+        "{b}"
+    );
+    let m = get(admin, "/metrics").text();
+    assert!(
+        m.contains("weir_circuit_breaker_state{filter=\"breaker\"} 1"),
+        "{}",
+        m.lines()
+            .filter(|l| l.contains("breaker"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // After the wait, two trial calls go through; both fine: closed again.
+    failing.store(false, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(get(s.addr, "/").status, 200);
+    assert!(get(admin, "/breakers")
+        .text()
+        .contains(r#""state":"half_open""#));
+    assert_eq!(get(s.addr, "/").status, 200);
+    assert!(get(admin, "/breakers")
+        .text()
+        .contains(r#""state":"closed""#));
+}
+
+#[test]
+fn split_weighs_upstreams() {
+    let (o1, o2) = two_origins();
+    let s = start(&format!(
+        r#"
+workers: 1
+upstreams:
+  a: {{ servers: ["{}"] }}
+  b: {{ servers: ["{}"] }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - filters: [{{ split: {{ upstreams: {{ a: 3, b: 1 }} }} }}]
+        proxy: {{ upstream: a }}
+"#,
+        o1.addr, o2.addr
+    ));
+    let mut c = s.connect();
+    let n = 1000;
+    let two = (0..n)
+        .filter(|_| roundtrip(&mut c, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").text() == "two")
+        .count();
+    // Binomial(1000, 0.25): sd 1.4%.
+    assert!((200..=300).contains(&two), "{two} of {n} to b");
+}
+
+/// The delay queue: a request beyond the burst waits for its turn instead of a 429 (the
+/// request phase's Wait), and the queue is bounded.
+#[test]
+fn a_rate_limit_queue_delays_instead_of_refusing() {
+    let s = start(
+        r#"
+workers: 1
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - filters: [{ rate_limit: { rate: 5, burst: 0, queue: 1, headers: false } }]
+        respond: { body: "ok" }
+"#,
+    );
+    let mut c = s.connect();
+    let t = Instant::now();
+    assert_eq!(
+        roundtrip(&mut c, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").status,
+        200
+    );
+    assert!(t.elapsed() < Duration::from_millis(100));
+    let t = Instant::now();
+    let r = roundtrip(&mut c, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(r.status, 200);
+    assert!(r.header("ratelimit").is_none(), "headers: false");
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_millis(150) && waited < Duration::from_millis(400),
+        "waited {waited:?} for its 200 ms turn"
+    );
+    // Two at once now: one waits in the queue... and the next is refused.
+    let mut c2 = s.connect();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let r2 = roundtrip(&mut c2, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(r2.status, 429);
+    assert_eq!(common::read_response(&mut c).status, 200);
+}
+
+#[test]
+fn variables_in_respond_and_header_edits_and_filters_on_every_action() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let o = http_origin(move |req| {
+        s2.lock()
+            .unwrap()
+            .push(req.header("x-client").unwrap_or("").to_string());
+        ok("proxied")
+    });
+    let s = start(&format!(
+        r#"
+workers: 1
+upstreams:
+  app: {{ servers: ["{}"] }}
+filters:
+  tag:
+    headers: {{ response: {{ set: {{ x-route: "$route", x-page: "$arg_page" }} }} }}
+listeners:
+  - address: 127.0.0.1:0
+    filters: [tag]
+    routes:
+      - name: hello
+        match: {{ path: /hello }}
+        respond:
+          status: "$arg_code"
+          headers: {{ x-user: "$cookie_user" }}
+          body: "hello $http_x_name from $remote_addr via $scheme://$host$request_uri\n"
+      - name: files
+        match: {{ path_prefix: /files }}
+        static: {{ root: "{}" }}
+      - name: up
+        match: {{ path_prefix: /up }}
+        filters:
+          - headers: {{ request: {{ set: {{ x-client: "$remote_addr:$http_x_name" }} }} }}
+        proxy: {{ upstream: app }}
+"#,
+        o.addr,
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/www")
+    ));
+    let mut c = s.connect();
+    let r = roundtrip(
+        &mut c,
+        b"GET /hello?code=202&page=7 HTTP/1.1\r\nHost: Ex.org\r\nX-Name: ann\r\nCookie: a=1; user=u42\r\n\r\n",
+    );
+    assert_eq!(r.status, 202);
+    assert_eq!(
+        r.text(),
+        "hello ann from 127.0.0.1 via http://ex.org/hello?code=202&page=7\n"
+    );
+    assert_eq!(r.header("x-user"), Some("u42"));
+    assert_eq!(r.header("x-route"), Some("hello"));
+    assert_eq!(r.header("x-page"), Some("7"));
+    // A status that renders to no status: 500, the connection kept.
+    let r = roundtrip(&mut c, b"GET /hello?code=abc HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.header("x-route"),
+        Some("hello"),
+        "weir's own answers pass the filters"
+    );
+    // Static files and their 404s, and proxied responses, pass the listener's filters too.
+    let r = roundtrip(&mut c, b"GET /files/index.html HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(r.header("x-route"), Some("files"));
+    let r = roundtrip(&mut c, b"GET /files/nope HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!((r.status, r.header("x-route")), (404, Some("files")));
+    let r = roundtrip(
+        &mut c,
+        b"GET /up?page=3 HTTP/1.1\r\nHost: a\r\nX-Name: bo\r\n\r\n",
+    );
+    assert_eq!(
+        (r.text().as_str(), r.header("x-page")),
+        ("proxied", Some("3"))
+    );
+    assert_eq!(seen.lock().unwrap().as_slice(), ["127.0.0.1:bo"]);
+}
+
+#[test]
+fn config_errors_name_the_key() {
+    let bad = [
+        (
+            "filters: { f: { rate_limit: { rate: 0 } } }\nlisteners: []",
+            "filters.f.rate_limit.rate",
+        ),
+        (
+            "listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [nope]\n        respond: {}",
+            "listeners[0].routes[0].filters[0]",
+        ),
+        (
+            "listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - respond: { body: \"$nope\" }",
+            "listeners[0].routes[0].respond.body",
+        ),
+        (
+            "listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - redirect: \"/x/$2\"\n        match: { path_regex: \"^/(a)$\" }",
+            "listeners[0].routes[0]",
+        ),
+        (
+            "upstreams: { a: { servers: [\"127.0.0.1:1\"] } }\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [{ canary: { upstream: a, percent: 5 } }]\n        respond: {}",
+            "listeners[0].routes[0].filters[0]",
+        ),
+        (
+            "listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [{ rate_limit: { rate: 1, bogus: 2 } }]\n        respond: {}",
+            "bogus",
+        ),
+    ];
+    for (yaml, key) in bad {
+        let e = weir::runtime::load_str(yaml, Path::new("."), |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(key), "{yaml}\n=> {e}");
+    }
+}
