@@ -229,7 +229,7 @@ impl<'a> Reply<'a> {
                 .find(|(n, _)| n.eq_ignore_ascii_case(name))
                 .map(|(_, v)| &v[..])
         })
-        .or_else(|| self.lines.iter().find_map(|l| in_lines(l)))
+        .or_else(|| self.lines.iter().find_map(in_lines))
     }
 
     /// The added fields and lines, for encoders other than HTTP/1.1 and for tests.

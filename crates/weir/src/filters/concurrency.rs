@@ -7,10 +7,8 @@
 //! `max_keys` (a key with nothing in flight is removed at once, so the table holds only keys
 //! with requests running; over the bound, new keys are refused rather than old ones forgotten).
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -31,8 +29,7 @@ pub struct Concurrency {
 
 #[derive(Debug)]
 pub struct Table {
-    shards: Vec<Mutex<HashMap<Vec<u8>, u32>>>,
-    hasher: std::collections::hash_map::RandomState,
+    map: super::keyed::Sharded<u32>,
     max_keys: usize,
     len: AtomicUsize,
     pub rejected: AtomicU64,
@@ -41,8 +38,7 @@ pub struct Table {
 impl Table {
     fn new(max_keys: usize) -> Table {
         Table {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: Default::default(),
+            map: super::keyed::Sharded::new(SHARDS),
             max_keys,
             len: AtomicUsize::new(0),
             rejected: AtomicU64::new(0),
@@ -57,15 +53,9 @@ impl Table {
         self.len() == 0
     }
 
-    fn shard(&self, key: &[u8]) -> &Mutex<HashMap<Vec<u8>, u32>> {
-        let mut h = self.hasher.build_hasher();
-        key.hash(&mut h);
-        &self.shards[(h.finish() as usize) % SHARDS]
-    }
-
     /// Takes a slot for `key` if fewer than `max` are held.
     fn acquire(&self, key: &[u8], max: u32) -> bool {
-        let mut map = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.map.shard(key);
         match map.get_mut(key) {
             Some(n) if *n >= max => false,
             Some(n) => {
@@ -82,7 +72,7 @@ impl Table {
     }
 
     fn release(&self, key: &[u8]) {
-        let mut map = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.map.shard(key);
         if let Some(n) = map.get_mut(key) {
             *n -= 1;
             if *n == 0 {

@@ -38,6 +38,7 @@ pub mod concurrency;
 pub mod forwarded;
 pub mod header_edit;
 pub mod ip_filter;
+pub mod keyed;
 pub mod rate_limit;
 pub mod request_id;
 pub mod split;

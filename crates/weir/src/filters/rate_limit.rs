@@ -8,7 +8,7 @@
 //! is refused otherwise; a refused request does not move TAT (only accepted requests count).
 //!
 //! One limiter per process, not per worker: the table is shared by every worker behind 64
-//! mutex-guarded shards (a lookup holds one shard's lock for a hash probe), so a limit of 100 r/s
+//! mutex-guarded shards (`keyed.rs`: a lookup holds one shard's lock for a hash probe), so a limit of 100 r/s
 //! admits 100 r/s whatever the worker count. The table is bounded (`max_keys`): when a shard
 //! is full, keys whose TAT has passed (they are back to a full burst, the same as absent) are
 //! dropped, then the oldest. Its size is `weir_rate_limit_keys` in /metrics.
@@ -22,10 +22,9 @@
 //! whole again), and `Retry-After` on a 429.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -67,9 +66,8 @@ enum Key {
 /// The shared key → TAT table.
 #[derive(Debug)]
 pub struct Table {
-    shards: Vec<Mutex<HashMap<Vec<u8>, u64>>>,
+    map: super::keyed::Sharded<u64>,
     per_shard: usize,
-    hasher: std::collections::hash_map::RandomState,
     /// Nanoseconds are counted from here.
     epoch: Instant,
     len: AtomicUsize,
@@ -91,9 +89,8 @@ pub enum Verdict {
 impl Table {
     pub fn new(max_keys: usize) -> Table {
         Table {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            map: super::keyed::Sharded::new(SHARDS),
             per_shard: max_keys.div_ceil(SHARDS).max(1),
-            hasher: Default::default(),
             epoch: Instant::now(),
             len: AtomicUsize::new(0),
             rejected: AtomicU64::new(0),
@@ -116,10 +113,7 @@ impl Table {
 
     /// GCRA for `key` at `now` (nanoseconds since the table's epoch).
     fn check(&self, key: &[u8], now: u64, l: &RateLimit) -> Verdict {
-        let mut h = self.hasher.build_hasher();
-        key.hash(&mut h);
-        let shard = &self.shards[(h.finish() as usize) % SHARDS];
-        let mut map = shard.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.map.shard(key);
         let tat = map.get(key).copied().unwrap_or(now).max(now);
         let ahead = tat - now;
         let new_tat = tat + l.interval;
