@@ -547,3 +547,42 @@ fn config_errors_name_the_key() {
         assert!(e.contains(key), "{yaml}\n=> {e}");
     }
 }
+
+/// Retries wait an exponential backoff with full jitter: never more than the ceiling, and not
+/// always nothing.
+#[test]
+fn retries_back_off_with_jitter() {
+    let refused = common::process::free_port();
+    let o = http_origin(|_| ok("fine"));
+    let s = start(&format!(
+        r#"
+workers: 1
+upstreams:
+  app:
+    servers: ["127.0.0.1:{refused}", "{}"]
+    policy: round_robin
+    passive_health: {{ max_fails: 0 }}
+    retries: {{ attempts: 1, on: [connect], backoff: 200ms, max_backoff: 200ms }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - proxy: {{ upstream: app }}
+"#,
+        o.addr
+    ));
+    let mut c = s.connect();
+    let mut waits = Vec::new();
+    for _ in 0..12 {
+        let t = Instant::now();
+        let r = roundtrip(&mut c, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!(r.text(), "fine");
+        waits.push(t.elapsed());
+    }
+    // Round robin: every other request first meets the refusing server, then waits to retry.
+    let max = *waits.iter().max().unwrap();
+    assert!(max < Duration::from_millis(350), "{waits:?}");
+    assert!(
+        max > Duration::from_millis(40),
+        "six retries all under 40 ms of a 200 ms ceiling: no backoff? {waits:?}"
+    );
+}

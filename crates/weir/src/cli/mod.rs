@@ -302,8 +302,6 @@ fn wait_for_signals(
             eprintln!("weir: cannot install signal handlers");
             return;
         };
-        // Ready only now: a SIGHUP sent as soon as weir says it serves must find its handler.
-        ready(&handle);
         // `POST /reload` on the admin API asks here, like SIGHUP.
         let (tx, mut asked) = tokio::sync::mpsc::unbounded_channel();
         *handle
@@ -311,6 +309,10 @@ fn wait_for_signals(
             .reloader
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(tx);
+        // Ready only now: a SIGHUP or a `POST /reload` sent as soon as weir says it serves must
+        // find its handler (the reloader was once registered after, and a fast client's reload
+        // was answered "not started by `weir run`").
+        ready(&handle);
         let drain = loop {
             tokio::select! {
                 _ = term.recv() => break false,

@@ -131,6 +131,10 @@ pub struct Retries {
     pub on: Vec<String>,
     /// Retries allowed as a fraction of requests (per worker and upstream), plus 10 to start.
     pub budget: f64,
+    /// Wait before retry n: a random time up to `backoff` × 2^(n-1), at most `max_backoff`
+    /// (exponential backoff with full jitter, Envoy's defaults); `0s` retries at once.
+    pub backoff: Dur,
+    pub max_backoff: Dur,
 }
 
 impl Default for Retries {
@@ -139,6 +143,8 @@ impl Default for Retries {
             attempts: 1,
             on: vec!["connect".into()],
             budget: 0.2,
+            backoff: Dur(std::time::Duration::from_millis(25)),
+            max_backoff: Dur(std::time::Duration::from_millis(250)),
         }
     }
 }

@@ -193,11 +193,11 @@ pub(crate) async fn forward<D: Downstream>(
     let mut tried_buf = [usize::MAX; 16];
     let mut ntried = 0usize;
     let mut fresh_only: Option<usize> = None;
-    let mut retries = 0u32;
+    let retries = std::cell::Cell::new(0u32);
     // One more try when the condition allows it, attempts remain and the budget has a token.
-    let mut retry = |allowed: bool| {
-        let go = allowed && retries < up.retry.attempts && per_worker.take_budget();
-        retries += u32::from(go);
+    let retry = |allowed: bool| {
+        let go = allowed && retries.get() < up.retry.attempts && per_worker.take_budget();
+        retries.set(retries.get() + u32::from(go));
         go
     };
     let mut interims = 0usize;
@@ -223,6 +223,7 @@ pub(crate) async fn forward<D: Downstream>(
             Ok(checked_out) => checked_out,
             Err(e) => {
                 if retry(e.retryable(&up.retry.on, true)) {
+                    backoff(up, retries.get()).await;
                     continue;
                 }
                 return fail(d, ctx, &target, Some(server), e, persistence, has_body, ex);
@@ -269,6 +270,7 @@ pub(crate) async fn forward<D: Downstream>(
                     if let Some(suppressed) = RETRY_LOG.admit() {
                         tracing::warn!(upstream = %up.name, server = %up.servers[server].name, status = resp.status, suppressed, "retrying on another server");
                     }
+                    backoff(up, retries.get()).await;
                     continue;
                 }
                 break (server, conn, resp);
@@ -285,6 +287,7 @@ pub(crate) async fn forward<D: Downstream>(
             Err(e) => {
                 record_failure(up, server, &e);
                 if retry(e.retryable(&up.retry.on, replayable)) {
+                    backoff(up, retries.get()).await;
                     continue;
                 }
                 return fail(d, ctx, &target, Some(server), e, persistence, has_body, ex);
@@ -350,6 +353,14 @@ pub(crate) async fn forward<D: Downstream>(
     ex.body = capture.map(|mut kept| std::mem::take(&mut kept.copy));
     ex.response = Some(resp);
     Ok(persistence)
+}
+
+/// Waits before a retry (exponential backoff with full jitter, `RetryPolicy::backoff`).
+async fn backoff(up: &Upstream, retries: u32) {
+    let wait = up.retry.backoff(retries);
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
 }
 
 /// Answers a failure and logs it; a request whose body was not (fully) read ends the connection.

@@ -75,6 +75,26 @@ pub struct RetryPolicy {
     pub on_status: Vec<u16>,
     /// Retries as a fraction of requests.
     pub budget: f64,
+    /// Exponential backoff with full jitter: base and cap.
+    pub backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl RetryPolicy {
+    /// How long to wait before retry `n` (1-based): uniformly random up to
+    /// min(`max_backoff`, `backoff` × 2^(n-1)) ("full jitter": retries of many requests that
+    /// failed together spread out instead of arriving together).
+    pub fn backoff(&self, n: u32) -> Duration {
+        let ceiling = self
+            .backoff
+            .saturating_mul(1u32 << n.saturating_sub(1).min(16))
+            .min(self.max_backoff);
+        let nanos = ceiling.as_nanos() as u64;
+        if nanos == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(fastrand::u64(0..=nanos))
+    }
 }
 
 /// Passive health thresholds (milliseconds).
@@ -297,6 +317,8 @@ impl Upstream {
             on: Default::default(),
             on_status: Vec::new(),
             budget: u.retries.budget,
+            backoff: u.retries.backoff.0,
+            max_backoff: u.retries.max_backoff.0.max(u.retries.backoff.0),
         };
         for (i, cond) in u.retries.on.iter().enumerate() {
             match cond.as_str() {
@@ -508,5 +530,42 @@ mod tests {
         assert!(h.is_up(5300));
         assert!(!h.record_failure(&p, 6000));
         assert!(!h.record_failure(&p, 7500), "old failure left the window");
+    }
+}
+
+#[cfg(test)]
+mod backoff_tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_exponential_with_full_jitter_and_capped() {
+        let p = RetryPolicy {
+            attempts: 5,
+            on: Default::default(),
+            on_status: Vec::new(),
+            budget: 0.2,
+            backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(60),
+        };
+        for (n, ceiling) in [(1, 10), (2, 20), (3, 40), (4, 60), (9, 60)] {
+            let samples: Vec<Duration> = (0..2000).map(|_| p.backoff(n)).collect();
+            let max = samples.iter().max().unwrap();
+            let mean = samples.iter().sum::<Duration>() / samples.len() as u32;
+            assert!(*max <= Duration::from_millis(ceiling), "retry {n}: {max:?}");
+            assert!(
+                *max > Duration::from_millis(ceiling) * 9 / 10,
+                "retry {n}: jitter reaches the ceiling"
+            );
+            let half = Duration::from_millis(ceiling) / 2;
+            assert!(
+                mean > half * 9 / 10 && mean < half * 11 / 10,
+                "retry {n}: mean {mean:?}"
+            );
+        }
+        let none = RetryPolicy {
+            backoff: Duration::ZERO,
+            ..p
+        };
+        assert_eq!(none.backoff(3), Duration::ZERO);
     }
 }
