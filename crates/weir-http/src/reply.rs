@@ -80,8 +80,9 @@ pub struct Reply<'a> {
     /// The reason phrase as received; empty: the standard one.
     pub reason: &'a [u8],
     pub base: Base<'a>,
-    /// Base fields filters remove, one set per filter.
-    drops: Parts<&'a dyn DropFields, 1>,
+    /// Base fields filters remove: the first set, then any more (one per filter).
+    drop: Option<&'a dyn DropFields>,
+    more_drops: Vec<&'a dyn DropFields>,
     added: Parts<&'a [(Bytes, Bytes)], INLINE_PARTS>,
     lines: Parts<&'a [u8], INLINE_PARTS>,
     /// Field lines rendered by the encoder straight into its output, after `lines`: a hit's
@@ -102,18 +103,19 @@ impl std::fmt::Debug for Reply<'_> {
     }
 }
 
-/// A list of `N` inline slots, then a `Vec` (covariant, unlike `SmallVec`).
+/// A list of `N` inline slots, then a `Vec` (covariant, unlike `SmallVec`). The slots hold
+/// slices, whose default (empty) fills the unused ones.
 #[derive(Clone)]
-struct Parts<T: Copy, const N: usize> {
-    inline: [Option<T>; N],
+struct Parts<T: Copy + Default, const N: usize> {
+    inline: [T; N],
     n: u8,
     more: Vec<T>,
 }
 
-impl<T: Copy, const N: usize> Parts<T, N> {
+impl<T: Copy + Default, const N: usize> Parts<T, N> {
     fn new() -> Self {
         Parts {
-            inline: [None; N],
+            inline: [T::default(); N],
             n: 0,
             more: Vec::new(),
         }
@@ -122,23 +124,22 @@ impl<T: Copy, const N: usize> Parts<T, N> {
     fn push(&mut self, v: T) {
         let i = self.n as usize;
         if i < N {
-            self.inline[i] = Some(v);
+            self.inline[i] = v;
             self.n += 1;
         } else {
             self.more.push(v);
         }
     }
 
-    fn is_empty(&self) -> bool {
-        self.n == 0
+    /// The inline slots in use, and the rest.
+    #[inline(always)]
+    fn slices(&self) -> (&[T], &[T]) {
+        (&self.inline[..self.n as usize], &self.more)
     }
 
     fn iter(&self) -> impl Iterator<Item = T> + '_ {
-        self.inline[..self.n as usize]
-            .iter()
-            .flatten()
-            .copied()
-            .chain(self.more.iter().copied())
+        let (a, b) = self.slices();
+        a.iter().chain(b.iter()).copied()
     }
 }
 
@@ -160,7 +161,8 @@ impl<'a> Reply<'a> {
             status,
             reason: b"",
             base: Base::None,
-            drops: Parts::new(),
+            drop: None,
+            more_drops: Vec::new(),
             added: Parts::new(),
             lines: Parts::new(),
             render: None,
@@ -185,12 +187,15 @@ impl<'a> Reply<'a> {
 
     /// Removes the base fields `set` names (added fields and lines are not affected).
     pub fn drop_fields(&mut self, set: &'a dyn DropFields) {
-        self.drops.push(set);
+        match self.drop {
+            None => self.drop = Some(set),
+            Some(_) => self.more_drops.push(set),
+        }
     }
 
     /// Whether a drop set removes base field `name`.
     fn dropped(&self, name: &[u8]) -> bool {
-        self.drops.iter().any(|d| d.drops(name))
+        self.drop.is_some_and(|d| d.drops(name)) || self.more_drops.iter().any(|d| d.drops(name))
     }
 
     /// The value of field `name` (lowercase) as the reply carries it: the first one among the
@@ -250,7 +255,7 @@ impl<'a> Reply<'a> {
         let mut has_date = false;
         match self.base {
             Base::None => put_status_line_with(out, self.status, self.reason),
-            Base::Encoded(head) if self.drops.is_empty() => out.put_slice(head),
+            Base::Encoded(head) if self.drop.is_none() => out.put_slice(head),
             Base::Encoded(head) => put_encoded_filtered(out, head, &drop),
             Base::Fields(fields) => {
                 put_status_line_with(out, self.status, self.reason);
@@ -269,12 +274,17 @@ impl<'a> Reply<'a> {
                 }
             }
         }
-        for fields in self.added.iter() {
+        let (first, more) = self.added.slices();
+        for fields in first.iter().chain(more) {
             for (n, v) in fields.iter() {
                 put_header(out, n, v);
             }
         }
-        for l in self.lines.iter() {
+        let (first, more) = self.lines.slices();
+        for l in first {
+            out.put_slice(l);
+        }
+        for l in more {
             out.put_slice(l);
         }
         if let Some(render) = self.render {

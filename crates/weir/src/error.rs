@@ -51,6 +51,10 @@ pub enum ErrorKind {
     UpstreamAborted,
     /// `only-if-cached` and nothing usable is stored.
     NotCached,
+    /// An upstream cap (`limits`: connections, pending, requests, retries) is reached.
+    Overflow,
+    /// A file could not be read while answering (static files): the server's side.
+    File,
 }
 
 /// An error with its cause.
@@ -79,8 +83,8 @@ impl Error {
             BadRequest(_) | HeaderTimeout | BodyTimeout | WriteTimeout | ClientClosed
             | ClientIo => Side::Client,
             NoServer | Connect | ConnectTimeout | UpstreamReset | ResponseTimeout | BadResponse
-            | UpstreamAborted => Side::Upstream,
-            NotCached => Side::Internal,
+            | UpstreamAborted | Overflow => Side::Upstream,
+            NotCached | File => Side::Internal,
         }
     }
 
@@ -102,7 +106,8 @@ impl Error {
         match self.kind {
             BadRequest(e) => Some(e.status()),
             HeaderTimeout | BodyTimeout => Some(408),
-            NoServer => Some(503),
+            NoServer | Overflow => Some(503),
+            File => Some(500),
             ConnectTimeout | ResponseTimeout | NotCached => Some(504),
             Connect | UpstreamReset | BadResponse => Some(502),
             WriteTimeout | ClientClosed | ClientIo | UpstreamAborted => None,
@@ -127,6 +132,8 @@ impl Error {
             BadResponse => "malformed response",
             UpstreamAborted => "upstream failed mid-response",
             NotCached => "only-if-cached",
+            Overflow => "upstream limit reached",
+            File => "file read failed",
         }
     }
 }
@@ -192,6 +199,8 @@ mod tests {
             (WriteTimeout, None, Side::Client),
             (ClientClosed, None, Side::Client),
             (NoServer, Some(503), Side::Upstream),
+            (Overflow, Some(503), Side::Upstream),
+            (File, Some(500), Side::Internal),
             (Connect, Some(502), Side::Upstream),
             (ConnectTimeout, Some(504), Side::Upstream),
             (UpstreamReset, Some(502), Side::Upstream),

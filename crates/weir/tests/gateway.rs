@@ -586,3 +586,64 @@ listeners:
         "six retries all under 40 ms of a 200 ms ceiling: no backoff? {waits:?}"
     );
 }
+
+/// The before-store phase: `no_store` keeps responses with a listed field out of the cache (they
+/// are relayed, `detail=filter`); others are stored and hit. Response filters run on hits too.
+#[test]
+fn no_store_keeps_flagged_responses_out_of_the_cache_and_hits_pass_response_filters() {
+    let n = Arc::new(AtomicUsize::new(0));
+    let n2 = n.clone();
+    let o = http_origin(move |req| {
+        n2.fetch_add(1, Ordering::SeqCst);
+        let debug = if req.line.contains("debug") {
+            "X-Debug: 1\r\n"
+        } else {
+            ""
+        };
+        format!(
+            "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\n{debug}Content-Length: 2\r\n\r\nhi"
+        )
+        .into_bytes()
+    });
+    let s = start(&format!(
+        r#"
+workers: 1
+cache_zones: {{ z: {{ max_size: 1m }} }}
+upstreams: {{ o: {{ servers: ["{}"] }} }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - filters:
+          - no_store: {{ response_fields: [x-debug] }}
+          - headers: {{ response: {{ set: {{ x-tagged: "$route" }} }} }}
+        name: cached
+        proxy: {{ upstream: o }}
+        cache: {{ zone: z }}
+"#,
+        o.addr
+    ));
+    let mut c = s.connect();
+    let get = |c: &mut std::net::TcpStream, path: &str| {
+        roundtrip(
+            c,
+            format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes(),
+        )
+    };
+    let r = get(&mut c, "/debug");
+    assert!(
+        r.header("cache-status").unwrap().contains("detail=filter"),
+        "{:?}",
+        r.header("cache-status")
+    );
+    get(&mut c, "/debug");
+    assert_eq!(
+        n.load(Ordering::SeqCst),
+        2,
+        "not stored: both went upstream"
+    );
+    get(&mut c, "/plain");
+    let hit = get(&mut c, "/plain");
+    assert_eq!(n.load(Ordering::SeqCst), 3, "stored: the second was a hit");
+    assert!(hit.header("cache-status").unwrap().contains("hit"));
+    assert_eq!(hit.header("x-tagged"), Some("cached"));
+}

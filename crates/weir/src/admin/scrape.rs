@@ -389,6 +389,20 @@ impl Scrape {
                 .iter()
                 .map(|(u, s)| (labels(u, &s.name), counter(s.health.desyncs()))),
         )?;
+        family(
+            enc,
+            "weir_upstream_ejections",
+            "Times outlier detection ejected the server.",
+            MetricType::Counter,
+            servers.iter().map(|(u, s)| {
+                let n = s
+                    .health
+                    .outlier
+                    .ejections
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                (labels(u, &s.name), counter(n))
+            }),
+        )?;
         self.filter_families(enc)?;
         let now = crate::proxy::upstream::now_ms();
         family(

@@ -13,15 +13,16 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 pub use super::model_filters::{
-    Canary, CircuitBreaker, Concurrency, FilterRef, FilterSpec, Headers, IpRules, RateLimit, Split,
+    Canary, CircuitBreaker, Concurrency, FilterRef, FilterSpec, Headers, IpRules, NoStoreRule,
+    RateLimit, Split,
 };
 pub use super::model_ops::{AccessLog, AccessLogSetting, HealthRoute, Log, RequestId};
 pub use super::model_tls::{
     Certificate, ClientAuth, ClientAuthMode, ClientCert, Http2, Tls, UpstreamTls,
 };
 pub use super::model_upstream::{
-    ActiveHealth, Keepalive, PassiveHealth, Retries, Upstream, UpstreamServer, UpstreamServerLong,
-    UpstreamTimeouts,
+    ActiveHealth, Keepalive, OutlierDetection, PassiveHealth, Retries, Upstream, UpstreamLimits,
+    UpstreamServer, UpstreamServerLong, UpstreamTimeouts,
 };
 use super::units::{Dur, Size};
 

@@ -49,6 +49,18 @@ pub struct FilterSpec {
     pub split: Option<Split>,
     pub canary: Option<Canary>,
     pub headers: Option<Headers>,
+    pub no_store: Option<NoStoreRule>,
+}
+
+/// Upstream responses kept out of the cache.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoStoreRule {
+    #[serde(default)]
+    pub statuses: Vec<u16>,
+    /// Field names: a response carrying one is not stored.
+    #[serde(default)]
+    pub response_fields: Vec<String>,
 }
 
 /// GCRA rate limit per key (nginx `limit_req`).

@@ -38,6 +38,62 @@ pub struct Upstream {
     /// over TLS; trailers are relayed).
     #[serde(default = "default_upstream_protocol")]
     pub protocol: String,
+    /// Envoy's outlier ejection; off when absent.
+    pub outlier_detection: Option<OutlierDetection>,
+    /// Envoy's circuit-breaker thresholds for the whole upstream (all workers).
+    #[serde(default)]
+    pub limits: UpstreamLimits,
+}
+
+/// Ejecting servers that fail in a row.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutlierDetection {
+    /// 5xx responses in a row that eject (0: off).
+    pub consecutive_5xx: u32,
+    /// 502/503/504 or connection failures in a row that eject (0: off).
+    pub consecutive_gateway_failure: u32,
+    /// Ejection time, multiplied by the times the server was ejected.
+    pub base_ejection_time: Dur,
+    /// Servers ejected at once, in percent of the upstream's (one may always be).
+    pub max_ejection_percent: u32,
+}
+
+impl Default for OutlierDetection {
+    fn default() -> Self {
+        OutlierDetection {
+            consecutive_5xx: 5,
+            consecutive_gateway_failure: 5,
+            base_ejection_time: Dur(std::time::Duration::from_secs(30)),
+            max_ejection_percent: 10,
+        }
+    }
+}
+
+/// Caps on the whole upstream (Envoy's circuit-breaker thresholds): beyond one, a request gets
+/// 503 at once with the reason logged.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamLimits {
+    /// Connections open to the upstream's servers (pooled and in use).
+    pub max_connections: u32,
+    /// Requests waiting for a connection.
+    pub max_pending: u32,
+    /// Requests in flight.
+    pub max_requests: u32,
+    /// Retries in flight.
+    pub max_retries: u32,
+}
+
+impl Default for UpstreamLimits {
+    fn default() -> Self {
+        UpstreamLimits {
+            max_connections: 1024,
+            max_pending: 1024,
+            max_requests: 1024,
+            max_retries: 3,
+        }
+    }
 }
 
 fn default_upstream_protocol() -> String {

@@ -114,6 +114,7 @@ impl Compiler {
             split,
             canary,
             headers,
+            no_store,
         } = spec;
         let given = [
             rate_limit.is_some(),
@@ -123,11 +124,12 @@ impl Compiler {
             split.is_some(),
             canary.is_some(),
             headers.is_some(),
+            no_store.is_some(),
         ];
         if given.iter().filter(|g| **g).count() != 1 {
             return Err((
                 path.to_string(),
-                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers".into(),
+                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers, no_store".into(),
             ));
         }
         let compiled = if let Some(r) = rate_limit {
@@ -175,6 +177,12 @@ impl Compiler {
             }
         } else if let Some(c) = canary {
             let f = Canary::compile(c, &format!("{path}.canary"), upstreams)?;
+            Compiled {
+                filter: Arc::new(f),
+                kind: Kind::Other,
+            }
+        } else if let Some(n) = no_store {
+            let f = super::no_store::NoStore::compile(n, &format!("{path}.no_store"))?;
             Compiled {
                 filter: Arc::new(f),
                 kind: Kind::Other,

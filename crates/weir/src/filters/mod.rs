@@ -30,7 +30,8 @@
 //!
 //! Shipped filters: [`header_edit`], [`forwarded`], [`via`] (proxy settings), and the
 //! traffic-control filters [`rate_limit`], [`concurrency`], [`ip_filter`], [`breaker`] and
-//! [`split`] (traffic split and canary), compiled from config by [`compile`].
+//! [`split`] (traffic split and canary), [`no_store`] (before-store), compiled from config by
+//! [`compile`].
 
 pub mod breaker;
 pub mod compile;
@@ -39,6 +40,7 @@ pub mod forwarded;
 pub mod header_edit;
 pub mod ip_filter;
 pub mod keyed;
+pub mod no_store;
 pub mod rate_limit;
 pub mod request_id;
 pub mod split;
@@ -211,21 +213,18 @@ pub struct Run {
 /// A route's filters, in config order.
 #[derive(Debug, Default, Clone)]
 pub struct Chain {
-    filters: Vec<Arc<dyn Filter>>,
+    /// Each filter with its phases (read once: a virtual call per filter and phase saved).
+    filters: Vec<(u8, Arc<dyn Filter>)>,
     /// The union of the filters' phases.
     phases: u8,
 }
 
 impl Chain {
     pub fn new(filters: Vec<Arc<dyn Filter>>) -> Chain {
-        let phases = filters.iter().fold(0, |p, f| p | f.phases());
+        let filters: Vec<(u8, Arc<dyn Filter>)> =
+            filters.into_iter().map(|f| (f.phases(), f)).collect();
+        let phases = filters.iter().fold(0, |p, (f, _)| p | f);
         Chain { filters, phases }
-    }
-
-    /// This chain followed by `more`.
-    pub fn then(mut self, more: Vec<Arc<dyn Filter>>) -> Chain {
-        self.filters.extend(more);
-        Chain::new(self.filters)
     }
 
     /// The union of the filters' phases.
@@ -254,11 +253,11 @@ impl Chain {
     /// Runs the request phase from filter `from` on.
     pub fn request(&self, req: &Req<'_>, run: &mut Run, from: usize) -> Step {
         let mut none: State = None;
-        for (i, f) in self.filters.iter().enumerate().skip(from) {
-            if f.phases() & phase::REQUEST == 0 {
+        for (i, (phases, f)) in self.filters.iter().enumerate().skip(from) {
+            if phases & phase::REQUEST == 0 {
                 continue;
             }
-            let state = if f.phases() & phase::STATE != 0 {
+            let state = if phases & phase::STATE != 0 {
                 self.slot(&mut run.states, i)
             } else {
                 &mut none
@@ -298,21 +297,30 @@ impl Chain {
 
     pub fn drops_upstream(&self, client: &Client, name: &[u8]) -> bool {
         self.has(phase::DROPS_UPSTREAM)
-            && self.filters.iter().any(|f| f.drops_upstream(client, name))
+            && self
+                .filters
+                .iter()
+                .any(|(p, f)| p & phase::DROPS_UPSTREAM != 0 && f.drops_upstream(client, name))
     }
 
     pub fn upstream_fields(&self, client: &Client, head: &RequestHead, out: &mut BytesMut) {
         if !self.has(phase::UPSTREAM) {
             return;
         }
-        for f in &self.filters {
-            f.upstream_fields(client, head, out);
+        for (p, f) in &self.filters {
+            if p & phase::UPSTREAM != 0 {
+                f.upstream_fields(client, head, out);
+            }
         }
     }
 
     /// Whether every filter lets the cache store `resp`.
     pub fn before_store(&self, resp: &ResponseHead) -> bool {
-        !self.has(phase::BEFORE_STORE) || self.filters.iter().all(|f| f.before_store(resp))
+        !self.has(phase::BEFORE_STORE)
+            || self
+                .filters
+                .iter()
+                .all(|(p, f)| p & phase::BEFORE_STORE == 0 || f.before_store(resp))
     }
 
     /// The response phase: each filter's fields on `reply`, then the per-request `lines` they
@@ -328,11 +336,11 @@ impl Chain {
         }
         let mut none: State = None;
         let mut run = run;
-        for (i, f) in self.filters.iter().enumerate() {
-            if f.phases() & phase::RESPONSE == 0 {
+        for (i, (phases, f)) in self.filters.iter().enumerate() {
+            if phases & phase::RESPONSE == 0 {
                 continue;
             }
-            let state = match (&mut run, f.phases() & phase::STATE != 0) {
+            let state = match (&mut run, phases & phase::STATE != 0) {
                 (Some(run), true) => self.slot(&mut run.states, i),
                 _ => &mut none,
             };
@@ -349,11 +357,11 @@ impl Chain {
         }
         let mut none: State = None;
         let mut run = run;
-        for (i, f) in self.filters.iter().enumerate() {
-            if f.phases() & phase::LOG == 0 {
+        for (i, (phases, f)) in self.filters.iter().enumerate() {
+            if phases & phase::LOG == 0 {
                 continue;
             }
-            let state = match (&mut run, f.phases() & phase::STATE != 0) {
+            let state = match (&mut run, phases & phase::STATE != 0) {
                 (Some(run), true) => self.slot(&mut run.states, i),
                 _ => &mut none,
             };

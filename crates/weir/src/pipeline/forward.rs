@@ -28,7 +28,7 @@ use weir_http::{
 };
 
 use super::downstream::Downstream;
-use super::{send_head, RequestCtx};
+use super::{send_head, send_head_filtered, RequestCtx};
 use crate::cache::zone::Inflight;
 use crate::cache::CacheZone;
 use crate::error::{Error, ErrorKind};
@@ -165,13 +165,6 @@ pub(crate) async fn forward<D: Downstream>(
     let upstream = ctx.chosen_upstream().unwrap_or(route.upstream);
     let up: &Upstream = &rt.cfg.upstreams[upstream];
     let per_worker = &rt.upstreams[upstream];
-    per_worker.deposit_budget(up.retry.budget);
-    let has_body = head.body != BodyKind::Empty;
-    let idempotent = matches!(
-        head.method,
-        Method::Get | Method::Head | Method::Options | Method::Trace | Method::Put | Method::Delete
-    );
-    let replayable = idempotent && !has_body;
     let target = Target {
         upstream,
         up,
@@ -179,6 +172,21 @@ pub(crate) async fn forward<D: Downstream>(
         head,
         client: super::client_of(d),
     };
+    let has_body = head.body != BodyKind::Empty;
+    // Held until the response is relayed: the upstream's cap on requests in flight.
+    let _in_flight = match up.limits.take(crate::proxy::limits::Cap::Requests) {
+        Ok(slot) => slot,
+        Err(cap) => {
+            let e = Error::with(ErrorKind::Overflow, cap.as_str());
+            return fail(d, ctx, &target, None, e, persistence, has_body, ex);
+        }
+    };
+    per_worker.deposit_budget(up.retry.budget);
+    let idempotent = matches!(
+        head.method,
+        Method::Get | Method::Head | Method::Options | Method::Trace | Method::Put | Method::Delete
+    );
+    let replayable = idempotent && !has_body;
     let id = ctx.request_id(head, target.client.ip);
     let settings = &rt.cfg.request_id;
     let id_line = [&settings.prefix[..], &id, b"\r\n"].concat();
@@ -194,9 +202,22 @@ pub(crate) async fn forward<D: Downstream>(
     let mut ntried = 0usize;
     let mut fresh_only: Option<usize> = None;
     let retries = std::cell::Cell::new(0u32);
-    // One more try when the condition allows it, attempts remain and the budget has a token.
+    // A retry in flight holds a slot under the upstream's `max_retries` until the next retry
+    // or the end of the request.
+    let retry_slot = std::cell::RefCell::new(None);
+    // One more try when the condition allows it, attempts remain, the budget has a token and
+    // the upstream's cap on retries in flight has room.
     let retry = |allowed: bool| {
-        let go = allowed && retries.get() < up.retry.attempts && per_worker.take_budget();
+        let go = allowed
+            && retries.get() < up.retry.attempts
+            && per_worker.take_budget()
+            && match up.limits.take(crate::proxy::limits::Cap::Retries) {
+                Ok(slot) => {
+                    *retry_slot.borrow_mut() = Some(slot);
+                    true
+                }
+                Err(_) => false,
+            };
         retries.set(retries.get() + u32::from(go));
         go
     };
@@ -266,6 +287,10 @@ pub(crate) async fn forward<D: Downstream>(
         };
         match result {
             Ok(resp) => {
+                if up.outlier.is_some() {
+                    let outcome = crate::proxy::outlier::Outcome::of_status(resp.status);
+                    up.record_outcome(server, outcome, crate::proxy::upstream::now_ms());
+                }
                 if retry(replayable && up.retry.on_status.contains(&resp.status)) {
                     if let Some(suppressed) = RETRY_LOG.admit() {
                         tracing::warn!(upstream = %up.name, server = %up.servers[server].name, status = resp.status, suppressed, "retrying on another server");
@@ -316,12 +341,15 @@ pub(crate) async fn forward<D: Downstream>(
         BodyKind::Chunked | BodyKind::CloseDelimited => Framing::Unknown,
         BodyKind::Empty => Framing::Given,
     };
+    let mut filter_lines = BytesMut::new();
     let mut reply = Reply::new(resp.status, framing);
     reply.reason = &resp.reason;
     reply.base = Base::Fields(&resp.headers);
     reply.add_lines(&plan.lines);
-    persistence = send_head(d, ctx, &reply, persistence);
-    drop(reply);
+    route
+        .filters
+        .response(&mut reply, ctx.run_if_any(), &mut filter_lines);
+    persistence = send_head_filtered(d, ctx, &reply, persistence);
     let mut capture = plan.capture.map(|limit| Capture {
         // Sized exactly when the length is known, so that the stored body holds no slack.
         copy: match resp.body {

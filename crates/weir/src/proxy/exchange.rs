@@ -29,6 +29,7 @@ pub const MAX_UPSTREAM_HEAD: usize = 64 * 1024;
 pub fn record_failure(up: &Upstream, server: usize, e: &Error) {
     let s = &up.servers[server];
     s.health.count_failure();
+    up.record_outcome(server, super::outlier::Outcome::Gateway, now_ms());
     if up.record_passive_failure(server, now_ms()) {
         tracing::warn!(upstream = %up.name, server = %s.name, reason = %e, down_for_ms = up.passive.down_ms, "server marked down (passive health)");
     }
@@ -51,6 +52,21 @@ pub async fn checkout(
             return Ok((c, true));
         }
     }
+    use super::limits::Cap;
+    // A new connection: under the upstream's caps on connections and on requests waiting
+    // for one (HTTP/2 upstreams keep one connection per worker and server: not counted).
+    let caps = if up.h2 {
+        None
+    } else {
+        let connection = up.limits.take(Cap::Connections);
+        let pending = up.limits.take(Cap::Pending);
+        match (connection, pending) {
+            (Ok(c), Ok(p)) => Some((c, p)),
+            (Err(cap), _) | (_, Err(cap)) => {
+                return Err(Error::with(ErrorKind::Overflow, cap.as_str()));
+            }
+        }
+    };
     let connected = if up.h2 {
         super::h2_upstream::open(&per_worker.pool, up, server)
             .await
@@ -63,7 +79,11 @@ pub async fn checkout(
         connect(up, server).await
     };
     match connected {
-        Ok(c) => Ok((c, false)),
+        Ok(mut c) => {
+            // The connection keeps its slot; the wait for it is over.
+            c.slot = caps.map(|(c, _)| c);
+            Ok((c, false))
+        }
         Err(e) => {
             record_failure(up, server, &e);
             Err(e)

@@ -8,6 +8,8 @@
 //! * [`exchange`]: the upstream side of an exchange — checkout or connect, the upstream request
 //!   head, the response head, passive-health accounting, and whole fetches for revalidation.
 //! * [`health`]: the background thread that runs active checks and re-resolves DNS names.
+//! * [`outlier`]: ejecting servers that fail in a row (Envoy's outlier detection).
+//! * [`limits`]: caps on connections, pending requests, requests and retries per upstream.
 //! * [`h2_upstream`]: HTTP/2 to upstreams (`protocol: h2`, gRPC), bridged onto the HTTP/1.1
 //!   upstream phase.
 //! * [`tls`]: TLS to upstream servers (verification, SNI, client certificates, resumption).
@@ -21,6 +23,8 @@ pub mod balance;
 pub mod exchange;
 pub mod h2_upstream;
 pub mod health;
+pub mod limits;
+pub mod outlier;
 pub mod per_worker;
 pub mod pool;
 pub mod route;

@@ -32,6 +32,8 @@ pub struct UpstreamConn {
     /// The request being written, kept for the next one (no allocation per request).
     pub out: BytesMut,
     timer: Option<Pin<Box<Sleep>>>,
+    /// Its place under the upstream's `max_connections`, given back when it closes.
+    pub slot: Option<super::limits::Slot>,
 }
 
 impl UpstreamConn {
@@ -40,6 +42,7 @@ impl UpstreamConn {
             stream,
             buf: BytesMut::with_capacity(16 * 1024),
             out: BytesMut::new(),
+            slot: None,
             timer: None,
         }
     }

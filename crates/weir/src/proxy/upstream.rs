@@ -35,6 +35,10 @@ pub struct Upstream {
     pub tls: Option<super::tls::UpstreamTls>,
     /// Speak HTTP/2 to the servers (`protocol: h2`).
     pub h2: bool,
+    /// Outlier ejection, when configured.
+    pub outlier: Option<super::outlier::OutlierPolicy>,
+    /// Caps on connections, pending requests, requests and retries (all workers).
+    pub limits: super::limits::Limits,
 }
 
 /// One server.
@@ -129,6 +133,8 @@ pub struct Health {
     failures_total: AtomicU64,
     /// Connections closed because bytes followed a complete response (`proxy/pool.rs`).
     desync_total: AtomicU64,
+    /// Outlier ejection's counters (`proxy/outlier.rs`).
+    pub outlier: super::outlier::Outlier,
 }
 
 /// Milliseconds since the process started (monotonic).
@@ -161,6 +167,11 @@ impl Health {
     /// Connections dropped for bytes after a complete response, since start.
     pub fn desyncs(&self) -> u64 {
         self.desync_total.load(Ordering::Relaxed)
+    }
+
+    /// Marks the server down until `until_ms` (or later, if it already is).
+    pub fn down_until(&self, until_ms: u64) {
+        self.down_until_ms.fetch_max(until_ms, Ordering::Relaxed);
     }
 
     /// Ends a passive mark-down at once.
@@ -391,7 +402,39 @@ impl Upstream {
             resolve_every: u.resolve_every.0,
             tls,
             h2,
+            outlier: u
+                .outlier_detection
+                .as_ref()
+                .map(super::outlier::OutlierPolicy::compile),
+            limits: super::limits::Limits::compile(&u.limits),
         })
+    }
+
+    /// Records one attempt's outcome on server `i` for outlier ejection (when configured);
+    /// ejects it when it crossed a threshold and the pool can spare it.
+    pub fn record_outcome(&self, i: usize, outcome: super::outlier::Outcome, now_ms: u64) {
+        let Some(p) = &self.outlier else { return };
+        let health = &self.servers[i].health;
+        if !health.outlier.record(p, outcome, now_ms) {
+            return;
+        }
+        let ejected = self
+            .servers
+            .iter()
+            .filter(|s| s.health.outlier.is_ejected(now_ms))
+            .count();
+        let allowed = (self.servers.len() * p.max_percent as usize / 100).max(1);
+        let others_up = self
+            .servers
+            .iter()
+            .enumerate()
+            .any(|(j, s)| j != i && s.health.is_up(now_ms));
+        if ejected >= allowed || !others_up {
+            return;
+        }
+        let ms = health.outlier.eject(p, now_ms);
+        health.down_until(now_ms + ms);
+        tracing::warn!(upstream = %self.name, server = %self.servers[i].name, ejected_for_ms = ms, ?outcome, "server ejected (outlier detection)");
     }
 
     /// Whether server `i` is up now.

@@ -19,7 +19,7 @@ use crate::filters::Client;
 use crate::pipeline::context::CacheState;
 use crate::pipeline::downstream::Downstream;
 use crate::pipeline::forward::{forward, Exchange, HeadPlan, PlanFn};
-use crate::pipeline::{send_head, RequestCtx};
+use crate::pipeline::{send_head_filtered, RequestCtx};
 use crate::proxy::exchange::fetch_whole;
 
 use super::write::*;
@@ -70,6 +70,7 @@ pub(super) async fn follow<D: Downstream>(
         &shared.headers,
         shared.content_length,
     );
+    let mut filter_lines = BytesMut::new();
     let mut reply = Reply::new(
         shared.status,
         if shared.content_length.is_some() {
@@ -82,7 +83,10 @@ pub(super) async fn follow<D: Downstream>(
     reply.date = false;
     reply.add_lines(b"Age: 0\r\n");
     reply.add_lines(&lines);
-    let persistence = send_head(d, ctx, &reply, persistence);
+    proxy
+        .filters
+        .response(&mut reply, ctx.run_if_any(), &mut filter_lines);
+    let persistence = send_head_filtered(d, ctx, &reply, persistence);
     if head.method == Method::Head {
         return Ok(Some(persistence));
     }

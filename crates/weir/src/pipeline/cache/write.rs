@@ -14,7 +14,7 @@ use crate::cache::{CacheRoute, CacheStatus, CacheZone};
 use crate::error::{Error, ErrorKind};
 use crate::pipeline::context::CacheState;
 use crate::pipeline::downstream::Downstream;
-use crate::pipeline::{send_head, RequestCtx};
+use crate::pipeline::{send_head_filtered, RequestCtx};
 
 use super::Stage;
 
@@ -47,9 +47,14 @@ pub(super) fn write_stored<D: Downstream>(
     };
     if verdict == conditional::Precondition::Failed {
         let body = crate::error::canned_body(412);
+        let mut filter_lines = BytesMut::new();
         let mut reply = crate::error::canned(412, body.len(), b"");
         reply.render = Some(&render);
-        send_head(d, ctx, &reply, persistence);
+        stage
+            .proxy
+            .filters
+            .response(&mut reply, ctx.run_if_any(), &mut filter_lines);
+        send_head_filtered(d, ctx, &reply, persistence);
         if head.method != Method::Head {
             ctx.bytes_sent += body.len() as u64;
             d.send_data(&Bytes::from(body));
@@ -58,6 +63,7 @@ pub(super) fn write_stored<D: Downstream>(
     }
     if verdict == conditional::Precondition::NotModified {
         let kept = stored_fields_304(obj);
+        let mut filter_lines = BytesMut::new();
         let mut reply = Reply::new(304, Framing::Given);
         reply.base = Base::Encoded(&kept);
         reply.date = false;
@@ -65,7 +71,11 @@ pub(super) fn write_stored<D: Downstream>(
         if !own.is_empty() {
             reply.add_lines(own);
         }
-        send_head(d, ctx, &reply, persistence);
+        stage
+            .proxy
+            .filters
+            .response(&mut reply, ctx.run_if_any(), &mut filter_lines);
+        send_head_filtered(d, ctx, &reply, persistence);
         return;
     }
     let head_only = head.method == Method::Head;
@@ -74,6 +84,7 @@ pub(super) fn write_stored<D: Downstream>(
         Some(RangeSpec::Bytes(start, end)) => {
             let partial = stored_fields_206(obj);
             let range = format!("Content-Range: bytes {start}-{end}/{size}\r\n");
+            let mut filter_lines = BytesMut::new();
             let mut reply = Reply::new(206, Framing::Length(end - start + 1));
             reply.base = Base::Encoded(&partial);
             reply.date = false;
@@ -82,7 +93,11 @@ pub(super) fn write_stored<D: Downstream>(
             if !own.is_empty() {
                 reply.add_lines(own);
             }
-            send_head(d, ctx, &reply, persistence);
+            stage
+                .proxy
+                .filters
+                .response(&mut reply, ctx.run_if_any(), &mut filter_lines);
+            send_head_filtered(d, ctx, &reply, persistence);
             if !head_only {
                 let body = obj.body.slice(start as usize..=end as usize);
                 ctx.bytes_sent += body.len() as u64;
@@ -92,6 +107,7 @@ pub(super) fn write_stored<D: Downstream>(
         }
         Some(RangeSpec::Unsatisfiable) => {
             let range = format!("Content-Range: bytes */{size}\r\n");
+            let mut filter_lines = BytesMut::new();
             let mut reply = Reply::new(416, Framing::Length(0));
             reply.date = false;
             reply.add_lines(range.as_bytes());
@@ -99,11 +115,16 @@ pub(super) fn write_stored<D: Downstream>(
             if !own.is_empty() {
                 reply.add_lines(own);
             }
-            send_head(d, ctx, &reply, persistence);
+            stage
+                .proxy
+                .filters
+                .response(&mut reply, ctx.run_if_any(), &mut filter_lines);
+            send_head_filtered(d, ctx, &reply, persistence);
             return;
         }
         Some(RangeSpec::Whole) | None => {}
     }
+    let mut filter_lines = BytesMut::new();
     let mut reply = Reply::new(obj.meta.status, Framing::Given);
     reply.base = Base::Encoded(&obj.head);
     reply.date = false;
@@ -111,7 +132,11 @@ pub(super) fn write_stored<D: Downstream>(
     if !own.is_empty() {
         reply.add_lines(own);
     }
-    send_head(d, ctx, &reply, persistence);
+    stage
+        .proxy
+        .filters
+        .response(&mut reply, ctx.run_if_any(), &mut filter_lines);
+    send_head_filtered(d, ctx, &reply, persistence);
     if !head_only {
         ctx.bytes_sent += obj.body.len() as u64;
         d.send_data(&obj.body);

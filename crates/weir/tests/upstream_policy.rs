@@ -1,0 +1,186 @@
+//! Upstream policies of the gateway (issue 19): outlier ejection and the caps on connections,
+//! pending requests, requests and retries, over real sockets.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::origin::{http_origin, ok};
+use common::{get, roundtrip};
+
+fn failing_500() -> Vec<u8> {
+    b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\nfail".to_vec()
+}
+
+/// Three 5xx in a row eject a server for the base time; the others take its traffic; it comes
+/// back after; the ejection is counted in /metrics. With one server left up, none is ejected.
+#[test]
+fn consecutive_5xx_eject_a_server_for_the_base_time() {
+    let bad_hits = Arc::new(AtomicUsize::new(0));
+    let b = bad_hits.clone();
+    let bad = http_origin(move |_| {
+        b.fetch_add(1, Ordering::SeqCst);
+        failing_500()
+    });
+    let good = http_origin(|_| ok("good"));
+    let s = common::start_config(&format!(
+        r#"
+workers: 1
+admin: {{ address: 127.0.0.1:0 }}
+upstreams:
+  app:
+    servers: ["{}", "{}"]
+    policy: round_robin
+    outlier_detection: {{ consecutive_5xx: 3, base_ejection_time: 1s, max_ejection_percent: 50 }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - proxy: {{ upstream: app }}
+"#,
+        bad.addr, good.addr
+    ));
+    let admin = s.handle.as_ref().unwrap().admin_addr().unwrap();
+    let mut c = s.connect();
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        statuses.push(roundtrip(&mut c, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").status);
+    }
+    assert_eq!(bad_hits.load(Ordering::SeqCst), 3, "{statuses:?}");
+    // Ejected: everything goes to the good server now.
+    for _ in 0..10 {
+        assert_eq!(
+            roundtrip(&mut c, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").text(),
+            "good"
+        );
+    }
+    assert_eq!(bad_hits.load(Ordering::SeqCst), 3);
+    let m = get(admin, "/metrics").text();
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("weir_upstream_ejections_total")
+                && l.contains(&bad.addr.to_string())
+                && l.ends_with(" 1")),
+        "{}",
+        m.lines()
+            .filter(|l| l.contains("ejections"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // Back after the base time.
+    std::thread::sleep(Duration::from_millis(1100));
+    for _ in 0..4 {
+        roundtrip(&mut c, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    }
+    assert!(bad_hits.load(Ordering::SeqCst) > 3, "the ejection ended");
+}
+
+#[test]
+fn the_last_server_up_is_never_ejected() {
+    let bad = http_origin(|_| failing_500());
+    let s = common::start_config(&format!(
+        r#"
+workers: 1
+upstreams:
+  app:
+    servers: ["{}"]
+    outlier_detection: {{ consecutive_5xx: 2, base_ejection_time: 10s, max_ejection_percent: 100 }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - proxy: {{ upstream: app }}
+"#,
+        bad.addr
+    ));
+    let mut c = s.connect();
+    for _ in 0..5 {
+        // The origin's own 500s, never a 503 for "no server up".
+        assert_eq!(
+            roundtrip(&mut c, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").status,
+            500
+        );
+    }
+}
+
+/// `max_requests`: requests in flight over the cap get 503 at once; the origin never sees more.
+#[test]
+fn max_requests_caps_requests_in_flight_across_workers() {
+    let peak = Arc::new(AtomicUsize::new(0));
+    let now = Arc::new(AtomicUsize::new(0));
+    let (p, n) = (peak.clone(), now.clone());
+    let o = http_origin(move |_| {
+        let c = n.fetch_add(1, Ordering::SeqCst) + 1;
+        p.fetch_max(c, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(400));
+        n.fetch_sub(1, Ordering::SeqCst);
+        ok("slow")
+    });
+    let s = common::start_config(&format!(
+        r#"
+workers: 2
+upstreams:
+  app:
+    servers: ["{}"]
+    limits: {{ max_requests: 3 }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - proxy: {{ upstream: app }}
+"#,
+        o.addr
+    ));
+    let threads: Vec<_> = (0..6)
+        .map(|_| {
+            let addr = s.addr;
+            std::thread::spawn(move || get(addr, "/"))
+        })
+        .collect();
+    let answers: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let ok_count = answers.iter().filter(|r| r.status == 200).count();
+    let refused = answers.iter().filter(|r| r.status == 503).count();
+    assert_eq!((ok_count, refused), (3, 3));
+    assert_eq!(peak.load(Ordering::SeqCst), 3);
+    // Slots come back.
+    assert_eq!(get(s.addr, "/").status, 200);
+}
+
+/// `max_connections`: a request that needs a new connection beyond the cap gets 503; pooled
+/// connections are reused within it.
+#[test]
+fn max_connections_caps_connections_to_the_upstream() {
+    let o = http_origin(|_| {
+        std::thread::sleep(Duration::from_millis(300));
+        ok("slow")
+    });
+    let s = common::start_config(&format!(
+        r#"
+workers: 1
+upstreams:
+  app:
+    servers: ["{}"]
+    limits: {{ max_connections: 2 }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - proxy: {{ upstream: app }}
+"#,
+        o.addr
+    ));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let addr = s.addr;
+            std::thread::spawn(move || get(addr, "/").status)
+        })
+        .collect();
+    let mut statuses: Vec<u16> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    statuses.sort();
+    assert_eq!(statuses, [200, 200, 503, 503]);
+    // Sequential requests reuse the two pooled connections: no refusal, no new connection.
+    let before = o.accepted();
+    for _ in 0..4 {
+        assert_eq!(get(s.addr, "/").status, 200);
+    }
+    assert_eq!(o.accepted(), before);
+}
