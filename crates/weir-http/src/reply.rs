@@ -325,17 +325,25 @@ pub fn connection_field(persistence: Persistence, version: Version) -> &'static 
 }
 
 /// Copies a pre-encoded head line by line, leaving out fields `drop` names.
+/// Runs of kept lines are copied at once (a `memchr` per line, no iterator adapters: this
+/// walk once cost ~700 instructions for a five-line head).
 fn put_encoded_filtered(out: &mut BytesMut, head: &[u8], drop: &dyn Fn(&[u8]) -> bool) {
-    let mut lines = head.split_inclusive(|b| *b == b'\n');
-    if let Some(status_line) = lines.next() {
-        out.put_slice(status_line);
-    }
-    for line in lines {
-        let name = line.split(|b| *b == b':').next().unwrap_or(b"");
-        if !drop(name) {
-            out.put_slice(line);
+    let line_end =
+        |from: usize| memchr::memchr(b'\n', &head[from..]).map_or(head.len(), |i| from + i + 1);
+    // The status line is kept.
+    let mut at = line_end(0);
+    let mut kept_from = 0;
+    while at < head.len() {
+        let end = line_end(at);
+        let line = &head[at..end];
+        let name = &line[..memchr::memchr(b':', line).unwrap_or(line.len())];
+        if drop(name) {
+            out.put_slice(&head[kept_from..at]);
+            kept_from = end;
         }
+        at = end;
     }
+    out.put_slice(&head[kept_from..]);
 }
 
 /// Writes one chunk of a chunked body (nothing for empty data: that would end the body).
@@ -365,6 +373,28 @@ pub fn put_last_chunk(out: &mut BytesMut) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn drop_sets_filter_an_encoded_head_line_by_line() {
+        let head = b"HTTP/1.1 200 OK\r\nA: 1\r\nX-Drop: 2\r\nB: 3\r\nx-drop: 4\r\n";
+        let drop = |n: &[u8]| n.eq_ignore_ascii_case(b"x-drop");
+        let other = |n: &[u8]| n.eq_ignore_ascii_case(b"b");
+        let mut r = Reply::new(200, Framing::Given);
+        r.base = Base::Encoded(head);
+        r.date = false;
+        r.drop_fields(&drop);
+        let mut out = BytesMut::new();
+        r.encode_h1(&mut out, Version::Http11, Persistence::KeepAlive);
+        assert_eq!(&out[..], b"HTTP/1.1 200 OK\r\nA: 1\r\nB: 3\r\n\r\n");
+        r.drop_fields(&other);
+        let mut out = BytesMut::new();
+        r.encode_h1(&mut out, Version::Http11, Persistence::KeepAlive);
+        assert_eq!(
+            &out[..],
+            b"HTTP/1.1 200 OK\r\nA: 1\r\n\r\n",
+            "a second drop set"
+        );
+    }
+
     #[test]
     fn a_field_is_found_in_every_part_of_a_reply() {
         let stored = b"HTTP/1.1 200 OK\r\nETag: \"v1\"\r\nX-Drop: 1\r\n";

@@ -32,6 +32,14 @@ pub(crate) trait Downstream {
         }
     }
 
+    /// The protocol as `Via` names it (`1.0`, `1.1`, `2`): filters see it in `Client`.
+    fn via_version(&self) -> &'static str {
+        match self.version() {
+            Version::Http10 => "1.0",
+            Version::Http11 => "1.1",
+        }
+    }
+
     /// Whether the connection may serve another request after this one, given the request:
     /// the client asked for it, the per-connection limit allows it, the server is not shutting
     /// down.

@@ -103,6 +103,23 @@ pub(crate) fn send_head_filtered<D: Downstream>(
     d.send_head(reply, persistence)
 }
 
+/// Queues the head of a reply built for `route`, running the route's response filters on it
+/// in place (their parts borrow the route, which outlives the reply: no copy).
+#[inline(always)]
+fn send_route_head<'r, D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    route: &'r crate::routes::Route,
+    reply: &mut Reply<'r>,
+    lines: &'r mut BytesMut,
+    persistence: Persistence,
+) -> Persistence {
+    if ctx.phases & phase::RESPONSE != 0 {
+        route.filters().response(reply, ctx.run_if_any(), lines);
+    }
+    send_head_filtered(d, ctx, reply, persistence)
+}
+
 /// [`send_head`] through the route's response filters.
 #[cold]
 fn send_filtered<D: Downstream>(
@@ -330,10 +347,12 @@ fn answer<D: Downstream>(
         Action::Echo(e) => {
             let (content_type, payload) = e.render(head, body);
             let rt = ctx.rt.clone();
+            let mut filter_lines = BytesMut::new();
             let mut reply = Reply::new(200, Framing::Length(payload.len() as u64));
             reply.add_lines(&rt.cfg.server_line);
             reply.add_lines(content_type);
-            let persistence = send_head(d, ctx, &reply, persistence);
+            let persistence =
+                send_route_head(d, ctx, route, &mut reply, &mut filter_lines, persistence);
             if !head_only {
                 ctx.bytes_sent += payload.len() as u64;
                 d.send_data(&Bytes::from(payload));
@@ -366,10 +385,12 @@ fn answer<D: Downstream>(
                 body,
             } => {
                 let rt = ctx.rt.clone();
+                let mut filter_lines = BytesMut::new();
                 let mut reply = Reply::new(status, framing);
                 reply.add_lines(&rt.cfg.server_line);
                 reply.add_lines(&lines);
-                let persistence = send_head(d, ctx, &reply, persistence);
+                let persistence =
+                    send_route_head(d, ctx, route, &mut reply, &mut filter_lines, persistence);
                 match body {
                     StaticBody::None => {}
                     StaticBody::Inline(data) => {
@@ -399,9 +420,10 @@ fn respond<D: Downstream>(
     if let Some(dynamic) = &r.dynamic {
         return respond_rendered(d, ctx, head, route, r, dynamic, persistence);
     }
+    let mut filter_lines = BytesMut::new();
     let mut reply = Reply::new(r.status, Framing::Given);
     reply.base = Base::Encoded(r.head());
-    let persistence = send_head(d, ctx, &reply, persistence);
+    let persistence = send_route_head(d, ctx, route, &mut reply, &mut filter_lines, persistence);
     if head.method != Method::Head {
         ctx.bytes_sent += r.body().len() as u64;
         d.send_data(r.body());
@@ -485,11 +507,7 @@ pub(crate) fn client_of<D: Downstream>(d: &D) -> Client {
     Client {
         ip: d.peer().ip(),
         scheme: scheme_of(d),
-        version: match d.protocol() {
-            "HTTP/2.0" => "2",
-            "HTTP/1.0" => "1.0",
-            _ => "1.1",
-        },
+        version: d.via_version(),
     }
 }
 

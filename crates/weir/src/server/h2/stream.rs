@@ -173,6 +173,10 @@ impl Downstream for H2Stream {
         "HTTP/2.0"
     }
 
+    fn via_version(&self) -> &'static str {
+        "2"
+    }
+
     fn persistence(&self, _head: &RequestHead) -> Persistence {
         Persistence::KeepAlive
     }
