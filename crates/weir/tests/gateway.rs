@@ -647,3 +647,76 @@ listeners:
     assert!(hit.header("cache-status").unwrap().contains("hit"));
     assert_eq!(hit.header("x-tagged"), Some("cached"));
 }
+
+/// Sticky sessions: the first answer names its server in a signed cookie; requests with it go
+/// to that server; a forged cookie is ignored; when the server is gone, the other answers and
+/// the cookie is replaced.
+#[test]
+fn sticky_cookies_pin_a_client_to_its_server_and_fail_over() {
+    let (o1, o2) = two_origins();
+    let dir = std::env::temp_dir().join(format!("weir-sticky-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = dir.join("secret");
+    std::fs::write(&secret, "an HMAC secret of 32 characters or more\n").unwrap();
+    let s = start(&format!(
+        r#"
+workers: 2
+upstreams:
+  app:
+    servers: ["{}", "{}"]
+    policy: round_robin
+    passive_health: {{ max_fails: 1, down_for: 30s }}
+    retries: {{ attempts: 1, on: [connect], backoff: 0s }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - filters: [{{ sticky: {{ cookie: srv, secret_file: "{}", max_age: 10m }} }}]
+        proxy: {{ upstream: app }}
+"#,
+        o1.addr,
+        o2.addr,
+        secret.display()
+    ));
+    let first = get(s.addr, "/");
+    let set = first.header("set-cookie").expect("a cookie").to_string();
+    assert!(
+        set.starts_with("srv=") && set.contains("Max-Age=600") && set.contains("HttpOnly"),
+        "{set}"
+    );
+    let cookie = set.split(';').next().unwrap().to_string();
+    let home = first.text();
+    for _ in 0..10 {
+        let mut c = s.connect();
+        let r = roundtrip(
+            &mut c,
+            format!("GET / HTTP/1.1\r\nHost: a\r\nCookie: x=1; {cookie}\r\n\r\n").as_bytes(),
+        );
+        assert_eq!(r.text(), home, "round robin would alternate");
+        assert!(r.header("set-cookie").is_none(), "the cookie stands");
+    }
+    // A forged cookie (another server's id under this MAC) is ignored: a new one is set.
+    let value = cookie.trim_start_matches("srv=");
+    let forged = format!("srv=0000000000000000{}", &value[16..]);
+    let mut c = s.connect();
+    let r = roundtrip(
+        &mut c,
+        format!("GET / HTTP/1.1\r\nHost: a\r\nCookie: {forged}\r\n\r\n").as_bytes(),
+    );
+    assert!(r.header("set-cookie").is_some());
+    // The server goes away: the other one answers and the cookie is replaced.
+    let other = if home == "one" { "two" } else { "one" };
+    if home == "one" {
+        drop(o1);
+    } else {
+        drop(o2);
+    }
+    let mut c = s.connect();
+    let r = roundtrip(
+        &mut c,
+        format!("GET / HTTP/1.1\r\nHost: a\r\nCookie: {cookie}\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(r.text(), other);
+    let renewed = r.header("set-cookie").expect("a new cookie");
+    assert_ne!(renewed.split(';').next().unwrap(), cookie);
+    std::fs::remove_dir_all(&dir).ok();
+}

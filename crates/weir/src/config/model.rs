@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 pub use super::model_filters::{
     Canary, CircuitBreaker, Concurrency, FilterRef, FilterSpec, Headers, IpRules, NoStoreRule,
-    RateLimit, Split,
+    RateLimit, Split, StickyRule,
 };
 pub use super::model_ops::{AccessLog, AccessLogSetting, HealthRoute, Log, RequestId};
 pub use super::model_tls::{

@@ -50,6 +50,31 @@ pub struct FilterSpec {
     pub canary: Option<Canary>,
     pub headers: Option<Headers>,
     pub no_store: Option<NoStoreRule>,
+    pub sticky: Option<StickyRule>,
+}
+
+/// Session persistence by a signed cookie naming the server.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StickyRule {
+    #[serde(default = "sticky_cookie")]
+    pub cookie: String,
+    /// The environment variable holding the HMAC secret (32 characters or more).
+    pub secret_env: Option<String>,
+    /// A file holding it.
+    pub secret_file: Option<String>,
+    #[serde(default = "one_hour")]
+    pub max_age: Dur,
+    /// Add `Secure` (send the cookie over HTTPS only).
+    #[serde(default)]
+    pub secure: bool,
+}
+
+fn sticky_cookie() -> String {
+    "weir_sticky".into()
+}
+fn one_hour() -> Dur {
+    Dur(std::time::Duration::from_secs(3600))
 }
 
 /// Upstream responses kept out of the cache.

@@ -301,7 +301,7 @@ impl Breaker {
 }
 
 impl super::Filter for Breaker {
-    fn phases(&self) -> u8 {
+    fn phases(&self) -> u16 {
         phase::REQUEST | phase::LOG | phase::STATE
     }
 

@@ -34,6 +34,8 @@ pub enum Kind {
 #[derive(Debug, Default)]
 pub struct Compiler {
     named: HashMap<String, Compiled>,
+    /// Each upstream's server names, by upstream index (sticky cookies name servers).
+    servers: Vec<Vec<String>>,
     /// Every filter compiled, named or inline, for /metrics and the admin API.
     pub all: std::cell::RefCell<Vec<Compiled>>,
 }
@@ -43,9 +45,13 @@ impl Compiler {
     pub(crate) fn new(
         defs: BTreeMap<String, FilterSpec>,
         upstreams: &HashMap<String, usize>,
+        servers: Vec<Vec<String>>,
         base: &BaseDir,
     ) -> Result<Compiler, CompileError> {
-        let c = Compiler::default();
+        let c = Compiler {
+            servers,
+            ..Compiler::default()
+        };
         let mut named = HashMap::new();
         for (name, spec) in defs {
             let compiled = c.spec(
@@ -115,6 +121,7 @@ impl Compiler {
             canary,
             headers,
             no_store,
+            sticky,
         } = spec;
         let given = [
             rate_limit.is_some(),
@@ -125,11 +132,12 @@ impl Compiler {
             canary.is_some(),
             headers.is_some(),
             no_store.is_some(),
+            sticky.is_some(),
         ];
         if given.iter().filter(|g| **g).count() != 1 {
             return Err((
                 path.to_string(),
-                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers, no_store".into(),
+                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers, no_store, sticky".into(),
             ));
         }
         let compiled = if let Some(r) = rate_limit {
@@ -177,6 +185,12 @@ impl Compiler {
             }
         } else if let Some(c) = canary {
             let f = Canary::compile(c, &format!("{path}.canary"), upstreams)?;
+            Compiled {
+                filter: Arc::new(f),
+                kind: Kind::Other,
+            }
+        } else if let Some(s) = sticky {
+            let f = super::sticky::Sticky::compile(s, &format!("{path}.sticky"), &self.servers)?;
             Compiled {
                 filter: Arc::new(f),
                 kind: Kind::Other,

@@ -119,7 +119,7 @@ impl Concurrency {
 }
 
 impl super::Filter for Concurrency {
-    fn phases(&self) -> u8 {
+    fn phases(&self) -> u16 {
         phase::REQUEST | phase::STATE
     }
 

@@ -26,7 +26,7 @@ impl Forwarded {
 }
 
 impl Filter for Forwarded {
-    fn phases(&self) -> u8 {
+    fn phases(&self) -> u16 {
         super::phase::UPSTREAM | super::phase::DROPS_UPSTREAM
     }
 

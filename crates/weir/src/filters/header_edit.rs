@@ -117,8 +117,8 @@ pub struct HeaderEdit {
 }
 
 impl Filter for HeaderEdit {
-    fn phases(&self) -> u8 {
-        let mut p = 0;
+    fn phases(&self) -> u16 {
+        let mut p: u16 = 0;
         if !self.request.is_empty() {
             p |= phase::UPSTREAM;
         }

@@ -145,7 +145,7 @@ impl IpFilter {
 }
 
 impl super::Filter for IpFilter {
-    fn phases(&self) -> u8 {
+    fn phases(&self) -> u16 {
         phase::REQUEST
     }
 

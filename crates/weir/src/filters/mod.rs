@@ -44,6 +44,7 @@ pub mod no_store;
 pub mod rate_limit;
 pub mod request_id;
 pub mod split;
+pub mod sticky;
 pub mod via;
 
 use std::any::Any;
@@ -139,23 +140,26 @@ pub struct Done {
 
 /// Phase bits ([`Filter::phases`]).
 pub mod phase {
-    pub const REQUEST: u8 = 1;
-    pub const UPSTREAM: u8 = 2;
-    pub const BEFORE_STORE: u8 = 4;
-    pub const RESPONSE: u8 = 8;
-    pub const LOG: u8 = 16;
+    pub const REQUEST: u16 = 1;
+    pub const UPSTREAM: u16 = 2;
+    pub const BEFORE_STORE: u16 = 4;
+    pub const RESPONSE: u16 = 8;
+    pub const LOG: u16 = 16;
     /// Drops fields of the client's request on the way upstream.
-    pub const DROPS_UPSTREAM: u8 = 32;
+    pub const DROPS_UPSTREAM: u16 = 32;
     /// Keeps per-request state.
-    pub const STATE: u8 = 64;
+    pub const STATE: u16 = 64;
     /// Chooses the upstream (traffic split, canary): needs a proxy action.
-    pub const UPSTREAM_CHOICE: u8 = 128;
+    pub const UPSTREAM_CHOICE: u16 = 128;
+    /// Prefers a server of the upstream ([`super::Filter::prefer`]) and hears which one
+    /// answered ([`super::Filter::served`]): sticky sessions.
+    pub const SERVER_CHOICE: u16 = 256;
 }
 
 /// One filter. Methods default to doing nothing; [`Filter::phases`] says which are implemented.
 pub trait Filter: Debug + Send + Sync {
     /// The phases this filter implements ([`phase`] bits).
-    fn phases(&self) -> u8;
+    fn phases(&self) -> u16;
 
     /// Before the cache lookup and the action: may answer or wait. `upstream` is the choice of
     /// upstream so far (an index into the config's upstreams), for filters that choose one.
@@ -183,6 +187,15 @@ pub trait Filter: Debug + Send + Sync {
 
     /// After the response: the final status, bytes and timings. Changes nothing.
     fn log(&self, _done: &Done, _state: &mut State) {}
+
+    /// The server of upstream `upstream` this request should go to, if it is up.
+    fn prefer(&self, _state: &State, _upstream: usize) -> Option<usize> {
+        None
+    }
+
+    /// In the response phase, when a server answered: `server` of `upstream`. Field lines go
+    /// into `lines`.
+    fn served(&self, _state: &mut State, _upstream: usize, _server: usize, _lines: &mut BytesMut) {}
 }
 
 /// What the request phase of a chain decided.
@@ -208,20 +221,22 @@ impl Debug for Step {
 pub struct Run {
     states: Vec<State>,
     pub upstream: Option<usize>,
+    /// The upstream and server that answered, once one did (for [`Filter::served`]).
+    pub served: Option<(usize, usize)>,
 }
 
 /// A route's filters, in config order.
 #[derive(Debug, Default, Clone)]
 pub struct Chain {
     /// Each filter with its phases (read once: a virtual call per filter and phase saved).
-    filters: Vec<(u8, Arc<dyn Filter>)>,
+    filters: Vec<(u16, Arc<dyn Filter>)>,
     /// The union of the filters' phases.
-    phases: u8,
+    phases: u16,
 }
 
 impl Chain {
     pub fn new(filters: Vec<Arc<dyn Filter>>) -> Chain {
-        let filters: Vec<(u8, Arc<dyn Filter>)> =
+        let filters: Vec<(u16, Arc<dyn Filter>)> =
             filters.into_iter().map(|f| (f.phases(), f)).collect();
         let phases = filters.iter().fold(0, |p, (f, _)| p | f);
         Chain { filters, phases }
@@ -229,13 +244,13 @@ impl Chain {
 
     /// The union of the filters' phases.
     #[inline(always)]
-    pub fn phases(&self) -> u8 {
+    pub fn phases(&self) -> u16 {
         self.phases
     }
 
     /// Whether any filter implements `phase`.
     #[inline(always)]
-    pub fn has(&self, phase: u8) -> bool {
+    pub fn has(&self, phase: u16) -> bool {
         self.phases & phase != 0
     }
 
@@ -336,6 +351,7 @@ impl Chain {
         }
         let mut none: State = None;
         let mut run = run;
+        let served = run.as_ref().and_then(|r| r.served);
         for (i, (phases, f)) in self.filters.iter().enumerate() {
             if phases & phase::RESPONSE == 0 {
                 continue;
@@ -345,9 +361,28 @@ impl Chain {
                 _ => &mut none,
             };
             f.response(reply, state, lines);
+            if phases & phase::SERVER_CHOICE != 0 {
+                if let Some((u, s)) = served {
+                    f.served(state, u, s, lines);
+                }
+            }
         }
         let lines: &'a BytesMut = lines;
         reply.add_lines(lines);
+    }
+
+    /// The server a filter prefers for this request, of upstream `upstream`.
+    pub fn prefer(&self, run: Option<&Run>, upstream: usize) -> Option<usize> {
+        if !self.has(phase::SERVER_CHOICE) {
+            return None;
+        }
+        let run = run?;
+        self.filters.iter().enumerate().find_map(|(i, (p, f))| {
+            if p & phase::SERVER_CHOICE == 0 {
+                return None;
+            }
+            f.prefer(run.states.get(i)?, upstream)
+        })
     }
 
     /// The log phase.
@@ -379,7 +414,7 @@ mod tests {
     struct Deny;
 
     impl Filter for Deny {
-        fn phases(&self) -> u8 {
+        fn phases(&self) -> u16 {
             phase::REQUEST
         }
         fn request(&self, req: &Req<'_>, _: &mut State, _: &mut Option<usize>) -> Flow {
@@ -399,7 +434,7 @@ mod tests {
     struct WaitThenCount;
 
     impl Filter for WaitThenCount {
-        fn phases(&self) -> u8 {
+        fn phases(&self) -> u16 {
             phase::REQUEST | phase::STATE
         }
         fn request(&self, _: &Req<'_>, state: &mut State, _: &mut Option<usize>) -> Flow {

@@ -34,7 +34,7 @@ impl NoStore {
 }
 
 impl super::Filter for NoStore {
-    fn phases(&self) -> u8 {
+    fn phases(&self) -> u16 {
         phase::BEFORE_STORE
     }
 

@@ -278,7 +278,7 @@ fn network(ip: IpAddr, v4: u8, v6: u8) -> ([u8; 17], usize) {
 struct Remaining(u64, u64);
 
 impl super::Filter for RateLimit {
-    fn phases(&self) -> u8 {
+    fn phases(&self) -> u16 {
         let mut p = phase::REQUEST;
         if self.headers {
             p |= phase::RESPONSE | phase::STATE;

@@ -78,7 +78,7 @@ impl Split {
 }
 
 impl super::Filter for Split {
-    fn phases(&self) -> u8 {
+    fn phases(&self) -> u16 {
         phase::REQUEST | phase::UPSTREAM_CHOICE
     }
 
@@ -137,7 +137,7 @@ impl Canary {
 }
 
 impl super::Filter for Canary {
-    fn phases(&self) -> u8 {
+    fn phases(&self) -> u16 {
         phase::REQUEST | phase::UPSTREAM_CHOICE
     }
 

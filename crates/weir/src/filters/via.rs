@@ -15,7 +15,7 @@ const LINE_2: &[u8] = b"Via: 2 weir\r\n";
 pub struct Via;
 
 impl Filter for Via {
-    fn phases(&self) -> u8 {
+    fn phases(&self) -> u16 {
         super::phase::UPSTREAM | super::phase::RESPONSE
     }
 

@@ -80,7 +80,7 @@ pub(crate) struct RequestCtx {
     /// The access log the request is written to (its slot in `cfg.access_logs`).
     pub log: Option<u32>,
     /// The phases the route's filters use (`filters::phase` bits; 0 until routed).
-    pub phases: u8,
+    pub phases: u16,
     /// Whether weir answered for an upstream that failed (its own 502/503/504).
     pub upstream_failed: bool,
     /// What only some requests need, boxed: the context lives in the pipeline's future, whose

@@ -223,10 +223,17 @@ pub(crate) async fn forward<D: Downstream>(
     };
     let mut interims = 0usize;
 
+    // A sticky session's server, while it is up and not tried yet; else the balancer.
+    let preferred = route
+        .filters
+        .prefer(ctx.run_if_any().map(|r| &*r), upstream);
     let (server, mut upstream_conn, resp) = loop {
         // After a stale pooled connection, retry the same server on a new connection.
         let force_fresh = fresh_only.is_some();
-        let server = match fresh_only.take() {
+        let sticky = preferred.filter(|s| {
+            !tried_buf[..ntried].contains(s) && up.is_up(*s, crate::proxy::upstream::now_ms())
+        });
+        let server = match fresh_only.take().or(sticky) {
             Some(s) => s,
             None => match per_worker.pick(up, target.client.ip, head, &tried_buf[..ntried]) {
                 Some(s) => s,
@@ -328,6 +335,9 @@ pub(crate) async fn forward<D: Downstream>(
         }
     }
     ctx.upstream = Some((upstream as u32, server as u32));
+    if let Some(run) = ctx.run_if_any() {
+        run.served = Some((upstream, server));
+    }
     ctx.upstream_head_at = Some(std::time::Instant::now());
     ctx.status = resp.status;
 
