@@ -15,7 +15,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::{Bytes, BytesMut};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use weir_http::Reply;
 
 use super::{phase, Flow, Req, State};
 use crate::config::{model, CompileError};
@@ -176,13 +175,7 @@ impl super::Filter for Sticky {
         self.ids.get(upstream)?.iter().position(|s| *s == id)
     }
 
-    fn served<'a>(
-        &'a self,
-        state: &mut State,
-        upstream: usize,
-        server: usize,
-        lines: &mut BytesMut,
-    ) {
+    fn served(&self, state: &mut State, upstream: usize, server: usize, lines: &mut BytesMut) {
         let Some(seen) = state.as_ref().and_then(|s| s.downcast_ref::<Seen>()) else {
             return;
         };
@@ -205,8 +198,6 @@ impl super::Filter for Sticky {
         );
         weir_http::response::put_header(lines, b"Set-Cookie", field.as_bytes());
     }
-
-    fn response<'a>(&'a self, _: &mut Reply<'a>, _: &mut State, _: &mut BytesMut) {}
 }
 
 #[cfg(test)]
