@@ -720,3 +720,85 @@ listeners:
     assert_ne!(renewed.split(';').next().unwrap(), cookie);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Mirroring: copies (head and body) reach the shadow; a shadow that hangs delays nothing; a
+/// body over `max_body` is not copied; counts in /metrics.
+#[test]
+fn mirror_copies_requests_to_a_shadow_without_delaying_them() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let shadow = http_origin(move |req| {
+        s2.lock().unwrap().push((
+            req.line.clone(),
+            String::from_utf8_lossy(&req.body).to_string(),
+        ));
+        // A slow shadow: its answer comes long after the real one.
+        std::thread::sleep(Duration::from_millis(1500));
+        ok("shadow")
+    });
+    let real = http_origin(|_| ok("real"));
+    let s = start(&format!(
+        r#"
+workers: 1
+admin: {{ address: 127.0.0.1:0 }}
+upstreams:
+  app: {{ servers: ["{}"] }}
+  shadow: {{ servers: ["{}"] }}
+filters:
+  copy: {{ mirror: {{ upstream: shadow, max_body: 1k }} }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - filters: [copy]
+        proxy: {{ upstream: app }}
+"#,
+        real.addr, shadow.addr
+    ));
+    let admin = s.handle.as_ref().unwrap().admin_addr().unwrap();
+    let mut c = s.connect();
+    let t = Instant::now();
+    let r = roundtrip(&mut c, b"GET /a?x=1 HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(r.text(), "real");
+    let r = roundtrip(
+        &mut c,
+        b"POST /b HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello",
+    );
+    assert_eq!(r.text(), "real");
+    let big = "x".repeat(2000);
+    let r = roundtrip(
+        &mut c,
+        format!("POST /c HTTP/1.1\r\nHost: a\r\nContent-Length: 2000\r\n\r\n{big}").as_bytes(),
+    );
+    assert_eq!(r.text(), "real");
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "the shadow's 1.5 s did not delay the real requests: {:?}",
+        t.elapsed()
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while seen.lock().unwrap().len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let got = seen.lock().unwrap().clone();
+    assert_eq!(
+        got,
+        [
+            ("GET /a?x=1 HTTP/1.1".to_string(), String::new()),
+            ("POST /b HTTP/1.1".to_string(), "hello".to_string())
+        ]
+    );
+    std::thread::sleep(Duration::from_millis(1700));
+    let m = get(admin, "/metrics").text();
+    let line = |n: &str| {
+        m.lines()
+            .find(|l| l.starts_with(n))
+            .unwrap_or_else(|| panic!("no {n}"))
+            .to_string()
+    };
+    assert!(
+        line("weir_mirror_sent_total").ends_with(" 2"),
+        "{}",
+        line("weir_mirror_sent_total")
+    );
+    assert!(line("weir_mirror_skipped_total").ends_with(" 1"));
+}

@@ -666,6 +666,47 @@ impl Scrape {
                     .map(|r| (name(&r.name), counter(r.table.rejected.load(Relaxed)))),
             )?;
         }
+        let mirrors: Vec<_> = self
+            .cfg
+            .filters
+            .iter()
+            .filter_map(|c| match &c.kind {
+                Kind::Mirror(m) => Some(m.clone()),
+                _ => None,
+            })
+            .collect();
+        for (metric, help, pick) in [
+            (
+                "weir_mirror_sent",
+                "Request copies a mirror delivered (the shadow answered).",
+                0,
+            ),
+            (
+                "weir_mirror_skipped",
+                "Requests a mirror did not copy: too many in flight, or a body over max_body.",
+                1,
+            ),
+            (
+                "weir_mirror_failed",
+                "Request copies the shadow upstream did not answer.",
+                2,
+            ),
+        ] {
+            if mirrors.is_empty() {
+                break;
+            }
+            family(
+                enc,
+                metric,
+                help,
+                MetricType::Counter,
+                mirrors.iter().map(|m| {
+                    let c = &m.counts;
+                    let v = [&c.sent, &c.skipped, &c.failed][pick].load(Relaxed);
+                    (name(&m.name), counter(v))
+                }),
+            )?;
+        }
         if !breakers.is_empty() {
             family(
                 enc,

@@ -51,6 +51,30 @@ pub struct FilterSpec {
     pub headers: Option<Headers>,
     pub no_store: Option<NoStoreRule>,
     pub sticky: Option<StickyRule>,
+    pub mirror: Option<MirrorRule>,
+}
+
+/// A copy of requests to a shadow upstream.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorRule {
+    pub upstream: String,
+    /// Percent of requests copied.
+    #[serde(default = "hundred_f")]
+    pub percent: f64,
+    /// Bodies up to this size are copied; larger requests are not mirrored.
+    #[serde(default = "mirror_body")]
+    pub max_body: super::units::Size,
+    /// Copies on their way at once; more are skipped.
+    #[serde(default = "mirror_in_flight")]
+    pub max_in_flight: usize,
+}
+
+fn mirror_body() -> super::units::Size {
+    super::units::Size(64 * 1024)
+}
+fn mirror_in_flight() -> usize {
+    128
 }
 
 /// Session persistence by a signed cookie naming the server.

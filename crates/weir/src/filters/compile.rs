@@ -27,6 +27,7 @@ pub enum Kind {
     RateLimit(Arc<RateLimit>),
     Concurrency(Arc<Concurrency>),
     Breaker(Arc<Breaker>),
+    Mirror(Arc<super::mirror::Mirror>),
     Other,
 }
 
@@ -34,8 +35,8 @@ pub enum Kind {
 #[derive(Debug, Default)]
 pub struct Compiler {
     named: HashMap<String, Compiled>,
-    /// Each upstream's server names, by upstream index (sticky cookies name servers).
-    servers: Vec<Vec<String>>,
+    /// The compiled upstreams, by index (sticky cookies name servers, mirrors send to them).
+    upstreams: Vec<Arc<crate::proxy::upstream::Upstream>>,
     /// Every filter compiled, named or inline, for /metrics and the admin API.
     pub all: std::cell::RefCell<Vec<Compiled>>,
 }
@@ -45,11 +46,11 @@ impl Compiler {
     pub(crate) fn new(
         defs: BTreeMap<String, FilterSpec>,
         upstreams: &HashMap<String, usize>,
-        servers: Vec<Vec<String>>,
+        compiled: Vec<Arc<crate::proxy::upstream::Upstream>>,
         base: &BaseDir,
     ) -> Result<Compiler, CompileError> {
         let c = Compiler {
-            servers,
+            upstreams: compiled,
             ..Compiler::default()
         };
         let mut named = HashMap::new();
@@ -122,6 +123,7 @@ impl Compiler {
             headers,
             no_store,
             sticky,
+            mirror,
         } = spec;
         let given = [
             rate_limit.is_some(),
@@ -133,11 +135,12 @@ impl Compiler {
             headers.is_some(),
             no_store.is_some(),
             sticky.is_some(),
+            mirror.is_some(),
         ];
         if given.iter().filter(|g| **g).count() != 1 {
             return Err((
                 path.to_string(),
-                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers, no_store, sticky".into(),
+                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers, no_store, sticky, mirror".into(),
             ));
         }
         let compiled = if let Some(r) = rate_limit {
@@ -189,8 +192,25 @@ impl Compiler {
                 filter: Arc::new(f),
                 kind: Kind::Other,
             }
+        } else if let Some(m) = mirror {
+            let f = Arc::new(super::mirror::Mirror::compile(
+                name,
+                m,
+                &format!("{path}.mirror"),
+                upstreams,
+                &self.upstreams,
+            )?);
+            Compiled {
+                filter: f.clone(),
+                kind: Kind::Mirror(f),
+            }
         } else if let Some(s) = sticky {
-            let f = super::sticky::Sticky::compile(s, &format!("{path}.sticky"), &self.servers)?;
+            let names: Vec<Vec<String>> = self
+                .upstreams
+                .iter()
+                .map(|u| u.servers.iter().map(|s| s.name.clone()).collect())
+                .collect();
+            let f = super::sticky::Sticky::compile(s, &format!("{path}.sticky"), &names)?;
             Compiled {
                 filter: Arc::new(f),
                 kind: Kind::Other,

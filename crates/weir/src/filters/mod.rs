@@ -40,6 +40,7 @@ pub mod forwarded;
 pub mod header_edit;
 pub mod ip_filter;
 pub mod keyed;
+pub mod mirror;
 pub mod no_store;
 pub mod rate_limit;
 pub mod request_id;
@@ -154,6 +155,8 @@ pub mod phase {
     /// Prefers a server of the upstream ([`super::Filter::prefer`]) and hears which one
     /// answered ([`super::Filter::served`]): sticky sessions.
     pub const SERVER_CHOICE: u16 = 256;
+    /// Sees the bytes of the upstream request as they are written ([`super::Filter::tee`]).
+    pub const TEE: u16 = 512;
 }
 
 /// One filter. Methods default to doing nothing; [`Filter::phases`] says which are implemented.
@@ -187,6 +190,10 @@ pub trait Filter: Debug + Send + Sync {
 
     /// After the response: the final status, bytes and timings. Changes nothing.
     fn log(&self, _done: &Done, _state: &mut State) {}
+
+    /// The upstream request's bytes as they are written (head first), `end` on the last
+    /// write: a mirror's copy.
+    fn tee(&self, _state: &mut State, _bytes: &[u8], _end: bool) {}
 
     /// The server of upstream `upstream` this request should go to, if it is up.
     fn prefer(&self, _state: &State, _upstream: usize) -> Option<usize> {
@@ -369,6 +376,17 @@ impl Chain {
         }
         let lines: &'a BytesMut = lines;
         reply.add_lines(lines);
+    }
+
+    /// Hands the upstream request's bytes to the filters that copy them.
+    pub fn tee(&self, run: &mut Run, bytes: &[u8], end: bool) {
+        for (i, (p, f)) in self.filters.iter().enumerate() {
+            if p & phase::TEE != 0 {
+                if let Some(state) = run.states.get_mut(i) {
+                    f.tee(state, bytes, end);
+                }
+            }
+        }
     }
 
     /// The server a filter prefers for this request, of upstream `upstream`.

@@ -258,13 +258,18 @@ pub(crate) async fn forward<D: Downstream>(
             }
         };
         let _active = per_worker.track_active(server);
+        let tee = if route.filters.has(crate::filters::phase::TEE) {
+            ctx.extra.as_mut().map(|e| &mut e.filters)
+        } else {
+            None
+        };
         let sent = send_request(
             d,
             &mut conn,
             &target,
             server,
             shape,
-            &mut ctx.bytes_received,
+            (&mut ctx.bytes_received, tee),
         )
         .await?;
         let result = match sent {
@@ -447,11 +452,11 @@ async fn send_request<D: Downstream>(
     target: &Target<'_>,
     server: usize,
     shape: RequestShape<'_>,
-    received: &mut u64,
+    counted: (&mut u64, Option<&mut crate::filters::Run>),
 ) -> Result<Sent, Error> {
     let mut req = std::mem::take(&mut conn.out);
     req.clear();
-    let sent = write_request(d, conn, &mut req, target, server, shape, received).await;
+    let sent = write_request(d, conn, &mut req, target, server, shape, counted).await;
     if req.capacity() <= SEND_CHUNK * 2 {
         conn.out = req;
     }
@@ -465,9 +470,10 @@ async fn write_request<D: Downstream>(
     target: &Target<'_>,
     server: usize,
     shape: RequestShape<'_>,
-    received: &mut u64,
+    (received, mut tee): (&mut u64, Option<&mut crate::filters::Run>),
 ) -> Result<Sent, Error> {
     let head = target.head;
+    let filters = &target.route.filters;
     build_request(
         req,
         head,
@@ -478,6 +484,9 @@ async fn write_request<D: Downstream>(
         shape,
     );
     if head.body == BodyKind::Empty {
+        if let Some(run) = tee.as_deref_mut() {
+            filters.tee(run, req, true);
+        }
         return Ok(
             match crate::proxy::exchange::send(&mut conn.stream, req).await {
                 Ok(()) => Sent::Ok,
@@ -494,6 +503,9 @@ async fn write_request<D: Downstream>(
             req.extend_from_slice(&data);
         }
         if req.len() >= SEND_CHUNK {
+            if let Some(run) = tee.as_deref_mut() {
+                filters.tee(run, req, false);
+            }
             if let Err(e) = crate::proxy::exchange::send(&mut conn.stream, req).await {
                 return Ok(Sent::Upstream(e));
             }
@@ -514,6 +526,9 @@ async fn write_request<D: Downstream>(
             }
             req.extend_from_slice(b"\r\n");
         }
+    }
+    if let Some(run) = tee.as_deref_mut() {
+        filters.tee(run, req, true);
     }
     Ok(
         match crate::proxy::exchange::send(&mut conn.stream, req).await {

@@ -91,7 +91,7 @@ pub async fn checkout(
     }
 }
 
-async fn connect(up: &Upstream, server: usize) -> Result<UpstreamConn, Error> {
+pub(crate) async fn connect(up: &Upstream, server: usize) -> Result<UpstreamConn, Error> {
     let s = &up.servers[server];
     let addr = **s.addr.load();
     let tls = up.tls.as_ref().zip(s.tls_name.as_ref());

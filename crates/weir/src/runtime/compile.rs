@@ -115,12 +115,12 @@ pub(crate) fn compile(
     let logs =
         crate::access_log::LogCompiler::new(&registry.sinks, registry.metrics.log_dropped.clone());
     let default_log = logs.slot(file.access_log.as_ref(), "access_log", None)?;
-    let server_names = upstreams
-        .iter()
-        .map(|u| u.servers.iter().map(|s| s.name.clone()).collect())
-        .collect();
-    let filters =
-        crate::filters::compile::Compiler::new(file.filters, &upstream_index, server_names, base)?;
+    let filters = crate::filters::compile::Compiler::new(
+        file.filters,
+        &upstream_index,
+        upstreams.clone(),
+        base,
+    )?;
     let refs = crate::actions::Refs {
         upstreams: &upstream_index,
         zones: &zone_index,
