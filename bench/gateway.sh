@@ -48,7 +48,10 @@ upstreams:
     servers: ["127.0.0.1:$O1", "127.0.0.1:$O2"]
     policy: round_robin
     keepalive: { max_idle: 1024 }
+  shadow:
+    servers: ["127.0.0.1:$O2"]
 filters:
+  copy: { mirror: { upstream: shadow, max_in_flight: 1024 } }
   limit: { rate_limit: { rate: $RATE, burst: 1000, headers: false } }
   office: { ip: { allow: [127.0.0.0/8] } }
   breaker: { circuit_breaker: {} }
@@ -59,6 +62,9 @@ listeners:
         proxy: { upstream: echo }
       - match: { path: /filtered }
         filters: [office, limit, breaker]
+        proxy: { upstream: echo }
+      - match: { path: /mirrored }
+        filters: [copy]
         proxy: { upstream: echo }
 YAML
 taskset -c "$SUT_CORE" "$WEIR" run -c "$TMP/weir.yaml" 2>"$TMP/weir.log" &
@@ -131,6 +137,16 @@ for s in "${SYSTEMS[@]}"; do
     done
   done
 done
+# Mirroring on: every request also copied to the shadow origin; the real request's p99 is
+# what must not move.
+for rep in $(seq 1 "$REPS"); do
+  for path in bare mirrored; do
+    run_wrk "$WEIR_PID" "http://127.0.0.1:$P_WEIR/$path" -t1 -c100 -d"$WRK_D"
+    k="mirror/$path"
+    CPU[$k]="${CPU[$k]:-} $CPU_US_PER_REQ"; RPSS[$k]="${RPSS[$k]:-} $RPS"; P99S[$k]="${P99S[$k]:-} $P99_US"
+    log "weir /$path rep $rep: $RPS r/s, p99 $P99_US µs, $CPU_US_PER_REQ CPU µs/req"
+  done
+done
 run_wrk "$FLOOR_PID" "http://127.0.0.1:$P_FLOOR/bare" -t1 -c100 -d"$WRK_D"
 FLOOR_ROW="| floor (bare_relay) | — | $RPS | $P99_US | $CPU_US_PER_REQ | — | $ERRORS |"
 
@@ -192,6 +208,14 @@ OUT="$ROOT/bench/results/gateway-$(date -u +%Y%m%d-%H%M).md"
   echo "|---|---:|---:|---:|"
   for name in weir nginx haproxy; do
     echo "| $name | ${INSN[$name/bare]} | ${INSN[$name/filtered]} | $(( ${INSN[$name/filtered]:-0} - ${INSN[$name/bare]:-0} )) |"
+  done
+  echo
+  echo "weir with every request mirrored to a shadow origin (the copy on its own task), same run:"
+  echo
+  echo "| weir route | requests/s | p99 µs | CPU µs/req |"
+  echo "|---|---:|---:|---:|"
+  for path in bare mirrored; do
+    echo "| /$path | $(med "${RPSS[mirror/$path]}") | $(med "${P99S[mirror/$path]}") | $(med "${CPU[mirror/$path]}") |"
   done
   echo
   echo "- weir filtered / nginx filtered (CPU per request): $(ratio "$wf" "$nf") (target ≤ 0.80)"

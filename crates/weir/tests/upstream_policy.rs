@@ -184,3 +184,68 @@ listeners:
     }
     assert_eq!(o.accepted(), before);
 }
+
+/// Revalidations go through the one upstream phase: a server that refuses the connection is
+/// retried on another, and the conditional request carries the request id.
+#[test]
+fn revalidation_retries_and_carries_the_request_id() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let o = http_origin(move |req| {
+        let conditional = req.header("if-none-match").is_some();
+        s2.lock()
+            .unwrap()
+            .push((conditional, req.header("x-request-id").map(str::to_string)));
+        if conditional {
+            b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nCache-Control: max-age=1\r\n\r\n"
+                .to_vec()
+        } else {
+            b"HTTP/1.1 200 OK\r\nETag: \"v1\"\r\nCache-Control: max-age=1\r\nContent-Length: 2\r\n\r\nhi".to_vec()
+        }
+    });
+    let refused = common::process::free_port();
+    let s = common::start_config(&format!(
+        r#"
+workers: 1
+cache_zones: {{ z: {{ max_size: 1m }} }}
+upstreams:
+  app:
+    servers: ["127.0.0.1:{refused}", "{}"]
+    policy: round_robin
+    passive_health: {{ max_fails: 0 }}
+    retries: {{ attempts: 1, on: [connect], backoff: 0s }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - proxy: {{ upstream: app }}
+        cache: {{ zone: z }}
+"#,
+        o.addr
+    ));
+    let mut c = s.connect();
+    assert_eq!(
+        roundtrip(&mut c, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").text(),
+        "hi"
+    );
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(1100));
+        let r = roundtrip(&mut c, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.text(), "hi");
+        let status = r.header("cache-status").unwrap_or("");
+        assert!(
+            status.contains("fwd=stale") && status.contains("fwd-status=304"),
+            "{status}"
+        );
+    }
+    let seen = seen.lock().unwrap();
+    let conditionals: Vec<_> = seen.iter().filter(|(c, _)| *c).collect();
+    assert_eq!(
+        conditionals.len(),
+        3,
+        "every revalidation reached the origin: {seen:?}"
+    );
+    assert!(conditionals
+        .iter()
+        .all(|(_, id)| id.as_deref().is_some_and(|i| !i.is_empty())));
+}

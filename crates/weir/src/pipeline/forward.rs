@@ -116,6 +116,8 @@ pub(crate) struct Exchange<'a> {
     pub plan: Option<PlanFn<'a>>,
     /// Drop the client's conditional and range fields (a cache fetches whole responses).
     pub strip_conditionals: bool,
+    /// Field lines added to the upstream request (a revalidation's validators).
+    pub extra: &'a [u8],
     /// The response head relayed, once relayed.
     pub response: Option<ResponseHead>,
     /// The captured body, when capture was asked and the body completed within the limit.
@@ -193,7 +195,7 @@ pub(crate) async fn forward<D: Downstream>(
     let shape = RequestShape {
         upgrade: wants_upgrade(head),
         strip_conditionals: ex.strip_conditionals,
-        extra: b"",
+        extra: ex.extra,
         request_id: Some((&settings.name, &id_line)),
     };
     let total_deadline = up.total_timeout.map(|t| Instant::now() + t);

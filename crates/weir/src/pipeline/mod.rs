@@ -9,7 +9,8 @@
 //! * [`handle`] (this file) routes the request, runs the route's request filters, and hands it
 //!   to the route's action; the non-proxy actions are answered here.
 //! * [`cache`]: the cache phase of proxy routes (lookup, coalescing, revalidation, store).
-//! * [`forward`]: the upstream phase (pick, connect, stream both ways, retries, 1xx, upgrades).
+//! * [`forward`]: the upstream phase (pick, connect, stream both ways, retries, 1xx, upgrades);
+//!   [`fetch`]: the cache's revalidations through it, to a downstream that keeps nothing.
 //! * [`context::RequestCtx`]: what is known about the request as it runs (route, cache state,
 //!   upstream and server, status, bytes, timings) and what the log reports at the end.
 //! * [`downstream::Downstream`]: the client protocol. Everything here is generic over it.
@@ -20,6 +21,7 @@
 pub(crate) mod cache;
 pub(crate) mod context;
 pub(crate) mod downstream;
+pub(crate) mod fetch;
 pub(crate) mod forward;
 mod log;
 

@@ -8,12 +8,12 @@
 
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, BytesMut};
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 use weir_http::hop::{is_hop_by_hop, ConnectionTokens};
 use weir_http::response::{put_header, put_u64};
-use weir_http::{BodyDecoder, BodyEvent, BodyKind, Method, RequestHead, ResponseHead};
+use weir_http::{BodyKind, RequestHead, ResponseHead};
 
 use super::per_worker::WorkerUpstream;
 use super::pool::UpstreamConn;
@@ -279,94 +279,4 @@ pub fn build_request(
     }
     req.put_slice(shape.extra);
     req.put_slice(b"\r\n");
-}
-
-/// One whole exchange with no client attached, for the cache's revalidations (inline and in the
-/// background): pick a server, send `head` (client conditionals dropped) plus `extra` fields,
-/// read the whole response. Bodies over `max_body` fail: the caller falls back to a plain forward.
-pub async fn fetch_whole(
-    (up, per_worker): (&Upstream, &WorkerUpstream),
-    client: &Client,
-    head: &RequestHead,
-    route: &ProxyRoute,
-    extra: &[u8],
-    max_body: usize,
-) -> Result<(ResponseHead, Bytes), Error> {
-    let mut stale_retry = true;
-    loop {
-        let server = per_worker
-            .pick(up, client.ip, head, &[])
-            .ok_or(Error::new(ErrorKind::NoServer))?;
-        let (mut uc, reused) = checkout(per_worker, up, server, stale_retry).await?;
-        let _active = per_worker.track_active(server);
-        let mut req = BytesMut::with_capacity(512);
-        let shape = RequestShape {
-            strip_conditionals: true,
-            extra,
-            ..Default::default()
-        };
-        build_request(&mut req, head, route, up, server, client, shape);
-        if let Err(e) = send(&mut uc.stream, &req).await {
-            if reused && stale_retry {
-                stale_retry = false;
-                continue;
-            }
-            return Err(Error::with(ErrorKind::UpstreamReset, format!("write: {e}")));
-        }
-        let head_request = head.method == Method::Head;
-        let resp = match read_response_head(&mut uc, head_request, up, None, Interim::Skip).await {
-            Ok(r) => r,
-            Err(e)
-                if e.kind == ErrorKind::UpstreamReset
-                    && reused
-                    && stale_retry
-                    && uc.buf.is_empty() =>
-            {
-                stale_retry = false;
-                continue;
-            }
-            Err(e) => {
-                record_failure(up, server, &e);
-                return Err(e);
-            }
-        };
-        let mut decoder = BodyDecoder::new(resp.body);
-        let mut body = BytesMut::new();
-        loop {
-            match decoder.decode(&mut uc.buf) {
-                Err(e) => return Err(Error::with(ErrorKind::BadResponse, e)),
-                Ok(BodyEvent::Data(d)) => {
-                    if body.len() + d.len() > max_body {
-                        return Err(Error::with(
-                            ErrorKind::UpstreamReset,
-                            "response larger than max_object_size",
-                        ));
-                    }
-                    body.extend_from_slice(&d);
-                }
-                Ok(BodyEvent::Done(_)) => break,
-                Ok(BodyEvent::NeedMore) => {
-                    let deadline = Instant::now() + up.idle_read_timeout;
-                    match uc.read_by(deadline).await {
-                        Ok(Ok(0)) if decoder.on_eof().is_ok() => break,
-                        Ok(Ok(0)) => {
-                            return Err(Error::with(ErrorKind::UpstreamReset, "closed mid-body"))
-                        }
-                        Ok(Ok(_)) => {}
-                        Ok(Err(e)) => {
-                            return Err(Error::with(ErrorKind::UpstreamReset, format!("read: {e}")))
-                        }
-                        Err(()) => return Err(Error::new(ErrorKind::ResponseTimeout)),
-                    }
-                }
-            }
-        }
-        if resp.keep_alive && resp.body != BodyKind::CloseDelimited {
-            per_worker
-                .pool
-                .borrow_mut()
-                .put(server, uc, &up.servers[server].health);
-        }
-        return Ok((resp, weir_cache::object::exact(body)));
-    }
 }

@@ -6,7 +6,8 @@
 //! * [`route`]: the compiled `proxy` action — upstream, path rewrites, Host, and its filters
 //!   (header edits, forwarding fields, `Via`: `filters/`).
 //! * [`exchange`]: the upstream side of an exchange — checkout or connect, the upstream request
-//!   head, the response head, passive-health accounting, and whole fetches for revalidation.
+//!   head, the response head, passive-health accounting (revalidations go through the
+//!   pipeline's one upstream phase: `pipeline/fetch.rs`).
 //! * [`health`]: the background thread that runs active checks and re-resolves DNS names.
 //! * [`outlier`]: ejecting servers that fail in a row (Envoy's outlier detection).
 //! * [`limits`]: caps on connections, pending requests, requests and retries per upstream.

@@ -18,9 +18,9 @@ use crate::error::{Error, ErrorKind};
 use crate::filters::Client;
 use crate::pipeline::context::CacheState;
 use crate::pipeline::downstream::Downstream;
+use crate::pipeline::fetch::fetch_whole;
 use crate::pipeline::forward::{forward, Exchange, HeadPlan, PlanFn};
 use crate::pipeline::{send_head_filtered, RequestCtx};
-use crate::proxy::exchange::fetch_whole;
 
 use super::write::*;
 use super::Stage;
@@ -261,14 +261,13 @@ pub(super) fn revalidate_in_background(
             return;
         };
         let request_time = zone.now();
-        let upstream = (
-            &*rt.cfg.upstreams[proxy.upstream],
-            &*rt.upstreams[proxy.upstream],
-        );
         let validators = stored::revalidation_fields(&obj);
+        // A context of its own: the request that started it has ended.
+        let mut ctx = RequestCtx::new(rt.clone(), listener);
+        let peer = std::net::SocketAddr::new(client.ip, 0);
         match fetch_whole(
-            upstream,
-            &client,
+            &mut ctx,
+            peer,
             &head,
             proxy,
             &validators,

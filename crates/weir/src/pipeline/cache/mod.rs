@@ -40,7 +40,7 @@ use crate::cache::status::Fwd;
 use crate::cache::zone::{FetchPhase, Role};
 use crate::cache::{CacheRoute, CacheStatus, CacheZone};
 use crate::error::Error;
-use crate::proxy::exchange::fetch_whole;
+use crate::pipeline::fetch::fetch_whole;
 use crate::proxy::route::ProxyRoute;
 
 use miss::*;
@@ -249,17 +249,11 @@ async fn serve_found<D: Downstream>(
             if req_dirs.only_if_cached {
                 return Ok(cache_error(d, ctx, stage, "only-if-cached", persistence));
             }
-            let rt = ctx.rt.clone();
-            let upstream = (
-                &*rt.cfg.upstreams[proxy.upstream],
-                &*rt.upstreams[proxy.upstream],
-            );
             let validators = stored::revalidation_fields(&obj);
             let request_time = zone.now();
-            let client = super::client_of(d);
             let fetched = fetch_whole(
-                upstream,
-                &client,
+                ctx,
+                d.peer(),
                 head,
                 proxy,
                 &validators,
