@@ -172,7 +172,7 @@ kill "$WEIR_PID" "$HAPROXY_PID" 2>/dev/null; kill "$NGINX_MASTER" 2>/dev/null; s
 sed -i "s/^daemon off;/daemon off;\nmaster_process off;/" "$TMP/nginx/nginx.conf"
 declare -A INSN
 for path in bare filtered; do
-  cg_server $P_WEIR /$path env WEIR_WORKERS=1 "$WEIR" run -c "$TMP/weir.yaml"; INSN[weir/$path]=$INS
+  cg_server $P_WEIR /$path "$WEIR" run -c "$TMP/weir.yaml"; INSN[weir/$path]=$INS
   cg_server $P_NGINX /$path nginx -c "$TMP/nginx/nginx.conf"; INSN[nginx/$path]=$INS
   cg_server $P_HAPROXY /$path haproxy -db -f "$TMP/haproxy.cfg"; INSN[haproxy/$path]=$INS
   log "instructions /$path: weir ${INSN[weir/$path]}, nginx ${INSN[nginx/$path]}, haproxy ${INSN[haproxy/$path]}"
@@ -207,7 +207,7 @@ OUT="$ROOT/bench/results/gateway-$(date -u +%Y%m%d-%H%M).md"
   echo "| server | /bare | /filtered | filters' added instructions |"
   echo "|---|---:|---:|---:|"
   for name in weir nginx haproxy; do
-    echo "| $name | ${INSN[$name/bare]} | ${INSN[$name/filtered]} | $(( ${INSN[$name/filtered]:-0} - ${INSN[$name/bare]:-0} )) |"
+    echo "| $name | ${INSN[$name/bare]} | ${INSN[$name/filtered]} | $(awk -v a="${INSN[$name/filtered]}" -v b="${INSN[$name/bare]}" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) print a - b; else print "n/a" }') |"
   done
   echo
   echo "weir with every request mirrored to a shadow origin (the copy on its own task), same run:"
@@ -219,7 +219,7 @@ OUT="$ROOT/bench/results/gateway-$(date -u +%Y%m%d-%H%M).md"
   done
   echo
   echo "- weir filtered / nginx filtered (CPU per request): $(ratio "$wf" "$nf") (target ≤ 0.80)"
-  echo "- weir filtered / nginx filtered (instructions): $(ratio "${INSN[weir/filtered]}" "${INSN[nginx/filtered]}"); added instructions, weir / nginx: $(ratio "$(( ${INSN[weir/filtered]:-0} - ${INSN[weir/bare]:-0} ))" "$(( ${INSN[nginx/filtered]:-0} - ${INSN[nginx/bare]:-0} ))")"
+  echo "- weir filtered / nginx filtered (instructions): $(ratio "${INSN[weir/filtered]}" "${INSN[nginx/filtered]}"); added instructions, weir / nginx: $(awk -v a="${INSN[weir/filtered]}" -v b="${INSN[weir/bare]}" -v c="${INSN[nginx/filtered]}" -v d="${INSN[nginx/bare]}" 'BEGIN { if (c - d > 0) printf "%.2f", (a - b) / (c - d); else print "n/a" }')"
   echo "- weir's added cost / nginx's added cost: $(awk -v a="$wf" -v b="$wb" -v c="$nf" -v d="$nb" 'BEGIN { x = a - b; y = c - d; if (y > 0) printf "%.2f (%.2f vs %.2f µs)", x / y, x, y; else printf "n/a (%.2f vs %.2f µs)", x, y }') (target ≤ 1)"
 } > "$OUT"
 cat "$OUT"

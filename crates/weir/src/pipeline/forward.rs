@@ -529,7 +529,7 @@ async fn write_request<D: Downstream>(
             req.extend_from_slice(b"\r\n");
         }
     }
-    if let Some(run) = tee.as_deref_mut() {
+    if let Some(run) = tee {
         filters.tee(run, req, true);
     }
     Ok(
