@@ -9,7 +9,6 @@
 //! the client connection (a truncated message, never a short one presented as complete).
 
 use std::fmt;
-use std::io;
 
 use weir_http::{Framing, ParseError, Reply};
 
@@ -53,7 +52,8 @@ pub enum ErrorKind {
     NotCached,
     /// An upstream cap (`limits`: connections, pending, requests, retries) is reached.
     Overflow,
-    /// A file could not be read while answering (static files): the server's side.
+    /// A file could not be read while its body was being sent (static files): the server's
+    /// side; the head is out, so the connection is cut, never a short body presented whole.
     File,
 }
 
@@ -107,10 +107,9 @@ impl Error {
             BadRequest(e) => Some(e.status()),
             HeaderTimeout | BodyTimeout => Some(408),
             NoServer | Overflow => Some(503),
-            File => Some(500),
             ConnectTimeout | ResponseTimeout | NotCached => Some(504),
             Connect | UpstreamReset | BadResponse => Some(502),
-            WriteTimeout | ClientClosed | ClientIo | UpstreamAborted => None,
+            WriteTimeout | ClientClosed | ClientIo | UpstreamAborted | File => None,
         }
     }
 
@@ -149,9 +148,18 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-impl From<io::Error> for Error {
-    fn from(e: io::Error) -> Self {
-        Error::with(ErrorKind::ClientIo, e)
+/// Gives an error its side and context where it arises (Pingora's `OrErr`): an `io::Error`
+/// has no side of its own (a blanket `From<io::Error>` once made every upstream and file
+/// failure a client's), so each `?` on one says what failed.
+pub trait OrErr<T> {
+    /// `Err(e)` becomes an [`Error`] of `kind`, its cause `context: e`.
+    fn or_err(self, kind: ErrorKind, context: &'static str) -> Result<T, Error>;
+}
+
+impl<T, E: fmt::Display> OrErr<T> for Result<T, E> {
+    #[inline]
+    fn or_err(self, kind: ErrorKind, context: &'static str) -> Result<T, Error> {
+        self.map_err(|e| Error::with(kind, format_args!("{context}: {e}")))
     }
 }
 
@@ -200,7 +208,7 @@ mod tests {
             (ClientClosed, None, Side::Client),
             (NoServer, Some(503), Side::Upstream),
             (Overflow, Some(503), Side::Upstream),
-            (File, Some(500), Side::Internal),
+            (File, None, Side::Internal),
             (Connect, Some(502), Side::Upstream),
             (ConnectTimeout, Some(504), Side::Upstream),
             (UpstreamReset, Some(502), Side::Upstream),

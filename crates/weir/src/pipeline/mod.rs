@@ -38,7 +38,7 @@ use downstream::Downstream;
 
 use crate::actions::static_files::{StaticBody, StaticReply, INLINE_BODY};
 use crate::actions::Action;
-use crate::error::{canned_body, Error, ErrorKind};
+use crate::error::{canned_body, Error, ErrorKind, OrErr};
 use crate::filters::{phase, Answer, Client, Req, Run, Step};
 use crate::routes::Routed;
 use crate::runtime::WorkerRuntime;
@@ -680,7 +680,11 @@ async fn stream_file<D: Downstream>(
         };
         let offset = body.offset;
         let mut data = BytesMut::zeroed(step);
-        let n = body.open()?.read_at(&mut data, offset)?;
+        let n = body
+            .open()
+            .or_err(ErrorKind::File, "read file")?
+            .read_at(&mut data, offset)
+            .or_err(ErrorKind::File, "read file")?;
         if n == 0 {
             // Truncated under us after the head promised more: abort the connection.
             return Err(Error::with(

@@ -6,7 +6,7 @@ use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
 
 use super::{give_buf, read_more, take_buf, Conn};
-use crate::error::{Error, ErrorKind};
+use crate::error::{Error, ErrorKind, OrErr};
 use crate::metrics::CloseReason;
 use crate::server::client_io::ClientIo;
 use crate::server::h2::PREFACE;
@@ -38,7 +38,11 @@ impl Conn {
                 return Ok(true);
             }
             let read = timeout_at(deadline, read_more(&mut self.io, &mut self.buf)).await;
-            if read.map_err(|_| Error::new(ErrorKind::HeaderTimeout))?? == 0 {
+            if read
+                .map_err(|_| Error::new(ErrorKind::HeaderTimeout))?
+                .or_err(ErrorKind::ClientIo, "read")?
+                == 0
+            {
                 return Ok(false);
             }
         }

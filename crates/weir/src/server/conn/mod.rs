@@ -41,7 +41,7 @@ mod h2c;
 
 use super::client_io::ClientIo;
 use super::worker::WorkerState;
-use crate::error::{Error, ErrorKind, Side};
+use crate::error::{Error, ErrorKind, OrErr, Side};
 use crate::metrics::CloseReason;
 use crate::pipeline::downstream::Downstream;
 use crate::runtime::WorkerRuntime;
@@ -238,7 +238,8 @@ impl Conn {
             let n = match deadline {
                 Some(d) => Box::pin(timeout_at(d, read_more(&mut self.io, &mut self.buf)))
                     .await
-                    .map_err(|_| Error::new(ErrorKind::HeaderTimeout))??,
+                    .map_err(|_| Error::new(ErrorKind::HeaderTimeout))?
+                    .or_err(ErrorKind::ClientIo, "read")?,
                 None => {
                     let wait = if self.served == 0 {
                         cfg.timeouts.header
@@ -293,7 +294,11 @@ impl Conn {
             if self.buf.capacity() == 0 {
                 self.buf = take_buf();
             }
-            if let Some(n) = self.io.try_read_fresh(&mut self.buf)? {
+            if let Some(n) = self
+                .io
+                .try_read_fresh(&mut self.buf)
+                .or_err(ErrorKind::ClientIo, "read")?
+            {
                 return Ok(Some(n));
             }
             // Accepted with nothing to read on a deferring listener: the kernel already held
@@ -312,16 +317,20 @@ impl Conn {
         give_buf(std::mem::take(&mut self.out));
         // Bound first: an `if let` on the `?` expression would keep its temporary (16 bytes)
         // across the wait, in every idle connection's future.
-        let stream = self.io.idle_stream()?;
+        let stream = self.io.idle_stream().or_err(ErrorKind::ClientIo, "read")?;
         if let Some(stream) = stream {
             self.state.set_idle(self.key, Some(wait));
             let ready = stream.readable().await;
             self.state.set_idle(self.key, None);
-            ready?;
+            ready.or_err(ErrorKind::ClientIo, "read")?;
         }
         self.buf = take_buf();
         self.out = take_buf();
-        Ok(Some(read_more(&mut self.io, &mut self.buf).await?))
+        Ok(Some(
+            read_more(&mut self.io, &mut self.buf)
+                .await
+                .or_err(ErrorKind::ClientIo, "read")?,
+        ))
     }
 
     /// Answers one request through the pipeline.
@@ -371,7 +380,10 @@ impl Conn {
             if self.out.is_empty() {
                 return Ok(());
             }
-            let n = self.io.write_now(&self.out, closing)?;
+            let n = self
+                .io
+                .write_now(&self.out, closing)
+                .or_err(ErrorKind::ClientIo, "write")?;
             if n == self.out.len() {
                 self.out.clear();
                 if !self.io.has_pending() {
@@ -413,7 +425,7 @@ impl Conn {
                 *slot = io::IoSlice::new(seg);
             }
             match self.io.send_once(&iov[..n], closing) {
-                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero).into()),
+                Ok(0) => return Err(Error::with(ErrorKind::ClientIo, "write: wrote nothing")),
                 Ok(mut written) => {
                     while written > 0 {
                         let Some(front) = self.segs.front_mut() else {
@@ -433,16 +445,22 @@ impl Conn {
                     closing = false;
                     timeout(stall, self.io.writable())
                         .await
-                        .map_err(|_| Error::new(ErrorKind::WriteTimeout))??;
+                        .map_err(|_| Error::new(ErrorKind::WriteTimeout))?
+                        .or_err(ErrorKind::ClientIo, "write")?;
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(Error::with(ErrorKind::ClientIo, format_args!("write: {e}"))),
             }
         }
         // TLS records rustls could not write yet.
-        while !self.io.push_pending()? {
+        while !self
+            .io
+            .push_pending()
+            .or_err(ErrorKind::ClientIo, "write")?
+        {
             timeout(stall, self.io.writable())
                 .await
-                .map_err(|_| Error::new(ErrorKind::WriteTimeout))??;
+                .map_err(|_| Error::new(ErrorKind::WriteTimeout))?
+                .or_err(ErrorKind::ClientIo, "write")?;
         }
         Ok(())
     }
@@ -535,7 +553,8 @@ impl Downstream for Conn {
                     self.flush().await?;
                     let n = timeout(body_timeout, read_more(&mut self.io, &mut self.buf))
                         .await
-                        .map_err(|_| Error::new(ErrorKind::BodyTimeout))??;
+                        .map_err(|_| Error::new(ErrorKind::BodyTimeout))?
+                        .or_err(ErrorKind::ClientIo, "read")?;
                     if n == 0 {
                         return Err(Error::new(ErrorKind::ClientClosed));
                     }
@@ -616,7 +635,10 @@ impl Downstream for Conn {
         Conn::flush(self).await?;
         self.upgraded = true;
         if !self.buf.is_empty() {
-            upstream.write_all(&self.buf).await?;
+            upstream
+                .write_all(&self.buf)
+                .await
+                .or_err(ErrorKind::UpstreamReset, "tunnel write")?;
             self.buf.clear();
         }
         let _ = self.io.tunnel(upstream).await;
