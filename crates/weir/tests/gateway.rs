@@ -802,3 +802,41 @@ listeners:
     );
     assert!(line("weir_mirror_skipped_total").ends_with(" 1"));
 }
+
+/// A reload that keeps a named filter keeps its state (nginx keeps a `limit_req` zone): a
+/// client that used its quota is still limited after the reload; a changed table size starts
+/// over.
+#[test]
+fn a_reload_keeps_rate_limit_state() {
+    let yaml = |max_keys: u32| {
+        format!(
+            r#"
+workers: 1
+filters:
+  slow: {{ rate_limit: {{ rate: 1, per: 1m, max_keys: {max_keys} }} }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - filters: [slow]
+        respond: {{ body: "ok" }}
+"#
+        )
+    };
+    let s = start(&yaml(1000));
+    assert_eq!(get(s.addr, "/").status, 200);
+    assert_eq!(get(s.addr, "/").status, 429);
+    let handle = s.handle.as_ref().unwrap();
+    let reload = |y: String| {
+        let cfg =
+            weir::runtime::compile_str(&y, Path::new("."), |_| None, &handle.registry()).unwrap();
+        handle.reload(cfg).unwrap();
+    };
+    reload(yaml(1000));
+    assert_eq!(
+        get(s.addr, "/").status,
+        429,
+        "the quota used before the reload still counts"
+    );
+    reload(yaml(2000));
+    assert_eq!(get(s.addr, "/").status, 200, "a resized table starts over");
+}

@@ -15,7 +15,7 @@
 //! (`weir_circuit_breaker_state`) and the admin API (`GET /breakers`).
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -67,7 +67,27 @@ pub struct Breaker {
     wait: Duration,
     failure_codes: Vec<u16>,
     status: u16,
-    inner: Mutex<Inner>,
+    inner: Arc<Shared>,
+}
+
+/// A breaker's state, kept across reloads (`Registry::filter_state`).
+#[derive(Debug)]
+pub struct Shared(Mutex<Inner>);
+
+impl Default for Shared {
+    fn default() -> Self {
+        let now = Instant::now();
+        Shared(Mutex::new(Inner {
+            phase: Phase::Closed,
+            since: now,
+            outcomes: VecDeque::new(),
+            buckets: VecDeque::new(),
+            admitted: 0,
+            trial: Tally::default(),
+            epoch: now,
+            opened: 0,
+        }))
+    }
 }
 
 /// Calls, failures, slow calls.
@@ -112,6 +132,7 @@ impl Breaker {
         name: &str,
         c: model::CircuitBreaker,
         path: &str,
+        kept: Option<Arc<Shared>>,
     ) -> Result<Breaker, CompileError> {
         let window = match c.window.as_str() {
             "count" => Window::Count(c.window_size.max(1) as usize),
@@ -134,7 +155,6 @@ impl Breaker {
         if !(400..=599).contains(&c.status) {
             return Err((format!("{path}.status"), "must be 400-599".into()));
         }
-        let now = Instant::now();
         Ok(Breaker {
             name: name.to_string(),
             window,
@@ -146,21 +166,12 @@ impl Breaker {
             wait: c.wait.0,
             failure_codes: c.failure_codes,
             status: c.status,
-            inner: Mutex::new(Inner {
-                phase: Phase::Closed,
-                since: now,
-                outcomes: VecDeque::new(),
-                buckets: VecDeque::new(),
-                admitted: 0,
-                trial: Tally::default(),
-                epoch: now,
-                opened: 0,
-            }),
+            inner: kept.unwrap_or_default(),
         })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether a call may go now (`Err`: how long until the breaker tries again).
@@ -339,7 +350,7 @@ mod tests {
 
     fn breaker(yaml: &str) -> Breaker {
         let m: model::CircuitBreaker = serde_yaml::from_str(yaml).unwrap();
-        Breaker::compile("b", m, "f").unwrap()
+        Breaker::compile("b", m, "f", None).unwrap()
     }
 
     /// The state machine by table, on a manual clock.

@@ -19,6 +19,8 @@ use crate::config::{BaseDir, CompileError};
 pub struct Compiled {
     pub filter: Arc<dyn Filter>,
     pub kind: Kind,
+    /// Where its state is kept across reloads (`Registry::filter_state`), if it has any.
+    pub state_key: Option<String>,
 }
 
 /// What /metrics and the admin API read.
@@ -39,6 +41,8 @@ pub struct Compiler {
     upstreams: Vec<Arc<crate::proxy::upstream::Upstream>>,
     /// Every filter compiled, named or inline, for /metrics and the admin API.
     pub all: std::cell::RefCell<Vec<Compiled>>,
+    /// Where state that outlives a config is kept.
+    registry: Option<Arc<crate::runtime::Registry>>,
 }
 
 impl Compiler {
@@ -47,10 +51,12 @@ impl Compiler {
         defs: BTreeMap<String, FilterSpec>,
         upstreams: &HashMap<String, usize>,
         compiled: Vec<Arc<crate::proxy::upstream::Upstream>>,
+        registry: &Arc<crate::runtime::Registry>,
         base: &BaseDir,
     ) -> Result<Compiler, CompileError> {
         let c = Compiler {
             upstreams: compiled,
+            registry: Some(registry.clone()),
             ..Compiler::default()
         };
         let mut named = HashMap::new();
@@ -143,54 +149,82 @@ impl Compiler {
                 "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers, no_store, sticky, mirror".into(),
             ));
         }
+        // State that outlives a config (a reload keeps it): under a key of kind, name and the
+        // settings that shape it.
+        let kept = |key: &str| self.registry.as_ref().map(|r| (key.to_string(), r));
         let compiled = if let Some(r) = rate_limit {
+            let key = format!("rate_limit/{name}/{}", r.max_keys);
+            let max_keys = r.max_keys;
+            let table = kept(&key).map(|(k, reg)| {
+                reg.filter_state
+                    .get_or(&k, || Arc::new(super::rate_limit::Table::new(max_keys)))
+            });
             let f = Arc::new(RateLimit::compile(
                 name,
                 r,
                 &format!("{path}.rate_limit"),
-                None,
+                table,
             )?);
             Compiled {
                 filter: f.clone(),
                 kind: Kind::RateLimit(f),
+                state_key: Some(key),
             }
         } else if let Some(c) = concurrency {
+            let key = format!("concurrency/{name}/{}", c.max_keys);
+            let max_keys = c.max_keys.max(1);
+            let table = kept(&key).map(|(k, reg)| {
+                reg.filter_state
+                    .get_or(&k, || Arc::new(super::concurrency::Table::new(max_keys)))
+            });
             let f = Arc::new(Concurrency::compile(
                 name,
                 c,
                 &format!("{path}.concurrency"),
+                table,
             )?);
             Compiled {
                 filter: f.clone(),
                 kind: Kind::Concurrency(f),
+                state_key: Some(key),
             }
         } else if let Some(r) = ip {
             let f = IpFilter::compile(r, &format!("{path}.ip"), base)?;
             Compiled {
                 filter: Arc::new(f),
                 kind: Kind::Other,
+                state_key: None,
             }
         } else if let Some(b) = circuit_breaker {
+            let key = format!("circuit_breaker/{name}/{}/{}", b.window, b.window_size);
+            let shared = kept(&key).map(|(k, reg)| {
+                reg.filter_state
+                    .get_or(&k, || Arc::new(super::breaker::Shared::default()))
+            });
             let f = Arc::new(Breaker::compile(
                 name,
                 b,
                 &format!("{path}.circuit_breaker"),
+                shared,
             )?);
             Compiled {
                 filter: f.clone(),
                 kind: Kind::Breaker(f),
+                state_key: Some(key),
             }
         } else if let Some(s) = split {
             let f = Split::compile(s, &format!("{path}.split"), upstreams)?;
             Compiled {
                 filter: Arc::new(f),
                 kind: Kind::Other,
+                state_key: None,
             }
         } else if let Some(c) = canary {
             let f = Canary::compile(c, &format!("{path}.canary"), upstreams)?;
             Compiled {
                 filter: Arc::new(f),
                 kind: Kind::Other,
+                state_key: None,
             }
         } else if let Some(m) = mirror {
             let f = Arc::new(super::mirror::Mirror::compile(
@@ -203,6 +237,7 @@ impl Compiler {
             Compiled {
                 filter: f.clone(),
                 kind: Kind::Mirror(f),
+                state_key: None,
             }
         } else if let Some(s) = sticky {
             let names: Vec<Vec<String>> = self
@@ -214,12 +249,14 @@ impl Compiler {
             Compiled {
                 filter: Arc::new(f),
                 kind: Kind::Other,
+                state_key: None,
             }
         } else if let Some(n) = no_store {
             let f = super::no_store::NoStore::compile(n, &format!("{path}.no_store"))?;
             Compiled {
                 filter: Arc::new(f),
                 kind: Kind::Other,
+                state_key: None,
             }
         } else {
             let h = headers.unwrap_or_default();
@@ -232,6 +269,7 @@ impl Compiler {
             Compiled {
                 filter: Arc::new(edit),
                 kind: Kind::Other,
+                state_key: None,
             }
         };
         self.all.borrow_mut().push(compiled.clone());

@@ -36,7 +36,7 @@ pub struct Table {
 }
 
 impl Table {
-    fn new(max_keys: usize) -> Table {
+    pub fn new(max_keys: usize) -> Table {
         Table {
             map: super::keyed::Sharded::new(SHARDS),
             max_keys,
@@ -101,6 +101,7 @@ impl Concurrency {
         name: &str,
         c: model::Concurrency,
         path: &str,
+        table: Option<Arc<Table>>,
     ) -> Result<Concurrency, CompileError> {
         if c.max == 0 {
             return Err((format!("{path}.max"), "must be at least 1".into()));
@@ -113,7 +114,7 @@ impl Concurrency {
             max: c.max,
             key: Template::parse(&c.key).map_err(|m| (format!("{path}.key"), m))?,
             status: c.status,
-            table: Arc::new(Table::new(c.max_keys.max(1))),
+            table: table.unwrap_or_else(|| Arc::new(Table::new(c.max_keys.max(1)))),
         })
     }
 }

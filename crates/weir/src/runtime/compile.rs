@@ -119,6 +119,7 @@ pub(crate) fn compile(
         file.filters,
         &upstream_index,
         upstreams.clone(),
+        registry,
         base,
     )?;
     let refs = crate::actions::Refs {

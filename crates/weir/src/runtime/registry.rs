@@ -40,6 +40,36 @@ pub struct Registry {
     pub reloader: Mutex<Option<Reloader>>,
     /// TLS ticket keys and the session cache (sessions resume across reloads).
     pub tls: crate::tls::Shared,
+    /// The state of named filters (rate-limit and concurrency tables, breakers), by kind,
+    /// name and the settings that shape it: a reload that keeps a filter keeps its state, as
+    /// nginx keeps a `limit_req` zone of the same size.
+    pub filter_state: FilterState,
+}
+
+/// Filter state kept across reloads.
+#[derive(Debug, Default)]
+pub struct FilterState(Mutex<HashMap<String, Arc<dyn std::any::Any + Send + Sync>>>);
+
+impl FilterState {
+    /// The state kept under `key`, or `make()`'s, kept from now on.
+    pub fn get_or<T: std::any::Any + Send + Sync>(
+        &self,
+        key: &str,
+        make: impl FnOnce() -> Arc<T>,
+    ) -> Arc<T> {
+        let mut map = lock(&self.0);
+        if let Some(found) = map.get(key).and_then(|a| a.clone().downcast::<T>().ok()) {
+            return found;
+        }
+        let made = make();
+        map.insert(key.to_string(), made.clone());
+        made
+    }
+
+    /// Forgets the state of filters not in `keys`.
+    pub fn retain(&self, keys: &[String]) {
+        lock(&self.0).retain(|k, _| keys.contains(k));
+    }
 }
 
 /// Asks the process to re-read its config; the answer is `Err(why)` when it kept the old one.
@@ -63,6 +93,7 @@ impl Registry {
             metrics: Default::default(),
             reloader: Mutex::new(None),
             tls: Default::default(),
+            filter_state: Default::default(),
         }
     }
 
@@ -90,6 +121,12 @@ impl Registry {
     /// Forgets zones and servers `cfg` does not name.
     pub fn retain(&self, cfg: &super::RuntimeConfig) {
         self.sinks.retain(&cfg.access_logs);
+        let keys: Vec<String> = cfg
+            .filters
+            .iter()
+            .filter_map(|c| c.state_key.clone())
+            .collect();
+        self.filter_state.retain(&keys);
         lock(&self.zones).retain(|name, _| cfg.cache_zones.iter().any(|z| &z.name == name));
         lock(&self.servers).retain(|key, _| {
             cfg.upstreams.iter().any(|u| {
