@@ -97,12 +97,14 @@ pub fn install_panic_hook() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         std::panic::set_hook(Box::new(|info| {
+            let admitted = PANICS.admit();
             if !tracing::dispatcher::has_been_set() {
-                // No log to write to (a library user, a test harness): stderr, as Rust's own.
+                // No log to write to (a library user, a test harness): stderr, as Rust's own
+                // hook would (counted all the same).
                 eprintln!("{info}");
                 return;
             }
-            if let Some(suppressed) = PANICS.admit() {
+            if let Some(suppressed) = admitted {
                 let message = info
                     .payload()
                     .downcast_ref::<&str>()

@@ -81,8 +81,6 @@ pub(crate) struct RequestCtx {
     pub log: Option<u32>,
     /// The phases the route's filters use (`filters::phase` bits; 0 until routed).
     pub phases: u16,
-    /// Whether weir answered for an upstream that failed (its own 502/503/504).
-    pub upstream_failed: bool,
     /// What only some requests need, boxed: the context lives in the pipeline's future, whose
     /// size every idle connection pays (`server/conn/`), while these are set only for
     /// proxied requests and logs that report them.
@@ -99,6 +97,8 @@ pub(crate) struct Extra {
     pub request_id: Option<Bytes>,
     /// The filters' per-request state and choices.
     pub filters: crate::filters::Run,
+    /// Whether weir answered for an upstream that failed (its own 502/503/504).
+    pub upstream_failed: bool,
 }
 
 impl RequestCtx {
@@ -118,7 +118,6 @@ impl RequestCtx {
             log: rt.cfg.listeners[listener].access_log.map(|s| s as u32),
             extra: None,
             phases: 0,
-            upstream_failed: false,
             rt,
             listener,
         }

@@ -427,7 +427,9 @@ fn fail<D: Downstream>(
         tracing::warn!(upstream = %up.name, server = %server_name, status, reason = %e, suppressed, "upstream failure");
     }
     ex.failed = Some(status);
-    ctx.upstream_failed = true;
+    ctx.extra
+        .get_or_insert_with(Default::default)
+        .upstream_failed = true;
     if let Some(s) = server {
         ctx.upstream = Some((target.upstream as u32, s as u32));
     }

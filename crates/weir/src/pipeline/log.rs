@@ -59,7 +59,7 @@ pub(super) fn finish<D: Downstream>(
 fn log_filters(ctx: &mut RequestCtx, elapsed: Option<Duration>) {
     let done = crate::filters::Done {
         status: ctx.status,
-        upstream_failed: ctx.upstream_failed,
+        upstream_failed: ctx.extra.as_ref().is_some_and(|e| e.upstream_failed),
         bytes_sent: ctx.bytes_sent,
         elapsed,
         upstream_time: ctx

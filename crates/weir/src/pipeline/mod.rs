@@ -166,36 +166,20 @@ fn start<'a, D: Downstream>(
         ctx.phases = chain.phases();
         if chain.has(phase::REQUEST) {
             let client = client_of(d);
-            let req = Req {
-                client: &client,
-                head,
-                route: &route.name,
-                regex: route.regex(),
-            };
             let mut local = Run::default();
-            let run = if chain.has(phase::STATE | phase::UPSTREAM_CHOICE) {
-                ctx.run()
-            } else {
-                &mut local
-            };
-            match chain.request(&req, run, 0) {
+            let step = chain.request(
+                &request_of(&client, head, route),
+                run_for(chain, ctx, &mut local),
+                0,
+            );
+            match step {
                 Step::Continue => {}
                 Step::Respond(a) => return Started::Done(Ok(respond_for_filter(d, ctx, head, a))),
                 wait @ Step::Wait(..) => {
                     return Started::Later(Box::pin(async move {
-                        let client = client_of(d);
-                        let req = Req {
-                            client: &client,
-                            head,
-                            route: &route.name,
-                            regex: route.regex(),
-                        };
                         let mut local = Run::default();
-                        let run = if chain.has(phase::STATE | phase::UPSTREAM_CHOICE) {
-                            ctx.run()
-                        } else {
-                            &mut local
-                        };
+                        let req = request_of(&client, head, route);
+                        let run = run_for(chain, ctx, &mut local);
                         if let Some(a) = chain.request_async(&req, run, wait).await {
                             return Ok(respond_for_filter(d, ctx, head, a));
                         }
@@ -209,6 +193,34 @@ fn start<'a, D: Downstream>(
         }
     }
     act(d, ctx, rt, head, routed)
+}
+
+/// What the request phase sees of a request.
+fn request_of<'a>(
+    client: &'a Client,
+    head: &'a RequestHead,
+    route: &'a crate::routes::Route,
+) -> Req<'a> {
+    Req {
+        client,
+        head,
+        route: &route.name,
+        regex: route.regex(),
+    }
+}
+
+/// Where the request phase keeps its state: the context's run when a filter keeps state or
+/// chooses an upstream (they outlive the phase), else `local`, which allocates nothing.
+fn run_for<'r>(
+    chain: &crate::filters::Chain,
+    ctx: &'r mut RequestCtx,
+    local: &'r mut Run,
+) -> &'r mut Run {
+    if chain.has(phase::STATE | phase::UPSTREAM_CHOICE) {
+        ctx.run()
+    } else {
+        local
+    }
 }
 
 /// Runs the route's action (after its request filters).
