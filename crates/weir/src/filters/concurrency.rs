@@ -53,10 +53,15 @@ impl Table {
         self.len() == 0
     }
 
-    /// Takes a slot for `key` if fewer than `max` are held.
-    fn acquire(&self, key: &[u8], max: u32) -> bool {
-        let mut map = self.map.shard(key);
-        match map.get_mut(key) {
+    /// The table's hash of a key.
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.map.hash(key)
+    }
+
+    /// Takes a slot for key hash `h` if fewer than `max` are held.
+    fn acquire(&self, h: u64, max: u32) -> bool {
+        let mut map = self.map.shard(h);
+        match map.get_mut(&h) {
             Some(n) if *n >= max => false,
             Some(n) => {
                 *n += 1;
@@ -64,19 +69,19 @@ impl Table {
             }
             None if self.len() >= self.max_keys => false,
             None => {
-                map.insert(key.to_vec(), 1);
+                map.insert(h, 1);
                 self.len.fetch_add(1, Ordering::Relaxed);
                 true
             }
         }
     }
 
-    fn release(&self, key: &[u8]) {
-        let mut map = self.map.shard(key);
-        if let Some(n) = map.get_mut(key) {
+    fn release(&self, h: u64) {
+        let mut map = self.map.shard(h);
+        if let Some(n) = map.get_mut(&h) {
             *n -= 1;
             if *n == 0 {
-                map.remove(key);
+                map.remove(&h);
                 self.len.fetch_sub(1, Ordering::Relaxed);
             }
         }
@@ -87,12 +92,12 @@ impl Table {
 #[derive(Debug)]
 struct Slot {
     table: Arc<Table>,
-    key: Vec<u8>,
+    key: u64,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.table.release(&self.key);
+        self.table.release(self.key);
     }
 }
 
@@ -125,8 +130,8 @@ impl super::Filter for Concurrency {
     }
 
     fn request(&self, req: &Req<'_>, state: &mut State, _: &mut Option<usize>) -> Flow {
-        let key = self.key.to_vec(&req.env());
-        if self.table.acquire(&key, self.max) {
+        let key = self.table.hash(&self.key.to_vec(&req.env()));
+        if self.table.acquire(key, self.max) {
             *state = Some(Box::new(Slot {
                 table: self.table.clone(),
                 key,
@@ -150,18 +155,19 @@ mod tests {
     #[test]
     fn slots_are_counted_and_released() {
         let t = Arc::new(Table::new(2));
-        assert!(t.acquire(b"a", 2));
-        assert!(t.acquire(b"a", 2));
-        assert!(!t.acquire(b"a", 2));
-        assert!(t.acquire(b"b", 2));
-        assert!(!t.acquire(b"c", 2), "the table holds 2 keys at most");
+        let (a, b, c) = (t.hash(b"a"), t.hash(b"b"), t.hash(b"c"));
+        assert!(t.acquire(a, 2));
+        assert!(t.acquire(a, 2));
+        assert!(!t.acquire(a, 2));
+        assert!(t.acquire(b, 2));
+        assert!(!t.acquire(c, 2), "the table holds 2 keys at most");
         let s = Slot {
             table: t.clone(),
-            key: b"a".to_vec(),
+            key: a,
         };
         drop(s);
-        assert!(t.acquire(b"a", 2));
-        t.release(b"b");
+        assert!(t.acquire(a, 2));
+        t.release(b);
         assert_eq!(t.len(), 1);
     }
 }

@@ -21,7 +21,6 @@
 //! window in seconds) and `RateLimit: "name";r=4;t=1` (remaining, seconds until the quota is
 //! whole again), and `Retry-After` on a 429.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -113,8 +112,10 @@ impl Table {
 
     /// GCRA for `key` at `now` (nanoseconds since the table's epoch).
     fn check(&self, key: &[u8], now: u64, l: &RateLimit) -> Verdict {
-        let mut map = self.map.shard(key);
-        let tat = map.get(key).copied().unwrap_or(now).max(now);
+        let h = self.map.hash(key);
+        let mut map = self.map.shard(h);
+        let slot = map.get_mut(&h);
+        let tat = slot.as_deref().copied().unwrap_or(now).max(now);
         let ahead = tat - now;
         let new_tat = tat + l.interval;
         let reset = new_tat - now;
@@ -134,14 +135,15 @@ impl Table {
                 reset: ahead,
             };
         };
-        if let Some(v) = map.get_mut(key) {
-            *v = new_tat;
-        } else {
-            if map.len() >= self.per_shard {
-                self.evict(&mut map, now);
+        match slot {
+            Some(v) => *v = new_tat,
+            None => {
+                if map.len() >= self.per_shard {
+                    self.evict(&mut map, now);
+                }
+                map.insert(h, new_tat);
+                self.len.fetch_add(1, Ordering::Relaxed);
             }
-            map.insert(key.to_vec(), new_tat);
-            self.len.fetch_add(1, Ordering::Relaxed);
         }
         verdict
     }
@@ -149,7 +151,7 @@ impl Table {
     /// Makes room in a full shard: keys back to a whole burst go first, then the oldest
     /// tenth.
     #[cold]
-    fn evict(&self, map: &mut HashMap<Vec<u8>, u64>, now: u64) {
+    fn evict(&self, map: &mut super::keyed::Map<u64>, now: u64) {
         let before = map.len();
         map.retain(|_, tat| *tat > now);
         if map.len() >= self.per_shard {
