@@ -272,7 +272,7 @@ fn value(v: &Var, env: &Env<'_>, out: &mut Vec<u8>) {
         }
         Var::RemoteAddr => {
             let mut buf = [0u8; 64];
-            out.extend_from_slice(crate::filters::forwarded::format_ip(env.client, &mut buf));
+            out.extend_from_slice(format_ip(env.client, &mut buf));
         }
         Var::Method => out.extend_from_slice(head.method.as_str().as_bytes()),
         Var::Route => out.extend_from_slice(env.route.as_bytes()),
@@ -284,6 +284,34 @@ fn value(v: &Var, env: &Env<'_>, out: &mut Vec<u8>) {
 /// values have none, but a template's text could be joined into something a field must not be).
 pub fn field_safe(v: &[u8]) -> bool {
     v.iter().all(|b| *b == b'\t' || *b >= b' ' && *b != 0x7f)
+}
+
+/// Writes an IP address into `buf` without allocating; returns the text. IPv4 by hand: the
+/// `fmt` machinery cost ~500 instructions per proxied request (callgrind).
+pub fn format_ip(ip: std::net::IpAddr, buf: &mut [u8; 64]) -> &[u8] {
+    match ip {
+        std::net::IpAddr::V4(a) => {
+            let mut n = 0;
+            for (i, octet) in a.octets().iter().enumerate() {
+                if i > 0 {
+                    buf[n] = b'.';
+                    n += 1;
+                }
+                let mut digits = itoa::Buffer::new();
+                let d = digits.format(*octet).as_bytes();
+                buf[n..n + d.len()].copy_from_slice(d);
+                n += d.len();
+            }
+            &buf[..n]
+        }
+        std::net::IpAddr::V6(_) => {
+            use std::io::Write as _;
+            let mut cur = std::io::Cursor::new(&mut buf[..]);
+            let _ = write!(cur, "{ip}");
+            let n = cur.position() as usize;
+            &buf[..n]
+        }
+    }
 }
 
 /// The first value of query parameter `name` in `query` (`a=1&b=2`), as sent.

@@ -268,7 +268,7 @@ fn ip(a: std::net::IpAddr, out: &mut Vec<u8>) {
         if *last != Some(a) {
             let mut buf = [0u8; 64];
             text.clear();
-            text.extend_from_slice(crate::filters::forwarded::format_ip(a, &mut buf));
+            text.extend_from_slice(crate::vars::format_ip(a, &mut buf));
             *last = Some(a);
         }
         out.extend_from_slice(text);

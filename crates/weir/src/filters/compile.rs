@@ -33,16 +33,24 @@ pub enum Kind {
     Other,
 }
 
+/// What filters need of an upstream: its servers' names (sticky cookies name them) and where
+/// a mirror sends copies (`None`: it cannot be a shadow).
+#[derive(Debug, Default)]
+pub struct UpstreamInfo {
+    pub servers: Vec<String>,
+    pub shadow: Option<Arc<dyn super::mirror::Shadow>>,
+}
+
 /// The filters of one config.
 #[derive(Debug, Default)]
 pub struct Compiler {
     named: HashMap<String, Compiled>,
-    /// The compiled upstreams, by index (sticky cookies name servers, mirrors send to them).
-    upstreams: Vec<Arc<crate::proxy::upstream::Upstream>>,
+    /// What filters need of each upstream, by index.
+    upstreams: Vec<UpstreamInfo>,
     /// Every filter compiled, named or inline, for /metrics and the admin API.
     pub all: std::cell::RefCell<Vec<Compiled>>,
     /// Where state that outlives a config is kept.
-    registry: Option<Arc<crate::runtime::Registry>>,
+    state: Option<Arc<super::state::FilterState>>,
 }
 
 impl Compiler {
@@ -50,13 +58,13 @@ impl Compiler {
     pub(crate) fn new(
         defs: BTreeMap<String, FilterSpec>,
         upstreams: &HashMap<String, usize>,
-        compiled: Vec<Arc<crate::proxy::upstream::Upstream>>,
-        registry: &Arc<crate::runtime::Registry>,
+        compiled: Vec<UpstreamInfo>,
+        state: Arc<super::state::FilterState>,
         base: &BaseDir,
     ) -> Result<Compiler, CompileError> {
         let c = Compiler {
             upstreams: compiled,
-            registry: Some(registry.clone()),
+            state: Some(state),
             ..Compiler::default()
         };
         let mut named = HashMap::new();
@@ -151,13 +159,12 @@ impl Compiler {
         }
         // State that outlives a config (a reload keeps it): under a key of kind, name and the
         // settings that shape it.
-        let kept = |key: &str| self.registry.as_ref().map(|r| (key.to_string(), r));
+        let kept = |key: &str| self.state.as_ref().map(|r| (key.to_string(), r));
         let compiled = if let Some(r) = rate_limit {
             let key = format!("rate_limit/{name}/{}", r.max_keys);
             let max_keys = r.max_keys;
             let table = kept(&key).map(|(k, reg)| {
-                reg.filter_state
-                    .get_or(&k, || Arc::new(super::rate_limit::Table::new(max_keys)))
+                reg.get_or(&k, || Arc::new(super::rate_limit::Table::new(max_keys)))
             });
             let f = Arc::new(RateLimit::compile(
                 name,
@@ -174,8 +181,7 @@ impl Compiler {
             let key = format!("concurrency/{name}/{}", c.max_keys);
             let max_keys = c.max_keys.max(1);
             let table = kept(&key).map(|(k, reg)| {
-                reg.filter_state
-                    .get_or(&k, || Arc::new(super::concurrency::Table::new(max_keys)))
+                reg.get_or(&k, || Arc::new(super::concurrency::Table::new(max_keys)))
             });
             let f = Arc::new(Concurrency::compile(
                 name,
@@ -197,10 +203,8 @@ impl Compiler {
             }
         } else if let Some(b) = circuit_breaker {
             let key = format!("circuit_breaker/{name}/{}/{}", b.window, b.window_size);
-            let shared = kept(&key).map(|(k, reg)| {
-                reg.filter_state
-                    .get_or(&k, || Arc::new(super::breaker::Shared::default()))
-            });
+            let shared = kept(&key)
+                .map(|(k, reg)| reg.get_or(&k, || Arc::new(super::breaker::Shared::default())));
             let f = Arc::new(Breaker::compile(
                 name,
                 b,
@@ -232,7 +236,11 @@ impl Compiler {
                 m,
                 &format!("{path}.mirror"),
                 upstreams,
-                &self.upstreams,
+                &self
+                    .upstreams
+                    .iter()
+                    .map(|u| u.shadow.clone())
+                    .collect::<Vec<_>>(),
             )?);
             Compiled {
                 filter: f.clone(),
@@ -240,11 +248,8 @@ impl Compiler {
                 state_key: None,
             }
         } else if let Some(s) = sticky {
-            let names: Vec<Vec<String>> = self
-                .upstreams
-                .iter()
-                .map(|u| u.servers.iter().map(|s| s.name.clone()).collect())
-                .collect();
+            let names: Vec<Vec<String>> =
+                self.upstreams.iter().map(|u| u.servers.clone()).collect();
             let f = super::sticky::Sticky::compile(s, &format!("{path}.sticky"), &names)?;
             Compiled {
                 filter: Arc::new(f),

@@ -9,6 +9,7 @@ use weir_http::response::put_header;
 use weir_http::RequestHead;
 
 use super::{Client, Filter};
+use crate::vars::format_ip;
 
 /// A compiled `forwarded` block.
 #[derive(Debug)]
@@ -97,34 +98,6 @@ pub fn node(ip: std::net::IpAddr) -> String {
     match ip {
         std::net::IpAddr::V4(a) => a.to_string(),
         std::net::IpAddr::V6(a) => format!("\"[{a}]\""),
-    }
-}
-
-/// Writes an IP address into `buf` without allocating; returns the text. IPv4 by hand: the
-/// `fmt` machinery cost ~500 instructions per proxied request (callgrind).
-pub(crate) fn format_ip(ip: std::net::IpAddr, buf: &mut [u8; 64]) -> &[u8] {
-    match ip {
-        std::net::IpAddr::V4(a) => {
-            let mut n = 0;
-            for (i, octet) in a.octets().iter().enumerate() {
-                if i > 0 {
-                    buf[n] = b'.';
-                    n += 1;
-                }
-                let mut digits = itoa::Buffer::new();
-                let d = digits.format(*octet).as_bytes();
-                buf[n..n + d.len()].copy_from_slice(d);
-                n += d.len();
-            }
-            &buf[..n]
-        }
-        std::net::IpAddr::V6(_) => {
-            use std::io::Write as _;
-            let mut cur = std::io::Cursor::new(&mut buf[..]);
-            let _ = write!(cur, "{ip}");
-            let n = cur.position() as usize;
-            &buf[..n]
-        }
     }
 }
 

@@ -6,97 +6,36 @@
 //!
 //! Bounded: `percent` of requests are sampled; a body beyond `max_body` is not mirrored (the
 //! copy stops growing and is dropped); at most `max_in_flight` copies are on their way at once
-//! per filter (more are skipped). The shadow's answer is read whole and dropped, so that its
-//! connection can carry the next copy: each worker keeps up to 32 idle connections per shadow
-//! server (a connection per copy, opened and closed, cost 3.7× the CPU of the real request in
-//! `bench/gateway.sh`). Counted in /metrics: `weir_mirror_{sent,skipped,failed}_total`.
+//! per filter (more are skipped). The trip itself is the proxy's (`proxy/shadow.rs`: pooled
+//! connections, the answer read whole and dropped). Counted in /metrics:
+//! `weir_mirror_{sent,skipped,failed}_total`.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::time::Instant;
 
 use bytes::BytesMut;
-use weir_http::{BodyDecoder, BodyEvent, BodyKind};
 
 use super::{phase, Flow, Req, State};
 use crate::config::{model, CompileError};
-use crate::proxy::pool::UpstreamConn;
-use crate::proxy::upstream::Upstream;
 
-/// Idle connections to shadow servers kept per worker thread and server.
-const IDLE_PER_SERVER: usize = 32;
-/// A shadow's answer larger than this is not read to its end: the connection is dropped.
-const MAX_DRAIN: usize = 1 << 20;
-
-thread_local! {
-    /// This worker's idle connections to shadow servers, by `upstream/server`.
-    static IDLE: RefCell<HashMap<String, Vec<UpstreamConn>>> = RefCell::new(HashMap::new());
-}
-
-/// One copy's trip: a pooled or new connection, the bytes, the answer read whole; the
-/// connection goes back to the pool when it can carry another.
-async fn deliver(up: &Upstream, server: usize, bytes: &[u8]) -> Option<()> {
-    let key = format!("{}/{}", up.name, up.servers[server].name);
-    let idle = IDLE.with_borrow_mut(|m| m.get_mut(&key).and_then(Vec::pop));
-    let mut conn = match idle {
-        Some(c) => c,
-        None => crate::proxy::exchange::connect(up, server).await.ok()?,
-    };
-    crate::proxy::exchange::send(&mut conn.stream, bytes)
-        .await
-        .ok()?;
-    let head_request = bytes.starts_with(b"HEAD ");
-    let resp = crate::proxy::exchange::read_response_head(
-        &mut conn,
-        head_request,
-        up,
-        None,
-        crate::proxy::exchange::Interim::Skip,
-    )
-    .await
-    .ok()?;
-    let mut decoder = BodyDecoder::new(resp.body);
-    let mut read = 0usize;
-    loop {
-        match decoder.decode(&mut conn.buf).ok()? {
-            BodyEvent::Data(d) => {
-                read += d.len();
-                if read > MAX_DRAIN {
-                    return Some(());
-                }
-            }
-            BodyEvent::Done(_) => break,
-            BodyEvent::NeedMore => {
-                let deadline = Instant::now() + up.idle_read_timeout;
-                match conn.read_by(deadline).await {
-                    Ok(Ok(0)) | Ok(Err(_)) | Err(()) => return Some(()),
-                    Ok(Ok(_)) => {}
-                }
-            }
-        }
-    }
-    if resp.keep_alive && resp.body != BodyKind::CloseDelimited && conn.buf.is_empty() {
-        IDLE.with_borrow_mut(|m| {
-            let list = m.entry(key).or_default();
-            if list.len() < IDLE_PER_SERVER {
-                list.push(conn);
-            }
-        });
-    }
-    Some(())
+/// Where a mirror's copies go: an upstream as the proxy reaches it (`proxy/shadow.rs`; a
+/// trait so that filters stay below the proxy in the module graph).
+pub trait Shadow: std::fmt::Debug + Send + Sync {
+    /// Delivers one copy on a task of the current worker; resolves to whether the shadow
+    /// answered.
+    fn deliver(&self, bytes: BytesMut) -> Pin<Box<dyn Future<Output = bool>>>;
 }
 
 #[derive(Debug)]
 pub struct Mirror {
     pub name: String,
-    upstream: Arc<Upstream>,
+    shadow: Arc<dyn Shadow>,
     /// Out of 1,000,000.
     share: u32,
     max_body: usize,
     max_in_flight: usize,
-    next: AtomicUsize,
     pub counts: Arc<Counts>,
 }
 
@@ -124,7 +63,7 @@ impl Mirror {
         m: model::MirrorRule,
         path: &str,
         upstreams: &std::collections::HashMap<String, usize>,
-        compiled: &[Arc<Upstream>],
+        shadows: &[Option<Arc<dyn Shadow>>],
     ) -> Result<Mirror, CompileError> {
         let i = *upstreams.get(&m.upstream).ok_or_else(|| {
             (
@@ -135,19 +74,18 @@ impl Mirror {
         if !(0.0..=100.0).contains(&m.percent) {
             return Err((format!("{path}.percent"), "must be 0-100".into()));
         }
-        if compiled[i].h2 {
+        let Some(shadow) = shadows.get(i).cloned().flatten() else {
             return Err((
                 format!("{path}.upstream"),
                 "mirroring to an HTTP/2 upstream is not supported".into(),
             ));
-        }
+        };
         Ok(Mirror {
             name: name.to_string(),
-            upstream: compiled[i].clone(),
+            shadow,
             share: (m.percent * 10_000.0).round() as u32,
             max_body: m.max_body.0 as usize,
             max_in_flight: m.max_in_flight.max(1),
-            next: AtomicUsize::new(0),
             counts: Arc::default(),
         })
     }
@@ -160,16 +98,9 @@ impl Mirror {
             counts.skipped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let up = self.upstream.clone();
-        let now = crate::proxy::upstream::now_ms();
-        let n = up.servers.len();
-        let start = self.next.fetch_add(1, Ordering::Relaxed);
-        let server = (0..n)
-            .map(|k| (start + k) % n)
-            .find(|s| up.is_up(*s, now))
-            .unwrap_or(start % n);
+        let trip = self.shadow.deliver(bytes);
         tokio::task::spawn_local(async move {
-            let ok = deliver(&up, server, &bytes).await.is_some();
+            let ok = trip.await;
             let c = if ok { &counts.sent } else { &counts.failed };
             c.fetch_add(1, Ordering::Relaxed);
             counts.in_flight.fetch_sub(1, Ordering::Relaxed);

@@ -45,6 +45,7 @@ pub mod no_store;
 pub mod rate_limit;
 pub mod request_id;
 pub mod split;
+pub mod state;
 pub mod sticky;
 pub mod via;
 

@@ -11,6 +11,7 @@
 //! * [`health`]: the background thread that runs active checks and re-resolves DNS names.
 //! * [`outlier`]: ejecting servers that fail in a row (Envoy's outlier detection).
 //! * [`limits`]: caps on connections, pending requests, requests and retries per upstream.
+//! * [`shadow`]: delivering a mirror's copies to a shadow upstream.
 //! * [`h2_upstream`]: HTTP/2 to upstreams (`protocol: h2`, gRPC), bridged onto the HTTP/1.1
 //!   upstream phase.
 //! * [`tls`]: TLS to upstream servers (verification, SNI, client certificates, resumption).
@@ -29,5 +30,6 @@ pub mod outlier;
 pub mod per_worker;
 pub mod pool;
 pub mod route;
+pub mod shadow;
 pub mod tls;
 pub mod upstream;

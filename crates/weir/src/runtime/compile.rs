@@ -118,8 +118,14 @@ pub(crate) fn compile(
     let filters = crate::filters::compile::Compiler::new(
         file.filters,
         &upstream_index,
-        upstreams.clone(),
-        registry,
+        upstreams
+            .iter()
+            .map(|u| crate::filters::compile::UpstreamInfo {
+                servers: u.servers.iter().map(|s| s.name.clone()).collect(),
+                shadow: crate::proxy::shadow::ShadowUpstream::of(u),
+            })
+            .collect(),
+        registry.filter_state.clone(),
         base,
     )?;
     let refs = crate::actions::Refs {

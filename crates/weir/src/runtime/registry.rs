@@ -43,33 +43,7 @@ pub struct Registry {
     /// The state of named filters (rate-limit and concurrency tables, breakers), by kind,
     /// name and the settings that shape it: a reload that keeps a filter keeps its state, as
     /// nginx keeps a `limit_req` zone of the same size.
-    pub filter_state: FilterState,
-}
-
-/// Filter state kept across reloads.
-#[derive(Debug, Default)]
-pub struct FilterState(Mutex<HashMap<String, Arc<dyn std::any::Any + Send + Sync>>>);
-
-impl FilterState {
-    /// The state kept under `key`, or `make()`'s, kept from now on.
-    pub fn get_or<T: std::any::Any + Send + Sync>(
-        &self,
-        key: &str,
-        make: impl FnOnce() -> Arc<T>,
-    ) -> Arc<T> {
-        let mut map = lock(&self.0);
-        if let Some(found) = map.get(key).and_then(|a| a.clone().downcast::<T>().ok()) {
-            return found;
-        }
-        let made = make();
-        map.insert(key.to_string(), made.clone());
-        made
-    }
-
-    /// Forgets the state of filters not in `keys`.
-    pub fn retain(&self, keys: &[String]) {
-        lock(&self.0).retain(|k, _| keys.contains(k));
-    }
+    pub filter_state: Arc<crate::filters::state::FilterState>,
 }
 
 /// Asks the process to re-read its config; the answer is `Err(why)` when it kept the old one.
