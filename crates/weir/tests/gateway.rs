@@ -840,3 +840,68 @@ listeners:
     reload(yaml(2000));
     assert_eq!(get(s.addr, "/").status, 200, "a resized table starts over");
 }
+
+/// The response-body phase: `replace` rewrites text/html bodies streamed from an origin (a
+/// match split across two writes included), stored objects on their hits (the store keeps the
+/// origin's bytes) and fixed responses; other types and statuses keep their bytes and length.
+#[test]
+fn replace_rewrites_html_bodies_relayed_hit_and_fixed() {
+    let o = common::origin::origin(|conn| {
+        let mut w = conn.try_clone().unwrap();
+        let mut r = std::io::BufReader::new(conn);
+        while let Some(req) = common::origin::read_request(&mut r) {
+            if req.line.contains("/plain") {
+                w.write_all(&ok("http://internal:8080/")).unwrap();
+                continue;
+            }
+            // Chunked, the match cut in two chunks sent apart.
+            w.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nCache-Control: max-age=60\r\nETag: \"o\"\r\nTransfer-Encoding: chunked\r\n\r\n13\r\n<a href=http://inte\r\n")
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            w.write_all(b"c\r\nrnal:8080/x>\r\n0\r\n\r\n").unwrap();
+        }
+    });
+    let s = start(&format!(
+        r#"
+workers: 1
+cache_zones: {{ z: {{ max_size: 1m }} }}
+upstreams: {{ o: {{ servers: ["{}"] }} }}
+filters:
+  public: {{ replace: {{ from: "internal:8080", to: "example.com" }} }}
+listeners:
+  - address: 127.0.0.1:0
+    filters: [public]
+    routes:
+      - match: {{ path: /fixed }}
+        respond: {{ headers: {{ content-type: text/html }}, body: "see internal:8080 and internal:8080" }}
+      - proxy: {{ upstream: o }}
+        cache: {{ zone: z }}
+"#,
+        o.addr
+    ));
+    let mut c = s.connect();
+    let want = "<a href=http://example.com/x>";
+    let miss = roundtrip(&mut c, b"GET /page HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(miss.text(), want);
+    assert!(miss.header("content-length").is_none() && miss.header("etag").is_none());
+    let hit = roundtrip(&mut c, b"GET /page HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert!(hit.header("cache-status").unwrap().contains("hit"));
+    assert_eq!(
+        hit.text(),
+        want,
+        "hits are rewritten too; the store keeps the origin's bytes"
+    );
+    let fixed = roundtrip(&mut c, b"GET /fixed HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(fixed.text(), "see example.com and example.com");
+    let plain = roundtrip(&mut c, b"GET /plain HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(
+        plain.text(),
+        "http://internal:8080/",
+        "text/plain is not a replaced type"
+    );
+    assert_eq!(plain.header("content-length"), Some("21"));
+    // HTTP/1.0: the changed length is delimited by the close.
+    let mut c10 = s.connect();
+    let r = roundtrip(&mut c10, b"GET /fixed HTTP/1.0\r\nHost: a\r\n\r\n");
+    assert_eq!(r.text(), "see example.com and example.com");
+}

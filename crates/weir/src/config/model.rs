@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 pub use super::model_filters::{
     Canary, CircuitBreaker, Concurrency, FilterRef, FilterSpec, Headers, IpRules, MirrorRule,
-    NoStoreRule, RateLimit, Split, StickyRule,
+    NoStoreRule, RateLimit, ReplaceRule, Split, StickyRule,
 };
 pub use super::model_ops::{AccessLog, AccessLogSetting, HealthRoute, Log, RequestId};
 pub use super::model_tls::{

@@ -52,6 +52,23 @@ pub struct FilterSpec {
     pub no_store: Option<NoStoreRule>,
     pub sticky: Option<StickyRule>,
     pub mirror: Option<MirrorRule>,
+    pub replace: Option<ReplaceRule>,
+}
+
+/// A string replaced in response bodies (nginx `sub_filter`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplaceRule {
+    pub from: String,
+    #[serde(default)]
+    pub to: String,
+    /// Content types whose bodies are changed.
+    #[serde(default = "html")]
+    pub types: Vec<String>,
+}
+
+fn html() -> Vec<String> {
+    vec!["text/html".into()]
 }
 
 /// A copy of requests to a shadow upstream.

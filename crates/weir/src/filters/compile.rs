@@ -138,6 +138,7 @@ impl Compiler {
             no_store,
             sticky,
             mirror,
+            replace,
         } = spec;
         let given = [
             rate_limit.is_some(),
@@ -150,11 +151,12 @@ impl Compiler {
             no_store.is_some(),
             sticky.is_some(),
             mirror.is_some(),
+            replace.is_some(),
         ];
         if given.iter().filter(|g| **g).count() != 1 {
             return Err((
                 path.to_string(),
-                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers, no_store, sticky, mirror".into(),
+                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers, no_store, sticky, mirror, replace".into(),
             ));
         }
         // State that outlives a config (a reload keeps it): under a key of kind, name and the
@@ -225,6 +227,13 @@ impl Compiler {
             }
         } else if let Some(c) = canary {
             let f = Canary::compile(c, &format!("{path}.canary"), upstreams)?;
+            Compiled {
+                filter: Arc::new(f),
+                kind: Kind::Other,
+                state_key: None,
+            }
+        } else if let Some(r) = replace {
+            let f = super::replace::Replace::compile(r, &format!("{path}.replace"))?;
             Compiled {
                 filter: Arc::new(f),
                 kind: Kind::Other,

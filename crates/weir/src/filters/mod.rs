@@ -9,7 +9,8 @@
 //!              │ Respond: answer now                   │
 //!              │ Wait(future): resume after it         ▼
 //!              ▼                            upstream response ─→ Filter::before_store (may refuse to store)
-//!          response (every answer of the route, hits included) ─→ Filter::response ─→ write ─→ Filter::log
+//!          response (every answer of the route, hits included) ─→ Filter::response ─→ write head
+//!          body pieces of a claimed response ─→ Filter::body ─→ write ─→ Filter::log
 //! ```
 //!
 //! What we took, and from where:
@@ -30,8 +31,8 @@
 //!
 //! Shipped filters: [`header_edit`], [`forwarded`], [`via`] (proxy settings), and the
 //! traffic-control filters [`rate_limit`], [`concurrency`], [`ip_filter`], [`breaker`] and
-//! [`split`] (traffic split and canary), [`no_store`] (before-store), compiled from config by
-//! [`compile`].
+//! [`split`] (traffic split and canary), [`sticky`], [`mirror`], [`no_store`] (before-store) and
+//! [`replace`] (response body), compiled from config by [`compile`].
 
 pub mod breaker;
 pub mod compile;
@@ -43,6 +44,7 @@ pub mod keyed;
 pub mod mirror;
 pub mod no_store;
 pub mod rate_limit;
+pub mod replace;
 pub mod request_id;
 pub mod split;
 pub mod state;
@@ -158,6 +160,10 @@ pub mod phase {
     pub const SERVER_CHOICE: u16 = 256;
     /// Sees the bytes of the upstream request as they are written ([`super::Filter::tee`]).
     pub const TEE: u16 = 512;
+    /// Transforms response bodies ([`super::Filter::body`]). A filter that will transform a
+    /// response says so in its response phase by putting state in its slot (and setting the
+    /// reply's framing: the length changes).
+    pub const BODY: u16 = 1024;
 }
 
 /// One filter. Methods default to doing nothing; [`Filter::phases`] says which are implemented.
@@ -191,6 +197,10 @@ pub trait Filter: Debug + Send + Sync {
 
     /// After the response: the final status, bytes and timings. Changes nothing.
     fn log(&self, _done: &Done, _state: &mut State) {}
+
+    /// Transforms a piece of the response body into `out` (`end`: the last piece, maybe
+    /// empty). Called only when the filter claimed the response in its response phase.
+    fn body(&self, _state: &mut State, _data: &[u8], _end: bool, _out: &mut BytesMut) {}
 
     /// The upstream request's bytes as they are written (head first), `end` on the last
     /// write: a mirror's copy.
@@ -232,6 +242,8 @@ pub struct Run {
     pub upstream: Option<usize>,
     /// The upstream and server that answered, once one did (for [`Filter::served`]).
     pub served: Option<(usize, usize)>,
+    /// Whether a body filter claimed the response: its body goes through [`Chain::body`].
+    pub transforming: bool,
 }
 
 /// A route's filters, in config order.
@@ -370,14 +382,36 @@ impl Chain {
                 _ => &mut none,
             };
             f.response(reply, state, lines);
+            let claimed = phases & phase::BODY != 0 && state.is_some();
             if phases & phase::SERVER_CHOICE != 0 {
                 if let Some((u, s)) = served {
                     f.served(state, u, s, lines);
                 }
             }
+            if claimed {
+                if let Some(run) = run.as_deref_mut() {
+                    run.transforming = true;
+                }
+            }
         }
         let lines: &'a BytesMut = lines;
         reply.add_lines(lines);
+    }
+
+    /// A piece of a claimed response's body through the body filters that claimed it, in order.
+    pub fn body(&self, run: &mut Run, data: &[u8], end: bool) -> Bytes {
+        let mut piece = BytesMut::from(data);
+        for (i, (p, f)) in self.filters.iter().enumerate() {
+            if p & phase::BODY == 0 {
+                continue;
+            }
+            if let Some(state) = run.states.get_mut(i).filter(|s| s.is_some()) {
+                let mut out = BytesMut::with_capacity(piece.len() + 64);
+                f.body(state, &piece, end, &mut out);
+                piece = out;
+            }
+        }
+        piece.freeze()
     }
 
     /// Hands the upstream request's bytes to the filters that copy them.

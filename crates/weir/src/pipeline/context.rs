@@ -139,6 +139,17 @@ impl RequestCtx {
         &mut self.extra.get_or_insert_with(Default::default).filters
     }
 
+    /// The run the response phase uses: made now when a body filter may claim the response
+    /// (it keeps state from the head to the body), else only if one was made.
+    #[inline]
+    pub fn response_run(&mut self) -> Option<&mut crate::filters::Run> {
+        if self.phases & crate::filters::phase::BODY != 0 {
+            Some(self.run())
+        } else {
+            self.run_if_any()
+        }
+    }
+
     /// The filters' run, if one was made.
     pub fn run_if_any(&mut self) -> Option<&mut crate::filters::Run> {
         self.extra.as_mut().map(|e| &mut e.filters)

@@ -365,7 +365,7 @@ pub(crate) async fn forward<D: Downstream>(
     reply.add_lines(&plan.lines);
     route
         .filters
-        .response(&mut reply, ctx.run_if_any(), &mut filter_lines);
+        .response(&mut reply, ctx.response_run(), &mut filter_lines);
     persistence = send_head_filtered(d, ctx, &reply, persistence);
     let mut capture = plan.capture.map(|limit| Capture {
         // Sized exactly when the length is known, so that the stored body holds no slack.
@@ -580,13 +580,13 @@ async fn relay_body<D: Downstream>(
                     // copy), keep relaying.
                     *capture = None;
                 }
-                ctx.bytes_sent += data.len() as u64;
-                d.send_data(&data);
+                super::send_body(d, ctx, &data, false);
                 if d.should_flush() {
                     d.flush().await?;
                 }
             }
             weir_http::BodyEvent::Done(trailers) => {
+                super::finish_body(d, ctx);
                 d.send_trailers(&trailers);
                 d.end_body();
                 return Ok(resp.keep_alive && resp.body != BodyKind::CloseDelimited);
@@ -603,6 +603,7 @@ async fn relay_body<D: Downstream>(
                 };
                 if n == 0 {
                     if decoder.on_eof().is_ok() {
+                        super::finish_body(d, ctx);
                         d.end_body();
                         return Ok(false);
                     }

@@ -105,6 +105,50 @@ pub(crate) fn send_head_filtered<D: Downstream>(
     d.send_head(reply, persistence)
 }
 
+/// Queues body bytes of the response (`end`: the last of them), through the route's body
+/// filters when one claimed the response in its response phase; else as they are. A claimed
+/// response's length is unknown (chunked): its end is written here at `end`. Streams that end
+/// their bodies themselves (the relay, coalesced followers) pass `false` and call
+/// [`finish_body`] before their end.
+#[inline(always)]
+pub(crate) fn send_body<D: Downstream>(d: &mut D, ctx: &mut RequestCtx, data: &Bytes, end: bool) {
+    if ctx.extra.as_ref().is_some_and(|e| e.filters.transforming) {
+        send_transformed(d, ctx, data, end);
+        if end {
+            d.end_body();
+        }
+        return;
+    }
+    ctx.bytes_sent += data.len() as u64;
+    d.send_data(data);
+}
+
+/// [`send_body`] through the body filters.
+#[cold]
+fn send_transformed<D: Downstream>(d: &mut D, ctx: &mut RequestCtx, data: &Bytes, end: bool) {
+    let rt = ctx.rt.clone();
+    let Some(route) = ctx
+        .route
+        .and_then(|r| rt.cfg.listeners[ctx.listener].routes.get(r as usize))
+    else {
+        return;
+    };
+    let Some(run) = ctx.run_if_any() else { return };
+    let out = route.filters().body(run, data, end);
+    ctx.bytes_sent += out.len() as u64;
+    if !out.is_empty() {
+        d.send_data(&out);
+    }
+}
+
+/// Ends a streamed body: what body filters held back goes out.
+#[inline(always)]
+pub(crate) fn finish_body<D: Downstream>(d: &mut D, ctx: &mut RequestCtx) {
+    if ctx.extra.as_ref().is_some_and(|e| e.filters.transforming) {
+        send_transformed(d, ctx, &Bytes::new(), true);
+    }
+}
+
 /// Queues the head of a reply built for `route`, running the route's response filters on it
 /// in place (their parts borrow the route, which outlives the reply: no copy).
 #[inline(always)]
@@ -117,7 +161,7 @@ fn send_route_head<'r, D: Downstream>(
     persistence: Persistence,
 ) -> Persistence {
     if ctx.phases & phase::RESPONSE != 0 {
-        route.filters().response(reply, ctx.run_if_any(), lines);
+        route.filters().response(reply, ctx.response_run(), lines);
     }
     send_head_filtered(d, ctx, reply, persistence)
 }
@@ -144,7 +188,7 @@ fn send_filtered<D: Downstream>(
     let mut filtered: Reply<'_> = reply.clone();
     route
         .filters()
-        .response(&mut filtered, ctx.run_if_any(), &mut lines);
+        .response(&mut filtered, ctx.response_run(), &mut lines);
     ctx.sent(&filtered);
     d.send_head(&filtered, persistence)
 }
@@ -368,8 +412,7 @@ fn answer<D: Downstream>(
             let persistence =
                 send_route_head(d, ctx, route, &mut reply, &mut filter_lines, persistence);
             if !head_only {
-                ctx.bytes_sent += payload.len() as u64;
-                d.send_data(&Bytes::from(payload));
+                send_body(d, ctx, &Bytes::from(payload), true);
             }
             persistence
         }
@@ -408,8 +451,7 @@ fn answer<D: Downstream>(
                 match body {
                     StaticBody::None => {}
                     StaticBody::Inline(data) => {
-                        ctx.bytes_sent += data.len() as u64;
-                        d.send_data(&data);
+                        send_body(d, ctx, &data, true);
                     }
                     StaticBody::Stream(body) => return Answered::Stream(persistence, body),
                 }
@@ -439,8 +481,7 @@ fn respond<D: Downstream>(
     reply.base = Base::Encoded(r.head());
     let persistence = send_route_head(d, ctx, route, &mut reply, &mut filter_lines, persistence);
     if head.method != Method::Head {
-        ctx.bytes_sent += r.body().len() as u64;
-        d.send_data(r.body());
+        send_body(d, ctx, r.body(), true);
     }
     persistence
 }
@@ -483,8 +524,7 @@ fn respond_rendered<D: Downstream>(
     reply.add_lines(&rendered.lines);
     let persistence = send_head(d, ctx, &reply, persistence);
     if head.method != Method::Head && !bodyless {
-        ctx.bytes_sent += rendered.body.len() as u64;
-        d.send_data(&rendered.body);
+        send_body(d, ctx, &rendered.body, true);
     }
     persistence
 }
@@ -707,8 +747,7 @@ async fn stream_file<D: Downstream>(
         data.truncate(n);
         body.offset += n as u64;
         body.len -= n as u64;
-        ctx.bytes_sent += n as u64;
-        d.send_data(&data.freeze());
+        send_body(d, ctx, &data.freeze(), body.len == 0);
         d.flush().await?;
     }
     Ok(())

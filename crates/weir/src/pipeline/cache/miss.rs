@@ -85,7 +85,7 @@ pub(super) async fn follow<D: Downstream>(
     reply.add_lines(&lines);
     proxy
         .filters
-        .response(&mut reply, ctx.run_if_any(), &mut filter_lines);
+        .response(&mut reply, ctx.response_run(), &mut filter_lines);
     let persistence = send_head_filtered(d, ctx, &reply, persistence);
     if head.method == Method::Head {
         return Ok(Some(persistence));
@@ -95,11 +95,11 @@ pub(super) async fn follow<D: Downstream>(
         let (phase, _, chunks) = inflight.snapshot(sent);
         sent += chunks.len();
         for chunk in chunks {
-            ctx.bytes_sent += chunk.len() as u64;
-            d.send_data(&chunk);
+            crate::pipeline::send_body(d, ctx, &chunk, false);
         }
         match phase {
             FetchPhase::Complete => {
+                crate::pipeline::finish_body(d, ctx);
                 d.end_body();
                 return Ok(Some(persistence));
             }

@@ -53,7 +53,7 @@ pub(super) fn write_stored<D: Downstream>(
         stage
             .proxy
             .filters
-            .response(&mut reply, ctx.run_if_any(), &mut filter_lines);
+            .response(&mut reply, ctx.response_run(), &mut filter_lines);
         send_head_filtered(d, ctx, &reply, persistence);
         if head.method != Method::Head {
             ctx.bytes_sent += body.len() as u64;
@@ -74,7 +74,7 @@ pub(super) fn write_stored<D: Downstream>(
         stage
             .proxy
             .filters
-            .response(&mut reply, ctx.run_if_any(), &mut filter_lines);
+            .response(&mut reply, ctx.response_run(), &mut filter_lines);
         send_head_filtered(d, ctx, &reply, persistence);
         return;
     }
@@ -96,7 +96,7 @@ pub(super) fn write_stored<D: Downstream>(
             stage
                 .proxy
                 .filters
-                .response(&mut reply, ctx.run_if_any(), &mut filter_lines);
+                .response(&mut reply, ctx.response_run(), &mut filter_lines);
             send_head_filtered(d, ctx, &reply, persistence);
             if !head_only {
                 let body = obj.body.slice(start as usize..=end as usize);
@@ -118,7 +118,7 @@ pub(super) fn write_stored<D: Downstream>(
             stage
                 .proxy
                 .filters
-                .response(&mut reply, ctx.run_if_any(), &mut filter_lines);
+                .response(&mut reply, ctx.response_run(), &mut filter_lines);
             send_head_filtered(d, ctx, &reply, persistence);
             return;
         }
@@ -135,11 +135,10 @@ pub(super) fn write_stored<D: Downstream>(
     stage
         .proxy
         .filters
-        .response(&mut reply, ctx.run_if_any(), &mut filter_lines);
+        .response(&mut reply, ctx.response_run(), &mut filter_lines);
     send_head_filtered(d, ctx, &reply, persistence);
     if !head_only {
-        ctx.bytes_sent += obj.body.len() as u64;
-        d.send_data(&obj.body);
+        crate::pipeline::send_body(d, ctx, &obj.body, true);
     }
 }
 
