@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The gateway's filters (issue 19): seed 003's gateway, `/bare` and `/filtered` proxied round-robin
-# to a pool of two origins, where `/filtered` runs a rate limit, an IP allow list and (weir) a
-# circuit breaker. Each server does the same in the same run, one worker pinned to core 0:
-#   weir     filters: rate_limit ($remote_addr), ip allow, circuit_breaker
+# to a pool of two origins, where `/filtered` runs a rate limit and an IP allow list (weir's
+# `/breaker` adds a circuit breaker, counted in instructions only). Each server does the same in
+# the same run, one worker pinned to core 0:
+#   weir     filters: rate_limit ($remote_addr), ip allow (+ circuit_breaker on /breaker)
 #   nginx    limit_req (zone by $binary_remote_addr) + allow/deny
 #   HAProxy  stick table tracking the source's http_req_rate + an ACL on src
 # The limits are set far above the offered load (nothing is refused): this measures what the
@@ -61,6 +62,9 @@ listeners:
       - match: { path: /bare }
         proxy: { upstream: echo }
       - match: { path: /filtered }
+        filters: [office, limit]
+        proxy: { upstream: echo }
+      - match: { path: /breaker }
         filters: [office, limit, breaker]
         proxy: { upstream: echo }
       - match: { path: /mirrored }
@@ -177,6 +181,7 @@ for path in bare filtered; do
   cg_server $P_HAPROXY /$path haproxy -db -f "$TMP/haproxy.cfg"; INSN[haproxy/$path]=$INS
   log "instructions /$path: weir ${INSN[weir/$path]}, nginx ${INSN[nginx/$path]}, haproxy ${INSN[haproxy/$path]}"
 done
+cg_server $P_WEIR /breaker "$WEIR" run -c "$TMP/weir.yaml"; INSN[weir/breaker]=$INS
 
 med() { median $1; }
 OUT="$ROOT/bench/results/gateway-$(date -u +%Y%m%d-%H%M).md"
@@ -186,7 +191,7 @@ OUT="$ROOT/bench/results/gateway-$(date -u +%Y%m%d-%H%M).md"
   machine_info
   echo "- haproxy: $(haproxy -v 2>&1 | head -1 | awk '{print $3}')"
   echo "- command: \`bench/gateway.sh ${1:-}\`; wrk -t1 -c100 -d$WRK_D, median of $REPS runs per route, alternating bare and filtered"
-  echo "- weir: rate_limit (GCRA, \$remote_addr, headers off) + ip allow + circuit_breaker; nginx: limit_req + allow/deny; HAProxy: stick table http_req_rate(1s) + src ACL"
+  echo "- weir: rate_limit (GCRA, \$remote_addr, headers off) + ip allow; nginx: limit_req + allow/deny; HAProxy: stick table http_req_rate(1s) + src ACL"
   echo "- limits far above the load (rate $RATE/s): nothing refused; the cost of accounting"
   echo
   echo "| server | route | requests/s | p99 µs | CPU µs/req | filters' added CPU µs/req | errors |"
@@ -206,6 +211,9 @@ OUT="$ROOT/bench/results/gateway-$(date -u +%Y%m%d-%H%M).md"
   echo
   echo "| server | /bare | /filtered | filters' added instructions |"
   echo "|---|---:|---:|---:|"
+  echo
+  echo "weir with a circuit breaker too (/breaker): ${INSN[weir/breaker]} instructions per request"
+  echo
   for name in weir nginx haproxy; do
     echo "| $name | ${INSN[$name/bare]} | ${INSN[$name/filtered]} | $(awk -v a="${INSN[$name/filtered]}" -v b="${INSN[$name/bare]}" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) print a - b; else print "n/a" }') |"
   done

@@ -40,6 +40,8 @@ pub type Map<V> = HashMap<u64, V, BuildHasherDefault<Prehashed>>;
 pub struct Sharded<V> {
     shards: Vec<Mutex<Map<V>>>,
     hasher: std::collections::hash_map::RandomState,
+    /// Per-process random keys of [`Sharded::mix`].
+    mix_keys: (u64, u64),
 }
 
 impl<V> Sharded<V> {
@@ -47,7 +49,17 @@ impl<V> Sharded<V> {
         Sharded {
             shards: (0..n.max(1)).map(|_| Mutex::new(Map::default())).collect(),
             hasher: Default::default(),
+            mix_keys: (fastrand::u64(..) | 1, fastrand::u64(..)),
         }
+    }
+
+    /// A keyed hash of a small integer key (an IPv4 address): a multiply and two rotations
+    /// under per-process random keys.
+    pub fn mix(&self, n: u64) -> u64 {
+        let (k0, k1) = self.mix_keys;
+        let x = (n ^ k1).wrapping_mul(k0 | 1);
+        let x = (x ^ (x >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x ^ (x >> 32)
     }
 
     /// The key's hash.

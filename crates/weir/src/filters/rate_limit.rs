@@ -112,7 +112,11 @@ impl Table {
 
     /// GCRA for `key` at `now` (nanoseconds since the table's epoch).
     fn check(&self, key: &[u8], now: u64, l: &RateLimit) -> Verdict {
-        let h = self.map.hash(key);
+        self.check_hashed(self.map.hash(key), now, l)
+    }
+
+    /// [`Table::check`] for a key already hashed.
+    fn check_hashed(&self, h: u64, now: u64, l: &RateLimit) -> Verdict {
         let mut map = self.map.shard(h);
         let slot = map.get_mut(&h);
         let tat = slot.as_deref().copied().unwrap_or(now).max(now);
@@ -228,10 +232,21 @@ impl RateLimit {
     pub fn check(&self, req: &Req<'_>) -> Verdict {
         let now = self.table.now();
         match &self.key {
-            Key::Client { v4, v6 } => {
-                let (bytes, len) = network(req.client.ip, *v4, *v6);
-                self.table.check(&bytes[..len], now, self)
-            }
+            Key::Client { v4, v6 } => match req.client.ip {
+                // An IPv4 client (or network) is hashed by a keyed multiply, a third of
+                // SipHash's cost: a client cannot choose many IPv4 addresses, and the table is
+                // bounded either way. IPv6 addresses, which a client can vary at will within its
+                // prefix, keep SipHash.
+                std::net::IpAddr::V4(a) if *v4 <= 32 => {
+                    let mask = u32::MAX.checked_shl(32 - u32::from(*v4)).unwrap_or(0);
+                    let h = self.table.map.mix(u64::from(u32::from(a) & mask));
+                    self.table.check_hashed(h, now, self)
+                }
+                ip => {
+                    let (bytes, len) = network(ip, *v4, *v6);
+                    self.table.check(&bytes[..len], now, self)
+                }
+            },
             Key::Template(t) => {
                 let mut key = Vec::with_capacity(64);
                 t.render(&req.env(), &mut key);
