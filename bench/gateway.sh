@@ -211,12 +211,11 @@ OUT="$ROOT/bench/results/gateway-$(date -u +%Y%m%d-%H%M).md"
   echo
   echo "| server | /bare | /filtered | filters' added instructions |"
   echo "|---|---:|---:|---:|"
-  echo
-  echo "weir with a circuit breaker too (/breaker): ${INSN[weir/breaker]} instructions per request"
-  echo
   for name in weir nginx haproxy; do
     echo "| $name | ${INSN[$name/bare]} | ${INSN[$name/filtered]} | $(awk -v a="${INSN[$name/filtered]}" -v b="${INSN[$name/bare]}" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) print a - b; else print "n/a" }') |"
   done
+  echo
+  echo "weir with a circuit breaker on the route too (/breaker): ${INSN[weir/breaker]} instructions per request"
   echo
   echo "weir with every request mirrored to a shadow origin (the copy on its own task), same run:"
   echo
