@@ -905,3 +905,105 @@ listeners:
     let r = roundtrip(&mut c10, b"GET /fixed HTTP/1.0\r\nHost: a\r\n\r\n");
     assert_eq!(r.text(), "see example.com and example.com");
 }
+
+/// CORS through a cached route with two origins: each gets its own Allow-Origin on the same
+/// stored object (added after the lookup), an origin not allowed gets none, every answer says
+/// `Vary: Origin`; preflights are answered here (the origin never sees them) and refused for
+/// an origin, method or field not allowed.
+#[test]
+fn cors_answers_preflights_and_never_shares_one_clients_allow_origin() {
+    let n = Arc::new(AtomicUsize::new(0));
+    let n2 = n.clone();
+    let o = http_origin(move |_| {
+        n2.fetch_add(1, Ordering::SeqCst);
+        b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 2\r\n\r\nhi".to_vec()
+    });
+    let s = start(&format!(
+        r#"
+workers: 1
+cache_zones: {{ z: {{ max_size: 1m }} }}
+upstreams: {{ o: {{ servers: ["{}"] }} }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - filters:
+          - cors:
+              origins: ["https://app.example", "https://*.tenant.example"]
+              methods: [GET, POST, PUT]
+              headers: [content-type, x-api-key]
+              expose: [x-request-id]
+              credentials: true
+              max_age: 10m
+        proxy: {{ upstream: o }}
+        cache: {{ zone: z }}
+"#,
+        o.addr
+    ));
+    let mut c = s.connect();
+    let get = |c: &mut std::net::TcpStream, origin: &str| {
+        roundtrip(
+            c,
+            format!("GET /r HTTP/1.1\r\nHost: a\r\nOrigin: {origin}\r\n\r\n").as_bytes(),
+        )
+    };
+    let a = get(&mut c, "https://app.example");
+    assert_eq!(
+        a.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    assert_eq!(a.header("access-control-allow-credentials"), Some("true"));
+    assert_eq!(
+        a.header("access-control-expose-headers"),
+        Some("x-request-id")
+    );
+    assert_eq!(a.header("vary"), Some("Origin"));
+    let b = get(&mut c, "https://blue.tenant.example");
+    assert!(b.header("cache-status").unwrap().contains("hit"));
+    assert_eq!(
+        b.header("access-control-allow-origin"),
+        Some("https://blue.tenant.example")
+    );
+    let evil = get(&mut c, "https://evil.example");
+    assert!(evil.header("cache-status").unwrap().contains("hit"));
+    assert_eq!(evil.header("access-control-allow-origin"), None);
+    assert_eq!(evil.header("vary"), Some("Origin"));
+    assert_eq!(
+        n.load(Ordering::SeqCst),
+        1,
+        "one origin request for all three"
+    );
+    // Preflights.
+    let pre = roundtrip(
+        &mut c,
+        b"OPTIONS /r HTTP/1.1\r\nHost: a\r\nOrigin: https://app.example\r\nAccess-Control-Request-Method: PUT\r\nAccess-Control-Request-Headers: Content-Type, X-Api-Key\r\n\r\n",
+    );
+    assert_eq!(pre.status, 204);
+    assert_eq!(
+        pre.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    assert_eq!(
+        pre.header("access-control-allow-methods"),
+        Some("GET, POST, PUT")
+    );
+    assert_eq!(
+        pre.header("access-control-allow-headers"),
+        Some("Content-Type, X-Api-Key")
+    );
+    assert_eq!(pre.header("access-control-max-age"), Some("600"));
+    for bad in [
+        "Origin: https://evil.example\r\nAccess-Control-Request-Method: GET\r\n",
+        "Origin: https://app.example\r\nAccess-Control-Request-Method: DELETE\r\n",
+        "Origin: https://app.example\r\nAccess-Control-Request-Method: GET\r\nAccess-Control-Request-Headers: x-secret\r\n",
+        "Origin: https://app.example\r\nAccess-Control-Request-Method: GET\r\nAccess-Control-Request-Private-Network: true\r\n",
+    ] {
+        let r = roundtrip(&mut c, format!("OPTIONS /r HTTP/1.1\r\nHost: a\r\n{bad}\r\n").as_bytes());
+        assert_eq!(r.status, 403, "{bad}");
+        assert_eq!(r.header("access-control-allow-origin"), None);
+    }
+    assert_eq!(
+        n.load(Ordering::SeqCst),
+        1,
+        "preflights never reach the origin"
+    );
+}

@@ -53,6 +53,38 @@ pub struct FilterSpec {
     pub sticky: Option<StickyRule>,
     pub mirror: Option<MirrorRule>,
     pub replace: Option<ReplaceRule>,
+    pub cors: Option<CorsRule>,
+}
+
+/// Cross-origin resource sharing.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorsRule {
+    /// `scheme://host[:port]`, `scheme://*.domain`, `~regex`, or `*`.
+    pub origins: Vec<String>,
+    #[serde(default = "cors_methods")]
+    pub methods: Vec<String>,
+    /// Request fields a preflight may ask for (`*`: any).
+    #[serde(default)]
+    pub headers: Vec<String>,
+    /// Response fields scripts may read.
+    #[serde(default)]
+    pub expose: Vec<String>,
+    #[serde(default)]
+    pub credentials: bool,
+    /// How long a browser may keep a preflight's answer.
+    #[serde(default = "zero")]
+    pub max_age: Dur,
+    /// Allow Private Network Access preflights.
+    #[serde(default)]
+    pub private_network: bool,
+}
+
+fn cors_methods() -> Vec<String> {
+    vec!["GET".into(), "HEAD".into(), "POST".into()]
+}
+fn zero() -> Dur {
+    Dur(std::time::Duration::ZERO)
 }
 
 /// A string replaced in response bodies (nginx `sub_filter`).

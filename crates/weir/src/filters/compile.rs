@@ -139,6 +139,7 @@ impl Compiler {
             sticky,
             mirror,
             replace,
+            cors,
         } = spec;
         let given = [
             rate_limit.is_some(),
@@ -152,11 +153,12 @@ impl Compiler {
             sticky.is_some(),
             mirror.is_some(),
             replace.is_some(),
+            cors.is_some(),
         ];
         if given.iter().filter(|g| **g).count() != 1 {
             return Err((
                 path.to_string(),
-                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers, no_store, sticky, mirror, replace".into(),
+                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers, no_store, sticky, mirror, replace, cors".into(),
             ));
         }
         // State that outlives a config (a reload keeps it): under a key of kind, name and the
@@ -227,6 +229,13 @@ impl Compiler {
             }
         } else if let Some(c) = canary {
             let f = Canary::compile(c, &format!("{path}.canary"), upstreams)?;
+            Compiled {
+                filter: Arc::new(f),
+                kind: Kind::Other,
+                state_key: None,
+            }
+        } else if let Some(c) = cors {
+            let f = super::cors::Cors::compile(c, &format!("{path}.cors"))?;
             Compiled {
                 filter: Arc::new(f),
                 kind: Kind::Other,

@@ -37,6 +37,7 @@
 pub mod breaker;
 pub mod compile;
 pub mod concurrency;
+pub mod cors;
 pub mod forwarded;
 pub mod header_edit;
 pub mod ip_filter;
