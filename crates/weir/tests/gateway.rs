@@ -1007,3 +1007,34 @@ listeners:
         "preflights never reach the origin"
     );
 }
+
+/// The example's `/api/`: CORS for https://app.example only.
+#[test]
+fn the_example_api_allows_app_example_only() {
+    let (o1, o2) = two_origins();
+    let s = gateway(&origin_vars(o1.addr, o2.addr));
+    let mut c = s.connect();
+    let r = roundtrip(
+        &mut c,
+        b"GET /api/users HTTP/1.1\r\nHost: a\r\nOrigin: https://app.example\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    let r = roundtrip(
+        &mut c,
+        b"OPTIONS /api/users HTTP/1.1\r\nHost: a\r\nOrigin: https://app.example\r\nAccess-Control-Request-Method: DELETE\r\nAccess-Control-Request-Headers: authorization\r\n\r\n",
+    );
+    assert_eq!(r.status, 204);
+    assert_eq!(
+        r.header("access-control-allow-methods"),
+        Some("GET, POST, PUT, DELETE")
+    );
+    let r = roundtrip(
+        &mut c,
+        b"GET /api/users HTTP/1.1\r\nHost: a\r\nOrigin: https://other.example\r\n\r\n",
+    );
+    assert_eq!(r.header("access-control-allow-origin"), None);
+}
