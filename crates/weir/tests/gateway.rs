@@ -279,14 +279,9 @@ listeners:
 "#,
         o.addr
     ));
-    let statuses: Vec<u16> = (0..5)
-        .map(|_| {
-            let addr = s.addr;
-            std::thread::spawn(move || get(addr, "/").status)
-        })
-        .collect::<Vec<_>>()
-        .into_iter()
-        .map(|t| t.join().unwrap())
+    let statuses: Vec<u16> = common::concurrent_gets(s.addr, "/", 5)
+        .iter()
+        .map(|r| r.status)
         .collect();
     assert_eq!(
         statuses.iter().filter(|s| **s == 200).count(),

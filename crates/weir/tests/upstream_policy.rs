@@ -11,6 +11,14 @@ use std::time::Duration;
 use common::origin::{http_origin, ok};
 use common::{get, roundtrip};
 
+/// A server with one proxy route to upstream `app` (`servers` and more keys as YAML lines,
+/// indented by 4 spaces), with `workers` workers.
+fn proxy_to(workers: u32, app: &str) -> common::TestServer {
+    common::start_config(&format!(
+        "workers: {workers}\nupstreams:\n  app:\n{app}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: {{ upstream: app }}\n"
+    ))
+}
+
 fn failing_500() -> Vec<u8> {
     b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\nfail".to_vec()
 }
@@ -80,20 +88,13 @@ listeners:
 #[test]
 fn the_last_server_up_is_never_ejected() {
     let bad = http_origin(|_| failing_500());
-    let s = common::start_config(&format!(
-        r#"
-workers: 1
-upstreams:
-  app:
-    servers: ["{}"]
-    outlier_detection: {{ consecutive_5xx: 2, base_ejection_time: 10s, max_ejection_percent: 100 }}
-listeners:
-  - address: 127.0.0.1:0
-    routes:
-      - proxy: {{ upstream: app }}
-"#,
-        bad.addr
-    ));
+    let s = proxy_to(
+        1,
+        &format!(
+            "    servers: [\"{}\"]\n    outlier_detection: {{ consecutive_5xx: 2, base_ejection_time: 10s, max_ejection_percent: 100 }}",
+            bad.addr
+        ),
+    );
     let mut c = s.connect();
     for _ in 0..5 {
         // The origin's own 500s, never a 503 for "no server up".
@@ -117,27 +118,14 @@ fn max_requests_caps_requests_in_flight_across_workers() {
         n.fetch_sub(1, Ordering::SeqCst);
         ok("slow")
     });
-    let s = common::start_config(&format!(
-        r#"
-workers: 2
-upstreams:
-  app:
-    servers: ["{}"]
-    limits: {{ max_requests: 3 }}
-listeners:
-  - address: 127.0.0.1:0
-    routes:
-      - proxy: {{ upstream: app }}
-"#,
-        o.addr
-    ));
-    let threads: Vec<_> = (0..6)
-        .map(|_| {
-            let addr = s.addr;
-            std::thread::spawn(move || get(addr, "/"))
-        })
-        .collect();
-    let answers: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let s = proxy_to(
+        2,
+        &format!(
+            "    servers: [\"{}\"]\n    limits: {{ max_requests: 3 }}",
+            o.addr
+        ),
+    );
+    let answers = common::concurrent_gets(s.addr, "/", 6);
     let ok_count = answers.iter().filter(|r| r.status == 200).count();
     let refused = answers.iter().filter(|r| r.status == 503).count();
     assert_eq!((ok_count, refused), (3, 3));
@@ -154,27 +142,17 @@ fn max_connections_caps_connections_to_the_upstream() {
         std::thread::sleep(Duration::from_millis(300));
         ok("slow")
     });
-    let s = common::start_config(&format!(
-        r#"
-workers: 1
-upstreams:
-  app:
-    servers: ["{}"]
-    limits: {{ max_connections: 2 }}
-listeners:
-  - address: 127.0.0.1:0
-    routes:
-      - proxy: {{ upstream: app }}
-"#,
-        o.addr
-    ));
-    let threads: Vec<_> = (0..4)
-        .map(|_| {
-            let addr = s.addr;
-            std::thread::spawn(move || get(addr, "/").status)
-        })
+    let s = proxy_to(
+        1,
+        &format!(
+            "    servers: [\"{}\"]\n    limits: {{ max_connections: 2 }}",
+            o.addr
+        ),
+    );
+    let mut statuses: Vec<u16> = common::concurrent_gets(s.addr, "/", 4)
+        .iter()
+        .map(|r| r.status)
         .collect();
-    let mut statuses: Vec<u16> = threads.into_iter().map(|t| t.join().unwrap()).collect();
     statuses.sort();
     assert_eq!(statuses, [200, 200, 503, 503]);
     // Sequential requests reuse the two pooled connections: no refusal, no new connection.

@@ -57,20 +57,39 @@ pub(crate) struct Given {
     pub cache: Option<model::Cache>,
 }
 
+/// Where an action is compiled: its route and what the route knows.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Site<'a> {
+    /// The route's `path_prefix`, if it has one.
+    pub prefix: Option<&'a [u8]>,
+    /// The route's key path in the config (`listeners[0].routes[2]`).
+    pub path: &'a str,
+    pub base: &'a BaseDir,
+    /// The `Server` header value, if one is sent.
+    pub server: Option<&'a Bytes>,
+    /// The route's name and `path_regex` (for `$route` and `$1`..`$9`).
+    pub name: &'a str,
+    pub regex: Option<&'a regex::bytes::Regex>,
+}
+
 impl Action {
     /// Compiles a route's action; a proxy takes the route's `filters` into its chain (the
     /// other actions leave them to the route).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn compile(
         given: Given,
-        route_prefix: Option<&[u8]>,
-        path: &str,
-        base: &BaseDir,
-        server: Option<&Bytes>,
+        site: Site<'_>,
         refs: &Refs<'_>,
         filters: &mut Vec<Arc<dyn crate::filters::Filter>>,
-        route: (&str, Option<&regex::bytes::Regex>),
     ) -> Result<Action, CompileError> {
+        let Site {
+            prefix: route_prefix,
+            path,
+            base,
+            server,
+            name,
+            regex,
+        } = site;
+        let route = (name, regex);
         let Given {
             respond,
             redirect,

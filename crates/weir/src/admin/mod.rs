@@ -22,6 +22,7 @@
 
 pub mod guard;
 pub mod scrape;
+mod scrape_filters;
 
 use std::sync::atomic::Ordering;
 

@@ -100,10 +100,10 @@ struct Scrape {
     generation: u64,
 }
 
-type Labels = Vec<(&'static str, String)>;
+pub(super) type Labels = Vec<(&'static str, String)>;
 
 /// Encodes one metric family from `(labels, value)` rows.
-fn family<M: EncodeMetric>(
+pub(super) fn family<M: EncodeMetric>(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -124,11 +124,11 @@ fn family<M: EncodeMetric>(
     Ok(())
 }
 
-fn counter(v: u64) -> ConstCounter<u64> {
+pub(super) fn counter(v: u64) -> ConstCounter<u64> {
     ConstCounter::new(v)
 }
 
-fn gauge(v: i64) -> ConstGauge<i64> {
+pub(super) fn gauge(v: i64) -> ConstGauge<i64> {
     ConstGauge::new(v)
 }
 
@@ -403,7 +403,7 @@ impl Scrape {
                 (labels(u, &s.name), counter(n))
             }),
         )?;
-        self.filter_families(enc)?;
+        super::scrape_filters::families(&self.cfg, enc)?;
         let now = crate::proxy::upstream::now_ms();
         family(
             enc,
@@ -583,148 +583,5 @@ fn sysconf(name: libc::c_int, default: i64) -> i64 {
         v
     } else {
         default
-    }
-}
-
-impl Scrape {
-    /// The traffic-control filters' tables and states.
-    fn filter_families(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
-        use crate::filters::compile::Kind;
-        use std::sync::atomic::Ordering::Relaxed;
-        let name = |n: &str| -> Labels { vec![("filter", n.to_string())] };
-        let limits: Vec<_> = self
-            .cfg
-            .filters
-            .iter()
-            .filter_map(|c| match &c.kind {
-                Kind::RateLimit(r) => Some(r.clone()),
-                _ => None,
-            })
-            .collect();
-        let conc: Vec<_> = self
-            .cfg
-            .filters
-            .iter()
-            .filter_map(|c| match &c.kind {
-                Kind::Concurrency(r) => Some(r.clone()),
-                _ => None,
-            })
-            .collect();
-        let breakers: Vec<_> = self
-            .cfg
-            .filters
-            .iter()
-            .filter_map(|c| match &c.kind {
-                Kind::Breaker(b) => Some(b.snapshot()),
-                _ => None,
-            })
-            .collect();
-        if !limits.is_empty() {
-            family(
-                enc,
-                "weir_rate_limit_keys",
-                "Keys a rate limit remembers (bounded by max_keys).",
-                MetricType::Gauge,
-                limits
-                    .iter()
-                    .map(|r| (name(&r.name), gauge(r.table.len() as i64))),
-            )?;
-            family(
-                enc,
-                "weir_rate_limit_rejected",
-                "Requests a rate limit refused.",
-                MetricType::Counter,
-                limits
-                    .iter()
-                    .map(|r| (name(&r.name), counter(r.table.rejected.load(Relaxed)))),
-            )?;
-            family(
-                enc,
-                "weir_rate_limit_delayed",
-                "Requests a rate limit delayed (its queue).",
-                MetricType::Counter,
-                limits
-                    .iter()
-                    .map(|r| (name(&r.name), counter(r.table.delayed.load(Relaxed)))),
-            )?;
-        }
-        if !conc.is_empty() {
-            family(
-                enc,
-                "weir_concurrency_keys",
-                "Keys with requests in flight under a concurrency limit.",
-                MetricType::Gauge,
-                conc.iter()
-                    .map(|r| (name(&r.name), gauge(r.table.len() as i64))),
-            )?;
-            family(
-                enc,
-                "weir_concurrency_rejected",
-                "Requests a concurrency limit refused.",
-                MetricType::Counter,
-                conc.iter()
-                    .map(|r| (name(&r.name), counter(r.table.rejected.load(Relaxed)))),
-            )?;
-        }
-        let mirrors: Vec<_> = self
-            .cfg
-            .filters
-            .iter()
-            .filter_map(|c| match &c.kind {
-                Kind::Mirror(m) => Some(m.clone()),
-                _ => None,
-            })
-            .collect();
-        for (metric, help, pick) in [
-            (
-                "weir_mirror_sent",
-                "Request copies a mirror delivered (the shadow answered).",
-                0,
-            ),
-            (
-                "weir_mirror_skipped",
-                "Requests a mirror did not copy: too many in flight, or a body over max_body.",
-                1,
-            ),
-            (
-                "weir_mirror_failed",
-                "Request copies the shadow upstream did not answer.",
-                2,
-            ),
-        ] {
-            if mirrors.is_empty() {
-                break;
-            }
-            family(
-                enc,
-                metric,
-                help,
-                MetricType::Counter,
-                mirrors.iter().map(|m| {
-                    let c = &m.counts;
-                    let v = [&c.sent, &c.skipped, &c.failed][pick].load(Relaxed);
-                    (name(&m.name), counter(v))
-                }),
-            )?;
-        }
-        if !breakers.is_empty() {
-            family(
-                enc,
-                "weir_circuit_breaker_state",
-                "A circuit breaker's state: 0 closed, 1 open, 2 half-open.",
-                MetricType::Gauge,
-                breakers
-                    .iter()
-                    .map(|b| (name(&b.name), gauge(b.phase.number().into()))),
-            )?;
-            family(
-                enc,
-                "weir_circuit_breaker_opened",
-                "Times a circuit breaker opened.",
-                MetricType::Counter,
-                breakers.iter().map(|b| (name(&b.name), counter(b.opened))),
-            )?;
-        }
-        Ok(())
     }
 }

@@ -199,12 +199,7 @@ impl Compiler {
                 state_key: Some(key),
             }
         } else if let Some(r) = ip {
-            let f = IpFilter::compile(r, &format!("{path}.ip"), base)?;
-            Compiled {
-                filter: Arc::new(f),
-                kind: Kind::Other,
-                state_key: None,
-            }
+            plain(IpFilter::compile(r, &format!("{path}.ip"), base)?)
         } else if let Some(b) = circuit_breaker {
             let key = format!("circuit_breaker/{name}/{}/{}", b.window, b.window_size);
             let shared = kept(&key)
@@ -221,33 +216,16 @@ impl Compiler {
                 state_key: Some(key),
             }
         } else if let Some(s) = split {
-            let f = Split::compile(s, &format!("{path}.split"), upstreams)?;
-            Compiled {
-                filter: Arc::new(f),
-                kind: Kind::Other,
-                state_key: None,
-            }
+            plain(Split::compile(s, &format!("{path}.split"), upstreams)?)
         } else if let Some(c) = canary {
-            let f = Canary::compile(c, &format!("{path}.canary"), upstreams)?;
-            Compiled {
-                filter: Arc::new(f),
-                kind: Kind::Other,
-                state_key: None,
-            }
+            plain(Canary::compile(c, &format!("{path}.canary"), upstreams)?)
         } else if let Some(c) = cors {
-            let f = super::cors::Cors::compile(c, &format!("{path}.cors"))?;
-            Compiled {
-                filter: Arc::new(f),
-                kind: Kind::Other,
-                state_key: None,
-            }
+            plain(super::cors::Cors::compile(c, &format!("{path}.cors"))?)
         } else if let Some(r) = replace {
-            let f = super::replace::Replace::compile(r, &format!("{path}.replace"))?;
-            Compiled {
-                filter: Arc::new(f),
-                kind: Kind::Other,
-                state_key: None,
-            }
+            plain(super::replace::Replace::compile(
+                r,
+                &format!("{path}.replace"),
+            )?)
         } else if let Some(m) = mirror {
             let f = Arc::new(super::mirror::Mirror::compile(
                 name,
@@ -268,32 +246,24 @@ impl Compiler {
         } else if let Some(s) = sticky {
             let names: Vec<Vec<String>> =
                 self.upstreams.iter().map(|u| u.servers.clone()).collect();
-            let f = super::sticky::Sticky::compile(s, &format!("{path}.sticky"), &names)?;
-            Compiled {
-                filter: Arc::new(f),
-                kind: Kind::Other,
-                state_key: None,
-            }
+            plain(super::sticky::Sticky::compile(
+                s,
+                &format!("{path}.sticky"),
+                &names,
+            )?)
         } else if let Some(n) = no_store {
-            let f = super::no_store::NoStore::compile(n, &format!("{path}.no_store"))?;
-            Compiled {
-                filter: Arc::new(f),
-                kind: Kind::Other,
-                state_key: None,
-            }
+            plain(super::no_store::NoStore::compile(
+                n,
+                &format!("{path}.no_store"),
+            )?)
         } else {
             let h = headers.unwrap_or_default();
-            let edit = HeaderEdit {
+            plain(HeaderEdit {
                 request: HeaderEdits::compile(h.request, &format!("{path}.headers.request"))?,
                 response: HeaderEdits::compile(h.response, &format!("{path}.headers.response"))?,
                 route: route.map_or_else(String::new, |r| r.0.to_string()),
                 regex: route.and_then(|r| r.1.cloned()),
-            };
-            Compiled {
-                filter: Arc::new(edit),
-                kind: Kind::Other,
-                state_key: None,
-            }
+            })
         };
         self.all.borrow_mut().push(compiled.clone());
         Ok(compiled)
@@ -302,6 +272,15 @@ impl Compiler {
     /// Every filter compiled, each once (named ones are shared).
     pub fn into_all(self) -> Vec<Compiled> {
         self.all.into_inner()
+    }
+}
+
+/// A filter without state to report or keep.
+fn plain(f: impl Filter + 'static) -> Compiled {
+    Compiled {
+        filter: Arc::new(f),
+        kind: Kind::Other,
+        state_key: None,
     }
 }
 

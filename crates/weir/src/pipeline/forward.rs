@@ -180,7 +180,7 @@ pub(crate) async fn forward<D: Downstream>(
         Ok(slot) => slot,
         Err(cap) => {
             let e = Error::with(ErrorKind::Overflow, cap.as_str());
-            return fail(d, ctx, &target, None, e, persistence, has_body, ex);
+            return fail(d, ctx, &target, None, e, (persistence, has_body), ex);
         }
     };
     per_worker.deposit_budget(up.retry.budget);
@@ -241,7 +241,7 @@ pub(crate) async fn forward<D: Downstream>(
                 Some(s) => s,
                 None => {
                     let e = Error::new(ErrorKind::NoServer);
-                    return fail(d, ctx, &target, None, e, persistence, has_body, ex);
+                    return fail(d, ctx, &target, None, e, (persistence, has_body), ex);
                 }
             },
         };
@@ -256,7 +256,15 @@ pub(crate) async fn forward<D: Downstream>(
                     backoff(up, retries.get()).await;
                     continue;
                 }
-                return fail(d, ctx, &target, Some(server), e, persistence, has_body, ex);
+                return fail(
+                    d,
+                    ctx,
+                    &target,
+                    Some(server),
+                    e,
+                    (persistence, has_body),
+                    ex,
+                );
             }
         };
         let _active = per_worker.track_active(server);
@@ -329,7 +337,15 @@ pub(crate) async fn forward<D: Downstream>(
                     backoff(up, retries.get()).await;
                     continue;
                 }
-                return fail(d, ctx, &target, Some(server), e, persistence, has_body, ex);
+                return fail(
+                    d,
+                    ctx,
+                    &target,
+                    Some(server),
+                    e,
+                    (persistence, has_body),
+                    ex,
+                );
             }
         }
     };
@@ -338,7 +354,15 @@ pub(crate) async fn forward<D: Downstream>(
         if let Err(e) = weir_http::body::check_first_chunk(&upstream_conn.buf) {
             let e = Error::with(ErrorKind::BadResponse, format!("bad response body: {e}"));
             record_failure(up, server, &e);
-            return fail(d, ctx, &target, Some(server), e, persistence, has_body, ex);
+            return fail(
+                d,
+                ctx,
+                &target,
+                Some(server),
+                e,
+                (persistence, has_body),
+                ex,
+            );
         }
     }
     ctx.upstream = Some((upstream as u32, server as u32));
@@ -409,15 +433,15 @@ async fn backoff(up: &Upstream, retries: u32) {
 }
 
 /// Answers a failure and logs it; a request whose body was not (fully) read ends the connection.
-#[allow(clippy::too_many_arguments)]
+/// `(persistence, has_body)`: the keep-alive decision so far, and whether the request had a
+/// body (then the connection closes: the body may not have been read).
 fn fail<D: Downstream>(
     d: &mut D,
     ctx: &mut RequestCtx,
     target: &Target<'_>,
     server: Option<usize>,
     e: Error,
-    persistence: Persistence,
-    has_body: bool,
+    (persistence, has_body): (Persistence, bool),
     ex: &mut Exchange<'_>,
 ) -> Result<Persistence, Error> {
     let up = target.up;

@@ -122,16 +122,15 @@ impl RouteTable {
                 proxy: r.proxy,
                 cache: r.cache,
             };
-            let action = Action::compile(
-                given,
-                matcher.prefix(),
-                &path,
+            let site = crate::actions::Site {
+                prefix: matcher.prefix(),
+                path: &path,
                 base,
                 server,
-                refs,
-                &mut filters,
-                (&name, regex.as_ref()),
-            )?;
+                name: &name,
+                regex: regex.as_ref(),
+            };
+            let action = Action::compile(given, site, refs, &mut filters)?;
             let methods = match (methods, action.methods()) {
                 (None, None) => None,
                 (Some(m), None) => Some(m),

@@ -178,6 +178,17 @@ pub fn roundtrip(s: &mut TcpStream, raw: &[u8]) -> Response {
 }
 
 /// A GET with Host on a fresh connection (`localhost`: the admin API answers it too).
+/// `n` GETs of `path` at once, each on its own connection; their answers.
+pub fn concurrent_gets(addr: SocketAddr, path: &str, n: usize) -> Vec<Response> {
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let path = path.to_string();
+            std::thread::spawn(move || get(addr, &path))
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
 pub fn get(addr: SocketAddr, path: &str) -> Response {
     let mut s = connect(addr);
     roundtrip(

@@ -160,8 +160,7 @@ pub(crate) async fn cached<D: Downstream>(
                 ctx,
                 stage,
                 route_index,
-                &key,
-                obj,
+                (&key, obj),
                 &req_dirs,
                 persistence,
             )
@@ -210,15 +209,14 @@ pub(crate) async fn cached<D: Downstream>(
     }
 }
 
-/// A stored response exists: serve, revalidate, or refetch per RFC 9111.
-#[allow(clippy::too_many_arguments)]
+/// A stored response exists (`found`: its key and the object): serve, revalidate, or refetch
+/// per RFC 9111.
 async fn serve_found<D: Downstream>(
     d: &mut D,
     ctx: &mut RequestCtx,
     stage: Stage<'_>,
     route_index: usize,
-    key: &CacheKey,
-    obj: Arc<CachedObject>,
+    (key, obj): (&CacheKey, Arc<CachedObject>),
     req_dirs: &Directives,
     persistence: Persistence,
 ) -> Result<Persistence, Error> {
