@@ -91,17 +91,18 @@ fn limited_answers_ok_then_429_with_ratelimit_fields() {
     std::thread::sleep(Duration::from_millis(250));
     let r = roundtrip(&mut c, b"GET /limited HTTP/1.1\r\nHost: a\r\n\r\n");
     assert_eq!(r.status, 200);
-    // The table's size is in /metrics (no admin listener here: the count shows in the text).
 }
 
 /// With 2 workers and 100 r/s, the admitted rate is within ±5% of 100 r/s: one limiter per
-/// process, not one per worker.
+/// process, not one per worker. A burst of 5 is allowed and subtracted: with no burst, every
+/// admission waits for the next request to arrive after its turn, and on a busy machine
+/// (clients slowed to a few hundred requests per second) that lateness alone cost 11% (89.2 r/s).
 #[test]
 fn the_rate_limit_is_one_per_process_with_two_workers() {
     let (o1, o2) = two_origins();
     let mut vars = origin_vars(o1.addr, o2.addr);
     vars.push(("WEIR_RATE", "100".into()));
-    vars.push(("WEIR_BURST", "0".into()));
+    vars.push(("WEIR_BURST", "5".into()));
     vars.push(("WEIR_WORKERS", "2".into()));
     let s = gateway(&vars);
     let admitted = Arc::new(AtomicUsize::new(0));
@@ -130,7 +131,8 @@ fn the_rate_limit_is_one_per_process_with_two_workers() {
     let secs = start.elapsed().as_secs_f64();
     let admitted = admitted.load(Ordering::Relaxed) as f64;
     let refused = refused.load(Ordering::Relaxed);
-    let rate = admitted / secs;
+    // The burst, and the first request, come on top of the rate.
+    let rate = (admitted - 6.0) / secs;
     eprintln!("admitted {admitted} in {secs:.2}s = {rate:.1} r/s; refused {refused}");
     assert!(
         refused > 1000,
