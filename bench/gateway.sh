@@ -56,6 +56,9 @@ filters:
   limit: { rate_limit: { rate: $RATE, burst: 1000, headers: false } }
   office: { ip: { allow: [127.0.0.0/8] } }
   breaker: { circuit_breaker: {} }
+  a1: { ip: { allow: [127.0.0.0/8] } }
+  a2: { ip: { allow: [127.0.0.0/8] } }
+  a3: { ip: { allow: [127.0.0.0/8] } }
 listeners:
   - address: 127.0.0.1:$P_WEIR
     routes:
@@ -66,6 +69,9 @@ listeners:
         proxy: { upstream: echo }
       - match: { path: /breaker }
         filters: [office, limit, breaker]
+        proxy: { upstream: echo }
+      - match: { path: /threeip }
+        filters: [a1, a2, a3]
         proxy: { upstream: echo }
       - match: { path: /mirrored }
         filters: [copy]
@@ -182,6 +188,8 @@ for path in bare filtered; do
   log "instructions /$path: weir ${INSN[weir/$path]}, nginx ${INSN[nginx/$path]}, haproxy ${INSN[haproxy/$path]}"
 done
 cg_server $P_WEIR /breaker "$WEIR" run -c "$TMP/weir.yaml"; INSN[weir/breaker]=$INS
+# The seam's own cost: three synchronous filters that do almost nothing (an IPv4 mask test each).
+cg_server $P_WEIR /threeip "$WEIR" run -c "$TMP/weir.yaml"; INSN[weir/threeip]=$INS
 
 med() { median $1; }
 OUT="$ROOT/bench/results/gateway-$(date -u +%Y%m%d-%H%M).md"
@@ -216,6 +224,8 @@ OUT="$ROOT/bench/results/gateway-$(date -u +%Y%m%d-%H%M).md"
   done
   echo
   echo "weir with a circuit breaker on the route too (/breaker): ${INSN[weir/breaker]} instructions per request"
+  echo
+  echo "weir with three synchronous filters that do almost nothing (three ip allow lists, /threeip): ${INSN[weir/threeip]} instructions per request, $(awk -v a="${INSN[weir/threeip]}" -v b="${INSN[weir/bare]}" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) print a - b; else print "n/a" }') over /bare (target: ~300)"
   echo
   echo "weir with every request mirrored to a shadow origin (the copy on its own task), same run:"
   echo

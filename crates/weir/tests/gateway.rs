@@ -367,6 +367,66 @@ listeners:
         .contains(r#""state":"closed""#));
 }
 
+/// An open breaker with a fallback sends the route's requests to the fallback upstream
+/// instead of answering 503; the fallback's answers do not count as the breaker's calls.
+#[test]
+fn an_open_breaker_sends_requests_to_its_fallback_upstream() {
+    let o = http_origin(|_| b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 4\r\n\r\nfail".to_vec());
+    let spare = http_origin(|_| ok("spare"));
+    let s = start(&format!(
+        r#"
+workers: 1
+admin: {{ address: 127.0.0.1:0 }}
+upstreams:
+  app: {{ servers: ["{}"] }}
+  spare: {{ servers: ["{}"] }}
+filters:
+  breaker:
+    circuit_breaker: {{ window_size: 10, min_calls: 3, failure_rate: 50, wait: 30s, fallback: spare }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - filters: [breaker]
+        proxy: {{ upstream: app }}
+"#,
+        o.addr, spare.addr
+    ));
+    let admin = s.handle.as_ref().unwrap().admin_addr().unwrap();
+    for _ in 0..3 {
+        assert_eq!(get(s.addr, "/").status, 502);
+    }
+    for _ in 0..5 {
+        let r = get(s.addr, "/");
+        assert_eq!((r.status, r.text()), (200, "spare".to_string()));
+    }
+    let b = get(admin, "/breakers").text();
+    assert!(
+        b.contains(r#""state":"open""#) && b.contains(r#""opened":1"#),
+        "{b}"
+    );
+    // A fallback needs a proxy action; an unknown fallback upstream names the key.
+    let err = weir::runtime::load_str(
+        "upstreams: { app: { servers: [\"127.0.0.1:1\"] } }\nfilters:\n  b: { circuit_breaker: { fallback: nope } }\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [b]\n        proxy: { upstream: app }\n",
+        Path::new("."),
+        |_| None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("filters.b.circuit_breaker.fallback")
+            && err.contains("no upstream named \"nope\""),
+        "{err}"
+    );
+    let err = weir::runtime::load_str(
+        "upstreams: { app: { servers: [\"127.0.0.1:1\"] } }\nfilters:\n  b: { circuit_breaker: { fallback: app } }\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [b]\n        respond: { body: x }\n",
+        Path::new("."),
+        |_| None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("needs a proxy action"), "{err}");
+}
+
 #[test]
 fn split_weighs_upstreams() {
     let (o1, o2) = two_origins();
@@ -776,7 +836,9 @@ listeners:
     while seen.lock().unwrap().len() < 2 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let got = seen.lock().unwrap().clone();
+    // Copies travel on their own tasks and shadow connections: their order is not promised.
+    let mut got = seen.lock().unwrap().clone();
+    got.sort();
     assert_eq!(
         got,
         [

@@ -255,6 +255,10 @@ pub struct CircuitBreaker {
     pub failure_codes: Vec<u16>,
     #[serde(default = "status_503")]
     pub status: u16,
+    /// An upstream that gets the route's requests while the breaker is open, instead of the
+    /// `status` answer (Easegress's fallback; needs a proxy action).
+    #[serde(default)]
+    pub fallback: Option<String>,
 }
 
 /// Weighted choice between upstreams.

@@ -11,7 +11,8 @@
 //! `failure_codes` or weir answered for an upstream that failed; it is slow when it took
 //! `slow_call` or longer. Outcomes are recorded in the log phase, for the calls the breaker let
 //! through (they carry a zero-sized marker as state: no allocation). While open, requests get
-//! `status` (503) with the reason in the body and `Retry-After`. The state is in /metrics
+//! `status` (503) with the reason in the body and `Retry-After`, or, with `fallback: UPSTREAM`
+//! on a proxy route, go to that upstream instead (their outcomes are not the breaker's). The state is in /metrics
 //! (`weir_circuit_breaker_state`) and the admin API (`GET /breakers`).
 
 use std::collections::VecDeque;
@@ -67,6 +68,8 @@ pub struct Breaker {
     wait: Duration,
     failure_codes: Vec<u16>,
     status: u16,
+    /// While open, send requests to this upstream instead of answering `status`.
+    fallback: Option<usize>,
     inner: Arc<Shared>,
 }
 
@@ -151,7 +154,16 @@ impl Breaker {
         c: model::CircuitBreaker,
         path: &str,
         kept: Option<Arc<Shared>>,
+        upstreams: &std::collections::HashMap<String, usize>,
     ) -> Result<Breaker, CompileError> {
+        let fallback = match &c.fallback {
+            Some(name) => Some(super::split::upstream(
+                name,
+                format!("{path}.fallback"),
+                upstreams,
+            )?),
+            None => None,
+        };
         let window = match c.window.as_str() {
             "count" => Window::Count(c.window_size.max(1) as usize),
             "time" => Window::Time(u64::from(c.window_size.max(1))),
@@ -184,6 +196,7 @@ impl Breaker {
             wait: c.wait.0,
             failure_codes: c.failure_codes,
             status: c.status,
+            fallback,
             inner: kept.unwrap_or_default(),
         })
     }
@@ -314,13 +327,21 @@ impl Breaker {
 
 impl super::Filter for Breaker {
     fn phases(&self) -> u16 {
-        phase::REQUEST | phase::LOG | phase::STATE
+        let choice = match self.fallback {
+            Some(_) => phase::UPSTREAM_CHOICE,
+            None => 0,
+        };
+        phase::REQUEST | phase::LOG | phase::STATE | choice
     }
 
-    fn request(&self, _: &Req<'_>, state: &mut State, _: &mut Option<usize>) -> Flow {
+    fn request(&self, _: &Req<'_>, state: &mut State, upstream: &mut Option<usize>) -> Flow {
         match self.admit(Instant::now()) {
             Ok(()) => {
                 *state = Some(Box::new(Admitted));
+                Flow::Continue
+            }
+            Err(_) if self.fallback.is_some() => {
+                *upstream = self.fallback;
                 Flow::Continue
             }
             Err(retry) => Flow::Respond(Answer {
@@ -351,7 +372,7 @@ mod tests {
 
     fn breaker(yaml: &str) -> Breaker {
         let m: model::CircuitBreaker = serde_yaml::from_str(yaml).unwrap();
-        Breaker::compile("b", m, "f", None).unwrap()
+        Breaker::compile("b", m, "f", None, &Default::default()).unwrap()
     }
 
     /// The state machine by table, on a manual clock.

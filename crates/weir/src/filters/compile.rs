@@ -209,6 +209,7 @@ impl Compiler {
                 b,
                 &format!("{path}.circuit_breaker"),
                 shared,
+                upstreams,
             )?);
             Compiled {
                 filter: f.clone(),
@@ -297,7 +298,7 @@ pub(crate) fn check_chain(
         {
             return Err((
                 format!("{path}.filters[{i}]"),
-                "split and canary choose an upstream: the route needs a proxy action".into(),
+                "split, canary, sticky, mirror and a breaker's fallback choose an upstream: the route needs a proxy action".into(),
             ));
         }
     }

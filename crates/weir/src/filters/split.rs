@@ -23,7 +23,7 @@ pub struct Split {
     total: u32,
 }
 
-fn upstream(
+pub(crate) fn upstream(
     name: &str,
     key: String,
     upstreams: &HashMap<String, usize>,
