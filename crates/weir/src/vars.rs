@@ -16,6 +16,10 @@
 //!
 //! The access log's templates (`access_log/format.rs`) are scanned by the same [`scan`], with
 //! their own names (they also see the response and timings).
+//!
+//! After an authentication filter accepted a request, `$consumer` is who it is (the API key's
+//! consumer, the Basic user, the token's `sub`) and `$jwt_claim_NAME` a claim of the verified
+//! token ([`Identity`]); both are empty before, or on routes without one.
 
 use std::net::IpAddr;
 
@@ -104,6 +108,30 @@ pub enum Var {
     Route,
     /// A capture of the route's `path_regex` (1-9).
     Capture(usize),
+    /// Who an authentication filter said the client is.
+    Consumer,
+    /// A claim of the verified token: strings as they are, other values as JSON.
+    Claim(String),
+}
+
+/// Who a request is, once an authentication filter accepted it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Identity {
+    /// The consumer (API key), user (Basic) or subject (JWT `sub`).
+    pub consumer: String,
+    /// A verified token's claims (empty for other kinds).
+    pub claims: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Identity {
+    /// Appends claim `name` to `out`: a string as it is, another value as JSON.
+    pub fn claim(&self, name: &str, out: &mut Vec<u8>) {
+        match self.claims.get(name) {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::String(s)) => out.extend_from_slice(s.as_bytes()),
+            Some(v) => out.extend_from_slice(v.to_string().as_bytes()),
+        }
+    }
 }
 
 const NAMES: &[(&str, Var)] = &[
@@ -117,6 +145,7 @@ const NAMES: &[(&str, Var)] = &[
     ("remote_addr", Var::RemoteAddr),
     ("request_method", Var::Method),
     ("route", Var::Route),
+    ("consumer", Var::Consumer),
 ];
 
 /// The variable called `name`, or why there is none.
@@ -134,6 +163,9 @@ pub fn variable(name: &str) -> Result<Var, String> {
     if let Some(n) = rest("cookie_") {
         return Ok(Var::Cookie(n.to_string()));
     }
+    if let Some(n) = rest("jwt_claim_") {
+        return Ok(Var::Claim(n.to_string()));
+    }
     if let Ok(n) = name.parse::<usize>() {
         if (1..=9).contains(&n) {
             return Ok(Var::Capture(n));
@@ -141,7 +173,7 @@ pub fn variable(name: &str) -> Result<Var, String> {
     }
     let known: Vec<&str> = NAMES.iter().map(|(n, _)| *n).collect();
     Err(format!(
-        "unknown variable ${name}; known: {}, arg_NAME, http_NAME, cookie_NAME, 1-9 (path_regex captures)",
+        "unknown variable ${name}; known: {}, arg_NAME, http_NAME, cookie_NAME, jwt_claim_NAME, 1-9 (path_regex captures)",
         known.join(", ")
     ))
 }
@@ -155,6 +187,8 @@ pub struct Env<'a> {
     pub route: &'a str,
     /// The route's `path_regex`, for `$1`..`$9`.
     pub regex: Option<&'a regex::bytes::Regex>,
+    /// Who the client is, once an authentication filter said so.
+    pub identity: Option<&'a Identity>,
 }
 
 /// A compiled value.
@@ -276,6 +310,16 @@ fn value(v: &Var, env: &Env<'_>, out: &mut Vec<u8>) {
         }
         Var::Method => out.extend_from_slice(head.method.as_str().as_bytes()),
         Var::Route => out.extend_from_slice(env.route.as_bytes()),
+        Var::Consumer => {
+            if let Some(id) = env.identity {
+                out.extend_from_slice(id.consumer.as_bytes());
+            }
+        }
+        Var::Claim(name) => {
+            if let Some(id) = env.identity {
+                id.claim(name, out);
+            }
+        }
         Var::Capture(_) => {}
     }
 }
@@ -362,6 +406,7 @@ mod tests {
             client: "192.0.2.7".parse().unwrap(),
             route: "r1",
             regex: Some(&re),
+            identity: None,
         };
         String::from_utf8(Template::parse(t).unwrap().to_vec(&env)).unwrap()
     }

@@ -29,7 +29,9 @@ fn gateway(vars: &[(&str, String)]) -> TestServer {
         .map(|(k, v)| (k.to_string(), v.clone()))
         .chain([("WEIR_LISTEN".to_string(), "127.0.0.1:0".to_string())])
         .collect();
-    let cfg = weir::runtime::load_str(EXAMPLE, Path::new("."), |v| vars.get(v).cloned()).unwrap();
+    // Relative files (examples/htpasswd) resolve against the example's own directory.
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples"));
+    let cfg = weir::runtime::load_str(EXAMPLE, dir, |v| vars.get(v).cloned()).unwrap();
     let handle = weir::server::start(cfg).unwrap();
     let addr = handle.local_addrs()[0];
     TestServer {

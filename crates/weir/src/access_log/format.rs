@@ -9,9 +9,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 /// nginx's and Apache's `combined` format.
-pub const COMBINED: &str = r#"$remote_addr - - [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent""#;
+pub const COMBINED: &str = r#"$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent""#;
 /// nginx's and Apache's `common` format.
-pub const COMMON: &str = r#"$remote_addr - - [$time_local] "$request" $status $body_bytes_sent"#;
+pub const COMMON: &str =
+    r#"$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent"#;
 
 /// What a log line can report about one request.
 pub struct Entry<'a> {
@@ -33,6 +34,8 @@ pub struct Entry<'a> {
     /// What the TLS handshake settled; `None` over plain TCP.
     pub tls: Option<&'a crate::tls::TlsInfo>,
     pub request_id: Option<&'a [u8]>,
+    /// Who an authentication filter said the client is.
+    pub identity: Option<&'a crate::vars::Identity>,
     /// A request field by lowercase name.
     pub request_field: &'a dyn Fn(&str) -> Option<&'a [u8]>,
     /// A response field by lowercase name (captured when the head was sent).
@@ -85,6 +88,10 @@ pub enum Var {
     Cookie(String),
     /// The Host field's host, without the port.
     Host,
+    /// The consumer an authentication filter named (`-` when none did).
+    Consumer,
+    /// A claim of a verified token (`$jwt_claim_sub`).
+    Claim(String),
 }
 
 const NAMES: &[(&str, Var)] = &[
@@ -123,6 +130,8 @@ const NAMES: &[(&str, Var)] = &[
     ("ssl_client_s_dn", Var::TlsClientSubject),
     ("request_id", Var::RequestId),
     ("host", Var::Host),
+    ("consumer", Var::Consumer),
+    ("remote_user", Var::Consumer),
 ];
 
 /// A piece of a compiled template.
@@ -215,9 +224,12 @@ fn variable(name: &str) -> Result<Var, String> {
     if let Some(n) = name.strip_prefix("cookie_").filter(|n| !n.is_empty()) {
         return Ok(Var::Cookie(n.to_string()));
     }
+    if let Some(n) = name.strip_prefix("jwt_claim_").filter(|n| !n.is_empty()) {
+        return Ok(Var::Claim(n.to_string()));
+    }
     let known: Vec<&str> = NAMES.iter().map(|(n, _)| *n).collect();
     Err(format!(
-        "unknown variable ${name}; known: {}, http_NAME (request field), sent_http_NAME (response field), arg_NAME, cookie_NAME",
+        "unknown variable ${name}; known: {}, http_NAME (request field), sent_http_NAME (response field), arg_NAME, cookie_NAME, jwt_claim_NAME",
         known.join(", ")
     ))
 }
@@ -367,6 +379,20 @@ fn text_var(v: &Var, e: &Entry<'_>, time_local: &[u8], out: &mut Vec<u8>) {
                 None => dash(out),
             }
         }
+        Var::Consumer => match e.identity.filter(|i| !i.consumer.is_empty()) {
+            Some(i) => escaped(i.consumer.as_bytes(), out),
+            None => dash(out),
+        },
+        Var::Claim(n) => {
+            let mut v = Vec::new();
+            if let Some(i) = e.identity {
+                i.claim(n, &mut v);
+            }
+            match v.is_empty() {
+                false => escaped(&v, out),
+                true => dash(out),
+            }
+        }
         Var::Host => match (e.request_field)("host") {
             Some(v) => {
                 let host = match v.iter().rposition(|b| *b == b':') {
@@ -457,6 +483,8 @@ fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
     );
     out.extend_from_slice(b",\"request_id\":");
     json_str(e.request_id, out);
+    out.extend_from_slice(b",\"consumer\":");
+    json_str(e.identity.map(|i| i.consumer.as_bytes()), out);
     out.extend_from_slice(b",\"referer\":");
     json_str((e.request_field)("referer"), out);
     out.extend_from_slice(b",\"user_agent\":");
@@ -521,6 +549,7 @@ mod tests {
             route: "hello",
             tls: None,
             request_id: Some(b"abc"),
+            identity: None,
             request_field: fields,
             response_field: sent,
         }

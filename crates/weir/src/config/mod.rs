@@ -13,6 +13,7 @@ pub(crate) use checks::{check_header_name, check_header_value};
 pub mod interpolate;
 pub mod locate;
 pub mod model;
+pub mod model_auth;
 pub mod model_filters;
 pub mod model_ops;
 pub mod model_tls;

@@ -54,6 +54,9 @@ pub struct FilterSpec {
     pub mirror: Option<MirrorRule>,
     pub replace: Option<ReplaceRule>,
     pub cors: Option<CorsRule>,
+    pub basic_auth: Option<super::model_auth::BasicAuth>,
+    pub api_key: Option<super::model_auth::ApiKey>,
+    pub jwt: Option<super::model_auth::Jwt>,
 }
 
 /// Cross-origin resource sharing.

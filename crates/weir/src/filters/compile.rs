@@ -140,6 +140,9 @@ impl Compiler {
             mirror,
             replace,
             cors,
+            basic_auth,
+            api_key,
+            jwt,
         } = spec;
         let given = [
             rate_limit.is_some(),
@@ -154,11 +157,14 @@ impl Compiler {
             mirror.is_some(),
             replace.is_some(),
             cors.is_some(),
+            basic_auth.is_some(),
+            api_key.is_some(),
+            jwt.is_some(),
         ];
         if given.iter().filter(|g| **g).count() != 1 {
             return Err((
                 path.to_string(),
-                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers, no_store, sticky, mirror, replace, cors".into(),
+                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers, no_store, sticky, mirror, replace, cors, basic_auth, api_key, jwt".into(),
             ));
         }
         // State that outlives a config (a reload keeps it): under a key of kind, name and the
@@ -220,6 +226,25 @@ impl Compiler {
             plain(Split::compile(s, &format!("{path}.split"), upstreams)?)
         } else if let Some(c) = canary {
             plain(Canary::compile(c, &format!("{path}.canary"), upstreams)?)
+        } else if let Some(b) = basic_auth {
+            plain(super::basic_auth::BasicAuth::compile(
+                b,
+                &format!("{path}.basic_auth"),
+                base,
+            )?)
+        } else if let Some(a) = api_key {
+            plain(super::api_key::ApiKey::compile(
+                a,
+                &format!("{path}.api_key"),
+                base,
+            )?)
+        } else if let Some(j) = jwt {
+            plain(super::jwt::Jwt::compile(
+                j,
+                &format!("{path}.jwt"),
+                base,
+                upstreams,
+            )?)
         } else if let Some(c) = cors {
             plain(super::cors::Cors::compile(c, &format!("{path}.cors"))?)
         } else if let Some(r) = replace {

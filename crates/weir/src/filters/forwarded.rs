@@ -8,7 +8,7 @@ use ipnet::IpNet;
 use weir_http::response::put_header;
 use weir_http::RequestHead;
 
-use super::{Client, Filter};
+use super::{Client, Filter, Upward};
 use crate::vars::format_ip;
 
 /// A compiled `forwarded` block.
@@ -47,7 +47,8 @@ impl Filter for Forwarded {
         self.forwarded && name.eq_ignore_ascii_case(b"forwarded")
     }
 
-    fn upstream_fields(&self, client: &Client, head: &RequestHead, out: &mut BytesMut) {
+    fn upstream_fields(&self, up: &Upward<'_>, out: &mut BytesMut) {
+        let (client, head) = (up.client, up.head);
         let trusted = self.trusts(client.ip);
         // The validated, normalised authority (an absolute-form target's wins over Host).
         let client_host = head.authority();
@@ -124,7 +125,12 @@ mod tests {
             .unwrap()
             .unwrap();
         let mut out = BytesMut::new();
-        f.upstream_fields(&client, &head, &mut out);
+        let up = Upward {
+            client: &client,
+            head: &head,
+            identity: None,
+        };
+        f.upstream_fields(&up, &mut out);
         let dropped = head
             .headers
             .iter()

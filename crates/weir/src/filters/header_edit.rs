@@ -9,9 +9,9 @@
 
 use bytes::{Bytes, BytesMut};
 use weir_http::reply::DropFields;
-use weir_http::{Reply, RequestHead};
+use weir_http::Reply;
 
-use super::{phase, Client, Filter, Req, State};
+use super::{phase, Client, Filter, Req, State, Upward};
 use crate::config::{check_header_name, check_header_value, model, CompileError};
 use crate::vars::{Env, Template};
 
@@ -145,15 +145,16 @@ impl Filter for HeaderEdit {
         self.request.drops(name)
     }
 
-    fn upstream_fields(&self, client: &Client, head: &RequestHead, out: &mut BytesMut) {
+    fn upstream_fields(&self, up: &Upward<'_>, out: &mut BytesMut) {
         out.extend_from_slice(self.request.lines());
         if !self.request.dynamic.is_empty() {
             let env = Env {
-                head,
-                scheme: client.scheme,
-                client: client.ip,
+                head: up.head,
+                scheme: up.client.scheme,
+                client: up.client.ip,
                 route: &self.route,
                 regex: self.regex.as_ref(),
+                identity: up.identity,
             };
             self.request.render(&env, out);
         }

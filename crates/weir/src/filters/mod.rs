@@ -34,17 +34,23 @@
 //! [`split`] (traffic split and canary), [`sticky`], [`mirror`], [`no_store`] (before-store) and
 //! [`replace`] (response body), compiled from config by [`compile`].
 
+pub mod api_key;
+pub mod basic_auth;
 pub mod breaker;
 pub mod compile;
 pub mod concurrency;
 pub mod cors;
 pub mod forwarded;
 pub mod header_edit;
+pub mod htpasswd;
 pub mod ip_filter;
+pub mod jwt;
+pub mod jwt_keys;
 pub mod keyed;
 pub mod mirror;
 pub mod no_store;
 pub mod rate_limit;
+pub mod remember;
 pub mod replace;
 pub mod request_id;
 pub mod split;
@@ -62,6 +68,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use weir_http::{Reply, RequestHead, ResponseHead};
+
+pub use crate::vars::Identity;
 
 /// A filter's per-request state: `None` until it stores something.
 pub type State = Option<Box<dyn Any>>;
@@ -83,6 +91,16 @@ pub enum Flow {
     /// Wait for this future (IO: a key server, a store), then decide. The chain resumes with
     /// what it returns, as if the filter had returned that.
     Wait(Pin<Box<dyn Future<Output = Flow>>>),
+    /// Go on: the client is this consumer (an authentication filter accepted it). Later
+    /// filters, the upstream request's templates and the log see it as `$consumer` and
+    /// `$jwt_claim_NAME`.
+    Authenticated(Arc<Identity>),
+}
+
+impl Debug for dyn Fetcher + '_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Fetcher")
+    }
 }
 
 impl Debug for Flow {
@@ -91,6 +109,7 @@ impl Debug for Flow {
             Flow::Continue => f.write_str("Continue"),
             Flow::Respond(a) => write!(f, "Respond({})", a.status),
             Flow::Wait(_) => f.write_str("Wait"),
+            Flow::Authenticated(id) => write!(f, "Authenticated({})", id.consumer),
         }
     }
 }
@@ -114,6 +133,34 @@ pub struct Req<'a> {
     pub route: &'a str,
     /// The route's `path_regex`, for `$1`..`$9`.
     pub regex: Option<&'a regex::bytes::Regex>,
+    /// Who the client is, once an authentication filter before this one said so.
+    pub identity: Option<&'a Identity>,
+    /// Requests of the filter's own through an upstream (given when a filter of the chain
+    /// has the [`phase::FETCH`] bit).
+    pub fetch: Option<&'a dyn Fetcher>,
+}
+
+/// A subrequest's answer: the response head and its body (cut at the size asked).
+pub type Fetched = Result<(ResponseHead, Bytes), String>;
+
+/// Requests a filter sends through an upstream of the config (a JWKS, an auth service), with
+/// the upstream's servers, balancing, TLS, timeouts and retries: the pipeline implements it.
+pub trait Fetcher {
+    /// Sends `head` (no body) to `upstream`; the future owns what it needs.
+    fn fetch(
+        &self,
+        upstream: usize,
+        head: RequestHead,
+        max_body: usize,
+    ) -> Pin<Box<dyn Future<Output = Fetched>>>;
+}
+
+/// The upstream request, as the upstream phase sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Upward<'a> {
+    pub client: &'a Client,
+    pub head: &'a RequestHead,
+    pub identity: Option<&'a Identity>,
 }
 
 impl<'a> Req<'a> {
@@ -125,6 +172,7 @@ impl<'a> Req<'a> {
             client: self.client.ip,
             route: self.route,
             regex: self.regex,
+            identity: self.identity,
         }
     }
 }
@@ -165,6 +213,13 @@ pub mod phase {
     /// response says so in its response phase by putting state in its slot (and setting the
     /// reply's framing: the length changes).
     pub const BODY: u16 = 1024;
+    /// Drops query parameters from the upstream target ([`super::Filter::drops_arg`]).
+    pub const DROPS_ARG: u16 = 2048;
+    /// May send requests of its own through an upstream ([`super::Fetcher`]): the request
+    /// phase gets one in [`super::Req::fetch`].
+    pub const FETCH: u16 = 4096;
+    /// Says who the client is ([`super::Flow::Authenticated`]): the request keeps its run.
+    pub const IDENTITY: u16 = 8192;
 }
 
 /// One filter. Methods default to doing nothing; [`Filter::phases`] says which are implemented.
@@ -184,7 +239,13 @@ pub trait Filter: Debug + Send + Sync {
     }
 
     /// Fields added to the upstream request, as `Name: value\r\n` lines.
-    fn upstream_fields(&self, _client: &Client, _head: &RequestHead, _out: &mut BytesMut) {}
+    fn upstream_fields(&self, _up: &Upward<'_>, _out: &mut BytesMut) {}
+
+    /// Whether a query parameter of the client's request is left out of the upstream
+    /// request's target (an API key given as a parameter).
+    fn drops_arg(&self, _name: &[u8]) -> bool {
+        false
+    }
 
     /// An upstream response the cache would store: `false` keeps it out of the store (it is
     /// still relayed).
@@ -241,6 +302,8 @@ pub struct Run {
     /// Inline for up to four stateful filters: a second allocation per request saved.
     states: smallvec::SmallVec<[State; 4]>,
     pub upstream: Option<usize>,
+    /// Who the client is, once an authentication filter said so.
+    pub identity: Option<Arc<Identity>>,
     /// The upstream and server that answered, once one did (for [`Filter::served`]).
     pub served: Option<(usize, usize)>,
     /// Whether a body filter claimed the response: its body goes through [`Chain::body`].
@@ -290,6 +353,8 @@ impl Chain {
     /// Runs the request phase from filter `from` on.
     pub fn request(&self, req: &Req<'_>, run: &mut Run, from: usize) -> Step {
         let mut none: State = None;
+        // Who the client is, as the filters after an authentication filter see it.
+        let mut identity = run.identity.clone();
         for (i, (phases, f)) in self.filters.iter().enumerate().skip(from) {
             if phases & phase::REQUEST == 0 {
                 continue;
@@ -299,10 +364,18 @@ impl Chain {
             } else {
                 &mut none
             };
-            match f.request(req, state, &mut run.upstream) {
+            let seen = Req {
+                identity: identity.as_deref().or(req.identity),
+                ..*req
+            };
+            match f.request(&seen, state, &mut run.upstream) {
                 Flow::Continue => {}
                 Flow::Respond(a) => return Step::Respond(a),
                 Flow::Wait(fut) => return Step::Wait(i, fut),
+                Flow::Authenticated(id) => {
+                    run.identity = Some(id.clone());
+                    identity = Some(id);
+                }
             }
         }
         Step::Continue
@@ -312,6 +385,10 @@ impl Chain {
     pub fn resume(&self, req: &Req<'_>, run: &mut Run, at: usize, flow: Flow) -> Step {
         match flow {
             Flow::Continue => self.request(req, run, at + 1),
+            Flow::Authenticated(id) => {
+                run.identity = Some(id);
+                self.request(req, run, at + 1)
+            }
             Flow::Respond(a) => Step::Respond(a),
             Flow::Wait(fut) => Step::Wait(at, fut),
         }
@@ -340,15 +417,24 @@ impl Chain {
                 .any(|(p, f)| p & phase::DROPS_UPSTREAM != 0 && f.drops_upstream(client, name))
     }
 
-    pub fn upstream_fields(&self, client: &Client, head: &RequestHead, out: &mut BytesMut) {
+    pub fn upstream_fields(&self, up: &Upward<'_>, out: &mut BytesMut) {
         if !self.has(phase::UPSTREAM) {
             return;
         }
         for (p, f) in &self.filters {
             if p & phase::UPSTREAM != 0 {
-                f.upstream_fields(client, head, out);
+                f.upstream_fields(up, out);
             }
         }
+    }
+
+    /// Whether a query parameter is left out of the upstream target.
+    pub fn drops_arg(&self, name: &[u8]) -> bool {
+        self.has(phase::DROPS_ARG)
+            && self
+                .filters
+                .iter()
+                .any(|(p, f)| p & phase::DROPS_ARG != 0 && f.drops_arg(name))
     }
 
     /// Whether every filter lets the cache store `resp`.
@@ -520,6 +606,8 @@ mod tests {
             head: &h,
             route: "r",
             regex: None,
+            identity: None,
+            fetch: None,
         };
         let mut run = Run::default();
         let step = chain.request(&req, &mut run, 0);

@@ -3,9 +3,9 @@
 //! `1.1`, `2`) upstream, the upstream's (HTTP/1.1 as weir relays it) on the response.
 
 use bytes::{BufMut, BytesMut};
-use weir_http::{Reply, RequestHead};
+use weir_http::Reply;
 
-use super::{Client, Filter};
+use super::{Filter, Upward};
 
 const LINE: &[u8] = b"Via: 1.1 weir\r\n";
 const LINE_10: &[u8] = b"Via: 1.0 weir\r\n";
@@ -19,8 +19,8 @@ impl Filter for Via {
         super::phase::UPSTREAM | super::phase::RESPONSE
     }
 
-    fn upstream_fields(&self, client: &Client, _: &RequestHead, out: &mut BytesMut) {
-        out.put_slice(match client.version {
+    fn upstream_fields(&self, up: &Upward<'_>, out: &mut BytesMut) {
+        out.put_slice(match up.client.version {
             "2" => LINE_2,
             "1.0" => LINE_10,
             _ => LINE,

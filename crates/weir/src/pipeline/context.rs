@@ -155,6 +155,12 @@ impl RequestCtx {
         self.extra.as_mut().map(|e| &mut e.filters)
     }
 
+    /// Who an authentication filter said the client is, if one did.
+    #[inline]
+    pub fn identity(&self) -> Option<std::sync::Arc<crate::vars::Identity>> {
+        self.extra.as_ref().and_then(|e| e.filters.identity.clone())
+    }
+
     /// The upstream a filter chose, if one did.
     #[inline]
     pub fn chosen_upstream(&self) -> Option<usize> {

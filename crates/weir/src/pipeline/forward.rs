@@ -192,11 +192,13 @@ pub(crate) async fn forward<D: Downstream>(
     let id = ctx.request_id(head, target.client.ip);
     let settings = &rt.cfg.request_id;
     let id_line = [&settings.prefix[..], &id, b"\r\n"].concat();
+    let identity = ctx.identity();
     let shape = RequestShape {
         upgrade: wants_upgrade(head),
         strip_conditionals: ex.strip_conditionals,
         extra: ex.extra,
         request_id: Some((&settings.name, &id_line)),
+        identity: identity.as_deref(),
     };
     let total_deadline = up.total_timeout.map(|t| Instant::now() + t);
     // Servers tried so far (bounded: retries are few).

@@ -112,6 +112,7 @@ fn access_line<D: Downstream>(
         sent.iter().find(|(j, _)| *j == i).map(|(_, v)| &v[..])
     };
     let time = crate::access_log::wall_at(now);
+    let identity = ctx.identity();
     let entry = Entry {
         time,
         client: peer,
@@ -129,6 +130,7 @@ fn access_line<D: Downstream>(
         route,
         tls: d.tls(),
         request_id: request_id.as_deref(),
+        identity: identity.as_deref(),
         request_field: &request_field,
         response_field: &response_field,
     };

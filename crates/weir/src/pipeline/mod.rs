@@ -26,6 +26,7 @@ pub(crate) mod downstream;
 pub(crate) mod fetch;
 pub(crate) mod forward;
 mod log;
+pub(crate) mod subrequest;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -171,8 +172,11 @@ fn start<'a, D: Downstream>(
         if chain.has(phase::REQUEST) {
             let client = client_of(d);
             let mut local = Run::default();
+            let subrequests = chain
+                .has(phase::FETCH)
+                .then(|| subrequest::Subrequests::new(ctx, d.peer()));
             let step = chain.request(
-                &request_of(&client, head, route),
+                &request_of(&client, head, route, subrequests.as_ref()),
                 run_for(chain, ctx, &mut local),
                 0,
             );
@@ -182,7 +186,7 @@ fn start<'a, D: Downstream>(
                 wait @ Step::Wait(..) => {
                     return Started::Later(Box::pin(async move {
                         let mut local = Run::default();
-                        let req = request_of(&client, head, route);
+                        let req = request_of(&client, head, route, subrequests.as_ref());
                         let run = run_for(chain, ctx, &mut local);
                         if let Some(a) = chain.request_async(&req, run, wait).await {
                             return Ok(respond_for_filter(d, ctx, head, a));
@@ -204,23 +208,27 @@ fn request_of<'a>(
     client: &'a Client,
     head: &'a RequestHead,
     route: &'a crate::routes::Route,
+    subrequests: Option<&'a subrequest::Subrequests>,
 ) -> Req<'a> {
     Req {
         client,
         head,
         route: &route.name,
         regex: route.regex(),
+        identity: None,
+        fetch: subrequests.map(|s| s as &dyn crate::filters::Fetcher),
     }
 }
 
-/// Where the request phase keeps its state: the context's run when a filter keeps state or
-/// chooses an upstream (they outlive the phase), else `local`, which allocates nothing.
+/// Where the request phase keeps its state: the context's run when a filter keeps state,
+/// chooses an upstream or names the client (they outlive the phase), else `local`, which
+/// allocates nothing.
 fn run_for<'r>(
     chain: &crate::filters::Chain,
     ctx: &'r mut RequestCtx,
     local: &'r mut Run,
 ) -> &'r mut Run {
-    if chain.has(phase::STATE | phase::UPSTREAM_CHOICE) {
+    if chain.has(phase::STATE | phase::UPSTREAM_CHOICE | phase::IDENTITY) {
         ctx.run()
     } else {
         local
@@ -458,12 +466,14 @@ fn respond_rendered<D: Downstream>(
     persistence: Persistence,
 ) -> Persistence {
     let client = client_of(d);
+    let identity = ctx.identity();
     let env = crate::vars::Env {
         head,
         scheme: client.scheme,
         client: client.ip,
         route: &route.name,
         regex: route.regex(),
+        identity: identity.as_deref(),
     };
     let rendered = match r.render(dynamic, &env) {
         Ok(rendered) => rendered,

@@ -209,6 +209,8 @@ pub struct RequestShape<'a> {
     /// The request id: the field's lowercase name (the client's is not relayed) and the whole
     /// line sent in its place.
     pub request_id: Option<(&'a str, &'a [u8])>,
+    /// Who an authentication filter said the client is (for the filters' templates).
+    pub identity: Option<&'a crate::vars::Identity>,
 }
 
 /// Encodes the upstream request head: rewritten target, Host per the route, the client's fields
@@ -255,7 +257,12 @@ pub fn build_request(
         }
         put_header(req, n, &h.value);
     }
-    route.filters.upstream_fields(client, head, req);
+    let up = crate::filters::Upward {
+        client,
+        head,
+        identity: shape.identity,
+    };
+    route.filters.upstream_fields(&up, req);
     if let Some((_, line)) = shape.request_id {
         req.put_slice(line);
     }

@@ -200,9 +200,24 @@ impl ProxyRoute {
             rewritten = re.replace(&rewritten, rep.as_bytes()).into_owned();
         }
         out.extend_from_slice(&rewritten);
-        if let Some(q) = req.query() {
-            out.extend_from_slice(b"?");
-            out.extend_from_slice(q);
+        match req.query() {
+            Some(q) if self.filters.has(crate::filters::phase::DROPS_ARG) => {
+                // Parameters a filter keeps from the upstream (an API key): the rest, in order.
+                let mut sep = b'?';
+                for pair in q.split(|b| *b == b'&') {
+                    let name = &pair[..pair.iter().position(|b| *b == b'=').unwrap_or(pair.len())];
+                    if !pair.is_empty() && !self.filters.drops_arg(name) {
+                        out.extend_from_slice(&[sep]);
+                        out.extend_from_slice(pair);
+                        sep = b'&';
+                    }
+                }
+            }
+            Some(q) => {
+                out.extend_from_slice(b"?");
+                out.extend_from_slice(q);
+            }
+            None => {}
         }
     }
 }

@@ -234,7 +234,37 @@ pub(crate) fn compile(
         None => Bytes::new(),
     };
     let filters = filters.into_all();
+    let mut by_index: Vec<(&String, &usize)> = upstream_index.iter().collect();
+    by_index.sort_by_key(|(_, i)| **i);
+    let subrequests = by_index
+        .into_iter()
+        .map(|(name, _)| {
+            let bare = model::Proxy {
+                upstream: name.clone(),
+                host: "preserve".into(),
+                strip_prefix: None,
+                add_prefix: None,
+                regex_replace: None,
+                request_headers: Default::default(),
+                response_headers: Default::default(),
+                forwarded: model::Forwarded {
+                    x_forwarded: false,
+                    forwarded: false,
+                    trusted_proxies: Vec::new(),
+                },
+                via: false,
+            };
+            crate::proxy::route::ProxyRoute::compile(
+                bare,
+                &format!("upstreams.{name}"),
+                &upstream_index,
+                Vec::new(),
+                (name, None),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(RuntimeConfig {
+        subrequests,
         workers,
         server_header,
         server_line,

@@ -58,6 +58,9 @@ pub struct RuntimeConfig {
     pub admin: Option<admin_settings::AdminSettings>,
     /// Every filter compiled (named ones once), for /metrics and the admin API.
     pub filters: Vec<crate::filters::compile::Compiled>,
+    /// One bare proxy route per upstream (no filters, no forwarding fields, the request's own
+    /// Host): what filters' subrequests go through (`pipeline/subrequest.rs`).
+    pub subrequests: Vec<crate::proxy::route::ProxyRoute>,
 }
 
 /// The error log's settings.

@@ -1,0 +1,665 @@
+//! Authentication filters over real sockets: `basic_auth` (htpasswd), `api_key`, `jwt` (every
+//! algorithm family, claims as variables, a JWKS fetched through an upstream and rotated under
+//! load), and the consumer in variables, the upstream request and the access log.
+//!
+//! The keys in tests/fixtures/jwt/ are test-only keys made with `openssl genpkey`.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::origin::{http_origin, ok, SeenRequest};
+use common::{get, roundtrip, start_config, TestServer};
+use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
+use serde_json::json;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/jwt")
+        .join(name)
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("weir-auth-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// An origin that answers with what it was sent: the consumer field, whether credentials
+/// reached it, and the request line.
+fn telling_origin() -> common::origin::Origin {
+    http_origin(|req: &SeenRequest| {
+        ok(&format!(
+            "consumer={} authorization={} key={} line={}",
+            req.header("x-consumer").unwrap_or("-"),
+            req.header("authorization").is_some(),
+            req.header("x-api-key").is_some(),
+            req.line
+        ))
+    })
+}
+
+fn send(s: &TestServer, path: &str, fields: &str) -> common::Response {
+    let mut c = s.connect();
+    roundtrip(
+        &mut c,
+        format!("GET {path} HTTP/1.1\r\nHost: a\r\n{fields}\r\n").as_bytes(),
+    )
+}
+
+fn basic(user: &str, pw: &str) -> String {
+    use base64::Engine;
+    let b = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pw}"));
+    format!("Authorization: Basic {b}\r\n")
+}
+
+#[test]
+fn basic_auth_checks_htpasswd_users_and_rereads_the_file_when_it_changes() {
+    let dir = temp_dir("basic");
+    let file = dir.join("users");
+    // demo/demo (bcrypt, htpasswd -B -C 4) and bob/pw (apr1).
+    std::fs::write(
+        &file,
+        "demo:$2y$04$bw/DjbZ7pnZEvEo1e.JXwu0kKPu44mWSeL5zCJW0eGFoTHAXCI5X6\nbob:$apr1$ab$RieuZkC7MNZo71UI4mVva0\n",
+    )
+    .unwrap();
+    let o = telling_origin();
+    let s = start_config(&format!(
+        r#"
+workers: 1
+upstreams:
+  app: {{ servers: ["{}"] }}
+filters:
+  users: {{ basic_auth: {{ file: "{}", realm: "staff only" }} }}
+  who: {{ headers: {{ request: {{ set: {{ x-consumer: $consumer }} }} }} }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - match: {{ path: /hello }}
+        filters: [users]
+        respond: {{ body: "hello $consumer" }}
+      - filters: [users, who]
+        proxy: {{ upstream: app }}
+"#,
+        o.addr,
+        file.display()
+    ));
+    let r = send(&s, "/x", "");
+    assert_eq!(r.status, 401);
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some("Basic realm=\"staff only\", charset=\"UTF-8\"")
+    );
+    assert_eq!(send(&s, "/x", &basic("demo", "nope")).status, 401);
+    assert_eq!(send(&s, "/x", &basic("nobody", "demo")).status, 401);
+    assert_eq!(send(&s, "/x", "Authorization: Basic !!!\r\n").status, 401);
+    let r = send(&s, "/x", &basic("demo", "demo"));
+    assert_eq!(r.status, 200);
+    assert!(
+        r.text().starts_with("consumer=demo authorization=false"),
+        "the user goes upstream, the credentials do not: {}",
+        r.text()
+    );
+    assert_eq!(send(&s, "/hello", &basic("bob", "pw")).text(), "hello bob");
+    // The file changes: bob goes, eve comes (looked at once a second).
+    assert_eq!(send(&s, "/hello", &basic("eve", "pw")).status, 401);
+    std::thread::sleep(Duration::from_millis(1100));
+    std::fs::write(&file, "eve:{SHA}7uNqD0cAdON9alRfukqtDvXzJBM=\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while send(&s, "/hello", &basic("eve", "evepass")).status != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the changed file was not re-read"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(send(&s, "/hello", &basic("bob", "pw")).status, 401);
+    // A file that no longer parses keeps the users read last.
+    std::thread::sleep(Duration::from_millis(1100));
+    std::fs::write(&file, "broken line\n").unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(send(&s, "/hello", &basic("eve", "evepass")).status, 200);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn api_keys_name_their_consumer_and_never_reach_the_upstream() {
+    let dir = temp_dir("keys");
+    std::fs::write(
+        dir.join("keys"),
+        "# consumer:key\nbilling:billing-key-0001\n",
+    )
+    .unwrap();
+    let o = telling_origin();
+    std::env::set_var("WEIR_TEST_MOBILE_KEY", "mobile-key-0001");
+    let s = start_config(&format!(
+        r#"
+workers: 1
+upstreams:
+  app: {{ servers: ["{}"] }}
+filters:
+  keys:
+    api_key:
+      query: apikey
+      header: x-api-key
+      keys: {{ mobile: "${{WEIR_TEST_MOBILE_KEY}}" }}
+      file: "{}"
+  who: {{ headers: {{ request: {{ set: {{ x-consumer: $consumer }} }} }} }}
+  per_consumer: {{ rate_limit: {{ rate: 1, per: 1m, key: $consumer }} }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - match: {{ path: /limited }}
+        filters: [keys, per_consumer]
+        respond: {{ body: "ok $consumer" }}
+      - filters: [keys, who]
+        proxy: {{ upstream: app }}
+"#,
+        o.addr,
+        dir.join("keys").display()
+    ));
+    assert_eq!(send(&s, "/x", "").status, 401);
+    assert_eq!(send(&s, "/x", "X-Api-Key: wrong-key-000\r\n").status, 401);
+    let r = send(&s, "/x?a=1", "X-Api-Key: mobile-key-0001\r\n");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.text(),
+        "consumer=mobile authorization=false key=false line=GET /x?a=1 HTTP/1.1"
+    );
+    let r = send(&s, "/x?a=1&apikey=billing-key-0001&b=2", "");
+    assert_eq!(
+        r.text(),
+        "consumer=billing authorization=false key=false line=GET /x?a=1&b=2 HTTP/1.1",
+        "the parameter is taken out, the others stay in order"
+    );
+    // A rate limit keyed by consumer: each has its own quota.
+    assert_eq!(
+        send(&s, "/limited", "X-Api-Key: mobile-key-0001\r\n").text(),
+        "ok mobile"
+    );
+    assert_eq!(
+        send(&s, "/limited", "X-Api-Key: mobile-key-0001\r\n").status,
+        429
+    );
+    assert_eq!(
+        send(&s, "/limited?apikey=billing-key-0001", "").text(),
+        "ok billing"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn token(
+    alg: Algorithm,
+    key: &EncodingKey,
+    kid: Option<&str>,
+    claims: serde_json::Value,
+) -> String {
+    let mut h = Header::new(alg);
+    h.kid = kid.map(str::to_string);
+    encode(&h, &claims, key).unwrap()
+}
+
+fn bearer(t: &str) -> String {
+    format!("Authorization: Bearer {t}\r\n")
+}
+
+/// The example contract: /private/ takes an HS256 token signed with WEIR_JWT_SECRET.
+#[test]
+fn the_example_private_route_takes_hs256_tokens() {
+    let o = telling_origin();
+    let vars: std::collections::HashMap<String, String> = [
+        ("WEIR_LISTEN", "127.0.0.1:0".to_string()),
+        ("WEIR_ECHO_1", o.addr.to_string()),
+        ("WEIR_ECHO_2", o.addr.to_string()),
+        ("WEIR_JWT_SECRET", "s3cret-for-tests".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples"));
+    let yaml = include_str!("../../../examples/gateway.yaml");
+    let cfg = weir::runtime::load_str(yaml, dir, |v| vars.get(v).cloned()).unwrap();
+    let handle = weir::server::start(cfg).unwrap();
+    let s = TestServer {
+        addr: handle.local_addrs()[0],
+        handle: Some(handle),
+    };
+    let good = EncodingKey::from_secret(b"s3cret-for-tests");
+    let claims = json!({"sub": "alice", "exp": now() + 60});
+    let r = send(&s, "/private/x", "");
+    assert_eq!(
+        (r.status, r.header("www-authenticate")),
+        (401, Some("Bearer"))
+    );
+    let r = send(
+        &s,
+        "/private/x",
+        &bearer(&token(Algorithm::HS256, &good, None, claims.clone())),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        r.text().starts_with("consumer=alice authorization=false"),
+        "{}",
+        r.text()
+    );
+    let invalid = Some("Bearer error=\"invalid_token\"");
+    let other = EncodingKey::from_secret(b"change-me");
+    for bad in [
+        token(Algorithm::HS256, &other, None, claims.clone()),
+        token(Algorithm::HS512, &good, None, claims.clone()),
+        token(
+            Algorithm::HS256,
+            &good,
+            None,
+            json!({"sub": "alice", "exp": now() - 600}),
+        ),
+        token(Algorithm::HS256, &good, None, json!({"sub": "alice"})),
+        // alg "none", unsigned.
+        "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiJhbGljZSJ9.".to_string(),
+        "not.a.token".to_string(),
+    ] {
+        let r = send(&s, "/private/x", &bearer(&bad));
+        assert_eq!(
+            (r.status, r.header("www-authenticate")),
+            (401, invalid),
+            "{bad}"
+        );
+    }
+    // /basic/ with examples/htpasswd: demo / demo.
+    assert_eq!(send(&s, "/basic/x", "").status, 401);
+    let r = send(&s, "/basic/x", &basic("demo", "demo"));
+    assert!(
+        r.text().starts_with("consumer=demo authorization=false"),
+        "{}",
+        r.text()
+    );
+}
+
+/// Every algorithm family from key files (PEM, JWK, JWKS), claims as variables, the time and
+/// claim checks.
+#[test]
+fn jwt_verifies_every_family_and_checks_claims() {
+    let pem = |n: &str| std::fs::read(fixture(n)).unwrap();
+    let rsa = EncodingKey::from_rsa_pem(&pem("rsa.key")).unwrap();
+    let ec256 = EncodingKey::from_ec_pem(&pem("ec256.key")).unwrap();
+    let ec384 = EncodingKey::from_ec_pem(&pem("ec384.key")).unwrap();
+    let ed = EncodingKey::from_ed_pem(&pem("ed25519.key")).unwrap();
+    // The RSA key also as a JWKS file with a kid.
+    let dir = temp_dir("jwt");
+    let jwk = jsonwebtoken::jwk::Jwk::from_encoding_key(&rsa, Algorithm::RS256).unwrap();
+    let mut jwk = serde_json::to_value(&jwk).unwrap();
+    jwk["kid"] = json!("r1");
+    jwk.as_object_mut().unwrap().remove("alg");
+    let jwks = dir.join("jwks.json");
+    std::fs::write(&jwks, json!({"keys": [jwk]}).to_string()).unwrap();
+    let route = |name: &str, filter: String| {
+        format!(
+            "      - match: {{ path: /{name} }}\n        filters: [{{ jwt: {filter} }}]\n        respond: {{ body: \"$consumer $jwt_claim_role $jwt_claim_n\" }}\n"
+        )
+    };
+    let routes = [
+        route("rs", format!("{{ algorithms: [RS256, RS384, RS512, PS256, PS384, PS512], keys: \"{}\" }}", fixture("rsa.pub").display())),
+        route("jwks", format!("{{ algorithms: [RS256], keys: \"{}\" }}", jwks.display())),
+        route("es256", format!("{{ algorithms: [ES256], keys: \"{}\" }}", fixture("ec256.pub").display())),
+        route("es384", format!("{{ algorithms: [ES384], keys: \"{}\" }}", fixture("ec384.pub").display())),
+        route("ed", format!("{{ algorithms: [EdDSA], keys: \"{}\" }}", fixture("ed25519.pub").display())),
+        route("hs", "{ algorithms: [HS384, HS512], secret: another-secret, issuers: [issuer.example], audiences: [api], required_claims: [exp, role], leeway: 5s }".to_string()),
+    ]
+    .concat();
+    let s = start_config(&format!(
+        "workers: 1\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n{routes}"
+    ));
+    let claims = json!({"sub": "alice", "role": "admin", "n": 7, "exp": now() + 60, "iss": "issuer.example", "aud": "api"});
+    let ok = |path: &str, t: String| {
+        let r = send(&s, path, &bearer(&t));
+        assert_eq!(
+            (r.status, r.text()),
+            (200, "alice admin 7".to_string()),
+            "{path}"
+        );
+    };
+    let refused = |path: &str, t: String, why: &str| {
+        assert_eq!(send(&s, path, &bearer(&t)).status, 401, "{path}: {why}");
+    };
+    for alg in [
+        Algorithm::RS256,
+        Algorithm::RS384,
+        Algorithm::RS512,
+        Algorithm::PS256,
+        Algorithm::PS384,
+        Algorithm::PS512,
+    ] {
+        ok("/rs", token(alg, &rsa, None, claims.clone()));
+    }
+    ok(
+        "/jwks",
+        token(Algorithm::RS256, &rsa, Some("r1"), claims.clone()),
+    );
+    refused(
+        "/jwks",
+        token(Algorithm::RS256, &rsa, Some("r2"), claims.clone()),
+        "unknown kid",
+    );
+    ok(
+        "/es256",
+        token(Algorithm::ES256, &ec256, None, claims.clone()),
+    );
+    refused(
+        "/es256",
+        token(Algorithm::ES384, &ec384, None, claims.clone()),
+        "ES384 not allowed",
+    );
+    ok(
+        "/es384",
+        token(Algorithm::ES384, &ec384, None, claims.clone()),
+    );
+    ok("/ed", token(Algorithm::EdDSA, &ed, None, claims.clone()));
+    let hs = EncodingKey::from_secret(b"another-secret");
+    ok("/hs", token(Algorithm::HS512, &hs, None, claims.clone()));
+    ok("/hs", token(Algorithm::HS384, &hs, None, claims.clone()));
+    // HS/RS confusion: the RSA public key's PEM used as an HMAC secret.
+    let confused = EncodingKey::from_secret(&pem("rsa.pub"));
+    refused(
+        "/rs",
+        token(Algorithm::HS256, &confused, None, claims.clone()),
+        "HS256 against RSA keys",
+    );
+    let with = |k: &str, v: serde_json::Value| {
+        let mut c = claims.clone();
+        c[k] = v;
+        c
+    };
+    refused(
+        "/hs",
+        token(
+            Algorithm::HS512,
+            &hs,
+            None,
+            with("iss", json!("evil.example")),
+        ),
+        "issuer",
+    );
+    refused(
+        "/hs",
+        token(Algorithm::HS512, &hs, None, with("aud", json!("other"))),
+        "audience",
+    );
+    refused(
+        "/hs",
+        token(Algorithm::HS512, &hs, None, with("nbf", json!(now() + 60))),
+        "not yet valid",
+    );
+    refused(
+        "/hs",
+        token(Algorithm::HS512, &hs, None, with("iat", json!(now() + 60))),
+        "issued in the future",
+    );
+    refused(
+        "/hs",
+        token(Algorithm::HS512, &hs, None, with("exp", json!(now() - 30))),
+        "expired past the leeway",
+    );
+    ok(
+        "/hs",
+        token(Algorithm::HS512, &hs, None, with("exp", json!(now() - 2))),
+    );
+    let mut no_role = claims.clone();
+    no_role.as_object_mut().unwrap().remove("role");
+    refused(
+        "/hs",
+        token(Algorithm::HS512, &hs, None, no_role),
+        "required claim",
+    );
+    // Mixing families in one filter is a config error naming the key.
+    let e = weir::runtime::load_str(
+        "listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [{ jwt: { algorithms: [HS256, RS256], secret: x } }]\n        respond: { body: x }\n",
+        Path::new("."),
+        |_| None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("jwt.algorithms") && e.contains("one family"),
+        "{e}"
+    );
+    let e = weir::runtime::load_str(
+        "listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [{ jwt: { algorithms: [none], secret: x } }]\n        respond: { body: x }\n",
+        Path::new("."),
+        |_| None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("algorithms[0]"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A JWKS server whose set can change, counting its fetches.
+struct Jwks {
+    origin: common::origin::Origin,
+    body: Arc<Mutex<String>>,
+    fetches: Arc<AtomicUsize>,
+    failing: Arc<AtomicBool>,
+}
+
+fn jwks_server(max_age: u32) -> Jwks {
+    let body = Arc::new(Mutex::new(String::new()));
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let failing = Arc::new(AtomicBool::new(false));
+    let (b, f, fail) = (body.clone(), fetches.clone(), failing.clone());
+    let origin = http_origin(move |req: &SeenRequest| {
+        assert!(
+            req.line.starts_with("GET /.well-known/jwks.json "),
+            "{}",
+            req.line
+        );
+        f.fetch_add(1, Ordering::SeqCst);
+        if fail.load(Ordering::SeqCst) {
+            return b"HTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n".to_vec();
+        }
+        let body = b.lock().unwrap().clone();
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nCache-Control: max-age={max_age}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    });
+    Jwks {
+        origin,
+        body,
+        fetches,
+        failing,
+    }
+}
+
+fn jwk_of(key: &EncodingKey, kid: &str) -> serde_json::Value {
+    let mut j = serde_json::to_value(
+        jsonwebtoken::jwk::Jwk::from_encoding_key(key, Algorithm::ES256).unwrap(),
+    )
+    .unwrap();
+    j["kid"] = json!(kid);
+    j
+}
+
+fn remote_gateway(jwks: &Jwks) -> TestServer {
+    start_config(&format!(
+        r#"
+workers: 2
+upstreams:
+  idp: {{ servers: ["{}"] }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - filters:
+          - jwt: {{ algorithms: [ES256], jwks_url: "https://idp.example/.well-known/jwks.json", jwks_upstream: idp }}
+        respond: {{ body: "hi $consumer" }}
+"#,
+        jwks.origin.addr
+    ))
+}
+
+/// Keys rotated at the identity provider while clients keep sending: the new `kid` is fetched
+/// at once (other requests wait for that fetch), and no request fails.
+#[test]
+fn a_jwks_rotation_under_load_fails_no_request() {
+    let pem = |n: &str| std::fs::read(fixture(n)).unwrap();
+    let k1 = EncodingKey::from_ec_pem(&pem("ec256.key")).unwrap();
+    let k2 = EncodingKey::from_ec_pem(&std::fs::read(fixture("ec256b.key")).unwrap()).unwrap();
+    let jwks = jwks_server(600);
+    *jwks.body.lock().unwrap() = json!({"keys": [jwk_of(&k1, "k1")]}).to_string();
+    let s = remote_gateway(&jwks);
+    let claims = json!({"sub": "alice", "exp": now() + 600});
+    let t1 = token(Algorithm::ES256, &k1, Some("k1"), claims.clone());
+    let t2 = token(Algorithm::ES256, &k2, Some("k2"), claims.clone());
+    assert_eq!(send(&s, "/", &bearer(&t1)).text(), "hi alice");
+    assert_eq!(jwks.fetches.load(Ordering::SeqCst), 1);
+    let rotated = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(AtomicUsize::new(0));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let stop_at = Instant::now() + Duration::from_secs(3);
+    let addr = s.addr;
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (rotated, failures, sent) = (rotated.clone(), failures.clone(), sent.clone());
+            let (t1, t2) = (t1.clone(), t2.clone());
+            std::thread::spawn(move || {
+                let mut c = common::connect(addr);
+                while Instant::now() < stop_at {
+                    let t = if rotated.load(Ordering::SeqCst) {
+                        &t2
+                    } else {
+                        &t1
+                    };
+                    let r = roundtrip(
+                        &mut c,
+                        format!("GET / HTTP/1.1\r\nHost: a\r\n{}\r\n", bearer(t)).as_bytes(),
+                    );
+                    sent.fetch_add(1, Ordering::SeqCst);
+                    if r.status != 200 {
+                        failures.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    // The provider publishes the new key, and signing moves to it at once.
+    *jwks.body.lock().unwrap() =
+        json!({"keys": [jwk_of(&k1, "k1"), jwk_of(&k2, "k2")]}).to_string();
+    rotated.store(true, Ordering::SeqCst);
+    for c in clients {
+        c.join().unwrap();
+    }
+    let (sent, failed) = (sent.load(Ordering::SeqCst), failures.load(Ordering::SeqCst));
+    assert!(sent > 100, "{sent}");
+    assert_eq!(
+        failed, 0,
+        "{failed} of {sent} requests failed across the rotation"
+    );
+    let fetches = jwks.fetches.load(Ordering::SeqCst);
+    assert!(
+        (2..=3).contains(&fetches),
+        "one fetch for the new kid per worker at most: {fetches}"
+    );
+    // An unknown kid is fetched for at most once per 30 s.
+    let t3 = token(Algorithm::ES256, &k2, Some("k3"), claims);
+    for _ in 0..5 {
+        assert_eq!(send(&s, "/", &bearer(&t3)).status, 401);
+    }
+    assert!(jwks.fetches.load(Ordering::SeqCst) <= fetches + 2);
+}
+
+/// The last good set is kept when the provider fails, and a set's max-age is honoured.
+#[test]
+fn a_failing_jwks_keeps_the_last_good_keys() {
+    let k1 = EncodingKey::from_ec_pem(&std::fs::read(fixture("ec256.key")).unwrap()).unwrap();
+    let jwks = jwks_server(1);
+    *jwks.body.lock().unwrap() = json!({"keys": [jwk_of(&k1, "k1")]}).to_string();
+    let s = remote_gateway(&jwks);
+    let t1 = token(
+        Algorithm::ES256,
+        &k1,
+        Some("k1"),
+        json!({"sub": "bob", "exp": now() + 600}),
+    );
+    assert_eq!(send(&s, "/", &bearer(&t1)).text(), "hi bob");
+    jwks.failing.store(true, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(1500));
+    for _ in 0..20 {
+        assert_eq!(send(&s, "/", &bearer(&t1)).text(), "hi bob");
+    }
+    assert!(
+        jwks.fetches.load(Ordering::SeqCst) >= 2,
+        "the stale set was refreshed (and failed)"
+    );
+    let _ = get(s.addr, "/");
+}
+
+/// The consumer and a claim in the access log: `$consumer`, `combined`'s user column and the
+/// JSON format's `consumer`.
+#[test]
+fn the_access_log_names_the_consumer() {
+    let dir = temp_dir("log");
+    let (tpl, comb, js) = (dir.join("t.log"), dir.join("c.log"), dir.join("j.log"));
+    let mut s = start_config(&format!(
+        r#"
+workers: 1
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - match: {{ path: /t }}
+        access_log: {{ path: '{}', format: '$consumer $jwt_claim_role $jwt_claim_n' }}
+        filters: [{{ jwt: {{ algorithms: [HS256], secret: log-secret }} }}]
+        respond: {{ body: ok }}
+      - match: {{ path: /c }}
+        access_log: {{ path: '{}', format: combined }}
+        filters: [{{ api_key: {{ keys: {{ billing: billing-key-0001 }} }} }}]
+        respond: {{ body: ok }}
+      - match: {{ path: /j }}
+        access_log: {{ path: '{}', format: json }}
+        filters: [{{ api_key: {{ keys: {{ billing: billing-key-0001 }} }} }}]
+        respond: {{ body: ok }}
+"#,
+        tpl.display(),
+        comb.display(),
+        js.display()
+    ));
+    let key = EncodingKey::from_secret(b"log-secret");
+    let t = token(
+        Algorithm::HS256,
+        &key,
+        None,
+        json!({"sub": "carol", "role": "ops", "n": [1, 2], "exp": now() + 60}),
+    );
+    assert_eq!(send(&s, "/t", &bearer(&t)).status, 200);
+    assert_eq!(send(&s, "/t", "").status, 401);
+    assert_eq!(
+        send(&s, "/c", "X-Api-Key: billing-key-0001\r\n").status,
+        200
+    );
+    assert_eq!(
+        send(&s, "/j", "X-Api-Key: billing-key-0001\r\n").status,
+        200
+    );
+    s.stop();
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+    assert_eq!(read(&tpl), "carol ops [1,2]\n- - -\n");
+    assert!(
+        read(&comb).starts_with("127.0.0.1 - billing ["),
+        "{}",
+        read(&comb)
+    );
+    let v: serde_json::Value = serde_json::from_str(read(&js).trim()).unwrap();
+    assert_eq!(v["consumer"], "billing");
+    std::fs::remove_dir_all(&dir).ok();
+}
