@@ -121,6 +121,9 @@ pub struct Identity {
     pub consumer: String,
     /// A verified token's claims (empty for other kinds).
     pub claims: serde_json::Map<String, serde_json::Value>,
+    /// Field lines (`Name: value\r\n`) the authenticator adds to the upstream request (an
+    /// auth service's `X-User-Id`).
+    pub upstream_fields: bytes::Bytes,
 }
 
 impl Identity {

@@ -663,3 +663,79 @@ listeners:
     assert_eq!(v["consumer"], "billing");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Forward auth: the service sees the credential and what was asked; its 2xx lets the request
+/// on with chosen fields copied upstream; anything else is the client's answer; answers are
+/// cached per credential; a dead service is a 503.
+#[test]
+fn forward_auth_asks_a_service_and_copies_its_fields() {
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let a2 = asked.clone();
+    let service = http_origin(move |req: &SeenRequest| {
+        a2.lock().unwrap().push(format!(
+            "{} {} {} {}",
+            req.line,
+            req.header("x-forwarded-method").unwrap_or("-"),
+            req.header("x-forwarded-uri").unwrap_or("-"),
+            req.header("authorization").unwrap_or("-")
+        ));
+        match req.header("authorization") {
+            Some("Bearer good") => b"HTTP/1.1 200 OK\r\nX-User-Id: 42\r\nX-Other: no\r\nContent-Length: 0\r\n\r\n".to_vec(),
+            Some(_) => b"HTTP/1.1 403 Forbidden\r\nContent-Length: 5\r\n\r\nnope\n".to_vec(),
+            None => b"HTTP/1.1 302 Found\r\nLocation: https://login.example/\r\nContent-Length: 0\r\n\r\n".to_vec(),
+        }
+    });
+    let app = http_origin(|req: &SeenRequest| {
+        ok(&format!(
+            "user={} other={} consumer={}",
+            req.header("x-user-id").unwrap_or("-"),
+            req.header("x-other").unwrap_or("-"),
+            req.header("x-consumer").unwrap_or("-")
+        ))
+    });
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let s = start_config(&format!(
+        r#"
+workers: 1
+upstreams:
+  app: {{ servers: ["{}"] }}
+  auth: {{ servers: ["{}"] }}
+  gone: {{ servers: ["{dead}"], retries: {{ attempts: 0 }} }}
+filters:
+  ask: {{ forward_auth: {{ upstream: auth, path: /verify, copy_headers: [x-user-id], consumer_header: x-user-id, cache: 1m }} }}
+  who: {{ headers: {{ request: {{ set: {{ x-consumer: $consumer }} }} }} }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - match: {{ path_prefix: /down }}
+        filters: [{{ forward_auth: {{ upstream: gone }} }}]
+        respond: {{ body: never }}
+      - filters: [ask, who]
+        proxy: {{ upstream: app }}
+"#,
+        app.addr, service.addr
+    ));
+    let r = send(&s, "/a?x=1", "Authorization: Bearer good\r\n");
+    assert_eq!(
+        (r.status, r.text()),
+        (200, "user=42 other=- consumer=42".to_string())
+    );
+    assert_eq!(
+        asked.lock().unwrap()[0],
+        "GET /verify HTTP/1.1 GET /a?x=1 Bearer good"
+    );
+    let r = send(&s, "/a", "Authorization: Bearer bad\r\n");
+    assert_eq!((r.status, r.text()), (403, "nope\n".to_string()));
+    let r = send(&s, "/a", "");
+    assert_eq!(r.status, 302);
+    assert_eq!(r.header("location"), Some("https://login.example/"));
+    // Cached per credential: the service is not asked again.
+    let before = asked.lock().unwrap().len();
+    assert_eq!(send(&s, "/b", "Authorization: Bearer good\r\n").status, 200);
+    assert_eq!(send(&s, "/b", "Authorization: Bearer bad\r\n").status, 403);
+    assert_eq!(asked.lock().unwrap().len(), before);
+    assert_eq!(send(&s, "/down", "").status, 503);
+}

@@ -57,6 +57,7 @@ pub struct FilterSpec {
     pub basic_auth: Option<super::model_auth::BasicAuth>,
     pub api_key: Option<super::model_auth::ApiKey>,
     pub jwt: Option<super::model_auth::Jwt>,
+    pub forward_auth: Option<super::model_auth::ForwardAuth>,
 }
 
 /// Cross-origin resource sharing.

@@ -87,6 +87,7 @@ impl ApiKey {
             let id = Arc::new(Identity {
                 consumer,
                 claims: Default::default(),
+                upstream_fields: Default::default(),
             });
             if keys.insert(digest(key.as_bytes()), id).is_some() {
                 return Err((at, "the same key twice".into()));

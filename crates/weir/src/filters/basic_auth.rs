@@ -146,6 +146,7 @@ impl super::Filter for BasicAuth {
             Some(u) => Flow::Authenticated(Arc::new(Identity {
                 consumer: u,
                 claims: Default::default(),
+                upstream_fields: Default::default(),
             })),
             None => Flow::Respond(Answer {
                 status: 401,

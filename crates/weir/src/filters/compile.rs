@@ -143,6 +143,7 @@ impl Compiler {
             basic_auth,
             api_key,
             jwt,
+            forward_auth,
         } = spec;
         let given = [
             rate_limit.is_some(),
@@ -160,11 +161,12 @@ impl Compiler {
             basic_auth.is_some(),
             api_key.is_some(),
             jwt.is_some(),
+            forward_auth.is_some(),
         ];
         if given.iter().filter(|g| **g).count() != 1 {
             return Err((
                 path.to_string(),
-                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers, no_store, sticky, mirror, replace, cors, basic_auth, api_key, jwt".into(),
+                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers, no_store, sticky, mirror, replace, cors, basic_auth, api_key, jwt, forward_auth".into(),
             ));
         }
         // State that outlives a config (a reload keeps it): under a key of kind, name and the
@@ -243,6 +245,12 @@ impl Compiler {
                 j,
                 &format!("{path}.jwt"),
                 base,
+                upstreams,
+            )?)
+        } else if let Some(f) = forward_auth {
+            plain(super::forward_auth::ForwardAuth::compile(
+                f,
+                &format!("{path}.forward_auth"),
                 upstreams,
             )?)
         } else if let Some(c) = cors {

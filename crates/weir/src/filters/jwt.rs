@@ -383,8 +383,8 @@ impl Inner {
     fn accept(&self, claims: Map<String, Value>) -> Flow {
         let mut consumer = Vec::new();
         let id = Identity {
-            consumer: String::new(),
             claims,
+            ..Default::default()
         };
         id.claim(&self.consumer_claim, &mut consumer);
         Flow::Authenticated(Arc::new(Identity {

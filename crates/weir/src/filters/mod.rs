@@ -40,6 +40,7 @@ pub mod breaker;
 pub mod compile;
 pub mod concurrency;
 pub mod cors;
+pub mod forward_auth;
 pub mod forwarded;
 pub mod header_edit;
 pub mod htpasswd;
@@ -75,7 +76,7 @@ pub use crate::vars::Identity;
 pub type State = Option<Box<dyn Any>>;
 
 /// An answer made by a filter (`text/plain` unless its fields say otherwise).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Answer {
     pub status: u16,
     pub fields: Vec<(Bytes, Bytes)>,

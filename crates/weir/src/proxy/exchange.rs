@@ -263,6 +263,9 @@ pub fn build_request(
         identity: shape.identity,
     };
     route.filters.upstream_fields(&up, req);
+    if let Some(id) = shape.identity {
+        req.put_slice(&id.upstream_fields);
+    }
     if let Some((_, line)) = shape.request_id {
         req.put_slice(line);
     }
