@@ -155,7 +155,8 @@ impl KeySpec {
     }
 }
 
-/// Accept-Encoding reduced to what a cache needs to tell apart: `br`, `gzip` or nothing.
+/// Accept-Encoding reduced to what a cache needs to tell apart: `br`, `zstd`, `gzip` or nothing
+/// (identity), in that order of preference, a coding refused with `q=0` left out.
 pub fn normalize_accept_encoding(v: Option<&[u8]>) -> &'static [u8] {
     let Some(v) = v else { return b"" };
     let has = |coding: &[u8]| {
@@ -171,6 +172,8 @@ pub fn normalize_accept_encoding(v: Option<&[u8]>) -> &'static [u8] {
     };
     if has(b"br") {
         b"br"
+    } else if has(b"zstd") {
+        b"zstd"
     } else if has(b"gzip") {
         b"gzip"
     } else {

@@ -90,6 +90,97 @@ pub fn build(
     )
 }
 
+/// `Vary` with `Accept-Encoding` merged in; `None` when it already says so (or `*`).
+pub fn merged_vary(existing: Option<&[u8]>) -> Option<Vec<u8>> {
+    match existing {
+        None => Some(b"Accept-Encoding".to_vec()),
+        Some(v) => {
+            let has = v.split(|b| *b == b',').any(|m| {
+                let m = m.trim_ascii();
+                m == b"*" || m.eq_ignore_ascii_case(b"accept-encoding")
+            });
+            (!has).then(|| [v.trim_ascii(), b", Accept-Encoding"].concat())
+        }
+    }
+}
+
+/// A strong validator made weak (`"x"` → `W/"x"`); a weak one as it is. A transformed body is
+/// not the same bytes, but it means the same (RFC 9110 §8.8.1).
+pub fn weak_etag(e: &[u8]) -> Vec<u8> {
+    if e.starts_with(b"W/") {
+        e.to_vec()
+    } else {
+        [b"W/", e].concat()
+    }
+}
+
+/// The fields and Vary of a response a route compresses: `Vary: Accept-Encoding` merged in.
+/// Stored this way, the identity body is the variant for requests that accept no coding.
+pub fn with_vary_on_encoding(headers: &[Header]) -> Vec<Header> {
+    let existing = headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case(b"vary"))
+        .map(|h| &h.value[..]);
+    let Some(vary) = merged_vary(existing) else {
+        return headers.to_vec();
+    };
+    let mut out: Vec<Header> = headers
+        .iter()
+        .filter(|h| !h.name.eq_ignore_ascii_case(b"vary"))
+        .cloned()
+        .collect();
+    out.push(Header {
+        name: Bytes::from_static(b"Vary"),
+        value: Bytes::from(vary),
+    });
+    out
+}
+
+/// The variant of a stored identity response in content coding `coding` (`br`, `zstd`,
+/// `gzip`), with its body already encoded: `Content-Encoding`, a weak `ETag`, `Vary:
+/// Accept-Encoding`, and the Vary value `coding` for `accept-encoding`; freshness, tags and
+/// the rest as the base's.
+pub fn encoded_variant(base: &CachedObject, coding: &'static str, body: Bytes) -> CachedObject {
+    let etag = base.meta.etag.as_deref().map(|e| Bytes::from(weak_etag(e)));
+    let mut headers: Vec<Header> = with_vary_on_encoding(&base.headers)
+        .into_iter()
+        .filter(|h| !h.name.eq_ignore_ascii_case(b"etag"))
+        .collect();
+    headers.push(Header {
+        name: Bytes::from_static(b"Content-Encoding"),
+        value: Bytes::from_static(coding.as_bytes()),
+    });
+    if let Some(e) = &etag {
+        headers.push(Header {
+            name: Bytes::from_static(b"ETag"),
+            value: e.clone(),
+        });
+    }
+    let mut vary: Vec<(String, Option<Bytes>)> = base
+        .meta
+        .vary
+        .iter()
+        .filter(|(n, _)| n != "accept-encoding")
+        .cloned()
+        .collect();
+    vary.push((
+        "accept-encoding".to_string(),
+        Some(Bytes::from_static(coding.as_bytes())),
+    ));
+    let meta = ObjectMeta {
+        status: base.meta.status,
+        storable: base.meta.storable.clone(),
+        clock: base.meta.clock,
+        etag,
+        last_modified: base.meta.last_modified.clone(),
+        modified: base.meta.modified,
+        vary,
+        tags: base.meta.tags.clone(),
+        invalidated: AtomicBool::new(false),
+    };
+    CachedObject::new(meta, base.reason.clone(), headers, body)
+}
+
 /// The stored response updated by a 304 (RFC 9111 §4.3.4 and §3.2): its fields replaced by the
 /// 304's, except those [`updates_stored`] keeps out; freshness and validators recomputed.
 pub fn refreshed(

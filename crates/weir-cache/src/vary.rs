@@ -8,7 +8,7 @@
 //! * `Accept-Encoding` and `Accept-Language` (preference is carried by `q`, not by position):
 //!   members sorted;
 //! * with the route's `normalize_accept_encoding`, `Accept-Encoding` is reduced further to `br`,
-//!   `gzip` or nothing ([`crate::key::normalize_accept_encoding`]).
+//!   `zstd`, `gzip` or nothing ([`crate::key::normalize_accept_encoding`]).
 //!
 //! Other fields keep their case and member order: weir cannot know that they are insensitive.
 

@@ -26,6 +26,7 @@ use weir_http::response::put_header;
 use weir_http::{Framing, Method, RequestHead};
 
 use crate::config::{model, BaseDir, CompileError};
+use crate::filters::codec::Coding;
 
 /// Bodies up to this size are read into the output buffer in one go.
 pub const INLINE_BODY: u64 = 64 * 1024;
@@ -115,7 +116,9 @@ impl StaticFiles {
     }
 
     /// What to answer `req` with.
-    pub fn serve(&self, req: &RequestHead) -> StaticReply {
+    /// Answers `req`; `precompressed` is the coding the client asked for when the route serves
+    /// precompressed siblings (`file.br`, `file.zst`, `file.gz`, as nginx `gzip_static`).
+    pub fn serve(&self, req: &RequestHead, precompressed: Option<Coding>) -> StaticReply {
         let head_only = req.method == Method::Head;
         let mut rel = req.path();
         if let Some(p) = &self.prefix {
@@ -164,6 +167,26 @@ impl StaticFiles {
             Ok(_) => return canned(403),
             Err(e) => return canned(io_status(&e)),
         }
+        // The type is the original's; the bytes may be a precompressed sibling's (never for a
+        // range: its offsets are the original's).
+        let ctype = mime_guess::from_path(&path)
+            .first_raw()
+            .unwrap_or("application/octet-stream");
+        let mut encoding = None;
+        if let (Some(c), None) = (precompressed, req.header("range")) {
+            let mut sibling = path.clone().into_os_string();
+            sibling.push(c.suffix());
+            let sibling = PathBuf::from(sibling);
+            if let Ok(m) = std::fs::metadata(&sibling) {
+                let inside =
+                    std::fs::canonicalize(&sibling).is_ok_and(|real| real.starts_with(&self.root));
+                if m.is_file() && inside {
+                    path = sibling;
+                    meta = m;
+                    encoding = Some(c);
+                }
+            }
+        }
         let file = match File::open(&path) {
             Ok(f) => f,
             Err(e) => return canned(io_status(&e)),
@@ -183,6 +206,12 @@ impl StaticFiles {
             modified: Some(mtime_secs),
         };
         let mut lines = BytesMut::with_capacity(256);
+        if let Some(c) = encoding {
+            put_header(&mut lines, b"Content-Encoding", c.as_str().as_bytes());
+        }
+        if precompressed.is_some() || encoding.is_some() {
+            put_header(&mut lines, b"Vary", b"Accept-Encoding");
+        }
         let verdict = conditional::evaluate(req, &validators);
         if verdict == Precondition::Failed {
             return canned(412);
@@ -208,9 +237,6 @@ impl StaticFiles {
                 return StaticReply::Canned { status: 416, lines };
             }
         };
-        let ctype = mime_guess::from_path(&path)
-            .first_raw()
-            .unwrap_or("application/octet-stream");
         put_header(&mut lines, b"Content-Type", ctype.as_bytes());
         put_header(&mut lines, b"Last-Modified", last_modified.as_bytes());
         put_header(&mut lines, b"ETag", etag.as_bytes());

@@ -58,6 +58,57 @@ pub struct FilterSpec {
     pub api_key: Option<super::model_auth::ApiKey>,
     pub jwt: Option<super::model_auth::Jwt>,
     pub forward_auth: Option<super::model_auth::ForwardAuth>,
+    pub compress: Option<CompressRule>,
+}
+
+/// gzip, brotli and zstd for chosen content types.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompressRule {
+    /// Content types compressed (`text/*` for every text type).
+    #[serde(default = "compressible_types")]
+    pub types: Vec<String>,
+    /// Responses shorter than this stay as they are.
+    #[serde(default = "min_length")]
+    pub min_length: super::units::Size,
+    #[serde(default = "gzip_level")]
+    pub gzip_level: u32,
+    #[serde(default = "br_level")]
+    pub br_level: u32,
+    #[serde(default = "zstd_level")]
+    pub zstd_level: i32,
+    /// Serve `file.br`, `file.zst`, `file.gz` beside a static file (nginx `gzip_static`).
+    #[serde(default = "yes")]
+    pub precompressed: bool,
+}
+
+fn compressible_types() -> Vec<String> {
+    [
+        "text/*",
+        "application/json",
+        "application/javascript",
+        "application/xml",
+        "application/xhtml+xml",
+        "application/rss+xml",
+        "image/svg+xml",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+fn min_length() -> super::units::Size {
+    super::units::Size(256)
+}
+fn gzip_level() -> u32 {
+    6
+}
+fn br_level() -> u32 {
+    5
+}
+fn zstd_level() -> i32 {
+    3
+}
+fn yes() -> bool {
+    true
 }
 
 /// Cross-origin resource sharing.
@@ -320,9 +371,7 @@ fn status_403() -> u16 {
 fn max_keys() -> usize {
     100_000
 }
-fn yes() -> bool {
-    true
-}
+
 fn count() -> String {
     "count".into()
 }

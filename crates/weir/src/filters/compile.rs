@@ -144,6 +144,7 @@ impl Compiler {
             api_key,
             jwt,
             forward_auth,
+            compress,
         } = spec;
         let given = [
             rate_limit.is_some(),
@@ -162,11 +163,12 @@ impl Compiler {
             api_key.is_some(),
             jwt.is_some(),
             forward_auth.is_some(),
+            compress.is_some(),
         ];
         if given.iter().filter(|g| **g).count() != 1 {
             return Err((
                 path.to_string(),
-                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers, no_store, sticky, mirror, replace, cors, basic_auth, api_key, jwt, forward_auth".into(),
+                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers, no_store, sticky, mirror, replace, cors, basic_auth, api_key, jwt, forward_auth, compress".into(),
             ));
         }
         // State that outlives a config (a reload keeps it): under a key of kind, name and the
@@ -252,6 +254,11 @@ impl Compiler {
                 f,
                 &format!("{path}.forward_auth"),
                 upstreams,
+            )?)
+        } else if let Some(c) = compress {
+            plain(super::compress::Compress::compile(
+                c,
+                &format!("{path}.compress"),
             )?)
         } else if let Some(c) = cors {
             plain(super::cors::Cors::compile(c, &format!("{path}.cors"))?)

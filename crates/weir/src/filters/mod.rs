@@ -37,7 +37,9 @@
 pub mod api_key;
 pub mod basic_auth;
 pub mod breaker;
+pub mod codec;
 pub mod compile;
+pub mod compress;
 pub mod concurrency;
 pub mod cors;
 pub mod forward_auth;
@@ -221,6 +223,9 @@ pub mod phase {
     pub const FETCH: u16 = 4096;
     /// Says who the client is ([`super::Flow::Authenticated`]): the request keeps its run.
     pub const IDENTITY: u16 = 8192;
+    /// Compresses responses ([`super::Filter::compression`]): a cache keeps a variant per
+    /// coding.
+    pub const ENCODES: u16 = 16384;
 }
 
 /// One filter. Methods default to doing nothing; [`Filter::phases`] says which are implemented.
@@ -277,6 +282,11 @@ pub trait Filter: Debug + Send + Sync {
     /// In the response phase, when a server answered: `server` of `upstream`. Field lines go
     /// into `lines`.
     fn served(&self, _state: &mut State, _upstream: usize, _server: usize, _lines: &mut BytesMut) {}
+
+    /// How this filter compresses, for the cache's variants and precompressed static files.
+    fn compression(&self) -> Option<&Arc<compress::Settings>> {
+        None
+    }
 }
 
 /// What the request phase of a chain decided.
@@ -511,6 +521,14 @@ impl Chain {
                 }
             }
         }
+    }
+
+    /// The route's compression settings, if a filter compresses.
+    pub fn compression(&self) -> Option<&Arc<compress::Settings>> {
+        if !self.has(phase::ENCODES) {
+            return None;
+        }
+        self.filters.iter().find_map(|(_, f)| f.compression())
     }
 
     /// The server a filter prefers for this request, of upstream `upstream`.

@@ -203,6 +203,18 @@ fn start<'a, D: Downstream>(
     act(d, ctx, rt, head, routed)
 }
 
+/// The coding whose precompressed sibling a static route may serve this request.
+fn precompressed(
+    route: &crate::routes::Route,
+    head: &RequestHead,
+) -> Option<crate::filters::codec::Coding> {
+    route
+        .filters()
+        .compression()
+        .filter(|s| s.precompressed)
+        .and_then(|_| crate::filters::compress::wanted(head))
+}
+
 /// What the request phase sees of a request.
 fn request_of<'a>(
     client: &'a Client,
@@ -399,7 +411,7 @@ fn answer<D: Downstream>(
             let reply = crate::admin::handle(head, &rt.cfg, rt.generation);
             send_admin(d, ctx, reply, head_only, persistence)
         }
-        Action::Static(s) => match s.serve(head) {
+        Action::Static(s) => match s.serve(head, precompressed(route, head)) {
             StaticReply::Canned { status, lines } => {
                 send_error(d, ctx, head, status, &lines, persistence)
             }

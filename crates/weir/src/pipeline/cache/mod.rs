@@ -20,6 +20,7 @@
 //! refreshing and invalidating stored objects are `weir_cache::stored`; the RFC 9111 verdicts
 //! are `weir_cache::policy`. What is left here is the flow.
 
+mod encode;
 mod miss;
 mod write;
 
@@ -73,8 +74,9 @@ pub(crate) fn try_fresh_hit<D: Downstream>(
         return false;
     }
     let key = settings.key.key(head, stage.scheme);
+    let encodes = stage.proxy.filters.has(crate::filters::phase::ENCODES);
     let Lookup::Found(obj) = zone.store.lookup(&key, |name| {
-        weir_cache::vary::request_value(&head.headers, name, settings.normalize_accept_encoding)
+        encode::vary_value(&stage, name, encodes, false)
     }) else {
         return false;
     };
@@ -150,8 +152,19 @@ pub(crate) async fn cached<D: Downstream>(
     }
     let key = settings.key.key(head, stage.scheme);
     let req_dirs = Directives::parse(values(&head.headers, "cache-control"));
+    // A compressing route: a coding's variant is made from the stored identity object; failing
+    // that, the request goes on as an identity request (its answer compressed as it streams).
+    let encodes = stage.proxy.filters.has(crate::filters::phase::ENCODES);
+    let want = encodes
+        .then(|| crate::filters::compress::wanted(head))
+        .flatten();
+    if let Some(coding) = want {
+        if encode::serve_encoded(d, ctx, stage, &key, coding, persistence).await {
+            return Ok(persistence);
+        }
+    }
     let lookup = zone.store.lookup(&key, |name| {
-        weir_cache::vary::request_value(&head.headers, name, settings.normalize_accept_encoding)
+        encode::vary_value(&stage, name, encodes, want.is_some())
     });
     let fwd_on_miss = match lookup {
         Lookup::Found(obj) => {

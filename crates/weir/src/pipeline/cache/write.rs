@@ -289,12 +289,32 @@ pub(super) fn store_response(
     {
         return None;
     }
+    // On a compressing route the origin's answer is the identity variant (`encode.rs`).
+    let compression = super::encode::settings(&stage);
+    let with_vary;
+    let resp = match compression {
+        Some(c)
+            if c.compressible(
+                resp.status,
+                |n| resp.header(n).map(|v| &v[..]),
+                Some(body.len() as u64),
+            ) =>
+        {
+            with_vary = ResponseHead {
+                headers: stored::with_vary_on_encoding(&resp.headers),
+                ..resp.clone()
+            };
+            &with_vary
+        }
+        _ => resp,
+    };
+    let fields = super::encode::request_fields_for_store(head, compression.is_some());
     let obj = Arc::new(stored::build(
-        &head.headers,
+        &fields,
         resp,
         body,
         (request_time, now),
-        settings.normalize_accept_encoding,
+        settings.normalize_accept_encoding || compression.is_some(),
         Some(s),
     ));
     zone.store.insert(key, obj.clone()).then_some(obj)
