@@ -739,3 +739,73 @@ listeners:
     assert_eq!(asked.lock().unwrap().len(), before);
     assert_eq!(send(&s, "/down", "").status, 503);
 }
+
+/// A JWKS served over TLS: fetched through an `https://` upstream verified against its CA.
+#[test]
+fn a_jwks_is_fetched_through_a_tls_upstream() {
+    use std::io::{Read, Write};
+    let pki = common::tlskit::Pki::new("jwks");
+    let cert = pki.issue("idp", "idp", &["idp.example"]);
+    let key = EncodingKey::from_ec_pem(&std::fs::read(fixture("ec256.key")).unwrap()).unwrap();
+    let body = json!({"keys": [jwk_of(&key, "t1")]}).to_string();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let cfg = Arc::new(
+        rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(cert.chain.clone(), cert.key_der.clone_key())
+            .unwrap(),
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let sni_seen = Arc::new(Mutex::new(Vec::new()));
+    let seen = sni_seen.clone();
+    std::thread::spawn(move || {
+        for tcp in listener.incoming() {
+            let Ok(tcp) = tcp else { continue };
+            let conn = rustls::ServerConnection::new(cfg.clone()).unwrap();
+            let mut s = rustls::StreamOwned::new(conn, tcp);
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                match s.read(&mut byte) {
+                    Ok(1) => head.push(byte[0]),
+                    _ => break,
+                }
+            }
+            seen.lock()
+                .unwrap()
+                .push(s.conn.server_name().map(str::to_string));
+            let _ = s.write_all(
+                format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).as_bytes(),
+            );
+            let _ = s.flush();
+        }
+    });
+    let s = start_config(&format!(
+        r#"
+workers: 1
+upstreams:
+  idp:
+    servers: ["https://127.0.0.1:{}"]
+    tls: {{ ca: '{}', sni: idp.example }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - filters:
+          - jwt: {{ algorithms: [ES256], jwks_url: "https://idp.example/keys", jwks_upstream: idp }}
+        respond: {{ body: "hi $consumer" }}
+"#,
+        addr.port(),
+        pki.ca_file().display()
+    ));
+    let t = token(
+        Algorithm::ES256,
+        &key,
+        Some("t1"),
+        json!({"sub": "tls-user", "exp": now() + 60}),
+    );
+    assert_eq!(send(&s, "/", &bearer(&t)).text(), "hi tls-user");
+    assert_eq!(sni_seen.lock().unwrap()[0].as_deref(), Some("idp.example"));
+}
