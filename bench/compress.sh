@@ -32,6 +32,7 @@ lines = [f"<tr><td>row {i}</td><td>value {i * 7919 % 10007}</td><td>some text to
 body = ("<html><body><table>\n" + "".join(lines))[:16 * 1024 - 24] + "</table></body></html>\n"
 open(sys.argv[1], "w").write(body[:16 * 1024])
 PY
+chmod 755 "$TMP" "$TMP/www"; chmod 644 "$TMP/www/page.html"   # nginx's worker is not root
 log "page: $(stat -c %s "$TMP/www/page.html") bytes"
 
 nginx_conf "$TMP/origin" <<NGX
@@ -106,7 +107,7 @@ done
 curl -s -o /dev/null "http://127.0.0.1:$P_WEIR/plain/page.html"
 for ae in br gzip zstd; do
   got=$(curl -s -D - -o /dev/null -H "Accept-Encoding: $ae" "http://127.0.0.1:$P_WEIR/cached/page.html" | tr -d '\r' | awk -F': ' 'tolower($1) == "content-encoding" { print $2 }')
-  [ "$got" = "$ae" ] || { log "cached $ae answered Content-Encoding '$got'"; exit 1; }
+  [ "$got" = "$ae" ] || { log "cached $ae answered Content-Encoding '$got'"; curl -s -D - -o /dev/null -H "Accept-Encoding: $ae" "http://127.0.0.1:$P_WEIR/cached/page.html" >&2; curl -s -D - -o /dev/null "http://127.0.0.1:$O/page.html" >&2; exit 1; }
 done
 got=$(curl -s -D - -o /dev/null -H "Accept-Encoding: gzip" "http://127.0.0.1:$P_NGINX/stream/page.html" | tr -d '\r' | awk -F': ' 'tolower($1) == "content-encoding" { print $2 }')
 [ "$got" = gzip ] || { log "nginx did not gzip ($got)"; exit 1; }

@@ -809,3 +809,40 @@ listeners:
     assert_eq!(send(&s, "/", &bearer(&t)).text(), "hi tls-user");
     assert_eq!(sni_seen.lock().unwrap()[0].as_deref(), Some("idp.example"));
 }
+
+/// Claims as routing conditions: a canary sends tokens with a claim to another upstream.
+#[test]
+fn claims_route_requests_to_another_upstream() {
+    let (o1, o2) = (http_origin(|_| ok("main")), http_origin(|_| ok("admin")));
+    let s = start_config(&format!(
+        r#"
+workers: 1
+upstreams:
+  main: {{ servers: ["{}"] }}
+  admin: {{ servers: ["{}"] }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - filters:
+          - jwt: {{ algorithms: [HS256], secret: route-secret }}
+          - canary: {{ upstream: admin, claims: {{ role: admin }} }}
+        proxy: {{ upstream: main }}
+"#,
+        o1.addr, o2.addr
+    ));
+    let key = EncodingKey::from_secret(b"route-secret");
+    let user = token(
+        Algorithm::HS256,
+        &key,
+        None,
+        json!({"sub": "u", "role": "user", "exp": now() + 60}),
+    );
+    let admin = token(
+        Algorithm::HS256,
+        &key,
+        None,
+        json!({"sub": "a", "role": ["ops", "admin"], "exp": now() + 60}),
+    );
+    assert_eq!(send(&s, "/", &bearer(&user)).text(), "main");
+    assert_eq!(send(&s, "/", &bearer(&admin)).text(), "admin");
+}

@@ -338,6 +338,10 @@ pub struct Canary {
     /// Requests with one of these cookie values go to the candidate.
     #[serde(default)]
     pub cookies: BTreeMap<String, String>,
+    /// Requests whose verified token (a `jwt` filter before this one) has one of these claim
+    /// values go to the candidate (a claim holding a list matches any member).
+    #[serde(default)]
+    pub claims: BTreeMap<String, String>,
 }
 
 /// Header edits as a filter, on any route.

@@ -2,8 +2,9 @@
 //!
 //! * `split`: a weighted random choice between upstreams (`{a: 90, b: 10}`), per request.
 //! * `canary` (Easegress's candidate pools): requests carrying one of the given field or cookie
-//!   values, and `percent` of the others, go to the candidate upstream; the rest to the route's
-//!   own (or to what a `split` before it chose).
+//!   values, or whose verified token has one of the given claim values (routing by claim, after
+//!   a `jwt` filter), and `percent` of the others, go to the candidate upstream; the rest to the
+//!   route's own (or to what a `split` before it chose).
 //!
 //! The choice is the request's (`Run::upstream`), read by the proxy when it picks a server; on a
 //! cached route it does not enter the cache key, so put these filters on routes without a cache
@@ -95,6 +96,7 @@ pub struct Canary {
     share: u32,
     headers: Vec<(String, Bytes)>,
     cookies: Vec<(Bytes, Bytes)>,
+    claims: Vec<(String, String)>,
 }
 
 impl Canary {
@@ -119,6 +121,7 @@ impl Canary {
                 .into_iter()
                 .map(|(n, v)| (Bytes::from(n), Bytes::from(v)))
                 .collect(),
+            claims: c.claims.into_iter().collect(),
         })
     }
 
@@ -132,7 +135,24 @@ impl Canary {
             .cookies
             .iter()
             .any(|(n, v)| crate::vars::cookie(head, n) == Some(&v[..]))
+            || self.claims.iter().any(|(n, v)| {
+                req.identity
+                    .and_then(|id| id.claims.get(n))
+                    .is_some_and(|c| claim_is(c, v))
+            })
             || (self.share > 0 && fastrand::u32(0..1_000_000) < self.share)
+    }
+}
+
+/// Whether a claim's value is `want` (a string equal to it, a number or boolean whose JSON is
+/// it, or a list holding one of those).
+fn claim_is(c: &serde_json::Value, want: &str) -> bool {
+    match c {
+        serde_json::Value::String(s) => s == want,
+        serde_json::Value::Array(items) => items.iter().any(|i| claim_is(i, want)),
+        serde_json::Value::Null | serde_json::Value::Object(_) => false,
+        serde_json::Value::Bool(b) => want == if *b { "true" } else { "false" },
+        serde_json::Value::Number(n) => want.parse::<serde_json::Number>().ok().as_ref() == Some(n),
     }
 }
 
