@@ -237,6 +237,64 @@ impl<'a> Reply<'a> {
         .or_else(|| self.lines.iter().find_map(in_lines))
     }
 
+    /// The values of several fields (lowercase names) in one walk over the reply: `out[i]` is
+    /// what [`Reply::field`] would say of `names[i]`. A response filter that reads several
+    /// fields of every response (compression) pays one walk, not one per name (each `field`
+    /// call over a cache hit's ~10 stored fields cost ~1,500 instructions).
+    pub fn fields_of<const N: usize>(&self, names: [&str; N]) -> [Option<&'a [u8]>; N] {
+        let mut out = [None; N];
+        let take = |name: &[u8], value: &'a [u8], out: &mut [Option<&'a [u8]>; N]| {
+            for (i, n) in names.iter().enumerate() {
+                if n.len() == name.len()
+                    && out[i].is_none()
+                    && name.eq_ignore_ascii_case(n.as_bytes())
+                {
+                    out[i] = Some(value);
+                    return;
+                }
+            }
+        };
+        let lines = |text: &'a [u8], from_base: bool, out: &mut [Option<&'a [u8]>; N]| {
+            let mut start = 0;
+            while start < text.len() {
+                let end = memchr::memchr(b'\n', &text[start..]).map_or(text.len(), |i| start + i);
+                let line = &text[start..end];
+                start = end + 1;
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                let Some(colon) = memchr::memchr(b':', line) else {
+                    continue;
+                };
+                let name = &line[..colon];
+                if from_base && self.drop.is_some() && self.dropped(name) {
+                    continue;
+                }
+                take(name, line[colon + 1..].trim_ascii(), out);
+            }
+        };
+        match self.base {
+            Base::None => {}
+            Base::Encoded(text) => {
+                let start = text
+                    .iter()
+                    .position(|b| *b == b'\n')
+                    .map_or(text.len(), |i| i + 1);
+                lines(&text[start..], true, &mut out);
+            }
+            Base::Fields(fields) => {
+                for h in fields.iter().filter(|h| !self.dropped(&h.name)) {
+                    take(&h.name, &h.value, &mut out);
+                }
+            }
+        }
+        for (n, v) in self.added.iter().flat_map(|s| s.iter()) {
+            take(n, v, &mut out);
+        }
+        for text in self.lines.iter() {
+            lines(text, false, &mut out);
+        }
+        out
+    }
+
     /// The added fields and lines, for encoders other than HTTP/1.1 and for tests.
     pub fn added(&self) -> impl Iterator<Item = &(Bytes, Bytes)> {
         self.added.iter().flat_map(|s| s.iter())
@@ -410,6 +468,12 @@ mod tests {
         assert_eq!(r.field("x-added"), Some(&b"a"[..]));
         assert_eq!(r.field("cache-status"), Some(&b"weir; hit"[..]));
         assert_eq!(r.field("http/1.1 200 ok"), None);
+        // One walk says what a lookup per name says.
+        let names = ["etag", "x-drop", "x-added", "cache-status", "vary"];
+        let all = r.fields_of(names);
+        for (i, n) in names.iter().enumerate() {
+            assert_eq!(all[i], r.field(n), "{n}");
+        }
     }
 
     use super::*;

@@ -422,24 +422,12 @@ fn jwt_verifies_every_family_and_checks_claims() {
         "required claim",
     );
     // Mixing families in one filter is a config error naming the key.
-    let e = weir::runtime::load_str(
-        "listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [{ jwt: { algorithms: [HS256, RS256], secret: x } }]\n        respond: { body: x }\n",
-        Path::new("."),
-        |_| None,
-    )
-    .unwrap_err()
-    .to_string();
+    let e = common::config_error("listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [{ jwt: { algorithms: [HS256, RS256], secret: x } }]\n        respond: { body: x }\n");
     assert!(
         e.contains("jwt.algorithms") && e.contains("one family"),
         "{e}"
     );
-    let e = weir::runtime::load_str(
-        "listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [{ jwt: { algorithms: [none], secret: x } }]\n        respond: { body: x }\n",
-        Path::new("."),
-        |_| None,
-    )
-    .unwrap_err()
-    .to_string();
+    let e = common::config_error("listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [{ jwt: { algorithms: [none], secret: x } }]\n        respond: { body: x }\n");
     assert!(e.contains("algorithms[0]"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -407,25 +407,13 @@ listeners:
         "{b}"
     );
     // A fallback needs a proxy action; an unknown fallback upstream names the key.
-    let err = weir::runtime::load_str(
-        "upstreams: { app: { servers: [\"127.0.0.1:1\"] } }\nfilters:\n  b: { circuit_breaker: { fallback: nope } }\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [b]\n        proxy: { upstream: app }\n",
-        Path::new("."),
-        |_| None,
-    )
-    .unwrap_err()
-    .to_string();
+    let err = common::config_error("upstreams: { app: { servers: [\"127.0.0.1:1\"] } }\nfilters:\n  b: { circuit_breaker: { fallback: nope } }\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [b]\n        proxy: { upstream: app }\n");
     assert!(
         err.contains("filters.b.circuit_breaker.fallback")
             && err.contains("no upstream named \"nope\""),
         "{err}"
     );
-    let err = weir::runtime::load_str(
-        "upstreams: { app: { servers: [\"127.0.0.1:1\"] } }\nfilters:\n  b: { circuit_breaker: { fallback: app } }\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [b]\n        respond: { body: x }\n",
-        Path::new("."),
-        |_| None,
-    )
-    .unwrap_err()
-    .to_string();
+    let err = common::config_error("upstreams: { app: { servers: [\"127.0.0.1:1\"] } }\nfilters:\n  b: { circuit_breaker: { fallback: app } }\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [b]\n        respond: { body: x }\n");
     assert!(err.contains("needs a proxy action"), "{err}");
 }
 

@@ -29,6 +29,27 @@ use super::codec::{Coding, Encoder, Levels};
 use super::{phase, Client, Flow, Req, State};
 use crate::config::{model, CompileError};
 
+/// The fields compression looks at, read in one walk.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Seen<'f> {
+    pub encoding: Option<&'f [u8]>,
+    pub range: Option<&'f [u8]>,
+    pub cache_control: Option<&'f [u8]>,
+    pub content_type: Option<&'f [u8]>,
+}
+
+impl<'f> Seen<'f> {
+    /// From a field lookup (a stored object's, a response head's).
+    pub fn by(field: impl Fn(&str) -> Option<&'f [u8]>) -> Seen<'f> {
+        Seen {
+            encoding: field("content-encoding"),
+            range: field("content-range"),
+            cache_control: field("cache-control"),
+            content_type: field("content-type"),
+        }
+    }
+}
+
 /// What the cache phase needs to know of a route's compression.
 #[derive(Debug)]
 pub struct Settings {
@@ -85,17 +106,11 @@ static DROP_LENGTH_AND_TAG: Drops = Drops {
 
 impl Settings {
     /// Whether a response with these fields may be compressed.
-    pub fn compressible<'f>(
-        &self,
-        status: u16,
-        field: impl Fn(&str) -> Option<&'f [u8]>,
-        length: Option<u64>,
-    ) -> bool {
-        if status != 200 || field("content-encoding").is_some() || field("content-range").is_some()
-        {
+    pub fn compressible(&self, status: u16, seen: &Seen<'_>, length: Option<u64>) -> bool {
+        if status != 200 || seen.encoding.is_some() || seen.range.is_some() {
             return false;
         }
-        if field("cache-control").is_some_and(|v| {
+        if seen.cache_control.is_some_and(|v| {
             v.split(|b| *b == b',')
                 .any(|d| d.trim_ascii().eq_ignore_ascii_case(b"no-transform"))
         }) {
@@ -104,7 +119,7 @@ impl Settings {
         if length.is_some_and(|n| n < self.min_length) {
             return false;
         }
-        let Some(ct) = field("content-type") else {
+        let Some(ct) = seen.content_type else {
             return false;
         };
         let essence = ct.split(|b| *b == b';').next().unwrap_or(b"").trim_ascii();
@@ -197,19 +212,30 @@ impl super::Filter for Compress {
             Some(s) if s.is::<WantGzip>() => Some(Coding::Gzip),
             _ => None,
         };
+        let [encoding, range, cache_control, content_type, content_length, vary, etag] = reply
+            .fields_of([
+                "content-encoding",
+                "content-range",
+                "cache-control",
+                "content-type",
+                "content-length",
+                "vary",
+                "etag",
+            ]);
+        let seen = Seen {
+            encoding,
+            range,
+            cache_control,
+            content_type,
+        };
         let length = match reply.framing {
             Framing::Length(n) => Some(n),
-            _ => reply
-                .field("content-length")
-                .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse().ok()),
+            _ => content_length.and_then(|v| std::str::from_utf8(v).ok()?.trim().parse().ok()),
         };
-        if !self
-            .settings
-            .compressible(reply.status, |n| reply.field(n), length)
-        {
+        if !self.settings.compressible(reply.status, &seen, length) {
             return;
         }
-        let vary = merged_vary(reply.field("vary"));
+        let vary = merged_vary(vary);
         let Some(coding) = want else {
             // Identity for this client; the representation still depends on the field.
             if let Some(v) = vary {
@@ -221,7 +247,7 @@ impl super::Filter for Compress {
         let Ok(encoder) = Encoder::new(coding, &self.settings.levels) else {
             return;
         };
-        let etag = reply.field("etag").map(weak_etag);
+        let etag = etag.map(weak_etag);
         reply.framing = Framing::Unknown;
         reply.drop_fields(if vary.is_some() {
             &DROP_ALL
@@ -272,7 +298,7 @@ mod tests {
         let s = &c.settings;
         let ok = |status: u16, fields: &[(&str, &'static [u8])], len: Option<u64>| {
             let f = |n: &str| fields.iter().find(|(k, _)| *k == n).map(|(_, v)| *v);
-            s.compressible(status, f, len)
+            s.compressible(status, &Seen::by(f), len)
         };
         let html: &[(&str, &'static [u8])] = &[("content-type", b"text/html; charset=utf-8")];
         assert!(ok(200, html, Some(1000)));

@@ -50,6 +50,13 @@ pub fn start_config(yaml: &str) -> TestServer {
     }
 }
 
+/// The error a config fails to load with, as text (relative files resolve against `.`).
+pub fn config_error(yaml: &str) -> String {
+    weir::runtime::load_str(yaml, Path::new("."), |_| None)
+        .unwrap_err()
+        .to_string()
+}
+
 /// Starts one worker on 127.0.0.1:0 with `extra` top-level YAML and the given routes YAML
 /// (a list, indented by 6 spaces under `routes:`).
 pub fn start(extra: &str, routes: &str) -> TestServer {

@@ -75,11 +75,8 @@ pub(super) fn request_fields_for_store<'h>(
 
 /// Whether a stored identity object may have compressed variants.
 pub(super) fn compressible(s: &Settings, obj: &CachedObject) -> bool {
-    s.compressible(
-        obj.meta.status,
-        |n| obj.header(n).map(|v| &v[..]),
-        Some(obj.body.len() as u64),
-    )
+    let seen = crate::filters::compress::Seen::by(|n| obj.header(n).map(|v| &v[..]));
+    s.compressible(obj.meta.status, &seen, Some(obj.body.len() as u64))
 }
 
 /// Serves coding `coding`'s variant made from a fresh stored identity object, storing it;

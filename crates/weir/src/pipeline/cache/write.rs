@@ -296,7 +296,7 @@ pub(super) fn store_response(
         Some(c)
             if c.compressible(
                 resp.status,
-                |n| resp.header(n).map(|v| &v[..]),
+                &crate::filters::compress::Seen::by(|n| resp.header(n).map(|v| &v[..])),
                 Some(body.len() as u64),
             ) =>
         {
