@@ -363,9 +363,22 @@ impl Chain {
 
     /// Runs the request phase from filter `from` on.
     pub fn request(&self, req: &Req<'_>, run: &mut Run, from: usize) -> Step {
+        // Who the client is, as the filters after an authentication filter see it: the
+        // request view is made once per call, and again only after a filter authenticates.
+        match run.identity.clone() {
+            None => self.request_as(req, run, from),
+            Some(id) => {
+                let seen = Req {
+                    identity: Some(&id),
+                    ..*req
+                };
+                self.request_as(&seen, run, from)
+            }
+        }
+    }
+
+    fn request_as(&self, req: &Req<'_>, run: &mut Run, from: usize) -> Step {
         let mut none: State = None;
-        // Who the client is, as the filters after an authentication filter see it.
-        let mut identity = run.identity.clone();
         for (i, (phases, f)) in self.filters.iter().enumerate().skip(from) {
             if phases & phase::REQUEST == 0 {
                 continue;
@@ -375,17 +388,13 @@ impl Chain {
             } else {
                 &mut none
             };
-            let seen = Req {
-                identity: identity.as_deref().or(req.identity),
-                ..*req
-            };
-            match f.request(&seen, state, &mut run.upstream) {
+            match f.request(req, state, &mut run.upstream) {
                 Flow::Continue => {}
                 Flow::Respond(a) => return Step::Respond(a),
                 Flow::Wait(fut) => return Step::Wait(i, fut),
                 Flow::Authenticated(id) => {
-                    run.identity = Some(id.clone());
-                    identity = Some(id);
+                    run.identity = Some(id);
+                    return self.request(req, run, i + 1);
                 }
             }
         }
