@@ -101,6 +101,7 @@ done
 for k in "hello-ka|hello|/hello|-c 10" "hello-close|hello|/hello|-c 10 --close" "hit-1KiB|cache|/s1024|-c 10" "proxy-1KiB|proxy|/s1024|-c 10"; do
   IFS='|' read -r name kind path args <<<"$k"
   cfg="$ROOT/examples/$kind.yaml"
+  [ "$kind" = cache ] && cfg="$TMP/cache.yaml"   # without its compress filter (see above)
   for which in old new; do
     if [ "$which" = old ]; then bin=$OLD_WEIR; else bin=$NEW_WEIR; fi
     # shellcheck disable=SC2086
