@@ -480,19 +480,28 @@ fn jwk_of(key: &EncodingKey, kid: &str) -> serde_json::Value {
 }
 
 fn remote_gateway(jwks: &Jwks) -> TestServer {
+    jwks_gateway(
+        2,
+        &format!("{{ servers: [\"{}\"] }}", jwks.origin.addr),
+        "/.well-known/jwks.json",
+    )
+}
+
+/// A route that takes ES256 tokens whose keys are fetched from upstream `idp` (given as
+/// YAML) at `path`; it answers `hi $consumer`.
+fn jwks_gateway(workers: usize, idp: &str, path: &str) -> TestServer {
     start_config(&format!(
         r#"
-workers: 2
+workers: {workers}
 upstreams:
-  idp: {{ servers: ["{}"] }}
+  idp: {idp}
 listeners:
   - address: 127.0.0.1:0
     routes:
       - filters:
-          - jwt: {{ algorithms: [ES256], jwks_url: "https://idp.example/.well-known/jwks.json", jwks_upstream: idp }}
+          - jwt: {{ algorithms: [ES256], jwks_url: "https://idp.example{path}", jwks_upstream: idp }}
         respond: {{ body: "hi $consumer" }}
-"#,
-        jwks.origin.addr
+"#
     ))
 }
 
@@ -771,23 +780,12 @@ fn a_jwks_is_fetched_through_a_tls_upstream() {
             let _ = s.flush();
         }
     });
-    let s = start_config(&format!(
-        r#"
-workers: 1
-upstreams:
-  idp:
-    servers: ["https://127.0.0.1:{}"]
-    tls: {{ ca: '{}', sni: idp.example }}
-listeners:
-  - address: 127.0.0.1:0
-    routes:
-      - filters:
-          - jwt: {{ algorithms: [ES256], jwks_url: "https://idp.example/keys", jwks_upstream: idp }}
-        respond: {{ body: "hi $consumer" }}
-"#,
+    let idp = format!(
+        "{{ servers: [\"https://127.0.0.1:{}\"], tls: {{ ca: '{}', sni: idp.example }} }}",
         addr.port(),
         pki.ca_file().display()
-    ));
+    );
+    let s = jwks_gateway(1, &idp, "/keys");
     let t = token(
         Algorithm::ES256,
         &key,
