@@ -55,6 +55,9 @@ pub enum ErrorKind {
     /// A file could not be read while its body was being sent (static files): the server's
     /// side; the head is out, so the connection is cut, never a short body presented whole.
     File,
+    /// The shield refused the request and closes the connection without a reply (a blocked
+    /// client, or `action: close`).
+    Refused,
 }
 
 /// An error with its cause.
@@ -81,7 +84,7 @@ impl Error {
         use ErrorKind::*;
         match self.kind {
             BadRequest(_) | HeaderTimeout | BodyTimeout | WriteTimeout | ClientClosed
-            | ClientIo => Side::Client,
+            | ClientIo | Refused => Side::Client,
             NoServer | Connect | ConnectTimeout | UpstreamReset | ResponseTimeout | BadResponse
             | UpstreamAborted | Overflow => Side::Upstream,
             NotCached | File => Side::Internal,
@@ -109,7 +112,7 @@ impl Error {
             NoServer | Overflow => Some(503),
             ConnectTimeout | ResponseTimeout | NotCached => Some(504),
             Connect | UpstreamReset | BadResponse => Some(502),
-            WriteTimeout | ClientClosed | ClientIo | UpstreamAborted | File => None,
+            WriteTimeout | ClientClosed | ClientIo | UpstreamAborted | File | Refused => None,
         }
     }
 
@@ -133,6 +136,7 @@ impl Error {
             NotCached => "only-if-cached",
             Overflow => "upstream limit reached",
             File => "file read failed",
+            Refused => "refused by the shield",
         }
     }
 }

@@ -32,5 +32,6 @@ pub mod proxy;
 pub mod routes;
 pub mod runtime;
 pub mod server;
+pub mod shield;
 pub mod tls;
 pub mod vars;

@@ -23,6 +23,7 @@
 pub mod guard;
 pub mod scrape;
 mod scrape_filters;
+mod shield;
 
 use std::sync::atomic::Ordering;
 
@@ -139,6 +140,8 @@ fn json_api(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
         (b"/ready", false) => ready(cfg),
         (b"/stats", false) => (200, stats(cfg)),
         (b"/breakers", false) => (200, breakers(cfg)),
+        (b"/shield", false) => shield::list(cfg),
+        (b"/shield/unblock", true) => shield::unblock(cfg, param("client")),
         (b"/purge", true) => {
             let selector = if let Some(u) = param("url") {
                 match purge_url(u) {
@@ -179,7 +182,7 @@ fn json_api(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
         _ => (
             404,
             json_error(
-                "unknown admin path (/, /health, /ready, /stats, /metrics, /purge, /reload, /openapi.json)",
+                "unknown admin path (/, /health, /ready, /stats, /breakers, /shield, /metrics, /purge, /reload, /openapi.json)",
             ),
         ),
     }

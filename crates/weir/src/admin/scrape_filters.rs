@@ -120,5 +120,61 @@ pub(super) fn families(cfg: &RuntimeConfig, enc: &mut DescriptorEncoder) -> fmt:
             breakers.iter().map(|b| (name(&b.name), counter(b.opened))),
         )?;
     }
-    Ok(())
+    shield(cfg, enc)
+}
+
+/// The shield's families: when it is configured, or a listener takes the PROXY protocol.
+fn shield(cfg: &RuntimeConfig, enc: &mut DescriptorEncoder) -> fmt::Result {
+    use crate::shield::{Action, Limit};
+    if cfg.shield.is_none() && cfg.listeners.iter().all(|l| l.proxy_protocol.is_none()) {
+        return Ok(());
+    }
+    let state = &cfg.registry.shield;
+    let none = || -> Labels { Vec::new() };
+    family(
+        enc,
+        "weir_shield_clients",
+        "Clients the shield remembers (bounded by weir_shield_max_clients).",
+        MetricType::Gauge,
+        [(none(), gauge(state.clients.len() as i64))],
+    )?;
+    family(
+        enc,
+        "weir_shield_max_clients",
+        "The bound of the shield's client table (shield.clients).",
+        MetricType::Gauge,
+        [(none(), gauge(state.clients.max() as i64))],
+    )?;
+    family(
+        enc,
+        "weir_shield_clients_evicted",
+        "Clients evicted from the full table, oldest first.",
+        MetricType::Counter,
+        [(none(), counter(state.clients.evicted.load(Relaxed)))],
+    )?;
+    family(
+        enc,
+        "weir_shield_blocked_clients",
+        "Clients blocked now.",
+        MetricType::Gauge,
+        [(
+            none(),
+            gauge(state.clients.blocked(state.now()).len() as i64),
+        )],
+    )?;
+    family(
+        enc,
+        "weir_shield_actions",
+        "Actions the shield took, by the limit passed and the action (reply, close, block).",
+        MetricType::Counter,
+        Limit::ALL.into_iter().flat_map(|l| {
+            Action::ALL.into_iter().map(move |a| {
+                let labels: Labels = vec![
+                    ("limit", l.as_str().to_string()),
+                    ("action", a.as_str().to_string()),
+                ];
+                (labels, counter(state.count(l, a)))
+            })
+        }),
+    )
 }

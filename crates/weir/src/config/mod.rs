@@ -16,6 +16,7 @@ pub mod model;
 pub mod model_auth;
 pub mod model_filters;
 pub mod model_ops;
+pub mod model_shield;
 pub mod model_tls;
 pub mod model_upstream;
 pub mod units;

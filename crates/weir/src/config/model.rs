@@ -17,6 +17,7 @@ pub use super::model_filters::{
     IpRules, MirrorRule, NoStoreRule, RateLimit, ReplaceRule, Split, StickyRule,
 };
 pub use super::model_ops::{AccessLog, AccessLogSetting, HealthRoute, Log, RequestId};
+pub use super::model_shield::{ProxyProtocol, Shape, Shield};
 pub use super::model_tls::{
     Certificate, ClientAuth, ClientAuthMode, ClientCert, Http2, Tls, UpstreamTls,
 };
@@ -69,6 +70,8 @@ pub struct File {
     /// HTTP/2 limits (TLS listeners offering `h2`, and `h2c` listeners).
     #[serde(default)]
     pub http2: Http2,
+    /// The DoS shield: per-client connection and request limits, blocking (off when absent).
+    pub shield: Option<Shield>,
 }
 
 /// A cache store.
@@ -323,6 +326,9 @@ pub struct Listener {
     /// `curl --http2-prior-knowledge`, `h2load`). `Upgrade: h2c` is never honoured.
     #[serde(default)]
     pub h2c: bool,
+    /// Require the PROXY protocol (v1 or v2) from trusted load balancers; the address it
+    /// carries is the client's (logs, filters, the shield).
+    pub proxy_protocol: Option<ProxyProtocol>,
 }
 
 /// A route: a match and exactly one action.

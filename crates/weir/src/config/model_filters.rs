@@ -59,6 +59,7 @@ pub struct FilterSpec {
     pub jwt: Option<super::model_auth::Jwt>,
     pub forward_auth: Option<super::model_auth::ForwardAuth>,
     pub compress: Option<CompressRule>,
+    pub shape: Option<super::model_shield::Shape>,
 }
 
 /// gzip, brotli and zstd for chosen content types.

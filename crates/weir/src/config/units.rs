@@ -13,7 +13,7 @@ use serde::Deserialize;
 pub struct Dur(pub Duration);
 
 /// A byte size from the config.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Size(pub u64);
 
 fn split_unit(s: &str) -> (&str, &str) {

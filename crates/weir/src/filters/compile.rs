@@ -51,6 +51,8 @@ pub struct Compiler {
     pub all: std::cell::RefCell<Vec<Compiled>>,
     /// Where state that outlives a config is kept.
     state: Option<Arc<super::state::FilterState>>,
+    /// The shield, for filters that report violations to it (`shape`).
+    shield: Option<Arc<crate::shield::Shield>>,
 }
 
 impl Compiler {
@@ -60,11 +62,13 @@ impl Compiler {
         upstreams: &HashMap<String, usize>,
         compiled: Vec<UpstreamInfo>,
         state: Arc<super::state::FilterState>,
+        shield: Option<Arc<crate::shield::Shield>>,
         base: &BaseDir,
     ) -> Result<Compiler, CompileError> {
         let c = Compiler {
             upstreams: compiled,
             state: Some(state),
+            shield,
             ..Compiler::default()
         };
         let mut named = HashMap::new();
@@ -145,6 +149,7 @@ impl Compiler {
             jwt,
             forward_auth,
             compress,
+            shape,
         } = spec;
         let given = [
             rate_limit.is_some(),
@@ -164,11 +169,12 @@ impl Compiler {
             jwt.is_some(),
             forward_auth.is_some(),
             compress.is_some(),
+            shape.is_some(),
         ];
         if given.iter().filter(|g| **g).count() != 1 {
             return Err((
                 path.to_string(),
-                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers, no_store, sticky, mirror, replace, cors, basic_auth, api_key, jwt, forward_auth, compress".into(),
+                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers, no_store, sticky, mirror, replace, cors, basic_auth, api_key, jwt, forward_auth, compress, shape".into(),
             ));
         }
         // State that outlives a config (a reload keeps it): under a key of kind, name and the
@@ -259,6 +265,12 @@ impl Compiler {
             plain(super::compress::Compress::compile(
                 c,
                 &format!("{path}.compress"),
+            )?)
+        } else if let Some(s) = shape {
+            plain(super::shape::Shape::compile(
+                s,
+                &format!("{path}.shape"),
+                self.shield.clone(),
             )?)
         } else if let Some(c) = cors {
             plain(super::cors::Cors::compile(c, &format!("{path}.cors"))?)

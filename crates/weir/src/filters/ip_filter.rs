@@ -14,6 +14,7 @@ use ipnet::IpNet;
 
 use super::{phase, Answer, Flow, Req, State};
 use crate::config::{model, BaseDir, CompileError};
+use crate::shield::nets::{parse, Nets};
 
 #[derive(Debug)]
 pub struct IpFilter {
@@ -22,68 +23,14 @@ pub struct IpFilter {
     status: u16,
 }
 
-/// Networks as (address, mask) integers: a test is an AND and a compare (`IpNet::contains`
-/// through its generic path cost ~45 instructions a network).
-#[derive(Debug, Default)]
-struct Nets {
-    v4: Vec<(u32, u32)>,
-    v6: Vec<(u128, u128)>,
-}
-
-impl Nets {
-    fn of(nets: &[IpNet]) -> Nets {
-        let mut n = Nets::default();
-        for net in nets {
-            match net {
-                IpNet::V4(v) => n.v4.push((u32::from(v.network()), u32::from(v.netmask()))),
-                IpNet::V6(v) => {
-                    n.v6.push((u128::from(v.network()), u128::from(v.netmask())))
-                }
-            }
-        }
-        n
-    }
-
-    fn is_empty(&self) -> bool {
-        self.v4.is_empty() && self.v6.is_empty()
-    }
-
-    fn contains(&self, ip: IpAddr) -> bool {
-        match ip {
-            IpAddr::V4(a) => {
-                let a = u32::from(a);
-                self.v4.iter().any(|(net, mask)| a & mask == *net)
-            }
-            IpAddr::V6(a) => {
-                let a = u128::from(a);
-                self.v6.iter().any(|(net, mask)| a & mask == *net)
-            }
-        }
-    }
-}
-
-fn parse(s: &str) -> Option<IpNet> {
-    s.parse::<IpNet>()
-        .ok()
-        .or_else(|| s.parse::<IpAddr>().ok().map(IpNet::from))
-}
-
-fn list(
+pub(crate) fn list(
     inline: Vec<String>,
     file: Option<String>,
     key: &str,
     path: &str,
     base: &BaseDir,
 ) -> Result<Vec<IpNet>, CompileError> {
-    let mut out = Vec::new();
-    for (i, s) in inline.iter().enumerate() {
-        out.push(parse(s.trim()).ok_or_else(|| {
-            (
-                format!("{path}.{key}[{i}]"),
-                format!("{s:?} is not an address or CIDR"),
-            )
-        })?);
-    }
+    let mut out = crate::shield::nets::parse_all(&inline, &format!("{path}.{key}"))?;
     if let Some(f) = file {
         let p = base.0.join(&f);
         let text = std::fs::read_to_string(&p).map_err(|e| {

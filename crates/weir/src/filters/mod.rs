@@ -49,13 +49,14 @@ pub mod htpasswd;
 pub mod ip_filter;
 pub mod jwt;
 pub mod jwt_keys;
-pub mod keyed;
+pub use crate::shield::keyed;
 pub mod mirror;
 pub mod no_store;
 pub mod rate_limit;
 pub mod remember;
 pub mod replace;
 pub mod request_id;
+pub mod shape;
 pub mod split;
 pub mod state;
 pub mod sticky;
@@ -285,6 +286,11 @@ pub trait Filter: Debug + Send + Sync {
 
     /// How this filter compresses, for the cache's variants and precompressed static files.
     fn compression(&self) -> Option<&Arc<compress::Settings>> {
+        None
+    }
+
+    /// The most body bytes a request may send (the `shape` filter), held while it is read.
+    fn body_cap(&self) -> Option<u64> {
         None
     }
 }
@@ -538,6 +544,12 @@ impl Chain {
             return None;
         }
         self.filters.iter().find_map(|(_, f)| f.compression())
+    }
+
+    /// The smallest body cap of the chain's filters (asked only for bodies of unknown length:
+    /// a declared length is checked by the filter itself).
+    pub fn body_cap(&self) -> Option<u64> {
+        self.filters.iter().filter_map(|(_, f)| f.body_cap()).min()
     }
 
     /// The server a filter prefers for this request, of upstream `upstream`.

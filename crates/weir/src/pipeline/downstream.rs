@@ -57,6 +57,9 @@ pub(crate) trait Downstream {
     /// `100 Continue` when the client waits for it.
     fn body_chunk(&mut self) -> impl Future<Output = Result<Option<Bytes>, Error>>;
 
+    /// Holds this request's body to `max` bytes (413 beyond), below `limits.max_body_bytes`.
+    fn cap_body(&mut self, _max: u64) {}
+
     /// The request's trailer fields, once its body has been read to the end (a chunked
     /// HTTP/1.1 body's trailer section, or an HTTP/2 stream's trailing HEADERS); empty when it
     /// had none. Taken: a second call returns nothing.

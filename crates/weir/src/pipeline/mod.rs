@@ -70,12 +70,61 @@ pub(crate) async fn handle<D: Downstream>(
     #[cfg(debug_assertions)]
     fault_injection(head);
     let mut ctx = RequestCtx::new(rt.clone(), listener);
-    let result = match start(d, &mut ctx, &rt, head) {
-        Started::Done(result) => result,
-        Started::Later(rest) => rest.await,
+    let result = match shield_refusal(d, &mut ctx, &rt, head) {
+        Some(refused) => refused,
+        None => match start(d, &mut ctx, &rt, head) {
+            Started::Done(result) => result,
+            Started::Later(rest) => rest.await,
+        },
     };
     log::finish(d, &mut ctx, head, &result);
+    if let Some(shield) = &rt.cfg.shield {
+        shield.outcome(d.peer().ip(), ctx.status);
+    }
     result
+}
+
+/// The shield's request limits (`shield/`): `Some` with the answer when the request is refused.
+#[inline(always)]
+fn shield_refusal<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    rt: &WorkerRuntime,
+    head: &RequestHead,
+) -> Option<Result<Persistence, Error>> {
+    let shield = rt.cfg.shield.as_ref()?;
+    if rt.cfg.listeners[ctx.listener].admin {
+        return None;
+    }
+    let refusal = shield.request(d.peer().ip()).err()?;
+    Some(refuse(d, ctx, head, refusal))
+}
+
+/// Answers a request the shield refused: 429 with `Retry-After` (and the connection closed
+/// when the client is now blocked), or the connection closed without a reply.
+#[cold]
+fn refuse<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    head: &RequestHead,
+    r: crate::shield::Refusal,
+) -> Result<Persistence, Error> {
+    use crate::shield::Action;
+    if r.action == Action::Close {
+        return Err(Error::with(
+            crate::error::ErrorKind::Refused,
+            r.limit.as_str(),
+        ));
+    }
+    let a = Answer {
+        status: 429,
+        fields: vec![(
+            Bytes::from_static(b"Retry-After"),
+            Bytes::from(r.retry_after.to_string()),
+        )],
+        body: Bytes::from_static(b"Too Many Requests\n"),
+    };
+    Ok(respond_with(d, ctx, head, a, r.action == Action::Block))
 }
 
 /// Queues a response head: the one way the pipeline sends one, so the status and the fields
@@ -170,6 +219,11 @@ fn start<'a, D: Downstream>(
         let chain = route.filters();
         ctx.phases = chain.phases();
         if chain.has(phase::REQUEST) {
+            if !matches!(head.body, BodyKind::Empty | BodyKind::Length(_)) {
+                if let Some(cap) = chain.body_cap() {
+                    d.cap_body(cap);
+                }
+            }
             let client = client_of(d);
             let mut local = Run::default();
             let subrequests = chain
@@ -653,8 +707,19 @@ fn respond_for_filter<D: Downstream>(
     head: &RequestHead,
     a: Answer,
 ) -> Persistence {
+    respond_with(d, ctx, head, a, false)
+}
+
+/// Answers with `a`; `close`: and close the connection after it.
+fn respond_with<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    head: &RequestHead,
+    a: Answer,
+    close: bool,
+) -> Persistence {
     // The request body, if any, is not read: the connection cannot be reused.
-    let persistence = if head.body == BodyKind::Empty {
+    let persistence = if head.body == BodyKind::Empty && !close {
         d.persistence(head)
     } else {
         Persistence::Close

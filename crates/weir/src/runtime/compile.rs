@@ -112,6 +112,13 @@ pub(crate) fn compile(
         );
         cache_zones.push(registry.zone(&name, z.max_size.0, z.shards));
     }
+    let shield = match file.shield {
+        Some(s) => Some(Arc::new(crate::shield::Shield::compile(
+            s,
+            &registry.shield,
+        )?)),
+        None => None,
+    };
     let logs =
         crate::access_log::LogCompiler::new(&registry.sinks, registry.metrics.log_dropped.clone());
     let default_log = logs.slot(file.access_log.as_ref(), "access_log", None)?;
@@ -126,6 +133,7 @@ pub(crate) fn compile(
             })
             .collect(),
         registry.filter_state.clone(),
+        shield.clone(),
         base,
     )?;
     let refs = crate::actions::Refs {
@@ -185,6 +193,13 @@ pub(crate) fn compile(
             access_log: log,
             tls,
             h2c: l.h2c,
+            proxy_protocol: match &l.proxy_protocol {
+                Some(p) => Some(Arc::new(crate::shield::nets::compile(
+                    &p.trusted,
+                    &format!("{path}.proxy_protocol.trusted"),
+                )?)),
+                None => None,
+            },
             key: format!("{path}.address"),
             line: None,
         });
@@ -222,6 +237,7 @@ pub(crate) fn compile(
             access_log: default_log,
             tls: None,
             h2c: false,
+            proxy_protocol: None,
             key: "admin.address".to_string(),
             line: None,
         });
@@ -264,6 +280,7 @@ pub(crate) fn compile(
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(RuntimeConfig {
+        shield,
         subrequests,
         workers,
         server_header,

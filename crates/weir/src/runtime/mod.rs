@@ -61,6 +61,8 @@ pub struct RuntimeConfig {
     /// One bare proxy route per upstream (no filters, no forwarding fields, the request's own
     /// Host): what filters' subrequests go through (`pipeline/subrequest.rs`).
     pub subrequests: Vec<crate::proxy::route::ProxyRoute>,
+    /// The DoS shield's limits (`None`: no `shield:` section, nothing counted).
+    pub shield: Option<Arc<crate::shield::Shield>>,
 }
 
 /// The error log's settings.
@@ -135,6 +137,8 @@ pub struct ListenerConfig {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// HTTP/2 with prior knowledge on a plain listener.
     pub h2c: bool,
+    /// PROXY protocol required, from these sources only.
+    pub proxy_protocol: Option<Arc<crate::shield::nets::Nets>>,
     /// Where the address was given, for errors: the key path and the config line.
     pub key: String,
     pub line: Option<usize>,

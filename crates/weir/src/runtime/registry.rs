@@ -44,6 +44,9 @@ pub struct Registry {
     /// name and the settings that shape it: a reload that keeps a filter keeps its state, as
     /// nginx keeps a `limit_req` zone of the same size.
     pub filter_state: Arc<crate::filters::state::FilterState>,
+    /// The DoS shield's client table and counters (kept across reloads, as nginx keeps a
+    /// `limit_conn` zone).
+    pub shield: Arc<crate::shield::ShieldState>,
 }
 
 /// Asks the process to re-read its config; the answer is `Err(why)` when it kept the old one.
@@ -68,6 +71,7 @@ impl Registry {
             reloader: Mutex::new(None),
             tls: Default::default(),
             filter_state: Default::default(),
+            shield: Default::default(),
         }
     }
 

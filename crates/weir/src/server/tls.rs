@@ -45,6 +45,9 @@ pub(crate) async fn serve(
     match tokio::time::timeout(header, tcp.peek(&mut first)).await {
         Err(_) => {
             state.metrics.tls(TlsOutcome::Timeout);
+            if let Some(shield) = &rt.cfg.shield {
+                shield.handshake_failed(peer.ip());
+            }
             return CloseReason::Timeout;
         }
         Ok(Ok(0)) | Ok(Err(_)) => return CloseReason::Done,
@@ -55,6 +58,11 @@ pub(crate) async fn serve(
             return CloseReason::BadRequest;
         }
         Ok(Ok(_)) => {}
+    }
+    if let Some(shield) = &rt.cfg.shield {
+        if shield.handshake(peer.ip()).is_err() {
+            return CloseReason::ClientError;
+        }
     }
     // Boxed, as is what follows: rustls' connection state is large (KiBs), and a future that
     // held it inline would keep that much in every connection's task.
@@ -80,6 +88,11 @@ fn after_handshake(
     rt: Rc<WorkerRuntime>,
     listener: usize,
 ) -> Pin<Box<dyn Future<Output = CloseReason>>> {
+    if handshake.as_ref().map_or(true, |r| r.is_err()) {
+        if let Some(shield) = &rt.cfg.shield {
+            shield.handshake_failed(peer.ip());
+        }
+    }
     let stream = match handshake {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {

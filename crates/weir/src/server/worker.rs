@@ -88,6 +88,8 @@ pub(crate) struct WorkerState {
     pub metrics: Arc<crate::metrics::WorkerMetrics>,
     /// The accept loop of each listening socket, by listener.
     accepting: RefCell<HashMap<ListenerId, Vec<AbortHandle>>>,
+    /// The shield's client table (the registry's, which outlives configs).
+    pub shield: Arc<crate::shield::ShieldState>,
 }
 
 /// What the worker knows about one connection.
@@ -97,6 +99,8 @@ pub(crate) struct ConnSlot {
     /// Waiting for the next request, with nothing in flight, until this time on the worker's
     /// coarse clock (ms); 0 when busy.
     pub idle_until: Cell<u64>,
+    /// The shield's key for the client, to release its connection count at close (0: none).
+    pub shield: Cell<u64>,
 }
 
 impl WorkerState {
@@ -186,7 +190,10 @@ pub(crate) struct ActiveGuard(Rc<WorkerState>, u32, CloseReason, bool);
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
         self.0.metrics.closed(self.2);
-        self.0.conns.borrow_mut().try_remove(self.1 as usize);
+        let slot = self.0.conns.borrow_mut().try_remove(self.1 as usize);
+        if let Some(key) = slot.map(|s| s.shield.get()).filter(|k| *k != 0) {
+            self.0.shield.disconnect(key);
+        }
         if self.3 {
             self.0.admin_active.set(self.0.admin_active.get() - 1);
             return;
@@ -241,6 +248,7 @@ pub(crate) fn run(
         clock_ms: Cell::new(0),
         tick_ms: Cell::new(sweep_tick(&cfg.timeouts).as_millis() as u64),
         accepting: RefCell::new(HashMap::new()),
+        shield: cfg.registry.shield.clone(),
     });
     local.block_on(&rt, async move {
         for l in listening {
@@ -411,7 +419,8 @@ impl WorkerState {
     }
 }
 
-/// Starts serving an accepted connection on listener `index`, counted in its budget.
+/// Starts serving an accepted connection on listener `index`, counted in its budget;
+/// `shield`: the client's key in the shield's table, when its connection is counted there.
 fn start_connection(
     state: &Rc<WorkerState>,
     rt: &Rc<WorkerRuntime>,
@@ -419,6 +428,7 @@ fn start_connection(
     stream: mio::net::TcpStream,
     peer: std::net::SocketAddr,
     admin: bool,
+    shield: u64,
 ) {
     let count = if admin {
         &state.admin_active
@@ -430,9 +440,26 @@ fn start_connection(
     let key = state.conns.borrow_mut().insert(ConnSlot {
         abort: None,
         idle_until: Cell::new(0),
+        shield: Cell::new(shield),
     });
     let mut guard = ActiveGuard(state.clone(), key as u32, CloseReason::Idle, admin);
-    let task = match &rt.cfg.listeners[index].tls {
+    let listener = &rt.cfg.listeners[index];
+    let task = match &listener.tls {
+        // Behind a load balancer: its PROXY header first (boxed: rare, and large).
+        _ if listener.proxy_protocol.is_some() => {
+            let serve = Box::pin(super::proxied::serve(
+                stream,
+                peer,
+                key,
+                state.clone(),
+                rt.clone(),
+                index,
+            ));
+            tokio::task::spawn_local(async move {
+                guard.2 = serve.await;
+                drop(guard);
+            })
+        }
         // A separate task type: plain connections keep their small future.
         Some(tls) => {
             // Boxed: the task would otherwise hold the future twice (as
@@ -462,6 +489,38 @@ fn start_connection(
     };
     if let Some(slot) = state.conns.borrow_mut().get_mut(key) {
         slot.abort = Some(task.abort_handle());
+    }
+}
+
+/// The shield's word on a connection just accepted from `peer` on listener `index`:
+/// `Some(key)` to serve it (the client's key when its connections are counted, else 0),
+/// `None` to close it now. A `proxy_protocol` listener takes only its trusted sources here;
+/// their clients are known (and checked) once the PROXY header is read (`proxied.rs`).
+#[inline]
+fn admit(
+    state: &WorkerState,
+    rt: &WorkerRuntime,
+    index: usize,
+    peer: std::net::SocketAddr,
+) -> Option<u64> {
+    let l = &rt.cfg.listeners[index];
+    if let Some(trusted) = &l.proxy_protocol {
+        if trusted.contains(peer.ip()) {
+            return Some(0);
+        }
+        state.shield.counted(
+            crate::shield::Limit::ProxyProtocol,
+            crate::shield::Action::Close,
+        );
+        static UNTRUSTED: crate::logs::Limited = crate::logs::Limited::new();
+        if let Some(suppressed) = UNTRUSTED.admit() {
+            tracing::warn!(%peer, suppressed, "PROXY protocol listener: source not trusted, closed");
+        }
+        return None;
+    }
+    match &rt.cfg.shield {
+        Some(shield) if !l.admin => shield.connect(peer.ip()).ok(),
+        _ => Some(0),
     }
 }
 
@@ -501,7 +560,12 @@ async fn accept_loop(
                     }
                     // `None`: removed by a reload an instant ago; this loop is about to stop.
                     if let Some(index) = index {
-                        start_connection(&state, &rt, index, stream, peer, id.admin);
+                        // The shield, before anything is allocated for the connection.
+                        let Some(shield) = admit(&state, &rt, index, peer) else {
+                            drop(stream);
+                            continue;
+                        };
+                        start_connection(&state, &rt, index, stream, peer, id.admin, shield);
                     }
                 }
                 Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -516,7 +580,7 @@ async fn accept_loop(
                     match listener.get_ref().accept() {
                         Ok((stream, peer)) => match index {
                             Some(index) if id.admin => {
-                                start_connection(&state, &rt, index, stream, peer, true);
+                                start_connection(&state, &rt, index, stream, peer, true, 0);
                             }
                             _ => refuse(&state, stream, crate::metrics::Refusal::FdLimit),
                         },

@@ -225,6 +225,8 @@ impl Conn {
         let rt = self.rt.clone();
         let cfg = &rt.cfg;
         let mut deadline = None;
+        // The read that brought the head's first bytes, and each one after it.
+        let mut reads = 1u32;
         loop {
             if !self.buf.is_empty() {
                 if let Some(head) = parse_request(&mut self.buf, &cfg.limits.head)? {
@@ -233,6 +235,16 @@ impl Conn {
                     return Ok(Some(head));
                 }
                 deadline.get_or_insert_with(|| Instant::now() + cfg.timeouts.header);
+                reads += 1;
+                if let Some(shield) = &cfg.shield {
+                    too_many_reads(
+                        shield,
+                        self.peer,
+                        reads,
+                        shield.head_reads,
+                        ErrorKind::HeaderTimeout,
+                    )?;
+                }
             }
             self.flush().await?;
             let n = match deadline {
@@ -345,6 +357,8 @@ impl Conn {
                 decoder: BodyDecoder::new(head.body),
                 continued: !head.expect_continue,
                 trailers: Vec::new(),
+                limit: self.rt.cfg.limits.max_body_bytes,
+                reads: 0,
             })
         });
         let rt = self.rt.clone();
@@ -495,6 +509,10 @@ struct RequestBody {
     continued: bool,
     /// The trailer section of a chunked body, once read.
     trailers: Vec<weir_http::Header>,
+    /// Most bytes it may have (`limits.max_body_bytes`, or a route's `shape` below it).
+    limit: u64,
+    /// Reads it took so far (the shield's `reads.body`).
+    reads: u32,
 }
 
 impl Downstream for Conn {
@@ -527,8 +545,13 @@ impl Downstream for Conn {
         self.io.tls_info()
     }
 
+    fn cap_body(&mut self, max: u64) {
+        if let Some(b) = self.body.as_mut() {
+            b.limit = b.limit.min(max);
+        }
+    }
+
     async fn body_chunk(&mut self) -> Result<Option<Bytes>, Error> {
-        let limit = self.rt.cfg.limits.max_body_bytes;
         let body_timeout = self.rt.cfg.timeouts.body;
         loop {
             let Some(body) = self.body.as_mut() else {
@@ -536,7 +559,7 @@ impl Downstream for Conn {
             };
             match body.decoder.decode(&mut self.buf)? {
                 BodyEvent::Data(chunk) => {
-                    if body.decoder.consumed() > limit {
+                    if body.decoder.consumed() > body.limit {
                         return Err(ParseError::BodyTooLarge.into());
                     }
                     return Ok(Some(chunk));
@@ -546,6 +569,11 @@ impl Downstream for Conn {
                     return Ok(None);
                 }
                 BodyEvent::NeedMore => {
+                    body.reads += 1;
+                    if let Some(shield) = &self.rt.cfg.shield {
+                        let max = shield.body_reads;
+                        too_many_reads(shield, self.peer, body.reads, max, ErrorKind::BodyTimeout)?;
+                    }
                     if !body.continued {
                         body.continued = true;
                         self.out.extend_from_slice(weir_http::response::CONTINUE);
@@ -646,7 +674,29 @@ impl Downstream for Conn {
     }
 }
 
-/// Reads whatever is available into `buf`, growing it if it is nearly full.
+/// The shield's cap on the reads a head or body may take (Tempesta's chunk counts): a client
+/// dribbling its request a few bytes at a time gets 408 (`kind`), and is blocked when the
+/// shield's action is `block`.
+#[cold]
+fn too_many_reads(
+    shield: &crate::shield::Shield,
+    peer: SocketAddr,
+    reads: u32,
+    max: u32,
+    kind: ErrorKind,
+) -> Result<(), Error> {
+    if max == 0 || reads <= max {
+        return Ok(());
+    }
+    let limit = if kind == ErrorKind::HeaderTimeout {
+        crate::shield::Limit::HeadReads
+    } else {
+        crate::shield::Limit::BodyReads
+    };
+    shield.violation(peer.ip(), limit, crate::shield::Action::Reply);
+    Err(Error::with(kind, format_args!("more than {max} reads")))
+}
+
 /// The `reason` label of `weir_connections_closed_total` for a connection ended by `e`.
 fn close_reason(e: &Error) -> CloseReason {
     match e.kind {
@@ -661,6 +711,7 @@ fn close_reason(e: &Error) -> CloseReason {
     }
 }
 
+/// Reads whatever is available into `buf`, growing it if it is nearly full.
 async fn read_more(io: &mut ClientIo, buf: &mut BytesMut) -> io::Result<usize> {
     if buf.capacity() - buf.len() < 1024 {
         buf.reserve(READ_BUF);

@@ -50,6 +50,13 @@ pub(crate) fn request_head(
     }
     b.put_slice(b" HTTP/1.1\r\n");
     let authority = parts.uri.authority();
+    // RFC 9113 §8.3.1: a server SHOULD treat a request whose Host names another entity than
+    // `:authority` as malformed (the h1 counterpart is the `shape` filter's `strict_host`).
+    if let (Some(a), Some(h)) = (authority, parts.headers.get(http::header::HOST)) {
+        if !h.as_bytes().eq_ignore_ascii_case(a.as_str().as_bytes()) {
+            return Err(weir_http::ParseError::BadRequest("Host differs from :authority").into());
+        }
+    }
     if let Some(a) = authority {
         b.put_slice(b"host: ");
         b.put_slice(a.as_str().as_bytes());

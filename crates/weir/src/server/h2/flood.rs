@@ -2,6 +2,13 @@
 //! and counts the frames of the 2019 HTTP/2 flood family (CVE-2019-9512 ping, -9514 reset,
 //! -9515 settings, -9516 and -9518 empty frames) as they arrive, below the `h2` crate, which
 //! answers them without limit. Only frame headers are looked at: 9 bytes per frame, no copy.
+//!
+//! Beside the per-second flood count, the shield's glitch counter (`shield.http2_glitches`,
+//! HAProxy's `glitches-threshold`) counts anomalies over the connection's life: streams the
+//! client resets (rapid reset, CVE-2023-44487), empty DATA or HEADERS frames that do not end a
+//! stream, empty CONTINUATION frames. At 75% of the threshold the connection is asked to go
+//! away (graceful GOAWAY), at 100% it is closed (GOAWAY ENHANCE_YOUR_CALM) and the violation
+//! goes to the shield.
 
 use std::pin::Pin;
 use std::rc::Rc;
@@ -39,6 +46,10 @@ pub(crate) struct FloodGuard<T> {
     window: Instant,
     tripped: Rc<Notify>,
     stopped: bool,
+    /// The glitch threshold (0: none), the glitches so far, and the signals.
+    glitch_limit: u32,
+    glitches: u32,
+    glitch: Rc<Glitches>,
     /// Writes gathered until `h2` reads again (see the `AsyncWrite` impl).
     wbuf: Vec<u8>,
     /// The inner stream was written since its last flush.
@@ -48,8 +59,17 @@ pub(crate) struct FloodGuard<T> {
     read_idle: bool,
 }
 
+/// What the glitch counter tells the connection.
+#[derive(Debug, Default)]
+pub(crate) struct Glitches {
+    /// Notified once at 75% of the threshold: send GOAWAY and finish the streams.
+    pub warn: Notify,
+    /// Set when the threshold (not the flood limit) tripped the guard.
+    pub over: std::cell::Cell<bool>,
+}
+
 impl<T> FloodGuard<T> {
-    pub(crate) fn new(io: T, limit: u32) -> FloodGuard<T> {
+    pub(crate) fn new(io: T, limit: u32, glitch_limit: u32) -> FloodGuard<T> {
         FloodGuard {
             io,
             preface_left: super::PREFACE.len(),
@@ -61,10 +81,18 @@ impl<T> FloodGuard<T> {
             window: Instant::now(),
             tripped: Rc::new(Notify::new()),
             stopped: false,
+            glitch_limit,
+            glitches: 0,
+            glitch: Rc::default(),
             wbuf: Vec::new(),
             dirty: false,
             read_idle: false,
         }
+    }
+
+    /// The glitch counter's signals.
+    pub(crate) fn glitches(&self) -> Rc<Glitches> {
+        self.glitch.clone()
     }
 
     /// Notified once when the limit is passed.
@@ -101,6 +129,9 @@ impl<T> FloodGuard<T> {
             if counted(kind, flags, len) && !self.count_one() {
                 return false;
             }
+            if self.glitch_limit > 0 && glitch(kind, flags, len) && !self.glitch_one() {
+                return false;
+            }
         }
         true
     }
@@ -113,6 +144,33 @@ impl<T> FloodGuard<T> {
         }
         self.count += 1;
         self.count <= self.limit
+    }
+}
+
+impl<T> FloodGuard<T> {
+    /// Counts a glitch; `false` at the threshold.
+    fn glitch_one(&mut self) -> bool {
+        self.glitches += 1;
+        if u64::from(self.glitches) * 4 == u64::from(self.glitch_limit) * 3
+            || (self.glitch_limit < 4 && self.glitches == 1)
+        {
+            self.glitch.warn.notify_one();
+        }
+        if self.glitches >= self.glitch_limit {
+            self.glitch.over.set(true);
+            return false;
+        }
+        true
+    }
+}
+
+/// Whether a frame is a glitch (see the module doc).
+fn glitch(kind: u8, flags: u8, len: usize) -> bool {
+    match kind {
+        RST_STREAM => true,
+        DATA | HEADERS => len == 0 && flags & END_STREAM == 0,
+        CONTINUATION => len == 0,
+        _ => false,
     }
 }
 
@@ -250,6 +308,7 @@ impl<T: AsyncWrite + Unpin> FloodGuard<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures_util::FutureExt;
 
     fn frame(kind: u8, flags: u8, len: usize) -> Vec<u8> {
         let mut f = vec![
@@ -269,7 +328,7 @@ mod tests {
 
     #[test]
     fn counts_control_and_empty_frames_across_split_reads() {
-        let mut g = FloodGuard::new((), 3);
+        let mut g = FloodGuard::new((), 3, 0);
         let mut wire = crate::server::h2::PREFACE.to_vec();
         wire.extend(frame(DATA, 0, 100)); // not counted
         wire.extend(frame(DATA, END_STREAM, 0)); // an empty last frame: legitimate
@@ -285,5 +344,28 @@ mod tests {
             !g.scan(&frame(RST_STREAM, 0, 4)),
             "the fourth passes the limit"
         );
+    }
+
+    #[test]
+    fn glitches_warn_at_three_quarters_and_trip_at_the_threshold() {
+        let mut g = FloodGuard::new((), 1000, 8);
+        let signals = g.glitches();
+        let mut wire = crate::server::h2::PREFACE.to_vec();
+        wire.extend(frame(HEADERS, 0, 10)); // a request: not a glitch
+        wire.extend(frame(DATA, END_STREAM, 0)); // not a glitch
+        for _ in 0..5 {
+            wire.extend(frame(RST_STREAM, 0, 4));
+        }
+        assert!(g.scan(&wire));
+        assert_eq!(g.glitches, 5);
+        assert!(!signals.over.get());
+        assert!(g.scan(&frame(DATA, 0, 0)), "the sixth: 75%, still read");
+        assert!(
+            signals.warn.notified().now_or_never().is_some(),
+            "GOAWAY asked at 6 of 8"
+        );
+        assert!(g.scan(&frame(CONTINUATION, 0, 0)));
+        assert!(!g.scan(&frame(RST_STREAM, 0, 4)), "the eighth closes");
+        assert!(signals.over.get());
     }
 }

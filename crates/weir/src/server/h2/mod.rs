@@ -70,8 +70,10 @@ where
 {
     let cfg = &rt.cfg;
     let h = &cfg.http2;
-    let guard = flood::FloodGuard::new(io, h.max_control_frames_per_second);
+    let glitch_limit = cfg.shield.as_ref().map_or(0, |s| s.http2_glitches);
+    let guard = flood::FloodGuard::new(io, h.max_control_frames_per_second, glitch_limit);
     let tripped = guard.tripped();
+    let glitches = guard.glitches();
     let mut builder = h2::server::Builder::new();
     builder
         .max_concurrent_streams(h.max_concurrent_streams)
@@ -126,9 +128,20 @@ where
                 conn.graceful_shutdown();
                 going_away = true;
             }
+            _ = glitches.warn.notified(), if !going_away => {
+                tracing::debug!(%peer, "HTTP/2 glitches at 75% of the threshold: GOAWAY");
+                conn.graceful_shutdown();
+                going_away = true;
+            }
             _ = tripped.notified() => {
                 state.metrics.h2_abuse.inc();
-                tracing::debug!(%peer, "HTTP/2 control frame flood: GOAWAY");
+                match (&cfg.shield, glitches.over.get()) {
+                    (Some(shield), true) => {
+                        shield.violation(peer.ip(), crate::shield::Limit::Http2Glitches, crate::shield::Action::Close);
+                        tracing::debug!(%peer, "HTTP/2 glitch threshold: GOAWAY and close");
+                    }
+                    _ => tracing::debug!(%peer, "HTTP/2 control frame flood: GOAWAY"),
+                }
                 conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
                 let _ = tokio::time::timeout(GOAWAY_GRACE, conn.accept()).await;
                 return CloseReason::ClientError;

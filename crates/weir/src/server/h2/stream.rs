@@ -34,6 +34,8 @@ pub(crate) struct H2Stream {
     rt: Rc<WorkerRuntime>,
     body: Option<RecvStream>,
     body_read: u64,
+    /// A route's `shape` cap below `limits.max_body_bytes` (`u64::MAX`: none).
+    body_cap: u64,
     respond: SendResponse<Bytes>,
     /// The response head, queued until the first flush (so that a body-less response goes
     /// out as one HEADERS frame with END_STREAM).
@@ -71,6 +73,7 @@ pub(crate) async fn serve(
         rt: rt.clone(),
         body: has_body.then_some(body),
         body_read: 0,
+        body_cap: u64::MAX,
         respond,
         head: None,
         send: None,
@@ -189,8 +192,12 @@ impl Downstream for H2Stream {
         self.shared.tls.as_deref()
     }
 
+    fn cap_body(&mut self, max: u64) {
+        self.body_cap = self.body_cap.min(max);
+    }
+
     async fn body_chunk(&mut self) -> Result<Option<Bytes>, Error> {
-        let limit = self.rt.cfg.limits.max_body_bytes;
+        let limit = self.rt.cfg.limits.max_body_bytes.min(self.body_cap);
         let wait = self.rt.cfg.timeouts.body;
         let Some(body) = self.body.as_mut() else {
             return Ok(None);
