@@ -524,6 +524,17 @@ fn admit(
     }
 }
 
+/// Connections accepted in one turn of an accept loop before it yields (see [`accept_loop`]).
+const ACCEPT_BATCH: usize = 16;
+
+/// Closes a connection the shield refused with a reset (`SO_LINGER` 0), as HAProxy's `tcp-request
+/// connection reject` does: the socket is freed at once, with no FIN exchange and no TIME_WAIT
+/// kept by weir for a client it does not want to hear from.
+fn abort(stream: mio::net::TcpStream) {
+    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+    drop(stream);
+}
+
 /// Accepts with `accept4(SOCK_NONBLOCK)` into sockets not yet registered with the reactor (see
 /// `client_io.rs`), draining the backlog on each readiness event.
 async fn accept_loop(
@@ -548,7 +559,17 @@ async fn accept_loop(
             },
         };
         state.restore_reserve(id.admin);
+        let mut taken = 0usize;
         loop {
+            // A flood fills the backlog faster than it drains: after a batch, let the
+            // connections already served run (a legitimate client's request must not wait
+            // behind a whole backlog of attackers being refused), then come back.
+            taken += 1;
+            if taken > ACCEPT_BATCH {
+                drop(guard);
+                tokio::task::yield_now().await;
+                break;
+            }
             match guard.try_io(|l| l.get_ref().accept()) {
                 Ok(Ok((stream, _))) if state.over_budget(id.admin) => {
                     refuse(&state, stream, crate::metrics::Refusal::MaxConnections);
@@ -562,7 +583,7 @@ async fn accept_loop(
                     if let Some(index) = index {
                         // The shield, before anything is allocated for the connection.
                         let Some(shield) = admit(&state, &rt, index, peer) else {
-                            drop(stream);
+                            abort(stream);
                             continue;
                         };
                         start_connection(&state, &rt, index, stream, peer, id.admin, shield);
