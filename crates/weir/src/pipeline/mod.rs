@@ -14,6 +14,7 @@
 //! * [`context::RequestCtx`]: what is known about the request as it runs (route, cache state,
 //!   upstream and server, status, bytes, timings) and what the log reports at the end.
 //! * [`body`]: response bodies, through body filters when one claimed the response.
+//! * `refused.rs`: a filter's answer, and requests the DoS shield refuses (`shield/`).
 //! * [`downstream::Downstream`]: the client protocol. Everything here is generic over it.
 //!
 //! Producers build a `weir_http::Reply`; only the `Downstream` encodes it. Errors are
@@ -26,6 +27,7 @@ pub(crate) mod downstream;
 pub(crate) mod fetch;
 pub(crate) mod forward;
 mod log;
+mod refused;
 pub(crate) mod subrequest;
 
 use std::future::Future;
@@ -40,11 +42,12 @@ pub(crate) use body::{finish_body, send_body};
 pub use context::CacheState;
 pub(crate) use context::RequestCtx;
 use downstream::Downstream;
+use refused::{respond_for_filter, shield_refusal};
 
 use crate::actions::static_files::{StaticBody, StaticReply};
 use crate::actions::Action;
 use crate::error::{canned_body, Error};
-use crate::filters::{phase, Answer, Client, Req, Run, Step};
+use crate::filters::{phase, Client, Req, Run, Step};
 use crate::routes::Routed;
 use crate::runtime::WorkerRuntime;
 
@@ -82,49 +85,6 @@ pub(crate) async fn handle<D: Downstream>(
         shield.outcome(d.peer().ip(), ctx.status);
     }
     result
-}
-
-/// The shield's request limits (`shield/`): `Some` with the answer when the request is refused.
-#[inline(always)]
-fn shield_refusal<D: Downstream>(
-    d: &mut D,
-    ctx: &mut RequestCtx,
-    rt: &WorkerRuntime,
-    head: &RequestHead,
-) -> Option<Result<Persistence, Error>> {
-    let shield = rt.cfg.shield.as_ref()?;
-    if rt.cfg.listeners[ctx.listener].admin {
-        return None;
-    }
-    let refusal = shield.request(d.peer().ip()).err()?;
-    Some(refuse(d, ctx, head, refusal))
-}
-
-/// Answers a request the shield refused: 429 with `Retry-After` (and the connection closed
-/// when the client is now blocked), or the connection closed without a reply.
-#[cold]
-fn refuse<D: Downstream>(
-    d: &mut D,
-    ctx: &mut RequestCtx,
-    head: &RequestHead,
-    r: crate::shield::Refusal,
-) -> Result<Persistence, Error> {
-    use crate::shield::Action;
-    if r.action == Action::Close {
-        return Err(Error::with(
-            crate::error::ErrorKind::Refused,
-            r.limit.as_str(),
-        ));
-    }
-    let a = Answer {
-        status: 429,
-        fields: vec![(
-            Bytes::from_static(b"Retry-After"),
-            Bytes::from(r.retry_after.to_string()),
-        )],
-        body: Bytes::from_static(b"Too Many Requests\n"),
-    };
-    Ok(respond_with(d, ctx, head, a, r.action == Action::Block))
 }
 
 /// Queues a response head: the one way the pipeline sends one, so the status and the fields
@@ -696,49 +656,6 @@ fn send_typed<D: Downstream>(
     if !head_only {
         ctx.bytes_sent += json.len() as u64;
         d.send_data(json);
-    }
-    persistence
-}
-
-/// A request filter answered.
-fn respond_for_filter<D: Downstream>(
-    d: &mut D,
-    ctx: &mut RequestCtx,
-    head: &RequestHead,
-    a: Answer,
-) -> Persistence {
-    respond_with(d, ctx, head, a, false)
-}
-
-/// Answers with `a`; `close`: and close the connection after it.
-fn respond_with<D: Downstream>(
-    d: &mut D,
-    ctx: &mut RequestCtx,
-    head: &RequestHead,
-    a: Answer,
-    close: bool,
-) -> Persistence {
-    // The request body, if any, is not read: the connection cannot be reused.
-    let persistence = if head.body == BodyKind::Empty && !close {
-        d.persistence(head)
-    } else {
-        Persistence::Close
-    };
-    let rt = ctx.rt.clone();
-    let typed = a
-        .fields
-        .iter()
-        .any(|(n, _)| n.eq_ignore_ascii_case(b"content-type"));
-    let mut reply = Reply::new(a.status, Framing::Length(a.body.len() as u64));
-    reply.add_lines(&rt.cfg.server_line);
-    if !typed {
-        reply.add_lines(b"Content-Type: text/plain; charset=utf-8\r\n");
-    }
-    reply.add_fields(&a.fields);
-    let persistence = send_head(d, ctx, &reply, persistence);
-    if head.method != Method::Head {
-        ctx.bytes_sent += a.body.len() as u64;
-        d.send_data(&a.body);
     }
     persistence
 }

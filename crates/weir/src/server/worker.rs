@@ -444,45 +444,41 @@ fn start_connection(
     });
     let mut guard = ActiveGuard(state.clone(), key as u32, CloseReason::Idle, admin);
     let listener = &rt.cfg.listeners[index];
-    let task = match &listener.tls {
-        // Behind a load balancer: its PROXY header first (boxed: rare, and large).
-        _ if listener.proxy_protocol.is_some() => {
-            let serve = Box::pin(super::proxied::serve(
-                stream,
-                peer,
-                key,
-                state.clone(),
-                rt.clone(),
-                index,
-            ));
-            tokio::task::spawn_local(async move {
-                guard.2 = serve.await;
-                drop(guard);
-            })
-        }
-        // A separate task type: plain connections keep their small future.
-        Some(tls) => {
-            // Boxed: the task would otherwise hold the future twice (as
-            // the moved-in value and as the awaited one).
-            let serve = Box::pin(super::tls::serve(
-                stream,
-                peer,
-                key,
-                state.clone(),
-                rt.clone(),
-                index,
-                tls.clone(),
-            ));
-            tokio::task::spawn_local(async move {
-                guard.2 = serve.await;
-                drop(guard);
-            })
-        }
-        None => {
+    let task = match (&listener.tls, listener.proxy_protocol.is_some()) {
+        (None, false) => {
             let io = ClientIo::Fresh(stream);
             let mut conn = Conn::new(io, peer, key, state.clone(), rt.clone(), index);
             tokio::task::spawn_local(async move {
                 guard.2 = conn.serve().await;
+                drop(guard);
+            })
+        }
+        // TLS, or a load balancer's PROXY header first: a separate task type, so that plain
+        // connections keep their small future; boxed, or the task would hold the future twice
+        // (as the moved-in value and as the awaited one).
+        (tls, proxied) => {
+            let serve: std::pin::Pin<Box<dyn std::future::Future<Output = CloseReason>>> = match tls
+            {
+                Some(tls) if !proxied => Box::pin(super::tls::serve(
+                    stream,
+                    peer,
+                    key,
+                    state.clone(),
+                    rt.clone(),
+                    index,
+                    tls.clone(),
+                )),
+                _ => Box::pin(super::proxied::serve(
+                    stream,
+                    peer,
+                    key,
+                    state.clone(),
+                    rt.clone(),
+                    index,
+                )),
+            };
+            tokio::task::spawn_local(async move {
+                guard.2 = serve.await;
                 drop(guard);
             })
         }

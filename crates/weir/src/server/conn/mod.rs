@@ -21,7 +21,6 @@
 //!   After any error response the connection is closed (framing can no longer be trusted), with
 //!   a short lingering close so the client reads the response instead of a reset.
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
@@ -37,7 +36,10 @@ use weir_http::{
     RequestHead, Version,
 };
 
+mod buffers;
 mod h2c;
+
+use buffers::{give_buf, read_more, take_buf, READ_BUF};
 
 use super::client_io::ClientIo;
 use super::worker::WorkerState;
@@ -51,41 +53,11 @@ const FLUSH_AT: usize = 64 * 1024;
 /// Bodies at least this long are queued by reference (see [`Conn::put_body`]); shorter ones are
 /// copied, which is cheaper than another iovec.
 const BY_REFERENCE: usize = 16 * 1024;
-/// Pooled buffers larger than this are freed instead, so one big response does not pin memory.
-const POOL_BUF_MAX: usize = 128 * 1024;
 /// Slices per vectored write.
 const IOV_MAX: usize = 32;
-/// Capacity of a fresh read buffer.
-const READ_BUF: usize = 8 * 1024;
-/// Idle buffers kept per worker.
-const POOL_MAX: usize = 256;
 /// Lingering close: how long and how much unread input is drained after an error response.
 const LINGER_TIME: Duration = Duration::from_secs(2);
 const LINGER_BYTES: usize = 1 << 20;
-
-thread_local! {
-    static POOL: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
-}
-
-pub(super) fn take_buf() -> BytesMut {
-    let mut b = POOL.with(|p| p.borrow_mut().pop()).unwrap_or_default();
-    // Reclaims the whole original allocation once the request heads that borrowed it are gone.
-    b.reserve(READ_BUF);
-    b
-}
-
-pub(super) fn give_buf(mut b: BytesMut) {
-    if b.capacity() == 0 || b.capacity() > POOL_BUF_MAX {
-        return;
-    }
-    b.clear();
-    POOL.with(|p| {
-        let mut p = p.borrow_mut();
-        if p.len() < POOL_MAX {
-            p.push(b);
-        }
-    });
-}
 
 /// A client connection.
 #[derive(Debug)]
@@ -709,12 +681,4 @@ fn close_reason(e: &Error) -> CloseReason {
             Side::Client | Side::Internal => CloseReason::ClientError,
         },
     }
-}
-
-/// Reads whatever is available into `buf`, growing it if it is nearly full.
-async fn read_more(io: &mut ClientIo, buf: &mut BytesMut) -> io::Result<usize> {
-    if buf.capacity() - buf.len() < 1024 {
-        buf.reserve(READ_BUF);
-    }
-    io.read_buf(buf).await
 }
