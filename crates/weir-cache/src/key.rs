@@ -54,6 +54,22 @@ impl CacheKey {
         }
     }
 
+    /// Where `host/path?query` lies in the text (stored with the text by the disk tier).
+    pub fn url_span(&self) -> (usize, usize) {
+        (self.url_start, self.url_end)
+    }
+
+    /// A key read back from disk: its text and URL span, hashed for this process. `None` if the
+    /// span does not fit the text.
+    pub fn from_parts(text: Bytes, url_start: usize, url_end: usize) -> Option<CacheKey> {
+        (url_start <= url_end && url_end <= text.len()).then(|| CacheKey {
+            hash: hash_bytes(&text),
+            text,
+            url_start,
+            url_end,
+        })
+    }
+
     /// A key from its text alone (purge by exact URL builds one of these).
     pub fn from_url(scheme: &str, url: &str) -> CacheKey {
         let mut text = format!("GET {scheme}://");

@@ -9,16 +9,22 @@
 //! * [`key`]: cache keys (method class, scheme, host, path, query, chosen headers/cookies/params).
 //! * [`object`]: a stored response: its pre-encoded head, body, and the metadata policy needs.
 //! * [`stored`]: building, refreshing (304) and invalidating stored responses.
+//! * [`storage`]: the storage seam: a lookup that may complete later, insert, usage; the memory
+//!   store and the disk tier behind it.
+//! * [`disk`]: the disk tier (segments, index snapshot, checksums, persistent purges, an IO
+//!   pool and a writer thread: the one module here that does IO).
 //! * [`store`]: the memory store — sharded, a hard byte limit that counts keys, heads and bodies,
 //!   S3-FIFO eviction (scan resistant), Vary variants, a tag index for purges, stats.
 //!
-//! Time is passed in as seconds (`now: u64`, Unix time): the caller owns the clock ([`clock`]).
+//! Apart from [`disk`], time is passed in as seconds (`now: u64`, Unix time): the caller owns the clock ([`clock`]).
 
 pub mod clock;
 pub mod directives;
+pub mod disk;
 pub mod key;
 pub mod object;
 pub mod policy;
+pub mod storage;
 pub mod store;
 pub mod stored;
 pub mod structured;
@@ -26,7 +32,9 @@ pub mod vary;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use directives::Directives;
+pub use disk::{DiskConfig, DiskTier};
 pub use key::{CacheKey, KeySpec};
 pub use object::{CachedObject, ObjectMeta};
 pub use policy::{Freshness, NoStore};
+pub use storage::Storage;
 pub use store::{Lookup, MemoryStore, PurgeSelector, Stats};

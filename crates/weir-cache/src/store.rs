@@ -40,12 +40,24 @@ impl Stats {
 }
 
 /// What a lookup found.
-#[derive(Debug)]
 pub enum Lookup {
     Found(Arc<CachedObject>),
     /// The key is stored, but no variant matches the request's Vary values.
     VariantMiss,
     Miss,
+    /// A lower tier is reading it (see [`crate::storage`]).
+    Later(crate::disk::Pending),
+}
+
+impl std::fmt::Debug for Lookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Lookup::Found(o) => f.debug_tuple("Found").field(o).finish(),
+            Lookup::VariantMiss => f.write_str("VariantMiss"),
+            Lookup::Miss => f.write_str("Miss"),
+            Lookup::Later(_) => f.write_str("Later"),
+        }
+    }
 }
 
 /// Which entries a purge removes.
@@ -324,18 +336,29 @@ fn entry_bytes(key: &CacheKey, variants: &[Arc<CachedObject>]) -> u64 {
 }
 
 fn selects(sel: &PurgeSelector, e: &Entry) -> bool {
-    let url = e.key.url();
-    match sel {
-        PurgeSelector::Prefix(p) => url.starts_with(p),
-        PurgeSelector::Url(u) => url == &u[..],
-        PurgeSelector::Host(h) => {
-            let host_end = url.iter().position(|b| *b == b'/').unwrap_or(url.len());
-            url[..host_end].eq_ignore_ascii_case(h)
+    sel.matches(&e.key, |t| {
+        e.variants
+            .iter()
+            .any(|v| v.meta.tags.iter().any(|x| x == t))
+    })
+}
+
+impl PurgeSelector {
+    /// Whether this purge removes `key` (whose objects carry a tag when `has_tag(tag)`).
+    pub fn matches(&self, key: &CacheKey, has_tag: impl Fn(&str) -> bool) -> bool {
+        let url = key.url();
+        match self {
+            PurgeSelector::Prefix(p) => url.starts_with(p),
+            PurgeSelector::Url(u) => url == &u[..],
+            PurgeSelector::Host(h) => {
+                let host_end = url.iter().position(|b| *b == b'/').unwrap_or(url.len());
+                url[..host_end].eq_ignore_ascii_case(h)
+            }
+            PurgeSelector::Regex(r) => r.is_match(url),
+            PurgeSelector::All => true,
+            PurgeSelector::Exact(k) => key.text == k.text,
+            PurgeSelector::Tag(t) => has_tag(t),
         }
-        PurgeSelector::Regex(r) => r.is_match(url),
-        PurgeSelector::All => true,
-        PurgeSelector::Exact(k) => e.key.text == k.text,
-        PurgeSelector::Tag(t) => e.variants.iter().any(|v| v.meta.tags.contains(t)),
     }
 }
 
@@ -508,7 +531,7 @@ mod tests {
         {
             Lookup::Found(o) => o.body.len(),
             Lookup::VariantMiss => 1,
-            Lookup::Miss => 0,
+            Lookup::Miss | Lookup::Later(_) => 0,
         };
         assert_eq!(
             (found(Some(b"gzip")), found(None), found(Some(b"br"))),

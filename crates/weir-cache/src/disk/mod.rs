@@ -1,0 +1,464 @@
+//! The disk tier: a cache zone's second level, behind the memory store.
+//!
+//! **Layout: segments and an index, not a file per object.** Objects are records appended to
+//! numbered segment files ([`log`]); an in-memory index maps a key's hash to (segment, offset,
+//! length) ([`index`]). nginx and nuster keep one file per object: every store is a create, a
+//! write and a rename, eviction is an unlink, and a restart must walk every file to rebuild the
+//! index (nginx's cache loader; one nuster user reported over an hour). Segments turn stores into
+//! appends, eviction into removing the oldest segment (FIFO by segment, as ATS's cyclic store),
+//! and a restart into reading one index snapshot plus the bytes written after it.
+//!
+//! **Not `foyer`.** Its hybrid cache runs its own multi-thread tokio runtime and its recovery
+//! scans every region of the device to rebuild the index; weir's workers are current-thread
+//! runtimes, and a restart that reads one snapshot of a million entries is the target here. The
+//! tier is ~900 lines of our own; the memory tier in front of it is weir's S3-FIFO store.
+//!
+//! * **Never blocking a worker**: reads go to a small thread pool ([`pool`]), answered on a
+//!   oneshot; a full pool queue is a miss. Stores go to one writer thread behind a queue bounded
+//!   in bytes and entries; when the disk falls behind, stores are dropped and counted, never
+//!   waited for.
+//! * **Admission**: while the disk is under 90% of its bound every stored object is written; past
+//!   that an object is written only when its key was stored before (a doorkeeper bitmap), so
+//!   one-hit wonders do not push out the rest.
+//! * **Crash safety**: every record carries a CRC-32 ([`record`]); a torn tail is cut when
+//!   loading, and a record that fails its check when read is dropped from the index and counted,
+//!   never served.
+//! * **Purges persist** ([`purges`]).
+//! * **Restarts**: the index loads in the writer thread; lookups made meanwhile wait for it (up
+//!   to two seconds, asynchronously) instead of missing.
+//! * **One process at a time**: the directory is locked (`flock`); during a binary upgrade the
+//!   new process takes the tier when the old one hands it over ([`DiskTier::close`]).
+//!
+//! Not yet: bodies are read whole (an object is bounded by the zone's `max_object_size`) and
+//! written to the client from memory, not with `sendfile`; one Vary variant per key on disk.
+
+pub mod codec;
+pub mod index;
+pub mod log;
+pub mod pool;
+pub mod purges;
+pub mod record;
+#[cfg(test)]
+mod tier_tests;
+mod writer;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+
+use crate::key::CacheKey;
+use crate::object::CachedObject;
+use crate::store::PurgeSelector;
+
+/// A disk tier's settings (`cache_zones.NAME.disk`).
+#[derive(Debug, Clone)]
+pub struct DiskConfig {
+    pub path: PathBuf,
+    /// Bytes of segments kept.
+    pub max_size: u64,
+    pub segment_size: u64,
+    pub io_threads: usize,
+    /// Bytes of stores waiting for the writer before more are dropped.
+    pub write_queue: u64,
+    /// How often the index snapshot is written while it changes.
+    pub snapshot_every: Duration,
+}
+
+impl DiskConfig {
+    /// Defaults for a tier of `max_size` bytes at `path`.
+    pub fn new(path: PathBuf, max_size: u64) -> DiskConfig {
+        DiskConfig {
+            path,
+            max_size,
+            segment_size: (max_size / 32).clamp(1 << 20, 256 << 20),
+            io_threads: 2,
+            write_queue: 64 << 20,
+            snapshot_every: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Counters of a disk tier (exported in /metrics).
+#[derive(Debug, Default)]
+pub struct DiskStats {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub writes: AtomicU64,
+    pub bytes_written: AtomicU64,
+    /// Stores dropped because the writer queue was full.
+    pub write_dropped: AtomicU64,
+    /// Stores not admitted (a key seen once while the disk is nearly full).
+    pub not_admitted: AtomicU64,
+    pub write_errors: AtomicU64,
+    /// Reads refused because the IO pool's queue was full (served as misses).
+    pub read_refused: AtomicU64,
+    pub read_errors: AtomicU64,
+    /// Records that failed their checksum (or did not parse), dropped.
+    pub corrupt: AtomicU64,
+    /// Torn tails cut when loading.
+    pub torn: AtomicU64,
+    /// Objects dropped with evicted segments.
+    pub evicted: AtomicU64,
+    /// Objects found purged when read.
+    pub purged_on_read: AtomicU64,
+    /// Milliseconds the last index load took.
+    pub load_ms: AtomicU64,
+}
+
+/// A lookup that completes later (the disk tier's answer).
+pub type Pending = Pin<Box<dyn Future<Output = Option<Arc<CachedObject>>> + Send>>;
+
+enum Msg {
+    Store(CacheKey, Arc<CachedObject>, u64),
+    /// Persist a purge (already in the in-memory list) and answer when it is synced.
+    Purge(purges::Purge, oneshot::Sender<()>),
+    /// Write the index snapshot now and answer.
+    Snapshot(oneshot::Sender<()>),
+    /// Snapshot, release the directory and stop.
+    Stop,
+}
+
+struct Inner {
+    cfg: DiskConfig,
+    log: log::Log,
+    index: index::Index,
+    purges: RwLock<Vec<purges::Purge>>,
+    /// Bumped by every purge: a read that raced one is checked again before it is promoted.
+    purge_gen: AtomicU64,
+    seq: AtomicU64,
+    ready: watch::Sender<bool>,
+    stats: DiskStats,
+    queued: AtomicU64,
+    door: Vec<AtomicU64>,
+    door_set: AtomicU64,
+    closed: AtomicBool,
+}
+
+/// A disk tier.
+pub struct DiskTier {
+    inner: Arc<Inner>,
+    tx: Mutex<Option<Sender<Msg>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    pool: pool::IoPool,
+}
+
+impl std::fmt::Debug for DiskTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskTier")
+            .field("path", &self.inner.cfg.path)
+            .finish()
+    }
+}
+
+const DOOR_BITS: usize = 1 << 20;
+/// Entries waiting for the writer, whatever their bytes.
+const QUEUE_ENTRIES: u64 = 4096;
+
+/// The stable hash of a key text on disk (FNV-1a with a final mix): the index outlives the
+/// process, and the process's own key hash is randomly seeded.
+pub fn stable_hash(text: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
+}
+
+impl DiskTier {
+    /// Opens the tier at `cfg.path` (created if needed). The index loads in the background
+    /// (after the directory lock is taken); lookups wait for it.
+    pub fn open(cfg: DiskConfig) -> std::io::Result<DiskTier> {
+        let log = log::Log::open(&cfg.path, cfg.segment_size)?;
+        let pool = pool::IoPool::new("weir-disk-io", cfg.io_threads, 1024)?;
+        let inner = Arc::new(Inner {
+            log,
+            index: index::Index::default(),
+            purges: RwLock::new(Vec::new()),
+            purge_gen: AtomicU64::new(0),
+            seq: AtomicU64::new(1),
+            ready: watch::channel(false).0,
+            stats: DiskStats::default(),
+            queued: AtomicU64::new(0),
+            door: (0..DOOR_BITS / 64).map(|_| AtomicU64::new(0)).collect(),
+            door_set: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            cfg,
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        let w = inner.clone();
+        let writer = std::thread::Builder::new()
+            .name("weir-disk-writer".into())
+            .spawn(move || writer::run(&w, &rx))?;
+        Ok(DiskTier {
+            inner,
+            tx: Mutex::new(Some(tx)),
+            writer: Mutex::new(Some(writer)),
+            pool,
+        })
+    }
+
+    pub fn config(&self) -> &DiskConfig {
+        &self.inner.cfg
+    }
+
+    pub fn stats(&self) -> &DiskStats {
+        &self.inner.stats
+    }
+
+    /// Whether the index is loaded.
+    pub fn is_ready(&self) -> bool {
+        *self.inner.ready.borrow()
+    }
+
+    /// Waits (asynchronously) until the index is loaded, at most `limit`.
+    pub async fn wait_ready(&self, limit: Duration) -> bool {
+        let mut rx = self.inner.ready.subscribe();
+        let loaded = tokio::time::timeout(limit, rx.wait_for(|r| *r))
+            .await
+            .is_ok();
+        loaded
+    }
+
+    /// (objects, bytes) on disk.
+    pub fn usage(&self) -> (u64, u64) {
+        (self.inner.index.len(), self.inner.log.bytes())
+    }
+
+    fn send(&self, msg: Msg) -> bool {
+        match &*self.tx.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(tx) => tx.send(msg).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Queues `obj` to be written; never waits. Dropped (and counted) when the writer is behind
+    /// or the key is not admitted.
+    pub fn store(&self, key: &CacheKey, obj: &Arc<CachedObject>) {
+        let inner = &self.inner;
+        if inner.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        let h = stable_hash(&key.text);
+        if !self.admit(h) {
+            DiskStats::bump(&inner.stats.not_admitted);
+            return;
+        }
+        let cost = obj.size();
+        let queued = inner.queued.load(Ordering::Relaxed);
+        if queued + cost > inner.cfg.write_queue || queued / 1024 > QUEUE_ENTRIES * 64 {
+            DiskStats::bump(&inner.stats.write_dropped);
+            return;
+        }
+        inner.queued.fetch_add(cost, Ordering::Relaxed);
+        if !self.send(Msg::Store(key.compact(), obj.clone(), cost)) {
+            inner.queued.fetch_sub(cost, Ordering::Relaxed);
+        }
+    }
+
+    /// Doorkeeper admission: everything while the disk has room, else keys stored before.
+    fn admit(&self, h: u64) -> bool {
+        let inner = &self.inner;
+        let bit = (h as usize) % DOOR_BITS;
+        let (word, mask) = (&inner.door[bit / 64], 1u64 << (bit % 64));
+        let seen = word.fetch_or(mask, Ordering::Relaxed) & mask != 0;
+        if !seen && inner.door_set.fetch_add(1, Ordering::Relaxed) > DOOR_BITS as u64 / 2 {
+            // Half the bits set: start a new window.
+            inner
+                .door
+                .iter()
+                .for_each(|w| w.store(0, Ordering::Relaxed));
+            inner.door_set.store(0, Ordering::Relaxed);
+        }
+        seen || inner.log.bytes() < inner.cfg.max_size / 10 * 9
+    }
+
+    /// Looks `key` up on disk: `None` when it is not there (known now), else the read, which
+    /// answers `None` too if the record is gone, corrupt or purged.
+    pub fn lookup(&self, key: &CacheKey) -> Option<Pending> {
+        let inner = self.inner.clone();
+        if inner.closed.load(Ordering::Relaxed) {
+            return None;
+        }
+        let h = stable_hash(&key.text);
+        let ready = self.is_ready();
+        if ready && inner.index.get(h).is_none() {
+            DiskStats::bump(&inner.stats.misses);
+            return None;
+        }
+        let text = key.text.clone();
+        let waiter = (!ready).then(|| inner.ready.subscribe());
+        let pool = self.pool.sender();
+        Some(Box::pin(async move {
+            if let Some(mut rx) = waiter {
+                let loaded = tokio::time::timeout(Duration::from_secs(2), rx.wait_for(|r| *r))
+                    .await
+                    .is_ok();
+                if !loaded {
+                    return None;
+                }
+            }
+            let Some(loc) = inner.index.get(h) else {
+                DiskStats::bump(&inner.stats.misses);
+                return None;
+            };
+            let gen = inner.purge_gen.load(Ordering::Acquire);
+            let read = inner.clone();
+            let Some(rx) = pool.run(move || read.read(h, loc, &text)) else {
+                DiskStats::bump(&inner.stats.read_refused);
+                return None;
+            };
+            let (seq, key, obj) = rx.await.ok()??;
+            // A purge that came in while reading: judge the object again.
+            if inner.purge_gen.load(Ordering::Acquire) != gen
+                && !inner.judge(h, loc, seq, &key, &obj)
+            {
+                return None;
+            }
+            DiskStats::bump(&inner.stats.hits);
+            Some(obj)
+        }))
+    }
+
+    /// Records a purge: in force for reads at once, persisted before this returns (on the
+    /// writer thread; the caller awaits). Exact keys also leave the index.
+    pub fn purge(&self, sel: &PurgeSelector, soft: bool) -> impl Future<Output = ()> + Send {
+        let inner = &self.inner;
+        let purge = purges::Purge {
+            seq: inner.seq.fetch_add(1, Ordering::Relaxed),
+            soft,
+            sel: sel.clone(),
+            seg: inner.log.segments().last().map_or(0, |s| s.0),
+        };
+        inner
+            .purges
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(purge.clone());
+        inner.purge_gen.fetch_add(1, Ordering::Release);
+        if let (PurgeSelector::Exact(k), false) = (sel, soft) {
+            inner.index.remove(stable_hash(&k.text), None);
+        }
+        let (done, answered) = oneshot::channel();
+        let sent = self.send(Msg::Purge(purge, done));
+        async move {
+            if sent {
+                let _ = answered.await;
+            }
+        }
+    }
+
+    /// Writes the index snapshot now (tests, and before an upgrade hands the tier over).
+    pub async fn snapshot(&self) {
+        let (done, answered) = oneshot::channel();
+        if self.send(Msg::Snapshot(done)) {
+            let _ = answered.await;
+        }
+    }
+
+    /// Stops using the directory: pending stores are written, the snapshot saved and the lock
+    /// released, for the next process (a binary upgrade) to take. Blocking; lookups and stores
+    /// after this are misses and no-ops.
+    pub fn close(&self) {
+        if self.inner.closed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        self.send(Msg::Stop);
+        *self.tx.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        if let Some(w) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Drop for DiskTier {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// A read's result: the record's sequence number, its key and the object.
+type ReadResult = Option<(u64, CacheKey, Arc<CachedObject>)>;
+
+impl DiskStats {
+    pub fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Inner {
+    /// Reads and checks one record (IO pool thread): `None` when gone, corrupt, for another
+    /// key, or purged since it was written.
+    fn read(&self, h: u64, loc: log::Loc, text: &[u8]) -> ReadResult {
+        let bytes = match self.log.read(loc) {
+            Ok(b) => b,
+            Err(_) => {
+                DiskStats::bump(&self.stats.read_errors);
+                self.index.remove(h, Some(loc));
+                return None;
+            }
+        };
+        let decoded = record::decode(&bytes)
+            .filter(|r| r.kind == record::Kind::Object)
+            .and_then(|r| Some((r.seq, codec::decode(r.key, r.payload)?)));
+        let Some((seq, (key, obj))) = decoded else {
+            DiskStats::bump(&self.stats.corrupt);
+            self.index.remove(h, Some(loc));
+            return None;
+        };
+        if key.text != text {
+            // Another key with the same stable hash: a miss for this one.
+            return None;
+        }
+        let obj = Arc::new(obj);
+        self.judge(h, loc, seq, &key, &obj)
+            .then_some((seq, key, obj))
+    }
+
+    /// Applies the purges made after `seq`: false (and out of the index) when one removes the
+    /// object; a soft one marks it stale.
+    fn judge(&self, h: u64, loc: log::Loc, seq: u64, key: &CacheKey, obj: &CachedObject) -> bool {
+        let purges = self.purges.read().unwrap_or_else(|e| e.into_inner());
+        match purges::verdict(&purges, seq, key, &obj.meta.tags) {
+            None => true,
+            Some(true) => {
+                obj.invalidate();
+                true
+            }
+            Some(false) => {
+                drop(purges);
+                DiskStats::bump(&self.stats.purged_on_read);
+                self.index.remove(h, Some(loc));
+                false
+            }
+        }
+    }
+
+    /// Next sequence number.
+    fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    /// A fresh directory under the system's temporary directory.
+    pub(crate) fn tempdir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "weir-disk-{name}-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        dir
+    }
+}

@@ -1,0 +1,236 @@
+//! The disk tier's one writer thread: takes the directory lock, loads the index (snapshot, then
+//! the records after it), then appends stores, persists purges, evicts the oldest segments and
+//! saves the snapshot, until it is told to stop.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use super::index::Covered;
+use super::record::{self, Kind};
+use super::{codec, purges, stable_hash, DiskStats, Inner, Msg};
+
+/// Takes an exclusive `flock` on `dir/lock`; `None` while another process holds it.
+fn try_lock(inner: &Inner) -> Option<File> {
+    let f = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(inner.cfg.path.join("lock"))
+        .ok()?;
+    // SAFETY: `flock` on a descriptor this function owns; no memory is passed.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    (rc == 0).then_some(f)
+}
+
+pub(super) fn run(inner: &Inner, rx: &Receiver<Msg>) {
+    let _lock = loop {
+        if let Some(l) = try_lock(inner) {
+            break l;
+        }
+        // Another process (the previous binary, during an upgrade) still has the directory.
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+            Ok(Msg::Store(_, _, cost)) => {
+                inner.queued.fetch_sub(cost, Ordering::Relaxed);
+                DiskStats::bump(&inner.stats.write_dropped);
+            }
+            Ok(Msg::Purge(p, done)) => {
+                // Kept in memory; persisted once the directory is ours (below).
+                drop(p);
+                let _ = done.send(());
+            }
+            Ok(Msg::Snapshot(done)) => {
+                let _ = done.send(());
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+    };
+    let started = Instant::now();
+    let mut purge_file = load(inner);
+    inner
+        .stats
+        .load_ms
+        .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+    inner.ready.send_replace(true);
+    let mut dirty = false;
+    let mut last_snapshot = Instant::now();
+    loop {
+        let msg = rx.recv_timeout(Duration::from_millis(500));
+        match msg {
+            Ok(Msg::Store(key, obj, cost)) => {
+                inner.queued.fetch_sub(cost, Ordering::Relaxed);
+                let h = stable_hash(&key.text);
+                let rec = record::encode(
+                    Kind::Object,
+                    inner.next_seq(),
+                    h,
+                    &key.text,
+                    &codec::encode(&key, &obj),
+                );
+                match inner.log.append(&rec) {
+                    Ok(loc) => {
+                        inner.index.insert(h, loc);
+                        DiskStats::bump(&inner.stats.writes);
+                        inner
+                            .stats
+                            .bytes_written
+                            .fetch_add(rec.len() as u64, Ordering::Relaxed);
+                        dirty = true;
+                        evict(inner);
+                    }
+                    Err(_) => DiskStats::bump(&inner.stats.write_errors),
+                }
+            }
+            Ok(Msg::Purge(p, done)) => {
+                persist_purge(inner, &mut purge_file, &p);
+                dirty = true;
+                let _ = done.send(());
+            }
+            Ok(Msg::Snapshot(done)) => {
+                snapshot(inner, &mut purge_file);
+                dirty = false;
+                last_snapshot = Instant::now();
+                let _ = done.send(());
+            }
+            Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => {
+                snapshot(inner, &mut purge_file);
+                return;
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        if dirty && last_snapshot.elapsed() >= inner.cfg.snapshot_every {
+            snapshot(inner, &mut purge_file);
+            dirty = false;
+            last_snapshot = Instant::now();
+        }
+    }
+}
+
+/// Appends a purge to the purge log and syncs it; a purge of everything empties the disk.
+fn persist_purge(inner: &Inner, file: &mut Option<File>, p: &purges::Purge) {
+    use std::io::Write;
+    if matches!(p.sel, crate::store::PurgeSelector::All) && !p.soft {
+        inner.log.clear();
+        inner.index.retain(|_| false);
+    }
+    if let Some(f) = file {
+        if f.write_all(&purges::encode(p))
+            .and_then(|()| f.sync_data())
+            .is_err()
+        {
+            DiskStats::bump(&inner.stats.write_errors);
+        }
+    }
+}
+
+/// Removes the oldest segments while the log is over its bound.
+fn evict(inner: &Inner) {
+    while inner.log.bytes() > inner.cfg.max_size {
+        let Some(seg) = inner.log.drop_oldest() else {
+            return;
+        };
+        let n = inner.index.drop_segment(seg);
+        inner.stats.evicted.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Saves the index snapshot (segments synced first), then forgets purges no longer needed.
+fn snapshot(inner: &Inner, purge_file: &mut Option<File>) {
+    if inner.log.sync().is_err() {
+        DiskStats::bump(&inner.stats.write_errors);
+        return;
+    }
+    let covered = Covered {
+        segments: inner.log.segments(),
+        next_seq: inner.seq.load(Ordering::Relaxed),
+    };
+    if inner
+        .index
+        .save(&inner.cfg.path.join("index.snap"), &covered)
+        .is_err()
+    {
+        DiskStats::bump(&inner.stats.write_errors);
+        return;
+    }
+    let oldest = covered.segments.first().map_or(u32::MAX, |s| s.0);
+    let mut list = inner.purges.write().unwrap_or_else(|e| e.into_inner());
+    let before = list.len();
+    list.retain(|p| p.needed(covered.next_seq, oldest));
+    if list.len() != before {
+        match purges::rewrite(&inner.cfg.path.join("purges.log"), &list) {
+            Ok(f) => *purge_file = Some(f),
+            Err(_) => DiskStats::bump(&inner.stats.write_errors),
+        }
+    }
+}
+
+/// Loads the index: the snapshot, then every record appended after it (torn tails cut), and
+/// the purge log. Returns the purge log opened for appending.
+fn load(inner: &Inner) -> Option<File> {
+    let covered = inner
+        .index
+        .load(&inner.cfg.path.join("index.snap"))
+        .unwrap_or_default();
+    let segments = inner.log.segments();
+    let lens: HashMap<u32, u64> = segments.iter().copied().collect();
+    // Entries into segments gone or cut since the snapshot.
+    inner.index.retain(|loc| {
+        lens.get(&loc.seg)
+            .is_some_and(|len| u64::from(loc.off) + u64::from(loc.len) <= *len)
+    });
+    let covered_len: HashMap<u32, u64> = covered.segments.iter().copied().collect();
+    let mut next_seq = covered.next_seq.max(1);
+    for (id, len) in segments {
+        let from = covered_len
+            .get(&id)
+            .copied()
+            .filter(|c| *c <= len)
+            .unwrap_or(0);
+        let end = inner.log.scan(id, from, |loc, bytes| {
+            if let Some(r) = record::decode(bytes) {
+                next_seq = next_seq.max(r.seq + 1);
+                if r.kind == Kind::Object {
+                    inner.index.insert(r.hash, loc);
+                }
+            }
+        });
+        match end {
+            Ok(end) if end < len => {
+                // A torn or corrupt tail (a crash mid-append): never served, cut.
+                DiskStats::bump(&inner.stats.torn);
+                if inner.log.truncate(id, end).is_err() {
+                    DiskStats::bump(&inner.stats.write_errors);
+                }
+            }
+            Ok(_) => {}
+            Err(_) => DiskStats::bump(&inner.stats.read_errors),
+        }
+    }
+    let path = inner.cfg.path.join("purges.log");
+    let (list, file) = match purges::load(&path) {
+        Ok((list, file)) => (list, Some(file)),
+        Err(_) => {
+            DiskStats::bump(&inner.stats.write_errors);
+            (Vec::new(), None)
+        }
+    };
+    if let Some(max) = list.iter().map(|p| p.seq).max() {
+        next_seq = next_seq.max(max + 1);
+    }
+    let mut held = inner.purges.write().unwrap_or_else(|e| e.into_inner());
+    // Purges made by this process while the directory was not yet ours come after those.
+    let made_here = std::mem::replace(&mut *held, list);
+    inner.seq.fetch_max(next_seq, Ordering::Relaxed);
+    let mut file = file;
+    for mut p in made_here {
+        p.seq = inner.next_seq();
+        persist_purge(inner, &mut file, &p);
+        held.push(p);
+    }
+    file
+}
