@@ -313,6 +313,23 @@ impl MemoryStore {
         n
     }
 
+    /// Every stored object with its key, hottest first (entries that earned the main queue,
+    /// then by recent hits): what a binary upgrade hands to the disk tier.
+    pub fn by_heat(&self) -> Vec<(CacheKey, Arc<CachedObject>)> {
+        let mut all = Vec::new();
+        for shard in &self.shards {
+            let s = shard.lock().unwrap_or_else(|e| e.into_inner());
+            for e in s.map.values() {
+                let heat = u8::from(e.in_main) * 4 + e.freq;
+                for v in &e.variants {
+                    all.push((heat, e.key.clone(), v.clone()));
+                }
+            }
+        }
+        all.sort_by_key(|e| std::cmp::Reverse(e.0));
+        all.into_iter().map(|(_, k, v)| (k, v)).collect()
+    }
+
     /// (keys, bytes) stored now.
     pub fn usage(&self) -> (u64, u64) {
         self.shards.iter().fold((0, 0), |(k, b), s| {

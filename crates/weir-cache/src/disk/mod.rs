@@ -264,6 +264,25 @@ impl DiskTier {
         }
     }
 
+    /// Writes `objects` (a memory store's, hottest first) that the disk does not hold yet,
+    /// whatever the admission and queue bounds, then closes the tier: a binary upgrade or a
+    /// stop hands the memory cache to the next process this way. Blocking.
+    pub fn hand_over(&self, objects: Vec<(CacheKey, Arc<CachedObject>)>) -> u64 {
+        let mut n = 0;
+        for (key, obj) in objects {
+            if obj.is_invalidated() || self.contains(&key) {
+                continue;
+            }
+            let cost = obj.size();
+            self.inner.queued.fetch_add(cost, Ordering::Relaxed);
+            if self.send(Msg::Store(key, obj, cost)) {
+                n += 1;
+            }
+        }
+        self.close();
+        n
+    }
+
     /// Doorkeeper admission: everything while the disk has room, else keys stored before.
     fn admit(&self, h: u64) -> bool {
         let inner = &self.inner;
@@ -328,6 +347,11 @@ impl DiskTier {
         }))
     }
 
+    /// Whether the index has `key` (its record may still turn out purged or corrupt).
+    pub fn contains(&self, key: &CacheKey) -> bool {
+        self.inner.index.get(stable_hash(&key.text)).is_some()
+    }
+
     /// Records a purge: in force for reads at once, persisted before this returns (on the
     /// writer thread; the caller awaits). Exact keys also leave the index.
     pub fn purge(&self, sel: &PurgeSelector, soft: bool) -> impl Future<Output = ()> + Send {
@@ -338,11 +362,13 @@ impl DiskTier {
             sel: sel.clone(),
             seg: inner.log.segments().last().map_or(0, |s| s.0),
         };
-        inner
-            .purges
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(purge.clone());
+        {
+            let mut list = inner.purges.write().unwrap_or_else(|e| e.into_inner());
+            // The same purge again (an invalidation after every POST to a URL): the newer one
+            // replaces it, so the list holds distinct purges only.
+            list.retain(|p| p.soft != soft || !purges::same(&p.sel, sel));
+            list.push(purge.clone());
+        }
         inner.purge_gen.fetch_add(1, Ordering::Release);
         if let (PurgeSelector::Exact(k), false) = (sel, soft) {
             inner.index.remove(stable_hash(&k.text), None);

@@ -95,6 +95,15 @@ fn decode_sel(i: &mut In<'_>) -> Option<PurgeSelector> {
     })
 }
 
+/// Whether two selectors select the same keys (a repeated purge replaces the older one).
+pub fn same(a: &PurgeSelector, b: &PurgeSelector) -> bool {
+    let mut x = Out::default();
+    let mut y = Out::default();
+    encode_sel(a, &mut x);
+    encode_sel(b, &mut y);
+    x.0 == y.0
+}
+
 /// Encodes a purge as a log record.
 pub fn encode(p: &Purge) -> Vec<u8> {
     let mut o = Out::default();

@@ -6,8 +6,10 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+
 use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
 
 use super::index::Covered;
 use super::record::{self, Kind};
@@ -51,16 +53,24 @@ pub(super) fn run(inner: &Inner, rx: &Receiver<Msg>) {
         }
     };
     let started = Instant::now();
-    let mut purge_file = load(inner);
+    let (mut purge_file, mut dirty) = load(inner);
     inner
         .stats
         .load_ms
         .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
     inner.ready.send_replace(true);
-    let mut dirty = false;
     let mut last_snapshot = Instant::now();
+    // Purges written but not yet synced, answered together by one sync (group commit).
+    let mut unsynced: Vec<oneshot::Sender<()>> = Vec::new();
     loop {
-        let msg = rx.recv_timeout(Duration::from_millis(500));
+        let msg = match rx.try_recv() {
+            Ok(m) => Ok(m),
+            Err(TryRecvError::Empty) => {
+                sync_purges(inner, &purge_file, &mut unsynced);
+                rx.recv_timeout(Duration::from_millis(500))
+            }
+            Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
+        };
         match msg {
             Ok(Msg::Store(key, obj, cost)) => {
                 inner.queued.fetch_sub(cost, Ordering::Relaxed);
@@ -89,16 +99,20 @@ pub(super) fn run(inner: &Inner, rx: &Receiver<Msg>) {
             Ok(Msg::Purge(p, done)) => {
                 persist_purge(inner, &mut purge_file, &p);
                 dirty = true;
-                let _ = done.send(());
+                unsynced.push(done);
             }
             Ok(Msg::Snapshot(done)) => {
+                sync_purges(inner, &purge_file, &mut unsynced);
                 snapshot(inner, &mut purge_file);
                 dirty = false;
                 last_snapshot = Instant::now();
                 let _ = done.send(());
             }
             Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => {
-                snapshot(inner, &mut purge_file);
+                sync_purges(inner, &purge_file, &mut unsynced);
+                if dirty {
+                    snapshot(inner, &mut purge_file);
+                }
                 return;
             }
             Err(RecvTimeoutError::Timeout) => {}
@@ -111,7 +125,8 @@ pub(super) fn run(inner: &Inner, rx: &Receiver<Msg>) {
     }
 }
 
-/// Appends a purge to the purge log and syncs it; a purge of everything empties the disk.
+/// Appends a purge to the purge log (synced by [`sync_purges`]); a purge of everything empties
+/// the disk.
 fn persist_purge(inner: &Inner, file: &mut Option<File>, p: &purges::Purge) {
     use std::io::Write;
     if matches!(p.sel, crate::store::PurgeSelector::All) && !p.soft {
@@ -119,12 +134,24 @@ fn persist_purge(inner: &Inner, file: &mut Option<File>, p: &purges::Purge) {
         inner.index.retain(|_| false);
     }
     if let Some(f) = file {
-        if f.write_all(&purges::encode(p))
-            .and_then(|()| f.sync_data())
-            .is_err()
-        {
+        if f.write_all(&purges::encode(p)).is_err() {
             DiskStats::bump(&inner.stats.write_errors);
         }
+    }
+}
+
+/// Syncs the purge log and answers the purges waiting for it.
+fn sync_purges(inner: &Inner, file: &Option<File>, waiting: &mut Vec<oneshot::Sender<()>>) {
+    if waiting.is_empty() {
+        return;
+    }
+    if let Some(f) = file {
+        if f.sync_data().is_err() {
+            DiskStats::bump(&inner.stats.write_errors);
+        }
+    }
+    for done in waiting.drain(..) {
+        let _ = done.send(());
     }
 }
 
@@ -161,8 +188,12 @@ fn snapshot(inner: &Inner, purge_file: &mut Option<File>) {
     let mut list = inner.purges.write().unwrap_or_else(|e| e.into_inner());
     let before = list.len();
     list.retain(|p| p.needed(covered.next_seq, oldest));
-    if list.len() != before {
-        match purges::rewrite(&inner.cfg.path.join("purges.log"), &list) {
+    let path = inner.cfg.path.join("purges.log");
+    // Rewritten when purges were forgotten, or when repeated ones left the file far longer
+    // than the list.
+    let long = std::fs::metadata(&path).is_ok_and(|m| m.len() > 4096 + 2 * 128 * list.len() as u64);
+    if list.len() != before || long {
+        match purges::rewrite(&path, &list) {
             Ok(f) => *purge_file = Some(f),
             Err(_) => DiskStats::bump(&inner.stats.write_errors),
         }
@@ -170,8 +201,9 @@ fn snapshot(inner: &Inner, purge_file: &mut Option<File>) {
 }
 
 /// Loads the index: the snapshot, then every record appended after it (torn tails cut), and
-/// the purge log. Returns the purge log opened for appending.
-fn load(inner: &Inner) -> Option<File> {
+/// the purge log. Returns the purge log opened for appending, and whether the snapshot is out of
+/// date (records were found after it).
+fn load(inner: &Inner) -> (Option<File>, bool) {
     let covered = inner
         .index
         .load(&inner.cfg.path.join("index.snap"))
@@ -185,6 +217,7 @@ fn load(inner: &Inner) -> Option<File> {
     });
     let covered_len: HashMap<u32, u64> = covered.segments.iter().copied().collect();
     let mut next_seq = covered.next_seq.max(1);
+    let mut found_after = false;
     for (id, len) in segments {
         let from = covered_len
             .get(&id)
@@ -194,6 +227,7 @@ fn load(inner: &Inner) -> Option<File> {
         let end = inner.log.scan(id, from, |loc, bytes| {
             if let Some(r) = record::decode(bytes) {
                 next_seq = next_seq.max(r.seq + 1);
+                found_after = true;
                 if r.kind == Kind::Object {
                     inner.index.insert(r.hash, loc);
                 }
@@ -232,5 +266,8 @@ fn load(inner: &Inner) -> Option<File> {
         persist_purge(inner, &mut file, &p);
         held.push(p);
     }
-    file
+    if let Some(f) = &file {
+        let _ = f.sync_data();
+    }
+    (file, found_after)
 }

@@ -23,6 +23,7 @@
 pub mod guard;
 pub mod scrape;
 mod scrape_filters;
+mod scrape_storage;
 mod shield;
 
 use std::sync::atomic::Ordering;
@@ -175,7 +176,7 @@ fn json_api(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
                 },
                 None => cfg.cache_zones.clone(),
             };
-            let purged: u64 = zones.iter().map(|z| z.store.purge(&selector, soft)).sum();
+            let purged: u64 = zones.iter().map(|z| z.purge_now(&selector, soft)).sum();
             tracing::info!(?selector, soft, purged, "purge");
             (200, format!(r#"{{"purged":{purged},"soft":{soft}}}"#))
         }

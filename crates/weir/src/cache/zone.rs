@@ -1,5 +1,5 @@
-//! A cache zone: the store, the table of in-flight misses used for request coalescing, and the
-//! hit-for-miss marks. Shared by all workers (`Arc`), with short `Mutex` sections only. The two
+//! A cache zone: the memory store, the disk tier behind it (when configured), the table of
+//! in-flight misses used for request coalescing, and the hit-for-miss marks. Shared by all workers (`Arc`), with short `Mutex` sections only. The two
 //! tables are sharded like the store (by key hash, one mutex per shard), so workers missing on
 //! different keys do not queue on one lock.
 
@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use tokio::sync::watch;
-use weir_cache::{Clock, MemoryStore};
+use weir_cache::store::{Lookup, PurgeSelector};
+use weir_cache::{CacheKey, CachedObject, Clock, DiskTier, MemoryStore, Storage};
 use weir_http::Header;
 
 /// Where a coalesced fetch stands, as its waiters see it.
@@ -141,6 +142,8 @@ const HIT_FOR_MISS_SWEEP: usize = 4096;
 pub struct CacheZone {
     pub name: String,
     pub store: MemoryStore,
+    /// The disk tier behind the memory store.
+    pub disk: Option<Arc<DiskTier>>,
     inflight: Sharded<Arc<Inflight>>,
     hit_for_miss: Sharded<u64>,
     /// The clock the zone's freshness runs on (the registry's: see `runtime/registry.rs`).
@@ -158,9 +161,21 @@ pub enum Role {
 
 impl CacheZone {
     pub fn new(name: &str, limit: u64, shards: usize, clock: Arc<dyn Clock>) -> CacheZone {
+        CacheZone::with_disk(name, limit, shards, clock, None)
+    }
+
+    /// A zone with a disk tier behind its memory store.
+    pub fn with_disk(
+        name: &str,
+        limit: u64,
+        shards: usize,
+        clock: Arc<dyn Clock>,
+        disk: Option<Arc<DiskTier>>,
+    ) -> CacheZone {
         CacheZone {
             name: name.to_string(),
             store: MemoryStore::new(limit, shards),
+            disk,
             inflight: Sharded::new(shards),
             hit_for_miss: Sharded::new(shards),
             clock,
@@ -170,6 +185,54 @@ impl CacheZone {
     /// Unix seconds, as the cache sees them.
     pub fn now(&self) -> u64 {
         self.clock.now()
+    }
+
+    /// Stores `obj` in memory, and queues it for the disk tier. False if memory refused it (too
+    /// large for a shard).
+    pub fn store_object(&self, key: &CacheKey, obj: &Arc<CachedObject>) -> bool {
+        if let Some(d) = &self.disk {
+            Storage::insert(&**d, key, obj);
+        }
+        self.store.insert(key, obj.clone())
+    }
+
+    /// After a memory miss: the disk tier's object for `key` if it has one whose Vary values
+    /// match, promoted to memory. Waits for the read (never blocks the thread).
+    pub async fn lookup_disk(
+        &self,
+        key: &CacheKey,
+        value_of: &dyn Fn(&str) -> Option<Bytes>,
+    ) -> Option<Arc<CachedObject>> {
+        let disk = self.disk.as_deref()?;
+        let Lookup::Later(read) = Storage::lookup(disk, key, value_of) else {
+            return None;
+        };
+        let obj = read.await?;
+        if !obj.vary_matches(value_of) {
+            return None;
+        }
+        // Hot disk objects move up: the next hit is a memory hit.
+        self.store.insert(key, obj.clone());
+        Some(obj)
+    }
+
+    /// Purges memory and disk; the disk's purge is synced before this returns.
+    pub async fn purge(&self, sel: &PurgeSelector, soft: bool) -> u64 {
+        let persisted = self.disk.as_ref().map(|d| d.purge(sel, soft));
+        let n = self.store.purge(sel, soft);
+        if let Some(p) = persisted {
+            p.await;
+        }
+        n
+    }
+
+    /// Purges memory and disk without waiting for the disk's purge to be synced (it is in force
+    /// for disk reads at once, and synced by the writer within milliseconds).
+    pub fn purge_now(&self, sel: &PurgeSelector, soft: bool) -> u64 {
+        if let Some(d) = &self.disk {
+            drop(d.purge(sel, soft));
+        }
+        self.store.purge(sel, soft)
     }
 
     /// Becomes the leader for `hash`, or a follower of the request already fetching it.

@@ -267,6 +267,20 @@ fn reload(
     result
 }
 
+/// Writes the memory caches to their disk tiers and unlocks them, for the next process (the
+/// new binary of an upgrade, or the next start).
+fn hand_over(registry: &runtime::Registry) {
+    let started = std::time::Instant::now();
+    let n = registry.hand_over_disks();
+    if n > 0 {
+        tracing::info!(
+            objects = n,
+            ms = started.elapsed().as_millis() as u64,
+            "memory cache written to disk"
+        );
+    }
+}
+
 /// Blocks until SIGINT/SIGTERM, shuts down gracefully; a second signal exits at once. SIGHUP
 /// reloads the config, as nginx and HAProxy users expect.
 fn wait_for_signals(
@@ -343,6 +357,7 @@ fn wait_for_signals(
             // The new process is the service now: it tells systemd its own MAINPID.
             tracing::info!("draining: each idle connection answers one more request, then closes");
             handle.drain();
+            hand_over(&handle.registry());
         } else {
             notify::notify("STOPPING=1");
             tracing::info!(
@@ -350,7 +365,11 @@ fn wait_for_signals(
             );
             handle.shutdown();
         }
-        let join = tokio::task::spawn_blocking(move || handle.join());
+        let join = tokio::task::spawn_blocking(move || {
+            let registry = handle.registry();
+            handle.join();
+            hand_over(&registry);
+        });
         tokio::select! {
             _ = join => tracing::info!("stopped"),
             _ = term.recv() => std::process::exit(130),

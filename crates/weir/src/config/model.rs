@@ -83,6 +83,28 @@ pub struct CacheZone {
     /// Independent locks the store is split into.
     #[serde(default = "default_shards")]
     pub shards: usize,
+    /// A disk tier behind the memory store.
+    #[serde(default)]
+    pub disk: Option<DiskTier>,
+}
+
+/// `cache_zones.NAME.disk`: where and how much.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiskTier {
+    /// A directory (created if missing; relative paths start at the config file's directory).
+    pub path: String,
+    /// Bytes of segments kept on disk.
+    pub max_size: Size,
+    /// Threads reading from disk.
+    #[serde(default)]
+    pub io_threads: Option<usize>,
+    /// Bytes of stores waiting to be written before more are dropped (default 64m).
+    #[serde(default)]
+    pub write_queue: Option<Size>,
+    /// Size of one segment file (default max_size/32, between 1m and 256m).
+    #[serde(default)]
+    pub segment_size: Option<Size>,
 }
 
 fn default_shards() -> usize {

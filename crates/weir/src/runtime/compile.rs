@@ -110,7 +110,14 @@ pub(crate) fn compile(
             name.clone(),
             (cache_zones.len(), z.max_size.0 / z.shards as u64),
         );
-        cache_zones.push(registry.zone(&name, z.max_size.0, z.shards));
+        let disk = match z.disk {
+            Some(d) => Some(disk_config(d, &name, base, &cache_zones)?),
+            None => None,
+        };
+        let zone = registry
+            .zone(&name, z.max_size.0, z.shards, disk)
+            .map_err(|e| (format!("cache_zones.{name}.disk.path"), e))?;
+        cache_zones.push(zone);
     }
     let shield = match file.shield {
         Some(s) => Some(Arc::new(crate::shield::Shield::compile(
@@ -350,6 +357,50 @@ fn listener_id(before: &[ListenerConfig], address: SocketAddr, admin: bool) -> s
 }
 
 /// `host:port`, `[v6]:port`, `:port` (all IPv4 interfaces) or `name:port` (resolved now).
+/// A zone's disk tier settings, checked: a directory no other zone uses, a sane size.
+fn disk_config(
+    d: crate::config::model::DiskTier,
+    zone: &str,
+    base: &BaseDir,
+    others: &[Arc<crate::cache::CacheZone>],
+) -> Result<weir_cache::DiskConfig, CompileError> {
+    let key = |k: &str| format!("cache_zones.{zone}.disk.{k}");
+    if d.path.trim().is_empty() {
+        return Err((key("path"), "must name a directory".into()));
+    }
+    let path = base.0.join(&d.path);
+    if others
+        .iter()
+        .filter_map(|z| z.disk.as_ref())
+        .any(|t| t.config().path == path)
+    {
+        return Err((
+            key("path"),
+            format!("{} is another zone's disk", path.display()),
+        ));
+    }
+    if d.max_size.0 < 1 << 20 {
+        return Err((key("max_size"), "must be at least 1m".into()));
+    }
+    let mut cfg = weir_cache::DiskConfig::new(path, d.max_size.0);
+    if let Some(t) = d.io_threads {
+        if !(1..=64).contains(&t) {
+            return Err((key("io_threads"), "must be between 1 and 64".into()));
+        }
+        cfg.io_threads = t;
+    }
+    if let Some(q) = d.write_queue {
+        cfg.write_queue = q.0.max(1 << 20);
+    }
+    if let Some(s) = d.segment_size {
+        if !(1 << 20..=1 << 31).contains(&s.0) {
+            return Err((key("segment_size"), "must be between 1m and 2g".into()));
+        }
+        cfg.segment_size = s.0;
+    }
+    Ok(cfg)
+}
+
 fn resolve(addr: &str) -> Result<SocketAddr, String> {
     let addr = addr.trim();
     if let Ok(a) = addr.parse::<SocketAddr>() {

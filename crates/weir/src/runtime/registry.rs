@@ -26,6 +26,29 @@ struct Zone {
     zone: Arc<CacheZone>,
 }
 
+/// Whether two disk tier settings are the same (the tier is kept across a reload).
+fn same_disk(a: Option<&weir_cache::DiskConfig>, b: Option<&weir_cache::DiskConfig>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            (
+                &a.path,
+                a.max_size,
+                a.segment_size,
+                a.io_threads,
+                a.write_queue,
+            ) == (
+                &b.path,
+                b.max_size,
+                b.segment_size,
+                b.io_threads,
+                b.write_queue,
+            )
+        }
+        _ => false,
+    }
+}
+
 /// Named state shared by every config compiled against it.
 #[derive(Debug)]
 pub struct Registry {
@@ -75,16 +98,43 @@ impl Registry {
         }
     }
 
-    /// The zone named `name`: the existing one when its size and shards are unchanged.
-    pub fn zone(&self, name: &str, max_size: u64, shards: usize) -> Arc<CacheZone> {
+    /// The zone named `name`: the existing one when its size, shards and disk tier are
+    /// unchanged. A resized memory store starts empty; an unchanged disk tier is kept with it.
+    /// `Err` when a new disk tier cannot be opened.
+    pub fn zone(
+        &self,
+        name: &str,
+        max_size: u64,
+        shards: usize,
+        disk: Option<weir_cache::DiskConfig>,
+    ) -> Result<Arc<CacheZone>, String> {
         let mut zones = lock(&self.zones);
-        if let Some(z) = zones.get(name) {
-            if z.max_size == max_size && z.shards == shards {
-                return z.zone.clone();
+        let old = zones.get(name);
+        let old_disk = old.and_then(|z| z.zone.disk.clone());
+        let same = same_disk(old_disk.as_ref().map(|d| d.config()), disk.as_ref());
+        if let Some(z) = old {
+            if z.max_size == max_size && z.shards == shards && same {
+                return Ok(z.zone.clone());
             }
-            tracing::warn!(zone = %name, "cache zone resized: it starts empty");
+            tracing::warn!(zone = %name, "cache zone resized: its memory starts empty");
         }
-        let zone = Arc::new(CacheZone::new(name, max_size, shards, self.clock.clone()));
+        let tier = match (disk, same) {
+            (None, _) => None,
+            (Some(_), true) => old_disk,
+            (Some(cfg), false) => {
+                let shown = cfg.path.display().to_string();
+                let tier = weir_cache::DiskTier::open(cfg)
+                    .map_err(|e| format!("cannot open the disk tier at {shown}: {e}"))?;
+                Some(Arc::new(tier))
+            }
+        };
+        let zone = Arc::new(CacheZone::with_disk(
+            name,
+            max_size,
+            shards,
+            self.clock.clone(),
+            tier,
+        ));
         zones.insert(
             name.to_string(),
             Zone {
@@ -93,7 +143,21 @@ impl Registry {
                 zone: zone.clone(),
             },
         );
-        zone
+        Ok(zone)
+    }
+
+    /// Hands every disk tier over (binary upgrade, stop): the memory objects not on disk yet
+    /// written (hottest first), pending stores written, snapshots saved, directories unlocked
+    /// for the next process. Returns the objects written.
+    pub fn hand_over_disks(&self) -> u64 {
+        let zones: Vec<_> = lock(&self.zones).values().map(|z| z.zone.clone()).collect();
+        let mut n = 0;
+        for z in zones {
+            if let Some(t) = &z.disk {
+                n += t.hand_over(z.store.by_heat());
+            }
+        }
+        n
     }
 
     /// Forgets zones and servers `cfg` does not name.

@@ -277,9 +277,9 @@ pub(super) fn revalidate_in_background(
         {
             Ok((resp, _)) if resp.status == 304 => {
                 Stats::bump(&zone.store.stats.revalidated);
-                zone.store.insert(
+                zone.store_object(
                     &key,
-                    Arc::new(stored::refreshed(
+                    &Arc::new(stored::refreshed(
                         &obj,
                         &resp.headers,
                         (request_time, zone.now()),

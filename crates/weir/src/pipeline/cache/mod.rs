@@ -120,7 +120,7 @@ pub(crate) async fn cached<D: Downstream>(
 ) -> Result<Persistence, Error> {
     let (head, proxy, settings, zone) = (stage.head, stage.proxy, stage.cache, stage.zone);
     if matches!(&head.method, Method::Other(m) if &m[..] == b"PURGE") {
-        return Ok(purge_request(d, ctx, stage, persistence));
+        return Ok(purge_request(d, ctx, stage, persistence).await);
     }
     if !matches!(head.method, Method::Get | Method::Head) {
         ctx.cache = CacheState::Bypass("method");
@@ -163,9 +163,13 @@ pub(crate) async fn cached<D: Downstream>(
             return Ok(persistence);
         }
     }
-    let lookup = zone.store.lookup(&key, |name| {
-        encode::vary_value(&stage, name, encodes, want.is_some())
-    });
+    let value_of = |name: &str| encode::vary_value(&stage, name, encodes, want.is_some());
+    let mut lookup = zone.store.lookup(&key, value_of);
+    if zone.disk.is_some() && matches!(lookup, Lookup::Miss | Lookup::VariantMiss) {
+        if let Some(obj) = zone.lookup_disk(&key, &value_of).await {
+            lookup = Lookup::Found(obj);
+        }
+    }
     let fwd_on_miss = match lookup {
         Lookup::Found(obj) => {
             return serve_found(
@@ -180,7 +184,7 @@ pub(crate) async fn cached<D: Downstream>(
             .await
         }
         Lookup::VariantMiss => Fwd::VaryMiss,
-        Lookup::Miss => Fwd::UriMiss,
+        Lookup::Miss | Lookup::Later(_) => Fwd::UriMiss,
     };
     Stats::bump(&zone.store.stats.misses);
     if req_dirs.only_if_cached {
@@ -281,7 +285,7 @@ async fn serve_found<D: Downstream>(
                         (request_time, zone.now()),
                         &settings.rules,
                     ));
-                    zone.store.insert(key, updated.clone());
+                    zone.store_object(key, &updated);
                     let age = updated.meta.clock.current_age(zone.now());
                     let status = CacheStatus {
                         fwd: Some(Fwd::Stale),

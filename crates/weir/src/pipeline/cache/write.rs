@@ -162,7 +162,7 @@ pub(super) fn stored_fields_206(obj: &CachedObject) -> BytesMut {
     out
 }
 
-pub(super) fn purge_request<D: Downstream>(
+pub(super) async fn purge_request<D: Downstream>(
     d: &mut D,
     ctx: &mut RequestCtx,
     stage: Stage<'_>,
@@ -180,10 +180,18 @@ pub(super) fn purge_request<D: Downstream>(
         return crate::pipeline::send_error(d, ctx, head, 403, &[], persistence);
     }
     let key = stage.cache.key.key(head, stage.scheme);
+    // Only on disk (not in memory): still there to purge (stored under the GET key).
+    let get_key = stage.cache.key.get_key(head, stage.scheme);
+    let on_disk = stage
+        .zone
+        .disk
+        .as_ref()
+        .is_some_and(|d| d.contains(&get_key));
     let n = stage
         .zone
-        .store
-        .purge(&PurgeSelector::Url(key.url().to_vec()), false);
+        .purge(&PurgeSelector::Url(key.url().to_vec()), false)
+        .await
+        .max(u64::from(on_disk));
     let body = Bytes::from(format!(r#"{{"purged":{n}}}"#));
     crate::pipeline::send_json(
         d,
@@ -317,7 +325,7 @@ pub(super) fn store_response(
         settings.normalize_accept_encoding || compression.is_some(),
         Some(s),
     ));
-    zone.store.insert(key, obj.clone()).then_some(obj)
+    zone.store_object(key, &obj).then_some(obj)
 }
 
 /// RFC 9111 §4.4: a successful unsafe request invalidates the target URI and the same-origin
@@ -335,6 +343,6 @@ pub(super) fn invalidate_after_unsafe(
     ];
     let authority = head.authority().unwrap_or_default();
     for u in stored::invalidated_urls(authority, &target, resp.status, locations) {
-        zone.store.purge(&PurgeSelector::Url(u), false);
+        zone.purge_now(&PurgeSelector::Url(u), false);
     }
 }

@@ -1,0 +1,125 @@
+//! The storage part of `/metrics` (`scrape.rs`): each cache zone's disk tier, one family per
+//! figure, labelled by zone (none when no zone has a disk tier).
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::MetricType;
+use weir_cache::disk::DiskStats;
+
+use super::scrape::{counter, family, gauge, Labels};
+use crate::runtime::RuntimeConfig;
+
+type Stat = fn(&DiskStats) -> &AtomicU64;
+
+const COUNTERS: [(&str, &str, Stat); 12] = [
+    (
+        "hits",
+        "Lookups the disk tier answered (memory misses).",
+        |s| &s.hits,
+    ),
+    ("misses", "Memory misses the disk tier did not have.", |s| {
+        &s.misses
+    }),
+    ("writes", "Objects written to disk.", |s| &s.writes),
+    ("written_bytes", "Bytes written to disk.", |s| {
+        &s.bytes_written
+    }),
+    (
+        "write_dropped",
+        "Stores dropped because the writer was behind.",
+        |s| &s.write_dropped,
+    ),
+    (
+        "not_admitted",
+        "Stores not admitted (a key seen once while the disk is nearly full).",
+        |s| &s.not_admitted,
+    ),
+    ("write_errors", "Failed writes and syncs.", |s| {
+        &s.write_errors
+    }),
+    (
+        "read_refused",
+        "Reads refused because the IO pool was busy (served as misses).",
+        |s| &s.read_refused,
+    ),
+    ("read_errors", "Failed reads.", |s| &s.read_errors),
+    (
+        "corrupt",
+        "Objects that failed their checksum, dropped and never served.",
+        |s| &s.corrupt,
+    ),
+    ("torn", "Torn tails cut when the index was loaded.", |s| {
+        &s.torn
+    }),
+    ("evicted", "Objects evicted with their segment.", |s| {
+        &s.evicted
+    }),
+];
+
+/// Encodes the disk tier families.
+pub(super) fn families(cfg: &RuntimeConfig, enc: &mut DescriptorEncoder) -> fmt::Result {
+    let tiers: Vec<_> = cfg
+        .cache_zones
+        .iter()
+        .filter_map(|z| z.disk.as_ref().map(|d| (z.name.clone(), d.clone())))
+        .collect();
+    if tiers.is_empty() {
+        return Ok(());
+    }
+    let zone = |n: &str| -> Labels { vec![("zone", n.to_string())] };
+    for (name, help, stat) in COUNTERS {
+        family(
+            enc,
+            &format!("weir_cache_disk_{name}"),
+            help,
+            MetricType::Counter,
+            tiers
+                .iter()
+                .map(|(z, d)| (zone(z), counter(stat(d.stats()).load(Relaxed)))),
+        )?;
+    }
+    let usage: Vec<_> = tiers.iter().map(|(z, d)| (z, d.usage())).collect();
+    family(
+        enc,
+        "weir_cache_disk_objects",
+        "Objects in the disk tier's index.",
+        MetricType::Gauge,
+        usage.iter().map(|(z, (o, _))| (zone(z), gauge(*o as i64))),
+    )?;
+    family(
+        enc,
+        "weir_cache_disk_bytes",
+        "Bytes of the disk tier's segments.",
+        MetricType::Gauge,
+        usage.iter().map(|(z, (_, b))| (zone(z), gauge(*b as i64))),
+    )?;
+    family(
+        enc,
+        "weir_cache_disk_max_bytes",
+        "The disk tier's max_size.",
+        MetricType::Gauge,
+        tiers
+            .iter()
+            .map(|(z, d)| (zone(z), gauge(d.config().max_size as i64))),
+    )?;
+    family(
+        enc,
+        "weir_cache_disk_load_milliseconds",
+        "How long the last index load took (snapshot and tail scan).",
+        MetricType::Gauge,
+        tiers
+            .iter()
+            .map(|(z, d)| (zone(z), gauge(d.stats().load_ms.load(Relaxed) as i64))),
+    )?;
+    family(
+        enc,
+        "weir_cache_disk_ready",
+        "1 once the disk tier's index is loaded.",
+        MetricType::Gauge,
+        tiers
+            .iter()
+            .map(|(z, d)| (zone(z), gauge(i64::from(d.is_ready())))),
+    )
+}
