@@ -25,6 +25,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod filters;
+pub mod kv;
 pub mod logs;
 pub mod metrics;
 pub mod pipeline;

@@ -133,6 +133,37 @@ impl Log {
         })
     }
 
+    /// Starts a new segment: the next append goes there. Its id (every older segment's is
+    /// lower), for a compaction that rewrites the live records and then drops the older ones.
+    pub fn roll(&self) -> io::Result<u32> {
+        let mut segs = self.write_segments();
+        let id = segs.keys().next_back().map_or(1, |id| id + 1);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(seg_path(&self.dir, id))?;
+        segs.insert(
+            id,
+            Segment {
+                file: Arc::new(file),
+                len: 0,
+            },
+        );
+        Ok(id)
+    }
+
+    /// Removes the segments older than `id`.
+    pub fn drop_before(&self, id: u32) {
+        let mut segs = self.write_segments();
+        let old: Vec<u32> = segs.range(..id).map(|(k, _)| *k).collect();
+        for k in old {
+            segs.remove(&k);
+            let _ = std::fs::remove_file(seg_path(&self.dir, k));
+        }
+    }
+
     /// Reads the record at `loc` (any thread; blocking).
     pub fn read(&self, loc: Loc) -> io::Result<Vec<u8>> {
         let file = self

@@ -29,6 +29,8 @@ pub(crate) struct Refs<'a> {
     pub logs: &'a crate::access_log::LogCompiler<'a>,
     /// Filters: the named definitions, and where inline ones are compiled.
     pub filters: &'a crate::filters::compile::Compiler,
+    /// Key-value stores by name.
+    pub kv: &'a std::collections::HashMap<String, Arc<crate::kv::KvStore>>,
 }
 
 /// A compiled action.
@@ -43,6 +45,8 @@ pub enum Action {
     Admin,
     /// A load balancer's health check: the upstreams that must have a server up (`None`: all).
     Health(Option<Vec<usize>>),
+    /// A key-value store.
+    Kv(Arc<crate::kv::KvStore>),
 }
 
 /// The action keys a route gave (exactly one must be set).
@@ -55,6 +59,7 @@ pub(crate) struct Given {
     pub health: Option<model::HealthRoute>,
     pub proxy: Option<model::Proxy>,
     pub cache: Option<model::Cache>,
+    pub kv: Option<model::KvRoute>,
 }
 
 /// Where an action is compiled: its route and what the route knows.
@@ -98,6 +103,7 @@ impl Action {
             health,
             proxy,
             cache,
+            kv,
         } = given;
         if cache.is_some() && proxy.is_none() {
             return Err((
@@ -112,11 +118,12 @@ impl Action {
             echo.is_some(),
             health.is_some(),
             proxy.is_some(),
+            kv.is_some(),
         ];
         if set.iter().filter(|g| **g).count() != 1 {
             return Err((
                 path.to_string(),
-                "a route needs exactly one action: respond, redirect, static, echo, health or proxy"
+                "a route needs exactly one action: respond, redirect, static, echo, health, proxy or kv"
                     .into(),
             ));
         }
@@ -160,6 +167,17 @@ impl Action {
             return static_files::StaticFiles::compile(s, prefix, &format!("{path}.static"), base)
                 .map(Action::Static);
         }
+        if let Some(k) = kv {
+            let store = refs.kv.get(&k.store).ok_or_else(|| {
+                let mut known: Vec<&String> = refs.kv.keys().collect();
+                known.sort();
+                (
+                    format!("{path}.kv.store"),
+                    format!("no kv store named {:?} (defined: {known:?})", k.store),
+                )
+            })?;
+            return Ok(Action::Kv(store.clone()));
+        }
         if let Some(h) = health {
             let only = h
                 .upstreams
@@ -187,6 +205,13 @@ impl Action {
     pub fn methods(&self) -> Option<&'static [Method]> {
         match self {
             Action::Static(_) | Action::Health(_) => Some(&[Method::Get, Method::Head]),
+            Action::Kv(_) => Some(&[
+                Method::Get,
+                Method::Head,
+                Method::Put,
+                Method::Post,
+                Method::Delete,
+            ]),
             Action::Respond(_) | Action::Echo(_) | Action::Proxy(_) | Action::Admin => None,
         }
     }

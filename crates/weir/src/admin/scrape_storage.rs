@@ -1,5 +1,6 @@
 //! The storage part of `/metrics` (`scrape.rs`): each cache zone's disk tier, one family per
-//! figure, labelled by zone (none when no zone has a disk tier).
+//! figure, labelled by zone, and the key-value stores, labelled by store (no family for what is
+//! not configured).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -58,8 +59,77 @@ const COUNTERS: [(&str, &str, Stat); 12] = [
     }),
 ];
 
-/// Encodes the disk tier families.
+/// Encodes the disk tier and key-value families.
 pub(super) fn families(cfg: &RuntimeConfig, enc: &mut DescriptorEncoder) -> fmt::Result {
+    disk(cfg, enc)?;
+    kv(cfg, enc)
+}
+
+type KvStat = fn(&crate::kv::KvStats) -> &AtomicU64;
+
+const KV_RESULTS: [(&str, KvStat); 9] = [
+    ("get", |s| &s.gets),
+    ("hit", |s| &s.hits),
+    ("not_modified", |s| &s.not_modified),
+    ("expired", |s| &s.expired),
+    ("put", |s| &s.puts),
+    ("delete", |s| &s.deletes),
+    ("conflict", |s| &s.conflicts),
+    ("too_large", |s| &s.too_large),
+    ("full", |s| &s.full),
+];
+
+fn kv(cfg: &RuntimeConfig, enc: &mut DescriptorEncoder) -> fmt::Result {
+    let stores = &cfg.kv_stores;
+    if stores.is_empty() {
+        return Ok(());
+    }
+    let store = |n: &str| -> Labels { vec![("store", n.to_string())] };
+    family(
+        enc,
+        "weir_kv_requests",
+        "Key-value requests by outcome (get counts every read; hit those answered 200).",
+        MetricType::Counter,
+        stores.iter().flat_map(|s| {
+            KV_RESULTS.iter().map(move |(result, stat)| {
+                (
+                    vec![("store", s.name.clone()), ("result", result.to_string())],
+                    counter(stat(&s.stats).load(Relaxed)),
+                )
+            })
+        }),
+    )?;
+    let usage: Vec<_> = stores.iter().map(|s| (s, s.usage())).collect();
+    family(
+        enc,
+        "weir_kv_keys",
+        "Keys held.",
+        MetricType::Gauge,
+        usage
+            .iter()
+            .map(|(s, (k, _))| (store(&s.name), gauge(*k as i64))),
+    )?;
+    family(
+        enc,
+        "weir_kv_bytes",
+        "Bytes of keys and values held.",
+        MetricType::Gauge,
+        usage
+            .iter()
+            .map(|(s, (_, b))| (store(&s.name), gauge(*b as i64))),
+    )?;
+    family(
+        enc,
+        "weir_kv_max_bytes",
+        "The store's max_size.",
+        MetricType::Gauge,
+        stores
+            .iter()
+            .map(|s| (store(&s.name), gauge(s.settings.max_size as i64))),
+    )
+}
+
+fn disk(cfg: &RuntimeConfig, enc: &mut DescriptorEncoder) -> fmt::Result {
     let tiers: Vec<_> = cfg
         .cache_zones
         .iter()

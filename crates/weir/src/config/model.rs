@@ -51,6 +51,9 @@ pub struct File {
     /// Named cache stores, used by routes with a `cache` stage.
     #[serde(default)]
     pub cache_zones: BTreeMap<String, CacheZone>,
+    /// Named key-value stores, used by `kv` routes.
+    #[serde(default)]
+    pub kv_stores: BTreeMap<String, KvStoreConfig>,
     /// Named filters, used by listeners and routes (which then share one, and its state).
     #[serde(default)]
     pub filters: BTreeMap<String, FilterSpec>,
@@ -86,6 +89,40 @@ pub struct CacheZone {
     /// A disk tier behind the memory store.
     #[serde(default)]
     pub disk: Option<DiskTier>,
+}
+
+/// `kv_stores.NAME`: a key-value store.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KvStoreConfig {
+    /// Bytes of keys and values held (a PUT beyond is refused with 507, nothing is evicted).
+    pub max_size: Size,
+    /// Largest value (413 beyond; default 1m).
+    #[serde(default)]
+    pub max_value_size: Option<Size>,
+    /// How long a value lives when the PUT has no `X-TTL` (default: forever).
+    #[serde(default)]
+    pub default_ttl: Option<Dur>,
+    /// Persist every change to a log in this directory.
+    #[serde(default)]
+    pub disk: Option<KvDisk>,
+}
+
+/// `kv_stores.NAME.disk`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KvDisk {
+    pub path: String,
+    /// `fdatasync` before answering a change (group commit); default: written, not synced.
+    #[serde(default)]
+    pub sync: bool,
+}
+
+/// A `kv` route: which store.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KvRoute {
+    pub store: String,
 }
 
 /// `cache_zones.NAME.disk`: where and how much.
@@ -381,6 +418,8 @@ pub struct Route {
     pub proxy: Option<Proxy>,
     /// Cache the proxied responses (only with `proxy`).
     pub cache: Option<Cache>,
+    /// A key-value store: PUT, GET, HEAD, DELETE on the path.
+    pub kv: Option<KvRoute>,
     /// This route's access log (else its listener's); `off` for none (health checks, say).
     pub access_log: Option<AccessLogSetting>,
 }

@@ -26,6 +26,7 @@ pub(crate) mod context;
 pub(crate) mod downstream;
 pub(crate) mod fetch;
 pub(crate) mod forward;
+mod kv;
 mod log;
 mod refused;
 pub(crate) mod subrequest;
@@ -275,6 +276,13 @@ fn act<'a, D: Downstream>(
             let persistence = d.persistence(head);
             return Started::Done(Ok(respond(d, ctx, head, route, r, persistence)));
         }
+        if let Action::Kv(kv) = &route.action {
+            let persistence = d.persistence(head);
+            if let Some(p) = kv::try_read(d, ctx, head, route, kv, persistence) {
+                return Started::Done(Ok(p));
+            }
+            return Started::Later(Box::pin(kv::serve(d, ctx, head, route, kv)));
+        }
         if let Action::Proxy(proxy) = &route.action {
             let persistence = d.persistence(head);
             return match &proxy.cache {
@@ -452,7 +460,7 @@ fn answer<D: Downstream>(
                 persistence
             }
         },
-        Action::Proxy(_) => unreachable!("dispatched in start"),
+        Action::Proxy(_) | Action::Kv(_) => unreachable!("dispatched in start"),
     };
     Answered::Done(persistence)
 }

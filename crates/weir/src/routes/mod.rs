@@ -121,6 +121,7 @@ impl RouteTable {
                 health: r.health,
                 proxy: r.proxy,
                 cache: r.cache,
+                kv: r.kv,
             };
             let site = crate::actions::Site {
                 prefix: matcher.prefix(),

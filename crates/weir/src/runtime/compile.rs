@@ -143,11 +143,20 @@ pub(crate) fn compile(
         shield.clone(),
         base,
     )?;
+    let mut kv_stores = std::collections::HashMap::new();
+    for (name, k) in file.kv_stores {
+        let settings = kv_settings(k, &name, base)?;
+        let store = registry
+            .kv_store(&name, settings)
+            .map_err(|e| (format!("kv_stores.{name}.disk.path"), e))?;
+        kv_stores.insert(name, store);
+    }
     let refs = crate::actions::Refs {
         upstreams: &upstream_index,
         zones: &zone_index,
         logs: &logs,
         filters: &filters,
+        kv: &kv_stores,
     };
     let mut listeners = Vec::with_capacity(file.listeners.len());
     for (i, l) in file.listeners.into_iter().enumerate() {
@@ -297,6 +306,7 @@ pub(crate) fn compile(
         listeners,
         upstreams,
         cache_zones,
+        kv_stores: kv_stores.into_values().collect(),
         registry: registry.clone(),
         access_logs,
         metrics: file.metrics,
@@ -357,6 +367,41 @@ fn listener_id(before: &[ListenerConfig], address: SocketAddr, admin: bool) -> s
 }
 
 /// `host:port`, `[v6]:port`, `:port` (all IPv4 interfaces) or `name:port` (resolved now).
+/// A key-value store's settings, checked.
+fn kv_settings(
+    k: crate::config::model::KvStoreConfig,
+    name: &str,
+    base: &BaseDir,
+) -> Result<crate::kv::KvSettings, CompileError> {
+    let key = |k: &str| format!("kv_stores.{name}.{k}");
+    if k.max_size.0 < 64 * 1024 {
+        return Err((key("max_size"), "must be at least 64k".into()));
+    }
+    let max_value_size = k.max_value_size.map_or(1 << 20, |s| s.0);
+    if max_value_size == 0 || max_value_size > k.max_size.0 {
+        return Err((
+            key("max_value_size"),
+            "must be between 1 and max_size".into(),
+        ));
+    }
+    let disk = match k.disk {
+        Some(d) if d.path.trim().is_empty() => {
+            return Err((key("disk.path"), "must name a directory".into()))
+        }
+        Some(d) => Some(crate::kv::log::LogSettings {
+            path: base.0.join(&d.path),
+            sync: d.sync,
+        }),
+        None => None,
+    };
+    Ok(crate::kv::KvSettings {
+        max_size: k.max_size.0,
+        max_value_size,
+        default_ttl: k.default_ttl.map_or(0, |d| d.0.as_secs()),
+        disk,
+    })
+}
+
 /// A zone's disk tier settings, checked: a directory no other zone uses, a sane size.
 fn disk_config(
     d: crate::config::model::DiskTier,

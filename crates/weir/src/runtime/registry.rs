@@ -54,6 +54,7 @@ fn same_disk(a: Option<&weir_cache::DiskConfig>, b: Option<&weir_cache::DiskConf
 pub struct Registry {
     clock: Arc<dyn Clock>,
     zones: Mutex<HashMap<String, Zone>>,
+    kv: Mutex<HashMap<String, Arc<crate::kv::KvStore>>>,
     servers: Mutex<HashMap<String, ServerState>>,
     /// Open access log destinations, by target.
     pub sinks: crate::access_log::Sinks,
@@ -88,6 +89,7 @@ impl Registry {
         Registry {
             clock,
             zones: Mutex::new(HashMap::new()),
+            kv: Mutex::new(HashMap::new()),
             servers: Mutex::new(HashMap::new()),
             sinks: Default::default(),
             metrics: Default::default(),
@@ -146,6 +148,32 @@ impl Registry {
         Ok(zone)
     }
 
+    /// The key-value store named `name`: the existing one when its settings are unchanged
+    /// (a changed store is opened again: its log is replayed, or it starts empty without one).
+    pub fn kv_store(
+        &self,
+        name: &str,
+        settings: crate::kv::KvSettings,
+    ) -> Result<Arc<crate::kv::KvStore>, String> {
+        let mut stores = lock(&self.kv);
+        if let Some(s) = stores.get(name).filter(|s| s.settings == settings) {
+            return Ok(s.clone());
+        }
+        if let Some(old) = stores.remove(name) {
+            // Its log is ours again only once it is closed.
+            old.close();
+        }
+        let shown = settings
+            .disk
+            .as_ref()
+            .map(|d| d.path.display().to_string())
+            .unwrap_or_default();
+        let store = crate::kv::KvStore::open(name, settings)
+            .map_err(|e| format!("cannot open the kv log at {shown}: {e}"))?;
+        stores.insert(name.to_string(), store.clone());
+        Ok(store)
+    }
+
     /// Hands every disk tier over (binary upgrade, stop): the memory objects not on disk yet
     /// written (hottest first), pending stores written, snapshots saved, directories unlocked
     /// for the next process. Returns the objects written.
@@ -156,6 +184,9 @@ impl Registry {
             if let Some(t) = &z.disk {
                 n += t.hand_over(z.store.by_heat());
             }
+        }
+        for s in lock(&self.kv).values() {
+            s.close();
         }
         n
     }
@@ -170,6 +201,13 @@ impl Registry {
             .collect();
         self.filter_state.retain(&keys);
         lock(&self.zones).retain(|name, _| cfg.cache_zones.iter().any(|z| &z.name == name));
+        lock(&self.kv).retain(|name, s| {
+            let kept = cfg.kv_stores.iter().any(|k| &k.name == name);
+            if !kept {
+                s.close();
+            }
+            kept
+        });
         lock(&self.servers).retain(|key, _| {
             cfg.upstreams.iter().any(|u| {
                 key.strip_prefix(u.name.as_str())

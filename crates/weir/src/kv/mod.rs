@@ -1,0 +1,426 @@
+//! The key-value store behind the `kv` route action (nuster's NoSQL mode, with PUT, HEAD,
+//! conditional writes and a bound that answers 507 instead of silently evicting).
+//!
+//! Values live in memory (a sharded map, a hard byte bound counting keys, heads and bodies);
+//! each one keeps its response head pre-encoded (`Content-Type`, `ETag`, `Last-Modified`,
+//! `Content-Length`), so a GET is a map lookup and one vectored write, as a cache hit is. With
+//! `disk`, every change is appended to a log ([`log`]) before the request is answered, and the
+//! log is replayed at start: values survive restarts, crashes and binary upgrades. A data store
+//! never evicts: a PUT that does not fit is refused with 507.
+//!
+//! Compare-and-set happens under the key's shard lock: `If-Match` / `If-None-Match` are checked
+//! against the current value and the new one is put in the same critical section.
+
+pub mod log;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+
+/// Per-value memory besides its key, head and body: the map slot, the `Arc` and its header.
+const VALUE_OVERHEAD: u64 = 160;
+const SHARDS: usize = 16;
+
+/// A stored value.
+#[derive(Debug)]
+pub struct Value {
+    /// Pre-encoded: `HTTP/1.1 200 OK`, Content-Type, ETag, Last-Modified, Content-Length
+    /// (no final CRLF).
+    pub head: Bytes,
+    /// The 304's: status line, ETag, Last-Modified.
+    pub head_304: Bytes,
+    pub body: Bytes,
+    pub content_type: Bytes,
+    /// Its version: the ETag is `"` + hex + `"`.
+    pub version: u64,
+    pub etag: Bytes,
+    pub modified: u64,
+    /// Unix seconds after which it is gone (0: never).
+    pub expires: u64,
+}
+
+impl Value {
+    pub fn new(
+        body: Bytes,
+        content_type: Bytes,
+        version: u64,
+        modified: u64,
+        expires: u64,
+    ) -> Value {
+        let etag = Bytes::from(format!("\"{version:x}\""));
+        let mut head = BytesMut::with_capacity(160 + content_type.len());
+        weir_http::response::put_status_line_with(&mut head, 200, b"");
+        weir_http::response::put_header(&mut head, b"Content-Type", &content_type);
+        weir_http::response::put_header(&mut head, b"ETag", &etag);
+        let date = httpdate::fmt_http_date(
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs(modified),
+        );
+        weir_http::response::put_header(&mut head, b"Last-Modified", date.as_bytes());
+        weir_http::response::put_content_length(&mut head, body.len() as u64);
+        let mut head_304 = BytesMut::with_capacity(120);
+        weir_http::response::put_status_line(&mut head_304, 304);
+        weir_http::response::put_header(&mut head_304, b"ETag", &etag);
+        weir_http::response::put_header(&mut head_304, b"Last-Modified", date.as_bytes());
+        Value {
+            head: head.freeze(),
+            head_304: head_304.freeze(),
+            body,
+            content_type,
+            version,
+            etag,
+            modified,
+            expires,
+        }
+    }
+
+    fn cost(&self, key: &[u8]) -> u64 {
+        (key.len() + self.head.len() + self.head_304.len() + self.body.len()) as u64
+            + VALUE_OVERHEAD
+    }
+
+    pub fn live(&self, now: u64) -> bool {
+        self.expires == 0 || now < self.expires
+    }
+
+    /// What conditionals compare against.
+    pub fn validators(&self) -> weir_http::conditional::Validators<'_> {
+        weir_http::conditional::Validators {
+            etag: Some(&self.etag),
+            last_modified_text: None,
+            modified: Some(self.modified),
+        }
+    }
+}
+
+/// Why a write was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// 412: the precondition did not hold.
+    Precondition,
+    /// 507: the store is full.
+    Full,
+    /// 503: the log is behind (writes queued beyond its bound).
+    Busy,
+}
+
+/// A write's precondition, evaluated against the current value under its lock.
+#[derive(Debug, Clone, Copy)]
+pub struct Cond<'a> {
+    /// `If-Match`: a list of entity tags or `*`.
+    pub if_match: Option<&'a [u8]>,
+    /// `If-None-Match`: a list of entity tags or `*`.
+    pub if_none_match: Option<&'a [u8]>,
+}
+
+fn list_matches(list: &[u8], etag: &[u8], strong: bool) -> bool {
+    let weak = |t: &[u8]| t.strip_prefix(b"W/").unwrap_or(t).to_vec();
+    list.split(|b| *b == b',').map(<[u8]>::trim_ascii).any(|t| {
+        t == b"*"
+            || if strong {
+                !t.starts_with(b"W/") && t == etag
+            } else {
+                weak(t) == weak(etag)
+            }
+    })
+}
+
+impl Cond<'_> {
+    /// RFC 9110 §13.1.1–2 for a state-changing request: `If-Match` needs a current value that
+    /// matches; `If-None-Match` needs none that matches (`*`: none at all).
+    fn holds(&self, current: Option<&Value>) -> bool {
+        if let Some(list) = self.if_match {
+            match current {
+                Some(v) if list_matches(list, &v.etag, true) => {}
+                _ => return false,
+            }
+        }
+        if let Some(list) = self.if_none_match {
+            if current.is_some_and(|v| list_matches(list, &v.etag, false)) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Counters (exported in /metrics).
+#[derive(Debug, Default)]
+pub struct KvStats {
+    pub gets: AtomicU64,
+    pub hits: AtomicU64,
+    pub not_modified: AtomicU64,
+    pub puts: AtomicU64,
+    pub deletes: AtomicU64,
+    pub conflicts: AtomicU64,
+    pub too_large: AtomicU64,
+    pub full: AtomicU64,
+    pub expired: AtomicU64,
+}
+
+pub fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Settings (`kv_stores.NAME`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KvSettings {
+    pub max_size: u64,
+    pub max_value_size: u64,
+    /// Seconds a value lives when the PUT gives no `X-TTL` (0: forever).
+    pub default_ttl: u64,
+    pub disk: Option<log::LogSettings>,
+}
+
+/// A store.
+#[derive(Debug)]
+pub struct KvStore {
+    pub name: String,
+    pub settings: KvSettings,
+    shards: Vec<Mutex<HashMap<Bytes, Arc<Value>>>>,
+    bytes: AtomicU64,
+    version: AtomicU64,
+    log: std::sync::OnceLock<log::KvLog>,
+    /// Whether the values are loaded (from the log, when there is one).
+    ready: tokio::sync::watch::Sender<bool>,
+    closed: AtomicBool,
+    pub stats: KvStats,
+}
+
+impl KvStore {
+    /// A store; with a log, its values are loaded in the background (requests wait for them).
+    pub fn open(name: &str, settings: KvSettings) -> std::io::Result<Arc<KvStore>> {
+        let store = Arc::new(KvStore {
+            name: name.to_string(),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            bytes: AtomicU64::new(0),
+            version: AtomicU64::new(1),
+            log: std::sync::OnceLock::new(),
+            ready: tokio::sync::watch::channel(settings.disk.is_none()).0,
+            closed: AtomicBool::new(false),
+            stats: KvStats::default(),
+            settings,
+        });
+        let Some(disk) = store.settings.disk.clone() else {
+            return Ok(store);
+        };
+        let log = log::KvLog::open(disk, Arc::downgrade(&store))?;
+        let _ = store.log.set(log);
+        Ok(store)
+    }
+
+    fn shard(&self, key: &[u8]) -> std::sync::MutexGuard<'_, HashMap<Bytes, Arc<Value>>> {
+        let h = weir_cache::key::hash_bytes(key);
+        self.shards[(h % SHARDS as u64) as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+
+    /// Waits (asynchronously) for the values to be loaded, at most `limit`.
+    pub async fn wait_ready(&self, limit: std::time::Duration) -> bool {
+        let mut rx = self.ready.subscribe();
+        let ok = tokio::time::timeout(limit, rx.wait_for(|r| *r))
+            .await
+            .is_ok();
+        ok
+    }
+
+    /// The live value of `key`.
+    pub fn get(&self, key: &[u8], now: u64) -> Option<Arc<Value>> {
+        let v = self.shard(key).get(key).cloned()?;
+        if v.live(now) {
+            Some(v)
+        } else {
+            bump(&self.stats.expired);
+            None
+        }
+    }
+
+    /// (keys, bytes).
+    pub fn usage(&self) -> (u64, u64) {
+        let keys = self
+            .shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len() as u64)
+            .sum();
+        (keys, self.bytes.load(Ordering::Relaxed))
+    }
+
+    /// Puts a value if `cond` holds and it fits; returns whether the key was new, the value, and
+    /// the log's acknowledgement to await (when there is a log).
+    pub fn put(
+        &self,
+        key: &[u8],
+        body: Bytes,
+        content_type: Bytes,
+        ttl: u64,
+        cond: Cond<'_>,
+        now: u64,
+    ) -> Result<(bool, Arc<Value>, Option<log::Ack>), Refused> {
+        let version = self.version.fetch_add(1, Ordering::Relaxed);
+        let expires = if ttl == 0 { 0 } else { now + ttl };
+        let value = Arc::new(Value::new(body, content_type, version, now, expires));
+        let cost = value.cost(key);
+        if self.log.get().is_some_and(|l| !l.has_room()) {
+            return Err(Refused::Busy);
+        }
+        let mut shard = self.shard(key);
+        let current = shard.get(key).filter(|v| v.live(now));
+        if !cond.holds(current.map(|v| &**v)) {
+            return Err(Refused::Precondition);
+        }
+        let old = shard.get(key).map_or(0, |v| v.cost(key));
+        let room = self
+            .bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                let after = b - old + cost;
+                (after <= self.settings.max_size).then_some(after)
+            });
+        if room.is_err() {
+            return Err(Refused::Full);
+        }
+        let created = current.is_none();
+        let ack = self.log.get().map(|l| l.put(key, &value));
+        shard.insert(Bytes::copy_from_slice(key), value.clone());
+        Ok((created, value, ack))
+    }
+
+    /// Deletes `key` if `cond` holds: `Ok(None)` when there was no live value.
+    pub fn delete(
+        &self,
+        key: &[u8],
+        cond: Cond<'_>,
+        now: u64,
+    ) -> Result<Option<Option<log::Ack>>, Refused> {
+        let mut shard = self.shard(key);
+        let current = shard.get(key).filter(|v| v.live(now)).cloned();
+        if !cond.holds(current.as_deref()) {
+            return Err(Refused::Precondition);
+        }
+        let Some(old) = shard.remove(key) else {
+            return Ok(None);
+        };
+        self.bytes.fetch_sub(old.cost(key), Ordering::Relaxed);
+        let ack = self.log.get().map(|l| l.delete(key));
+        Ok(current.map(|_| ack))
+    }
+
+    /// Loads a value read back from the log (the writer thread, before `ready`).
+    fn restore(&self, key: Bytes, value: Option<Value>) {
+        self.version.fetch_max(
+            value.as_ref().map_or(0, |v| v.version + 1),
+            Ordering::Relaxed,
+        );
+        let mut shard = self.shard(&key);
+        if let Some(old) = shard.remove(&key) {
+            self.bytes.fetch_sub(old.cost(&key), Ordering::Relaxed);
+        }
+        if let Some(v) = value {
+            self.bytes.fetch_add(v.cost(&key), Ordering::Relaxed);
+            shard.insert(key, Arc::new(v));
+        }
+    }
+
+    /// Every live value (for the log's compaction).
+    fn all(&self) -> Vec<(Bytes, Arc<Value>)> {
+        let mut out = Vec::new();
+        for s in &self.shards {
+            let s = s.lock().unwrap_or_else(|e| e.into_inner());
+            out.extend(s.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        out
+    }
+
+    /// Stops taking requests and hands the log over (a binary upgrade or a stop): pending
+    /// writes are written and the directory unlocked for the next process. Blocking.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        if let Some(l) = self.log.get() {
+            l.close();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(max: u64) -> Arc<KvStore> {
+        KvStore::open(
+            "t",
+            KvSettings {
+                max_size: max,
+                max_value_size: 1 << 20,
+                default_ttl: 0,
+                disk: None,
+            },
+        )
+        .unwrap()
+    }
+
+    const ANY: Cond<'static> = Cond {
+        if_match: None,
+        if_none_match: None,
+    };
+
+    #[test]
+    fn compare_and_set_expiry_and_the_bound() {
+        let s = store(2000);
+        let ct = Bytes::from_static(b"text/plain");
+        let (created, v1, _) = s
+            .put(b"/k", Bytes::from_static(b"one"), ct.clone(), 0, ANY, 100)
+            .unwrap();
+        assert!(created);
+        let create_only = Cond {
+            if_match: None,
+            if_none_match: Some(b"*"),
+        };
+        assert_eq!(
+            s.put(b"/k", Bytes::new(), ct.clone(), 0, create_only, 100)
+                .err(),
+            Some(Refused::Precondition)
+        );
+        let stale = Cond {
+            if_match: Some(b"\"ffff\""),
+            if_none_match: None,
+        };
+        assert_eq!(
+            s.put(b"/k", Bytes::new(), ct.clone(), 0, stale, 100).err(),
+            Some(Refused::Precondition)
+        );
+        let fresh = Cond {
+            if_match: Some(&v1.etag),
+            if_none_match: None,
+        };
+        let (created, v2, _) = s
+            .put(b"/k", Bytes::from_static(b"two"), ct.clone(), 0, fresh, 100)
+            .unwrap();
+        assert!(!created && v2.etag != v1.etag);
+        assert_eq!(&s.get(b"/k", 100).unwrap().body[..], b"two");
+        // TTL.
+        s.put(b"/t", Bytes::from_static(b"x"), ct.clone(), 10, ANY, 100)
+            .unwrap();
+        assert!(s.get(b"/t", 109).is_some() && s.get(b"/t", 110).is_none());
+        // The bound: refused, never evicted.
+        let big = Bytes::from(vec![b'x'; 1500]);
+        assert_eq!(
+            s.put(b"/big", big, ct.clone(), 0, ANY, 100).err(),
+            Some(Refused::Full)
+        );
+        assert!(s.get(b"/k", 100).is_some());
+        assert!(matches!(s.delete(b"/k", ANY, 100), Ok(Some(_))));
+        assert!(matches!(s.delete(b"/k", ANY, 100), Ok(None)));
+        let before = s.usage().1;
+        s.delete(b"/t", ANY, 200).unwrap();
+        assert!(s.usage().1 < before);
+    }
+}

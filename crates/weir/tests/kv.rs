@@ -1,0 +1,222 @@
+//! The `kv` action over real sockets: every method and status, compare-and-set, TTL, the
+//! bounds, persistence across a stop and a crash, and examples/kv.yaml as written.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::process::{free_port, signal, spawn_serving, Running, WEIR};
+use common::{roundtrip, start_config, Response};
+
+fn req(addr: SocketAddr, method: &str, path: &str, headers: &str, body: &str) -> Response {
+    let mut s = common::connect(addr);
+    let raw = format!(
+        "{method} {path} HTTP/1.1\r\nHost: t\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let raw = if method == "GET" || method == "HEAD" {
+        format!("{method} {path} HTTP/1.1\r\nHost: t\r\n{headers}\r\n")
+    } else {
+        raw
+    };
+    if method == "HEAD" {
+        s.write_all_head(raw.as_bytes())
+    } else {
+        roundtrip(&mut s, raw.as_bytes())
+    }
+}
+
+trait HeadRequest {
+    fn write_all_head(&mut self, raw: &[u8]) -> Response;
+}
+
+impl HeadRequest for std::net::TcpStream {
+    fn write_all_head(&mut self, raw: &[u8]) -> Response {
+        use std::io::Write;
+        self.write_all(raw).unwrap();
+        common::read_response_to(self, true)
+    }
+}
+
+const CONFIG: &str = r#"
+kv_stores:
+  s: { max_size: 64k, max_value_size: 16k }
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - match: { path_prefix: /kv/ }
+        kv: { store: s }
+"#;
+
+#[test]
+fn every_method_and_status() {
+    let srv = start_config(CONFIG);
+    let a = srv.addr;
+    assert_eq!(req(a, "GET", "/kv/x", "", "").status, 404);
+    let r = req(a, "PUT", "/kv/x", "Content-Type: text/plain\r\n", "hello");
+    assert_eq!(r.status, 201, "created");
+    let etag = r.header("etag").unwrap().to_string();
+    let r = req(a, "GET", "/kv/x", "", "");
+    assert_eq!((r.status, r.text().as_str()), (200, "hello"));
+    assert_eq!(r.header("content-type"), Some("text/plain"));
+    assert_eq!(r.header("etag"), Some(etag.as_str()));
+    assert!(r.header("last-modified").is_some());
+    let lm = r.header("last-modified").unwrap().to_string();
+    let r = req(a, "HEAD", "/kv/x", "", "");
+    assert_eq!((r.status, r.header("content-length")), (200, Some("5")));
+    assert!(r.body.is_empty());
+    // Conditional reads.
+    let inm = format!("If-None-Match: {etag}\r\n");
+    assert_eq!(req(a, "GET", "/kv/x", &inm, "").status, 304);
+    let ims = format!("If-Modified-Since: {lm}\r\n");
+    assert_eq!(req(a, "GET", "/kv/x", &ims, "").status, 304);
+    assert_eq!(
+        req(a, "GET", "/kv/x", "If-None-Match: \"other\"\r\n", "").status,
+        200
+    );
+    // Compare-and-set.
+    assert_eq!(
+        req(a, "PUT", "/kv/x", "If-None-Match: *\r\n", "no").status,
+        412
+    );
+    assert_eq!(
+        req(a, "PUT", "/kv/x", "If-Match: \"stale\"\r\n", "no").status,
+        412
+    );
+    let im = format!("If-Match: {etag}\r\n");
+    let r = req(a, "PUT", "/kv/x", &im, "second");
+    assert_eq!(r.status, 204, "replaced");
+    let etag2 = r.header("etag").unwrap().to_string();
+    assert_ne!(etag, etag2);
+    assert_eq!(req(a, "PUT", "/kv/x", &im, "lost update").status, 412);
+    assert_eq!(req(a, "GET", "/kv/x", "", "").text(), "second");
+    assert_eq!(
+        req(a, "PUT", "/kv/new", "If-None-Match: *\r\n", "v").status,
+        201
+    );
+    assert_eq!(
+        req(a, "PUT", "/kv/none", "If-Match: *\r\n", "v").status,
+        412
+    );
+    // POST stores too; no Content-Type: octet-stream.
+    assert_eq!(req(a, "POST", "/kv/p", "", "posted").status, 201);
+    let r = req(a, "GET", "/kv/p", "", "");
+    assert_eq!(r.header("content-type"), Some("application/octet-stream"));
+    // DELETE: 204, then 404; If-Match guards it.
+    assert_eq!(req(a, "DELETE", "/kv/x", &im, "").status, 412);
+    assert_eq!(req(a, "DELETE", "/kv/x", "", "").status, 204);
+    assert_eq!(req(a, "DELETE", "/kv/x", "", "").status, 404);
+    assert_eq!(req(a, "GET", "/kv/x", "", "").status, 404);
+    // Other methods: 405 with Allow.
+    let r = req(a, "PATCH", "/kv/x", "", "x");
+    assert_eq!(r.status, 405);
+    assert!(r.header("allow").unwrap().contains("PUT"));
+    // Bad TTL: 400.
+    assert_eq!(req(a, "PUT", "/kv/t", "X-TTL: soon\r\n", "v").status, 400);
+}
+
+#[test]
+fn ttl_and_bounds() {
+    let srv = start_config(CONFIG);
+    let a = srv.addr;
+    assert_eq!(req(a, "PUT", "/kv/t", "X-TTL: 1\r\n", "brief").status, 201);
+    assert_eq!(req(a, "GET", "/kv/t", "", "").status, 200);
+    std::thread::sleep(Duration::from_millis(2100));
+    assert_eq!(req(a, "GET", "/kv/t", "", "").status, 404, "expired");
+    // 413 over max_value_size, declared or chunked.
+    let big = "x".repeat(17 * 1024);
+    assert_eq!(req(a, "PUT", "/kv/big", "", &big).status, 413);
+    let mut s = common::connect(a);
+    let chunked = format!(
+        "PUT /kv/big HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{big}\r\n0\r\n\r\n",
+        big.len()
+    );
+    assert_eq!(roundtrip(&mut s, chunked.as_bytes()).status, 413);
+    // 507 when full: nothing evicted.
+    let value = "v".repeat(10 * 1024);
+    let mut stored = 0;
+    loop {
+        let r = req(a, "PUT", &format!("/kv/f{stored}"), "", &value);
+        if r.status == 507 {
+            break;
+        }
+        assert_eq!(r.status, 201);
+        stored += 1;
+        assert!(stored < 10, "never full");
+    }
+    assert!(stored >= 4);
+    for i in 0..stored {
+        assert_eq!(req(a, "GET", &format!("/kv/f{i}"), "", "").status, 200);
+    }
+    // Room again after a delete.
+    assert_eq!(req(a, "DELETE", "/kv/f0", "", "").status, 204);
+    assert_eq!(req(a, "PUT", "/kv/g", "", &value).status, 201);
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("weir-kv-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// examples/kv.yaml as written, with `$WEIR_KV_DIR`, on port 0.
+fn run_example(dir: &Path) -> (Running, SocketAddr, u16) {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/kv.yaml");
+    let admin = free_port();
+    let mut cmd = Command::new(WEIR);
+    cmd.args(["run", "-c"])
+        .arg(&example)
+        .env("WEIR_KV_DIR", dir)
+        .env("WEIR_LISTEN", "127.0.0.1:0")
+        .env("WEIR_ADMIN", format!("127.0.0.1:{admin}"))
+        .env("WEIR_WORKERS", "1");
+    let (run, addr) = spawn_serving(cmd);
+    (run, addr, admin)
+}
+
+fn wait_exit(run: &mut Running) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while run.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "weir did not stop");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn the_example_keeps_values_across_a_stop_and_a_crash() {
+    let dir = tempdir("example");
+    let (mut run, a, admin) = run_example(&dir);
+    let r = req(a, "PUT", "/kv/a", "Content-Type: text/plain\r\n", "alpha");
+    assert_eq!(r.status, 201);
+    let etag = r.header("etag").unwrap().to_string();
+    assert_eq!(req(a, "PUT", "/kv/b", "", "beta").status, 201);
+    assert_eq!(req(a, "PUT", "/kv/gone", "", "x").status, 201);
+    assert_eq!(req(a, "DELETE", "/kv/gone", "", "").status, 204);
+    signal(&run, "-TERM");
+    wait_exit(&mut run);
+    let (mut run, a, _) = run_example(&dir);
+    let r = req(a, "GET", "/kv/a", "", "");
+    assert_eq!((r.status, r.text().as_str()), (200, "alpha"));
+    assert_eq!(r.header("etag"), Some(etag.as_str()), "the same version");
+    assert_eq!(r.header("content-type"), Some("text/plain"));
+    assert_eq!(req(a, "GET", "/kv/gone", "", "").status, 404);
+    // A change answered before a crash is on disk.
+    assert_eq!(req(a, "PUT", "/kv/b", "", "beta 2").status, 204);
+    assert_eq!(req(a, "PUT", "/kv/c", "", "gamma").status, 201);
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let (mut run, a, admin2) = run_example(&dir);
+    assert_eq!(req(a, "GET", "/kv/b", "", "").text(), "beta 2");
+    assert_eq!(req(a, "GET", "/kv/c", "", "").text(), "gamma");
+    let m = common::get(([127, 0, 0, 1], admin2).into(), "/metrics").text();
+    assert!(m.contains("weir_kv_keys{store=\"main\"} 3"), "{m}");
+    assert!(m.contains("weir_kv_requests_total{store=\"main\",result=\"hit\"} 2"));
+    let _ = admin;
+    signal(&run, "-TERM");
+    wait_exit(&mut run);
+    let _ = std::fs::remove_dir_all(&dir);
+}
