@@ -265,6 +265,13 @@ fn a_small_memory_tier_is_backed_by_the_disk() {
         .and_then(|v| v.parse().ok())
         .unwrap();
     assert!(hits >= 40, "disk hits {hits}");
+    // An object sixteen times larger than the memory tier: stored on disk, served from it.
+    let big = |w: &Weir| get(w, "/big?size=1048576");
+    assert_eq!(big(&w).body.len(), 1 << 20);
+    settle();
+    let r = big(&w);
+    assert!(is_hit(&r) && r.body.len() == 1 << 20, "{:?}", r.headers);
+    assert_eq!(seen.load(Ordering::SeqCst), 41);
     stop(w);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -144,6 +144,9 @@ pub struct CacheZone {
     pub store: MemoryStore,
     /// The disk tier behind the memory store.
     pub disk: Option<Arc<DiskTier>>,
+    /// With a disk tier: bytes of responses being captured to be stored (bounded by the
+    /// tier's write queue, not by the memory store, so objects larger than memory are stored).
+    captures: std::sync::atomic::AtomicU64,
     inflight: Sharded<Arc<Inflight>>,
     hit_for_miss: Sharded<u64>,
     /// The clock the zone's freshness runs on (the registry's: see `runtime/registry.rs`).
@@ -176,6 +179,7 @@ impl CacheZone {
             name: name.to_string(),
             store: MemoryStore::new(limit, shards),
             disk,
+            captures: std::sync::atomic::AtomicU64::new(0),
             inflight: Sharded::new(shards),
             hit_for_miss: Sharded::new(shards),
             clock,
@@ -187,13 +191,39 @@ impl CacheZone {
         self.clock.now()
     }
 
-    /// Stores `obj` in memory, and queues it for the disk tier. False if memory refused it (too
-    /// large for a shard).
+    /// Stores `obj` in memory, and queues it for the disk tier. False if neither can hold it
+    /// (too large for a memory shard, and no disk tier).
     pub fn store_object(&self, key: &CacheKey, obj: &Arc<CachedObject>) -> bool {
         if let Some(d) = &self.disk {
             Storage::insert(&**d, key, obj);
         }
-        self.store.insert(key, obj.clone())
+        self.store.insert(key, obj.clone()) || self.disk.is_some()
+    }
+
+    /// Reserves `n` bytes for a response being captured to be stored (see
+    /// [`MemoryStore::reserve`]); with a disk tier, from a budget of the tier's write queue.
+    pub fn reserve(&self, n: u64) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        match &self.disk {
+            None => self.store.reserve(n),
+            Some(d) => {
+                let cap = d.config().write_queue;
+                self.captures
+                    .fetch_update(Relaxed, Relaxed, |c| (c + n <= cap).then_some(c + n))
+                    .is_ok()
+            }
+        }
+    }
+
+    /// Gives back bytes taken with [`CacheZone::reserve`].
+    pub fn release(&self, n: u64) {
+        match &self.disk {
+            None => self.store.release(n),
+            Some(_) => {
+                self.captures
+                    .fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
     }
 
     /// After a memory miss: the disk tier's object for `key` if it has one whose Vary values

@@ -88,7 +88,7 @@ impl Capture {
         }
         let cost = d.len() as u64 * if self.tee.is_some() { 2 } else { 1 };
         if let Some(z) = &self.zone {
-            if !z.store.reserve(cost) {
+            if !z.reserve(cost) {
                 return false;
             }
             self.reserved += cost;
@@ -104,7 +104,7 @@ impl Capture {
 impl Drop for Capture {
     fn drop(&mut self) {
         if let Some(z) = &self.zone {
-            z.store.release(self.reserved);
+            z.release(self.reserved);
         }
     }
 }

@@ -106,14 +106,14 @@ pub(crate) fn compile(
                 "must be between 1 and 1024".into(),
             ));
         }
-        zone_index.insert(
-            name.clone(),
-            (cache_zones.len(), z.max_size.0 / z.shards as u64),
-        );
         let disk = match z.disk {
             Some(d) => Some(disk_config(d, &name, base, &cache_zones)?),
             None => None,
         };
+        // The largest object: a memory shard, or with a disk tier, a segment of it.
+        let largest =
+            (z.max_size.0 / z.shards as u64).max(disk.as_ref().map_or(0, |d| d.segment_size));
+        zone_index.insert(name.clone(), (cache_zones.len(), largest));
         let zone = registry
             .zone(&name, z.max_size.0, z.shards, disk)
             .map_err(|e| (format!("cache_zones.{name}.disk.path"), e))?;
