@@ -312,3 +312,88 @@ fn the_cache_example_keeps_its_objects_across_a_restart() {
     stop(w);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A binary upgrade under load keeps the cache: the old process hands its memory objects to the
+/// disk tier and unlocks it, the new one loads the index; the hit ratio barely moves and every
+/// object hit before is a hit after.
+#[test]
+fn an_upgrade_under_load_keeps_the_cache() {
+    use std::sync::atomic::AtomicBool;
+    let (o, seen) = origin();
+    let dir = tempdir("upgrade");
+    let sock_dir = tempdir("upgrade-sock");
+    std::fs::create_dir_all(&sock_dir).unwrap();
+    let socket = sock_dir.join("upgrade.sock");
+    let port = free_port();
+    let cfg_text = config(o.addr, &dir, "4m", free_port())
+        .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
+    let cfg = write_config("disk-upgrade", &cfg_text);
+    let start = || {
+        let mut cmd = Command::new(WEIR);
+        cmd.args(["run", "-c"])
+            .arg(&cfg)
+            .arg("--upgrade-socket")
+            .arg(&socket);
+        spawn_serving(cmd)
+    };
+    let (mut old, addr) = start();
+    const KEYS: usize = 200;
+    for i in 0..KEYS {
+        common::get(addr, &format!("/u/{i}"));
+    }
+    settle();
+    let warm = seen.load(Ordering::SeqCst);
+    assert_eq!(warm, KEYS);
+    let stop_load = Arc::new(AtomicBool::new(false));
+    let (hits, total) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let clients: Vec<_> = (0..4)
+        .map(|c| {
+            let (stop_load, hits, total) = (stop_load.clone(), hits.clone(), total.clone());
+            std::thread::spawn(move || {
+                let mut i = c;
+                while !stop_load.load(Ordering::SeqCst) {
+                    let r =
+                        std::panic::catch_unwind(|| common::get(addr, &format!("/u/{}", i % KEYS)));
+                    if let Ok(r) = r {
+                        total.fetch_add(1, Ordering::SeqCst);
+                        if is_hit(&r) {
+                            hits.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    i += 4;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let (mut new, new_addr) = start();
+    assert_eq!(new_addr, addr);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while old.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the old weir did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    stop_load.store(true, Ordering::SeqCst);
+    for c in clients {
+        c.join().unwrap();
+    }
+    let (hits, total) = (hits.load(Ordering::SeqCst), total.load(Ordering::SeqCst));
+    let refetched = seen.load(Ordering::SeqCst) - warm;
+    assert!(total > 200, "load ran: {total}");
+    assert!(
+        (hits as f64) >= 0.99 * total as f64,
+        "hit ratio through the upgrade {hits}/{total}, {refetched} refetched"
+    );
+    let survived = (0..KEYS)
+        .filter(|i| is_hit(&common::get(addr, &format!("/u/{i}"))))
+        .count();
+    assert!(
+        survived * 100 >= KEYS * 99,
+        "{survived} of {KEYS} objects survived"
+    );
+    signal(&new, "-TERM");
+    let _ = new.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&sock_dir);
+}
