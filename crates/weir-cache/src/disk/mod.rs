@@ -135,6 +135,7 @@ struct Inner {
     ready: watch::Sender<bool>,
     stats: DiskStats,
     queued: AtomicU64,
+    queued_entries: AtomicU64,
     door: Vec<AtomicU64>,
     door_set: AtomicU64,
     closed: AtomicBool,
@@ -188,6 +189,7 @@ impl DiskTier {
             ready: watch::channel(false).0,
             stats: DiskStats::default(),
             queued: AtomicU64::new(0),
+            queued_entries: AtomicU64::new(0),
             door: (0..DOOR_BITS / 64).map(|_| AtomicU64::new(0)).collect(),
             door_set: AtomicU64::new(0),
             closed: AtomicBool::new(false),
@@ -254,13 +256,17 @@ impl DiskTier {
         }
         let cost = obj.size();
         let queued = inner.queued.load(Ordering::Relaxed);
-        if queued + cost > inner.cfg.write_queue || queued / 1024 > QUEUE_ENTRIES * 64 {
+        if queued + cost > inner.cfg.write_queue
+            || inner.queued_entries.load(Ordering::Relaxed) >= QUEUE_ENTRIES
+        {
             DiskStats::bump(&inner.stats.write_dropped);
             return;
         }
         inner.queued.fetch_add(cost, Ordering::Relaxed);
+        inner.queued_entries.fetch_add(1, Ordering::Relaxed);
         if !self.send(Msg::Store(key.compact(), obj.clone(), cost)) {
             inner.queued.fetch_sub(cost, Ordering::Relaxed);
+            inner.queued_entries.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -275,6 +281,7 @@ impl DiskTier {
             }
             let cost = obj.size();
             self.inner.queued.fetch_add(cost, Ordering::Relaxed);
+            self.inner.queued_entries.fetch_add(1, Ordering::Relaxed);
             if self.send(Msg::Store(key, obj, cost)) {
                 n += 1;
             }

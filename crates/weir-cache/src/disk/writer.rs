@@ -39,6 +39,7 @@ pub(super) fn run(inner: &Inner, rx: &Receiver<Msg>) {
             Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
             Ok(Msg::Store(_, _, cost)) => {
                 inner.queued.fetch_sub(cost, Ordering::Relaxed);
+                inner.queued_entries.fetch_sub(1, Ordering::Relaxed);
                 DiskStats::bump(&inner.stats.write_dropped);
             }
             Ok(Msg::Purge(p, done)) => {
@@ -74,6 +75,7 @@ pub(super) fn run(inner: &Inner, rx: &Receiver<Msg>) {
         match msg {
             Ok(Msg::Store(key, obj, cost)) => {
                 inner.queued.fetch_sub(cost, Ordering::Relaxed);
+                inner.queued_entries.fetch_sub(1, Ordering::Relaxed);
                 let h = stable_hash(&key.text);
                 let rec = record::encode(
                     Kind::Object,

@@ -274,24 +274,53 @@ impl KvStore {
             return Err(Refused::Busy);
         }
         let mut shard = self.shard(key);
-        let current = shard.get(key).filter(|v| v.live(now));
-        if !cond.holds(current.map(|v| &**v)) {
+        let current = shard.get(key).filter(|v| v.live(now)).cloned();
+        if !cond.holds(current.as_deref()) {
             return Err(Refused::Precondition);
         }
         let old = shard.get(key).map_or(0, |v| v.cost(key));
-        let room = self
-            .bytes
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
-                let after = b - old + cost;
-                (after <= self.settings.max_size).then_some(after)
+        let take = || {
+            self.bytes
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                    let after = b - old + cost;
+                    (after <= self.settings.max_size).then_some(after)
+                })
+                .is_ok()
+        };
+        if !take() {
+            // Expired values still hold room until read or replaced: sweep them, then retry
+            // (this shard's lock is held, so the others are swept and this one by hand).
+            shard.retain(|k, v| {
+                let keep = v.live(now) || &k[..] == key;
+                if !keep {
+                    self.bytes.fetch_sub(v.cost(k), Ordering::Relaxed);
+                }
+                keep
             });
-        if room.is_err() {
-            return Err(Refused::Full);
+            self.sweep_others(key, now);
+            if !take() {
+                return Err(Refused::Full);
+            }
         }
         let created = current.is_none();
         let ack = self.log.get().map(|l| l.put(key, &value));
         shard.insert(Bytes::copy_from_slice(key), value.clone());
         Ok((created, value, ack))
+    }
+
+    /// Drops expired values from every shard but `key`'s (whose lock the caller holds).
+    fn sweep_others(&self, key: &[u8], now: u64) {
+        let mine = (weir_cache::key::hash_bytes(key) % SHARDS as u64) as usize;
+        for (_, s) in self.shards.iter().enumerate().filter(|(i, _)| *i != mine) {
+            let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
+            s.retain(|k, v| {
+                if !v.live(now) {
+                    self.bytes.fetch_sub(v.cost(k), Ordering::Relaxed);
+                    bump(&self.stats.expired);
+                }
+                v.live(now)
+            });
+        }
     }
 
     /// Deletes `key` if `cond` holds: `Ok(None)` when there was no live value.
@@ -422,5 +451,29 @@ mod tests {
         let before = s.usage().1;
         s.delete(b"/t", ANY, 200).unwrap();
         assert!(s.usage().1 < before);
+    }
+
+    #[test]
+    fn expired_values_give_their_room_back() {
+        let s = store(5000);
+        let ct = Bytes::new();
+        let v = Bytes::from(vec![b'x'; 1000]);
+        for i in 0..3 {
+            s.put(
+                format!("/e{i}").as_bytes(),
+                v.clone(),
+                ct.clone(),
+                5,
+                ANY,
+                100,
+            )
+            .unwrap();
+        }
+        assert_eq!(
+            s.put(b"/late", v.clone(), ct.clone(), 0, ANY, 101).err(),
+            Some(Refused::Full)
+        );
+        assert!(s.put(b"/late", v, ct, 0, ANY, 106).is_ok(), "expired swept");
+        assert_eq!(s.usage().0, 1);
     }
 }
