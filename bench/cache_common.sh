@@ -25,7 +25,9 @@ start_nginx "$TMP/origin" "$LOAD_CORE"
 
 # --- weir: examples/cache.yaml with one worker, without its compress filter (the peers do not
 # compress: wrk sends no Accept-Encoding, and the hit path is compared as it is)
+# Its disk tier stays (nginx caches on disk too), in this run's own directory.
 sed -e '/^        filters:$/d' -e '/- compress:/d' "$ROOT/examples/cache.yaml" > "$TMP/cache.yaml"
+export WEIR_CACHE_DIR="$TMP/weir-cache"
 WEIR_WORKERS=1 WEIR_LISTEN=127.0.0.1:$P_WEIR WEIR_ORIGIN=127.0.0.1:$ORIGIN_PORT WEIR_ADMIN=127.0.0.1:$P_ADMIN \
   taskset -c "$SUT_CORE" "$WEIR" run -c "$TMP/cache.yaml" 2>"$TMP/weir.log" &
 WEIR_PID=$!; track $WEIR_PID
