@@ -20,7 +20,7 @@ raise_nofile
 gcc -O2 -o "$TMP/bare_epoll" "$BENCH_DIR/tools/bare_epoll.c"
 ORIGIN=19301; P_WEIR=18301; P_NGINX=18302; P_BARE=18303; ADM=19302; P_REDIS=18304
 
-# --- origin: any /SIZE/NAME is the file of SIZE bytes
+# --- origin: any /SIZE/NAME (or /m/SIZE/NAME) is the file of SIZE bytes
 chmod 755 "$TMP"; mkdir -p "$TMP/www"
 for n in 100 1024 4096 65536 1048576; do head -c "$n" /dev/zero | tr '\0' 'x' > "$TMP/www/s$n"; done
 chmod -R a+rX "$TMP/www"
@@ -28,7 +28,7 @@ nginx_conf "$TMP/origin" <<NGX
   access_log $TMP/origin/access.log;
   default_type text/plain;
   server { listen 127.0.0.1:$ORIGIN; root $TMP/www;
-           location / { rewrite ^/(\d+)/ /s\$1 break; } }
+           location / { rewrite ^/(?:m/)?(\d+)/ /s\$1 break; } }
 NGX
 start_nginx "$TMP/origin" "$LOAD_CORE"; wait_port $ORIGIN "$TMP/origin/error.log"
 
@@ -91,9 +91,13 @@ random_lua() {
 request = function() return wrk.format(nil, "/$1/" .. math.random(0, $2 - 1)) end
 LUA
 }
-# Requests every object once (twice for weir: the store is queued, the second finds it).
+# Requests every object of the working set, in turn, for 3 s (each one many times).
 warm() { # port size count
-  seq 0 $(($3 - 1)) | xargs -P 16 -I{} curl -s -o /dev/null "http://127.0.0.1:$1/$2/{}"
+  cat > "$TMP/seq.lua" <<LUA
+local i = -1
+request = function() i = (i + 1) % $3; return wrk.format(nil, "/$2/" .. i) end
+LUA
+  taskset -c "$LOAD_CORE" wrk -t1 -c4 -d3s -s "$TMP/seq.lua" "http://127.0.0.1:$1/" >/dev/null 2>&1 || true
 }
 origin_hits() { wc -l < "$TMP/origin/access.log"; }
 metric() { curl -s "http://127.0.0.1:$ADM/metrics" | awk -v n="$1" '$1 == n {print $2}'; }
@@ -112,11 +116,11 @@ OUT="$ROOT/bench/results/disk-$(date -u +%Y%m%d-%H%M).md"
   echo "|---|---:|---|---:|---:|---:|---:|---|"
 } > "$OUT"
 
-for cell in "1024 4000" "65536 800" "1048576 200"; do
+for cell in "1024 2000" "65536 400" "1048576 100"; do
   read -r size count <<<"$cell"
   random_lua "$size" "$count"
-  warm $P_WEIR "$size" "$count"; sleep 1; warm $P_WEIR "$size" "$count"
-  warm $P_NGINX "$size" "$count"; warm $P_NGINX "$size" "$count"
+  warm $P_WEIR "$size" "$count"; warm $P_NGINX "$size" "$count"
+  sleep 1
   before=$(origin_hits)
   warm $P_WEIR "$size" "$count"; warm $P_NGINX "$size" "$count"
   [ "$(origin_hits)" = "$before" ] || log "warning: $(( $(origin_hits) - before )) warm requests reached the origin"
@@ -198,8 +202,8 @@ for size in 100 4096; do
     t0=$(cpu_ticks $REDIS)
     taskset -c "$LOAD_CORE" redis-benchmark -p $P_REDIS -c 16 -n 200000 -d "$size" -t "$op" -q > "$TMP/rb.out" 2>&1
     t1=$(cpu_ticks $REDIS)
-    rps=$(awk -F'[:]' '{print $2}' "$TMP/rb.out" | awk '{printf "%.0f", $1}' | tail -1)
-    p50=$(grep -o 'p50=[0-9.]*' "$TMP/rb.out" | tail -1 | cut -d= -f2)
+    rps=$(tr '\r' '\n' < "$TMP/rb.out" | grep 'requests per second' | tail -1 | sed -E 's/.*: ([0-9.]+) requests.*/\1/' | awk '{printf "%.0f", $1}')
+    p50=$(tr '\r' '\n' < "$TMP/rb.out" | grep -o 'p50=[0-9.]*' | tail -1 | cut -d= -f2)
     cpu=$(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", d * 1e6 / hz / 200000 }')
     echo "| $size B | redis $op (redis-benchmark -c16, no persistence; p50 ms $p50) | $rps | | $cpu | |" >> "$OUT"
   done
@@ -218,20 +222,25 @@ local n = tonumber(os.getenv("FILL_FROM"))
 request = function() n = n + 1; return wrk.format(nil, "/100/f" .. n) end
 LUA
 kill $WEIR_PID; wait $WEIR_PID 2>/dev/null || true
-rm -rf "$TMP/weir-disk"; start_weir; wait_port $P_WEIR "$TMP/weir.log"
+# Empty directories: the baseline RSS holds no kv values and no index.
+rm -rf "$TMP/weir-disk" "$TMP/weir-kv"; start_weir; wait_port $P_WEIR "$TMP/weir.log"
+sleep 0.5
 rss_empty=$(rss_kib $WEIR_PID)
 filled=0
 for target in 100000 1000000; do
   [ "$QUICK" = --quick ] && [ "$target" = 1000000 ] && break
   while [ "$(metric 'weir_cache_disk_objects{zone="small"}')" -lt "$target" ]; do
-    FILL_FROM=$filled taskset -c "$LOAD_CORE" wrk -t1 -c1 -d5s -s "$TMP/fill.lua" "http://127.0.0.1:$P_WEIR/" > "$TMP/fill.out" 2>&1 || true
+    FILL_FROM=$filled taskset -c "$LOAD_CORE" wrk -t1 -c16 -d5s -s "$TMP/fill.lua" "http://127.0.0.1:$P_WEIR/" > "$TMP/fill.out" 2>&1 || true
     filled=$((filled + $(awk '/requests in/ {print $1}' "$TMP/fill.out") + 1))
   done
   objects=$(metric 'weir_cache_disk_objects{zone="small"}')
   kill $WEIR_PID; wait $WEIR_PID 2>/dev/null || true
   t0=$(date +%s%N)
   start_weir
-  until curl -s -D - -o /dev/null "http://127.0.0.1:$P_WEIR/100/f1" 2>/dev/null | grep -qi 'cache-status:.*hit'; do sleep 0.005; done
+  for _ in $(seq 1 6000); do
+    curl -s -D - -o /dev/null "http://127.0.0.1:$P_WEIR/100/f1" 2>/dev/null | grep -qi 'cache-status:.*hit' && break
+    sleep 0.005
+  done
   first=$(( ($(date +%s%N) - t0) / 1000000 ))
   load=$(metric 'weir_cache_disk_load_milliseconds{zone="small"}')
   rss=$(rss_kib $WEIR_PID)

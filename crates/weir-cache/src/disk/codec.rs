@@ -126,8 +126,13 @@ pub fn encode(key: &CacheKey, obj: &CachedObject) -> Vec<u8> {
 }
 
 /// An object record back: its key and the object. `None` if the payload does not parse (a
-/// record from a different version, or corrupt past its checksum).
-pub fn decode(key_text: &[u8], payload: &[u8]) -> Option<(CacheKey, CachedObject)> {
+/// record from a different version, or corrupt past its checksum). With `owner`, the buffer
+/// `payload` lies in, the body is a slice of it (no copy of a large body).
+pub fn decode(
+    owner: Option<&Bytes>,
+    key_text: &[u8],
+    payload: &[u8],
+) -> Option<(CacheKey, CachedObject)> {
     let mut i = In { b: payload };
     let (us, ue) = (i.u32()? as usize, i.u32()? as usize);
     let key = CacheKey::from_parts(Bytes::copy_from_slice(key_text), us, ue)?;
@@ -169,7 +174,11 @@ pub fn decode(key_text: &[u8], payload: &[u8]) -> Option<(CacheKey, CachedObject
         let value = Bytes::copy_from_slice(i.bytes()?);
         headers.push(Header { name, value });
     }
-    let body = Bytes::copy_from_slice(i.bytes()?);
+    let body = i.bytes()?;
+    let body = match owner {
+        Some(o) => o.slice_ref(body),
+        None => Bytes::copy_from_slice(body),
+    };
     // The validators are found again in the fields by `CachedObject::new`.
     let marker = || Some(Bytes::new());
     let meta = ObjectMeta {
@@ -217,7 +226,15 @@ mod tests {
         );
         let key = CacheKey::from_url("http", "a.test/x?y=1");
         let payload = encode(&key, &obj);
-        let (k2, o2) = decode(&key.text, &payload).unwrap();
+        let (k2, o2) = decode(None, &key.text, &payload).unwrap();
+        let owned = Bytes::from(payload.clone());
+        let (_, o3) = decode(Some(&owned), &key.text, &owned).unwrap();
+        assert_eq!(o3.body, obj.body);
+        assert_eq!(
+            o3.body.as_ptr(),
+            owned[owned.len() - 5..].as_ptr(),
+            "not copied"
+        );
         assert_eq!((k2.text.clone(), k2.url()), (key.text.clone(), key.url()));
         assert_eq!(k2.hash, key.hash);
         assert_eq!(o2.head, obj.head);
@@ -227,7 +244,10 @@ mod tests {
         assert_eq!(o2.meta.tags, obj.meta.tags);
         assert_eq!(o2.meta.clock.date, 1234);
         for cut in 0..payload.len() {
-            assert!(decode(&key.text, &payload[..cut]).is_none(), "cut at {cut}");
+            assert!(
+                decode(None, &key.text, &payload[..cut]).is_none(),
+                "cut at {cut}"
+            );
         }
     }
 }
