@@ -14,6 +14,26 @@ use std::sync::{Arc, RwLock};
 
 use super::record;
 
+/// Takes an exclusive `flock` on `dir/lock`: `None` while another process (or another open
+/// store in this one) holds it. Held until the file is dropped.
+pub fn lock_dir(dir: &Path) -> Option<File> {
+    let f = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("lock"))
+        .ok()?;
+    // SAFETY: `flock` on a descriptor this function owns; no memory is passed.
+    #[allow(unsafe_code)]
+    let rc = unsafe {
+        libc::flock(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            libc::LOCK_EX | libc::LOCK_NB,
+        )
+    };
+    (rc == 0).then_some(f)
+}
+
 /// Where a record lies: its segment, offset and length (12 bytes, so that an index of a million
 /// objects stays small).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,23 +111,7 @@ impl Log {
             let last = segs.iter().next_back().map(|(id, s)| (*id, s.len));
             let id = match last {
                 Some((id, len)) if len + rec.len() as u64 <= self.segment_size || len == 0 => id,
-                last => {
-                    let id = last.map_or(1, |(id, _)| id + 1);
-                    let file = OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .create(true)
-                        .truncate(true)
-                        .open(seg_path(&self.dir, id))?;
-                    segs.insert(
-                        id,
-                        Segment {
-                            file: Arc::new(file),
-                            len: 0,
-                        },
-                    );
-                    id
-                }
+                _ => self.new_segment(&mut segs)?,
             };
             let seg = segs
                 .get_mut(&id)
@@ -136,7 +140,11 @@ impl Log {
     /// Starts a new segment: the next append goes there. Its id (every older segment's is
     /// lower), for a compaction that rewrites the live records and then drops the older ones.
     pub fn roll(&self) -> io::Result<u32> {
-        let mut segs = self.write_segments();
+        self.new_segment(&mut self.write_segments())
+    }
+
+    /// Creates the next segment (empty) in `segs`; its id.
+    fn new_segment(&self, segs: &mut BTreeMap<u32, Segment>) -> io::Result<u32> {
         let id = segs.keys().next_back().map_or(1, |id| id + 1);
         let file = OpenOptions::new()
             .read(true)

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 
@@ -15,23 +14,9 @@ use super::index::Covered;
 use super::record::{self, Kind};
 use super::{codec, purges, stable_hash, DiskStats, Inner, Msg};
 
-/// Takes an exclusive `flock` on `dir/lock`; `None` while another process holds it.
-fn try_lock(inner: &Inner) -> Option<File> {
-    let f = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(inner.cfg.path.join("lock"))
-        .ok()?;
-    // SAFETY: `flock` on a descriptor this function owns; no memory is passed.
-    #[allow(unsafe_code)]
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    (rc == 0).then_some(f)
-}
-
 pub(super) fn run(inner: &Inner, rx: &Receiver<Msg>) {
     let _lock = loop {
-        if let Some(l) = try_lock(inner) {
+        if let Some(l) = super::log::lock_dir(&inner.cfg.path) {
             break l;
         }
         // Another process (the previous binary, during an upgrade) still has the directory.

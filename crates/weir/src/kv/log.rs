@@ -5,8 +5,6 @@
 //! replayed in order (a torn tail cut); when the log holds more than twice the live bytes, the
 //! live values are written again into a new segment and the older segments dropped.
 
-use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
@@ -128,19 +126,6 @@ impl KvLog {
     }
 }
 
-fn try_lock(path: &std::path::Path) -> Option<File> {
-    let f = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path.join("lock"))
-        .ok()?;
-    // SAFETY: `flock` on a descriptor this function owns; no memory is passed.
-    #[allow(unsafe_code)]
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    (rc == 0).then_some(f)
-}
-
 fn run(
     settings: &LogSettings,
     log: &Log,
@@ -149,7 +134,7 @@ fn run(
     queued: &AtomicU64,
 ) {
     let _lock = loop {
-        if let Some(l) = try_lock(&settings.path) {
+        if let Some(l) = weir_cache::disk::log::lock_dir(&settings.path) {
             break l;
         }
         // The previous process (a binary upgrade) still has it; requests wait meanwhile.
