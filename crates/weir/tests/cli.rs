@@ -15,11 +15,20 @@ fn check_accepts_the_examples() {
         "examples/proxy.yaml",
         "examples/gateway.yaml",
         "examples/cache.yaml",
+        "examples/kv.yaml",
         "examples/echo-origins.yaml",
         "deploy/container.yaml",
     ] {
         let out = Command::new(WEIR)
             .args(["check", "-c", file])
+            .env(
+                "WEIR_CACHE_DIR",
+                std::env::temp_dir().join(format!("weir-cli-cache-{}", std::process::id())),
+            )
+            .env(
+                "WEIR_KV_DIR",
+                std::env::temp_dir().join(format!("weir-cli-kv-{}", std::process::id())),
+            )
             .current_dir(root)
             .output()
             .unwrap();
@@ -245,6 +254,14 @@ fn an_ipv6_address_from_the_environment_works_unquoted_in_the_examples() {
     ] {
         let out = Command::new(WEIR)
             .args(["check", "-c", file])
+            .env(
+                "WEIR_CACHE_DIR",
+                std::env::temp_dir().join(format!("weir-cli-cache-{}", std::process::id())),
+            )
+            .env(
+                "WEIR_KV_DIR",
+                std::env::temp_dir().join(format!("weir-cli-kv-{}", std::process::id())),
+            )
             .env("WEIR_LISTEN", "[::1]:8080")
             .current_dir(root)
             .output()

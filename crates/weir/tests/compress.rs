@@ -295,6 +295,12 @@ fn the_cache_example_stores_compressed_text() {
         ("WEIR_LISTEN", "127.0.0.1:0".to_string()),
         ("WEIR_ADMIN", "127.0.0.1:0".to_string()),
         ("WEIR_WORKERS", "1".to_string()),
+        // A disk tier of its own: the example's default directory may hold an earlier run's.
+        ("WEIR_CACHE_DIR", {
+            let d = std::env::temp_dir().join(format!("weir-compress-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            d.display().to_string()
+        }),
     ]
     .into_iter()
     .collect();
