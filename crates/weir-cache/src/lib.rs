@@ -9,6 +9,8 @@
 //! * [`key`]: cache keys (method class, scheme, host, path, query, chosen headers/cookies/params).
 //! * [`object`]: a stored response: its pre-encoded head, body, and the metadata policy needs.
 //! * [`stored`]: building, refreshing (304) and invalidating stored responses.
+//! * [`slice`]: partial content: representations stored in fixed-size slices, 206s stored and
+//!   combined (RFC 9111 §3.3, §3.4).
 //! * [`storage`]: the storage seam: a lookup that may complete later, insert, usage; the memory
 //!   store and the disk tier behind it.
 //! * [`disk`]: the disk tier (segments, index snapshot, checksums, persistent purges, an IO
@@ -24,6 +26,7 @@ pub mod disk;
 pub mod key;
 pub mod object;
 pub mod policy;
+pub mod slice;
 pub mod storage;
 pub mod store;
 pub mod stored;

@@ -131,13 +131,43 @@ pub fn storable(
     rules: &StoreRules,
     now: u64,
 ) -> Result<Storable, NoStore> {
-    if !matches!(method, Method::Get | Method::Head) {
-        return Err(NoStore::Method);
-    }
     // A partial response is never stored as if complete, whatever the rules say (RFC 9111 §3.4):
     // weir strips Range upstream, so a 206 here is an origin answering a plain GET with a part.
-    if status == 206 {
+    // A route that slices stores parts as parts: [`storable_part`].
+    if status == 206 && matches!(method, Method::Get | Method::Head) {
         return Err(NoStore::Partial);
+    }
+    storable_any(method, req_headers, status, resp_headers, rules, now)
+}
+
+/// [`storable`] for a 206 answering a range weir asked for (RFC 9111 §3.4): stored as the part
+/// it is, with one satisfied `Content-Range`, under the same rules as a complete response.
+pub fn storable_part(
+    method: &Method,
+    req_headers: &[Header],
+    resp_headers: &[Header],
+    rules: &StoreRules,
+    now: u64,
+) -> Result<Storable, NoStore> {
+    if first(resp_headers, "content-range")
+        .and_then(crate::slice::content_range)
+        .is_none()
+    {
+        return Err(NoStore::Partial);
+    }
+    storable_any(method, req_headers, 206, resp_headers, rules, now)
+}
+
+fn storable_any(
+    method: &Method,
+    req_headers: &[Header],
+    status: u16,
+    resp_headers: &[Header],
+    rules: &StoreRules,
+    now: u64,
+) -> Result<Storable, NoStore> {
+    if !matches!(method, Method::Get | Method::Head) {
+        return Err(NoStore::Method);
     }
     let req = Directives::parse(values(req_headers, "cache-control"));
     if req.no_store {

@@ -11,6 +11,8 @@ use crate::config::{model, CompileError};
 
 /// `max_object_size` when the route does not set one (bounded by the zone's shard size).
 const DEFAULT_MAX_OBJECT: u64 = 8 << 20;
+/// The smallest `slice`: smaller ones would make one object per few bytes.
+const MIN_SLICE: u64 = 1024;
 
 /// A route's cache settings.
 #[derive(Debug)]
@@ -31,6 +33,8 @@ pub struct CacheRoute {
     pub x_cache: bool,
     pub store_post_responses: bool,
     pub purge_from: Vec<IpNet>,
+    /// Slice size: representations kept in slices, ranges filled slice by slice (`slice.rs`).
+    pub slice: Option<u64>,
 }
 
 impl CacheRoute {
@@ -103,6 +107,24 @@ impl CacheRoute {
             Some(s) => s.0,
             None => DEFAULT_MAX_OBJECT.min(shard_share),
         };
+        let slice = match c.slice {
+            Some(s) if s.0 < MIN_SLICE => {
+                return Err((
+                    format!("{path}.slice"),
+                    format!("{} bytes is too small a slice (at least 1k; nginx users pick 1m)", s.0),
+                ))
+            }
+            Some(s) if s.0 > max_object_size => {
+                return Err((
+                    format!("{path}.slice"),
+                    format!(
+                        "a slice of {} bytes is larger than max_object_size ({max_object_size} bytes): each slice is stored as one object",
+                        s.0
+                    ),
+                ))
+            }
+            s => s.map(|s| s.0),
+        };
         let listed = c
             .purge_from
             .unwrap_or_else(|| vec!["127.0.0.0/8".into(), "::1/128".into()]);
@@ -153,6 +175,7 @@ impl CacheRoute {
             x_cache: c.x_cache,
             store_post_responses: c.store_post_responses,
             purge_from,
+            slice,
         })
     }
 

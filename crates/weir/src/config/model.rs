@@ -191,6 +191,10 @@ pub struct Cache {
     /// the zone when that is smaller.
     #[serde(default)]
     pub max_object_size: Option<Size>,
+    /// Keep large representations in slices of this size (nginx's `slice`): a range request
+    /// fetches and stores only the slices it needs, and 206 answers are stored as parts.
+    #[serde(default)]
+    pub slice: Option<Size>,
     /// Store responses that set cookies (they are never shared otherwise).
     #[serde(default)]
     pub share_set_cookie: bool,

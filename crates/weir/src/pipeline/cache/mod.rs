@@ -22,6 +22,7 @@
 
 mod encode;
 mod miss;
+mod slice;
 mod write;
 
 use std::sync::Arc;
@@ -168,6 +169,16 @@ pub(crate) async fn cached<D: Downstream>(
     if zone.disk.is_some() && matches!(lookup, Lookup::Miss | Lookup::VariantMiss) {
         if let Some(obj) = zone.lookup_disk(&key, &value_of).await {
             lookup = Lookup::Found(obj);
+        }
+    }
+    if let (Lookup::Miss, Some(size), false) = (&lookup, settings.slice, encodes) {
+        let ask = slice::Ask {
+            key: &key,
+            value_of: &value_of,
+            req_dirs: &req_dirs,
+        };
+        if let Some(answered) = slice::serve(d, ctx, stage, &ask, size, persistence).await {
+            return answered;
         }
     }
     let fwd_on_miss = match lookup {

@@ -40,42 +40,7 @@ pub(super) fn write_stored<D: Downstream>(
     // Conditionals and ranges apply to a stored 200 only; the rules are the static files'.
     let validators = obj.validators();
     let complete = obj.meta.status == 200;
-    let verdict = if complete {
-        conditional::evaluate(head, &validators)
-    } else {
-        conditional::Precondition::Pass
-    };
-    if verdict == conditional::Precondition::Failed {
-        let body = crate::error::canned_body(412);
-        let mut filter_lines = BytesMut::new();
-        let mut reply = crate::error::canned(412, body.len(), b"");
-        reply.render = Some(&render);
-        stage
-            .proxy
-            .filters
-            .response(&mut reply, ctx.response_run(), &mut filter_lines);
-        send_head_filtered(d, ctx, &reply, persistence);
-        if head.method != Method::Head {
-            ctx.bytes_sent += body.len() as u64;
-            d.send_data(&Bytes::from(body));
-        }
-        return;
-    }
-    if verdict == conditional::Precondition::NotModified {
-        let kept = stored_fields_304(obj);
-        let mut filter_lines = BytesMut::new();
-        let mut reply = Reply::new(304, Framing::Given);
-        reply.base = Base::Encoded(&kept);
-        reply.date = false;
-        reply.render = Some(&render);
-        if !own.is_empty() {
-            reply.add_lines(own);
-        }
-        stage
-            .proxy
-            .filters
-            .response(&mut reply, ctx.response_run(), &mut filter_lines);
-        send_head_filtered(d, ctx, &reply, persistence);
+    if complete && answered_precondition(d, ctx, stage, obj, &render, persistence) {
         return;
     }
     let head_only = head.method == Method::Head;
@@ -140,6 +105,55 @@ pub(super) fn write_stored<D: Downstream>(
     if !head_only {
         crate::pipeline::send_body(d, ctx, &obj.body, true);
     }
+}
+
+/// Answers a failed precondition (412) or a 304 for `obj` (a complete stored response, or the
+/// representation sliced pieces belong to); `false`: go on and serve it.
+#[inline(always)]
+pub(super) fn answered_precondition<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    stage: Stage<'_>,
+    obj: &CachedObject,
+    render: &dyn Fn(&mut BytesMut),
+    persistence: Persistence,
+) -> bool {
+    let (head, own) = (stage.head, stage.own);
+    let verdict = conditional::evaluate(head, &obj.validators());
+    if verdict == conditional::Precondition::Failed {
+        let body = crate::error::canned_body(412);
+        let mut filter_lines = BytesMut::new();
+        let mut reply = crate::error::canned(412, body.len(), b"");
+        reply.render = Some(render);
+        stage
+            .proxy
+            .filters
+            .response(&mut reply, ctx.response_run(), &mut filter_lines);
+        send_head_filtered(d, ctx, &reply, persistence);
+        if head.method != Method::Head {
+            ctx.bytes_sent += body.len() as u64;
+            d.send_data(&Bytes::from(body));
+        }
+        return true;
+    }
+    if verdict == conditional::Precondition::NotModified {
+        let kept = stored_fields_304(obj);
+        let mut filter_lines = BytesMut::new();
+        let mut reply = Reply::new(304, Framing::Given);
+        reply.base = Base::Encoded(&kept);
+        reply.date = false;
+        reply.render = Some(render);
+        if !own.is_empty() {
+            reply.add_lines(own);
+        }
+        stage
+            .proxy
+            .filters
+            .response(&mut reply, ctx.response_run(), &mut filter_lines);
+        send_head_filtered(d, ctx, &reply, persistence);
+        return true;
+    }
+    false
 }
 
 /// The status line and the fields a 304 keeps (RFC 9110 §15.4.5), encoded.
