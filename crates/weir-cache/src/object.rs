@@ -127,13 +127,21 @@ impl CachedObject {
     /// usually slices of an upstream's read buffer; keeping them would pin that whole buffer for
     /// the object's life. They are re-pointed into the object's own encoded head, so an object
     /// owns exactly its head and its body.
-    pub fn new(
+    pub fn new(meta: ObjectMeta, reason: Bytes, headers: Vec<Header>, body: Bytes) -> CachedObject {
+        let len = body.len() as u64;
+        Self::with_length(meta, reason, headers, body, len)
+    }
+
+    /// [`CachedObject::new`] with the `Content-Length` of a body held elsewhere (`body` is then
+    /// empty: a disk object whose body is sent from its file).
+    pub fn with_length(
         mut meta: ObjectMeta,
         reason: Bytes,
         headers: Vec<Header>,
         body: Bytes,
+        len: u64,
     ) -> CachedObject {
-        let head = encode_head(meta.status, &reason, &headers, Some(body.len() as u64));
+        let head = encode_head(meta.status, &reason, &headers, Some(len));
         let (reason, headers) = reslice(&head, &headers);
         let find = |name: &[u8]| {
             headers

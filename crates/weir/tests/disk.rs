@@ -271,6 +271,35 @@ fn a_small_memory_tier_is_backed_by_the_disk() {
     settle();
     let r = big(&w);
     assert!(is_hit(&r) && r.body.len() == 1 << 20, "{:?}", r.headers);
+    // Checked whole once, it is now sent from the segment file: whole, a range, keep-alive.
+    let want = {
+        let mut b = "body of /big".to_string();
+        b.push_str(&".".repeat((1 << 20) - b.len()));
+        b
+    };
+    let mut s = common::connect(w.addr);
+    for _ in 0..3 {
+        let raw = "GET /big?size=1048576 HTTP/1.1\r\nHost: localhost\r\n\r\n";
+        let r = common::roundtrip(&mut s, raw.as_bytes());
+        assert!(is_hit(&r), "{:?}", r.headers);
+        assert_eq!(r.header("content-length"), Some("1048576"));
+        assert!(
+            r.body == want.as_bytes(),
+            "the body sent from the file differs"
+        );
+        let raw = "GET /big?size=1048576 HTTP/1.1\r\nHost: localhost\r\nRange: bytes=3-11\r\n\r\n";
+        let r = common::roundtrip(&mut s, raw.as_bytes());
+        assert_eq!((r.status, r.text().as_str()), (206, "y of /big"));
+        assert_eq!(r.header("content-range"), Some("bytes 3-11/1048576"));
+    }
+    let m = common::get(([127, 0, 0, 1], w.admin).into(), "/metrics").text();
+    let file_hits: u64 = m
+        .lines()
+        .find(|l| l.starts_with("weir_cache_disk_file_hits_total{zone=\"z\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(file_hits >= 5, "sent from the file: {file_hits}");
     assert_eq!(seen.load(Ordering::SeqCst), 41);
     stop(w);
     let _ = std::fs::remove_dir_all(&dir);

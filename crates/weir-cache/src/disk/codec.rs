@@ -125,6 +125,18 @@ pub fn encode(key: &CacheKey, obj: &CachedObject) -> Vec<u8> {
     o.0
 }
 
+/// An object record's payload up to its body, and where the body lies in the payload.
+#[derive(Debug)]
+pub struct Head {
+    pub key: CacheKey,
+    pub meta: ObjectMeta,
+    pub reason: Bytes,
+    pub headers: Vec<Header>,
+    /// Offset of the body's first byte in the payload, and its length.
+    pub body_at: usize,
+    pub body_len: usize,
+}
+
 /// An object record back: its key and the object. `None` if the payload does not parse (a
 /// record from a different version, or corrupt past its checksum). With `owner`, the buffer
 /// `payload` lies in, the body is a slice of it (no copy of a large body).
@@ -133,6 +145,18 @@ pub fn decode(
     key_text: &[u8],
     payload: &[u8],
 ) -> Option<(CacheKey, CachedObject)> {
+    let h = decode_head(key_text, payload)?;
+    let body = payload.get(h.body_at..h.body_at + h.body_len)?;
+    let body = match owner {
+        Some(o) => o.slice_ref(body),
+        None => Bytes::copy_from_slice(body),
+    };
+    Some((h.key, CachedObject::new(h.meta, h.reason, h.headers, body)))
+}
+
+/// Everything of an object record before its body; `payload` may end anywhere after the
+/// body's length (the start of a record read again to send its body from the file).
+pub fn decode_head(key_text: &[u8], payload: &[u8]) -> Option<Head> {
     let mut i = In { b: payload };
     let (us, ue) = (i.u32()? as usize, i.u32()? as usize);
     let key = CacheKey::from_parts(Bytes::copy_from_slice(key_text), us, ue)?;
@@ -174,11 +198,8 @@ pub fn decode(
         let value = Bytes::copy_from_slice(i.bytes()?);
         headers.push(Header { name, value });
     }
-    let body = i.bytes()?;
-    let body = match owner {
-        Some(o) => o.slice_ref(body),
-        None => Bytes::copy_from_slice(body),
-    };
+    let body_len = i.u32()? as usize;
+    let body_at = payload.len() - i.b.len();
     // The validators are found again in the fields by `CachedObject::new`.
     let marker = || Some(Bytes::new());
     let meta = ObjectMeta {
@@ -192,7 +213,14 @@ pub fn decode(
         tags,
         invalidated: AtomicBool::new(flags & 4 != 0),
     };
-    Some((key, CachedObject::new(meta, reason, headers, body)))
+    Some(Head {
+        key,
+        meta,
+        reason,
+        headers,
+        body_at,
+        body_len,
+    })
 }
 
 #[cfg(test)]

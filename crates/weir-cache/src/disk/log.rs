@@ -184,6 +184,19 @@ impl Log {
         Ok(buf)
     }
 
+    /// The first `n` bytes of the record at `loc` (all of it when shorter), and its segment's
+    /// file (open: it stays readable while a body is sent from it, even once evicted).
+    pub fn read_prefix(&self, loc: Loc, n: usize) -> io::Result<(Arc<File>, Vec<u8>)> {
+        let file = self
+            .read_segments()
+            .get(&loc.seg)
+            .map(|s| s.file.clone())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "segment removed"))?;
+        let mut buf = vec![0; n.min(loc.len as usize)];
+        file.read_exact_at(&mut buf, loc.off as u64)?;
+        Ok((file, buf))
+    }
+
     /// Bytes in all segments.
     pub fn bytes(&self) -> u64 {
         self.read_segments().values().map(|s| s.len).sum()

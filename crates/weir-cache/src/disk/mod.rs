@@ -36,6 +36,7 @@
 //! written to the client from memory, not with `sendfile`; one Vary variant per key on disk.
 
 pub mod codec;
+mod file_hit;
 pub mod index;
 pub mod log;
 pub mod pool;
@@ -54,6 +55,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
+
+pub use file_hit::{DiskRead, FileBody, FILE_MIN};
 
 use crate::key::CacheKey;
 use crate::object::CachedObject;
@@ -110,12 +113,16 @@ pub struct DiskStats {
     pub evicted: AtomicU64,
     /// Objects found purged when read.
     pub purged_on_read: AtomicU64,
+    /// Hits answered with the body's place in the segment file (`file_hit.rs`).
+    pub file_hits: AtomicU64,
     /// Milliseconds the last index load took.
     pub load_ms: AtomicU64,
 }
 
 /// A lookup that completes later (the disk tier's answer).
 pub type Pending = Pin<Box<dyn Future<Output = Option<Arc<CachedObject>>> + Send>>;
+/// [`Pending`] for [`DiskTier::lookup_file`].
+pub type PendingRead = Pin<Box<dyn Future<Output = Option<DiskRead>> + Send>>;
 
 enum Msg {
     Store(CacheKey, Arc<CachedObject>, u64),
@@ -142,6 +149,8 @@ struct Inner {
     door: Vec<AtomicU64>,
     door_set: AtomicU64,
     closed: AtomicBool,
+    /// Records of large bodies whose checksum held when read whole (`file_hit.rs`).
+    checked: file_hit::Checked,
 }
 
 /// A disk tier.
@@ -196,6 +205,7 @@ impl DiskTier {
             door: (0..DOOR_BITS / 64).map(|_| AtomicU64::new(0)).collect(),
             door_set: AtomicU64::new(0),
             closed: AtomicBool::new(false),
+            checked: file_hit::Checked::default(),
             cfg,
         });
         let (tx, rx) = std::sync::mpsc::channel();
@@ -313,6 +323,23 @@ impl DiskTier {
     /// Looks `key` up on disk: `None` when it is not there (known now), else the read, which
     /// answers `None` too if the record is gone, corrupt or purged.
     pub fn lookup(&self, key: &CacheKey) -> Option<Pending> {
+        let read = self.lookup_read(key, false)?;
+        Some(Box::pin(async move {
+            match read.await? {
+                DiskRead::Whole(obj) => Some(obj),
+                DiskRead::File(..) => None,
+            }
+        }))
+    }
+
+    /// [`DiskTier::lookup`] for a client whose answer can be sent from a file: a large body
+    /// whose record was checked whole once comes back as its place in the segment file
+    /// ([`DiskRead::File`]), only the start of the record being read again.
+    pub fn lookup_file(&self, key: &CacheKey) -> Option<PendingRead> {
+        self.lookup_read(key, true)
+    }
+
+    fn lookup_read(&self, key: &CacheKey, files: bool) -> Option<PendingRead> {
         let inner = self.inner.clone();
         if inner.closed.load(Ordering::Relaxed) {
             return None;
@@ -341,19 +368,19 @@ impl DiskTier {
             };
             let gen = inner.purge_gen.load(Ordering::Acquire);
             let read = inner.clone();
-            let Some(rx) = pool.run(move || read.read(h, loc, &text)) else {
+            let Some(rx) = pool.run(move || read.read_any(h, loc, &text, files)) else {
                 DiskStats::bump(&inner.stats.read_refused);
                 return None;
             };
-            let (seq, key, obj) = rx.await.ok()??;
+            let (seq, key, got) = rx.await.ok()??;
             // A purge that came in while reading: judge the object again.
             if inner.purge_gen.load(Ordering::Acquire) != gen
-                && !inner.judge(h, loc, seq, &key, &obj)
+                && !inner.judge(h, loc, seq, &key, got.object())
             {
                 return None;
             }
             DiskStats::bump(&inner.stats.hits);
-            Some(obj)
+            Some(got)
         }))
     }
 

@@ -162,3 +162,43 @@ fn the_disk_stays_within_its_bound() {
         );
     });
 }
+
+#[test]
+fn large_bodies_come_from_the_file_once_their_checksum_held() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempdir("tier-file");
+    rt().block_on(async {
+        let mut c = cfg(&dir, 1 << 24);
+        c.segment_size = 1 << 20;
+        let t = DiskTier::open(c).unwrap();
+        let body: String = (0..100_000)
+            .map(|i| (b'a' + (i % 26) as u8) as char)
+            .collect();
+        put(&t, &[("big", &body), ("small", "tiny")]).await;
+        // First read: whole, checked.
+        let first = t.lookup_file(&key("big")).unwrap().await.unwrap();
+        assert!(matches!(&first, super::DiskRead::Whole(o) if o.body == body.as_bytes()));
+        // Then: the fields, and the body's place in the segment file.
+        let Some(super::DiskRead::File(obj, fb)) = t.lookup_file(&key("big")).unwrap().await else {
+            panic!("not from the file")
+        };
+        assert!(obj.body.is_empty());
+        assert!(std::str::from_utf8(&obj.head)
+            .unwrap()
+            .contains("Content-Length: 100000"));
+        let mut sent = vec![0; fb.len as usize];
+        fb.file.read_exact_at(&mut sent, fb.offset).unwrap();
+        assert_eq!(sent, body.as_bytes());
+        // Small bodies never take the file path; plain lookups never get a file.
+        for _ in 0..2 {
+            let small = t.lookup_file(&key("small")).unwrap().await.unwrap();
+            assert!(matches!(small, super::DiskRead::Whole(_)));
+        }
+        assert_eq!(get(&t, "big").await.as_deref(), Some(body.as_str()));
+        // A purge still holds for file reads.
+        t.purge(&PurgeSelector::Url(b"big".to_vec()), false).await;
+        if let Some(read) = t.lookup_file(&key("big")) {
+            assert!(read.await.is_none(), "served after its purge");
+        }
+    });
+}

@@ -149,6 +149,7 @@ fn evict(inner: &Inner) {
             return;
         };
         let n = inner.index.drop_segment(seg);
+        inner.checked.drop_segment(seg);
         inner.stats.evicted.fetch_add(n, Ordering::Relaxed);
     }
 }

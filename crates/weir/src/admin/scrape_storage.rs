@@ -14,7 +14,7 @@ use crate::runtime::RuntimeConfig;
 
 type Stat = fn(&DiskStats) -> &AtomicU64;
 
-const COUNTERS: [(&str, &str, Stat); 12] = [
+const COUNTERS: [(&str, &str, Stat); 13] = [
     (
         "hits",
         "Lookups the disk tier answered (memory misses).",
@@ -57,6 +57,11 @@ const COUNTERS: [(&str, &str, Stat); 12] = [
     ("evicted", "Objects evicted with their segment.", |s| {
         &s.evicted
     }),
+    (
+        "file_hits",
+        "Hits whose body was sent from the segment file (sendfile).",
+        |s| &s.file_hits,
+    ),
 ];
 
 /// Encodes the disk tier and key-value families.

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use tokio::sync::watch;
+use weir_cache::disk::DiskRead;
 use weir_cache::store::{Lookup, PurgeSelector};
 use weir_cache::{CacheKey, CachedObject, Clock, DiskTier, MemoryStore, Storage};
 use weir_http::Header;
@@ -244,6 +245,24 @@ impl CacheZone {
         // Hot disk objects move up: the next hit is a memory hit.
         self.store.insert(key, obj.clone());
         Some(obj)
+    }
+
+    /// [`CacheZone::lookup_disk`] for a client that can take a body from a file: a large body
+    /// already checked once comes back as its place in the file, and is not promoted (the page
+    /// cache holds it, as nginx's files are held); bodies read whole are promoted as usual.
+    pub async fn lookup_disk_file(
+        &self,
+        key: &CacheKey,
+        value_of: &dyn Fn(&str) -> Option<Bytes>,
+    ) -> Option<DiskRead> {
+        let read = self.disk.as_deref()?.lookup_file(key)?.await?;
+        if !read.object().vary_matches(value_of) {
+            return None;
+        }
+        if let DiskRead::Whole(obj) = &read {
+            self.store.insert(key, obj.clone());
+        }
+        Some(read)
     }
 
     /// Purges memory and disk; the disk's purge is synced before this returns.

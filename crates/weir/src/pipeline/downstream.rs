@@ -82,6 +82,28 @@ pub(crate) trait Downstream {
     /// Ends the body (the last chunk, when chunked).
     fn end_body(&mut self);
 
+    /// Whether a body can be sent straight from a file ([`Downstream::send_file`]): plain-TCP
+    /// HTTP/1.1.
+    fn sends_files(&self) -> bool {
+        false
+    }
+
+    /// Sends what is queued (the head), then `len` bytes of `file` from `offset` as the body
+    /// (`sendfile`). Only when [`Downstream::sends_files`], after a head with a known length.
+    fn send_file(
+        &mut self,
+        _file: &std::fs::File,
+        _offset: u64,
+        _len: u64,
+    ) -> impl Future<Output = Result<(), Error>> {
+        async {
+            Err(Error::with(
+                crate::error::ErrorKind::ClientIo,
+                "this connection cannot send files",
+            ))
+        }
+    }
+
     /// How many body bytes (up to `want`) the client can take at once, without waiting: `want`
     /// for HTTP/1.1 (the socket's buffer absorbs them), an HTTP/2 stream's send window. A
     /// producer that reads its body as it goes (a file) reads no more than this.

@@ -218,6 +218,42 @@ impl ClientIo {
         }
     }
 
+    /// Whether bodies can go out with `sendfile` (plain TCP; TLS encrypts in user space).
+    pub(crate) fn sends_files(&self) -> bool {
+        matches!(self, ClientIo::Fresh(_) | ClientIo::Registered(_))
+    }
+
+    /// One non-blocking `sendfile` of up to `count` bytes of `file` from `*offset` (advanced
+    /// by what was sent). `WouldBlock` when the socket buffer is full.
+    pub(crate) fn send_file(
+        &mut self,
+        file: &std::fs::File,
+        offset: &mut i64,
+        count: usize,
+    ) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        let mut send = |sock: i32| {
+            // SAFETY: both descriptors are open for the duration of the call (`file` and the
+            // socket are borrowed), and `offset` is a valid, exclusively borrowed off_t.
+            #[allow(unsafe_code)]
+            let n = unsafe { libc::sendfile(sock, file.as_raw_fd(), offset, count) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        };
+        match self {
+            ClientIo::Fresh(s) => send(s.as_raw_fd()),
+            // Through tokio, so a full buffer clears its readiness and `writable` really waits.
+            ClientIo::Registered(s) => {
+                let fd = s.as_raw_fd();
+                s.try_io(tokio::io::Interest::WRITABLE, || send(fd))
+            }
+            ClientIo::Tls(_) | ClientIo::Gone => Err(io::ErrorKind::Unsupported.into()),
+        }
+    }
+
     /// Waits until the socket can take more bytes (registering if needed).
     pub(crate) async fn writable(&mut self) -> io::Result<()> {
         if let ClientIo::Tls(t) = self {

@@ -21,12 +21,14 @@
 //! are `weir_cache::policy`. What is left here is the flow.
 
 mod encode;
+mod file_hit;
 mod miss;
 mod slice;
 mod write;
 
 use std::sync::Arc;
 
+use weir_cache::disk::DiskRead;
 use weir_cache::object::exact;
 use weir_cache::policy::{evaluate, values, Freshness};
 use weir_cache::store::{Lookup, Stats};
@@ -167,8 +169,29 @@ pub(crate) async fn cached<D: Downstream>(
     let value_of = |name: &str| encode::vary_value(&stage, name, encodes, want.is_some());
     let mut lookup = zone.store.lookup(&key, value_of);
     if zone.disk.is_some() && matches!(lookup, Lookup::Miss | Lookup::VariantMiss) {
-        if let Some(obj) = zone.lookup_disk(&key, &value_of).await {
-            lookup = Lookup::Found(obj);
+        // A plain-TCP GET whose body needs no filter may take it straight from the file.
+        let files = d.sends_files()
+            && head.method == Method::Get
+            && !encodes
+            && !ctx.extra.as_ref().is_some_and(|e| e.filters.transforming);
+        let read = if files {
+            zone.lookup_disk_file(&key, &value_of).await
+        } else {
+            zone.lookup_disk(&key, &value_of).await.map(DiskRead::Whole)
+        };
+        match read {
+            Some(DiskRead::Whole(obj)) => lookup = Lookup::Found(obj),
+            Some(DiskRead::File(obj, body)) => {
+                let found = (&*obj, &body);
+                if let Some(r) = file_hit::serve(d, ctx, stage, found, &req_dirs, persistence).await
+                {
+                    return r;
+                }
+                if let Some(obj) = zone.lookup_disk(&key, &value_of).await {
+                    lookup = Lookup::Found(obj);
+                }
+            }
+            None => {}
         }
     }
     if let (Lookup::Miss, Some(size), false) = (&lookup, settings.slice, encodes) {
