@@ -9,7 +9,8 @@
 #     first hit, the index load time, and RSS (bytes of index per object).
 #  3. the key-value store: GET and PUT of 100 B and 4 KiB values, beside a memory cache hit of the
 #     same size from weir and redis-benchmark GET/SET for scale.
-# Usage: bench/disk.sh [--quick]   (results in bench/results/disk-<date>.md)
+# Usage: bench/disk.sh [--quick]   (results in bench/results/disk-<date>.md; HITS_ONLY=1 stops
+# after section 1's warm hits)
 source "$(dirname "$0")/lib.sh"
 QUICK=${1:-}
 DUR=${DUR:-8s}
@@ -140,6 +141,9 @@ for cell in "1024 2000" "65536 400" "1048576 100"; do
   } >> "$OUT"
   log "$size: weir $w_cpu µs/hit, nginx $n_cpu"
 done
+
+# HITS_ONLY=1: stop after the warm hits (a quick look at the hot path).
+if [ -n "${HITS_ONLY:-}" ]; then log "results: $OUT"; exit 0; fi
 
 # Cold page cache (1 MiB objects), then memory-hit p99 beside disk reads.
 {

@@ -1,6 +1,7 @@
 //! The disk tier over real sockets, with `weir run` processes: objects survive a stop and a
 //! crash (SIGKILL), a torn or corrupt object is never served, purges outlive restarts, a small
-//! memory tier is backed by the disk, and examples/cache.yaml is used as written.
+//! memory tier is backed by the disk (large bodies sent from the file), examples/cache.yaml is
+//! used as written, and binary upgrades keep the cache, with and without a disk tier.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -347,16 +348,36 @@ fn the_cache_example_keeps_its_objects_across_a_restart() {
 /// object hit before is a hit after.
 #[test]
 fn an_upgrade_under_load_keeps_the_cache() {
+    upgrade_under_load(true);
+}
+
+/// The same for a zone without a disk tier: its objects cross in a file beside the upgrade
+/// socket, and the new process's misses wait the few milliseconds they take.
+#[test]
+fn an_upgrade_under_load_keeps_a_memory_only_cache() {
+    upgrade_under_load(false);
+}
+
+fn upgrade_under_load(disk: bool) {
     use std::sync::atomic::AtomicBool;
     let (o, seen) = origin();
-    let dir = tempdir("upgrade");
-    let sock_dir = tempdir("upgrade-sock");
+    let name = if disk { "upgrade" } else { "upgrade-memory" };
+    let dir = tempdir(name);
+    let sock_dir = tempdir(&format!("{name}-sock"));
     std::fs::create_dir_all(&sock_dir).unwrap();
     let socket = sock_dir.join("upgrade.sock");
     let port = free_port();
-    let cfg_text = config(o.addr, &dir, "4m", free_port())
+    let mut cfg_text = config(o.addr, &dir, "4m", free_port())
         .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
-    let cfg = write_config("disk-upgrade", &cfg_text);
+    if !disk {
+        let line = format!(
+            "    disk: {{ path: \"{}\", max_size: 64m }}\n",
+            dir.display()
+        );
+        assert!(cfg_text.contains(&line));
+        cfg_text = cfg_text.replace(&line, "");
+    }
+    let cfg = write_config(&format!("disk-{name}"), &cfg_text);
     let start = || {
         let mut cmd = Command::new(WEIR);
         cmd.args(["run", "-c"])
@@ -421,6 +442,19 @@ fn an_upgrade_under_load_keeps_the_cache() {
         survived * 100 >= KEYS * 99,
         "{survived} of {KEYS} objects survived"
     );
+    if !disk {
+        assert!(!dir.exists(), "a memory-only zone wrote no disk tier");
+        let left: Vec<_> = std::fs::read_dir(&sock_dir).unwrap().collect();
+        assert!(
+            left.iter().all(|e| !e
+                .as_ref()
+                .unwrap()
+                .path()
+                .to_string_lossy()
+                .ends_with(".cache")),
+            "the hand-over file is deleted once loaded"
+        );
+    }
     signal(&new, "-TERM");
     let _ = new.wait();
     let _ = std::fs::remove_dir_all(&dir);

@@ -36,6 +36,7 @@
 //! written to the client from memory, not with `sendfile`; one Vary variant per key on disk.
 
 pub mod codec;
+pub mod dump;
 mod file_hit;
 pub mod index;
 pub mod log;

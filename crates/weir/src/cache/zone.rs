@@ -152,6 +152,9 @@ pub struct CacheZone {
     hit_for_miss: Sharded<u64>,
     /// The clock the zone's freshness runs on (the registry's: see `runtime/registry.rs`).
     clock: Arc<dyn Clock>,
+    /// `false` while the previous process's memory objects are expected (binary upgrade of a
+    /// zone without a disk tier, `cli/handover.rs`): misses wait for them, briefly.
+    warm: watch::Sender<bool>,
 }
 
 /// The role a request gets for a missing key.
@@ -181,6 +184,7 @@ impl CacheZone {
             store: MemoryStore::new(limit, shards),
             disk,
             captures: std::sync::atomic::AtomicU64::new(0),
+            warm: watch::channel(true).0,
             inflight: Sharded::new(shards),
             hit_for_miss: Sharded::new(shards),
             clock,
@@ -245,6 +249,24 @@ impl CacheZone {
         // Hot disk objects move up: the next hit is a memory hit.
         self.store.insert(key, obj.clone());
         Some(obj)
+    }
+
+    /// Marks the zone as expecting (`false`) or having received (`true`) the previous
+    /// process's memory objects.
+    pub fn set_warm(&self, warm: bool) {
+        self.warm.send_replace(warm);
+    }
+
+    /// Whether a miss must wait for the previous process's objects ([`CacheZone::wait_warm`]).
+    pub fn is_warming(&self) -> bool {
+        !*self.warm.borrow()
+    }
+
+    /// Waits until the previous process's objects are in (at most 2 s: a miss is then served as
+    /// one).
+    pub async fn wait_warm(&self) {
+        let mut rx = self.warm.subscribe();
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), rx.wait_for(|w| *w)).await;
     }
 
     /// [`CacheZone::lookup_disk`] for a client that can take a body from a file: a large body

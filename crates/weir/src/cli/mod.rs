@@ -1,6 +1,7 @@
 //! The `weir` command line: `run`, `check`, `bench`, `version`; signals (SIGHUP reloads,
 //! SIGUSR1 reopens access logs, SIGTERM/SIGINT stop) and systemd notifications.
 
+mod handover;
 mod logging;
 mod notify;
 mod upgrade;
@@ -183,8 +184,15 @@ fn run(
             return ExitCode::FAILURE;
         }
     };
+    if let Some(socket) = &upgrade_socket {
+        if upgraded {
+            handover::read_in_background(handle.registry(), socket.clone());
+        } else {
+            handover::forget_stale(&handle.registry(), socket);
+        }
+    }
     let (drain_tx, drain_rx) = tokio::sync::mpsc::unbounded_channel();
-    if let Some(socket) = upgrade_socket {
+    if let Some(socket) = upgrade_socket.clone() {
         let tx = drain_tx.clone();
         if let Err(e) = upgrade::serve(socket, handle.handoff_sockets(), move || {
             let _ = tx.send(());
@@ -205,7 +213,7 @@ fn run(
         }
         banner(handle, embedded, workers);
     };
-    wait_for_signals(handle, path, logs, drain_rx, ready);
+    wait_for_signals(handle, path, logs, (drain_rx, upgrade_socket), ready);
     ExitCode::SUCCESS
 }
 
@@ -287,7 +295,7 @@ fn wait_for_signals(
     handle: server::ServerHandle,
     path: Option<std::path::PathBuf>,
     logs: logging::Logging,
-    mut taken_over: tokio::sync::mpsc::UnboundedReceiver<()>,
+    (mut taken_over, socket): (tokio::sync::mpsc::UnboundedReceiver<()>, Option<PathBuf>),
     ready: impl FnOnce(&server::ServerHandle),
 ) {
     // Where this binary was started from, read now: once an install replaces the file,
@@ -358,6 +366,9 @@ fn wait_for_signals(
             tracing::info!("draining: each idle connection answers one more request, then closes");
             handle.drain();
             hand_over(&handle.registry());
+            if let Some(socket) = &socket {
+                handover::write(&handle.registry(), socket);
+            }
         } else {
             notify::notify("STOPPING=1");
             tracing::info!(

@@ -191,6 +191,16 @@ impl Registry {
         n
     }
 
+    /// The zones without a disk tier, by name (they cross an upgrade through a file:
+    /// `cli/handover.rs`).
+    pub fn memory_zones(&self) -> Vec<(String, Arc<CacheZone>)> {
+        lock(&self.zones)
+            .iter()
+            .filter(|(_, z)| z.zone.disk.is_none())
+            .map(|(name, z)| (name.clone(), z.zone.clone()))
+            .collect()
+    }
+
     /// Forgets zones and servers `cfg` does not name.
     pub fn retain(&self, cfg: &super::RuntimeConfig) {
         self.sinks.retain(&cfg.access_logs);

@@ -168,6 +168,11 @@ pub(crate) async fn cached<D: Downstream>(
     }
     let value_of = |name: &str| encode::vary_value(&stage, name, encodes, want.is_some());
     let mut lookup = zone.store.lookup(&key, value_of);
+    if zone.is_warming() && matches!(lookup, Lookup::Miss | Lookup::VariantMiss) {
+        // A binary upgrade is handing this zone's objects over: wait for them, then look again.
+        zone.wait_warm().await;
+        lookup = zone.store.lookup(&key, value_of);
+    }
     if zone.disk.is_some() && matches!(lookup, Lookup::Miss | Lookup::VariantMiss) {
         // A plain-TCP GET whose body needs no filter may take it straight from the file.
         let files = d.sends_files()
