@@ -460,3 +460,51 @@ fn upgrade_under_load(disk: bool) {
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&sock_dir);
 }
+
+/// Every Vary variant is on disk: after a restart, each language's page is a hit, and the
+/// right one.
+#[test]
+fn every_vary_variant_survives_a_restart() {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s = seen.clone();
+    let o = http_origin(move |req| {
+        s.fetch_add(1, Ordering::SeqCst);
+        let lang = req.header("accept-language").unwrap_or("none").to_string();
+        let body = format!("page in {lang}");
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: max-age=3600\r\nVary: Accept-Language\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    });
+    let dir = tempdir("vary");
+    let ask = |w: &Weir, lang: Option<&str>| {
+        let mut s = common::connect(w.addr);
+        let extra = lang.map_or(String::new(), |l| format!("Accept-Language: {l}\r\n"));
+        let raw = format!("GET /v HTTP/1.1\r\nHost: localhost\r\n{extra}\r\n");
+        common::roundtrip(&mut s, raw.as_bytes())
+    };
+    let langs = [Some("en"), Some("fr"), Some("de"), None];
+    let w = start("disk-vary", o.addr, &dir, "4m");
+    for l in langs {
+        ask(&w, l);
+    }
+    assert_eq!(seen.load(Ordering::SeqCst), 4);
+    settle();
+    stop(w);
+    let w = start("disk-vary", o.addr, &dir, "4m");
+    for _ in 0..2 {
+        for l in langs {
+            let r = ask(&w, l);
+            assert!(is_hit(&r), "{l:?}: {:?}", r.headers);
+            assert_eq!(r.text(), format!("page in {}", l.unwrap_or("none")));
+        }
+    }
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        4,
+        "no variant was fetched again"
+    );
+    stop(w);
+    let _ = std::fs::remove_dir_all(&dir);
+}

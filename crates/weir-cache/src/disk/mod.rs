@@ -45,6 +45,7 @@ pub mod purges;
 pub mod record;
 #[cfg(test)]
 mod tier_tests;
+pub mod variants;
 mod writer;
 
 use std::future::Future;
@@ -268,6 +269,15 @@ impl DiskTier {
             DiskStats::bump(&inner.stats.not_admitted);
             return;
         }
+        self.queue(key.compact(), obj);
+        if let Some(variant) = variants::of_object(key, obj) {
+            self.queue(variant, obj);
+        }
+    }
+
+    /// Queues one write, or drops it (counted) when the writer is behind.
+    fn queue(&self, key: CacheKey, obj: &Arc<CachedObject>) {
+        let inner = &self.inner;
         let cost = obj.size();
         let queued = inner.queued.load(Ordering::Relaxed);
         if queued + cost > inner.cfg.write_queue
@@ -278,7 +288,7 @@ impl DiskTier {
         }
         inner.queued.fetch_add(cost, Ordering::Relaxed);
         inner.queued_entries.fetch_add(1, Ordering::Relaxed);
-        if !self.send(Msg::Store(key.compact(), obj.clone(), cost)) {
+        if !self.send(Msg::Store(key, obj.clone(), cost)) {
             inner.queued.fetch_sub(cost, Ordering::Relaxed);
             inner.queued_entries.fetch_sub(1, Ordering::Relaxed);
         }
@@ -290,14 +300,18 @@ impl DiskTier {
     pub fn hand_over(&self, objects: Vec<(CacheKey, Arc<CachedObject>)>) -> u64 {
         let mut n = 0;
         for (key, obj) in objects {
-            if obj.is_invalidated() || self.contains(&key) {
+            let variant = variants::of_object(&key, &obj);
+            let held = variant.as_ref().unwrap_or(&key);
+            if obj.is_invalidated() || self.contains(held) {
                 continue;
             }
-            let cost = obj.size();
-            self.inner.queued.fetch_add(cost, Ordering::Relaxed);
-            self.inner.queued_entries.fetch_add(1, Ordering::Relaxed);
-            if self.send(Msg::Store(key, obj, cost)) {
-                n += 1;
+            for k in std::iter::once(key).chain(variant) {
+                let cost = obj.size();
+                self.inner.queued.fetch_add(cost, Ordering::Relaxed);
+                self.inner.queued_entries.fetch_add(1, Ordering::Relaxed);
+                if self.send(Msg::Store(k, obj.clone(), cost)) {
+                    n += 1;
+                }
             }
         }
         self.close();

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use tokio::sync::watch;
-use weir_cache::disk::DiskRead;
+use weir_cache::disk::{variants, DiskRead};
 use weir_cache::store::{Lookup, PurgeSelector};
 use weir_cache::{CacheKey, CachedObject, Clock, DiskTier, MemoryStore, Storage};
 use weir_http::Header;
@@ -242,9 +242,17 @@ impl CacheZone {
         let Lookup::Later(read) = Storage::lookup(disk, key, value_of) else {
             return None;
         };
-        let obj = read.await?;
+        let mut obj = read.await?;
         if !obj.vary_matches(value_of) {
-            return None;
+            // Another variant: under its own key (`weir_cache::disk::variants`).
+            let variant = variants::for_request(key, &obj, value_of);
+            let Lookup::Later(read) = Storage::lookup(disk, &variant, value_of) else {
+                return None;
+            };
+            obj = read.await?;
+            if !obj.vary_matches(value_of) {
+                return None;
+            }
         }
         // Hot disk objects move up: the next hit is a memory hit.
         self.store.insert(key, obj.clone());
@@ -277,9 +285,14 @@ impl CacheZone {
         key: &CacheKey,
         value_of: &dyn Fn(&str) -> Option<Bytes>,
     ) -> Option<DiskRead> {
-        let read = self.disk.as_deref()?.lookup_file(key)?.await?;
+        let disk = self.disk.as_deref()?;
+        let mut read = disk.lookup_file(key)?.await?;
         if !read.object().vary_matches(value_of) {
-            return None;
+            let variant = variants::for_request(key, read.object(), value_of);
+            read = disk.lookup_file(&variant)?.await?;
+            if !read.object().vary_matches(value_of) {
+                return None;
+            }
         }
         if let DiskRead::Whole(obj) = &read {
             self.store.insert(key, obj.clone());
