@@ -38,6 +38,7 @@ use weir_http::{
 
 mod buffers;
 mod h2c;
+mod sendfile;
 
 use buffers::{give_buf, read_more, take_buf, READ_BUF};
 
@@ -55,9 +56,6 @@ const FLUSH_AT: usize = 64 * 1024;
 const BY_REFERENCE: usize = 16 * 1024;
 /// Slices per vectored write.
 const IOV_MAX: usize = 32;
-/// Most bytes one `sendfile` call is asked for (a slow client still gets its stall timeout
-/// per step, and the worker other connections between steps).
-const SENDFILE_STEP: usize = 1 << 20;
 /// Lingering close: how long and how much unread input is drained after an error response.
 const LINGER_TIME: Duration = Duration::from_secs(2);
 const LINGER_BYTES: usize = 1 << 20;
@@ -630,37 +628,7 @@ impl Downstream for Conn {
         offset: u64,
         len: u64,
     ) -> Result<(), Error> {
-        if self.encoding != BodyEncoding::Plain && self.encoding != BodyEncoding::UntilClose {
-            return Err(Error::with(
-                ErrorKind::ClientIo,
-                "sendfile into a chunked body",
-            ));
-        }
-        Conn::flush(self).await?;
-        let stall = self.rt.cfg.timeouts.write;
-        let end = offset + len;
-        let mut at = offset as i64;
-        while (at as u64) < end {
-            let want = ((end - at as u64) as usize).min(SENDFILE_STEP);
-            match self.io.send_file(file, &mut at, want) {
-                Ok(0) => return Err(Error::with(ErrorKind::ClientIo, "sendfile: the file ended")),
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    timeout(stall, self.io.writable())
-                        .await
-                        .map_err(|_| Error::new(ErrorKind::WriteTimeout))?
-                        .or_err(ErrorKind::ClientIo, "write")?;
-                }
-                Err(e) => {
-                    return Err(Error::with(
-                        ErrorKind::ClientIo,
-                        format_args!("sendfile: {e}"),
-                    ))
-                }
-            }
-        }
-        Ok(())
+        self.send_file_body(file, offset, len).await
     }
 
     fn should_flush(&self) -> bool {
