@@ -180,19 +180,29 @@ pub(crate) async fn cached<D: Downstream>(
             && !encodes
             && !ctx.extra.as_ref().is_some_and(|e| e.filters.transforming);
         let read = if files {
-            zone.lookup_disk_file(&key, &value_of).await
+            Box::pin(zone.lookup_disk_file(&key, &value_of)).await
         } else {
-            zone.lookup_disk(&key, &value_of).await.map(DiskRead::Whole)
+            Box::pin(zone.lookup_disk(&key, &value_of))
+                .await
+                .map(DiskRead::Whole)
         };
         match read {
             Some(DiskRead::Whole(obj)) => lookup = Lookup::Found(obj),
             Some(DiskRead::File(obj, body)) => {
                 let found = (&*obj, &body);
-                if let Some(r) = file_hit::serve(d, ctx, stage, found, &req_dirs, persistence).await
-                {
+                let served = Box::pin(file_hit::serve(
+                    d,
+                    ctx,
+                    stage,
+                    found,
+                    &req_dirs,
+                    persistence,
+                ))
+                .await;
+                if let Some(r) = served {
                     return r;
                 }
-                if let Some(obj) = zone.lookup_disk(&key, &value_of).await {
+                if let Some(obj) = Box::pin(zone.lookup_disk(&key, &value_of)).await {
                     lookup = Lookup::Found(obj);
                 }
             }
@@ -205,7 +215,10 @@ pub(crate) async fn cached<D: Downstream>(
             value_of: &value_of,
             req_dirs: &req_dirs,
         };
-        if let Some(answered) = slice::serve(d, ctx, stage, &ask, size, persistence).await {
+        // Boxed: the slice path's state would otherwise grow every cached request's future
+        // (held per stalled HTTP/2 stream).
+        let sliced = Box::pin(slice::serve(d, ctx, stage, &ask, size, persistence)).await;
+        if let Some(answered) = sliced {
             return answered;
         }
     }
