@@ -103,18 +103,7 @@ pub fn decode(b: &[u8]) -> Option<Record<'_>> {
     if b.len() != len || crc32fast::hash(&b[12..]) != u32_at(b, 8) {
         return None;
     }
-    let kind = Kind::from(b[12])?;
-    let key_len = u32_at(b, 32) as usize;
-    if HEADER + key_len > len {
-        return None;
-    }
-    Some(Record {
-        kind,
-        seq: u64_at(b, 16),
-        hash: u64_at(b, 24),
-        key: &b[HEADER..HEADER + key_len],
-        payload: &b[HEADER + key_len..],
-    })
+    fields(b)
 }
 
 /// The start of a record of `len` bytes whose checksum was verified when it was read whole
@@ -124,6 +113,11 @@ pub fn decode_prefix(b: &[u8], len: usize) -> Option<Record<'_>> {
     if claimed_len(b)? != len {
         return None;
     }
+    fields(b)
+}
+
+/// The header fields, the key and the payload bytes `b` holds (its length and magic checked).
+fn fields(b: &[u8]) -> Option<Record<'_>> {
     let kind = Kind::from(b[12])?;
     let key_len = u32_at(b, 32) as usize;
     if HEADER + key_len > b.len() {

@@ -12,7 +12,7 @@ use weir_cache::{CachedObject, Directives};
 use weir_http::conditional::{self, RangeSpec};
 use weir_http::{Base, Framing, Persistence, Reply};
 
-use super::write::{answered_precondition, stored_fields_206, ttl};
+use super::write::{answered_precondition, put_age_and_status, stored_fields_206, ttl};
 use super::Stage;
 use crate::cache::CacheStatus;
 use crate::error::Error;
@@ -53,12 +53,7 @@ pub(super) async fn serve<D: Downstream>(
         ..Default::default()
     };
     let x_cache = stage.cache.x_cache;
-    let render = |out: &mut BytesMut| {
-        out.extend_from_slice(b"Age: ");
-        out.extend_from_slice(itoa::Buffer::new().format(age).as_bytes());
-        out.extend_from_slice(b"\r\n");
-        status.render(out, x_cache);
-    };
+    let render = |out: &mut BytesMut| put_age_and_status(out, age, &status, x_cache);
     if complete && answered_precondition(d, ctx, stage, obj, &render, persistence) {
         return Some(Ok(persistence));
     }

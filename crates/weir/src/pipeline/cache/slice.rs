@@ -29,7 +29,9 @@ use weir_cache::{stored, CacheKey, CachedObject, Directives, PurgeSelector};
 use weir_http::conditional::{self, RangeSpec};
 use weir_http::{Base, Framing, Header, Method, Persistence, Reply, ResponseHead};
 
-use super::write::{answered_precondition, cache_error, store_response, ttl, write_stored};
+use super::write::{
+    answered_precondition, cache_error, put_age_and_status, store_response, ttl, write_stored,
+};
 use super::Stage;
 use crate::cache::status::Fwd;
 use crate::cache::CacheStatus;
@@ -129,12 +131,7 @@ pub(super) async fn serve<D: Downstream>(
         }
     };
     let x_cache = stage.cache.x_cache;
-    let render = |out: &mut BytesMut| {
-        out.extend_from_slice(b"Age: ");
-        out.extend_from_slice(itoa::Buffer::new().format(age).as_bytes());
-        out.extend_from_slice(b"\r\n");
-        status.render(out, x_cache);
-    };
+    let render = |out: &mut BytesMut| put_age_and_status(out, age, &status, x_cache);
     if answered_precondition(d, ctx, stage, &reference, &render, persistence) {
         return Some(Ok(persistence));
     }
@@ -177,17 +174,15 @@ pub(super) async fn serve<D: Downstream>(
     for i in from..=to {
         let span = sl::span(i, size, total);
         let need = (first.max(span.0), last.min(span.1));
-        let piece = match piece_for(stage, ask, (i, size), &reference, &fetched).await {
-            Ok(p) if sl::extent_of(&p).is_some_and(|x| x.covers(need.0, need.1)) => p,
-            Ok(have) => {
+        let have = match piece_for(stage, ask, (i, size), &reference, &fetched).await {
+            Ok(p) if sl::extent_of(&p).is_some_and(|x| x.covers(need.0, need.1)) => Ok(p),
+            Ok(p) => Err(Some(p)),
+            Err(()) => Err(None),
+        };
+        let piece = match have {
+            Ok(p) => p,
+            Err(have) => {
                 match complete(ctx, d.peer(), stage, ask, (i, size), &reference, have).await {
-                    Ok(p) => p,
-                    Err(e) => return Some(Err(e)),
-                }
-            }
-            Err(()) => {
-                match complete_from_nothing(ctx, d.peer(), stage, ask, (i, size), &reference).await
-                {
                     Ok(p) => p,
                     Err(e) => return Some(Err(e)),
                 }
@@ -263,7 +258,8 @@ async fn piece_for(
     }
 }
 
-/// Fetches the bytes slice `i` lacks (`have` holds part of it) and combines them with `have`.
+/// Fetches the bytes slice `i` lacks (all of it without `have`, else what `have` does not
+/// hold) and combines them with `have`.
 async fn complete(
     ctx: &mut RequestCtx,
     peer: std::net::SocketAddr,
@@ -271,34 +267,19 @@ async fn complete(
     ask: &Ask<'_>,
     (i, size): (u64, u64),
     reference: &Arc<CachedObject>,
-    have: Arc<CachedObject>,
+    have: Option<Arc<CachedObject>>,
 ) -> Result<Arc<CachedObject>, Error> {
     let total = sl::extent_of(reference).map_or(0, |e| e.total);
-    let held = sl::extent_of(&have);
-    let span = sl::span(i, size, total);
-    let (a, b) = sl::missing(span, held);
+    let held = have.as_deref().and_then(sl::extent_of);
+    let (a, b) = sl::missing(sl::span(i, size, total), held);
     let got = fetch_slice(ctx, peer, stage, ask, (i, size), reference, (a, b, total)).await?;
-    let (Some(x), Some(h)) = (sl::extent_of(&got), held) else {
+    let (Some(x), Some(h), Some(have)) = (sl::extent_of(&got), held, have) else {
         return Ok(got);
     };
     match sl::combine((h, &have.body), (x, &got.body)) {
         Some((union, body)) => Ok(store_piece(stage, ask, i, &got, union, body)),
         None => Ok(got),
     }
-}
-
-/// Fetches the whole of slice `i`.
-async fn complete_from_nothing(
-    ctx: &mut RequestCtx,
-    peer: std::net::SocketAddr,
-    stage: Stage<'_>,
-    ask: &Ask<'_>,
-    (i, size): (u64, u64),
-    reference: &Arc<CachedObject>,
-) -> Result<Arc<CachedObject>, Error> {
-    let total = sl::extent_of(reference).map_or(0, |e| e.total);
-    let (a, b) = sl::span(i, size, total);
-    fetch_slice(ctx, peer, stage, ask, (i, size), reference, (a, b, total)).await
 }
 
 /// Fetches `a..=b` of slice `i`; it must be a part of the reference's representation.

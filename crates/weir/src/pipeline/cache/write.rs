@@ -31,12 +31,7 @@ pub(super) fn write_stored<D: Downstream>(
 ) {
     let (head, settings, own) = (stage.head, stage.cache, stage.own);
     // Age and Cache-Status are rendered by the encoder straight into its output.
-    let render = |out: &mut BytesMut| {
-        out.extend_from_slice(b"Age: ");
-        out.extend_from_slice(itoa::Buffer::new().format(age).as_bytes());
-        out.extend_from_slice(b"\r\n");
-        status.render(out, settings.x_cache);
-    };
+    let render = |out: &mut BytesMut| put_age_and_status(out, age, status, settings.x_cache);
     // Conditionals and ranges apply to a stored 200 only; the rules are the static files'.
     let validators = obj.validators();
     let complete = obj.meta.status == 200;
@@ -105,6 +100,21 @@ pub(super) fn write_stored<D: Downstream>(
     if !head_only {
         crate::pipeline::send_body(d, ctx, &obj.body, true);
     }
+}
+
+/// `Age` and `Cache-Status` (and `X-Cache`) of a stored answer, rendered by the encoder
+/// straight into its output.
+#[inline(always)]
+pub(super) fn put_age_and_status(
+    out: &mut BytesMut,
+    age: u64,
+    status: &CacheStatus,
+    x_cache: bool,
+) {
+    out.extend_from_slice(b"Age: ");
+    out.extend_from_slice(itoa::Buffer::new().format(age).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    status.render(out, x_cache);
 }
 
 /// Answers a failed precondition (412) or a 304 for `obj` (a complete stored response, or the
