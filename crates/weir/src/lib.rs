@@ -30,6 +30,7 @@ pub mod logs;
 pub mod metrics;
 pub mod pipeline;
 pub mod proxy;
+pub mod reload;
 pub mod routes;
 pub mod runtime;
 pub mod server;

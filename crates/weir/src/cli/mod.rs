@@ -4,6 +4,7 @@
 mod handover;
 mod logging;
 mod notify;
+mod signals;
 mod upgrade;
 
 use std::path::PathBuf;
@@ -110,14 +111,19 @@ pub fn main() -> ExitCode {
             config,
             upgrade_socket,
         } => {
-            let loaded = match &config {
-                Some(path) => runtime::load_file(path, &std::sync::Arc::new(Registry::default())),
-                None => runtime::load_str(config::DEFAULT_CONFIG, std::path::Path::new("."), |v| {
-                    std::env::var(v).ok()
-                }),
-            };
-            let cfg = match loaded {
-                Ok(cfg) => cfg,
+            let loaded = crate::reload::read(config.as_deref(), &[]).and_then(|source| {
+                let texts = (source.digest, source.dirs.clone());
+                runtime::compile(source, &std::sync::Arc::new(Registry::default()))
+                    .map(|cfg| (cfg, texts))
+                    .map_err(|mut e| {
+                        if e.file.is_none() {
+                            e.file = config.as_ref().map(|p| p.display().to_string());
+                        }
+                        e
+                    })
+            });
+            let (cfg, texts) = match loaded {
+                Ok(loaded) => loaded,
                 Err(e) => {
                     eprintln!("weir: {e}");
                     return ExitCode::FAILURE;
@@ -130,7 +136,7 @@ pub fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            run(cfg, config, logs, upgrade_socket)
+            run(cfg, (config, texts), logs, upgrade_socket)
         }
     }
 }
@@ -150,7 +156,7 @@ fn summary(cfg: &RuntimeConfig) -> String {
 
 fn run(
     cfg: RuntimeConfig,
-    path: Option<std::path::PathBuf>,
+    (path, (digest, dirs)): (Option<PathBuf>, (u64, Vec<PathBuf>)),
     logs: logging::Logging,
     upgrade_socket: Option<PathBuf>,
 ) -> ExitCode {
@@ -213,7 +219,13 @@ fn run(
         }
         banner(handle, embedded, workers);
     };
-    wait_for_signals(handle, path, logs, (drain_rx, upgrade_socket), ready);
+    let reloader = crate::reload::Reloader::new(
+        path,
+        (digest, dirs),
+        Default::default(),
+        Box::new(move |level: &str| logs.apply(level)),
+    );
+    signals::wait_for_signals(handle, reloader, (drain_rx, upgrade_socket), ready);
     ExitCode::SUCCESS
 }
 
@@ -238,46 +250,9 @@ fn banner(handle: &server::ServerHandle, embedded: bool, workers: usize) {
     }
 }
 
-/// Re-reads and compiles the config (the file, or the built-in one) against the running server's
-/// registry and swaps it in. On any error the running config stays, and the error is logged.
-fn reload(
-    handle: &server::ServerHandle,
-    path: Option<&std::path::Path>,
-    logs: &logging::Logging,
-) -> Result<(), String> {
-    notify::notify("RELOADING=1");
-    let registry = handle.registry();
-    let compiled = match path {
-        Some(p) => runtime::load_file(p, &registry),
-        None => runtime::compile_str(
-            config::DEFAULT_CONFIG,
-            std::path::Path::new("."),
-            |v| std::env::var(v).ok(),
-            &registry,
-        ),
-    };
-    let from = path.map_or("the built-in config".to_string(), |p| {
-        p.display().to_string()
-    });
-    let result = compiled.map_err(|e| e.to_string()).and_then(|cfg| {
-        let level = cfg.log.level.clone();
-        handle.reload(cfg).map_err(|e| e.to_string())?;
-        logs.apply(&level);
-        Ok(())
-    });
-    match &result {
-        Ok(()) => tracing::info!(config = %from, "reloaded"),
-        Err(e) => {
-            tracing::error!(config = %from, error = %e, "reload failed, the running config stays")
-        }
-    }
-    notify::notify("READY=1");
-    result
-}
-
 /// Writes the memory caches to their disk tiers and unlocks them, for the next process (the
 /// new binary of an upgrade, or the next start).
-fn hand_over(registry: &runtime::Registry) {
+pub(super) fn hand_over(registry: &runtime::Registry) {
     let started = std::time::Instant::now();
     let n = registry.hand_over_disks();
     if n > 0 {
@@ -287,104 +262,4 @@ fn hand_over(registry: &runtime::Registry) {
             "memory cache written to disk"
         );
     }
-}
-
-/// Blocks until SIGINT/SIGTERM, shuts down gracefully; a second signal exits at once. SIGHUP
-/// reloads the config, as nginx and HAProxy users expect.
-fn wait_for_signals(
-    handle: server::ServerHandle,
-    path: Option<std::path::PathBuf>,
-    logs: logging::Logging,
-    (mut taken_over, socket): (tokio::sync::mpsc::UnboundedReceiver<()>, Option<PathBuf>),
-    ready: impl FnOnce(&server::ServerHandle),
-) {
-    // Where this binary was started from, read now: once an install replaces the file,
-    // /proc/self/exe names the deleted old one.
-    let exe = std::env::current_exe().ok();
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("weir: cannot wait for signals: {e}");
-            handle.join();
-            return;
-        }
-    };
-    rt.block_on(async move {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int), Ok(mut hup), Ok(mut usr1), Ok(mut usr2)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::hangup()),
-            signal(SignalKind::user_defined1()),
-            signal(SignalKind::user_defined2()),
-        ) else {
-            eprintln!("weir: cannot install signal handlers");
-            return;
-        };
-        // `POST /reload` on the admin API asks here, like SIGHUP.
-        let (tx, mut asked) = tokio::sync::mpsc::unbounded_channel();
-        *handle
-            .registry()
-            .reloader
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(tx);
-        // Ready only now: a SIGHUP or a `POST /reload` sent as soon as weir says it serves must
-        // find its handler (the reloader was once registered after, and a fast client's reload
-        // was answered "not started by `weir run`").
-        ready(&handle);
-        let drain = loop {
-            tokio::select! {
-                _ = term.recv() => break false,
-                _ = int.recv() => break false,
-                Some(()) = taken_over.recv() => break true,
-                _ = hup.recv() => {
-                    let _ = reload(&handle, path.as_deref(), &logs);
-                }
-                Some(answer) = asked.recv() => {
-                    let _ = answer.send(reload(&handle, path.as_deref(), &logs));
-                }
-                _ = usr1.recv() => {
-                    tracing::info!("reopening access logs");
-                    handle.registry().sinks.reopen();
-                }
-                _ = usr2.recv() => {
-                    let started = exe
-                        .as_deref()
-                        .ok_or_else(|| "cannot tell which binary this is".to_string())
-                        .and_then(upgrade::spawn_new);
-                    if let Err(e) = started {
-                        tracing::error!(error = %e, "binary upgrade not started");
-                    }
-                }
-            }
-        };
-        if drain {
-            // The new process is the service now: it tells systemd its own MAINPID.
-            tracing::info!("draining: each idle connection answers one more request, then closes");
-            handle.drain();
-            hand_over(&handle.registry());
-            if let Some(socket) = &socket {
-                handover::write(&handle.registry(), socket);
-            }
-        } else {
-            notify::notify("STOPPING=1");
-            tracing::info!(
-                "shutting down: finishing in-flight requests (a second signal stops at once)"
-            );
-            handle.shutdown();
-        }
-        let join = tokio::task::spawn_blocking(move || {
-            let registry = handle.registry();
-            handle.join();
-            hand_over(&registry);
-        });
-        tokio::select! {
-            _ = join => tracing::info!("stopped"),
-            _ = term.recv() => std::process::exit(130),
-            _ = int.recv() => std::process::exit(130),
-        }
-    });
 }

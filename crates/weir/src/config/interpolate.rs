@@ -22,6 +22,11 @@ use super::ConfigError;
 pub struct Secrets(Vec<(String, String)>);
 
 impl Secrets {
+    /// Adds the values another text used.
+    pub fn extend(&mut self, other: Secrets) {
+        self.0.extend(other.0);
+    }
+
     /// `e` with every environment-supplied value in its message replaced by `${NAME}`. Values
     /// shorter than 3 bytes are left (they would match inside unrelated words and numbers).
     pub fn redact(&self, mut e: ConfigError) -> ConfigError {

@@ -7,6 +7,7 @@
 //! Serde errors carry their own position; errors found while compiling look the path up in a
 //! [`locate::LineIndex`] built from the same text.
 
+pub mod assemble;
 mod checks;
 pub use checks::log_filter;
 pub(crate) use checks::{check_header_name, check_header_value};
@@ -14,6 +15,7 @@ pub mod interpolate;
 pub mod locate;
 pub mod model;
 pub mod model_auth;
+pub mod model_cluster;
 pub mod model_filters;
 pub mod model_ops;
 pub mod model_shield;
@@ -65,32 +67,30 @@ impl std::fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// A parsed config: the serde model, the text's line index (to name the line of a key path
-/// found wrong later) and the directory relative paths resolve against. `runtime::compile`
-/// turns it into a `RuntimeConfig`.
+/// A parsed config: the serde model, where each key path came from (to name the file and line
+/// of a key found wrong later) and the directory relative paths resolve against.
+/// `runtime::compile` turns it into a `RuntimeConfig`.
 #[derive(Debug)]
 pub struct Source {
     pub file: model::File,
     pub(crate) base: BaseDir,
-    pub(crate) index: locate::LineIndex,
+    pub(crate) locator: assemble::Locator,
     /// Values from the environment, kept out of error messages.
     pub(crate) secrets: interpolate::Secrets,
-}
-
-impl ConfigError {
-    /// A compile error, with the line of its key path in the text `index` was built from.
-    pub(crate) fn located(index: &locate::LineIndex, (path, message): CompileError) -> ConfigError {
-        ConfigError {
-            file: None,
-            line: index.line_of(&path),
-            path: Some(path),
-            message,
-        }
-    }
+    /// A digest of every text the config was assembled from: equal digests, equal configs
+    /// (a reload of unchanged content is skipped).
+    pub digest: u64,
+    /// The directories the texts were read from (to watch).
+    pub dirs: Vec<PathBuf>,
 }
 
 /// Reads and parses a config file, interpolating from the process environment.
 pub fn load_file(path: &Path) -> Result<Source, ConfigError> {
+    load_file_with(path, &[])
+}
+
+/// [`load_file`], with `extra` fragments (a config source's) merged after its includes.
+pub fn load_file_with(path: &Path, extra: &[assemble::Fragment]) -> Result<Source, ConfigError> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
         file: Some(name.clone()),
@@ -99,8 +99,8 @@ pub fn load_file(path: &Path) -> Result<Source, ConfigError> {
         message: format!("cannot read config file: {e}"),
     })?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    load_str(&text, &base, |v| std::env::var(v).ok()).map_err(|mut e| {
-        e.file = Some(name);
+    load_str_with(&text, &base, |v| std::env::var(v).ok(), extra).map_err(|mut e| {
+        e.file.get_or_insert(name);
         e
     })
 }
@@ -114,10 +114,77 @@ pub fn load_str(
     base: &Path,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Source, ConfigError> {
-    let (text, secrets) = interpolate::interpolate_tracked(text, env)?;
-    let de = serde_yaml::Deserializer::from_str(&text);
+    load_str_with(text, base, env, &[])
+}
+
+/// [`load_str`], then its `include:`s and `extra` merged (`assemble.rs`).
+pub fn load_str_with(
+    text: &str,
+    base: &Path,
+    env: impl Fn(&str) -> Option<String>,
+    extra: &[assemble::Fragment],
+) -> Result<Source, ConfigError> {
+    use std::hash::{Hash, Hasher};
+    let (text, secrets) = interpolate::interpolate_tracked(text, &env)?;
+    let file = deserialize(&text).map_err(|e| secrets.redact(e))?;
+    let index = locate::LineIndex::build(&text);
+    let mut digest = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut digest);
+    if file.include.is_empty() && extra.is_empty() {
+        return Ok(Source {
+            file,
+            base: BaseDir(base.to_path_buf()),
+            locator: assemble::Locator::single(index),
+            secrets,
+            digest: digest.finish(),
+            dirs: vec![base.to_path_buf()],
+        });
+    }
+    let included = assemble::read_includes(&file.include, base, &index)?;
+    let mut fragments = included.fragments;
+    fragments.extend_from_slice(extra);
+    for f in &fragments {
+        (&f.name, &f.text).hash(&mut digest);
+    }
+    let a = assemble::assemble((&text, index), &fragments, env, secrets)?;
+    Ok(Source {
+        file: a.file,
+        base: BaseDir(base.to_path_buf()),
+        locator: a.locator,
+        secrets: a.secrets,
+        digest: digest.finish(),
+        dirs: included.dirs,
+    })
+}
+
+/// Checks a fragment's text on its own: a whole config but for `listeners`, which it may omit.
+pub(crate) fn load_str_partial(text: &str) -> Result<model::File, ConfigError> {
+    let has_listeners = matches!(
+        serde_yaml::from_str::<serde_yaml::Value>(text),
+        Ok(serde_yaml::Value::Mapping(ref m)) if m.contains_key("listeners")
+    );
+    if has_listeners {
+        return deserialize(text);
+    }
+    if text.trim_start().starts_with('{') {
+        // A flow mapping: close it with the key (lines stay as they were).
+        let t = text.trim_end();
+        let inner = t.strip_suffix('}').unwrap_or(t);
+        let sep = if inner.trim_end().ends_with('{') {
+            ""
+        } else {
+            ", "
+        };
+        return deserialize(&format!("{inner}{sep}listeners: []}}"));
+    }
+    deserialize(&format!("{text}\nlisteners: []\n"))
+}
+
+/// Deserializes interpolated text into the model; errors carry their line and key path.
+pub(crate) fn deserialize(text: &str) -> Result<model::File, ConfigError> {
+    let de = serde_yaml::Deserializer::from_str(text);
     let parsed: Result<model::File, _> = serde_path_to_error::deserialize(de);
-    let file = parsed.map_err(|e| {
+    parsed.map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let mut line = inner.location().map(|l| l.line());
@@ -134,20 +201,14 @@ pub fn load_str(
             .strip_prefix("duplicate field `")
             .and_then(|m| m.split('`').next())
         {
-            line = duplicate_line(&text, line.unwrap_or(1), key).or(line);
+            line = duplicate_line(text, line.unwrap_or(1), key).or(line);
         }
-        secrets.redact(ConfigError {
+        ConfigError {
             file: None,
             line,
             path: (path != ".").then_some(path),
             message,
-        })
-    })?;
-    Ok(Source {
-        file,
-        base: BaseDir(base.to_path_buf()),
-        index: locate::LineIndex::build(&text),
-        secrets,
+        }
     })
 }
 

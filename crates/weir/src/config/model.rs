@@ -75,6 +75,15 @@ pub struct File {
     pub http2: Http2,
     /// The DoS shield: per-client connection and request limits, blocking (off when absent).
     pub shield: Option<Shield>,
+    /// Files and directories (every `*.yaml` / `*.yml` in name order) merged into this config
+    /// (`config/assemble.rs`); relative to this file's directory.
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Watching the config's files.
+    #[serde(default)]
+    pub reload: super::model_cluster::Reload,
+    /// This node as a member of a cluster (etcd, Redis).
+    pub cluster: Option<super::model_cluster::Cluster>,
 }
 
 /// A cache store.
@@ -89,6 +98,8 @@ pub struct CacheZone {
     /// A disk tier behind the memory store.
     #[serde(default)]
     pub disk: Option<DiskTier>,
+    /// Shard the zone across the cluster's live members.
+    pub cluster: Option<super::model_cluster::ZoneCluster>,
 }
 
 /// `kv_stores.NAME`: a key-value store.

@@ -9,7 +9,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
 /// A duration from the config.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Dur(pub Duration);
 
 /// A byte size from the config.

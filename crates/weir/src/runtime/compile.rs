@@ -295,7 +295,9 @@ pub(crate) fn compile(
             )
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let watch = file.reload.watch.then_some(file.reload.debounce.0);
     Ok(RuntimeConfig {
+        watch,
         shield,
         subrequests,
         workers,

@@ -65,6 +65,8 @@ pub struct RuntimeConfig {
     pub subrequests: Vec<crate::proxy::route::ProxyRoute>,
     /// The DoS shield's limits (`None`: no `shield:` section, nothing counted).
     pub shield: Option<Arc<crate::shield::Shield>>,
+    /// `reload.watch`: the debounce of the config directories' watch (`None`: not watched).
+    pub watch: Option<Duration>,
 }
 
 /// The error log's settings.
@@ -184,13 +186,14 @@ pub fn compile(
     let config::Source {
         file,
         base,
-        index,
+        locator,
         secrets,
+        ..
     } = source;
-    let mut cfg = compile::compile(file, &base, registry)
-        .map_err(|e| secrets.redact(ConfigError::located(&index, e)))?;
+    let mut cfg =
+        compile::compile(file, &base, registry).map_err(|e| secrets.redact(locator.error(e)))?;
     for l in &mut cfg.listeners {
-        l.line = index.line_of(&l.key);
+        l.line = locator.locate(&l.key).1;
     }
     Ok(cfg)
 }
@@ -218,7 +221,7 @@ pub fn compile_str(
 pub fn load_file(path: &Path, registry: &Arc<Registry>) -> Result<RuntimeConfig, ConfigError> {
     let source = config::load_file(path)?;
     compile(source, registry).map_err(|mut e| {
-        e.file = Some(path.display().to_string());
+        e.file.get_or_insert_with(|| path.display().to_string());
         e
     })
 }
