@@ -22,6 +22,7 @@
 
 pub mod guard;
 pub mod scrape;
+mod scrape_cluster;
 mod scrape_filters;
 mod scrape_storage;
 mod shield;
@@ -141,6 +142,7 @@ fn json_api(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
         (b"/ready", false) => ready(cfg),
         (b"/stats", false) => (200, stats(cfg)),
         (b"/breakers", false) => (200, breakers(cfg)),
+        (b"/cluster", false) => scrape_cluster::status(cfg),
         (b"/shield", false) => shield::list(cfg),
         (b"/shield/unblock", true) => shield::unblock(cfg, param("client")),
         (b"/purge", true) => {
@@ -183,7 +185,7 @@ fn json_api(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
         _ => (
             404,
             json_error(
-                "unknown admin path (/, /health, /ready, /stats, /breakers, /shield, /metrics, /purge, /reload, /openapi.json)",
+                "unknown admin path (/, /health, /ready, /stats, /breakers, /cluster, /shield, /metrics, /purge, /reload, /openapi.json)",
             ),
         ),
     }

@@ -405,6 +405,7 @@ impl Scrape {
         )?;
         super::scrape_filters::families(&self.cfg, enc)?;
         super::scrape_storage::families(&self.cfg, enc)?;
+        super::scrape_cluster::families(&self.cfg, enc)?;
         let now = crate::proxy::upstream::now_ms();
         family(
             enc,

@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::config;
+use crate::config::assemble::Fragment;
 use crate::runtime::{self, Registry, RuntimeConfig};
 use crate::server;
 
@@ -129,6 +130,14 @@ pub fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
+            // A node of a cluster starts on its file merged with etcd's fragments.
+            let (cfg, texts, fragments) = match with_etcd(cfg, texts, config.as_deref()) {
+                Ok(loaded) => loaded,
+                Err(e) => {
+                    eprintln!("weir: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let logs = match logging::Logging::init(flag, &cfg.log.level, cfg.log.json) {
                 Ok(l) => l,
                 Err(e) => {
@@ -136,9 +145,50 @@ pub fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            run(cfg, (config, texts), logs, upgrade_socket)
+            run(cfg, (config, texts, fragments), logs, upgrade_socket)
         }
     }
+}
+
+/// The digest and directories of the texts a config was built from.
+type Texts = (u64, Vec<PathBuf>);
+
+/// For a node with etcd endpoints: reads etcd's config fragments (waiting at most 3 s: an
+/// unreachable etcd is logged and the node starts on its file) and compiles the file merged
+/// with them. Any other config is returned as it is.
+fn with_etcd(
+    cfg: RuntimeConfig,
+    texts: Texts,
+    path: Option<&std::path::Path>,
+) -> Result<(RuntimeConfig, Texts, Vec<Fragment>), String> {
+    let Some(cluster) = cfg.cluster.clone().filter(|c| !c.etcd.is_empty()) else {
+        return Ok((cfg, texts, Vec::new()));
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a runtime for etcd: {e}"))?;
+    let read = rt.block_on(crate::cluster::etcd::read_fragments(
+        &cluster,
+        std::time::Duration::from_secs(3),
+    ));
+    let fragments = match read {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!(
+                "weir: etcd {:?}: {e}; starting on the file alone",
+                cluster.etcd
+            );
+            return Ok((cfg, texts, Vec::new()));
+        }
+    };
+    if fragments.is_empty() {
+        return Ok((cfg, texts, fragments));
+    }
+    let source = crate::reload::read(path, &fragments).map_err(|e| e.to_string())?;
+    let texts = (source.digest, source.dirs.clone());
+    let cfg = runtime::compile(source, &cfg.registry).map_err(|e| e.to_string())?;
+    Ok((cfg, texts, fragments))
 }
 
 fn summary(cfg: &RuntimeConfig) -> String {
@@ -156,7 +206,7 @@ fn summary(cfg: &RuntimeConfig) -> String {
 
 fn run(
     cfg: RuntimeConfig,
-    (path, (digest, dirs)): (Option<PathBuf>, (u64, Vec<PathBuf>)),
+    (path, (digest, dirs), fragments): (Option<PathBuf>, Texts, Vec<Fragment>),
     logs: logging::Logging,
     upgrade_socket: Option<PathBuf>,
 ) -> ExitCode {
@@ -222,7 +272,7 @@ fn run(
     let reloader = crate::reload::Reloader::new(
         path,
         (digest, dirs),
-        Default::default(),
+        std::sync::Arc::new(std::sync::Mutex::new(fragments)),
         Box::new(move |level: &str| logs.apply(level)),
     );
     signals::wait_for_signals(handle, reloader, (drain_rx, upgrade_socket), ready);

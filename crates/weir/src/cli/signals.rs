@@ -76,6 +76,14 @@ pub(super) fn wait_for_signals(
             .reloader
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(tx);
+        // etcd's task (config fragments and members) asks here too.
+        let (cluster_tx, mut cluster_asks) = tokio::sync::mpsc::unbounded_channel();
+        let etcd = handle
+            .config()
+            .cluster
+            .clone()
+            .filter(|c| !c.etcd.is_empty())
+            .map(|c| crate::cluster::etcd::spawn(c, reloader.fragments.clone(), cluster_tx));
         let (files_tx, mut files) = tokio::sync::mpsc::unbounded_channel();
         let mut watch = None;
         sync_watch(&handle, &reloader, &mut watch, &files_tx);
@@ -101,6 +109,10 @@ pub(super) fn wait_for_signals(
                     while files.try_recv().is_ok() {}
                     Why::Files
                 }
+                Some(change) = cluster_asks.recv() => match change {
+                    crate::cluster::Change::Config => Why::Etcd,
+                    crate::cluster::Change::Members => Why::Members,
+                },
                 _ = usr1.recv() => {
                     tracing::info!("reopening access logs");
                     handle.registry().sinks.reopen();
@@ -121,6 +133,9 @@ pub(super) fn wait_for_signals(
             sync_watch(&handle, &reloader, &mut watch, &files_tx);
         };
         drop(watch);
+        if let Some(task) = etcd {
+            task.abort();
+        }
         if drain {
             // The new process is the service now: it tells systemd its own MAINPID.
             tracing::info!("draining: each idle connection answers one more request, then closes");

@@ -136,8 +136,11 @@ mod tests {
         let share = |ramp: f64| {
             (0..10_000u64)
                 .filter(|k| {
-                    a.pick(stable_hash(&k.to_be_bytes()), |_| true, |m| if m == 2 { ramp } else { 1.0 })
-                        == Some(2)
+                    a.pick(
+                        stable_hash(&k.to_be_bytes()),
+                        |_| true,
+                        |m| if m == 2 { ramp } else { 1.0 },
+                    ) == Some(2)
                 })
                 .count() as f64
                 / 10_000.0

@@ -13,8 +13,9 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 pub use super::model_filters::{
-    Canary, CircuitBreaker, CompressRule, Concurrency, CorsRule, FilterRef, FilterSpec, Headers,
-    IpRules, MirrorRule, NoStoreRule, RateLimit, ReplaceRule, Split, StickyRule,
+    Canary, CircuitBreaker, ClusterLimit, CompressRule, Concurrency, CorsRule, FilterRef,
+    FilterSpec, Headers, IpRules, MirrorRule, NoStoreRule, RateLimit, ReplaceRule, Split,
+    StickyRule,
 };
 pub use super::model_ops::{AccessLog, AccessLogSetting, HealthRoute, Log, RequestId};
 pub use super::model_shield::{ProxyProtocol, Shape, Shield};

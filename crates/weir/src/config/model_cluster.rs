@@ -44,9 +44,6 @@ pub struct ZoneCluster {
     /// A new member takes its share of keys gradually over this long.
     #[serde(default)]
     pub rampup: Dur,
-    /// A node that fetched an object from its owner keeps a copy this long (0: none).
-    #[serde(default)]
-    pub keep_local: Dur,
 }
 
 /// `reload:` — watching the config's files.

@@ -247,6 +247,16 @@ pub struct RateLimit {
     /// Send RateLimit-Policy and RateLimit on every response (429s always carry them).
     #[serde(default = "yes")]
     pub headers: bool,
+    /// Across a cluster: `members` divides the quota by the live member count (no network
+    /// hop; each node admits its share).
+    pub cluster: Option<ClusterLimit>,
+}
+
+/// How a rate limit applies across a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClusterLimit {
+    Members,
 }
 
 /// In-flight requests per key (nginx `limit_conn`).

@@ -53,6 +53,8 @@ pub struct Compiler {
     state: Option<Arc<super::state::FilterState>>,
     /// The shield, for filters that report violations to it (`shape`).
     shield: Option<Arc<crate::shield::Shield>>,
+    /// The cluster, for rate limits across it.
+    cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 impl Compiler {
@@ -62,13 +64,17 @@ impl Compiler {
         upstreams: &HashMap<String, usize>,
         compiled: Vec<UpstreamInfo>,
         state: Arc<super::state::FilterState>,
-        shield: Option<Arc<crate::shield::Shield>>,
+        (shield, cluster): (
+            Option<Arc<crate::shield::Shield>>,
+            Option<Arc<crate::cluster::Cluster>>,
+        ),
         base: &BaseDir,
     ) -> Result<Compiler, CompileError> {
         let c = Compiler {
             upstreams: compiled,
             state: Some(state),
             shield,
+            cluster,
             ..Compiler::default()
         };
         let mut named = HashMap::new();
@@ -186,12 +192,22 @@ impl Compiler {
             let table = kept(&key).map(|(k, reg)| {
                 reg.get_or(&k, || Arc::new(super::rate_limit::Table::new(max_keys)))
             });
-            let f = Arc::new(RateLimit::compile(
-                name,
-                r,
-                &format!("{path}.rate_limit"),
-                table,
-            )?);
+            let across = match r.cluster {
+                Some(crate::config::model::ClusterLimit::Members) => match &self.cluster {
+                    Some(c) => Some(c.clone()),
+                    None => {
+                        return Err((
+                            format!("{path}.rate_limit.cluster"),
+                            "needs a `cluster:` section (the node's name and etcd)".into(),
+                        ))
+                    }
+                },
+                None => None,
+            };
+            let f = Arc::new(
+                RateLimit::compile(name, r, &format!("{path}.rate_limit"), table)?
+                    .divided_by(across),
+            );
             Compiled {
                 filter: f.clone(),
                 kind: Kind::RateLimit(f),

@@ -49,6 +49,16 @@ pub struct RateLimit {
     /// `RateLimit-Policy: ...\r\n`, encoded once.
     policy_line: Bytes,
     pub table: Arc<Table>,
+    /// `cluster: members`: the quota is divided by this cluster's live member count.
+    divide: Option<Arc<crate::cluster::Cluster>>,
+}
+
+/// The GCRA parameters of one decision, in nanoseconds.
+#[derive(Debug, Clone, Copy)]
+struct Params {
+    interval: u64,
+    burst_tol: u64,
+    queue_tol: u64,
 }
 
 /// What requests are counted by.
@@ -112,11 +122,11 @@ impl Table {
 
     /// GCRA for `key` at `now` (nanoseconds since the table's epoch).
     fn check(&self, key: &[u8], now: u64, l: &RateLimit) -> Verdict {
-        self.check_hashed(self.map.hash(key), now, l)
+        self.check_hashed(self.map.hash(key), now, l.params())
     }
 
     /// [`Table::check`] for a key already hashed.
-    fn check_hashed(&self, h: u64, now: u64, l: &RateLimit) -> Verdict {
+    fn check_hashed(&self, h: u64, now: u64, l: Params) -> Verdict {
         let mut map = self.map.shard(h);
         let slot = map.get_mut(&h);
         let tat = slot.as_deref().copied().unwrap_or(now).max(now);
@@ -225,7 +235,27 @@ impl RateLimit {
             headers: r.headers,
             policy_line,
             table: table.unwrap_or_else(|| Arc::new(Table::new(r.max_keys))),
+            divide: None,
         })
+    }
+
+    /// Divides the quota by `cluster`'s live members (`cluster: members`).
+    pub(crate) fn divided_by(mut self, cluster: Option<Arc<crate::cluster::Cluster>>) -> Self {
+        self.divide = cluster;
+        self
+    }
+
+    /// This decision's parameters: the configured ones, or with `cluster: members` each
+    /// interval multiplied by the live member count (a quota of 300 r/s over 3 members is
+    /// 100 r/s each; the burst stays a count of requests per node).
+    #[inline]
+    fn params(&self) -> Params {
+        let n = self.divide.as_ref().map_or(1, |c| c.live_count() as u64);
+        Params {
+            interval: self.interval * n,
+            burst_tol: self.burst_tol * n,
+            queue_tol: self.queue_tol * n,
+        }
     }
 
     /// Decides for the request's key now.
@@ -240,7 +270,7 @@ impl RateLimit {
                 std::net::IpAddr::V4(a) if *v4 <= 32 => {
                     let mask = u32::MAX.checked_shl(32 - u32::from(*v4)).unwrap_or(0);
                     let h = self.table.map.mix(u64::from(u32::from(a) & mask));
-                    self.table.check_hashed(h, now, self)
+                    self.table.check_hashed(h, now, self.params())
                 }
                 ip => {
                     let (bytes, len) = network(ip, *v4, *v6);

@@ -124,6 +124,12 @@ pub(crate) struct Exchange<'a> {
     pub body: Option<BytesMut>,
     /// The status of a failure answered by weir (502/503/504), if any.
     pub failed: Option<u16>,
+    /// This upstream and server, whatever the route, filters and balancer would choose (a
+    /// sharded zone's owner).
+    pub pin: Option<(usize, usize)>,
+    /// A failure before the response head is not answered: `failed` is set and the caller
+    /// goes elsewhere (a peer fill falls back to the origin).
+    pub fallback: bool,
 }
 
 impl std::fmt::Debug for Exchange<'_> {
@@ -164,7 +170,10 @@ pub(crate) async fn forward<D: Downstream>(
 ) -> Result<Persistence, Error> {
     let rt = ctx.rt.clone();
     // A traffic split or canary filter may have chosen another upstream than the route's.
-    let upstream = ctx.chosen_upstream().unwrap_or(route.upstream);
+    let upstream = match ex.pin {
+        Some((u, _)) => u,
+        None => ctx.chosen_upstream().unwrap_or(route.upstream),
+    };
     let up: &Upstream = &rt.cfg.upstreams[upstream];
     let per_worker = &rt.upstreams[upstream];
     let target = Target {
@@ -228,9 +237,12 @@ pub(crate) async fn forward<D: Downstream>(
     let mut interims = 0usize;
 
     // A sticky session's server, while it is up and not tried yet; else the balancer.
-    let preferred = route
-        .filters
-        .prefer(ctx.run_if_any().map(|r| &*r), upstream);
+    let preferred = match ex.pin {
+        Some((_, server)) => Some(server),
+        None => route
+            .filters
+            .prefer(ctx.run_if_any().map(|r| &*r), upstream),
+    };
     let (server, mut upstream_conn, resp) = loop {
         // After a stale pooled connection, retry the same server on a new connection.
         let force_fresh = fresh_only.is_some();
@@ -453,6 +465,9 @@ fn fail<D: Downstream>(
         tracing::warn!(upstream = %up.name, server = %server_name, status, reason = %e, suppressed, "upstream failure");
     }
     ex.failed = Some(status);
+    if ex.fallback {
+        return Ok(persistence);
+    }
     ctx.extra
         .get_or_insert_with(Default::default)
         .upstream_failed = true;

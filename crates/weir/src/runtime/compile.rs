@@ -12,7 +12,7 @@ use crate::config::{check_header_value, model, BaseDir, CompileError};
 use crate::routes::RouteTable;
 
 pub(crate) fn compile(
-    file: model::File,
+    mut file: model::File,
     base: &BaseDir,
     registry: &Arc<Registry>,
 ) -> Result<RuntimeConfig, CompileError> {
@@ -91,6 +91,21 @@ pub(crate) fn compile(
         upstream_index.insert(name, upstreams.len());
         upstreams.push(Arc::new(up));
     }
+    let sharded = file.cache_zones.values().any(|z| z.cluster.is_some());
+    let (cluster, peers) = compile_cluster(
+        file.cluster.take(),
+        (&file.listeners, file.admin.as_ref(), sharded),
+        registry,
+        base,
+    )?;
+    if let Some(up) = peers {
+        upstream_index.insert(
+            crate::cluster::shard::PEERS_UPSTREAM.to_string(),
+            upstreams.len(),
+        );
+        upstreams.push(Arc::new(up));
+    }
+    let mut zone_shards = Vec::with_capacity(file.cache_zones.len());
     let mut cache_zones = Vec::with_capacity(file.cache_zones.len());
     let mut zone_index = std::collections::HashMap::new();
     for (name, z) in file.cache_zones {
@@ -114,6 +129,26 @@ pub(crate) fn compile(
         let largest =
             (z.max_size.0 / z.shards as u64).max(disk.as_ref().map_or(0, |d| d.segment_size));
         zone_index.insert(name.clone(), (cache_zones.len(), largest));
+        zone_shards.push(match (&z.cluster, &cluster) {
+            (None, _) => None,
+            (Some(zc), Some(c)) => {
+                let path = format!("cache_zones.{name}.cluster");
+                let peers = upstream_index.get(crate::cluster::shard::PEERS_UPSTREAM);
+                // Alone in the cluster (no peers upstream): every key is this node's.
+                match peers {
+                    Some(&up) => Some(Arc::new(crate::cluster::shard::Shard::compile(
+                        zc, &path, c, up,
+                    )?)),
+                    None => None,
+                }
+            }
+            (Some(_), None) => {
+                return Err((
+                    format!("cache_zones.{name}.cluster"),
+                    "a sharded zone needs a `cluster:` section (the node's name and etcd)".into(),
+                ))
+            }
+        });
         let zone = registry
             .zone(&name, z.max_size.0, z.shards, disk)
             .map_err(|e| (format!("cache_zones.{name}.disk.path"), e))?;
@@ -140,7 +175,7 @@ pub(crate) fn compile(
             })
             .collect(),
         registry.filter_state.clone(),
-        shield.clone(),
+        (shield.clone(), cluster.clone()),
         base,
     )?;
     let mut kv_stores = std::collections::HashMap::new();
@@ -297,6 +332,8 @@ pub(crate) fn compile(
         .collect::<Result<Vec<_>, _>>()?;
     let watch = file.reload.watch.then_some(file.reload.debounce.0);
     Ok(RuntimeConfig {
+        cluster,
+        zone_shards,
         watch,
         shield,
         subrequests,
@@ -466,4 +503,39 @@ fn resolve(addr: &str) -> Result<SocketAddr, String> {
         .map_err(|e| format!("cannot resolve {addr:?}: {e}"))?
         .next()
         .ok_or_else(|| format!("{addr:?} resolved to no address"))
+}
+
+/// Compiles `cluster:` (taken out of `file`) and, when a zone is sharded and there are other
+/// members, the peers upstream.
+fn compile_cluster(
+    c: Option<crate::config::model_cluster::Cluster>,
+    (listeners, admin, sharded): (&[model::Listener], Option<&model::Admin>, bool),
+    registry: &Arc<Registry>,
+    base: &BaseDir,
+) -> Result<
+    (
+        Option<Arc<crate::cluster::Cluster>>,
+        Option<crate::proxy::upstream::Upstream>,
+    ),
+    CompileError,
+> {
+    let Some(c) = c else {
+        return Ok((None, None));
+    };
+    let listen = listeners
+        .first()
+        .and_then(|l| l.address.parse::<SocketAddr>().ok());
+    let admin = admin.and_then(|a| a.address.parse::<SocketAddr>().ok());
+    let cluster = crate::cluster::Cluster::compile(c, listen, admin, &registry.cluster)?;
+    let peers = match crate::cluster::shard::peers_upstream(&cluster).filter(|_| sharded) {
+        Some(m) => Some(crate::proxy::upstream::Upstream::compile(
+            crate::cluster::shard::PEERS_UPSTREAM,
+            m,
+            "cluster",
+            &**registry,
+            base,
+        )?),
+        None => None,
+    };
+    Ok((Some(Arc::new(cluster)), peers))
 }

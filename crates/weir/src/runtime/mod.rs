@@ -65,6 +65,10 @@ pub struct RuntimeConfig {
     pub subrequests: Vec<crate::proxy::route::ProxyRoute>,
     /// The DoS shield's limits (`None`: no `shield:` section, nothing counted).
     pub shield: Option<Arc<crate::shield::Shield>>,
+    /// `cluster:`: this node among others (`None`: a single node).
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// Per cache zone (same index): its placement across the cluster, when sharded.
+    pub zone_shards: Vec<Option<Arc<crate::cluster::shard::Shard>>>,
     /// `reload.watch`: the debounce of the config directories' watch (`None`: not watched).
     pub watch: Option<Duration>,
 }

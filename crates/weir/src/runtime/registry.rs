@@ -71,6 +71,8 @@ pub struct Registry {
     /// The DoS shield's client table and counters (kept across reloads, as nginx keeps a
     /// `limit_conn` zone).
     pub shield: Arc<crate::shield::ShieldState>,
+    /// Cluster membership and counters (kept across reloads).
+    pub cluster: Arc<crate::cluster::ClusterState>,
 }
 
 /// Asks the process to re-read its config; the answer is `Err(why)` when it kept the old one.
@@ -97,6 +99,7 @@ impl Registry {
             tls: Default::default(),
             filter_state: Default::default(),
             shield: Default::default(),
+            cluster: Default::default(),
         }
     }
 

@@ -2,6 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod cachekit;
+pub mod etcd;
 pub mod h2raw;
 pub mod origin;
 pub mod process;

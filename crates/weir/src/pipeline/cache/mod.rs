@@ -23,6 +23,7 @@
 mod encode;
 mod file_hit;
 mod miss;
+mod peer;
 mod slice;
 mod write;
 
@@ -154,6 +155,18 @@ pub(crate) async fn cached<D: Downstream>(
         return forward_uncached(d, ctx, stage, Fwd::Bypass, Some(why), persistence).await;
     }
     let key = settings.key.key(head, stage.scheme);
+    if ctx
+        .rt
+        .cfg
+        .zone_shards
+        .get(settings.zone)
+        .is_some_and(Option::is_some)
+    {
+        // Boxed: only sharded zones pay for the peer exchange's state.
+        if let Some(r) = Box::pin(peer::fill(d, ctx, stage, &key, persistence)).await {
+            return r;
+        }
+    }
     let req_dirs = Directives::parse(values(&head.headers, "cache-control"));
     // A compressing route: a coding's variant is made from the stored identity object; failing
     // that, the request goes on as an identity request (its answer compressed as it streams).

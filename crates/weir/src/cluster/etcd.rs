@@ -1,0 +1,330 @@
+//! etcd as config source and membership registry.
+//!
+//! One task per node, on the control loop's runtime:
+//!
+//! 1. connect; register `PREFIX/members/NODE` (this node's [`Member`] as JSON) under a lease of
+//!    `lease_ttl`, renewed every third of it;
+//! 2. read `PREFIX/` whole (config fragments and members) at one revision;
+//! 3. watch `PREFIX/` from that revision + 1, with progress notifications (so the revision
+//!    held stays current even when nothing changes, and a resumed watch starts near the head);
+//! 4. apply events to the key → value maps held here; changes arriving within `coalesce` of the
+//!    first are one update: the fragments (sorted by key) go to the reloader, which rebuilds
+//!    only if the merged texts differ (`reload/`), and membership to the registry.
+//!
+//! On any error the task reconnects with backoff, resuming the watch at the last revision seen;
+//! if etcd compacted past it, the watch is cancelled with the compaction revision and the task
+//! reads everything again, swapping only what changed. While etcd is unreachable the node keeps
+//! the last config and members it had (the listeners never depend on etcd being up).
+//!
+//! Why the `etcd-client` crate (gRPC, needs `protoc` at build time) rather than etcd's JSON
+//! gateway: leases with keep-alive streams, watches with progress notify and compaction
+//! reporting are first-class there, and it is the maintained client of the Rust ecosystem; the
+//! gateway would mean a hand-written HTTP streaming client of our own.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{
+    Client, ConnectOptions, EventType, GetOptions, PutOptions, WatchOptions, WatchResponse,
+};
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::{Change, Cluster, Member};
+use crate::config::assemble::Fragment;
+
+/// How long a connection attempt or a single request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Log lines about etcd being unreachable: at most one per interval.
+static DOWN_LOG: crate::logs::Limited = crate::logs::Limited::new();
+
+fn options() -> ConnectOptions {
+    ConnectOptions::new()
+        .with_connect_timeout(REQUEST_TIMEOUT)
+        .with_timeout(REQUEST_TIMEOUT)
+        .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
+}
+
+fn endpoints(cluster: &Cluster) -> Vec<String> {
+    cluster
+        .etcd
+        .iter()
+        .map(|e| {
+            if e.contains("://") {
+                e.clone()
+            } else {
+                format!("http://{e}")
+            }
+        })
+        .collect()
+}
+
+/// Reads the config fragments once, before the node serves (bounded by `within`). An
+/// unreachable etcd is not fatal: the node starts on its file and catches up later.
+pub async fn read_fragments(cluster: &Cluster, within: Duration) -> Result<Vec<Fragment>, String> {
+    let read = async {
+        let mut client = Client::connect(endpoints(cluster), Some(options()))
+            .await
+            .map_err(|e| e.to_string())?;
+        let prefix = cluster.config_prefix();
+        let resp = client
+            .get(prefix.as_bytes(), Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut map = BTreeMap::new();
+        for kv in resp.kvs() {
+            map.insert(kv.key().to_vec(), kv.value().to_vec());
+        }
+        if let Some(h) = resp.header() {
+            cluster
+                .state
+                .revision
+                .store(h.revision(), Ordering::Relaxed);
+        }
+        Ok(fragments_of(&map))
+    };
+    tokio::time::timeout(within, read)
+        .await
+        .map_err(|_| format!("no answer from etcd within {within:?}"))?
+}
+
+/// The fragments of a key → value map, in key order.
+fn fragments_of(map: &BTreeMap<Vec<u8>, Vec<u8>>) -> Vec<Fragment> {
+    map.iter()
+        .map(|(k, v)| Fragment {
+            name: format!("etcd:{}", String::from_utf8_lossy(k)),
+            text: String::from_utf8_lossy(v).into_owned(),
+            overrides: true,
+        })
+        .collect()
+}
+
+/// What the task holds between connections.
+struct Mirror {
+    cluster: Arc<Cluster>,
+    config: BTreeMap<Vec<u8>, Vec<u8>>,
+    members: BTreeMap<String, Member>,
+    /// The last revision seen (0: nothing read yet).
+    revision: i64,
+    fragments: Arc<Mutex<Vec<Fragment>>>,
+    tx: UnboundedSender<Change>,
+}
+
+/// Starts the etcd task for `cluster` on the current runtime; `fragments` is the reloader's.
+pub fn spawn(
+    cluster: Arc<Cluster>,
+    fragments: Arc<Mutex<Vec<Fragment>>>,
+    tx: UnboundedSender<Change>,
+) -> tokio::task::JoinHandle<()> {
+    let mut m = Mirror {
+        cluster,
+        config: BTreeMap::new(),
+        members: BTreeMap::new(),
+        revision: 0,
+        fragments,
+        tx,
+    };
+    tokio::spawn(async move {
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            match m.session().await {
+                Ok(()) => backoff = Duration::from_millis(200),
+                Err(e) => {
+                    m.cluster.state.etcd_up.store(false, Ordering::Relaxed);
+                    if let Some(suppressed) = DOWN_LOG.admit() {
+                        tracing::warn!(error = %e, suppressed, "etcd unreachable: keeping the last config and members");
+                    }
+                }
+            }
+            m.cluster
+                .state
+                .watch_restarts
+                .fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+    })
+}
+
+impl Mirror {
+    /// One connection: register, (re)read if needed, watch until an error.
+    async fn session(&mut self) -> Result<(), String> {
+        let c = self.cluster.clone();
+        let mut client = Client::connect(endpoints(&c), Some(options()))
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let lease = client
+            .lease_grant(c.lease_ttl.as_secs().max(1) as i64, None)
+            .await
+            .map_err(|e| format!("lease: {e}"))?
+            .id();
+        let mut me = c.me.clone();
+        me.since_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let record = serde_json::to_vec(&me).map_err(|e| e.to_string())?;
+        client
+            .put(
+                format!("{}{}", c.members_prefix(), c.node),
+                record,
+                Some(PutOptions::new().with_lease(lease)),
+            )
+            .await
+            .map_err(|e| format!("register: {e}"))?;
+        let (mut keeper, mut acks) = client
+            .lease_keep_alive(lease)
+            .await
+            .map_err(|e| format!("keep-alive: {e}"))?;
+        c.state.etcd_up.store(true, Ordering::Relaxed);
+        if self.revision == 0 {
+            self.read_all(&mut client).await?;
+        }
+        let prefix = format!("{}/", c.prefix);
+        let mut stream = client
+            .watch(
+                prefix.as_bytes(),
+                Some(
+                    WatchOptions::new()
+                        .with_prefix()
+                        .with_start_revision(self.revision + 1)
+                        .with_progress_notify(),
+                ),
+            )
+            .await
+            .map_err(|e| format!("watch: {e}"))?;
+        let mut renew = tokio::time::interval((c.lease_ttl / 3).max(Duration::from_millis(300)));
+        let mut pending: Option<(bool, bool)> = None;
+        let coalesce = tokio::time::sleep(Duration::from_secs(3600));
+        tokio::pin!(coalesce);
+        loop {
+            tokio::select! {
+                msg = stream.message() => {
+                    let resp = msg
+                        .map_err(|e| format!("watch: {e}"))?
+                        .ok_or_else(|| "watch ended".to_string())?;
+                    if resp.canceled() {
+                        if resp.compact_revision() > 0 {
+                            // Events were compacted away: read everything at the head again.
+                            c.state.compactions.fetch_add(1, Ordering::Relaxed);
+                            tracing::info!(compacted = resp.compact_revision(), "etcd compacted past the watch: re-reading");
+                            self.read_all(&mut client).await?;
+                        }
+                        return Err(format!("watch cancelled: {}", resp.cancel_reason()));
+                    }
+                    let changed = self.apply(&resp);
+                    if changed != (false, false) {
+                        if pending.is_none() {
+                            coalesce.as_mut().reset(tokio::time::Instant::now() + c.coalesce);
+                        }
+                        let p = pending.get_or_insert((false, false));
+                        p.0 |= changed.0;
+                        p.1 |= changed.1;
+                    }
+                }
+                () = &mut coalesce, if pending.is_some() => {
+                    if let Some((config, members)) = pending.take() {
+                        self.publish(config, members);
+                    }
+                }
+                _ = renew.tick() => {
+                    keeper.keep_alive().await.map_err(|e| format!("keep-alive: {e}"))?;
+                }
+                ack = acks.message() => {
+                    match ack {
+                        Ok(Some(a)) if a.ttl() > 0 => {}
+                        Ok(Some(_)) => return Err("the lease expired".into()),
+                        Ok(None) => return Err("keep-alive stream ended".into()),
+                        Err(e) => return Err(format!("keep-alive: {e}")),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads `PREFIX/` whole and publishes what changed.
+    async fn read_all(&mut self, client: &mut Client) -> Result<(), String> {
+        let c = self.cluster.clone();
+        let resp = client
+            .get(
+                format!("{}/", c.prefix).as_bytes(),
+                Some(GetOptions::new().with_prefix()),
+            )
+            .await
+            .map_err(|e| format!("read: {e}"))?;
+        let (config_prefix, members_prefix) = (c.config_prefix(), c.members_prefix());
+        let mut config = BTreeMap::new();
+        let mut members = BTreeMap::new();
+        for kv in resp.kvs() {
+            if kv.key().starts_with(config_prefix.as_bytes()) {
+                config.insert(kv.key().to_vec(), kv.value().to_vec());
+            } else if let Some(node) = kv.key().strip_prefix(members_prefix.as_bytes()) {
+                if let Ok(m) = serde_json::from_slice::<Member>(kv.value()) {
+                    members.insert(String::from_utf8_lossy(node).into_owned(), m);
+                }
+            }
+        }
+        self.revision = resp.header().map_or(self.revision, |h| h.revision());
+        let config_changed = config != self.config;
+        let members_changed = members != self.members;
+        self.config = config;
+        self.members = members;
+        self.publish(config_changed, members_changed);
+        Ok(())
+    }
+
+    /// Applies a watch response to the maps: (config changed, members changed).
+    fn apply(&mut self, resp: &WatchResponse) -> (bool, bool) {
+        if let Some(h) = resp.header() {
+            // A progress notification carries only this: the revision the watch has reached.
+            self.revision = self.revision.max(h.revision());
+        }
+        let c = &self.cluster;
+        let (config_prefix, members_prefix) = (c.config_prefix(), c.members_prefix());
+        let mut changed = (false, false);
+        for ev in resp.events() {
+            let Some(kv) = ev.kv() else { continue };
+            self.revision = self.revision.max(kv.mod_revision());
+            let put = ev.event_type() == EventType::Put;
+            if kv.key().starts_with(config_prefix.as_bytes()) {
+                let key = kv.key().to_vec();
+                let before = self.config.get(&key).cloned();
+                if put {
+                    self.config.insert(key, kv.value().to_vec());
+                } else {
+                    self.config.remove(&key);
+                }
+                changed.0 |= before.as_deref() != (put.then_some(kv.value()));
+            } else if let Some(node) = kv.key().strip_prefix(members_prefix.as_bytes()) {
+                let node = String::from_utf8_lossy(node).into_owned();
+                let m = put
+                    .then(|| serde_json::from_slice::<Member>(kv.value()).ok())
+                    .flatten();
+                let before = self.members.get(&node).cloned();
+                match &m {
+                    Some(m) => self.members.insert(node, m.clone()),
+                    None => self.members.remove(&node),
+                };
+                changed.1 |= before != m;
+            }
+        }
+        changed
+    }
+
+    /// Hands the maps on: fragments to the reloader, members to the registry.
+    fn publish(&mut self, config: bool, members: bool) {
+        let state = &self.cluster.state;
+        if config {
+            *self.fragments.lock().unwrap_or_else(|e| e.into_inner()) = fragments_of(&self.config);
+        }
+        state.revision.store(self.revision, Ordering::Relaxed);
+        let members = members && state.set_members(self.members.values().cloned().collect());
+        if config {
+            let _ = self.tx.send(Change::Config);
+        }
+        if members {
+            let _ = self.tx.send(Change::Members);
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! Several weir nodes acting as one edge. weir implements no consensus or gossip of its own:
+//!
+//! * **etcd** ([`etcd`]): config fragments under `PREFIX/config/` (merged after the node's own
+//!   file, `config/assemble.rs`), membership (each node's record under a lease at
+//!   `PREFIX/members/NODE`), both watched from the revision read, with progress notifications
+//!   and a full re-read after a compaction.
+//! * **a sharded cache** ([`shard`], [`ring`]): a zone with `cluster:` places each key on one
+//!   live member; the others fetch from it (one hop, marked with `Weir-Peer` so it cannot loop)
+//!   and fall back to the origin when it cannot answer.
+//! * **rate limits** (`filters/rate_limit.rs`, `cluster: members`): a quota divided by the live
+//!   member count.
+//!
+//! Membership is part of what a config is compiled from (the peers upstream, the rings): a
+//! change of members reloads through the one reload path (`reload/`), like a change of text.
+
+pub mod etcd;
+pub mod ring;
+pub mod shard;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{model_cluster, CompileError};
+
+/// The header that marks a peer-fill request: the asking node's name.
+pub const PEER_HEADER: &str = "weir-peer";
+
+/// What the etcd task tells the reload loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// The config fragments changed.
+    Config,
+    /// The live members changed.
+    Members,
+}
+
+/// A member as registered in etcd.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub node: String,
+    /// Where its listener takes peer-fill requests.
+    pub peer: SocketAddr,
+    /// Its admin API, for purges.
+    pub admin: Option<SocketAddr>,
+    /// When it registered (Unix milliseconds): ramp-up counts from here.
+    pub since_ms: u64,
+}
+
+/// Cluster state that outlives a config (kept in the registry).
+#[derive(Debug, Default)]
+pub struct ClusterState {
+    /// The live members as etcd last said (this node included once registered).
+    members: Mutex<Vec<Member>>,
+    /// Their number, read by rate limits on every request.
+    live: std::sync::atomic::AtomicUsize,
+    /// The etcd revision of the config fragments applied (0: none read).
+    pub revision: AtomicI64,
+    /// Whether the etcd session is up now.
+    pub etcd_up: AtomicBool,
+    /// Full re-reads after a compaction, and watch restarts after an error.
+    pub compactions: AtomicU64,
+    pub watch_restarts: AtomicU64,
+    /// Peer fills answered by the owner, and those that fell back to the origin.
+    pub peer_fills: AtomicU64,
+    pub peer_fallbacks: AtomicU64,
+    /// Rate-limit decisions admitted because Redis could not be asked (fail open).
+    pub redis_errors: AtomicU64,
+}
+
+impl ClusterState {
+    /// The members now, sorted by name.
+    pub fn members(&self) -> Vec<Member> {
+        self.members
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Replaces the member list; `true` when it changed.
+    pub fn set_members(&self, mut members: Vec<Member>) -> bool {
+        members.sort_by(|a, b| a.node.cmp(&b.node));
+        let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        if *m == members {
+            return false;
+        }
+        self.live.store(members.len(), Ordering::Relaxed);
+        *m = members;
+        true
+    }
+}
+
+/// The compiled `cluster:` section.
+#[derive(Debug)]
+pub struct Cluster {
+    pub node: String,
+    pub etcd: Vec<String>,
+    pub prefix: String,
+    /// This node's record.
+    pub me: Member,
+    pub lease_ttl: Duration,
+    pub coalesce: Duration,
+    pub redis: Option<String>,
+    /// The members this config was compiled with (this node always among them).
+    pub members: Vec<Member>,
+    pub state: Arc<ClusterState>,
+}
+
+impl Cluster {
+    /// Compiles `cluster:`; `listen` is the first listener's address, `admin` the admin's.
+    pub(crate) fn compile(
+        c: model_cluster::Cluster,
+        listen: Option<SocketAddr>,
+        admin: Option<SocketAddr>,
+        state: &Arc<ClusterState>,
+    ) -> Result<Cluster, CompileError> {
+        let node = c.node.trim().to_string();
+        if node.is_empty() || node.contains(['/', ' ']) {
+            return Err((
+                "cluster.node".into(),
+                "must be a non-empty name without `/` or spaces".into(),
+            ));
+        }
+        let peer = match &c.advertise {
+            Some(a) => a.parse::<SocketAddr>().map_err(|e| {
+                ("cluster.advertise".to_string(), format!("{a:?}: {e} (give ip:port)"))
+            })?,
+            None => listen.filter(|a| a.port() != 0).ok_or_else(|| {
+                (
+                    "cluster.advertise".to_string(),
+                    "give the ip:port peers reach this node at (the first listener's port is 0 or absent)".to_string(),
+                )
+            })?,
+        };
+        if c.coalesce.0 < Duration::from_millis(100) {
+            return Err(("cluster.coalesce".into(), "must be at least 100ms".into()));
+        }
+        if c.lease_ttl.0 < Duration::from_secs(1) {
+            return Err(("cluster.lease_ttl".into(), "must be at least 1s".into()));
+        }
+        let prefix = c.prefix.trim_end_matches('/').to_string();
+        let me = Member {
+            node: node.clone(),
+            peer,
+            admin,
+            since_ms: 0,
+        };
+        // This node is a member from the start, even before etcd says so (or when it cannot).
+        let mut members = state.members();
+        if !members.iter().any(|m| m.node == node) {
+            members.push(me.clone());
+            members.sort_by(|a, b| a.node.cmp(&b.node));
+        }
+        Ok(Cluster {
+            node,
+            etcd: c.etcd,
+            prefix,
+            me,
+            lease_ttl: c.lease_ttl.0,
+            coalesce: c.coalesce.0,
+            redis: c.redis,
+            members,
+            state: state.clone(),
+        })
+    }
+
+    /// The members other than this node.
+    pub fn peers(&self) -> impl Iterator<Item = &Member> {
+        self.members.iter().filter(|m| m.node != self.node)
+    }
+
+    /// Live members now (at least 1: this node, before etcd lists it or without etcd).
+    pub fn live_count(&self) -> usize {
+        self.state.live.load(Ordering::Relaxed).max(1)
+    }
+
+    /// `PREFIX/config/`.
+    pub fn config_prefix(&self) -> String {
+        format!("{}/config/", self.prefix)
+    }
+
+    /// `PREFIX/members/`.
+    pub fn members_prefix(&self) -> String {
+        format!("{}/members/", self.prefix)
+    }
+}
+
+/// The etcd revision applied, for /metrics and the admin API.
+pub fn revision(state: &ClusterState) -> i64 {
+    state.revision.load(Ordering::Relaxed)
+}

@@ -1,0 +1,211 @@
+//! Three nodes of `examples/cluster/node.yaml` on loopback with a real etcd: one sharded cache
+//! (the origin sees each key once, whichever node is asked), config from etcd live on every
+//! node within a second, the last config kept while etcd is down and caught up after, a
+//! cluster-wide rate limit, and a killed node costing the survivors' clients no error.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::etcd::Etcd;
+use common::origin::{http_origin, SeenRequest};
+use common::process::*;
+use common::*;
+
+struct Node {
+    name: &'static str,
+    addr: SocketAddr,
+    admin: SocketAddr,
+    proc: Option<Running>,
+}
+
+fn start_node(name: &'static str, etcd: SocketAddr, origin: SocketAddr) -> Node {
+    let (port, admin_port) = (free_port(), free_port());
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let mut cmd = Command::new(WEIR);
+    cmd.current_dir(root)
+        .args(["run", "-c", "examples/cluster/node.yaml"])
+        .env("WEIR_NODE", name)
+        .env("WEIR_LISTEN", format!("127.0.0.1:{port}"))
+        .env("WEIR_ADMIN", format!("127.0.0.1:{admin_port}"))
+        .env("WEIR_ETCD", etcd.to_string())
+        .env("WEIR_ORIGIN", origin.to_string());
+    let (proc, addr) = spawn_serving(cmd);
+    Node {
+        name,
+        addr,
+        admin: format!("127.0.0.1:{admin_port}").parse().unwrap(),
+        proc: Some(proc),
+    }
+}
+
+fn until(what: &str, within: Duration, mut ok: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !ok() {
+        assert!(
+            start.elapsed() < within,
+            "timed out after {within:?}: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    start.elapsed()
+}
+
+fn members(n: &Node) -> usize {
+    let r = get(n.admin, "/cluster");
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+    v["members"].as_array().map_or(0, Vec::len)
+}
+
+fn body(addr: SocketAddr, path: &str) -> String {
+    String::from_utf8_lossy(&get(addr, path).body).into_owned()
+}
+
+fn version_fragment(text: &str) -> String {
+    format!(
+        "listeners:\n  - address: ${{WEIR_LISTEN}}\n    routes:\n      - name: version\n        match: {{ path: /version }}\n        respond: {{ body: \"{text}\\n\" }}\n"
+    )
+}
+
+#[test]
+fn three_nodes_share_one_cache_config_and_limit_and_survive_a_node_and_etcd_going() {
+    let Some(mut etcd) = Etcd::start("cluster") else {
+        return;
+    };
+    let fetched = Arc::new(AtomicUsize::new(0));
+    let f2 = fetched.clone();
+    let origin = http_origin(move |req: &SeenRequest| {
+        f2.fetch_add(1, Ordering::SeqCst);
+        let body = format!("object {}", req.line);
+        format!(
+            "HTTP/1.1 200 OK\r\nCache-Control: max-age=3600\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    });
+    let mut nodes: Vec<Node> = ["a", "b", "c"]
+        .into_iter()
+        .map(|n| start_node(n, etcd.addr, origin.addr))
+        .collect();
+    for n in &nodes {
+        until(
+            &format!("{} sees 3 members", n.name),
+            Duration::from_secs(10),
+            || members(n) == 3,
+        );
+    }
+
+    // 300 keys round-robin through the three nodes, twice: one origin fetch per key.
+    for pass in 0..2 {
+        for k in 0..300 {
+            let n = &nodes[k % 3];
+            let r = get(n.addr, &format!("/obj/{k}"));
+            assert_eq!(r.status, 200, "pass {pass} key {k} via {}", n.name);
+            if pass == 1 {
+                let status = r.header("cache-status").unwrap_or_default();
+                assert!(status.contains("hit"), "key {k} via {}: {status}", n.name);
+            }
+        }
+    }
+    assert_eq!(
+        fetched.load(Ordering::SeqCst),
+        300,
+        "the origin saw each key once"
+    );
+
+    // A config change written to etcd is live on all three within 1 s.
+    for n in &nodes {
+        assert_eq!(body(n.addr, "/version"), "file\n");
+    }
+    etcd.ctl(&["put", "/weir/config/version", &version_fragment("etcd-1")])
+        .unwrap();
+    let start = Instant::now();
+    for n in &nodes {
+        until("etcd-1 live", Duration::from_secs(3), || {
+            body(n.addr, "/version") == "etcd-1\n"
+        });
+    }
+    let live = start.elapsed();
+    assert!(
+        live < Duration::from_secs(1),
+        "live on all three after {live:?}"
+    );
+    let rev: serde_json::Value =
+        serde_json::from_slice(&get(nodes[0].admin, "/cluster").body).unwrap();
+    assert!(rev["revision"].as_i64().unwrap() > 0, "{rev}");
+
+    // The cluster-wide limit: 300 r/s across the three, whatever node a client uses.
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let window = Duration::from_secs(2);
+    let started = Instant::now();
+    let threads: Vec<_> = nodes
+        .iter()
+        .map(|n| {
+            let (addr, admitted) = (n.addr, admitted.clone());
+            std::thread::spawn(move || {
+                // A connection per request: a refusal may close its connection.
+                while started.elapsed() < window {
+                    if get(addr, "/limited").status == 200 {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let rate = admitted.load(Ordering::Relaxed) as f64 / window.as_secs_f64();
+    assert!(
+        (285.0..=318.0).contains(&rate),
+        "admitted {rate} r/s for 300"
+    );
+
+    // etcd stops: every node keeps its last config; it comes back: they catch up.
+    etcd.stop();
+    std::thread::sleep(Duration::from_millis(500));
+    for n in &nodes {
+        assert_eq!(
+            body(n.addr, "/version"),
+            "etcd-1\n",
+            "{} kept its config",
+            n.name
+        );
+        assert_eq!(get(n.addr, "/obj/7").status, 200);
+    }
+    etcd.resume();
+    etcd.ctl(&["put", "/weir/config/version", &version_fragment("etcd-2")])
+        .unwrap();
+    for n in &nodes {
+        until(
+            "caught up after etcd came back",
+            Duration::from_secs(8),
+            || body(n.addr, "/version") == "etcd-2\n",
+        );
+    }
+
+    // Kill c: the clients of a and b see no error, for every key (c's move to a and b).
+    let c = nodes.pop().unwrap();
+    drop(c.proc);
+    let before = fetched.load(Ordering::SeqCst);
+    for k in 0..300 {
+        let n = &nodes[k % 2];
+        let r = get(n.addr, &format!("/obj/{k}"));
+        assert_eq!(r.status, 200, "key {k} via {} after c died", n.name);
+    }
+    let refetched = fetched.load(Ordering::SeqCst) - before;
+    assert!(
+        (50..=150).contains(&refetched),
+        "only c's keys (about a third) go to the origin again: {refetched}"
+    );
+    for n in &nodes {
+        until("c's lease expired", Duration::from_secs(10), || {
+            members(n) == 2
+        });
+    }
+}
