@@ -99,6 +99,17 @@ fn included_files_and_a_watched_conf_d_reload_on_change_only() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `weir check -c FILE`, which must fail: its stderr.
+fn check_fails(config: &Path) -> String {
+    let out = std::process::Command::new(WEIR)
+        .args(["check", "-c"])
+        .arg(config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn check_names_the_included_file_and_line_of_an_error() {
     let dir = std::env::temp_dir().join(format!("weir-include-err-{}", std::process::id()));
@@ -114,13 +125,7 @@ fn check_names_the_included_file_and_line_of_an_error() {
         "# upstreams\nupstreams:\n  o:\n    servers: ['127.0.0.1:9']\n    balance: sideways\n",
     )
     .unwrap();
-    let out = std::process::Command::new(WEIR)
-        .args(["check", "-c"])
-        .arg(dir.join("weir.yaml"))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let err = check_fails(&dir.join("weir.yaml"));
     assert!(
         err.contains(&format!(
             "{}:5: upstreams.o",
@@ -134,12 +139,7 @@ fn check_names_the_included_file_and_line_of_an_error() {
         "listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - name: a\n        respond: { body: b }\n",
     )
     .unwrap();
-    let out = std::process::Command::new(WEIR)
-        .args(["check", "-c"])
-        .arg(dir.join("weir.yaml"))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = check_fails(&dir.join("weir.yaml"));
     assert!(err.contains("more.yaml:4"), "{err}");
     assert!(err.contains("already defined"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);

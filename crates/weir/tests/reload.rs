@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::origin::{http_origin, SeenRequest};
+use common::origin::counting_cacheable_origin;
 use common::*;
 
 fn config(origin: std::net::SocketAddr, version: usize) -> String {
@@ -22,17 +22,7 @@ fn config(origin: std::net::SocketAddr, version: usize) -> String {
 
 #[test]
 fn swapping_the_config_under_traffic_fails_no_request_and_keeps_cache_hits() {
-    let fetched = Arc::new(AtomicUsize::new(0));
-    let f2 = fetched.clone();
-    let origin = http_origin(move |req: &SeenRequest| {
-        f2.fetch_add(1, Ordering::SeqCst);
-        let body = format!("object {}", req.line);
-        format!(
-            "HTTP/1.1 200 OK\r\nCache-Control: max-age=3600\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .into_bytes()
-    });
+    let (origin, fetched) = counting_cacheable_origin();
     let cfg = weir::runtime::load_str(&config(origin.addr, 0), Path::new("."), |_| None).unwrap();
     let zone = cfg.cache_zones[0].clone();
     let health = cfg.upstreams[0].servers[0].health.clone();

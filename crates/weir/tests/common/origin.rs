@@ -157,3 +157,20 @@ pub fn ok(body: &str) -> Vec<u8> {
     )
     .into_bytes()
 }
+
+/// An origin answering every request with `object <request line>`, cacheable for an hour, and
+/// a count of the requests it answered.
+pub fn counting_cacheable_origin() -> (Origin, Arc<AtomicUsize>) {
+    let fetched = Arc::new(AtomicUsize::new(0));
+    let f2 = fetched.clone();
+    let origin = http_origin(move |req: &SeenRequest| {
+        f2.fetch_add(1, Ordering::SeqCst);
+        let body = format!("object {}", req.line);
+        format!(
+            "HTTP/1.1 200 OK\r\nCache-Control: max-age=3600\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    });
+    (origin, fetched)
+}
