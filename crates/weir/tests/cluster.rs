@@ -1,6 +1,7 @@
 //! Three nodes of `examples/cluster/node.yaml` on loopback with a real etcd: one sharded cache
 //! (the origin sees each key once, whichever node is asked), config from etcd live on every
-//! node within a second, the last config kept while etcd is down and caught up after, a
+//! node within a second, a purge applied and confirmed by every node within a second, the last
+//! config kept while etcd is down and caught up after, a
 //! cluster-wide rate limit, and a killed node costing the survivors' clients no error.
 #![allow(clippy::unwrap_used)]
 
@@ -66,6 +67,15 @@ fn body(addr: SocketAddr, path: &str) -> String {
     String::from_utf8_lossy(&get(addr, path).body).into_owned()
 }
 
+/// `POST /purge?QUERY` on an admin API: the status and the JSON answer.
+fn purge(admin: SocketAddr, query: &str) -> (u16, serde_json::Value) {
+    let mut s = connect(admin);
+    let raw =
+        format!("POST /purge?{query} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n");
+    let r = roundtrip(&mut s, raw.as_bytes());
+    (r.status, serde_json::from_slice(&r.body).unwrap())
+}
+
 fn version_fragment(text: &str) -> String {
     format!(
         "listeners:\n  - address: ${{WEIR_LISTEN}}\n    routes:\n      - name: version\n        match: {{ path: /version }}\n        respond: {{ body: \"{text}\\n\" }}\n"
@@ -106,6 +116,29 @@ fn three_nodes_share_one_cache_config_and_limit_and_survive_a_node_and_etcd_goin
         fetched.load(Ordering::SeqCst),
         300,
         "the origin saw each key once"
+    );
+
+    // A purge taken by one node is applied by all three, and its answer says so, within 1 s.
+    let start = Instant::now();
+    let (status, v) = purge(nodes[1].admin, "regex=/obj/");
+    let took = start.elapsed();
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["confirmed"], serde_json::json!(["a", "b", "c"]), "{v}");
+    assert_eq!(v["purged"], 300, "each node purged the keys it owned: {v}");
+    for n in ["a", "b", "c"] {
+        let each = v["nodes"][n]["purged"].as_u64().unwrap();
+        assert!((50..=150).contains(&each), "{n} owned about a third: {v}");
+    }
+    assert!(took < Duration::from_secs(1), "confirmed after {took:?}");
+    for k in 0..300 {
+        let r = get(nodes[k % 3].addr, &format!("/obj/{k}"));
+        let status = r.header("cache-status").unwrap_or_default();
+        assert!(!status.contains("hit"), "key {k} after the purge: {status}");
+    }
+    assert_eq!(
+        fetched.load(Ordering::SeqCst),
+        600,
+        "every key fetched again"
     );
 
     // A config change written to etcd is live on all three within 1 s.
@@ -186,6 +219,12 @@ fn three_nodes_share_one_cache_config_and_limit_and_survive_a_node_and_etcd_goin
     // Kill c: the clients of a and b see no error, for every key (c's move to a and b).
     let c = nodes.pop().unwrap();
     drop(c.proc);
+    // Until its lease expires c is still a member: a purge says c did not confirm.
+    let (status, v) = purge(nodes[0].admin, "url=127.0.0.1:1/nothing");
+    assert_eq!(status, 502, "{v}");
+    assert_eq!(v["confirmed"], serde_json::json!(["a", "b"]), "{v}");
+    assert_eq!(v["unconfirmed"], serde_json::json!(["c"]), "{v}");
+    assert!(v["nodes"]["c"]["error"].as_str().is_some(), "{v}");
     let before = fetched.load(Ordering::SeqCst);
     for k in 0..300 {
         let n = &nodes[k % 2];

@@ -11,7 +11,9 @@
 //! * `POST /purge?…` (or `PURGE /purge?…`) with one selector — `url=host/path?query`,
 //!   `prefix=host/path`, `host=name`, `regex=…` (over `host/path?query`), `tag=…`
 //!   (Surrogate-Key / Cache-Tag), `all=1` — and optionally `zone=NAME` and `soft=1` (mark stale,
-//!   revalidate on next use, instead of removing). → `{"purged": N}`
+//!   revalidate on next use, instead of removing). → `{"purged": N}`. In a cluster the purge
+//!   is sent to every live member too ([`purge`]): the answer adds `nodes`, `confirmed` and
+//!   `unconfirmed`, and is 502 when a member did not confirm; `local=1` purges this node only.
 //! * `GET /metrics` → Prometheus/OpenMetrics text ([`scrape`]).
 //! * `POST /reload` → re-reads the config file as SIGHUP does: 200 `{"reloaded":true}`, or 500
 //!   `{"reloaded":false,"error":…}` with the running config kept.
@@ -21,6 +23,7 @@
 //!   endpoints in `tests/admin_api.rs`).
 
 pub mod guard;
+pub mod purge;
 pub mod scrape;
 mod scrape_cluster;
 mod scrape_filters;
@@ -29,7 +32,6 @@ mod shield;
 
 use std::sync::atomic::Ordering;
 
-use weir_cache::PurgeSelector;
 use weir_http::{Method, RequestHead};
 
 use crate::runtime::RuntimeConfig;
@@ -50,9 +52,19 @@ pub struct AdminReply {
     pub lines: Vec<u8>,
 }
 
-/// Whether `req` is a reload (answered by [`reload`], which waits).
-pub fn is_reload(req: &RequestHead) -> bool {
-    req.path() == b"/reload" && req.method == Method::Post
+/// Whether `req` is answered by [`answer_later`] (it waits on another task or node): a reload,
+/// or a purge to send to the other members of a cluster.
+pub fn waits(req: &RequestHead, cfg: &RuntimeConfig) -> bool {
+    (req.path() == b"/reload" && req.method == Method::Post) || purge::fans_out(req, cfg)
+}
+
+/// The answer to a request [`waits`] chose.
+pub async fn answer_later(req: &RequestHead, cfg: &RuntimeConfig) -> AdminReply {
+    if req.path() == b"/reload" {
+        reload(cfg).await
+    } else {
+        purge::cluster(req, cfg).await
+    }
 }
 
 /// Asks `weir run` to reload, and waits for the outcome.
@@ -92,7 +104,7 @@ pub async fn reload(cfg: &RuntimeConfig) -> AdminReply {
     }
 }
 
-const JSON: &[u8] = b"application/json";
+pub(super) const JSON: &[u8] = b"application/json";
 
 /// Answers an admin request (all but [`reload`]); `generation` is the running config's.
 pub fn handle(
@@ -135,8 +147,7 @@ pub fn handle(
 fn json_api(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
     let params = query_params(req.query().unwrap_or(b""));
     let param = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-    let is_purge_method = matches!(&req.method, Method::Post)
-        || matches!(&req.method, Method::Other(m) if &m[..] == b"PURGE");
+    let is_purge_method = purge::is_purge_method(&req.method);
     match (req.path(), is_purge_method) {
         (b"/health", false) => (200, r#"{"status":"ok"}"#.into()),
         (b"/ready", false) => ready(cfg),
@@ -145,43 +156,7 @@ fn json_api(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
         (b"/cluster", false) => scrape_cluster::status(cfg),
         (b"/shield", false) => shield::list(cfg),
         (b"/shield/unblock", true) => shield::unblock(cfg, param("client")),
-        (b"/purge", true) => {
-            let selector = if let Some(u) = param("url") {
-                match purge_url(u) {
-                    Ok(url) => PurgeSelector::Url(url),
-                    Err(why) => return (400, json_error(&why)),
-                }
-            } else if let Some(p) = param("prefix") {
-                PurgeSelector::Prefix(p.as_bytes().to_vec())
-            } else if let Some(h) = param("host") {
-                PurgeSelector::Host(h.to_ascii_lowercase().into_bytes())
-            } else if let Some(r) = param("regex") {
-                match regex::bytes::Regex::new(r) {
-                    Ok(re) => PurgeSelector::Regex(re),
-                    Err(e) => return (400, json_error(&format!("invalid regex: {e}"))),
-                }
-            } else if let Some(t) = param("tag") {
-                PurgeSelector::Tag(t.to_string())
-            } else if param("all").is_some() {
-                PurgeSelector::All
-            } else {
-                return (
-                    400,
-                    json_error("give one of url, prefix, host, regex, tag, all"),
-                );
-            };
-            let soft = matches!(param("soft"), Some("1" | "true"));
-            let zones: Vec<_> = match param("zone") {
-                Some(z) => match cfg.cache_zones.iter().find(|c| c.name == z) {
-                    Some(zone) => vec![zone.clone()],
-                    None => return (404, json_error(&format!("no cache zone named {z:?}"))),
-                },
-                None => cfg.cache_zones.clone(),
-            };
-            let purged: u64 = zones.iter().map(|z| z.purge_now(&selector, soft)).sum();
-            tracing::info!(?selector, soft, purged, "purge");
-            (200, format!(r#"{{"purged":{purged},"soft":{soft}}}"#))
-        }
+        (b"/purge", true) => purge::local(&params, cfg),
         _ => (
             404,
             json_error(
@@ -251,37 +226,11 @@ fn stats(cfg: &RuntimeConfig) -> String {
     serde_json::json!({ "zones": zones }).to_string()
 }
 
-/// The cache-key form of a purge URL: `host[:port]/path?query` as keys hold it (authority
-/// normalised as requests' are: lowercase, default port dropped), from that form or a full
-/// `http://` / `https://` URL. An error for a value that could match nothing (no path, a bad
-/// host): `{"purged":0}` for a typo was no answer.
-fn purge_url(u: &str) -> Result<Vec<u8>, String> {
-    let (rest, default_port) = if let Some(r) = u.strip_prefix("http://") {
-        (r, 80)
-    } else if let Some(r) = u.strip_prefix("https://") {
-        (r, 443)
-    } else {
-        (u, 80)
-    };
-    let bad = || {
-        format!("url={u:?} can match no cached object: give host[:port]/path?query or a full http(s) URL")
-    };
-    let slash = rest.find('/').ok_or_else(bad)?;
-    let (authority, path) = rest.split_at(slash);
-    let a = weir_http::authority::parse_authority(authority.as_bytes(), default_port)
-        .map_err(|_| bad())?;
-    let mut out = a
-        .normalised
-        .unwrap_or_else(|| authority.as_bytes().to_vec());
-    out.extend_from_slice(path.split('#').next().unwrap_or(path).as_bytes());
-    Ok(out)
-}
-
-fn json_error(msg: &str) -> String {
+pub(super) fn json_error(msg: &str) -> String {
     serde_json::json!({ "error": msg }).to_string()
 }
 
-fn query_params(q: &[u8]) -> Vec<(String, String)> {
+pub(super) fn query_params(q: &[u8]) -> Vec<(String, String)> {
     q.split(|b| *b == b'&')
         .filter(|p| !p.is_empty())
         .map(|p| {

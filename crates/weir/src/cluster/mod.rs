@@ -142,6 +142,11 @@ impl Cluster {
             return Err(("cluster.lease_ttl".into(), "must be at least 1s".into()));
         }
         let prefix = c.prefix.trim_end_matches('/').to_string();
+        // An admin bound to all addresses is reached at the address peers use for this node.
+        let admin = admin.map(|a| match a.ip().is_unspecified() {
+            true => SocketAddr::new(peer.ip(), a.port()),
+            false => a,
+        });
         let me = Member {
             node: node.clone(),
             peer,

@@ -332,12 +332,12 @@ fn act<'a, D: Downstream>(
                 return Started::Done(Ok(send_admin(d, ctx, refused, head_only, persistence)));
             }
         }
-        if matches!(route.action, Action::Admin) && crate::admin::is_reload(head) {
+        if matches!(route.action, Action::Admin) && crate::admin::waits(head, &ctx.rt.cfg) {
             return Started::Later(Box::pin(async move {
                 // A body, if any, is not used: drained so the connection stays usable.
                 read_body(d, ctx, false).await?;
                 let rt = ctx.rt.clone();
-                let reply = crate::admin::reload(&rt.cfg).await;
+                let reply = crate::admin::answer_later(head, &rt.cfg).await;
                 let persistence = d.persistence(head);
                 Ok(send_admin(d, ctx, reply, false, persistence))
             }));

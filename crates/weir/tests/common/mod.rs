@@ -185,7 +185,6 @@ pub fn roundtrip(s: &mut TcpStream, raw: &[u8]) -> Response {
     read_response(s)
 }
 
-/// A GET with Host on a fresh connection (`localhost`: the admin API answers it too).
 /// `n` GETs of `path` at once, each on its own connection; their answers.
 pub fn concurrent_gets(addr: SocketAddr, path: &str, n: usize) -> Vec<Response> {
     let threads: Vec<_> = (0..n)
@@ -197,6 +196,7 @@ pub fn concurrent_gets(addr: SocketAddr, path: &str, n: usize) -> Vec<Response> 
     threads.into_iter().map(|t| t.join().unwrap()).collect()
 }
 
+/// A GET with Host on a fresh connection (`localhost`: the admin API answers it too).
 pub fn get(addr: SocketAddr, path: &str) -> Response {
     let mut s = connect(addr);
     roundtrip(
