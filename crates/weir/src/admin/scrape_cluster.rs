@@ -60,7 +60,7 @@ pub(super) fn families(cfg: &RuntimeConfig, enc: &mut DescriptorEncoder) -> fmt:
         ),
         (
             "weir_cluster_redis_errors",
-            "Rate-limit decisions admitted because Redis could not be asked (fail open).",
+            "Syncs of `cluster: redis` rate limits Redis did not answer (each node then limits alone, to its share).",
             &s.redis_errors,
         ),
     ];
@@ -92,6 +92,7 @@ pub(super) fn status(cfg: &RuntimeConfig) -> (u16, String) {
         "members": s.members(),
         "peer_fills": s.peer_fills.load(Relaxed),
         "peer_fallbacks": s.peer_fallbacks.load(Relaxed),
+        "redis_errors": s.redis_errors.load(Relaxed),
     });
     (200, body.to_string())
 }

@@ -7,13 +7,15 @@
 //! * **a sharded cache** ([`shard`], [`ring`]): a zone with `cluster:` places each key on one
 //!   live member; the others fetch from it (one hop, marked with `Weir-Peer` so it cannot loop)
 //!   and fall back to the origin when it cannot answer.
-//! * **rate limits** (`filters/rate_limit.rs`, `cluster: members`): a quota divided by the live
-//!   member count.
+//! * **rate limits** (`filters/rate_limit.rs`): `cluster: members` divides a quota by the live
+//!   member count; `cluster: redis` ([`redis`], `filters/rate_limit_redis.rs`) counts every
+//!   node's requests in Redis.
 //!
 //! Membership is part of what a config is compiled from (the peers upstream, the rings): a
 //! change of members reloads through the one reload path (`reload/`), like a change of text.
 
 pub mod etcd;
+pub mod redis;
 pub mod ring;
 pub mod shard;
 
@@ -25,6 +27,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{model_cluster, CompileError};
+
+/// How long a Redis connection or answer may take before a sync counts as failed.
+pub const REDIS_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The header that marks a peer-fill request: the asking node's name.
 pub const PEER_HEADER: &str = "weir-peer";
@@ -67,7 +72,7 @@ pub struct ClusterState {
     /// Peer fills answered by the owner, and those that fell back to the origin.
     pub peer_fills: AtomicU64,
     pub peer_fallbacks: AtomicU64,
-    /// Rate-limit decisions admitted because Redis could not be asked (fail open).
+    /// Syncs of `cluster: redis` rate limits that Redis did not answer (fail open).
     pub redis_errors: AtomicU64,
 }
 
@@ -103,7 +108,9 @@ pub struct Cluster {
     pub me: Member,
     pub lease_ttl: Duration,
     pub coalesce: Duration,
+    /// `cluster.redis`, checked (a `redis://` URL).
     pub redis: Option<String>,
+    pub redis_sync: Duration,
     /// The members this config was compiled with (this node always among them).
     pub members: Vec<Member>,
     pub state: Arc<ClusterState>,
@@ -141,6 +148,20 @@ impl Cluster {
         if c.lease_ttl.0 < Duration::from_secs(1) {
             return Err(("cluster.lease_ttl".into(), "must be at least 1s".into()));
         }
+        let redis = match &c.redis {
+            Some(url) => Some(
+                self::redis::Redis::open(url, REDIS_TIMEOUT)
+                    .map_err(|e| ("cluster.redis".to_string(), e))?
+                    .url,
+            ),
+            None => None,
+        };
+        if !(Duration::from_millis(5)..=Duration::from_secs(10)).contains(&c.redis_sync.0) {
+            return Err((
+                "cluster.redis_sync".into(),
+                "must be between 5ms and 10s".into(),
+            ));
+        }
         let prefix = c.prefix.trim_end_matches('/').to_string();
         // An admin bound to all addresses is reached at the address peers use for this node.
         let admin = admin.map(|a| match a.ip().is_unspecified() {
@@ -166,7 +187,8 @@ impl Cluster {
             me,
             lease_ttl: c.lease_ttl.0,
             coalesce: c.coalesce.0,
-            redis: c.redis,
+            redis,
+            redis_sync: c.redis_sync.0,
             members,
             state: state.clone(),
         })

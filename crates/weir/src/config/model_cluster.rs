@@ -32,6 +32,11 @@ pub struct Cluster {
     pub coalesce: Dur,
     /// Redis (`host:port` or `redis://…`) for rate limits with `cluster: redis`.
     pub redis: Option<String>,
+    /// How often a node sends the requests it admitted to Redis and reads the cluster's count
+    /// back (Kong's `sync_rate`): between two syncs each node decides alone, so a shorter
+    /// interval overshoots less (at most the other nodes' quota for one interval).
+    #[serde(default = "default_redis_sync")]
+    pub redis_sync: Dur,
 }
 
 /// `cache_zones.NAME.cluster`: the zone is sharded across live members by the cache key.
@@ -78,6 +83,10 @@ fn default_lease() -> Dur {
 
 fn default_coalesce() -> Dur {
     Dur(std::time::Duration::from_millis(100))
+}
+
+fn default_redis_sync() -> Dur {
+    Dur(std::time::Duration::from_millis(20))
 }
 
 fn default_replicas() -> u32 {

@@ -248,7 +248,8 @@ pub struct RateLimit {
     #[serde(default = "yes")]
     pub headers: bool,
     /// Across a cluster: `members` divides the quota by the live member count (no network
-    /// hop; each node admits its share).
+    /// hop; each node admits its share); `redis` counts every node's requests in Redis
+    /// (`cluster.redis`).
     pub cluster: Option<ClusterLimit>,
 }
 
@@ -257,6 +258,7 @@ pub struct RateLimit {
 #[serde(rename_all = "snake_case")]
 pub enum ClusterLimit {
     Members,
+    Redis,
 }
 
 /// In-flight requests per key (nginx `limit_conn`).

@@ -187,27 +187,8 @@ impl Compiler {
         // settings that shape it.
         let kept = |key: &str| self.state.as_ref().map(|r| (key.to_string(), r));
         let compiled = if let Some(r) = rate_limit {
-            let key = format!("rate_limit/{name}/{}", r.max_keys);
-            let max_keys = r.max_keys;
-            let table = kept(&key).map(|(k, reg)| {
-                reg.get_or(&k, || Arc::new(super::rate_limit::Table::new(max_keys)))
-            });
-            let across = match r.cluster {
-                Some(crate::config::model::ClusterLimit::Members) => match &self.cluster {
-                    Some(c) => Some(c.clone()),
-                    None => {
-                        return Err((
-                            format!("{path}.rate_limit.cluster"),
-                            "needs a `cluster:` section (the node's name and etcd)".into(),
-                        ))
-                    }
-                },
-                None => None,
-            };
-            let f = Arc::new(
-                RateLimit::compile(name, r, &format!("{path}.rate_limit"), table)?
-                    .divided_by(across),
-            );
+            let (f, key) = self.rate_limit(name, r, path)?;
+            let f = Arc::new(f);
             Compiled {
                 filter: f.clone(),
                 kind: Kind::RateLimit(f),
@@ -336,6 +317,63 @@ impl Compiler {
         };
         self.all.borrow_mut().push(compiled.clone());
         Ok(compiled)
+    }
+
+    /// A rate limit and the key its state is kept under across reloads (the name and the
+    /// settings that shape the state: a reload that changes them starts afresh).
+    fn rate_limit(
+        &self,
+        name: &str,
+        r: crate::config::model::RateLimit,
+        path: &str,
+    ) -> Result<(RateLimit, String), CompileError> {
+        use crate::config::model::ClusterLimit;
+        let max_keys = r.max_keys;
+        let mode = r.cluster;
+        let cluster = match (mode, &self.cluster) {
+            (None, _) => None,
+            (Some(_), Some(c)) => Some(c.clone()),
+            (Some(_), None) => {
+                return Err((
+                    format!("{path}.rate_limit.cluster"),
+                    "needs a `cluster:` section (the node's name and etcd)".into(),
+                ))
+            }
+        };
+        let key = format!("rate_limit/{name}/{max_keys}");
+        if let (Some(ClusterLimit::Redis), Some(c)) = (mode, cluster.clone()) {
+            let Some(url) = c.redis.clone() else {
+                return Err((
+                    format!("{path}.rate_limit.cluster"),
+                    "`redis` needs `cluster.redis` (Redis's host:port)".into(),
+                ));
+            };
+            let l = RateLimit::compile(name, r, &format!("{path}.rate_limit"), None)?;
+            let key = format!("{key}/redis/{url}/{}/{:?}", l.interval(), c.redis_sync);
+            let make = || {
+                let settings = (url.as_str(), c.redis_sync, c.prefix.as_str());
+                super::rate_limit_redis::Shared::new(
+                    name,
+                    settings,
+                    l.interval(),
+                    max_keys,
+                    &c.state,
+                )
+                .map(Arc::new)
+                .map_err(|e| ("cluster.redis".to_string(), e))
+            };
+            let shared = match &self.state {
+                Some(reg) => reg.try_get_or(&key, make)?,
+                None => make()?,
+            };
+            return Ok((l.counted_in(shared, c), key));
+        }
+        let table = self
+            .state
+            .as_ref()
+            .map(|reg| reg.get_or(&key, || Arc::new(super::rate_limit::Table::new(max_keys))));
+        let l = RateLimit::compile(name, r, &format!("{path}.rate_limit"), table)?;
+        Ok((l.divided_by(cluster), key))
     }
 
     /// Every filter compiled, each once (named ones are shared).

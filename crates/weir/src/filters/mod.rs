@@ -53,6 +53,7 @@ pub use crate::shield::keyed;
 pub mod mirror;
 pub mod no_store;
 pub mod rate_limit;
+pub mod rate_limit_redis;
 pub mod remember;
 pub mod replace;
 pub mod request_id;

@@ -49,8 +49,11 @@ pub struct RateLimit {
     /// `RateLimit-Policy: ...\r\n`, encoded once.
     policy_line: Bytes,
     pub table: Arc<Table>,
-    /// `cluster: members`: the quota is divided by this cluster's live member count.
+    /// `cluster: members`: the quota is divided by this cluster's live member count (with
+    /// `cluster: redis`, only while Redis does not answer).
     divide: Option<Arc<crate::cluster::Cluster>>,
+    /// `cluster: redis`: the counts shared through Redis (`rate_limit_redis.rs`).
+    redis: Option<Arc<super::rate_limit_redis::Shared>>,
 }
 
 /// The GCRA parameters of one decision, in nanoseconds.
@@ -116,7 +119,7 @@ impl Table {
         self.len() == 0
     }
 
-    fn now(&self) -> u64 {
+    pub(super) fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
     }
 
@@ -160,6 +163,27 @@ impl Table {
             }
         }
         verdict
+    }
+
+    /// The TAT of the key hashed `h` (0 when absent).
+    pub(super) fn tat(&self, h: u64) -> u64 {
+        self.map.shard(h).get(&h).copied().unwrap_or(0)
+    }
+
+    /// Sets the TAT of the key hashed `h` (the cluster's, from Redis); `now` as for
+    /// [`Table::check`].
+    pub(super) fn set_tat(&self, h: u64, tat: u64, now: u64) {
+        let mut map = self.map.shard(h);
+        match map.get_mut(&h) {
+            Some(v) => *v = tat,
+            None => {
+                if map.len() >= self.per_shard {
+                    self.evict(&mut map, now);
+                }
+                map.insert(h, tat);
+                self.len.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Makes room in a full shard: keys back to a whole burst go first, then the oldest
@@ -236,6 +260,7 @@ impl RateLimit {
             policy_line,
             table: table.unwrap_or_else(|| Arc::new(Table::new(r.max_keys))),
             divide: None,
+            redis: None,
         })
     }
 
@@ -245,12 +270,33 @@ impl RateLimit {
         self
     }
 
+    /// Counts across the cluster in Redis (`cluster: redis`): decides on `shared`'s table, and
+    /// divides the quota by `cluster`'s live members while Redis does not answer.
+    pub(crate) fn counted_in(
+        mut self,
+        shared: Arc<super::rate_limit_redis::Shared>,
+        cluster: Arc<crate::cluster::Cluster>,
+    ) -> Self {
+        self.table = shared.table.clone();
+        self.redis = Some(shared);
+        self.divide = Some(cluster);
+        self
+    }
+
+    /// The emission interval, in nanoseconds.
+    pub(crate) fn interval(&self) -> u64 {
+        self.interval
+    }
+
     /// This decision's parameters: the configured ones, or with `cluster: members` each
     /// interval multiplied by the live member count (a quota of 300 r/s over 3 members is
     /// 100 r/s each; the burst stays a count of requests per node).
     #[inline]
     fn params(&self) -> Params {
-        let n = self.divide.as_ref().map_or(1, |c| c.live_count() as u64);
+        let n = match &self.divide {
+            Some(c) if self.redis.as_ref().is_none_or(|r| !r.healthy()) => c.live_count() as u64,
+            _ => 1,
+        };
         Params {
             interval: self.interval * n,
             burst_tol: self.burst_tol * n,
@@ -261,6 +307,9 @@ impl RateLimit {
     /// Decides for the request's key now.
     pub fn check(&self, req: &Req<'_>) -> Verdict {
         let now = self.table.now();
+        if let Some(shared) = &self.redis {
+            return self.check_counted(shared, req, now);
+        }
         match &self.key {
             Key::Client { v4, v6 } => match req.client.ip {
                 // An IPv4 client (or network) is hashed by a keyed multiply, a third of
@@ -283,6 +332,33 @@ impl RateLimit {
                 self.table.check(&key, now, self)
             }
         }
+    }
+
+    /// [`RateLimit::check`] with `cluster: redis`: the key as text (Redis holds it by name),
+    /// the decision noted for the next sync.
+    #[cold]
+    fn check_counted(
+        &self,
+        shared: &Arc<super::rate_limit_redis::Shared>,
+        req: &Req<'_>,
+        now: u64,
+    ) -> Verdict {
+        let mut key = Vec::with_capacity(64);
+        match &self.key {
+            Key::Client { v4, v6 } => {
+                let (bytes, len) = network(req.client.ip, *v4, *v6);
+                let ip = match len {
+                    5 => IpAddr::from(<[u8; 4]>::try_from(&bytes[1..5]).unwrap_or_default()),
+                    _ => IpAddr::from(<[u8; 16]>::try_from(&bytes[1..17]).unwrap_or_default()),
+                };
+                key.extend_from_slice(ip.to_string().as_bytes());
+            }
+            Key::Template(t) => t.render(&req.env(), &mut key),
+        }
+        let h = self.table.map.hash(&key);
+        let verdict = self.table.check_hashed(h, now, self.params());
+        shared.note(&key, h, !matches!(verdict, Verdict::Refuse { .. }), now);
+        verdict
     }
 
     /// `RateLimit: "name";r=N;t=S\r\n`.

@@ -17,13 +17,25 @@ impl FilterState {
         key: &str,
         make: impl FnOnce() -> Arc<T>,
     ) -> Arc<T> {
+        match self.try_get_or(key, || Ok::<_, std::convert::Infallible>(make())) {
+            Ok(found) => found,
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`FilterState::get_or`] where making the state may fail (nothing is kept then).
+    pub fn try_get_or<T: std::any::Any + Send + Sync, E>(
+        &self,
+        key: &str,
+        make: impl FnOnce() -> Result<Arc<T>, E>,
+    ) -> Result<Arc<T>, E> {
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(found) = map.get(key).and_then(|a| a.clone().downcast::<T>().ok()) {
-            return found;
+            return Ok(found);
         }
-        let made = make();
+        let made = make()?;
         map.insert(key.to_string(), made.clone());
-        made
+        Ok(made)
     }
 
     /// Forgets the state of filters not in `keys`.

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::process::{free_port, Running};
+use super::process::{free_port, have, Running};
 
 pub struct Etcd {
     pub addr: SocketAddr,
@@ -16,18 +16,10 @@ pub struct Etcd {
     pub child: Option<Running>,
 }
 
-fn found(bin: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {bin}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 impl Etcd {
     /// Starts etcd, or says why it cannot.
     pub fn start(name: &str) -> Option<Etcd> {
-        if !found("etcd") || !found("etcdctl") {
+        if !have("etcd") || !have("etcdctl") {
             eprintln!("SKIPPED: no etcd/etcdctl binary (apt-get install etcd-server etcd-client)");
             return None;
         }

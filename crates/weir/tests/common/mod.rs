@@ -6,6 +6,7 @@ pub mod etcd;
 pub mod h2raw;
 pub mod origin;
 pub mod process;
+pub mod redis;
 pub mod tlskit;
 
 use std::io::{Read, Write};

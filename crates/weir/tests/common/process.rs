@@ -81,3 +81,12 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Whether `bin` is on the PATH.
+pub fn have(bin: &str) -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {bin}")])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
