@@ -2,7 +2,8 @@
 //! (the origin sees each key once, whichever node is asked), config from etcd live on every
 //! node within a second, a purge applied and confirmed by every node within a second, the last
 //! config kept while etcd is down and caught up after, a
-//! cluster-wide rate limit, and a killed node costing the survivors' clients no error.
+//! cluster-wide rate limit, a killed node costing the survivors' clients no error, and a
+//! stopped node leaving at once.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -241,4 +242,10 @@ fn three_nodes_share_one_cache_config_and_limit_and_survive_a_node_and_etcd_goin
             members(n) == 2
         });
     }
+
+    // b stops gracefully: it revokes its lease, and a sees it leave at once, not a lease later.
+    let b = nodes.pop().unwrap();
+    signal(b.proc.as_ref().unwrap(), "-TERM");
+    let left = until("b left", Duration::from_secs(5), || members(&nodes[0]) == 1);
+    assert!(left < Duration::from_secs(1), "b left after {left:?}");
 }

@@ -133,9 +133,6 @@ pub(super) fn wait_for_signals(
             sync_watch(&handle, &reloader, &mut watch, &files_tx);
         };
         drop(watch);
-        if let Some(task) = etcd {
-            task.abort();
-        }
         if drain {
             // The new process is the service now: it tells systemd its own MAINPID.
             tracing::info!("draining: each idle connection answers one more request, then closes");
@@ -144,8 +141,15 @@ pub(super) fn wait_for_signals(
             if let Some(socket) = &socket {
                 handover::write(&handle.registry(), socket);
             }
+            if let Some(session) = &etcd {
+                session.stop();
+            }
         } else {
             notify::notify("STOPPING=1");
+            if let Some(session) = etcd {
+                // The others stop sending this node peer fills and purges now.
+                session.leave().await;
+            }
             tracing::info!(
                 "shutting down: finishing in-flight requests (a second signal stops at once)"
             );

@@ -11,7 +11,9 @@
 //!    first are one update: the fragments (sorted by key) go to the reloader, which rebuilds
 //!    only if the merged texts differ (`reload/`), and membership to the registry.
 //!
-//! On any error the task reconnects with backoff, resuming the watch at the last revision seen;
+//! A node that stops (not one handing over to a new binary, which registers itself) revokes
+//! its lease ([`Session::leave`]): the others see it leave at once rather than `lease_ttl`
+//! later. On any error the task reconnects with backoff, resuming the watch at the last revision seen;
 //! if etcd compacted past it, the watch is cancelled with the compaction revision and the task
 //! reads everything again, swapping only what changed. While etcd is unreachable the node keeps
 //! the last config and members it had (the listeners never depend on etcd being up).
@@ -22,7 +24,7 @@
 //! gateway would mean a hand-written HTTP streaming client of our own.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -110,6 +112,45 @@ struct Mirror {
     revision: i64,
     fragments: Arc<Mutex<Vec<Fragment>>>,
     tx: UnboundedSender<Change>,
+    /// The lease this node's registration lives under now (0: none).
+    lease: Arc<AtomicI64>,
+}
+
+/// The etcd task of a node.
+#[derive(Debug)]
+pub struct Session {
+    task: tokio::task::JoinHandle<()>,
+    lease: Arc<AtomicI64>,
+    cluster: Arc<Cluster>,
+}
+
+impl Session {
+    /// Stops the task, keeping the registration until its lease expires (a binary upgrade:
+    /// the new process registers the same node).
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+
+    /// Stops the task and leaves the cluster now: the lease is revoked, which deletes the
+    /// registration (at most 1 s is spent; etcd down, the lease expires on its own).
+    pub async fn leave(self) {
+        self.task.abort();
+        let lease = self.lease.load(Ordering::Relaxed);
+        if lease == 0 {
+            return;
+        }
+        let revoke = async {
+            let mut client = Client::connect(endpoints(&self.cluster), Some(options())).await?;
+            client.lease_revoke(lease).await
+        };
+        match tokio::time::timeout(Duration::from_secs(1), revoke).await {
+            Ok(Ok(_)) => tracing::info!(node = %self.cluster.node, "left the cluster"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not leave the cluster: the lease expires on its own")
+            }
+            Err(_) => tracing::warn!("etcd did not answer within 1s: the lease expires on its own"),
+        }
+    }
 }
 
 /// Starts the etcd task for `cluster` on the current runtime; `fragments` is the reloader's.
@@ -117,16 +158,18 @@ pub fn spawn(
     cluster: Arc<Cluster>,
     fragments: Arc<Mutex<Vec<Fragment>>>,
     tx: UnboundedSender<Change>,
-) -> tokio::task::JoinHandle<()> {
+) -> Session {
+    let lease = Arc::new(AtomicI64::new(0));
     let mut m = Mirror {
-        cluster,
+        cluster: cluster.clone(),
         config: BTreeMap::new(),
         members: BTreeMap::new(),
         revision: 0,
         fragments,
         tx,
+        lease: lease.clone(),
     };
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let mut backoff = Duration::from_millis(200);
         loop {
             match m.session().await {
@@ -145,7 +188,12 @@ pub fn spawn(
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(2));
         }
-    })
+    });
+    Session {
+        task,
+        lease,
+        cluster,
+    }
 }
 
 impl Mirror {
@@ -160,6 +208,7 @@ impl Mirror {
             .await
             .map_err(|e| format!("lease: {e}"))?
             .id();
+        self.lease.store(lease, Ordering::Relaxed);
         let mut me = c.me.clone();
         me.since_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
