@@ -20,7 +20,7 @@ fn check_accepts_the_examples() {
         "deploy/container.yaml",
     ] {
         let out = Command::new(WEIR)
-            .args(["check", "-c", file])
+            .args(["check", "--no-bind", "-c", file])
             .env(
                 "WEIR_CACHE_DIR",
                 std::env::temp_dir().join(format!("weir-cli-cache-{}", std::process::id())),
@@ -253,7 +253,7 @@ fn an_ipv6_address_from_the_environment_works_unquoted_in_the_examples() {
         "deploy/container.yaml",
     ] {
         let out = Command::new(WEIR)
-            .args(["check", "-c", file])
+            .args(["check", "--no-bind", "-c", file])
             .env(
                 "WEIR_CACHE_DIR",
                 std::env::temp_dir().join(format!("weir-cli-cache-{}", std::process::id())),

@@ -72,7 +72,7 @@ fn host_allowed(settings: &AdminSettings, host: &[u8]) -> bool {
 /// The methods each endpoint takes; `None`: no such endpoint (404 from the API).
 pub fn allowed_methods(path: &[u8]) -> Option<&'static [&'static str]> {
     Some(match path {
-        b"/" | b"/metrics" | b"/openapi.json" | b"/health" | b"/ready" | b"/stats"
+        b"/" | b"/metrics" | b"/openapi.json" | b"/health" | b"/ready" | b"/status" | b"/stats"
         | b"/breakers" | b"/cluster" | b"/shield" => &["GET", "HEAD"],
         b"/shield/unblock" => &["POST"],
         b"/purge" => &["POST", "PURGE"],

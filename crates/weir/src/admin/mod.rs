@@ -15,6 +15,8 @@
 //!   is sent to every live member too ([`purge`]): the answer adds `nodes`, `confirmed` and
 //!   `unconfirmed`, and is 502 when a member did not confirm; `local=1` purges this node only.
 //! * `GET /metrics` → Prometheus/OpenMetrics text ([`scrape`]).
+//! * `GET /status` → pid, version, uptime, config generation and file, workers, listeners
+//!   (what `weir status` shows).
 //! * `POST /reload` → re-reads the config file as SIGHUP does: 200 `{"reloaded":true}`, or 500
 //!   `{"reloaded":false,"error":…}` with the running config kept.
 //! * `GET /` → the live dashboard (`dashboard.html`: requests/s, latency, cache, upstreams,
@@ -29,6 +31,7 @@ mod scrape_cluster;
 mod scrape_filters;
 mod scrape_storage;
 mod shield;
+mod status;
 
 use std::sync::atomic::Ordering;
 
@@ -124,6 +127,7 @@ pub fn handle(
             };
         }
         (b"/openapi.json", Method::Get | Method::Head) => (200, OPENAPI.to_string()),
+        (b"/status", Method::Get | Method::Head) => status::status(cfg, generation),
         (b"/", Method::Get | Method::Head) => {
             return AdminReply {
                 status: 200,
@@ -160,7 +164,7 @@ fn json_api(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
         _ => (
             404,
             json_error(
-                "unknown admin path (/, /health, /ready, /stats, /breakers, /cluster, /shield, /metrics, /purge, /reload, /openapi.json)",
+                "unknown admin path (/, /health, /ready, /status, /stats, /breakers, /cluster, /shield, /metrics, /purge, /reload, /openapi.json)",
             ),
         ),
     }

@@ -1,9 +1,13 @@
-//! The `weir` command line: `run`, `check`, `bench`, `version`; signals (SIGHUP reloads,
-//! SIGUSR1 reopens access logs, SIGTERM/SIGINT stop) and systemd notifications.
+//! The `weir` command line: `run`, `check`, the control verbs (`reload`, `stop`, `upgrade`,
+//! `status`), `bench`, `version`; signals (SIGHUP reloads, SIGUSR1 reopens access logs,
+//! SIGUSR2 upgrades the binary, SIGTERM/SIGINT stop) and systemd notifications.
 
+mod check;
+mod control;
 mod handover;
 mod logging;
 mod notify;
+mod pidfile;
 mod signals;
 mod upgrade;
 
@@ -43,31 +47,39 @@ enum Command {
         /// one does; it then drains and exits), and serve them here to the next one.
         #[arg(long, value_name = "PATH")]
         upgrade_socket: Option<PathBuf>,
+        /// Write the process id here (overrides the config's `pid_file`).
+        #[arg(long, value_name = "PATH")]
+        pid_file: Option<PathBuf>,
     },
-    /// Validate a config file and exit: 0 if valid, 1 with the error otherwise.
-    Check {
-        /// Config file (YAML).
-        #[arg(short, long)]
-        config: PathBuf,
+    /// Validate a config and exit: 0 if valid (warnings on stderr), 1 with the error.
+    Check(check::CheckArgs),
+    /// Reload the running weir's config (its admin API, else SIGHUP through its pid file).
+    Reload(control::Target),
+    /// Stop the running weir: in-flight requests finish (`--fast`: at once).
+    Stop {
+        #[command(flatten)]
+        target: control::Target,
+        /// Stop at once instead of finishing in-flight requests.
+        #[arg(long)]
+        fast: bool,
+        /// How long to wait for it to end.
+        #[arg(long, default_value = "60s", value_parser = humantime_secs)]
+        timeout: std::time::Duration,
     },
+    /// Replace the running weir with this binary without dropping a connection (SIGUSR2; it
+    /// must run with --upgrade-socket).
+    Upgrade(control::Target),
+    /// Show the running weir: pid, uptime, config generation and file, listeners, workers.
+    Status(control::Target),
     /// Load-test an HTTP server (wrk/hey compatible output, sweeps, charts).
     Bench(Box<crate::bench_cmd::BenchArgs>),
     /// Print the version.
     Version,
 }
 
-/// What `weir check` warns about without failing.
-fn warnings(cfg: &runtime::RuntimeConfig) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Some(a) = &cfg.admin {
-        if !a.address.ip().is_loopback() && !a.has_token() {
-            out.push(format!(
-                "admin.address {} is not on loopback and the admin API has no token: anyone who reaches it can purge and reload (set admin.token_file or admin.token_env)",
-                a.address
-            ));
-        }
-    }
-    out
+/// `60s`, `500ms`, `2m`: a duration argument.
+fn humantime_secs(s: &str) -> Result<std::time::Duration, String> {
+    s.parse::<crate::config::units::Dur>().map(|d| d.0)
 }
 
 /// Entry point of the binary.
@@ -95,22 +107,19 @@ pub fn main() -> ExitCode {
                 }
             }
         }
-        Command::Check { config } => match runtime::load_file(&config, &Default::default()) {
-            Ok(cfg) => {
-                for w in warnings(&cfg) {
-                    eprintln!("weir: {}: warning: {w}", config.display());
-                }
-                println!("{}: ok ({})", config.display(), summary(&cfg));
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("weir: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::Check(args) => check::check(&args),
+        Command::Reload(t) => control::reload(&t),
+        Command::Stop {
+            target,
+            fast,
+            timeout,
+        } => control::stop(&target, fast, timeout),
+        Command::Upgrade(t) => control::upgrade(&t, std::time::Duration::from_secs(30)),
+        Command::Status(t) => control::status(&t),
         Command::Run {
             config,
             upgrade_socket,
+            pid_file,
         } => {
             let loaded = crate::reload::read(config.as_deref(), &[]).and_then(|source| {
                 let texts = (source.digest, source.dirs.clone());
@@ -145,7 +154,12 @@ pub fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            run(cfg, (config, texts, fragments), logs, upgrade_socket)
+            run(
+                cfg,
+                (config, texts, fragments),
+                logs,
+                (upgrade_socket, pid_file),
+            )
         }
     }
 }
@@ -191,27 +205,28 @@ fn with_etcd(
     Ok((cfg, texts, fragments))
 }
 
-fn summary(cfg: &RuntimeConfig) -> String {
-    let listeners: Vec<String> = cfg
-        .listeners
-        .iter()
-        .map(|l| l.address.to_string())
-        .collect();
-    format!(
-        "{} worker(s), listeners: {}",
-        cfg.workers,
-        listeners.join(", ")
-    )
-}
-
 fn run(
     cfg: RuntimeConfig,
     (path, (digest, dirs), fragments): (Option<PathBuf>, Texts, Vec<Fragment>),
     logs: logging::Logging,
-    upgrade_socket: Option<PathBuf>,
+    (upgrade_socket, pid_flag): (Option<PathBuf>, Option<PathBuf>),
 ) -> ExitCode {
     let embedded = path.is_none();
     let workers = cfg.workers;
+    let pid_path = pid_flag.or_else(|| cfg.pid_file.clone());
+    if let Some(p) = &path {
+        let shown = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+        let _ = cfg
+            .registry
+            .process
+            .config_file
+            .set(shown.display().to_string());
+    }
+    let pid_path = pid_path.map(|p| std::path::absolute(&p).unwrap_or(p));
+    if let Some(p) = &pid_path {
+        let _ = cfg.registry.process.pid_file.set(p.display().to_string());
+    }
+    let json = cfg.log.json;
     let taken = match upgrade_socket
         .as_deref()
         .map(upgrade::take_over)
@@ -257,17 +272,26 @@ fn run(
             return ExitCode::FAILURE;
         }
     }
+    let pid_file = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let written = pid_file.clone();
     let ready = move |handle: &server::ServerHandle| {
         // READY (with MAINPID) before the old process is told to go: under systemd the
         // service must have its new main process before the old one exits.
         notify::notify("READY=1");
+        // The pid file names this process from now on (after an upgrade: the new one).
+        if let Some(p) = &pid_path {
+            match pidfile::PidFile::write(p) {
+                Ok(f) => *written.lock().unwrap_or_else(|e| e.into_inner()) = Some(f),
+                Err(e) => tracing::error!(error = %e, "the pid file was not written"),
+            }
+        }
         if let Some(t) = taken {
             t.finish();
         }
         if upgraded {
             tracing::info!("took over the listening sockets of the previous weir");
         }
-        banner(handle, embedded, workers);
+        banner(handle, embedded, workers, json);
     };
     let reloader = crate::reload::Reloader::new(
         path,
@@ -276,12 +300,26 @@ fn run(
         Box::new(move |level: &str| logs.apply(level)),
     );
     signals::wait_for_signals(handle, reloader, (drain_rx, upgrade_socket), ready);
+    // Removed only if it still names this process (an upgrade's new one has rewritten it).
+    drop(pid_file);
     ExitCode::SUCCESS
 }
 
 /// The start-up lines: every listener and the admin API.
-fn banner(handle: &server::ServerHandle, embedded: bool, workers: usize) {
+/// With `log.format: json` they are log records like every other line on stderr.
+fn banner(handle: &server::ServerHandle, embedded: bool, workers: usize, json: bool) {
     let urls = handle.local_urls();
+    if json {
+        let admin = handle.admin_addr().map(|a| format!("http://{a}/"));
+        tracing::info!(
+            urls = %urls.join(" "),
+            workers,
+            admin = admin.as_deref().unwrap_or("none"),
+            pid = std::process::id(),
+            "serving"
+        );
+        return;
+    }
     let admin = handle
         .admin_addr()
         .map(|a| format!("; admin API on http://{a}/"))

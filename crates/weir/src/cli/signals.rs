@@ -155,15 +155,23 @@ pub(super) fn wait_for_signals(
             );
             handle.shutdown();
         }
+        let registry = handle.registry();
         let join = tokio::task::spawn_blocking(move || {
             let registry = handle.registry();
             handle.join();
             hand_over(&registry);
         });
+        let pid_file = registry.process.pid_file.get().cloned();
+        let at_once = move || {
+            if let Some(p) = &pid_file {
+                super::pidfile::remove_if_ours(std::path::Path::new(p));
+            }
+            std::process::exit(130)
+        };
         tokio::select! {
             _ = join => tracing::info!("stopped"),
-            _ = term.recv() => std::process::exit(130),
-            _ = int.recv() => std::process::exit(130),
+            _ = term.recv() => at_once(),
+            _ = int.recv() => at_once(),
         }
     });
 }

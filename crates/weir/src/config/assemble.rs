@@ -149,6 +149,8 @@ pub struct Assembled {
     pub file: model::File,
     pub locator: Locator,
     pub secrets: interpolate::Secrets,
+    /// The merged text (`weir check --print`).
+    pub text: String,
 }
 
 /// Merges `main` (already interpolated, its line index built) with `fragments` (raw).
@@ -219,6 +221,7 @@ pub fn assemble(
         file,
         locator,
         secrets,
+        text,
     })
 }
 

@@ -27,6 +27,22 @@ impl Secrets {
         self.0.extend(other.0);
     }
 
+    /// `text` with the values of variables whose names say they are secret put back as
+    /// `${NAME}`.
+    pub fn mask_sensitive(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for (name, value) in &self.0 {
+            let upper = name.to_ascii_uppercase();
+            let sensitive = ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL"]
+                .iter()
+                .any(|w| upper.contains(w));
+            if sensitive && !value.is_empty() {
+                out = out.replace(value.as_str(), &format!("${{{name}}}"));
+            }
+        }
+        out
+    }
+
     /// `e` with every environment-supplied value in its message replaced by `${NAME}`. Values
     /// shorter than 3 bytes are left (they would match inside unrelated words and numbers).
     pub fn redact(&self, mut e: ConfigError) -> ConfigError {

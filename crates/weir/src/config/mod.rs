@@ -82,6 +82,16 @@ pub struct Source {
     pub digest: u64,
     /// The directories the texts were read from (to watch).
     pub dirs: Vec<PathBuf>,
+    /// The config as loaded: variables substituted, includes merged (`weir check --print`).
+    pub text: String,
+}
+
+impl Source {
+    /// [`Source::text`] with the values of variables whose names say they are secret
+    /// (`TOKEN`, `SECRET`, `PASSWORD`, `KEY`) put back as `${NAME}`.
+    pub fn printable(&self) -> String {
+        self.secrets.mask_sensitive(&self.text)
+    }
 }
 
 /// Reads and parses a config file, interpolating from the process environment.
@@ -138,6 +148,7 @@ pub fn load_str_with(
             secrets,
             digest: digest.finish(),
             dirs: vec![base.to_path_buf()],
+            text,
         });
     }
     let included = assemble::read_includes(&file.include, base, &index)?;
@@ -154,6 +165,7 @@ pub fn load_str_with(
         secrets: a.secrets,
         digest: digest.finish(),
         dirs: included.dirs,
+        text: a.text,
     })
 }
 

@@ -85,6 +85,9 @@ pub struct File {
     pub reload: super::model_cluster::Reload,
     /// This node as a member of a cluster (etcd, Redis).
     pub cluster: Option<super::model_cluster::Cluster>,
+    /// Where `weir run` writes its process id (`--pid-file` overrides); the verbs (`weir
+    /// reload`, `stop`, `upgrade`, `status`) find the running weir by it.
+    pub pid_file: Option<String>,
 }
 
 /// A cache store.
@@ -479,6 +482,14 @@ pub enum OneOrMany {
 }
 
 impl OneOrMany {
+    pub fn is_empty(&self) -> bool {
+        match self {
+            OneOrMany::None => true,
+            OneOrMany::One(_) => false,
+            OneOrMany::Many(v) => v.is_empty(),
+        }
+    }
+
     pub fn into_vec(self) -> Vec<String> {
         match self {
             OneOrMany::None => Vec::new(),

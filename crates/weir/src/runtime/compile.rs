@@ -331,7 +331,9 @@ pub(crate) fn compile(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let watch = file.reload.watch.then_some(file.reload.debounce.0);
+    let pid_file = file.pid_file.as_ref().map(|p| base.0.join(p));
     Ok(RuntimeConfig {
+        pid_file,
         cluster,
         zone_shards,
         watch,

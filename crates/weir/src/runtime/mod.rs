@@ -71,6 +71,8 @@ pub struct RuntimeConfig {
     pub zone_shards: Vec<Option<Arc<crate::cluster::shard::Shard>>>,
     /// `reload.watch`: the debounce of the config directories' watch (`None`: not watched).
     pub watch: Option<Duration>,
+    /// `pid_file`, resolved against the config's directory.
+    pub pid_file: Option<std::path::PathBuf>,
 }
 
 /// The error log's settings.

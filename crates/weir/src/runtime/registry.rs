@@ -73,6 +73,32 @@ pub struct Registry {
     pub shield: Arc<crate::shield::ShieldState>,
     /// Cluster membership and counters (kept across reloads).
     pub cluster: Arc<crate::cluster::ClusterState>,
+    /// This process: when it started, what it was started with (`GET /status`).
+    pub process: ProcessInfo,
+}
+
+/// What `GET /status` and `weir status` say of the process.
+#[derive(Debug)]
+pub struct ProcessInfo {
+    pub started: std::time::Instant,
+    /// Unix seconds at start.
+    pub started_unix: u64,
+    /// The config file and pid file `weir run` was given (set once, at start).
+    pub config_file: std::sync::OnceLock<String>,
+    pub pid_file: std::sync::OnceLock<String>,
+}
+
+impl Default for ProcessInfo {
+    fn default() -> Self {
+        ProcessInfo {
+            started: std::time::Instant::now(),
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            config_file: Default::default(),
+            pid_file: Default::default(),
+        }
+    }
 }
 
 /// Asks the process to re-read its config; the answer is `Err(why)` when it kept the old one.
@@ -100,6 +126,7 @@ impl Registry {
             filter_state: Default::default(),
             shield: Default::default(),
             cluster: Default::default(),
+            process: Default::default(),
         }
     }
 

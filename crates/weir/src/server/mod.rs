@@ -61,6 +61,11 @@ pub struct Bound {
 /// The listening sockets a server can hand over (see [`ServerHandle::handoff_sockets`]).
 pub type SharedSockets = Arc<std::sync::Mutex<Vec<Bound>>>;
 
+/// Whether `addr` can be bound now (`weir check`): nothing holds it and this user may bind it.
+pub fn check_bind(addr: std::net::SocketAddr) -> io::Result<()> {
+    listener::check_free(addr)
+}
+
 /// Binds all listeners and starts the workers.
 pub fn start(cfg: RuntimeConfig) -> io::Result<ServerHandle> {
     start_with(cfg, Vec::new())

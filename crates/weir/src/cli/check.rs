@@ -1,0 +1,158 @@
+//! `weir check`: loads a config as `weir run` would (default `/etc/weir/weir.yaml`), tries to
+//! bind every address it names (`--no-bind` skips that: a check on another machine, or beside
+//! the running weir), warns without failing about what is legal but probably a mistake, and
+//! with `--print` prints the config as loaded (variables substituted, includes merged, like
+//! `nginx -T`; values of variables named like secrets stay `${NAME}`).
+//!
+//! Warnings: an admin listener off loopback without a token; a route that can never match
+//! because an earlier route of its listener matches everything; a listener without routes.
+
+use std::process::ExitCode;
+
+use crate::config::model;
+use crate::runtime::{self, RuntimeConfig};
+
+/// The check's options.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// Config file (YAML) [default: /etc/weir/weir.yaml].
+    #[arg(short, long)]
+    config: Option<std::path::PathBuf>,
+    /// Do not try to bind the listeners' addresses.
+    #[arg(long)]
+    no_bind: bool,
+    /// Print the config as loaded (variables substituted, includes merged).
+    #[arg(long)]
+    print: bool,
+}
+
+/// `weir check`.
+pub fn check(args: &CheckArgs) -> ExitCode {
+    let path = args
+        .config
+        .clone()
+        .unwrap_or_else(|| super::control::DEFAULT_CONFIG.into());
+    let name = path.display().to_string();
+    let source = match crate::config::load_file(&path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("weir: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let printed = args.print.then(|| source.printable());
+    let mut warned = model_warnings(&source.file, |key| source_line(&source, key));
+    let cfg = match runtime::compile(source, &Default::default()) {
+        Ok(cfg) => cfg,
+        Err(mut e) => {
+            e.file.get_or_insert(name);
+            eprintln!("weir: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    warned.extend(warnings(&cfg));
+    if !args.no_bind {
+        let mut failed = false;
+        for l in &cfg.listeners {
+            if let Err(e) = crate::server::check_bind(l.address) {
+                eprintln!(
+                    "weir: {name}: {}: cannot bind {}: {e}",
+                    l.origin(),
+                    l.address
+                );
+                failed = true;
+            }
+        }
+        if failed {
+            eprintln!("weir: (`weir check --no-bind` checks the config without binding)");
+            return ExitCode::FAILURE;
+        }
+    }
+    for w in warned {
+        eprintln!("weir: {name}: warning: {w}");
+    }
+    if let Some(text) = printed {
+        println!("# {name}, as loaded");
+        print!("{text}");
+    } else {
+        println!("{name}: ok ({})", summary(&cfg));
+    }
+    ExitCode::SUCCESS
+}
+
+fn source_line(source: &crate::config::Source, key: &str) -> String {
+    match source.locator.locate(key) {
+        (Some(file), Some(line)) => format!("{file}: line {line}: {key}"),
+        (None, Some(line)) => format!("line {line}: {key}"),
+        _ => key.to_string(),
+    }
+}
+
+/// What `weir check` warns about in the compiled config.
+pub(super) fn warnings(cfg: &RuntimeConfig) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(a) = &cfg.admin {
+        if !a.address.ip().is_loopback() && !a.has_token() {
+            out.push(format!(
+                "admin.address {} is not on loopback and the admin API has no token: anyone who reaches it can purge and reload (set admin.token_file or admin.token_env)",
+                a.address
+            ));
+        }
+    }
+    out
+}
+
+/// What `weir check` warns about in the config as written; `at` names a key's place.
+fn model_warnings(file: &model::File, at: impl Fn(&str) -> String) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, l) in file.listeners.iter().enumerate() {
+        if l.routes.is_empty() {
+            out.push(format!(
+                "{}: listener {} has no routes: every request gets 404",
+                at(&format!("listeners[{i}]")),
+                l.address
+            ));
+        }
+        if let Some(j) = l.routes.iter().position(catches_all) {
+            for k in j + 1..l.routes.len() {
+                let name = l.routes[k]
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| format!("routes[{k}]"));
+                out.push(format!(
+                    "{}: route {name} can never match: routes[{j}] before it matches every request",
+                    at(&format!("listeners[{i}].routes[{k}]"))
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// A route whose match holds for every request.
+fn catches_all(r: &model::Route) -> bool {
+    let m = &r.matcher;
+    m.host.is_empty()
+        && m.sni.is_empty()
+        && m.client_subject.is_none()
+        && m.path.is_none()
+        && m.path_prefix
+            .as_deref()
+            .is_none_or(|p| p == "/" || p.is_empty())
+        && m.path_regex.is_none()
+        && m.methods.is_empty()
+        && m.headers.is_empty()
+}
+
+pub(super) fn summary(cfg: &RuntimeConfig) -> String {
+    let listeners: Vec<String> = cfg
+        .listeners
+        .iter()
+        .map(|l| l.address.to_string())
+        .collect();
+    format!(
+        "{} worker(s), listeners: {}",
+        cfg.workers,
+        listeners.join(", ")
+    )
+}
