@@ -310,3 +310,46 @@ fn json_logs_cover_the_start_banner() {
     );
     assert!(first.contains(&format!("127.0.0.1:{port}")), "{first}");
 }
+
+#[test]
+fn upstream_failure_lines_name_the_request() {
+    let d = dir("failure");
+    let (port, dead) = (free_port(), free_port());
+    std::fs::write(
+        d.0.join("weir.yaml"),
+        format!("upstreams: {{ gone: {{ servers: ['127.0.0.1:{dead}'] }} }}\nlisteners:\n  - address: 127.0.0.1:{port}\n    routes:\n      - proxy: {{ upstream: gone }}\n"),
+    )
+    .unwrap();
+    let mut child = Command::new(WEIR)
+        .args(["run", "-c", "weir.yaml"])
+        .current_dir(&d.0)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
+    let _running = Running(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in lines.map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(5)).unwrap(); // the banner
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let r = common::roundtrip(
+        &mut s,
+        b"GET /x?y=1 HTTP/1.1\r\nHost: site.test\r\nX-Request-Id: abc-123\r\n\r\n",
+    );
+    assert_eq!(r.status, 502);
+    let line = loop {
+        let l = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        if l.contains("upstream failure") {
+            break l;
+        }
+    };
+    assert!(line.contains("request=GET site.test/x?y=1"), "{line}");
+    assert!(line.contains("request_id="), "{line}");
+    assert!(line.contains(&format!("127.0.0.1:{dead}")), "{line}");
+}

@@ -329,7 +329,8 @@ pub(crate) async fn forward<D: Downstream>(
                 }
                 if retry(replayable && up.retry.on_status.contains(&resp.status)) {
                     if let Some(suppressed) = RETRY_LOG.admit() {
-                        tracing::warn!(upstream = %up.name, server = %up.servers[server].name, status = resp.status, suppressed, "retrying on another server");
+                        let (request, id) = described(ctx, target.head, Some(target.client.ip));
+                        tracing::warn!(upstream = %up.name, server = %up.servers[server].name, status = resp.status, request = %request, request_id = %id, suppressed, "retrying on another server");
                     }
                     backoff(up, retries.get()).await;
                     continue;
@@ -421,7 +422,7 @@ pub(crate) async fn forward<D: Downstream>(
         ctx,
         &mut upstream_conn,
         &resp,
-        (up, server),
+        (up, server, target.head),
         total_deadline,
         &mut capture,
     )
@@ -462,7 +463,8 @@ fn fail<D: Downstream>(
     let server_name = server.map(|s| up.servers[s].name.as_str()).unwrap_or("-");
     let status = e.status().unwrap_or(502);
     if let Some(suppressed) = FAILURE_LOG.admit() {
-        tracing::warn!(upstream = %up.name, server = %server_name, status, reason = %e, suppressed, "upstream failure");
+        let (request, id) = described(ctx, target.head, Some(target.client.ip));
+        tracing::warn!(upstream = %up.name, server = %server_name, status, reason = %e, request = %request, request_id = %id, suppressed, "upstream failure");
     }
     ex.failed = Some(status);
     if ex.fallback {
@@ -604,15 +606,16 @@ async fn relay_body<D: Downstream>(
     ctx: &mut RequestCtx,
     conn: &mut UpstreamConn,
     resp: &ResponseHead,
-    (up, server): (&Upstream, usize),
+    (up, server, head): (&Upstream, usize, &RequestHead),
     total_deadline: Option<Instant>,
     capture: &mut Option<Capture>,
 ) -> Result<bool, Error> {
+    let aborted = |ctx: &mut RequestCtx, why: &str| aborted(ctx, (up, server, head), why);
     let mut decoder = weir_http::BodyDecoder::new(resp.body);
     loop {
         let event = decoder
             .decode(&mut conn.buf)
-            .map_err(|e| aborted(up, server, &format!("bad response body: {e}")))?;
+            .map_err(|e| aborted(ctx, &format!("bad response body: {e}")))?;
         match event {
             weir_http::BodyEvent::Data(data) => {
                 if capture.as_mut().is_some_and(|kept| !kept.take(&data)) {
@@ -637,10 +640,8 @@ async fn relay_body<D: Downstream>(
                 let deadline = Instant::now() + phase_timeout(up.idle_read_timeout, total_deadline);
                 let n = match conn.read_by(deadline).await {
                     Ok(Ok(n)) => n,
-                    Ok(Err(e)) => {
-                        return Err(aborted(up, server, &format!("read failed mid-body: {e}")))
-                    }
-                    Err(_) => return Err(aborted(up, server, "idle timeout mid-body")),
+                    Ok(Err(e)) => return Err(aborted(ctx, &format!("read failed mid-body: {e}"))),
+                    Err(_) => return Err(aborted(ctx, "idle timeout mid-body")),
                 };
                 if n == 0 {
                     if decoder.on_eof().is_ok() {
@@ -648,7 +649,7 @@ async fn relay_body<D: Downstream>(
                         d.end_body();
                         return Ok(false);
                     }
-                    return Err(aborted(up, server, "upstream closed mid-body"));
+                    return Err(aborted(ctx, "upstream closed mid-body"));
                 }
             }
         }
@@ -656,14 +657,51 @@ async fn relay_body<D: Downstream>(
 }
 
 /// Logs an upstream failure after the response started: the client connection is cut.
-fn aborted(up: &Upstream, server: usize, why: &str) -> Error {
+fn aborted(
+    ctx: &mut RequestCtx,
+    (up, server, head): (&Upstream, usize, &RequestHead),
+    why: &str,
+) -> Error {
     let s = &up.servers[server];
     s.health.count_failure();
     up.record_passive_failure(server, now_ms());
     if let Some(suppressed) = ABORT_LOG.admit() {
-        tracing::warn!(upstream = %up.name, server = %s.name, reason = %why, suppressed, "upstream failed mid-response, aborting the client connection");
+        let (request, id) = described(ctx, head, None);
+        tracing::warn!(upstream = %up.name, server = %s.name, reason = %why, request = %request, request_id = %id, suppressed, "upstream failed mid-response, aborting the client connection");
     }
     Error::with(ErrorKind::UpstreamAborted, why)
+}
+
+/// The request as failure lines name it (nginx's `request: "GET /x"`): `GET host/path?query`
+/// (at most 200 bytes of target), and its id (made now if nothing asked for it yet and the
+/// client's address is known, so the access log's `$request_id` is the same; else `-`).
+fn described(
+    ctx: &mut RequestCtx,
+    head: &RequestHead,
+    peer: Option<std::net::IpAddr>,
+) -> (String, String) {
+    let target = head
+        .target
+        .get(..head.target.len().min(200))
+        .unwrap_or(&head.target);
+    let host = head.host().unwrap_or(b"-");
+    let request = format!(
+        "{} {}{}",
+        head.method.as_str(),
+        String::from_utf8_lossy(host),
+        String::from_utf8_lossy(target)
+    );
+    let known = ctx.extra.as_ref().and_then(|e| e.request_id.clone());
+    let id = match (known, peer) {
+        (Some(id), _) => Some(id),
+        (None, Some(ip)) => Some(ctx.request_id(head, ip)),
+        (None, None) => None,
+    };
+    let id = id.map_or_else(
+        || "-".to_string(),
+        |i| String::from_utf8_lossy(&i).into_owned(),
+    );
+    (request, id)
 }
 
 /// After a 101: relay the response head, then bytes both ways until either side closes.
