@@ -28,6 +28,7 @@ use weir_http::{
 };
 
 use super::downstream::Downstream;
+use super::failure::{aborted, described};
 use super::{send_head, send_head_filtered, RequestCtx};
 use crate::cache::zone::Inflight;
 use crate::cache::CacheZone;
@@ -39,13 +40,12 @@ use crate::proxy::exchange::{
 };
 use crate::proxy::pool::UpstreamConn;
 use crate::proxy::route::ProxyRoute;
-use crate::proxy::upstream::{now_ms, Upstream};
+use crate::proxy::upstream::Upstream;
 
 /// Client-triggerable log lines, rate-limited (`logs/`): a client chooses how often an upstream
 /// fails it. The events themselves are counted per server in `/metrics`.
 static FAILURE_LOG: crate::logs::Limited = crate::logs::Limited::new();
 static RETRY_LOG: crate::logs::Limited = crate::logs::Limited::new();
-static ABORT_LOG: crate::logs::Limited = crate::logs::Limited::new();
 
 /// Most interim (1xx) responses relayed for one request; more is treated as a broken upstream.
 const MAX_INTERIM: usize = 32;
@@ -654,54 +654,6 @@ async fn relay_body<D: Downstream>(
             }
         }
     }
-}
-
-/// Logs an upstream failure after the response started: the client connection is cut.
-fn aborted(
-    ctx: &mut RequestCtx,
-    (up, server, head): (&Upstream, usize, &RequestHead),
-    why: &str,
-) -> Error {
-    let s = &up.servers[server];
-    s.health.count_failure();
-    up.record_passive_failure(server, now_ms());
-    if let Some(suppressed) = ABORT_LOG.admit() {
-        let (request, id) = described(ctx, head, None);
-        tracing::warn!(upstream = %up.name, server = %s.name, reason = %why, request = %request, request_id = %id, suppressed, "upstream failed mid-response, aborting the client connection");
-    }
-    Error::with(ErrorKind::UpstreamAborted, why)
-}
-
-/// The request as failure lines name it (nginx's `request: "GET /x"`): `GET host/path?query`
-/// (at most 200 bytes of target), and its id (made now if nothing asked for it yet and the
-/// client's address is known, so the access log's `$request_id` is the same; else `-`).
-fn described(
-    ctx: &mut RequestCtx,
-    head: &RequestHead,
-    peer: Option<std::net::IpAddr>,
-) -> (String, String) {
-    let target = head
-        .target
-        .get(..head.target.len().min(200))
-        .unwrap_or(&head.target);
-    let host = head.host().unwrap_or(b"-");
-    let request = format!(
-        "{} {}{}",
-        head.method.as_str(),
-        String::from_utf8_lossy(host),
-        String::from_utf8_lossy(target)
-    );
-    let known = ctx.extra.as_ref().and_then(|e| e.request_id.clone());
-    let id = match (known, peer) {
-        (Some(id), _) => Some(id),
-        (None, Some(ip)) => Some(ctx.request_id(head, ip)),
-        (None, None) => None,
-    };
-    let id = id.map_or_else(
-        || "-".to_string(),
-        |i| String::from_utf8_lossy(&i).into_owned(),
-    );
-    (request, id)
 }
 
 /// After a 101: relay the response head, then bytes both ways until either side closes.

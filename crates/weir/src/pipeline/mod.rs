@@ -24,6 +24,7 @@ mod body;
 pub(crate) mod cache;
 pub(crate) mod context;
 pub(crate) mod downstream;
+mod failure;
 pub(crate) mod fetch;
 pub(crate) mod forward;
 mod kv;
