@@ -10,8 +10,7 @@ mod common;
 
 use std::net::SocketAddr;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
@@ -44,18 +43,6 @@ fn start_node(name: &'static str, etcd: SocketAddr, origin: SocketAddr) -> Node 
         admin: format!("127.0.0.1:{admin_port}").parse().unwrap(),
         proc: Some(proc),
     }
-}
-
-fn until(what: &str, within: Duration, mut ok: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !ok() {
-        assert!(
-            start.elapsed() < within,
-            "timed out after {within:?}: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    start.elapsed()
 }
 
 fn members(n: &Node) -> usize {
@@ -164,31 +151,10 @@ fn three_nodes_share_one_cache_config_and_limit_and_survive_a_node_and_etcd_goin
     assert!(rev["revision"].as_i64().unwrap() > 0, "{rev}");
 
     // The cluster-wide limit: 300 r/s across the three, whatever node a client uses.
-    let admitted = Arc::new(AtomicUsize::new(0));
-    let window = Duration::from_secs(2);
-    let started = Instant::now();
     // Three clients per node: the offered load must stay above each node's share even on a
     // busy machine (connection per request, debug build).
-    let threads: Vec<_> = nodes
-        .iter()
-        .cycle()
-        .take(9)
-        .map(|n| {
-            let (addr, admitted) = (n.addr, admitted.clone());
-            std::thread::spawn(move || {
-                // A connection per request: a refusal may close its connection.
-                while started.elapsed() < window {
-                    if get(addr, "/limited").status == 200 {
-                        admitted.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-    let rate = admitted.load(Ordering::Relaxed) as f64 / window.as_secs_f64();
+    let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.addr).collect();
+    let rate = admitted_rate(&addrs, 9, "/limited", Duration::from_secs(2));
     assert!(
         (285.0..=318.0).contains(&rate),
         "admitted {rate} r/s for 300"

@@ -9,8 +9,6 @@ mod common;
 
 use std::net::SocketAddr;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
@@ -225,28 +223,8 @@ fn three_nodes_of_the_example_admit_the_quota_counted_in_redis() {
             (addr, proc)
         })
         .collect();
-    let admitted = Arc::new(AtomicUsize::new(0));
-    let window = Duration::from_secs(3);
-    let started = Instant::now();
-    let threads: Vec<_> = nodes
-        .iter()
-        .cycle()
-        .take(9)
-        .map(|(addr, _)| {
-            let (addr, admitted) = (*addr, admitted.clone());
-            std::thread::spawn(move || {
-                while started.elapsed() < window {
-                    if get(addr, "/limited").status == 200 {
-                        admitted.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-    let rate = admitted.load(Ordering::Relaxed) as f64 / window.as_secs_f64();
+    let addrs: Vec<SocketAddr> = nodes.iter().map(|(a, _)| *a).collect();
+    let rate = admitted_rate(&addrs, 9, "/limited", Duration::from_secs(3));
     assert!(
         (285.0..=315.0).contains(&rate),
         "admitted {rate} r/s for 300"

@@ -284,6 +284,26 @@ fn check_binds_warns_and_prints_the_config_as_loaded() {
     }
 }
 
+/// `weir run -c weir.yaml` in `dir`, its stderr lines coming through the receiver.
+fn run_logged(dir: &Path) -> (Running, std::sync::mpsc::Receiver<String>) {
+    let mut child = Command::new(WEIR)
+        .args(["run", "-c", "weir.yaml"])
+        .current_dir(dir)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in lines.map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    (Running(child), rx)
+}
+
 #[test]
 fn json_logs_cover_the_start_banner() {
     let d = dir("json");
@@ -293,15 +313,8 @@ fn json_logs_cover_the_start_banner() {
         format!("log: {{ format: json }}\nlisteners:\n  - address: 127.0.0.1:{port}\n    routes:\n      - respond: {{ body: x }}\n"),
     )
     .unwrap();
-    let mut child = Command::new(WEIR)
-        .args(["run", "-c", "weir.yaml"])
-        .current_dir(&d.0)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
-    let first = lines.next().unwrap().unwrap();
-    let _running = Running(child);
+    let (_running, lines) = run_logged(&d.0);
+    let first = lines.recv_timeout(Duration::from_secs(5)).unwrap();
     let v: serde_json::Value =
         serde_json::from_str(&first).unwrap_or_else(|e| panic!("{e}: {first}"));
     assert!(
@@ -320,22 +333,7 @@ fn upstream_failure_lines_name_the_request() {
         format!("upstreams: {{ gone: {{ servers: ['127.0.0.1:{dead}'] }} }}\nlisteners:\n  - address: 127.0.0.1:{port}\n    routes:\n      - proxy: {{ upstream: gone }}\n"),
     )
     .unwrap();
-    let mut child = Command::new(WEIR)
-        .args(["run", "-c", "weir.yaml"])
-        .current_dir(&d.0)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
-    let _running = Running(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in lines.map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
+    let (_running, rx) = run_logged(&d.0);
     rx.recv_timeout(Duration::from_secs(5)).unwrap(); // the banner
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     let r = common::roundtrip(

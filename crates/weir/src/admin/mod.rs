@@ -24,6 +24,7 @@
 //! * `GET /openapi.json` → this API described as OpenAPI 3.0 (checked against the real
 //!   endpoints in `tests/admin_api.rs`).
 
+pub mod client;
 pub mod guard;
 pub mod purge;
 pub mod scrape;

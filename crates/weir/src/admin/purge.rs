@@ -159,12 +159,8 @@ async fn call(
     let mut conn = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect {addr}: {e}"))?;
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    let request = format!(
-        "POST {target} HTTP/1.1\r\nHost: {addr}\r\n{auth}Weir-Peer: {from}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    );
+    let mark = format!("Weir-Peer: {from}\r\n");
+    let request = super::client::request("POST", target, addr, token, &mark);
     conn.write_all(request.as_bytes())
         .await
         .map_err(|e| format!("send to {addr}: {e}"))?;
@@ -174,17 +170,13 @@ async fn call(
         .read_to_end(&mut answer)
         .await
         .map_err(|e| format!("read from {addr}: {e}"))?;
-    let text = String::from_utf8_lossy(&answer);
-    let status = text
-        .strip_prefix("HTTP/1.1 ")
-        .and_then(|r| r.get(..3))
+    let (status, body) = super::client::answer(&answer)
         .ok_or_else(|| format!("{addr} answered no HTTP/1.1 status line"))?;
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    if status != "200" {
+    if status != 200 {
         return Err(format!("{addr} answered {status}: {}", body.trim()));
     }
     let v: serde_json::Value =
-        serde_json::from_str(body).map_err(|e| format!("{addr} answered no JSON: {e}"))?;
+        serde_json::from_str(&body).map_err(|e| format!("{addr} answered no JSON: {e}"))?;
     v["purged"]
         .as_u64()
         .ok_or_else(|| format!("{addr} answered without a purged count"))

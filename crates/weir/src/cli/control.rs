@@ -116,25 +116,16 @@ fn admin_call(
     let mut conn = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
         .map_err(|e| format!("admin API at {addr}: {e} (is weir running?)"))?;
     let _ = conn.set_read_timeout(Some(Duration::from_secs(70)));
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
-    );
+    let request = crate::admin::client::request(method, path, addr, token, "");
     conn.write_all(request.as_bytes())
         .map_err(|e| format!("admin API at {addr}: {e}"))?;
     let mut answer = Vec::new();
     conn.take(1 << 20)
         .read_to_end(&mut answer)
         .map_err(|e| format!("admin API at {addr}: {e}"))?;
-    let text = String::from_utf8_lossy(&answer);
-    let status = text
-        .get(9..12)
-        .and_then(|s| s.parse().ok())
+    let (status, body) = crate::admin::client::answer(&answer)
         .ok_or_else(|| format!("admin API at {addr}: no HTTP answer"))?;
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    let json = serde_json::from_str(body).unwrap_or(serde_json::Value::String(body.to_string()));
+    let json = serde_json::from_str(&body).unwrap_or(serde_json::Value::String(body));
     Ok((status, json))
 }
 

@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::process::{free_port, have, Running};
 
@@ -52,14 +52,9 @@ impl Etcd {
             .spawn()
             .unwrap();
         self.child = Some(Running(child));
-        let start = Instant::now();
-        while self.ctl(&["endpoint", "health"]).is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "etcd did not start"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        super::until("etcd starts", Duration::from_secs(20), || {
+            self.ctl(&["endpoint", "health"]).is_ok()
+        });
     }
 
     /// Stops it (the data stays).

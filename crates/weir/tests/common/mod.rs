@@ -186,6 +186,45 @@ pub fn roundtrip(s: &mut TcpStream, raw: &[u8]) -> Response {
     read_response(s)
 }
 
+/// Waits until `ok()` (checked every 10 ms), failing after `within`; how long it took.
+pub fn until(what: &str, within: Duration, mut ok: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !ok() {
+        assert!(
+            start.elapsed() < within,
+            "timed out after {within:?}: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    start.elapsed()
+}
+
+/// Requests per second of `path` answered 200 while `clients` threads (spread over `addrs`)
+/// ask it for `window`, a connection per request (a refusal may close its connection).
+pub fn admitted_rate(addrs: &[SocketAddr], clients: usize, path: &str, window: Duration) -> f64 {
+    let admitted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = Instant::now();
+    let threads: Vec<_> = addrs
+        .iter()
+        .cycle()
+        .take(clients)
+        .map(|addr| {
+            let (addr, admitted, path) = (*addr, admitted.clone(), path.to_string());
+            std::thread::spawn(move || {
+                while started.elapsed() < window {
+                    if get(addr, &path).status == 200 {
+                        admitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    admitted.load(std::sync::atomic::Ordering::Relaxed) as f64 / window.as_secs_f64()
+}
+
 /// `n` GETs of `path` at once, each on its own connection; their answers.
 pub fn concurrent_gets(addr: SocketAddr, path: &str, n: usize) -> Vec<Response> {
     let threads: Vec<_> = (0..n)

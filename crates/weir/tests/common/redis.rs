@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::process::{free_port, have, Running};
 
@@ -46,14 +46,9 @@ impl Redis {
             .spawn()
             .unwrap();
         self.child = Some(Running(child));
-        let start = Instant::now();
-        while self.cli(&["PING"]).as_deref() != Ok("PONG") {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "redis did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        super::until("redis starts", Duration::from_secs(10), || {
+            self.cli(&["PING"]).as_deref() == Ok("PONG")
+        });
     }
 
     /// Stops it.
