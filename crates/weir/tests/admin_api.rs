@@ -354,7 +354,12 @@ fn the_dashboard_is_one_self_contained_page_fed_by_the_admin_api() {
             "the page loads {external}…: weir runs offline"
         );
     }
-    for uses in ["api(\"/metrics\"", "\"/reload\"", "\"/purge?all=1\""] {
+    for uses in [
+        "api(\"/dashboard.json\"",
+        "\"/reload\"",
+        "\"/purge?all=1\"",
+        "\"/upstreams/\"",
+    ] {
         assert!(page.contains(uses), "the page should use {uses}");
     }
 }

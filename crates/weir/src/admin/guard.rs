@@ -73,7 +73,8 @@ fn host_allowed(settings: &AdminSettings, host: &[u8]) -> bool {
 pub fn allowed_methods(path: &[u8]) -> Option<&'static [&'static str]> {
     Some(match path {
         b"/" | b"/metrics" | b"/openapi.json" | b"/health" | b"/ready" | b"/status" | b"/stats"
-        | b"/breakers" | b"/cluster" | b"/shield" => &["GET", "HEAD"],
+        | b"/breakers" | b"/cluster" | b"/shield" | b"/dashboard.json" => &["GET", "HEAD"],
+        b"/upstreams/drain" | b"/upstreams/enable" => &["POST"],
         b"/shield/unblock" => &["POST"],
         b"/purge" => &["POST", "PURGE"],
         b"/reload" => &["POST"],

@@ -19,20 +19,26 @@
 //!   (what `weir status` shows).
 //! * `POST /reload` → re-reads the config file as SIGHUP does: 200 `{"reloaded":true}`, or 500
 //!   `{"reloaded":false,"error":…}` with the running config kept.
-//! * `GET /` → the live dashboard (`dashboard.html`: requests/s, latency, cache, upstreams,
-//!   purge and reload buttons), fed by `/metrics`.
+//! * `POST /upstreams/drain?upstream=U&server=S`, `POST /upstreams/enable?…` → takes a server
+//!   out of rotation and back ([`upstreams`]).
+//! * `GET /` → the live dashboard (`dashboard.html`: traffic and error rates over time, routes,
+//!   upstream servers with drain/enable buttons, cache zones, purge and reload buttons), fed by
+//! * `GET /dashboard.json` ([`dashboard`]), from the server's own last minutes of samples.
 //! * `GET /openapi.json` → this API described as OpenAPI 3.0 (checked against the real
 //!   endpoints in `tests/admin_api.rs`).
 
 pub mod client;
+mod dashboard;
 pub mod guard;
 pub mod purge;
 pub mod scrape;
 mod scrape_cluster;
 mod scrape_filters;
+mod scrape_servers;
 mod scrape_storage;
 mod shield;
 mod status;
+mod upstreams;
 
 use std::sync::atomic::Ordering;
 
@@ -129,6 +135,7 @@ pub fn handle(
         }
         (b"/openapi.json", Method::Get | Method::Head) => (200, OPENAPI.to_string()),
         (b"/status", Method::Get | Method::Head) => status::status(cfg, generation),
+        (b"/dashboard.json", Method::Get | Method::Head) => dashboard::dashboard(cfg, generation),
         (b"/", Method::Get | Method::Head) => {
             return AdminReply {
                 status: 200,
@@ -162,10 +169,14 @@ fn json_api(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
         (b"/shield", false) => shield::list(cfg),
         (b"/shield/unblock", true) => shield::unblock(cfg, param("client")),
         (b"/purge", true) => purge::local(&params, cfg),
+        (b"/upstreams/drain", _) => upstreams::set(cfg, param("upstream"), param("server"), true),
+        (b"/upstreams/enable", _) => {
+            upstreams::set(cfg, param("upstream"), param("server"), false)
+        }
         _ => (
             404,
             json_error(
-                "unknown admin path (/, /health, /ready, /status, /stats, /breakers, /cluster, /shield, /metrics, /purge, /reload, /openapi.json)",
+                "unknown admin path (/, /health, /ready, /status, /dashboard.json, /stats, /breakers, /cluster, /shield, /metrics, /purge, /upstreams/drain, /upstreams/enable, /reload, /openapi.json)",
             ),
         ),
     }

@@ -5,7 +5,6 @@
 //! Names follow Prometheus conventions: `weir_` prefix, base units (seconds, bytes), `_total`
 //! on counters (added by the encoder), and labels rather than names for dimensions.
 
-use std::collections::BTreeMap;
 use std::fmt::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,6 +14,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
+use crate::metrics::totals::{HistTotals, Totals};
 use crate::metrics::{self, CloseReason, Counter, Metrics, DURATION_BUCKETS};
 use crate::runtime::RuntimeConfig;
 
@@ -133,10 +133,26 @@ pub(super) fn gauge(v: i64) -> ConstGauge<i64> {
 }
 
 /// A histogram from its per-bucket (non-cumulative) counts and sum.
-struct Histogram {
+pub(super) struct Histogram {
     buckets: Vec<(f64, u64)>,
     count: u64,
     sum: f64,
+}
+
+impl Histogram {
+    pub(super) fn of(h: &HistTotals) -> Histogram {
+        Histogram {
+            buckets: h
+                .buckets
+                .iter()
+                .enumerate()
+                // The encoder writes f64::MAX as `+Inf`.
+                .map(|(i, n)| (DURATION_BUCKETS.get(i).copied().unwrap_or(f64::MAX), *n))
+                .collect(),
+            count: h.count(),
+            sum: h.sum_us as f64 / 1e6,
+        }
+    }
 }
 
 impl EncodeMetric for Histogram {
@@ -151,9 +167,13 @@ impl EncodeMetric for Histogram {
 impl prometheus_client::collector::Collector for Scrape {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
         let workers = self.metrics.workers();
-        self.http(&mut enc, &workers)?;
+        let totals = self.metrics.totals();
+        self.http(&mut enc, &totals)?;
         self.connections(&mut enc, &workers)?;
-        self.upstreams(&mut enc, &workers)?;
+        super::scrape_servers::families(&self.cfg, &totals, &mut enc)?;
+        super::scrape_filters::families(&self.cfg, &mut enc)?;
+        super::scrape_storage::families(&self.cfg, &mut enc)?;
+        super::scrape_cluster::families(&self.cfg, &mut enc)?;
         self.cache(&mut enc)?;
         family(
             &mut enc,
@@ -184,42 +204,22 @@ impl prometheus_client::collector::Collector for Scrape {
 }
 
 impl Scrape {
-    fn http(
-        &self,
-        enc: &mut DescriptorEncoder,
-        workers: &[Arc<metrics::WorkerMetrics>],
-    ) -> fmt::Result {
-        // Summed over workers, per (listener, route).
-        let mut codes: BTreeMap<(String, String), Vec<u64>> = BTreeMap::new();
-        let mut hist: BTreeMap<(String, String), (Vec<u64>, u64)> = BTreeMap::new();
-        for w in workers {
-            for (key, r) in metrics::lock(&w.routes).iter() {
-                let c = codes
-                    .entry(key.clone())
-                    .or_insert_with(|| vec![0; metrics::CODES]);
-                for (sum, n) in c.iter_mut().zip(r.codes.iter()) {
-                    *sum += n.get();
-                }
-                let h = hist
-                    .entry(key.clone())
-                    .or_insert_with(|| (vec![0; r.buckets.len()], 0));
-                for (sum, n) in h.0.iter_mut().zip(&r.buckets) {
-                    *sum += n.get();
-                }
-                h.1 += r.sum_us.get();
-            }
-        }
-        let rows = codes.iter().flat_map(|((listener, route), c)| {
-            c.iter().enumerate().filter(|(_, n)| **n > 0).map(|(i, n)| {
-                (
-                    vec![
-                        ("listener", listener.clone()),
-                        ("route", route.clone()),
-                        ("code", (i + 100).to_string()),
-                    ],
-                    counter(*n),
-                )
-            })
+    fn http(&self, enc: &mut DescriptorEncoder, totals: &Totals) -> fmt::Result {
+        let rows = totals.routes.iter().flat_map(|((listener, route), t)| {
+            t.codes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| **n > 0)
+                .map(|(i, n)| {
+                    (
+                        vec![
+                            ("listener", listener.clone()),
+                            ("route", route.clone()),
+                            ("code", (i + 100).to_string()),
+                        ],
+                        counter(*n),
+                    )
+                })
         });
         family(
             enc,
@@ -228,27 +228,10 @@ impl Scrape {
             MetricType::Counter,
             rows,
         )?;
-        let rows = hist.iter().map(|((listener, route), (buckets, sum_us))| {
-            let mut cumulative = 0;
-            let buckets: Vec<(f64, u64)> = buckets
-                .iter()
-                .enumerate()
-                .map(|(i, n)| {
-                    cumulative += n;
-                    (
-                        // The encoder writes f64::MAX as `+Inf`.
-                        DURATION_BUCKETS.get(i).copied().unwrap_or(f64::MAX),
-                        *n,
-                    )
-                })
-                .collect();
+        let rows = totals.routes.iter().map(|((listener, route), t)| {
             (
                 vec![("listener", listener.clone()), ("route", route.clone())],
-                Histogram {
-                    buckets,
-                    count: cumulative,
-                    sum: *sum_us as f64 / 1e6,
-                },
+                Histogram::of(&t.latency),
             )
         });
         family(
@@ -336,85 +319,6 @@ impl Scrape {
             "HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM (floods, rapid reset).",
             MetricType::Counter,
             [(Labels::new(), counter(sum(&|w| &w.h2_abuse)))],
-        )
-    }
-
-    fn upstreams(
-        &self,
-        enc: &mut DescriptorEncoder,
-        workers: &[Arc<metrics::WorkerMetrics>],
-    ) -> fmt::Result {
-        let mut sent: BTreeMap<(String, String), u64> = BTreeMap::new();
-        for w in workers {
-            for (key, n) in metrics::lock(&w.servers).iter() {
-                *sent.entry(key.clone()).or_default() += n.get();
-            }
-        }
-        let servers: Vec<(&str, &crate::proxy::upstream::Server)> = self
-            .cfg
-            .upstreams
-            .iter()
-            .flat_map(|u| u.servers.iter().map(move |s| (u.name.as_str(), s)))
-            .collect();
-        let labels =
-            |u: &str, s: &str| vec![("upstream", u.to_string()), ("server", s.to_string())];
-        family(
-            enc,
-            "weir_upstream_requests",
-            "Requests sent to an upstream server (retries count once per server tried last).",
-            MetricType::Counter,
-            servers.iter().map(|(u, s)| {
-                let n = sent
-                    .get(&(u.to_string(), s.name.clone()))
-                    .copied()
-                    .unwrap_or(0);
-                (labels(u, &s.name), counter(n))
-            }),
-        )?;
-        family(
-            enc,
-            "weir_upstream_failures",
-            "Failed attempts on an upstream server: connect errors, timeouts, resets, bad responses.",
-            MetricType::Counter,
-            servers
-                .iter()
-                .map(|(u, s)| (labels(u, &s.name), counter(s.health.failures()))),
-        )?;
-        family(
-            enc,
-            "weir_upstream_desync",
-            "Upstream connections closed instead of reused because bytes followed a complete response.",
-            MetricType::Counter,
-            servers
-                .iter()
-                .map(|(u, s)| (labels(u, &s.name), counter(s.health.desyncs()))),
-        )?;
-        family(
-            enc,
-            "weir_upstream_ejections",
-            "Times outlier detection ejected the server.",
-            MetricType::Counter,
-            servers.iter().map(|(u, s)| {
-                let n = s
-                    .health
-                    .outlier
-                    .ejections
-                    .load(std::sync::atomic::Ordering::Relaxed);
-                (labels(u, &s.name), counter(n))
-            }),
-        )?;
-        super::scrape_filters::families(&self.cfg, enc)?;
-        super::scrape_storage::families(&self.cfg, enc)?;
-        super::scrape_cluster::families(&self.cfg, enc)?;
-        let now = crate::proxy::upstream::now_ms();
-        family(
-            enc,
-            "weir_upstream_server_up",
-            "1 when the server takes requests (active and passive health), 0 when marked down.",
-            MetricType::Gauge,
-            servers
-                .iter()
-                .map(|(u, s)| (labels(u, &s.name), gauge(s.health.is_up(now) as i64))),
         )
     }
 

@@ -12,6 +12,12 @@
 //! name keeps its counters, so they stay monotonic across reloads as Prometheus expects.
 //!
 //! Rare events (upstream failures, dropped log lines) are plain shared atomics where they happen.
+//!
+//! [`totals`] sums the workers' counters once, for both `/metrics` and the dashboard's
+//! short history (`admin/history.rs`).
+
+pub mod history;
+pub mod totals;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +43,12 @@ impl Counter {
         );
     }
 
+    /// Takes one back (a gauge with one writer: requests in flight).
+    #[inline(always)]
+    pub fn dec(&self) {
+        self.add(u64::MAX);
+    }
+
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
@@ -57,21 +69,38 @@ const BUCKETS_US: [u64; 17] = [
 /// Statuses 100..=599 each have a counter.
 pub(crate) const CODES: usize = 500;
 
+/// A duration histogram on one worker: a count per bucket of [`DURATION_BUCKETS`], plus
+/// `+Inf` last (not cumulative; summed at scrape), and the sum.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    pub(crate) buckets: [Counter; 18],
+    pub(crate) sum_us: Counter,
+}
+
+impl Histogram {
+    #[inline]
+    pub fn observe(&self, micros: u64) {
+        let bucket = BUCKETS_US
+            .iter()
+            .position(|b| micros <= *b)
+            .unwrap_or(BUCKETS_US.len());
+        self.buckets[bucket].inc();
+        self.sum_us.add(micros);
+    }
+}
+
 /// One route's counters on one worker: requests by status, and the duration histogram.
 #[derive(Debug)]
 pub struct RouteMetrics {
     pub(crate) codes: Box<[Counter]>,
-    /// Per bucket of [`DURATION_BUCKETS`], plus `+Inf` last (not cumulative; summed at scrape).
-    pub(crate) buckets: [Counter; 18],
-    pub(crate) sum_us: Counter,
+    pub(crate) latency: Histogram,
 }
 
 impl Default for RouteMetrics {
     fn default() -> Self {
         RouteMetrics {
             codes: (0..CODES).map(|_| Counter::default()).collect(),
-            buckets: Default::default(),
-            sum_us: Counter::default(),
+            latency: Histogram::default(),
         }
     }
 }
@@ -86,12 +115,32 @@ impl RouteMetrics {
         {
             c.inc();
         }
-        let bucket = BUCKETS_US
-            .iter()
-            .position(|b| micros <= *b)
-            .unwrap_or(BUCKETS_US.len());
-        self.buckets[bucket].inc();
-        self.sum_us.add(micros);
+        self.latency.observe(micros);
+    }
+}
+
+/// One upstream server's counters on one worker: responses by status class, the duration of
+/// the requests it served, bytes both ways, and requests in flight now.
+#[derive(Debug, Default)]
+pub struct ServerMetrics {
+    /// Index 0: no status (the request failed before one); 1..=5: 1xx..5xx.
+    pub(crate) classes: [Counter; 6],
+    pub(crate) latency: Histogram,
+    /// Response bytes sent to clients, and request body bytes received from them.
+    pub(crate) bytes_sent: Counter,
+    pub(crate) bytes_received: Counter,
+    /// A gauge: taken while a request is sent to the server and its response relayed.
+    pub(crate) in_flight: Counter,
+}
+
+impl ServerMetrics {
+    /// Counts a request this server answered (or failed) with `status`.
+    #[inline]
+    pub fn record(&self, status: u16, micros: u64, sent: u64, received: u64) {
+        self.classes[(status as usize / 100).min(5)].inc();
+        self.latency.observe(micros);
+        self.bytes_sent.add(sent);
+        self.bytes_received.add(received);
     }
 }
 
@@ -169,8 +218,8 @@ pub struct WorkerMetrics {
     /// Connections closed as soon as accepted, by [`Refusal`].
     pub(crate) refused: [Counter; 2],
     pub(crate) routes: Mutex<HashMap<RouteKey, Arc<RouteMetrics>>>,
-    /// Requests sent per `(upstream, server)`.
-    pub(crate) servers: Mutex<HashMap<(String, String), Arc<Counter>>>,
+    /// Per `(upstream, server)`.
+    pub(crate) servers: Mutex<HashMap<(String, String), Arc<ServerMetrics>>>,
 }
 
 /// How a TLS handshake ended: the `result` label of `weir_tls_handshakes_total`.
@@ -224,8 +273,8 @@ impl WorkerMetrics {
             .clone()
     }
 
-    /// The request counter of `server` in `upstream`.
-    pub fn server(&self, upstream: &str, server: &str) -> Arc<Counter> {
+    /// The counters of `server` in `upstream`.
+    pub fn server(&self, upstream: &str, server: &str) -> Arc<ServerMetrics> {
         lock(&self.servers)
             .entry((upstream.to_string(), server.to_string()))
             .or_default()
@@ -273,13 +322,29 @@ mod tests {
         assert_eq!(r.codes[100].get(), 2);
         assert_eq!(r.codes[304].get(), 1);
         assert_eq!(r.codes[499].get(), 1);
-        let counts: Vec<u64> = r.buckets.iter().map(Counter::get).collect();
+        let counts: Vec<u64> = r.latency.buckets.iter().map(Counter::get).collect();
         assert_eq!(counts[0], 1, "≤10µs: 1");
         assert_eq!(counts[2], 1, "≤50µs: 50");
         assert_eq!(counts[3], 1, "≤100µs: 100");
         assert_eq!(counts[4], 1, "≤250µs: 101");
         assert_eq!(counts[17], 1, "+Inf");
-        assert_eq!(r.sum_us.get(), 10_000_252);
+        assert_eq!(r.latency.sum_us.get(), 10_000_252);
+    }
+
+    #[test]
+    fn a_server_counts_classes_bytes_and_in_flight() {
+        let s = ServerMetrics::default();
+        s.record(204, 10, 100, 5);
+        s.record(503, 10, 20, 0);
+        s.record(0, 10, 0, 0);
+        s.record(700, 10, 0, 0);
+        let classes: Vec<u64> = s.classes.iter().map(Counter::get).collect();
+        assert_eq!(classes, [1, 0, 1, 0, 0, 2]);
+        assert_eq!((s.bytes_sent.get(), s.bytes_received.get()), (120, 5));
+        s.in_flight.inc();
+        s.in_flight.inc();
+        s.in_flight.dec();
+        assert_eq!(s.in_flight.get(), 1);
     }
 
     #[test]

@@ -243,7 +243,8 @@ pub(crate) async fn forward<D: Downstream>(
             .filters
             .prefer(ctx.run_if_any().map(|r| &*r), upstream),
     };
-    let (server, mut upstream_conn, resp) = loop {
+    // `_active` is held until the response is relayed (least_conn and the in-flight gauge).
+    let (server, mut upstream_conn, resp, _active) = loop {
         // After a stale pooled connection, retry the same server on a new connection.
         let force_fresh = fresh_only.is_some();
         let sticky = preferred.filter(|s| {
@@ -281,7 +282,11 @@ pub(crate) async fn forward<D: Downstream>(
                 );
             }
         };
-        let _active = per_worker.track_active(server);
+        let gauge = rt
+            .cfg
+            .metrics
+            .then(|| &rt.server_metrics[upstream][server].in_flight);
+        let active = per_worker.track_active(server, gauge);
         let tee = if route.filters.has(crate::filters::phase::TEE) {
             ctx.extra.as_mut().map(|e| &mut e.filters)
         } else {
@@ -335,7 +340,7 @@ pub(crate) async fn forward<D: Downstream>(
                     backoff(up, retries.get()).await;
                     continue;
                 }
-                break (server, conn, resp);
+                break (server, conn, resp, active);
             }
             // A pooled connection the upstream had closed: the request never reached it.
             Err(e)

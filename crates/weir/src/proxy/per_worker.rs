@@ -28,17 +28,22 @@ pub struct WorkerUpstream {
     scratch: RefCell<Vec<usize>>,
 }
 
-/// Counts one request in flight to a server while alive.
+/// Counts one request in flight to a server while alive (for the balancer, and in the
+/// server's `in_flight` gauge when metrics are on).
 #[derive(Debug)]
 pub struct InFlight<'a> {
     up: &'a WorkerUpstream,
     server: usize,
+    gauge: Option<&'a crate::metrics::Counter>,
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         let mut a = self.up.active.borrow_mut();
         a[self.server] = a[self.server].saturating_sub(1);
+        if let Some(g) = self.gauge {
+            g.dec();
+        }
     }
 }
 
@@ -104,10 +109,22 @@ impl WorkerUpstream {
         )
     }
 
-    /// Marks a request in flight to `server` until the guard drops.
-    pub fn track_active(&self, server: usize) -> InFlight<'_> {
+    /// Marks a request in flight to `server` until the guard drops; `gauge` is the server's
+    /// metric, counted too.
+    pub fn track_active<'a>(
+        &'a self,
+        server: usize,
+        gauge: Option<&'a crate::metrics::Counter>,
+    ) -> InFlight<'a> {
         self.active.borrow_mut()[server] += 1;
-        InFlight { up: self, server }
+        if let Some(g) = gauge {
+            g.inc();
+        }
+        InFlight {
+            up: self,
+            server,
+            gauge,
+        }
     }
 
     /// Each request earns `ratio` of a retry.

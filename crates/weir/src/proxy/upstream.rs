@@ -1,7 +1,7 @@
 //! A compiled upstream pool and the health state its servers share across workers.
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -127,8 +127,10 @@ pub struct Health {
     down_until_ms: AtomicU64,
     fails: AtomicU32,
     window_start_ms: AtomicU64,
-    /// Active checks: false once `fall` checks failed in a row, true again after `rise` passed.
-    active_down: AtomicBool,
+    /// [`ACTIVE_DOWN`] once `fall` active checks failed in a row (cleared after `rise`
+    /// passed), [`DRAINED`] while an operator drains the server (`POST /upstreams/drain`).
+    /// One word, so that `is_up` stays one load for both.
+    flags: AtomicU8,
     /// Failed attempts since start, for `/metrics` (a shared atomic: failures are rare).
     failures_total: AtomicU64,
     /// Connections closed because bytes followed a complete response (`proxy/pool.rs`).
@@ -143,10 +145,28 @@ pub fn now_ms() -> u64 {
     START.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
+const ACTIVE_DOWN: u8 = 1;
+const DRAINED: u8 = 2;
+
 impl Health {
     pub fn is_up(&self, now_ms: u64) -> bool {
-        !self.active_down.load(Ordering::Relaxed)
+        self.flags.load(Ordering::Relaxed) == 0
             && now_ms >= self.down_until_ms.load(Ordering::Relaxed)
+    }
+
+    /// Drains the server (no new requests; those in flight finish) or takes it back.
+    /// Returns whether that changed anything.
+    pub fn set_drained(&self, drained: bool) -> bool {
+        let before = if drained {
+            self.flags.fetch_or(DRAINED, Ordering::Relaxed)
+        } else {
+            self.flags.fetch_and(!DRAINED, Ordering::Relaxed)
+        };
+        (before & DRAINED != 0) != drained
+    }
+
+    pub fn drained(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & DRAINED != 0
     }
 
     /// Counts a failed attempt for `/metrics`.
@@ -201,11 +221,16 @@ impl Health {
 
     /// Sets the active-check verdict; returns true if it changed.
     pub fn set_active_up(&self, up: bool) -> bool {
-        self.active_down.swap(!up, Ordering::Relaxed) == up
+        let before = if up {
+            self.flags.fetch_and(!ACTIVE_DOWN, Ordering::Relaxed)
+        } else {
+            self.flags.fetch_or(ACTIVE_DOWN, Ordering::Relaxed)
+        };
+        (before & ACTIVE_DOWN == 0) != up
     }
 
     pub fn active_up(&self) -> bool {
-        !self.active_down.load(Ordering::Relaxed)
+        self.flags.load(Ordering::Relaxed) & ACTIVE_DOWN == 0
     }
 }
 

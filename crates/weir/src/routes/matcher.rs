@@ -170,6 +170,44 @@ impl Matcher {
         })
     }
 
+    /// The conditions in one line, as the dashboard's route table shows them: `host a.com
+    /// path /api/*` (`any` when there are none).
+    pub fn describe(&self) -> String {
+        let hosts = |h: &[HostPattern]| {
+            h.iter()
+                .map(|p| match p {
+                    HostPattern::Exact(n) => n.clone(),
+                    HostPattern::Suffix(n) => format!("*{n}"),
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let mut parts = Vec::new();
+        if !self.hosts.is_empty() {
+            parts.push(format!("host {}", hosts(&self.hosts)));
+        }
+        if !self.sni.is_empty() {
+            parts.push(format!("sni {}", hosts(&self.sni)));
+        }
+        match &self.path {
+            PathMatch::Any => {}
+            PathMatch::Exact(p) => parts.push(format!("path {}", String::from_utf8_lossy(p))),
+            PathMatch::Prefix(p) => parts.push(format!("path {}*", String::from_utf8_lossy(p))),
+            PathMatch::Regex(r) => parts.push(format!("path ~ {}", r.as_str())),
+        }
+        for (name, value) in &self.headers {
+            parts.push(format!("{name}: {}", String::from_utf8_lossy(value)));
+        }
+        if let Some(re) = &self.client_subject {
+            parts.push(format!("client ~ {}", re.as_str()));
+        }
+        if parts.is_empty() {
+            "any".into()
+        } else {
+            parts.join(" ")
+        }
+    }
+
     /// The prefix a `static` action strips, if the route matches by prefix.
     pub fn prefix(&self) -> Option<&[u8]> {
         match &self.path {

@@ -53,6 +53,23 @@ impl Route {
         }
     }
 
+    /// What the route does, in a few words (the dashboard's route table); `zone` names a
+    /// cache zone by index.
+    pub fn describe_action(&self, zone: impl Fn(usize) -> String) -> String {
+        match &self.action {
+            Action::Respond(r) => format!("respond {}", r.status),
+            Action::Static(_) => "static files".into(),
+            Action::Echo(_) => "echo".into(),
+            Action::Proxy(p) => match &p.cache {
+                Some(c) => format!("proxy {} (cache {})", p.upstream_name, zone(c.zone)),
+                None => format!("proxy {}", p.upstream_name),
+            },
+            Action::Admin => "admin API".into(),
+            Action::Health(_) => "health".into(),
+            Action::Kv(k) => format!("kv {}", k.name),
+        }
+    }
+
     /// The route's `path_regex`, for `$1`..`$9`.
     pub fn regex(&self) -> Option<&regex::bytes::Regex> {
         match &self.matcher.path {

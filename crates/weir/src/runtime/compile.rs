@@ -257,6 +257,7 @@ pub(crate) fn compile(
     }
     let mut admin_settings = None;
     if let Some(admin) = &file.admin {
+        registry.start_history();
         let address = resolve(&admin.address).map_err(|m| ("admin.address".to_string(), m))?;
         // One port cannot be both (`run` would fail to bind the second).
         if let Some(l) = listeners.iter().find(|l| same_socket(l.address, address)) {

@@ -75,6 +75,8 @@ pub struct Registry {
     pub cluster: Arc<crate::cluster::ClusterState>,
     /// This process: when it started, what it was started with (`GET /status`).
     pub process: ProcessInfo,
+    /// The dashboard's last minutes of counters (sampled once an admin listener exists).
+    pub history: Arc<crate::metrics::history::History>,
 }
 
 /// What `GET /status` and `weir status` say of the process.
@@ -127,6 +129,7 @@ impl Registry {
             shield: Default::default(),
             cluster: Default::default(),
             process: Default::default(),
+            history: Default::default(),
         }
     }
 
@@ -254,6 +257,29 @@ impl Registry {
                     .and_then(|rest| rest.strip_prefix('/'))
                     .is_some_and(|s| u.servers.iter().any(|x| x.name == s))
             })
+        });
+    }
+
+    /// Starts sampling the counters for the dashboard (once; the thread ends with the registry).
+    pub fn start_history(self: &Arc<Self>) {
+        let registry = Arc::downgrade(self);
+        self.history.start(move || {
+            let r = registry.upgrade()?;
+            let zones = lock(&r.zones)
+                .iter()
+                .map(|(name, z)| {
+                    let s = &z.zone.store.stats;
+                    let counts = crate::metrics::history::ZoneCounts {
+                        hits: s.hits.load(std::sync::atomic::Ordering::Relaxed),
+                        misses: s.misses.load(std::sync::atomic::Ordering::Relaxed),
+                    };
+                    (name.clone(), counts)
+                })
+                .collect();
+            Some(crate::metrics::history::Sample::of(
+                &r.metrics.totals(),
+                zones,
+            ))
         });
     }
 

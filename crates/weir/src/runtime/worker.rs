@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::RuntimeConfig;
 use crate::access_log::LogBuffer;
 use crate::filters::request_id::Generator;
-use crate::metrics::{Counter, RouteMetrics, WorkerMetrics};
+use crate::metrics::{RouteMetrics, ServerMetrics, WorkerMetrics};
 use crate::proxy::per_worker::WorkerUpstream;
 
 /// The config as this worker runs it: the published `RuntimeConfig` and this worker's state for
@@ -23,7 +23,7 @@ pub(crate) struct WorkerRuntime {
     /// Per listener, the counters of each route (index `route + 1`; 0: no route matched).
     pub route_metrics: Vec<Vec<Arc<RouteMetrics>>>,
     /// Per upstream, each server's request counter.
-    pub server_metrics: Vec<Vec<Arc<Counter>>>,
+    pub server_metrics: Vec<Vec<Arc<ServerMetrics>>>,
     /// This worker's buffer for each of `cfg.access_logs`.
     pub logs: Vec<Rc<LogBuffer>>,
     pub ids: Rc<Generator>,
