@@ -47,6 +47,20 @@ pub enum Action {
     Health(Option<Vec<usize>>),
     /// A key-value store.
     Kv(Arc<crate::kv::KvStore>),
+    /// ACME HTTP-01 answers (`/.well-known/acme-challenge/TOKEN`), placed first on plain-HTTP
+    /// listeners when some listener obtains certificates by HTTP-01 (`tls/acme.rs`).
+    AcmeChallenge(Arc<crate::tls::acme::Challenges>),
+}
+
+/// The answer to an HTTP-01 request for `path`: the key authorization, or 404.
+pub fn acme_answer(c: &crate::tls::acme::Challenges, path: &[u8]) -> (u16, String) {
+    let token = path
+        .strip_prefix(b"/.well-known/acme-challenge/")
+        .and_then(|t| std::str::from_utf8(t).ok());
+    match token.and_then(|t| c.http_answer(t)) {
+        Some(key_auth) => (200, key_auth),
+        None => (404, "no such ACME challenge\n".into()),
+    }
 }
 
 /// The action keys a route gave (exactly one must be set).
@@ -204,7 +218,9 @@ impl Action {
     /// Methods the action itself can answer (`None` = any).
     pub fn methods(&self) -> Option<&'static [Method]> {
         match self {
-            Action::Static(_) | Action::Health(_) => Some(&[Method::Get, Method::Head]),
+            Action::Static(_) | Action::Health(_) | Action::AcmeChallenge(_) => {
+                Some(&[Method::Get, Method::Head])
+            }
             Action::Kv(_) => Some(&[
                 Method::Get,
                 Method::Head,

@@ -20,7 +20,7 @@ pub use super::model_filters::{
 pub use super::model_ops::{AccessLog, AccessLogSetting, HealthRoute, Log, RequestId};
 pub use super::model_shield::{ProxyProtocol, Shape, Shield};
 pub use super::model_tls::{
-    Certificate, ClientAuth, ClientAuthMode, ClientCert, Http2, Tls, UpstreamTls,
+    Acme, Certificate, ClientAuth, ClientAuthMode, ClientCert, Http2, Ocsp, Tls, UpstreamTls,
 };
 pub use super::model_upstream::{
     ActiveHealth, Keepalive, OutlierDetection, PassiveHealth, Retries, Upstream, UpstreamLimits,

@@ -10,8 +10,14 @@ use super::units::Size;
 #[serde(deny_unknown_fields)]
 pub struct Tls {
     /// Certificates, chosen by the name the client asks for (SNI). The first is the default,
-    /// for clients that send no name or one that matches no certificate.
+    /// for clients that send no name or one that matches no certificate. May be empty when
+    /// `acme` obtains the listener's certificate.
+    #[serde(default)]
     pub certificates: Vec<Certificate>,
+    /// Certificates obtained and renewed automatically from an ACME CA (Let's Encrypt).
+    pub acme: Option<Acme>,
+    /// OCSP stapling of `certificates`.
+    pub ocsp: Option<Ocsp>,
     /// `tls1.2` and/or `tls1.3`.
     #[serde(default = "default_protocols")]
     pub protocols: Vec<String>,
@@ -31,6 +37,87 @@ pub struct Tls {
     pub session_cache: usize,
     /// Verify client certificates (mTLS).
     pub client_auth: Option<ClientAuth>,
+}
+
+/// ACME (RFC 8555): one certificate for `names`, obtained at start when none is stored,
+/// renewed `renew_before` its expiry, stored under `storage` and reused across restarts.
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Acme {
+    /// The names the certificate is for (each must resolve to this server).
+    pub names: Vec<String>,
+    /// The CA's directory URL.
+    #[serde(default = "default_acme_directory")]
+    pub directory: String,
+    /// A contact address for the account (`ops@example.com`).
+    pub email: Option<String>,
+    /// `http-01` (answered on the plain-HTTP listeners' port 80) or `tls-alpn-01` (answered on
+    /// this listener, port 443).
+    #[serde(default = "default_acme_challenge")]
+    pub challenge: String,
+    /// Where the account and certificates are kept.
+    #[serde(default = "default_acme_storage")]
+    pub storage: String,
+    /// PEM file of the CA that signed the directory's HTTPS certificate, for a private or test
+    /// ACME server; absent: the system's roots.
+    pub directory_ca: Option<String>,
+    /// Renew when the certificate expires within this.
+    #[serde(default = "default_renew_before")]
+    pub renew_before: super::units::Dur,
+    /// How often the certificate's expiry is looked at.
+    #[serde(default = "default_check_every")]
+    pub check_every: super::units::Dur,
+    /// The first wait after a failed attempt; it doubles after each failure, up to
+    /// `check_every`.
+    #[serde(default = "default_acme_retry")]
+    pub retry_after: super::units::Dur,
+}
+
+fn default_acme_directory() -> String {
+    "https://acme-v02.api.letsencrypt.org/directory".into()
+}
+
+fn default_acme_challenge() -> String {
+    "tls-alpn-01".into()
+}
+
+fn default_acme_storage() -> String {
+    "/var/lib/weir/acme".into()
+}
+
+fn default_renew_before() -> super::units::Dur {
+    super::units::Dur(std::time::Duration::from_secs(30 * 86_400))
+}
+
+fn default_check_every() -> super::units::Dur {
+    super::units::Dur(std::time::Duration::from_secs(12 * 3600))
+}
+
+fn default_acme_retry() -> super::units::Dur {
+    super::units::Dur(std::time::Duration::from_secs(60))
+}
+
+/// OCSP stapling: each certificate's status, fetched from its responder (the certificate's
+/// Authority Information Access URL, or `responder`) or read from `file`, refreshed, and sent
+/// in the handshake.
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Ocsp {
+    /// A responder URL (`http://…`) used instead of the certificates' own.
+    pub responder: Option<String>,
+    /// A DER OCSP response to staple (for the first certificate), re-read at each refresh,
+    /// instead of fetching one.
+    pub file: Option<String>,
+    /// PEM file of the issuer of the certificates, when their chain does not include it.
+    pub issuer: Option<String>,
+    /// How often the response is fetched again (sooner when it says its next update is
+    /// sooner); failures retry after a minute and keep the previous response until it expires.
+    #[serde(default = "default_ocsp_refresh")]
+    pub refresh: super::units::Dur,
+}
+
+fn default_ocsp_refresh() -> super::units::Dur {
+    super::units::Dur(std::time::Duration::from_secs(3600))
 }
 
 /// One certificate chain and its key.

@@ -434,6 +434,17 @@ fn answer<D: Downstream>(
             let reply = crate::admin::handle(head, &rt.cfg, rt.generation);
             send_admin(d, ctx, reply, head_only, persistence)
         }
+        Action::AcmeChallenge(c) => {
+            let (status, body) = crate::actions::acme_answer(c, head.path());
+            let (content_type, lines) = (&b"text/plain"[..], Vec::new());
+            let reply = crate::admin::AdminReply {
+                status,
+                content_type,
+                body,
+                lines,
+            };
+            send_admin(d, ctx, reply, head_only, persistence)
+        }
         Action::Static(s) => match s.serve(head, precompressed(route, head)) {
             StaticReply::Canned { status, lines } => {
                 send_error(d, ctx, head, status, &lines, persistence)

@@ -67,6 +67,7 @@ impl Route {
             Action::Admin => "admin API".into(),
             Action::Health(_) => "health".into(),
             Action::Kv(k) => format!("kv {}", k.name),
+            Action::AcmeChallenge(_) => "ACME HTTP-01 answers".into(),
         }
     }
 
@@ -191,6 +192,35 @@ impl RouteTable {
                 access_log,
                 filters: Chain::default(),
             }],
+        }
+    }
+
+    /// Puts the ACME HTTP-01 route first (`/.well-known/acme-challenge/`): a CA's validation
+    /// reaches it whatever the other routes catch.
+    pub(crate) fn prepend_acme(
+        &mut self,
+        challenges: Arc<crate::tls::acme::Challenges>,
+        access_log: Option<usize>,
+    ) {
+        let m = model::Match {
+            path_prefix: Some("/.well-known/acme-challenge/".into()),
+            ..Default::default()
+        };
+        let (matcher, _) = Matcher::compile(m, "acme").unwrap_or_else(|_| unreachable!());
+        self.routes.insert(
+            0,
+            Route {
+                name: "acme-challenge".into(),
+                index: 0,
+                matcher,
+                methods: Some(vec![Method::Get, Method::Head]),
+                action: Action::AcmeChallenge(challenges),
+                access_log,
+                filters: Chain::default(),
+            },
+        );
+        for (i, r) in self.routes.iter_mut().enumerate() {
+            r.index = i;
         }
     }
 

@@ -194,6 +194,14 @@ pub(crate) fn compile(
         kv: &kv_stores,
     };
     let mut listeners = Vec::with_capacity(file.listeners.len());
+    let mut acme_all = Vec::new();
+    // Plain-HTTP listeners answer HTTP-01 when some listener obtains certificates by it.
+    let http01 = file.listeners.iter().any(|l| {
+        l.tls
+            .as_ref()
+            .and_then(|t| t.acme.as_ref())
+            .is_some_and(|a| a.challenge == "http-01")
+    });
     for (i, l) in file.listeners.into_iter().enumerate() {
         let path = format!("listeners[{i}]");
         let address = resolve(&l.address).map_err(|m| (format!("{path}.address"), m))?;
@@ -216,17 +224,26 @@ pub(crate) fn compile(
             &format!("{path}.access_log"),
             default_log,
         )?;
+        let acme = match l.tls.as_ref().and_then(|t| t.acme.as_ref()) {
+            Some(a) => {
+                let a = compile_acme(a, &format!("{path}.tls.acme"), registry, base)?;
+                acme_all.push(a.clone());
+                Some(a)
+            }
+            None => None,
+        };
         let tls = match &l.tls {
             Some(t) => Some(crate::tls::server_config(
                 t,
                 &format!("{path}.tls"),
                 base,
                 &registry.tls,
+                acme,
             )?),
             None => None,
         };
         let listener_filters = filters.list(l.filters, &path, &upstream_index, base, None)?;
-        let routes = RouteTable::compile(
+        let mut routes = RouteTable::compile(
             l.routes,
             &path,
             base,
@@ -235,6 +252,9 @@ pub(crate) fn compile(
             log,
             &listener_filters,
         )?;
+        if http01 && tls.is_none() {
+            routes.prepend_acme(registry.acme_challenges.clone(), log);
+        }
         listeners.push(ListenerConfig {
             id: listener_id(&listeners, address, false),
             address,
@@ -348,6 +368,7 @@ pub(crate) fn compile(
         listeners,
         upstreams,
         cache_zones,
+        acme: acme_all,
         kv_stores: kv_stores.into_values().collect(),
         registry: registry.clone(),
         access_logs,
@@ -358,6 +379,53 @@ pub(crate) fn compile(
         admin: admin_settings,
         filters,
     })
+}
+
+/// An `acme:` section checked, with its state from the registry.
+fn compile_acme(
+    a: &model::Acme,
+    path: &str,
+    registry: &Arc<Registry>,
+    base: &BaseDir,
+) -> Result<Arc<crate::tls::acme::AcmeCerts>, CompileError> {
+    if a.names.is_empty() {
+        return Err((format!("{path}.names"), "lists no name".into()));
+    }
+    for (i, n) in a.names.iter().enumerate() {
+        if n.starts_with("*.") {
+            return Err((
+                format!("{path}.names[{i}]"),
+                "wildcards need the DNS-01 challenge, which weir does not do; list the names"
+                    .into(),
+            ));
+        }
+        if n.parse::<std::net::IpAddr>().is_ok() || !n.contains('.') {
+            return Err((
+                format!("{path}.names[{i}]"),
+                format!("{n:?} is not a DNS name a CA will issue for"),
+            ));
+        }
+    }
+    if !matches!(a.challenge.as_str(), "http-01" | "tls-alpn-01") {
+        return Err((
+            format!("{path}.challenge"),
+            format!(
+                "unknown challenge {:?}; known: http-01, tls-alpn-01",
+                a.challenge
+            ),
+        ));
+    }
+    if !a.directory.starts_with("https://") {
+        return Err((
+            format!("{path}.directory"),
+            "must be an https:// URL".into(),
+        ));
+    }
+    let ca = a.directory_ca.as_ref().map(|f| base.0.join(f));
+    if let Some(ca) = &ca {
+        crate::tls::certs::read_certs(ca).map_err(|m| (format!("{path}.directory_ca"), m))?;
+    }
+    Ok(registry.acme(a, base.0.join(&a.storage), ca))
 }
 
 /// Whether two addresses would bind the same socket: same port (not 0), and the same IP or

@@ -44,6 +44,8 @@ pub struct RuntimeConfig {
     pub upstreams: Vec<Arc<crate::proxy::upstream::Upstream>>,
     /// Cache zones, indexed by `CacheRoute::zone`.
     pub cache_zones: Vec<Arc<crate::cache::CacheZone>>,
+    /// The certificate state of each listener's `acme:` section.
+    pub acme: Vec<Arc<crate::tls::acme::AcmeCerts>>,
     /// Key-value stores (for /metrics).
     pub kv_stores: Vec<Arc<crate::kv::KvStore>>,
     /// Where the zones and server health came from; a reload compiles against the same one.

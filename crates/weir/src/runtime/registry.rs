@@ -77,6 +77,9 @@ pub struct Registry {
     pub process: ProcessInfo,
     /// The dashboard's last minutes of counters (sampled once an admin listener exists).
     pub history: Arc<crate::metrics::history::History>,
+    /// ACME challenge answers in progress, and each `acme:` section's certificate state.
+    pub acme_challenges: Arc<crate::tls::acme::Challenges>,
+    acme: Mutex<Vec<Arc<crate::tls::acme::AcmeCerts>>>,
 }
 
 /// What `GET /status` and `weir status` say of the process.
@@ -130,6 +133,8 @@ impl Registry {
             cluster: Default::default(),
             process: Default::default(),
             history: Default::default(),
+            acme_challenges: Default::default(),
+            acme: Mutex::new(Vec::new()),
         }
     }
 
@@ -236,6 +241,7 @@ impl Registry {
 
     /// Forgets zones and servers `cfg` does not name.
     pub fn retain(&self, cfg: &super::RuntimeConfig) {
+        lock(&self.acme).retain(|a| cfg.acme.iter().any(|b| Arc::ptr_eq(a, b)));
         self.sinks.retain(&cfg.access_logs);
         let keys: Vec<String> = cfg
             .filters
@@ -258,6 +264,31 @@ impl Registry {
                     .is_some_and(|s| u.servers.iter().any(|x| x.name == s))
             })
         });
+    }
+
+    /// The certificate state of an `acme:` section: the existing one when the section and its
+    /// paths are unchanged (its thread goes on), else a new one, loaded from storage (its
+    /// thread is started by the server that serves the config: `AcmeCerts::start`).
+    pub fn acme(
+        &self,
+        settings: &crate::config::model::Acme,
+        storage: std::path::PathBuf,
+        directory_ca: Option<std::path::PathBuf>,
+    ) -> Arc<crate::tls::acme::AcmeCerts> {
+        let mut all = lock(&self.acme);
+        if let Some(a) = all.iter().find(|a| {
+            &a.settings == settings && a.storage == storage && a.directory_ca == directory_ca
+        }) {
+            return a.clone();
+        }
+        let a = Arc::new(crate::tls::acme::AcmeCerts::new(
+            settings.clone(),
+            storage,
+            directory_ca,
+            self.acme_challenges.clone(),
+        ));
+        all.push(a.clone());
+        a
     }
 
     /// Starts sampling the counters for the dashboard (once; the thread ends with the registry).

@@ -124,6 +124,7 @@ pub fn start_with(
 ) -> io::Result<ServerHandle> {
     crate::logs::install_panic_hook();
     let cfg = Arc::new(cfg);
+    cfg.acme.iter().for_each(|a| a.start());
     let workers = cfg.workers.max(1);
     let mut per_worker: Vec<Vec<worker::Listening>> = (0..workers).map(|_| Vec::new()).collect();
     let mut sockets = Vec::new();
@@ -233,6 +234,7 @@ impl ServerHandle {
             .collect();
         let registry = cfg.registry.clone();
         let cfg = Arc::new(cfg);
+        cfg.acme.iter().for_each(|a| a.start());
         self.published.store(cfg.clone());
         registry.retain(&cfg);
         {

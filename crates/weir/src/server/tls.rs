@@ -112,8 +112,12 @@ fn after_handshake(
     } else {
         TlsOutcome::Full
     });
-    // The protocol ALPN settled.
-    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+    // The protocol ALPN settled. A TLS-ALPN-01 validation ends with its handshake (RFC 8737).
+    let alpn = stream.get_ref().1.alpn_protocol();
+    if alpn == Some(crate::tls::acme::ACME_TLS_ALPN) {
+        return Box::pin(std::future::ready(CloseReason::Done));
+    }
+    if alpn == Some(b"h2") {
         let info = Some(Rc::new(info));
         return Box::pin(super::h2::serve(stream, peer, state, rt, listener, info));
     }

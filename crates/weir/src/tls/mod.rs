@@ -10,7 +10,10 @@
 //! re-reads them; the ticket keys and the session cache belong to the process ([`Shared`]) so
 //! that sessions resume across reloads.
 
+pub mod acme;
+mod acme_issue;
 pub(crate) mod certs;
+pub(crate) mod ocsp;
 pub(crate) mod sni;
 
 use std::sync::{Arc, OnceLock};
@@ -95,12 +98,14 @@ pub(crate) fn provider() -> CryptoProvider {
     rustls::crypto::aws_lc_rs::default_provider()
 }
 
-/// Builds the server config of a listener's `tls:` section at key path `path`.
+/// Builds the server config of a listener's `tls:` section at key path `path`; `acme` is the
+/// state of its `acme:` section (from the registry).
 pub(crate) fn server_config(
     t: &Tls,
     path: &str,
     base: &BaseDir,
     shared: &Shared,
+    acme: Option<Arc<acme::AcmeCerts>>,
 ) -> Result<Arc<ServerConfig>, CompileError> {
     let mut provider = provider();
     if let Some(names) = &t.ciphers {
@@ -146,10 +151,10 @@ pub(crate) fn server_config(
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
-    if t.certificates.is_empty() {
+    if t.certificates.is_empty() && acme.is_none() {
         return Err((
             format!("{path}.certificates"),
-            "lists no certificate".into(),
+            "lists no certificate (give certificates, or acme to obtain one)".into(),
         ));
     }
     let mut loaded = Vec::with_capacity(t.certificates.len());
@@ -157,14 +162,33 @@ pub(crate) fn server_config(
         let at = format!("{path}.certificates[{i}]");
         let l = certs::load(&base.0.join(&c.cert), &base.0.join(&c.key), &provider, now)
             .map_err(|m| (at.clone(), m))?;
-        loaded.push((l, &c.names));
+        let slot: sni::Slot = Arc::new(arc_swap::ArcSwap::new(l.key.clone()));
+        loaded.push((l, &c.names, slot));
     }
-    let mut resolver = sni::SniResolver::new(loaded[0].0.key.clone());
-    for (l, names) in &loaded {
+    let alpn_challenge = acme
+        .as_ref()
+        .is_some_and(|a| a.settings.challenge == "tls-alpn-01");
+    let mut resolver =
+        sni::SniResolver::new(loaded.first().map(|(_, _, s)| s.clone()), acme.clone());
+    for (l, names, slot) in &loaded {
         let names = if names.is_empty() { &l.names } else { *names };
         for n in names {
-            resolver.add(n, &l.key);
+            resolver.add(n, slot);
         }
+    }
+    if let Some(o) = &t.ocsp {
+        let targets = loaded
+            .iter()
+            .enumerate()
+            .map(|(i, (l, _, slot))| ocsp_target(o, path, i, base, l, slot))
+            .collect::<Result<Vec<_>, _>>()?;
+        if targets.is_empty() {
+            return Err((
+                format!("{path}.ocsp"),
+                "staples the listed certificates, and there are none".into(),
+            ));
+        }
+        ocsp::start(targets, o.refresh.0);
     }
     let provider = Arc::new(provider);
     let builder = ServerConfig::builder_with_provider(provider.clone())
@@ -201,6 +225,11 @@ pub(crate) fn server_config(
             }
         }
     }
+    if alpn_challenge {
+        // Only a client offering nothing else gets it (`sni.rs`), and the connection ends after
+        // the handshake (`server/tls.rs`).
+        alpn.push(acme::ACME_TLS_ALPN.to_vec());
+    }
     cfg.alpn_protocols = alpn;
     // The server's cipher preference, as nginx's `ssl_prefer_server_ciphers`.
     cfg.ignore_client_order = true;
@@ -218,4 +247,59 @@ pub(crate) fn server_config(
         _ => cfg.send_tls13_tickets = 0,
     }
     Ok(Arc::new(cfg))
+}
+
+/// What stapling certificate `i` fetches: its request, and the responder or file.
+fn ocsp_target(
+    o: &crate::config::model::Ocsp,
+    path: &str,
+    i: usize,
+    base: &BaseDir,
+    l: &certs::Loaded,
+    slot: &sni::Slot,
+) -> Result<ocsp::Target, CompileError> {
+    let at = format!("{path}.ocsp");
+    let issuer_file = match &o.issuer {
+        Some(f) => Some(
+            certs::read_certs(&base.0.join(f))
+                .map_err(|m| (format!("{at}.issuer"), m))?
+                .into_iter()
+                .next()
+                .ok_or_else(|| (format!("{at}.issuer"), "holds no certificate".to_string()))?,
+        ),
+        None => None,
+    };
+    let chain = &l.key.cert;
+    let issuer = ocsp::issuer_of(chain, issuer_file.as_ref()).ok_or_else(|| {
+        (
+            format!("{path}.certificates[{i}]"),
+            "its chain has no issuer certificate to ask OCSP about; add it to the PEM file or give ocsp.issuer".to_string(),
+        )
+    })?;
+    let (request, serial) = ocsp::request_for(&chain[0], issuer).map_err(|m| (at.clone(), m))?;
+    let file = (i == 0)
+        .then(|| o.file.as_ref().map(|f| base.0.join(f)))
+        .flatten();
+    let responder = o
+        .responder
+        .clone()
+        .or_else(|| ocsp::responder_of(&chain[0]));
+    if responder.is_none() && file.is_none() {
+        return Err((
+            format!("{path}.certificates[{i}]"),
+            "has no OCSP responder URL (Authority Information Access); give ocsp.responder or ocsp.file".into(),
+        ));
+    }
+    Ok(ocsp::Target {
+        slot: Arc::downgrade(slot),
+        responder,
+        file,
+        request,
+        serial,
+        name: l
+            .names
+            .first()
+            .cloned()
+            .unwrap_or_else(|| format!("certificates[{i}]")),
+    })
 }

@@ -1,33 +1,46 @@
-//! Choosing a certificate by the name the client sent (SNI): an exact name first, then a
-//! `*.` wildcard one label deep (`*.example.com` covers `a.example.com`, not `example.com` or
-//! `a.b.example.com`, as RFC 6125 says), then the default (the first certificate).
+//! Choosing a certificate by the name the client sent (SNI): a TLS-ALPN-01 challenge's
+//! certificate when the client offers only `acme-tls/1`; then the listener's ACME certificate
+//! for its names; then an exact name, then a `*.` wildcard one label deep (`*.example.com`
+//! covers `a.example.com`, not `example.com` or `a.b.example.com`, as RFC 6125 says), then the
+//! default (the first certificate, else the ACME one).
+//!
+//! Each configured certificate sits in a [`Slot`], which OCSP stapling (`ocsp.rs`) swaps for
+//! the same certificate with a fresh response: one atomic load per handshake.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+
+use super::acme::{AcmeCerts, Challenges, ACME_TLS_ALPN};
+
+/// A certificate that may be replaced while it is served.
+pub(crate) type Slot = Arc<ArcSwap<CertifiedKey>>;
 
 /// The certificates of one listener, by name.
 #[derive(Debug)]
 pub(crate) struct SniResolver {
-    exact: HashMap<String, Arc<CertifiedKey>>,
+    exact: HashMap<String, Slot>,
     /// By the suffix after `*.`.
-    wildcard: HashMap<String, Arc<CertifiedKey>>,
-    default: Arc<CertifiedKey>,
+    wildcard: HashMap<String, Slot>,
+    default: Option<Slot>,
+    acme: Option<Arc<AcmeCerts>>,
 }
 
 impl SniResolver {
-    pub(crate) fn new(default: Arc<CertifiedKey>) -> SniResolver {
+    pub(crate) fn new(default: Option<Slot>, acme: Option<Arc<AcmeCerts>>) -> SniResolver {
         SniResolver {
             exact: HashMap::new(),
             wildcard: HashMap::new(),
             default,
+            acme,
         }
     }
 
     /// Adds `name` for `key`; the first certificate given a name keeps it.
-    pub(crate) fn add(&mut self, name: &str, key: &Arc<CertifiedKey>) {
+    pub(crate) fn add(&mut self, name: &str, key: &Slot) {
         let name = name.trim_end_matches('.').to_ascii_lowercase();
         match name.strip_prefix("*.") {
             Some(suffix) => self.wildcard.entry(suffix.to_string()),
@@ -36,27 +49,47 @@ impl SniResolver {
         .or_insert_with(|| key.clone());
     }
 
-    /// The certificate for `name` (lowercase or not); the default when none matches.
-    pub(crate) fn pick(&self, name: Option<&str>) -> &Arc<CertifiedKey> {
+    /// The configured certificate for `name` (lowercase or not); the default when none
+    /// matches.
+    pub(crate) fn pick(&self, name: Option<&str>) -> Option<&Slot> {
         let Some(name) = name else {
-            return &self.default;
+            return self.default.as_ref();
         };
         let name = name.trim_end_matches('.').to_ascii_lowercase();
         if let Some(k) = self.exact.get(&name) {
-            return k;
+            return Some(k);
         }
         if let Some((_, parent)) = name.split_once('.') {
             if let Some(k) = self.wildcard.get(parent) {
-                return k;
+                return Some(k);
             }
         }
-        &self.default
+        self.default.as_ref()
+    }
+
+    fn challenges(&self) -> Option<&Challenges> {
+        self.acme.as_deref().map(|a| &*a.challenges)
     }
 }
 
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.pick(hello.server_name()).clone())
+        let name = hello.server_name();
+        if let Some(challenges) = self.challenges() {
+            let mut offered = hello.alpn().into_iter().flatten();
+            if offered.next() == Some(ACME_TLS_ALPN) && offered.next().is_none() {
+                return challenges.alpn_cert(name);
+            }
+        }
+        if let Some(acme) = &self.acme {
+            let current = acme.current.load();
+            if let Some(c) = current.as_ref() {
+                if name.is_none_or(|n| acme.serves(n)) || self.default.is_none() {
+                    return Some(c.key.clone());
+                }
+            }
+        }
+        self.pick(name).map(|s| s.load_full())
     }
 }
 
@@ -65,7 +98,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn key(tag: &str) -> Arc<CertifiedKey> {
+    fn key(tag: &str) -> Slot {
         let k = rcgen::KeyPair::generate().unwrap();
         let cert = rcgen::CertificateParams::new(vec![tag.to_string()])
             .unwrap()
@@ -73,17 +106,19 @@ mod tests {
             .unwrap();
         let der = rustls_pki_types::PrivateKeyDer::try_from(k.serialize_der()).unwrap();
         let provider = rustls::crypto::aws_lc_rs::default_provider();
-        Arc::new(CertifiedKey::from_der(vec![cert.der().clone()], der, &provider).unwrap())
+        Arc::new(ArcSwap::from_pointee(
+            CertifiedKey::from_der(vec![cert.der().clone()], der, &provider).unwrap(),
+        ))
     }
 
     #[test]
     fn exact_then_one_label_wildcard_then_default() {
         let (d, a, w) = (key("default"), key("a.example.com"), key("*.example.com"));
-        let mut r = SniResolver::new(d.clone());
+        let mut r = SniResolver::new(Some(d.clone()), None);
         r.add("A.example.com.", &a);
         r.add("*.example.com", &w);
         r.add("a.example.com", &w); // first one keeps the name
-        let cases: &[(Option<&str>, &Arc<CertifiedKey>)] = &[
+        let cases: &[(Option<&str>, &Slot)] = &[
             (Some("a.example.com"), &a),
             (Some("A.EXAMPLE.COM"), &a),
             (Some("b.example.com"), &w),
@@ -93,7 +128,7 @@ mod tests {
             (None, &d),
         ];
         for (name, want) in cases {
-            assert!(Arc::ptr_eq(r.pick(*name), want), "{name:?}");
+            assert!(Arc::ptr_eq(r.pick(*name).unwrap(), want), "{name:?}");
         }
     }
 }

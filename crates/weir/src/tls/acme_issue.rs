@@ -1,0 +1,183 @@
+//! One ACME issuance with `instant-acme` (why that crate: `acme.rs`): the account (created
+//! once, its credentials kept in `storage/`), an order for the names, each authorization
+//! answered by HTTP-01 or TLS-ALPN-01 through [`Challenges`](super::acme::Challenges), then
+//! a CSR for a fresh ECDSA P-256 key, the certificate chain, and [`AcmeCerts::install`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use instant_acme::{
+    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
+    NewOrder, OrderStatus, RetryPolicy,
+};
+use rustls::sign::CertifiedKey;
+
+use super::acme::AcmeCerts;
+
+/// Obtains a certificate for `certs`' names and installs it.
+pub(super) async fn obtain(certs: &AcmeCerts) -> Result<(), String> {
+    let account = account(certs).await?;
+    let kind = match certs.settings.challenge.as_str() {
+        "http-01" => ChallengeType::Http01,
+        _ => ChallengeType::TlsAlpn01,
+    };
+    let identifiers: Vec<Identifier> = certs
+        .names()
+        .iter()
+        .map(|n| Identifier::Dns(n.clone()))
+        .collect();
+    let mut order = account
+        .new_order(&NewOrder::new(&identifiers))
+        .await
+        .map_err(|e| format!("new order: {e}"))?;
+    // What this attempt answers, taken back whatever happens.
+    let mut answered = Answered {
+        certs,
+        http: Vec::new(),
+        alpn: Vec::new(),
+    };
+    let mut authorizations = order.authorizations();
+    while let Some(authz) = authorizations.next().await {
+        let mut authz = authz.map_err(|e| format!("authorization: {e}"))?;
+        match authz.status {
+            AuthorizationStatus::Pending => {}
+            AuthorizationStatus::Valid => continue,
+            other => return Err(format!("authorization is {other:?}")),
+        }
+        let mut challenge = authz
+            .challenge(kind.clone())
+            .ok_or_else(|| format!("the CA offers no {} challenge", certs.settings.challenge))?;
+        let name = challenge.identifier().to_string();
+        let key_auth = challenge.key_authorization();
+        match kind {
+            ChallengeType::Http01 => {
+                certs
+                    .challenges
+                    .set_http(&challenge.token, Some(key_auth.as_str().to_string()));
+                answered.http.push(challenge.token.clone());
+            }
+            _ => {
+                let cert = alpn_certificate(&name, key_auth.digest().as_ref())?;
+                certs.challenges.set_alpn(&name, Some(cert));
+                answered.alpn.push(name.clone());
+            }
+        }
+        tracing::debug!(name, challenge = %certs.settings.challenge, "ACME challenge ready");
+        challenge
+            .set_ready()
+            .await
+            .map_err(|e| format!("challenge for {name}: {e}"))?;
+    }
+    let patience = RetryPolicy::new()
+        .initial_delay(Duration::from_millis(250))
+        .timeout(Duration::from_secs(90));
+    let status = order
+        .poll_ready(&patience)
+        .await
+        .map_err(|e| format!("waiting for validation: {e}"))?;
+    if status != OrderStatus::Ready {
+        return Err(format!(
+            "the order is {status:?} after validation (is {} reachable from the CA on port {}?)",
+            certs.names().join(", "),
+            if kind == ChallengeType::Http01 {
+                80
+            } else {
+                443
+            }
+        ));
+    }
+    let key = rcgen::KeyPair::generate().map_err(|e| format!("key: {e}"))?;
+    let mut params =
+        rcgen::CertificateParams::new(certs.names().to_vec()).map_err(|e| format!("CSR: {e}"))?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    let csr = params
+        .serialize_request(&key)
+        .map_err(|e| format!("CSR: {e}"))?;
+    order
+        .finalize_csr(csr.der())
+        .await
+        .map_err(|e| format!("finalize: {e}"))?;
+    let chain = order
+        .poll_certificate(&patience)
+        .await
+        .map_err(|e| format!("certificate: {e}"))?;
+    drop(answered);
+    certs.install(&chain, &key.serialize_pem())
+}
+
+/// Takes the challenge answers of one attempt back when it ends.
+struct Answered<'a> {
+    certs: &'a AcmeCerts,
+    http: Vec<String>,
+    alpn: Vec<String>,
+}
+
+impl Drop for Answered<'_> {
+    fn drop(&mut self) {
+        for t in &self.http {
+            self.certs.challenges.set_http(t, None);
+        }
+        for n in &self.alpn {
+            self.certs.challenges.set_alpn(n, None);
+        }
+    }
+}
+
+/// The account: from the stored credentials, else created (and its credentials stored).
+async fn account(certs: &AcmeCerts) -> Result<Account, String> {
+    let builder = || match &certs.directory_ca {
+        Some(ca) => Account::builder_with_root(ca),
+        None => Account::builder(),
+    };
+    let file = certs.account_file();
+    if let Ok(text) = std::fs::read_to_string(&file) {
+        let creds: AccountCredentials =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+        return builder()
+            .map_err(|e| format!("HTTP client: {e}"))?
+            .from_credentials(creds)
+            .await
+            .map_err(|e| format!("account from {}: {e}", file.display()));
+    }
+    let contact: Vec<String> = certs
+        .settings
+        .email
+        .iter()
+        .map(|e| format!("mailto:{e}"))
+        .collect();
+    let contact: Vec<&str> = contact.iter().map(String::as_str).collect();
+    let (account, creds) = builder()
+        .map_err(|e| format!("HTTP client: {e}"))?
+        .create(
+            &NewAccount {
+                contact: &contact,
+                terms_of_service_agreed: true,
+                only_return_existing: false,
+            },
+            certs.settings.directory.clone(),
+            None,
+        )
+        .await
+        .map_err(|e| format!("account at {}: {e}", certs.settings.directory))?;
+    let json = serde_json::to_vec(&creds).map_err(|e| e.to_string())?;
+    super::acme::write_private_file(&file, &json)?;
+    tracing::info!(directory = %certs.settings.directory, id = account.id(), "ACME account created");
+    Ok(account)
+}
+
+/// The TLS-ALPN-01 certificate for `name` (RFC 8737): self-signed, for `name` only, with the
+/// critical acmeIdentifier extension holding the SHA-256 of the key authorization.
+fn alpn_certificate(name: &str, digest: &[u8]) -> Result<Arc<CertifiedKey>, String> {
+    let key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
+    let mut params =
+        rcgen::CertificateParams::new(vec![name.to_string()]).map_err(|e| e.to_string())?;
+    params
+        .custom_extensions
+        .push(rcgen::CustomExtension::new_acme_identifier(digest));
+    let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
+    let der = rustls_pki_types::PrivateKeyDer::try_from(key.serialize_der())
+        .map_err(|e| e.to_string())?;
+    CertifiedKey::from_der(vec![cert.der().clone()], der, &super::provider())
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
+}
