@@ -16,7 +16,7 @@ use super::acme::AcmeCerts;
 
 /// Obtains a certificate for `certs`' names and installs it.
 pub(super) async fn obtain(certs: &AcmeCerts) -> Result<(), String> {
-    let account = account(certs).await?;
+    let acct = account(certs).await?;
     let kind = match certs.settings.challenge.as_str() {
         "http-01" => ChallengeType::Http01,
         _ => ChallengeType::TlsAlpn01,
@@ -26,10 +26,23 @@ pub(super) async fn obtain(certs: &AcmeCerts) -> Result<(), String> {
         .iter()
         .map(|n| Identifier::Dns(n.clone()))
         .collect();
-    let mut order = account
-        .new_order(&NewOrder::new(&identifiers))
-        .await
-        .map_err(|e| format!("new order: {e}"))?;
+    let mut order = match acct.new_order(&NewOrder::new(&identifiers)).await {
+        Ok(o) => o,
+        // The CA forgot the account (a test CA restarted, or it was deactivated): make a new
+        // one, once.
+        Err(instant_acme::Error::Api(p))
+            if p.r#type.as_deref() == Some("urn:ietf:params:acme:error:accountDoesNotExist") =>
+        {
+            tracing::warn!(directory = %certs.settings.directory, "the CA does not know the stored ACME account: creating another");
+            let _ = std::fs::remove_file(certs.account_file());
+            account(certs)
+                .await?
+                .new_order(&NewOrder::new(&identifiers))
+                .await
+                .map_err(|e| format!("new order: {e}"))?
+        }
+        Err(e) => return Err(format!("new order: {e}")),
+    };
     // What this attempt answers, taken back whatever happens.
     let mut answered = Answered {
         certs,
@@ -123,8 +136,13 @@ impl Drop for Answered<'_> {
     }
 }
 
+/// One account creation at a time in the process: two sections sharing a storage directory
+/// share the account instead of racing to create two.
+static ACCOUNT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The account: from the stored credentials, else created (and its credentials stored).
 async fn account(certs: &AcmeCerts) -> Result<Account, String> {
+    let _one = ACCOUNT.lock().await;
     let builder = || match &certs.directory_ca {
         Some(ca) => Account::builder_with_root(ca),
         None => Account::builder(),
@@ -177,7 +195,14 @@ fn alpn_certificate(name: &str, digest: &[u8]) -> Result<Arc<CertifiedKey>, Stri
     let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
     let der = rustls_pki_types::PrivateKeyDer::try_from(key.serialize_der())
         .map_err(|e| e.to_string())?;
-    CertifiedKey::from_der(vec![cert.der().clone()], der, &super::provider())
-        .map(Arc::new)
-        .map_err(|e| e.to_string())
+    // Not `CertifiedKey::from_der`: its key check parses the certificate with webpki, which
+    // refuses the critical acmeIdentifier extension this certificate must carry.
+    let signer = super::provider()
+        .key_provider
+        .load_private_key(der)
+        .map_err(|e| e.to_string())?;
+    Ok(Arc::new(CertifiedKey::new(
+        vec![cert.der().clone()],
+        signer,
+    )))
 }

@@ -1,0 +1,307 @@
+//! Automatic certificates against a real ACME server: Debian's `pebble` (and its
+//! `pebble-challtestsrv` as the DNS server that points every name at 127.0.0.1), started on
+//! loopback by the test. Issuance by HTTP-01 and by TLS-ALPN-01, the certificates served by
+//! SNI and verified against pebble's root, reuse from storage across a restart (with the CA
+//! gone), renewal, and backoff when the CA fails.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::process::{free_port, have, WEIR};
+use common::tlskit::{self, Pki};
+use rustls::pki_types::CertificateDer;
+
+/// A child killed when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_port(port: u16, what: &str) {
+    common::until(what, Duration::from_secs(20), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+}
+
+/// pebble and its DNS server, with the files a client needs to trust its directory.
+struct Pebble {
+    _dns: Proc,
+    ca: Option<Proc>,
+    dir_url: String,
+    mgmt: u16,
+    pki: Pki,
+    config: PathBuf,
+    dns_port: u16,
+    port: u16,
+}
+
+impl Pebble {
+    fn start(http_port: u16, tls_port: u16) -> Pebble {
+        let pki = Pki::new("pebble");
+        let served = pki.issue("pebble", "pebble", &["127.0.0.1", "localhost"]);
+        let (port, mgmt, dns_port, chall_mgmt) =
+            (free_port(), free_port(), free_port(), free_port());
+        let config = pki.dir.join("pebble.json");
+        let json = serde_json::json!({"pebble": {
+            "listenAddress": format!("127.0.0.1:{port}"),
+            "managementListenAddress": format!("127.0.0.1:{mgmt}"),
+            "certificate": served.cert, "privateKey": served.key,
+            "httpPort": http_port, "tlsPort": tls_port,
+            "ocspResponderURL": "", "externalAccountBindingRequired": false,
+        }});
+        std::fs::write(&config, json.to_string()).unwrap();
+        let dns = Command::new("pebble-challtestsrv")
+            .args(["-management", &format!("127.0.0.1:{chall_mgmt}")])
+            .args(["-dns01", &format!("127.0.0.1:{dns_port}")])
+            .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
+            .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let dns = Proc(dns);
+        wait_port(chall_mgmt, "pebble-challtestsrv up");
+        let mut p = Pebble {
+            _dns: dns,
+            ca: None,
+            dir_url: format!("https://127.0.0.1:{port}/dir"),
+            mgmt,
+            pki,
+            config,
+            dns_port,
+            port,
+        };
+        p.start_ca();
+        p
+    }
+
+    fn start_ca(&mut self) {
+        let ca = Command::new("pebble")
+            .arg("-config")
+            .arg(&self.config)
+            .args(["-dnsserver", &format!("127.0.0.1:{}", self.dns_port)])
+            .env("PEBBLE_VA_NOSLEEP", "1")
+            .env("PEBBLE_WFE_NONCEREJECT", "0")
+            .env("PEBBLE_AUTHZREUSE", "0")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.ca = Some(Proc(ca));
+        wait_port(self.port, "pebble up");
+    }
+
+    fn stop_ca(&mut self) {
+        self.ca = None;
+    }
+
+    /// The root pebble signs with (random per run), from its management API.
+    fn root(&self) -> CertificateDer<'static> {
+        use rustls::pki_types::pem::PemObject;
+        let cfg = tlskit::client_config(&self.pki.ca_der, &[], None);
+        let addr: SocketAddr = format!("127.0.0.1:{}", self.mgmt).parse().unwrap();
+        let mut s = tlskit::connect(addr, "localhost", &cfg).unwrap();
+        let r = tlskit::exchange(
+            &mut s,
+            "GET /roots/0 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(r.status, 200);
+        CertificateDer::from_pem_slice(r.text().as_bytes()).unwrap()
+    }
+}
+
+/// The leaf weir presents for `sni` on `addr`, verified against `root` (`None` while the
+/// handshake fails or the chain does not verify yet).
+fn served(addr: SocketAddr, sni: &str, root: &CertificateDer<'static>) -> Option<String> {
+    let cfg = tlskit::client_config(root, &["http/1.1"], None);
+    let mut s = tlskit::connect(addr, sni, &cfg).ok()?;
+    let leaf = tlskit::presented(&s);
+    let r = tlskit::exchange(
+        &mut s,
+        &format!("GET / HTTP/1.1\r\nHost: {sni}\r\nConnection: close\r\n\r\n"),
+    );
+    assert_eq!(r.text(), "secure");
+    let (_, cert) = x509_parser::parse_x509_certificate(&leaf).unwrap();
+    Some(cert.raw_serial_as_string())
+}
+
+fn serial_on_disk(dir: &Path) -> String {
+    use rustls::pki_types::pem::PemObject;
+    let der = CertificateDer::from_pem_file(dir.join("cert.pem")).unwrap();
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+    cert.raw_serial_as_string()
+}
+
+fn weir(config: &Path, log: &Path) -> Proc {
+    let child = Command::new(WEIR)
+        .args(["run", "-c"])
+        .arg(config)
+        .env(
+            "WEIR_LOG",
+            std::env::var("WEIR_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    Proc(child)
+}
+
+#[test]
+fn certificates_are_obtained_served_reused_and_renewed_against_pebble() {
+    assert!(
+        have("pebble") && have("pebble-challtestsrv"),
+        "this test starts pebble: apt-get install pebble (.ci/run does)"
+    );
+    let (http, tls_alpn, tls_http) = (free_port(), free_port(), free_port());
+    let mut pebble = Pebble::start(http, tls_alpn);
+    let storage = pebble.pki.dir.join("acme");
+    let (dir_url, ca_file) = (pebble.dir_url.clone(), pebble.pki.ca_file());
+    let config = |renew_before: &str| {
+        format!(
+            r#"
+listeners:
+  - address: 127.0.0.1:{http}
+    routes:
+      - respond: {{ body: "plain" }}
+  - address: 127.0.0.1:{tls_alpn}
+    tls:
+      acme: {{ names: [alpn.weir.test], directory: "{dir}", directory_ca: "{ca}", storage: "{storage}",
+               challenge: tls-alpn-01, renew_before: {renew_before}, check_every: 10s, retry_after: 1s }}
+    routes:
+      - respond: {{ body: "secure" }}
+  - address: 127.0.0.1:{tls_http}
+    tls:
+      acme: {{ names: [www.weir.test, weir.test], directory: "{dir}", directory_ca: "{ca}", storage: "{storage}",
+               challenge: http-01, check_every: 1h }}
+    routes:
+      - respond: {{ body: "secure" }}
+"#,
+            dir = dir_url,
+            ca = ca_file.display(),
+            storage = storage.display(),
+        )
+    };
+    let file = pebble.pki.dir.join("weir.yaml");
+    let log = pebble.pki.dir.join("weir.log");
+    std::fs::write(&file, config("30d")).unwrap();
+    let root = pebble.root();
+    let alpn_addr: SocketAddr = format!("127.0.0.1:{tls_alpn}").parse().unwrap();
+    let http_addr: SocketAddr = format!("127.0.0.1:{tls_http}").parse().unwrap();
+
+    // Issuance: TLS-ALPN-01 on one listener, HTTP-01 (answered on the plain listener) on the
+    // other; each served by SNI and verified against pebble's root.
+    let first = {
+        let _weir = weir(&file, &log);
+        let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+        let mut serial = None;
+        let took = common::until("a TLS-ALPN-01 certificate", Duration::from_secs(60), || {
+            serial = served(alpn_addr, "alpn.weir.test", &root);
+            serial.is_some() || logs().contains("ERROR")
+        });
+        assert!(
+            serial.is_some(),
+            "no certificate after {took:?}: {}",
+            logs()
+        );
+        common::until("an HTTP-01 certificate", Duration::from_secs(60), || {
+            served(http_addr, "www.weir.test", &root).is_some()
+        });
+        // One certificate for both names of the section.
+        assert_eq!(
+            served(http_addr, "weir.test", &root),
+            served(http_addr, "www.weir.test", &root)
+        );
+        // The plain listener still serves its routes, and unknown tokens are 404.
+        let plain: SocketAddr = format!("127.0.0.1:{http}").parse().unwrap();
+        assert_eq!(common::get(plain, "/").text(), "plain");
+        assert_eq!(
+            common::get(plain, "/.well-known/acme-challenge/nope").status,
+            404
+        );
+        let stored = serial_on_disk(&storage.join("alpn.weir.test"));
+        assert_eq!(Some(stored.clone()), serial);
+        assert!(storage.join("www.weir.test").join("key.pem").exists());
+        let mode = std::fs::metadata(storage.join("alpn.weir.test/key.pem"))
+            .unwrap()
+            .permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o600
+        );
+        stored
+    };
+
+    // A restart with the CA gone serves the stored certificates.
+    pebble.stop_ca();
+    {
+        let _weir = weir(&file, &log);
+        common::until("the stored certificate", Duration::from_secs(10), || {
+            served(alpn_addr, "alpn.weir.test", &root).is_some()
+        });
+        assert_eq!(
+            served(alpn_addr, "alpn.weir.test", &root),
+            Some(first.clone())
+        );
+        assert!(served(http_addr, "www.weir.test", &root).is_some());
+    }
+
+    // Renewal: due at once (renew_before longer than the certificate's life), so each check
+    // renews; the new one is served and stored.
+    pebble.start_ca();
+    // A restarted pebble signs with a new root.
+    let root = pebble.root();
+    std::fs::write(&file, config("3650d")).unwrap();
+    let _weir = weir(&file, &log);
+    let mut renewed = None;
+    common::until("a renewed certificate", Duration::from_secs(60), || {
+        renewed = served(alpn_addr, "alpn.weir.test", &root).filter(|s| *s != first);
+        renewed.is_some()
+    });
+    let renewed = renewed.unwrap();
+    common::until(
+        "the renewed certificate stored",
+        Duration::from_secs(10),
+        || serial_on_disk(&storage.join("alpn.weir.test")) != first,
+    );
+
+    // The CA fails: the certificate in use stays, and the retries back off (1 s, 2 s, 4 s).
+    pebble.stop_ca();
+    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    common::until("three failed renewals", Duration::from_secs(60), || {
+        logs().matches("obtaining a certificate failed").count() >= 3
+    });
+    let text = logs();
+    for wait in ["retry_in=1s", "retry_in=2s", "retry_in=4s"] {
+        assert!(text.contains(wait), "no {wait} in:\n{text}");
+    }
+    let now = served(alpn_addr, "alpn.weir.test", &root).unwrap();
+    assert_ne!(
+        now, first,
+        "still a certificate pebble renewed, not the first"
+    );
+    let _ = renewed;
+
+    // Bad sections are named by key.
+    let bad = common::config_error(
+        "listeners:\n  - address: 127.0.0.1:0\n    tls: { acme: { names: ['*.weir.test'] } }\n    routes: []\n",
+    );
+    assert!(
+        bad.contains("acme.names[0]") && bad.contains("DNS-01"),
+        "{bad}"
+    );
+    let bad = common::config_error(
+        "listeners:\n  - address: 127.0.0.1:0\n    tls: { acme: { names: [a.weir.test], challenge: dns-01 } }\n    routes: []\n",
+    );
+    assert!(bad.contains("acme.challenge"), "{bad}");
+}
