@@ -17,6 +17,8 @@ fn check_accepts_the_examples() {
         "examples/cache.yaml",
         "examples/kv.yaml",
         "examples/echo-origins.yaml",
+        "examples/https-acme.yaml",
+        "examples/behind-lb.yaml",
         "deploy/container.yaml",
     ] {
         let out = Command::new(WEIR)
