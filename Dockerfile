@@ -3,15 +3,18 @@
 #   docker run --rm -p 8080:8080 weir                      # serves deploy/container.yaml
 #   docker run --rm -p 8080:8080 -v $PWD/my.yaml:/etc/weir/weir.yaml:ro weir
 # Reload: docker kill --signal HUP <container>. Reopen logs: --signal USR1.
+# The same layout as the Debian package: /etc/weir/weir.yaml and its www/, ACME state in
+# /var/lib/weir/acme (mount a volume there to keep certificates across containers).
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked -p weir && strip target/release/weir
+# The dist profile, as the Debian package (packaging/deb): stripped, no debug info.
+RUN cargo build --profile dist --locked -p weir
 
 FROM debian:bookworm-slim
 RUN useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin weir \
-    && mkdir -p /etc/weir /var/log/weir && chown weir /var/log/weir
-COPY --from=build /src/target/release/weir /usr/local/bin/weir
+    && mkdir -p /etc/weir /var/log/weir /var/lib/weir/acme && chown weir /var/log/weir /var/lib/weir/acme
+COPY --from=build /src/target/dist/weir /usr/local/bin/weir
 COPY deploy/container.yaml /etc/weir/weir.yaml
 COPY examples/www /etc/weir/www
 USER weir
