@@ -159,10 +159,12 @@ fn weir(config: &Path, log: &Path) -> Proc {
 
 #[test]
 fn certificates_are_obtained_served_reused_and_renewed_against_pebble() {
-    assert!(
-        have("pebble") && have("pebble-challtestsrv"),
-        "this test starts pebble: apt-get install pebble (.ci/run does)"
-    );
+    if !have("pebble") || !have("pebble-challtestsrv") {
+        // As the etcd and Redis tests: CI installs it (.ci/run) and runs this; a fresh
+        // machine's `cargo test --workspace` says so and goes on.
+        eprintln!("SKIPPED: no pebble binary (apt-get install pebble)");
+        return;
+    }
     let (http, tls_alpn, tls_http) = (free_port(), free_port(), free_port());
     let mut pebble = Pebble::start(http, tls_alpn);
     let storage = pebble.pki.dir.join("acme");
