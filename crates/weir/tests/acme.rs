@@ -9,22 +9,12 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::process::{free_port, have, WEIR};
+use common::process::{free_port, have, Running, WEIR};
 use common::tlskit::{self, Pki};
 use rustls::pki_types::CertificateDer;
-
-/// A child killed when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn wait_port(port: u16, what: &str) {
     common::until(what, Duration::from_secs(20), || {
@@ -34,8 +24,8 @@ fn wait_port(port: u16, what: &str) {
 
 /// pebble and its DNS server, with the files a client needs to trust its directory.
 struct Pebble {
-    _dns: Proc,
-    ca: Option<Proc>,
+    _dns: Running,
+    ca: Option<Running>,
     dir_url: String,
     mgmt: u16,
     pki: Pki,
@@ -68,7 +58,7 @@ impl Pebble {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let dns = Proc(dns);
+        let dns = Running(dns);
         wait_port(chall_mgmt, "pebble-challtestsrv up");
         let mut p = Pebble {
             _dns: dns,
@@ -96,7 +86,7 @@ impl Pebble {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        self.ca = Some(Proc(ca));
+        self.ca = Some(Running(ca));
         wait_port(self.port, "pebble up");
     }
 
@@ -141,7 +131,7 @@ fn serial_on_disk(dir: &Path) -> String {
     cert.raw_serial_as_string()
 }
 
-fn weir(config: &Path, log: &Path) -> Proc {
+fn weir(config: &Path, log: &Path) -> Running {
     let child = Command::new(WEIR)
         .args(["run", "-c"])
         .arg(config)
@@ -154,7 +144,7 @@ fn weir(config: &Path, log: &Path) -> Proc {
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
         .unwrap();
-    Proc(child)
+    Running(child)
 }
 
 #[test]

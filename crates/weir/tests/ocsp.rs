@@ -7,19 +7,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::process::{free_port, spawn_run, write_config};
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::process::{free_port, spawn_run, write_config, Running};
 
 fn openssl(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("openssl")
@@ -34,6 +25,38 @@ fn openssl(dir: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Signs `leaf.csr` with the test CA into `<name>.pem` with the extensions of `ext`, and
+/// writes `<name>-chain.pem` (the certificate, then the CA: the issuer OCSP asks about).
+fn sign(dir: &Path, name: &str, ext: &str) {
+    let pem = format!("{name}.pem");
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "leaf.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &pem,
+            "-days",
+            "10",
+            "-extfile",
+            ext,
+        ],
+    );
+    let chain = [
+        std::fs::read_to_string(dir.join(&pem)).unwrap(),
+        std::fs::read_to_string(dir.join("ca.pem")).unwrap(),
+    ]
+    .concat();
+    std::fs::write(dir.join(format!("{name}-chain.pem")), chain).unwrap();
 }
 
 /// What `openssl s_client -status` says of the stapled response.
@@ -96,26 +119,7 @@ fn the_responders_answer_is_stapled_and_refreshed_and_a_file_works_too() {
         format!("subjectAltName=DNS:ocsp.weir.test\nauthorityInfoAccess=OCSP;URI:http://127.0.0.1:{port}/\n"),
     )
     .unwrap();
-    openssl(
-        &dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "leaf.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "leaf.pem",
-            "-days",
-            "10",
-            "-extfile",
-            "ext.cnf",
-        ],
-    );
+    sign(&dir, "leaf", "ext.cnf");
     let serial = openssl(&dir, &["x509", "-in", "leaf.pem", "-noout", "-serial"]);
     let serial = serial.trim().trim_start_matches("serial=");
     std::fs::write(
@@ -123,12 +127,6 @@ fn the_responders_answer_is_stapled_and_refreshed_and_a_file_works_too() {
         format!("V\t301231235959Z\t\t{serial}\tunknown\t/CN=ocsp.weir.test\n"),
     )
     .unwrap();
-    let chain = [
-        std::fs::read_to_string(dir.join("leaf.pem")).unwrap(),
-        std::fs::read_to_string(dir.join("ca.pem")).unwrap(),
-    ]
-    .concat();
-    std::fs::write(dir.join("chain.pem"), chain).unwrap();
     let responder = Command::new("openssl")
         .current_dir(&dir)
         .args(["ocsp", "-index", "index.txt", "-port", &port.to_string()])
@@ -140,7 +138,7 @@ fn the_responders_answer_is_stapled_and_refreshed_and_a_file_works_too() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let _responder = Proc(responder);
+    let _responder = Running(responder);
     // Ready once it answers a real request (a bare connect would stall this one-at-a-time
     // responder); the answer is kept for the file test below.
     let url = format!("http://127.0.0.1:{port}/");
@@ -165,7 +163,7 @@ fn the_responders_answer_is_stapled_and_refreshed_and_a_file_works_too() {
 listeners:
   - address: 127.0.0.1:0
     tls:
-      certificates: [{{ cert: "{d}/chain.pem", key: "{d}/leaf.key" }}]
+      certificates: [{{ cert: "{d}/leaf-chain.pem", key: "{d}/leaf.key" }}]
       ocsp: {{ refresh: 1s }}
     routes:
       - respond: {{ body: "stapled" }}
@@ -202,7 +200,7 @@ listeners:
 listeners:
   - address: 127.0.0.1:0
     tls:
-      certificates: [{{ cert: "{d}/chain.pem", key: "{d}/leaf.key" }}]
+      certificates: [{{ cert: "{d}/leaf-chain.pem", key: "{d}/leaf.key" }}]
       ocsp: {{ file: "{d}/resp.der" }}
     routes:
       - respond: {{ body: "stapled" }}
@@ -219,32 +217,7 @@ listeners:
 
     // A certificate without a responder and no file is a config error naming the key.
     std::fs::write(dir.join("san.cnf"), "subjectAltName=DNS:ocsp.weir.test\n").unwrap();
-    openssl(
-        &dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "leaf.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "bare.pem",
-            "-days",
-            "10",
-            "-extfile",
-            "san.cnf",
-        ],
-    );
-    let bare = [
-        std::fs::read_to_string(dir.join("bare.pem")).unwrap(),
-        std::fs::read_to_string(dir.join("ca.pem")).unwrap(),
-    ]
-    .concat();
-    std::fs::write(dir.join("bare-chain.pem"), bare).unwrap();
+    sign(&dir, "bare", "san.cnf");
     let err = common::config_error(&format!(
         "listeners:\n  - address: 127.0.0.1:0\n    tls: {{ certificates: [{{ cert: '{d}/bare-chain.pem', key: '{d}/leaf.key' }}], ocsp: {{}} }}\n    routes: []\n",
         d = dir.display()

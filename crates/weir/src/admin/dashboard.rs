@@ -23,14 +23,7 @@ pub(super) fn dashboard(cfg: &RuntimeConfig, generation: u64) -> (u16, String) {
     let zone_counts: BTreeMap<String, ZoneCounts> = cfg
         .cache_zones
         .iter()
-        .map(|z| {
-            let s = &z.store.stats;
-            let c = ZoneCounts {
-                hits: s.hits.load(Relaxed),
-                misses: s.misses.load(Relaxed),
-            };
-            (z.name.clone(), c)
-        })
+        .map(|z| (z.name.clone(), ZoneCounts::of(&z.store.stats)))
         .collect();
     let now = Sample::of(&totals, zone_counts);
     let samples = registry.history.samples();

@@ -58,6 +58,17 @@ pub struct ZoneCounts {
     pub misses: u64,
 }
 
+impl ZoneCounts {
+    /// A zone's lookups now.
+    pub fn of(s: &weir_cache::store::Stats) -> ZoneCounts {
+        use std::sync::atomic::Ordering::Relaxed;
+        ZoneCounts {
+            hits: s.hits.load(Relaxed),
+            misses: s.misses.load(Relaxed),
+        }
+    }
+}
+
 /// Everything counted at one instant.
 #[derive(Debug, Clone)]
 pub struct Sample {

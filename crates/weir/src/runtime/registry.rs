@@ -299,11 +299,7 @@ impl Registry {
             let zones = lock(&r.zones)
                 .iter()
                 .map(|(name, z)| {
-                    let s = &z.zone.store.stats;
-                    let counts = crate::metrics::history::ZoneCounts {
-                        hits: s.hits.load(std::sync::atomic::Ordering::Relaxed),
-                        misses: s.misses.load(std::sync::atomic::Ordering::Relaxed),
-                    };
+                    let counts = crate::metrics::history::ZoneCounts::of(&z.zone.store.stats);
                     (name.clone(), counts)
                 })
                 .collect();

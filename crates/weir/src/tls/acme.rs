@@ -279,7 +279,7 @@ fn current(chain_pem: &[u8], key_pem: &[u8]) -> Result<Current, String> {
 }
 
 /// Writes `data` readable by the owner only, by a rename (never half a file).
-fn write_private(path: &Path, data: &[u8]) -> Result<(), String> {
+pub(crate) fn write_private(path: &Path, data: &[u8]) -> Result<(), String> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().ok_or("no directory")?;
@@ -296,10 +296,6 @@ fn write_private(path: &Path, data: &[u8]) -> Result<(), String> {
         .and_then(|_| f.sync_all())
         .map_err(|e| format!("{}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-pub(crate) fn write_private_file(path: &Path, data: &[u8]) -> Result<(), String> {
-    write_private(path, data)
 }
 
 /// A name safe as one path component.

@@ -178,7 +178,7 @@ async fn account(certs: &AcmeCerts) -> Result<Account, String> {
         .await
         .map_err(|e| format!("account at {}: {e}", certs.settings.directory))?;
     let json = serde_json::to_vec(&creds).map_err(|e| e.to_string())?;
-    super::acme::write_private_file(&file, &json)?;
+    super::acme::write_private(&file, &json)?;
     tracing::info!(directory = %certs.settings.directory, id = account.id(), "ACME account created");
     Ok(account)
 }
