@@ -521,7 +521,7 @@ fn a_jwks_rotation_under_load_fails_no_request() {
     assert_eq!(send(&s, "/", &bearer(&t1)).text(), "hi alice");
     assert_eq!(jwks.fetches.load(Ordering::SeqCst), 1);
     let rotated = Arc::new(AtomicBool::new(false));
-    let failures = Arc::new(AtomicUsize::new(0));
+    let failures = Arc::new(Mutex::new(Vec::new()));
     let sent = Arc::new(AtomicUsize::new(0));
     let stop_at = Instant::now() + Duration::from_secs(3);
     let addr = s.addr;
@@ -542,8 +542,12 @@ fn a_jwks_rotation_under_load_fails_no_request() {
                         format!("GET / HTTP/1.1\r\nHost: a\r\n{}\r\n", bearer(t)).as_bytes(),
                     );
                     sent.fetch_add(1, Ordering::SeqCst);
+                    if r.header("connection") == Some("close") {
+                        // max_requests_per_connection (10,000) was reached on this one.
+                        c = common::connect(addr);
+                    }
                     if r.status != 200 {
-                        failures.fetch_add(1, Ordering::SeqCst);
+                        failures.lock().unwrap().push((r.status, r.text()));
                     }
                 }
             })
@@ -557,11 +561,13 @@ fn a_jwks_rotation_under_load_fails_no_request() {
     for c in clients {
         c.join().unwrap();
     }
-    let (sent, failed) = (sent.load(Ordering::SeqCst), failures.load(Ordering::SeqCst));
+    let (sent, failed) = (sent.load(Ordering::SeqCst), failures.lock().unwrap());
     assert!(sent > 100, "{sent}");
-    assert_eq!(
-        failed, 0,
-        "{failed} of {sent} requests failed across the rotation"
+    assert!(
+        failed.is_empty(),
+        "{} of {sent} requests failed across the rotation: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
     );
     let fetches = jwks.fetches.load(Ordering::SeqCst);
     assert!(

@@ -442,26 +442,42 @@ impl super::Filter for Jwt {
             return inner.decide(inner.check(token, &[]));
         };
         let now = Instant::now();
-        let keys = remote.keys();
-        let checked = inner.check(token, &keys);
+        let mut keys = remote.keys();
+        let mut checked = inner.check(token, &keys);
         // Whether this request starts a fetch, waits for one under way, or is decided now.
-        let (start, wait) = {
+        let (start, wait, done) = loop {
             let mut s = remote.state();
-            let stale = s.expires.is_none_or(|e| now >= e);
             let unknown_kid = matches!(checked, Checked::NoKey);
+            if unknown_kid {
+                // A fetch may have installed the new keys since they were read: check again
+                // with those instead of refusing (install swaps the keys under this lock).
+                let current = remote.keys();
+                if !Arc::ptr_eq(&current, &keys) {
+                    drop(s);
+                    keys = current;
+                    checked = inner.check(token, &keys);
+                    continue;
+                }
+            }
+            let stale = s.expires.is_none_or(|e| now >= e);
             let kid_fetch_allowed = s
                 .last_kid_fetch
                 .is_none_or(|t| now.saturating_duration_since(t) >= KID_REFETCH);
             if s.in_flight {
-                (false, unknown_kid)
+                // Subscribed under the lock, so the end of the fetch under way is seen.
+                break (
+                    false,
+                    unknown_kid,
+                    unknown_kid.then(|| remote.done.subscribe()),
+                );
             } else if (unknown_kid && (kid_fetch_allowed || keys.is_empty())) || stale {
                 s.in_flight = true;
                 if unknown_kid && !keys.is_empty() {
                     s.last_kid_fetch = Some(now);
                 }
-                (true, unknown_kid)
+                break (true, unknown_kid, None);
             } else {
-                (false, false)
+                break (false, false, None);
             }
         };
         let fetch = match (start, req.fetch) {
@@ -487,7 +503,6 @@ impl super::Filter for Jwt {
         }
         let me = self.inner.clone();
         let token = token.to_string();
-        let mut done = remote.done.subscribe();
         Flow::Wait(Box::pin(async move {
             let Some(remote) = &me.remote else {
                 return refuse(Some("no key"));
@@ -500,7 +515,9 @@ impl super::Filter for Jwt {
                     remote.install(got);
                 }
                 None => {
-                    let _ = tokio::time::timeout(FETCH_WAIT, done.changed()).await;
+                    if let Some(mut done) = done {
+                        let _ = tokio::time::timeout(FETCH_WAIT, done.changed()).await;
+                    }
                 }
             }
             me.decide(me.check(&token, &remote.keys()))
