@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -156,21 +156,7 @@ fn the_responders_answer_is_stapled_and_refreshed_and_a_file_works_too() {
     });
 
     // From the responder named in the certificate, refreshed every second.
-    let config = write_config(
-        "ocsp",
-        &format!(
-            r#"
-listeners:
-  - address: 127.0.0.1:0
-    tls:
-      certificates: [{{ cert: "{d}/leaf-chain.pem", key: "{d}/leaf.key" }}]
-      ocsp: {{ refresh: 1s }}
-    routes:
-      - respond: {{ body: "stapled" }}
-"#,
-            d = dir.display()
-        ),
-    );
+    let config = stapling_config(&dir, "ocsp", "{ refresh: 1s }");
     let (weir, addr) = spawn_run(&config);
     let mut first = String::new();
     common::until("a stapled response", Duration::from_secs(15), || {
@@ -193,20 +179,10 @@ listeners:
 
     // From a file (fetched above by openssl's client), with no responder reachable.
     drop(_responder);
-    let config = write_config(
+    let config = stapling_config(
+        &dir,
         "ocsp-file",
-        &format!(
-            r#"
-listeners:
-  - address: 127.0.0.1:0
-    tls:
-      certificates: [{{ cert: "{d}/leaf-chain.pem", key: "{d}/leaf.key" }}]
-      ocsp: {{ file: "{d}/resp.der" }}
-    routes:
-      - respond: {{ body: "stapled" }}
-"#,
-            d = dir.display()
-        ),
+        &format!("{{ file: \"{}/resp.der\" }}", dir.display()),
     );
     let (_weir, addr) = spawn_run(&config);
     common::until(
@@ -227,4 +203,23 @@ listeners:
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A TLS listener serving the leaf certificate with `ocsp` (YAML) as its stapling settings.
+fn stapling_config(dir: &Path, name: &str, ocsp: &str) -> PathBuf {
+    write_config(
+        name,
+        &format!(
+            r#"
+listeners:
+  - address: 127.0.0.1:0
+    tls:
+      certificates: [{{ cert: "{d}/leaf-chain.pem", key: "{d}/leaf.key" }}]
+      ocsp: {ocsp}
+    routes:
+      - respond: {{ body: "stapled" }}
+"#,
+            d = dir.display()
+        ),
+    )
 }

@@ -84,6 +84,14 @@ impl Target {
     }
 }
 
+impl Target {
+    /// The running process's pid and its pid file (the verbs that signal need both).
+    fn running(&self) -> Result<(i32, PathBuf), String> {
+        let found = self.find()?;
+        found.pid().map(|(pid, path)| (pid, path.to_path_buf()))
+    }
+}
+
 impl Found {
     fn pid(&self) -> Result<(i32, &Path), String> {
         let path = self
@@ -167,10 +175,7 @@ pub fn reload(t: &Target) -> ExitCode {
 
 /// `weir stop [--fast]`: waits at most `timeout` for the process to end.
 pub fn stop(t: &Target, fast: bool, timeout: Duration) -> ExitCode {
-    let (pid, _) = match t
-        .find()
-        .and_then(|f| f.pid().map(|(p, f)| (p, f.to_path_buf())))
-    {
+    let (pid, _) = match t.running() {
         Ok(p) => p,
         Err(e) => return fail(e),
     };
@@ -200,10 +205,7 @@ pub fn stop(t: &Target, fast: bool, timeout: Duration) -> ExitCode {
 
 /// `weir upgrade`: waits at most `timeout` for the new process to write the pid file.
 pub fn upgrade(t: &Target, timeout: Duration) -> ExitCode {
-    let (pid, path) = match t
-        .find()
-        .and_then(|f| f.pid().map(|(p, f)| (p, f.to_path_buf())))
-    {
+    let (pid, path) = match t.running() {
         Ok(p) => p,
         Err(e) => return fail(e),
     };
