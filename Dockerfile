@@ -8,10 +8,14 @@
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
-# The dist profile, as the Debian package (packaging/deb): stripped, no debug info.
+# The dist profile, as the Debian package (packaging/deb): stripped, no debug info. Nothing but
+# Rust is needed (no protoc: etcd's API is declared in crates/weir/src/cluster/etcd_rpc.rs).
 RUN cargo build --profile dist --locked -p weir
 
 FROM debian:bookworm-slim
+# CA certificates: ACME directories and https:// upstreams are verified against them.
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin weir \
     && mkdir -p /etc/weir /var/log/weir /var/lib/weir/acme && chown weir /var/log/weir /var/lib/weir/acme
 COPY --from=build /src/target/dist/weir /usr/local/bin/weir

@@ -246,7 +246,7 @@ for target in 100000 1000000; do
     sleep 0.005
   done
   first=$(( ($(date +%s%N) - t0) / 1000000 ))
-  load=$(metric 'weir_cache_disk_load_milliseconds{zone="small"}')
+  load=$(metric 'weir_cache_disk_load_seconds{zone="small"}' | awk '{ printf "%.0f", $1 * 1000 }')
   rss=$(rss_kib $WEIR_PID)
   per=$(awk -v a="$rss" -v b="$rss_empty" -v n="$objects" 'BEGIN { printf "%.0f", (a - b) * 1024 / n }')
   echo "| $objects | $first | $load | $((rss / 1024)) | $((rss_empty / 1024)) | $per |" >> "$OUT"

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::process::{free_port, have, Running, WEIR};
+use common::process::{free_port, have, have_all_or_skip, Running, WEIR};
 use common::tlskit::{self, Pki};
 use rustls::pki_types::CertificateDer;
 
@@ -149,10 +149,9 @@ fn weir(config: &Path, log: &Path) -> Running {
 
 #[test]
 fn certificates_are_obtained_served_reused_and_renewed_against_pebble() {
-    if !have("pebble") || !have("pebble-challtestsrv") {
-        // As the etcd and Redis tests: CI installs it (.ci/run) and runs this; a fresh
-        // machine's `cargo test --workspace` says so and goes on.
-        eprintln!("SKIPPED: no pebble binary (apt-get install pebble)");
+    // As the etcd and Redis tests: CI installs it (.ci/run) and fails without it; a fresh
+    // machine's `cargo test --workspace` says so and goes on.
+    if !have_all_or_skip(&["pebble", "pebble-challtestsrv"], "apt-get install pebble") {
         return;
     }
     let (http, tls_alpn, tls_http) = (free_port(), free_port(), free_port());

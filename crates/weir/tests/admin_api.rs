@@ -10,10 +10,13 @@ use std::time::{Duration, Instant};
 
 use common::process::{free_port, signal, spawn_run, spawn_serving, write_config, WEIR};
 
+/// Zone `d` has a disk tier: its families are part of what promtool checks (issue 33 §6).
 const CONFIG: &str = r#"
 workers: 2
 admin: { address: 127.0.0.1:0 }
-cache_zones: { z: { max_size: 1m } }
+cache_zones:
+  z: { max_size: 1m }
+  d: { max_size: 1m, disk: { path: "${WEIR_TEST_DISK}", max_size: 8m } }
 listeners:
   - address: 127.0.0.1:0
     routes:
@@ -37,7 +40,9 @@ fn sample(scrape: &str, prefix: &str) -> Option<f64> {
 
 #[test]
 fn metrics_count_what_happened_and_promtool_accepts_them() {
-    let server = common::start_config(CONFIG);
+    let disk = std::env::temp_dir().join(format!("weir-admin-disk-{}", std::process::id()));
+    let config = CONFIG.replace("${WEIR_TEST_DISK}", &disk.display().to_string());
+    let server = common::start_config(&config);
     let admin = server.handle.as_ref().unwrap().admin_addr().unwrap();
     for _ in 0..3 {
         common::get(server.addr, "/hello");
@@ -78,33 +83,32 @@ fn metrics_count_what_happened_and_promtool_accepts_them() {
         .starts_with("application/openmetrics-text"));
     assert!(r.text().ends_with("# EOF\n"));
 
-    match Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-    {
-        Ok(mut child) => {
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(text.as_bytes())
-                .unwrap();
-            let out = child.wait_with_output().unwrap();
-            assert!(
-                out.status.success(),
-                "promtool check metrics: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Err(_) => {
-            eprintln!("promtool not installed (apt-get install prometheus): format check skipped")
-        }
+    assert!(text.contains("weir_cache_disk_ready{zone=\"d\"}"), "{text}");
+    if common::process::have_all_or_skip(&["promtool"], "apt-get install prometheus") {
+        use std::io::Write;
+        let mut child = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool check metrics: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
+    drop(server);
+    std::fs::remove_dir_all(&disk).ok();
 }
 
 #[test]

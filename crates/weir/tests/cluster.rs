@@ -152,11 +152,13 @@ fn three_nodes_share_one_cache_config_and_limit_and_survive_a_node_and_etcd_goin
 
     // The cluster-wide limit: 300 r/s across the three, whatever node a client uses.
     // Three clients per node: the offered load must stay above each node's share even on a
-    // busy machine (connection per request, debug build).
+    // busy machine (connection per request, debug build). The bound that matters is the upper
+    // one (nodes each admitting their own 300 would give ~900); below, a loaded 2-core machine
+    // offered 284 r/s once (issue 33 §6), so the floor is 0.8 of the limit.
     let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.addr).collect();
     let rate = admitted_rate(&addrs, 9, "/limited", Duration::from_secs(2));
     assert!(
-        (285.0..=318.0).contains(&rate),
+        (240.0..=318.0).contains(&rate),
         "admitted {rate} r/s for 300"
     );
 

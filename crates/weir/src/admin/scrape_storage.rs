@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use weir_cache::disk::DiskStats;
 
@@ -181,12 +182,14 @@ fn disk(cfg: &RuntimeConfig, enc: &mut DescriptorEncoder) -> fmt::Result {
     )?;
     family(
         enc,
-        "weir_cache_disk_load_milliseconds",
+        // Seconds, not milliseconds: promtool refuses non-base units (issue 33 §6).
+        "weir_cache_disk_load_seconds",
         "How long the last index load took (snapshot and tail scan).",
         MetricType::Gauge,
-        tiers
-            .iter()
-            .map(|(z, d)| (zone(z), gauge(d.stats().load_ms.load(Relaxed) as i64))),
+        tiers.iter().map(|(z, d)| {
+            let ms = d.stats().load_ms.load(Relaxed);
+            (zone(z), ConstGauge::new(ms as f64 / 1000.0))
+        }),
     )?;
     family(
         enc,

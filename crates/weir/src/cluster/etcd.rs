@@ -18,20 +18,18 @@
 //! reads everything again, swapping only what changed. While etcd is unreachable the node keeps
 //! the last config and members it had (the listeners never depend on etcd being up).
 //!
-//! Why the `etcd-client` crate (gRPC, needs `protoc` at build time) rather than etcd's JSON
-//! gateway: leases with keep-alive streams, watches with progress notify and compaction
-//! reporting are first-class there, and it is the maintained client of the Rust ecosystem; the
-//! gateway would mean a hand-written HTTP streaming client of our own.
+//! The calls go over etcd's gRPC API (`etcd_rpc.rs`: leases with keep-alive streams, watches
+//! with progress notify and compaction reporting), not its JSON gateway, which would mean a
+//! hand-written HTTP streaming client.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{
-    Client, ConnectOptions, EventType, GetOptions, PutOptions, WatchOptions, WatchResponse,
-};
 use tokio::sync::mpsc::UnboundedSender;
+
+use super::etcd_rpc::{self as rpc, Client, WatchResponse};
 
 use super::{Change, Cluster, Member};
 use crate::config::assemble::Fragment;
@@ -42,12 +40,10 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// Log lines about etcd being unreachable: at most one per interval.
 static DOWN_LOG: crate::logs::Limited = crate::logs::Limited::new();
 
-fn options() -> ConnectOptions {
-    ConnectOptions::new()
-        .with_connect_timeout(REQUEST_TIMEOUT)
-        .with_timeout(REQUEST_TIMEOUT)
-        .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
-}
+const OPTIONS: rpc::Options = rpc::Options {
+    request: REQUEST_TIMEOUT,
+    keep_alive: Duration::from_secs(2),
+};
 
 fn endpoints(cluster: &Cluster) -> Vec<String> {
     cluster
@@ -67,23 +63,15 @@ fn endpoints(cluster: &Cluster) -> Vec<String> {
 /// unreachable etcd is not fatal: the node starts on its file and catches up later.
 pub async fn read_fragments(cluster: &Cluster, within: Duration) -> Result<Vec<Fragment>, String> {
     let read = async {
-        let mut client = Client::connect(endpoints(cluster), Some(options()))
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut client = Client::connect(&endpoints(cluster), OPTIONS).await?;
         let prefix = cluster.config_prefix();
-        let resp = client
-            .get(prefix.as_bytes(), Some(GetOptions::new().with_prefix()))
-            .await
-            .map_err(|e| e.to_string())?;
+        let resp = client.get_prefix(prefix.as_bytes(), within).await?;
         let mut map = BTreeMap::new();
-        for kv in resp.kvs() {
-            map.insert(kv.key().to_vec(), kv.value().to_vec());
+        for kv in resp.kvs {
+            map.insert(kv.key, kv.value);
         }
-        if let Some(h) = resp.header() {
-            cluster
-                .state
-                .revision
-                .store(h.revision(), Ordering::Relaxed);
+        if let Some(h) = resp.header {
+            cluster.state.revision.store(h.revision, Ordering::Relaxed);
         }
         Ok(fragments_of(&map))
     };
@@ -140,8 +128,8 @@ impl Session {
             return;
         }
         let revoke = async {
-            let mut client = Client::connect(endpoints(&self.cluster), Some(options())).await?;
-            client.lease_revoke(lease).await
+            let mut client = Client::connect(&endpoints(&self.cluster), OPTIONS).await?;
+            client.lease_revoke(lease, REQUEST_TIMEOUT).await
         };
         match tokio::time::timeout(Duration::from_secs(1), revoke).await {
             Ok(Ok(_)) => tracing::info!(node = %self.cluster.node, "left the cluster"),
@@ -200,14 +188,12 @@ impl Mirror {
     /// One connection: register, (re)read if needed, watch until an error.
     async fn session(&mut self) -> Result<(), String> {
         let c = self.cluster.clone();
-        let mut client = Client::connect(endpoints(&c), Some(options()))
+        let mut client = Client::connect(&endpoints(&c), OPTIONS)
             .await
             .map_err(|e| format!("connect: {e}"))?;
         let lease = client
-            .lease_grant(c.lease_ttl.as_secs().max(1) as i64, None)
-            .await
-            .map_err(|e| format!("lease: {e}"))?
-            .id();
+            .lease_grant(c.lease_ttl.as_secs().max(1) as i64, REQUEST_TIMEOUT)
+            .await?;
         self.lease.store(lease, Ordering::Relaxed);
         let mut me = c.me.clone();
         me.since_ms = std::time::SystemTime::now()
@@ -216,51 +202,38 @@ impl Mirror {
         let record = serde_json::to_vec(&me).map_err(|e| e.to_string())?;
         client
             .put(
-                format!("{}{}", c.members_prefix(), c.node),
+                format!("{}{}", c.members_prefix(), c.node).into_bytes(),
                 record,
-                Some(PutOptions::new().with_lease(lease)),
+                lease,
+                REQUEST_TIMEOUT,
             )
             .await
             .map_err(|e| format!("register: {e}"))?;
-        let (mut keeper, mut acks) = client
-            .lease_keep_alive(lease)
-            .await
-            .map_err(|e| format!("keep-alive: {e}"))?;
+        let (keeper, mut acks) = client.lease_keep_alive(lease, REQUEST_TIMEOUT).await?;
         c.state.etcd_up.store(true, Ordering::Relaxed);
         if self.revision == 0 {
             self.read_all(&mut client).await?;
         }
         let prefix = format!("{}/", c.prefix);
-        let mut stream = client
-            .watch(
-                prefix.as_bytes(),
-                Some(
-                    WatchOptions::new()
-                        .with_prefix()
-                        .with_start_revision(self.revision + 1)
-                        .with_progress_notify(),
-                ),
-            )
-            .await
-            .map_err(|e| format!("watch: {e}"))?;
+        let (_watcher, mut stream) = client
+            .watch_prefix(prefix.as_bytes(), self.revision + 1, REQUEST_TIMEOUT)
+            .await?;
         let mut renew = tokio::time::interval((c.lease_ttl / 3).max(Duration::from_millis(300)));
         let mut pending: Option<(bool, bool)> = None;
         let coalesce = tokio::time::sleep(Duration::from_secs(3600));
         tokio::pin!(coalesce);
         loop {
             tokio::select! {
-                msg = stream.message() => {
-                    let resp = msg
-                        .map_err(|e| format!("watch: {e}"))?
-                        .ok_or_else(|| "watch ended".to_string())?;
-                    if resp.canceled() {
-                        if resp.compact_revision() > 0 {
+                msg = rpc::next(&mut stream, "watch") => {
+                    let resp = msg?.ok_or_else(|| "watch ended".to_string())?;
+                    if resp.canceled {
+                        if resp.compact_revision > 0 {
                             // Events were compacted away: read everything at the head again.
                             c.state.compactions.fetch_add(1, Ordering::Relaxed);
-                            tracing::info!(compacted = resp.compact_revision(), "etcd compacted past the watch: re-reading");
+                            tracing::info!(compacted = resp.compact_revision, "etcd compacted past the watch: re-reading");
                             self.read_all(&mut client).await?;
                         }
-                        return Err(format!("watch cancelled: {}", resp.cancel_reason()));
+                        return Err(format!("watch cancelled: {}", resp.cancel_reason));
                     }
                     let changed = self.apply(&resp);
                     if changed != (false, false) {
@@ -277,15 +250,12 @@ impl Mirror {
                         self.publish(config, members);
                     }
                 }
-                _ = renew.tick() => {
-                    keeper.keep_alive().await.map_err(|e| format!("keep-alive: {e}"))?;
-                }
-                ack = acks.message() => {
-                    match ack {
-                        Ok(Some(a)) if a.ttl() > 0 => {}
-                        Ok(Some(_)) => return Err("the lease expired".into()),
-                        Ok(None) => return Err("keep-alive stream ended".into()),
-                        Err(e) => return Err(format!("keep-alive: {e}")),
+                _ = renew.tick() => keeper.keep_alive()?,
+                ack = rpc::next(&mut acks, "keep-alive") => {
+                    match ack? {
+                        Some(a) if a.ttl > 0 => {}
+                        Some(_) => return Err("the lease expired".into()),
+                        None => return Err("keep-alive stream ended".into()),
                     }
                 }
             }
@@ -296,25 +266,22 @@ impl Mirror {
     async fn read_all(&mut self, client: &mut Client) -> Result<(), String> {
         let c = self.cluster.clone();
         let resp = client
-            .get(
-                format!("{}/", c.prefix).as_bytes(),
-                Some(GetOptions::new().with_prefix()),
-            )
+            .get_prefix(format!("{}/", c.prefix).as_bytes(), REQUEST_TIMEOUT)
             .await
             .map_err(|e| format!("read: {e}"))?;
         let (config_prefix, members_prefix) = (c.config_prefix(), c.members_prefix());
         let mut config = BTreeMap::new();
         let mut members = BTreeMap::new();
-        for kv in resp.kvs() {
-            if kv.key().starts_with(config_prefix.as_bytes()) {
-                config.insert(kv.key().to_vec(), kv.value().to_vec());
-            } else if let Some(node) = kv.key().strip_prefix(members_prefix.as_bytes()) {
-                if let Ok(m) = serde_json::from_slice::<Member>(kv.value()) {
+        for kv in resp.kvs {
+            if kv.key.starts_with(config_prefix.as_bytes()) {
+                config.insert(kv.key, kv.value);
+            } else if let Some(node) = kv.key.strip_prefix(members_prefix.as_bytes()) {
+                if let Ok(m) = serde_json::from_slice::<Member>(&kv.value) {
                     members.insert(String::from_utf8_lossy(node).into_owned(), m);
                 }
             }
         }
-        self.revision = resp.header().map_or(self.revision, |h| h.revision());
+        self.revision = resp.header.map_or(self.revision, |h| h.revision);
         let config_changed = config != self.config;
         let members_changed = members != self.members;
         self.config = config;
@@ -325,30 +292,30 @@ impl Mirror {
 
     /// Applies a watch response to the maps: (config changed, members changed).
     fn apply(&mut self, resp: &WatchResponse) -> (bool, bool) {
-        if let Some(h) = resp.header() {
+        if let Some(h) = &resp.header {
             // A progress notification carries only this: the revision the watch has reached.
-            self.revision = self.revision.max(h.revision());
+            self.revision = self.revision.max(h.revision);
         }
         let c = &self.cluster;
         let (config_prefix, members_prefix) = (c.config_prefix(), c.members_prefix());
         let mut changed = (false, false);
-        for ev in resp.events() {
-            let Some(kv) = ev.kv() else { continue };
-            self.revision = self.revision.max(kv.mod_revision());
-            let put = ev.event_type() == EventType::Put;
-            if kv.key().starts_with(config_prefix.as_bytes()) {
-                let key = kv.key().to_vec();
+        for ev in &resp.events {
+            let Some(kv) = &ev.kv else { continue };
+            self.revision = self.revision.max(kv.mod_revision);
+            let put = ev.kind != rpc::EVENT_DELETE;
+            if kv.key.starts_with(config_prefix.as_bytes()) {
+                let key = kv.key.clone();
                 let before = self.config.get(&key).cloned();
                 if put {
-                    self.config.insert(key, kv.value().to_vec());
+                    self.config.insert(key, kv.value.clone());
                 } else {
                     self.config.remove(&key);
                 }
-                changed.0 |= before.as_deref() != (put.then_some(kv.value()));
-            } else if let Some(node) = kv.key().strip_prefix(members_prefix.as_bytes()) {
+                changed.0 |= before.as_deref() != (put.then_some(&kv.value[..]));
+            } else if let Some(node) = kv.key.strip_prefix(members_prefix.as_bytes()) {
                 let node = String::from_utf8_lossy(node).into_owned();
                 let m = put
-                    .then(|| serde_json::from_slice::<Member>(kv.value()).ok())
+                    .then(|| serde_json::from_slice::<Member>(&kv.value).ok())
                     .flatten();
                 let before = self.members.get(&node).cloned();
                 match &m {

@@ -15,6 +15,7 @@
 //! change of members reloads through the one reload path (`reload/`), like a change of text.
 
 pub mod etcd;
+mod etcd_rpc;
 pub mod redis;
 pub mod ring;
 pub mod shard;

@@ -1,13 +1,13 @@
 //! A real etcd on loopback for the cluster tests: its own data directory and ports, killed
-//! when dropped. `None` (with the reason printed) only when no `etcd` binary exists: CI
-//! installs Debian's `etcd-server` (`.ci/run`).
+//! when dropped. `None` (with the reason printed) only when no `etcd` binary exists, and
+//! never in CI (`CI=true`: a failure), which installs Debian's `etcd-server` (`.ci/run`).
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::process::{free_port, have, Running};
+use super::process::{free_port, have_all_or_skip, Running};
 
 pub struct Etcd {
     pub addr: SocketAddr,
@@ -19,8 +19,10 @@ pub struct Etcd {
 impl Etcd {
     /// Starts etcd, or says why it cannot.
     pub fn start(name: &str) -> Option<Etcd> {
-        if !have("etcd") || !have("etcdctl") {
-            eprintln!("SKIPPED: no etcd/etcdctl binary (apt-get install etcd-server etcd-client)");
+        if !have_all_or_skip(
+            &["etcd", "etcdctl"],
+            "apt-get install etcd-server etcd-client",
+        ) {
             return None;
         }
         let dir = std::env::temp_dir().join(format!("weir-etcd-{name}-{}", std::process::id()));

@@ -82,6 +82,24 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Whether every one of `bins` is on the PATH. When one is missing: in CI (`CI=true`, where
+/// `.ci/run` installs them all) the test fails, saying which; elsewhere it prints `SKIPPED`
+/// and the caller returns (a fresh machine's `cargo test --workspace` goes on; the README
+/// lists the tests that skip).
+pub fn have_all_or_skip(bins: &[&str], install: &str) -> bool {
+    let missing: Vec<&str> = bins.iter().copied().filter(|b| !have(b)).collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    assert!(
+        !ci,
+        "CI=true and {missing:?} not installed ({install}): .ci/run installs it"
+    );
+    eprintln!("SKIPPED: no {missing:?} ({install})");
+    false
+}
+
 /// Whether `bin` is on the PATH.
 pub fn have(bin: &str) -> bool {
     std::process::Command::new("sh")

@@ -1,13 +1,14 @@
 //! A real Redis on loopback for the cluster rate-limit tests: its own port and directory, no
 //! persistence, killed when dropped. `None` (with the reason printed) only when no
-//! `redis-server` binary exists: CI installs Debian's `redis-server` (`.ci/run`).
+//! `redis-server` binary exists, and never in CI (`CI=true`: a failure), which installs
+//! Debian's `redis-server` (`.ci/run`).
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::process::{free_port, have, Running};
+use super::process::{free_port, have_all_or_skip, Running};
 
 pub struct Redis {
     pub addr: SocketAddr,
@@ -18,8 +19,10 @@ pub struct Redis {
 impl Redis {
     /// Starts Redis, or says why it cannot.
     pub fn start(name: &str) -> Option<Redis> {
-        if !have("redis-server") || !have("redis-cli") {
-            eprintln!("SKIPPED: no redis-server/redis-cli binary (apt-get install redis-server)");
+        if !have_all_or_skip(
+            &["redis-server", "redis-cli"],
+            "apt-get install redis-server",
+        ) {
             return None;
         }
         let dir = std::env::temp_dir().join(format!("weir-redis-{name}-{}", std::process::id()));
