@@ -33,6 +33,7 @@ pub mod error;
 pub mod framing;
 pub mod hop;
 mod offsets;
+pub mod path;
 pub mod reply;
 pub mod request;
 pub mod response;

@@ -24,6 +24,11 @@ pub struct Limits {
     pub max_head_bytes: usize,
     /// Longest request target, in bytes.
     pub max_uri_bytes: usize,
+    /// Bring the path to its normal form (`path.rs`) or refuse it. Off only where weir reads
+    /// back a request it wrote itself (the HTTP/2 upstream bridge).
+    pub normalize_path: bool,
+    /// Pass `%2F` and `%5C` through as they are instead of refusing them (off by default).
+    pub keep_encoded_slashes: bool,
 }
 
 impl Default for Limits {
@@ -31,6 +36,8 @@ impl Default for Limits {
         Limits {
             max_head_bytes: 32 * 1024,
             max_uri_bytes: 8 * 1024,
+            normalize_path: true,
+            keep_encoded_slashes: false,
         }
     }
 }
@@ -112,7 +119,8 @@ pub struct Header {
 #[derive(Debug, Clone)]
 pub struct RequestHead {
     pub method: Method,
-    /// The request target exactly as sent (origin-form, absolute-form, `*` or authority-form).
+    /// The request target as sent (origin-form, absolute-form or `*`), or, when its path was
+    /// not in normal form, the origin-form of the normalised path and the query (`path.rs`).
     pub target: Bytes,
     pub version: Version,
     /// Fields in the order received.
@@ -362,9 +370,25 @@ pub fn parse_request(
         }
         None => target_bytes.len(),
     };
+    let mut target = head.slice(target_range.0..target_range.0 + target_range.1);
+    let (mut path_at, mut path_end) = (path_at, path_end);
+    if limits.normalize_path && !matches!(form, TargetForm::Asterisk) {
+        if let Some(path) = crate::path::normalize(
+            &target_bytes[path_at..path_end],
+            limits.keep_encoded_slashes,
+        )
+        .map_err(ParseError::BadRequest)?
+        {
+            let mut t = path;
+            let len = t.len();
+            t.extend_from_slice(&target_bytes[path_end..]);
+            target = Bytes::from(t);
+            (path_at, path_end) = (0, len);
+        }
+    }
     Ok(Some(RequestHead {
         method,
-        target: head.slice(target_range.0..target_range.0 + target_range.1),
+        target,
         version,
         headers,
         body,

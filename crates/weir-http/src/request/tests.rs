@@ -100,6 +100,7 @@ fn limits() {
     let limits = Limits {
         max_head_bytes: 100,
         max_uri_bytes: 20,
+        ..Limits::default()
     };
     let mut long_uri =
         BytesMut::from(&b"GET /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa HTTP/1.1\r\nHost: a\r\n\r\n"[..]);

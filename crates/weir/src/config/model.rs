@@ -336,6 +336,18 @@ pub struct Limits {
     pub max_requests_per_connection: u64,
     /// Listen backlog of each listening socket.
     pub backlog: u32,
+    /// Request paths with `%2F` or `%5C` (an encoded `/` or `\`): refused with 400 (`reject`,
+    /// the default) or passed through as they are (`keep`) for origins that need them.
+    pub encoded_slashes: EncodedSlashes,
+}
+
+/// What to do with an encoded `/` or `\` in a request path.
+#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EncodedSlashes {
+    #[default]
+    Reject,
+    Keep,
 }
 
 impl Default for Limits {
@@ -347,6 +359,7 @@ impl Default for Limits {
             max_body_bytes: Size(1 << 20),
             max_requests_per_connection: 10_000,
             backlog: 4096,
+            encoded_slashes: EncodedSlashes::Reject,
         }
     }
 }

@@ -89,6 +89,9 @@ async fn bridge(
     let limits = weir_http::Limits {
         max_head_bytes: PIPE,
         max_uri_bytes: PIPE,
+        // The pipeline's own request, its path normalised when the client's was read.
+        normalize_path: false,
+        keep_encoded_slashes: true,
     };
     let head = loop {
         if let Some(h) = parse_request(&mut buf, &limits).map_err(io::Error::other)? {

@@ -50,6 +50,8 @@ pub(crate) fn compile(
         head: weir_http::Limits {
             max_head_bytes: l.max_header_bytes.0 as usize,
             max_uri_bytes: l.max_uri_bytes.0 as usize,
+            normalize_path: true,
+            keep_encoded_slashes: l.encoded_slashes == model::EncodedSlashes::Keep,
         },
         max_body_bytes: l.max_body_bytes.0,
         max_connections: l.max_connections,

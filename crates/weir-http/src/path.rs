@@ -1,0 +1,255 @@
+//! One normal form for request paths, made once by the parser so that routing, filters, the
+//! cache key and the request sent upstream all see the same path (issue 33 §1: `/api/../private/x`
+//! matched a public route and reached the private content of an origin that normalises).
+//!
+//! The form (RFC 3986 §6.2.2): percent-encoded unreserved bytes decoded (`%70` → `p`, `%2e` →
+//! `.`), other escapes kept with upper-case hex (`%3f` → `%3F`), runs of `/` merged, and dot
+//! segments removed (§5.2.4; `..` above the root stays at the root). What cannot be normalised
+//! without guessing what the origin will make of it is refused (400), as Traefik's request-path
+//! checks and Envoy's `path_with_escaped_slashes_action: REJECT_REQUEST` do:
+//!
+//! - an encoded `/` or `\` (`%2F`, `%5C`): a segment boundary to some origins, not to others
+//!   (`keep_encoded_slashes` passes them through untouched, for origins that need them);
+//! - a raw `\` (a separator on Windows origins), an encoded NUL (`%00`);
+//! - a double-encoded `.`, `/`, `\` or NUL (`%252e`): what an origin that decodes twice sees;
+//! - a dot segment with parameters (`..;`, `.;x`): Tomcat and Jetty read it as `..`;
+//! - a malformed escape (`%zz`, `%4`).
+//!
+//! Cost: a path that is already normal (no `%`, `\`, `//` or dot segment: nearly every request)
+//! is one pass over its bytes and no copy; only the others are rewritten into a new buffer.
+
+/// Why a path was refused (the 400's reason).
+pub type Refusal = &'static str;
+
+/// Whether `path` is already in normal form: one pass, no allocation.
+fn is_normal(path: &[u8]) -> bool {
+    let mut prev = 0u8;
+    for (i, &b) in path.iter().enumerate() {
+        match b {
+            b'%' | b'\\' => return false,
+            b'/' if prev == b'/' => return false,
+            b'.' if prev == b'/' || i == 0 => {
+                if is_dot_segment_tail(&path[i + 1..]) {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+        prev = b;
+    }
+    true
+}
+
+/// Whether a segment that began with `.` is a dot segment (`.` or `..`, possibly with `;`
+/// parameters): `rest` is what follows that first dot.
+fn is_dot_segment_tail(rest: &[u8]) -> bool {
+    let rest = rest.strip_prefix(b".").unwrap_or(rest);
+    matches!(rest.first(), None | Some(b'/') | Some(b';'))
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+fn unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+/// The normal form of `path` (a request target's path, before any `?`): `Ok(None)` when it is
+/// already normal (the caller keeps its slice), `Ok(Some(new))` when rewritten, `Err` when it
+/// is refused.
+pub fn normalize(path: &[u8], keep_encoded_slashes: bool) -> Result<Option<Vec<u8>>, Refusal> {
+    if is_normal(path) {
+        return Ok(None);
+    }
+    // 1. Escapes: decode the unreserved, refuse the unsafe, upper-case the rest. Segments are
+    //    split on the raw `/` only, so a kept `%2F` stays inside its segment.
+    let mut decoded = Vec::with_capacity(path.len());
+    let mut i = 0;
+    while i < path.len() {
+        let b = path[i];
+        match b {
+            b'\\' => return Err("backslash in request path"),
+            b'%' => {
+                let (Some(h), Some(l)) = (
+                    path.get(i + 1).copied().and_then(hex),
+                    path.get(i + 2).copied().and_then(hex),
+                ) else {
+                    return Err("malformed percent-encoding in request path");
+                };
+                let c = h << 4 | l;
+                match c {
+                    0 => return Err("encoded NUL in request path"),
+                    b'/' | b'\\' if !keep_encoded_slashes => {
+                        return Err("encoded slash in request path")
+                    }
+                    b'%' if double_encoded(&path[i + 3..]) => {
+                        return Err("double-encoded dot or slash in request path")
+                    }
+                    c if unreserved(c) => decoded.push(c),
+                    c => {
+                        const HEX: &[u8; 16] = b"0123456789ABCDEF";
+                        decoded.extend_from_slice(&[
+                            b'%',
+                            HEX[(c >> 4) as usize],
+                            HEX[(c & 15) as usize],
+                        ]);
+                    }
+                }
+                i += 3;
+            }
+            b => {
+                decoded.push(b);
+                i += 1;
+            }
+        }
+    }
+    // 2. Segments: merge empty ones (`//`), drop `.`, pop on `..` (not above the root).
+    let mut out: Vec<u8> = Vec::with_capacity(decoded.len());
+    let trailing_slash = decoded.last() == Some(&b'/');
+    let mut ends_in_dir = false;
+    for seg in decoded.split(|b| *b == b'/') {
+        ends_in_dir = false;
+        match seg {
+            b"" => continue,
+            b"." => ends_in_dir = true,
+            b".." => {
+                let cut = out.iter().rposition(|b| *b == b'/').unwrap_or(0);
+                out.truncate(cut);
+                ends_in_dir = true;
+            }
+            s if s.first() == Some(&b'.') && is_dot_segment_tail(&s[1..]) => {
+                return Err("dot segment with parameters in request path");
+            }
+            s => {
+                out.push(b'/');
+                out.extend_from_slice(s);
+            }
+        }
+    }
+    if out.is_empty() || ends_in_dir || trailing_slash {
+        out.push(b'/');
+    }
+    Ok(Some(out))
+}
+
+/// Whether the bytes after a `%25` spell a dangerous escape again (`2e`, `2f`, `5c`, `00`).
+fn double_encoded(rest: &[u8]) -> bool {
+    matches!(
+        rest.get(..2)
+            .map(|p| [p[0].to_ascii_lowercase(), p[1].to_ascii_lowercase()]),
+        Some([b'2', b'e'] | [b'2', b'f'] | [b'5', b'c'] | [b'0', b'0'])
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::normalize;
+
+    fn n(p: &str) -> Result<String, &'static str> {
+        normalize(p.as_bytes(), false)
+            .map(|o| String::from_utf8(o.unwrap_or_else(|| p.as_bytes().to_vec())).unwrap())
+    }
+
+    #[test]
+    fn already_normal_paths_are_not_copied() {
+        for p in [
+            "/",
+            "/a/b",
+            "/a/b/",
+            "/a.b/c..d/.e",
+            "/..a/b",
+            "/a;b=1/c",
+            "/index.html",
+            "",
+        ] {
+            assert_eq!(normalize(p.as_bytes(), false), Ok(None), "{p}");
+        }
+    }
+
+    #[test]
+    fn spellings_of_one_path_become_it() {
+        for (raw, want) in [
+            ("/api/../private/x", "/private/x"),
+            ("/api/%2e%2e/private/x", "/private/x"),
+            ("/api/%2E%2E/private/x", "/private/x"),
+            ("/api/.%2e/private/x", "/private/x"),
+            ("/x/../private/x", "/private/x"),
+            ("/%70rivate/x", "/private/x"),
+            ("/%70RIVATE/x", "/pRIVATE/x"),
+            ("//private/x", "/private/x"),
+            ("/private//x", "/private/x"),
+            ("/./private/x", "/private/x"),
+            ("/private/./x", "/private/x"),
+            ("/../../private/x", "/private/x"),
+            ("/a/b/..", "/a/"),
+            ("/a/b/.", "/a/b/"),
+            ("/a/..", "/"),
+            ("/..", "/"),
+            ("/a/b/", "/a/b/"),
+            ("/a%20b", "/a%20b"),
+            ("/a%3fb", "/a%3Fb"),
+            ("/%7euser", "/~user"),
+            ("/caf%C3%A9", "/caf%C3%A9"),
+        ] {
+            assert_eq!(n(raw), Ok(want.to_string()), "{raw}");
+        }
+    }
+
+    #[test]
+    fn unsafe_spellings_are_refused() {
+        for raw in [
+            "/api/..%2Fprivate/x",
+            "/private%2Fx",
+            "/private%2fx",
+            "/private%5Cx",
+            "/private\\x",
+            "/a%00b",
+            "/api/%252e%252e/private/x",
+            "/a%252Fb",
+            "/api/..;/private/x",
+            "/api/.;x/private",
+            "/a%zz",
+            "/a%4",
+            "/a%",
+        ] {
+            assert!(n(raw).is_err(), "{raw} was accepted as {:?}", n(raw));
+        }
+    }
+
+    #[test]
+    fn encoded_slashes_can_be_kept() {
+        let keep = |p: &str| {
+            normalize(p.as_bytes(), true).map(|o| o.map(|v| String::from_utf8(v).unwrap()))
+        };
+        assert_eq!(keep("/a%2fb"), Ok(Some("/a%2Fb".into())));
+        assert_eq!(keep("/x/..%2Fy"), Ok(Some("/x/..%2Fy".into())));
+        assert_eq!(keep("/a/../b%2Fc"), Ok(Some("/b%2Fc".into())));
+        assert!(keep("/a%00").is_err());
+        assert!(keep("/a\\b").is_err());
+    }
+
+    #[test]
+    fn normalizing_is_idempotent() {
+        for raw in [
+            "/a/./b/../c//d/",
+            "/%7e/%41",
+            "/a%3f/..",
+            "/x/y/../../..",
+            "/a/b/.",
+        ] {
+            let once = n(raw).unwrap();
+            assert_eq!(n(&once), Ok(once.clone()), "{raw}");
+            assert_eq!(
+                normalize(once.as_bytes(), false),
+                Ok(None),
+                "{raw} → {once}"
+            );
+        }
+    }
+}
