@@ -10,13 +10,10 @@ use std::time::{Duration, Instant};
 
 use common::process::{free_port, signal, spawn_run, spawn_serving, write_config, WEIR};
 
-/// Zone `d` has a disk tier: its families are part of what promtool checks (issue 33 §6).
 const CONFIG: &str = r#"
 workers: 2
 admin: { address: 127.0.0.1:0 }
-cache_zones:
-  z: { max_size: 1m }
-  d: { max_size: 1m, disk: { path: "${WEIR_TEST_DISK}", max_size: 8m } }
+cache_zones: { z: { max_size: 1m } }
 listeners:
   - address: 127.0.0.1:0
     routes:
@@ -41,7 +38,15 @@ fn sample(scrape: &str, prefix: &str) -> Option<f64> {
 #[test]
 fn metrics_count_what_happened_and_promtool_accepts_them() {
     let disk = std::env::temp_dir().join(format!("weir-admin-disk-{}", std::process::id()));
-    let config = CONFIG.replace("${WEIR_TEST_DISK}", &disk.display().to_string());
+    // Zone `d` has a disk tier: its families are part of what promtool checks (issue 33 §6).
+    let config = CONFIG.replace(
+        "cache_zones: { z: { max_size: 1m } }",
+        &format!(
+            "cache_zones:\n  z: {{ max_size: 1m }}\n  d: {{ max_size: 1m, disk: {{ path: \"{}\", max_size: 8m }} }}",
+            disk.display()
+        ),
+    );
+    assert_ne!(config, CONFIG);
     let server = common::start_config(&config);
     let admin = server.handle.as_ref().unwrap().admin_addr().unwrap();
     for _ in 0..3 {
