@@ -44,5 +44,5 @@ pub use body::{BodyDecoder, BodyEvent};
 pub use error::ParseError;
 pub use framing::BodyKind;
 pub use reply::{Base, BodyEncoding, Framing, Persistence, Reply};
-pub use request::{parse_request, Header, Limits, Method, RequestHead, Version};
+pub use request::{parse_request, Header, Limits, Method, RequestHead, Underscores, Version};
 pub use response_head::{parse_response, ResponseHead};

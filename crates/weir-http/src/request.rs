@@ -29,6 +29,21 @@ pub struct Limits {
     pub normalize_path: bool,
     /// Pass `%2F` and `%5C` through as they are instead of refusing them (off by default).
     pub keep_encoded_slashes: bool,
+    /// Fields whose names hold `_` (nginx's `underscores_in_headers`).
+    pub underscores: Underscores,
+}
+
+/// What becomes of a request field whose name holds `_`: CGI-style applications read
+/// `X_User` and `X-User` as one variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Underscores {
+    /// Kept (fields weir sets upstream still drop their aliases: `filters/aliases.rs`).
+    #[default]
+    Allow,
+    /// Left out of the request, as if not sent (nginx's default, `underscores_in_headers off`).
+    Drop,
+    /// The request is answered 400.
+    Reject,
 }
 
 impl Default for Limits {
@@ -38,6 +53,7 @@ impl Default for Limits {
             max_uri_bytes: 8 * 1024,
             normalize_path: true,
             keep_encoded_slashes: false,
+            underscores: Underscores::Allow,
         }
     }
 }
@@ -276,9 +292,20 @@ pub fn parse_request(
     let mut conn_keep_alive = false;
     let mut expect_continue = false;
     let mut host = None;
-    for (i, h) in req.headers.iter().enumerate() {
+    let underscores = limits.underscores;
+    // Index of the next field kept (fields with `_` may be dropped).
+    let mut i = 0;
+    for h in req.headers.iter() {
         let name = h.name.as_bytes();
+        if underscores != Underscores::Allow && memchr::memchr(b'_', name).is_some() {
+            if underscores == Underscores::Reject {
+                return Err(ParseError::BadRequest("underscore in a field name"));
+            }
+            continue;
+        }
         ranges.push((offset(name), name.len(), offset(h.value), h.value.len()));
+        i += 1;
+        let i = i - 1;
         match name.len() {
             4 if name.eq_ignore_ascii_case(b"host") => {
                 if host.is_some() {

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::process::{free_port, have, have_all_or_skip, Running, WEIR};
+use common::process::{free_port, have_all_or_skip, Running, WEIR};
 use common::tlskit::{self, Pki};
 use rustls::pki_types::CertificateDer;
 

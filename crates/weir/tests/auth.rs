@@ -838,3 +838,93 @@ listeners:
     assert_eq!(send(&s, "/", &bearer(&user)).text(), "main");
     assert_eq!(send(&s, "/", &bearer(&admin)).text(), "admin");
 }
+
+/// Issue 33 §2: the fields `forward_auth` copies and the consumer field are the service's
+/// alone. A client's own `X-User-Id` (or `X_User_Id`, `X.User.Id`, which CGI-style apps fold
+/// into the same variable) never reaches the upstream, whether or not the service sent one;
+/// nor do aliases of `x-consumer` (set by a `headers` filter) or of `X-Forwarded-For`.
+#[test]
+fn forward_auth_fields_cannot_be_forged_by_the_client() {
+    let service = http_origin(|req: &SeenRequest| match req.header("authorization") {
+        Some("Bearer alice") => {
+            b"HTTP/1.1 200 OK\r\nX-User-Id: alice\r\nContent-Length: 0\r\n\r\n".to_vec()
+        }
+        // Accepted, but names no user.
+        Some("Bearer anon") => b"HTTP/1.1 204 No Content\r\n\r\n".to_vec(),
+        _ => b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n".to_vec(),
+    });
+    let app = http_origin(|req: &SeenRequest| {
+        let mut seen: Vec<String> = req
+            .headers
+            .iter()
+            .filter(|(n, _)| {
+                let folded = n.to_ascii_lowercase().replace(['_', '.'], "-");
+                matches!(
+                    folded.as_str(),
+                    "x-user-id" | "x-consumer" | "x-forwarded-for"
+                )
+            })
+            .map(|(n, v)| format!("{n}={v}"))
+            .collect();
+        seen.sort();
+        ok(&seen.join(" "))
+    });
+    let s = start_config(&format!(
+        r#"
+workers: 1
+upstreams:
+  app: {{ servers: ["{}"] }}
+  auth: {{ servers: ["{}"] }}
+filters:
+  ask: {{ forward_auth: {{ upstream: auth, path: /verify, copy_headers: [x-user-id], consumer_header: x-user-id }} }}
+  who: {{ headers: {{ request: {{ set: {{ x-consumer: $consumer }} }} }} }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - filters: [ask, who]
+        proxy: {{ upstream: app }}
+"#,
+        app.addr, service.addr
+    ));
+    let forged = "X-User-Id: admin\r\nX_User_Id: admin\r\nX.User.Id: admin\r\nx_consumer: admin\r\nX.Consumer: admin\r\nX_Forwarded_For: 10.9.9.9\r\n";
+    let r = send(
+        &s,
+        "/a",
+        &format!("Authorization: Bearer alice\r\n{forged}"),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.text(),
+        "X-Forwarded-For=127.0.0.1 X-User-Id=alice x-consumer=alice"
+    );
+    let r = send(&s, "/a", &format!("Authorization: Bearer anon\r\n{forged}"));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), "X-Forwarded-For=127.0.0.1 x-consumer=");
+}
+
+/// nginx's `underscores_in_headers`: fields with `_` dropped or refused when asked.
+#[test]
+fn underscores_in_field_names_can_be_dropped_or_refused() {
+    let app = http_origin(|req: &SeenRequest| {
+        let names: Vec<&str> = req.headers.iter().map(|(n, _)| n.as_str()).collect();
+        ok(&names.join(","))
+    });
+    let config = |mode: &str| {
+        format!(
+            "workers: 1\nlimits: {{ underscores_in_headers: {mode} }}\nupstreams: {{ app: {{ servers: [\"{}\"] }} }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: {{ upstream: app, forwarded: {{ x_forwarded: false }} }}\n",
+            app.addr
+        )
+    };
+    let s = start_config(&config("drop"));
+    let r = send(&s, "/", "X_Secret: 1\r\nX-Fine: 2\r\n");
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("X-Fine"), "{}", r.text());
+    assert!(!r.text().contains("X_Secret"), "{}", r.text());
+    drop(s);
+    let s = start_config(&config("reject"));
+    assert_eq!(send(&s, "/", "X_Secret: 1\r\n").status, 400);
+    assert_eq!(send(&s, "/", "X-Fine: 1\r\n").status, 200);
+    drop(s);
+    let s = start_config(&config("allow"));
+    assert!(send(&s, "/", "X_Secret: 1\r\n").text().contains("X_Secret"));
+}

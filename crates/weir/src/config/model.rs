@@ -339,6 +339,19 @@ pub struct Limits {
     /// Request paths with `%2F` or `%5C` (an encoded `/` or `\`): refused with 400 (`reject`,
     /// the default) or passed through as they are (`keep`) for origins that need them.
     pub encoded_slashes: EncodedSlashes,
+    /// Request fields whose names hold `_`: kept (`allow`), left out (`drop`, nginx's
+    /// `underscores_in_headers off`) or answered 400 (`reject`).
+    pub underscores_in_headers: UnderscoresInHeaders,
+}
+
+/// `limits.underscores_in_headers`.
+#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum UnderscoresInHeaders {
+    #[default]
+    Allow,
+    Drop,
+    Reject,
 }
 
 /// What to do with an encoded `/` or `\` in a request path.
@@ -360,6 +373,7 @@ impl Default for Limits {
             max_requests_per_connection: 10_000,
             backlog: 4096,
             encoded_slashes: EncodedSlashes::Reject,
+            underscores_in_headers: UnderscoresInHeaders::Allow,
         }
     }
 }

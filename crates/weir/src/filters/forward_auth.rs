@@ -8,6 +8,10 @@
 //! `Location`). A service that cannot be reached gets the client a 503, logged at most 5 times
 //! a second.
 //!
+//! The client's own fields named in `copy_headers` or `consumer_header`, under any spelling that
+//! CGI-style applications fold together (`X_User_Id`, `aliases.rs`), never reach the upstream:
+//! what it gets under those names is the service's, or nothing.
+//!
 //! With `cache`, answers (2xx, 401 and 403) are remembered per credential, the keyed hash of
 //! the `request_headers` values, for that long: use it when the service's answer does not
 //! depend on the path asked.
@@ -207,7 +211,16 @@ fn unavailable(why: &str) -> Flow {
 
 impl super::Filter for ForwardAuth {
     fn phases(&self) -> u16 {
-        phase::REQUEST | phase::FETCH | phase::IDENTITY
+        phase::REQUEST | phase::FETCH | phase::IDENTITY | phase::DROPS_UPSTREAM
+    }
+
+    fn drops_upstream(&self, _: &super::Client, name: &[u8]) -> bool {
+        let inner = &self.inner;
+        inner
+            .copy_headers
+            .iter()
+            .chain(inner.consumer_header.iter())
+            .any(|n| super::aliases::folds_to(name, n.as_bytes()))
     }
 
     fn request(&self, req: &Req<'_>, _: &mut State, _: &mut Option<usize>) -> Flow {

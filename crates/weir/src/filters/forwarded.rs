@@ -33,6 +33,17 @@ impl Filter for Forwarded {
 
     fn drops_upstream(&self, client: &Client, name: &[u8]) -> bool {
         if self.x_forwarded {
+            // Another spelling of a field set here (`X_Forwarded_For`, `aliases.rs`) is never
+            // relayed, even from a trusted proxy: an application could read it as ours.
+            for ours in [
+                &b"x-forwarded-for"[..],
+                b"x-forwarded-proto",
+                b"x-forwarded-host",
+            ] {
+                if super::aliases::folds_to(name, ours) && !name.eq_ignore_ascii_case(ours) {
+                    return true;
+                }
+            }
             // Re-emitted below (with the trusted prior values first).
             if name.eq_ignore_ascii_case(b"x-forwarded-for") {
                 return true;

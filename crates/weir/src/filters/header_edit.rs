@@ -142,7 +142,11 @@ impl Filter for HeaderEdit {
     }
 
     fn drops_upstream(&self, _: &Client, name: &[u8]) -> bool {
-        self.request.drops(name)
+        // Every spelling an application folds into the same variable (`aliases.rs`).
+        self.request
+            .remove
+            .iter()
+            .any(|r| super::aliases::folds_to(name, r.as_bytes()))
     }
 
     fn upstream_fields(&self, up: &Upward<'_>, out: &mut BytesMut) {

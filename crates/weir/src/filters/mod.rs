@@ -34,6 +34,7 @@
 //! [`split`] (traffic split and canary), [`sticky`], [`mirror`], [`no_store`] (before-store) and
 //! [`replace`] (response body), compiled from config by [`compile`].
 
+pub mod aliases;
 pub mod api_key;
 pub mod basic_auth;
 pub mod breaker;

@@ -251,7 +251,7 @@ pub fn build_request(
             || route.filters.drops_upstream(client, n)
             || shape
                 .request_id
-                .is_some_and(|(id, _)| n.eq_ignore_ascii_case(id.as_bytes()))
+                .is_some_and(|(id, _)| crate::filters::aliases::folds_to(n, id.as_bytes()))
         {
             continue;
         }

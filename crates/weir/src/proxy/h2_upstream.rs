@@ -92,6 +92,7 @@ async fn bridge(
         // The pipeline's own request, its path normalised when the client's was read.
         normalize_path: false,
         keep_encoded_slashes: true,
+        underscores: weir_http::Underscores::Allow,
     };
     let head = loop {
         if let Some(h) = parse_request(&mut buf, &limits).map_err(io::Error::other)? {
