@@ -9,7 +9,18 @@
 //! never evicts: a PUT that does not fit is refused with 507.
 //!
 //! Compare-and-set happens under the key's shard lock: `If-Match` / `If-None-Match` are checked
-//! against the current value and the new one is put in the same critical section.
+//! against the current value and the new one is put in the same critical section. No code path
+//! holds one shard's lock while taking another's (a full store's sweep once deadlocked every
+//! worker that way: issue 33 §3).
+//!
+//! With a log, a value is served only once it is logged: until its write is acknowledged, reads
+//! see the value it replaced ([`Value::prev`]); a write that fails is undone (the client got
+//! 503), so nothing a restart would lose is ever read or compared against by another client.
+//!
+//! ETags are versions from one counter per store that starts, at each open, above both every
+//! version in the log and the wall clock in microseconds: a version is never issued twice
+//! across restarts (a value deleted before a restart does not leave its version to be reused)
+//! unless the clock steps back further than the store ever ran at one write a microsecond.
 
 pub mod log;
 
@@ -19,8 +30,16 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 
-/// Per-value memory besides its key, head and body: the map slot, the `Arc` and its header.
-const VALUE_OVERHEAD: u64 = 160;
+/// What the allocator adds to each allocation (glibc's chunk header, rounded up).
+const MALLOC_OVERHEAD: usize = 16;
+
+/// Per-value memory besides its key, head and body bytes, counted in `max_size`: the map slot
+/// (key handle and `Arc`, at hashbrown's 7/8 load and one control byte), the `Arc<Value>`
+/// block, and the allocator's header on each of the six allocations a value makes (key, head,
+/// 304 head, ETag, body, Content-Type). Measured: `tests/kv.rs` checks RSS per key against it.
+const VALUE_OVERHEAD: u64 = ((std::mem::size_of::<(Bytes, Arc<Value>)>() * 8 / 7 + 1)
+    + (std::mem::size_of::<Value>() + 2 * std::mem::size_of::<usize>())
+    + 7 * MALLOC_OVERHEAD) as u64;
 const SHARDS: usize = 16;
 
 /// A stored value.
@@ -39,6 +58,10 @@ pub struct Value {
     pub modified: u64,
     /// Unix seconds after which it is gone (0: never).
     pub expires: u64,
+    /// Whether its log write is acknowledged (always, without a log): only then is it read.
+    logged: AtomicBool,
+    /// The value it replaced, read in its place until it is logged; dropped then.
+    prev: Mutex<Option<Arc<Value>>>,
 }
 
 impl Value {
@@ -72,7 +95,28 @@ impl Value {
             etag,
             modified,
             expires,
+            logged: AtomicBool::new(true),
+            prev: Mutex::new(None),
         }
+    }
+
+    /// The value reads see in this one's place: itself once logged, else the one it replaced
+    /// (the same rule down the chain), else none.
+    fn visible(self: &Arc<Value>) -> Option<Arc<Value>> {
+        let mut v = self.clone();
+        loop {
+            if v.logged.load(Ordering::Acquire) {
+                return Some(v);
+            }
+            let prev = v.prev.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
+            v = prev;
+        }
+    }
+
+    /// Its log write is acknowledged: read from now on, and what it replaced is let go.
+    pub fn mark_logged(&self) {
+        self.logged.store(true, Ordering::Release);
+        self.prev.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
     fn cost(&self, key: &[u8]) -> u64 {
@@ -92,6 +136,14 @@ impl Value {
             modified: Some(self.modified),
         }
     }
+}
+
+/// The wall clock in microseconds: where a store's version counter starts (module doc).
+fn clock_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_micros() as u64)
+        .max(1)
 }
 
 /// Why a write was refused.
@@ -181,6 +233,9 @@ pub struct KvStore {
     shards: Vec<Mutex<HashMap<Bytes, Arc<Value>>>>,
     bytes: AtomicU64,
     version: AtomicU64,
+    /// The `now` (unix seconds) of the last sweep of expired values: values expire on whole
+    /// seconds, so a second sweep within the same second would find nothing.
+    swept_at: AtomicU64,
     log: std::sync::OnceLock<log::KvLog>,
     /// Whether the values are loaded (from the log, when there is one).
     ready: tokio::sync::watch::Sender<bool>,
@@ -195,7 +250,8 @@ impl KvStore {
             name: name.to_string(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             bytes: AtomicU64::new(0),
-            version: AtomicU64::new(1),
+            version: AtomicU64::new(clock_micros()),
+            swept_at: AtomicU64::new(0),
             log: std::sync::OnceLock::new(),
             ready: tokio::sync::watch::channel(settings.disk.is_none()).0,
             closed: AtomicBool::new(false),
@@ -234,9 +290,9 @@ impl KvStore {
         ok
     }
 
-    /// The live value of `key`.
+    /// The live value of `key` (the last one logged, with a log).
     pub fn get(&self, key: &[u8], now: u64) -> Option<Arc<Value>> {
-        let v = self.shard(key).get(key).cloned()?;
+        let v = self.shard(key).get(key).cloned()?.visible()?;
         if v.live(now) {
             Some(v)
         } else {
@@ -256,62 +312,109 @@ impl KvStore {
     }
 
     /// Puts a value if `cond` holds and it fits; returns whether the key was new, the value, and
-    /// the log's acknowledgement to await (when there is a log).
+    /// the log's acknowledgement to await (when there is a log): then call
+    /// [`Value::mark_logged`] on success, [`KvStore::undo_put`] on failure.
     pub fn put(
         &self,
         key: &[u8],
         body: Bytes,
-        content_type: Bytes,
+        content_type: &[u8],
         ttl: u64,
         cond: Cond<'_>,
         now: u64,
     ) -> Result<(bool, Arc<Value>, Option<log::Ack>), Refused> {
-        let version = self.version.fetch_add(1, Ordering::Relaxed);
-        let expires = if ttl == 0 { 0 } else { now + ttl };
-        let value = Arc::new(Value::new(body, content_type, version, now, expires));
-        let cost = value.cost(key);
         if self.log.get().is_some_and(|l| !l.has_room()) {
             return Err(Refused::Busy);
         }
-        let mut shard = self.shard(key);
-        let current = shard.get(key).filter(|v| v.live(now)).cloned();
-        if !cond.holds(current.as_deref()) {
-            return Err(Refused::Precondition);
+        let version = self.version.fetch_add(1, Ordering::Relaxed);
+        // `X-TTL: 18446744073709551615` is "for as long as there is", not a wrap to the past.
+        let expires = if ttl == 0 { 0 } else { now.saturating_add(ttl) };
+        // Copied: a slice of the request's head would pin its whole read buffer.
+        let content_type = Bytes::copy_from_slice(content_type);
+        let mut value = Value::new(body, content_type, version, now, expires);
+        let logging = self.log.get().is_some();
+        if logging {
+            *value.logged.get_mut() = false;
         }
-        let old = shard.get(key).map_or(0, |v| v.cost(key));
-        let take = || {
-            self.bytes
+        let value = Arc::new(value);
+        let cost = value.cost(key);
+        let mut swept = false;
+        loop {
+            let mut shard = self.shard(key);
+            let head = shard.get(key).cloned();
+            // Conditions hold against the newest write, logged or still pending (a pending
+            // one that fails is undone; until then it is the newest).
+            let current = head.clone().filter(|v| v.live(now));
+            if !cond.holds(current.as_deref()) {
+                return Err(Refused::Precondition);
+            }
+            let old = head.as_ref().map_or(0, |v| v.cost(key));
+            let fits = self
+                .bytes
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
                     let after = b - old + cost;
                     (after <= self.settings.max_size).then_some(after)
                 })
-                .is_ok()
-        };
-        if !take() {
-            // Expired values still hold room until read or replaced: sweep them, then retry
-            // (this shard's lock is held, so the others are swept and this one by hand).
-            shard.retain(|k, v| {
-                let keep = v.live(now) || &k[..] == key;
-                if !keep {
-                    self.bytes.fetch_sub(v.cost(k), Ordering::Relaxed);
+                .is_ok();
+            if fits {
+                let created = current.is_none();
+                if logging {
+                    *value.prev.lock().unwrap_or_else(|e| e.into_inner()) = head;
                 }
-                keep
-            });
-            self.sweep_others(key, now);
-            if !take() {
+                let ack = self.log.get().map(|l| l.put(key, &value));
+                shard.insert(Bytes::copy_from_slice(key), value.clone());
+                return Ok((created, value, ack));
+            }
+            if swept {
                 return Err(Refused::Full);
             }
+            // Expired values still hold room until read or replaced: sweep them (one shard
+            // at a time, this one's lock let go first), then try once more.
+            drop(shard);
+            self.sweep(now);
+            swept = true;
         }
-        let created = current.is_none();
-        let ack = self.log.get().map(|l| l.put(key, &value));
-        shard.insert(Bytes::copy_from_slice(key), value.clone());
-        Ok((created, value, ack))
     }
 
-    /// Drops expired values from every shard but `key`'s (whose lock the caller holds).
-    fn sweep_others(&self, key: &[u8], now: u64) {
-        let mine = (weir_cache::key::hash_bytes(key) % SHARDS as u64) as usize;
-        for (_, s) in self.shards.iter().enumerate().filter(|(i, _)| *i != mine) {
+    /// Undoes a put whose log write failed (the client was told 503): the key goes back to
+    /// what it held before, unless another write came on top (which reads skip this one in).
+    pub fn undo_put(&self, key: &[u8], value: &Arc<Value>) {
+        let mut shard = self.shard(key);
+        let Some(head) = shard.get(key) else { return };
+        if !Arc::ptr_eq(head, value) {
+            return;
+        }
+        let prev = value.prev.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.bytes.fetch_sub(value.cost(key), Ordering::Relaxed);
+        match prev {
+            Some(p) => {
+                self.bytes.fetch_add(p.cost(key), Ordering::Relaxed);
+                shard.insert(Bytes::copy_from_slice(key), p);
+            }
+            None => {
+                shard.remove(key);
+            }
+        }
+    }
+
+    /// Undoes a delete whose log write failed: the value comes back unless the key was
+    /// written since.
+    pub fn undo_delete(&self, key: &[u8], old: Arc<Value>) {
+        let mut shard = self.shard(key);
+        if shard.contains_key(key) {
+            return;
+        }
+        self.bytes.fetch_add(old.cost(key), Ordering::Relaxed);
+        shard.insert(Bytes::copy_from_slice(key), old);
+    }
+
+    /// Drops expired values, one shard at a time (the caller holds no shard lock); at most
+    /// once per second of `now`.
+    fn sweep(&self, now: u64) {
+        if self.swept_at.swap(now, Ordering::Relaxed) == now {
+            return;
+        }
+        for s in &self.shards {
             let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
             s.retain(|k, v| {
                 if !v.live(now) {
@@ -323,15 +426,17 @@ impl KvStore {
         }
     }
 
-    /// Deletes `key` if `cond` holds: `Ok(None)` when there was no live value.
+    /// Deletes `key` if `cond` holds: `Ok(None)` when there was no live value; else the
+    /// value removed (for [`KvStore::undo_delete`]) and the log's acknowledgement.
+    #[allow(clippy::type_complexity)]
     pub fn delete(
         &self,
         key: &[u8],
         cond: Cond<'_>,
         now: u64,
-    ) -> Result<Option<Option<log::Ack>>, Refused> {
+    ) -> Result<Option<(Arc<Value>, Option<log::Ack>)>, Refused> {
         let mut shard = self.shard(key);
-        let current = shard.get(key).filter(|v| v.live(now)).cloned();
+        let current = shard.get(key).cloned().filter(|v| v.live(now));
         if !cond.holds(current.as_deref()) {
             return Err(Refused::Precondition);
         }
@@ -340,7 +445,7 @@ impl KvStore {
         };
         self.bytes.fetch_sub(old.cost(key), Ordering::Relaxed);
         let ack = self.log.get().map(|l| l.delete(key));
-        Ok(current.map(|_| ack))
+        Ok(current.map(|_| (old, ack)))
     }
 
     /// Loads a value read back from the log (the writer thread, before `ready`).
@@ -359,12 +464,16 @@ impl KvStore {
         }
     }
 
-    /// Every live value (for the log's compaction).
+    /// Every logged value (for the log's compaction: a value whose write is still pending or
+    /// failed is not written there either).
     fn all(&self) -> Vec<(Bytes, Arc<Value>)> {
         let mut out = Vec::new();
         for s in &self.shards {
             let s = s.lock().unwrap_or_else(|e| e.into_inner());
-            out.extend(s.iter().map(|(k, v)| (k.clone(), v.clone())));
+            out.extend(
+                s.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.visible()?))),
+            );
         }
         out
     }
@@ -406,7 +515,7 @@ mod tests {
         let s = store(2000);
         let ct = Bytes::from_static(b"text/plain");
         let (created, v1, _) = s
-            .put(b"/k", Bytes::from_static(b"one"), ct.clone(), 0, ANY, 100)
+            .put(b"/k", Bytes::from_static(b"one"), &ct, 0, ANY, 100)
             .unwrap();
         assert!(created);
         let create_only = Cond {
@@ -414,8 +523,7 @@ mod tests {
             if_none_match: Some(b"*"),
         };
         assert_eq!(
-            s.put(b"/k", Bytes::new(), ct.clone(), 0, create_only, 100)
-                .err(),
+            s.put(b"/k", Bytes::new(), &ct, 0, create_only, 100).err(),
             Some(Refused::Precondition)
         );
         let stale = Cond {
@@ -423,7 +531,7 @@ mod tests {
             if_none_match: None,
         };
         assert_eq!(
-            s.put(b"/k", Bytes::new(), ct.clone(), 0, stale, 100).err(),
+            s.put(b"/k", Bytes::new(), &ct, 0, stale, 100).err(),
             Some(Refused::Precondition)
         );
         let fresh = Cond {
@@ -431,18 +539,18 @@ mod tests {
             if_none_match: None,
         };
         let (created, v2, _) = s
-            .put(b"/k", Bytes::from_static(b"two"), ct.clone(), 0, fresh, 100)
+            .put(b"/k", Bytes::from_static(b"two"), &ct, 0, fresh, 100)
             .unwrap();
         assert!(!created && v2.etag != v1.etag);
         assert_eq!(&s.get(b"/k", 100).unwrap().body[..], b"two");
         // TTL.
-        s.put(b"/t", Bytes::from_static(b"x"), ct.clone(), 10, ANY, 100)
+        s.put(b"/t", Bytes::from_static(b"x"), &ct, 10, ANY, 100)
             .unwrap();
         assert!(s.get(b"/t", 109).is_some() && s.get(b"/t", 110).is_none());
         // The bound: refused, never evicted.
         let big = Bytes::from(vec![b'x'; 1500]);
         assert_eq!(
-            s.put(b"/big", big, ct.clone(), 0, ANY, 100).err(),
+            s.put(b"/big", big, &ct, 0, ANY, 100).err(),
             Some(Refused::Full)
         );
         assert!(s.get(b"/k", 100).is_some());
@@ -459,21 +567,17 @@ mod tests {
         let ct = Bytes::new();
         let v = Bytes::from(vec![b'x'; 1000]);
         for i in 0..3 {
-            s.put(
-                format!("/e{i}").as_bytes(),
-                v.clone(),
-                ct.clone(),
-                5,
-                ANY,
-                100,
-            )
-            .unwrap();
+            s.put(format!("/e{i}").as_bytes(), v.clone(), &ct, 5, ANY, 100)
+                .unwrap();
         }
         assert_eq!(
-            s.put(b"/late", v.clone(), ct.clone(), 0, ANY, 101).err(),
+            s.put(b"/late", v.clone(), &ct, 0, ANY, 101).err(),
             Some(Refused::Full)
         );
-        assert!(s.put(b"/late", v, ct, 0, ANY, 106).is_ok(), "expired swept");
+        assert!(
+            s.put(b"/late", v, &ct, 0, ANY, 106).is_ok(),
+            "expired swept"
+        );
         assert_eq!(s.usage().0, 1);
     }
 }

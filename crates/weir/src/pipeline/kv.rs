@@ -99,6 +99,10 @@ async fn body_within<D: Downstream>(
         }
         body.extend_from_slice(&chunk);
     }
+    // A value is kept: no spare capacity from the buffer's doubling kept with it.
+    if body.capacity() > body.len() + body.len() / 8 + 64 {
+        return Ok(Some(Bytes::copy_from_slice(&body)));
+    }
     Ok(Some(body.freeze()))
 }
 
@@ -145,8 +149,7 @@ pub(super) async fn serve<D: Downstream>(
             let persistence = d.persistence(head);
             let content_type = head
                 .header("content-type")
-                .cloned()
-                .unwrap_or_else(|| Bytes::from_static(b"application/octet-stream"));
+                .map_or(&b"application/octet-stream"[..], |v| &v[..]);
             let ttl = match header("x-ttl") {
                 None => kv.settings.default_ttl,
                 Some(v) => match std::str::from_utf8(v)
@@ -162,8 +165,11 @@ pub(super) async fn serve<D: Downstream>(
                 Ok((created, value, ack)) => {
                     if let Some(ack) = ack {
                         if !matches!(ack.await, Ok(true)) {
+                            // Not on disk: undone, so no one reads what a restart would lose.
+                            kv.undo_put(&path, &value);
                             return busy(d, ctx);
                         }
+                        value.mark_logged();
                     }
                     bump(&kv.stats.puts);
                     let mut lines = BytesMut::new();
@@ -178,9 +184,10 @@ pub(super) async fn serve<D: Downstream>(
             let persistence = d.persistence(head);
             match kv.delete(head.path(), cond, now()) {
                 Ok(None) => Ok(send_error(d, ctx, head, 404, &[], persistence)),
-                Ok(Some(ack)) => {
+                Ok(Some((old, ack))) => {
                     if let Some(ack) = ack {
                         if !matches!(ack.await, Ok(true)) {
+                            kv.undo_delete(head.path(), old);
                             return busy(d, ctx);
                         }
                     }

@@ -7,6 +7,7 @@ pub mod h2raw;
 pub mod origin;
 pub mod process;
 pub mod redis;
+pub mod smallfs;
 pub mod tlskit;
 
 use std::io::{Read, Write};
