@@ -78,6 +78,23 @@ pub enum PurgeSelector {
     All,
 }
 
+/// As log lines show it: `url=a.test/x`, `prefix=...`, `regex=...`, `all` (bytes as text,
+/// not the byte lists `Debug` prints).
+impl std::fmt::Display for PurgeSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        match self {
+            PurgeSelector::Exact(k) => write!(f, "key={}", text(&k.text).replace('\0', "\\0")),
+            PurgeSelector::Url(u) => write!(f, "url={}", text(u)),
+            PurgeSelector::Prefix(p) => write!(f, "prefix={}", text(p)),
+            PurgeSelector::Host(h) => write!(f, "host={}", text(h)),
+            PurgeSelector::Regex(r) => write!(f, "regex={}", r.as_str()),
+            PurgeSelector::Tag(t) => write!(f, "tag={t}"),
+            PurgeSelector::All => f.write_str("all"),
+        }
+    }
+}
+
 struct Entry {
     key: CacheKey,
     variants: Vec<Arc<CachedObject>>,

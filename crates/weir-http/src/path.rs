@@ -28,10 +28,8 @@ fn is_normal(path: &[u8]) -> bool {
         match b {
             b'%' | b'\\' => return false,
             b'/' if prev == b'/' => return false,
-            b'.' if prev == b'/' || i == 0 => {
-                if is_dot_segment_tail(&path[i + 1..]) {
-                    return false;
-                }
+            b'.' if (prev == b'/' || i == 0) && is_dot_segment_tail(&path[i + 1..]) => {
+                return false
             }
             _ => {}
         }

@@ -54,13 +54,18 @@ struct Weir {
 }
 
 fn config(origin: SocketAddr, dir: &Path, memory: &str, admin: u16) -> String {
+    config_with(origin, dir, memory, admin, "")
+}
+
+/// [`config`] with more keys of `disk` (`, min_free: 4m`).
+fn config_with(origin: SocketAddr, dir: &Path, memory: &str, admin: u16, disk: &str) -> String {
     format!(
         r#"workers: 1
 cache_zones:
   z:
     max_size: {memory}
     shards: 1
-    disk: {{ path: "{}", max_size: 64m }}
+    disk: {{ path: "{}", max_size: 64m{disk} }}
 admin: {{ address: "127.0.0.1:{admin}" }}
 upstreams: {{ o: {{ servers: ["{origin}"] }} }}
 listeners:
@@ -74,8 +79,12 @@ listeners:
 }
 
 fn start(name: &str, origin: SocketAddr, dir: &Path, memory: &str) -> Weir {
+    start_with(name, origin, dir, memory, "")
+}
+
+fn start_with(name: &str, origin: SocketAddr, dir: &Path, memory: &str, disk: &str) -> Weir {
     let admin = free_port();
-    let cfg = write_config(name, &config(origin, dir, memory, admin));
+    let cfg = write_config(name, &config_with(origin, dir, memory, admin, disk));
     let mut cmd = Command::new(WEIR);
     cmd.args(["run", "-c"]).arg(&cfg);
     let (run, addr) = spawn_serving(cmd);
@@ -506,5 +515,174 @@ fn every_vary_variant_survives_a_restart() {
         "no variant was fetched again"
     );
     stop(w);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn disk_metric(w: &Weir, name: &str) -> f64 {
+    let m = common::get(([127, 0, 0, 1], w.admin).into(), "/metrics").text();
+    m.lines()
+        .find(|l| l.starts_with(&format!("{name}{{zone=\"z\"}}")))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {m}"))
+}
+
+/// Issue 33 §3: a purge whose record cannot be written (a full disk) was answered 200, and
+/// after a crash the purged object was served again. Now it is answered 503 (admin API and
+/// PURGE alike); once the disk has room, a purge is 200 and a crash does not undo it.
+#[test]
+fn a_purge_the_disk_cannot_record_is_not_acknowledged() {
+    let Some(fs) = common::smallfs::SmallFs::mount("disk-purge-full", "4m") else {
+        return;
+    };
+    let (o, _) = origin();
+    let dir = fs.path.join("cache");
+    let w = start("disk-purge-full", o.addr, &dir, "1m");
+    get(&w, "/a");
+    get(&w, "/b");
+    settle();
+    let filler = fs.fill();
+    let r = admin_post(w.admin, "/purge?url=localhost/a");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("could not record"), "{}", r.text());
+    let mut s = common::connect(w.addr);
+    let r = common::roundtrip(&mut s, b"PURGE /b HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    assert_eq!(r.status, 503, "{}", r.text());
+    std::fs::remove_file(filler).unwrap();
+    let r = admin_post(w.admin, "/purge?url=localhost/a");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut w = w;
+    w.run.kill().unwrap();
+    w.run.wait().unwrap();
+    let w = start("disk-purge-full", o.addr, &dir, "1m");
+    assert!(
+        !is_hit(&get(&w, "/a")),
+        "a purge answered 200 came back after a crash"
+    );
+    stop(w);
+}
+
+/// Issue 33 §3: a tier on a file system smaller than its `max_size` stopped storing for good at
+/// the first ENOSPC. Now a full disk evicts the oldest segment and the write goes on; with
+/// `min_free` the tier leaves that much free.
+#[test]
+fn a_full_file_system_evicts_and_min_free_is_kept() {
+    let Some(fs) = common::smallfs::SmallFs::mount("disk-enospc", "6m") else {
+        return;
+    };
+    let (o, _) = origin();
+    let dir = fs.path.join("cache");
+    // 64 KiB of memory: hits of 100 KiB objects come from the disk.
+    let w = start_with("disk-enospc", o.addr, &dir, "64k", ", segment_size: 1m");
+    for i in 0..120 {
+        assert_eq!(get(&w, &format!("/o/{i}?size=102400")).status, 200);
+    }
+    settle();
+    for i in 110..120 {
+        let r = get(&w, &format!("/o/{i}?size=102400"));
+        assert!(
+            is_hit(&r),
+            "object {i}, stored after the disk filled: {:?}",
+            r.header("cache-status")
+        );
+    }
+    assert!(disk_metric(&w, "weir_cache_disk_full_evictions_total") > 0.0);
+    stop(w);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let w = start_with(
+        "disk-min-free",
+        o.addr,
+        &dir,
+        "64k",
+        ", segment_size: 1m, min_free: 3m",
+    );
+    for i in 0..80 {
+        get(&w, &format!("/m/{i}?size=102400"));
+    }
+    settle();
+    let out = Command::new("df")
+        .args(["-B1", "--output=avail"])
+        .arg(&fs.path)
+        .output()
+        .unwrap();
+    let avail: u64 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // One record may be written past the check: 3 MiB less one object and its head.
+    assert!(avail >= 3 * 1024 * 1024 - 200 * 1024, "{avail} bytes left");
+    assert!(is_hit(&get(&w, "/m/79?size=102400")));
+    assert_eq!(disk_metric(&w, "weir_cache_disk_full_evictions_total"), 0.0);
+    stop(w);
+}
+
+/// Issue 33 §3: a read-only directory passed `weir check` and `run` started with every miss
+/// waiting 2 s for a lock that could not come; a directory another weir holds did the same.
+#[test]
+fn a_directory_that_cannot_be_had_is_said_and_never_waited_for() {
+    let Some(fs) = common::smallfs::SmallFs::mount("disk-ro", "1m") else {
+        return;
+    };
+    let (o, _) = origin();
+    let ro = fs.path.join("cache");
+    std::fs::create_dir_all(&ro).unwrap();
+    assert!(Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(&fs.path)
+        .status()
+        .unwrap()
+        .success());
+    let cfg = write_config("disk-ro", &config(o.addr, &ro, "1m", free_port()));
+    let out = Command::new(WEIR)
+        .args(["check", "--no-bind", "-c"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "check passed a read-only disk tier");
+    assert!(
+        said.contains(&ro.display().to_string()) && said.contains("ead-only"),
+        "{said}"
+    );
+    let out = Command::new(WEIR)
+        .args(["run", "-c"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "run started on a read-only disk tier"
+    );
+
+    // Held by another weir: check warns with its pid; a second run's misses do not wait.
+    let dir = tempdir("held");
+    let first = start("disk-held-1", o.addr, &dir, "1m");
+    let cfg = write_config("disk-held-2", &config(o.addr, &dir, "1m", free_port()));
+    let out = Command::new(WEIR)
+        .args(["check", "--no-bind", "-c"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("held by another process") && said.contains(&first.run.id().to_string()),
+        "{said}"
+    );
+    let second = start("disk-held-2", o.addr, &dir, "1m");
+    let t = Instant::now();
+    for i in 0..5 {
+        assert_eq!(get(&second, &format!("/held/{i}")).status, 200);
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "5 misses took {:?}",
+        t.elapsed()
+    );
+    stop(second);
+    stop(first);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -14,24 +14,68 @@ use std::sync::{Arc, RwLock};
 
 use super::record;
 
-/// Takes an exclusive `flock` on `dir/lock`: `None` while another process (or another open
-/// store in this one) holds it. Held until the file is dropped.
-pub fn lock_dir(dir: &Path) -> Option<File> {
-    let f = File::options()
+/// Takes an exclusive `flock` on `dir/lock`: `Ok(None)` while another process (or another
+/// open store in this one) holds it, `Err` when the file cannot be opened for writing (a
+/// read-only directory: the lock will never come). Held until the file is dropped; the
+/// holder's pid is written in it, for the messages of the processes that wait.
+pub fn lock_dir(dir: &Path) -> io::Result<Option<File>> {
+    let mut f = File::options()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(dir.join("lock"))
-        .ok()?;
-    // SAFETY: `flock` on a descriptor this function owns; no memory is passed.
+        .open(dir.join("lock"))?;
+    if !try_flock(&f) {
+        return Ok(None);
+    }
+    use std::io::Write;
+    let _ = f.set_len(0);
+    let _ = writeln!(f, "{}", std::process::id());
+    Ok(Some(f))
+}
+
+fn try_flock(f: &File) -> bool {
+    // SAFETY: `flock` on a descriptor the caller owns; no memory is passed.
     #[allow(unsafe_code)]
     let rc = unsafe {
         libc::flock(
-            std::os::fd::AsRawFd::as_raw_fd(&f),
+            std::os::fd::AsRawFd::as_raw_fd(f),
             libc::LOCK_EX | libc::LOCK_NB,
         )
     };
-    (rc == 0).then_some(f)
+    rc == 0
+}
+
+/// The pid of the process holding `dir/lock`, when another does (as it wrote it there; 0 when
+/// it wrote none). `None` when the lock is free (it is taken and let go again to find out).
+pub fn lock_holder(dir: &Path) -> Option<u32> {
+    let f = File::options()
+        .read(true)
+        .write(true)
+        .open(dir.join("lock"))
+        .ok()?;
+    if try_flock(&f) {
+        return None;
+    }
+    let text = std::fs::read_to_string(dir.join("lock")).unwrap_or_default();
+    Some(text.trim().parse().unwrap_or(0))
+}
+
+/// Bytes free for unprivileged writers on the file system holding `dir` (`statvfs`), `None`
+/// when it cannot be read.
+pub fn free_bytes(dir: &Path) -> Option<u64> {
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a NUL-terminated string that outlives the call, and `st` points to
+    // writable memory of `statvfs`'s size, which the call fills when it returns 0.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::statvfs(path.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: `statvfs` returned 0, so it initialised `st`.
+    #[allow(unsafe_code)]
+    let st = unsafe { st.assume_init() };
+    Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 /// Where a record lies: its segment, offset and length (12 bytes, so that an index of a million

@@ -76,6 +76,9 @@ pub struct DiskConfig {
     pub write_queue: u64,
     /// How often the index snapshot is written while it changes.
     pub snapshot_every: Duration,
+    /// Bytes to leave free on the file system (nginx's `min_free`): the oldest segments are
+    /// evicted before a write would go below it. 0: only a full disk (ENOSPC) evicts.
+    pub min_free: u64,
 }
 
 impl DiskConfig {
@@ -88,6 +91,7 @@ impl DiskConfig {
             io_threads: 2,
             write_queue: 64 << 20,
             snapshot_every: Duration::from_secs(10),
+            min_free: 0,
         }
     }
 }
@@ -113,6 +117,8 @@ pub struct DiskStats {
     pub torn: AtomicU64,
     /// Objects dropped with evicted segments.
     pub evicted: AtomicU64,
+    /// Writes that found the file system full (ENOSPC) and evicted to make room.
+    pub full_evictions: AtomicU64,
     /// Objects found purged when read.
     pub purged_on_read: AtomicU64,
     /// Hits answered with the body's place in the segment file (`file_hit.rs`).
@@ -128,8 +134,9 @@ pub type PendingRead = Pin<Box<dyn Future<Output = Option<DiskRead>> + Send>>;
 
 enum Msg {
     Store(CacheKey, Arc<CachedObject>, u64),
-    /// Persist a purge (already in the in-memory list) and answer when it is synced.
-    Purge(purges::Purge, oneshot::Sender<()>),
+    /// Persist a purge (already in the in-memory list) and answer when it is synced: whether
+    /// it is on disk (a purge that could not be written is in force until a restart only).
+    Purge(purges::Purge, oneshot::Sender<bool>),
     /// Write the index snapshot now and answer.
     Snapshot(oneshot::Sender<()>),
     /// Snapshot, release the directory and stop.
@@ -145,6 +152,9 @@ struct Inner {
     purge_gen: AtomicU64,
     seq: AtomicU64,
     ready: watch::Sender<bool>,
+    /// Another process holds the directory (an upgrade's old binary, or a second weir on the
+    /// same path): lookups are misses at once rather than waits for a load that may not come.
+    lock_wait: AtomicBool,
     stats: DiskStats,
     queued: AtomicU64,
     queued_entries: AtomicU64,
@@ -193,6 +203,13 @@ impl DiskTier {
     /// (after the directory lock is taken); lookups wait for it.
     pub fn open(cfg: DiskConfig) -> std::io::Result<DiskTier> {
         let log = log::Log::open(&cfg.path, cfg.segment_size)?;
+        // A directory this process cannot write is refused now (`weir check` and `run` say
+        // so), not waited for: its lock would never come.
+        std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(cfg.path.join("lock"))?;
         let pool = pool::IoPool::new("weir-disk-io", cfg.io_threads, 1024)?;
         let inner = Arc::new(Inner {
             log,
@@ -207,6 +224,7 @@ impl DiskTier {
             door: (0..DOOR_BITS / 64).map(|_| AtomicU64::new(0)).collect(),
             door_set: AtomicU64::new(0),
             closed: AtomicBool::new(false),
+            lock_wait: AtomicBool::new(false),
             checked: file_hit::Checked::default(),
             cfg,
         });
@@ -361,6 +379,10 @@ impl DiskTier {
         }
         let h = stable_hash(&key.text);
         let ready = self.is_ready();
+        if !ready && inner.lock_wait.load(Ordering::Relaxed) {
+            DiskStats::bump(&inner.stats.misses);
+            return None;
+        }
         if ready && inner.index.get(h).is_none() {
             DiskStats::bump(&inner.stats.misses);
             return None;
@@ -404,9 +426,13 @@ impl DiskTier {
         self.inner.index.get(stable_hash(&key.text)).is_some()
     }
 
-    /// Records a purge: in force for reads at once, persisted before this returns (on the
-    /// writer thread; the caller awaits). Exact keys also leave the index.
-    pub fn purge(&self, sel: &PurgeSelector, soft: bool) -> impl Future<Output = ()> + Send {
+    /// Records a purge: in force for reads at once, persisted before the future resolves (on
+    /// the writer thread; the caller awaits). It resolves to whether the purge is on disk:
+    /// `false` when its record could not be written or synced (a full disk), or the tier is
+    /// closed; the purge then holds until a restart only, and must not be acknowledged as done.
+    /// While another process holds the directory (an upgrade), it resolves once this one
+    /// takes it. Exact keys also leave the index.
+    pub fn purge(&self, sel: &PurgeSelector, soft: bool) -> impl Future<Output = bool> + Send {
         let inner = &self.inner;
         let purge = purges::Purge {
             seq: inner.seq.fetch_add(1, Ordering::Relaxed),
@@ -427,11 +453,7 @@ impl DiskTier {
         }
         let (done, answered) = oneshot::channel();
         let sent = self.send(Msg::Purge(purge, done));
-        async move {
-            if sent {
-                let _ = answered.await;
-            }
-        }
+        async move { sent && answered.await.unwrap_or(false) }
     }
 
     /// Writes the index snapshot now (tests, and before an upgrade hands the tier over).

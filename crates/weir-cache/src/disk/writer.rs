@@ -15,22 +15,49 @@ use super::record::{self, Kind};
 use super::{codec, purges, stable_hash, DiskStats, Inner, Msg};
 
 pub(super) fn run(inner: &Inner, rx: &Receiver<Msg>) {
+    // Purges made while another process holds the directory: answered once written here.
+    let mut early: Vec<oneshot::Sender<bool>> = Vec::new();
+    let waiting_since = Instant::now();
+    let (mut said, mut said_error) = (false, false);
     let _lock = loop {
-        if let Some(l) = super::log::lock_dir(&inner.cfg.path) {
-            break l;
+        match super::log::lock_dir(&inner.cfg.path) {
+            Ok(Some(l)) => break l,
+            Ok(None) => {}
+            Err(e) if !said_error => {
+                // Writable at open, not now: said once; the tier stays empty meanwhile.
+                said_error = true;
+                tracing::error!(path = %inner.cfg.path.display(), error = %e, "disk tier: cannot take the directory's lock: running without it");
+            }
+            Err(_) => {}
         }
         // Another process (the previous binary, during an upgrade) still has the directory.
+        inner.lock_wait.store(true, Ordering::Relaxed);
+        if !said && waiting_since.elapsed() >= Duration::from_secs(1) {
+            said = true;
+            let holder = super::log::lock_holder(&inner.cfg.path).unwrap_or(0);
+            tracing::warn!(
+                path = %inner.cfg.path.display(),
+                pid = holder,
+                "disk tier: another process holds the directory; lookups are misses and stores are dropped until it lets go"
+            );
+        }
         match rx.recv_timeout(Duration::from_millis(20)) {
-            Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+            Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => {
+                for done in early {
+                    let _ = done.send(false);
+                }
+                return;
+            }
             Ok(Msg::Store(_, _, cost)) => {
                 inner.queued.fetch_sub(cost, Ordering::Relaxed);
                 inner.queued_entries.fetch_sub(1, Ordering::Relaxed);
                 DiskStats::bump(&inner.stats.write_dropped);
             }
             Ok(Msg::Purge(p, done)) => {
-                // Kept in memory; persisted once the directory is ours (below).
+                // Kept in memory; persisted once the directory is ours (`load`), and answered
+                // then: a purge is acknowledged only once a restart cannot undo it.
                 drop(p);
-                let _ = done.send(());
+                early.push(done);
             }
             Ok(Msg::Snapshot(done)) => {
                 let _ = done.send(());
@@ -38,16 +65,24 @@ pub(super) fn run(inner: &Inner, rx: &Receiver<Msg>) {
             Err(RecvTimeoutError::Timeout) => {}
         }
     };
+    if said {
+        tracing::info!(path = %inner.cfg.path.display(), "disk tier: the directory is ours now");
+    }
     let started = Instant::now();
-    let (mut purge_file, mut dirty) = load(inner);
+    let (mut purge_file, mut dirty, early_ok) = load(inner);
+    for done in early.drain(..) {
+        let _ = done.send(early_ok);
+    }
     inner
         .stats
         .load_ms
         .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
     inner.ready.send_replace(true);
+    inner.lock_wait.store(false, Ordering::Relaxed);
     let mut last_snapshot = Instant::now();
-    // Purges written but not yet synced, answered together by one sync (group commit).
-    let mut unsynced: Vec<oneshot::Sender<()>> = Vec::new();
+    // Purges written but not yet synced, answered together by one sync (group commit), each
+    // with whether its own write went through.
+    let mut unsynced: Vec<(oneshot::Sender<bool>, bool)> = Vec::new();
     loop {
         let msg = match rx.try_recv() {
             Ok(m) => Ok(m),
@@ -69,7 +104,7 @@ pub(super) fn run(inner: &Inner, rx: &Receiver<Msg>) {
                     &key.text,
                     &codec::encode(&key, &obj),
                 );
-                match inner.log.append(&rec) {
+                match append_with_room(inner, &rec) {
                     Ok(loc) => {
                         inner.index.insert(h, loc);
                         DiskStats::bump(&inner.stats.writes);
@@ -84,9 +119,9 @@ pub(super) fn run(inner: &Inner, rx: &Receiver<Msg>) {
                 }
             }
             Ok(Msg::Purge(p, done)) => {
-                persist_purge(inner, &mut purge_file, &p);
+                let written = persist_purge(inner, &mut purge_file, &p);
                 dirty = true;
-                unsynced.push(done);
+                unsynced.push((done, written));
             }
             Ok(Msg::Snapshot(done)) => {
                 sync_purges(inner, &purge_file, &mut unsynced);
@@ -113,44 +148,96 @@ pub(super) fn run(inner: &Inner, rx: &Receiver<Msg>) {
 }
 
 /// Appends a purge to the purge log (synced by [`sync_purges`]); a purge of everything empties
-/// the disk.
-fn persist_purge(inner: &Inner, file: &mut Option<File>, p: &purges::Purge) {
+/// the disk. Returns whether the record was written whole: a torn one (a full disk) is cut
+/// off again, so the next purge's record starts on a record boundary.
+fn persist_purge(inner: &Inner, file: &mut Option<File>, p: &purges::Purge) -> bool {
     use std::io::Write;
     if matches!(p.sel, crate::store::PurgeSelector::All) && !p.soft {
         inner.log.clear();
         inner.index.retain(|_| false);
     }
-    if let Some(f) = file {
-        if f.write_all(&purges::encode(p)).is_err() {
+    let Some(f) = file else {
+        return false;
+    };
+    // The file is in append mode: its length is where this record starts.
+    let at = f.metadata().map(|m| m.len()).ok();
+    if f.write_all(&purges::encode(p)).is_ok() {
+        return true;
+    }
+    DiskStats::bump(&inner.stats.write_errors);
+    if let Some(at) = at {
+        if f.set_len(at).is_err() {
             DiskStats::bump(&inner.stats.write_errors);
+        }
+    }
+    false
+}
+
+/// Syncs the purge log and answers the purges waiting for it.
+fn sync_purges(
+    inner: &Inner,
+    file: &Option<File>,
+    waiting: &mut Vec<(oneshot::Sender<bool>, bool)>,
+) {
+    if waiting.is_empty() {
+        return;
+    }
+    let synced = match file {
+        Some(f) => f.sync_data().is_ok(),
+        None => false,
+    };
+    if !synced {
+        DiskStats::bump(&inner.stats.write_errors);
+    }
+    for (done, written) in waiting.drain(..) {
+        let _ = done.send(written && synced);
+    }
+}
+
+/// Appends `rec`, making room first: the oldest segments go while the file system would have
+/// less than `min_free` left, and again when the write finds it full (ENOSPC). A tier on a file
+/// system smaller than its `max_size` once stopped storing for good at the first ENOSPC.
+fn append_with_room(inner: &Inner, rec: &[u8]) -> std::io::Result<super::log::Loc> {
+    let min_free = inner.cfg.min_free;
+    if min_free > 0 {
+        while super::log::free_bytes(&inner.cfg.path)
+            .is_some_and(|free| free < min_free.saturating_add(rec.len() as u64))
+        {
+            if !evict_one(inner) {
+                break;
+            }
+        }
+    }
+    loop {
+        match inner.log.append(rec) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                DiskStats::bump(&inner.stats.full_evictions);
+                if !evict_one(inner) {
+                    return Err(e);
+                }
+            }
+            other => return other,
         }
     }
 }
 
-/// Syncs the purge log and answers the purges waiting for it.
-fn sync_purges(inner: &Inner, file: &Option<File>, waiting: &mut Vec<oneshot::Sender<()>>) {
-    if waiting.is_empty() {
-        return;
-    }
-    if let Some(f) = file {
-        if f.sync_data().is_err() {
-            DiskStats::bump(&inner.stats.write_errors);
-        }
-    }
-    for done in waiting.drain(..) {
-        let _ = done.send(());
-    }
+/// Drops the oldest segment (never the one written to): whether there was one.
+fn evict_one(inner: &Inner) -> bool {
+    let Some(seg) = inner.log.drop_oldest() else {
+        return false;
+    };
+    let n = inner.index.drop_segment(seg);
+    inner.checked.drop_segment(seg);
+    inner.stats.evicted.fetch_add(n, Ordering::Relaxed);
+    true
 }
 
 /// Removes the oldest segments while the log is over its bound.
 fn evict(inner: &Inner) {
     while inner.log.bytes() > inner.cfg.max_size {
-        let Some(seg) = inner.log.drop_oldest() else {
+        if !evict_one(inner) {
             return;
-        };
-        let n = inner.index.drop_segment(seg);
-        inner.checked.drop_segment(seg);
-        inner.stats.evicted.fetch_add(n, Ordering::Relaxed);
+        }
     }
 }
 
@@ -189,9 +276,10 @@ fn snapshot(inner: &Inner, purge_file: &mut Option<File>) {
 }
 
 /// Loads the index: the snapshot, then every record appended after it (torn tails cut), and
-/// the purge log. Returns the purge log opened for appending, and whether the snapshot is out of
-/// date (records were found after it).
-fn load(inner: &Inner) -> (Option<File>, bool) {
+/// the purge log. Returns the purge log opened for appending, whether the snapshot is out of
+/// date (records were found after it), and whether the purges made before the directory was
+/// ours are on disk.
+fn load(inner: &Inner) -> (Option<File>, bool, bool) {
     let covered = inner
         .index
         .load(&inner.cfg.path.join("index.snap"))
@@ -249,13 +337,12 @@ fn load(inner: &Inner) -> (Option<File>, bool) {
     let made_here = std::mem::replace(&mut *held, list);
     inner.seq.fetch_max(next_seq, Ordering::Relaxed);
     let mut file = file;
+    let mut early_ok = true;
     for mut p in made_here {
         p.seq = inner.next_seq();
-        persist_purge(inner, &mut file, &p);
+        early_ok &= persist_purge(inner, &mut file, &p);
         held.push(p);
     }
-    if let Some(f) = &file {
-        let _ = f.sync_data();
-    }
-    (file, found_after)
+    early_ok &= file.as_ref().is_some_and(|f| f.sync_data().is_ok());
+    (file, found_after, early_ok)
 }

@@ -62,10 +62,10 @@ pub struct AdminReply {
     pub lines: Vec<u8>,
 }
 
-/// Whether `req` is answered by [`answer_later`] (it waits on another task or node): a reload,
-/// or a purge to send to the other members of a cluster.
-pub fn waits(req: &RequestHead, cfg: &RuntimeConfig) -> bool {
-    (req.path() == b"/reload" && req.method == Method::Post) || purge::fans_out(req, cfg)
+/// Whether `req` is answered by [`answer_later`] (it waits on another task, a disk or a node):
+/// a reload, or a purge (recorded by the disk tiers, sent to the other members of a cluster).
+pub fn waits(req: &RequestHead, _cfg: &RuntimeConfig) -> bool {
+    (req.path() == b"/reload" && req.method == Method::Post) || purge::is_purge(req)
 }
 
 /// The answer to a request [`waits`] chose.
@@ -168,7 +168,6 @@ fn json_api(req: &RequestHead, cfg: &RuntimeConfig) -> (u16, String) {
         (b"/cluster", false) => scrape_cluster::status(cfg),
         (b"/shield", false) => shield::list(cfg),
         (b"/shield/unblock", true) => shield::unblock(cfg, param("client")),
-        (b"/purge", true) => purge::local(&params, cfg),
         (b"/upstreams/drain", _) => upstreams::set(cfg, param("upstream"), param("server"), true),
         (b"/upstreams/enable", _) => {
             upstreams::set(cfg, param("upstream"), param("server"), false)

@@ -26,22 +26,19 @@ use crate::runtime::RuntimeConfig;
 /// How long a member has to confirm a purge.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Whether `req` is a purge to send to the other members too (answered by [`cluster`]).
-pub fn fans_out(req: &RequestHead, cfg: &RuntimeConfig) -> bool {
-    req.path() == b"/purge"
-        && is_purge_method(&req.method)
-        && cfg.cluster.is_some()
-        && !query_params(req.query().unwrap_or(b""))
-            .iter()
-            .any(|(k, _)| k == "local")
+/// Whether `req` is a purge: answered by [`cluster`] once every disk tier recorded it (and,
+/// in a cluster, every member confirmed), never before.
+pub fn is_purge(req: &RequestHead) -> bool {
+    req.path() == b"/purge" && is_purge_method(&req.method)
 }
 
 pub(super) fn is_purge_method(m: &Method) -> bool {
     matches!(m, Method::Post) || matches!(m, Method::Other(x) if &x[..] == b"PURGE")
 }
 
-/// This node's purge: `{"purged":N,"soft":B}`, or 400/404 for a bad selector or zone.
-pub(super) fn local(params: &[(String, String)], cfg: &RuntimeConfig) -> (u16, String) {
+/// This node's purge: `{"purged":N,"soft":B}`, 400/404 for a bad selector or zone, or 503
+/// when a disk tier could not record it (a restart would undo it: not acknowledged).
+pub(super) async fn local(params: &[(String, String)], cfg: &RuntimeConfig) -> (u16, String) {
     let param = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
     let selector = if let Some(u) = param("url") {
         match purge_url(u) {
@@ -75,15 +72,31 @@ pub(super) fn local(params: &[(String, String)], cfg: &RuntimeConfig) -> (u16, S
         },
         None => cfg.cache_zones.clone(),
     };
-    let purged: u64 = zones.iter().map(|z| z.purge_now(&selector, soft)).sum();
-    tracing::info!(?selector, soft, purged, "purge");
+    let mut purged = 0;
+    let mut failed = Vec::new();
+    for z in &zones {
+        match z.purge(&selector, soft).await {
+            Ok(n) => purged += n,
+            Err(why) => failed.push(why),
+        }
+    }
+    if !failed.is_empty() {
+        tracing::warn!(selector = %selector, soft, purged, errors = ?failed, "purge not recorded on disk");
+        let body = serde_json::json!({
+            "purged": purged, "soft": soft,
+            "error": failed.join("; "),
+        });
+        return (503, body.to_string());
+    }
+    tracing::info!(selector = %selector, soft, purged, "purge");
     (200, format!(r#"{{"purged":{purged},"soft":{soft}}}"#))
 }
 
-/// A purge applied here and sent to every other live member; see the module doc.
+/// A purge applied here and, in a cluster, sent to every other live member; see the module doc.
 pub async fn cluster(req: &RequestHead, cfg: &RuntimeConfig) -> AdminReply {
     let query = req.query().unwrap_or(b"");
-    let (status, body) = local(&query_params(query), cfg);
+    let params = query_params(query);
+    let (status, body) = local(&params, cfg).await;
     let reply = |status, body: String| AdminReply {
         status,
         content_type: JSON,
@@ -93,6 +106,10 @@ pub async fn cluster(req: &RequestHead, cfg: &RuntimeConfig) -> AdminReply {
     let Some(cluster) = &cfg.cluster else {
         return reply(status, body);
     };
+    if params.iter().any(|(k, _)| k == "local") {
+        // A member's share of another node's purge.
+        return reply(status, body);
+    }
     if status != 200 {
         // A bad selector is bad everywhere: say so once, send nothing.
         return reply(status, body);

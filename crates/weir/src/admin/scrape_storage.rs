@@ -15,7 +15,7 @@ use crate::runtime::RuntimeConfig;
 
 type Stat = fn(&DiskStats) -> &AtomicU64;
 
-const COUNTERS: [(&str, &str, Stat); 13] = [
+const COUNTERS: [(&str, &str, Stat); 14] = [
     (
         "hits",
         "Lookups the disk tier answered (memory misses).",
@@ -58,6 +58,11 @@ const COUNTERS: [(&str, &str, Stat); 13] = [
     ("evicted", "Objects evicted with their segment.", |s| {
         &s.evicted
     }),
+    (
+        "full_evictions",
+        "Writes that found the file system full (ENOSPC) and evicted the oldest segment.",
+        |s| &s.full_evictions,
+    ),
     (
         "file_hits",
         "Hits whose body was sent from the segment file (sendfile).",

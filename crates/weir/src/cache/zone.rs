@@ -138,6 +138,9 @@ impl<V> Sharded<V> {
 /// never asked again would otherwise pile up.
 const HIT_FOR_MISS_SWEEP: usize = 4096;
 
+/// How long a purge waits for the disk tier to record it before it is answered as not done.
+pub const PURGE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// One zone.
 #[derive(Debug)]
 pub struct CacheZone {
@@ -300,18 +303,36 @@ impl CacheZone {
         Some(read)
     }
 
-    /// Purges memory and disk; the disk's purge is synced before this returns.
-    pub async fn purge(&self, sel: &PurgeSelector, soft: bool) -> u64 {
+    /// Purges memory and disk; the disk's purge is synced before this returns. `Err` when the
+    /// disk tier could not record it (a full disk) or not within [`PURGE_WAIT`] (another
+    /// process still holds the directory): the purge holds in this process, but a restart
+    /// would serve the objects again, so it must not be acknowledged as done.
+    pub async fn purge(&self, sel: &PurgeSelector, soft: bool) -> Result<u64, String> {
         let persisted = self.disk.as_ref().map(|d| d.purge(sel, soft));
         let n = self.store.purge(sel, soft);
         if let Some(p) = persisted {
-            p.await;
+            match tokio::time::timeout(PURGE_WAIT, p).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(format!(
+                        "zone {}: the disk tier could not record the purge (disk full?): it holds until a restart only",
+                        self.name
+                    ))
+                }
+                Err(_) => {
+                    return Err(format!(
+                        "zone {}: the disk tier did not record the purge within {PURGE_WAIT:?}",
+                        self.name
+                    ))
+                }
+            }
         }
-        n
+        Ok(n)
     }
 
     /// Purges memory and disk without waiting for the disk's purge to be synced (it is in force
-    /// for disk reads at once, and synced by the writer within milliseconds).
+    /// for disk reads at once, and synced by the writer within milliseconds): for the cache's
+    /// own invalidations, which no client is told are done.
     pub fn purge_now(&self, sel: &PurgeSelector, soft: bool) -> u64 {
         if let Some(d) = &self.disk {
             drop(d.purge(sel, soft));

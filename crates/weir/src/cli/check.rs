@@ -91,6 +91,19 @@ fn source_line(source: &crate::config::Source, key: &str) -> String {
 /// What `weir check` warns about in the compiled config.
 pub(super) fn warnings(cfg: &RuntimeConfig) -> Vec<String> {
     let mut out = Vec::new();
+    // A disk directory another process holds (this one's own tier may have just taken it).
+    for z in &cfg.cache_zones {
+        let Some(d) = &z.disk else { continue };
+        let path = &d.config().path;
+        match weir_cache::disk::log::lock_holder(path) {
+            Some(pid) if pid != std::process::id() => out.push(format!(
+                "cache_zones.{}.disk.path {}: held by another process (pid {pid}): a weir started now waits for it, its lookups misses until then",
+                z.name,
+                path.display()
+            )),
+            _ => {}
+        }
+    }
     if let Some(a) = &cfg.admin {
         if !a.address.ip().is_loopback() && !a.has_token() {
             out.push(format!(

@@ -157,6 +157,10 @@ pub struct DiskTier {
     /// Size of one segment file (default max_size/32, between 1m and 256m).
     #[serde(default)]
     pub segment_size: Option<Size>,
+    /// Space to leave free on the file system (nginx's `min_free`); the oldest segments are
+    /// evicted to keep it. Default 0: only a full disk (ENOSPC) evicts.
+    #[serde(default)]
+    pub min_free: Option<Size>,
 }
 
 fn default_shards() -> usize {

@@ -134,7 +134,7 @@ fn run(
     queued: &AtomicU64,
 ) {
     let _lock = loop {
-        if let Some(l) = weir_cache::disk::log::lock_dir(&settings.path) {
+        if let Ok(Some(l)) = weir_cache::disk::log::lock_dir(&settings.path) {
             break l;
         }
         // The previous process (a binary upgrade) still has it; requests wait meanwhile.

@@ -560,6 +560,9 @@ fn disk_config(
         }
         cfg.segment_size = s.0;
     }
+    if let Some(m) = d.min_free {
+        cfg.min_free = m.0;
+    }
     Ok(cfg)
 }
 

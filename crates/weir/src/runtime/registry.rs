@@ -37,12 +37,14 @@ fn same_disk(a: Option<&weir_cache::DiskConfig>, b: Option<&weir_cache::DiskConf
                 a.segment_size,
                 a.io_threads,
                 a.write_queue,
+                a.min_free,
             ) == (
                 &b.path,
                 b.max_size,
                 b.segment_size,
                 b.io_threads,
                 b.write_queue,
+                b.min_free,
             )
         }
         _ => false,

@@ -211,11 +211,24 @@ pub(super) async fn purge_request<D: Downstream>(
         .disk
         .as_ref()
         .is_some_and(|d| d.contains(&get_key));
-    let n = stage
+    let n = match stage
         .zone
         .purge(&PurgeSelector::Url(key.url().to_vec()), false)
         .await
-        .max(u64::from(on_disk));
+    {
+        Ok(n) => n.max(u64::from(on_disk)),
+        Err(why) => {
+            static NOT_RECORDED: crate::logs::Limited = crate::logs::Limited::new();
+            if let Some(suppressed) = NOT_RECORDED.admit() {
+                tracing::warn!(suppressed, "PURGE not acknowledged: {why}");
+            }
+            let body = Bytes::from(format!(
+                "{{\"purged\":null,\"error\":{}}}\n",
+                serde_json::Value::String(why)
+            ));
+            return crate::pipeline::send_json(d, ctx, 503, &body, false, persistence);
+        }
+    };
     let body = Bytes::from(format!(r#"{{"purged":{n}}}"#));
     crate::pipeline::send_json(
         d,
