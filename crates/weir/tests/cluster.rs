@@ -217,3 +217,81 @@ fn three_nodes_share_one_cache_config_and_limit_and_survive_a_node_and_etcd_goin
     let left = until("b left", Duration::from_secs(5), || members(&nodes[0]) == 1);
     assert!(left < Duration::from_secs(1), "b left after {left:?}");
 }
+
+/// Issue 33 §3: a member frozen past its lease missed the purges made meanwhile (answered 200
+/// with nobody unconfirmed) and came back serving the purged objects. Now a member that lost
+/// its lease empties its zones before it registers again.
+#[test]
+fn a_member_back_from_a_lost_lease_serves_nothing_purged_meanwhile() {
+    let Some(etcd) = Etcd::start("cluster-rejoin") else {
+        return;
+    };
+    let (origin, fetched) = counting_cacheable_origin();
+    let config = write_config(
+        "cluster-rejoin",
+        "workers: 1\ncluster:\n  node: ${WEIR_NODE}\n  etcd: ['${WEIR_ETCD}']\n  lease_ttl: 2s\nadmin: { address: '${WEIR_ADMIN}' }\ncache_zones:\n  shared: { max_size: 16m, cluster: { replicas: 67 } }\nupstreams: { origin: { servers: ['${WEIR_ORIGIN}'] } }\nlisteners:\n  - address: ${WEIR_LISTEN}\n    routes:\n      - proxy: { upstream: origin }\n        cache: { zone: shared }\n",
+    );
+    let start = |name: &'static str| {
+        let (port, admin_port) = (free_port(), free_port());
+        let mut cmd = Command::new(WEIR);
+        cmd.args(["run", "-c"])
+            .arg(&config)
+            .env("WEIR_NODE", name)
+            .env("WEIR_LISTEN", format!("127.0.0.1:{port}"))
+            .env("WEIR_ADMIN", format!("127.0.0.1:{admin_port}"))
+            .env("WEIR_ETCD", etcd.addr.to_string())
+            .env("WEIR_ORIGIN", origin.addr.to_string());
+        let (proc, addr) = spawn_serving(cmd);
+        Node {
+            name,
+            addr,
+            admin: format!("127.0.0.1:{admin_port}").parse().unwrap(),
+            proc: Some(proc),
+        }
+    };
+    let a = start("a");
+    let b = start("b");
+    for n in [&a, &b] {
+        until("two members", Duration::from_secs(10), || members(n) == 2);
+    }
+    // 60 keys, about half owned by b: all cached, each fetched once.
+    let keys: Vec<String> = (0..60).map(|i| format!("/rejoin/{i}")).collect();
+    for k in &keys {
+        assert_eq!(get(a.addr, k).status, 200);
+    }
+    assert_eq!(fetched.load(Ordering::SeqCst), 60);
+    // b freezes past its lease; a alone is the cluster and the purge reaches only a.
+    let b_pid = b.proc.as_ref().unwrap().id().to_string();
+    Command::new("kill")
+        .args(["-STOP", &b_pid])
+        .status()
+        .unwrap();
+    until("b dropped", Duration::from_secs(10), || members(&a) == 1);
+    let (status, answer) = purge(a.admin, "prefix=localhost/rejoin/");
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["confirmed"], serde_json::json!(["a"]));
+    Command::new("kill")
+        .args(["-CONT", &b_pid])
+        .status()
+        .unwrap();
+    until("b back", Duration::from_secs(10), || {
+        members(&a) == 2 && members(&b) == 2
+    });
+    let before = fetched.load(Ordering::SeqCst);
+    for k in &keys {
+        let r = get(a.addr, k);
+        assert_eq!(r.status, 200);
+        assert!(
+            !r.header("cache-status").is_some_and(|s| s.contains("hit")),
+            "{k} purged while b was away, served from b's copy: {:?}",
+            r.header("cache-status")
+        );
+    }
+    assert_eq!(
+        fetched.load(Ordering::SeqCst),
+        before + 60,
+        "every key fetched again"
+    );
+    let _ = a.admin.ip();
+    let _ = b.name;
+}

@@ -112,6 +112,15 @@ pub(super) fn wait_for_signals(
                 Some(change) = cluster_asks.recv() => match change {
                     crate::cluster::Change::Config => Why::Etcd,
                     crate::cluster::Change::Members => Why::Members,
+                    crate::cluster::Change::Rejoined(done) => {
+                        let mut dropped = 0;
+                        for z in &handle.config().cache_zones {
+                            dropped += z.purge_now(&weir_cache::PurgeSelector::All, false);
+                        }
+                        tracing::warn!(objects = dropped, "cache zones emptied on rejoining the cluster");
+                        let _ = done.send(());
+                        continue;
+                    }
                 },
                 _ = usr1.recv() => {
                     tracing::info!("reopening access logs");

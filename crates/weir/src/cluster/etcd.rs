@@ -11,6 +11,11 @@
 //!    first are one update: the fragments (sorted by key) go to the reloader, which rebuilds
 //!    only if the merged texts differ (`reload/`), and membership to the registry.
 //!
+//! A node whose lease was lost (its keep-alive answered TTL 0, or none was acknowledged for
+//! `lease_ttl`) was not a member for a while: purges made meanwhile did not reach it. When it
+//! registers again it tells the control loop ([`Change::Rejoined`]), which empties its cache
+//! zones before it is a member again in the others' eyes a second time round.
+//!
 //! A node that stops (not one handing over to a new binary, which registers itself) revokes
 //! its lease ([`Session::leave`]): the others see it leave at once rather than `lease_ttl`
 //! later. On any error the task reconnects with backoff, resuming the watch at the last revision seen;
@@ -102,6 +107,10 @@ struct Mirror {
     tx: UnboundedSender<Change>,
     /// The lease this node's registration lives under now (0: none).
     lease: Arc<AtomicI64>,
+    /// When the lease was last renewed (an acknowledged keep-alive or a grant).
+    renewed: Option<std::time::Instant>,
+    /// The lease was found expired.
+    lost: bool,
 }
 
 /// The etcd task of a node.
@@ -156,6 +165,8 @@ pub fn spawn(
         fragments,
         tx,
         lease: lease.clone(),
+        renewed: None,
+        lost: false,
     };
     let task = tokio::spawn(async move {
         let mut backoff = Duration::from_millis(200);
@@ -194,6 +205,17 @@ impl Mirror {
         let lease = client
             .lease_grant(c.lease_ttl.as_secs().max(1) as i64, REQUEST_TIMEOUT)
             .await?;
+        // Out of the cluster long enough for the others to have dropped this node: what its
+        // zones hold may have been purged meanwhile (said before registering again).
+        let dropped = self.lost || self.renewed.is_some_and(|t| t.elapsed() >= c.lease_ttl);
+        if dropped {
+            tracing::warn!(node = %c.node, "rejoining the cluster after losing its lease: purges made meanwhile did not reach this node, emptying its cache zones");
+            let (done, emptied) = tokio::sync::oneshot::channel();
+            let _ = self.tx.send(Change::Rejoined(done));
+            let _ = tokio::time::timeout(Duration::from_secs(5), emptied).await;
+            self.lost = false;
+        }
+        self.renewed = Some(std::time::Instant::now());
         self.lease.store(lease, Ordering::Relaxed);
         let mut me = c.me.clone();
         me.since_ms = std::time::SystemTime::now()
@@ -253,8 +275,11 @@ impl Mirror {
                 _ = renew.tick() => keeper.keep_alive()?,
                 ack = rpc::next(&mut acks, "keep-alive") => {
                     match ack? {
-                        Some(a) if a.ttl > 0 => {}
-                        Some(_) => return Err("the lease expired".into()),
+                        Some(a) if a.ttl > 0 => self.renewed = Some(std::time::Instant::now()),
+                        Some(_) => {
+                            self.lost = true;
+                            return Err("the lease expired".into());
+                        }
                         None => return Err("keep-alive stream ended".into()),
                     }
                 }

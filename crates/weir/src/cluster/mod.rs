@@ -36,12 +36,17 @@ pub const REDIS_TIMEOUT: Duration = Duration::from_millis(500);
 pub const PEER_HEADER: &str = "weir-peer";
 
 /// What the etcd task tells the reload loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Change {
     /// The config fragments changed.
     Config,
     /// The live members changed.
     Members,
+    /// This node is a member again after its lease was lost (frozen, partitioned, etcd away
+    /// longer than `lease_ttl`): the others dropped it meanwhile and sent it no purges, so
+    /// what its zones hold may have been purged everywhere else. Answered once the zones
+    /// are empty; the node registers again only then.
+    Rejoined(tokio::sync::oneshot::Sender<()>),
 }
 
 /// A member as registered in etcd.
