@@ -217,10 +217,17 @@ fn storable_any(
     // revalidates it, and a 304 saves the body (RFC 9111 §5.2.2.4).
     let validator =
         first(resp_headers, "etag").is_some() || first(resp_headers, "last-modified").is_some();
-    let lifetime = match freshness_lifetime(status, &d, resp_headers, now) {
+    // The origin's explicit freshness first; then a configured ttl, which wins over the
+    // heuristic as nginx's `proxy_cache_valid` does (a `ttl: {"200": 1h}` once lost to a
+    // tenth of the Last-Modified age); then the heuristic.
+    let lifetime = match explicit_lifetime(&d, resp_headers, now) {
         Some(l) => Some(l),
-        None if d.no_cache && validator => Some(rule_ttl.unwrap_or(0)),
-        None => rule_ttl,
+        None if rule_ttl.is_some() => rule_ttl,
+        None => match heuristic_lifetime(status, &d, resp_headers, now) {
+            Some(l) => Some(l),
+            None if d.no_cache && validator => Some(0),
+            None => None,
+        },
     }
     .ok_or(NoStore::NoFreshness)?;
     Ok(Storable {
@@ -271,6 +278,11 @@ pub fn freshness_lifetime(
     headers: &[Header],
     now: u64,
 ) -> Option<u64> {
+    explicit_lifetime(d, headers, now).or_else(|| heuristic_lifetime(status, d, headers, now))
+}
+
+/// RFC 9111 §4.2.1's explicit freshness: s-maxage, max-age, Expires − Date.
+pub fn explicit_lifetime(d: &Directives, headers: &[Header], now: u64) -> Option<u64> {
     if let Some(s) = d.s_maxage {
         return Some(s);
     }
@@ -286,6 +298,18 @@ pub fn freshness_lifetime(
                 .unwrap_or(0),
         );
     }
+    None
+}
+
+/// RFC 9111 §4.2.2: a tenth of the time since Last-Modified (at most a day), for heuristically
+/// cacheable statuses and `public` responses.
+pub fn heuristic_lifetime(
+    status: u16,
+    d: &Directives,
+    headers: &[Header],
+    now: u64,
+) -> Option<u64> {
+    let date = http_date(first(headers, "date")).unwrap_or(now);
     if HEURISTIC_STATUSES.contains(&status) || d.public {
         if let Some(lm) = http_date(first(headers, "last-modified")) {
             return Some((date.saturating_sub(lm) / 10).min(HEURISTIC_MAX));

@@ -646,3 +646,34 @@ fn write_timeout_bounds_each_stall_of_a_large_hit_not_the_transfer() {
     );
     assert_eq!(o.requests(), 1);
 }
+
+/// Issue 33 §3: `ttl: {"200": 1h}` lost to the Last-Modified heuristic when the origin sent
+/// no explicit freshness. A configured ttl now applies whenever the origin gives none, as
+/// nginx's `proxy_cache_valid` does; explicit freshness still wins.
+#[test]
+fn a_configured_ttl_wins_over_the_last_modified_heuristic() {
+    let o = scripted(|req, n| {
+        let now = std::time::SystemTime::now();
+        let lm = httpdate::fmt_http_date(now - Duration::from_secs(10_000));
+        let extra = if req.line.contains("/explicit") {
+            format!("Last-Modified: {lm}\r\nCache-Control: max-age=7\r\n")
+        } else {
+            format!("Last-Modified: {lm}\r\n")
+        };
+        resp("200 OK", &extra, &format!("body {n}"))
+    });
+    let c = cache(&o.origin, ", ttl: { '200': 1h }", "1m");
+    get(&c, "/lm", "");
+    let hit = get(&c, "/lm", "");
+    let status = status_of(&hit);
+    assert!(status.starts_with("weir; hit; ttl=3"), "{status}");
+    let ttl: u64 = status.rsplit("ttl=").next().unwrap().parse().unwrap();
+    assert!(ttl > 3500, "the heuristic (1000 s) won: {status}");
+    get(&c, "/explicit", "");
+    let hit = get(&c, "/explicit", "");
+    assert!(
+        status_of(&hit).ends_with("ttl=7") || status_of(&hit).ends_with("ttl=6"),
+        "{}",
+        status_of(&hit)
+    );
+}

@@ -187,6 +187,39 @@ fn storability_table() {
     }
 }
 
+/// Issue 33 §3: a configured ttl applies whenever the origin gives no explicit freshness,
+/// before the Last-Modified heuristic.
+#[test]
+fn a_configured_ttl_wins_over_the_heuristic() {
+    let rules = StoreRules {
+        ttl_by_status: vec![(200, 3600)],
+        ..Default::default()
+    };
+    let lm =
+        httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(NOW - 1000));
+    let only_lm = h(&[("Last-Modified", lm.as_str())]);
+    let got = storable(&Method::Get, &[], 200, &only_lm, &rules, NOW).unwrap();
+    assert_eq!(got.lifetime, 3600);
+    // Without the rule, the heuristic: a tenth of 1000 s.
+    let got = storable(
+        &Method::Get,
+        &[],
+        200,
+        &only_lm,
+        &StoreRules::default(),
+        NOW,
+    )
+    .unwrap();
+    assert_eq!(got.lifetime, 100);
+    // Explicit freshness still wins over the rule.
+    let explicit = h(&[
+        ("Last-Modified", lm.as_str()),
+        ("Cache-Control", "max-age=7"),
+    ]);
+    let got = storable(&Method::Get, &[], 200, &explicit, &rules, NOW).unwrap();
+    assert_eq!(got.lifetime, 7);
+}
+
 #[test]
 fn rules_override_the_origin() {
     let rules = StoreRules {
