@@ -24,6 +24,8 @@ enum Gap {
     SamePacket,
     /// In a write of their own, 5 ms later.
     Later,
+    /// 20 ms later: after weir sent the next request on a reused connection.
+    Late,
 }
 
 /// An origin whose answer to `/bad/...` is followed by extra bytes: `kind` says which shape.
@@ -72,8 +74,10 @@ fn hostile(kind: &'static str, gap: Gap) -> common::origin::Origin {
                 w.write_all(format!("{head}{extra}").as_bytes())
             } else {
                 w.write_all(head.as_bytes()).and_then(|()| {
-                    if gap == Gap::Later {
-                        std::thread::sleep(Duration::from_millis(5));
+                    match gap {
+                        Gap::Later => std::thread::sleep(Duration::from_millis(5)),
+                        Gap::Late => std::thread::sleep(Duration::from_millis(20)),
+                        Gap::SamePacket => {}
                     }
                     w.write_all(extra.as_bytes())
                 })
@@ -156,4 +160,43 @@ fn bytes_after_a_response_are_never_read_as_the_next_one() {
     }
     assert_eq!(injected, 0, "follow-ups that saw an injected response");
     assert!(desynced > 0, "desyncs are counted");
+}
+
+/// Issue 33 §3: bytes an origin sends 5–50 ms after a HEAD response arrived after weir had
+/// reused the connection for the next request, and were read (and cached) as its response; no
+/// check at reuse can see bytes not sent yet. A connection that answered HEAD is not reused.
+#[test]
+fn a_connection_that_answered_head_is_not_reused() {
+    let o = hostile("head", Gap::Late);
+    let srv = start(
+        &format!(
+            "cache_zones: {{ z: {{ max_size: 4m }} }}\nupstreams:\n  o:\n    servers: ['{}']",
+            o.addr
+        ),
+        "      - match: { path_prefix: /c/ }\n        proxy: { upstream: o }\n        cache: { zone: z }\n      - proxy: { upstream: o }\n",
+    );
+    let mut injected = 0;
+    for i in 0..30 {
+        let mut s = srv.connect();
+        s.write_all(format!("HEAD /bad/{i} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+            .unwrap();
+        common::read_response_to(&mut s, true);
+        // At once: the origin's late bytes are still 20 ms away.
+        let path = format!("/c/{i}");
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+            .unwrap();
+        if common::read_response(&mut s).text() != path {
+            injected += 1;
+        }
+    }
+    for i in 0..30 {
+        let path = format!("/c/{i}");
+        if get(srv.addr, &path).text() != path {
+            injected += 1;
+        }
+    }
+    assert_eq!(
+        injected, 0,
+        "follow-ups of a HEAD that saw the origin's late bytes"
+    );
 }

@@ -605,7 +605,11 @@ async fn relay_interim<D: Downstream>(d: &mut D, resp: &ResponseHead) -> Result<
     d.send_interim(&reply).await
 }
 
-/// Streams the response body; returns whether the upstream connection can be reused.
+/// Streams the response body; returns whether the upstream connection can be reused: not
+/// after a HEAD (an origin that sends a body anyway, or sends it late, would have those bytes
+/// read as the next request's response: issue 33 §3), nor with bytes left over past the
+/// response's end (a Content-Length the origin overran). What remains is an overrun that
+/// arrives after this check and before the next request: the pool's MSG_PEEK at reuse.
 async fn relay_body<D: Downstream>(
     d: &mut D,
     ctx: &mut RequestCtx,
@@ -638,7 +642,10 @@ async fn relay_body<D: Downstream>(
                 super::finish_body(d, ctx);
                 d.send_trailers(&trailers);
                 d.end_body();
-                return Ok(resp.keep_alive && resp.body != BodyKind::CloseDelimited);
+                return Ok(resp.keep_alive
+                    && resp.body != BodyKind::CloseDelimited
+                    && head.method != weir_http::Method::Head
+                    && conn.buf.is_empty());
             }
             weir_http::BodyEvent::NeedMore => {
                 d.flush().await?;
