@@ -58,6 +58,8 @@ pub enum NoStore {
     NotUnderstood,
     /// A filter of the route kept it out of the store (its before-store phase).
     Filter,
+    /// The zone's budget for responses being captured is spent: not stored this time.
+    Busy,
 }
 
 impl NoStore {
@@ -76,6 +78,7 @@ impl NoStore {
             NoStore::Partial => "partial",
             NoStore::NotUnderstood => "must-understand",
             NoStore::Filter => "filter",
+            NoStore::Busy => "capture-budget",
         }
     }
 }

@@ -95,6 +95,7 @@ pub(crate) async fn fetch_whole(
         capture: Some(max_body),
         tee: None,
         zone: None,
+        reserved: 0,
     };
     let mut ex = Exchange {
         plan: Some(Box::new(&mut plan)),

@@ -63,6 +63,9 @@ pub(crate) struct HeadPlan {
     pub tee: Option<Arc<Inflight>>,
     /// The zone whose budget for captures in flight the copy is charged to.
     pub zone: Option<Arc<CacheZone>>,
+    /// Bytes of that budget the plan reserved for the whole body (its length known), handed
+    /// to the capture (released when it ends).
+    pub reserved: u64,
 }
 
 /// The cache phase's decision at head time.
@@ -76,28 +79,48 @@ struct Capture {
     tee: Option<Arc<Inflight>>,
     zone: Option<Arc<CacheZone>>,
     reserved: u64,
+    /// The whole body's cost was reserved at head time (its length was known): no chunk
+    /// can be refused for the budget.
+    prepaid: bool,
+    /// Still copying for the store.
+    copying: bool,
+    /// Body bytes seen.
+    seen: usize,
 }
 
 impl Capture {
-    /// Copies one chunk if it fits the object limit and the zone's in-flight budget (a chunk
-    /// published to followers is held twice: in the copy and in their queue). `false`: stop
-    /// capturing, the response will not be stored.
-    fn take(&mut self, d: &Bytes) -> bool {
-        if self.copy.len() + d.len() > self.limit {
-            return false;
+    /// Copies one chunk for the store while it fits the zone's in-flight budget (a chunk
+    /// published to followers is held twice: in the copy and in their queue), and publishes
+    /// it to the followers. A copy refused mid-body (a body of unknown length) stops copying
+    /// only: the followers still get every chunk and complete (issue 33 §3: they were cut
+    /// off mid-body when the copy was dropped). Past `limit` (larger than any object may
+    /// be), both stop.
+    fn take(&mut self, d: &Bytes) {
+        self.seen += d.len();
+        if self.seen > self.limit {
+            self.stop_copying();
+            self.tee = None;
+            return;
         }
-        let cost = d.len() as u64 * if self.tee.is_some() { 2 } else { 1 };
-        if let Some(z) = &self.zone {
-            if !z.reserve(cost) {
-                return false;
+        if self.copying && !self.prepaid {
+            let cost = d.len() as u64 * if self.tee.is_some() { 2 } else { 1 };
+            match &self.zone {
+                Some(z) if !z.reserve(cost) => self.stop_copying(),
+                Some(_) => self.reserved += cost,
+                None => {}
             }
-            self.reserved += cost;
         }
-        self.copy.extend_from_slice(d);
+        if self.copying {
+            self.copy.extend_from_slice(d);
+        }
         if let Some(t) = &self.tee {
             t.push_chunk(d);
         }
-        true
+    }
+
+    fn stop_copying(&mut self) {
+        self.copying = false;
+        self.copy = BytesMut::new();
     }
 }
 
@@ -122,6 +145,9 @@ pub(crate) struct Exchange<'a> {
     pub response: Option<ResponseHead>,
     /// The captured body, when capture was asked and the body completed within the limit.
     pub body: Option<BytesMut>,
+    /// Every body chunk was published to the followers (`HeadPlan::tee`) and the body ended:
+    /// they can complete, stored or not.
+    pub teed: bool,
     /// The status of a failure answered by weir (502/503/504), if any.
     pub failed: Option<u16>,
     /// This upstream and server, whatever the route, filters and balancer would choose (a
@@ -396,7 +422,7 @@ pub(crate) async fn forward<D: Downstream>(
         tunnel(d, ctx, upstream_conn, &resp).await?;
         return Ok(Persistence::Close);
     }
-    let plan = ex.plan.as_mut().map(|f| f(&resp)).unwrap_or_default();
+    let mut plan = ex.plan.as_mut().map(|f| f(&resp)).unwrap_or_default();
     let framing = match resp.body {
         BodyKind::Length(n) => Framing::Length(n),
         BodyKind::Chunked | BodyKind::CloseDelimited => Framing::Unknown,
@@ -411,6 +437,7 @@ pub(crate) async fn forward<D: Downstream>(
         .filters
         .response(&mut reply, ctx.response_run(), &mut filter_lines);
     persistence = send_head_filtered(d, ctx, &reply, persistence);
+    let reserved = std::mem::take(&mut plan.reserved);
     let mut capture = plan.capture.map(|limit| Capture {
         // Sized exactly when the length is known, so that the stored body holds no slack.
         copy: match resp.body {
@@ -420,8 +447,15 @@ pub(crate) async fn forward<D: Downstream>(
         limit,
         tee: plan.tee.clone(),
         zone: plan.zone.clone(),
-        reserved: 0,
+        reserved,
+        prepaid: reserved > 0 || matches!(resp.body, BodyKind::Empty | BodyKind::Length(0)),
+        copying: true,
+        seen: 0,
     });
+    if let (None, Some(z)) = (&capture, &plan.zone) {
+        // Reserved for a capture that is not made (no capture asked after all).
+        z.release(reserved);
+    }
     let reusable = relay_body(
         d,
         ctx,
@@ -439,7 +473,8 @@ pub(crate) async fn forward<D: Downstream>(
             .put(server, upstream_conn, &up.servers[server].health);
     }
     // The reservation ends here; the cache phase stores the copy right after.
-    ex.body = capture.map(|mut kept| std::mem::take(&mut kept.copy));
+    ex.teed = capture.as_ref().is_some_and(|c| c.tee.is_some());
+    ex.body = capture.and_then(|mut kept| kept.copying.then(|| std::mem::take(&mut kept.copy)));
     ex.response = Some(resp);
     Ok(persistence)
 }
@@ -627,11 +662,8 @@ async fn relay_body<D: Downstream>(
             .map_err(|e| aborted(ctx, &format!("bad response body: {e}")))?;
         match event {
             weir_http::BodyEvent::Data(data) => {
-                if capture.as_mut().is_some_and(|kept| !kept.take(&data)) {
-                    // Too large to store, or the zone's in-flight budget is spent: stop
-                    // copying (followers are aborted by the cache phase, which sees no complete
-                    // copy), keep relaying.
-                    *capture = None;
+                if let Some(kept) = capture.as_mut() {
+                    kept.take(&data);
                 }
                 super::send_body(d, ctx, &data, false);
                 if d.should_flush() {

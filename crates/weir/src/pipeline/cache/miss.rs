@@ -165,12 +165,29 @@ pub(super) async fn fetch_and_store<D: Downstream>(
             Ok(_) if !proxy.filters.before_store(resp) => Err(NoStore::Filter),
             v => v,
         };
+        // A body of known length is paid for now, whole, from the zone's budget for captures
+        // in flight (held twice when followers share it): refused up front, not dropped under
+        // way with followers streaming it.
+        let shares = head.method == Method::Get;
+        let mut reserved = 0;
+        let verdict = match (verdict, length) {
+            (Ok(s), Some(n)) if n > 0 => {
+                let cost = n * if shares { 2 } else { 1 };
+                if zone.reserve(cost) {
+                    reserved = cost;
+                    Ok(s)
+                } else {
+                    Err(NoStore::Busy)
+                }
+            }
+            (v, _) => v,
+        };
         let mut tee = None;
         let capture = match &verdict {
             Ok(_) => {
                 st.stored = true;
                 // Followers can share the body only of a GET (a HEAD's has none).
-                if head.method == Method::Get {
+                if shares {
                     inflight.publish_head(StreamHead {
                         status: resp.status,
                         reason: resp.reason.clone(),
@@ -186,7 +203,8 @@ pub(super) async fn fetch_and_store<D: Downstream>(
                 None
             }
         };
-        decision.set(Some(verdict.is_ok()));
+        // A spent budget is no verdict on the response: no hit-for-miss mark.
+        decision.set((verdict != Err(NoStore::Busy)).then_some(verdict.is_ok()));
         let mut lines = BytesMut::new();
         st.render(&mut lines, settings.x_cache);
         HeadPlan {
@@ -194,6 +212,7 @@ pub(super) async fn fetch_and_store<D: Downstream>(
             capture,
             tee,
             zone: Some(zone.clone()),
+            reserved,
         }
     };
     let mut ex = Exchange {
@@ -202,6 +221,10 @@ pub(super) async fn fetch_and_store<D: Downstream>(
         ..Default::default()
     };
     let persistence = forward(d, ctx, head, proxy, persistence, &mut ex).await?;
+    if ex.teed {
+        // Every chunk reached the followers, stored or not.
+        guard.phase = FetchPhase::Complete;
+    }
     let (resp, body) = (ex.response.take(), ex.body.take());
     let stored = match (resp, body, decision.get()) {
         (Some(resp), Some(body), Some(true)) => {
@@ -362,6 +385,7 @@ pub(super) fn post_plan<'a>(
             capture: reusable.then_some(limit),
             tee: None,
             zone: zone.clone(),
+            reserved: 0,
         }
     })
 }
