@@ -28,6 +28,9 @@ pub struct KeySpec {
     pub query_params: Option<Vec<String>>,
     /// Sort the query parameters.
     pub sort_query: bool,
+    /// The consumer an authentication filter named is part of the key (`NUL "u:" consumer`,
+    /// last): on a route that authenticates, one consumer's response is not another's.
+    pub consumer: bool,
 }
 
 /// A computed key: its text (kept to tell collisions apart and for purge matching) and hash.
@@ -95,19 +98,36 @@ pub fn hash_bytes(b: &[u8]) -> u64 {
 impl KeySpec {
     /// The key of a request. Host is lowercased; the scheme is the listener's.
     pub fn key(&self, req: &RequestHead, scheme: &str) -> CacheKey {
+        self.key_as(req, scheme, None)
+    }
+
+    /// [`KeySpec::key`] for a request whose consumer is known (`consumer`: part of the key
+    /// when [`KeySpec::consumer`] says so; `None` is the anonymous consumer).
+    pub fn key_as(&self, req: &RequestHead, scheme: &str, consumer: Option<&str>) -> CacheKey {
         let class = match req.method {
             Method::Get | Method::Head => "GET",
             ref m => m.as_str(),
         };
-        self.key_in_class(req, scheme, class)
+        self.key_in_class(req, scheme, class, consumer)
     }
 
     /// The key a GET of the same URI would have (a POST response stored for later GETs).
     pub fn get_key(&self, req: &RequestHead, scheme: &str) -> CacheKey {
-        self.key_in_class(req, scheme, "GET")
+        self.key_in_class(req, scheme, "GET", None)
     }
 
-    fn key_in_class(&self, req: &RequestHead, scheme: &str, class: &str) -> CacheKey {
+    /// [`KeySpec::get_key`] with the consumer, as [`KeySpec::key_as`].
+    pub fn get_key_as(&self, req: &RequestHead, scheme: &str, consumer: Option<&str>) -> CacheKey {
+        self.key_in_class(req, scheme, "GET", consumer)
+    }
+
+    fn key_in_class(
+        &self,
+        req: &RequestHead,
+        scheme: &str,
+        class: &str,
+        consumer: Option<&str>,
+    ) -> CacheKey {
         let mut text = Vec::with_capacity(64 + req.target.len());
         text.extend_from_slice(class.as_bytes());
         text.push(b' ');
@@ -140,6 +160,10 @@ impl KeySpec {
             if let Some(v) = req.cookie(name) {
                 text.extend_from_slice(v);
             }
+        }
+        if self.consumer {
+            text.extend_from_slice(b"\0u:");
+            text.extend_from_slice(consumer.unwrap_or("").as_bytes());
         }
         CacheKey {
             hash: hash_bytes(&text),
@@ -230,12 +254,34 @@ mod tests {
     }
 
     #[test]
+    fn the_consumer_is_part_of_the_key_when_asked() {
+        let r = req("GET /p HTTP/1.1\r\nHost: h\r\n\r\n");
+        let spec = KeySpec {
+            consumer: true,
+            ..Default::default()
+        };
+        let (alice, bob) = (
+            spec.key_as(&r, "http", Some("alice")),
+            spec.key_as(&r, "http", Some("bob")),
+        );
+        assert_ne!(alice, bob);
+        assert_eq!(alice.url(), bob.url(), "purges by URL reach both");
+        assert_ne!(spec.key_as(&r, "http", None), alice);
+        let shared = KeySpec::default();
+        assert_eq!(
+            shared.key_as(&r, "http", Some("alice")),
+            shared.key(&r, "http")
+        );
+    }
+
+    #[test]
     fn configured_components() {
         let spec = KeySpec {
             headers: vec!["x-tenant".into()],
             cookies: vec!["lang".into()],
             query_params: Some(vec!["b".into(), "a".into()]),
             sort_query: true,
+            consumer: false,
         };
         let k1 = spec.key(&req("GET /p?b=2&utm=x&a=1 HTTP/1.1\r\nHost: h\r\nX-Tenant: t1\r\nCookie: s=1; lang=fr\r\n\r\n"), "http");
         let k2 = spec.key(

@@ -928,3 +928,61 @@ fn underscores_in_field_names_can_be_dropped_or_refused() {
     let s = start_config(&config("allow"));
     assert!(send(&s, "/", "X_Secret: 1\r\n").text().contains("X_Secret"));
 }
+
+/// Issue 33 §2: with an authentication filter before the cache, bob received alice's cached
+/// response. The key now holds the consumer unless the route says `shared: true` (which `weir
+/// check` reports); `cache.key.vars: [$consumer]` asks for it anywhere.
+#[test]
+fn one_consumers_cached_response_is_not_anothers() {
+    let app = http_origin(|req: &SeenRequest| {
+        let who = req.header("x-consumer").unwrap_or("-").to_string();
+        format!(
+            "HTTP/1.1 200 OK\r\nCache-Control: public, max-age=600\r\nContent-Length: {}\r\n\r\nhello {who}",
+            6 + who.len()
+        )
+        .into_bytes()
+    });
+    let config = |shared: bool| {
+        format!(
+            r#"
+workers: 1
+cache_zones: {{ z: {{ max_size: 1m }} }}
+upstreams:
+  app: {{ servers: ["{}"] }}
+filters:
+  keys: {{ api_key: {{ header: x-api-key, keys: {{ alice: alice-key-0001, bob: bob-key-00001 }} }} }}
+  who: {{ headers: {{ request: {{ set: {{ x-consumer: $consumer }} }} }} }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - name: me
+        filters: [keys, who]
+        proxy: {{ upstream: app }}
+        cache: {{ zone: z, shared: {shared} }}
+"#,
+            app.addr
+        )
+    };
+    let s = start_config(&config(false));
+    let alice = "X-Api-Key: alice-key-0001\r\n";
+    let bob = "X-Api-Key: bob-key-00001\r\n";
+    assert_eq!(send(&s, "/me", alice).text(), "hello alice");
+    let again = send(&s, "/me", alice);
+    assert_eq!(again.text(), "hello alice");
+    assert!(again.header("cache-status").unwrap().contains("hit"));
+    assert_eq!(send(&s, "/me", bob).text(), "hello bob");
+    drop(s);
+    // shared: one object for everyone, as asked; `weir check` says so.
+    let s = start_config(&config(true));
+    assert_eq!(send(&s, "/me", alice).text(), "hello alice");
+    assert_eq!(send(&s, "/me", bob).text(), "hello alice");
+    drop(s);
+    let file = common::process::write_config("auth-shared", &config(true));
+    let out = std::process::Command::new(common::process::WEIR)
+        .args(["check", "--no-bind", "-c"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("route me: cache.shared"), "{said}");
+}

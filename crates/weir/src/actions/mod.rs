@@ -150,10 +150,12 @@ impl Action {
                 route,
             )?;
             if let Some(c) = cache {
+                let authenticates = route.filters.has(crate::filters::phase::IDENTITY);
                 route.cache = Some(crate::cache::CacheRoute::compile(
                     c,
                     &format!("{path}.cache"),
                     refs.zones,
+                    authenticates,
                 )?);
             }
             return Ok(Action::Proxy(Box::new(route)));

@@ -35,14 +35,32 @@ pub struct CacheRoute {
     pub purge_from: Vec<IpNet>,
     /// Slice size: representations kept in slices, ranges filled slice by slice (`slice.rs`).
     pub slice: Option<u64>,
+    /// The route authenticates (a filter with the identity phase runs before the cache) and
+    /// its objects are shared across consumers all the same (`shared: true`): `weir check`
+    /// says so.
+    pub shared_across_consumers: bool,
 }
 
 impl CacheRoute {
+    /// `authenticates`: the route's filters name a consumer before the cache runs.
     pub(crate) fn compile(
         c: model::Cache,
         path: &str,
         zones: &HashMap<String, (usize, u64)>,
+        authenticates: bool,
     ) -> Result<CacheRoute, CompileError> {
+        let mut keyed_by_consumer = authenticates && !c.shared;
+        for (i, v) in c.key.vars.iter().enumerate() {
+            match v.as_str() {
+                "$consumer" => keyed_by_consumer = true,
+                other => {
+                    return Err((
+                        format!("{path}.key.vars[{i}]"),
+                        format!("{other:?}: only $consumer can be part of a cache key (headers, cookies and query_params have keys of their own)"),
+                    ))
+                }
+            }
+        }
         let (zone, shard_share) = *zones.get(&c.zone).ok_or_else(|| {
             let mut known: Vec<&String> = zones.keys().collect();
             known.sort();
@@ -153,6 +171,7 @@ impl CacheRoute {
                 cookies: c.key.cookies,
                 query_params: c.key.query_params,
                 sort_query: c.key.sort_query,
+                consumer: keyed_by_consumer,
             },
             normalize_accept_encoding: c.key.normalize_accept_encoding,
             rules: StoreRules {
@@ -173,6 +192,7 @@ impl CacheRoute {
             lock_timeout: c.lock_timeout.0,
             hit_for_miss: c.hit_for_miss.0.as_secs(),
             x_cache: c.x_cache,
+            shared_across_consumers: authenticates && !keyed_by_consumer,
             store_post_responses: c.store_post_responses,
             purge_from,
             slice,

@@ -91,6 +91,19 @@ fn source_line(source: &crate::config::Source, key: &str) -> String {
 /// What `weir check` warns about in the compiled config.
 pub(super) fn warnings(cfg: &RuntimeConfig) -> Vec<String> {
     let mut out = Vec::new();
+    // Routes that authenticate and still share cached objects across consumers.
+    for l in &cfg.listeners {
+        for r in l.routes.iter() {
+            if let crate::actions::Action::Proxy(p) = &r.action {
+                if p.cache.as_ref().is_some_and(|c| c.shared_across_consumers) {
+                    out.push(format!(
+                        "listener {}: route {}: cache.shared: the route authenticates, and one consumer's cached response is served to every other",
+                        l.address, r.name
+                    ));
+                }
+            }
+        }
+    }
     // A disk directory another process holds (this one's own tier may have just taken it).
     for z in &cfg.cache_zones {
         let Some(d) = &z.disk else { continue };

@@ -233,6 +233,10 @@ pub struct Cache {
     /// Clients allowed to send PURGE: addresses or CIDRs. Unset: loopback only; `[]`: nobody.
     #[serde(default)]
     pub purge_from: Option<Vec<String>>,
+    /// On a route with an authentication filter, objects are kept per consumer unless this
+    /// says they are the same for every consumer.
+    #[serde(default)]
+    pub shared: bool,
 }
 
 fn default_lock_timeout() -> Dur {
@@ -257,6 +261,10 @@ pub struct CacheKeyConfig {
     /// Reduce Accept-Encoding to br/gzip/identity when the origin varies on it.
     #[serde(default = "default_true")]
     pub normalize_accept_encoding: bool,
+    /// Variables whose values are part of the key: `$consumer` (who an authentication filter
+    /// said the client is; the default on a route that authenticates, unless `shared`).
+    #[serde(default)]
+    pub vars: Vec<String>,
 }
 
 // Written out rather than derived: a derived Default would turn normalization off when `key` is
@@ -269,6 +277,7 @@ impl Default for CacheKeyConfig {
             query_params: None,
             sort_query: false,
             normalize_accept_encoding: true,
+            vars: Vec::new(),
         }
     }
 }

@@ -65,6 +65,19 @@ pub(crate) struct Stage<'r> {
     pub own: &'r [u8],
 }
 
+/// The request's key, with the consumer an authentication filter named when the route keys
+/// by consumer (`CacheRoute::compile`: the default on a route that authenticates).
+pub(super) fn key_for(ctx: &RequestCtx, stage: &Stage<'_>, get_class: bool) -> CacheKey {
+    let spec = &stage.cache.key;
+    let id = spec.consumer.then(|| ctx.identity()).flatten();
+    let consumer = id.as_deref().map(|i| i.consumer.as_str());
+    if get_class {
+        spec.get_key_as(stage.head, stage.scheme, consumer)
+    } else {
+        spec.key_as(stage.head, stage.scheme, consumer)
+    }
+}
+
 /// The hit path, without building the (large, boxed) future of the full phase: a fresh stored
 /// response is queued at once and `true` returned; anything else is `false`, for [`cached`].
 pub(crate) fn try_fresh_hit<D: Downstream>(
@@ -77,7 +90,7 @@ pub(crate) fn try_fresh_hit<D: Downstream>(
     if !matches!(head.method, Method::Get | Method::Head) || bypassed(head, settings).is_some() {
         return false;
     }
-    let key = settings.key.key(head, stage.scheme);
+    let key = key_for(ctx, &stage, false);
     let encodes = stage.proxy.filters.has(crate::filters::phase::ENCODES);
     let Lookup::Found(obj) = zone.store.lookup(&key, |name| {
         encode::vary_value(&stage, name, encodes, false)
@@ -145,7 +158,7 @@ pub(crate) async fn cached<D: Downstream>(
         }
         if let (Some(resp), Some(body)) = (ex.response.as_ref(), ex.body.take()) {
             // Only a post_plan captures: the response is reusable for GETs of this URI.
-            let key = settings.key.get_key(head, stage.scheme);
+            let key = key_for(ctx, &stage, true);
             store_response(stage, &key, resp, exact(body), request_time);
         }
         return Ok(persistence);
@@ -154,7 +167,7 @@ pub(crate) async fn cached<D: Downstream>(
         ctx.cache = CacheState::Bypass(why);
         return forward_uncached(d, ctx, stage, Fwd::Bypass, Some(why), persistence).await;
     }
-    let key = settings.key.key(head, stage.scheme);
+    let key = key_for(ctx, &stage, false);
     if ctx
         .rt
         .cfg

@@ -203,9 +203,9 @@ pub(super) async fn purge_request<D: Downstream>(
         }
         return crate::pipeline::send_error(d, ctx, head, 403, &[], persistence);
     }
-    let key = stage.cache.key.key(head, stage.scheme);
+    let key = super::key_for(ctx, &stage, false);
     // Only on disk (not in memory): still there to purge (stored under the GET key).
-    let get_key = stage.cache.key.get_key(head, stage.scheme);
+    let get_key = super::key_for(ctx, &stage, true);
     let on_disk = stage
         .zone
         .disk
