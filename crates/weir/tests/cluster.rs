@@ -295,3 +295,94 @@ fn a_member_back_from_a_lost_lease_serves_nothing_purged_meanwhile() {
     let _ = a.admin.ip();
     let _ = b.name;
 }
+
+/// A GET of `path` from source address `from` (a 127.0.0.0/8 alias), with `extra` fields.
+fn get_from(from: [u8; 4], to: SocketAddr, path: &str, extra: &str) -> Response {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::from((from, 0)).into()).unwrap();
+    s.connect(&to.into()).unwrap();
+    let mut s: std::net::TcpStream = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    roundtrip(
+        &mut s,
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{extra}\r\n").as_bytes(),
+    )
+}
+
+/// Issue 33 §2: any client's `Weir-Peer` made a node serve and store keys it does not own, and
+/// the owner's per-client limits counted every peer fill of a node as one client (most fills
+/// fell back to the origin or got 429). `Weir-Peer` now counts only from a member's address,
+/// and a member's fills pass the owner's per-client limits (their clients were counted where
+/// they asked).
+#[test]
+fn only_members_are_peers_and_their_fills_pass_per_client_limits() {
+    let Some(etcd) = Etcd::start("cluster-peers") else {
+        return;
+    };
+    let (origin, fetched) = counting_cacheable_origin();
+    let config = write_config(
+        "cluster-peers",
+        "workers: 1\ncluster:\n  node: ${WEIR_NODE}\n  etcd: ['${WEIR_ETCD}']\nadmin: { address: '${WEIR_ADMIN}' }\ncache_zones:\n  shared: { max_size: 16m, cluster: { replicas: 67 } }\nupstreams: { origin: { servers: ['${WEIR_ORIGIN}'] } }\nfilters:\n  per_client: { rate_limit: { rate: 5, burst: 5, key: $remote_addr } }\nlisteners:\n  - address: ${WEIR_LISTEN}\n    routes:\n      - match: { path_prefix: /rl/ }\n        filters: [per_client]\n        proxy: { upstream: origin }\n        cache: { zone: shared }\n      - proxy: { upstream: origin }\n        cache: { zone: shared }\n",
+    );
+    let start = |name: &'static str| {
+        let (port, admin_port) = (free_port(), free_port());
+        let mut cmd = Command::new(WEIR);
+        cmd.args(["run", "-c"])
+            .arg(&config)
+            .env("WEIR_NODE", name)
+            .env("WEIR_LISTEN", format!("127.0.0.1:{port}"))
+            .env("WEIR_ADMIN", format!("127.0.0.1:{admin_port}"))
+            .env("WEIR_ETCD", etcd.addr.to_string())
+            .env("WEIR_ORIGIN", origin.addr.to_string());
+        let (proc, addr) = spawn_serving(cmd);
+        Node {
+            name,
+            addr,
+            admin: format!("127.0.0.1:{admin_port}").parse().unwrap(),
+            proc: Some(proc),
+        }
+    };
+    let (a, b) = (start("a"), start("b"));
+    for n in [&a, &b] {
+        until("two members", Duration::from_secs(10), || members(n) == 2);
+    }
+    // A client (not a member's address) claiming to be a peer: a still sends b's keys to b.
+    for i in 0..60 {
+        let r = get_from(
+            [127, 0, 0, 9],
+            a.addr,
+            &format!("/k/{i}"),
+            "Weir-Peer: b\r\n",
+        );
+        assert_eq!(r.status, 200);
+    }
+    assert_eq!(fetched.load(Ordering::SeqCst), 60);
+    // Through b now: every key is where its owner stored it, nothing is fetched again.
+    for i in 0..60 {
+        assert_eq!(get(b.addr, &format!("/k/{i}")).status, 200);
+    }
+    assert_eq!(
+        fetched.load(Ordering::SeqCst),
+        60,
+        "a stored keys b owns for a client's Weir-Peer"
+    );
+    // 20 clients, 2 requests each to a (within their own limit of 5): a's fills from b all
+    // come from a's address, and pass b's per-client limit.
+    let mut statuses = Vec::new();
+    for c in 0..20u8 {
+        for j in 0..2 {
+            let path = format!("/rl/{c}-{j}");
+            statuses.push(get_from([127, 0, 0, 10 + c], a.addr, &path, "").status);
+        }
+    }
+    let refused = statuses.iter().filter(|s| **s != 200).count();
+    assert_eq!(refused, 0, "{statuses:?}");
+    let m = get(a.admin, "/metrics").text();
+    let fallbacks: f64 = m
+        .lines()
+        .find(|l| l.starts_with("weir_cluster_peer_fallbacks"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0);
+    assert_eq!(fallbacks, 0.0, "{m}");
+    let _ = (a.name, b.name);
+}

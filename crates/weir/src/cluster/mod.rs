@@ -35,6 +35,22 @@ pub const REDIS_TIMEOUT: Duration = Duration::from_millis(500);
 /// The header that marks a peer-fill request: the asking node's name.
 pub const PEER_HEADER: &str = "weir-peer";
 
+/// Whether a request is a peer fill from another member: it carries `Weir-Peer` and comes
+/// from a live member's address. From anyone else the field is ignored (and never forwarded):
+/// a client that sent it once made a node serve and store keys it does not own.
+pub fn is_peer_fill(
+    cluster: &Cluster,
+    head: &weir_http::RequestHead,
+    from: std::net::IpAddr,
+) -> bool {
+    head.header(PEER_HEADER).is_some()
+        && cluster
+            .state
+            .members()
+            .iter()
+            .any(|m| m.node != cluster.node && m.peer.ip() == from)
+}
+
 /// What the etcd task tells the reload loop.
 #[derive(Debug)]
 pub enum Change {

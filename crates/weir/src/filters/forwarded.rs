@@ -130,6 +130,7 @@ mod tests {
             ip: peer.parse().unwrap(),
             scheme: "http",
             version: "1.1",
+            member: false,
         };
         let mut b = BytesMut::from(req.as_bytes());
         let head = weir_http::parse_request(&mut b, &Default::default())

@@ -128,6 +128,9 @@ pub struct Client {
     pub scheme: &'static str,
     /// The protocol version the client spoke, as `Via` names it: `1.0`, `1.1` or `2`.
     pub version: &'static str,
+    /// The request is a peer fill from another cluster member: its client was counted by
+    /// that member's limits already (per-client limits let it through).
+    pub member: bool,
 }
 
 /// The request, as the request phase sees it.
@@ -641,6 +644,7 @@ mod tests {
             ip: "127.0.0.1".parse().unwrap(),
             scheme: "http",
             version: "1.1",
+            member: false,
         };
         let h = head("GET / HTTP/1.1\r\nHost: a\r\nX-Deny: 1\r\n\r\n");
         let req = Req {

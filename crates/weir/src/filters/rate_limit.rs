@@ -410,6 +410,10 @@ impl super::Filter for RateLimit {
     }
 
     fn request(&self, req: &Req<'_>, state: &mut State, _: &mut Option<usize>) -> Flow {
+        if req.client.member {
+            // A cluster member's peer fill: its client was counted where it asked.
+            return Flow::Continue;
+        }
         match self.check(req) {
             Verdict::Admit { remaining, reset } => {
                 if self.headers {

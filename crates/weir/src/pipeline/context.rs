@@ -99,6 +99,9 @@ pub(crate) struct Extra {
     pub filters: crate::filters::Run,
     /// Whether weir answered for an upstream that failed (its own 502/503/504).
     pub upstream_failed: bool,
+    /// The request is a peer fill from a cluster member: `Weir-Peer` from a member's address
+    /// (`cluster::is_peer_fill`).
+    pub peer_fill: bool,
 }
 
 impl RequestCtx {
@@ -153,6 +156,17 @@ impl RequestCtx {
     /// The filters' run, if one was made.
     pub fn run_if_any(&mut self) -> Option<&mut crate::filters::Run> {
         self.extra.as_mut().map(|e| &mut e.filters)
+    }
+
+    /// Whether the request is a verified peer fill from another member.
+    #[inline]
+    pub fn peer_fill(&self) -> bool {
+        self.extra.as_ref().is_some_and(|e| e.peer_fill)
+    }
+
+    /// Marks the request as a verified peer fill.
+    pub fn mark_peer_fill(&mut self) {
+        self.extra.get_or_insert_with(Default::default).peer_fill = true;
     }
 
     /// Who an authentication filter said the client is, if one did.

@@ -75,6 +75,11 @@ pub(crate) async fn handle<D: Downstream>(
     #[cfg(debug_assertions)]
     fault_injection(head);
     let mut ctx = RequestCtx::new(rt.clone(), listener);
+    if let Some(cluster) = &rt.cfg.cluster {
+        if crate::cluster::is_peer_fill(cluster, head, d.peer().ip()) {
+            ctx.mark_peer_fill();
+        }
+    }
     let result = match shield_refusal(d, &mut ctx, &rt, head) {
         Some(refused) => refused,
         None => match start(d, &mut ctx, &rt, head) {
@@ -84,7 +89,9 @@ pub(crate) async fn handle<D: Downstream>(
     };
     log::finish(d, &mut ctx, head, &result);
     if let Some(shield) = &rt.cfg.shield {
-        shield.outcome(d.peer().ip(), ctx.status);
+        if !ctx.peer_fill() {
+            shield.outcome(d.peer().ip(), ctx.status);
+        }
     }
     result
 }
@@ -186,7 +193,8 @@ fn start<'a, D: Downstream>(
                     d.cap_body(cap);
                 }
             }
-            let client = client_of(d);
+            let mut client = client_of(d);
+            client.member = ctx.peer_fill();
             let mut local = Run::default();
             let subrequests = chain
                 .has(phase::FETCH)
@@ -578,6 +586,7 @@ pub(crate) fn client_of<D: Downstream>(d: &D) -> Client {
         ip: d.peer().ip(),
         scheme: scheme_of(d),
         version: d.via_version(),
+        member: false,
     }
 }
 

@@ -21,7 +21,9 @@ pub(super) fn shield_refusal<D: Downstream>(
     head: &RequestHead,
 ) -> Option<Result<Persistence, Error>> {
     let shield = rt.cfg.shield.as_ref()?;
-    if rt.cfg.listeners[ctx.listener].admin {
+    // A member's peer fill was counted where its client asked: every fill of a node comes
+    // from one address, which would otherwise be refused as one very busy client.
+    if rt.cfg.listeners[ctx.listener].admin || ctx.peer_fill() {
         return None;
     }
     let refusal = shield.request(d.peer().ip()).err()?;

@@ -247,6 +247,8 @@ pub fn build_request(
             || n.eq_ignore_ascii_case(b"host")
             || n.eq_ignore_ascii_case(b"content-length")
             || n.eq_ignore_ascii_case(b"expect")
+            // weir's own mark: added by a peer fill (`extra`), never relayed from a client.
+            || n.eq_ignore_ascii_case(crate::cluster::PEER_HEADER.as_bytes())
             || (shape.strip_conditionals && is_conditional(n))
             || route.filters.drops_upstream(client, n)
             || shape

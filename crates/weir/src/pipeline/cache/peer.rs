@@ -10,7 +10,6 @@ use weir_http::Persistence;
 
 use super::{forward, Exchange, Stage};
 use crate::cluster::shard::Owner;
-use crate::cluster::PEER_HEADER;
 use crate::error::Error;
 use crate::pipeline::downstream::Downstream;
 use crate::pipeline::RequestCtx;
@@ -28,7 +27,7 @@ pub(super) async fn fill<D: Downstream>(
     let rt = ctx.rt.clone();
     let shard = rt.cfg.zone_shards.get(stage.cache.zone)?.as_ref()?;
     let cluster = rt.cfg.cluster.as_ref()?;
-    if stage.head.header(PEER_HEADER).is_some() {
+    if ctx.peer_fill() {
         return None;
     }
     let up = &rt.cfg.upstreams[shard.upstream];
