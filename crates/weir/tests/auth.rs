@@ -1067,3 +1067,54 @@ fn password_guessing_does_not_stall_the_worker_or_tell_names() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Issue 33 §4: before its first good JWKS fetch, `jwt` started a fetch per request (126 in
+/// 5.6 s) and logged a WARN per failure. A failed fetch now holds the next one off for its
+/// retry delay, good set or not. And RFC 7515 §4.1.11: a token with `crit` is refused.
+#[test]
+fn a_failing_jwks_is_not_fetched_per_request_and_crit_is_refused() {
+    let fetches = Arc::new(Mutex::new(0usize));
+    let f2 = fetches.clone();
+    let idp = http_origin(move |_| {
+        *f2.lock().unwrap() += 1;
+        b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n".to_vec()
+    });
+    let s = start_config(&format!(
+        "workers: 1\nupstreams: {{ idp: {{ servers: ['{}'] }} }}\nfilters:\n  token: {{ jwt: {{ algorithms: [HS256], jwks_url: 'http://idp.example/keys', jwks_upstream: idp }} }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [token]\n        respond: {{ body: in }}\n",
+        idp.addr
+    ));
+    let t = token(
+        Algorithm::HS256,
+        &EncodingKey::from_secret(b"k"),
+        Some("k1"),
+        json!({"sub": "alice", "exp": 4_000_000_000u64}),
+    );
+    for _ in 0..100 {
+        assert_eq!(send(&s, "/", &bearer(&t)).status, 401);
+    }
+    let n = *fetches.lock().unwrap();
+    assert!((1..=2).contains(&n), "{n} JWKS fetches for 100 requests");
+    drop(s);
+
+    // crit: refused even with a key that verifies it.
+    let s = start_config(
+        "workers: 1\nfilters:\n  token: { jwt: { algorithms: [HS256], secret: k } }\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [token]\n        respond: { body: in }\n",
+    );
+    use base64::Engine;
+    use hmac::Mac;
+    let b64 = |v: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+    let signed = |header: &str| {
+        let input = format!(
+            "{}.{}",
+            b64(header.as_bytes()),
+            b64(br#"{"sub":"alice","exp":4000000000}"#)
+        );
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"k").unwrap();
+        mac.update(input.as_bytes());
+        format!("{input}.{}", b64(&mac.finalize().into_bytes()))
+    };
+    let plain = signed(r#"{"alg":"HS256","typ":"JWT"}"#);
+    assert_eq!(send(&s, "/", &bearer(&plain)).status, 200);
+    let crit = signed(r#"{"alg":"HS256","typ":"JWT","crit":["exp"],"exp":1}"#);
+    assert_eq!(send(&s, "/", &bearer(&crit)).status, 401);
+}

@@ -31,6 +31,11 @@ const KID_REFETCH: Duration = Duration::from_secs(30);
 const FETCH_WAIT: Duration = Duration::from_secs(10);
 /// The largest JWKS document read.
 const MAX_JWKS: usize = 1 << 20;
+/// After a failed fetch, none is tried again for this long, whatever the requests ask (with
+/// no good set yet, every request once started a fetch of its own: 126 in 5.6 s).
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
+
+static FETCH_FAILED_LOG: crate::logs::Limited = crate::logs::Limited::new();
 
 #[derive(Debug)]
 pub struct Jwt {
@@ -75,6 +80,8 @@ struct Fetching {
     expires: Option<Instant>,
     last_kid_fetch: Option<Instant>,
     in_flight: bool,
+    /// No fetch before this (the last one failed).
+    retry_at: Option<Instant>,
 }
 
 /// What checking a token with the keys in hand said.
@@ -287,10 +294,14 @@ impl Remote {
                 tracing::info!(keys = keys.len(), "jwt: JWKS fetched");
                 *self.keys.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(keys);
                 s.expires = Some(now + max_age);
+                s.retry_at = None;
             }
             Err(e) => {
-                tracing::warn!("jwt: JWKS fetch failed, keeping the last good set: {e}");
-                s.expires = Some(now + Duration::from_secs(5));
+                if let Some(suppressed) = FETCH_FAILED_LOG.admit() {
+                    tracing::warn!(suppressed, "jwt: JWKS fetch failed, keeping the last good set (next try in {RETRY_AFTER_FAILURE:?}): {e}");
+                }
+                s.expires = Some(now + RETRY_AFTER_FAILURE);
+                s.retry_at = Some(now + RETRY_AFTER_FAILURE);
             }
         }
         drop(s);
@@ -299,6 +310,18 @@ impl Remote {
 }
 
 /// `max-age=N` of a Cache-Control value.
+/// Whether the token's protected header has a `crit` parameter.
+fn has_crit(token: &str) -> bool {
+    use base64::Engine;
+    let Some(head) = token.split('.').next() else {
+        return false;
+    };
+    let Ok(json) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(head) else {
+        return false;
+    };
+    serde_json::from_slice::<Map<String, Value>>(&json).is_ok_and(|m| m.contains_key("crit"))
+}
+
 fn max_age(v: &[u8]) -> Option<Duration> {
     let v = std::str::from_utf8(v).ok()?;
     v.split(',').find_map(|d| {
@@ -326,6 +349,11 @@ impl Inner {
         let Ok(header) = jsonwebtoken::decode_header(token) else {
             return Checked::Invalid("malformed token");
         };
+        if has_crit(token) {
+            // RFC 7515 §4.1.11: extensions the recipient must understand; weir understands
+            // none, so a token that lists any (or an empty list, itself invalid) is refused.
+            return Checked::Invalid("crit");
+        }
         if !self.validation.algorithms.contains(&header.alg) {
             return Checked::Invalid("algorithm not allowed");
         }
@@ -463,6 +491,7 @@ impl super::Filter for Jwt {
             let kid_fetch_allowed = s
                 .last_kid_fetch
                 .is_none_or(|t| now.saturating_duration_since(t) >= KID_REFETCH);
+            let may_fetch = s.retry_at.is_none_or(|t| now >= t);
             if s.in_flight {
                 // Subscribed under the lock, so the end of the fetch under way is seen.
                 break (
@@ -470,7 +499,9 @@ impl super::Filter for Jwt {
                     unknown_kid,
                     unknown_kid.then(|| remote.done.subscribe()),
                 );
-            } else if (unknown_kid && (kid_fetch_allowed || keys.is_empty())) || stale {
+            } else if may_fetch
+                && ((unknown_kid && (kid_fetch_allowed || keys.is_empty())) || stale)
+            {
                 s.in_flight = true;
                 if unknown_kid && !keys.is_empty() {
                     s.last_kid_fetch = Some(now);
