@@ -567,3 +567,49 @@ fn bad_shield_settings_name_file_line_and_key() {
     );
     assert!(e.contains("shape.block") && e.contains("shield"), "{e}");
 }
+
+/// Issue 33 §4: IPv6 clients rotating addresses within their /64 escaped every limit. The
+/// shield counts an IPv6 client by its network of `ipv6_prefix` bits (64 by default), as
+/// `rate_limit` can; the admin API unblocks it by any of its addresses.
+#[test]
+fn ipv6_clients_are_counted_by_their_network() {
+    let (s, adm) = server(PROXIED);
+    let server_addr: SocketAddr = "[2001:db8::1]:80".parse().unwrap();
+    let from = |client: &str| {
+        let mut raw = proxy_protocol::v2(client.parse().unwrap(), server_addr, &[]);
+        raw.extend_from_slice(GET);
+        once(s.addr, &raw)
+    };
+    // rate 3: three addresses of one /64 pass, the fourth is refused, the fifth blocked.
+    for host in 1..=3 {
+        assert_eq!(
+            from(&format!("[2001:db8:0:7::{host}]:1")).unwrap().status,
+            200
+        );
+    }
+    assert_eq!(from("[2001:db8:0:7::4]:1").unwrap().status, 429);
+    assert!(
+        from("[2001:db8:0:7:ffff::9]:1").is_none(),
+        "blocked by its /64"
+    );
+    // Another /64 is another client.
+    assert_eq!(from("[2001:db8:0:8::1]:1").unwrap().status, 200);
+    let listed = admin(adm, "GET", "/shield").text();
+    assert!(listed.contains(r#""client":"2001:db8:0:7::""#), "{listed}");
+    let r = admin(adm, "POST", "/shield/unblock?client=2001:db8:0:7::abcd");
+    assert_eq!(r.status, 200, "{}", r.text());
+    drop(s);
+    // ipv6_prefix: 128 counts every address apart.
+    let (s, _) = server(&PROXIED.replace("block_for: 10s", "block_for: 10s, ipv6_prefix: 128"));
+    let from = |client: &str| {
+        let mut raw = proxy_protocol::v2(client.parse().unwrap(), server_addr, &[]);
+        raw.extend_from_slice(GET);
+        once(s.addr, &raw)
+    };
+    for host in 1..=6 {
+        assert_eq!(
+            from(&format!("[2001:db8:0:7::{host}]:1")).unwrap().status,
+            200
+        );
+    }
+}

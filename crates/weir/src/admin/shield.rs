@@ -35,6 +35,8 @@ pub(super) fn unblock(cfg: &RuntimeConfig, client: Option<&str>) -> (u16, String
             super::json_error("give client=ADDRESS (an IPv4 or IPv6 address)"),
         );
     };
+    // Counted by its network (`ipv6_prefix`): any address of it unblocks the client.
+    let ip = cfg.shield.as_ref().map_or(ip, |s| s.client(ip));
     if cfg.registry.shield.unblock(ip) {
         tracing::info!(client = %ip, "client unblocked (admin API)");
         (200, json!({"unblocked": ip.to_string()}).to_string())

@@ -37,6 +37,14 @@ pub struct Shield {
     /// 100%.
     #[serde(default)]
     pub http2_glitches: u32,
+    /// IPv6 clients are counted by their network of this many bits (a /64 is one subscriber:
+    /// rotating addresses within it escapes nothing).
+    #[serde(default = "default_ipv6_prefix")]
+    pub ipv6_prefix: u8,
+}
+
+fn default_ipv6_prefix() -> u8 {
+    64
 }
 
 fn default_clients() -> usize {

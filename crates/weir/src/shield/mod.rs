@@ -201,6 +201,9 @@ pub struct Shield {
     outcomes: Option<Outcomes>,
     /// HTTP/2 glitches a connection may make (0: no limit).
     pub http2_glitches: u32,
+    /// IPv6 clients are counted by their network of this many bits (`ipv6_prefix`, 64 by
+    /// default): a client rotating addresses within its /64 is one client.
+    v6_prefix: u8,
 }
 
 #[derive(Debug)]
@@ -293,7 +296,24 @@ impl Shield {
             body_reads: m.reads.body,
             outcomes,
             http2_glitches: m.http2_glitches,
+            v6_prefix: match m.ipv6_prefix {
+                p @ 1..=128 => p,
+                _ => return Err((key("ipv6_prefix"), "must be between 1 and 128".into())),
+            },
         })
+    }
+
+    /// The address the shield counts `ip` as: an IPv6 address's network of `ipv6_prefix`
+    /// bits (IPv4, and IPv4-mapped IPv6, as they are).
+    #[inline]
+    pub fn client(&self, ip: IpAddr) -> IpAddr {
+        match ip {
+            IpAddr::V6(a) if self.v6_prefix < 128 && a.to_ipv4_mapped().is_none() => {
+                let bits = u128::from(a) & (u128::MAX << (128 - u32::from(self.v6_prefix)));
+                IpAddr::V6(bits.into())
+            }
+            other => other,
+        }
     }
 
     /// Whether `ip` bypasses every limit.
@@ -309,6 +329,7 @@ impl Shield {
             return Ok(0);
         }
         let now = self.state.now();
+        let ip = self.client(ip);
         let key = self.state.clients.key(ip);
         self.state.clients.with(key, ip, now, |e| {
             if e.blocked(now) {
@@ -343,6 +364,7 @@ impl Shield {
             return Ok(());
         }
         let now = self.state.now();
+        let ip = self.client(ip);
         let key = self.state.clients.key(ip);
         self.state.clients.with(key, ip, now, |e| {
             if e.handshakes.admit(now, self.tls_rate, 0).is_err() {
@@ -359,6 +381,7 @@ impl Shield {
             return;
         }
         let now = self.state.now();
+        let ip = self.client(ip);
         let key = self.state.clients.key(ip);
         self.state.clients.with(key, ip, now, |e| {
             if e.incomplete.count(now) > self.tls_incomplete {
@@ -374,6 +397,7 @@ impl Shield {
             return Ok(());
         }
         let now = self.state.now();
+        let ip = self.client(ip);
         let key = self.state.clients.key(ip);
         self.state.clients.with(key, ip, now, |e| {
             if e.blocked(now) {
@@ -409,6 +433,7 @@ impl Shield {
             return;
         }
         let now = self.state.now();
+        let ip = self.client(ip);
         let key = self.state.clients.key(ip);
         self.state.clients.with(key, ip, now, |e| {
             if now.saturating_sub(e.outcome_since) > o.within_ms {
@@ -431,6 +456,7 @@ impl Shield {
             return fallback;
         }
         let now = self.state.now();
+        let ip = self.client(ip);
         let key = self.state.clients.key(ip);
         self.state
             .clients
@@ -443,6 +469,7 @@ impl Shield {
             return;
         }
         let now = self.state.now();
+        let ip = self.client(ip);
         let key = self.state.clients.key(ip);
         self.state
             .clients
