@@ -180,7 +180,11 @@ fn storable_any(
     {
         return Err(NoStore::VaryStar);
     }
-    if !rules.share_set_cookie && first(resp_headers, "set-cookie").is_some() {
+    // Set-Cookie2 (RFC 2965, obsolete) still sets cookies in the clients that read it.
+    if !rules.share_set_cookie
+        && (first(resp_headers, "set-cookie").is_some()
+            || first(resp_headers, "set-cookie2").is_some())
+    {
         return Err(NoStore::SetCookie);
     }
     let rule_ttl = rules

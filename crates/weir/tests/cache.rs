@@ -677,3 +677,22 @@ fn a_configured_ttl_wins_over_the_last_modified_heuristic() {
         status_of(&hit)
     );
 }
+
+/// Issue 33 §5: a response with `Set-Cookie2` was stored and shared as if it set no cookie.
+#[test]
+fn set_cookie2_keeps_a_response_private_as_set_cookie_does() {
+    let o = scripted(|_, n| {
+        resp(
+            "200 OK",
+            "Cache-Control: max-age=60\r\nSet-Cookie2: session=abc; Version=1\r\n",
+            &format!("body {n}"),
+        )
+    });
+    let c = cache(&o.origin, "", "1m");
+    assert_eq!(get(&c, "/a", "").text(), "body 1");
+    assert_eq!(
+        get(&c, "/a", "").text(),
+        "body 2",
+        "a Set-Cookie2 response was shared"
+    );
+}

@@ -81,10 +81,10 @@ fn limited_answers_ok_then_429_with_ratelimit_fields() {
         r.header("ratelimit-policy"),
         Some("\"per_client\";q=10;w=1")
     );
-    assert!(
-        r.header("ratelimit")
-            .unwrap()
-            .starts_with("\"per_client\";r=0;t="),
+    // t is when a request is allowed again: what Retry-After says (issue 33 §5).
+    assert_eq!(
+        r.header("ratelimit"),
+        Some("\"per_client\";r=0;t=1"),
         "{:?}",
         r.header("ratelimit")
     );
@@ -1091,4 +1091,69 @@ fn the_example_api_allows_app_example_only() {
         b"GET /api/users HTTP/1.1\r\nHost: a\r\nOrigin: https://other.example\r\n\r\n",
     );
     assert_eq!(r.header("access-control-allow-origin"), None);
+}
+
+/// Issue 33 §5: a 429's RateLimit `t` said when the whole burst would be back (6 s here),
+/// not when a request is allowed again; it now agrees with Retry-After
+/// (draft-ietf-httpapi-ratelimit-headers-10).
+#[test]
+fn ratelimit_t_agrees_with_retry_after() {
+    let s = common::start_config(
+        "workers: 1\nfilters:\n  slow: { rate_limit: { rate: 1, burst: 5, key: $remote_addr } }\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [slow]\n        respond: { body: ok }\n",
+    );
+    let mut c = s.connect();
+    let mut refused = None;
+    for _ in 0..8 {
+        let r = roundtrip(&mut c, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        if r.status == 429 {
+            refused = Some(r);
+            break;
+        }
+    }
+    let r = refused.expect("the burst runs out");
+    let retry = r.header("retry-after").unwrap().to_string();
+    assert_eq!(
+        r.header("ratelimit").unwrap(),
+        format!("\"slow\";r=0;t={retry}")
+    );
+}
+
+/// Issue 33 §5: CORS details. `origins: ["*"]` with `credentials: true` (every site reads
+/// responses with the user's cookies) is a config error; a refused preflight says
+/// `Vary: Origin` once; two Origin fields are a 400.
+#[test]
+fn cors_refuses_wildcard_credentials_duplicate_origins_and_says_vary_once() {
+    let e = common::config_error(
+        "listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [{ cors: { origins: ['*'], credentials: true } }]\n        respond: { body: ok }\n",
+    );
+    assert!(
+        e.contains("credentials") && e.contains("list the origins"),
+        "{e}"
+    );
+    let s = common::start_config(
+        "workers: 1\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [{ cors: { origins: ['https://app.example'] } }]\n        respond: { body: ok }\n",
+    );
+    let mut c = s.connect();
+    let r = roundtrip(
+        &mut c,
+        b"OPTIONS /x HTTP/1.1\r\nHost: a\r\nOrigin: https://evil.example\r\nAccess-Control-Request-Method: GET\r\n\r\n",
+    );
+    assert_eq!(r.status, 403);
+    let varies: Vec<&str> = r
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("vary"))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(
+        varies,
+        ["Origin, Access-Control-Request-Method, Access-Control-Request-Headers"]
+    );
+    let mut c = s.connect();
+    let r = roundtrip(
+        &mut c,
+        b"GET /x HTTP/1.1\r\nHost: a\r\nOrigin: https://app.example\r\nOrigin: https://evil.example\r\n\r\n",
+    );
+    assert_eq!(r.status, 400);
+    assert!(r.header("access-control-allow-origin").is_none());
 }

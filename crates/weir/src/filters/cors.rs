@@ -44,10 +44,20 @@ pub struct Cors {
 #[derive(Debug)]
 struct Allowed(Bytes);
 
+/// This request was a preflight, answered by this filter with its own `Vary`.
+#[derive(Debug)]
+struct Preflight;
+
 impl Cors {
     pub(crate) fn compile(c: model::CorsRule, path: &str) -> Result<Cors, CompileError> {
         if c.origins.is_empty() {
             return Err((format!("{path}.origins"), "give at least one origin".into()));
+        }
+        if c.credentials && c.origins.iter().any(|o| o == "*") {
+            return Err((
+                format!("{path}.credentials"),
+                "credentials: true with origins: [\"*\"] lets every site read responses with the user's cookies: list the origins (or a ~regex of them)".into(),
+            ));
         }
         let mut origins = Vec::new();
         for (i, o) in c.origins.iter().enumerate() {
@@ -217,8 +227,24 @@ impl super::Filter for Cors {
         let Some(origin) = req.head.header("origin") else {
             return Flow::Continue;
         };
+        if req
+            .head
+            .headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case(b"origin"))
+            .nth(1)
+            .is_some()
+        {
+            // Which one the browser meant cannot be told (RFC 6454 §7: one field).
+            return Flow::Respond(Answer {
+                status: 400,
+                fields: Vec::new(),
+                body: Bytes::from_static(b"more than one Origin field\n"),
+            });
+        }
         if req.head.method == Method::Options {
             if let Some(m) = req.head.header("access-control-request-method") {
+                *state = Some(Box::new(Preflight));
                 return self.preflight(req, origin, m);
             }
         }
@@ -229,8 +255,8 @@ impl super::Filter for Cors {
     }
 
     fn response<'a>(&'a self, reply: &mut Reply<'a>, state: &mut State, lines: &mut BytesMut) {
-        if reply.status == 204 && reply.field("access-control-allow-methods").is_some() {
-            return; // this filter's own preflight answer
+        if state.as_ref().is_some_and(|s| s.is::<Preflight>()) {
+            return; // this filter's own preflight answer (allowed or refused) has its Vary
         }
         reply.add_lines(b"Vary: Origin\r\n");
         if let Some(Allowed(origin)) = state.as_ref().and_then(|s| s.downcast_ref()) {

@@ -135,21 +135,25 @@ impl Table {
         let tat = slot.as_deref().copied().unwrap_or(now).max(now);
         let ahead = tat - now;
         let new_tat = tat + l.interval;
-        let reset = new_tat - now;
+        // `t` of the RateLimit field: with quota left, the seconds until it is whole again;
+        // with none, the seconds until the next request is allowed (what Retry-After says).
+        let full = new_tat - now;
+        let next = full.saturating_sub(l.burst_tol);
         let verdict = if ahead <= l.burst_tol {
+            let remaining = (l.burst_tol - ahead) / l.interval;
             Verdict::Admit {
-                remaining: (l.burst_tol - ahead) / l.interval,
-                reset,
+                remaining,
+                reset: if remaining == 0 { next } else { full },
             }
         } else if ahead <= l.queue_tol {
             Verdict::Delay {
                 wait: ahead - l.burst_tol,
-                reset,
+                reset: next,
             }
         } else {
             return Verdict::Refuse {
                 retry: ahead - l.burst_tol,
-                reset: ahead,
+                reset: ahead - l.burst_tol,
             };
         };
         match slot {
@@ -368,7 +372,13 @@ impl RateLimit {
         out.extend_from_slice(b"\";r=");
         out.extend_from_slice(itoa::Buffer::new().format(remaining).as_bytes());
         out.extend_from_slice(b";t=");
-        out.extend_from_slice(itoa::Buffer::new().format(ceil_secs(reset)).as_bytes());
+        let t = if remaining == 0 {
+            // As Retry-After: at least 1 when nothing is left.
+            ceil_secs(reset).max(1)
+        } else {
+            ceil_secs(reset)
+        };
+        out.extend_from_slice(itoa::Buffer::new().format(t).as_bytes());
         out.extend_from_slice(b"\r\n");
     }
 }
