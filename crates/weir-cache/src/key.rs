@@ -196,28 +196,71 @@ impl KeySpec {
 }
 
 /// Accept-Encoding reduced to what a cache needs to tell apart: `br`, `zstd`, `gzip` or nothing
-/// (identity), in that order of preference, a coding refused with `q=0` left out.
+/// (identity). The coding with the highest `q` wins (RFC 9110 §12.5.3), `br`, `zstd`, `gzip` in
+/// that order among equals; a coding that is not listed takes `*`'s `q` (or is refused), and
+/// identity wins when its own `q` (or `*`'s; 1 when neither is given) is higher than every
+/// coding's. `q=0` refuses.
 pub fn normalize_accept_encoding(v: Option<&[u8]>) -> &'static [u8] {
     let Some(v) = v else { return b"" };
-    let has = |coding: &[u8]| {
-        v.split(|b| *b == b',').any(|t| {
-            let mut parts = t.split(|b| *b == b';');
-            let name = parts.next().unwrap_or(b"").trim_ascii();
-            let refused = parts.any(|p| {
+    // q in thousandths, by entry: br, zstd, gzip, identity, `*`.
+    let mut q: [Option<u16>; 5] = [None; 5];
+    for t in v.split(|b| *b == b',') {
+        let mut parts = t.split(|b| *b == b';');
+        let name = parts.next().unwrap_or(b"").trim_ascii();
+        let slot = match name {
+            n if n.eq_ignore_ascii_case(b"br") => 0,
+            n if n.eq_ignore_ascii_case(b"zstd") => 1,
+            n if n.eq_ignore_ascii_case(b"gzip") || n.eq_ignore_ascii_case(b"x-gzip") => 2,
+            n if n.eq_ignore_ascii_case(b"identity") => 3,
+            b"*" => 4,
+            _ => continue,
+        };
+        let weight = parts
+            .find_map(|p| {
                 let p = p.trim_ascii();
-                p == b"q=0" || p == b"q=0.0" || p == b"q=0.00" || p == b"q=0.000"
-            });
-            name.eq_ignore_ascii_case(coding) && !refused
-        })
+                let v = p.strip_prefix(b"q=").or_else(|| p.strip_prefix(b"Q="))?;
+                Some(qvalue(v.trim_ascii()))
+            })
+            .unwrap_or(1000);
+        // The same coding twice: the first says (RFC 9110 leaves it open).
+        q[slot].get_or_insert(weight);
+    }
+    let star = q[4];
+    let (mut best, mut best_q) = (b"" as &'static [u8], 0u16);
+    for (i, name) in [&b"br"[..], b"zstd", b"gzip"].into_iter().enumerate() {
+        let w = q[i].or(star).unwrap_or(0);
+        if w > best_q {
+            (best, best_q) = (name, w);
+        }
+    }
+    // Identity unlisted is acceptable, but never preferred to a coding the client listed.
+    let identity = q[3].or(star).unwrap_or(0);
+    if best_q == 0 || identity > best_q {
+        return b"";
+    }
+    best
+}
+
+/// A qvalue (`0`, `0.5`, `1.000`) in thousandths; anything malformed counts as 1 (as if the
+/// parameter were absent).
+fn qvalue(v: &[u8]) -> u16 {
+    let (int, frac) = match v.iter().position(|b| *b == b'.') {
+        Some(i) => (&v[..i], &v[i + 1..]),
+        None => (v, &b""[..]),
     };
-    if has(b"br") {
-        b"br"
-    } else if has(b"zstd") {
-        b"zstd"
-    } else if has(b"gzip") {
-        b"gzip"
-    } else {
-        b""
+    if frac.len() > 3 || !frac.iter().all(u8::is_ascii_digit) {
+        return 1000;
+    }
+    match int {
+        b"0" => {
+            let mut n = 0u16;
+            for i in 0..3 {
+                n = n * 10 + frac.get(i).map_or(0, |d| u16::from(d - b'0'));
+            }
+            n
+        }
+        b"1" if frac.iter().all(|d| *d == b'0') => 1000,
+        _ => 1000,
     }
 }
 
@@ -231,6 +274,27 @@ mod tests {
         weir_http::parse_request(&mut b, &Default::default())
             .unwrap()
             .unwrap()
+    }
+
+    #[test]
+    fn accept_encoding_q_values_decide() {
+        let n =
+            |v: &str| std::str::from_utf8(normalize_accept_encoding(Some(v.as_bytes()))).unwrap();
+        assert_eq!(n("gzip, deflate, br"), "br");
+        assert_eq!(n("br;q=0.5, gzip;q=1"), "gzip");
+        assert_eq!(n("br;q=0.5, gzip"), "gzip");
+        assert_eq!(n("gzip;q=0.5, br;q=0.5"), "br");
+        assert_eq!(n("gzip;q=0, br;q=0"), "");
+        assert_eq!(n("br;q=0"), "");
+        assert_eq!(n("*"), "br");
+        assert_eq!(n("*;q=0.1, gzip"), "gzip");
+        assert_eq!(n("gzip;q=0.5, identity"), "");
+        assert_eq!(n("gzip;q=0.5, identity;q=0.2"), "gzip");
+        assert_eq!(n("gzip, identity;q=0"), "gzip");
+        assert_eq!(n("deflate"), "");
+        assert_eq!(n("gzip;q=0.001"), "gzip");
+        assert_eq!(n("gzip;q=junk"), "gzip");
+        assert_eq!(n("x-gzip"), "gzip");
     }
 
     #[test]

@@ -172,7 +172,11 @@ pub fn encoded_variant(base: &CachedObject, coding: &'static str, body: Bytes) -
         storable: base.meta.storable.clone(),
         clock: base.meta.clock,
         etag,
-        last_modified: base.meta.last_modified.clone(),
+        // Not kept for `If-Range`: the bytes of this encoding run differ from those a client
+        // got streamed on the miss under the same Last-Modified, so a range resumed by date
+        // would splice two runs (issue 33 §5). Without it, If-Range never matches here and
+        // the client gets the whole variant. (The field is still sent; 304s use `modified`.)
+        last_modified: None,
         modified: base.meta.modified,
         vary,
         tags: base.meta.tags.clone(),

@@ -241,7 +241,8 @@ fn what_is_never_compressed() {
     c.write_all(b"HEAD /page HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\n")
         .unwrap();
     let r = common::read_response_to(&mut c, true);
-    assert_eq!(r.header("content-encoding"), None);
+    // A HEAD gets the fields its GET would (issue 33 §5).
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
 }
 
 /// `file.gz`, `file.br`, `file.zst` beside a static file are sent to clients that take them.
@@ -321,4 +322,54 @@ fn the_cache_example_stores_compressed_text() {
     let r = send(&s, "/index.html", None);
     assert_eq!(r.body, body.as_bytes());
     assert_eq!(asked.load(Ordering::SeqCst), 1);
+}
+
+/// Issue 33 §5: Accept-Encoding `q` values decide (RFC 9110 §12.5.3; `br;q=0.5, gzip;q=1` got
+/// br); a HEAD is answered with the fields its GET gets (it got the identity ones); a range
+/// resumed with `If-Range: <Last-Modified>` is never spliced from another encoding run (the
+/// streamed miss and the stored variant differ under one weak ETag: 10 of 20 resumed
+/// downloads did not decode) — the whole variant is sent.
+#[test]
+fn q_values_head_fields_and_ranges_of_encoded_variants() {
+    let body = page();
+    let b = body.clone();
+    let origin = http_origin(move |_| {
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nCache-Control: max-age=60\r\nETag: \"v1\"\r\nLast-Modified: Mon, 01 Jan 2024 00:00:00 GMT\r\nContent-Length: {}\r\n\r\n{b}",
+            b.len()
+        )
+        .into_bytes()
+    });
+    let s = start_config(&format!(
+        "workers: 1\ncache_zones: {{ z: {{ max_size: 16m }} }}\nupstreams:\n  app: {{ servers: ['{}'] }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - match: {{ path_prefix: /plain/ }}\n        filters: [{{ compress: {{}} }}]\n        proxy: {{ upstream: app }}\n      - filters: [{{ compress: {{}} }}]\n        proxy: {{ upstream: app }}\n        cache: {{ zone: z }}\n",
+        origin.addr
+    ));
+    let r = send(&s, "/plain/a", Some("br;q=0.5, gzip;q=1"));
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    assert_eq!(decode(Some("gzip"), &r.body), body.as_bytes());
+    let r = send(&s, "/plain/a", Some("gzip;q=0.2, identity"));
+    assert_eq!(r.header("content-encoding"), None);
+    // HEAD: the same fields as the GET.
+    let mut c = s.connect();
+    c.write_all(b"HEAD /plain/a HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\n")
+        .unwrap();
+    let head = common::read_response_to(&mut c, true);
+    assert_eq!(head.header("content-encoding"), Some("gzip"));
+    assert_eq!(head.header("etag"), Some("W/\"v1\""));
+    assert!(
+        head.header("content-length").is_none(),
+        "{:?}",
+        head.headers
+    );
+    // The cached route: the miss streams gzip, then a resumed range by date gets the whole
+    // stored variant, which decodes.
+    let streamed = send(&s, "/c", Some("gzip"));
+    assert_eq!(streamed.header("content-encoding"), Some("gzip"));
+    let mut c = s.connect();
+    let r = roundtrip(
+        &mut c,
+        b"GET /c HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\nRange: bytes=20-\r\nIf-Range: Mon, 01 Jan 2024 00:00:00 GMT\r\n\r\n",
+    );
+    assert_eq!(r.status, 200, "a range of another encoding run");
+    assert_eq!(decode(Some("gzip"), &r.body), body.as_bytes());
 }

@@ -74,6 +74,9 @@ struct WantBr;
 struct WantZstd;
 #[derive(Debug)]
 struct WantGzip;
+/// A HEAD that would be answered in this coding: its fields, no encoder.
+#[derive(Debug)]
+struct HeadOnly(Coding);
 
 /// Fields a compressed response loses (length, validator, and `Vary` when it is merged).
 #[derive(Debug)]
@@ -190,14 +193,15 @@ impl super::Filter for Compress {
     }
 
     fn request(&self, req: &Req<'_>, state: &mut State, _: &mut Option<usize>) -> Flow {
-        if req.head.method != Method::Head {
-            *state = match wanted(req.head) {
-                Some(Coding::Br) => Some(Box::new(WantBr)),
-                Some(Coding::Zstd) => Some(Box::new(WantZstd)),
-                Some(Coding::Gzip) => Some(Box::new(WantGzip)),
-                None => None,
-            };
-        }
+        // A HEAD is answered with the fields its GET would get (Content-Encoding included),
+        // not the identity ones (issue 33 §5); it has no body to encode.
+        *state = match wanted(req.head) {
+            Some(c) if req.head.method == Method::Head => Some(Box::new(HeadOnly(c))),
+            Some(Coding::Br) => Some(Box::new(WantBr)),
+            Some(Coding::Zstd) => Some(Box::new(WantZstd)),
+            Some(Coding::Gzip) => Some(Box::new(WantGzip)),
+            None => None,
+        };
         Flow::Continue
     }
 
@@ -206,12 +210,19 @@ impl super::Filter for Compress {
     }
 
     fn response<'a>(&'a self, reply: &mut Reply<'a>, state: &mut State, lines: &mut BytesMut) {
-        let want = match state.take() {
+        let taken = state.take();
+        let head_only = taken
+            .as_ref()
+            .and_then(|s| s.downcast_ref::<HeadOnly>())
+            .map(|h| h.0);
+        let want = match taken {
+            _ if head_only.is_some() => head_only,
             Some(s) if s.is::<WantBr>() => Some(Coding::Br),
             Some(s) if s.is::<WantZstd>() => Some(Coding::Zstd),
             Some(s) if s.is::<WantGzip>() => Some(Coding::Gzip),
             _ => None,
         };
+        let head_only = head_only.is_some();
         let [encoding, range, cache_control, content_type, content_length, vary, etag] = reply
             .fields_of([
                 "content-encoding",
@@ -261,7 +272,9 @@ impl super::Filter for Compress {
         if let Some(e) = etag {
             line(lines, b"ETag", &e);
         }
-        *state = Some(Box::new(encoder));
+        if !head_only {
+            *state = Some(Box::new(encoder));
+        }
     }
 
     fn body(&self, state: &mut State, data: &[u8], end: bool, out: &mut BytesMut) {
