@@ -211,3 +211,17 @@ fn syslog_over_a_unix_datagram_socket() {
     assert_eq!(v["path"], "/unix");
     let _ = std::fs::remove_file(&path);
 }
+
+/// Issue 33 §6: `$uri` (nginx users type it) was refused in log templates; it is the normal
+/// path without the query.
+#[test]
+fn uri_in_a_log_template_is_the_normal_path() {
+    let log = temp("uri");
+    let s = common::start_config(&format!(
+        "workers: 1\naccess_log: {{ path: '{}', format: '$uri|$request_uri' }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - respond: {{ body: hi }}\n",
+        log.display()
+    ));
+    assert_eq!(common::get(s.addr, "/a/./b/../c?x=1").status, 200);
+    let lines = wait_lines(&log, 1);
+    assert_eq!(lines[0], "/a/c|/a/c?x=1");
+}

@@ -1157,3 +1157,17 @@ fn cors_refuses_wildcard_credentials_duplicate_origins_and_says_vary_once() {
     assert_eq!(r.status, 400);
     assert!(r.header("access-control-allow-origin").is_none());
 }
+
+/// Issue 33 §6: `match.host: '~^api\.'` (an nginx regex server_name) passed and never matched.
+#[test]
+fn host_regexes_and_odd_host_names_are_refused() {
+    let e = common::config_error(
+        "listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - match: { host: '~^api\\.' }\n        respond: { body: ok }\n",
+    );
+    assert!(e.contains("host regexes are not supported"), "{e}");
+    assert!(e.contains("routes[0].match.host"), "{e}");
+    let e = common::config_error(
+        "listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - match: { host: 'api.(example).com' }\n        respond: { body: ok }\n",
+    );
+    assert!(e.contains("is not a host name"), "{e}");
+}

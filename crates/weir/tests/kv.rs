@@ -425,3 +425,24 @@ fn a_huge_ttl_saturates() {
     assert_eq!(req(srv.addr, "PUT", "/kv/forever", ttl, "v").status, 201);
     assert_eq!(req(srv.addr, "GET", "/kv/forever", "", "").text(), "v");
 }
+
+/// Issue 33 §6: `max_value_size: 8m` was silently capped by `limits.max_body_bytes` (1m).
+#[test]
+fn check_says_when_max_body_bytes_caps_max_value_size() {
+    let cfg = common::process::write_config(
+        "kv-cap",
+        "kv_stores: { s: { max_size: 64m, max_value_size: 8m } }\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - match: { path_prefix: /kv/ }\n        kv: { store: s }\n",
+    );
+    let out = Command::new(WEIR)
+        .args(["check", "--no-bind", "-c"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("kv_stores.s.max_value_size") && said.contains("limits.max_body_bytes"),
+        "{said}"
+    );
+    let _ = std::fs::remove_file(cfg);
+}

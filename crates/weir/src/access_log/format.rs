@@ -104,6 +104,9 @@ const NAMES: &[(&str, Var)] = &[
     ("method", Var::Method),
     ("request_method", Var::Method),
     ("path", Var::Path),
+    // nginx's `$uri`: the normalised path, without the query (weir's paths are normalised
+    // before anything reads them: docs/config.md, "Request paths").
+    ("uri", Var::Path),
     ("query", Var::Query),
     ("args", Var::Query),
     ("request_uri", Var::Uri),

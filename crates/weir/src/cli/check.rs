@@ -131,6 +131,16 @@ pub(super) fn warnings(cfg: &RuntimeConfig) -> Vec<String> {
 /// What `weir check` warns about in the config as written; `at` names a key's place.
 fn model_warnings(file: &model::File, at: impl Fn(&str) -> String) -> Vec<String> {
     let mut out = Vec::new();
+    for (name, kv) in &file.kv_stores {
+        let body = file.limits.max_body_bytes.0;
+        if let Some(v) = kv.max_value_size.filter(|v| v.0 > body) {
+            out.push(format!(
+                "{}: kv store {name}: max_value_size {} is more than limits.max_body_bytes {body}: larger bodies get 413 before the store sees them (raise limits.max_body_bytes)",
+                at(&format!("kv_stores.{name}.max_value_size")),
+                v.0
+            ));
+        }
+    }
     for (i, l) in file.listeners.iter().enumerate() {
         if l.routes.is_empty() {
             out.push(format!(

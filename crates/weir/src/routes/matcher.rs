@@ -222,7 +222,17 @@ fn host_patterns(names: Vec<String>, key: &str) -> Result<Vec<HostPattern>, Comp
     let mut out = Vec::new();
     for h in names {
         let h = h.trim().to_ascii_lowercase();
-        if h.is_empty() || h.contains(['/', ' ']) {
+        if h.starts_with('~') {
+            // nginx's `server_name ~^api\.`: looks valid, never matched as a literal name.
+            return Err((
+                key.to_string(),
+                format!("{h:?}: host regexes are not supported; name the hosts (exact, or *.example.com)"),
+            ));
+        }
+        let host_byte = |c: char| {
+            c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':' | '[' | ']' | '*')
+        };
+        if h.is_empty() || !h.chars().all(host_byte) {
             return Err((key.to_string(), format!("{h:?} is not a host name")));
         }
         out.push(match h.strip_prefix('*') {
