@@ -351,3 +351,40 @@ fn upstream_failure_lines_name_the_request() {
     assert!(line.contains("request_id="), "{line}");
     assert!(line.contains(&format!("127.0.0.1:{dead}")), "{line}");
 }
+
+/// Issue 33 §6: without a pid file, `weir status` found the process through the admin API but
+/// `upgrade` and `stop` refused. They find it the same way now.
+#[test]
+fn stop_and_upgrade_find_weir_through_the_admin_api_without_a_pid_file() {
+    let d = dir("nopid");
+    let (port, admin) = (free_port(), free_port());
+    let cfg = config(port, Some(admin), "one").replace("pid_file: weir.pid\n", "");
+    std::fs::write(d.0.join("weir.yaml"), cfg).unwrap();
+    let sock = d.0.join("upgrade.sock");
+    let mut cmd = Command::new(WEIR);
+    cmd.args(["run", "-c", "weir.yaml", "--upgrade-socket"])
+        .arg(&sock)
+        .current_dir(&d.0);
+    let (first, _) = spawn_serving(cmd);
+    let first_pid = first.id() as i32;
+    let out = weir(&["status", "-c", "weir.yaml"], &d.0);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = weir(&["upgrade", "-c", "weir.yaml"], &d.0);
+    assert!(out.status.success(), "{}", text(&out));
+    let said = text(&out);
+    let new_pid: i32 = said
+        .rsplit("-> ")
+        .next()
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    assert_ne!(new_pid, first_pid);
+    let out = weir(&["stop", "-c", "weir.yaml"], &d.0);
+    assert!(out.status.success(), "{}", text(&out));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(new_pid) {
+        assert!(Instant::now() < deadline, "the new weir still runs");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(first);
+}

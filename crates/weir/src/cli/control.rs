@@ -85,10 +85,19 @@ impl Target {
 }
 
 impl Target {
-    /// The running process's pid and its pid file (the verbs that signal need both).
-    fn running(&self) -> Result<(i32, PathBuf), String> {
+    /// The running process's pid, from its pid file, else from its admin API's `/status` (as
+    /// `weir status` finds it: `stop` and `upgrade` once refused what `status` showed running),
+    /// with the pid file when there is one.
+    fn running(&self) -> Result<(i32, Option<PathBuf>, Found), String> {
         let found = self.find()?;
-        found.pid().map(|(pid, path)| (pid, path.to_path_buf()))
+        let by_file = found.pid().map(|(pid, path)| (pid, path.to_path_buf()));
+        match by_file {
+            Ok((pid, path)) => Ok((pid, Some(path), found)),
+            Err(e) => match found.admin_pid() {
+                Some(pid) => Ok((pid, None, found)),
+                None => Err(e),
+            },
+        }
     }
 }
 
@@ -106,6 +115,15 @@ impl Found {
             ));
         }
         Ok((pid, path))
+    }
+
+    /// The pid the admin API's `/status` reports, when it answers.
+    fn admin_pid(&self) -> Option<i32> {
+        self.admin.as_ref()?;
+        match self.call("GET", "/status") {
+            Ok((200, s)) => s["pid"].as_i64().map(|p| p as i32),
+            _ => None,
+        }
     }
 
     fn call(&self, method: &str, path: &str) -> Result<(u16, serde_json::Value), String> {
@@ -175,7 +193,7 @@ pub fn reload(t: &Target) -> ExitCode {
 
 /// `weir stop [--fast]`: waits at most `timeout` for the process to end.
 pub fn stop(t: &Target, fast: bool, timeout: Duration) -> ExitCode {
-    let (pid, _) = match t.running() {
+    let (pid, _, _) = match t.running() {
         Ok(p) => p,
         Err(e) => return fail(e),
     };
@@ -203,9 +221,10 @@ pub fn stop(t: &Target, fast: bool, timeout: Duration) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `weir upgrade`: waits at most `timeout` for the new process to write the pid file.
+/// `weir upgrade`: waits at most `timeout` for the new process to write the pid file (or,
+/// without one, to answer the admin API).
 pub fn upgrade(t: &Target, timeout: Duration) -> ExitCode {
-    let (pid, path) = match t.running() {
+    let (pid, path, found) = match t.running() {
         Ok(p) => p,
         Err(e) => return fail(e),
     };
@@ -213,14 +232,18 @@ pub fn upgrade(t: &Target, timeout: Duration) -> ExitCode {
         return fail(e);
     }
     let start = Instant::now();
+    let new_pid = || match &path {
+        Some(p) => pidfile::read(p).ok(),
+        None => found.admin_pid(),
+    };
     loop {
-        if let Ok(new) = pidfile::read(&path) {
+        if let Some(new) = new_pid() {
             if new != pid && pidfile::alive(new) {
                 println!("weir: upgraded: pid {pid} -> {new} (the old one finishes its requests and exits)");
                 return ExitCode::SUCCESS;
             }
         }
-        if start.elapsed() > timeout || !pidfile::alive(pid) && pidfile::read(&path).is_err() {
+        if start.elapsed() > timeout || !pidfile::alive(pid) && new_pid().is_none() {
             return fail(format!(
                 "no new weir took over within {timeout:?}: see the log (an upgrade needs `weir run --upgrade-socket PATH`; the running one keeps serving)"
             ));
