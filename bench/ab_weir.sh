@@ -56,6 +56,8 @@ start_weir new "$NEW_WEIR" "$ROOT/examples/hello.yaml" ${PORT[new]}; PID[new,hel
 # know their keys): examples/cache.yaml without its compress filter and its disk tier (the hot
 # paths are compared with the new features not configured; older builds do not know `disk`).
 sed -e '/^        filters:$/d' -e '/- compress:/d' -e '/^    disk:/d' "$ROOT/examples/cache.yaml" > "$TMP/cache.yaml"
+# HTTP/2 (h2c, prior knowledge): the hello routes on an h2c listener, for the h2 row.
+sed -e 's/^  - address: \(.*\)$/  - address: \1\n    h2c: true/' "$ROOT/examples/hello.yaml" > "$TMP/hello-h2c.yaml"
 start_weir old "$OLD_WEIR" "$TMP/cache.yaml" $CPORT_old 127.0.0.1:${ADMIN[old]}; PID[old,cache]=$STARTED
 start_weir new "$NEW_WEIR" "$TMP/cache.yaml" $CPORT_new 127.0.0.1:${ADMIN[new]}; PID[new,cache]=$STARTED
 for p in ${PORT[old]} ${PORT[new]} $CPORT_old $CPORT_new; do wait_port "$p"; done
@@ -99,10 +101,11 @@ for ((r = 0; r < ROUNDS; r++)); do
 done
 
 # Instruction counts, once per binary and kind of request (they barely vary between runs).
-for k in "hello-ka|hello|/hello|-c 10" "hello-close|hello|/hello|-c 10 --close" "hit-1KiB|cache|/s1024|-c 10" "proxy-1KiB|proxy|/s1024|-c 10"; do
+for k in "hello-ka|hello|/hello|-c 10" "hello-close|hello|/hello|-c 10 --close" "hit-1KiB|cache|/s1024|-c 10" "proxy-1KiB|proxy|/s1024|-c 10" "hello-h2c|hello-h2c|/hello|-c 10 --h2 --streams 10"; do
   IFS='|' read -r name kind path args <<<"$k"
   cfg="$ROOT/examples/$kind.yaml"
   [ "$kind" = cache ] && cfg="$TMP/cache.yaml"   # without its compress filter (see above)
+  [ "$kind" = hello-h2c ] && cfg="$TMP/hello-h2c.yaml"
   for which in old new; do
     if [ "$which" = old ]; then bin=$OLD_WEIR; else bin=$NEW_WEIR; fi
     # shellcheck disable=SC2086
@@ -133,7 +136,7 @@ OUT="$ROOT/bench/results/ab-$(date -u +%Y%m%d-%H%M).md"
   echo
   echo "| request | old | new | new/old |"
   echo "|---|---:|---:|---:|"
-  for name in hello-ka hello-close hit-1KiB proxy-1KiB; do
+  for name in hello-ka hello-close hit-1KiB proxy-1KiB hello-h2c; do
     echo "| $name | ${IU[$name,old]} | ${IU[$name,new]} | $(ratio "${IU[$name,new]}" "${IU[$name,old]}") |"
   done
   echo

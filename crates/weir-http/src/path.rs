@@ -11,9 +11,18 @@
 //! - an encoded `/` or `\` (`%2F`, `%5C`): a segment boundary to some origins, not to others
 //!   (`keep_encoded_slashes` passes them through untouched, for origins that need them);
 //! - a raw `\` (a separator on Windows origins), an encoded NUL (`%00`);
-//! - a double-encoded `.`, `/`, `\` or NUL (`%252e`): what an origin that decodes twice sees;
-//! - a dot segment with parameters (`..;`, `.;x`): Tomcat and Jetty read it as `..`;
+//! - an encoded `%` (`%25`): whatever follows it is another escape to an origin that decodes
+//!   twice (`%252e`, `%2570`, `%25%32%65`); Traefik refuses it by default too;
+//! - `;` (path parameters), raw or encoded (`%3B`): Tomcat and Jetty drop `;...` from a segment
+//!   (`/private;x/` is `/private/` to them, `..;` is `..`), which no route can see
+//!   (`keep_semicolons` passes raw ones for origins that use them, as `;jsessionid=`);
+//! - an encoded `?` or `#` (`%3F`, `%23`): a query or fragment to an origin that decodes first;
+//! - bytes that are never UTF-8 (`%C0`, `%C1`, `%F5`–`%FF`): overlong encodings (`%C0%AE` is `.`
+//!   to a lax decoder);
 //! - a malformed escape (`%zz`, `%4`).
+//!
+//! Case, trailing dots and spaces are left as they are: an origin that folds `/PRIVATE/` into
+//! `/private/` must be matched by routes written for it.
 //!
 //! Cost: a path that is already normal (no `%`, `\`, `//` or dot segment: nearly every request)
 //! is one pass over its bytes and no copy; only the others are rewritten into a new buffer.
@@ -26,7 +35,7 @@ fn is_normal(path: &[u8]) -> bool {
     let mut prev = 0u8;
     for (i, &b) in path.iter().enumerate() {
         match b {
-            b'%' | b'\\' => return false,
+            b'%' | b'\\' | b';' => return false,
             b'/' if prev == b'/' => return false,
             b'.' if (prev == b'/' || i == 0) && is_dot_segment_tail(&path[i + 1..]) => {
                 return false
@@ -62,6 +71,15 @@ fn unreserved(b: u8) -> bool {
 /// already normal (the caller keeps its slice), `Ok(Some(new))` when rewritten, `Err` when it
 /// is refused.
 pub fn normalize(path: &[u8], keep_encoded_slashes: bool) -> Result<Option<Vec<u8>>, Refusal> {
+    normalize_with(path, keep_encoded_slashes, false)
+}
+
+/// [`normalize`], with raw `;` passed when `keep_semicolons`.
+pub fn normalize_with(
+    path: &[u8],
+    keep_encoded_slashes: bool,
+    keep_semicolons: bool,
+) -> Result<Option<Vec<u8>>, Refusal> {
     if is_normal(path) {
         return Ok(None);
     }
@@ -73,6 +91,7 @@ pub fn normalize(path: &[u8], keep_encoded_slashes: bool) -> Result<Option<Vec<u
         let b = path[i];
         match b {
             b'\\' => return Err("backslash in request path"),
+            b';' if !keep_semicolons => return Err("path parameters (;) in request path"),
             b'%' => {
                 let (Some(h), Some(l)) = (
                     path.get(i + 1).copied().and_then(hex),
@@ -86,8 +105,10 @@ pub fn normalize(path: &[u8], keep_encoded_slashes: bool) -> Result<Option<Vec<u
                     b'/' | b'\\' if !keep_encoded_slashes => {
                         return Err("encoded slash in request path")
                     }
-                    b'%' if double_encoded(&path[i + 3..]) => {
-                        return Err("double-encoded dot or slash in request path")
+                    b'%' => return Err("encoded percent sign in request path"),
+                    b';' | b'?' | b'#' => return Err("encoded ; ? or # in request path"),
+                    0xC0 | 0xC1 | 0xF5..=0xFF => {
+                        return Err("a byte that is never UTF-8 in request path")
                     }
                     c if unreserved(c) => decoded.push(c),
                     c => {
@@ -136,18 +157,9 @@ pub fn normalize(path: &[u8], keep_encoded_slashes: bool) -> Result<Option<Vec<u
     Ok(Some(out))
 }
 
-/// Whether the bytes after a `%25` spell a dangerous escape again (`2e`, `2f`, `5c`, `00`).
-fn double_encoded(rest: &[u8]) -> bool {
-    matches!(
-        rest.get(..2)
-            .map(|p| [p[0].to_ascii_lowercase(), p[1].to_ascii_lowercase()]),
-        Some([b'2', b'e'] | [b'2', b'f'] | [b'5', b'c'] | [b'0', b'0'])
-    )
-}
-
 #[cfg(test)]
 mod tests {
-    use super::normalize;
+    use super::{normalize, normalize_with};
 
     fn n(p: &str) -> Result<String, &'static str> {
         normalize(p.as_bytes(), false)
@@ -162,7 +174,6 @@ mod tests {
             "/a/b/",
             "/a.b/c..d/.e",
             "/..a/b",
-            "/a;b=1/c",
             "/index.html",
             "",
         ] {
@@ -191,7 +202,8 @@ mod tests {
             ("/..", "/"),
             ("/a/b/", "/a/b/"),
             ("/a%20b", "/a%20b"),
-            ("/a%3fb", "/a%3Fb"),
+            ("/a%40b%3d", "/a%40b%3D"),
+            ("/a%2bb", "/a%2Bb"),
             ("/%7euser", "/~user"),
             ("/caf%C3%A9", "/caf%C3%A9"),
         ] {
@@ -212,12 +224,36 @@ mod tests {
             "/a%252Fb",
             "/api/..;/private/x",
             "/api/.;x/private",
+            "/private;a/x",
+            "/private;/x",
+            "/api/..%3b/private/x",
+            "/a%3fb",
+            "/a%23b",
+            "/%2570rivate/x",
+            "/%25%37%30rivate/x",
+            "/api/%25%32%65%25%32%65/private/x",
+            "/api/%25252e%25252e/private/x",
+            "/api/%c0%ae%c0%ae/private/x",
+            "/a%ff",
+            "/a%25",
             "/a%zz",
             "/a%4",
             "/a%",
         ] {
             assert!(n(raw).is_err(), "{raw} was accepted as {:?}", n(raw));
         }
+    }
+
+    #[test]
+    fn semicolons_can_be_kept() {
+        let keep = |p: &str| normalize_with(p.as_bytes(), false, true);
+        assert_eq!(
+            keep("/a;jsessionid=1/b").map(|o| o.map(|v| String::from_utf8(v).unwrap())),
+            Ok(Some("/a;jsessionid=1/b".to_string()))
+        );
+        assert!(keep("/api/..;/private").is_err(), "never in a dot segment");
+        assert!(keep("/a%3bb").is_err(), "encoded, never");
+        assert!(normalize("/a;b=1/c".as_bytes(), false).is_err());
     }
 
     #[test]
@@ -237,7 +273,7 @@ mod tests {
         for raw in [
             "/a/./b/../c//d/",
             "/%7e/%41",
-            "/a%3f/..",
+            "/a%2b/..",
             "/x/y/../../..",
             "/a/b/.",
         ] {

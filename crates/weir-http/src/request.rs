@@ -29,6 +29,8 @@ pub struct Limits {
     pub normalize_path: bool,
     /// Pass `%2F` and `%5C` through as they are instead of refusing them (off by default).
     pub keep_encoded_slashes: bool,
+    /// Pass raw `;` path parameters through instead of refusing them (off by default).
+    pub keep_semicolons: bool,
     /// Fields whose names hold `_` (nginx's `underscores_in_headers`).
     pub underscores: Underscores,
 }
@@ -53,6 +55,7 @@ impl Default for Limits {
             max_uri_bytes: 8 * 1024,
             normalize_path: true,
             keep_encoded_slashes: false,
+            keep_semicolons: false,
             underscores: Underscores::Allow,
         }
     }
@@ -400,9 +403,10 @@ pub fn parse_request(
     let mut target = head.slice(target_range.0..target_range.0 + target_range.1);
     let (mut path_at, mut path_end) = (path_at, path_end);
     if limits.normalize_path && !matches!(form, TargetForm::Asterisk) {
-        if let Some(path) = crate::path::normalize(
+        if let Some(path) = crate::path::normalize_with(
             &target_bytes[path_at..path_end],
             limits.keep_encoded_slashes,
+            limits.keep_semicolons,
         )
         .map_err(ParseError::BadRequest)?
         {

@@ -352,6 +352,10 @@ pub struct Limits {
     /// Request paths with `%2F` or `%5C` (an encoded `/` or `\`): refused with 400 (`reject`,
     /// the default) or passed through as they are (`keep`) for origins that need them.
     pub encoded_slashes: EncodedSlashes,
+    /// Request paths with `;` (path parameters, `;jsessionid=`): refused with 400 (`reject`,
+    /// the default: Tomcat and Jetty drop `;...` from a segment, which no route sees) or passed
+    /// through (`keep`). `..;` and `%3B` are refused either way.
+    pub semicolons: EncodedSlashes,
     /// Request fields whose names hold `_`: kept (`allow`), left out (`drop`, nginx's
     /// `underscores_in_headers off`) or answered 400 (`reject`).
     pub underscores_in_headers: UnderscoresInHeaders,
@@ -386,6 +390,7 @@ impl Default for Limits {
             max_requests_per_connection: 10_000,
             backlog: 4096,
             encoded_slashes: EncodedSlashes::Reject,
+            semicolons: EncodedSlashes::Reject,
             underscores_in_headers: UnderscoresInHeaders::Allow,
         }
     }

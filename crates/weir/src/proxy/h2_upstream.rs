@@ -92,6 +92,7 @@ async fn bridge(
         // The pipeline's own request, its path normalised when the client's was read.
         normalize_path: false,
         keep_encoded_slashes: true,
+        keep_semicolons: true,
         underscores: weir_http::Underscores::Allow,
     };
     let head = loop {

@@ -52,6 +52,7 @@ pub(crate) fn compile(
             max_uri_bytes: l.max_uri_bytes.0 as usize,
             normalize_path: true,
             keep_encoded_slashes: l.encoded_slashes == model::EncodedSlashes::Keep,
+            keep_semicolons: l.semicolons == model::EncodedSlashes::Keep,
             underscores: match l.underscores_in_headers {
                 model::UnderscoresInHeaders::Allow => weir_http::Underscores::Allow,
                 model::UnderscoresInHeaders::Drop => weir_http::Underscores::Drop,
