@@ -1118,3 +1118,72 @@ fn a_failing_jwks_is_not_fetched_per_request_and_crit_is_refused() {
     let crit = signed(r#"{"alg":"HS256","typ":"JWT","crit":["exp"],"exp":1}"#);
     assert_eq!(send(&s, "/", &bearer(&crit)).status, 401);
 }
+
+/// The attack review of issue 33: `forward_auth`'s answer cache was keyed on the first copy of
+/// each credential field, so `Cookie:` (empty) then `Cookie: session=bob` stored bob's answer
+/// under "no credentials" and every anonymous request got in as bob; and with `copy_headers`
+/// but no `consumer_header` the consumer was empty, so the cache keyed everyone alike. Now the
+/// answer key holds every copy, and the object key the copied fields (a request whose
+/// authentication names nobody is not cached at all).
+#[test]
+fn forward_auth_answers_and_objects_are_keyed_by_the_whole_credential() {
+    let service = http_origin(|req: &SeenRequest| {
+        // A service that reads every Cookie field, as Go, Node and nginx join them.
+        let cookies: Vec<&str> = req
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("cookie"))
+            .map(|(_, v)| v.as_str())
+            .collect();
+        let user = ["alice", "bob"]
+            .into_iter()
+            .find(|u| cookies.iter().any(|c| c.contains(&format!("session={u}"))));
+        match user {
+            Some(u) => format!("HTTP/1.1 200 OK\r\nX-User-Id: {u}\r\nContent-Length: 0\r\n\r\n")
+                .into_bytes(),
+            None => b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n".to_vec(),
+        }
+    });
+    let app = http_origin(|req: &SeenRequest| {
+        let who = req.header("x-user-id").unwrap_or("-").to_string();
+        format!(
+            "HTTP/1.1 200 OK\r\nCache-Control: public, max-age=600\r\nContent-Length: {}\r\n\r\nfor {who}",
+            4 + who.len()
+        )
+        .into_bytes()
+    });
+    let s = start_config(&format!(
+        r#"
+workers: 1
+cache_zones: {{ z: {{ max_size: 1m }} }}
+upstreams:
+  app: {{ servers: ["{}"] }}
+  auth: {{ servers: ["{}"] }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - filters: [{{ forward_auth: {{ upstream: auth, path: /verify, copy_headers: [x-user-id], cache: 1m }} }}]
+        proxy: {{ upstream: app }}
+        cache: {{ zone: z }}
+"#,
+        app.addr, service.addr
+    ));
+    let r = send(&s, "/a", "Cookie: \r\nCookie: session=bob\r\n");
+    assert_eq!((r.status, r.text()), (200, "for bob".to_string()));
+    assert_eq!(
+        send(&s, "/b", "").status,
+        401,
+        "no credentials, let in as bob"
+    );
+    assert_eq!(send(&s, "/b", "Cookie: \r\n").status, 401);
+    // One object per consumer, though the service names none but in copied fields.
+    assert_eq!(
+        send(&s, "/p", "Cookie: session=alice\r\n").text(),
+        "for alice"
+    );
+    assert_eq!(send(&s, "/p", "Cookie: session=bob\r\n").text(), "for bob");
+    assert_eq!(
+        send(&s, "/p", "Cookie: session=alice\r\n").text(),
+        "for alice"
+    );
+}

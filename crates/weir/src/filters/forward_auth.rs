@@ -128,14 +128,23 @@ impl Inner {
             .flatten()
     }
 
-    /// The credential's key: its fields' values, in config order.
+    /// The credential's key: every copy of each of its fields, in config order and in the
+    /// order received (what the subrequest carries). Keyed on the first copy alone, an empty
+    /// `Cookie:` before `Cookie: session=bob` let anyone in as bob once bob had been seen.
     fn key(&self, req: &Req<'_>) -> u64 {
-        let values: Vec<&[u8]> = self
-            .request_headers
-            .iter()
-            .map(|n| req.head.header(n).map_or(&b""[..], |v| &v[..]))
-            .collect();
-        self.answers.key(&values)
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(self.request_headers.len() * 2);
+        for n in &self.request_headers {
+            // A field value cannot hold a line feed: the groups cannot run into each other.
+            parts.push(b"\n");
+            parts.extend(
+                req.head
+                    .headers
+                    .iter()
+                    .filter(|h| h.name.eq_ignore_ascii_case(n.as_bytes()))
+                    .map(|h| &h.value[..]),
+            );
+        }
+        self.answers.key(&parts)
     }
 
     fn decide(&self, got: Fetched) -> Result<Decision, String> {

@@ -65,17 +65,42 @@ pub(crate) struct Stage<'r> {
     pub own: &'r [u8],
 }
 
-/// The request's key, with the consumer an authentication filter named when the route keys
-/// by consumer (`CacheRoute::compile`: the default on a route that authenticates).
-pub(super) fn key_for(ctx: &RequestCtx, stage: &Stage<'_>, get_class: bool) -> CacheKey {
+/// The request's key, with who the client is when the route keys by consumer
+/// (`CacheRoute::compile`: the default on a route that authenticates): the consumer, the
+/// token's issuer, and the fields an auth service had copied upstream. `None` when the route
+/// keys by consumer and the authentication named nobody (a JWT without the consumer claim, a
+/// `forward_auth` without `consumer_header` or copied fields): such a request bypasses the
+/// cache rather than share one key with every other such client.
+pub(super) fn key_for(ctx: &RequestCtx, stage: &Stage<'_>, get_class: bool) -> Option<CacheKey> {
     let spec = &stage.cache.key;
-    let id = spec.consumer.then(|| ctx.identity()).flatten();
-    let consumer = id.as_deref().map(|i| i.consumer.as_str());
-    if get_class {
-        spec.get_key_as(stage.head, stage.scheme, consumer)
-    } else {
-        spec.key_as(stage.head, stage.scheme, consumer)
+    let key = |consumer: Option<&str>| {
+        if get_class {
+            spec.get_key_as(stage.head, stage.scheme, consumer)
+        } else {
+            spec.key_as(stage.head, stage.scheme, consumer)
+        }
+    };
+    if !spec.consumer {
+        return Some(key(None));
     }
+    let id = ctx.identity()?;
+    let issuer = match id.claims.get("iss") {
+        Some(serde_json::Value::String(s)) => s.as_str(),
+        _ => "",
+    };
+    if id.consumer.is_empty() && id.upstream_fields.is_empty() {
+        return None;
+    }
+    if issuer.is_empty() && id.upstream_fields.is_empty() {
+        return Some(key(Some(&id.consumer)));
+    }
+    // NUL cannot be in a field value, and separates the parts of who it is.
+    let who = format!(
+        "{}\0{issuer}\0{}",
+        id.consumer,
+        String::from_utf8_lossy(&id.upstream_fields)
+    );
+    Some(key(Some(&who)))
 }
 
 /// The hit path, without building the (large, boxed) future of the full phase: a fresh stored
@@ -90,7 +115,9 @@ pub(crate) fn try_fresh_hit<D: Downstream>(
     if !matches!(head.method, Method::Get | Method::Head) || bypassed(head, settings).is_some() {
         return false;
     }
-    let key = key_for(ctx, &stage, false);
+    let Some(key) = key_for(ctx, &stage, false) else {
+        return false;
+    };
     let encodes = stage.proxy.filters.has(crate::filters::phase::ENCODES);
     let Lookup::Found(obj) = zone.store.lookup(&key, |name| {
         encode::vary_value(&stage, name, encodes, false)
@@ -158,8 +185,9 @@ pub(crate) async fn cached<D: Downstream>(
         }
         if let (Some(resp), Some(body)) = (ex.response.as_ref(), ex.body.take()) {
             // Only a post_plan captures: the response is reusable for GETs of this URI.
-            let key = key_for(ctx, &stage, true);
-            store_response(stage, &key, resp, exact(body), request_time);
+            if let Some(key) = key_for(ctx, &stage, true) {
+                store_response(stage, &key, resp, exact(body), request_time);
+            }
         }
         return Ok(persistence);
     }
@@ -167,7 +195,11 @@ pub(crate) async fn cached<D: Downstream>(
         ctx.cache = CacheState::Bypass(why);
         return forward_uncached(d, ctx, stage, Fwd::Bypass, Some(why), persistence).await;
     }
-    let key = key_for(ctx, &stage, false);
+    let Some(key) = key_for(ctx, &stage, false) else {
+        ctx.cache = CacheState::Bypass("no-consumer");
+        return forward_uncached(d, ctx, stage, Fwd::Bypass, Some("no-consumer"), persistence)
+            .await;
+    };
     if ctx
         .rt
         .cfg

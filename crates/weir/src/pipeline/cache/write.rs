@@ -203,9 +203,11 @@ pub(super) async fn purge_request<D: Downstream>(
         }
         return crate::pipeline::send_error(d, ctx, head, 403, &[], persistence);
     }
-    let key = super::key_for(ctx, &stage, false);
+    // A purge selects by URL: the consumer part of a key never matters to it.
+    let key = stage.cache.key.key(head, stage.scheme);
     // Only on disk (not in memory): still there to purge (stored under the GET key).
-    let get_key = super::key_for(ctx, &stage, true);
+    let get_key = super::key_for(ctx, &stage, true)
+        .unwrap_or_else(|| stage.cache.key.get_key(head, stage.scheme));
     let on_disk = stage
         .zone
         .disk
