@@ -446,3 +446,38 @@ fn check_says_when_max_body_bytes_caps_max_value_size() {
     );
     let _ = std::fs::remove_file(cfg);
 }
+
+/// The attack review of issue 33: 4 concurrent PUTs of one key on a full disk, all 503; once
+/// the disk had room, the key read as its old value yet `If-Match` with that value's ETag got
+/// 412 (a refused write undone under another refused one was left as the key's newest).
+#[test]
+fn refused_writes_undone_in_any_order_leave_the_last_logged_value() {
+    let Some(fs) = common::smallfs::SmallFs::mount("kv-race", "2m") else {
+        return;
+    };
+    let dir = fs.path.join("kv");
+    let (mut run, a, _) = run_example(&dir);
+    let first = req(a, "PUT", "/kv/k", "", "old");
+    assert_eq!(first.status, 201);
+    let etag = first.header("etag").unwrap().to_string();
+    let filler = fs.fill();
+    let body = "z".repeat(100_000);
+    let statuses: Vec<u16> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..4)
+            .map(|_| sc.spawn(|| req(a, "PUT", "/kv/k", "", &body).status))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(statuses.iter().all(|s| *s == 503), "{statuses:?}");
+    std::fs::remove_file(filler).unwrap();
+    let r = req(a, "GET", "/kv/k", "", "");
+    assert_eq!(
+        (r.text().as_str(), r.header("etag")),
+        ("old", Some(etag.as_str()))
+    );
+    let cas = format!("If-Match: {etag}\r\n");
+    assert_eq!(req(a, "PUT", "/kv/k", &cas, "new").status, 204);
+    assert_eq!(req(a, "GET", "/kv/k", "", "").text(), "new");
+    signal(&run, "-TERM");
+    wait_exit(&mut run);
+}

@@ -60,6 +60,8 @@ pub struct Value {
     pub expires: u64,
     /// Whether its log write is acknowledged (always, without a log): only then is it read.
     logged: AtomicBool,
+    /// Its log write failed and it was undone: skipped wherever it is still referenced.
+    failed: AtomicBool,
     /// The value it replaced, read in its place until it is logged; dropped then.
     prev: Mutex<Option<Arc<Value>>>,
 }
@@ -96,6 +98,7 @@ impl Value {
             modified,
             expires,
             logged: AtomicBool::new(true),
+            failed: AtomicBool::new(false),
             prev: Mutex::new(None),
         }
     }
@@ -120,7 +123,12 @@ impl Value {
     }
 
     fn cost(&self, key: &[u8]) -> u64 {
-        (key.len() + self.head.len() + self.head_304.len() + self.body.len()) as u64
+        (key.len()
+            + self.head.len()
+            + self.head_304.len()
+            + self.body.len()
+            + self.content_type.len()
+            + self.etag.len()) as u64
             + VALUE_OVERHEAD
     }
 
@@ -379,12 +387,18 @@ impl KvStore {
     /// Undoes a put whose log write failed (the client was told 503): the key goes back to
     /// what it held before, unless another write came on top (which reads skip this one in).
     pub fn undo_put(&self, key: &[u8], value: &Arc<Value>) {
+        value.failed.store(true, Ordering::Release);
         let mut shard = self.shard(key);
         let Some(head) = shard.get(key) else { return };
         if !Arc::ptr_eq(head, value) {
             return;
         }
-        let prev = value.prev.lock().unwrap_or_else(|e| e.into_inner()).take();
+        // What the key held before, skipping writes refused too (they may be undone in any
+        // order); a write still pending stays, as its own acknowledgement decides it.
+        let mut prev = value.prev.lock().unwrap_or_else(|e| e.into_inner()).take();
+        while let Some(p) = prev.take_if(|p| p.failed.load(Ordering::Acquire)) {
+            prev = p.prev.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        }
         self.bytes.fetch_sub(value.cost(key), Ordering::Relaxed);
         match prev {
             Some(p) => {
