@@ -1187,3 +1187,90 @@ listeners:
         "for alice"
     );
 }
+
+/// The attack review of issue 33: a client's `Forwarded`, `X-Real-IP`, `True-Client-IP`
+/// reached the upstream beside weir's X-Forwarded-For (Rack prefers `Forwarded`); request
+/// trailers carried `X-User-Id: admin` past forward_auth; `X~User~Id` is one more alias
+/// Apache's CGI folds.
+#[test]
+fn client_claims_aliases_and_trailers_do_not_reach_the_upstream() {
+    let service = http_origin(|_| {
+        b"HTTP/1.1 200 OK\r\nX-User-Id: alice\r\nContent-Length: 0\r\n\r\n".to_vec()
+    });
+    let app = http_origin(|req: &SeenRequest| {
+        let mut names: Vec<String> = req
+            .headers
+            .iter()
+            .map(|(n, v)| format!("{}={v}", n.to_ascii_lowercase()))
+            .filter(|f| {
+                !f.starts_with("host=")
+                    && !f.starts_with("content-length=")
+                    && !f.starts_with("transfer-encoding=")
+            })
+            .collect();
+        names.sort();
+        ok(&names.join(" "))
+    });
+    let s = start_config(&format!(
+        "workers: 1\nupstreams:\n  app: {{ servers: ['{}'] }}\n  auth: {{ servers: ['{}'] }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [{{ forward_auth: {{ upstream: auth, copy_headers: [x-user-id] }} }}]\n        proxy: {{ upstream: app }}\n",
+        app.addr, service.addr
+    ));
+    let r = send(
+        &s,
+        "/",
+        "Forwarded: for=10.0.0.1;proto=https\r\nX-Real-IP: 10.0.0.1\r\nTrue-Client-IP: 10.0.0.1\r\nX~User~Id: admin\r\n",
+    );
+    let seen = r.text();
+    for claim in [
+        "forwarded=",
+        "x-real-ip",
+        "true-client-ip",
+        "admin",
+        "10.0.0.1",
+    ] {
+        assert!(!seen.contains(claim), "{claim} in {seen}");
+    }
+    assert!(seen.contains("x-user-id=alice"), "{seen}");
+    drop(s);
+    // A chunked body whose trailer section names the user: the origin sees the raw bytes.
+    let raw = Arc::new(Mutex::new(Vec::new()));
+    let r2 = raw.clone();
+    let app = common::origin::origin(move |conn| {
+        use std::io::{Read, Write};
+        let mut conn = conn;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.windows(5).any(|w| w == b"0\r\n\r\n") && !got.ends_with(b"\r\n\r\n\r\n") {
+            let tail_done = got
+                .windows(3)
+                .position(|w| w == b"\n0\r")
+                .is_some_and(|i| got[i..].windows(4).any(|w| w == b"\r\n\r\n"));
+            if tail_done {
+                break;
+            }
+            match conn.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        r2.lock().unwrap().extend_from_slice(&got);
+        let _ =
+            conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+    });
+    let s = start_config(&format!(
+        "workers: 1\nupstreams:\n  app: {{ servers: ['{}'] }}\n  auth: {{ servers: ['{}'] }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [{{ forward_auth: {{ upstream: auth, copy_headers: [x-user-id] }} }}]\n        proxy: {{ upstream: app }}\n",
+        app.addr, service.addr
+    ));
+    let mut c = s.connect();
+    let r = roundtrip(
+        &mut c,
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\nX-User-Id: admin\r\nX_User_Id: admin\r\nX-Fine: 1\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    let got = String::from_utf8_lossy(&raw.lock().unwrap()).to_string();
+    assert!(
+        got.contains("X-Fine: 1"),
+        "the trailer section was relayed: {got}"
+    );
+    assert!(!got.contains("admin"), "{got}");
+}

@@ -26,6 +26,22 @@ impl Forwarded {
     }
 }
 
+/// Fields in which a client names itself, its scheme or port, relayed only from trusted proxies
+/// when `x_forwarded` is on (`forwarded` re-emits `Forwarded` itself when on).
+const CLIENT_CLAIMS: &[&[u8]] = &[
+    b"forwarded",
+    b"x-real-ip",
+    b"x-forwarded-port",
+    b"x-forwarded-ssl",
+    b"x-forwarded-scheme",
+    b"x-forwarded-server",
+    b"x-client-ip",
+    b"x-cluster-client-ip",
+    b"true-client-ip",
+    b"cf-connecting-ip",
+    b"fastly-client-ip",
+];
+
 impl Filter for Forwarded {
     fn phases(&self) -> u16 {
         super::phase::UPSTREAM | super::phase::DROPS_UPSTREAM
@@ -43,6 +59,16 @@ impl Filter for Forwarded {
                 if super::aliases::folds_to(name, ours) && !name.eq_ignore_ascii_case(ours) {
                     return true;
                 }
+            }
+            // Other fields that name the client, its scheme or port: frameworks read them
+            // (Rack prefers `Forwarded`), so from a client not trusted they are not relayed.
+            if !self.trusts(client.ip)
+                && CLIENT_CLAIMS
+                    .iter()
+                    .any(|c| super::aliases::folds_to(name, c))
+                && !(self.forwarded && name.eq_ignore_ascii_case(b"forwarded"))
+            {
+                return true;
             }
             // Re-emitted below (with the trusted prior values first).
             if name.eq_ignore_ascii_case(b"x-forwarded-for") {

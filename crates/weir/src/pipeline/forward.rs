@@ -603,7 +603,19 @@ async fn write_request<D: Downstream>(
         // The client's trailer section goes on (gRPC-style metadata), else the plain last chunk.
         // Fields a trailer section must not carry are dropped (RFC 9110 §6.5.1).
         let mut trailers = d.request_trailers();
-        trailers.retain(|h| !weir_http::hop::not_in_trailers(&h.name));
+        // Nor, in a trailer, a field the route would not relay in the head, under any alias:
+        // an application that merges trailers into its fields would read a client's
+        // `X-User-Id: admin` beside the auth service's (the attack review of issue 33).
+        let request_id = shape.request_id.map(|(id, _)| id.as_bytes());
+        trailers.retain(|h| {
+            !weir_http::hop::not_in_trailers(&h.name)
+                && !filters.drops_upstream(&target.client, &h.name)
+                && !request_id.is_some_and(|id| crate::filters::aliases::folds_to(&h.name, id))
+                && !h
+                    .name
+                    .eq_ignore_ascii_case(crate::cluster::PEER_HEADER.as_bytes())
+                && memchr::memchr(b'_', &h.name).is_none()
+        });
         if trailers.is_empty() {
             put_last_chunk(req);
         } else {
