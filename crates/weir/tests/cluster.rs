@@ -377,6 +377,28 @@ fn only_members_are_peers_and_their_fills_pass_per_client_limits() {
     }
     let refused = statuses.iter().filter(|s| **s != 200).count();
     assert_eq!(refused, 0, "{statuses:?}");
+    // From a member's address (127.0.0.1) but naming no member: an ordinary client, limited
+    // by b's per-client rate (5 r/s, burst 5) like any other.
+    let named: Vec<u16> = (0..20)
+        .map(|i| get(b.addr, &format!("/rl/zzz-{i}")).status)
+        .collect();
+    let plain = named.iter().filter(|s| **s == 200).count();
+    let forged: Vec<u16> = (0..20)
+        .map(|i| {
+            let mut c = connect(b.addr);
+            roundtrip(
+                &mut c,
+                format!("GET /rl/forged-{i} HTTP/1.1\r\nHost: localhost\r\nWeir-Peer: zzz\r\n\r\n")
+                    .as_bytes(),
+            )
+            .status
+        })
+        .collect();
+    assert!(plain < 20, "{named:?}");
+    assert!(
+        forged.iter().filter(|s| **s == 200).count() < 20,
+        "Weir-Peer: zzz passed the per-client limit: {forged:?}"
+    );
     let m = get(a.admin, "/metrics").text();
     let fallbacks: f64 = m
         .lines()

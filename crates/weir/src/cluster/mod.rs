@@ -38,17 +38,24 @@ pub const PEER_HEADER: &str = "weir-peer";
 /// Whether a request is a peer fill from another member: it carries `Weir-Peer` and comes
 /// from a live member's address. From anyone else the field is ignored (and never forwarded):
 /// a client that sent it once made a node serve and store keys it does not own.
+///
+/// The field must name that member (`Weir-Peer: b` from b's address): any value from any
+/// address a member shares (a co-located terminator) once passed. What remains is a process
+/// on a member's own address naming it: keep members' addresses to members.
 pub fn is_peer_fill(
     cluster: &Cluster,
     head: &weir_http::RequestHead,
     from: std::net::IpAddr,
 ) -> bool {
-    head.header(PEER_HEADER).is_some()
-        && cluster
-            .state
-            .members()
-            .iter()
-            .any(|m| m.node != cluster.node && m.peer.ip() == from)
+    let Some(named) = head.header(PEER_HEADER) else {
+        return false;
+    };
+    let named = named.trim_ascii();
+    cluster
+        .state
+        .members()
+        .iter()
+        .any(|m| m.node != cluster.node && m.node.as_bytes() == named && m.peer.ip() == from)
 }
 
 /// What the etcd task tells the reload loop.
