@@ -1274,3 +1274,65 @@ fn client_claims_aliases_and_trailers_do_not_reach_the_upstream() {
     );
     assert!(!got.contains("admin"), "{got}");
 }
+
+/// The attack review of issue 33: one client could fill the password-check queue in front of
+/// everyone else's logins, and an unknown user was checked against an arbitrary user's hash
+/// (`{SHA}` or bcrypt, so timing still told names). A client now has at most 4 checks pending
+/// (429 beyond), and unknown users are checked against the file's costliest hash.
+#[test]
+fn one_client_cannot_fill_the_password_queue_and_unknown_users_cost_the_most() {
+    let dir = std::env::temp_dir().join(format!("weir-basic-queue-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bcrypt = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/htpasswd"
+    ))
+    .unwrap();
+    // cheap:cheap in {SHA}, then demo:demo in bcrypt cost 10.
+    std::fs::write(
+        dir.join("htpasswd"),
+        format!("cheap:{{SHA}}+430Gha0scKAenV8HqIjjkbNy5Y=\n{bcrypt}"),
+    )
+    .unwrap();
+    let s = start_config(&format!(
+        "workers: 1\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [{{ basic_auth: {{ file: '{}', cache: 0s }} }}]\n        respond: {{ body: in }}\n",
+        dir.join("htpasswd").display()
+    ));
+    let time = |user: &str| {
+        let t = Instant::now();
+        assert_eq!(send(&s, "/", &basic(user, "wrong")).status, 401);
+        t.elapsed()
+    };
+    let (cheap, demo, nobody) = (time("cheap"), time("demo"), time("nobody"));
+    eprintln!("basic_auth: {{SHA}} {cheap:?}, bcrypt {demo:?}, unknown {nobody:?}");
+    assert!(nobody * 3 >= demo, "unknown {nobody:?} vs bcrypt {demo:?}");
+    // 12 guesses at once from one client: at most 4 are checked, the rest get 429.
+    let addr = s.addr;
+    let statuses: Vec<u16> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..12)
+            .map(|_| {
+                sc.spawn(move || {
+                    let mut c = common::connect(addr);
+                    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                    roundtrip(
+                        &mut c,
+                        format!(
+                            "GET / HTTP/1.1\r\nHost: a\r\n{}\r\n",
+                            basic("demo", "guess")
+                        )
+                        .as_bytes(),
+                    )
+                    .status
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let limited = statuses.iter().filter(|s| **s == 429).count();
+    assert!(
+        limited >= 1 && statuses.iter().all(|s| matches!(s, 401 | 429)),
+        "{statuses:?}"
+    );
+    assert_eq!(send(&s, "/", &basic("cheap", "cheap")).text(), "in");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -11,8 +11,8 @@
 //! user, the password and the stored hash (a changed password is a new key).
 //!
 //! A check that is not remembered runs on tokio's blocking threads, at most [`HASHERS`] at
-//! once per process and [`HASH_QUEUE`] waiting (beyond, 503 with `Retry-After`), never on a
-//! worker: 4 clients guessing one user's password took an unrelated route's p50 from 0.3 ms to
+//! once per process and [`HASH_QUEUE`] waiting (beyond, 503 with `Retry-After`), at most
+//! [`PER_CLIENT`] per client address (beyond, 429), never on a worker: 4 clients guessing one user's password took an unrelated route's p50 from 0.3 ms to
 //! 196 ms when bcrypt ran on the worker (issue 33 §4). A user the file does not have is
 //! checked against another user's hash all the same, so the answer's timing does not tell
 //! which names exist.
@@ -35,7 +35,40 @@ pub const HASHERS: usize = 2;
 /// Checks waiting for a hasher before new ones are refused with 503.
 pub const HASH_QUEUE: usize = 256;
 
+/// Checks one client may have waiting or running at once: beyond, 429 at once, so that one
+/// client cannot fill the queue in front of everyone else's logins.
+pub const PER_CLIENT: u32 = 4;
+
 static HASHING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(HASHERS);
+static PENDING: std::sync::LazyLock<Mutex<std::collections::HashMap<std::net::IpAddr, u32>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// One check a client has pending; given back when dropped (done, or the request gone).
+struct Pending(std::net::IpAddr);
+
+impl Pending {
+    fn take(ip: std::net::IpAddr) -> Option<Pending> {
+        let mut map = PENDING.lock().unwrap_or_else(|p| p.into_inner());
+        let n = map.entry(ip).or_insert(0);
+        if *n >= PER_CLIENT {
+            return None;
+        }
+        *n += 1;
+        Some(Pending(ip))
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let mut map = PENDING.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = map.get_mut(&self.0) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.0);
+            }
+        }
+    }
+}
 static WAITING: AtomicUsize = AtomicUsize::new(0);
 static BUSY_LOG: crate::logs::Limited = crate::logs::Limited::new();
 
@@ -48,6 +81,8 @@ pub struct BasicAuth {
     challenge: Bytes,
     verified: Arc<Remembered<()>>,
     forward: bool,
+    /// The costliest hash of the users last read, and which set it is of.
+    costliest: Mutex<Option<(Arc<Users>, htpasswd::Hash)>>,
 }
 
 /// What a credential needs before it is known good or bad.
@@ -99,6 +134,7 @@ impl BasicAuth {
             challenge: Bytes::from(format!("Basic realm=\"{}\", charset=\"UTF-8\"", b.realm)),
             verified: Arc::new(Remembered::new(b.cache.0, b.cache_size)),
             forward: b.forward_credentials,
+            costliest: Mutex::new(None),
         })
     }
 
@@ -145,8 +181,9 @@ impl BasicAuth {
         };
         let users = self.users(now);
         let Some(hash) = users.get(user) else {
-            // Another user's hash, so that an unknown name costs what a known one does.
-            return match users.values().next() {
+            // The file's costliest hash, so that an unknown name costs what the slowest known
+            // one does (an arbitrary one once told `{SHA}` users from the others).
+            return match self.costliest(&users) {
                 Some(h) => Check::Hash {
                     user: user.to_string(),
                     password: password.to_string(),
@@ -172,6 +209,19 @@ impl BasicAuth {
             hash: hash.clone(),
             known: true,
             key,
+        }
+    }
+
+    /// The costliest hash of `users`, found once per set of users read.
+    fn costliest(&self, users: &Arc<Users>) -> Option<htpasswd::Hash> {
+        let mut cached = self.costliest.lock().unwrap_or_else(|p| p.into_inner());
+        match &*cached {
+            Some((of, h)) if Arc::ptr_eq(of, users) => Some(h.clone()),
+            _ => {
+                let h = users.values().max_by_key(|h| h.work())?.clone();
+                *cached = Some((users.clone(), h.clone()));
+                Some(h)
+            }
         }
     }
 
@@ -241,8 +291,19 @@ impl super::Filter for BasicAuth {
                 known,
                 key,
             } => {
+                let Some(pending) = Pending::take(req.client.ip) else {
+                    return Flow::Respond(Answer {
+                        status: 429,
+                        fields: vec![(
+                            Bytes::from_static(b"Retry-After"),
+                            Bytes::from_static(b"1"),
+                        )],
+                        body: Bytes::from_static(b"too many password checks from this client\n"),
+                    });
+                };
                 let (verified, denied) = (self.verified.clone(), self.denied());
                 Flow::Wait(Box::pin(async move {
+                    let _pending = pending;
                     match verify_off_worker(hash, password).await {
                         Some(true) if known => {
                             if let Some(k) = key {

@@ -51,6 +51,27 @@ impl Hash {
         Err("not a hash weir can check (bcrypt $2y$, $apr1$, {SHA}, $5$ or $6$; plain text and DES crypt are refused)".into())
     }
 
+    /// About how much work a check of this hash is, to pick the costliest one of a file for
+    /// users it does not have (so that their 401 takes what the slowest known user's does).
+    pub fn work(&self) -> u64 {
+        match self {
+            // `$2y$10$...`: 2^cost rounds of Blowfish setup, ~1000 SHA-512 rounds each.
+            Hash::Bcrypt(h) => {
+                let cost: u32 = h.get(4..6).and_then(|c| c.parse().ok()).unwrap_or(10);
+                1000u64.saturating_mul(1u64 << cost.min(31))
+            }
+            // `$6$rounds=N$...` (5000 by default), one SHA round each.
+            Hash::ShaCrypt(h) => h
+                .split('$')
+                .nth(2)
+                .and_then(|p| p.strip_prefix("rounds="))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(5000),
+            Hash::Apr1 { .. } => 1000,
+            Hash::Sha1(_) => 1,
+        }
+    }
+
     /// The stored hash's bytes (a changed hash is a new cache key).
     pub fn stored(&self) -> &[u8] {
         match self {
