@@ -686,3 +686,47 @@ fn a_directory_that_cannot_be_had_is_said_and_never_waited_for() {
     stop(first);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The attack review of issue 33: every POST to a cached route recorded a URL purge on disk,
+/// kept while older segments lived (3000 POSTs: 24 MB of purges.log). An invalidation of a URL
+/// the disk cannot hold records nothing there; one it holds is still recorded, and outlives a
+/// crash.
+#[test]
+fn invalidations_record_only_what_the_disk_holds() {
+    let (o, seen) = origin();
+    let dir = tempdir("invalidate");
+    let w = start("disk-invalidate", o.addr, &dir, "1m");
+    get(&w, "/kept");
+    settle();
+    let post = |path: &str| {
+        let mut s = common::connect(w.addr);
+        common::roundtrip(
+            &mut s,
+            format!("POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n")
+                .as_bytes(),
+        )
+        .status
+    };
+    for i in 0..300 {
+        assert_eq!(post(&format!("/new/{i}?{}", "q".repeat(500))), 200);
+    }
+    assert_eq!(post("/kept"), 200);
+    settle();
+    let log = std::fs::metadata(dir.join("purges.log")).map_or(0, |m| m.len());
+    assert!(
+        log < 4096,
+        "purges.log is {log} bytes after 300 POSTs to URLs never stored"
+    );
+    let mut w = w;
+    w.run.kill().unwrap();
+    w.run.wait().unwrap();
+    let before = seen.load(Ordering::SeqCst);
+    let w = start("disk-invalidate", o.addr, &dir, "1m");
+    assert!(
+        !is_hit(&get(&w, "/kept")),
+        "invalidated by a POST before the crash"
+    );
+    assert_eq!(seen.load(Ordering::SeqCst), before + 1);
+    stop(w);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -340,6 +340,25 @@ impl CacheZone {
         self.store.purge(sel, soft)
     }
 
+    /// Invalidates `url` (RFC 9111 §4.4, after an unsafe request). `plain_keys`: the route keys
+    /// by URL alone, so a disk that lacks the URL's plain GET key (either scheme) holds nothing
+    /// of it and no purge is recorded there: every POST to a new URL once added one, for as
+    /// long as older segments lived (24 MB of `purges.log` for 3000 POSTs).
+    pub fn invalidate(&self, url: Vec<u8>, plain_keys: bool) -> u64 {
+        let text = String::from_utf8_lossy(&url).into_owned();
+        let sel = PurgeSelector::Url(url);
+        if let Some(d) = &self.disk {
+            let on_disk = !plain_keys
+                || ["http", "https"]
+                    .iter()
+                    .any(|scheme| d.contains(&CacheKey::from_url(scheme, &text)));
+            if on_disk {
+                drop(d.purge(&sel, false));
+            }
+        }
+        self.store.purge(&sel, false)
+    }
+
     /// Becomes the leader for `hash`, or a follower of the request already fetching it.
     pub fn join(&self, hash: u64) -> Role {
         let mut table = self.inflight.lock(hash);

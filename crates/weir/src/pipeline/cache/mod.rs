@@ -181,7 +181,7 @@ pub(crate) async fn cached<D: Downstream>(
         };
         let persistence = forward(d, ctx, head, proxy, persistence, &mut ex).await?;
         if !matches!(head.method, Method::Options | Method::Trace) {
-            invalidate_after_unsafe(zone, head, ex.response.as_ref());
+            invalidate_after_unsafe(zone, &settings.key, head, ex.response.as_ref());
         }
         if let (Some(resp), Some(body)) = (ex.response.as_ref(), ex.body.take()) {
             // Only a post_plan captures: the response is reusable for GETs of this URI.

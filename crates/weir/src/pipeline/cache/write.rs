@@ -371,9 +371,15 @@ pub(super) fn store_response(
 /// Location and Content-Location (`weir_cache::stored::invalidated_urls`).
 pub(super) fn invalidate_after_unsafe(
     zone: &CacheZone,
+    key: &weir_cache::key::KeySpec,
     head: &RequestHead,
     resp: Option<&ResponseHead>,
 ) {
+    let plain_keys = key.headers.is_empty()
+        && key.cookies.is_empty()
+        && key.query_params.is_none()
+        && !key.sort_query
+        && !key.consumer;
     let Some(resp) = resp else { return };
     let target = target_uri(head);
     let locations = [
@@ -382,6 +388,6 @@ pub(super) fn invalidate_after_unsafe(
     ];
     let authority = head.authority().unwrap_or_default();
     for u in stored::invalidated_urls(authority, &target, resp.status, locations) {
-        zone.purge_now(&PurgeSelector::Url(u), false);
+        zone.invalidate(u, plain_keys);
     }
 }
