@@ -387,7 +387,7 @@ mod tests {
             k("GET /b/x HTTP/1.1\r\nHost: victim.example:8080\r\n\r\n"),
             k("GET /b/x? HTTP/1.1\r\nHost: victim.example\r\n\r\n"),
             k("GET /b/x?y HTTP/1.1\r\nHost: victim.example\r\n\r\n"),
-            k("GET /b/x%3Fy HTTP/1.1\r\nHost: victim.example\r\n\r\n"),
+            k("GET /b/x%2By HTTP/1.1\r\nHost: victim.example\r\n\r\n"),
             k("GET /b HTTP/1.1\r\nHost: victim.example\r\n\r\n"),
             k("GET / HTTP/1.0\r\n\r\n"),
         ];

@@ -11,10 +11,11 @@
 //!    first are one update: the fragments (sorted by key) go to the reloader, which rebuilds
 //!    only if the merged texts differ (`reload/`), and membership to the registry.
 //!
-//! A node whose lease was lost (its keep-alive answered TTL 0, or none was acknowledged for
-//! `lease_ttl`) was not a member for a while: purges made meanwhile did not reach it. When it
-//! registers again it tells the control loop ([`Change::Rejoined`]), which empties its cache
-//! zones before it is a member again in the others' eyes a second time round.
+//! On reconnecting, a node first renews the lease it held: etcd still having it means the
+//! others never saw the node leave. A node whose lease is gone (frozen or partitioned past
+//! `lease_ttl` while etcd was up) was dropped by the others and missed the purges made
+//! meanwhile: before registering again it tells the control loop ([`Change::Rejoined`]), which
+//! empties its cache zones.
 //!
 //! A node that stops (not one handing over to a new binary, which registers itself) revokes
 //! its lease ([`Session::leave`]): the others see it leave at once rather than `lease_ttl`
@@ -107,10 +108,6 @@ struct Mirror {
     tx: UnboundedSender<Change>,
     /// The lease this node's registration lives under now (0: none).
     lease: Arc<AtomicI64>,
-    /// When the lease was last renewed (an acknowledged keep-alive or a grant).
-    renewed: Option<std::time::Instant>,
-    /// The lease was found expired.
-    lost: bool,
 }
 
 /// The etcd task of a node.
@@ -165,8 +162,6 @@ pub fn spawn(
         fragments,
         tx,
         lease: lease.clone(),
-        renewed: None,
-        lost: false,
     };
     let task = tokio::spawn(async move {
         let mut backoff = Duration::from_millis(200);
@@ -202,20 +197,40 @@ impl Mirror {
         let mut client = Client::connect(&endpoints(&c), OPTIONS)
             .await
             .map_err(|e| format!("connect: {e}"))?;
-        let lease = client
-            .lease_grant(c.lease_ttl.as_secs().max(1) as i64, REQUEST_TIMEOUT)
-            .await?;
-        // Out of the cluster long enough for the others to have dropped this node: what its
-        // zones hold may have been purged meanwhile (said before registering again).
-        let dropped = self.lost || self.renewed.is_some_and(|t| t.elapsed() >= c.lease_ttl);
-        if dropped {
-            tracing::warn!(node = %c.node, "rejoining the cluster after losing its lease: purges made meanwhile did not reach this node, emptying its cache zones");
-            let (done, emptied) = tokio::sync::oneshot::channel();
-            let _ = self.tx.send(Change::Rejoined(done));
-            let _ = tokio::time::timeout(Duration::from_secs(5), emptied).await;
-            self.lost = false;
+        // The lease this node held before this connection, if etcd still has it: then the
+        // others never saw this node leave and no purge skipped it (an etcd outage alone
+        // loses no lease: etcd renews them when it comes back).
+        let held = self.lease.load(Ordering::Relaxed);
+        let mut kept = None;
+        if held != 0 {
+            if let Ok((keeper, mut acks)) = client.lease_keep_alive(held, REQUEST_TIMEOUT).await {
+                let ack = tokio::time::timeout(REQUEST_TIMEOUT, rpc::next(&mut acks, "keep-alive"));
+                if let Ok(Ok(Some(a))) = ack.await {
+                    if a.ttl > 0 {
+                        kept = Some((keeper, acks));
+                    }
+                }
+            }
         }
-        self.renewed = Some(std::time::Instant::now());
+        let (lease, keeper, mut acks) = match kept {
+            Some((keeper, acks)) => (held, keeper, acks),
+            None => {
+                if held != 0 {
+                    // Out of the cluster long enough for the others to drop this node (frozen,
+                    // partitioned): what its zones hold may have been purged meanwhile. Said
+                    // before registering again.
+                    tracing::warn!(node = %c.node, "rejoining the cluster after losing its lease: purges made meanwhile did not reach this node, emptying its cache zones");
+                    let (done, emptied) = tokio::sync::oneshot::channel();
+                    let _ = self.tx.send(Change::Rejoined(done));
+                    let _ = tokio::time::timeout(Duration::from_secs(5), emptied).await;
+                }
+                let lease = client
+                    .lease_grant(c.lease_ttl.as_secs().max(1) as i64, REQUEST_TIMEOUT)
+                    .await?;
+                let (keeper, acks) = client.lease_keep_alive(lease, REQUEST_TIMEOUT).await?;
+                (lease, keeper, acks)
+            }
+        };
         self.lease.store(lease, Ordering::Relaxed);
         let mut me = c.me.clone();
         me.since_ms = std::time::SystemTime::now()
@@ -231,7 +246,6 @@ impl Mirror {
             )
             .await
             .map_err(|e| format!("register: {e}"))?;
-        let (keeper, mut acks) = client.lease_keep_alive(lease, REQUEST_TIMEOUT).await?;
         c.state.etcd_up.store(true, Ordering::Relaxed);
         if self.revision == 0 {
             self.read_all(&mut client).await?;
@@ -275,11 +289,8 @@ impl Mirror {
                 _ = renew.tick() => keeper.keep_alive()?,
                 ack = rpc::next(&mut acks, "keep-alive") => {
                     match ack? {
-                        Some(a) if a.ttl > 0 => self.renewed = Some(std::time::Instant::now()),
-                        Some(_) => {
-                            self.lost = true;
-                            return Err("the lease expired".into());
-                        }
+                        Some(a) if a.ttl > 0 => {}
+                        Some(_) => return Err("the lease expired".into()),
                         None => return Err("keep-alive stream ended".into()),
                     }
                 }

@@ -38,13 +38,7 @@ mod tests {
         ] {
             assert!(folds_to(n.as_bytes(), b"x-consumer"), "{n}");
         }
-        for n in [
-            "X-Consumers",
-            "XConsumer",
-            "X-Consume",
-            "Y-Consumer",
-            "X Consumer",
-        ] {
+        for n in ["X-Consumers", "XConsumer", "X-Consume", "Y-Consumer"] {
             assert!(!folds_to(n.as_bytes(), b"x-consumer"), "{n}");
         }
         assert!(folds_to(b"X_FORWARDED_FOR", b"x-forwarded-for"));
