@@ -1,5 +1,6 @@
-//! The request parser on arbitrary bytes: it never panics, and the result does not depend on
-//! how the bytes were split across reads (the first byte of the input picks the split).
+//! The request parser on arbitrary bytes: it never panics, the result does not depend on how
+//! the bytes were split across reads (the first byte of the input picks the split), and the
+//! path it gives is a fixed point of the normal form (`weir_http::path`).
 #![no_main]
 
 use bytes::BytesMut;
@@ -18,6 +19,12 @@ fn parse(parts: &[&[u8]]) -> Result<Option<(Vec<u8>, usize, usize)>, u16> {
                 // What the parser took is exactly the head: the rest is left for the body.
                 let consumed = fed - buf.len();
                 let _ = (h.authority(), h.path(), h.query(), h.keep_alive, h.body);
+                // The path is in its normal form: normalising it again changes nothing.
+                if h.target.first() == Some(&b'/') {
+                    let again = weir_http::path::normalize(h.path(), false)
+                        .expect("a parsed path normalises");
+                    assert!(again.is_none_or(|p| p == h.path()), "normal form is a fixed point");
+                }
                 return Ok(Some((h.target.to_vec(), h.headers.len(), consumed)));
             }
             Ok(None) => {}
