@@ -200,3 +200,40 @@ fn a_connection_that_answered_head_is_not_reused() {
         "follow-ups of a HEAD that saw the origin's late bytes"
     );
 }
+
+/// `keepalive.reuse_after_head: true` keeps reusing a connection that answered HEAD, for
+/// origins known to get HEAD right (the default opens a new one for the next request).
+#[test]
+fn reuse_after_head_is_an_opt_in() {
+    for (opt, accepts) in [("", 2), (", keepalive: { reuse_after_head: true }", 1)] {
+        // An origin that gets HEAD right: the fields, no body.
+        let o = origin(|conn| {
+            let mut w = conn.try_clone().unwrap();
+            let mut r = BufReader::new(conn);
+            while let Some(req) = read_request(&mut r) {
+                let path = req.line.split(' ').nth(1).unwrap_or("/").to_string();
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", path.len());
+                let body = if req.line.starts_with("HEAD") {
+                    ""
+                } else {
+                    path.as_str()
+                };
+                if w.write_all(format!("{head}{body}").as_bytes()).is_err() {
+                    return;
+                }
+            }
+        });
+        let srv = start(
+            &format!("upstreams:\n  o:\n    {{ servers: ['{}']{opt} }}", o.addr),
+            "      - proxy: { upstream: o }\n",
+        );
+        let mut s = srv.connect();
+        s.write_all(b"HEAD /plain/a HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        common::read_response_to(&mut s, true);
+        s.write_all(b"GET /plain/b HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        assert_eq!(common::read_response(&mut s).text(), "/plain/b");
+        assert_eq!(o.accepted(), accepts, "{opt}");
+    }
+}

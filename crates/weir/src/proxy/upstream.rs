@@ -23,6 +23,8 @@ pub struct Upstream {
     pub ring: Option<Arc<Ring>>,
     pub max_idle: usize,
     pub idle_timeout: Duration,
+    /// Reuse a connection that answered HEAD (`keepalive.reuse_after_head`).
+    pub reuse_after_head: bool,
     pub connect_timeout: Duration,
     pub response_header_timeout: Duration,
     pub idle_read_timeout: Duration,
@@ -413,6 +415,7 @@ impl Upstream {
             ring,
             max_idle: u.keepalive.max_idle,
             idle_timeout: u.keepalive.idle_timeout.0,
+            reuse_after_head: u.keepalive.reuse_after_head,
             connect_timeout: nonzero(t.connect.0, Duration::from_secs(5)),
             response_header_timeout: nonzero(t.response_header.0, Duration::from_secs(60)),
             idle_read_timeout: nonzero(t.idle.0, Duration::from_secs(60)),
