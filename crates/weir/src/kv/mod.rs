@@ -62,6 +62,9 @@ pub struct Value {
     logged: AtomicBool,
     /// Its log write failed and it was undone: skipped wherever it is still referenced.
     failed: AtomicBool,
+    /// A deletion waiting for its log write: reads see what it replaced until it is logged,
+    /// then nothing; conditions see no value.
+    deleted: bool,
     /// The value it replaced, read in its place until it is logged; dropped then.
     prev: Mutex<Option<Arc<Value>>>,
 }
@@ -99,6 +102,7 @@ impl Value {
             expires,
             logged: AtomicBool::new(true),
             failed: AtomicBool::new(false),
+            deleted: false,
             prev: Mutex::new(None),
         }
     }
@@ -301,6 +305,9 @@ impl KvStore {
     /// The live value of `key` (the last one logged, with a log).
     pub fn get(&self, key: &[u8], now: u64) -> Option<Arc<Value>> {
         let v = self.shard(key).get(key).cloned()?.visible()?;
+        if v.deleted {
+            return None;
+        }
         if v.live(now) {
             Some(v)
         } else {
@@ -352,7 +359,7 @@ impl KvStore {
             let head = shard.get(key).cloned();
             // Conditions hold against the newest write, logged or still pending (a pending
             // one that fails is undone; until then it is the newest).
-            let current = head.clone().filter(|v| v.live(now));
+            let current = head.clone().filter(|v| !v.deleted && v.live(now));
             if !cond.holds(current.as_deref()) {
                 return Err(Refused::Precondition);
             }
@@ -411,17 +418,6 @@ impl KvStore {
         }
     }
 
-    /// Undoes a delete whose log write failed: the value comes back unless the key was
-    /// written since.
-    pub fn undo_delete(&self, key: &[u8], old: Arc<Value>) {
-        let mut shard = self.shard(key);
-        if shard.contains_key(key) {
-            return;
-        }
-        self.bytes.fetch_add(old.cost(key), Ordering::Relaxed);
-        shard.insert(Bytes::copy_from_slice(key), old);
-    }
-
     /// Drops expired values, one shard at a time (the caller holds no shard lock); at most
     /// once per second of `now`.
     fn sweep(&self, now: u64) {
@@ -440,8 +436,11 @@ impl KvStore {
         }
     }
 
-    /// Deletes `key` if `cond` holds: `Ok(None)` when there was no live value; else the
-    /// value removed (for [`KvStore::undo_delete`]) and the log's acknowledgement.
+    /// Deletes `key` if `cond` holds: `Ok(None)` when there was no live value. With a log, the
+    /// deletion is a pending value (`deleted`) until it is logged, so that reads keep seeing
+    /// the value until then and a refused deletion is undone as a refused put is (a reader once
+    /// saw 404, then the value again): the caller calls [`KvStore::finish_delete`] or
+    /// [`KvStore::undo_put`] with what this returns.
     #[allow(clippy::type_complexity)]
     pub fn delete(
         &self,
@@ -450,16 +449,51 @@ impl KvStore {
         now: u64,
     ) -> Result<Option<(Arc<Value>, Option<log::Ack>)>, Refused> {
         let mut shard = self.shard(key);
-        let current = shard.get(key).cloned().filter(|v| v.live(now));
+        let head = shard.get(key).cloned();
+        let current = head.clone().filter(|v| !v.deleted && v.live(now));
         if !cond.holds(current.as_deref()) {
             return Err(Refused::Precondition);
         }
-        let Some(old) = shard.remove(key) else {
+        let Some(current) = current else {
+            // Nothing live: an expired value goes now (a pending deletion stays).
+            if head.is_some_and(|h| !h.deleted) {
+                if let Some(old) = shard.remove(key) {
+                    self.bytes.fetch_sub(old.cost(key), Ordering::Relaxed);
+                }
+            }
             return Ok(None);
         };
-        self.bytes.fetch_sub(old.cost(key), Ordering::Relaxed);
-        let ack = self.log.get().map(|l| l.delete(key));
-        Ok(current.map(|_| (old, ack)))
+        let Some(log) = self.log.get() else {
+            if let Some(old) = shard.remove(key) {
+                self.bytes.fetch_sub(old.cost(key), Ordering::Relaxed);
+            }
+            return Ok(Some((current, None)));
+        };
+        let version = self.version.fetch_add(1, Ordering::Relaxed);
+        let mut tomb = Value::new(Bytes::new(), Bytes::new(), version, now, 0);
+        tomb.deleted = true;
+        *tomb.logged.get_mut() = false;
+        *tomb.prev.get_mut().unwrap_or_else(|e| e.into_inner()) = head.clone();
+        let tomb = Arc::new(tomb);
+        let old = head.map_or(0, |h| h.cost(key));
+        self.bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                Some((b + tomb.cost(key)).saturating_sub(old))
+            })
+            .ok();
+        shard.insert(Bytes::copy_from_slice(key), tomb.clone());
+        let ack = log.delete(key);
+        Ok(Some((tomb, Some(ack))))
+    }
+
+    /// A deletion is logged: the key is gone (unless written since).
+    pub fn finish_delete(&self, key: &[u8], tomb: &Arc<Value>) {
+        tomb.mark_logged();
+        let mut shard = self.shard(key);
+        if shard.get(key).is_some_and(|h| Arc::ptr_eq(h, tomb)) {
+            shard.remove(key);
+            self.bytes.fetch_sub(tomb.cost(key), Ordering::Relaxed);
+        }
     }
 
     /// Loads a value read back from the log (the writer thread, before `ready`).
@@ -486,7 +520,8 @@ impl KvStore {
             let s = s.lock().unwrap_or_else(|e| e.into_inner());
             out.extend(
                 s.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.visible()?))),
+                    .filter_map(|(k, v)| Some((k.clone(), v.visible()?)))
+                    .filter(|(_, v)| !v.deleted),
             );
         }
         out
@@ -573,6 +608,59 @@ mod tests {
         let before = s.usage().1;
         s.delete(b"/t", ANY, 200).unwrap();
         assert!(s.usage().1 < before);
+    }
+
+    /// With a log, a deletion is read only once logged: until then the value is served (a
+    /// refused deletion is undone and the value never disappeared for a moment).
+    #[test]
+    fn a_deletion_is_read_only_once_logged() {
+        let dir = std::env::temp_dir().join(format!("weir-kv-unit-del-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let s = KvStore::open(
+            "t",
+            KvSettings {
+                max_size: 1 << 20,
+                max_value_size: 1 << 20,
+                default_ttl: 0,
+                disk: Some(log::LogSettings {
+                    path: dir.clone(),
+                    sync: false,
+                }),
+            },
+        )
+        .unwrap();
+        let start = std::time::Instant::now();
+        while !s.is_ready() {
+            assert!(start.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let (_, v, ack) = s
+            .put(b"/k", Bytes::from_static(b"v"), b"", 0, ANY, 100)
+            .unwrap();
+        assert!(s.get(b"/k", 100).is_none(), "not yet logged");
+        assert!(ack.unwrap().blocking_recv().unwrap());
+        v.mark_logged();
+        let (tomb, ack) = s.delete(b"/k", ANY, 100).unwrap().unwrap();
+        assert_eq!(
+            &s.get(b"/k", 100).unwrap().body[..],
+            b"v",
+            "served until logged"
+        );
+        assert!(ack.unwrap().blocking_recv().unwrap());
+        s.finish_delete(b"/k", &tomb);
+        assert!(s.get(b"/k", 100).is_none());
+        assert_eq!(s.usage().0, 0);
+        // A refused deletion: undone, the value as it was.
+        let (_, v, ack) = s
+            .put(b"/k", Bytes::from_static(b"w"), b"", 0, ANY, 100)
+            .unwrap();
+        assert!(ack.unwrap().blocking_recv().unwrap());
+        v.mark_logged();
+        let (tomb, _ack) = s.delete(b"/k", ANY, 100).unwrap().unwrap();
+        s.undo_put(b"/k", &tomb);
+        assert_eq!(&s.get(b"/k", 100).unwrap().body[..], b"w");
+        s.close();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

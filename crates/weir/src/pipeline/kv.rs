@@ -184,12 +184,14 @@ pub(super) async fn serve<D: Downstream>(
             let persistence = d.persistence(head);
             match kv.delete(head.path(), cond, now()) {
                 Ok(None) => Ok(send_error(d, ctx, head, 404, &[], persistence)),
-                Ok(Some((old, ack))) => {
+                Ok(Some((deletion, ack))) => {
                     if let Some(ack) = ack {
                         if !matches!(ack.await, Ok(true)) {
-                            kv.undo_delete(head.path(), old);
+                            // Not on disk: the value stays, as a restart would have it.
+                            kv.undo_put(head.path(), &deletion);
                             return busy(d, ctx);
                         }
+                        kv.finish_delete(head.path(), &deletion);
                     }
                     bump(&kv.stats.deletes);
                     Ok(empty(d, ctx, route, 204, b"", persistence))
