@@ -114,6 +114,9 @@ fn rewrite(
     // 1. Escapes: decode the unreserved, refuse the unsafe, upper-case the rest. Segments are
     //    split on the raw `/` only, so a kept `%2F` stays inside its segment.
     let mut decoded = Vec::with_capacity(path.len());
+    // Every escape decoded, for one check: the bytes must be UTF-8 (an overlong `%E0%80%AE` is
+    // `.` to a lax decoder; `%C0`/`%C1` and `%F5`-`%FF` alone were not enough).
+    let mut text = Vec::with_capacity(path.len());
     let mut i = 0;
     while i < path.len() {
         let b = path[i];
@@ -128,6 +131,7 @@ fn rewrite(
                     return Err("malformed percent-encoding in request path");
                 };
                 let c = h << 4 | l;
+                text.push(c);
                 match c {
                     0 => return Err("encoded NUL in request path"),
                     b'/' | b'\\' if !keep_encoded_slashes => {
@@ -152,9 +156,13 @@ fn rewrite(
             }
             b => {
                 decoded.push(b);
+                text.push(b);
                 i += 1;
             }
         }
+    }
+    if std::str::from_utf8(&text).is_err() {
+        return Err("a request path that is not UTF-8 once decoded");
     }
     // 2. Segments: merge empty ones (`//`), drop `.`, pop on `..` (not above the root).
     let mut out: Vec<u8> = Vec::with_capacity(decoded.len());
@@ -234,6 +242,7 @@ mod tests {
             ("/a%2bb", "/a%2Bb"),
             ("/%7euser", "/~user"),
             ("/caf%C3%A9", "/caf%C3%A9"),
+            ("/%e2%82%ac", "/%E2%82%AC"),
         ] {
             assert_eq!(n(raw), Ok(want.to_string()), "{raw}");
         }
@@ -262,6 +271,10 @@ mod tests {
             "/api/%25%32%65%25%32%65/private/x",
             "/api/%25252e%25252e/private/x",
             "/api/%c0%ae%c0%ae/private/x",
+            "/api/%E0%80%AE%E0%80%AE/private/x",
+            "/api/%F0%80%80%AE/private/x",
+            "/api/..%E0%80%AFprivate/x",
+            "/a%e9",
             "/a%ff",
             "/a%25",
             "/a%zz",

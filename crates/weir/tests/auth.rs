@@ -1218,7 +1218,7 @@ fn client_claims_aliases_and_trailers_do_not_reach_the_upstream() {
     let r = send(
         &s,
         "/",
-        "Forwarded: for=10.0.0.1;proto=https\r\nX-Real-IP: 10.0.0.1\r\nTrue-Client-IP: 10.0.0.1\r\nX~User~Id: admin\r\n",
+        "Forwarded: for=10.0.0.1;proto=https\r\nX-Real-IP: 10.0.0.1\r\nTrue-Client-IP: 10.0.0.1\r\nClient-IP: 10.0.0.1\r\nX-Original-Forwarded-For: 10.0.0.1\r\nX-ProxyUser-Ip: 10.0.0.1\r\nX~User~Id: admin\r\n",
     );
     let seen = r.text();
     for claim in [

@@ -730,3 +730,39 @@ fn invalidations_record_only_what_the_disk_holds() {
     stop(w);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The attack review of issue 33: on a full disk, the invalidation after a POST could not be
+/// recorded, and after a restart the object it invalidated was a hit again. A purge record now
+/// makes room as a store does (the oldest segment goes), so it is recorded and holds.
+#[test]
+fn an_invalidation_on_a_full_disk_makes_room_and_holds() {
+    let Some(fs) = common::smallfs::SmallFs::mount("disk-inval-full", "8m") else {
+        return;
+    };
+    let (o, _) = origin();
+    let dir = fs.path.join("cache");
+    let w = start_with("disk-inval-full", o.addr, &dir, "64k", ", segment_size: 1m");
+    for i in 0..30 {
+        assert_eq!(get(&w, &format!("/o/{i}?size=102400")).status, 200);
+    }
+    settle();
+    let _filler = fs.fill();
+    let mut s = common::connect(w.addr);
+    let r = common::roundtrip(
+        &mut s,
+        b"POST /o/29?size=102400 HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    settle();
+    let mut w = w;
+    w.run.kill().unwrap();
+    w.run.wait().unwrap();
+    let w = start_with("disk-inval-full", o.addr, &dir, "64k", ", segment_size: 1m");
+    let r = get(&w, "/o/29?size=102400");
+    assert!(
+        !is_hit(&r),
+        "invalidated before the crash, served again: {:?}",
+        r.header("cache-status")
+    );
+    stop(w);
+}

@@ -159,18 +159,27 @@ fn persist_purge(inner: &Inner, file: &mut Option<File>, p: &purges::Purge) -> b
     let Some(f) = file else {
         return false;
     };
-    // The file is in append mode: its length is where this record starts.
-    let at = f.metadata().map(|m| m.len()).ok();
-    if f.write_all(&purges::encode(p)).is_ok() {
-        return true;
-    }
-    DiskStats::bump(&inner.stats.write_errors);
-    if let Some(at) = at {
-        if f.set_len(at).is_err() {
-            DiskStats::bump(&inner.stats.write_errors);
+    let record = purges::encode(p);
+    loop {
+        // The file is in append mode: its length is where this record starts.
+        let at = f.metadata().map(|m| m.len()).ok();
+        let Err(e) = f.write_all(&record) else {
+            return true;
+        };
+        if let Some(at) = at {
+            if f.set_len(at).is_err() {
+                DiskStats::bump(&inner.stats.write_errors);
+            }
         }
+        // A full file system: the oldest segment makes room, as for a store (a purge or an
+        // invalidation lost here would come back after a restart).
+        if e.raw_os_error() == Some(libc::ENOSPC) && evict_one(inner) {
+            DiskStats::bump(&inner.stats.full_evictions);
+            continue;
+        }
+        DiskStats::bump(&inner.stats.write_errors);
+        return false;
     }
-    false
 }
 
 /// Syncs the purge log and answers the purges waiting for it.

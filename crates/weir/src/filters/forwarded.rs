@@ -40,6 +40,16 @@ const CLIENT_CLAIMS: &[&[u8]] = &[
     b"true-client-ip",
     b"cf-connecting-ip",
     b"fastly-client-ip",
+    b"client-ip",
+    b"x-original-forwarded-for",
+    b"x-proxyuser-ip",
+    b"x-forwarded",
+    b"forwarded-for",
+    b"x-originating-ip",
+    b"x-remote-ip",
+    b"x-remote-addr",
+    b"x-true-client-ip",
+    b"x-forwarded-client-ip",
 ];
 
 impl Filter for Forwarded {

@@ -94,11 +94,13 @@ pub(super) fn key_for(ctx: &RequestCtx, stage: &Stage<'_>, get_class: bool) -> O
     if issuer.is_empty() && id.upstream_fields.is_empty() {
         return Some(key(Some(&id.consumer)));
     }
-    // NUL cannot be in a field value, and separates the parts of who it is.
+    // Length-prefixed parts: no consumer or issuer text can pose as another split.
+    let fields = String::from_utf8_lossy(&id.upstream_fields);
     let who = format!(
-        "{}\0{issuer}\0{}",
+        "{}:{}{}:{issuer}{fields}",
+        id.consumer.len(),
         id.consumer,
-        String::from_utf8_lossy(&id.upstream_fields)
+        issuer.len()
     );
     Some(key(Some(&who)))
 }
