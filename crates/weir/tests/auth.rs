@@ -1022,7 +1022,9 @@ fn password_guessing_does_not_stall_the_worker_or_tell_names() {
                         )
                         .as_bytes(),
                     );
-                    assert_eq!(r.status, 401);
+                    // 429: this client's checks are at their limit (the per-client bound is
+                    // one per process, shared with the other tests of this binary).
+                    assert!(matches!(r.status, 401 | 429), "{}", r.status);
                     n += 1;
                 }
                 n
@@ -1298,9 +1300,24 @@ fn one_client_cannot_fill_the_password_queue_and_unknown_users_cost_the_most() {
         "workers: 1\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [{{ basic_auth: {{ file: '{}', cache: 0s }} }}]\n        respond: {{ body: in }}\n",
         dir.join("htpasswd").display()
     ));
+    // From addresses of its own: the per-client bound is one per process, shared with the
+    // other tests of this binary (which use 127.0.0.1).
+    let from = |ip: [u8; 4], fields: &str| {
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.bind(&std::net::SocketAddr::from((ip, 0)).into())
+            .unwrap();
+        sock.connect(&s.addr.into()).unwrap();
+        let mut c: std::net::TcpStream = sock.into();
+        c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        roundtrip(
+            &mut c,
+            format!("GET / HTTP/1.1\r\nHost: a\r\n{fields}\r\n").as_bytes(),
+        )
+    };
     let time = |user: &str| {
         let t = Instant::now();
-        assert_eq!(send(&s, "/", &basic(user, "wrong")).status, 401);
+        assert_eq!(from([127, 0, 0, 4], &basic(user, "wrong")).status, 401);
         t.elapsed()
     };
     let (cheap, demo, nobody) = (time("cheap"), time("demo"), time("nobody"));
@@ -1333,6 +1350,6 @@ fn one_client_cannot_fill_the_password_queue_and_unknown_users_cost_the_most() {
         limited >= 1 && statuses.iter().all(|s| matches!(s, 401 | 429)),
         "{statuses:?}"
     );
-    assert_eq!(send(&s, "/", &basic("cheap", "cheap")).text(), "in");
+    assert_eq!(from([127, 0, 0, 4], &basic("cheap", "cheap")).text(), "in");
     std::fs::remove_dir_all(&dir).ok();
 }
