@@ -57,7 +57,8 @@ start_weir new "$NEW_WEIR" "$ROOT/examples/hello.yaml" ${PORT[new]}; PID[new,hel
 # paths are compared with the new features not configured; older builds do not know `disk`).
 sed -e '/^        filters:$/d' -e '/- compress:/d' -e '/^    disk:/d' "$ROOT/examples/cache.yaml" > "$TMP/cache.yaml"
 # HTTP/2 (h2c, prior knowledge): the hello routes on an h2c listener, for the h2 row.
-sed -e 's/^  - address: \(.*\)$/  - address: \1\n    h2c: true/' "$ROOT/examples/hello.yaml" > "$TMP/hello-h2c.yaml"
+sed -e 's/^  - address: \(.*\)$/  - address: \1\n    h2c: true/' -e "s|\${WEIR_ROOT:-www}|$ROOT/examples/www|" \
+  "$ROOT/examples/hello.yaml" > "$TMP/hello-h2c.yaml"
 start_weir old "$OLD_WEIR" "$TMP/cache.yaml" $CPORT_old 127.0.0.1:${ADMIN[old]}; PID[old,cache]=$STARTED
 start_weir new "$NEW_WEIR" "$TMP/cache.yaml" $CPORT_new 127.0.0.1:${ADMIN[new]}; PID[new,cache]=$STARTED
 for p in ${PORT[old]} ${PORT[new]} $CPORT_old $CPORT_new; do wait_port "$p"; done
