@@ -45,6 +45,32 @@ fn start_node(name: &'static str, etcd: SocketAddr, origin: SocketAddr) -> Node 
     }
 }
 
+/// A node of a config file of this test's own (`WEIR_NODE`, `WEIR_LISTEN`, `WEIR_ADMIN`,
+/// `WEIR_ETCD`, `WEIR_ORIGIN` from here), as [`start_node`] starts the example's.
+fn start_from(
+    config: &std::path::Path,
+    name: &'static str,
+    etcd: SocketAddr,
+    origin: SocketAddr,
+) -> Node {
+    let (port, admin_port) = (free_port(), free_port());
+    let mut cmd = Command::new(WEIR);
+    cmd.args(["run", "-c"])
+        .arg(config)
+        .env("WEIR_NODE", name)
+        .env("WEIR_LISTEN", format!("127.0.0.1:{port}"))
+        .env("WEIR_ADMIN", format!("127.0.0.1:{admin_port}"))
+        .env("WEIR_ETCD", etcd.to_string())
+        .env("WEIR_ORIGIN", origin.to_string());
+    let (proc, addr) = spawn_serving(cmd);
+    Node {
+        name,
+        addr,
+        admin: format!("127.0.0.1:{admin_port}").parse().unwrap(),
+        proc: Some(proc),
+    }
+}
+
 fn members(n: &Node) -> usize {
     let r = get(n.admin, "/cluster");
     let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
@@ -231,24 +257,7 @@ fn a_member_back_from_a_lost_lease_serves_nothing_purged_meanwhile() {
         "cluster-rejoin",
         "workers: 1\ncluster:\n  node: ${WEIR_NODE}\n  etcd: ['${WEIR_ETCD}']\n  lease_ttl: 2s\nadmin: { address: '${WEIR_ADMIN}' }\ncache_zones:\n  shared: { max_size: 16m, cluster: { replicas: 67 } }\nupstreams: { origin: { servers: ['${WEIR_ORIGIN}'] } }\nlisteners:\n  - address: ${WEIR_LISTEN}\n    routes:\n      - proxy: { upstream: origin }\n        cache: { zone: shared }\n",
     );
-    let start = |name: &'static str| {
-        let (port, admin_port) = (free_port(), free_port());
-        let mut cmd = Command::new(WEIR);
-        cmd.args(["run", "-c"])
-            .arg(&config)
-            .env("WEIR_NODE", name)
-            .env("WEIR_LISTEN", format!("127.0.0.1:{port}"))
-            .env("WEIR_ADMIN", format!("127.0.0.1:{admin_port}"))
-            .env("WEIR_ETCD", etcd.addr.to_string())
-            .env("WEIR_ORIGIN", origin.addr.to_string());
-        let (proc, addr) = spawn_serving(cmd);
-        Node {
-            name,
-            addr,
-            admin: format!("127.0.0.1:{admin_port}").parse().unwrap(),
-            proc: Some(proc),
-        }
-    };
+    let start = |name| start_from(&config, name, etcd.addr, origin.addr);
     let a = start("a");
     let b = start("b");
     for n in [&a, &b] {
@@ -324,24 +333,7 @@ fn only_members_are_peers_and_their_fills_pass_per_client_limits() {
         "cluster-peers",
         "workers: 1\ncluster:\n  node: ${WEIR_NODE}\n  etcd: ['${WEIR_ETCD}']\nadmin: { address: '${WEIR_ADMIN}' }\ncache_zones:\n  shared: { max_size: 16m, cluster: { replicas: 67 } }\nupstreams: { origin: { servers: ['${WEIR_ORIGIN}'] } }\nfilters:\n  per_client: { rate_limit: { rate: 5, burst: 5, key: $remote_addr } }\nlisteners:\n  - address: ${WEIR_LISTEN}\n    routes:\n      - match: { path_prefix: /rl/ }\n        filters: [per_client]\n        proxy: { upstream: origin }\n        cache: { zone: shared }\n      - proxy: { upstream: origin }\n        cache: { zone: shared }\n",
     );
-    let start = |name: &'static str| {
-        let (port, admin_port) = (free_port(), free_port());
-        let mut cmd = Command::new(WEIR);
-        cmd.args(["run", "-c"])
-            .arg(&config)
-            .env("WEIR_NODE", name)
-            .env("WEIR_LISTEN", format!("127.0.0.1:{port}"))
-            .env("WEIR_ADMIN", format!("127.0.0.1:{admin_port}"))
-            .env("WEIR_ETCD", etcd.addr.to_string())
-            .env("WEIR_ORIGIN", origin.addr.to_string());
-        let (proc, addr) = spawn_serving(cmd);
-        Node {
-            name,
-            addr,
-            admin: format!("127.0.0.1:{admin_port}").parse().unwrap(),
-            proc: Some(proc),
-        }
-    };
+    let start = |name| start_from(&config, name, etcd.addr, origin.addr);
     let (a, b) = (start("a"), start("b"));
     for n in [&a, &b] {
         until("two members", Duration::from_secs(10), || members(n) == 2);

@@ -17,6 +17,7 @@ pub mod model;
 pub mod model_auth;
 pub mod model_cluster;
 pub mod model_filters;
+pub mod model_limits;
 pub mod model_ops;
 pub mod model_shield;
 pub mod model_tls;

@@ -237,6 +237,15 @@ impl BasicAuth {
     }
 }
 
+/// An answer telling the client to come back in a second.
+fn retry_later(status: u16, body: &'static [u8]) -> Flow {
+    Flow::Respond(Answer {
+        status,
+        fields: vec![(Bytes::from_static(b"Retry-After"), Bytes::from_static(b"1"))],
+        body: Bytes::from_static(body),
+    })
+}
+
 fn authenticated(user: String) -> Flow {
     Flow::Authenticated(Arc::new(Identity {
         consumer: user,
@@ -292,14 +301,7 @@ impl super::Filter for BasicAuth {
                 key,
             } => {
                 let Some(pending) = Pending::take(req.client.ip) else {
-                    return Flow::Respond(Answer {
-                        status: 429,
-                        fields: vec![(
-                            Bytes::from_static(b"Retry-After"),
-                            Bytes::from_static(b"1"),
-                        )],
-                        body: Bytes::from_static(b"too many password checks from this client\n"),
-                    });
+                    return retry_later(429, b"too many password checks from this client\n");
                 };
                 let (verified, denied) = (self.verified.clone(), self.denied());
                 Flow::Wait(Box::pin(async move {
@@ -316,14 +318,7 @@ impl super::Filter for BasicAuth {
                             if let Some(suppressed) = BUSY_LOG.admit() {
                                 tracing::warn!(suppressed, "basic_auth: {HASH_QUEUE} password checks waiting: answering 503");
                             }
-                            Flow::Respond(Answer {
-                                status: 503,
-                                fields: vec![(
-                                    Bytes::from_static(b"Retry-After"),
-                                    Bytes::from_static(b"1"),
-                                )],
-                                body: Bytes::from_static(b"too many password checks waiting\n"),
-                            })
+                            retry_later(503, b"too many password checks waiting\n")
                         }
                     }
                 }))

@@ -20,13 +20,14 @@
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use tokio::time::Instant;
 use weir_http::reply::{put_chunk, put_last_chunk};
 use weir_http::{
     Base, BodyKind, Framing, Method, Persistence, Reply, RequestHead, ResponseHead, Version,
 };
 
+use super::capture::Capture;
 use super::downstream::Downstream;
 use super::failure::{aborted, described};
 use super::{send_head, send_head_filtered, RequestCtx};
@@ -70,67 +71,6 @@ pub(crate) struct HeadPlan {
 
 /// The cache phase's decision at head time.
 pub(crate) type PlanFn<'a> = Box<dyn FnMut(&ResponseHead) -> HeadPlan + 'a>;
-
-/// The copy of a response body kept for the store (and published to followers), charged to the
-/// zone's budget for captures in flight while it grows, and given back when it ends.
-struct Capture {
-    copy: BytesMut,
-    limit: usize,
-    tee: Option<Arc<Inflight>>,
-    zone: Option<Arc<CacheZone>>,
-    reserved: u64,
-    /// The whole body's cost was reserved at head time (its length was known): no chunk
-    /// can be refused for the budget.
-    prepaid: bool,
-    /// Still copying for the store.
-    copying: bool,
-    /// Body bytes seen.
-    seen: usize,
-}
-
-impl Capture {
-    /// Copies one chunk for the store while it fits the zone's in-flight budget (a chunk
-    /// published to followers is held twice: in the copy and in their queue), and publishes
-    /// it to the followers. A copy refused mid-body (a body of unknown length) stops copying
-    /// only: the followers still get every chunk and complete (issue 33 §3: they were cut
-    /// off mid-body when the copy was dropped). Past `limit` (larger than any object may
-    /// be), both stop.
-    fn take(&mut self, d: &Bytes) {
-        self.seen += d.len();
-        if self.seen > self.limit {
-            self.stop_copying();
-            self.tee = None;
-            return;
-        }
-        if self.copying && !self.prepaid {
-            let cost = d.len() as u64 * if self.tee.is_some() { 2 } else { 1 };
-            match &self.zone {
-                Some(z) if !z.reserve(cost) => self.stop_copying(),
-                Some(_) => self.reserved += cost,
-                None => {}
-            }
-        }
-        if self.copying {
-            self.copy.extend_from_slice(d);
-        }
-        if let Some(t) = &self.tee {
-            t.push_chunk(d);
-        }
-    }
-
-    fn stop_copying(&mut self) {
-        self.copying = false;
-        self.copy = BytesMut::new();
-    }
-}
-
-impl Drop for Capture {
-    fn drop(&mut self) {
-        if let Some(z) = &self.zone {
-            z.release(self.reserved);
-        }
-    }
-}
 
 /// Hooks around one forward, used by the cache phase; `Exchange::default()` is a plain proxy.
 #[derive(Default)]
@@ -437,25 +377,7 @@ pub(crate) async fn forward<D: Downstream>(
         .filters
         .response(&mut reply, ctx.response_run(), &mut filter_lines);
     persistence = send_head_filtered(d, ctx, &reply, persistence);
-    let reserved = std::mem::take(&mut plan.reserved);
-    let mut capture = plan.capture.map(|limit| Capture {
-        // Sized exactly when the length is known, so that the stored body holds no slack.
-        copy: match resp.body {
-            BodyKind::Length(n) if n <= limit as u64 => BytesMut::with_capacity(n as usize),
-            _ => BytesMut::new(),
-        },
-        limit,
-        tee: plan.tee.clone(),
-        zone: plan.zone.clone(),
-        reserved,
-        prepaid: reserved > 0 || matches!(resp.body, BodyKind::Empty | BodyKind::Length(0)),
-        copying: true,
-        seen: 0,
-    });
-    if let (None, Some(z)) = (&capture, &plan.zone) {
-        // Reserved for a capture that is not made (no capture asked after all).
-        z.release(reserved);
-    }
+    let mut capture = Capture::start(&mut plan, resp.body);
     let reusable = relay_body(
         d,
         ctx,
@@ -473,8 +395,8 @@ pub(crate) async fn forward<D: Downstream>(
             .put(server, upstream_conn, &up.servers[server].health);
     }
     // The reservation ends here; the cache phase stores the copy right after.
-    ex.teed = capture.as_ref().is_some_and(|c| c.tee.is_some());
-    ex.body = capture.and_then(|mut kept| kept.copying.then(|| std::mem::take(&mut kept.copy)));
+    ex.teed = capture.as_ref().is_some_and(Capture::teed);
+    ex.body = capture.and_then(Capture::into_copy);
     ex.response = Some(resp);
     Ok(persistence)
 }

@@ -22,6 +22,8 @@
 
 mod body;
 pub(crate) mod cache;
+mod capture;
+mod client;
 pub(crate) mod context;
 pub(crate) mod downstream;
 mod failure;
@@ -41,6 +43,7 @@ use weir_http::{Base, BodyKind, Framing, Method, Persistence, Reply, RequestHead
 
 use body::stream_file;
 pub(crate) use body::{finish_body, send_body};
+pub(crate) use client::{client_of, scheme_of};
 pub use context::CacheState;
 pub(crate) use context::RequestCtx;
 use downstream::Downstream;
@@ -577,27 +580,6 @@ pub(crate) fn check_declared_length(
 fn fault_injection(head: &RequestHead) {
     if head.path() == b"/__weir_fault/panic" && std::env::var_os("WEIR_FAULT_INJECTION").is_some() {
         panic!("fault injection: a panic while serving a request");
-    }
-}
-
-/// What filters are told about the client.
-pub(crate) fn client_of<D: Downstream>(d: &D) -> Client {
-    Client {
-        ip: d.peer().ip(),
-        scheme: scheme_of(d),
-        version: d.via_version(),
-        member: false,
-    }
-}
-
-/// `https` on a TLS connection, else `http`: for `X-Forwarded-Proto`, `Forwarded` and the
-/// cache key.
-#[inline]
-pub(crate) fn scheme_of<D: Downstream>(d: &D) -> &'static str {
-    if d.tls().is_some() {
-        "https"
-    } else {
-        "http"
     }
 }
 
