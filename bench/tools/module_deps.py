@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
-"""Prints the dependency graph between the top-level modules of crates/weir/src and any cycle.
+"""Prints the dependency graph between the top-level modules of a crate (crates/weir/src, or
+the crate directory given) and any cycle.
 
 A module depends on another when its files name `crate::other` (in `use` or a path), or
 `super::other` from a file directly in the module's folder. Exit status 1 if there is a cycle.
-Usage: python3 bench/tools/module_deps.py
+Usage: python3 bench/tools/module_deps.py [crates/weir-cache]
 """
 import os
 import re
 import sys
 
-ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "crates", "weir", "src")
+ROOT = (
+    os.path.join(sys.argv[1], "src")
+    if len(sys.argv) > 1
+    else os.path.join(os.path.dirname(__file__), "..", "..", "crates", "weir", "src")
+)
 mods = {}
 for entry in sorted(os.listdir(ROOT)):
     path = os.path.join(ROOT, entry)

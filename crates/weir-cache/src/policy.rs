@@ -153,7 +153,7 @@ pub fn storable_part(
     now: u64,
 ) -> Result<Storable, NoStore> {
     if first(resp_headers, "content-range")
-        .and_then(crate::slice::content_range)
+        .and_then(crate::extent::content_range)
         .is_none()
     {
         return Err(NoStore::Partial);

@@ -19,6 +19,8 @@ use bytes::Bytes;
 
 use crate::key::CacheKey;
 use crate::object::CachedObject;
+pub use crate::storage::{Lookup, PurgeSelector};
+use crate::storage::{Purged, Storage};
 
 /// Counters, updated by the store and by the cache stage.
 #[derive(Debug, Default)]
@@ -36,62 +38,6 @@ pub struct Stats {
 impl Stats {
     pub fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// What a lookup found.
-pub enum Lookup {
-    Found(Arc<CachedObject>),
-    /// The key is stored, but no variant matches the request's Vary values.
-    VariantMiss,
-    Miss,
-    /// A lower tier is reading it (see [`crate::storage`]).
-    Later(crate::disk::Pending),
-}
-
-impl std::fmt::Debug for Lookup {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Lookup::Found(o) => f.debug_tuple("Found").field(o).finish(),
-            Lookup::VariantMiss => f.write_str("VariantMiss"),
-            Lookup::Miss => f.write_str("Miss"),
-            Lookup::Later(_) => f.write_str("Later"),
-        }
-    }
-}
-
-/// Which entries a purge removes.
-#[derive(Debug, Clone)]
-pub enum PurgeSelector {
-    /// One key (`host/path?query` under a scheme).
-    Exact(CacheKey),
-    /// Every key whose URL is exactly `host/path?query` (whatever else the key holds).
-    Url(Vec<u8>),
-    /// Every URL starting with `host/prefix`.
-    Prefix(Vec<u8>),
-    /// Every URL of a host.
-    Host(Vec<u8>),
-    /// Every URL matching a regex (`host/path?query`).
-    Regex(regex::bytes::Regex),
-    /// Every object tagged (Surrogate-Key / Cache-Tag).
-    Tag(String),
-    All,
-}
-
-/// As log lines show it: `url=a.test/x`, `prefix=...`, `regex=...`, `all` (bytes as text,
-/// not the byte lists `Debug` prints).
-impl std::fmt::Display for PurgeSelector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-        match self {
-            PurgeSelector::Exact(k) => write!(f, "key={}", text(&k.text).replace('\0', "\\0")),
-            PurgeSelector::Url(u) => write!(f, "url={}", text(u)),
-            PurgeSelector::Prefix(p) => write!(f, "prefix={}", text(p)),
-            PurgeSelector::Host(h) => write!(f, "host={}", text(h)),
-            PurgeSelector::Regex(r) => write!(f, "regex={}", r.as_str()),
-            PurgeSelector::Tag(t) => write!(f, "tag={t}"),
-            PurgeSelector::All => f.write_str("all"),
-        }
     }
 }
 
@@ -470,6 +416,41 @@ impl Shard {
             }
             return true;
         }
+    }
+}
+
+/// The first tier of every zone. The hit path calls [`MemoryStore::lookup`] directly (generic
+/// over the Vary closure); the trait serves the zone's walk over its tiers and purges.
+impl Storage for MemoryStore {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+    fn lookup(
+        &self,
+        key: &CacheKey,
+        value_of: &dyn Fn(&str) -> Option<Bytes>,
+        _files: bool,
+    ) -> Lookup {
+        MemoryStore::lookup(self, key, value_of)
+    }
+    fn insert(&self, key: &CacheKey, obj: &Arc<CachedObject>) -> bool {
+        MemoryStore::insert(self, key, obj.clone())
+    }
+    fn contains(&self, key: &CacheKey) -> bool {
+        let shard = self.shard(key.hash);
+        shard
+            .map
+            .get(&key.hash)
+            .is_some_and(|e| e.key.text == key.text)
+    }
+    fn purge(&self, sel: &PurgeSelector, soft: bool) -> Purged {
+        Purged {
+            count: MemoryStore::purge(self, sel, soft),
+            recorded: None,
+        }
+    }
+    fn usage(&self) -> (u64, u64) {
+        MemoryStore::usage(self)
     }
 }
 

@@ -16,7 +16,6 @@
 //! cost less than the extra syscalls.
 
 use std::collections::HashSet;
-use std::fs::File;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -24,37 +23,13 @@ use bytes::Bytes;
 use super::{codec, log, record, DiskStats, Inner};
 use crate::key::CacheKey;
 use crate::object::CachedObject;
+use crate::storage::{FileBody, Read as DiskRead};
 
 /// Smallest body sent from the file.
 pub const FILE_MIN: usize = 32 * 1024;
 /// How much of a record is read again to find its fields (a head larger than this is read
 /// whole, as usual).
 const HEAD_READ: usize = 8 * 1024;
-
-/// A body's place in a segment file. The file stays open while it is sent, so an eviction of
-/// its segment meanwhile (the file unlinked) does not cut it.
-#[derive(Debug, Clone)]
-pub struct FileBody {
-    pub file: Arc<File>,
-    pub offset: u64,
-    pub len: u64,
-}
-
-/// What a disk lookup brings: the object read whole, or its fields (the object's body is
-/// empty, its head's `Content-Length` is the body's) and where the body lies.
-#[derive(Debug)]
-pub enum DiskRead {
-    Whole(Arc<CachedObject>),
-    File(Arc<CachedObject>, FileBody),
-}
-
-impl DiskRead {
-    pub fn object(&self) -> &CachedObject {
-        match self {
-            DiskRead::Whole(o) | DiskRead::File(o, _) => o,
-        }
-    }
-}
 
 /// Records (segment, offset) whose checksum held when read whole in this process.
 #[derive(Debug, Default)]

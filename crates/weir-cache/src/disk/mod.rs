@@ -32,8 +32,9 @@
 //! * **One process at a time**: the directory is locked (`flock`); during a binary upgrade the
 //!   new process takes the tier when the old one hands it over ([`DiskTier::close`]).
 //!
-//! Not yet: bodies are read whole (an object is bounded by the zone's `max_object_size`) and
-//! written to the client from memory, not with `sendfile`; one Vary variant per key on disk.
+//! Large bodies of records checked once go out with `sendfile` ([`file_hit`]); Vary variants
+//! are written under keys of their own ([`crate::variants`]). The tier is reached through the
+//! [`Storage`] seam like any other (`impl Storage for DiskTier` below).
 
 pub mod codec;
 pub mod dump;
@@ -45,12 +46,10 @@ pub mod purges;
 pub mod record;
 #[cfg(test)]
 mod tier_tests;
-pub mod variants;
 mod writer;
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, RwLock};
@@ -58,11 +57,13 @@ use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
 
-pub use file_hit::{DiskRead, FileBody, FILE_MIN};
+pub use file_hit::FILE_MIN;
 
 use crate::key::CacheKey;
 use crate::object::CachedObject;
-use crate::store::PurgeSelector;
+use crate::storage::PurgeSelector;
+use crate::storage::{Lookup, Pending, Purged, Storage};
+use crate::variants;
 
 /// A disk tier's settings (`cache_zones.NAME.disk`).
 #[derive(Debug, Clone)]
@@ -126,11 +127,6 @@ pub struct DiskStats {
     /// Milliseconds the last index load took.
     pub load_ms: AtomicU64,
 }
-
-/// A lookup that completes later (the disk tier's answer).
-pub type Pending = Pin<Box<dyn Future<Output = Option<Arc<CachedObject>>> + Send>>;
-/// [`Pending`] for [`DiskTier::lookup_file`].
-pub type PendingRead = Pin<Box<dyn Future<Output = Option<DiskRead>> + Send>>;
 
 enum Msg {
     Store(CacheKey, Arc<CachedObject>, u64),
@@ -354,25 +350,10 @@ impl DiskTier {
     }
 
     /// Looks `key` up on disk: `None` when it is not there (known now), else the read, which
-    /// answers `None` too if the record is gone, corrupt or purged.
-    pub fn lookup(&self, key: &CacheKey) -> Option<Pending> {
-        let read = self.lookup_read(key, false)?;
-        Some(Box::pin(async move {
-            match read.await? {
-                DiskRead::Whole(obj) => Some(obj),
-                DiskRead::File(..) => None,
-            }
-        }))
-    }
-
-    /// [`DiskTier::lookup`] for a client whose answer can be sent from a file: a large body
-    /// whose record was checked whole once comes back as its place in the segment file
-    /// ([`DiskRead::File`]), only the start of the record being read again.
-    pub fn lookup_file(&self, key: &CacheKey) -> Option<PendingRead> {
-        self.lookup_read(key, true)
-    }
-
-    fn lookup_read(&self, key: &CacheKey, files: bool) -> Option<PendingRead> {
+    /// answers `None` too if the record is gone, corrupt or purged. `files`: a large body whose
+    /// record was checked whole once may come back as its place in the segment file
+    /// ([`crate::Read::File`]), only the start of the record being read again.
+    pub fn read(&self, key: &CacheKey, files: bool) -> Option<Pending> {
         let inner = self.inner.clone();
         if inner.closed.load(Ordering::Relaxed) {
             return None;
@@ -476,6 +457,36 @@ impl DiskTier {
         if let Some(w) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = w.join();
         }
+    }
+}
+
+impl Storage for DiskTier {
+    fn name(&self) -> &'static str {
+        "disk"
+    }
+    fn lookup(
+        &self,
+        key: &CacheKey,
+        _value_of: &dyn Fn(&str) -> Option<bytes::Bytes>,
+        files: bool,
+    ) -> Lookup {
+        self.read(key, files).map_or(Lookup::Miss, Lookup::Later)
+    }
+    fn insert(&self, key: &CacheKey, obj: &Arc<CachedObject>) -> bool {
+        self.store(key, obj);
+        true
+    }
+    fn contains(&self, key: &CacheKey) -> bool {
+        DiskTier::contains(self, key)
+    }
+    fn purge(&self, sel: &PurgeSelector, soft: bool) -> Purged {
+        Purged {
+            count: 0,
+            recorded: Some(Box::pin(DiskTier::purge(self, sel, soft))),
+        }
+    }
+    fn usage(&self) -> (u64, u64) {
+        DiskTier::usage(self)
     }
 }
 

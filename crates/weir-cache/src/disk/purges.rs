@@ -17,7 +17,7 @@ use bytes::Bytes;
 use super::codec::{In, Out};
 use super::record::{self, Kind};
 use crate::key::CacheKey;
-use crate::store::PurgeSelector;
+use crate::storage::PurgeSelector;
 
 /// A purge as remembered.
 #[derive(Debug, Clone)]

@@ -9,7 +9,8 @@ use super::tests::tempdir;
 use super::{DiskConfig, DiskTier};
 use crate::key::CacheKey;
 use crate::object::CachedObject;
-use crate::store::PurgeSelector;
+use crate::storage::PurgeSelector;
+use crate::storage::Read;
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -38,8 +39,10 @@ fn cfg(dir: &std::path::Path, max: u64) -> DiskConfig {
 }
 
 async fn get(t: &DiskTier, url: &str) -> Option<String> {
-    let o = t.lookup(&key(url))?.await?;
-    Some(String::from_utf8_lossy(&o.body).into_owned())
+    match t.read(&key(url), false)?.await? {
+        Read::Whole(o) => Some(String::from_utf8_lossy(&o.body).into_owned()),
+        Read::File(..) => panic!("a file read without asking for one"),
+    }
 }
 
 /// Stores and waits until the writer has them (a snapshot is answered after earlier stores).
@@ -179,10 +182,10 @@ fn large_bodies_come_from_the_file_once_their_checksum_held() {
             .collect();
         put(&t, &[("big", &body), ("small", "tiny")]).await;
         // First read: whole, checked.
-        let first = t.lookup_file(&key("big")).unwrap().await.unwrap();
-        assert!(matches!(&first, super::DiskRead::Whole(o) if o.body == body.as_bytes()));
+        let first = t.read(&key("big"), true).unwrap().await.unwrap();
+        assert!(matches!(&first, Read::Whole(o) if o.body == body.as_bytes()));
         // Then: the fields, and the body's place in the segment file.
-        let Some(super::DiskRead::File(obj, fb)) = t.lookup_file(&key("big")).unwrap().await else {
+        let Some(Read::File(obj, fb)) = t.read(&key("big"), true).unwrap().await else {
             panic!("not from the file")
         };
         assert!(obj.body.is_empty());
@@ -194,13 +197,13 @@ fn large_bodies_come_from_the_file_once_their_checksum_held() {
         assert_eq!(sent, body.as_bytes());
         // Small bodies never take the file path; plain lookups never get a file.
         for _ in 0..2 {
-            let small = t.lookup_file(&key("small")).unwrap().await.unwrap();
-            assert!(matches!(small, super::DiskRead::Whole(_)));
+            let small = t.read(&key("small"), true).unwrap().await.unwrap();
+            assert!(matches!(small, Read::Whole(_)));
         }
         assert_eq!(get(&t, "big").await.as_deref(), Some(body.as_str()));
         // A purge still holds for file reads.
         t.purge(&PurgeSelector::Url(b"big".to_vec()), false).await;
-        if let Some(read) = t.lookup_file(&key("big")) {
+        if let Some(read) = t.read(&key("big"), true) {
             assert!(read.await.is_none(), "served after its purge");
         }
     });

@@ -152,7 +152,7 @@ pub(super) fn run(inner: &Inner, rx: &Receiver<Msg>) {
 /// off again, so the next purge's record starts on a record boundary.
 fn persist_purge(inner: &Inner, file: &mut Option<File>, p: &purges::Purge) -> bool {
     use std::io::Write;
-    if matches!(p.sel, crate::store::PurgeSelector::All) && !p.soft {
+    if matches!(p.sel, crate::storage::PurgeSelector::All) && !p.soft {
         inner.log.clear();
         inner.index.retain(|_| false);
     }

@@ -1,5 +1,6 @@
-//! A cache zone: the memory store, the disk tier behind it (when configured), the table of
-//! in-flight misses used for request coalescing, and the hit-for-miss marks. Shared by all workers (`Arc`), with short `Mutex` sections only. The two
+//! A cache zone: its tiers (the memory store first, then the lower tiers as a list of
+//! `weir_cache::Storage`: today the disk tier, when configured), the table of in-flight misses
+//! used for request coalescing, and the hit-for-miss marks. Shared by all workers (`Arc`), with short `Mutex` sections only. The two
 //! tables are sharded like the store (by key hash, one mutex per shard), so workers missing on
 //! different keys do not queue on one lock.
 
@@ -8,9 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use tokio::sync::watch;
-use weir_cache::disk::{variants, DiskRead};
 use weir_cache::store::{Lookup, PurgeSelector};
-use weir_cache::{CacheKey, CachedObject, Clock, DiskTier, MemoryStore, Storage};
+use weir_cache::{variants, CacheKey, CachedObject, Clock, DiskTier, MemoryStore, Read, Storage};
 use weir_http::Header;
 
 /// Where a coalesced fetch stands, as its waiters see it.
@@ -145,8 +145,12 @@ pub const PURGE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 #[derive(Debug)]
 pub struct CacheZone {
     pub name: String,
+    /// The first tier. The hit path calls it directly (its lookup is generic and inlined).
     pub store: MemoryStore,
-    /// The disk tier behind the memory store.
+    /// The tiers below memory, in lookup order. A store goes to every tier; a purge too.
+    lower: Vec<Arc<dyn Storage>>,
+    /// The disk tier (also in `lower`), for what only it does: metrics, its snapshot, the
+    /// hand-over of a binary upgrade, the budget of its write queue.
     pub disk: Option<Arc<DiskTier>>,
     /// With a disk tier: bytes of responses being captured to be stored (bounded by the
     /// tier's write queue, not by the memory store, so objects larger than memory are stored).
@@ -185,6 +189,7 @@ impl CacheZone {
         CacheZone {
             name: name.to_string(),
             store: MemoryStore::new(limit, shards),
+            lower: disk.iter().map(|d| d.clone() as Arc<dyn Storage>).collect(),
             disk,
             captures: std::sync::atomic::AtomicU64::new(0),
             warm: watch::channel(true).0,
@@ -199,13 +204,24 @@ impl CacheZone {
         self.clock.now()
     }
 
-    /// Stores `obj` in memory, and queues it for the disk tier. False if neither can hold it
-    /// (too large for a memory shard, and no disk tier).
+    /// Stores `obj` in every tier (a lower tier may queue it). False if none took it (too
+    /// large for a memory shard, and no lower tier).
     pub fn store_object(&self, key: &CacheKey, obj: &Arc<CachedObject>) -> bool {
-        if let Some(d) = &self.disk {
-            Storage::insert(&**d, key, obj);
+        let mut taken = false;
+        for tier in &self.lower {
+            taken |= tier.insert(key, obj);
         }
-        self.store.insert(key, obj.clone()) || self.disk.is_some()
+        self.store.insert(key, obj.clone()) || taken
+    }
+
+    /// Whether the zone has tiers below memory.
+    pub fn has_lower(&self) -> bool {
+        !self.lower.is_empty()
+    }
+
+    /// Whether a tier below memory holds `key` now.
+    pub fn lower_contains(&self, key: &CacheKey) -> bool {
+        self.lower.iter().any(|t| t.contains(key))
     }
 
     /// Reserves `n` bytes for a response being captured to be stored (see
@@ -234,32 +250,34 @@ impl CacheZone {
         }
     }
 
-    /// After a memory miss: the disk tier's object for `key` if it has one whose Vary values
-    /// match, promoted to memory. Waits for the read (never blocks the thread).
-    pub async fn lookup_disk(
+    /// After a memory miss: the first lower tier's object for `key` whose Vary values match the
+    /// request, moved up to memory when read whole (the next hit is a memory hit). `files`: the
+    /// client can take a large body from a file (`Read::File`: not moved up; the page cache
+    /// holds it, as nginx's files are held). Waits for the reads (never blocks the thread).
+    pub async fn lookup_lower(
         &self,
         key: &CacheKey,
         value_of: &dyn Fn(&str) -> Option<Bytes>,
-    ) -> Option<Arc<CachedObject>> {
-        let disk = self.disk.as_deref()?;
-        let Lookup::Later(read) = Storage::lookup(disk, key, value_of) else {
-            return None;
-        };
-        let mut obj = read.await?;
-        if !obj.vary_matches(value_of) {
-            // Another variant: under its own key (`weir_cache::disk::variants`).
-            let variant = variants::for_request(key, &obj, value_of);
-            let Lookup::Later(read) = Storage::lookup(disk, &variant, value_of) else {
-                return None;
+        files: bool,
+    ) -> Option<Read> {
+        for tier in &self.lower {
+            let Some(mut read) = read_from(&**tier, key, value_of, files).await else {
+                continue;
             };
-            obj = read.await?;
-            if !obj.vary_matches(value_of) {
-                return None;
+            if !read.object().vary_matches(value_of) {
+                // Another variant: under its own key (`weir_cache::variants`).
+                let variant = variants::for_request(key, read.object(), value_of);
+                match read_from(&**tier, &variant, value_of, files).await {
+                    Some(r) if r.object().vary_matches(value_of) => read = r,
+                    _ => continue,
+                }
             }
+            if let (Read::Whole(obj), true) = (&read, tier.promotes()) {
+                self.store.insert(key, obj.clone());
+            }
+            return Some(read);
         }
-        // Hot disk objects move up: the next hit is a memory hit.
-        self.store.insert(key, obj.clone());
-        Some(obj)
+        None
     }
 
     /// Marks the zone as expecting (`false`) or having received (`true`) the previous
@@ -280,48 +298,35 @@ impl CacheZone {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), rx.wait_for(|w| *w)).await;
     }
 
-    /// [`CacheZone::lookup_disk`] for a client that can take a body from a file: a large body
-    /// already checked once comes back as its place in the file, and is not promoted (the page
-    /// cache holds it, as nginx's files are held); bodies read whole are promoted as usual.
-    pub async fn lookup_disk_file(
-        &self,
-        key: &CacheKey,
-        value_of: &dyn Fn(&str) -> Option<Bytes>,
-    ) -> Option<DiskRead> {
-        let disk = self.disk.as_deref()?;
-        let mut read = disk.lookup_file(key)?.await?;
-        if !read.object().vary_matches(value_of) {
-            let variant = variants::for_request(key, read.object(), value_of);
-            read = disk.lookup_file(&variant)?.await?;
-            if !read.object().vary_matches(value_of) {
-                return None;
-            }
-        }
-        if let DiskRead::Whole(obj) = &read {
-            self.store.insert(key, obj.clone());
-        }
-        Some(read)
-    }
-
-    /// Purges memory and disk; the disk's purge is synced before this returns. `Err` when the
-    /// disk tier could not record it (a full disk) or not within [`PURGE_WAIT`] (another
+    /// Purges every tier; a tier that persists purges has recorded it durably before this
+    /// returns. `Err` when one could not (a full disk) or not within [`PURGE_WAIT`] (another
     /// process still holds the directory): the purge holds in this process, but a restart
     /// would serve the objects again, so it must not be acknowledged as done.
     pub async fn purge(&self, sel: &PurgeSelector, soft: bool) -> Result<u64, String> {
-        let persisted = self.disk.as_ref().map(|d| d.purge(sel, soft));
-        let n = self.store.purge(sel, soft);
-        if let Some(p) = persisted {
-            match tokio::time::timeout(PURGE_WAIT, p).await {
+        // Lower tiers first: a read racing the purge must not move an object up to memory
+        // after memory was purged.
+        let lower: Vec<_> = self
+            .lower
+            .iter()
+            .map(|t| (t.name(), t.purge(sel, soft)))
+            .collect();
+        let mut n = self.store.purge(sel, soft);
+        for (tier, purged) in lower {
+            n = n.max(purged.count);
+            let Some(recorded) = purged.recorded else {
+                continue;
+            };
+            match tokio::time::timeout(PURGE_WAIT, recorded).await {
                 Ok(true) => {}
                 Ok(false) => {
                     return Err(format!(
-                        "zone {}: the disk tier could not record the purge (disk full?): it holds until a restart only",
+                        "zone {}: the {tier} tier could not record the purge (disk full?): it holds until a restart only",
                         self.name
                     ))
                 }
                 Err(_) => {
                     return Err(format!(
-                        "zone {}: the disk tier did not record the purge within {PURGE_WAIT:?}",
+                        "zone {}: the {tier} tier did not record the purge within {PURGE_WAIT:?}",
                         self.name
                     ))
                 }
@@ -330,30 +335,31 @@ impl CacheZone {
         Ok(n)
     }
 
-    /// Purges memory and disk without waiting for the disk's purge to be synced (it is in force
-    /// for disk reads at once, and synced by the writer within milliseconds): for the cache's
-    /// own invalidations, which no client is told are done.
+    /// Purges every tier without waiting for lower tiers to record it (it is in force for
+    /// their reads at once, and recorded within milliseconds): for the cache's own
+    /// invalidations, which no client is told are done.
     pub fn purge_now(&self, sel: &PurgeSelector, soft: bool) -> u64 {
-        if let Some(d) = &self.disk {
-            drop(d.purge(sel, soft));
+        for tier in &self.lower {
+            drop(tier.purge(sel, soft));
         }
         self.store.purge(sel, soft)
     }
 
     /// Invalidates `url` (RFC 9111 §4.4, after an unsafe request). `plain_keys`: the route keys
-    /// by URL alone, so a disk that lacks the URL's plain GET key (either scheme) holds nothing
-    /// of it and no purge is recorded there: every POST to a new URL once added one, for as
-    /// long as older segments lived (24 MB of `purges.log` for 3000 POSTs).
+    /// by URL alone, so a lower tier that lacks the URL's plain GET key (either scheme) holds
+    /// nothing of it and no purge is recorded there: every POST to a new URL once added one to
+    /// the disk tier, for as long as older segments lived (24 MB of `purges.log` for 3000
+    /// POSTs).
     pub fn invalidate(&self, url: Vec<u8>, plain_keys: bool) -> u64 {
         let text = String::from_utf8_lossy(&url).into_owned();
         let sel = PurgeSelector::Url(url);
-        if let Some(d) = &self.disk {
-            let on_disk = !plain_keys
+        for tier in &self.lower {
+            let held = !plain_keys
                 || ["http", "https"]
                     .iter()
-                    .any(|scheme| d.contains(&CacheKey::from_url(scheme, &text)));
-            if on_disk {
-                drop(d.purge(&sel, false));
+                    .any(|scheme| tier.contains(&CacheKey::from_url(scheme, &text)));
+            if held {
+                drop(tier.purge(&sel, false));
             }
         }
         self.store.purge(&sel, false)
@@ -405,6 +411,20 @@ impl CacheZone {
     /// Clears a hit-for-miss mark (a later response was storable).
     pub fn clear_hit_for_miss(&self, hash: u64) {
         self.hit_for_miss.lock(hash).remove(&hash);
+    }
+}
+
+/// One lookup in `tier`, waited for when it completes later.
+async fn read_from(
+    tier: &dyn Storage,
+    key: &CacheKey,
+    value_of: &dyn Fn(&str) -> Option<Bytes>,
+    files: bool,
+) -> Option<Read> {
+    match tier.lookup(key, value_of, files) {
+        Lookup::Found(obj) => Some(Read::Whole(obj)),
+        Lookup::Later(pending) => pending.await,
+        Lookup::VariantMiss | Lookup::Miss => None,
     }
 }
 

@@ -2,7 +2,7 @@
 //! ([`super::forward::forward`]): the same pick, retries and their budget and backoff, request
 //! id, timeouts, outlier accounting and upstream caps as a proxied request. There is no client
 //! to relay to: the response goes to a [`Capture`] downstream that discards what it is given,
-//! while the exchange keeps the upstream's head and a copy of the body (`HeadPlan::capture`).
+//! while [`Whole`]'s hooks keep the upstream's head and a copy of the body.
 
 use std::net::SocketAddr;
 
@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use weir_http::{Persistence, Reply, RequestHead, ResponseHead, Version};
 
 use super::downstream::Downstream;
-use super::forward::{forward, Exchange, HeadPlan};
+use super::forward::{forward, Steer, UpstreamHooks};
 use super::RequestCtx;
 use crate::error::{Error, ErrorKind};
 use crate::proxy::route::ProxyRoute;
@@ -90,25 +90,32 @@ pub(crate) async fn fetch_whole(
     max_body: usize,
 ) -> Result<(ResponseHead, Bytes), Error> {
     let mut sink = Capture { peer };
-    let mut plan = |_: &ResponseHead| HeadPlan {
-        lines: BytesMut::new(),
-        capture: Some(max_body),
-        tee: None,
-        zone: None,
-        reserved: 0,
+    let mut whole = Whole {
+        limit: max_body,
+        body: Some(BytesMut::new()),
+        response: None,
+        failed: None,
     };
-    let mut ex = Exchange {
-        plan: Some(Box::new(&mut plan)),
+    let steer = Steer {
         strip_conditionals: true,
         extra,
         ..Default::default()
     };
     // What the client of this request was sent is not touched: status and bytes are put back.
     let (status, sent) = (ctx.status, ctx.bytes_sent);
-    let result = forward(&mut sink, ctx, head, route, Persistence::KeepAlive, &mut ex).await;
+    let result = forward(
+        &mut sink,
+        ctx,
+        head,
+        route,
+        Persistence::KeepAlive,
+        steer,
+        &mut whole,
+    )
+    .await;
     (ctx.status, ctx.bytes_sent) = (status, sent);
     result?;
-    if let Some(failed) = ex.failed {
+    if let Some(failed) = whole.failed {
         return Err(Error::with(
             match failed {
                 504 => ErrorKind::ResponseTimeout,
@@ -118,18 +125,51 @@ pub(crate) async fn fetch_whole(
             format!("revalidation failed with {failed}"),
         ));
     }
-    let resp = ex
+    let resp = whole
         .response
         .ok_or_else(|| Error::with(ErrorKind::UpstreamReset, "no response"))?;
-    let body = match ex.body {
-        Some(b) => b,
-        None if resp.body == weir_http::BodyKind::Empty => BytesMut::new(),
-        None => {
-            return Err(Error::with(
-                ErrorKind::UpstreamReset,
-                "response larger than max_object_size",
-            ))
-        }
+    let Some(body) = whole.body else {
+        return Err(Error::with(
+            ErrorKind::UpstreamReset,
+            "response larger than max_object_size",
+        ));
     };
     Ok((resp, weir_cache::object::exact(body)))
+}
+
+/// Keeps the head and the body (up to `limit` bytes: past it, none) of a whole fetch.
+struct Whole {
+    limit: usize,
+    body: Option<BytesMut>,
+    response: Option<ResponseHead>,
+    failed: Option<u16>,
+}
+
+impl UpstreamHooks for Whole {
+    fn on_head(&mut self, resp: &ResponseHead, _: &mut BytesMut) {
+        if let weir_http::BodyKind::Length(n) = resp.body {
+            match usize::try_from(n).ok().filter(|n| *n <= self.limit) {
+                Some(n) => self.body = Some(BytesMut::with_capacity(n)),
+                None => self.body = None,
+            }
+        }
+    }
+
+    fn on_body(&mut self, chunk: &Bytes) {
+        if let Some(b) = &mut self.body {
+            if b.len() + chunk.len() > self.limit {
+                self.body = None;
+            } else {
+                b.extend_from_slice(chunk);
+            }
+        }
+    }
+
+    fn on_end(&mut self, resp: ResponseHead) {
+        self.response = Some(resp);
+    }
+
+    fn on_failure(&mut self, status: u16) {
+        self.failed = Some(status);
+    }
 }

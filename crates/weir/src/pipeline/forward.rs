@@ -15,10 +15,9 @@
 //! retries go to another server when the upstream's `retries.on` allows it, the request is
 //! idempotent and has no body, and the worker's retry budget has tokens.
 //!
-//! The cache phase hooks in through [`Exchange`]: a plan made when the response head arrives
-//! (fields to add, whether to keep a copy of the body, followers to publish chunks to).
-
-use std::sync::Arc;
+//! Callers take part at named points ([`super::hooks::UpstreamHooks`]: the head, each body
+//! piece, the end, a failure) and steer with [`Steer`] (a pinned server, validators to add);
+//! this phase does not know whether a cache is present.
 
 use bytes::BytesMut;
 use tokio::time::Instant;
@@ -27,12 +26,10 @@ use weir_http::{
     Base, BodyKind, Framing, Method, Persistence, Reply, RequestHead, ResponseHead, Version,
 };
 
-use super::capture::Capture;
 use super::downstream::Downstream;
 use super::failure::{aborted, described};
+pub(crate) use super::hooks::{Plain, Steer, UpstreamHooks};
 use super::{send_head, send_head_filtered, RequestCtx};
-use crate::cache::zone::Inflight;
-use crate::cache::CacheZone;
 use crate::error::{Error, ErrorKind};
 use crate::filters::Client;
 use crate::proxy::exchange::{
@@ -53,60 +50,6 @@ const MAX_INTERIM: usize = 32;
 /// Request bytes gathered before a write to the upstream.
 const SEND_CHUNK: usize = 64 * 1024;
 
-/// What the cache phase decides when the response head arrives.
-#[derive(Debug, Default)]
-pub(crate) struct HeadPlan {
-    /// Field lines added to the client's response head (`Cache-Status`).
-    pub lines: BytesMut,
-    /// Keep a copy of the body, up to this many bytes, for storing.
-    pub capture: Option<usize>,
-    /// Publish every body chunk here too, for coalesced followers.
-    pub tee: Option<Arc<Inflight>>,
-    /// The zone whose budget for captures in flight the copy is charged to.
-    pub zone: Option<Arc<CacheZone>>,
-    /// Bytes of that budget the plan reserved for the whole body (its length known), handed
-    /// to the capture (released when it ends).
-    pub reserved: u64,
-}
-
-/// The cache phase's decision at head time.
-pub(crate) type PlanFn<'a> = Box<dyn FnMut(&ResponseHead) -> HeadPlan + 'a>;
-
-/// Hooks around one forward, used by the cache phase; `Exchange::default()` is a plain proxy.
-#[derive(Default)]
-pub(crate) struct Exchange<'a> {
-    /// Called with the response head before it is relayed.
-    pub plan: Option<PlanFn<'a>>,
-    /// Drop the client's conditional and range fields (a cache fetches whole responses).
-    pub strip_conditionals: bool,
-    /// Field lines added to the upstream request (a revalidation's validators).
-    pub extra: &'a [u8],
-    /// The response head relayed, once relayed.
-    pub response: Option<ResponseHead>,
-    /// The captured body, when capture was asked and the body completed within the limit.
-    pub body: Option<BytesMut>,
-    /// Every body chunk was published to the followers (`HeadPlan::tee`) and the body ended:
-    /// they can complete, stored or not.
-    pub teed: bool,
-    /// The status of a failure answered by weir (502/503/504), if any.
-    pub failed: Option<u16>,
-    /// This upstream and server, whatever the route, filters and balancer would choose (a
-    /// sharded zone's owner).
-    pub pin: Option<(usize, usize)>,
-    /// A failure before the response head is not answered: `failed` is set and the caller
-    /// goes elsewhere (a peer fill falls back to the origin).
-    pub fallback: bool,
-}
-
-impl std::fmt::Debug for Exchange<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Exchange")
-            .field("response", &self.response.as_ref().map(|r| r.status))
-            .field("failed", &self.failed)
-            .finish()
-    }
-}
-
 /// Outcome of sending the request.
 enum Sent {
     Ok,
@@ -124,19 +67,21 @@ struct Target<'r> {
     client: Client,
 }
 
-/// Proxies `head` per `route`; `persistence` is the keep-alive decision made so far, and the
-/// return value the one that holds after the response.
+/// Proxies `head` per `route`, as `steer` says, calling `hooks` at each named point;
+/// `persistence` is the keep-alive decision made so far, and the return value the one that
+/// holds after the response.
 pub(crate) async fn forward<D: Downstream>(
     d: &mut D,
     ctx: &mut RequestCtx,
     head: &RequestHead,
     route: &ProxyRoute,
     mut persistence: Persistence,
-    ex: &mut Exchange<'_>,
+    steer: Steer<'_>,
+    hooks: &mut dyn UpstreamHooks,
 ) -> Result<Persistence, Error> {
     let rt = ctx.rt.clone();
     // A traffic split or canary filter may have chosen another upstream than the route's.
-    let upstream = match ex.pin {
+    let upstream = match steer.pin {
         Some((u, _)) => u,
         None => ctx.chosen_upstream().unwrap_or(route.upstream),
     };
@@ -155,7 +100,15 @@ pub(crate) async fn forward<D: Downstream>(
         Ok(slot) => slot,
         Err(cap) => {
             let e = Error::with(ErrorKind::Overflow, cap.as_str());
-            return fail(d, ctx, &target, None, e, (persistence, has_body), ex);
+            return fail(
+                d,
+                ctx,
+                &target,
+                None,
+                e,
+                (persistence, has_body),
+                (steer, &mut *hooks),
+            );
         }
     };
     per_worker.deposit_budget(up.retry.budget);
@@ -170,8 +123,8 @@ pub(crate) async fn forward<D: Downstream>(
     let identity = ctx.identity();
     let shape = RequestShape {
         upgrade: wants_upgrade(head),
-        strip_conditionals: ex.strip_conditionals,
-        extra: ex.extra,
+        strip_conditionals: steer.strip_conditionals,
+        extra: steer.extra,
         request_id: Some((&settings.name, &id_line)),
         identity: identity.as_deref(),
     };
@@ -203,7 +156,7 @@ pub(crate) async fn forward<D: Downstream>(
     let mut interims = 0usize;
 
     // A sticky session's server, while it is up and not tried yet; else the balancer.
-    let preferred = match ex.pin {
+    let preferred = match steer.pin {
         Some((_, server)) => Some(server),
         None => route
             .filters
@@ -222,7 +175,15 @@ pub(crate) async fn forward<D: Downstream>(
                 Some(s) => s,
                 None => {
                     let e = Error::new(ErrorKind::NoServer);
-                    return fail(d, ctx, &target, None, e, (persistence, has_body), ex);
+                    return fail(
+                        d,
+                        ctx,
+                        &target,
+                        None,
+                        e,
+                        (persistence, has_body),
+                        (steer, &mut *hooks),
+                    );
                 }
             },
         };
@@ -244,7 +205,7 @@ pub(crate) async fn forward<D: Downstream>(
                     Some(server),
                     e,
                     (persistence, has_body),
-                    ex,
+                    (steer, &mut *hooks),
                 );
             }
         };
@@ -330,7 +291,7 @@ pub(crate) async fn forward<D: Downstream>(
                     Some(server),
                     e,
                     (persistence, has_body),
-                    ex,
+                    (steer, &mut *hooks),
                 );
             }
         }
@@ -347,7 +308,7 @@ pub(crate) async fn forward<D: Downstream>(
                 Some(server),
                 e,
                 (persistence, has_body),
-                ex,
+                (steer, &mut *hooks),
             );
         }
     }
@@ -362,7 +323,8 @@ pub(crate) async fn forward<D: Downstream>(
         tunnel(d, ctx, upstream_conn, &resp).await?;
         return Ok(Persistence::Close);
     }
-    let mut plan = ex.plan.as_mut().map(|f| f(&resp)).unwrap_or_default();
+    let mut lines = BytesMut::new();
+    hooks.on_head(&resp, &mut lines);
     let framing = match resp.body {
         BodyKind::Length(n) => Framing::Length(n),
         BodyKind::Chunked | BodyKind::CloseDelimited => Framing::Unknown,
@@ -372,12 +334,11 @@ pub(crate) async fn forward<D: Downstream>(
     let mut reply = Reply::new(resp.status, framing);
     reply.reason = &resp.reason;
     reply.base = Base::Fields(&resp.headers);
-    reply.add_lines(&plan.lines);
+    reply.add_lines(&lines);
     route
         .filters
         .response(&mut reply, ctx.response_run(), &mut filter_lines);
     persistence = send_head_filtered(d, ctx, &reply, persistence);
-    let mut capture = Capture::start(&mut plan, resp.body);
     let reusable = relay_body(
         d,
         ctx,
@@ -385,7 +346,7 @@ pub(crate) async fn forward<D: Downstream>(
         &resp,
         (up, server, target.head),
         total_deadline,
-        &mut capture,
+        &mut *hooks,
     )
     .await?;
     if reusable {
@@ -394,10 +355,7 @@ pub(crate) async fn forward<D: Downstream>(
             .borrow_mut()
             .put(server, upstream_conn, &up.servers[server].health);
     }
-    // The reservation ends here; the cache phase stores the copy right after.
-    ex.teed = capture.as_ref().is_some_and(Capture::teed);
-    ex.body = capture.and_then(Capture::into_copy);
-    ex.response = Some(resp);
+    hooks.on_end(resp);
     Ok(persistence)
 }
 
@@ -411,7 +369,8 @@ async fn backoff(up: &Upstream, retries: u32) {
 
 /// Answers a failure and logs it; a request whose body was not (fully) read ends the connection.
 /// `(persistence, has_body)`: the keep-alive decision so far, and whether the request had a
-/// body (then the connection closes: the body may not have been read).
+/// body (then the connection closes: the body may not have been read). With
+/// `Steer::fallback` only the hooks hear of it.
 fn fail<D: Downstream>(
     d: &mut D,
     ctx: &mut RequestCtx,
@@ -419,7 +378,7 @@ fn fail<D: Downstream>(
     server: Option<usize>,
     e: Error,
     (persistence, has_body): (Persistence, bool),
-    ex: &mut Exchange<'_>,
+    (steer, hooks): (Steer<'_>, &mut dyn UpstreamHooks),
 ) -> Result<Persistence, Error> {
     let up = target.up;
     let server_name = server.map(|s| up.servers[s].name.as_str()).unwrap_or("-");
@@ -428,8 +387,8 @@ fn fail<D: Downstream>(
         let (request, id) = described(ctx, target.head, Some(target.client.ip));
         tracing::warn!(upstream = %up.name, server = %server_name, status, reason = %e, request = %request, request_id = %id, suppressed, "upstream failure");
     }
-    ex.failed = Some(status);
-    if ex.fallback {
+    hooks.on_failure(status);
+    if steer.fallback {
         return Ok(persistence);
     }
     ctx.extra
@@ -587,7 +546,7 @@ async fn relay_body<D: Downstream>(
     resp: &ResponseHead,
     (up, server, head): (&Upstream, usize, &RequestHead),
     total_deadline: Option<Instant>,
-    capture: &mut Option<Capture>,
+    hooks: &mut dyn UpstreamHooks,
 ) -> Result<bool, Error> {
     let aborted = |ctx: &mut RequestCtx, why: &str| aborted(ctx, (up, server, head), why);
     let mut decoder = weir_http::BodyDecoder::new(resp.body);
@@ -597,9 +556,7 @@ async fn relay_body<D: Downstream>(
             .map_err(|e| aborted(ctx, &format!("bad response body: {e}")))?;
         match event {
             weir_http::BodyEvent::Data(data) => {
-                if let Some(kept) = capture.as_mut() {
-                    kept.take(&data);
-                }
+                hooks.on_body(&data);
                 super::send_body(d, ctx, &data, false);
                 if d.should_flush() {
                     d.flush().await?;

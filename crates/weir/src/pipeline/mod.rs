@@ -9,8 +9,9 @@
 //! * [`handle`] (this file) routes the request, runs the route's request filters, and hands it
 //!   to the route's action; the non-proxy actions are answered here.
 //! * [`cache`]: the cache phase of proxy routes (lookup, coalescing, revalidation, store).
-//! * [`forward`]: the upstream phase (pick, connect, stream both ways, retries, 1xx, upgrades);
-//!   [`fetch`]: the cache's revalidations through it, to a downstream that keeps nothing.
+//! * [`forward`]: the upstream phase (pick, connect, stream both ways, retries, 1xx, upgrades),
+//!   with named points where the cache takes part ([`hooks`]); [`fetch`]: whole fetches
+//!   (revalidations, slices) through it, to a downstream that keeps nothing.
 //! * [`context::RequestCtx`]: what is known about the request as it runs (route, cache state,
 //!   upstream and server, status, bytes, timings) and what the log reports at the end.
 //! * [`body`]: response bodies, through body filters when one claimed the response.
@@ -22,13 +23,13 @@
 
 mod body;
 pub(crate) mod cache;
-mod capture;
 mod client;
 pub(crate) mod context;
 pub(crate) mod downstream;
 mod failure;
 pub(crate) mod fetch;
 pub(crate) mod forward;
+pub(crate) mod hooks;
 mod kv;
 mod log;
 mod refused;
@@ -320,8 +321,9 @@ fn act<'a, D: Downstream>(
                     }
                 }
                 None => Started::Later(Box::pin(async move {
-                    let mut ex = forward::Exchange::default();
-                    forward::forward(d, ctx, head, proxy, persistence, &mut ex).await
+                    let steer = forward::Steer::default();
+                    forward::forward(d, ctx, head, proxy, persistence, steer, &mut forward::Plain)
+                        .await
                 })),
             };
         }

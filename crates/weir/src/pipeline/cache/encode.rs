@@ -23,7 +23,8 @@ use weir_cache::store::Lookup;
 use weir_cache::{CacheKey, CachedObject, Directives};
 use weir_http::{Header, Persistence, RequestHead};
 
-use super::{serve_hit, Stage};
+use super::hit::serve_hit;
+use super::Stage;
 use crate::filters::codec::{encode_all, Coding};
 use crate::filters::compress::Settings;
 use crate::pipeline::context::RequestCtx;

@@ -8,10 +8,11 @@
 use weir_cache::CacheKey;
 use weir_http::Persistence;
 
-use super::{forward, Exchange, Stage};
+use super::Stage;
 use crate::cluster::shard::Owner;
 use crate::error::Error;
 use crate::pipeline::downstream::Downstream;
+use crate::pipeline::forward::{forward, Steer, UpstreamHooks};
 use crate::pipeline::RequestCtx;
 use std::sync::atomic::Ordering;
 
@@ -36,18 +37,28 @@ pub(super) async fn fill<D: Downstream>(
         return None;
     };
     let mark = format!("Weir-Peer: {}\r\n", cluster.node);
-    let mut ex = Exchange {
+    let steer = Steer {
         pin: Some((shard.upstream, server)),
         fallback: true,
         extra: mark.as_bytes(),
         ..Default::default()
     };
     let route = &rt.cfg.subrequests[shard.upstream];
-    let result = forward(d, ctx, stage.head, route, persistence, &mut ex).await;
-    if ex.failed.is_some() {
+    let mut hooks = Unanswered(false);
+    let result = forward(d, ctx, stage.head, route, persistence, steer, &mut hooks).await;
+    if hooks.0 {
         cluster.state.peer_fallbacks.fetch_add(1, Ordering::Relaxed);
         return None;
     }
     cluster.state.peer_fills.fetch_add(1, Ordering::Relaxed);
     Some(result)
+}
+
+/// Whether the owner failed before a response head (the request then goes on here).
+struct Unanswered(bool);
+
+impl UpstreamHooks for Unanswered {
+    fn on_failure(&mut self, _: u16) {
+        self.0 = true;
+    }
 }

@@ -29,10 +29,10 @@ use weir_cache::{stored, CacheKey, CachedObject, Directives, PurgeSelector};
 use weir_http::conditional::{self, RangeSpec};
 use weir_http::{Base, Framing, Header, Method, Persistence, Reply, ResponseHead};
 
-use super::write::{
-    answered_precondition, cache_error, put_age_and_status, store_response, ttl, write_stored,
-};
-use super::Stage;
+use super::answers::cache_error;
+use super::hit::{answered_precondition, put_age_and_status, write_stored};
+use super::storing::store_response;
+use super::{ttl, Stage};
 use crate::cache::status::Fwd;
 use crate::cache::CacheStatus;
 use crate::error::{Error, ErrorKind};
@@ -222,7 +222,10 @@ async fn stored_piece(stage: Stage<'_>, ask: &Ask<'_>, index: u64) -> Option<Arc
     let key = sl::piece_key(ask.key, index);
     let piece = match zone.store.lookup(&key, ask.value_of) {
         Lookup::Found(p) => p,
-        _ => zone.lookup_disk(&key, ask.value_of).await?,
+        _ => match zone.lookup_lower(&key, ask.value_of, false).await? {
+            weir_cache::Read::Whole(p) => p,
+            weir_cache::Read::File(..) => return None,
+        },
     };
     let age = piece.meta.clock.current_age(zone.now());
     match evaluate(

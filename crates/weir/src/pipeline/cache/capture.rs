@@ -1,14 +1,12 @@
-//! The copy of a response body a cache keeps while it is relayed (`forward.rs` feeds it chunk
-//! by chunk), charged to the zone's budget for captures in flight, and the tee that publishes
-//! each chunk to coalesced followers. Apart from `forward.rs` so that the upstream phase reads
-//! top to bottom; the capture's rules are here.
+//! The copy of a response body a cache keeps while it is relayed (the cache's hooks feed it
+//! chunk by chunk from the upstream phase), charged to the zone's budget for captures in
+//! flight, and the tee that publishes each chunk to coalesced followers.
 
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use weir_http::BodyKind;
 
-use super::forward::HeadPlan;
 use crate::cache::zone::Inflight;
 use crate::cache::CacheZone;
 
@@ -30,30 +28,30 @@ pub(super) struct Capture {
 }
 
 impl Capture {
-    /// The capture a head-time plan asks for (`None`: none), taking over the budget the plan
-    /// reserved (given back at once when no capture is asked after all).
-    pub(super) fn start(plan: &mut HeadPlan, body: BodyKind) -> Option<Capture> {
-        let reserved = std::mem::take(&mut plan.reserved);
-        let Some(limit) = plan.capture else {
-            if let Some(z) = &plan.zone {
-                z.release(reserved);
-            }
-            return None;
-        };
-        Some(Capture {
+    /// A capture of at most `limit` bytes of a body framed as `body`, publishing to `tee`,
+    /// charged to `zone`, which holds `reserved` bytes for it already (the whole body's, when
+    /// its length was known at head time).
+    pub(super) fn start(
+        limit: usize,
+        body: BodyKind,
+        tee: Option<Arc<Inflight>>,
+        zone: Option<Arc<CacheZone>>,
+        reserved: u64,
+    ) -> Capture {
+        Capture {
             // Sized exactly when the length is known, so that the stored body holds no slack.
             copy: match body {
                 BodyKind::Length(n) if n <= limit as u64 => BytesMut::with_capacity(n as usize),
                 _ => BytesMut::new(),
             },
             limit,
-            tee: plan.tee.clone(),
-            zone: plan.zone.clone(),
+            tee,
+            zone,
             reserved,
             prepaid: reserved > 0 || matches!(body, BodyKind::Empty | BodyKind::Length(0)),
             copying: true,
             seen: 0,
-        })
+        }
     }
 
     /// Every chunk so far went to the followers.
@@ -61,8 +59,9 @@ impl Capture {
         self.tee.is_some()
     }
 
-    /// The copy, when it is whole (copying never stopped).
-    pub(super) fn into_copy(mut self) -> Option<BytesMut> {
+    /// The copy, when it is whole (copying never stopped). The reservation is given back when
+    /// the capture is dropped.
+    pub(super) fn take_copy(&mut self) -> Option<BytesMut> {
         self.copying.then(|| std::mem::take(&mut self.copy))
     }
 
