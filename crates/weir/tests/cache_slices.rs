@@ -26,7 +26,15 @@ fn body(version: usize, len: usize) -> Vec<u8> {
 /// An origin serving `len` bytes that honours one `bytes=` range, with a strong ETag naming the
 /// representation's version (`version` may change under a test).
 fn ranged_origin(len: usize, version: Arc<AtomicUsize>) -> Scripted {
-    scripted(move |r, _| {
+    scripted(ranged(len, version))
+}
+
+/// The answers of [`ranged_origin`].
+fn ranged(
+    len: usize,
+    version: Arc<AtomicUsize>,
+) -> impl Fn(&common::origin::SeenRequest, usize) -> String + Send + Sync + 'static {
+    move |r, _| {
         let v = version.load(Ordering::SeqCst);
         let full = body(v, len);
         let fields =
@@ -53,7 +61,7 @@ fn ranged_origin(len: usize, version: Arc<AtomicUsize>) -> Scripted {
             &format!("{fields}Content-Range: bytes {first}-{last}/{len}\r\n"),
             &part,
         )
-    })
+    }
 }
 
 /// The `Range` fields the origin was sent, in order (`-` for none).
@@ -212,6 +220,85 @@ fn parts_of_two_representations_are_never_mixed() {
     let r = get(&c, "/m", "");
     assert_eq!((r.status, &r.body[..]), (200, &body(2, LEN)[..]));
     assert_eq!(r.header("etag"), Some("\"v2\""));
+}
+
+#[test]
+fn concurrent_misses_of_one_slice_make_one_origin_request() {
+    const LEN: usize = 6144;
+    let answer = ranged(LEN, Arc::new(AtomicUsize::new(1)));
+    // A slow origin, so that the clients' misses overlap.
+    let o = scripted(move |r, n| {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        answer(r, n)
+    });
+    let c = cache(&o.origin, ", slice: 2k", "64m");
+    let full = body(1, LEN);
+    let together = |extra: &'static str| {
+        let answers: Vec<_> = std::thread::scope(|s| {
+            let c = &c;
+            let clients: Vec<_> = (0..4)
+                .map(|_| s.spawn(move || get(c, "/co", extra)))
+                .collect();
+            clients.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        answers
+    };
+    // Four misses of one range inside slice 0: one origin request.
+    for r in together("Range: bytes=0-1023\r\n") {
+        assert_eq!((r.status, &r.body[..]), (206, &full[..1024]));
+    }
+    assert_eq!(ranges_seen(&o), ["bytes=0-1023"]);
+    // Four whole GETs: each slice's missing bytes are fetched once, not once per client.
+    for r in together("") {
+        assert_eq!((r.status, &r.body[..]), (200, &full[..]));
+    }
+    assert_eq!(
+        ranges_seen(&o),
+        [
+            "bytes=0-1023",
+            "bytes=1024-2047",
+            "bytes=2048-4095",
+            "bytes=4096-"
+        ],
+        "one origin request per slice"
+    );
+}
+
+#[test]
+fn pieces_on_disk_go_out_with_sendfile() {
+    const LEN: usize = 4 * 65536;
+    let o = ranged_origin(LEN, Arc::new(AtomicUsize::new(1)));
+    let dir = std::env::temp_dir().join(format!("weir-slices-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // A memory tier too small for one piece: every piece lives on disk only.
+    let zone = format!("64k, disk: {{ path: '{}', max_size: 64m }}", dir.display());
+    let c = cache(&o.origin, ", slice: 64k", &zone);
+    let full = body(1, LEN);
+    let r = get(&c, "/big.mp4", "");
+    assert_eq!((r.status, r.body.len()), (200, LEN));
+    assert!(r.body == full);
+    let disk = c.zone.disk.clone().unwrap();
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while count(&disk.stats().writes) < 4 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Read whole (and checked) once, then from the file.
+    for round in 0..3 {
+        let r = get(&c, "/big.mp4", "");
+        assert_eq!((r.status, r.body.len()), (200, LEN), "round {round}");
+        assert!(r.body == full, "round {round}: the body differs");
+        let r = get(&c, "/big.mp4", "Range: bytes=60000-140000\r\n");
+        assert_eq!((r.status, &r.body[..]), (206, &full[60000..=140000]));
+    }
+    assert!(
+        count(&disk.stats().file_hits) >= 6,
+        "pieces sent from the file: {}",
+        count(&disk.stats().file_hits)
+    );
+    assert_eq!(o.requests(), 4, "{:?}", ranges_seen(&o));
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

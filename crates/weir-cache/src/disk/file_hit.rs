@@ -14,8 +14,17 @@
 //!
 //! Only bodies of at least [`FILE_MIN`] bytes take this path: below it one read and one write
 //! cost less than the extra syscalls.
+//!
+//! **Known fields.** The fields decoded for a file hit are kept in memory ([`Checked`]'s
+//! `known`, at most [`KNOWN_MAX`] records), so the next hit of the same record is answered on
+//! the worker itself, without a hop to the IO pool or a read: the index still says where the
+//! key lies, the record there is the one remembered, and no purge came since (every purge
+//! forgets them all; an evicted segment forgets its own). Before this a 64 KiB disk hit cost
+//! 1.21× nginx's CPU and a 1 MiB one 1.35× (bench/results/disk-20261124-1110.md): the pool's
+//! thread wake-up, an 8 KiB read and a decode per hit.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -30,26 +39,79 @@ pub const FILE_MIN: usize = 32 * 1024;
 /// How much of a record is read again to find its fields (a head larger than this is read
 /// whole, as usual).
 const HEAD_READ: usize = 8 * 1024;
+/// Most records whose decoded fields are kept (a few hundred bytes each).
+pub const KNOWN_MAX: usize = 4096;
 
-/// Records (segment, offset) whose checksum held when read whole in this process.
+/// Records (segment, offset) whose checksum held when read whole in this process, and the
+/// decoded fields of those served from the file since.
 #[derive(Debug, Default)]
-pub(super) struct Checked(Mutex<HashSet<(u32, u32)>>);
+pub(super) struct Checked(Mutex<Records>);
+
+#[derive(Debug, Default)]
+struct Records {
+    checked: HashSet<(u32, u32)>,
+    known: HashMap<u64, Known>,
+}
+
+/// A record served from the file: where it lies, its key, its fields and its body's place.
+#[derive(Debug)]
+struct Known {
+    loc: log::Loc,
+    text: Bytes,
+    obj: Arc<CachedObject>,
+    body: FileBody,
+}
 
 impl Checked {
     fn has(&self, loc: log::Loc) -> bool {
-        self.lock().contains(&(loc.seg, loc.off))
+        self.lock().checked.contains(&(loc.seg, loc.off))
     }
 
     fn add(&self, loc: log::Loc) {
-        self.lock().insert((loc.seg, loc.off));
+        self.lock().checked.insert((loc.seg, loc.off));
+    }
+
+    /// The remembered fields of the record at `loc` for `text`, if it was served from the file.
+    pub(super) fn known(
+        &self,
+        h: u64,
+        loc: log::Loc,
+        text: &[u8],
+    ) -> Option<(Arc<CachedObject>, FileBody)> {
+        let records = self.lock();
+        let k = records.known.get(&h)?;
+        (k.loc == loc && k.text == text).then(|| (k.obj.clone(), k.body.clone()))
+    }
+
+    /// Remembers a record served from the file, unless a purge came since the read began
+    /// (`gen`, against `now`): a purge bumps the generation and then forgets under this lock.
+    fn remember(&self, h: u64, known: Known, gen: u64, now: &AtomicU64) {
+        let mut records = self.lock();
+        if now.load(Ordering::Acquire) != gen {
+            return;
+        }
+        if records.known.len() >= KNOWN_MAX && !records.known.contains_key(&h) {
+            // Any one goes: the next hit of it reads its fields again.
+            if let Some(victim) = records.known.keys().next().copied() {
+                records.known.remove(&victim);
+            }
+        }
+        records.known.insert(h, known);
+    }
+
+    /// Forgets every remembered record (a purge: any of them may be what it removes).
+    pub(super) fn forget_known(&self) {
+        self.lock().known.clear();
     }
 
     /// Forgets an evicted segment's records.
     pub(super) fn drop_segment(&self, seg: u32) {
-        self.lock().retain(|(s, _)| *s != seg);
+        let mut records = self.lock();
+        records.checked.retain(|(s, _)| *s != seg);
+        records.known.retain(|_, k| k.loc.seg != seg);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<(u32, u32)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Records> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -57,20 +119,30 @@ impl Checked {
 impl Inner {
     /// One record for a lookup (IO pool thread): from the file when `files` allows and the
     /// record was checked before, else read whole (and remembered as checked when large).
+    /// `gen`: the purge generation when the lookup began (fields served from the file are
+    /// remembered only if no purge came since).
     pub(super) fn read_any(
         &self,
         h: u64,
         loc: log::Loc,
         text: &[u8],
-        files: bool,
+        (files, gen): (bool, u64),
     ) -> Option<(u64, CacheKey, DiskRead)> {
         let large = loc.len as usize >= FILE_MIN + HEAD_READ;
         if files && large && self.checked.has(loc) {
             if let Some((seq, key, obj, body)) = self.read_head(loc, text) {
                 DiskStats::bump(&self.stats.file_hits);
-                return self
-                    .judge(h, loc, seq, &key, &obj)
-                    .then(|| (seq, key, DiskRead::File(obj, body)));
+                if !self.judge(h, loc, seq, &key, &obj) {
+                    return None;
+                }
+                let known = Known {
+                    loc,
+                    text: key.text.clone(),
+                    obj: obj.clone(),
+                    body: body.clone(),
+                };
+                self.checked.remember(h, known, gen, &self.purge_gen);
+                return Some((seq, key, DiskRead::File(obj, body)));
             }
         }
         let (seq, key, obj) = self.read(h, loc, text)?;

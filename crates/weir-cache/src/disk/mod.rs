@@ -62,7 +62,7 @@ pub use file_hit::FILE_MIN;
 use crate::key::CacheKey;
 use crate::object::CachedObject;
 use crate::storage::PurgeSelector;
-use crate::storage::{Lookup, Pending, Purged, Storage};
+use crate::storage::{Lookup, Pending, Purged, Read, Storage};
 use crate::variants;
 
 /// A disk tier's settings (`cache_zones.NAME.disk`).
@@ -364,9 +364,21 @@ impl DiskTier {
             DiskStats::bump(&inner.stats.misses);
             return None;
         }
-        if ready && inner.index.get(h).is_none() {
-            DiskStats::bump(&inner.stats.misses);
-            return None;
+        if ready {
+            let Some(loc) = inner.index.get(h) else {
+                DiskStats::bump(&inner.stats.misses);
+                return None;
+            };
+            // A record served from the file before, with no purge since: its fields are known,
+            // and the hit is answered here, without the IO pool (`file_hit`).
+            if let Some((obj, body)) = files
+                .then(|| inner.checked.known(h, loc, &key.text))
+                .flatten()
+            {
+                DiskStats::bump(&inner.stats.file_hits);
+                DiskStats::bump(&inner.stats.hits);
+                return Some(Box::pin(std::future::ready(Some(Read::File(obj, body)))));
+            }
         }
         let text = key.text.clone();
         let waiter = (!ready).then(|| inner.ready.subscribe());
@@ -386,7 +398,7 @@ impl DiskTier {
             };
             let gen = inner.purge_gen.load(Ordering::Acquire);
             let read = inner.clone();
-            let Some(rx) = pool.run(move || read.read_any(h, loc, &text, files)) else {
+            let Some(rx) = pool.run(move || read.read_any(h, loc, &text, (files, gen))) else {
                 DiskStats::bump(&inner.stats.read_refused);
                 return None;
             };
@@ -429,6 +441,7 @@ impl DiskTier {
             list.push(purge.clone());
         }
         inner.purge_gen.fetch_add(1, Ordering::Release);
+        inner.checked.forget_known();
         if let (PurgeSelector::Exact(k), false) = (sel, soft) {
             inner.index.remove(stable_hash(&k.text), None);
         }

@@ -195,13 +195,34 @@ fn large_bodies_come_from_the_file_once_their_checksum_held() {
         let mut sent = vec![0; fb.len as usize];
         fb.file.read_exact_at(&mut sent, fb.offset).unwrap();
         assert_eq!(sent, body.as_bytes());
+        // Then its fields are known: answered at once, without the IO pool.
+        let mut third = t.read(&key("big"), true).unwrap();
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let std::task::Poll::Ready(Some(Read::File(_, known))) = third.as_mut().poll(&mut cx)
+        else {
+            panic!("the known fields did not answer at once")
+        };
+        assert_eq!((known.offset, known.len), (fb.offset, fb.len));
+        // A new record of the key is not the one remembered: read (whole, checked) again.
+        let newer: String = body.chars().rev().collect();
+        put(&t, &[("big", &newer)]).await;
+        let again = t.read(&key("big"), true).unwrap().await.unwrap();
+        assert!(matches!(&again, Read::Whole(o) if o.body == newer.as_bytes()));
         // Small bodies never take the file path; plain lookups never get a file.
         for _ in 0..2 {
             let small = t.read(&key("small"), true).unwrap().await.unwrap();
             assert!(matches!(small, Read::Whole(_)));
         }
-        assert_eq!(get(&t, "big").await.as_deref(), Some(body.as_str()));
-        // A purge still holds for file reads.
+        assert_eq!(get(&t, "big").await.as_deref(), Some(newer.as_str()));
+        // The newer record served from the file, then known.
+        let from_file = t.read(&key("big"), true).unwrap().await;
+        assert!(matches!(from_file, Some(Read::File(..))));
+        let mut known = t.read(&key("big"), true).unwrap();
+        assert!(matches!(
+            known.as_mut().poll(&mut cx),
+            std::task::Poll::Ready(Some(_))
+        ));
+        // A purge still holds for file reads, known fields or not.
         t.purge(&PurgeSelector::Url(b"big".to_vec()), false).await;
         if let Some(read) = t.read(&key("big"), true) {
             assert!(read.await.is_none(), "served after its purge");

@@ -87,6 +87,14 @@ impl Inflight {
         self.changed.subscribe()
     }
 
+    /// Where the fetch stands.
+    pub fn phase(&self) -> FetchPhase {
+        self.progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .phase
+    }
+
     /// Follower: the phase, the head, and the chunks from index `from` on.
     pub fn snapshot(&self, from: usize) -> (FetchPhase, Option<StreamHead>, Vec<Bytes>) {
         let p = self.progress.lock().unwrap_or_else(|e| e.into_inner());

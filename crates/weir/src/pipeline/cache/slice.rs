@@ -16,8 +16,11 @@
 //! strong `ETag` as the reference. A piece without one answers only ranges it covers alone.
 //! When the origin changes the representation between two slices of an answer already under
 //! way, the connection is closed (the client sees a truncated body, never a mixed one), as nginx
-//! does. `Cache-Status` describes the reference slice. Slices are not coalesced: concurrent
-//! misses of one slice each fetch it (bounded by the slice size).
+//! does. `Cache-Status` describes the reference slice.
+//!
+//! Slices are coalesced ([`take_turn`]): the first miss of a slice fetches it; concurrent misses
+//! of the same slice wait for that fetch to end (within the route's `lock_timeout`) and take what
+//! it stored, fetching on their own only what it did not bring.
 
 use std::sync::Arc;
 
@@ -25,15 +28,17 @@ use bytes::{Bytes, BytesMut};
 use weir_cache::policy::{evaluate, storable_part, Freshness};
 use weir_cache::slice::{self as sl, Extent};
 use weir_cache::store::{Lookup, Stats};
-use weir_cache::{stored, CacheKey, CachedObject, Directives, PurgeSelector};
+use weir_cache::{stored, CacheKey, CachedObject, Directives, FileBody, PurgeSelector, Read};
 use weir_http::conditional::{self, RangeSpec};
 use weir_http::{Base, Framing, Header, Method, Persistence, Reply, ResponseHead};
 
 use super::answers::cache_error;
 use super::hit::{answered_precondition, put_age_and_status, write_stored};
+use super::miss::LeaderGuard;
 use super::storing::store_response;
 use super::{ttl, Stage};
 use crate::cache::status::Fwd;
+use crate::cache::zone::{FetchPhase, Inflight, Role};
 use crate::cache::CacheStatus;
 use crate::error::{Error, ErrorKind};
 use crate::pipeline::context::CacheState;
@@ -85,26 +90,34 @@ pub(super) async fn serve<D: Downstream>(
             return Some(Ok(answered));
         }
         None => {
-            let range = first_contact(head, size)
-                .unwrap_or_else(|| format!("bytes={}-{}", start * size, start * size + size - 1));
-            match fetch(ctx, d.peer(), stage, ask, &range, size).await {
-                Ok(Fetched::Part(pieces)) => {
-                    let first = pieces.first()?.1.clone();
-                    fetched = pieces;
-                    (first, false)
+            // One fetch of this slice at a time: after waiting for another, its piece may be
+            // stored (and after leading, one stored just before).
+            let _turn = take_turn(stage, ask.key, start).await;
+            if let Some(p) = stored_piece(stage, ask, start).await {
+                (p, true)
+            } else {
+                let range = first_contact(head, size).unwrap_or_else(|| {
+                    format!("bytes={}-{}", start * size, start * size + size - 1)
+                });
+                match fetch(ctx, d.peer(), stage, ask, &range, size).await {
+                    Ok(Fetched::Part(pieces)) => {
+                        let first = pieces.first()?.1.clone();
+                        fetched = pieces;
+                        (first, false)
+                    }
+                    Ok(Fetched::Whole(resp, body, request_time)) => {
+                        return Some(Ok(serve_whole(
+                            d,
+                            ctx,
+                            stage,
+                            ask.key,
+                            (&resp, body),
+                            request_time,
+                            persistence,
+                        )));
+                    }
+                    Ok(Fetched::Other) | Err(_) => return None,
                 }
-                Ok(Fetched::Whole(resp, body, request_time)) => {
-                    return Some(Ok(serve_whole(
-                        d,
-                        ctx,
-                        stage,
-                        ask.key,
-                        (&resp, body),
-                        request_time,
-                        persistence,
-                    )));
-                }
-                Ok(Fetched::Other) | Err(_) => return None,
             }
         }
     };
@@ -171,9 +184,25 @@ pub(super) async fn serve<D: Downstream>(
         return Some(Ok(persistence));
     }
     let (from, to) = (sl::slice_of(first, size), sl::slice_of(last, size));
+    // A plain-TCP client with no body filter takes stored pieces from the disk tier's files.
+    let files = d.sends_files() && !ctx.extra.as_ref().is_some_and(|e| e.filters.transforming);
     for i in from..=to {
         let span = sl::span(i, size, total);
         let need = (first.max(span.0), last.min(span.1));
+        let from_file = match files && !fetched.iter().any(|(j, _)| *j == i) {
+            true => file_piece(stage, ask, i, &reference).await,
+            false => None,
+        };
+        if let Some((x, body)) = from_file.filter(|(x, _)| x.covers(need.0, need.1)) {
+            let len = need.1 - need.0 + 1;
+            ctx.bytes_sent += len;
+            let at = body.offset + (need.0 - x.first);
+            if let Err(e) = d.send_file(&body.file, at, len).await {
+                return Some(Err(e));
+            }
+            fetched.retain(|(j, _)| *j > i);
+            continue;
+        }
         let have = match piece_for(stage, ask, (i, size), &reference, &fetched).await {
             Ok(p) if sl::extent_of(&p).is_some_and(|x| x.covers(need.0, need.1)) => Ok(p),
             Ok(p) => Err(Some(p)),
@@ -182,9 +211,21 @@ pub(super) async fn serve<D: Downstream>(
         let piece = match have {
             Ok(p) => p,
             Err(have) => {
-                match complete(ctx, d.peer(), stage, ask, (i, size), &reference, have).await {
-                    Ok(p) => p,
-                    Err(e) => return Some(Err(e)),
+                // One fetch of this slice at a time: the one waited for (or one that ended
+                // just before this turn) may have stored what is needed.
+                let _turn = take_turn(stage, ask.key, i).await;
+                let stored = stored_piece(stage, ask, i).await.filter(|p| {
+                    sl::same_representation(p, &reference)
+                        && sl::extent_of(p).is_some_and(|x| x.covers(need.0, need.1))
+                });
+                match stored {
+                    Some(p) => p,
+                    None => match complete(ctx, d.peer(), stage, ask, (i, size), &reference, have)
+                        .await
+                    {
+                        Ok(p) => p,
+                        Err(e) => return Some(Err(e)),
+                    },
                 }
             }
         };
@@ -201,6 +242,38 @@ pub(super) async fn serve<D: Downstream>(
         }
     }
     Some(Ok(persistence))
+}
+
+/// Coalescing of slice `index`: the first miss of it leads (the guard, held while it fetches,
+/// releases the others when dropped); a later one waits for the leader to end, at most the
+/// route's `lock_timeout`, and gets `None`: either then looks for a stored piece again.
+async fn take_turn<'z>(stage: Stage<'z>, key: &CacheKey, index: u64) -> Option<LeaderGuard<'z>> {
+    let piece = sl::piece_key(key, index);
+    match stage.zone.join(piece.hash) {
+        Role::Leader(inflight) => Some(LeaderGuard {
+            zone: stage.zone,
+            hash: piece.hash,
+            inflight,
+            phase: FetchPhase::Uncacheable,
+        }),
+        Role::Follower(inflight) => {
+            Stats::bump(&stage.zone.store.stats.coalesced);
+            let deadline = tokio::time::Instant::now() + stage.cache.lock_timeout;
+            wait_end(&inflight, deadline).await;
+            None
+        }
+    }
+}
+
+/// Waits until a leader's fetch ended, or `deadline`.
+async fn wait_end(inflight: &Inflight, deadline: tokio::time::Instant) {
+    let mut changes = inflight.subscribe();
+    while inflight.phase() == FetchPhase::Fetching {
+        match tokio::time::timeout_at(deadline, changes.changed()).await {
+            Ok(Ok(())) => {}
+            _ => return,
+        }
+    }
 }
 
 /// The status line and the representation's stored fields, without the piece's
@@ -237,6 +310,41 @@ async fn stored_piece(stage: Stage<'_>, ask: &Ask<'_>, index: u64) -> Option<Arc
         Freshness::Fresh | Freshness::StaleAllowed => Some(piece),
         _ => None,
     }
+}
+
+/// Slice `index`'s stored piece as its place in a lower tier's file (`sendfile`), when it is
+/// there, fresh, of the reference's representation, and not in memory (a memory piece, or one
+/// the tier reads whole and moves up, is served the usual way).
+async fn file_piece(
+    stage: Stage<'_>,
+    ask: &Ask<'_>,
+    index: u64,
+    reference: &CachedObject,
+) -> Option<(Extent, FileBody)> {
+    let zone = stage.zone;
+    if !zone.has_lower() {
+        return None;
+    }
+    let key = sl::piece_key(ask.key, index);
+    if !matches!(zone.store.lookup(&key, ask.value_of), Lookup::Miss) {
+        return None;
+    }
+    let Read::File(piece, body) = zone.lookup_lower(&key, ask.value_of, true).await? else {
+        return None;
+    };
+    let age = piece.meta.clock.current_age(zone.now());
+    let fresh = matches!(
+        evaluate(
+            &piece.meta.storable,
+            age,
+            piece.is_invalidated(),
+            ask.req_dirs
+        ),
+        Freshness::Fresh | Freshness::StaleAllowed
+    );
+    let x = sl::extent_of(&piece)?;
+    (fresh && sl::same_representation(&piece, reference) && x.len() == body.len)
+        .then_some((x, body))
 }
 
 /// The piece of slice `i` this answer may use: fetched for it, or stored and of the
