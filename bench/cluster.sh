@@ -45,7 +45,7 @@ track $!; wait_port $ETCD "$TMP/etcd.log"
 NODE_PIDS=()
 start_nodes() {
   local zone=$1 mode=$2 i shard=""
-  [ "$mode" = sharded ] && shard="    cluster: { replicas: 67 }"
+  [ "$mode" = sharded ] && shard="    cluster: {}"
   NODE_PIDS=()
   for i in 0 1 2; do
     cat > "$TMP/${NAMES[$i]}.yaml" <<YAML

@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod pipeline;
 pub mod proxy;
 pub mod reload;
+pub mod ring;
 pub mod routes;
 pub mod runtime;
 pub mod server;

@@ -175,6 +175,19 @@ fn three_nodes_share_one_cache_config_and_limit_and_survive_a_node_and_etcd_goin
     let rev: serde_json::Value =
         serde_json::from_slice(&get(nodes[0].admin, "/cluster").body).unwrap();
     assert!(rev["revision"].as_i64().unwrap() > 0, "{rev}");
+    // Each member's share of the sharded zone is stated, and even (the ring's points).
+    let shares = || -> serde_json::Value {
+        let s: serde_json::Value =
+            serde_json::from_slice(&get(nodes[0].admin, "/cluster").body).unwrap();
+        s["sharded_zones"]["shared"]["shares"].clone()
+    };
+    until("three members on the ring", Duration::from_secs(5), || {
+        shares().as_object().is_some_and(|m| m.len() == 3)
+    });
+    for (node, share) in shares().as_object().unwrap() {
+        let share = share.as_f64().unwrap();
+        assert!((share - 1.0 / 3.0).abs() < 0.02, "{node}: {share}");
+    }
 
     // The cluster-wide limit: 300 r/s across the three, whatever node a client uses.
     // Three clients per node: the offered load must stay above each node's share even on a

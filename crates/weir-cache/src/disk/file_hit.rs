@@ -22,6 +22,12 @@
 //! forgets them all; an evicted segment forgets its own). Before this a 64 KiB disk hit cost
 //! 1.21× nginx's CPU and a 1 MiB one 1.35× (bench/results/disk-20261124-1110.md): the pool's
 //! thread wake-up, an 8 KiB read and a decode per hit.
+//!
+//! **Reads without the pool.** A worker first tries the read itself from the page cache
+//! (`preadv2` with `RWF_NOWAIT`, `log::Wait::No`): a record of at most [`NOWAIT_MAX`] bytes
+//! whole, or a large one's fields; only what is not cached (or larger) goes to the IO pool, so
+//! a worker never waits for a disk. A warm 1 KiB disk hit cost 0.90× nginx's CPU with the hop
+//! (bench/results/disk-20261126-1145.md).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,7 +35,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use super::{codec, log, record, DiskStats, Inner};
+use super::{codec, log, record, Blocked, DiskStats, Inner};
 use crate::key::CacheKey;
 use crate::object::CachedObject;
 use crate::storage::{FileBody, Read as DiskRead};
@@ -41,6 +47,9 @@ pub const FILE_MIN: usize = 32 * 1024;
 const HEAD_READ: usize = 8 * 1024;
 /// Most records whose decoded fields are kept (a few hundred bytes each).
 pub const KNOWN_MAX: usize = 4096;
+/// Largest record a worker reads whole itself from the page cache (`RWF_NOWAIT`); a larger one
+/// is copied on the IO pool, off the worker.
+pub const NOWAIT_MAX: usize = 64 * 1024;
 
 /// Records (segment, offset) whose checksum held when read whole in this process, and the
 /// decoded fields of those served from the file since.
@@ -116,24 +125,31 @@ impl Checked {
     }
 }
 
+/// A record's sequence number, key and fields (its body empty), and where its body lies.
+type Fields = (u64, CacheKey, Arc<CachedObject>, FileBody);
+
 impl Inner {
     /// One record for a lookup (IO pool thread): from the file when `files` allows and the
     /// record was checked before, else read whole (and remembered as checked when large).
     /// `gen`: the purge generation when the lookup began (fields served from the file are
     /// remembered only if no purge came since).
+    ///
+    /// With [`log::Wait::No`] (a worker) it reads only what the page cache holds, and only a
+    /// record's fields or a whole record of at most [`NOWAIT_MAX`] bytes: `Err(Blocked)` when
+    /// that is not possible, for the IO pool to do.
     pub(super) fn read_any(
         &self,
         h: u64,
         loc: log::Loc,
         text: &[u8],
-        (files, gen): (bool, u64),
-    ) -> Option<(u64, CacheKey, DiskRead)> {
+        (files, gen, wait): (bool, u64, log::Wait),
+    ) -> Result<Option<(u64, CacheKey, DiskRead)>, Blocked> {
         let large = loc.len as usize >= FILE_MIN + HEAD_READ;
         if files && large && self.checked.has(loc) {
-            if let Some((seq, key, obj, body)) = self.read_head(loc, text) {
+            if let Some((seq, key, obj, body)) = self.read_head(loc, text, wait)? {
                 DiskStats::bump(&self.stats.file_hits);
                 if !self.judge(h, loc, seq, &key, &obj) {
-                    return None;
+                    return Ok(None);
                 }
                 let known = Known {
                     loc,
@@ -142,14 +158,19 @@ impl Inner {
                     body: body.clone(),
                 };
                 self.checked.remember(h, known, gen, &self.purge_gen);
-                return Some((seq, key, DiskRead::File(obj, body)));
+                return Ok(Some((seq, key, DiskRead::File(obj, body))));
             }
         }
-        let (seq, key, obj) = self.read(h, loc, text)?;
+        if wait == log::Wait::No && loc.len as usize > NOWAIT_MAX {
+            return Err(Blocked);
+        }
+        let Some((seq, key, obj)) = self.read(h, loc, text, wait)? else {
+            return Ok(None);
+        };
         if large {
             self.checked.add(loc);
         }
-        Some((seq, key, DiskRead::Whole(obj)))
+        Ok(Some((seq, key, DiskRead::Whole(obj))))
     }
 
     /// The start of a checked record: its fields, and where its body lies. `None` when the
@@ -158,15 +179,29 @@ impl Inner {
         &self,
         loc: log::Loc,
         text: &[u8],
-    ) -> Option<(u64, CacheKey, Arc<CachedObject>, FileBody)> {
-        let (file, bytes) = match self.log.read_prefix(loc, HEAD_READ) {
+        wait: log::Wait,
+    ) -> Result<Option<Fields>, Blocked> {
+        let (file, bytes) = match self.log.read_at(loc, HEAD_READ, wait) {
             Ok(r) => r,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && wait == log::Wait::No => {
+                return Err(Blocked)
+            }
             Err(_) => {
                 DiskStats::bump(&self.stats.read_errors);
-                return None;
+                return Ok(None);
             }
         };
-        let r = record::decode_prefix(&bytes, loc.len as usize)
+        Ok(Self::fields_of(loc, text, file, &bytes))
+    }
+
+    /// The fields at the start of a record (`bytes`) and where its body lies in `file`.
+    fn fields_of(
+        loc: log::Loc,
+        text: &[u8],
+        file: Arc<std::fs::File>,
+        bytes: &[u8],
+    ) -> Option<Fields> {
+        let r = record::decode_prefix(bytes, loc.len as usize)
             .filter(|r| r.kind == record::Kind::Object && r.key == text)?;
         let payload_at = bytes.len() - r.payload.len();
         let head = codec::decode_head(r.key, r.payload)?;

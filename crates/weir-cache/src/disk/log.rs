@@ -218,26 +218,29 @@ impl Log {
 
     /// Reads the record at `loc` (any thread; blocking).
     pub fn read(&self, loc: Loc) -> io::Result<Vec<u8>> {
-        let file = self
-            .read_segments()
-            .get(&loc.seg)
-            .map(|s| s.file.clone())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "segment removed"))?;
-        let mut buf = vec![0; loc.len as usize];
-        file.read_exact_at(&mut buf, loc.off as u64)?;
-        Ok(buf)
+        Ok(self.read_at(loc, loc.len as usize, Wait::Yes)?.1)
     }
 
     /// The first `n` bytes of the record at `loc` (all of it when shorter), and its segment's
     /// file (open: it stays readable while a body is sent from it, even once evicted).
     pub fn read_prefix(&self, loc: Loc, n: usize) -> io::Result<(Arc<File>, Vec<u8>)> {
+        self.read_at(loc, n, Wait::Yes)
+    }
+
+    /// The first `n` bytes of the record at `loc` and its segment's file. With [`Wait::No`]
+    /// only from the page cache (`preadv2` with `RWF_NOWAIT`): `WouldBlock` when some of the
+    /// bytes are not there (or the file system cannot tell), and nothing is read.
+    pub fn read_at(&self, loc: Loc, n: usize, wait: Wait) -> io::Result<(Arc<File>, Vec<u8>)> {
         let file = self
             .read_segments()
             .get(&loc.seg)
             .map(|s| s.file.clone())
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "segment removed"))?;
         let mut buf = vec![0; n.min(loc.len as usize)];
-        file.read_exact_at(&mut buf, loc.off as u64)?;
+        match wait {
+            Wait::Yes => file.read_exact_at(&mut buf, loc.off as u64)?,
+            Wait::No => read_cached(&file, &mut buf, loc.off as u64)?,
+        }
         Ok((file, buf))
     }
 
@@ -357,6 +360,44 @@ impl io::Read for ReadAt<'_> {
         let n = self.file.read_at(buf, self.at)?;
         self.at += n as u64;
         Ok(n)
+    }
+}
+
+/// How a read may go: waiting for the disk (an IO pool thread), or not at all (a worker
+/// thread, which must never wait for a disk).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    Yes,
+    No,
+}
+
+/// Fills `buf` from `file` at `off` from the page cache only: one `preadv2(RWF_NOWAIT)`, and
+/// `WouldBlock` unless it brought every byte (a short read means the rest is not cached).
+fn read_cached(file: &File, buf: &mut [u8], off: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let off =
+        libc::off_t::try_from(off).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `iov` describes `buf`, which is valid for writes of its length and exclusively
+    // borrowed for the call; the descriptor is open (`file` is borrowed).
+    #[allow(unsafe_code)]
+    let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, off, libc::RWF_NOWAIT) };
+    match n {
+        n if n == buf.len() as isize => Ok(()),
+        n if n >= 0 => Err(io::ErrorKind::WouldBlock.into()),
+        _ => {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                // Not cached, or a file system without RWF_NOWAIT: the IO pool reads it.
+                Some(libc::EAGAIN | libc::EOPNOTSUPP | libc::EINVAL) => {
+                    Err(io::ErrorKind::WouldBlock.into())
+                }
+                _ => Err(e),
+            }
+        }
     }
 }
 

@@ -379,6 +379,16 @@ impl DiskTier {
                 DiskStats::bump(&inner.stats.hits);
                 return Some(Box::pin(std::future::ready(Some(Read::File(obj, body)))));
             }
+            // What the page cache holds is read here, without a hop to the IO pool (a small
+            // record whole, or a large one's fields).
+            let gen = inner.purge_gen.load(Ordering::Acquire);
+            if let Ok(read) = inner.read_any(h, loc, &key.text, (files, gen, log::Wait::No)) {
+                let got = read.map(|(_, _, got)| got);
+                if got.is_some() {
+                    DiskStats::bump(&inner.stats.hits);
+                }
+                return Some(Box::pin(std::future::ready(got)));
+            }
         }
         let text = key.text.clone();
         let waiter = (!ready).then(|| inner.ready.subscribe());
@@ -398,7 +408,9 @@ impl DiskTier {
             };
             let gen = inner.purge_gen.load(Ordering::Acquire);
             let read = inner.clone();
-            let Some(rx) = pool.run(move || read.read_any(h, loc, &text, (files, gen))) else {
+            let wait = (files, gen, log::Wait::Yes);
+            let Some(rx) = pool.run(move || read.read_any(h, loc, &text, wait).ok().flatten())
+            else {
                 DiskStats::bump(&inner.stats.read_refused);
                 return None;
             };
@@ -512,6 +524,10 @@ impl Drop for DiskTier {
 /// A read's result: the record's sequence number, its key and the object.
 type ReadResult = Option<(u64, CacheKey, Arc<CachedObject>)>;
 
+/// A read without waiting ([`log::Wait::No`]) that would have had to wait for the disk.
+#[derive(Debug)]
+pub(super) struct Blocked;
+
 impl DiskStats {
     pub fn bump(c: &AtomicU64) {
         c.fetch_add(1, Ordering::Relaxed);
@@ -521,13 +537,22 @@ impl DiskStats {
 impl Inner {
     /// Reads and checks one record (IO pool thread): `None` when gone, corrupt, for another
     /// key, or purged since it was written.
-    fn read(&self, h: u64, loc: log::Loc, text: &[u8]) -> ReadResult {
-        let bytes = match self.log.read(loc) {
-            Ok(b) => b,
+    fn read(
+        &self,
+        h: u64,
+        loc: log::Loc,
+        text: &[u8],
+        wait: log::Wait,
+    ) -> Result<ReadResult, Blocked> {
+        let bytes = match self.log.read_at(loc, loc.len as usize, wait) {
+            Ok((_, b)) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && wait == log::Wait::No => {
+                return Err(Blocked)
+            }
             Err(_) => {
                 DiskStats::bump(&self.stats.read_errors);
                 self.index.remove(h, Some(loc));
-                return None;
+                return Ok(None);
             }
         };
         // The body stays in the buffer it was read into: one copy (the read), not two.
@@ -538,15 +563,16 @@ impl Inner {
         let Some((seq, (key, obj))) = decoded else {
             DiskStats::bump(&self.stats.corrupt);
             self.index.remove(h, Some(loc));
-            return None;
+            return Ok(None);
         };
         if key.text != text {
             // Another key with the same stable hash: a miss for this one.
-            return None;
+            return Ok(None);
         }
         let obj = Arc::new(obj);
-        self.judge(h, loc, seq, &key, &obj)
-            .then_some((seq, key, obj))
+        Ok(self
+            .judge(h, loc, seq, &key, &obj)
+            .then_some((seq, key, obj)))
     }
 
     /// Applies the purges made after `seq`: false (and out of the index) when one removes the

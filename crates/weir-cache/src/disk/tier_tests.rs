@@ -229,3 +229,25 @@ fn large_bodies_come_from_the_file_once_their_checksum_held() {
         }
     });
 }
+
+#[test]
+fn records_the_page_cache_holds_are_read_without_the_pool() {
+    let dir = tempdir("tier-nowait");
+    rt().block_on(async {
+        let t = DiskTier::open(cfg(&dir, 1 << 26)).unwrap();
+        let large = "x".repeat(super::file_hit::NOWAIT_MAX + 1);
+        put(&t, &[("w/small", "tiny"), ("w/large", &large)]).await;
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        // Just written: in the page cache, read on this thread, answered at once.
+        let mut small = t.read(&key("w/small"), false).unwrap();
+        match small.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(Some(Read::Whole(o))) => assert_eq!(&o.body[..], b"tiny"),
+            other => panic!("not read at once: {:?}", other.map(|r| r.is_some())),
+        }
+        // Larger than a worker copies: the IO pool reads it (whether it is done by the first
+        // poll is the scheduler's business).
+        let big = t.read(&key("w/large"), false).unwrap().await;
+        assert!(matches!(big, Some(Read::Whole(o)) if o.body.len() == large.len()));
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}

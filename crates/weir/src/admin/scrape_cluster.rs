@@ -85,8 +85,29 @@ pub(super) fn status(cfg: &RuntimeConfig) -> (u16, String) {
         );
     };
     let s = &c.state;
+    // Each sharded zone's placement: every member's share of its keys (`crate::ring`).
+    let zones: serde_json::Map<String, serde_json::Value> = cfg
+        .zone_shards
+        .iter()
+        .zip(&cfg.cache_zones)
+        .filter_map(|(shard, zone)| {
+            let shares: serde_json::Map<String, serde_json::Value> = shard
+                .as_ref()?
+                .shares()
+                .into_iter()
+                .map(|(node, share)| {
+                    (
+                        node.to_string(),
+                        serde_json::json!((share * 1e4).round() / 1e4),
+                    )
+                })
+                .collect();
+            Some((zone.name.clone(), serde_json::json!({ "shares": shares })))
+        })
+        .collect();
     let body = serde_json::json!({
         "node": c.node,
+        "sharded_zones": zones,
         "revision": s.revision.load(Relaxed),
         "etcd_up": s.etcd_up.load(Relaxed),
         "members": s.members(),

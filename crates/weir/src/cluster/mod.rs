@@ -17,7 +17,6 @@
 pub mod etcd;
 mod etcd_rpc;
 pub mod redis;
-pub mod ring;
 pub mod shard;
 
 use std::net::SocketAddr;

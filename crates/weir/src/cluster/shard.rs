@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
-use super::ring::{stable_hash, Ring};
 use super::Cluster;
 use crate::config::{model, model_cluster::ZoneCluster, CompileError};
+use crate::ring::{stable_hash, Ring};
 
 /// The name of the upstream of the other members.
 pub const PEERS_UPSTREAM: &str = "cluster-peers";
@@ -19,6 +19,8 @@ pub const PEERS_UPSTREAM: &str = "cluster-peers";
 #[derive(Debug)]
 pub struct Shard {
     ring: Ring,
+    /// Per member (ring index): its node name.
+    nodes: Vec<String>,
     /// Per member (ring index): its server in the peers upstream (`None`: this node).
     servers: Vec<Option<usize>>,
     /// Per member: when it joined (Unix ms).
@@ -59,10 +61,14 @@ impl Shard {
         cluster: &Cluster,
         upstream: usize,
     ) -> Result<Shard, CompileError> {
-        if z.replicas == 0 || z.replicas > 1000 {
-            return Err((format!("{path}.replicas"), "must be 1-1000".into()));
+        if z.replicas == 0 || z.replicas > 65_536 {
+            return Err((format!("{path}.replicas"), "must be 1-65536".into()));
         }
-        let names: Vec<&str> = cluster.members.iter().map(|m| m.node.as_str()).collect();
+        let names: Vec<(&str, u32)> = cluster
+            .members
+            .iter()
+            .map(|m| (m.node.as_str(), 1))
+            .collect();
         let mut next = 0;
         let servers = cluster
             .members
@@ -76,11 +82,21 @@ impl Shard {
             .collect();
         Ok(Shard {
             ring: Ring::new(&names, z.replicas),
+            nodes: cluster.members.iter().map(|m| m.node.clone()).collect(),
             servers,
             since_ms: cluster.members.iter().map(|m| m.since_ms).collect(),
             upstream,
             rampup: z.rampup.0,
         })
+    }
+
+    /// Each member's share of the keys while all are up, by node name.
+    pub fn shares(&self) -> Vec<(&str, f64)> {
+        self.nodes
+            .iter()
+            .map(String::as_str)
+            .zip(self.ring.shares())
+            .collect()
     }
 
     /// The owner of `key`: the first member along the ring that is up (this node always is),

@@ -43,7 +43,8 @@ pub struct Cluster {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ZoneCluster {
-    /// Points per member on the hash ring (Varnish's shard director uses 67).
+    /// Points per member on the hash ring (`crate::ring`: 4096 keeps three members' shares
+    /// within 1.5% of a third; Varnish's shard director uses 67, which left them 30-37%).
     #[serde(default = "default_replicas")]
     pub replicas: u32,
     /// A new member takes its share of keys gradually over this long.
@@ -90,7 +91,7 @@ fn default_redis_sync() -> Dur {
 }
 
 fn default_replicas() -> u32 {
-    67
+    crate::ring::DEFAULT_CLUSTER_POINTS
 }
 
 fn default_debounce() -> Dur {

@@ -348,7 +348,7 @@ impl Upstream {
                 .zip(&weights)
                 .map(|(s, w)| (s.name.as_str(), *w))
                 .collect();
-            Arc::new(Ring::new(&named))
+            Arc::new(Ring::new(&named, crate::ring::BALANCER_POINTS))
         });
         let mut retry = RetryPolicy {
             attempts: u.retries.attempts,

@@ -1,20 +1,16 @@
-//! Consistent hashing on a ketama-style ring, keyed by URI, client IP, a header or a cookie.
+//! Consistent hashing, keyed by URI, client IP, a header or a cookie, on weir's one ring
+//! (`crate::ring`, shared with the cluster's placement of cache keys).
 //!
 //! Each server owns `160 × weight` points on a 64-bit ring, placed by hashing its name (as written
 //! in the config) with the point number, so the ring depends only on the server list, never on
 //! order or on which worker built it. A key goes to the first point at or after its hash; if that
 //! server is not a candidate (down), the walk continues clockwise. Removing one of N servers
 //! therefore remaps only the keys that landed on its points, about 1/N of all keys.
-//!
-//! The hash is FNV-1a with a splitmix64 finalizer: stable across builds and platforms (the ring
-//! must not change when weir is upgraded), well spread, and a few lines.
 
 use std::sync::Arc;
 
 use super::{Balancer, PickCtx};
-
-/// Points per unit of weight.
-const POINTS_PER_WEIGHT: u32 = 160;
+pub use crate::ring::{stable_hash as hash64, Ring};
 
 /// What a hash policy hashes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,51 +58,6 @@ impl HashKey {
     }
 }
 
-/// FNV-1a, then splitmix64 to spread the bits.
-pub fn hash64(data: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in data {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
-}
-
-/// The ring of one upstream, shared by all workers.
-#[derive(Debug, Default)]
-pub struct Ring {
-    /// (point, server index), sorted by point.
-    points: Vec<(u64, usize)>,
-}
-
-impl Ring {
-    /// Builds the ring from server names and weights.
-    pub fn new(servers: &[(&str, u32)]) -> Ring {
-        let mut points = Vec::new();
-        for (idx, (name, weight)) in servers.iter().enumerate() {
-            for p in 0..POINTS_PER_WEIGHT * weight.max(&1) {
-                points.push((hash64(format!("{name}#{p}").as_bytes()), idx));
-            }
-        }
-        points.sort_unstable();
-        Ring { points }
-    }
-
-    /// The first server clockwise from `h` accepted by `ok`.
-    pub fn lookup(&self, h: u64, ok: impl Fn(usize) -> bool) -> Option<usize> {
-        if self.points.is_empty() {
-            return None;
-        }
-        let start = self.points.partition_point(|(p, _)| *p < h);
-        let n = self.points.len();
-        (0..n)
-            .map(|k| self.points[(start + k) % n].1)
-            .find(|&i| ok(i))
-    }
-}
-
 /// The balancer for every hash policy.
 #[derive(Debug)]
 pub struct Consistent {
@@ -134,6 +85,11 @@ mod tests {
     use super::super::test_support::request;
     use super::*;
 
+    fn ring_of(names: &[String]) -> Ring {
+        let list: Vec<(&str, u32)> = names.iter().map(|s| (s.as_str(), 1)).collect();
+        Ring::new(&list, crate::ring::BALANCER_POINTS)
+    }
+
     fn names(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("10.0.0.{i}:80")).collect()
     }
@@ -142,14 +98,9 @@ mod tests {
     fn removing_one_of_n_remaps_about_one_nth() {
         for n in [3usize, 5, 10] {
             let all = names(n);
-            let full = Ring::new(&all.iter().map(|s| (s.as_str(), 1)).collect::<Vec<_>>());
+            let full = ring_of(&all);
             // Remove the last server: build the ring of the others.
-            let fewer = Ring::new(
-                &all[..n - 1]
-                    .iter()
-                    .map(|s| (s.as_str(), 1))
-                    .collect::<Vec<_>>(),
-            );
+            let fewer = ring_of(&all[..n - 1]);
             let keys = 20_000;
             let mut moved = 0;
             let mut on_removed = 0;
@@ -178,7 +129,7 @@ mod tests {
     #[test]
     fn skipping_a_down_server_matches_removing_it() {
         let all = names(4);
-        let ring = Ring::new(&all.iter().map(|s| (s.as_str(), 1)).collect::<Vec<_>>());
+        let ring = ring_of(&all);
         for k in 0..2000 {
             let h = hash64(format!("k{k}").as_bytes());
             let first = ring.lookup(h, |_| true).unwrap();
@@ -215,7 +166,7 @@ mod tests {
 
     #[test]
     fn weights_scale_the_share() {
-        let ring = Ring::new(&[("a:1", 3), ("b:1", 1)]);
+        let ring = Ring::new(&[("a:1", 3), ("b:1", 1)], crate::ring::BALANCER_POINTS);
         let mut counts = [0; 2];
         for k in 0..40_000 {
             counts[ring

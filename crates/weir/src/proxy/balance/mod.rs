@@ -7,7 +7,7 @@
 //! primary is up (see [`candidates`]).
 //!
 //! The hash policies (`ip_hash`, `header_hash`, `cookie_hash`, `consistent_hash`) are one
-//! mechanism, a ketama-style ring ([`hash::Ring`]), with different keys: removing one of N
+//! mechanism, a ketama-style ring (`crate::ring`, shared with the cluster), with different keys: removing one of N
 //! servers moves only the keys that hashed to it, about 1/N of them.
 
 pub mod hash;
