@@ -6,7 +6,10 @@
 #     request of all three nodes together, requests/s and p99; floors in the same run:
 #     bare_epoll answering 4 KiB (a local hit's), bare_relay in front of it (a peer fill's).
 #  2. hit ratio and origin load with a working set of twice one node's zone (1 MiB zones, 4 KiB
-#     objects, 512 keys asked at random through all three nodes), sharded against unsharded.
+#     objects, 512 keys asked at random through all three nodes), sharded against unsharded,
+#     and sharded with hot copies (`local_hot: 256k`); then the same with a skewed working set
+#     (key = 512 × u³: a few keys take most requests), where hot copies matter. Each row gives
+#     the share of requests that took a peer fill (the hop hot copies remove).
 # Usage: bench/cluster.sh [--quick]   (results in bench/results/cluster-<date>.md)
 source "$(dirname "$0")/lib.sh"
 QUICK=${1:-}
@@ -46,6 +49,7 @@ NODE_PIDS=()
 start_nodes() {
   local zone=$1 mode=$2 i shard=""
   [ "$mode" = sharded ] && shard="    cluster: {}"
+  [ "$mode" = sharded+hot ] && shard="    cluster: { local_hot: 256k }"
   NODE_PIDS=()
   for i in 0 1 2; do
     cat > "$TMP/${NAMES[$i]}.yaml" <<YAML
@@ -80,7 +84,8 @@ stop_nodes() {
   for p in "${NODE_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
 }
 nodes_ticks() { local t=0 p; for p in "${NODE_PIDS[@]}"; do t=$((t + $(cpu_ticks "$p"))); done; echo $t; }
-peer_fills() { curl -s "127.0.0.1:${ADMINS[0]}/cluster" | sed 's/.*"peer_fills":\([0-9]*\).*/\1/'; }
+peer_fills() { curl -s "127.0.0.1:${ADMINS[${1:-0}]}/cluster" | sed 's/.*"peer_fills":\([0-9]*\).*/\1/'; }
+all_peer_fills() { echo $(( $(peer_fills 0) + $(peer_fills 1) + $(peer_fills 2) )); }
 # run_nodes URL wrk-args...: run_wrk with the three nodes' CPU summed into CPU_US_PER_REQ.
 run_nodes() {
   local url=$1; shift
@@ -145,38 +150,49 @@ log "floors: bare_epoll $bare_cpu, relay+epoll $relay_cpu µs/req"
 
 # --- 2. hit ratio and origin load, working set 2x one zone
 log "2. working set of twice one zone, sharded and unsharded"
-cat > "$TMP/random.lua" <<LUA
+cat > "$TMP/uniform.lua" <<LUA
 math.randomseed(os.time() + tonumber(tostring({}):sub(8), 16))
 request = function() return wrk.format(nil, "/obj/" .. math.random(0, $KEYS - 1), { Host = "bench" }) end
+LUA
+cat > "$TMP/skewed.lua" <<LUA
+math.randomseed(os.time() + tonumber(tostring({}):sub(8), 16))
+request = function() return wrk.format(nil, "/obj/" .. math.floor($KEYS * math.random() ^ 3), { Host = "bench" }) end
 LUA
 {
   echo
   echo "## 2. Working set of twice one node's zone (1 MiB zones, 4 KiB objects, $KEYS keys at random through all three nodes, wrk -t1 -c8 -d$DUR per node at once, after one warm-up run)"
   echo
-  echo "| zone | requests | origin fetches | hit ratio | origin load r/s | requests/s (3 nodes) | CPU µs/req (3 nodes) |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| keys | zone | requests | origin fetches | hit ratio | origin load r/s | requests/s (3 nodes) | CPU µs/req (3 nodes) | peer fills / requests |"
+  echo "|---|---|---|---|---|---|---|---|---|"
 } >> "$OUT"
-for mode in unsharded sharded; do
+for keys in uniform skewed; do
+for mode in unsharded sharded sharded+hot; do
   start_nodes 1m $mode
+  if [ "$mode" = sharded ] && [ "$keys" = uniform ]; then
+    SHARES=$(curl -s "127.0.0.1:${ADMINS[0]}/cluster" | python3 -c 'import json, sys; print(", ".join(f"{n} {100 * v:.1f}%" for n, v in sorted(json.load(sys.stdin)["sharded_zones"]["z"]["shares"].items())))')
+  fi
   for pass in warm measure; do
-    o0=$(origin_count); t0=$(nodes_ticks)
+    o0=$(origin_count); t0=$(nodes_ticks); p0=$(all_peer_fills)
     W=()
     for i in 0 1 2; do
-      taskset -c "$LOAD_CORE" wrk -t1 -c8 -d"$DUR" -s "$TMP/random.lua" "http://127.0.0.1:${PORTS[$i]}/" > "$TMP/wrk-$i.out" 2>&1 &
+      taskset -c "$LOAD_CORE" wrk -t1 -c8 -d"$DUR" -s "$TMP/$keys.lua" "http://127.0.0.1:${PORTS[$i]}/" > "$TMP/wrk-$i.out" 2>&1 &
       W+=($!)
     done
     wait "${W[@]}" || true
     sleep 0.2
-    o1=$(origin_count); t1=$(nodes_ticks)
+    o1=$(origin_count); t1=$(nodes_ticks); p1=$(all_peer_fills)
   done
   reqs=$(cat "$TMP"/wrk-[012].out | awk '/requests in/ {s += $1} END {print s}')
   secs=$(awk -v d="$DUR" 'BEGIN { sub(/s$/, "", d); print d }')
   fetched=$((o1 - o0))
-  line=$(awk -v r="$reqs" -v f="$fetched" -v s="$secs" -v d=$((t1 - t0)) -v hz="$CLK_TCK" \
-    'BEGIN { printf "%d | %d | %.1f%% | %.0f | %.0f | %.2f", r, f, 100 * (1 - f / r), f / s, r / s, d * 1e6 / hz / r }')
-  echo "| $mode | $line |" >> "$OUT"
-  log "$mode: $line"
+  line=$(awk -v r="$reqs" -v f="$fetched" -v s="$secs" -v d=$((t1 - t0)) -v hz="$CLK_TCK" -v p=$((p1 - p0)) \
+    'BEGIN { printf "%d | %d | %.1f%% | %.0f | %.0f | %.2f | %.1f%%", r, f, 100 * (1 - f / r), f / s, r / s, d * 1e6 / hz / r, 100 * p / r }')
+  echo "| $keys | $mode | $line |" >> "$OUT"
+  log "$keys $mode: $line"
   stop_nodes
 done
+done
+echo >> "$OUT"
+echo "- each node's share of the sharded zone's keys (GET /cluster): ${SHARES:-n/a}" >> "$OUT"
 log "written $OUT"
 cat "$OUT"

@@ -318,6 +318,77 @@ fn a_member_back_from_a_lost_lease_serves_nothing_purged_meanwhile() {
     let _ = b.name;
 }
 
+/// Issue 34: a member keeps hot copies of keys others own (`cluster.local_hot`): a key asked
+/// again is answered without the hop to its owner, and a purge reaches the copies.
+#[test]
+fn hot_copies_spare_the_hop_and_purges_reach_them() {
+    let Some(etcd) = Etcd::start("cluster-hot") else {
+        return;
+    };
+    let (origin, fetched) = counting_cacheable_origin();
+    let config = write_config(
+        "cluster-hot",
+        "workers: 1\ncluster:\n  node: ${WEIR_NODE}\n  etcd: ['${WEIR_ETCD}']\nadmin: { address: '${WEIR_ADMIN}' }\ncache_zones:\n  shared: { max_size: 16m, cluster: { local_hot: 1m } }\nupstreams: { origin: { servers: ['${WEIR_ORIGIN}'] } }\nlisteners:\n  - address: ${WEIR_LISTEN}\n    routes:\n      - proxy: { upstream: origin }\n        cache: { zone: shared }\n",
+    );
+    let start = |name| start_from(&config, name, etcd.addr, origin.addr);
+    let a = start("a");
+    let b = start("b");
+    for n in [&a, &b] {
+        until("two members", Duration::from_secs(10), || members(n) == 2);
+    }
+    let counter = |name: &str| -> u64 {
+        let s: serde_json::Value = serde_json::from_slice(&get(a.admin, "/cluster").body).unwrap();
+        s[name].as_u64().unwrap()
+    };
+    let keys: Vec<String> = (0..40).map(|i| format!("/hot/{i}")).collect();
+    for k in &keys {
+        let r = get(a.addr, k);
+        assert_eq!(
+            (r.status, r.text()),
+            (200, format!("object GET {k} HTTP/1.1"))
+        );
+    }
+    let owned_by_b = counter("peer_fills");
+    assert!(
+        owned_by_b > 5 && owned_by_b < 35,
+        "{owned_by_b} of 40 owned by b"
+    );
+    assert_eq!(counter("local_hot_hits"), 0);
+    // Asked again: b's keys are a's hot copies now, one Cache-Status (a's), the same body.
+    for k in &keys {
+        let r = get(a.addr, k);
+        assert_eq!(
+            (r.status, r.text()),
+            (200, format!("object GET {k} HTTP/1.1"))
+        );
+        let status: Vec<_> = r
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("cache-status"))
+            .collect();
+        assert_eq!(status.len(), 1, "{k}: {status:?}");
+        assert!(status[0].1.contains("hit"), "{k}: {status:?}");
+    }
+    assert_eq!(counter("peer_fills"), owned_by_b, "no hop for a hot key");
+    assert_eq!(counter("local_hot_hits"), owned_by_b);
+    assert_eq!(fetched.load(Ordering::SeqCst), 40);
+    // A purge (sent to every member) reaches the hot copies: every key from the origin again.
+    let (status, answer) = purge(a.admin, "prefix=localhost/hot/");
+    assert_eq!(status, 200, "{answer}");
+    for k in &keys {
+        let r = get(a.addr, k);
+        assert_eq!(r.status, 200);
+        assert!(
+            !r.header("cache-status").is_some_and(|s| s.contains("hit")),
+            "{k} served after its purge: {:?}",
+            r.header("cache-status")
+        );
+    }
+    assert_eq!(counter("local_hot_hits"), owned_by_b);
+    assert_eq!(fetched.load(Ordering::SeqCst), 80);
+    let _ = (a.name, b.name);
+}
+
 /// A GET of `path` from source address `from` (a 127.0.0.0/8 alias), with `extra` fields.
 fn get_from(from: [u8; 4], to: SocketAddr, path: &str, extra: &str) -> Response {
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();

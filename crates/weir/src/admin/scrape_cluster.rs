@@ -49,6 +49,11 @@ pub(super) fn families(cfg: &RuntimeConfig, enc: &mut DescriptorEncoder) -> fmt:
             &s.peer_fallbacks,
         ),
         (
+            "weir_cluster_local_hot_hits",
+            "Requests for keys other members own answered from this node's hot copies (local_hot).",
+            &s.local_hot_hits,
+        ),
+        (
             "weir_cluster_etcd_compactions",
             "Full re-reads of etcd after a compaction passed the watch.",
             &s.compactions,
@@ -113,6 +118,7 @@ pub(super) fn status(cfg: &RuntimeConfig) -> (u16, String) {
         "members": s.members(),
         "peer_fills": s.peer_fills.load(Relaxed),
         "peer_fallbacks": s.peer_fallbacks.load(Relaxed),
+        "local_hot_hits": s.local_hot_hits.load(Relaxed),
         "redis_errors": s.redis_errors.load(Relaxed),
     });
     (200, body.to_string())

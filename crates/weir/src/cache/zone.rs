@@ -146,6 +146,9 @@ impl<V> Sharded<V> {
 /// never asked again would otherwise pile up.
 const HIT_FOR_MISS_SWEEP: usize = 4096;
 
+/// Shards of a store of hot copies (it is small).
+const HOT_SHARDS: usize = 4;
+
 /// How long a purge waits for the disk tier to record it before it is answered as not done.
 pub const PURGE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -167,6 +170,9 @@ pub struct CacheZone {
     hit_for_miss: Sharded<u64>,
     /// The clock the zone's freshness runs on (the registry's: see `runtime/registry.rs`).
     clock: Arc<dyn Clock>,
+    /// Copies of keys other members own (`cluster.local_hot`), filled by peer fills. Not a
+    /// tier: nothing is stored here but what an owner answered, and only this node reads it.
+    hot: arc_swap::ArcSwapOption<MemoryStore>,
     /// `false` while the previous process's memory objects are expected (binary upgrade of a
     /// zone without a disk tier, `cli/handover.rs`): misses wait for them, briefly.
     warm: watch::Sender<bool>,
@@ -201,6 +207,7 @@ impl CacheZone {
             disk,
             captures: std::sync::atomic::AtomicU64::new(0),
             warm: watch::channel(true).0,
+            hot: arc_swap::ArcSwapOption::empty(),
             inflight: Sharded::new(shards),
             hit_for_miss: Sharded::new(shards),
             clock,
@@ -220,6 +227,30 @@ impl CacheZone {
             taken |= tier.insert(key, obj);
         }
         self.store.insert(key, obj.clone()) || taken
+    }
+
+    /// Sets the size of the store of hot copies (`None`: none). The same size keeps what it
+    /// holds; another starts empty.
+    pub fn set_hot(&self, limit: Option<u64>) {
+        let same = match (self.hot.load().as_deref(), limit) {
+            (None, None) => true,
+            (Some(h), Some(l)) => h.limit() == l / HOT_SHARDS as u64 * HOT_SHARDS as u64,
+            _ => false,
+        };
+        if !same {
+            self.hot
+                .store(limit.map(|l| Arc::new(MemoryStore::new(l, HOT_SHARDS))));
+        }
+    }
+
+    /// The store of hot copies of keys other members own, if the zone keeps one.
+    pub fn hot(&self) -> Option<Arc<MemoryStore>> {
+        self.hot.load_full()
+    }
+
+    /// Purges the hot copies too (a purge reaches every copy this node holds).
+    fn purge_hot(&self, sel: &PurgeSelector, soft: bool) -> u64 {
+        self.hot.load().as_ref().map_or(0, |h| h.purge(sel, soft))
     }
 
     /// Whether the zone has tiers below memory.
@@ -318,7 +349,7 @@ impl CacheZone {
             .iter()
             .map(|t| (t.name(), t.purge(sel, soft)))
             .collect();
-        let mut n = self.store.purge(sel, soft);
+        let mut n = self.store.purge(sel, soft).max(self.purge_hot(sel, soft));
         for (tier, purged) in lower {
             n = n.max(purged.count);
             let Some(recorded) = purged.recorded else {
@@ -350,6 +381,7 @@ impl CacheZone {
         for tier in &self.lower {
             drop(tier.purge(sel, soft));
         }
+        self.purge_hot(sel, soft);
         self.store.purge(sel, soft)
     }
 
@@ -370,6 +402,7 @@ impl CacheZone {
                 drop(tier.purge(&sel, false));
             }
         }
+        self.purge_hot(&sel, false);
         self.store.purge(&sel, false)
     }
 

@@ -100,6 +100,8 @@ pub struct ClusterState {
     /// Peer fills answered by the owner, and those that fell back to the origin.
     pub peer_fills: AtomicU64,
     pub peer_fallbacks: AtomicU64,
+    /// Requests for keys others own answered from this node's hot copies (`local_hot`).
+    pub local_hot_hits: AtomicU64,
     /// Syncs of `cluster: redis` rate limits that Redis did not answer (fail open).
     pub redis_errors: AtomicU64,
 }

@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::units::Dur;
+use super::units::{Dur, Size};
 
 /// `cluster:` — this node as a member of several that act as one edge.
 #[derive(Debug, Deserialize)]
@@ -50,6 +50,11 @@ pub struct ZoneCluster {
     /// A new member takes its share of keys gradually over this long.
     #[serde(default)]
     pub rampup: Dur,
+    /// Bytes of a small memory store on each member for copies of keys others own, filled by
+    /// peer fills and kept by S3-FIFO (only keys asked again stay): a hot key is then answered
+    /// here without the hop. Purges reach it like the zone. Off when absent.
+    #[serde(default)]
+    pub local_hot: Option<Size>,
 }
 
 /// `reload:` — watching the config's files.

@@ -160,6 +160,14 @@ pub(crate) fn compile(
         let zone = registry
             .zone(&name, z.max_size.0, z.shards, disk)
             .map_err(|e| (format!("cache_zones.{name}.disk.path"), e))?;
+        let hot = z.cluster.as_ref().and_then(|c| c.local_hot).map(|s| s.0);
+        if hot.is_some_and(|h| h < 64 * 1024) {
+            return Err((
+                format!("cache_zones.{name}.cluster.local_hot"),
+                "must be at least 64k".into(),
+            ));
+        }
+        zone.set_hot(hot);
         cache_zones.push(zone);
     }
     let shield = match file.shield {

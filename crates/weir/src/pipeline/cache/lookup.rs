@@ -1,8 +1,9 @@
 //! The session's one lookup: a walk over the places a response can come from, in order, that
 //! stops at the first that has it.
 //!
-//! 1. The owner, in a sharded zone where another member owns the key (`peer.rs`): it answers
-//!    the client itself (from its cache or its origin), or, unreachable, the walk goes on here.
+//! 1. The owner, in a sharded zone where another member owns the key (`peer.rs`): a fresh hot
+//!    copy of it here (`cluster.local_hot`), else the owner answers the client itself (from its
+//!    cache or its origin), or, unreachable, the walk goes on here.
 //! 2. The memory store (the zone's first tier), and on a compressing route the coding's
 //!    variant made from a stored identity object (`encode.rs`). During a binary upgrade a miss
 //!    waits briefly for the previous process's objects, then looks again.
@@ -57,7 +58,8 @@ pub(super) async fn find<D: Downstream>(
         .is_some_and(Option::is_some)
     {
         // Boxed: only sharded zones pay for the peer exchange's state.
-        if let Some(answered) = Box::pin(peer::fill(d, ctx, stage, key, persistence)).await {
+        let fill = peer::fill(d, ctx, stage, (key, req_dirs), persistence);
+        if let Some(answered) = Box::pin(fill).await {
             return Found::Answered(answered);
         }
     }

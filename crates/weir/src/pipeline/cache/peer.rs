@@ -4,9 +4,21 @@
 //! the owner serves it from its own cache or origin and never forwards it again. When the owner
 //! cannot be reached, the request goes on here, to the origin: a member that dies costs its
 //! keys one origin fetch each, never an error.
+//!
+//! **Hot copies** (`cluster.local_hot`): a zone may keep a small store of what owners answered
+//! (storable 200s of GETs, at most 1/16 of the store each). It is an S3-FIFO store like any
+//! zone's, so a key asked once passes through its small queue and only keys asked again stay:
+//! a hot key is answered here, without the hop, while it is fresh. Purges and invalidations
+//! reach it with the zone's (`CacheZone::purge`); the owner's `Cache-Status` is not kept.
+//! Compressing routes keep none (the owner's answer may be a coding's variant).
 
-use weir_cache::CacheKey;
-use weir_http::Persistence;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use weir_cache::policy::{evaluate, storable, Freshness, Storable};
+use weir_cache::{stored, CacheKey, Directives, Lookup, MemoryStore};
+use weir_http::{BodyKind, Header, Method, Persistence, ResponseHead};
 
 use super::Stage;
 use crate::cluster::shard::Owner;
@@ -14,15 +26,15 @@ use crate::error::Error;
 use crate::pipeline::downstream::Downstream;
 use crate::pipeline::forward::{forward, Steer, UpstreamHooks};
 use crate::pipeline::RequestCtx;
-use std::sync::atomic::Ordering;
 
-/// Sends the request to `key`'s owner when that is another member. `None`: this node serves it
-/// (it owns the key, a peer asked, or the owner did not answer).
+/// Sends the request to `key`'s owner when that is another member (or answers it from a hot
+/// copy). `None`: this node serves it (it owns the key, a peer asked, or the owner did not
+/// answer).
 pub(super) async fn fill<D: Downstream>(
     d: &mut D,
     ctx: &mut RequestCtx,
     stage: Stage<'_>,
-    key: &CacheKey,
+    (key, req_dirs): (&CacheKey, &Directives),
     persistence: Persistence,
 ) -> Option<Result<Persistence, Error>> {
     let rt = ctx.rt.clone();
@@ -36,6 +48,27 @@ pub(super) async fn fill<D: Downstream>(
     let Owner::Peer(server) = shard.owner(&key.text, |s| up.is_up(s, now)) else {
         return None;
     };
+    let hot = stage.zone.hot().filter(|_| !stage.encodes());
+    let value_of = |name: &str| {
+        weir_cache::vary::request_value(
+            &stage.head.headers,
+            name,
+            stage.cache.normalize_accept_encoding,
+        )
+    };
+    if let Some(hot) = &hot {
+        if let Lookup::Found(obj) = hot.lookup(key, value_of) {
+            let age = obj.meta.clock.current_age(stage.zone.now());
+            if matches!(
+                evaluate(&obj.meta.storable, age, obj.is_invalidated(), req_dirs),
+                Freshness::Fresh | Freshness::StaleAllowed
+            ) {
+                cluster.state.local_hot_hits.fetch_add(1, Ordering::Relaxed);
+                super::hit::serve_hit(d, ctx, stage, &obj, age, persistence);
+                return Some(Ok(persistence));
+            }
+        }
+    }
     let mark = format!("Weir-Peer: {}\r\n", cluster.node);
     let steer = Steer {
         pin: Some((shard.upstream, server)),
@@ -44,21 +77,106 @@ pub(super) async fn fill<D: Downstream>(
         ..Default::default()
     };
     let route = &rt.cfg.subrequests[shard.upstream];
-    let mut hooks = Unanswered(false);
+    let request_time = stage.zone.now();
+    let keep = hot
+        .as_ref()
+        .filter(|_| stage.head.method == Method::Get)
+        .map(|h| (h.limit() / 16) as usize);
+    let mut hooks = Fill {
+        stage,
+        keep,
+        kept: None,
+        failed: false,
+    };
     let result = forward(d, ctx, stage.head, route, persistence, steer, &mut hooks).await;
-    if hooks.0 {
+    if hooks.failed {
         cluster.state.peer_fallbacks.fetch_add(1, Ordering::Relaxed);
         return None;
     }
     cluster.state.peer_fills.fetch_add(1, Ordering::Relaxed);
+    if let (Some(hot), Some(kept)) = (&hot, hooks.kept) {
+        keep_copy(stage, hot, key, kept, request_time);
+    }
     Some(result)
 }
 
-/// Whether the owner failed before a response head (the request then goes on here).
-struct Unanswered(bool);
+/// The owner's answer, kept for the hot copies.
+struct Kept {
+    resp: Option<ResponseHead>,
+    storable: Storable,
+    body: BytesMut,
+}
 
-impl UpstreamHooks for Unanswered {
-    fn on_failure(&mut self, _: u16) {
-        self.0 = true;
+/// The hooks of a peer fill: whether the owner failed before a head (the request then goes
+/// on here), and the copy of a storable answer for the hot copies.
+struct Fill<'s> {
+    stage: Stage<'s>,
+    /// Keep answers of at most this many bytes (`None`: keep nothing).
+    keep: Option<usize>,
+    kept: Option<Kept>,
+    failed: bool,
+}
+
+impl UpstreamHooks for Fill<'_> {
+    fn on_head(&mut self, resp: &ResponseHead, _: &mut BytesMut) {
+        let Some(limit) = self.keep else { return };
+        let (head, settings) = (self.stage.head, self.stage.cache);
+        let length = match resp.body {
+            BodyKind::Length(n) => n,
+            _ => return,
+        };
+        if resp.status != 200 || length > limit as u64 {
+            return;
+        }
+        let Ok(s) = storable(
+            &head.method,
+            &head.headers,
+            resp.status,
+            &resp.headers,
+            &settings.rules,
+            self.stage.zone.now(),
+        ) else {
+            return;
+        };
+        self.kept = Some(Kept {
+            resp: None,
+            storable: s,
+            body: BytesMut::with_capacity(length as usize),
+        });
     }
+
+    fn on_body(&mut self, chunk: &Bytes) {
+        if let Some(k) = &mut self.kept {
+            k.body.extend_from_slice(chunk);
+        }
+    }
+
+    fn on_end(&mut self, resp: ResponseHead) {
+        if let Some(k) = &mut self.kept {
+            k.resp = Some(resp);
+        }
+    }
+
+    fn on_failure(&mut self, _: u16) {
+        self.failed = true;
+        self.kept = None;
+    }
+}
+
+/// Stores the owner's whole answer among the hot copies, without the owner's own cache fields.
+fn keep_copy(stage: Stage<'_>, hot: &MemoryStore, key: &CacheKey, kept: Kept, request_time: u64) {
+    let Some(mut resp) = kept.resp else { return };
+    let ours = |h: &Header| {
+        h.name.eq_ignore_ascii_case(b"cache-status") || h.name.eq_ignore_ascii_case(b"x-cache")
+    };
+    resp.headers.retain(|h| !ours(h));
+    let obj = stored::build(
+        &stage.head.headers,
+        &resp,
+        weir_cache::object::exact(kept.body),
+        (request_time, stage.zone.now()),
+        stage.cache.normalize_accept_encoding,
+        Some(kept.storable),
+    );
+    hot.insert(key, Arc::new(obj));
 }
