@@ -223,6 +223,16 @@ impl super::Filter for Compress {
             _ => None,
         };
         let head_only = head_only.is_some();
+        if want.is_none() {
+            // Identity for this client: the only change is `Vary: Accept-Encoding`, which a
+            // response that says so already (every hit stored on this route) does not need.
+            // One field, not seven: an identity hit of 16 KiB cost 1.20x the instructions of the
+            // same hit without the filter, 1.13x with this (callgrind, issue 34).
+            let [vary] = reply.fields_of(["vary"]);
+            if vary.is_some() && merged_vary(vary).is_none() {
+                return;
+            }
+        }
         let [encoding, range, cache_control, content_type, content_length, vary, etag] = reply
             .fields_of([
                 "content-encoding",
