@@ -10,7 +10,10 @@
 #     and sharded with hot copies (`local_hot: 256k`); then the same with a skewed working set
 #     (key = 512 × u³: a few keys take most requests), where hot copies matter. Each row gives
 #     the share of requests that took a peer fill (the hop hot copies remove).
-# Usage: bench/cluster.sh [--quick]   (results in bench/results/cluster-<date>.md)
+#     A last uniform row keeps each zone in one memory shard: with 16 shards of 64 KiB, a shard
+#     that draws more than its share of keys evicts while the zone has room.
+# Usage: bench/cluster.sh [--quick]   (results in bench/results/cluster-<date>.md; SECTION=2
+# runs only section 2)
 source "$(dirname "$0")/lib.sh"
 QUICK=${1:-}
 DUR=${DUR:-8s}
@@ -50,6 +53,9 @@ start_nodes() {
   local zone=$1 mode=$2 i shard=""
   [ "$mode" = sharded ] && shard="    cluster: {}"
   [ "$mode" = sharded+hot ] && shard="    cluster: { local_hot: 256k }"
+  # One memory shard: no shard's byte limit overflows before the zone's (16 by default).
+  [ "$mode" = sharded,1-shard ] && shard="    shards: 1
+    cluster: {}"
   NODE_PIDS=()
   for i in 0 1 2; do
     cat > "$TMP/${NAMES[$i]}.yaml" <<YAML
@@ -106,6 +112,7 @@ OUT="$BENCH_DIR/results/cluster-$(date +%Y%m%d-%H%M).md"
 } > "$OUT"
 
 # --- 1. peer-fill hit against a local hit
+if [ "${SECTION:-}" != 2 ]; then
 log "1. peer fill against a local hit"
 start_nodes 64m sharded
 LOCAL=""; REMOTE=""
@@ -147,6 +154,7 @@ relay_cpu=$(awk -v c="$CPU_US_PER_REQ" -v d=$((t1 - t0)) -v r="${REQS:-0}" -v hz
 echo "| floor: bare_relay → bare_epoll | $RPS | $P99_US | $relay_cpu | $(ratio "$relay_cpu" "$local_cpu") |" >> "$OUT"
 kill $RELAY $BARE 2>/dev/null || true
 log "floors: bare_epoll $bare_cpu, relay+epoll $relay_cpu µs/req"
+fi
 
 # --- 2. hit ratio and origin load, working set 2x one zone
 log "2. working set of twice one zone, sharded and unsharded"
@@ -166,7 +174,9 @@ LUA
   echo "|---|---|---|---|---|---|---|---|---|"
 } >> "$OUT"
 for keys in uniform skewed; do
-for mode in unsharded sharded sharded+hot; do
+modes="unsharded sharded sharded+hot"
+[ "$keys" = uniform ] && modes="$modes sharded,1-shard"
+for mode in $modes; do
   start_nodes 1m $mode
   if [ "$mode" = sharded ] && [ "$keys" = uniform ]; then
     SHARES=$(curl -s "127.0.0.1:${ADMINS[0]}/cluster" | python3 -c 'import json, sys; print(", ".join(f"{n} {100 * v:.1f}%" for n, v in sorted(json.load(sys.stdin)["sharded_zones"]["z"]["shares"].items())))')

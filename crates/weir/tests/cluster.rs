@@ -328,7 +328,7 @@ fn hot_copies_spare_the_hop_and_purges_reach_them() {
     let (origin, fetched) = counting_cacheable_origin();
     let config = write_config(
         "cluster-hot",
-        "workers: 1\ncluster:\n  node: ${WEIR_NODE}\n  etcd: ['${WEIR_ETCD}']\nadmin: { address: '${WEIR_ADMIN}' }\ncache_zones:\n  shared: { max_size: 16m, cluster: { local_hot: 1m } }\nupstreams: { origin: { servers: ['${WEIR_ORIGIN}'] } }\nlisteners:\n  - address: ${WEIR_LISTEN}\n    routes:\n      - proxy: { upstream: origin }\n        cache: { zone: shared }\n",
+        "workers: 1\ncluster:\n  node: ${WEIR_NODE}\n  etcd: ['${WEIR_ETCD}']\nadmin: { address: '${WEIR_ADMIN}' }\ncache_zones:\n  shared: { max_size: 16m, cluster: { local_hot: 1m, local_hot_ttl: 60s } }\nupstreams: { origin: { servers: ['${WEIR_ORIGIN}'] } }\nlisteners:\n  - address: ${WEIR_LISTEN}\n    routes:\n      - proxy: { upstream: origin }\n        cache: { zone: shared }\n",
     );
     let start = |name| start_from(&config, name, etcd.addr, origin.addr);
     let a = start("a");

@@ -28,6 +28,8 @@ pub struct Shard {
     /// The peers upstream's index in the config's upstreams.
     pub upstream: usize,
     rampup: Duration,
+    /// Seconds a hot copy (`local_hot`) is used after it was fetched.
+    pub hot_ttl: u64,
 }
 
 /// Where a key goes.
@@ -87,6 +89,7 @@ impl Shard {
             since_ms: cluster.members.iter().map(|m| m.since_ms).collect(),
             upstream,
             rampup: z.rampup.0,
+            hot_ttl: z.local_hot_ttl.0.as_secs().max(1),
         })
     }
 

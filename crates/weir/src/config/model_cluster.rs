@@ -55,6 +55,11 @@ pub struct ZoneCluster {
     /// here without the hop. Purges reach it like the zone. Off when absent.
     #[serde(default)]
     pub local_hot: Option<Size>,
+    /// How long a hot copy is used after it was fetched: the bound on how long an invalidation
+    /// or a `PURGE` request made at the owner takes to reach the copies (admin purges reach
+    /// every member at once).
+    #[serde(default = "default_hot_ttl")]
+    pub local_hot_ttl: Dur,
 }
 
 /// `reload:` — watching the config's files.
@@ -93,6 +98,10 @@ fn default_coalesce() -> Dur {
 
 fn default_redis_sync() -> Dur {
     Dur(std::time::Duration::from_millis(20))
+}
+
+fn default_hot_ttl() -> Dur {
+    Dur(std::time::Duration::from_secs(2))
 }
 
 fn default_replicas() -> u32 {

@@ -335,9 +335,8 @@ pub(crate) async fn forward<D: Downstream>(
     reply.reason = &resp.reason;
     reply.base = Base::Fields(&resp.headers);
     reply.add_lines(&lines);
-    route
-        .filters
-        .response(&mut reply, ctx.response_run(), &mut filter_lines);
+    let filters = steer.respond.unwrap_or(&route.filters);
+    super::filter_response(ctx, filters, &mut reply, &mut filter_lines);
     persistence = send_head_filtered(d, ctx, &reply, persistence);
     let reusable = relay_body(
         d,

@@ -35,7 +35,7 @@ pub(crate) struct Plain;
 impl UpstreamHooks for Plain {}
 
 /// How a caller other than a plain proxy route steers the exchange.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Default, Clone, Copy)]
 pub(crate) struct Steer<'a> {
     /// Drop the client's conditional and range fields (a cache fetches whole responses).
     pub strip_conditionals: bool,
@@ -47,4 +47,7 @@ pub(crate) struct Steer<'a> {
     /// A failure before the response head is not answered: [`UpstreamHooks::on_failure`]
     /// hears of it and the caller goes elsewhere (a peer fill falls back to the origin).
     pub fallback: bool,
+    /// The response filters to run instead of the route's (a peer fill goes through the peers
+    /// upstream's route but answers the client of the route it was asked on).
+    pub respond: Option<&'a crate::filters::Chain>,
 }

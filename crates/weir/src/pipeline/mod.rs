@@ -260,6 +260,21 @@ fn request_of<'a>(
     }
 }
 
+/// Runs `filters`' response phase on `reply`, unless the request is a member's peer fill: the
+/// owner of a sharded key answers those raw, and the member that asked applies its own route's
+/// filters to the answer, once (`cache/peer.rs`: a hot copy kept from it is then as raw as a
+/// stored object).
+pub(crate) fn filter_response<'a>(
+    ctx: &mut RequestCtx,
+    filters: &'a crate::filters::Chain,
+    reply: &mut Reply<'a>,
+    lines: &'a mut bytes::BytesMut,
+) {
+    if !ctx.peer_fill() {
+        filters.response(reply, ctx.response_run(), lines);
+    }
+}
+
 /// Where the request phase keeps its state: the context's run when a filter keeps state,
 /// chooses an upstream or names the client (they outlive the phase), else `local`, which
 /// allocates nothing.

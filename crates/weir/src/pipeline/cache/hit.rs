@@ -242,10 +242,7 @@ pub(super) async fn serve_file<D: Downstream>(
         reply.add_lines(stage.own);
     }
     let mut filter_lines = BytesMut::new();
-    stage
-        .proxy
-        .filters
-        .response(&mut reply, ctx.response_run(), &mut filter_lines);
+    crate::pipeline::filter_response(ctx, &stage.proxy.filters, &mut reply, &mut filter_lines);
     let persistence = send_head_filtered(d, ctx, &reply, persistence);
     ctx.bytes_sent += len;
     Some(
@@ -290,10 +287,12 @@ pub(super) fn write_stored<D: Downstream>(
             if !own.is_empty() {
                 reply.add_lines(own);
             }
-            stage
-                .proxy
-                .filters
-                .response(&mut reply, ctx.response_run(), &mut filter_lines);
+            crate::pipeline::filter_response(
+                ctx,
+                &stage.proxy.filters,
+                &mut reply,
+                &mut filter_lines,
+            );
             send_head_filtered(d, ctx, &reply, persistence);
             if !head_only {
                 let body = obj.body.slice(start as usize..=end as usize);
@@ -312,10 +311,12 @@ pub(super) fn write_stored<D: Downstream>(
             if !own.is_empty() {
                 reply.add_lines(own);
             }
-            stage
-                .proxy
-                .filters
-                .response(&mut reply, ctx.response_run(), &mut filter_lines);
+            crate::pipeline::filter_response(
+                ctx,
+                &stage.proxy.filters,
+                &mut reply,
+                &mut filter_lines,
+            );
             send_head_filtered(d, ctx, &reply, persistence);
             return;
         }
@@ -329,10 +330,7 @@ pub(super) fn write_stored<D: Downstream>(
     if !own.is_empty() {
         reply.add_lines(own);
     }
-    stage
-        .proxy
-        .filters
-        .response(&mut reply, ctx.response_run(), &mut filter_lines);
+    crate::pipeline::filter_response(ctx, &stage.proxy.filters, &mut reply, &mut filter_lines);
     send_head_filtered(d, ctx, &reply, persistence);
     if !head_only {
         crate::pipeline::send_body(d, ctx, &obj.body, true);
@@ -372,10 +370,7 @@ pub(super) fn answered_precondition<D: Downstream>(
         let mut filter_lines = BytesMut::new();
         let mut reply = crate::error::canned(412, body.len(), b"");
         reply.render = Some(render);
-        stage
-            .proxy
-            .filters
-            .response(&mut reply, ctx.response_run(), &mut filter_lines);
+        crate::pipeline::filter_response(ctx, &stage.proxy.filters, &mut reply, &mut filter_lines);
         send_head_filtered(d, ctx, &reply, persistence);
         if head.method != Method::Head {
             ctx.bytes_sent += body.len() as u64;
@@ -393,10 +388,7 @@ pub(super) fn answered_precondition<D: Downstream>(
         if !own.is_empty() {
             reply.add_lines(own);
         }
-        stage
-            .proxy
-            .filters
-            .response(&mut reply, ctx.response_run(), &mut filter_lines);
+        crate::pipeline::filter_response(ctx, &stage.proxy.filters, &mut reply, &mut filter_lines);
         send_head_filtered(d, ctx, &reply, persistence);
         return true;
     }

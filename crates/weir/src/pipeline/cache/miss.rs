@@ -132,7 +132,8 @@ async fn follow<D: Downstream>(
     let shared = loop {
         match inflight.snapshot(0) {
             (FetchPhase::Uncacheable, ..) => return Ok(None),
-            (FetchPhase::Aborted, None, _) => return Ok(None),
+            // Ended without a head to share (a HEAD leads: its answer has no body to stream).
+            (FetchPhase::Aborted | FetchPhase::Complete, None, _) => return Ok(None),
             (_, Some(h), _) => break h,
             _ => {}
         }
@@ -174,9 +175,7 @@ async fn follow<D: Downstream>(
     reply.date = false;
     reply.add_lines(b"Age: 0\r\n");
     reply.add_lines(&lines);
-    proxy
-        .filters
-        .response(&mut reply, ctx.response_run(), &mut filter_lines);
+    crate::pipeline::filter_response(ctx, &proxy.filters, &mut reply, &mut filter_lines);
     let persistence = send_head_filtered(d, ctx, &reply, persistence);
     if head.method == Method::Head {
         return Ok(Some(persistence));

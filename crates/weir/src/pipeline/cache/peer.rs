@@ -5,12 +5,19 @@
 //! cannot be reached, the request goes on here, to the origin: a member that dies costs its
 //! keys one origin fetch each, never an error.
 //!
+//! The owner answers a member raw, as its cache holds the response (its route's response
+//! filters do not run for a peer fill: `pipeline::filter_response`); the member applies its own
+//! route's filters to the answer, once, for its own client.
+//!
 //! **Hot copies** (`cluster.local_hot`): a zone may keep a small store of what owners answered
-//! (storable 200s of GETs, at most 1/16 of the store each). It is an S3-FIFO store like any
-//! zone's, so a key asked once passes through its small queue and only keys asked again stay:
-//! a hot key is answered here, without the hop, while it is fresh. Purges and invalidations
-//! reach it with the zone's (`CacheZone::purge`); the owner's `Cache-Status` is not kept.
-//! Compressing routes keep none (the owner's answer may be a coding's variant).
+//! (storable 200s of GETs that the route's before-store filters let through, at most 1/16 of the
+//! store each). It is an S3-FIFO store like any zone's, so a key asked once passes through its
+//! small queue and only keys asked again stay: a hot key is answered here, without the hop,
+//! while it is fresh and younger than `cluster.local_hot_ttl` (2 s by default). Admin purges,
+//! sent to every member, reach the copies at once, as do purges and invalidations made on this
+//! node; one made at the owner (a `PURGE` request, a POST's invalidation) reaches them when
+//! they expire, within `local_hot_ttl`. The owner's `Cache-Status` is not kept. Compressing
+//! routes keep none (the owner's answer may be a coding's variant).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -58,11 +65,15 @@ pub(super) async fn fill<D: Downstream>(
     };
     if let Some(hot) = &hot {
         if let Lookup::Found(obj) = hot.lookup(key, value_of) {
-            let age = obj.meta.clock.current_age(stage.zone.now());
-            if matches!(
-                evaluate(&obj.meta.storable, age, obj.is_invalidated(), req_dirs),
-                Freshness::Fresh | Freshness::StaleAllowed
-            ) {
+            let now = stage.zone.now();
+            let age = obj.meta.clock.current_age(now);
+            let kept_for = now.saturating_sub(obj.meta.clock.response_time);
+            if kept_for < hot_ttl(ctx, stage)
+                && matches!(
+                    evaluate(&obj.meta.storable, age, obj.is_invalidated(), req_dirs),
+                    Freshness::Fresh | Freshness::StaleAllowed
+                )
+            {
                 cluster.state.local_hot_hits.fetch_add(1, Ordering::Relaxed);
                 super::hit::serve_hit(d, ctx, stage, &obj, age, persistence);
                 return Some(Ok(persistence));
@@ -70,10 +81,12 @@ pub(super) async fn fill<D: Downstream>(
         }
     }
     let mark = format!("Weir-Peer: {}\r\n", cluster.node);
+    // The owner answers raw (no response filters); this route's filters make the answer.
     let steer = Steer {
         pin: Some((shard.upstream, server)),
         fallback: true,
         extra: mark.as_bytes(),
+        respond: Some(&stage.proxy.filters),
         ..Default::default()
     };
     let route = &rt.cfg.subrequests[shard.upstream];
@@ -98,6 +111,18 @@ pub(super) async fn fill<D: Downstream>(
         keep_copy(stage, hot, key, kept, request_time);
     }
     Some(result)
+}
+
+/// How long a hot copy is used after it was fetched (`cluster.local_hot_ttl`): the bound on how
+/// long an invalidation or a `PURGE` request made at the owner takes to reach the copies of the
+/// other members (admin purges reach every member at once).
+fn hot_ttl(ctx: &RequestCtx, stage: Stage<'_>) -> u64 {
+    ctx.rt
+        .cfg
+        .zone_shards
+        .get(stage.cache.zone)
+        .and_then(Option::as_ref)
+        .map_or(0, |s| s.hot_ttl)
 }
 
 /// The owner's answer, kept for the hot copies.
@@ -138,6 +163,10 @@ impl UpstreamHooks for Fill<'_> {
         ) else {
             return;
         };
+        // What the route keeps out of the store (`no_store` and kin) stays out of the copies.
+        if !self.stage.proxy.filters.before_store(resp) {
+            return;
+        }
         self.kept = Some(Kept {
             resp: None,
             storable: s,

@@ -175,10 +175,7 @@ pub(super) async fn serve<D: Downstream>(
         reply.add_lines(stage.own);
     }
     let mut filter_lines = BytesMut::new();
-    stage
-        .proxy
-        .filters
-        .response(&mut reply, ctx.response_run(), &mut filter_lines);
+    crate::pipeline::filter_response(ctx, &stage.proxy.filters, &mut reply, &mut filter_lines);
     let persistence = send_head_filtered(d, ctx, &reply, persistence);
     if code == 416 || head.method == Method::Head {
         return Some(Ok(persistence));
