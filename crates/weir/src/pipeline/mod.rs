@@ -8,7 +8,8 @@
 //!
 //! * [`handle`] (this file) routes the request, runs the route's request filters, and hands it
 //!   to the route's action; the non-proxy actions are answered here.
-//! * [`cache`]: the cache phase of proxy routes (lookup, coalescing, revalidation, store).
+//! * [`cache`]: the cache session of proxy routes (one lookup over the tiers, hits, misses with
+//!   coalescing, revalidation, store): `cache/mod.rs` names its files.
 //! * [`forward`]: the upstream phase (pick, connect, stream both ways, retries, 1xx, upgrades),
 //!   with named points where the cache takes part ([`hooks`]); [`fetch`]: whole fetches
 //!   (revalidations, slices) through it, to a downstream that keeps nothing.

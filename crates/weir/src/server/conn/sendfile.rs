@@ -1,5 +1,6 @@
-//! A response body sent from a file with `sendfile` (disk-tier hits: `pipeline/cache/file_hit.rs`),
-//! after the head and anything else queued. Plain TCP only (`ClientIo::sends_files`).
+//! A response body sent from a file with `sendfile` (disk-tier hits and slice pieces:
+//! `pipeline/cache/hit.rs`, `slice.rs`), after the head and anything else queued. Plain TCP
+//! only (`ClientIo::sends_files`).
 
 use std::io;
 
