@@ -9,6 +9,8 @@
 # per request, counted by callgrind over a fixed number of requests (`weir bench -n`) after a
 # warm-up: instruction counts do not move with the machine's noise the way time does. (perf's
 # hardware counters are not available on this VM.)
+# The h2-tls-hit-1KiB row loads a TLS listener with h2load -c 100 -m 10 (a 1 KiB hit): its
+# count includes the 100 handshakes of the measured run, spread over its requests.
 # CG_ONLY=1 skips the timed cells (instruction counts only, about a minute).
 # Usage: bench/ab_weir.sh OLD_REV [--quick]   (OLD_REV: a git revision, built in a worktree)
 #        OLD_WEIR=/path/to/weir bench/ab_weir.sh [--quick]
@@ -21,7 +23,7 @@ for a in "$@"; do
     *) OLD_REV=$a ;;
   esac
 done
-ensure_pkgs nginx-light wrk valgrind curl
+ensure_pkgs nginx-light wrk valgrind curl nghttp2-client openssl strace
 build_weir
 NEW_WEIR=$WEIR
 if [ -z "${OLD_WEIR:-}" ]; then
@@ -59,6 +61,24 @@ sed -e '/^        filters:$/d' -e '/- compress:/d' -e '/^    disk:/d' "$ROOT/exa
 # HTTP/2 (h2c, prior knowledge): the hello routes on an h2c listener, for the h2 row.
 sed -e 's/^  - address: \(.*\)$/  - address: \1\n    h2c: true/' -e "s|\${WEIR_ROOT:-www}|$ROOT/examples/www|" \
   "$ROOT/examples/hello.yaml" > "$TMP/hello-h2c.yaml"
+# HTTP/2 over TLS (h2load -c 100 -m 10, a 1 KiB hit): the pattern 78d18ae slowed 2x unseen,
+# since weir bench --h2 sends its streams in step and never showed it (issue 35 §4).
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
+  -keyout "$TMP/key.pem" -out "$TMP/cert.pem" -subj /CN=localhost 2>/dev/null
+cat > "$TMP/cache-tls.yaml" <<YAML
+workers: 1
+limits: { max_requests_per_connection: 0 }
+cache_zones: { z: { max_size: 64m } }
+upstreams: { o: { servers: ["\${WEIR_ORIGIN}"] } }
+listeners:
+  - address: \${WEIR_LISTEN}
+    tls:
+      certificates: [{ cert: $TMP/cert.pem, key: $TMP/key.pem }]
+      protocols: [tls1.3]
+    routes:
+      - proxy: { upstream: o }
+        cache: { zone: z }
+YAML
 start_weir old "$OLD_WEIR" "$TMP/cache.yaml" $CPORT_old 127.0.0.1:${ADMIN[old]}; PID[old,cache]=$STARTED
 start_weir new "$NEW_WEIR" "$TMP/cache.yaml" $CPORT_new 127.0.0.1:${ADMIN[new]}; PID[new,cache]=$STARTED
 for p in ${PORT[old]} ${PORT[new]} $CPORT_old $CPORT_new; do wait_port "$p"; done
@@ -102,11 +122,12 @@ for ((r = 0; r < ROUNDS; r++)); do
 done
 
 # Instruction counts, once per binary and kind of request (they barely vary between runs).
-for k in "hello-ka|hello|/hello|-c 10" "hello-close|hello|/hello|-c 10 --close" "hit-1KiB|cache|/s1024|-c 10" "proxy-1KiB|proxy|/s1024|-c 10" "hello-h2c|hello-h2c|/hello|-c 10 --h2 --streams 10"; do
+for k in "hello-ka|hello|/hello|-c 10" "hello-close|hello|/hello|-c 10 --close" "hit-1KiB|cache|/s1024|-c 10" "proxy-1KiB|proxy|/s1024|-c 10" "hello-h2c|hello-h2c|/hello|-c 10 --h2 --streams 10" "h2-tls-hit-1KiB|cache-tls|/s1024|H2LOAD -c 100 -m 10"; do
   IFS='|' read -r name kind path args <<<"$k"
   cfg="$ROOT/examples/$kind.yaml"
   [ "$kind" = cache ] && cfg="$TMP/cache.yaml"   # without its compress filter (see above)
   [ "$kind" = hello-h2c ] && cfg="$TMP/hello-h2c.yaml"
+  [ "$kind" = cache-tls ] && cfg="$TMP/cache-tls.yaml"
   for which in old new; do
     if [ "$which" = old ]; then bin=$OLD_WEIR; else bin=$NEW_WEIR; fi
     # shellcheck disable=SC2086
@@ -115,6 +136,27 @@ for k in "hello-ka|hello|/hello|-c 10" "hello-close|hello|/hello|-c 10 --close" 
     log "callgrind $name $which: $INS instructions/request"
   done
 done
+
+# System calls per request of the HTTP/2-over-TLS row (strace -c): what 78d18ae added there was
+# one write per answer, a cost in the kernel that instruction counts barely see (0.95x).
+declare -A SYS
+syscalls() { # which binary
+  local which=$1 bin=$2 port=18398 pid sp
+  WEIR_WORKERS=1 WEIR_LISTEN=127.0.0.1:$port WEIR_ORIGIN=127.0.0.1:$ORIGIN_PORT WEIR_ADMIN=127.0.0.1:0 \
+    taskset -c "$SUT_CORE" "$bin" run -c "$TMP/cache-tls.yaml" 2>"$TMP/sys-$which.log" &
+  pid=$!; track $pid
+  wait_port $port "$TMP/sys-$which.log"
+  taskset -c "$LOAD_CORE" h2load -t 1 -n 1000 -c 100 -m 10 "https://127.0.0.1:$port/s1024" >/dev/null 2>&1 || true
+  strace -c -f -p "$pid" -o "$TMP/strace-$which.out" 2>/dev/null & sp=$!
+  sleep 0.5
+  taskset -c "$LOAD_CORE" h2load -t 1 -n 20000 -c 100 -m 10 "https://127.0.0.1:$port/s1024" >/dev/null 2>&1 || true
+  kill -INT "$sp"; wait "$sp" 2>/dev/null || true
+  SYS[$which]=$(awk '$NF == "total" { printf "%.2f", $4 / 20000 }' "$TMP/strace-$which.out")
+  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
+  log "system calls per h2 request, $which: ${SYS[$which]}"
+}
+syscalls old "$OLD_WEIR"
+syscalls new "$NEW_WEIR"
 
 OUT="$ROOT/bench/results/ab-$(date -u +%Y%m%d-%H%M).md"
 {
@@ -133,13 +175,15 @@ OUT="$ROOT/bench/results/ab-$(date -u +%Y%m%d-%H%M).md"
   done
   echo
   fi
-  echo "User-space instructions per request (callgrind, $CG_N requests after a 500-request warm-up, weir bench -c 10):"
+  echo "User-space instructions per request (callgrind, $CG_N requests after a 500-request warm-up, weir bench -c 10; h2-tls-hit-1KiB: h2load -c 100 -m 10 over TLS):"
   echo
   echo "| request | old | new | new/old |"
   echo "|---|---:|---:|---:|"
-  for name in hello-ka hello-close hit-1KiB proxy-1KiB hello-h2c; do
+  for name in hello-ka hello-close hit-1KiB proxy-1KiB hello-h2c h2-tls-hit-1KiB; do
     echo "| $name | ${IU[$name,old]} | ${IU[$name,new]} | $(ratio "${IU[$name,new]}" "${IU[$name,old]}") |"
   done
+  echo
+  echo "System calls per request, h2-tls-hit-1KiB (strace -c, 20,000 requests): old ${SYS[old]}, new ${SYS[new]} ($(ratio "${SYS[new]}" "${SYS[old]}"))"
   echo
   if [ "$ROUNDS" -gt 0 ]; then
   echo "Every round, old then new or new then old:"

@@ -206,9 +206,18 @@ cg_instructions() {
     "$bin" run -c "$cfg" 2>"$TMP/cg.log" &
   pid=$!; track $pid
   for _ in $(seq 1 600); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+  if [ "${1:-}" = H2LOAD ]; then
+    # HTTP/2 over TLS with h2load's pattern (many connections, each with streams in flight
+    # and new requests as answers arrive), the rest of the arguments its own.
+    shift
+    taskset -c "$LOAD_CORE" h2load -t 1 -n 500 "$@" "https://127.0.0.1:$port$path" >/dev/null 2>&1 || true
+    callgrind_control -z "$pid" >/dev/null 2>&1
+    taskset -c "$LOAD_CORE" h2load -t 1 -n "$CG_N" "$@" "https://127.0.0.1:$port$path" >/dev/null 2>&1 || true
+  else
   taskset -c "$LOAD_CORE" "$WEIR" bench -n 500 "$@" "http://127.0.0.1:$port$path" >/dev/null 2>&1 || true
   callgrind_control -z "$pid" >/dev/null 2>&1
   taskset -c "$LOAD_CORE" "$WEIR" bench -n "$CG_N" "$@" "http://127.0.0.1:$port$path" >/dev/null 2>&1 || true
+  fi
   callgrind_control -d "$pid" >/dev/null 2>&1
   sleep 0.5
   out=$(ls -t "$TMP"/cg.out."$pid"* 2>/dev/null | head -1)
