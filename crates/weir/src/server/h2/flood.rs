@@ -57,6 +57,9 @@ pub(crate) struct FloodGuard<T> {
     /// The last read found nothing to read: `h2` has finished this turn's reading, and its next
     /// flush is the one before it sleeps (see the `AsyncWrite` impl).
     read_idle: bool,
+    /// The last write-out found the socket full: the task is woken when it drains, not before
+    /// (a flush then must not wake it again, or a slow reader's connection would spin).
+    blocked: bool,
 }
 
 /// What the glitch counter tells the connection.
@@ -87,6 +90,7 @@ impl<T> FloodGuard<T> {
             wbuf: Vec::new(),
             dirty: false,
             read_idle: false,
+            blocked: false,
         }
     }
 
@@ -242,28 +246,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for FloodGuard<T> {
             return Poll::Ready(Ok(data.len()));
         }
         this.dirty = true;
-        loop {
-            if this.wbuf.is_empty() {
-                return Pin::new(&mut this.io).poll_write(cx, data);
-            }
-            let iov = [
-                std::io::IoSlice::new(&this.wbuf),
-                std::io::IoSlice::new(data),
-            ];
-            let n = ready!(Pin::new(&mut this.io).poll_write_vectored(cx, &iov))?;
-            if n == 0 {
-                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
-            }
-            if n >= this.wbuf.len() {
-                let of_data = n - this.wbuf.len();
-                this.wbuf.clear();
-                if of_data > 0 {
-                    return Poll::Ready(Ok(of_data));
-                }
-            } else {
-                this.wbuf.drain(..n);
-            }
-        }
+        let r = this.write_through(cx, data);
+        this.blocked = r.is_pending();
+        r
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -271,10 +256,11 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for FloodGuard<T> {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        if self.read_idle && (!self.wbuf.is_empty() || self.dirty) {
+        if self.read_idle && !self.blocked && (!self.wbuf.is_empty() || self.dirty) {
             // The flush before `h2` sleeps: what is due leaves on the task's next poll, which
             // this wake-up makes sure of (its first read writes, see `poll_read`), so the
-            // frames other streams queue in this turn go out in the same write.
+            // frames other streams queue in this turn go out in the same write. Not while the
+            // socket is full: its readiness wakes the task then.
             cx.waker().wake_by_ref();
         }
         // Mid-turn: due, not written (see `poll_read`).
@@ -288,8 +274,40 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for FloodGuard<T> {
 }
 
 impl<T: AsyncWrite + Unpin> FloodGuard<T> {
+    /// What gathered and then `data`, through to the inner stream (16 KiB have gathered).
+    fn write_through(&mut self, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        loop {
+            if self.wbuf.is_empty() {
+                return Pin::new(&mut self.io).poll_write(cx, data);
+            }
+            let iov = [
+                std::io::IoSlice::new(&self.wbuf),
+                std::io::IoSlice::new(data),
+            ];
+            let n = ready!(Pin::new(&mut self.io).poll_write_vectored(cx, &iov))?;
+            if n == 0 {
+                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+            }
+            if n >= self.wbuf.len() {
+                let of_data = n - self.wbuf.len();
+                self.wbuf.clear();
+                if of_data > 0 {
+                    return Poll::Ready(Ok(of_data));
+                }
+            } else {
+                self.wbuf.drain(..n);
+            }
+        }
+    }
+
     /// Writes what gathered, and flushes the inner stream (a TLS stream's records).
     fn write_out(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let r = self.write_all_due(cx);
+        self.blocked = r.is_pending();
+        r
+    }
+
+    fn write_all_due(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         while !self.wbuf.is_empty() {
             let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.wbuf))?;
             if n == 0 {
