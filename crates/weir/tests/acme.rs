@@ -88,6 +88,9 @@ impl Pebble {
             .unwrap();
         self.ca = Some(Running(ca));
         wait_port(self.port, "pebble up");
+        // Its management API listens a moment after the ACME one: `root()` once found it
+        // closed on a loaded machine.
+        wait_port(self.mgmt, "pebble management up");
     }
 
     fn stop_ca(&mut self) {
