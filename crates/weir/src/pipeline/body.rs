@@ -1,13 +1,31 @@
-//! Response bodies on their way out: as they are, or through the route's body filters when one
-//! claimed the response (`filters::phase::BODY`), and static files streamed as the client's
+//! Responses through the route's filters on their way out: the head's fields
+//! ([`filter_response`]), then the body as it is, or through the route's body filters when one
+//! claimed the response (`filters::phase::BODY`); and static files streamed as the client's
 //! window allows.
 
 use bytes::{Bytes, BytesMut};
+
+use weir_http::Reply;
 
 use super::downstream::Downstream;
 use super::RequestCtx;
 use crate::actions::static_files::INLINE_BODY;
 use crate::error::{Error, ErrorKind, OrErr};
+
+/// Runs `filters`' response phase on `reply`, unless the request is a member's peer fill: the
+/// owner of a sharded key answers those raw, and the member that asked applies its own route's
+/// filters to the answer, once (`cache/peer.rs`: a hot copy kept from it is then as raw as a
+/// stored object).
+pub(crate) fn filter_response<'a>(
+    ctx: &mut RequestCtx,
+    filters: &'a crate::filters::Chain,
+    reply: &mut Reply<'a>,
+    lines: &'a mut BytesMut,
+) {
+    if !ctx.peer_fill() {
+        filters.response(reply, ctx.response_run(), lines);
+    }
+}
 
 /// Queues body bytes of the response (`end`: the last of them), through the route's body
 /// filters when one claimed the response in its response phase; else as they are. A claimed

@@ -44,7 +44,7 @@ use bytes::{Bytes, BytesMut};
 use weir_http::{Base, BodyKind, Framing, Method, Persistence, Reply, RequestHead};
 
 use body::stream_file;
-pub(crate) use body::{finish_body, send_body};
+pub(crate) use body::{filter_response, finish_body, send_body};
 pub(crate) use client::{client_of, scheme_of};
 pub use context::CacheState;
 pub(crate) use context::RequestCtx;
@@ -258,21 +258,6 @@ fn request_of<'a>(
         regex: route.regex(),
         identity: None,
         fetch: subrequests.map(|s| s as &dyn crate::filters::Fetcher),
-    }
-}
-
-/// Runs `filters`' response phase on `reply`, unless the request is a member's peer fill: the
-/// owner of a sharded key answers those raw, and the member that asked applies its own route's
-/// filters to the answer, once (`cache/peer.rs`: a hot copy kept from it is then as raw as a
-/// stored object).
-pub(crate) fn filter_response<'a>(
-    ctx: &mut RequestCtx,
-    filters: &'a crate::filters::Chain,
-    reply: &mut Reply<'a>,
-    lines: &'a mut bytes::BytesMut,
-) {
-    if !ctx.peer_fill() {
-        filters.response(reply, ctx.response_run(), lines);
     }
 }
 
