@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
+use common::member::start_member;
 use common::origin::counting_cacheable_origin;
 use common::process::*;
 use common::*;
@@ -26,47 +27,33 @@ struct Node {
 }
 
 fn start_node(name: &'static str, etcd: SocketAddr, origin: SocketAddr) -> Node {
-    let (port, admin_port) = (free_port(), free_port());
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let mut cmd = Command::new(WEIR);
     cmd.current_dir(root)
-        .args(["run", "-c", "examples/cluster/node.yaml"])
-        .env("WEIR_NODE", name)
-        .env("WEIR_LISTEN", format!("127.0.0.1:{port}"))
-        .env("WEIR_ADMIN", format!("127.0.0.1:{admin_port}"))
-        .env("WEIR_ETCD", etcd.to_string())
-        .env("WEIR_ORIGIN", origin.to_string());
-    let (proc, addr) = spawn_serving(cmd);
+        .args(["run", "-c", "examples/cluster/node.yaml"]);
+    let (proc, addr, admin) = start_member(cmd, name, etcd, origin);
     Node {
         name,
         addr,
-        admin: format!("127.0.0.1:{admin_port}").parse().unwrap(),
+        admin,
         proc: Some(proc),
     }
 }
 
-/// A node of a config file of this test's own (`WEIR_NODE`, `WEIR_LISTEN`, `WEIR_ADMIN`,
-/// `WEIR_ETCD`, `WEIR_ORIGIN` from here), as [`start_node`] starts the example's.
+/// A node of a config file of this test's own, as [`start_node`] starts the example's.
 fn start_from(
     config: &std::path::Path,
     name: &'static str,
     etcd: SocketAddr,
     origin: SocketAddr,
 ) -> Node {
-    let (port, admin_port) = (free_port(), free_port());
     let mut cmd = Command::new(WEIR);
-    cmd.args(["run", "-c"])
-        .arg(config)
-        .env("WEIR_NODE", name)
-        .env("WEIR_LISTEN", format!("127.0.0.1:{port}"))
-        .env("WEIR_ADMIN", format!("127.0.0.1:{admin_port}"))
-        .env("WEIR_ETCD", etcd.to_string())
-        .env("WEIR_ORIGIN", origin.to_string());
-    let (proc, addr) = spawn_serving(cmd);
+    cmd.args(["run", "-c"]).arg(config);
+    let (proc, addr, admin) = start_member(cmd, name, etcd, origin);
     Node {
         name,
         addr,
-        admin: format!("127.0.0.1:{admin_port}").parse().unwrap(),
+        admin,
         proc: Some(proc),
     }
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::etcd::Etcd;
+use common::member::start_member;
 use common::origin::{http_origin, SeenRequest};
 use common::process::*;
 use common::*;
@@ -24,19 +25,12 @@ struct Node {
 }
 
 fn start_from(config: &std::path::Path, name: &str, etcd: SocketAddr, origin: SocketAddr) -> Node {
-    let (port, admin_port) = (free_port(), free_port());
     let mut cmd = Command::new(WEIR);
-    cmd.args(["run", "-c"])
-        .arg(config)
-        .env("WEIR_NODE", name)
-        .env("WEIR_LISTEN", format!("127.0.0.1:{port}"))
-        .env("WEIR_ADMIN", format!("127.0.0.1:{admin_port}"))
-        .env("WEIR_ETCD", etcd.to_string())
-        .env("WEIR_ORIGIN", origin.to_string());
-    let (proc, addr) = spawn_serving(cmd);
+    cmd.args(["run", "-c"]).arg(config);
+    let (proc, addr, admin) = start_member(cmd, name, etcd, origin);
     Node {
         addr,
-        admin: format!("127.0.0.1:{admin_port}").parse().unwrap(),
+        admin,
         _proc: proc,
     }
 }

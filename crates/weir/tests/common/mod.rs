@@ -4,6 +4,7 @@
 pub mod cachekit;
 pub mod etcd;
 pub mod h2raw;
+pub mod member;
 pub mod origin;
 pub mod process;
 pub mod redis;
