@@ -180,14 +180,17 @@ machine_info() {
 
 # RSS of PID before and after IDLE keep-alive connections to PORT (each after one request to
 # PATH) are opened and held: prints "before after" in KiB. `tls` as the fourth argument makes
-# them TLS connections; a fifth sets their number instead of $IDLE.
-# Usage: idle_rss PID PORT [PATH] [tls|plain] [COUNT]
+# them TLS connections (`h2`: HTTP/2 over TLS); a fifth sets their number instead of $IDLE.
+# RSS is read IDLE_SETTLE seconds (default 3) after the last connection got its answer: an idle
+# connection is one that has been idle a while (weir parks plain ones after one to two sweeps,
+# at most 2 s; server/park.rs).
+# Usage: idle_rss PID PORT [PATH] [tls|h2|plain] [COUNT]
 idle_rss() {
   local pid=$1 port=$2 path=${3:-/hello} mode=${4:-plain} n=${5:-$IDLE} before after line
   before=$(rss_kib "$pid")
   coproc HOLD { taskset -c "$LOAD_CORE" python3 "$BENCH_DIR/tools/idle_conns.py" "$port" "$n" "$path" "$mode"; }
   read -r line <&"${HOLD[0]}"
-  sleep 0.5
+  sleep "${IDLE_SETTLE:-3}"
   after=$(rss_kib "$pid")
   exec {HOLD[1]}>&-
   wait "$HOLD_PID" 2>/dev/null || true

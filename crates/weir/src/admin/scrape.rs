@@ -299,6 +299,13 @@ impl Scrape {
                 gauge(accepted.saturating_sub(closed_all) as i64),
             )],
         )?;
+        family(
+            enc,
+            "weir_connections_parked",
+            "Idle keep-alive connections parked outside a task now (open; counted in weir_connections_open too).",
+            MetricType::Gauge,
+            [(Labels::new(), gauge(sum(&|w| &w.parked) as i64))],
+        )?;
         let rows: Vec<_> = metrics::TlsOutcome::ALL
             .iter()
             .map(|o| {

@@ -215,6 +215,8 @@ pub struct WorkerMetrics {
     /// HTTP/2 connections closed with GOAWAY for abuse (floods, rapid reset).
     pub h2_abuse: Counter,
     pub(crate) closed: [Counter; 6],
+    /// Idle keep-alive connections parked outside a task now (a gauge, `server/park.rs`).
+    pub parked: Counter,
     /// Connections closed as soon as accepted, by [`Refusal`].
     pub(crate) refused: [Counter; 2],
     pub(crate) routes: Mutex<HashMap<RouteKey, Arc<RouteMetrics>>>,

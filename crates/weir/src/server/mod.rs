@@ -13,6 +13,7 @@ mod conn;
 mod h2;
 pub mod handoff;
 mod listener;
+mod park;
 mod proxied;
 mod tls;
 mod worker;

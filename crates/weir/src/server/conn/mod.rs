@@ -89,6 +89,19 @@ pub(crate) struct Conn {
     key: usize,
     /// A reload removed this connection's listener: it closes after the current request.
     orphaned: bool,
+    /// In its idle wait, where the sweeper may park it (`server/park.rs`): dropping it there
+    /// hands its socket to its slot.
+    parkable: bool,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if self.parkable {
+            let io = std::mem::replace(&mut self.io, ClientIo::Gone);
+            let id = self.rt.cfg.listeners[self.listener].id;
+            super::park::park(&self.state, self.key, io, self.peer, id, self.served);
+        }
+    }
 }
 
 impl Conn {
@@ -116,7 +129,23 @@ impl Conn {
             upgraded: false,
             key,
             orphaned: false,
+            parkable: false,
         }
+    }
+
+    /// A parked connection served again (`server/park.rs`), `served` requests into its life.
+    pub(crate) fn resume(
+        io: ClientIo,
+        peer: SocketAddr,
+        key: usize,
+        state: Rc<WorkerState>,
+        rt: Rc<WorkerRuntime>,
+        listener: usize,
+        served: u64,
+    ) -> Conn {
+        let mut conn = Conn::new(io, peer, key, state, rt, listener);
+        conn.served = served;
+        conn
     }
 
     /// Serves the connection to its end.
@@ -300,13 +329,19 @@ impl Conn {
         }
         give_buf(std::mem::take(&mut self.buf));
         give_buf(std::mem::take(&mut self.out));
+        // Plain HTTP/1.1 only: TLS and h2c keep state in their task (`server/park.rs`).
+        let parkable = !matches!(self.io, ClientIo::Tls(_))
+            && !self.orphaned
+            && !self.rt.cfg.listeners[self.listener].h2c;
         // Bound first: an `if let` on the `?` expression would keep its temporary (16 bytes)
         // across the wait, in every idle connection's future.
         let stream = self.io.idle_stream().or_err(ErrorKind::ClientIo, "read")?;
         if let Some(stream) = stream {
-            self.state.set_idle(self.key, Some(wait));
+            self.state.set_idle(self.key, Some(wait), parkable);
+            self.parkable = parkable;
             let ready = stream.readable().await;
-            self.state.set_idle(self.key, None);
+            self.parkable = false;
+            self.state.set_idle(self.key, None, false);
             ready.or_err(ErrorKind::ClientIo, "read")?;
         }
         self.buf = take_buf();

@@ -1,0 +1,288 @@
+//! Idle keep-alive connections parked outside their task.
+//!
+//! An idle plain HTTP/1.1 connection waiting in its task holds a tokio task cell (1,024 bytes:
+//! the connection future, 128-byte aligned) and a reactor registration (`ScheduledIo`, 256
+//! bytes, cache-padded): 1.56 KiB of RSS per idle connection on 2026-11-26
+//! (`bench/idle_memory.sh`, DHAT: those two allocations are all an idle connection allocates),
+//! against nginx's 0.55. Once a connection has been idle at two sweeps in a row (one to two
+//! sweeper ticks, at most 2 s), the sweeper parks it: its task ends, its socket leaves tokio's
+//! epoll for this worker's idle epoll, and what is left of it is its slot in the worker's
+//! connection slab ([`Parked`]: the socket, the client's address, its listener and its request
+//! count). When the client sends its next request (or closes), the idle epoll wakes one task per
+//! worker, [`unpark_loop`], which starts the connection again in a new task, unregistered (its
+//! first read is a plain `read`, as for a connection just accepted).
+//!
+//! What a request pays for this: nothing. A connection busy enough never stays idle across two
+//! sweeps; the ones that do pay two `epoll_ctl` and a task spawn once per idle period, which
+//! nginx pays none of but which buys back more than a kilobyte each.
+//!
+//! How the handover works: the sweeper marks the slot [`Park::Parking`] and aborts the task,
+//! as it does for an idle timeout. Dropping the task drops the connection (`Conn`'s `Drop`),
+//! which, when it was waiting in its idle wait and its slot says `Parking`, moves the socket
+//! into the slot ([`park`]) instead of closing it. The task's [`super::worker::ActiveGuard`]
+//! drops after the connection (they are fields of one struct, in that order) and leaves a
+//! parked slot alone. Idle timeouts and shutdown close parked connections from their slots
+//! ([`super::worker::WorkerState::sweep`]).
+//!
+//! TLS, HTTP/2 and h2c-sniffing connections are not parked: their state (rustls' session, the
+//! h2 connection) lives in their task.
+
+use std::cell::RefCell;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::rc::Rc;
+
+use mio::{Events, Interest, Poll, Token};
+use tokio::io::unix::AsyncFd;
+
+use super::client_io::ClientIo;
+use super::conn::Conn;
+use super::worker::{ActiveGuard, WorkerState};
+use crate::metrics::CloseReason;
+use crate::runtime::ListenerId;
+
+/// Where a connection's slot stands with parking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Park {
+    /// Busy, or idle in a way that cannot be parked (TLS, h2).
+    No,
+    /// A plain connection waiting for its next request.
+    Idle,
+    /// Was idle at the last sweep too.
+    Seen,
+    /// The sweeper aborted the task to park it.
+    Parking,
+    /// Parked: the socket is in the slot.
+    Parked,
+}
+
+/// A parked connection: everything needed to serve it again, kept in its slot (inline: a
+/// small allocation per parked connection would land in the holes their freed task cells
+/// left and keep those pages resident).
+#[derive(Debug)]
+pub(crate) struct Parked {
+    stream: mio::net::TcpStream,
+    /// Its listener, as an index into the worker's [`ListenerIds`].
+    listener: u32,
+    served: u64,
+    peer: SocketAddr,
+}
+
+/// The listeners parked connections came from, each once: a parked connection names its
+/// listener by index here rather than carrying its 48-byte id.
+#[derive(Debug, Default)]
+pub(crate) struct ListenerIds(RefCell<Vec<ListenerId>>);
+
+impl ListenerIds {
+    fn index(&self, id: ListenerId) -> u32 {
+        let mut ids = self.0.borrow_mut();
+        if let Some(i) = ids.iter().position(|known| *known == id) {
+            return i as u32;
+        }
+        ids.push(id);
+        (ids.len() - 1) as u32
+    }
+
+    fn get(&self, index: u32) -> Option<ListenerId> {
+        self.0.borrow().get(index as usize).copied()
+    }
+}
+
+/// The worker's idle epoll: its registry (where [`park`] puts sockets) lives in the worker's
+/// state; the `Poll` itself, registered with tokio's reactor as one descriptor, belongs to
+/// [`unpark_loop`].
+#[derive(Debug)]
+pub(crate) struct IdlePoll(AsyncFd<PollFd>);
+
+#[derive(Debug)]
+struct PollFd(Poll);
+
+impl AsRawFd for PollFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// Parked connections woken per turn of [`unpark_loop`].
+const WAKE_BATCH: usize = 64;
+
+impl IdlePoll {
+    /// The idle epoll and a handle to register sockets in it. Needs the worker's runtime
+    /// entered (it registers with its reactor).
+    pub(crate) fn new() -> io::Result<(IdlePoll, mio::Registry)> {
+        let poll = Poll::new()?;
+        let registry = poll.registry().try_clone()?;
+        #[allow(unsafe_code)]
+        // SAFETY: the `AsyncFd` owns the `Poll` outright and drops (deregisters, then closes)
+        // its descriptor in one place; nothing else closes it while it is registered.
+        let fd = unsafe {
+            AsyncFd::register_with_interest(PollFd(poll), tokio::io::Interest::READABLE)
+                .map_err(io::Error::from)?
+        };
+        Ok((IdlePoll(fd), registry))
+    }
+}
+
+/// Parks the connection in slot `key`: called by `Conn`'s `Drop` when the sweeper aborted its
+/// task to park it. A connection that cannot be parked is closed (its socket dropped here) and
+/// its slot left to the task's guard, as for any close.
+pub(crate) fn park(
+    state: &WorkerState,
+    key: usize,
+    io: ClientIo,
+    peer: SocketAddr,
+    listener: ListenerId,
+    served: u64,
+) {
+    let mut conns = state.conns.borrow_mut();
+    let Some(slot) = conns.get_mut(key) else {
+        return;
+    };
+    if slot.park.get() != Park::Parking || state.shutting_down.get() {
+        return;
+    }
+    // Anything but success leaves the slot `No`: the task's guard then closes it as usual.
+    slot.park.set(Park::No);
+    let ClientIo::Registered(stream) = io else {
+        return;
+    };
+    let Ok(std) = stream.into_std() else {
+        return;
+    };
+    let mut stream = mio::net::TcpStream::from_std(std);
+    if state
+        .idle
+        .register(&mut stream, Token(key), Interest::READABLE)
+        .is_err()
+    {
+        return;
+    }
+    // The abort handle holds the ended task's cell (1 KiB): let it go.
+    slot.abort = None;
+    slot.parked = Some(Parked {
+        stream,
+        listener: state.listener_ids.index(listener),
+        served,
+        peer,
+    });
+    slot.park.set(Park::Parked);
+    state.metrics.parked.inc();
+}
+
+/// Takes a parked connection out of its slot (the slot stays, marked busy); `None` if the slot
+/// holds none.
+fn take(state: &WorkerState, key: usize) -> Option<Parked> {
+    let mut conns = state.conns.borrow_mut();
+    let slot = conns.get_mut(key)?;
+    let parked = slot.parked.take()?;
+    slot.park.set(Park::No);
+    state.metrics.parked.dec();
+    Some(parked)
+}
+
+/// Closes the parked connection in slot `key` (idle timeout, shutdown), counted as `reason`.
+pub(crate) fn close(state: &Rc<WorkerState>, key: usize, reason: CloseReason) {
+    let Some(parked) = take(state, key) else {
+        return;
+    };
+    let admin = state
+        .listener_ids
+        .get(parked.listener)
+        .is_some_and(|id| id.admin);
+    // Closing the socket takes it out of the idle epoll too.
+    drop(parked);
+    drop(ActiveGuard::new(state.clone(), key, reason, admin));
+}
+
+/// Closes the connections parked on listener `id`, which a reload removed: idle keep-alive
+/// connections close at a reload, as nginx's do (a busy or unparked connection on it answers
+/// its request on the old routes and then closes).
+pub(crate) fn close_listener(state: &Rc<WorkerState>, id: ListenerId) {
+    let keys: Vec<usize> = state
+        .conns
+        .borrow()
+        .iter()
+        .filter(|(_, slot)| {
+            slot.parked
+                .as_ref()
+                .is_some_and(|p| state.listener_ids.get(p.listener) == Some(id))
+        })
+        .map(|(key, _)| key)
+        .collect();
+    for key in keys {
+        close(state, key, CloseReason::Done);
+    }
+}
+
+/// Wakes parked connections whose client sent something (or closed), serving each in a new task.
+pub(crate) async fn unpark_loop(state: Rc<WorkerState>, mut idle: IdlePoll) {
+    let mut events = Events::with_capacity(WAKE_BATCH);
+    let mut woken = Vec::with_capacity(WAKE_BATCH);
+    loop {
+        let Ok(mut ready) = idle.0.readable_mut().await else {
+            tracing::error!("idle connections' epoll failed; parked connections stay parked");
+            return;
+        };
+        woken.clear();
+        if ready
+            .get_inner_mut()
+            .0
+            .poll(&mut events, Some(std::time::Duration::ZERO))
+            .is_err()
+        {
+            continue;
+        }
+        woken.extend(events.iter().map(|e| e.token().0));
+        if woken.len() < WAKE_BATCH {
+            ready.clear_ready();
+        }
+        drop(ready);
+        for &key in &woken {
+            resume(&state, key);
+        }
+        // Many woken at once: let their tasks run before the next batch.
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Serves the connection parked in slot `key` again, in a new task.
+fn resume(state: &Rc<WorkerState>, key: usize) {
+    let Some(mut parked) = take(state, key) else {
+        return;
+    };
+    let _ = state.idle.deregister(&mut parked.stream);
+    let mut rt = state.cached();
+    state.refresh(&mut rt);
+    let id = state.listener_ids.get(parked.listener);
+    let admin = id.is_some_and(|id| id.admin);
+    let Some(index) = id.and_then(|id| rt.cfg.listener_index(&id)) else {
+        // A reload removed its listener and its request came before the worker heard
+        // ([`close_listener`]): closed like any idle keep-alive connection at a reload.
+        drop(parked);
+        drop(ActiveGuard::new(
+            state.clone(),
+            key,
+            CloseReason::Done,
+            admin,
+        ));
+        return;
+    };
+    let Parked {
+        stream,
+        peer,
+        served,
+        ..
+    } = parked;
+    let conn = Conn::resume(
+        ClientIo::Fresh(stream),
+        peer,
+        key,
+        state.clone(),
+        rt,
+        index,
+        served,
+    );
+    let guard = ActiveGuard::new(state.clone(), key, CloseReason::Idle, admin);
+    super::worker::spawn_plain(state, key, conn, guard);
+}
