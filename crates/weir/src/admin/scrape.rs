@@ -299,6 +299,34 @@ impl Scrape {
                 gauge(accepted.saturating_sub(closed_all) as i64),
             )],
         )?;
+        // Per worker: how evenly SO_REUSEPORT spreads connections and requests
+        // (`bench/scaling.sh`).
+        let per_worker = |f: &dyn Fn(&metrics::WorkerMetrics) -> u64| -> Vec<_> {
+            workers
+                .iter()
+                .enumerate()
+                .map(|(i, w)| (vec![("worker", i.to_string())], counter(f(w))))
+                .collect()
+        };
+        family(
+            enc,
+            "weir_worker_connections_accepted",
+            "Client connections accepted, by worker.",
+            MetricType::Counter,
+            per_worker(&|w| w.accepted.get()),
+        )?;
+        family(
+            enc,
+            "weir_worker_requests",
+            "Requests answered, by worker (every route's).",
+            MetricType::Counter,
+            per_worker(&|w| {
+                metrics::lock(&w.routes)
+                    .values()
+                    .map(|r| r.codes.iter().map(|c| c.get()).sum::<u64>())
+                    .sum()
+            }),
+        )?;
         family(
             enc,
             "weir_connections_parked",
