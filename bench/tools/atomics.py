@@ -32,14 +32,20 @@ def locked_addresses(binary):
     return locked, symbols
 
 
-def executed(profile):
-    """Execution counts (Ir) per instruction address, and a function's lowest address seen."""
+def executed(profile, binary):
+    """Execution counts (Ir) per instruction address of `binary` (not of the libraries), and a
+    function's lowest address seen."""
     counts = defaultdict(int)
     lowest = {}
     fn = None
+    ours = False
     skip_next = False
+    name = binary.rsplit("/", 1)[-1]
     with open(profile) as f:
         for line in f:
+            if line.startswith("ob="):
+                ours = line.strip().endswith("/" + name)
+                continue
             if line.startswith("fn="):
                 fn = line[3:].strip()
                 continue
@@ -52,6 +58,8 @@ def executed(profile):
             if skip_next:
                 skip_next = False
                 continue
+            if not ours:
+                continue
             addr = int(m.group(1), 16)
             counts[addr] += int(m.group(2))
             if fn is not None and (fn not in lowest or addr < lowest[fn]):
@@ -62,7 +70,7 @@ def executed(profile):
 def main():
     binary, profile, requests = sys.argv[1], sys.argv[2], int(sys.argv[3])
     locked, symbols = locked_addresses(binary)
-    counts, lowest = executed(profile)
+    counts, lowest = executed(profile, binary)
     # The load base: the most common (runtime entry - file symbol) over functions in both.
     offsets = defaultdict(int)
     for fn, addr in lowest.items():

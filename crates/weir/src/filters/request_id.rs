@@ -82,16 +82,39 @@ impl Default for Generator {
 }
 
 impl Generator {
+    /// The next id. Hex by hand: `format!("{:016x}{:016x}")` cost ~1,700 instructions per
+    /// proxied request (callgrind, 2026-11-26), this ~150.
     pub fn next(&self) -> Bytes {
         let n = self.counter.get() + 1;
         self.counter.set(n);
-        Bytes::from(format!("{:016x}{n:016x}", self.prefix))
+        let mut id = [0u8; 32];
+        put_hex(&mut id[..16], self.prefix);
+        put_hex(&mut id[16..], n);
+        Bytes::copy_from_slice(&id)
+    }
+}
+
+/// Writes `v` as 16 lowercase hex digits into `out` (16 bytes).
+fn put_hex(out: &mut [u8], v: u64) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = DIGITS[((v >> (60 - 4 * i)) & 0xf) as usize];
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_are_the_prefix_and_the_counter_in_hex() {
+        let g = Generator {
+            prefix: 0x0123_4567_89ab_cdef,
+            counter: Cell::new(0xfe),
+        };
+        assert_eq!(&g.next()[..], b"0123456789abcdef00000000000000ff");
+        assert_eq!(&g.next()[..], b"0123456789abcdef0000000000000100");
+    }
 
     fn head(raw: &[u8]) -> RequestHead {
         let mut b = bytes::BytesMut::from(raw);

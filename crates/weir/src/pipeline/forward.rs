@@ -119,7 +119,11 @@ pub(crate) async fn forward<D: Downstream>(
     let replayable = idempotent && !has_body;
     let id = ctx.request_id(head, target.client.ip);
     let settings = &rt.cfg.request_id;
-    let id_line = [&settings.prefix[..], &id, b"\r\n"].concat();
+    // On the stack for the usual `X-Request-Id` and a 32-digit id (48 bytes).
+    let mut id_line = smallvec::SmallVec::<[u8; 64]>::new();
+    id_line.extend_from_slice(&settings.prefix);
+    id_line.extend_from_slice(&id);
+    id_line.extend_from_slice(b"\r\n");
     let identity = ctx.identity();
     let shape = RequestShape {
         upgrade: wants_upgrade(head),
