@@ -22,12 +22,13 @@
 //! into the slot ([`park`]) instead of closing it. The task's [`super::worker::ActiveGuard`]
 //! drops after the connection (they are fields of one struct, in that order) and leaves a
 //! parked slot alone. Idle timeouts and shutdown close parked connections from their slots
-//! ([`super::worker::WorkerState::sweep`]).
+//! ([`super::worker::WorkerState::sweep`]). Nothing is parked once shutdown or a drain has
+//! begun: an idle connection then answers one more request (drain) or closes (shutdown) in its
+//! task, as before.
 //!
 //! TLS, HTTP/2 and h2c-sniffing connections are not parked: their state (rustls' session, the
 //! h2 connection) lives in their task.
 
-use std::cell::RefCell;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -40,7 +41,7 @@ use super::client_io::ClientIo;
 use super::conn::Conn;
 use super::worker::{ActiveGuard, WorkerState};
 use crate::metrics::CloseReason;
-use crate::runtime::ListenerId;
+use crate::runtime::WorkerRuntime;
 
 /// Where a connection's slot stands with parking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,30 +64,13 @@ pub(crate) enum Park {
 #[derive(Debug)]
 pub(crate) struct Parked {
     stream: mio::net::TcpStream,
-    /// Its listener, as an index into the worker's [`ListenerIds`].
+    /// The config it last ran on and its listener's index there, as a connection waiting in
+    /// its task keeps them: its next request moves to the config published then, or, when a
+    /// reload removed its listener, is answered on these routes and closes.
+    rt: Rc<WorkerRuntime>,
     listener: u32,
     served: u64,
     peer: SocketAddr,
-}
-
-/// The listeners parked connections came from, each once: a parked connection names its
-/// listener by index here rather than carrying its 48-byte id.
-#[derive(Debug, Default)]
-pub(crate) struct ListenerIds(RefCell<Vec<ListenerId>>);
-
-impl ListenerIds {
-    fn index(&self, id: ListenerId) -> u32 {
-        let mut ids = self.0.borrow_mut();
-        if let Some(i) = ids.iter().position(|known| *known == id) {
-            return i as u32;
-        }
-        ids.push(id);
-        (ids.len() - 1) as u32
-    }
-
-    fn get(&self, index: u32) -> Option<ListenerId> {
-        self.0.borrow().get(index as usize).copied()
-    }
 }
 
 /// The worker's idle epoll: its registry (where [`park`] puts sockets) lives in the worker's
@@ -132,7 +116,7 @@ pub(crate) fn park(
     key: usize,
     io: ClientIo,
     peer: SocketAddr,
-    listener: ListenerId,
+    (rt, listener): (&Rc<WorkerRuntime>, usize),
     served: u64,
 ) {
     let mut conns = state.conns.borrow_mut();
@@ -162,7 +146,8 @@ pub(crate) fn park(
     slot.abort = None;
     slot.parked = Some(Parked {
         stream,
-        listener: state.listener_ids.index(listener),
+        rt: rt.clone(),
+        listener: listener as u32,
         served,
         peer,
     });
@@ -170,13 +155,15 @@ pub(crate) fn park(
     state.metrics.parked.inc();
 }
 
-/// Takes a parked connection out of its slot (the slot stays, marked busy); `None` if the slot
-/// holds none.
+/// Takes a parked connection out of its slot (the slot stays, marked busy: its idle deadline
+/// is cleared, or the sweeper would cut the request that woke it); `None` if the slot holds
+/// none.
 fn take(state: &WorkerState, key: usize) -> Option<Parked> {
     let mut conns = state.conns.borrow_mut();
     let slot = conns.get_mut(key)?;
     let parked = slot.parked.take()?;
     slot.park.set(Park::No);
+    slot.idle_until.set(0);
     state.metrics.parked.dec();
     Some(parked)
 }
@@ -186,33 +173,10 @@ pub(crate) fn close(state: &Rc<WorkerState>, key: usize, reason: CloseReason) {
     let Some(parked) = take(state, key) else {
         return;
     };
-    let admin = state
-        .listener_ids
-        .get(parked.listener)
-        .is_some_and(|id| id.admin);
+    let admin = parked.rt.cfg.listeners[parked.listener as usize].admin;
     // Closing the socket takes it out of the idle epoll too.
     drop(parked);
     drop(ActiveGuard::new(state.clone(), key, reason, admin));
-}
-
-/// Closes the connections parked on listener `id`, which a reload removed: idle keep-alive
-/// connections close at a reload, as nginx's do (a busy or unparked connection on it answers
-/// its request on the old routes and then closes).
-pub(crate) fn close_listener(state: &Rc<WorkerState>, id: ListenerId) {
-    let keys: Vec<usize> = state
-        .conns
-        .borrow()
-        .iter()
-        .filter(|(_, slot)| {
-            slot.parked
-                .as_ref()
-                .is_some_and(|p| state.listener_ids.get(p.listener) == Some(id))
-        })
-        .map(|(key, _)| key)
-        .collect();
-    for key in keys {
-        close(state, key, CloseReason::Done);
-    }
 }
 
 /// Wakes parked connections whose client sent something (or closed), serving each in a new task.
@@ -246,41 +210,28 @@ pub(crate) async fn unpark_loop(state: Rc<WorkerState>, mut idle: IdlePoll) {
     }
 }
 
-/// Serves the connection parked in slot `key` again, in a new task.
+/// Serves the connection parked in slot `key` again, in a new task, on the config it last ran
+/// on (its first request moves to the current one, as any request does: `Conn::refresh_config`).
 fn resume(state: &Rc<WorkerState>, key: usize) {
     let Some(mut parked) = take(state, key) else {
         return;
     };
     let _ = state.idle.deregister(&mut parked.stream);
-    let mut rt = state.cached();
-    state.refresh(&mut rt);
-    let id = state.listener_ids.get(parked.listener);
-    let admin = id.is_some_and(|id| id.admin);
-    let Some(index) = id.and_then(|id| rt.cfg.listener_index(&id)) else {
-        // A reload removed its listener and its request came before the worker heard
-        // ([`close_listener`]): closed like any idle keep-alive connection at a reload.
-        drop(parked);
-        drop(ActiveGuard::new(
-            state.clone(),
-            key,
-            CloseReason::Done,
-            admin,
-        ));
-        return;
-    };
     let Parked {
         stream,
-        peer,
+        rt,
+        listener,
         served,
-        ..
+        peer,
     } = parked;
+    let admin = rt.cfg.listeners[listener as usize].admin;
     let conn = Conn::resume(
         ClientIo::Fresh(stream),
         peer,
         key,
         state.clone(),
         rt,
-        index,
+        listener as usize,
         served,
     );
     let guard = ActiveGuard::new(state.clone(), key, CloseReason::Idle, admin);

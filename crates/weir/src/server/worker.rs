@@ -93,8 +93,6 @@ pub(crate) struct WorkerState {
     pub shield: Arc<crate::shield::ShieldState>,
     /// The idle epoll parked connections wait in (`park.rs`).
     pub idle: mio::Registry,
-    /// The listeners of parked connections.
-    pub listener_ids: super::park::ListenerIds,
 }
 
 /// What the worker knows about one connection.
@@ -197,6 +195,9 @@ impl WorkerState {
                     a.abort();
                     closed += 1;
                 }
+                continue;
+            }
+            if self.shutting_down.get() {
                 continue;
             }
             match slot.park.get() {
@@ -308,7 +309,6 @@ pub(crate) fn run(
     };
     let state = Rc::new(WorkerState {
         idle: idle_registry,
-        listener_ids: Default::default(),
         runtime: RefCell::new(Rc::new(WorkerRuntime::build(
             cfg.clone(),
             generation,
@@ -344,7 +344,6 @@ pub(crate) fn run(
                         for task in s.accepting.borrow_mut().remove(&id).unwrap_or_default() {
                             task.abort();
                         }
-                        super::park::close_listener(&s, id);
                     }
                 }
             }

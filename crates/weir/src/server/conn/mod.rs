@@ -98,8 +98,8 @@ impl Drop for Conn {
     fn drop(&mut self) {
         if self.parkable {
             let io = std::mem::replace(&mut self.io, ClientIo::Gone);
-            let id = self.rt.cfg.listeners[self.listener].id;
-            super::park::park(&self.state, self.key, io, self.peer, id, self.served);
+            let on = (&self.rt, self.listener);
+            super::park::park(&self.state, self.key, io, self.peer, on, self.served);
         }
     }
 }

@@ -1,0 +1,653 @@
+//! Edge cases of connection parking (`server/park.rs`), from an outsider's attack review:
+//! drain, reload-removed listeners, PROXY protocol, admin budget, shield counts, h2c and TLS
+//! listeners, requests racing the park, slow requests on an unparked connection. Three defects
+//! it reproduced are fixed (an unparked connection's first request cut at its old idle
+//! deadline, a drain closing idle connections, a removed listener's request dropped); the
+//! `probe_control_*` tests run the same scenarios on connections that never parked.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::{read_response, roundtrip, start_config, until, TestServer, BASIC_ROUTES};
+
+const GET: &[u8] = b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n";
+
+fn metric(admin: SocketAddr, sample: &str) -> f64 {
+    let m = common::get(admin, "/metrics");
+    assert_eq!(m.status, 200);
+    m.text()
+        .lines()
+        .find(|l| l.starts_with(sample))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn wait_parked(admin: SocketAddr, n: f64) {
+    until(
+        &format!("{n} connections parked"),
+        Duration::from_secs(10),
+        || metric(admin, "weir_connections_parked ") == n,
+    );
+}
+
+fn server(extra: &str, listener_extra: &str, routes: &str) -> (TestServer, SocketAddr) {
+    let srv = start_config(&format!(
+        "workers: 1\n{extra}\nadmin: {{ address: 127.0.0.1:0 }}\nlisteners:\n  - address: 127.0.0.1:0\n{listener_extra}    routes:\n{routes}\n"
+    ));
+    let admin = srv.handle.as_ref().unwrap().admin_addr().unwrap();
+    (srv, admin)
+}
+
+/// The next response on `s`, or `None` when it closes (or resets) first.
+fn reply_or_close(s: &mut TcpStream) -> Option<common::Response> {
+    let mut first = [0u8; 1];
+    match s.read(&mut first) {
+        Ok(1) => {}
+        _ => return None,
+    }
+    let mut rest = std::io::Cursor::new(first.to_vec()).chain(s);
+    Some(common::read_response_to(&mut rest, false))
+}
+
+/// docs/config.md, binary upgrade: "drains: every idle keep-alive connection answers one more
+/// request with `Connection: close`". An idle connection that was not parked yet when the
+/// drain began must still answer its next request.
+#[test]
+fn probe_drain_keeps_an_idle_connection_not_yet_parked() {
+    // tick = 500 ms: the connection is at most `Seen` when the drain starts.
+    let (mut srv, _admin) = server(
+        "timeouts: { header: 2s, keepalive: 30s, shutdown: 10s }",
+        "",
+        BASIC_ROUTES,
+    );
+    let mut s = srv.connect();
+    assert_eq!(roundtrip(&mut s, GET).status, 200);
+    let handle = srv.handle.take().unwrap();
+    handle.drain();
+    // Three sweeper ticks: what parking would have done by now, it has done.
+    std::thread::sleep(Duration::from_millis(1600));
+    let _ = s.write_all(GET);
+    let r = reply_or_close(&mut s);
+    drop(s);
+    handle.join();
+    let r = r.expect("the idle connection was closed during the drain without answering");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection"), Some("close"));
+}
+
+/// The same for a connection already parked when the drain begins (expected to hold).
+#[test]
+fn probe_drain_answers_a_parked_connection_with_close() {
+    let (mut srv, admin) = server(
+        "timeouts: { header: 400ms, keepalive: 30s, shutdown: 10s }",
+        "",
+        BASIC_ROUTES,
+    );
+    let mut s = srv.connect();
+    assert_eq!(roundtrip(&mut s, GET).status, 200);
+    wait_parked(admin, 1.0);
+    let handle = srv.handle.take().unwrap();
+    handle.drain();
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = s.write_all(GET);
+    let r = reply_or_close(&mut s);
+    drop(s);
+    handle.join();
+    let r = r.expect("a parked connection was closed during the drain without answering");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection"), Some("close"));
+}
+
+/// `park::close_listener`'s doc: "a busy or unparked connection on [a removed listener] answers
+/// its request on the old routes and then closes". A connection idle but not yet parked at the
+/// reload gets parked afterwards; its next request must still be answered.
+#[test]
+fn probe_reload_removed_listener_idle_unparked_connection_answers() {
+    let free = || common::process::free_port();
+    let (a, b) = (free(), free());
+    let listener = |port: u16, body: &str| {
+        format!("  - address: 127.0.0.1:{port}\n    routes:\n      - respond: {{ body: {body} }}\n")
+    };
+    // tick = 500 ms: the reload lands before the connection on `b` is parked.
+    let cfg = |listeners: &str| {
+        format!("workers: 1\ntimeouts: {{ header: 2s, keepalive: 30s }}\nadmin: {{ address: 127.0.0.1:0 }}\nlisteners:\n{listeners}")
+    };
+    let handle = weir::server::start(
+        weir::runtime::load_str(
+            &cfg(&format!("{}{}", listener(a, "a1"), listener(b, "b1"))),
+            std::path::Path::new("."),
+            |_| None,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let admin = handle.admin_addr().unwrap();
+    let reg = handle.registry();
+    let next = weir::runtime::compile_str(
+        &cfg(&listener(a, "a2")),
+        std::path::Path::new("."),
+        |_| None,
+        &reg,
+    )
+    .unwrap();
+    let mut on_b = common::connect(format!("127.0.0.1:{b}").parse().unwrap());
+    assert_eq!(roundtrip(&mut on_b, GET).text(), "b1");
+    assert_eq!(metric(admin, "weir_connections_parked "), 0.0);
+    handle.reload(next).unwrap();
+    // It was not closed by the reload (not parked then); it parks afterwards.
+    wait_parked(admin, 1.0);
+    let _ = on_b.write_all(GET);
+    let r = reply_or_close(&mut on_b);
+    handle.shutdown();
+    handle.join();
+    let r = r.expect("request on an idle connection of a removed listener dropped unanswered");
+    assert_eq!(r.text(), "b1");
+    assert_eq!(r.header("connection"), Some("close"));
+}
+
+/// PROXY protocol: the client address after unpark is still the one the header named.
+#[test]
+fn probe_proxy_protocol_client_survives_parking() {
+    let (srv, admin) = server(
+        "timeouts: { header: 400ms, keepalive: 30s }",
+        "    proxy_protocol: { trusted: [127.0.0.1] }\n",
+        "      - respond: { body: \"client $remote_addr\\n\" }\n",
+    );
+    let mut s = srv.connect();
+    let mut raw = weir::shield::proxy_protocol::v1(
+        "192.0.2.7:5555".parse().unwrap(),
+        "10.0.0.1:80".parse().unwrap(),
+    )
+    .into_bytes();
+    raw.extend_from_slice(GET);
+    assert_eq!(roundtrip(&mut s, &raw).text(), "client 192.0.2.7\n");
+    wait_parked(admin, 1.0);
+    assert_eq!(roundtrip(&mut s, GET).text(), "client 192.0.2.7\n");
+    wait_parked(admin, 1.0);
+    assert_eq!(roundtrip(&mut s, GET).text(), "client 192.0.2.7\n");
+}
+
+/// Admin connections park too; closing them (idle timeout from the slot, or their client
+/// leaving while parked) gives back the admin budget (16 per worker).
+#[test]
+fn probe_admin_connections_park_and_give_back_their_budget() {
+    let (srv, admin) = server(
+        "timeouts: { header: 400ms, keepalive: 1500ms }",
+        "",
+        BASIC_ROUTES,
+    );
+    let _ = srv;
+    let req = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    for round in 0..3 {
+        let mut conns: Vec<TcpStream> = (0..15).map(|_| common::connect(admin)).collect();
+        for c in &mut conns {
+            assert_eq!(roundtrip(c, req).status, 200, "round {round}");
+        }
+        wait_parked(admin, 15.0);
+        if round % 2 == 0 {
+            drop(conns); // the clients leave while parked
+        } else {
+            for c in &mut conns {
+                assert!(
+                    common::closed_within(c, Duration::from_secs(5)),
+                    "idle timeout"
+                );
+            }
+        }
+        until("admin connections closed", Duration::from_secs(5), || {
+            metric(admin, "weir_connections_parked ") == 0.0
+        });
+    }
+    // All 16 admin slots free again: 16 at once are served.
+    let mut conns: Vec<TcpStream> = (0..16).map(|_| common::connect(admin)).collect();
+    for c in &mut conns {
+        assert_eq!(roundtrip(c, req).status, 200, "admin budget leaked");
+    }
+}
+
+/// The shield's per-client connection count is released for connections closed while parked.
+#[test]
+fn probe_shield_connection_count_released_for_parked_connections() {
+    let (srv, admin) = server(
+        "timeouts: { header: 400ms, keepalive: 1500ms }\nshield: { action: close, connections: { concurrent: 2 } }",
+        "",
+        BASIC_ROUTES,
+    );
+    for round in 0..4 {
+        let mut conns: Vec<TcpStream> = (0..2).map(|_| srv.connect()).collect();
+        for c in &mut conns {
+            assert_eq!(roundtrip(c, GET).status, 200, "round {round}");
+        }
+        wait_parked(admin, 2.0);
+        if round % 2 == 0 {
+            drop(conns);
+        } else {
+            for c in &mut conns {
+                assert!(common::closed_within(c, Duration::from_secs(5)));
+            }
+        }
+        until("closed", Duration::from_secs(5), || {
+            metric(admin, "weir_connections_parked ") == 0.0
+        });
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// h2c listeners never park (their HTTP/1.1 connections included).
+#[test]
+fn probe_h2c_listener_connections_never_park() {
+    let (srv, admin) = server(
+        "timeouts: { header: 400ms, keepalive: 30s }",
+        "    h2c: true\n",
+        BASIC_ROUTES,
+    );
+    let mut s = srv.connect();
+    assert_eq!(roundtrip(&mut s, GET).status, 200);
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(metric(admin, "weir_connections_parked "), 0.0);
+    assert_eq!(roundtrip(&mut s, GET).status, 200);
+}
+
+/// TLS connections never park, and keep being served.
+#[test]
+fn probe_tls_connections_never_park() {
+    let pki = common::tlskit::Pki::new("park-probe");
+    let leaf = pki.issue("leaf", "localhost", &["localhost"]);
+    let (srv, admin) = server(
+        "timeouts: { header: 400ms, keepalive: 30s }",
+        &format!(
+            "    tls: {{ certificates: [{{ cert: '{}', key: '{}' }}] }}\n",
+            leaf.cert.display(),
+            leaf.key.display()
+        ),
+        BASIC_ROUTES,
+    );
+    let cfg = common::tlskit::client_config(&pki.ca_der, &["http/1.1"], None);
+    let mut s = common::tlskit::connect(srv.addr, "localhost", &cfg).unwrap();
+    let req = "GET /hello HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    assert_eq!(common::tlskit::exchange(&mut s, req).status, 200);
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(metric(admin, "weir_connections_parked "), 0.0);
+    assert_eq!(common::tlskit::exchange(&mut s, req).status, 200);
+}
+
+/// A connection parked before its first request (served 0) is served when it speaks, and one
+/// that never speaks is closed at the header timeout.
+#[test]
+fn probe_silent_new_connections_park_then_serve_or_time_out() {
+    let (srv, admin) = server(
+        "timeouts: { header: 600ms, keepalive: 30s }",
+        "    defer_accept: false\n",
+        BASIC_ROUTES,
+    );
+    let mut speaks = srv.connect();
+    let mut silent = srv.connect();
+    let t0 = Instant::now();
+    wait_parked(admin, 2.0);
+    assert_eq!(roundtrip(&mut speaks, GET).status, 200);
+    assert!(common::closed_within(&mut silent, Duration::from_secs(3)));
+    let waited = t0.elapsed();
+    assert!(
+        waited >= Duration::from_millis(550),
+        "closed early: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_millis(1500),
+        "header timeout lost: {waited:?}"
+    );
+}
+
+/// Requests sent at random moments around the park (split heads, pipelined pairs, single
+/// requests): every one answered, in order, on the same connection; the books balance after.
+#[test]
+fn probe_requests_racing_the_park_are_never_lost() {
+    let (srv, admin) = server(
+        "timeouts: { header: 400ms, keepalive: 30s }",
+        "",
+        BASIC_ROUTES,
+    );
+    let addr = srv.addr;
+    let threads: Vec<_> = (0..24u64)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut s = common::connect(addr);
+                let mut seed = t.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                let mut rnd = move || {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed
+                };
+                for i in 0..20 {
+                    // 150–300 ms: around the second sweep (ticks of 100 ms).
+                    std::thread::sleep(Duration::from_millis(150 + rnd() % 150));
+                    match rnd() % 3 {
+                        0 => {
+                            let r = roundtrip(&mut s, GET);
+                            assert_eq!(r.text(), "Hello, World\n", "conn {t} iter {i}");
+                        }
+                        1 => {
+                            s.write_all(b"GET /json HTTP/1.1\r\nHo").unwrap();
+                            std::thread::sleep(Duration::from_millis(rnd() % 30));
+                            let r = roundtrip(&mut s, b"st: t\r\n\r\n");
+                            assert!(r.text().contains("Hello, World!"), "conn {t} iter {i}");
+                        }
+                        _ => {
+                            s.write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\nGET /json HTTP/1.1\r\nHost: t\r\n\r\n")
+                                .unwrap();
+                            assert_eq!(read_response(&mut s).text(), "Hello, World\n");
+                            assert!(read_response(&mut s).text().contains("Hello, World!"));
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(
+        metric(admin, "weir_connections_closed_total{reason=\"idle\"}"),
+        0.0
+    );
+    until("all closed", Duration::from_secs(5), || {
+        metric(admin, "weir_connections_parked ") == 0.0
+            && metric(admin, "weir_connections_open ") == 1.0
+    });
+}
+
+/// The drain must not close an idle connection before the shutdown deadline or its next
+/// request (observes when the not-yet-parked connection is closed).
+#[test]
+fn probe_drain_does_not_close_idle_connections_early() {
+    let (mut srv, _admin) = server(
+        "timeouts: { header: 2s, keepalive: 30s, shutdown: 10s }",
+        "",
+        BASIC_ROUTES,
+    );
+    let mut s = srv.connect();
+    assert_eq!(roundtrip(&mut s, GET).status, 200);
+    let handle = srv.handle.take().unwrap();
+    let t0 = Instant::now();
+    handle.drain();
+    let closed = common::closed_within(&mut s, Duration::from_secs(3));
+    let at = t0.elapsed();
+    drop(s);
+    handle.join();
+    assert!(
+        !closed,
+        "idle connection closed {at:?} into the drain, with no request"
+    );
+}
+
+/// The idle deadline follows the last request across park, unpark and park again.
+#[test]
+fn probe_keepalive_deadline_restarts_after_an_unparked_request() {
+    let (srv, admin) = server(
+        "timeouts: { header: 400ms, keepalive: 1500ms }",
+        "",
+        BASIC_ROUTES,
+    );
+    let mut s = srv.connect();
+    assert_eq!(roundtrip(&mut s, GET).status, 200);
+    wait_parked(admin, 1.0);
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(roundtrip(&mut s, GET).status, 200);
+    let last = Instant::now();
+    wait_parked(admin, 1.0);
+    assert!(common::closed_within(&mut s, Duration::from_secs(4)));
+    let waited = last.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1400),
+        "closed early: {waited:?}"
+    );
+    assert!(
+        waited <= Duration::from_millis(2300),
+        "closed late: {waited:?}"
+    );
+}
+
+/// A request followed by the client's FIN while parked is answered in full.
+#[test]
+fn probe_request_then_half_close_while_parked_is_answered() {
+    let (srv, admin) = server(
+        "timeouts: { header: 400ms, keepalive: 30s }",
+        "",
+        BASIC_ROUTES,
+    );
+    let mut s = srv.connect();
+    assert_eq!(roundtrip(&mut s, GET).status, 200);
+    wait_parked(admin, 1.0);
+    s.write_all(GET).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(read_response(&mut s).text(), "Hello, World\n");
+    assert!(common::closed_within(&mut s, Duration::from_secs(3)));
+    until("closed", Duration::from_secs(5), || {
+        metric(admin, "weir_connections_parked ") == 0.0
+            && metric(admin, "weir_connections_open ") == 1.0
+    });
+}
+
+/// An unparked connection's first request runs without an idle deadline: the deadline its slot
+/// kept while parked must not cut a request that is still being answered (a slow upstream).
+#[test]
+fn probe_unparked_request_is_not_cut_at_the_parked_idle_deadline_slow_upstream() {
+    let origin = common::origin::http_origin(|_| {
+        std::thread::sleep(Duration::from_millis(2000));
+        common::origin::ok("slow")
+    });
+    let (srv, admin) = server(
+        &format!(
+            "timeouts: {{ header: 400ms, keepalive: 3s }}\nupstreams: {{ o: {{ servers: ['{}'] }} }}",
+            origin.addr
+        ),
+        "",
+        "      - match: { path: /hello }\n        respond: { body: hi }\n      - proxy: { upstream: o }\n",
+    );
+    let mut s = srv.connect();
+    assert_eq!(roundtrip(&mut s, GET).status, 200);
+    let idle_since = Instant::now();
+    wait_parked(admin, 1.0);
+    std::thread::sleep(Duration::from_millis(2000).saturating_sub(idle_since.elapsed()));
+    let sent = Instant::now();
+    s.write_all(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let r = reply_or_close(&mut s);
+    let closed_idle = metric(admin, "weir_connections_closed_total{reason=\"idle\"}");
+    let r = r.unwrap_or_else(|| {
+        panic!(
+            "busy request cut {:?} after it was sent ({:?} after the connection went idle); closed as idle: {closed_idle}",
+            sent.elapsed(),
+            idle_since.elapsed()
+        )
+    });
+    assert_eq!(r.text(), "slow");
+}
+
+/// The same with a request body trickled in (within `timeouts.body`) on an unparked connection.
+#[test]
+fn probe_unparked_request_is_not_cut_at_the_parked_idle_deadline_slow_body() {
+    let (srv, admin) = server(
+        "timeouts: { header: 400ms, keepalive: 3s, body: 5s }",
+        "",
+        BASIC_ROUTES,
+    );
+    let mut s = srv.connect();
+    assert_eq!(roundtrip(&mut s, GET).status, 200);
+    let idle_since = Instant::now();
+    wait_parked(admin, 1.0);
+    std::thread::sleep(Duration::from_millis(2000).saturating_sub(idle_since.elapsed()));
+    s.write_all(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 8\r\n\r\n")
+        .unwrap();
+    let sent = Instant::now();
+    for _ in 0..8 {
+        std::thread::sleep(Duration::from_millis(200));
+        if s.write_all(b"x").is_err() {
+            break;
+        }
+    }
+    let r = reply_or_close(&mut s);
+    let r = r.unwrap_or_else(|| {
+        panic!(
+            "request with a body cut {:?} after its head ({:?} after the connection went idle)",
+            sent.elapsed(),
+            idle_since.elapsed()
+        )
+    });
+    assert_eq!(r.status, 200);
+}
+
+/// Control: the same slow request on a connection that never parked (busy in its task) is
+/// answered (expected to hold: the task's `set_idle(None)` cleared its deadline).
+#[test]
+fn probe_control_slow_request_on_a_connection_that_never_parked() {
+    let origin = common::origin::http_origin(|_| {
+        std::thread::sleep(Duration::from_millis(1500));
+        common::origin::ok("slow")
+    });
+    // tick 500 ms: no park within the 300 ms idle gap.
+    let (srv, _admin) = server(
+        &format!(
+            "timeouts: {{ header: 2s, keepalive: 1500ms }}\nupstreams: {{ o: {{ servers: ['{}'] }} }}",
+            origin.addr
+        ),
+        "",
+        "      - match: { path: /hello }\n        respond: { body: hi }\n      - proxy: { upstream: o }\n",
+    );
+    let mut s = srv.connect();
+    assert_eq!(roundtrip(&mut s, GET).status, 200);
+    std::thread::sleep(Duration::from_millis(300));
+    s.write_all(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let r = reply_or_close(&mut s).expect("cut");
+    assert_eq!(r.text(), "slow");
+}
+
+/// Control for the slow-body probe on a connection that never parked (expected to hold).
+#[test]
+fn probe_control_slow_body_on_a_connection_that_never_parked() {
+    let (srv, _admin) = server(
+        "timeouts: { header: 2s, keepalive: 1500ms, body: 5s }",
+        "",
+        BASIC_ROUTES,
+    );
+    let mut s = srv.connect();
+    assert_eq!(roundtrip(&mut s, GET).status, 200);
+    std::thread::sleep(Duration::from_millis(300));
+    s.write_all(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 8\r\n\r\n")
+        .unwrap();
+    for _ in 0..8 {
+        std::thread::sleep(Duration::from_millis(200));
+        s.write_all(b"x").unwrap();
+    }
+    let r = reply_or_close(&mut s).expect("cut");
+    assert_eq!(r.status, 200);
+}
+
+/// More parked connections wake at once than the unpark loop takes per turn (64): every one
+/// is answered; then they all park again, and all close at the idle timeout with the books
+/// balanced.
+#[test]
+fn probe_many_parked_connections_woken_at_once() {
+    const N: usize = 300;
+    let (srv, admin) = server(
+        "timeouts: { header: 400ms, keepalive: 2500ms }",
+        "",
+        BASIC_ROUTES,
+    );
+    let mut conns: Vec<TcpStream> = (0..N).map(|_| srv.connect()).collect();
+    for c in &mut conns {
+        assert_eq!(roundtrip(c, GET).status, 200);
+    }
+    wait_parked(admin, N as f64);
+    for c in &mut conns {
+        c.write_all(GET).unwrap();
+    }
+    for (i, c) in conns.iter_mut().enumerate() {
+        assert_eq!(read_response(c).text(), "Hello, World\n", "conn {i}");
+    }
+    wait_parked(admin, N as f64);
+    for c in &mut conns {
+        assert!(common::closed_within(c, Duration::from_secs(6)));
+    }
+    until("all closed", Duration::from_secs(5), || {
+        metric(admin, "weir_connections_parked ") == 0.0
+            && metric(admin, "weir_connections_open ") == 1.0
+    });
+    assert_eq!(
+        metric(admin, "weir_connections_closed_total{reason=\"idle\"}"),
+        N as f64
+    );
+}
+
+/// A client that resets a parked connection: closed, and the gauges come back.
+#[test]
+fn probe_reset_while_parked() {
+    let (srv, admin) = server(
+        "timeouts: { header: 400ms, keepalive: 30s }",
+        "",
+        BASIC_ROUTES,
+    );
+    let mut conns: Vec<TcpStream> = (0..5).map(|_| srv.connect()).collect();
+    for c in &mut conns {
+        assert_eq!(roundtrip(c, GET).status, 200);
+    }
+    wait_parked(admin, 5.0);
+    for c in conns {
+        socket2::SockRef::from(&c)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(c);
+    }
+    until("all closed", Duration::from_secs(5), || {
+        metric(admin, "weir_connections_parked ") == 0.0
+            && metric(admin, "weir_connections_open ") == 1.0
+    });
+}
+
+/// Shutdown lets in-flight requests finish (`timeouts.shutdown`): the first request of an
+/// unparked connection is in flight too. `park` = false is the control (never parked).
+fn in_flight_request_at_shutdown(park: bool) -> Option<common::Response> {
+    let origin = common::origin::http_origin(|_| {
+        std::thread::sleep(Duration::from_millis(1000));
+        common::origin::ok("slow")
+    });
+    let (mut srv, admin) = server(
+        &format!(
+            "timeouts: {{ header: 400ms, keepalive: 30s, shutdown: 10s }}\nupstreams: {{ o: {{ servers: ['{}'] }} }}",
+            origin.addr
+        ),
+        "",
+        "      - match: { path: /hello }\n        respond: { body: hi }\n      - proxy: { upstream: o }\n",
+    );
+    let mut s = srv.connect();
+    assert_eq!(roundtrip(&mut s, GET).status, 200);
+    if park {
+        wait_parked(admin, 1.0);
+    }
+    s.write_all(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let handle = srv.handle.take().unwrap();
+    handle.shutdown();
+    let r = reply_or_close(&mut s);
+    handle.join();
+    r
+}
+
+#[test]
+fn probe_shutdown_lets_an_unparked_connections_request_finish() {
+    let r = in_flight_request_at_shutdown(true)
+        .expect("in-flight request of an unparked connection cut at shutdown");
+    assert_eq!(r.text(), "slow");
+}
+
+#[test]
+fn probe_control_shutdown_lets_a_busy_connections_request_finish() {
+    let r = in_flight_request_at_shutdown(false).expect("cut");
+    assert_eq!(r.text(), "slow");
+}
