@@ -45,7 +45,7 @@ cores_for() { # W -> SUT_CORES LOAD_SET LOAD_N OVER
 }
 
 metric_sum() { # admin-port name -> sum of the samples, one per line "worker value"
-  curl -s "http://127.0.0.1:$1/metrics" | awk -v n="$2" 'index($1, n "{") == 1 {
+  curl -s "http://127.0.0.1:$1/metrics" | awk -v n="$2" 'index($1, n "_total{") == 1 {
     match($1, /worker="[0-9]+"/); w = substr($1, RSTART + 8, RLENGTH - 9); print w, $2 }'
 }
 # The spread of a per-worker counter between two snapshots: "max share% min share%".

@@ -52,7 +52,8 @@ def executed(profile, binary):
             if line.startswith("calls="):
                 skip_next = True
                 continue
-            m = re.match(r"^0x([0-9a-f]+) (\d+)", line)
+            # "ADDRESS [LINE] Ir": the line number is there unless --dump-line=no.
+            m = re.match(r"^0x([0-9a-f]+)((?: \d+)+)$", line.strip())
             if not m:
                 continue
             if skip_next:
@@ -61,7 +62,7 @@ def executed(profile, binary):
             if not ours:
                 continue
             addr = int(m.group(1), 16)
-            counts[addr] += int(m.group(2))
+            counts[addr] += int(m.group(2).split()[-1])
             if fn is not None and (fn not in lowest or addr < lowest[fn]):
                 lowest[fn] = addr
     return counts, lowest

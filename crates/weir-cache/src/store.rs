@@ -21,22 +21,25 @@ use crate::key::CacheKey;
 use crate::object::CachedObject;
 pub use crate::storage::{Lookup, PurgeSelector};
 use crate::storage::{Purged, Storage};
+use crate::striped::Striped;
 
-/// Counters, updated by the store and by the cache stage.
+/// Counters, updated by the store and by the cache stage: striped per thread, so a hit does
+/// not write a cache line every worker shares (`striped.rs`).
 #[derive(Debug, Default)]
 pub struct Stats {
-    pub hits: AtomicU64,
-    pub misses: AtomicU64,
-    pub stale: AtomicU64,
-    pub revalidated: AtomicU64,
-    pub stores: AtomicU64,
-    pub evictions: AtomicU64,
-    pub coalesced: AtomicU64,
-    pub purged: AtomicU64,
+    pub hits: Striped,
+    pub misses: Striped,
+    pub stale: Striped,
+    pub revalidated: Striped,
+    pub stores: Striped,
+    pub evictions: Striped,
+    pub coalesced: Striped,
+    pub purged: Striped,
 }
 
 impl Stats {
-    pub fn bump(counter: &AtomicU64) {
+    #[inline]
+    pub fn bump(counter: &Striped) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -227,7 +227,7 @@ fn stats(cfg: &RuntimeConfig) -> String {
     for z in &cfg.cache_zones {
         let (objects, bytes) = z.store.usage();
         let s = &z.store.stats;
-        let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        let n = |c: &weir_cache::Striped| c.load(Ordering::Relaxed);
         zones.insert(
             z.name.clone(),
             serde_json::json!({

@@ -6,7 +6,7 @@
 //! on counters (added by the encoder), and labels rather than names for dimensions.
 
 use std::fmt::{self, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
@@ -358,7 +358,7 @@ impl Scrape {
     }
 
     fn cache(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
-        type Stat = fn(&weir_cache::store::Stats) -> &AtomicU64;
+        type Stat = fn(&weir_cache::store::Stats) -> &weir_cache::Striped;
         let counters: [(&str, &str, Stat); 8] = [
             ("hits", "Requests served from the store.", |s| &s.hits),
             ("misses", "Lookups that found nothing usable.", |s| {
