@@ -7,6 +7,8 @@
 # times in rotated order; medians of CPU µs/request (user+sys of the proxy ÷ requests).
 # Then the breakdown: syscalls per request of weir and of the floor (strace -c -f over a fixed
 # `weir bench -n` run), and weir's user-space instructions per request (callgrind).
+# A second table: a new client connection per proxied request (`Connection: close`, wrk -c200,
+# seed experiment 002's pattern) for weir, nginx and HAProxy, upstream connections kept alive.
 # Usage: bench/proxy_floor.sh [--quick]    (results in bench/results/proxy-floor-<date>.md)
 source "$(dirname "$0")/lib.sh"
 DUR=8s; ROUNDS=3
@@ -64,6 +66,19 @@ for ((r = 0; r < ROUNDS; r++)); do
   done < <(rotated "$r" "${SYSTEMS[@]}")
 done
 
+# A new client connection per request (seed 002's pattern), the upstream ones kept alive.
+declare -A CCPU CRPS CP99
+for ((r = 0; r < ROUNDS; r++)); do
+  while read -r s; do
+    read -r name pid port <<<"$s"
+    [ "$name" = floor ] && continue
+    url="http://127.0.0.1:$port/s1024"
+    run_wrk "$pid" "$url" -t1 -c200 -d"$DUR" -H "Connection: close"
+    CCPU[$name]+="$CPU_US_PER_REQ "; CRPS[$name]+="$RPS "; CP99[$name]+="$P99_US "
+    log "round $((r + 1)) $name, Connection: close: $RPS req/s, $CPU_US_PER_REQ CPU us/req, errors $ERRORS"
+  done < <(rotated "$r" "${SYSTEMS[@]}")
+done
+
 # Syscalls per request, over a fixed number of keep-alive requests (-c 10).
 N=20000
 syscalls() { # pid port -> prints "calls-per-request syscall" lines, top 8
@@ -92,6 +107,16 @@ OUT="$ROOT/bench/results/proxy-floor-$(date -u +%Y%m%d-%H%M).md"
   for name in weir nginx haproxy floor; do
     c=$(median ${CPU[$name]})
     echo "| $name | $(median ${RPSV[$name]}) | $(median ${P99[$name]}) | $c | $(ratio "$c" "$fc") |"
+  done
+  echo
+  echo 'A new client connection per request (`Connection: close`,'" wrk -t1 -c200 -d$DUR, median of $ROUNDS rounds):"
+  echo
+  echo "| proxy | requests/s | p99 µs | CPU µs/req | vs nginx |"
+  echo "|---|---:|---:|---:|---:|"
+  nc=$(median ${CCPU[nginx]})
+  for name in weir nginx haproxy; do
+    c=$(median ${CCPU[$name]})
+    echo "| $name | $(median ${CRPS[$name]}) | $(median ${CP99[$name]}) | $c | $(ratio "$c" "$nc") |"
   done
   echo
   echo "Syscalls per request (strace -c over weir bench -n $N -c 10, keep-alive):"
