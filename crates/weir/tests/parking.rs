@@ -11,38 +11,11 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::{
-    assert_closed, read_response, roundtrip, start_config, until, TestServer, BASIC_ROUTES,
-};
+use common::parked::{self, metric, two_listeners, wait_parked, GET};
+use common::{assert_closed, read_response, roundtrip, until, TestServer, BASIC_ROUTES};
 
-/// A server with an admin listener; `timeouts` sets the sweeper's tick (a quarter of the
-/// shorter of `header` and `keepalive`), so connections park within a fraction of a second.
 fn server(extra: &str) -> (TestServer, SocketAddr) {
-    let srv = start_config(&format!(
-        "workers: 1\n{extra}\nadmin: {{ address: 127.0.0.1:0 }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n{BASIC_ROUTES}\n"
-    ));
-    let admin = srv.handle.as_ref().unwrap().admin_addr().unwrap();
-    (srv, admin)
-}
-
-fn metric(admin: SocketAddr, sample: &str) -> f64 {
-    let m = common::get(admin, "/metrics");
-    assert_eq!(m.status, 200);
-    m.text()
-        .lines()
-        .find(|l| l.starts_with(sample))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0.0)
-}
-
-const GET: &[u8] = b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n";
-
-fn wait_parked(admin: SocketAddr, n: f64) {
-    until(
-        &format!("{n} connections parked"),
-        Duration::from_secs(10),
-        || metric(admin, "weir_connections_parked ") == n,
-    );
+    parked::server(extra, "", BASIC_ROUTES)
 }
 
 #[test]
@@ -229,36 +202,15 @@ fn raise_nofile(want: u64) {
 
 #[test]
 fn a_reload_moves_parked_connections_to_the_new_config_or_answers_once_on_the_old_one() {
-    let free = || common::process::free_port();
-    let (a, b) = (free(), free());
-    let listener = |port: u16, body: &str| {
-        format!("  - address: 127.0.0.1:{port}\n    routes:\n      - respond: {{ body: {body} }}\n")
-    };
-    let cfg = |listeners: &str| {
-        format!("workers: 1\ntimeouts: {{ header: 400ms, keepalive: 30s }}\nadmin: {{ address: 127.0.0.1:0 }}\nlisteners:\n{listeners}")
-    };
-    let handle = weir::server::start(
-        weir::runtime::load_str(
-            &cfg(&format!("{}{}", listener(a, "a1"), listener(b, "b1"))),
-            std::path::Path::new("."),
-            |_| None,
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let admin = handle.admin_addr().unwrap();
-    let reg = handle.registry();
-    let compile = |text: &str| {
-        weir::runtime::compile_str(text, std::path::Path::new("."), |_| None, &reg).unwrap()
-    };
-    let mut on_a = common::connect(format!("127.0.0.1:{a}").parse().unwrap());
-    let mut on_b = common::connect(format!("127.0.0.1:{b}").parse().unwrap());
+    let rig = two_listeners("{ header: 400ms, keepalive: 30s }");
+    let mut on_a = common::connect(rig.a);
+    let mut on_b = common::connect(rig.b);
     assert_eq!(roundtrip(&mut on_a, GET).text(), "a1");
     assert_eq!(roundtrip(&mut on_b, GET).text(), "b1");
-    wait_parked(admin, 2.0);
+    wait_parked(rig.admin, 2.0);
     // `a` gets new routes, `b` goes away: as for a connection waiting in its task, the parked
     // one on `b` answers its next request on its old routes and closes.
-    handle.reload(compile(&cfg(&listener(a, "a2")))).unwrap();
+    rig.handle.reload(rig.only_a).unwrap();
     assert_eq!(roundtrip(&mut on_a, GET).text(), "a2");
     let r = roundtrip(&mut on_b, GET);
     assert_eq!(
@@ -266,6 +218,6 @@ fn a_reload_moves_parked_connections_to_the_new_config_or_answers_once_on_the_ol
         ("b1", Some("close"))
     );
     assert_closed(&mut on_b);
-    handle.shutdown();
-    handle.join();
+    rig.handle.shutdown();
+    rig.handle.join();
 }

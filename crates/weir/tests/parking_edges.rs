@@ -8,49 +8,28 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Write;
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{read_response, roundtrip, start_config, until, TestServer, BASIC_ROUTES};
+use common::parked::{metric, reply_or_close, server, two_listeners, wait_parked, GET};
+use common::{read_response, roundtrip, until, TestServer, BASIC_ROUTES};
 
-const GET: &[u8] = b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n";
-
-fn metric(admin: SocketAddr, sample: &str) -> f64 {
-    let m = common::get(admin, "/metrics");
-    assert_eq!(m.status, 200);
-    m.text()
-        .lines()
-        .find(|l| l.starts_with(sample))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0.0)
-}
-
-fn wait_parked(admin: SocketAddr, n: f64) {
-    until(
-        &format!("{n} connections parked"),
-        Duration::from_secs(10),
-        || metric(admin, "weir_connections_parked ") == n,
-    );
-}
-
-fn server(extra: &str, listener_extra: &str, routes: &str) -> (TestServer, SocketAddr) {
-    let srv = start_config(&format!(
-        "workers: 1\n{extra}\nadmin: {{ address: 127.0.0.1:0 }}\nlisteners:\n  - address: 127.0.0.1:0\n{listener_extra}    routes:\n{routes}\n"
-    ));
-    let admin = srv.handle.as_ref().unwrap().admin_addr().unwrap();
-    (srv, admin)
-}
-
-/// The next response on `s`, or `None` when it closes (or resets) first.
-fn reply_or_close(s: &mut TcpStream) -> Option<common::Response> {
-    let mut first = [0u8; 1];
-    match s.read(&mut first) {
-        Ok(1) => {}
-        _ => return None,
-    }
-    let mut rest = std::io::Cursor::new(first.to_vec()).chain(s);
-    Some(common::read_response_to(&mut rest, false))
+/// Drains the server, waits `after`, then sends a request on the idle connection `s`: its
+/// answer, or `None` if the drain closed it first.
+fn drain_then_ask(
+    srv: &mut TestServer,
+    mut s: TcpStream,
+    after: Duration,
+) -> Option<common::Response> {
+    let handle = srv.handle.take().unwrap();
+    handle.drain();
+    std::thread::sleep(after);
+    let _ = s.write_all(GET);
+    let r = reply_or_close(&mut s);
+    drop(s);
+    handle.join();
+    r
 }
 
 /// docs/config.md, binary upgrade: "drains: every idle keep-alive connection answers one more
@@ -66,14 +45,8 @@ fn probe_drain_keeps_an_idle_connection_not_yet_parked() {
     );
     let mut s = srv.connect();
     assert_eq!(roundtrip(&mut s, GET).status, 200);
-    let handle = srv.handle.take().unwrap();
-    handle.drain();
     // Three sweeper ticks: what parking would have done by now, it has done.
-    std::thread::sleep(Duration::from_millis(1600));
-    let _ = s.write_all(GET);
-    let r = reply_or_close(&mut s);
-    drop(s);
-    handle.join();
+    let r = drain_then_ask(&mut srv, s, Duration::from_millis(1600));
     let r = r.expect("the idle connection was closed during the drain without answering");
     assert_eq!(r.status, 200);
     assert_eq!(r.header("connection"), Some("close"));
@@ -90,54 +63,24 @@ fn probe_drain_answers_a_parked_connection_with_close() {
     let mut s = srv.connect();
     assert_eq!(roundtrip(&mut s, GET).status, 200);
     wait_parked(admin, 1.0);
-    let handle = srv.handle.take().unwrap();
-    handle.drain();
-    std::thread::sleep(Duration::from_millis(500));
-    let _ = s.write_all(GET);
-    let r = reply_or_close(&mut s);
-    drop(s);
-    handle.join();
+    let r = drain_then_ask(&mut srv, s, Duration::from_millis(500));
     let r = r.expect("a parked connection was closed during the drain without answering");
     assert_eq!(r.status, 200);
     assert_eq!(r.header("connection"), Some("close"));
 }
 
-/// `park::close_listener`'s doc: "a busy or unparked connection on [a removed listener] answers
-/// its request on the old routes and then closes". A connection idle but not yet parked at the
-/// reload gets parked afterwards; its next request must still be answered.
+/// A connection on a listener a reload removes answers its next request on the old routes and
+/// closes. One idle but not yet parked at the reload gets parked afterwards; its next request
+/// must still be answered.
 #[test]
 fn probe_reload_removed_listener_idle_unparked_connection_answers() {
-    let free = || common::process::free_port();
-    let (a, b) = (free(), free());
-    let listener = |port: u16, body: &str| {
-        format!("  - address: 127.0.0.1:{port}\n    routes:\n      - respond: {{ body: {body} }}\n")
-    };
     // tick = 500 ms: the reload lands before the connection on `b` is parked.
-    let cfg = |listeners: &str| {
-        format!("workers: 1\ntimeouts: {{ header: 2s, keepalive: 30s }}\nadmin: {{ address: 127.0.0.1:0 }}\nlisteners:\n{listeners}")
-    };
-    let handle = weir::server::start(
-        weir::runtime::load_str(
-            &cfg(&format!("{}{}", listener(a, "a1"), listener(b, "b1"))),
-            std::path::Path::new("."),
-            |_| None,
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let admin = handle.admin_addr().unwrap();
-    let reg = handle.registry();
-    let next = weir::runtime::compile_str(
-        &cfg(&listener(a, "a2")),
-        std::path::Path::new("."),
-        |_| None,
-        &reg,
-    )
-    .unwrap();
-    let mut on_b = common::connect(format!("127.0.0.1:{b}").parse().unwrap());
+    let rig = two_listeners("{ header: 2s, keepalive: 30s }");
+    let (handle, admin) = (rig.handle, rig.admin);
+    let mut on_b = common::connect(rig.b);
     assert_eq!(roundtrip(&mut on_b, GET).text(), "b1");
     assert_eq!(metric(admin, "weir_connections_parked "), 0.0);
-    handle.reload(next).unwrap();
+    handle.reload(rig.only_a).unwrap();
     // It was not closed by the reload (not parked then); it parks afterwards.
     wait_parked(admin, 1.0);
     let _ = on_b.write_all(GET);

@@ -6,6 +6,7 @@ pub mod etcd;
 pub mod h2raw;
 pub mod member;
 pub mod origin;
+pub mod parked;
 pub mod process;
 pub mod redis;
 pub mod smallfs;
