@@ -396,7 +396,7 @@ fn start_connection(
     count.set(count.get() + 1);
     state.metrics.accepted.inc();
     let key = state.conns.borrow_mut().insert(ConnSlot::new(shield));
-    let guard = ActiveGuard(state.clone(), key as u32, CloseReason::Idle, admin);
+    let guard = ActiveGuard::new(state.clone(), key, CloseReason::Idle, admin);
     let listener = &rt.cfg.listeners[index];
     let task = match (&listener.tls, listener.proxy_protocol.is_some()) {
         (None, false) => {
