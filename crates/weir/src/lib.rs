@@ -37,5 +37,6 @@ pub mod routes;
 pub mod runtime;
 pub mod server;
 pub mod shield;
+pub mod tcp;
 pub mod tls;
 pub mod vars;

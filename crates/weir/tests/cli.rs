@@ -19,6 +19,7 @@ fn check_accepts_the_examples() {
         "examples/echo-origins.yaml",
         "examples/https-acme.yaml",
         "examples/behind-lb.yaml",
+        "examples/tcp.yaml",
         "deploy/container.yaml",
     ] {
         let out = Command::new(WEIR)

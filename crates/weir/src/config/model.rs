@@ -20,6 +20,7 @@ pub use super::model_filters::{
 pub use super::model_limits::{EncodedSlashes, Limits, UnderscoresInHeaders};
 pub use super::model_ops::{AccessLog, AccessLogSetting, HealthRoute, Log, RequestId};
 pub use super::model_shield::{ProxyProtocol, Shape, Shield};
+pub use super::model_tcp::{TcpProxy, TcpRoute};
 pub use super::model_tls::{
     Acme, Certificate, ClientAuth, ClientAuthMode, ClientCert, Http2, Ocsp, Tls, UpstreamTls,
 };
@@ -390,6 +391,8 @@ pub struct Listener {
     /// Require the PROXY protocol (v1 or v2) from trusted load balancers; the address it
     /// carries is the client's (logs, filters, the shield).
     pub proxy_protocol: Option<ProxyProtocol>,
+    /// Forward TCP connections to an upstream instead of serving HTTP (`model_tcp.rs`).
+    pub tcp: Option<TcpProxy>,
 }
 
 /// A route: a match and exactly one action.

@@ -218,7 +218,10 @@ impl Matcher {
 }
 
 /// Compiles host names (`example.com`, `*.example.com`) given at key `key`.
-fn host_patterns(names: Vec<String>, key: &str) -> Result<Vec<HostPattern>, CompileError> {
+pub(crate) fn host_patterns(
+    names: Vec<String>,
+    key: &str,
+) -> Result<Vec<HostPattern>, CompileError> {
     let mut out = Vec::new();
     for h in names {
         let h = h.trim().to_ascii_lowercase();
@@ -252,7 +255,7 @@ fn host_patterns(names: Vec<String>, key: &str) -> Result<Vec<HostPattern>, Comp
 }
 
 /// Whether `host` matches one of `patterns` (case-insensitively).
-fn any_host(patterns: &[HostPattern], host: &[u8]) -> bool {
+pub(crate) fn any_host(patterns: &[HostPattern], host: &[u8]) -> bool {
     patterns.iter().any(|h| match h {
         HostPattern::Exact(e) => host.eq_ignore_ascii_case(e.as_bytes()),
         HostPattern::Suffix(s) => {

@@ -4,7 +4,7 @@
 //! header values. When some route matches everything but the method, the answer is 405 with an
 //! `Allow` listing the methods those routes accept; when none matches at all, 404.
 
-mod matcher;
+pub(crate) mod matcher;
 
 use bytes::Bytes;
 use weir_http::{Method, RequestHead};

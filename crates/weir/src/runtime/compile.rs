@@ -258,6 +258,29 @@ pub(crate) fn compile(
             )?),
             None => None,
         };
+        let tcp = match &l.tcp {
+            Some(t) => {
+                tcp_only(&l, &path)?;
+                Some(Arc::new(crate::tcp::TcpConfig::compile(
+                    t,
+                    &format!("{path}.tcp"),
+                    &upstream_index,
+                    &upstreams,
+                )?))
+            }
+            None => None,
+        };
+        // A terminating TCP listener relays the client's protocol as it is: it settles none
+        // by ALPN (but still answers ACME's TLS-ALPN-01).
+        let tls = match tls {
+            Some(cfg) if tcp.is_some() => {
+                let mut c = (*cfg).clone();
+                c.alpn_protocols
+                    .retain(|p| p.as_slice() == crate::tls::acme::ACME_TLS_ALPN);
+                Some(Arc::new(c))
+            }
+            other => other,
+        };
         let listener_filters = filters.list(l.filters, &path, &upstream_index, base, None)?;
         let mut routes = RouteTable::compile(
             l.routes,
@@ -287,6 +310,7 @@ pub(crate) fn compile(
                 )?)),
                 None => None,
             },
+            tcp,
             key: format!("{path}.address"),
             line: None,
         });
@@ -326,6 +350,7 @@ pub(crate) fn compile(
             tls: None,
             h2c: false,
             proxy_protocol: None,
+            tcp: None,
             key: "admin.address".to_string(),
             line: None,
         });
@@ -628,4 +653,20 @@ fn compile_cluster(
         None => None,
     };
     Ok((Some(Arc::new(cluster)), peers))
+}
+
+/// A TCP listener relays bytes: the HTTP keys of a listener mean nothing on it.
+fn tcp_only(l: &model::Listener, path: &str) -> Result<(), CompileError> {
+    let http = [
+        ("routes", !l.routes.is_empty()),
+        ("filters", !l.filters.is_empty()),
+        ("h2c", l.h2c),
+    ];
+    match http.iter().find(|(_, given)| *given) {
+        Some((key, _)) => Err((
+            format!("{path}.{key}"),
+            format!("a `tcp:` listener relays bytes and serves no HTTP: remove `{key}` (or put it on another listener)"),
+        )),
+        None => Ok(()),
+    }
 }

@@ -151,6 +151,8 @@ pub struct ListenerConfig {
     pub h2c: bool,
     /// PROXY protocol required, from these sources only.
     pub proxy_protocol: Option<Arc<crate::shield::nets::Nets>>,
+    /// Relays TCP connections to an upstream instead of serving HTTP (`crate::tcp`).
+    pub tcp: Option<Arc<crate::tcp::TcpConfig>>,
     /// Where the address was given, for errors: the key path and the config line.
     pub key: String,
     pub line: Option<usize>,

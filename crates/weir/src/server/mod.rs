@@ -15,6 +15,7 @@ pub mod handoff;
 mod listener;
 mod park;
 mod proxied;
+mod tcp;
 mod tls;
 mod worker;
 
@@ -310,7 +311,8 @@ impl ServerHandle {
             .collect()
     }
 
-    /// The URL of each listener but the admin one: `https://` on TLS listeners.
+    /// The URL of each listener but the admin one: `https://` on TLS listeners, `tcp://` (or
+    /// `tls://`, terminating) on TCP listeners.
     pub fn local_urls(&self) -> Vec<String> {
         let cfg = self.published.load();
         let addrs = self.addrs.lock().unwrap_or_else(|e| e.into_inner());
@@ -318,9 +320,13 @@ impl ServerHandle {
             .iter()
             .filter(|l| !l.admin)
             .filter_map(|l| {
-                let scheme = if l.tls.is_some() { "https" } else { "http" };
                 let (_, a) = addrs.iter().find(|(id, _)| *id == l.id)?;
-                Some(format!("{scheme}://{a}/"))
+                Some(match (l.tcp.is_some(), l.tls.is_some()) {
+                    (true, false) => format!("tcp://{a}"),
+                    (true, true) => format!("tls://{a}"),
+                    (false, true) => format!("https://{a}/"),
+                    (false, false) => format!("http://{a}/"),
+                })
             })
             .collect()
     }

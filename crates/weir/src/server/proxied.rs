@@ -53,6 +53,9 @@ pub(crate) async fn serve(
     }
     match rt.cfg.listeners[listener].tls.clone() {
         Some(tls) => super::tls::serve(stream, client, key, state, rt, listener, tls).await,
+        None if rt.cfg.listeners[listener].tcp.is_some() => {
+            Box::pin(super::tcp::serve_plain(stream, client, rt, listener)).await
+        }
         None => {
             let io = ClientIo::Fresh(stream);
             let mut conn = Box::new(Conn::new(io, client, key, state, rt, listener));

@@ -117,6 +117,16 @@ fn after_handshake(
     if alpn == Some(crate::tls::acme::ACME_TLS_ALPN) {
         return Box::pin(std::future::ready(CloseReason::Done));
     }
+    if rt.cfg.listeners[listener].tcp.is_some() {
+        let client = super::tcp::Client::Tls(Box::new(stream));
+        return Box::pin(super::tcp::serve(
+            client,
+            Some(Box::new(info)),
+            peer,
+            rt,
+            listener,
+        ));
+    }
     if alpn == Some(b"h2") {
         let info = Some(Rc::new(info));
         return Box::pin(super::h2::serve(stream, peer, state, rt, listener, info));

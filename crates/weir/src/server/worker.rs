@@ -399,12 +399,12 @@ fn start_connection(
     let guard = ActiveGuard::new(state.clone(), key, CloseReason::Idle, admin);
     let listener = &rt.cfg.listeners[index];
     let task = match (&listener.tls, listener.proxy_protocol.is_some()) {
-        (None, false) => {
+        (None, false) if listener.tcp.is_none() => {
             let io = ClientIo::Fresh(stream);
             let conn = Conn::new(io, peer, key, state.clone(), rt.clone(), index);
             return spawn_plain(state, key, conn, guard);
         }
-        // TLS, or a load balancer's PROXY header first: a separate task type, so that plain
+        // TLS, a TCP listener, or a load balancer's PROXY header first: a separate task type, so that plain
         // connections keep their small future; boxed, or the task would hold the future twice
         // (as the moved-in value and as the awaited one).
         (tls, proxied) => {
@@ -419,6 +419,9 @@ fn start_connection(
                     index,
                     tls.clone(),
                 )),
+                None if !proxied => {
+                    Box::pin(super::tcp::serve_plain(stream, peer, rt.clone(), index))
+                }
                 _ => Box::pin(super::proxied::serve(
                     stream,
                     peer,

@@ -6,6 +6,8 @@
 //!
 //! Only listeners with `proxy_protocol: {trusted: [...]}` parse it, and only from those sources:
 //! anyone else could name any address (`server/proxied.rs` refuses them in the accept loop).
+//!
+//! [`encode`] writes one, for TCP listeners with `send_proxy` (`tcp/connect.rs`).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -26,6 +28,51 @@ pub enum Parsed {
         len: usize,
         client: Option<SocketAddr>,
     },
+}
+
+/// The header naming `client` connected to `local`: version 1 (text) or 2 (binary). Mixed
+/// families are written as IPv6, the IPv4 address mapped (`::ffff:a.b.c.d`).
+pub fn encode(v2: bool, client: SocketAddr, local: SocketAddr) -> Vec<u8> {
+    let (src, dst) = match (client.ip(), local.ip()) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => (IpAddr::V4(a), IpAddr::V4(b)),
+        (a, b) => (IpAddr::V6(v6(a)), IpAddr::V6(v6(b))),
+    };
+    if !v2 {
+        let family = if src.is_ipv4() { "TCP4" } else { "TCP6" };
+        return format!(
+            "PROXY {family} {src} {dst} {} {}\r\n",
+            client.port(),
+            local.port()
+        )
+        .into_bytes();
+    }
+    let mut out = Vec::with_capacity(16 + 36);
+    out.extend_from_slice(&V2_SIGNATURE);
+    out.push(0x21); // version 2, PROXY
+    match (src, dst) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            out.push(0x11); // TCP over IPv4
+            out.extend_from_slice(&12u16.to_be_bytes());
+            out.extend_from_slice(&a.octets());
+            out.extend_from_slice(&b.octets());
+        }
+        (a, b) => {
+            out.push(0x21); // TCP over IPv6
+            out.extend_from_slice(&36u16.to_be_bytes());
+            out.extend_from_slice(&v6(a).octets());
+            out.extend_from_slice(&v6(b).octets());
+        }
+    }
+    out.extend_from_slice(&client.port().to_be_bytes());
+    out.extend_from_slice(&local.port().to_be_bytes());
+    out
+}
+
+fn v6(a: IpAddr) -> Ipv6Addr {
+    match a {
+        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        IpAddr::V6(a) => a,
+    }
 }
 
 /// Parses a PROXY header at the start of `b`; `Err` names what is wrong.
@@ -258,5 +305,33 @@ mod tests {
         let mut short = h.clone();
         short[13] = 0x21; // IPv6 family with an IPv4-sized block
         assert_eq!(parse(&short), Err("PROXY v2: bad address block"));
+    }
+
+    #[test]
+    fn encoded_headers_parse_back_to_the_client() {
+        let cases: [(&str, &str); 3] = [
+            ("192.0.2.7:5555", "10.0.0.1:8444"),
+            ("[2001:db8::7]:5555", "[2001:db8::1]:8444"),
+            ("192.0.2.7:5555", "[2001:db8::1]:8444"),
+        ];
+        for (client, local) in cases {
+            let (c, l): (SocketAddr, SocketAddr) =
+                (client.parse().unwrap(), local.parse().unwrap());
+            for v2 in [false, true] {
+                let mut h = encode(v2, c, l);
+                let len = h.len();
+                h.extend_from_slice(b"\x16\x03\x01");
+                let Ok(Parsed::Done {
+                    len: got,
+                    client: Some(named),
+                }) = parse(&h)
+                else {
+                    panic!("v2={v2} {client}: {:?}", parse(&h));
+                };
+                assert_eq!(got, len, "v2={v2} {client}: exactly the header");
+                assert_eq!(named.port(), c.port());
+                assert_eq!(v6(named.ip()), v6(c.ip()), "v2={v2} {client}");
+            }
+        }
     }
 }

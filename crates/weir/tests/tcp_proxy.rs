@@ -1,0 +1,428 @@
+//! TCP listeners (`tcp:`, `crate::tcp`): bytes relayed both ways with half-close kept, routing by
+//! TLS server name without terminating, terminating TLS, the PROXY header to the upstream,
+//! retries to the next server, the upstream's connection cap, the idle timeout, the access log
+//! line, and the config's errors. Every backend is a real socket server in a thread.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::process::{free_port, Running, WEIR};
+
+/// A backend that echoes every byte until the client finishes sending, then closes its side.
+fn echo_backend() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if s.write_all(&buf[..n]).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+                let _ = s.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    addr
+}
+
+/// A backend that answers `name`, then the first byte it received in hex, and closes.
+fn named_backend(name: &'static str) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            let mut first = [0u8; 1];
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = s.read_exact(&mut first);
+            let _ = write!(s, "{name} {:02x}", first[0]);
+        }
+    });
+    addr
+}
+
+/// Sends `data`, finishes sending, and reads everything until the server closes.
+fn send_all_read_all(s: &mut TcpStream, data: &[u8]) -> Vec<u8> {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut reader = s.try_clone().unwrap();
+    let got = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        reader.read_to_end(&mut out).map(|_| out)
+    });
+    s.write_all(data).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    got.join().unwrap().unwrap()
+}
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 31 % 251) as u8).collect()
+}
+
+fn tcp_config(upstreams: &str, tcp: &str) -> String {
+    format!("upstreams:\n{upstreams}listeners:\n  - address: 127.0.0.1:0\n    defer_accept: false\n    tcp: {tcp}\n")
+}
+
+/// A ClientHello asking for `name`, as a TLS client's first bytes.
+fn client_hello(name: &str) -> Vec<u8> {
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(rustls::RootCertStore::empty())
+    .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from(name.to_string()).unwrap();
+    let mut c = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
+    let mut out = Vec::new();
+    while c.wants_write() {
+        c.write_tls(&mut out).unwrap();
+    }
+    out
+}
+
+/// What a backend answered to `bytes` through the listener.
+fn answer(addr: SocketAddr, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// The example contract: `examples/tcp.yaml` as written, with its two variables, relays a MiB
+/// each way, keeps the half-close (the backend answers after the client finished sending), and
+/// logs one line for the connection.
+#[test]
+fn the_tcp_example_relays_both_ways_and_keeps_half_close() {
+    let backend = echo_backend();
+    let port = free_port();
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let mut child = Running(
+        Command::new(WEIR)
+            .args(["run", "-c", "examples/tcp.yaml"])
+            .env("WEIR_TCP_LISTEN", format!("127.0.0.1:{port}"))
+            .env("WEIR_TCP_UPSTREAM", backend.to_string())
+            .current_dir(root)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    let stdout = child.0.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    common::until("the example listens", Duration::from_secs(10), || {
+        TcpStream::connect(addr).is_ok()
+    });
+    let data = pattern(1 << 20);
+    let mut s = TcpStream::connect(addr).unwrap();
+    let back = send_all_read_all(&mut s, &data);
+    assert_eq!(back.len(), data.len());
+    assert!(back == data, "the bytes came back changed");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let line = loop {
+        let l = lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("an access log line for the relayed connection");
+        if l.contains(" TCP ") && l.contains(" 1048576 1048576 ") {
+            break l;
+        }
+    };
+    assert!(
+        line.contains(" TCP 200 1048576 1048576 ") && line.ends_with(&backend.to_string()),
+        "{line}"
+    );
+}
+
+/// Many connections at once, each moving a different amount both ways at the same time (the
+/// client writes while it reads), through `splice` under back-pressure.
+#[test]
+fn concurrent_connections_move_their_own_bytes() {
+    let backend = echo_backend();
+    let srv = common::start_config(&tcp_config(
+        &format!("  b: {{ servers: ['{backend}'] }}\n"),
+        "{ upstream: b }",
+    ));
+    let addr = srv.addr;
+    let workers: Vec<_> = (0..8)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let data = pattern((3 << 20) + i * 7919);
+                let mut s = TcpStream::connect(addr).unwrap();
+                let back = send_all_read_all(&mut s, &data);
+                back == data
+            })
+        })
+        .collect();
+    for w in workers {
+        assert!(
+            w.join().unwrap(),
+            "a connection got bytes that were not its own"
+        );
+    }
+}
+
+/// Routing by server name without terminating: the backend gets the ClientHello untouched (its
+/// first byte is a TLS handshake record's), exact names and wildcards pick their upstream, and
+/// everything else (another name, no TLS at all) goes to the default.
+#[test]
+fn server_names_pick_the_upstream_without_terminating() {
+    let (a, b, other) = (named_backend("A"), named_backend("B"), named_backend("D"));
+    let srv = common::start_config(&tcp_config(
+        &format!("  a: {{ servers: ['{a}'] }}\n  b: {{ servers: ['{b}'] }}\n  d: {{ servers: ['{other}'] }}\n"),
+        "{ upstream: d, routes: [ { sni: a.example, upstream: a }, { sni: ['*.b.example'], upstream: b } ] }",
+    ));
+    assert_eq!(answer(srv.addr, &client_hello("a.example")), "A 16");
+    assert_eq!(answer(srv.addr, &client_hello("x.B.example")), "B 16");
+    assert_eq!(answer(srv.addr, &client_hello("b.example")), "D 16");
+    assert_eq!(answer(srv.addr, b"SSH-2.0-OpenSSH_9.2\r\n"), "D 53");
+    // A ClientHello that arrives in pieces is joined before routing.
+    let hello = client_hello("a.example");
+    let mut s = TcpStream::connect(srv.addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    for part in hello.chunks(40) {
+        s.write_all(part).unwrap();
+        std::thread::sleep(Duration::from_millis(15));
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert_eq!(out, "A 16");
+}
+
+/// Without a default upstream, a name no route takes is closed at once (nothing relayed).
+#[test]
+fn a_name_no_route_takes_is_closed_without_a_default() {
+    let a = named_backend("A");
+    let srv = common::start_config(&tcp_config(
+        &format!("  a: {{ servers: ['{a}'] }}\n"),
+        "{ routes: [ { sni: a.example, upstream: a } ] }",
+    ));
+    let started = Instant::now();
+    assert_eq!(answer(srv.addr, &client_hello("z.example")), "");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(answer(srv.addr, &client_hello("a.example")), "A 16");
+}
+
+/// Terminating TLS: the client speaks TLS to weir, the backend gets plaintext, ALPN settles
+/// nothing (the client's protocol is relayed as it is), and the client's close_notify reaches
+/// the backend as a half-close.
+#[test]
+fn a_tls_listener_terminates_and_relays_plaintext() {
+    let pki = common::tlskit::Pki::new("tcp-terminate");
+    let cert = pki.issue("tcp", "tcp.example", &["tcp.example"]);
+    let backend = echo_backend();
+    let yaml = format!(
+        "upstreams:\n  b: {{ servers: ['{backend}'] }}\nlisteners:\n  - address: 127.0.0.1:0\n    tls: {{ certificates: [{{ cert: '{}', key: '{}' }}] }}\n    tcp: {{ upstream: b }}\n",
+        cert.cert.display(),
+        cert.key.display()
+    );
+    let srv = common::start_config(&yaml);
+    let cfg = common::tlskit::client_config(&pki.ca_der, &["h2", "http/1.1"], None);
+    let mut s = common::tlskit::connect(srv.addr, "tcp.example", &cfg).unwrap();
+    assert_eq!(
+        s.conn.alpn_protocol(),
+        None,
+        "a TCP listener settles no ALPN"
+    );
+    s.write_all(b"plain bytes through TLS").unwrap();
+    s.flush().unwrap();
+    let mut got = [0u8; 23];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"plain bytes through TLS");
+    s.conn.send_close_notify();
+    s.flush().unwrap();
+    // The backend saw the end, closed its side, and weir passed that on.
+    let rest = common::tlskit::drain(&mut s);
+    assert!(rest.is_empty(), "{rest:?}");
+}
+
+/// `send_proxy`: the backend first gets a PROXY header naming the client and the address it
+/// connected to, v1 and v2, then the client's bytes.
+#[test]
+fn the_proxy_header_names_the_client() {
+    let backend = echo_backend();
+    for v in ["v1", "v2"] {
+        let srv = common::start_config(&tcp_config(
+            &format!("  b: {{ servers: ['{backend}'] }}\n"),
+            &format!("{{ upstream: b, send_proxy: {v} }}"),
+        ));
+        let mut s = TcpStream::connect(srv.addr).unwrap();
+        let me = s.local_addr().unwrap();
+        let back = send_all_read_all(&mut s, b"after");
+        assert!(back.ends_with(b"after"), "{v}: {back:?}");
+        let header = &back[..back.len() - 5];
+        if v == "v1" {
+            assert_eq!(
+                String::from_utf8_lossy(header),
+                format!(
+                    "PROXY TCP4 127.0.0.1 127.0.0.1 {} {}\r\n",
+                    me.port(),
+                    srv.addr.port()
+                )
+            );
+        } else {
+            assert_eq!(&header[..12], b"\r\n\r\n\0\r\nQUIT\n");
+            assert_eq!(header[12..14], [0x21, 0x11], "v2, PROXY, TCP over IPv4");
+            assert_eq!(header.len(), 16 + 12);
+            assert_eq!(&header[16..20], &[127, 0, 0, 1]);
+            assert_eq!(u16::from_be_bytes([header[24], header[25]]), me.port());
+            assert_eq!(
+                u16::from_be_bytes([header[26], header[27]]),
+                srv.addr.port()
+            );
+        }
+    }
+}
+
+/// A server that refuses connections is skipped for the next (the upstream's retries), and with
+/// none reachable the client is closed at once rather than left hanging.
+#[test]
+fn a_dead_server_is_skipped_and_none_closes_the_client() {
+    let live = echo_backend();
+    let dead = format!("127.0.0.1:{}", free_port());
+    let srv = common::start_config(&tcp_config(
+        &format!("  b: {{ servers: ['{dead}', '{live}'] }}\n"),
+        "{ upstream: b }",
+    ));
+    for _ in 0..6 {
+        let mut s = TcpStream::connect(srv.addr).unwrap();
+        assert_eq!(send_all_read_all(&mut s, b"ping"), b"ping");
+    }
+    let srv = common::start_config(&tcp_config(
+        &format!("  b: {{ servers: ['{dead}'] }}\n"),
+        "{ upstream: b }",
+    ));
+    let started = Instant::now();
+    let mut s = TcpStream::connect(srv.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    assert!(out.is_empty());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// The upstream's `limits.max_connections` holds for relayed connections: one over is closed,
+/// and its place is free again once the first ends.
+#[test]
+fn the_upstream_connection_cap_holds() {
+    let backend = echo_backend();
+    let srv = common::start_config(&tcp_config(
+        &format!("  b: {{ servers: ['{backend}'], limits: {{ max_connections: 1 }} }}\n"),
+        "{ upstream: b }",
+    ));
+    let mut first = TcpStream::connect(srv.addr).unwrap();
+    first
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    first.write_all(b"hold").unwrap();
+    let mut got = [0u8; 4];
+    first.read_exact(&mut got).unwrap();
+    // Over the cap: closed without a byte (a reset or an end, whichever the client sees).
+    let mut second = TcpStream::connect(srv.addr).unwrap();
+    second
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let r = second.read(&mut [0u8; 1]);
+    assert!(
+        matches!(r, Ok(0))
+            || matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "over the cap: {r:?}"
+    );
+    assert_eq!(send_all_read_all(&mut first, b"!"), b"!");
+    common::until("the place is free again", Duration::from_secs(5), || {
+        let mut third = TcpStream::connect(srv.addr).unwrap();
+        send_all_read_all(&mut third, b"again") == b"again"
+    });
+}
+
+/// Nothing moving either way for `idle_timeout` closes the connection; traffic keeps it.
+#[test]
+fn an_idle_connection_is_closed() {
+    let backend = echo_backend();
+    let srv = common::start_config(&tcp_config(
+        &format!("  b: {{ servers: ['{backend}'] }}\n"),
+        "{ upstream: b, idle_timeout: 400ms }",
+    ));
+    let mut s = TcpStream::connect(srv.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // Traffic every 200 ms for a second keeps it open.
+    for _ in 0..5 {
+        s.write_all(b"k").unwrap();
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let quiet = Instant::now();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    let waited = quiet.elapsed();
+    assert!(rest.is_empty());
+    assert!(
+        waited >= Duration::from_millis(150) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+}
+
+#[test]
+fn tcp_config_errors_name_the_key() {
+    let cases = [
+        (
+            "upstreams: { b: { servers: ['127.0.0.1:9'] } }\nlisteners:\n  - address: 127.0.0.1:0\n    tcp: { upstream: b }\n    routes: [ { respond: { status: 200 } } ]\n",
+            "listeners[0].routes",
+        ),
+        (
+            "upstreams: { b: { servers: ['127.0.0.1:9'] } }\nlisteners:\n  - address: 127.0.0.1:0\n    tcp: { upstream: nope }\n",
+            "listeners[0].tcp.upstream",
+        ),
+        (
+            "upstreams: { b: { servers: ['127.0.0.1:9'], protocol: h2 } }\nlisteners:\n  - address: 127.0.0.1:0\n    tcp: { upstream: b }\n",
+            "HTTP/2",
+        ),
+        (
+            "upstreams: { b: { servers: ['127.0.0.1:9'] } }\nlisteners:\n  - address: 127.0.0.1:0\n    tcp: { upstream: b, send_proxy: v3 }\n",
+            "listeners[0].tcp.send_proxy",
+        ),
+        (
+            "upstreams: { b: { servers: ['127.0.0.1:9'] } }\nlisteners:\n  - address: 127.0.0.1:0\n    tcp: { routes: [ { upstream: b } ] }\n",
+            "listeners[0].tcp.routes[0].sni",
+        ),
+        (
+            "upstreams: { b: { servers: ['127.0.0.1:9'], policy: consistent_hash } }\nlisteners:\n  - address: 127.0.0.1:0\n    tcp: { upstream: b }\n",
+            "hash_key: ip",
+        ),
+        (
+            "listeners:\n  - address: 127.0.0.1:0\n    tcp: {}\n",
+            "listeners[0].tcp",
+        ),
+    ];
+    for (yaml, want) in cases {
+        let e = common::config_error(yaml);
+        assert!(e.contains(want), "{want:?} not in {e}");
+    }
+}
