@@ -98,7 +98,9 @@ pub(super) fn dashboard(cfg: &RuntimeConfig, generation: u64) -> (u16, String) {
                 };
                 v["upstream"] = json!(u.name);
                 v["server"] = json!(s.name);
-                v["address"] = json!(s.addr.load().to_string());
+                v["address"] = json!(s
+                    .log_addr()
+                    .map_or_else(|| s.name.clone(), |a| a.to_string()));
                 v["health"] = json!(health);
                 v["in_flight"] = json!(t.map_or(0, |t| t.in_flight));
                 v["failures"] = json!(s.health.failures());

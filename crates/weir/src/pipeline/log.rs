@@ -106,7 +106,7 @@ fn access_line<D: Downstream>(
         .map_or("-", |r| r.name.as_str());
     let upstream_addr = ctx
         .upstream
-        .map(|(u, s)| **rt.cfg.upstreams[u as usize].servers[s as usize].addr.load());
+        .and_then(|(u, s)| rt.cfg.upstreams[u as usize].servers[s as usize].log_addr());
     let upstream_time = ctx
         .started
         .zip(ctx.upstream_head_at)

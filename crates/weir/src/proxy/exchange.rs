@@ -93,9 +93,7 @@ pub async fn checkout(
 
 pub(crate) async fn connect(up: &Upstream, server: usize) -> Result<UpstreamConn, Error> {
     let s = &up.servers[server];
-    let addr = **s.addr.load();
-    let tls = up.tls.as_ref().zip(s.tls_name.as_ref());
-    match super::tls::connect(addr, tls, up.connect_timeout).await {
+    match super::socket::connect(s, up.tls.as_ref(), up.connect_timeout).await {
         Ok(stream) => Ok(UpstreamConn::new(tokio_util::either::Either::Left(stream))),
         Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
             Err(Error::new(ErrorKind::ConnectTimeout))
@@ -237,7 +235,7 @@ pub fn build_request(
         // An HTTP/1.0 request without Host still needs one upstream (RFC 9112 §3.2).
         (HostMode::Upstream, _) | (HostMode::Preserve, None) => {
             let s = &up.servers[server];
-            put_header(req, b"Host", format!("{}:{}", s.host, s.port).as_bytes());
+            put_header(req, b"Host", s.authority().as_bytes());
         }
         (HostMode::Fixed(v), _) => put_header(req, b"Host", v),
     }

@@ -44,7 +44,7 @@ pub async fn open(pool: &RefCell<Pool>, up: &Upstream, server: usize) -> io::Res
     } else {
         "http"
     };
-    let authority = format!("{}:{}", s.host, s.port);
+    let authority = s.authority();
     let (ours, theirs) = tokio::io::duplex(PIPE);
     tokio::task::spawn_local(async move {
         if let Err(e) = bridge(theirs, send, scheme, &authority).await {
@@ -61,9 +61,7 @@ async fn connect(
     server: usize,
 ) -> io::Result<SendRequest<Bytes>> {
     let s = &up.servers[server];
-    let addr = **s.addr.load();
-    let tls = up.tls.as_ref().zip(s.tls_name.as_ref());
-    let stream = super::tls::connect(addr, tls, up.connect_timeout).await?;
+    let stream = super::socket::connect(s, up.tls.as_ref(), up.connect_timeout).await?;
     let (send, conn) = tokio::time::timeout(up.connect_timeout, h2::client::handshake(stream))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "HTTP/2 handshake timed out"))?
@@ -224,10 +222,8 @@ pub async fn check(
     within: Duration,
 ) -> Result<u16, String> {
     let s = &up.servers[server];
-    let addr = **s.addr.load();
-    let tls = up.tls.as_ref().zip(s.tls_name.as_ref());
     let run = async {
-        let stream = super::tls::connect(addr, tls, within)
+        let stream = super::socket::connect(s, up.tls.as_ref(), within)
             .await
             .map_err(|e| format!("connect: {e}"))?;
         let (send, conn) = h2::client::handshake(stream)
@@ -242,7 +238,7 @@ pub async fn check(
             "http"
         };
         let req = http::Request::builder()
-            .uri(format!("{scheme}://{}:{}{path}", s.host, s.port))
+            .uri(format!("{scheme}://{}{path}", s.authority()))
             .header("user-agent", "weir-health-check")
             .body(())
             .map_err(|e| e.to_string())?;

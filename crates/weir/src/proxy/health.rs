@@ -62,7 +62,8 @@ fn start_checks(upstreams: &[Arc<Upstream>]) -> Vec<tokio::task::JoinHandle<()>>
             if let Some(policy) = u.active.clone() {
                 tasks.push(tokio::task::spawn_local(check_loop(u.clone(), i, policy)));
             }
-            if u.servers[i].host.parse::<std::net::IpAddr>().is_err() {
+            let s = &u.servers[i];
+            if s.unix.is_none() && s.host.parse::<std::net::IpAddr>().is_err() {
                 tasks.push(tokio::task::spawn_local(resolve_loop(u.clone(), i)));
             }
         }
@@ -116,15 +117,14 @@ async fn check_once(
     tls: Option<&super::tls::UpstreamTls>,
     p: &ActivePolicy,
 ) -> Result<(), String> {
-    let addr = **server.addr.load();
     let exchange = async {
-        let tls = tls.zip(server.tls_name.as_ref());
-        let mut s = super::tls::connect(addr, tls, p.timeout)
+        let mut s = super::socket::connect(server, tls, p.timeout)
             .await
             .map_err(|e| format!("connect: {e}"))?;
         let req = format!(
-            "GET {} HTTP/1.1\r\nHost: {}:{}\r\nUser-Agent: weir-health-check\r\nConnection: close\r\n\r\n",
-            p.path, server.host, server.port
+            "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: weir-health-check\r\nConnection: close\r\n\r\n",
+            p.path,
+            server.authority()
         );
         super::exchange::send(&mut s, req.as_bytes())
             .await

@@ -14,7 +14,8 @@
 //! * [`shadow`]: delivering a mirror's copies to a shadow upstream.
 //! * [`h2_upstream`]: HTTP/2 to upstreams (`protocol: h2`, gRPC), bridged onto the HTTP/1.1
 //!   upstream phase.
-//! * [`tls`]: TLS to upstream servers (verification, SNI, client certificates, resumption).
+//! * [`tls`]: TLS to upstream servers (verification, SNI, client certificates, resumption);
+//!   [`socket`]: the socket a server names (TCP, unix-domain, TLS) and connecting to it.
 //! * [`pool`]: per-worker idle upstream connections; [`per_worker`]: the rest of a worker's
 //!   state per upstream (balancer, in-flight counts, retry budget).
 //!
@@ -31,5 +32,6 @@ pub mod per_worker;
 pub mod pool;
 pub mod route;
 pub mod shadow;
+pub mod socket;
 pub mod tls;
 pub mod upstream;

@@ -120,13 +120,13 @@ impl Pool {
             let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
             // On the socket itself: over TLS, any bytes (a close_notify) also mean "not
             // reusable", and none leave rustls' state untouched. The socket is non-blocking.
-            let Some(tcp) = super::tls::tcp(&idle.conn.stream) else {
+            let Some(socket) = super::tls::socket(&idle.conn.stream) else {
                 continue;
             };
-            match socket2::SockRef::from(tcp).peek(&mut probe) {
+            match socket2::SockRef::from(&socket.fd()).peek(&mut probe) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(idle.conn),
                 // Stray bytes: a desync. EOF or an error: closed while idle.
-                Ok(n) if n > 0 && super::tls::is_plain(&idle.conn.stream) => {
+                Ok(n) if n > 0 && socket.is_plain() => {
                     health.count_desync();
                 }
                 _ => {}
@@ -199,7 +199,7 @@ mod tests {
         origin
             .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
             .unwrap();
-        let mut conn = UpstreamConn::new(Either::Left(Either::Left(c)));
+        let mut conn = UpstreamConn::new(Either::Left(super::super::tls::Socket::Tcp(c)));
         let deadline = Instant::now() + Duration::from_secs(5);
         assert!(conn.read_by(deadline).await.unwrap().unwrap() > 0);
         conn.buf.clear();
@@ -223,7 +223,7 @@ mod tests {
         let (_origin, _) = l.accept().unwrap();
         let health = Health::default();
         let mut pool = Pool::new(1, 4, Duration::from_secs(60));
-        let mut conn = UpstreamConn::new(Either::Left(Either::Left(c)));
+        let mut conn = UpstreamConn::new(Either::Left(super::super::tls::Socket::Tcp(c)));
         pool.put(0, conn, &health);
         conn = pool.take(0, &health).expect("clean: reused");
         conn.buf.extend_from_slice(b"HTTP/1.1 200 OK\r\n");

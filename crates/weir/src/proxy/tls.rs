@@ -19,24 +19,17 @@ use tokio_util::either::Either;
 
 use crate::config::{model, BaseDir, CompileError};
 
-/// A socket to an upstream: plain TCP or TLS.
-pub type Socket = Either<TcpStream, Box<tokio_rustls::client::TlsStream<TcpStream>>>;
+pub use super::socket::Socket;
 
 /// An upstream connection: a socket, or the pipe of one HTTP/2 stream (`h2_upstream.rs`).
 pub type UpStream = Either<Socket, tokio::io::DuplexStream>;
 
-/// The TCP socket under an upstream connection (for probes); `None` for an HTTP/2 stream.
-pub fn tcp(s: &UpStream) -> Option<&TcpStream> {
+/// The socket under an upstream connection (for probes); `None` for an HTTP/2 stream.
+pub fn socket(s: &UpStream) -> Option<&Socket> {
     match s {
-        Either::Left(Either::Left(t)) => Some(t),
-        Either::Left(Either::Right(t)) => Some(t.get_ref().0),
+        Either::Left(s) => Some(s),
         Either::Right(_) => None,
     }
-}
-
-/// Whether the connection is plain TCP (bytes on its socket are HTTP, not TLS records).
-pub fn is_plain(s: &UpStream) -> bool {
-    matches!(s, Either::Left(Either::Left(_)))
 }
 
 /// An upstream's TLS settings, compiled.
@@ -160,7 +153,8 @@ pub(crate) fn compile(
     })
 }
 
-/// Connects to `addr` within `within`, then makes the TLS handshake when `tls` is given.
+/// Connects to `addr` within `within`, then makes the TLS handshake when `tls` is given
+/// (`socket::connect` calls this for servers with an address).
 pub async fn connect(
     addr: std::net::SocketAddr,
     tls: Option<(&UpstreamTls, &ServerName<'static>)>,
@@ -170,10 +164,10 @@ pub async fn connect(
         let tcp = TcpStream::connect(addr).await?;
         let _ = tcp.set_nodelay(true);
         match tls {
-            None => Ok(Either::Left(tcp)),
+            None => Ok(Socket::Tcp(tcp)),
             Some((t, name)) => {
                 let s = t.connector.connect(name.clone(), tcp).await?;
-                Ok(Either::Right(Box::new(s)))
+                Ok(Socket::Tls(Box::new(s)))
             }
         }
     };

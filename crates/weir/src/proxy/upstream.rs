@@ -56,6 +56,27 @@ pub struct Server {
     pub health: Arc<Health>,
     /// Spoken to over TLS, asking for (and verifying) this name.
     pub tls_name: Option<rustls::pki_types::ServerName<'static>>,
+    /// A unix-domain socket (`unix:/run/app.sock`): connected to instead of `addr`.
+    pub unix: Option<std::sync::Arc<std::path::Path>>,
+}
+
+impl Server {
+    /// The authority sent when the client gave none (an HTTP/1.0 request without Host, health
+    /// checks, HTTP/2's `:authority`): `host:port`, or `localhost` for a unix socket.
+    pub fn authority(&self) -> String {
+        match self.unix {
+            Some(_) => "localhost".to_string(),
+            None => format!("{}:{}", self.host, self.port),
+        }
+    }
+
+    /// The address the access log reports (`None` for a unix socket: logged as `-`).
+    pub fn log_addr(&self) -> Option<SocketAddr> {
+        match self.unix {
+            Some(_) => None,
+            None => Some(**self.addr.load()),
+        }
+    }
 }
 
 /// The state of one server that outlives a config: its health and resolved address.
@@ -298,6 +319,25 @@ impl Upstream {
                     "weight must be between 1 and 1000".into(),
                 ));
             }
+            if let Some(path) = address.trim().strip_prefix("unix:") {
+                let path = unix_path(path, tls.is_some()).map_err(|m| (key.clone(), m))?;
+                let server_name = format!("unix:{}", path.display());
+                // Unix sockets have no address: the shared state keeps a placeholder.
+                let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+                let state = shared.server(name, &server_name, unspecified);
+                servers.push(Server {
+                    name: server_name,
+                    host: "localhost".into(),
+                    port: 0,
+                    addr: state.addr,
+                    health: state.health,
+                    tls_name: None,
+                    unix: Some(path.into()),
+                });
+                weights.push(weight);
+                backup.push(is_backup);
+                continue;
+            }
             let (host, port, https) = parse_server(&address).map_err(|m| (key.clone(), m))?;
             let tls_name = match &tls {
                 Some(t) if https || u.tls.is_some() => {
@@ -315,6 +355,7 @@ impl Upstream {
                 addr: state.addr,
                 health: state.health,
                 tls_name,
+                unix: None,
             });
             weights.push(weight);
             backup.push(is_backup);
@@ -506,6 +547,21 @@ fn nonzero(d: Duration, default: Duration) -> Duration {
     } else {
         d
     }
+}
+
+/// The socket path of a `unix:PATH` server: absolute (weir may run from any directory), and
+/// not with TLS (the upstream's `tls:` would apply to every server).
+fn unix_path(path: &str, tls: bool) -> Result<std::path::PathBuf, String> {
+    if tls {
+        return Err("a unix socket server cannot be in an upstream that speaks TLS (`tls:` or https:// servers)".into());
+    }
+    let p = std::path::Path::new(path);
+    if !p.is_absolute() {
+        return Err(format!(
+            "unix:{path}: give the socket's absolute path (unix:/run/app.sock)"
+        ));
+    }
+    Ok(p.to_path_buf())
 }
 
 /// `host:port`, `http://host[:port][/]`, `https://host[:port][/]`, `[v6]:port`; the third

@@ -129,9 +129,9 @@ pub(crate) async fn serve(
 
 /// Relays until the connection ends: `splice` between plain sockets, copies otherwise.
 async fn relay_all(client: Client, server: crate::proxy::tls::Socket, idle: Duration) -> Relayed {
-    use tokio_util::either::Either;
+    use crate::proxy::socket::Socket;
     match (client, server) {
-        (Client::Plain(c), Either::Left(s)) => relay::splice_both(&c, &s, idle).await,
+        (Client::Plain(c), Socket::Tcp(s)) => relay::splice_both(&c, &s, idle).await,
         (Client::Plain(mut c), mut s) => relay::copy_both(&mut c, &mut s, idle).await,
         (Client::Tls(mut c), mut s) => relay::copy_both(&mut *c, &mut s, idle).await,
     }
@@ -200,7 +200,7 @@ impl Outcome<'_> {
         let log = &rt.cfg.access_logs[slot];
         let upstream_addr = self
             .upstream
-            .map(|(u, s)| **rt.cfg.upstreams[u].servers[s].addr.load());
+            .and_then(|(u, s)| rt.cfg.upstreams[u].servers[s].log_addr());
         let none = |_: &str| None;
         let now = std::time::Instant::now();
         let time = crate::access_log::wall_at(now);

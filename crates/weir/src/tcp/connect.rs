@@ -50,9 +50,7 @@ pub async fn connect(
         }
         tried.push(server);
         let s = &up.servers[server];
-        let addr = **s.addr.load();
-        let tls = up.tls.as_ref().zip(s.tls_name.as_ref());
-        match crate::proxy::tls::connect(addr, tls, up.connect_timeout).await {
+        match crate::proxy::socket::connect(s, up.tls.as_ref(), up.connect_timeout).await {
             Ok(mut socket) => {
                 if let Some(v) = cfg.send_proxy {
                     let header =
