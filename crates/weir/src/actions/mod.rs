@@ -8,8 +8,10 @@
 //! * `health`: a load balancer's check, answered from the upstreams' health (`admin::ready`).
 //! * `proxy`: forward to an upstream pool ([`crate::proxy::route::ProxyRoute`]).
 
+pub mod autoindex;
 pub mod echo;
 pub mod respond;
+pub mod static_caching;
 pub mod static_files;
 
 use std::sync::Arc;

@@ -1,4 +1,6 @@
-//! `static`: files under a root directory, like nginx's `root`/`alias` with `index`.
+//! `static`: files under a root directory, like nginx's `root`/`alias` with `index`,
+//! `try_files` (a single-page app's fallback), `autoindex` (`autoindex.rs`) and `expires` by
+//! file name (`static_caching.rs`).
 //!
 //! * The request path is percent-decoded and split into segments; `..` is answered 404 and a
 //!   resolved path (symlinks followed) that leaves the canonical root is answered 403, so neither
@@ -39,6 +41,41 @@ pub struct StaticFiles {
     index: String,
     /// Prefix removed from the request path first (the route's `path_prefix`), if any.
     prefix: Option<Bytes>,
+    /// `try_files`: candidates, then the fallback (empty: the path alone).
+    try_files: Vec<TryFile>,
+    autoindex: Option<super::autoindex::Format>,
+    caching: Vec<super::static_caching::CacheRule>,
+}
+
+/// One `try_files` entry.
+#[derive(Debug)]
+enum TryFile {
+    /// A path, with `$uri` (the request's path, after the prefix) at these byte offsets
+    /// replaced: the text before, and after each `$uri`.
+    Path(Vec<String>),
+    /// `=404`: answer this status (last entry only).
+    Status(u16),
+}
+
+impl TryFile {
+    fn expand(parts: &[String], uri: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (i, p) in parts.iter().enumerate() {
+            if i > 0 {
+                out.extend_from_slice(uri);
+            }
+            out.extend_from_slice(p.as_bytes());
+        }
+        out
+    }
+}
+
+/// Where a request path leads under the root.
+enum Located {
+    /// A regular file, with its metadata.
+    File(PathBuf, std::fs::Metadata),
+    /// A directory without its index file (`autoindex` may list it).
+    Directory(PathBuf),
 }
 
 /// What to answer.
@@ -108,10 +145,63 @@ impl StaticFiles {
         if s.index.is_empty() || s.index.contains('/') {
             return Err((format!("{path}.index"), "must be a file name".into()));
         }
+        let mut try_files = Vec::new();
+        for (i, t) in s.try_files.iter().enumerate() {
+            let key = format!("{path}.try_files[{i}]");
+            let last = i + 1 == s.try_files.len();
+            if let Some(code) = t.strip_prefix('=') {
+                match code.parse::<u16>() {
+                    Ok(c) if last && (400..600).contains(&c) => try_files.push(TryFile::Status(c)),
+                    _ => {
+                        return Err((
+                            key,
+                            format!("{t:?}: a status (=404) only as the last entry, 400-599"),
+                        ))
+                    }
+                }
+                continue;
+            }
+            if !t.starts_with('/') && !t.starts_with("$uri") {
+                return Err((
+                    key,
+                    format!("{t:?}: an entry is $uri, $uri/, or a path starting with /"),
+                ));
+            }
+            try_files.push(TryFile::Path(t.split("$uri").map(String::from).collect()));
+        }
+        if try_files.len() == 1 {
+            return Err((
+                format!("{path}.try_files"),
+                "give the candidates and a fallback: [$uri, $uri/, /index.html] or [$uri, =404]"
+                    .into(),
+            ));
+        }
+        let autoindex = match s.autoindex.as_str() {
+            "off" => None,
+            "html" => Some(super::autoindex::Format::Html),
+            "json" => Some(super::autoindex::Format::Json),
+            other => {
+                return Err((
+                    format!("{path}.autoindex"),
+                    format!("{other:?}: give off, html or json"),
+                ))
+            }
+        };
+        let caching = s
+            .cache_control
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                super::static_caching::CacheRule::compile(r, &format!("{path}.cache_control[{i}]"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(StaticFiles {
             root,
             index: s.index,
             prefix,
+            try_files,
+            autoindex,
+            caching,
         })
     }
 
@@ -119,54 +209,112 @@ impl StaticFiles {
     /// Answers `req`; `precompressed` is the coding the client asked for when the route serves
     /// precompressed siblings (`file.br`, `file.zst`, `file.gz`, as nginx `gzip_static`).
     pub fn serve(&self, req: &RequestHead, precompressed: Option<Coding>) -> StaticReply {
-        let head_only = req.method == Method::Head;
         let mut rel = req.path();
         if let Some(p) = &self.prefix {
             rel = rel.strip_prefix(&p[..]).unwrap_or(rel);
         }
+        let Some((last, candidates)) = self.try_files.split_last() else {
+            return match self.locate(rel, Some(req)) {
+                Ok(found) => self.answer(req, found, precompressed),
+                Err(reply) => reply,
+            };
+        };
+        for c in candidates {
+            let TryFile::Path(parts) = c else { continue };
+            let p = TryFile::expand(parts, rel);
+            // A candidate is taken only when it names a file (or, ending in `/`, a directory
+            // with its index or a listing); anything else tries the next.
+            if let Ok(found) = self.locate(&p, None) {
+                return self.answer(req, found, precompressed);
+            }
+        }
+        match last {
+            TryFile::Status(s) => canned(*s),
+            TryFile::Path(parts) => {
+                let p = TryFile::expand(parts, rel);
+                match self.locate(&p, None) {
+                    Ok(found) => self.answer(req, found, precompressed),
+                    Err(reply) => reply,
+                }
+            }
+        }
+    }
+
+    /// The file (or listable directory) request path `rel` names under the root. `req`: the
+    /// request itself, when `rel` is its path (a directory without `/` then redirects to one);
+    /// `None` for a `try_files` candidate, where a directory needs the `/`.
+    fn locate(&self, rel: &[u8], req: Option<&RequestHead>) -> Result<Located, StaticReply> {
         let decoded: Vec<u8> = percent_encoding::percent_decode(rel).collect();
         if decoded.contains(&0) {
-            return canned(400);
+            return Err(canned(400));
         }
         let mut path = self.root.clone();
         for seg in decoded.split(|b| *b == b'/') {
             match seg {
                 b"" | b"." => {}
-                b".." => return canned(404),
+                b".." => return Err(canned(404)),
                 // No file name is longer (NAME_MAX): 404 without asking the filesystem.
-                s if s.len() > 255 => return canned(404),
+                s if s.len() > 255 => return Err(canned(404)),
                 s => path.push(std::ffi::OsStr::from_bytes(s)),
             }
         }
-        let mut meta = match std::fs::metadata(&path) {
-            Ok(m) => m,
-            Err(e) => return canned(io_status(&e)),
+        let inside = |p: &std::path::Path| match std::fs::canonicalize(p) {
+            Ok(real) if real.starts_with(&self.root) => Ok(()),
+            Ok(_) => Err(canned(403)),
+            Err(e) => Err(canned(io_status(&e))),
         };
-        let meta_was_dir = meta.is_dir();
-        if meta_was_dir {
-            if !req.path().ends_with(b"/") {
-                return redirect_to_dir(req);
+        let mut meta = std::fs::metadata(&path).map_err(|e| canned(io_status(&e)))?;
+        // The request's own path says whether it named a directory (with a route prefix, `rel`
+        // may be empty for the prefix itself).
+        let slash = req.map_or(rel, |r| r.path()).ends_with(b"/");
+        if meta.is_dir() {
+            if !slash {
+                return Err(match req {
+                    Some(req) => redirect_to_dir(req),
+                    None => canned(404),
+                });
             }
+            let dir = path.clone();
             path.push(&self.index);
             meta = match std::fs::metadata(&path) {
                 Ok(m) if m.is_file() => m,
-                Ok(_) => return canned(403),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return canned(403),
-                Err(e) => return canned(io_status(&e)),
+                Ok(_) => return Err(canned(403)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    inside(&dir)?;
+                    return match self.autoindex {
+                        Some(_) => Ok(Located::Directory(dir)),
+                        None => Err(canned(403)),
+                    };
+                }
+                Err(e) => return Err(canned(io_status(&e))),
             };
+        } else if slash {
+            // `/file.txt/` names a directory that is not there (nginx answers 404 too).
+            return Err(canned(404));
         }
         if !meta.is_file() {
-            return canned(403);
+            return Err(canned(403));
         }
-        if req.path().ends_with(b"/") && !meta_was_dir {
-            // `/file.txt/` names a directory that is not there (nginx answers 404 too).
-            return canned(404);
-        }
-        match std::fs::canonicalize(&path) {
-            Ok(real) if real.starts_with(&self.root) => {}
-            Ok(_) => return canned(403),
-            Err(e) => return canned(io_status(&e)),
-        }
+        inside(&path)?;
+        Ok(Located::File(path, meta))
+    }
+
+    /// The answer for what [`Self::locate`] found.
+    fn answer(
+        &self,
+        req: &RequestHead,
+        found: Located,
+        precompressed: Option<Coding>,
+    ) -> StaticReply {
+        let head_only = req.method == Method::Head;
+        let (mut path, mut meta) = match found {
+            Located::File(p, m) => (p, m),
+            Located::Directory(dir) => return self.listing(&dir, req),
+        };
+        let name = path
+            .file_name()
+            .map(|n| n.as_bytes().to_vec())
+            .unwrap_or_default();
         // The type is the original's; the bytes may be a precompressed sibling's (never for a
         // range: its offsets are the original's).
         let ctype = mime_guess::from_path(&path)
@@ -206,6 +354,7 @@ impl StaticFiles {
             modified: Some(mtime_secs),
         };
         let mut lines = BytesMut::with_capacity(256);
+        super::static_caching::add_fields(&self.caching, &name, &mut lines);
         if let Some(c) = encoding {
             put_header(&mut lines, b"Content-Encoding", c.as_str().as_bytes());
         }
@@ -263,6 +412,32 @@ impl StaticFiles {
             lines,
             framing: Framing::Length(len),
             body,
+        }
+    }
+}
+
+impl StaticFiles {
+    /// A directory's listing (`autoindex`), as a file answer with no validators.
+    fn listing(&self, dir: &std::path::Path, req: &RequestHead) -> StaticReply {
+        let Some(format) = self.autoindex else {
+            return canned(403);
+        };
+        // Shown as the client asked for it (with the route's prefix), not as mapped.
+        let Some((body, ctype)) = super::autoindex::listing(dir, req.path(), format) else {
+            return canned(403);
+        };
+        let mut lines = BytesMut::with_capacity(64);
+        put_header(&mut lines, b"Content-Type", ctype.as_bytes());
+        let len = body.len() as u64;
+        StaticReply::File {
+            status: 200,
+            lines,
+            framing: Framing::Length(len),
+            body: if req.method == Method::Head {
+                StaticBody::None
+            } else {
+                StaticBody::Inline(Bytes::from(body))
+            },
         }
     }
 }

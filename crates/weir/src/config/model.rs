@@ -20,6 +20,7 @@ pub use super::model_filters::{
 pub use super::model_limits::{EncodedSlashes, Limits, UnderscoresInHeaders};
 pub use super::model_ops::{AccessLog, AccessLogSetting, HealthRoute, Log, RequestId};
 pub use super::model_shield::{ProxyProtocol, Shape, Shield};
+pub use super::model_static::{CacheControlRule, Static};
 pub use super::model_tcp::{TcpProxy, TcpRoute};
 pub use super::model_tls::{
     Acme, Certificate, ClientAuth, ClientAuthMode, ClientCert, Http2, Ocsp, Tls, UpstreamTls,
@@ -531,25 +532,6 @@ pub struct RedirectFull {
 
 fn default_redirect() -> u16 {
     301
-}
-
-/// Files from a directory.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Static {
-    /// Directory to serve (relative to the working directory).
-    pub root: String,
-    /// File served for a directory request.
-    #[serde(default = "default_index")]
-    pub index: String,
-    /// Remove the route's `path_prefix` from the request path before mapping it to a file
-    /// (nginx `alias`); `false` maps the full path under root (nginx `root`).
-    #[serde(default = "default_true")]
-    pub strip_prefix: bool,
-}
-
-fn default_index() -> String {
-    "index.html".into()
 }
 
 fn default_true() -> bool {

@@ -1,0 +1,59 @@
+//! The `static` action as written in the config file: a directory, its index file, fallbacks
+//! (`try_files`), directory listings and caching fields by file pattern. Re-exported from
+//! `model.rs`.
+
+use serde::Deserialize;
+
+use super::units::Dur;
+
+/// Files from a directory.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Static {
+    /// Directory to serve (relative to the config file's directory).
+    pub root: String,
+    /// File served for a directory request.
+    #[serde(default = "default_index")]
+    pub index: String,
+    /// Remove the route's `path_prefix` from the request path before mapping it to a file
+    /// (nginx `alias`); `false` maps the full path under root (nginx `root`).
+    #[serde(default = "default_true")]
+    pub strip_prefix: bool,
+    /// nginx `try_files`: candidates tried in order (`$uri`, `$uri/` for a directory's index,
+    /// a fixed `/path`); the last one is the fallback, a path or `=404`. A single-page app:
+    /// `["$uri", "$uri/", "/index.html"]`.
+    #[serde(default)]
+    pub try_files: Vec<String>,
+    /// A listing for a directory without an index file: `off` (the default: 403), `html` or
+    /// `json` (nginx `autoindex`).
+    #[serde(default = "default_off")]
+    pub autoindex: String,
+    /// `Cache-Control` (and `Expires`) on files whose name matches, the first rule that matches.
+    #[serde(default)]
+    pub cache_control: Vec<CacheControlRule>,
+}
+
+/// Caching fields for the files a pattern matches.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheControlRule {
+    /// File names: `*.css`, `app-*.js`, `index.html`; one `*` at most, matched against the
+    /// file's name (not its directory).
+    pub pattern: String,
+    /// The `Cache-Control` value, as written (`public, max-age=31536000, immutable`).
+    pub value: Option<String>,
+    /// nginx `expires`: `Cache-Control: max-age=N` and an `Expires` date that far ahead.
+    pub expires: Option<Dur>,
+}
+
+fn default_index() -> String {
+    "index.html".into()
+}
+
+fn default_off() -> String {
+    "off".into()
+}
+
+fn default_true() -> bool {
+    true
+}
