@@ -10,6 +10,7 @@
 
 pub mod autoindex;
 pub mod echo;
+pub mod error_pages;
 pub mod respond;
 pub mod static_caching;
 pub mod static_files;

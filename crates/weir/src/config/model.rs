@@ -394,6 +394,10 @@ pub struct Listener {
     pub proxy_protocol: Option<ProxyProtocol>,
     /// Forward TCP connections to an upstream instead of serving HTTP (`model_tcp.rs`).
     pub tcp: Option<TcpProxy>,
+    /// Files answering weir's own errors, by status (`404`) or class (`5xx`); its routes
+    /// inherit them.
+    #[serde(default)]
+    pub error_pages: BTreeMap<String, String>,
 }
 
 /// A route: a match and exactly one action.
@@ -428,6 +432,9 @@ pub struct Route {
     pub kv: Option<KvRoute>,
     /// This route's access log (else its listener's); `off` for none (health checks, say).
     pub access_log: Option<AccessLogSetting>,
+    /// Files answering this route's errors, by status or class (before its listener's).
+    #[serde(default)]
+    pub error_pages: BTreeMap<String, String>,
 }
 
 /// Route conditions.

@@ -81,6 +81,18 @@ fn respond_with<D: Downstream>(
     } else {
         Persistence::Close
     };
+    if let Some(pages) = super::error_pages(ctx) {
+        if let Some(page) = pages.page(a.status) {
+            // The filter's fields but its type (the page has its own).
+            let mut lines = bytes::BytesMut::new();
+            for (n, v) in a.fields.iter() {
+                if !n.eq_ignore_ascii_case(b"content-type") {
+                    weir_http::response::put_header(&mut lines, n, v);
+                }
+            }
+            return super::send_error_page(d, ctx, head, a.status, &lines, page, persistence);
+        }
+    }
     let rt = ctx.rt.clone();
     let typed = a
         .fields

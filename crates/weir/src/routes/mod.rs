@@ -11,6 +11,7 @@ use weir_http::{Method, RequestHead};
 
 use std::sync::Arc;
 
+use crate::actions::error_pages::ErrorPages;
 use crate::actions::Action;
 use crate::config::model;
 use crate::config::BaseDir;
@@ -41,6 +42,18 @@ pub struct Route {
     /// The listener's filters then the route's (a proxy keeps them in its own chain, after
     /// which its forwarding and header filters run: see [`Route::filters`]).
     filters: Chain,
+    /// Its error pages, then its listener's (`actions/error_pages.rs`).
+    pub error_pages: Option<Arc<ErrorPages>>,
+}
+
+/// What a listener gives each of its routes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ListenerDefaults<'a> {
+    /// Slot of the listener's access log.
+    pub access_log: Option<usize>,
+    /// Filters every route runs first.
+    pub filters: &'a [Arc<dyn Filter>],
+    pub error_pages: Option<&'a Arc<ErrorPages>>,
 }
 
 impl Route {
@@ -98,9 +111,9 @@ impl RouteTable {
         base: &BaseDir,
         server: Option<&Bytes>,
         refs: &crate::actions::Refs<'_>,
-        access_log: Option<usize>,
-        listener_filters: &[Arc<dyn Filter>],
+        listener: ListenerDefaults<'_>,
     ) -> Result<RouteTable, CompileError> {
+        let (access_log, listener_filters) = (listener.access_log, listener.filters);
         let mut out: Vec<Route> = Vec::with_capacity(routes.len());
         for (i, r) in routes.into_iter().enumerate() {
             let path = format!("{listener_path}.routes[{i}]");
@@ -116,6 +129,12 @@ impl RouteTable {
                 r.access_log.as_ref(),
                 &format!("{path}.access_log"),
                 access_log,
+            )?;
+            let error_pages = ErrorPages::compile(
+                &r.error_pages,
+                &format!("{path}.error_pages"),
+                base,
+                listener.error_pages,
             )?;
             let (matcher, methods) = Matcher::compile(r.matcher, &format!("{path}.match"))?;
             let regex = match &matcher.path {
@@ -173,6 +192,7 @@ impl RouteTable {
                 action,
                 access_log: log,
                 filters: Chain::new(filters),
+                error_pages,
             });
         }
         Ok(RouteTable { routes: out })
@@ -191,6 +211,7 @@ impl RouteTable {
                 action: Action::Admin,
                 access_log,
                 filters: Chain::default(),
+                error_pages: None,
             }],
         }
     }
@@ -217,6 +238,7 @@ impl RouteTable {
                 action: Action::AcmeChallenge(challenges),
                 access_log,
                 filters: Chain::default(),
+                error_pages: None,
             },
         );
         for (i, r) in self.routes.iter_mut().enumerate() {

@@ -282,14 +282,23 @@ pub(crate) fn compile(
             other => other,
         };
         let listener_filters = filters.list(l.filters, &path, &upstream_index, base, None)?;
+        let error_pages = crate::actions::error_pages::ErrorPages::compile(
+            &l.error_pages,
+            &format!("{path}.error_pages"),
+            base,
+            None,
+        )?;
         let mut routes = RouteTable::compile(
             l.routes,
             &path,
             base,
             server_header.as_ref(),
             &refs,
-            log,
-            &listener_filters,
+            crate::routes::ListenerDefaults {
+                access_log: log,
+                filters: &listener_filters,
+                error_pages: error_pages.as_ref(),
+            },
         )?;
         if http01 && tls.is_none() {
             routes.prepend_acme(registry.acme_challenges.clone(), log);
@@ -311,6 +320,7 @@ pub(crate) fn compile(
                 None => None,
             },
             tcp,
+            error_pages,
             key: format!("{path}.address"),
             line: None,
         });
@@ -350,6 +360,7 @@ pub(crate) fn compile(
             tls: None,
             h2c: false,
             proxy_protocol: None,
+            error_pages: None,
             tcp: None,
             key: "admin.address".to_string(),
             line: None,
@@ -661,6 +672,7 @@ fn tcp_only(l: &model::Listener, path: &str) -> Result<(), CompileError> {
         ("routes", !l.routes.is_empty()),
         ("filters", !l.filters.is_empty()),
         ("h2c", l.h2c),
+        ("error_pages", !l.error_pages.is_empty()),
     ];
     match http.iter().find(|(_, given)| *given) {
         Some((key, _)) => Err((

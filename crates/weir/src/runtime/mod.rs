@@ -153,6 +153,8 @@ pub struct ListenerConfig {
     pub proxy_protocol: Option<Arc<crate::shield::nets::Nets>>,
     /// Relays TCP connections to an upstream instead of serving HTTP (`crate::tcp`).
     pub tcp: Option<Arc<crate::tcp::TcpConfig>>,
+    /// Pages for errors no route answered (404, 405); routes hold theirs.
+    pub error_pages: Option<Arc<crate::actions::error_pages::ErrorPages>>,
     /// Where the address was given, for errors: the key path and the config line.
     pub key: String,
     pub line: Option<usize>,
