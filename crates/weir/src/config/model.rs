@@ -463,6 +463,16 @@ pub struct Match {
     /// Header name → exact value that must be present.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Query argument → value (`*`: any value, present), compared percent-decoded.
+    #[serde(default)]
+    pub query: BTreeMap<String, String>,
+    /// Cookie → value (`*`: any value, present).
+    #[serde(default)]
+    pub cookies: BTreeMap<String, String>,
+    /// Client addresses or networks (`10.0.0.0/8`, `2001:db8::/32`); the PROXY protocol's
+    /// client when the listener takes one.
+    #[serde(default)]
+    pub client: Vec<String>,
 }
 
 /// A string or a list of strings.

@@ -186,7 +186,7 @@ fn start<'a, D: Downstream>(
     head: &'a RequestHead,
 ) -> Started<'a> {
     let routes = &rt.cfg.listeners[ctx.listener].routes;
-    let routed = routes.route(head, d.tls());
+    let routed = routes.route(head, d.tls(), &|| d.peer().ip());
     if let Routed::Found(route) = routed {
         ctx.route = Some(route.index as u32);
         ctx.log = route.access_log.map(|s| s as u32);

@@ -16,6 +16,8 @@ pub struct Matcher {
     client_subject: Option<regex::Regex>,
     pub path: PathMatch,
     headers: Vec<(String, Bytes)>,
+    /// Query arguments, cookies, the client's address (`conditions.rs`).
+    extra: Option<Box<super::conditions::Extra>>,
 }
 
 /// A host condition.
@@ -41,6 +43,7 @@ impl Matcher {
         m: model::Match,
         path: &str,
     ) -> Result<(Matcher, Option<Vec<Method>>), CompileError> {
+        let extra = super::conditions::Extra::compile(&m.query, &m.cookies, &m.client, path)?;
         let hosts = host_patterns(m.host.into_vec(), &format!("{path}.host"))?;
         let sni = host_patterns(m.sni.into_vec(), &format!("{path}.sni"))?;
         let client_subject = match &m.client_subject {
@@ -123,14 +126,20 @@ impl Matcher {
                 client_subject,
                 path: path_match,
                 headers,
+                extra,
             },
             methods,
         ))
     }
 
-    /// Whether the request, on a connection whose TLS handshake settled `tls`, satisfies every
-    /// condition except the method.
-    pub fn matches(&self, req: &RequestHead, tls: Option<&TlsInfo>) -> bool {
+    /// Whether the request from `client`, on a connection whose TLS handshake settled `tls`,
+    /// satisfies every condition except the method.
+    pub fn matches(
+        &self,
+        req: &RequestHead,
+        tls: Option<&TlsInfo>,
+        client: &dyn Fn() -> std::net::IpAddr,
+    ) -> bool {
         let path = req.path();
         let path_ok = match &self.path {
             PathMatch::Any => true,
@@ -160,6 +169,11 @@ impl Matcher {
                 return false;
             };
             if !re.is_match(subject) {
+                return false;
+            }
+        }
+        if let Some(extra) = &self.extra {
+            if !extra.matches(req, client) {
                 return false;
             }
         }
@@ -200,6 +214,9 @@ impl Matcher {
         }
         if let Some(re) = &self.client_subject {
             parts.push(format!("client ~ {}", re.as_str()));
+        }
+        if let Some(extra) = &self.extra {
+            extra.describe(&mut parts);
         }
         if parts.is_empty() {
             "any".into()
@@ -277,8 +294,12 @@ mod tests {
     }
 
     impl Matcher {
+        fn matches_tls(&self, r: &RequestHead, tls: Option<&TlsInfo>) -> bool {
+            self.matches(r, tls, &|| std::net::IpAddr::from([127, 0, 0, 1]))
+        }
+
         fn matches_plain(&self, r: &RequestHead) -> bool {
-            self.matches(r, None)
+            self.matches(r, None, &|| std::net::IpAddr::from([127, 0, 0, 1]))
         }
     }
 
@@ -291,11 +312,11 @@ mod tests {
             client_subject: subject.map(Into::into),
             ..Default::default()
         };
-        assert!(m.matches(&r, Some(&tls(Some("a.example.com"), Some("CN=alice,O=X")))));
-        assert!(!m.matches(&r, Some(&tls(Some("example.com"), Some("CN=alice,O=X")))));
-        assert!(!m.matches(&r, Some(&tls(Some("a.example.com"), Some("CN=bob,O=X")))));
-        assert!(!m.matches(&r, Some(&tls(Some("a.example.com"), None))));
-        assert!(!m.matches(&r, Some(&tls(None, Some("CN=alice,O=X")))));
+        assert!(m.matches_tls(&r, Some(&tls(Some("a.example.com"), Some("CN=alice,O=X")))));
+        assert!(!m.matches_tls(&r, Some(&tls(Some("example.com"), Some("CN=alice,O=X")))));
+        assert!(!m.matches_tls(&r, Some(&tls(Some("a.example.com"), Some("CN=bob,O=X")))));
+        assert!(!m.matches_tls(&r, Some(&tls(Some("a.example.com"), None))));
+        assert!(!m.matches_tls(&r, Some(&tls(None, Some("CN=alice,O=X")))));
         assert!(!m.matches_plain(&r));
     }
 

@@ -4,6 +4,7 @@
 //! header values. When some route matches everything but the method, the answer is 405 with an
 //! `Allow` listing the methods those routes accept; when none matches at all, 404.
 
+mod conditions;
 pub(crate) mod matcher;
 
 use bytes::Bytes;
@@ -256,11 +257,17 @@ impl RouteTable {
         self.routes.get(index)
     }
 
-    /// Finds the route for a request on a connection whose TLS handshake settled `tls`.
-    pub fn route(&self, req: &RequestHead, tls: Option<&crate::tls::TlsInfo>) -> Routed<'_> {
+    /// Finds the route for a request from `client` (asked only by routes that match on it), on
+    /// a connection whose TLS handshake settled `tls`.
+    pub fn route(
+        &self,
+        req: &RequestHead,
+        tls: Option<&crate::tls::TlsInfo>,
+        client: &dyn Fn() -> std::net::IpAddr,
+    ) -> Routed<'_> {
         let mut allowed: Option<Vec<&Method>> = None;
         for r in &self.routes {
-            if !r.matcher.matches(req, tls) {
+            if !r.matcher.matches(req, tls, client) {
                 continue;
             }
             match &r.methods {
