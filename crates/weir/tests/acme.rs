@@ -8,109 +8,14 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::pebble::Pebble;
 use common::process::{free_port, have_all_or_skip, Running, WEIR};
-use common::tlskit::{self, Pki};
+use common::tlskit;
 use rustls::pki_types::CertificateDer;
-
-fn wait_port(port: u16, what: &str) {
-    common::until(what, Duration::from_secs(20), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
-}
-
-/// pebble and its DNS server, with the files a client needs to trust its directory.
-struct Pebble {
-    _dns: Running,
-    ca: Option<Running>,
-    dir_url: String,
-    mgmt: u16,
-    pki: Pki,
-    config: PathBuf,
-    dns_port: u16,
-    port: u16,
-}
-
-impl Pebble {
-    fn start(http_port: u16, tls_port: u16) -> Pebble {
-        let pki = Pki::new("pebble");
-        let served = pki.issue("pebble", "pebble", &["127.0.0.1", "localhost"]);
-        let (port, mgmt, dns_port, chall_mgmt) =
-            (free_port(), free_port(), free_port(), free_port());
-        let config = pki.dir.join("pebble.json");
-        let json = serde_json::json!({"pebble": {
-            "listenAddress": format!("127.0.0.1:{port}"),
-            "managementListenAddress": format!("127.0.0.1:{mgmt}"),
-            "certificate": served.cert, "privateKey": served.key,
-            "httpPort": http_port, "tlsPort": tls_port,
-            "ocspResponderURL": "", "externalAccountBindingRequired": false,
-        }});
-        std::fs::write(&config, json.to_string()).unwrap();
-        let dns = Command::new("pebble-challtestsrv")
-            .args(["-management", &format!("127.0.0.1:{chall_mgmt}")])
-            .args(["-dns01", &format!("127.0.0.1:{dns_port}")])
-            .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
-            .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let dns = Running(dns);
-        wait_port(chall_mgmt, "pebble-challtestsrv up");
-        let mut p = Pebble {
-            _dns: dns,
-            ca: None,
-            dir_url: format!("https://127.0.0.1:{port}/dir"),
-            mgmt,
-            pki,
-            config,
-            dns_port,
-            port,
-        };
-        p.start_ca();
-        p
-    }
-
-    fn start_ca(&mut self) {
-        let ca = Command::new("pebble")
-            .arg("-config")
-            .arg(&self.config)
-            .args(["-dnsserver", &format!("127.0.0.1:{}", self.dns_port)])
-            .env("PEBBLE_VA_NOSLEEP", "1")
-            .env("PEBBLE_WFE_NONCEREJECT", "0")
-            .env("PEBBLE_AUTHZREUSE", "0")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.ca = Some(Running(ca));
-        wait_port(self.port, "pebble up");
-        // Its management API listens a moment after the ACME one: `root()` once found it
-        // closed on a loaded machine.
-        wait_port(self.mgmt, "pebble management up");
-    }
-
-    fn stop_ca(&mut self) {
-        self.ca = None;
-    }
-
-    /// The root pebble signs with (random per run), from its management API.
-    fn root(&self) -> CertificateDer<'static> {
-        use rustls::pki_types::pem::PemObject;
-        let cfg = tlskit::client_config(&self.pki.ca_der, &[], None);
-        let addr: SocketAddr = format!("127.0.0.1:{}", self.mgmt).parse().unwrap();
-        let mut s = tlskit::connect(addr, "localhost", &cfg).unwrap();
-        let r = tlskit::exchange(
-            &mut s,
-            "GET /roots/0 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
-        );
-        assert_eq!(r.status, 200);
-        CertificateDer::from_pem_slice(r.text().as_bytes()).unwrap()
-    }
-}
 
 /// The leaf weir presents for `sni` on `addr`, verified against `root` (`None` while the
 /// handshake fails or the chain does not verify yet).

@@ -53,6 +53,9 @@ pub enum Action {
     /// ACME HTTP-01 answers (`/.well-known/acme-challenge/TOKEN`), placed first on plain-HTTP
     /// listeners when some listener obtains certificates by HTTP-01 (`tls/acme.rs`).
     AcmeChallenge(Arc<crate::tls::acme::Challenges>),
+    /// 404 for a site's names that none of its routes took (placed after a site's routes,
+    /// `routes/sites.rs`), so that another site's routes never answer them.
+    NotFound,
 }
 
 /// The answer to an HTTP-01 request for `path`: the key authorization, or 404.
@@ -233,7 +236,11 @@ impl Action {
                 Method::Post,
                 Method::Delete,
             ]),
-            Action::Respond(_) | Action::Echo(_) | Action::Proxy(_) | Action::Admin => None,
+            Action::Respond(_)
+            | Action::Echo(_)
+            | Action::Proxy(_)
+            | Action::Admin
+            | Action::NotFound => None,
         }
     }
 

@@ -20,6 +20,7 @@ pub mod model_filters;
 pub mod model_limits;
 pub mod model_ops;
 pub mod model_shield;
+pub mod model_sites;
 pub mod model_static;
 pub mod model_tcp;
 pub mod model_tls;

@@ -20,6 +20,7 @@ pub use super::model_filters::{
 pub use super::model_limits::{EncodedSlashes, Limits, UnderscoresInHeaders};
 pub use super::model_ops::{AccessLog, AccessLogSetting, HealthRoute, Log, RequestId};
 pub use super::model_shield::{ProxyProtocol, Shape, Shield};
+pub use super::model_sites::{Site, SiteTls};
 pub use super::model_static::{CacheControlRule, Static};
 pub use super::model_tcp::{TcpProxy, TcpRoute};
 pub use super::model_tls::{
@@ -398,6 +399,10 @@ pub struct Listener {
     /// inherit them.
     #[serde(default)]
     pub error_pages: BTreeMap<String, String>,
+    /// Sites (virtual hosts): host names with their routes, filters and certificates
+    /// (`model_sites.rs`); instead of `routes`.
+    #[serde(default)]
+    pub sites: Vec<Site>,
 }
 
 /// A route: a match and exactly one action.

@@ -24,14 +24,14 @@ impl Default for Log {
 }
 
 /// `off`, or where and how to write access log lines.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum AccessLogSetting {
     Off,
     On(AccessLog),
 }
 
 /// An access log.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AccessLog {
     /// A file (appended to; reopened on SIGUSR1), or `stdout`.

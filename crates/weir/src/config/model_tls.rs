@@ -44,7 +44,9 @@ pub struct Tls {
 #[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Acme {
-    /// The names the certificate is for (each must resolve to this server).
+    /// The names the certificate is for (each must resolve to this server); in a site, its
+    /// hosts when absent.
+    #[serde(default)]
     pub names: Vec<String>,
     /// The CA's directory URL.
     #[serde(default = "default_acme_directory")]

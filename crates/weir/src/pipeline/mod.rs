@@ -448,6 +448,7 @@ fn answer<D: Downstream>(
             let reply = crate::admin::handle(head, &rt.cfg, rt.generation);
             send_admin(d, ctx, reply, head_only, persistence)
         }
+        Action::NotFound => send_error(d, ctx, head, 404, &[], persistence),
         Action::AcmeChallenge(c) => {
             let (status, body) = crate::actions::acme_answer(c, head.path());
             let (content_type, lines) = (&b"text/plain"[..], Vec::new());

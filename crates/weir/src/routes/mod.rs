@@ -6,6 +6,7 @@
 
 mod conditions;
 pub(crate) mod matcher;
+pub(crate) mod sites;
 
 use bytes::Bytes;
 use weir_http::{Method, RequestHead};
@@ -82,6 +83,7 @@ impl Route {
             Action::Health(_) => "health".into(),
             Action::Kv(k) => format!("kv {}", k.name),
             Action::AcmeChallenge(_) => "ACME HTTP-01 answers".into(),
+            Action::NotFound => "404: the site's other paths".into(),
         }
     }
 
@@ -107,7 +109,7 @@ pub enum Routed<'a> {
 
 impl RouteTable {
     pub(crate) fn compile(
-        routes: Vec<model::Route>,
+        routes: Vec<sites::Item>,
         listener_path: &str,
         base: &BaseDir,
         server: Option<&Bytes>,
@@ -116,9 +118,54 @@ impl RouteTable {
     ) -> Result<RouteTable, CompileError> {
         let (access_log, listener_filters) = (listener.access_log, listener.filters);
         let mut out: Vec<Route> = Vec::with_capacity(routes.len());
-        for (i, r) in routes.into_iter().enumerate() {
-            let path = format!("{listener_path}.routes[{i}]");
-            let name = r.name.clone().unwrap_or_else(|| format!("routes[{i}]"));
+        for (i, item) in routes.into_iter().enumerate() {
+            let (path, r) = match item {
+                sites::Item::Route(path, r) => (path, *r),
+                sites::Item::SiteEnd {
+                    path,
+                    hosts,
+                    error_pages,
+                    access_log: site_log,
+                } => {
+                    let m = model::Match {
+                        host: model::OneOrMany::Many(hosts),
+                        ..Default::default()
+                    };
+                    let (matcher, _) = Matcher::compile(m, &format!("{path}.hosts"))?;
+                    out.push(Route {
+                        name: format!(
+                            "{}.not_found",
+                            path.strip_prefix(listener_path)
+                                .and_then(|p| p.strip_prefix('.'))
+                                .unwrap_or(&path)
+                        ),
+                        index: i,
+                        matcher,
+                        methods: None,
+                        action: Action::NotFound,
+                        access_log: refs.logs.slot(
+                            site_log.as_ref(),
+                            &format!("{path}.access_log"),
+                            access_log,
+                        )?,
+                        filters: Chain::new(listener_filters.to_vec()),
+                        error_pages: ErrorPages::compile(
+                            &error_pages,
+                            &format!("{path}.error_pages"),
+                            base,
+                            listener.error_pages,
+                        )?,
+                    });
+                    continue;
+                }
+            };
+            // Unnamed: its key path under the listener (`routes[2]`, `sites[1].routes[0]`).
+            let name = r.name.clone().unwrap_or_else(|| {
+                path.strip_prefix(listener_path)
+                    .and_then(|p| p.strip_prefix('.'))
+                    .unwrap_or(&path)
+                    .to_string()
+            });
             // A name labels the route's metrics and log lines: two routes must not share one.
             if let Some(first) = out.iter().position(|o| o.name == name) {
                 return Err((

@@ -213,10 +213,13 @@ pub(crate) fn compile(
     let mut acme_all = Vec::new();
     // Plain-HTTP listeners answer HTTP-01 when some listener obtains certificates by it.
     let http01 = file.listeners.iter().any(|l| {
+        let site_acme = l.sites.iter().filter_map(|s| s.tls.as_ref()?.acme.as_ref());
         l.tls
             .as_ref()
             .and_then(|t| t.acme.as_ref())
-            .is_some_and(|a| a.challenge == "http-01")
+            .into_iter()
+            .chain(site_acme)
+            .any(|a| a.challenge == "http-01")
     });
     for (i, l) in file.listeners.into_iter().enumerate() {
         let path = format!("listeners[{i}]");
@@ -240,24 +243,6 @@ pub(crate) fn compile(
             &format!("{path}.access_log"),
             default_log,
         )?;
-        let acme = match l.tls.as_ref().and_then(|t| t.acme.as_ref()) {
-            Some(a) => {
-                let a = compile_acme(a, &format!("{path}.tls.acme"), registry, base)?;
-                acme_all.push(a.clone());
-                Some(a)
-            }
-            None => None,
-        };
-        let tls = match &l.tls {
-            Some(t) => Some(crate::tls::server_config(
-                t,
-                &format!("{path}.tls"),
-                base,
-                &registry.tls,
-                acme,
-            )?),
-            None => None,
-        };
         let tcp = match &l.tcp {
             Some(t) => {
                 tcp_only(&l, &path)?;
@@ -270,17 +255,23 @@ pub(crate) fn compile(
             }
             None => None,
         };
-        // A terminating TCP listener relays the client's protocol as it is: it settles none
-        // by ALPN (but still answers ACME's TLS-ALPN-01).
-        let tls = match tls {
-            Some(cfg) if tcp.is_some() => {
-                let mut c = (*cfg).clone();
-                c.alpn_protocols
-                    .retain(|p| p.as_slice() == crate::tls::acme::ACME_TLS_ALPN);
-                Some(Arc::new(c))
-            }
-            other => other,
-        };
+        let mut l = l;
+        let flat = crate::routes::sites::flatten(
+            std::mem::take(&mut l.routes),
+            std::mem::take(&mut l.sites),
+            &path,
+        )?;
+        let tls = super::listener_tls::compile(
+            l.tls.take(),
+            super::listener_tls::FromSites {
+                certificates: flat.certificates,
+                acme: flat.acme,
+            },
+            tcp.is_some(),
+            &path,
+            (base, registry),
+            &mut acme_all,
+        )?;
         let listener_filters = filters.list(l.filters, &path, &upstream_index, base, None)?;
         let error_pages = crate::actions::error_pages::ErrorPages::compile(
             &l.error_pages,
@@ -289,7 +280,7 @@ pub(crate) fn compile(
             None,
         )?;
         let mut routes = RouteTable::compile(
-            l.routes,
+            flat.routes,
             &path,
             base,
             server_header.as_ref(),
@@ -431,53 +422,6 @@ pub(crate) fn compile(
         admin: admin_settings,
         filters,
     })
-}
-
-/// An `acme:` section checked, with its state from the registry.
-fn compile_acme(
-    a: &model::Acme,
-    path: &str,
-    registry: &Arc<Registry>,
-    base: &BaseDir,
-) -> Result<Arc<crate::tls::acme::AcmeCerts>, CompileError> {
-    if a.names.is_empty() {
-        return Err((format!("{path}.names"), "lists no name".into()));
-    }
-    for (i, n) in a.names.iter().enumerate() {
-        if n.starts_with("*.") {
-            return Err((
-                format!("{path}.names[{i}]"),
-                "wildcards need the DNS-01 challenge, which weir does not do; list the names"
-                    .into(),
-            ));
-        }
-        if n.parse::<std::net::IpAddr>().is_ok() || !n.contains('.') {
-            return Err((
-                format!("{path}.names[{i}]"),
-                format!("{n:?} is not a DNS name a CA will issue for"),
-            ));
-        }
-    }
-    if !matches!(a.challenge.as_str(), "http-01" | "tls-alpn-01") {
-        return Err((
-            format!("{path}.challenge"),
-            format!(
-                "unknown challenge {:?}; known: http-01, tls-alpn-01",
-                a.challenge
-            ),
-        ));
-    }
-    if !a.directory.starts_with("https://") {
-        return Err((
-            format!("{path}.directory"),
-            "must be an https:// URL".into(),
-        ));
-    }
-    let ca = a.directory_ca.as_ref().map(|f| base.0.join(f));
-    if let Some(ca) = &ca {
-        crate::tls::certs::read_certs(ca).map_err(|m| (format!("{path}.directory_ca"), m))?;
-    }
-    Ok(registry.acme(a, base.0.join(&a.storage), ca))
 }
 
 /// Whether two addresses would bind the same socket: same port (not 0), and the same IP or
@@ -673,6 +617,7 @@ fn tcp_only(l: &model::Listener, path: &str) -> Result<(), CompileError> {
         ("filters", !l.filters.is_empty()),
         ("h2c", l.h2c),
         ("error_pages", !l.error_pages.is_empty()),
+        ("sites", !l.sites.is_empty()),
     ];
     match http.iter().find(|(_, given)| *given) {
         Some((key, _)) => Err((

@@ -11,6 +11,7 @@
 
 pub mod admin_settings;
 mod compile;
+mod listener_tls;
 mod published;
 pub mod registry;
 mod worker;

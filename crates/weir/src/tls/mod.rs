@@ -99,13 +99,13 @@ pub(crate) fn provider() -> CryptoProvider {
 }
 
 /// Builds the server config of a listener's `tls:` section at key path `path`; `acme` is the
-/// state of its `acme:` section (from the registry).
+/// state of its `acme:` section and of its sites' (from the registry), each serving its names.
 pub(crate) fn server_config(
     t: &Tls,
     path: &str,
     base: &BaseDir,
     shared: &Shared,
-    acme: Option<Arc<acme::AcmeCerts>>,
+    acme: Vec<Arc<acme::AcmeCerts>>,
 ) -> Result<Arc<ServerConfig>, CompileError> {
     let mut provider = provider();
     if let Some(names) = &t.ciphers {
@@ -151,7 +151,7 @@ pub(crate) fn server_config(
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
-    if t.certificates.is_empty() && acme.is_none() {
+    if t.certificates.is_empty() && acme.is_empty() {
         return Err((
             format!("{path}.certificates"),
             "lists no certificate (give certificates, or acme to obtain one)".into(),
@@ -165,9 +165,7 @@ pub(crate) fn server_config(
         let slot: sni::Slot = Arc::new(arc_swap::ArcSwap::new(l.key.clone()));
         loaded.push((l, &c.names, slot));
     }
-    let alpn_challenge = acme
-        .as_ref()
-        .is_some_and(|a| a.settings.challenge == "tls-alpn-01");
+    let alpn_challenge = acme.iter().any(|a| a.settings.challenge == "tls-alpn-01");
     let mut resolver =
         sni::SniResolver::new(loaded.first().map(|(_, _, s)| s.clone()), acme.clone());
     for (l, names, slot) in &loaded {

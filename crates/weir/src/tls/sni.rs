@@ -1,6 +1,7 @@
 //! Choosing a certificate by the name the client sent (SNI): a TLS-ALPN-01 challenge's
-//! certificate when the client offers only `acme-tls/1`; then the listener's ACME certificate
-//! for its names; then an exact name, then a `*.` wildcard one label deep (`*.example.com`
+//! certificate when the client offers only `acme-tls/1`; then the ACME certificate whose names
+//! include it (the listener's, or a site's: several may be obtained side by side); then an
+//! exact name, then a `*.` wildcard one label deep (`*.example.com`
 //! covers `a.example.com`, not `example.com` or `a.b.example.com`, as RFC 6125 says), then the
 //! default (the first certificate, else the ACME one).
 //!
@@ -26,11 +27,13 @@ pub(crate) struct SniResolver {
     /// By the suffix after `*.`.
     wildcard: HashMap<String, Slot>,
     default: Option<Slot>,
-    acme: Option<Arc<AcmeCerts>>,
+    /// ACME certificate sets, each for its names (the first is the default when no file
+    /// certificate is).
+    acme: Vec<Arc<AcmeCerts>>,
 }
 
 impl SniResolver {
-    pub(crate) fn new(default: Option<Slot>, acme: Option<Arc<AcmeCerts>>) -> SniResolver {
+    pub(crate) fn new(default: Option<Slot>, acme: Vec<Arc<AcmeCerts>>) -> SniResolver {
         SniResolver {
             exact: HashMap::new(),
             wildcard: HashMap::new(),
@@ -68,7 +71,7 @@ impl SniResolver {
     }
 
     fn challenges(&self) -> Option<&Challenges> {
-        self.acme.as_deref().map(|a| &*a.challenges)
+        self.acme.first().map(|a| &*a.challenges)
     }
 }
 
@@ -81,15 +84,28 @@ impl ResolvesServerCert for SniResolver {
                 return challenges.alpn_cert(name);
             }
         }
-        if let Some(acme) = &self.acme {
-            let current = acme.current.load();
-            if let Some(c) = current.as_ref() {
-                if name.is_none_or(|n| acme.serves(n)) || self.default.is_none() {
-                    return Some(c.key.clone());
-                }
-            }
+        let acme_cert = |a: &AcmeCerts| a.current.load().as_ref().map(|c| c.key.clone());
+        let Some(name) = name else {
+            // No name: the first ACME certificate (as with one `acme:`), else the default.
+            return self
+                .acme
+                .iter()
+                .find_map(|a| acme_cert(a))
+                .or_else(|| self.default.as_ref().map(|s| s.load_full()));
+        };
+        if let Some(c) = self
+            .acme
+            .iter()
+            .filter(|a| a.serves(name))
+            .find_map(|a| acme_cert(a))
+        {
+            return Some(c);
         }
-        self.pick(name).map(|s| s.load_full())
+        match self.pick(Some(name)) {
+            Some(s) => Some(s.load_full()),
+            // Nothing names it and no file certificate is the default: the first ACME one.
+            None => self.acme.iter().find_map(|a| acme_cert(a)),
+        }
     }
 }
 
@@ -114,7 +130,7 @@ mod tests {
     #[test]
     fn exact_then_one_label_wildcard_then_default() {
         let (d, a, w) = (key("default"), key("a.example.com"), key("*.example.com"));
-        let mut r = SniResolver::new(Some(d.clone()), None);
+        let mut r = SniResolver::new(Some(d.clone()), Vec::new());
         r.add("A.example.com.", &a);
         r.add("*.example.com", &w);
         r.add("a.example.com", &w); // first one keeps the name

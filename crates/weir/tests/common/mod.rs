@@ -7,6 +7,7 @@ pub mod h2raw;
 pub mod member;
 pub mod origin;
 pub mod parked;
+pub mod pebble;
 pub mod process;
 pub mod redis;
 pub mod smallfs;

@@ -1,0 +1,141 @@
+//! A listener's TLS, compiled: its `tls:` section with the certificates and ACME sections of
+//! its sites added (`routes/sites.rs`), each ACME section's state from the registry, and, on a
+//! TCP listener, no ALPN protocol but ACME's.
+
+use std::sync::Arc;
+
+use super::Registry;
+use crate::config::{model, BaseDir, CompileError};
+use crate::tls::acme::AcmeCerts;
+
+/// What a listener's sites bring to its TLS, each with its key path.
+#[derive(Debug, Default)]
+pub(super) struct FromSites {
+    pub certificates: Vec<(String, model::Certificate)>,
+    pub acme: Vec<(String, model::Acme)>,
+}
+
+/// The server config of listener `path`, or `None` without `tls:`; every ACME state it uses is
+/// added to `acme_all`.
+pub(super) fn compile(
+    tls: Option<model::Tls>,
+    sites: FromSites,
+    tcp: bool,
+    path: &str,
+    (base, registry): (&BaseDir, &Arc<Registry>),
+    acme_all: &mut Vec<Arc<AcmeCerts>>,
+) -> Result<Option<Arc<rustls::ServerConfig>>, CompileError> {
+    let Some(mut t) = tls else {
+        if let Some((key, _)) = sites.certificates.first() {
+            return Err(no_tls(key));
+        }
+        if let Some((key, _)) = sites.acme.first() {
+            return Err(no_tls(key));
+        }
+        return Ok(None);
+    };
+    let mut acme = Vec::new();
+    if let Some(a) = &t.acme {
+        acme.push(compile_acme(
+            a,
+            &format!("{path}.tls.acme"),
+            registry,
+            base,
+        )?);
+    }
+    for (key, a) in &sites.acme {
+        acme.push(compile_acme(a, key, registry, base)?);
+    }
+    // The sites' files go after the listener's own (whose first stays the default); a file
+    // error names the site's key.
+    let own = t.certificates.len();
+    let keys: Vec<String> = sites.certificates.iter().map(|(k, _)| k.clone()).collect();
+    t.certificates
+        .extend(sites.certificates.into_iter().map(|(_, c)| c));
+    acme_all.extend(acme.iter().cloned());
+    let cfg = crate::tls::server_config(&t, &format!("{path}.tls"), base, &registry.tls, acme)
+        .map_err(|(key, message)| (site_key(&key, path, own, &keys), message))?;
+    if !tcp {
+        return Ok(Some(cfg));
+    }
+    // A terminating TCP listener relays the client's protocol as it is: it settles none by
+    // ALPN (but still answers ACME's TLS-ALPN-01).
+    let mut c = (*cfg).clone();
+    c.alpn_protocols
+        .retain(|p| p.as_slice() == crate::tls::acme::ACME_TLS_ALPN);
+    Ok(Some(Arc::new(c)))
+}
+
+fn no_tls(key: &str) -> CompileError {
+    (
+        key.to_string(),
+        "a site's certificates need the listener's `tls:` section (`tls: {}` takes the defaults)"
+            .into(),
+    )
+}
+
+/// `listeners[0].tls.certificates[N]...` for one of the sites' files: that site's key instead.
+fn site_key(key: &str, path: &str, own: usize, sites: &[String]) -> String {
+    let prefix = format!("{path}.tls.certificates[");
+    let Some(rest) = key.strip_prefix(&prefix) else {
+        return key.to_string();
+    };
+    let Some((n, tail)) = rest.split_once(']') else {
+        return key.to_string();
+    };
+    match n.parse::<usize>().ok().and_then(|n| n.checked_sub(own)) {
+        Some(i) if i < sites.len() => format!("{}{tail}", sites[i]),
+        _ => key.to_string(),
+    }
+}
+
+/// An `acme:` section checked, with its state from the registry.
+pub(super) fn compile_acme(
+    a: &model::Acme,
+    path: &str,
+    registry: &Arc<Registry>,
+    base: &BaseDir,
+) -> Result<Arc<AcmeCerts>, CompileError> {
+    if a.names.is_empty() {
+        return Err((format!("{path}.names"), "lists no name".into()));
+    }
+    for (i, n) in a.names.iter().enumerate() {
+        if n.starts_with("*.") {
+            return Err((
+                format!("{path}.names[{i}]"),
+                "wildcards need the DNS-01 challenge, which weir does not do; list the names"
+                    .into(),
+            ));
+        }
+        if n.parse::<std::net::IpAddr>().is_ok() || !n.contains('.') {
+            return Err((
+                format!("{path}.names[{i}]"),
+                format!("{n:?} is not a DNS name a CA will issue for"),
+            ));
+        }
+    }
+    if !matches!(a.challenge.as_str(), "http-01" | "tls-alpn-01") {
+        return Err((
+            format!("{path}.challenge"),
+            format!(
+                "unknown challenge {:?}; known: http-01, tls-alpn-01",
+                a.challenge
+            ),
+        ));
+    }
+    if !a.directory.starts_with("https://") {
+        return Err((
+            format!("{path}.directory"),
+            "must be an https:// URL".into(),
+        ));
+    }
+    let ca = a
+        .directory_ca
+        .as_ref()
+        .filter(|f| !f.is_empty())
+        .map(|f| base.0.join(f));
+    if let Some(ca) = &ca {
+        crate::tls::certs::read_certs(ca).map_err(|m| (format!("{path}.directory_ca"), m))?;
+    }
+    Ok(registry.acme(a, base.0.join(&a.storage), ca))
+}
