@@ -296,6 +296,34 @@ fn the_proxy_header_names_the_client() {
     }
 }
 
+/// With a TLS upstream, the PROXY header goes first in clear, before the handshake (as
+/// HAProxy's `send-proxy` with `ssl`; what nginx's `listen ... ssl proxy_protocol` expects).
+#[test]
+fn the_proxy_header_precedes_an_upstream_tls_handshake() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend = l.local_addr().unwrap();
+    let (tx, first) = std::sync::mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        if let Some(Ok(mut s)) = l.incoming().next() {
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut buf = [0u8; 16];
+            let _ = s.read_exact(&mut buf);
+            let _ = tx.send(buf.to_vec());
+        }
+    });
+    let srv = common::start_config(&tcp_config(
+        &format!("  b: {{ servers: ['{backend}'], tls: {{ insecure_skip_verify: true, sni: b.example }}, retries: {{ attempts: 0 }} }}\n"),
+        "{ upstream: b, send_proxy: v1 }",
+    ));
+    let _c = TcpStream::connect(srv.addr).unwrap();
+    let got = first.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        got.starts_with(b"PROXY TCP4 "),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+}
+
 /// A server that refuses connections is skipped for the next (the upstream's retries), and with
 /// none reachable the client is closed at once rather than left hanging.
 #[test]
@@ -359,6 +387,142 @@ fn the_upstream_connection_cap_holds() {
         let mut third = TcpStream::connect(srv.addr).unwrap();
         send_all_read_all(&mut third, b"again") == b"again"
     });
+}
+
+/// A reload keeps the live count under the upstream's cap: the connection open before it
+/// still holds its place (else each reload would let another full cap through).
+#[test]
+fn a_reload_keeps_the_cap_s_count() {
+    let backend = echo_backend();
+    let yaml = tcp_config(
+        &format!("  b: {{ servers: ['{backend}'], limits: {{ max_connections: 1 }} }}\n"),
+        "{ upstream: b }",
+    );
+    let srv = common::start_config(&yaml);
+    let mut first = TcpStream::connect(srv.addr).unwrap();
+    first
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    first.write_all(b"hold").unwrap();
+    first.read_exact(&mut [0u8; 4]).unwrap();
+    let handle = srv.handle.as_ref().unwrap();
+    let cfg = weir::runtime::compile_str(
+        &yaml,
+        std::path::Path::new("."),
+        |_| None,
+        &handle.registry(),
+    )
+    .unwrap();
+    handle.reload(cfg).unwrap();
+    let mut second = TcpStream::connect(srv.addr).unwrap();
+    second
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let r = second.read(&mut [0u8; 1]);
+    assert!(
+        matches!(r, Ok(0))
+            || matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "over the cap after a reload: {r:?}"
+    );
+    assert_eq!(send_all_read_all(&mut first, b"!"), b"!");
+}
+
+/// A server that answers and closes while the client still uploads: the answer reaches the
+/// client (the failed upload direction does not cancel the download).
+#[test]
+fn an_answer_sent_before_the_server_closes_is_delivered() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().take(10) {
+            let Ok(mut s) = s else { return };
+            let mut some = [0u8; 100];
+            let _ = s.read_exact(&mut some);
+            let _ = s.write_all(&[b'a'; 2000]);
+            // Closing with unread bytes queued sends a reset after the answer.
+        }
+    });
+    let srv = common::start_config(&tcp_config(
+        &format!("  b: {{ servers: ['{backend}'] }}\n"),
+        "{ upstream: b }",
+    ));
+    for _ in 0..10 {
+        let mut s = TcpStream::connect(srv.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut reader = s.try_clone().unwrap();
+        let got = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                out.extend_from_slice(&buf[..n]);
+            }
+            out.len()
+        });
+        // Keep uploading well past what the server reads.
+        for _ in 0..200 {
+            if s.write_all(&[b'u'; 4096]).is_err() {
+                break;
+            }
+        }
+        assert_eq!(got.join().unwrap(), 2000, "the answer arrived whole");
+    }
+}
+
+/// A backend that says `name` when a connection opens and keeps it until the client closes;
+/// with the count of its connections open.
+fn greeting_backend(name: &'static str) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::Ordering;
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = open.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            count.fetch_add(1, Ordering::SeqCst);
+            let count = count.clone();
+            std::thread::spawn(move || {
+                let _ = s.write_all(name.as_bytes());
+                let _ = s.read_to_end(&mut Vec::new());
+                drop(s);
+                count.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (addr, open)
+}
+
+/// `least_conn` sees the relayed connections: with A's closed and B's still open, the next
+/// connections go to A.
+#[test]
+fn least_conn_counts_open_connections() {
+    let ((a, a_open), (b, _)) = (greeting_backend("A"), greeting_backend("B"));
+    let srv = common::start_config(&format!(
+        "workers: 1\nupstreams:\n  p: {{ servers: ['{a}', '{b}'], policy: least_conn }}\nlisteners:\n  - address: 127.0.0.1:0\n    tcp: {{ upstream: p }}\n"
+    ));
+    let open = || {
+        let mut s = TcpStream::connect(srv.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut who = [0u8; 1];
+        s.read_exact(&mut who).unwrap();
+        (who[0], s)
+    };
+    let held: Vec<(u8, TcpStream)> = (0..6).map(|_| open()).collect();
+    let on_a = held.iter().filter(|(w, _)| *w == b'A').count();
+    assert_eq!(on_a, 3, "least_conn spreads 6 connections 3 and 3");
+    let (on_a, on_b): (Vec<_>, Vec<_>) = held.into_iter().partition(|(w, _)| *w == b'A');
+    drop(on_a);
+    common::until("A's connections closed", Duration::from_secs(5), || {
+        a_open.load(std::sync::atomic::Ordering::SeqCst) == 0
+    });
+    // The backend closed its side; weir's relay ends when that close reaches it.
+    std::thread::sleep(Duration::from_millis(50));
+    let next: Vec<u8> = (0..3).map(|_| open().0).collect();
+    assert_eq!(next, b"AAA", "A had none open, B three");
+    drop(on_b);
 }
 
 /// Nothing moving either way for `idle_timeout` closes the connection; traffic keeps it.

@@ -374,8 +374,8 @@ pub struct Listener {
     pub address: String,
     /// Let the kernel hand over connections only once their first bytes arrived
     /// (TCP_DEFER_ACCEPT); turn off for clients that connect and wait for the server to speak.
-    #[serde(default = "default_true")]
-    pub defer_accept: bool,
+    /// Default: on, but off on `tcp:` listeners (SMTP, MySQL and such speak first).
+    pub defer_accept: Option<bool>,
     /// Routes, tried in order; the first whose match applies answers.
     #[serde(default)]
     pub routes: Vec<Route>,

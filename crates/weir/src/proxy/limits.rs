@@ -33,11 +33,16 @@ impl Cap {
     }
 }
 
+/// The live counts under an upstream's caps, kept by the registry across reloads: a reload
+/// must not forget the connections and requests still open (a TCP listener's connections live
+/// long), or each reload would let another full cap through.
+pub type Counts = Arc<[AtomicU32; 4]>;
+
 /// The caps and the live counts of one upstream.
 #[derive(Debug)]
 pub struct Limits {
     max: [u32; 4],
-    counts: Arc<[AtomicU32; 4]>,
+    counts: Counts,
 }
 
 /// A slot held under one cap: given back when dropped.
@@ -55,6 +60,11 @@ impl Drop for Slot {
 
 impl Limits {
     pub fn compile(l: &model::UpstreamLimits) -> Limits {
+        Limits::compile_with(l, Arc::new(Default::default()))
+    }
+
+    /// The caps of `l` over `counts` (the same upstream's counts before a reload).
+    pub fn compile_with(l: &model::UpstreamLimits, counts: Counts) -> Limits {
         Limits {
             max: [
                 l.max_connections,
@@ -62,7 +72,7 @@ impl Limits {
                 l.max_requests,
                 l.max_retries,
             ],
-            counts: Arc::new(Default::default()),
+            counts,
         }
     }
 

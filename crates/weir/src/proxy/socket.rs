@@ -47,14 +47,32 @@ pub async fn connect(
     tls: Option<&UpstreamTls>,
     within: Duration,
 ) -> io::Result<Socket> {
+    connect_with(server, tls, within, &[]).await
+}
+
+/// [`connect`], sending `preamble` first (before any TLS handshake): a PROXY protocol header.
+pub async fn connect_with(
+    server: &Server,
+    tls: Option<&UpstreamTls>,
+    within: Duration,
+    preamble: &[u8],
+) -> io::Result<Socket> {
     match &server.unix {
-        Some(path) => tokio::time::timeout(within, UnixStream::connect(&**path))
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))?
-            .map(Socket::Unix),
+        Some(path) => {
+            let open = async {
+                let mut s = UnixStream::connect(&**path).await?;
+                if !preamble.is_empty() {
+                    tokio::io::AsyncWriteExt::write_all(&mut s, preamble).await?;
+                }
+                Ok(Socket::Unix(s))
+            };
+            tokio::time::timeout(within, open)
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))?
+        }
         None => {
             let tls = tls.zip(server.tls_name.as_ref());
-            super::tls::connect(**server.addr.load(), tls, within).await
+            super::tls::connect(**server.addr.load(), tls, within, preamble).await
         }
     }
 }

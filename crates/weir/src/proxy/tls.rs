@@ -153,16 +153,21 @@ pub(crate) fn compile(
     })
 }
 
-/// Connects to `addr` within `within`, then makes the TLS handshake when `tls` is given
+/// Connects to `addr` within `within`, sends `preamble` (a PROXY protocol header: before
+/// TLS, as HAProxy's `send-proxy` does), then makes the TLS handshake when `tls` is given
 /// (`socket::connect` calls this for servers with an address).
 pub async fn connect(
     addr: std::net::SocketAddr,
     tls: Option<(&UpstreamTls, &ServerName<'static>)>,
     within: Duration,
+    preamble: &[u8],
 ) -> io::Result<Socket> {
     let open = async {
-        let tcp = TcpStream::connect(addr).await?;
+        let mut tcp = TcpStream::connect(addr).await?;
         let _ = tcp.set_nodelay(true);
+        if !preamble.is_empty() {
+            tokio::io::AsyncWriteExt::write_all(&mut tcp, preamble).await?;
+        }
         match tls {
             None => Ok(Socket::Tcp(tcp)),
             Some((t, name)) => {

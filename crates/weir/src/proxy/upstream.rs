@@ -91,6 +91,9 @@ pub struct ServerState {
 pub trait SharedServers {
     /// The state of `server` (`host:port`) of `upstream`, its address set to `addr`.
     fn server(&self, upstream: &str, server: &str, addr: SocketAddr) -> ServerState;
+
+    /// The live counts under `upstream`'s caps (`limits.rs`).
+    fn limit_counts(&self, upstream: &str) -> super::limits::Counts;
 }
 
 /// When to try another server.
@@ -475,7 +478,7 @@ impl Upstream {
                 .outlier_detection
                 .as_ref()
                 .map(super::outlier::OutlierPolicy::compile),
-            limits: super::limits::Limits::compile(&u.limits),
+            limits: super::limits::Limits::compile_with(&u.limits, shared.limit_counts(name)),
         })
     }
 

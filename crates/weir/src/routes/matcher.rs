@@ -255,6 +255,23 @@ pub(crate) fn host_patterns(
         if h.is_empty() || !h.chars().all(host_byte) {
             return Err((key.to_string(), format!("{h:?} is not a host name")));
         }
+        // Compared as requests are: without a trailing dot, without a port.
+        let h = match h.strip_suffix('.') {
+            Some(bare) if !bare.is_empty() => bare.to_string(),
+            _ => h,
+        };
+        if h.contains(':') && !(h.starts_with('[') && h.ends_with(']')) {
+            return Err((
+                key.to_string(),
+                format!("{h:?}: a host name without a port (the port is not compared)"),
+            ));
+        }
+        if h.matches('*').count() > usize::from(h.starts_with("*.")) {
+            return Err((
+                key.to_string(),
+                "wildcards must look like *.example.com".into(),
+            ));
+        }
         out.push(match h.strip_prefix('*') {
             Some(rest) if rest.starts_with('.') && rest.len() > 1 => {
                 HostPattern::Suffix(rest.to_string())
@@ -351,5 +368,20 @@ mod tests {
         assert!(!m.matches_plain(&req("GET /hello/ HTTP/1.1\r\nHost: a\r\n\r\n")));
         let m = matcher("path_prefix: /static/");
         assert!(m.matches_plain(&req("GET /static/a/b HTTP/1.1\r\nHost: a\r\n\r\n")));
+    }
+
+    /// Patterns are compared as requests are (no trailing dot, no port): a pattern that could
+    /// never match is refused rather than kept.
+    #[test]
+    fn host_patterns_that_could_never_match_are_refused() {
+        let m = matcher("host: 'DB.Example.'");
+        assert!(m.matches_plain(&req("GET / HTTP/1.1\r\nHost: db.example\r\n\r\n")));
+        for bad in ["db.example:443", "db.*", "*.*.example", "a*.example", "*"] {
+            assert!(
+                host_patterns(vec![bad.into()], "k").is_err(),
+                "{bad} should be refused"
+            );
+        }
+        assert!(host_patterns(vec!["[::1]".into(), "*.example".into()], "k").is_ok());
     }
 }

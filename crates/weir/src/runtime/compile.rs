@@ -233,7 +233,7 @@ pub(crate) fn compile(
                 format!("{address} is listed twice"),
             ));
         }
-        let defer_secs = if l.defer_accept {
+        let defer_secs = if l.defer_accept.unwrap_or(l.tcp.is_none()) {
             super::defer_secs(timeouts.header)
         } else {
             0

@@ -58,6 +58,8 @@ pub struct Registry {
     zones: Mutex<HashMap<String, Zone>>,
     kv: Mutex<HashMap<String, Arc<crate::kv::KvStore>>>,
     servers: Mutex<HashMap<String, ServerState>>,
+    /// Each upstream's live counts under its caps, by name (kept across reloads).
+    limit_counts: Mutex<HashMap<String, crate::proxy::limits::Counts>>,
     /// Open access log destinations, by target.
     pub sinks: crate::access_log::Sinks,
     /// Every worker's counters (they outlive configs, so counters stay monotonic).
@@ -126,6 +128,7 @@ impl Registry {
             zones: Mutex::new(HashMap::new()),
             kv: Mutex::new(HashMap::new()),
             servers: Mutex::new(HashMap::new()),
+            limit_counts: Mutex::new(HashMap::new()),
             sinks: Default::default(),
             metrics: Default::default(),
             reloader: Mutex::new(None),
@@ -329,6 +332,13 @@ impl SharedServers for Registry {
             });
         state.addr.store(Arc::new(addr));
         state.clone()
+    }
+
+    fn limit_counts(&self, upstream: &str) -> crate::proxy::limits::Counts {
+        lock(&self.limit_counts)
+            .entry(upstream.to_string())
+            .or_default()
+            .clone()
     }
 }
 

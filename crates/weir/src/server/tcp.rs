@@ -107,11 +107,14 @@ pub(crate) async fn serve(
         }
     };
     outcome.upstream = Some((u, connected.server));
-    let in_flight = &rt.server_metrics[u][connected.server].in_flight;
-    in_flight.inc();
+    // Counted for least_conn and p2c (and the server's in-flight gauge) while it lasts.
+    let active = rt.upstreams[u].track_active(
+        connected.server,
+        Some(&rt.server_metrics[u][connected.server].in_flight),
+    );
     let idle = cfg.idle_timeout;
     let relayed = relay_all(client, connected.socket, idle).await;
-    in_flight.dec();
+    drop(active);
     drop(connected.slot);
     outcome.relayed = relayed;
     outcome.status = match relayed.end {
@@ -139,34 +142,78 @@ async fn relay_all(client: Client, server: crate::proxy::tls::Socket, idle: Dura
 
 /// The server name in the client's ClientHello, peeked at within `within` (the bytes stay in
 /// the socket for the upstream server); `None` for no name, not TLS, or too slow.
+///
+/// A ClientHello split over segments is waited for without polling: `SO_RCVLOWAT` is set one
+/// byte past what is there, so the socket becomes readable again only when more arrived (a
+/// client that sends part of one and stalls costs no CPU until `timeouts.header`). The buffer
+/// starts small and grows only while a hello fills it.
 async fn peek_name(tcp: &TcpStream, within: Duration) -> Option<String> {
     let deadline = Instant::now() + within;
-    let mut buf = vec![0u8; sni::MAX_HELLO + 5 * 4];
-    let mut seen = 0;
-    loop {
-        let n = tokio::time::timeout_at(deadline, tcp.peek(&mut buf))
-            .await
-            .ok()?
-            .ok()?;
-        if n == 0 {
-            return None;
-        }
-        match sni::parse(&buf[..n]) {
-            Hello::Done(name) => return name,
-            Hello::NotTls => return None,
-            Hello::Incomplete if n == buf.len() => return None,
-            Hello::Incomplete => {
-                // `peek` returns at once while bytes wait: sleep until more arrived (a
-                // ClientHello split over segments is the rare case).
-                if n == seen {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    if Instant::now() >= deadline {
+    let mut buf = vec![0u8; 2048];
+    let limit = sni::MAX_HELLO + 5 * 4;
+    let found = async {
+        loop {
+            let n = tokio::time::timeout_at(deadline, tcp.peek(&mut buf))
+                .await
+                .ok()?
+                .ok()?;
+            if n == 0 {
+                return None;
+            }
+            match sni::parse(&buf[..n]) {
+                Hello::Done(name) => return name,
+                Hello::NotTls => return None,
+                Hello::Incomplete if n == buf.len() => {
+                    if buf.len() >= limit {
                         return None;
                     }
+                    let grown = (buf.len() * 2).min(limit);
+                    buf.resize(grown, 0);
                 }
-                seen = n;
+                Hello::Incomplete => {
+                    set_rcvlowat(tcp, n + 1).ok()?;
+                    // Forget the readiness the peek left, then look once more: bytes that came
+                    // between the peek and now raised no new event.
+                    let _ = tcp.try_io(tokio::io::Interest::READABLE, || {
+                        Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+                    });
+                    let mut probe = vec![std::mem::MaybeUninit::<u8>::uninit(); n + 1];
+                    let queued = socket2::SockRef::from(tcp).peek(&mut probe).unwrap_or(0);
+                    if queued <= n {
+                        tokio::time::timeout_at(deadline, tcp.readable())
+                            .await
+                            .ok()?
+                            .ok()?;
+                    }
+                }
             }
         }
+    }
+    .await;
+    let _ = set_rcvlowat(tcp, 1);
+    found
+}
+
+/// Sets `SO_RCVLOWAT`: the socket reads as readable once `bytes` are queued.
+#[allow(unsafe_code)]
+fn set_rcvlowat(tcp: &TcpStream, bytes: usize) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: the descriptor is the live socket `tcp` borrows, and `v` is a c_int that
+    // outlives the call, whose size is passed.
+    let r = unsafe {
+        libc::setsockopt(
+            tcp.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 

@@ -50,18 +50,21 @@ pub async fn connect(
         }
         tried.push(server);
         let s = &up.servers[server];
-        match crate::proxy::socket::connect(s, up.tls.as_ref(), up.connect_timeout).await {
-            Ok(mut socket) => {
-                if let Some(v) = cfg.send_proxy {
-                    let header =
-                        crate::shield::proxy_protocol::encode(v == ProxyVersion::V2, client, local);
-                    if let Err(e) = crate::proxy::exchange::send(&mut socket, &header).await {
-                        let e = Error::with(ErrorKind::Connect, e);
-                        record_failure(up, server, &e);
-                        last = e;
-                        continue;
-                    }
-                }
+        // The PROXY header goes first, in clear, before a TLS server's handshake.
+        let header = match cfg.send_proxy {
+            Some(v) => crate::shield::proxy_protocol::encode(v == ProxyVersion::V2, client, local),
+            None => Vec::new(),
+        };
+        let connecting =
+            crate::proxy::socket::connect_with(s, up.tls.as_ref(), up.connect_timeout, &header);
+        match connecting.await {
+            Ok(socket) => {
+                // A success ends a run of failures (outlier detection counts them in a row).
+                up.record_outcome(
+                    server,
+                    crate::proxy::outlier::Outcome::Success,
+                    crate::proxy::upstream::now_ms(),
+                );
                 return Ok(Connected {
                     server,
                     socket,

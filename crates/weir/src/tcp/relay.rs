@@ -1,7 +1,10 @@
 //! Relaying a TCP connection's bytes both ways until both sides are done, keeping half-close:
 //! a side that finishes sending (FIN, or TLS `close_notify`) has the other side's write half
-//! shut down, and the other direction goes on until it finishes too. An error on either side
-//! ends both; so does `idle` with no byte moved either way.
+//! shut down, and the other direction goes on until it finishes too. An error ends only its
+//! own direction (its destination's write half is shut too): the other still delivers what
+//! its side had sent, as a direct connection would (a server that answers and closes while
+//! the client still uploads gets its answer through). `idle` with no byte moved either way
+//! ends both.
 //!
 //! Between two plain sockets the bytes go through a pipe with `splice(2)`: socket → pipe →
 //! socket, moved by the kernel, never copied into user space (HAProxy's `splice-auto`, nginx
@@ -117,36 +120,43 @@ async fn splice_way(
     moved: &Cell<u64>,
     last: &Cell<Instant>,
 ) -> io::Result<()> {
-    loop {
-        let n = loop {
-            from.readable().await?;
-            match from.try_io(Interest::READABLE, || {
-                splice(from.as_raw_fd(), pipe.write.as_raw_fd(), CHUNK)
-            }) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
+    let r = async {
+        loop {
+            let n = loop {
+                from.readable().await?;
+                match from.try_io(Interest::READABLE, || {
+                    splice(from.as_raw_fd(), pipe.write.as_raw_fd(), CHUNK)
+                }) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(e),
+                }
+            };
+            if n == 0 {
+                return Ok(());
             }
-        };
-        if n == 0 {
-            // Half-close: the other side reads EOF and may still answer.
-            let _ = socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
-            return Ok(());
-        }
-        let mut left = n;
-        while left > 0 {
-            to.writable().await?;
-            match to.try_io(Interest::WRITABLE, || {
-                splice(pipe.read.as_raw_fd(), to.as_raw_fd(), left)
-            }) {
-                Ok(m) => left -= m,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
+            last.set(Instant::now());
+            let mut left = n;
+            while left > 0 {
+                to.writable().await?;
+                match to.try_io(Interest::WRITABLE, || {
+                    splice(pipe.read.as_raw_fd(), to.as_raw_fd(), left)
+                }) {
+                    Ok(m) => {
+                        left -= m;
+                        moved.set(moved.get() + m as u64);
+                        last.set(Instant::now());
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(e),
+                }
             }
         }
-        moved.set(moved.get() + n as u64);
-        last.set(Instant::now());
     }
+    .await;
+    // Half-close (or this direction failed): the other side reads EOF and may still answer.
+    let _ = socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
+    r
 }
 
 /// Relays between two plain sockets with `splice`.
@@ -169,11 +179,14 @@ pub async fn splice_both(client: &TcpStream, server: &TcpStream, idle: Duration)
     };
     let (up, down) = (Cell::new(0), Cell::new(0));
     let last = Cell::new(Instant::now());
+    // Each direction to its own end: an error in one must not throw away what the other
+    // still has to deliver.
     let both = async {
-        tokio::try_join!(
+        let (a, b) = tokio::join!(
             splice_way(client, server, &p1, &up, &last),
             splice_way(server, client, &p2, &down, &last)
-        )
+        );
+        a.and(b)
     };
     let end = watch_idle(both, &last, idle).await;
     if end == End::Closed {
@@ -206,17 +219,43 @@ where
         read: 0,
         last: &last,
     };
-    let end = watch_idle(
-        async { tokio::io::copy_bidirectional(&mut a, &mut b).await },
-        &last,
-        idle,
-    )
-    .await;
+    let (mut ar, mut aw) = tokio::io::split(&mut a);
+    let (mut br, mut bw) = tokio::io::split(&mut b);
+    let both = async {
+        let (x, y) = tokio::join!(copy_way(&mut ar, &mut bw), copy_way(&mut br, &mut aw));
+        x.and(y)
+    };
+    let end = watch_idle(both, &last, idle).await;
+    drop((ar, aw, br, bw));
     Relayed {
         up: a.read,
         down: b.read,
         end,
     }
+}
+
+/// Copies `from` to `to` until `from` finishes sending (or fails), then shuts `to`'s write
+/// half (a TLS side sends its `close_notify`).
+async fn copy_way<R, W>(from: &mut R, to: &mut W) -> io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    let r = async {
+        loop {
+            let n = from.read(&mut buf).await?;
+            if n == 0 {
+                return Ok(());
+            }
+            to.write_all(&buf[..n]).await?;
+            to.flush().await?;
+        }
+    }
+    .await;
+    let _ = to.shutdown().await;
+    r
 }
 
 /// Runs `relay` until it ends, or until nothing moved for `idle` (the last move in `last`).
