@@ -50,7 +50,7 @@ start_nginx "$TMP/stream" "$SUT_CORE"; NGINX_MASTER=$NGINX_STARTED
 cat > "$TMP/haproxy.cfg" <<HAP
 global
   nbthread 1
-  maxconn 8000
+  maxconn 4000
 defaults
   mode tcp
   timeout connect 5s
