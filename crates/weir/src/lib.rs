@@ -26,6 +26,7 @@ pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod filters;
+pub mod import;
 pub mod kv;
 pub mod logs;
 pub mod metrics;

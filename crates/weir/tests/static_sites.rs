@@ -47,8 +47,9 @@ fn a_single_page_app_falls_back_to_its_index() {
     // Files and directories that exist are served as they are.
     assert_eq!(get(srv.addr, "/app.css").text(), "body{}");
     assert_eq!(get(srv.addr, "/docs/").text(), "<p>docs</p>");
-    // A directory without the slash is its index too ($uri/), not a redirect.
-    assert_eq!(get(srv.addr, "/docs").text(), "<p>docs</p>");
+    // A directory without the slash ($uri/) is redirected to it, as nginx does.
+    let r = get(srv.addr, "/docs");
+    assert_eq!((r.status, r.header("location")), (301, Some("/docs/")));
     // Everything else is the app, with 200 and its type.
     for path in [
         "/settings/profile",

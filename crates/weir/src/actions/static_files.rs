@@ -38,7 +38,8 @@ pub const INLINE_BODY: u64 = 64 * 1024;
 pub struct StaticFiles {
     /// Canonical root directory.
     root: PathBuf,
-    index: String,
+    /// Index files, tried in order.
+    index: Vec<String>,
     /// Prefix removed from the request path first (the route's `path_prefix`), if any.
     prefix: Option<Bytes>,
     /// `try_files`: candidates, then the fallback (empty: the path alone).
@@ -142,8 +143,9 @@ impl StaticFiles {
                 format!("{:?} is not a directory", s.root),
             ));
         }
-        if s.index.is_empty() || s.index.contains('/') {
-            return Err((format!("{path}.index"), "must be a file name".into()));
+        let index = s.index.into_vec();
+        if index.is_empty() || index.iter().any(|i| i.is_empty() || i.contains('/')) {
+            return Err((format!("{path}.index"), "must be file names".into()));
         }
         let mut try_files = Vec::new();
         for (i, t) in s.try_files.iter().enumerate() {
@@ -197,7 +199,7 @@ impl StaticFiles {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(StaticFiles {
             root,
-            index: s.index,
+            index,
             prefix,
             try_files,
             autoindex,
@@ -225,6 +227,11 @@ impl StaticFiles {
             // A candidate is taken only when it names a file (or, ending in `/`, a directory
             // with its index or a listing); anything else tries the next.
             if let Ok(found) = self.locate(&p, None) {
+                // `$uri/` took a directory the request named without its slash: redirected
+                // to it, as nginx's internal redirect ends.
+                if p.ends_with(b"/") && !req.path().ends_with(b"/") && p.len() == rel.len() + 1 {
+                    return redirect_to_dir(req);
+                }
                 return self.answer(req, found, precompressed);
             }
         }
@@ -275,19 +282,32 @@ impl StaticFiles {
                 });
             }
             let dir = path.clone();
-            path.push(&self.index);
-            meta = match std::fs::metadata(&path) {
-                Ok(m) if m.is_file() => m,
-                Ok(_) => return Err(canned(403)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut found = None;
+            for name in &self.index {
+                let candidate = dir.join(name);
+                match std::fs::metadata(&candidate) {
+                    Ok(m) if m.is_file() => {
+                        found = Some((candidate, m));
+                        break;
+                    }
+                    Ok(_) => return Err(canned(403)),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(canned(io_status(&e))),
+                }
+            }
+            match found {
+                Some((p, m)) => {
+                    path = p;
+                    meta = m;
+                }
+                None => {
                     inside(&dir)?;
                     return match self.autoindex {
                         Some(_) => Ok(Located::Directory(dir)),
                         None => Err(canned(403)),
                     };
                 }
-                Err(e) => return Err(canned(io_status(&e))),
-            };
+            }
         } else if slash {
             // `/file.txt/` names a directory that is not there (nginx answers 404 too).
             return Err(canned(404));

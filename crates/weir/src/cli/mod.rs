@@ -73,6 +73,12 @@ enum Command {
     Status(control::Target),
     /// Load-test an HTTP server (wrk/hey compatible output, sweeps, charts).
     Bench(Box<crate::bench_cmd::BenchArgs>),
+    /// Convert an nginx configuration: the weir config on stdout, what could not be translated
+    /// (file:line) on stderr; exit 0 when something was converted.
+    Import {
+        /// nginx.conf (or a file of `server` blocks); its includes are followed.
+        file: PathBuf,
+    },
     /// Print the version.
     Version,
 }
@@ -108,6 +114,27 @@ pub fn main() -> ExitCode {
             }
         }
         Command::Check(args) => check::check(&args),
+        Command::Import { file } => match crate::import::nginx(&file) {
+            Ok(i) => {
+                print!("{}", i.yaml);
+                for s in &i.skipped {
+                    eprintln!("weir import: not translated: {s}");
+                }
+                if i.translated == 0 {
+                    eprintln!(
+                        "weir import: nothing in {} could be converted",
+                        file.display()
+                    );
+                    ExitCode::FAILURE
+                } else {
+                    ExitCode::SUCCESS
+                }
+            }
+            Err(e) => {
+                eprintln!("weir import: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Reload(t) => control::reload(&t),
         Command::Stop {
             target,

@@ -12,9 +12,9 @@ use super::units::Dur;
 pub struct Static {
     /// Directory to serve (relative to the config file's directory).
     pub root: String,
-    /// File served for a directory request.
+    /// File served for a directory request; a list is tried in order (nginx `index a b`).
     #[serde(default = "default_index")]
-    pub index: String,
+    pub index: super::model::OneOrMany,
     /// Remove the route's `path_prefix` from the request path before mapping it to a file
     /// (nginx `alias`); `false` maps the full path under root (nginx `root`).
     #[serde(default = "default_true")]
@@ -46,8 +46,8 @@ pub struct CacheControlRule {
     pub expires: Option<Dur>,
 }
 
-fn default_index() -> String {
-    "index.html".into()
+fn default_index() -> super::model::OneOrMany {
+    super::model::OneOrMany::One("index.html".into())
 }
 
 fn default_off() -> String {

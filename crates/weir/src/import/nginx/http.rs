@@ -1,0 +1,233 @@
+//! `http`-level blocks (`upstream`, `limit_req_zone`, `proxy_cache_path`) and the settings a
+//! location inherits from `http` and its server ([`Scope`]).
+
+use std::collections::BTreeMap;
+
+use serde_yaml::{Mapping, Value};
+
+use super::parse::Directive;
+use super::{map, s, unknown_variable, Ctx};
+
+/// What a location inherits from its server and `http` (nginx's inheritance).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Scope {
+    pub(super) root: Option<String>,
+    pub(super) index: Vec<String>,
+    pub(super) gzip: bool,
+    pub(super) gzip_types: Vec<String>,
+    pub(super) add_header: Vec<(String, String)>,
+    pub(super) proxy_set_header: Vec<(String, String)>,
+    pub(super) error_pages: BTreeMap<String, String>,
+    pub(super) auth_basic: Option<(String, Option<String>)>,
+    pub(super) limit_req: Vec<(String, u32, bool)>,
+    pub(super) proxy_cache: Option<String>,
+    pub(super) proxy_cache_valid: Vec<(String, String)>,
+}
+/// Directives inherited down to locations; `false` when `d` is none of them.
+pub(super) fn inherited(cx: &mut Ctx, d: &Directive, scope: &mut Scope) -> bool {
+    let a = |i: usize| d.args.get(i).cloned().unwrap_or_default();
+    match d.name.as_str() {
+        "root" => scope.root = Some(a(0)),
+        "index" => scope.index = d.args.clone(),
+        "gzip" => scope.gzip = a(0) == "on",
+        "gzip_types" => scope.gzip_types = d.args.clone(),
+        "add_header" => {
+            if d.args.len() < 2 {
+                return false;
+            }
+            if let Some(v) = unknown_variable(&a(1)) {
+                cx.skip(d, &format!("${v} is not a weir variable (an nginx `map`?)"));
+                return true;
+            }
+            scope.add_header.push((a(0), a(1)));
+        }
+        "proxy_set_header" => {
+            if d.args.len() < 2 {
+                return false;
+            }
+            scope.proxy_set_header.push((a(0), a(1)));
+        }
+        "error_page" => {
+            let Some(uri) = d.args.last() else {
+                return false;
+            };
+            if d.args.len() < 2 || d.args.iter().any(|x| x.starts_with('=')) {
+                return false;
+            }
+            for code in &d.args[..d.args.len() - 1] {
+                scope.error_pages.insert(code.clone(), uri.clone());
+            }
+        }
+        "auth_basic" => {
+            if a(0) == "off" {
+                scope.auth_basic = None;
+            } else {
+                let file = scope.auth_basic.as_ref().and_then(|x| x.1.clone());
+                scope.auth_basic = Some((a(0), file));
+            }
+        }
+        "auth_basic_user_file" => {
+            let realm = scope
+                .auth_basic
+                .as_ref()
+                .map_or_else(|| "Restricted".to_string(), |x| x.0.clone());
+            scope.auth_basic = Some((realm, Some(a(0))));
+        }
+        "limit_req" => {
+            let mut zone = None;
+            let (mut burst, mut nodelay) = (0, false);
+            for arg in &d.args {
+                if let Some(z) = arg.strip_prefix("zone=") {
+                    zone = Some(z.to_string());
+                } else if let Some(b) = arg.strip_prefix("burst=") {
+                    burst = b.parse().unwrap_or(0);
+                } else if arg == "nodelay" {
+                    nodelay = true;
+                }
+            }
+            let Some(zone) = zone else { return false };
+            if !cx.limit_zones.contains_key(&zone) {
+                return false;
+            }
+            scope.limit_req.push((zone, burst, nodelay));
+        }
+        "proxy_cache" => {
+            scope.proxy_cache = match a(0).as_str() {
+                "off" => None,
+                z => Some(z.to_string()),
+            }
+        }
+        "proxy_cache_valid" => {
+            let Some(time) = d.args.last() else {
+                return false;
+            };
+            let codes: Vec<String> = if d.args.len() == 1 {
+                vec!["200".into(), "301".into(), "302".into()]
+            } else {
+                d.args[..d.args.len() - 1].to_vec()
+            };
+            for c in codes {
+                let c = if c == "any" { "200".to_string() } else { c };
+                scope.proxy_cache_valid.push((c, time.clone()));
+            }
+        }
+        _ => return false,
+    }
+    cx.done();
+    true
+}
+pub(super) fn upstream(cx: &mut Ctx, d: &Directive) {
+    let Some(name) = d.args.first() else {
+        return cx.skip(d, "an upstream without a name");
+    };
+    let mut servers = Vec::new();
+    let mut up = Mapping::new();
+    for x in d.children() {
+        match x.name.as_str() {
+            "server" => {
+                let Some(addr) = x.args.first() else { continue };
+                let mut weight = 1;
+                let mut backup = false;
+                for f in &x.args[1..] {
+                    if let Some(w) = f.strip_prefix("weight=") {
+                        weight = w.parse().unwrap_or(1);
+                    } else if f == "backup" {
+                        backup = true;
+                    } else {
+                        cx.skip(x, &format!("server flag {f:?} not translated"));
+                    }
+                }
+                let addr = if addr.starts_with("unix:") || addr.contains(':') {
+                    addr.clone()
+                } else {
+                    format!("{addr}:80")
+                };
+                servers.push(if weight == 1 && !backup {
+                    s(&addr)
+                } else {
+                    map(vec![
+                        ("address", s(&addr)),
+                        ("weight", Value::Number(weight.into())),
+                        ("backup", Value::Bool(backup)),
+                    ])
+                });
+                cx.done();
+            }
+            "least_conn" => {
+                up.insert(s("policy"), s("least_conn"));
+                cx.done();
+            }
+            "ip_hash" => {
+                up.insert(s("policy"), s("ip_hash"));
+                cx.done();
+            }
+            "random" => {
+                up.insert(s("policy"), s("random"));
+                cx.done();
+            }
+            "keepalive" => {
+                if let Some(n) = x.args.first().and_then(|n| n.parse::<u64>().ok()) {
+                    up.insert(
+                        s("keepalive"),
+                        map(vec![("max_idle", Value::Number(n.into()))]),
+                    );
+                    cx.done();
+                }
+            }
+            _ => cx.skip(x, "not translated"),
+        }
+    }
+    up.insert(s("servers"), Value::Sequence(servers));
+    cx.upstreams.insert(s(name), Value::Mapping(up));
+    cx.done();
+}
+pub(super) fn limit_req_zone(cx: &mut Ctx, d: &Directive) {
+    let mut zone = None;
+    let mut rate = None;
+    for a in &d.args {
+        if let Some(z) = a.strip_prefix("zone=") {
+            zone = z.split(':').next().map(String::from);
+        } else if let Some(r) = a.strip_prefix("rate=") {
+            rate = r
+                .strip_suffix("r/s")
+                .map(|n| (n, "1s"))
+                .or_else(|| r.strip_suffix("r/m").map(|n| (n, "1m")))
+                .and_then(|(n, per)| n.parse::<u32>().ok().map(|n| (n, per)));
+        }
+    }
+    let key = match d.args.first().map(String::as_str) {
+        Some("$binary_remote_addr" | "$remote_addr") => "$remote_addr".to_string(),
+        Some(k) if k.starts_with('$') => k.to_string(),
+        _ => return cx.skip(d, "key not translated"),
+    };
+    match (zone, rate) {
+        (Some(z), Some((n, per))) => {
+            cx.limit_zones.insert(z, (n, per, key));
+            cx.done();
+        }
+        _ => cx.skip(d, "zone or rate not understood"),
+    }
+}
+pub(super) fn cache_path(cx: &mut Ctx, d: &Directive) {
+    let mut name = None;
+    let mut max = "256m".to_string();
+    for a in &d.args[1..] {
+        if let Some(z) = a.strip_prefix("keys_zone=") {
+            name = z.split(':').next().map(String::from);
+        } else if let Some(m) = a.strip_prefix("max_size=") {
+            max = m.to_ascii_lowercase();
+        }
+    }
+    let Some(name) = name else {
+        return cx.skip(d, "no keys_zone");
+    };
+    let path = d.args.first().cloned().unwrap_or_default();
+    cx.zones.insert(
+        s(&name),
+        map(vec![
+            ("max_size", s("256m")),
+            ("disk", map(vec![("path", s(&path)), ("max_size", s(&max))])),
+        ]),
+    );
+    cx.done();
+}

@@ -1,0 +1,262 @@
+//! nginx directives to a weir config. `server` blocks become listeners (one per `listen`
+//! address; several servers on one address become its `sites`, the `default_server` the
+//! default site), `location`s become routes in nginx's order of precedence (exact `=`, then
+//! `^~` prefixes longest first, then regexes in order, then other prefixes longest first), and
+//! the common directives map to their weir forms: `proxy_pass`, `return`, `rewrite ...
+//! permanent|redirect`, `root`/`alias`/`index`/`try_files`, `upstream`, `proxy_cache*`,
+//! `limit_req*`, `auth_basic*`, `gzip*`, `add_header`, `proxy_set_header`, `error_page`,
+//! `ssl_certificate*`, `client_max_body_size`, `keepalive_timeout`, `worker_processes`.
+//!
+//! Every other directive is listed with its file and line and why (never dropped silently);
+//! a few that weir does on its own (`sendfile`, `tcp_nopush`, ...) are listed as such.
+
+use std::collections::BTreeMap;
+
+use serde_yaml::{Mapping, Value};
+
+use http::{cache_path, inherited, limit_req_zone, upstream, Scope};
+use parse::Directive;
+use server::{listeners, server};
+
+mod http;
+mod location;
+pub mod parse;
+mod server;
+
+/// The converted config and what could not be translated.
+#[derive(Debug, Default)]
+pub struct Converted {
+    pub config: Mapping,
+    /// `file:line: directive: why`.
+    pub skipped: Vec<String>,
+    /// Directives translated.
+    pub translated: usize,
+}
+
+struct Ctx {
+    out: Converted,
+    upstreams: Mapping,
+    filters: Mapping,
+    zones: Mapping,
+    /// `limit_req_zone` name → (rate per second or minute, key).
+    limit_zones: BTreeMap<String, (u32, &'static str, String)>,
+}
+fn s(v: &str) -> Value {
+    Value::String(v.to_string())
+}
+fn map(pairs: Vec<(&str, Value)>) -> Value {
+    let mut m = Mapping::new();
+    for (k, v) in pairs {
+        m.insert(s(k), v);
+    }
+    Value::Mapping(m)
+}
+impl Ctx {
+    fn skip(&mut self, d: &Directive, why: &str) {
+        self.out
+            .skipped
+            .push(format!("{}: {}: {why}", d.at(), d.name));
+    }
+
+    fn done(&mut self) {
+        self.out.translated += 1;
+    }
+}
+/// Converts a parsed nginx configuration.
+pub fn convert(top: &[Directive]) -> Converted {
+    let mut cx = Ctx {
+        out: Converted::default(),
+        upstreams: Mapping::new(),
+        filters: Mapping::new(),
+        zones: Mapping::new(),
+        limit_zones: BTreeMap::new(),
+    };
+    let mut servers = Vec::new();
+    let mut scope = Scope::default();
+    let mut root_keys = Mapping::new();
+    // A file of server blocks (sites-available/default) converts as if inside `http`.
+    let (http, bare): (Vec<&Directive>, Vec<&Directive>) =
+        top.iter().partition(|d| d.name == "http");
+    for d in &bare {
+        match d.name.as_str() {
+            "worker_processes" => {
+                let v = d.args.first().cloned().unwrap_or_default();
+                root_keys.insert(
+                    s("workers"),
+                    match v.parse::<u64>() {
+                        Ok(n) => Value::Number(n.into()),
+                        Err(_) => s("auto"),
+                    },
+                );
+                cx.done();
+            }
+            "events" => {
+                for e in d.children() {
+                    cx.skip(e, "weir sizes its event loop itself (limits.max_connections caps connections)");
+                }
+            }
+            "user"
+            | "pid"
+            | "error_log"
+            | "load_module"
+            | "worker_rlimit_nofile"
+            | "daemon"
+            | "master_process"
+            | "pcre_jit" => cx.skip(
+                d,
+                "process setting with no weir equivalent here (see docs/config.md)",
+            ),
+            _ => {}
+        }
+    }
+    let http_level: Vec<&Directive> = http
+        .iter()
+        .flat_map(|h| h.children().iter())
+        .chain(bare.iter().copied().filter(|d| {
+            !matches!(
+                d.name.as_str(),
+                "worker_processes"
+                    | "events"
+                    | "user"
+                    | "pid"
+                    | "error_log"
+                    | "load_module"
+                    | "worker_rlimit_nofile"
+                    | "daemon"
+                    | "master_process"
+                    | "pcre_jit"
+            )
+        }))
+        .collect();
+    // First what servers refer to: upstreams, zones, and `http`-level inheritance.
+    for d in &http_level {
+        if d.name != "server" {
+            http_directive(&mut cx, d, &mut scope, &mut root_keys);
+        }
+    }
+    for d in &http_level {
+        if d.name == "server" {
+            servers.push(server(&mut cx, d, scope.clone()));
+        }
+    }
+    let listeners = listeners(&mut cx, servers);
+    let mut config = Mapping::new();
+    for (k, v) in root_keys {
+        config.insert(k, v);
+    }
+    if !cx.upstreams.is_empty() {
+        config.insert(s("upstreams"), Value::Mapping(cx.upstreams.clone()));
+    }
+    if !cx.zones.is_empty() {
+        config.insert(s("cache_zones"), Value::Mapping(cx.zones.clone()));
+    }
+    if !cx.filters.is_empty() {
+        config.insert(s("filters"), Value::Mapping(cx.filters.clone()));
+    }
+    config.insert(s("listeners"), Value::Sequence(listeners));
+    cx.out.config = config;
+    cx.out
+}
+/// An `http`-level directive.
+fn http_directive(cx: &mut Ctx, d: &Directive, scope: &mut Scope, root: &mut Mapping) {
+    match d.name.as_str() {
+        "upstream" => upstream(cx, d),
+        "limit_req_zone" => limit_req_zone(cx, d),
+        "proxy_cache_path" => cache_path(cx, d),
+        "client_max_body_size" => {
+            if let Some(v) = d.args.first() {
+                let mut limits = Mapping::new();
+                limits.insert(s("max_body_bytes"), s(&v.to_ascii_lowercase()));
+                root.insert(s("limits"), Value::Mapping(limits));
+                cx.done();
+            }
+        }
+        "keepalive_timeout" => {
+            if let Some(v) = d.args.first() {
+                let v = if v.chars().all(|c| c.is_ascii_digit()) {
+                    format!("{v}s")
+                } else {
+                    v.clone()
+                };
+                root.insert(s("timeouts"), map(vec![("keepalive", s(&v))]));
+                cx.done();
+            }
+        }
+        _ => {
+            if !inherited(cx, d, scope) {
+                cx.skip(d, not_translated(&d.name));
+            }
+        }
+    }
+}
+/// Why a directive is listed: weir does it itself, or has no such setting.
+fn not_translated(name: &str) -> &'static str {
+    match name {
+        "sendfile"
+        | "tcp_nopush"
+        | "tcp_nodelay"
+        | "types_hash_max_size"
+        | "server_names_hash_bucket_size"
+        | "open_file_cache"
+        | "aio"
+        | "directio" => "weir decides this itself",
+        "include" => "the file it names was not found",
+        "types" | "default_type" => "weir types files by their extension itself",
+        "access_log" | "log_format" => {
+            "write the access log as weir's `access_log:` (docs/config.md#access_log)"
+        }
+        "ssl_protocols"
+        | "ssl_ciphers"
+        | "ssl_prefer_server_ciphers"
+        | "ssl_session_cache"
+        | "ssl_session_timeout"
+        | "ssl_dhparam"
+        | "ssl_session_tickets" => {
+            "weir's TLS defaults apply (tls.protocols, tls.ciphers: docs/config.md#tls)"
+        }
+        "if" | "set" | "map" => "conditional rewriting is not translated",
+        _ => "not translated",
+    }
+}
+/// The first `$variable` in `value` weir does not know (nginx's `map` results, say).
+fn unknown_variable(value: &str) -> Option<String> {
+    let b = value.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'$' {
+            let braced = b.get(i + 1) == Some(&b'{');
+            let start = i + 1 + usize::from(braced);
+            let mut end = start;
+            while end < b.len() && (b[end].is_ascii_alphanumeric() || b[end] == b'_') {
+                end += 1;
+            }
+            let name = &value[start..end];
+            // `$1` and friends: regex captures, which redirects take.
+            if !name.is_empty()
+                && !name.bytes().all(|c| c.is_ascii_digit())
+                && crate::vars::variable(name).is_err()
+            {
+                return Some(name.to_string());
+            }
+            i = end.max(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    None
+}
+/// One `server` block, converted.
+#[derive(Debug)]
+struct Server {
+    listens: Vec<Listen>,
+    names: Vec<String>,
+    cert: Option<(String, String)>,
+    routes: Vec<Value>,
+    error_pages: BTreeMap<String, String>,
+}
+#[derive(Debug, Clone)]
+struct Listen {
+    addr: String,
+    ssl: bool,
+    default: bool,
+}

@@ -1,0 +1,342 @@
+//! nginx's configuration syntax: directives (`name arg ...;`) and blocks (`name arg ... { ... }`),
+//! with `#` comments, single and double quotes (and `\` escapes), and `include` followed (a file
+//! or a glob; a relative one against the main file's directory, as nginx's `-c` prefix, then
+//! the including file's, then `/etc/nginx`), each directive keeping the file and line it came
+//! from. An include that names no file is kept as a directive, so the list of what was not
+//! translated shows it.
+
+use std::path::{Path, PathBuf};
+
+/// One directive, with its block when it has one.
+#[derive(Debug, Clone)]
+pub struct Directive {
+    pub name: String,
+    pub args: Vec<String>,
+    pub block: Option<Vec<Directive>>,
+    pub file: std::sync::Arc<PathBuf>,
+    pub line: usize,
+}
+
+impl Directive {
+    /// `file:line`, as the list of what was not translated shows it.
+    pub fn at(&self) -> String {
+        format!("{}:{}", self.file.display(), self.line)
+    }
+
+    /// The directives of its block (none without one).
+    pub fn children(&self) -> &[Directive] {
+        self.block.as_deref().unwrap_or(&[])
+    }
+}
+
+/// Includes deeper than this are refused (a file including itself).
+const MAX_DEPTH: usize = 16;
+
+/// Parses `path` and what it includes.
+pub fn parse_file(path: &Path) -> Result<Vec<Directive>, String> {
+    let main_dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    parse_at(path, &main_dir, 0)
+}
+
+fn parse_at(path: &Path, main_dir: &Path, depth: usize) -> Result<Vec<Directive>, String> {
+    if depth > MAX_DEPTH {
+        return Err(format!("{}: includes nested too deep", path.display()));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file = std::sync::Arc::new(path.to_path_buf());
+    let tokens = tokenize(&text).map_err(|(line, m)| format!("{}:{line}: {m}", path.display()))?;
+    let mut pos = 0;
+    let list = block(&tokens, &mut pos, &file, false)?;
+    expand_includes(list, path, main_dir, depth)
+}
+
+/// Replaces `include` directives with what they name, at any depth.
+fn expand_includes(
+    list: Vec<Directive>,
+    from: &Path,
+    main_dir: &Path,
+    depth: usize,
+) -> Result<Vec<Directive>, String> {
+    let mut out = Vec::with_capacity(list.len());
+    for mut d in list {
+        if d.name == "include" && d.block.is_none() && d.args.len() == 1 {
+            let targets = include_targets(&d.args[0], from, main_dir);
+            if targets.is_empty() && !d.args[0].contains('*') {
+                out.push(d);
+                continue;
+            }
+            for f in targets {
+                out.extend(
+                    parse_at(&f, main_dir, depth + 1).map_err(|e| format!("{}: {e}", d.at()))?,
+                );
+            }
+            continue;
+        }
+        if let Some(b) = d.block.take() {
+            d.block = Some(expand_includes(b, from, main_dir, depth)?);
+        }
+        out.push(d);
+    }
+    Ok(out)
+}
+
+/// The files an `include` names: a path or a glob (`*` in the file name); a relative one
+/// against the main file's directory, then the including file's, then `/etc/nginx`; in name
+/// order.
+fn include_targets(pattern: &str, from: &Path, main_dir: &Path) -> Vec<PathBuf> {
+    let p = Path::new(pattern);
+    let candidates: Vec<PathBuf> = if p.is_absolute() {
+        vec![p.to_path_buf()]
+    } else {
+        let here = from.parent().unwrap_or(Path::new("."));
+        vec![
+            main_dir.join(p),
+            here.join(p),
+            Path::new("/etc/nginx").join(p),
+        ]
+    };
+    for c in candidates {
+        let name = c
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !name.contains('*') {
+            if c.exists() {
+                return vec![c];
+            }
+            continue;
+        }
+        let Some(dir) = c.parent() else { continue };
+        let (before, after) = name.split_once('*').unwrap_or((&name, ""));
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        let mut found: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|f| {
+                let n = f
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                f.is_file()
+                    && n.len() >= before.len() + after.len()
+                    && n.starts_with(before)
+                    && n.ends_with(after)
+            })
+            .collect();
+        found.sort();
+        return found;
+    }
+    Vec::new()
+}
+
+#[derive(Debug, PartialEq)]
+enum Token {
+    Word(String, usize),
+    Semi(usize),
+    Open(usize),
+    Close(usize),
+}
+
+fn tokenize(text: &str) -> Result<Vec<Token>, (usize, String)> {
+    let mut out = Vec::new();
+    let mut line = 1;
+    let mut chars = text.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        match c {
+            '\n' => {
+                line += 1;
+                chars.next();
+            }
+            c if c.is_whitespace() => {
+                chars.next();
+            }
+            '#' => {
+                while let Some(&c) = chars.peek() {
+                    if c == '\n' {
+                        break;
+                    }
+                    chars.next();
+                }
+            }
+            ';' => {
+                out.push(Token::Semi(line));
+                chars.next();
+            }
+            '{' => {
+                out.push(Token::Open(line));
+                chars.next();
+            }
+            '}' => {
+                out.push(Token::Close(line));
+                chars.next();
+            }
+            '"' | '\'' => {
+                let quote = c;
+                let start = line;
+                chars.next();
+                let mut word = String::new();
+                loop {
+                    match chars.next() {
+                        None => return Err((start, "unterminated quote".into())),
+                        Some('\\') => {
+                            if let Some(n) = chars.next() {
+                                if n == '\n' {
+                                    line += 1;
+                                }
+                                match n {
+                                    '"' | '\'' | '\\' => word.push(n),
+                                    other => {
+                                        word.push('\\');
+                                        word.push(other);
+                                    }
+                                }
+                            }
+                        }
+                        Some(q) if q == quote => break,
+                        Some(ch) => {
+                            if ch == '\n' {
+                                line += 1;
+                            }
+                            word.push(ch);
+                        }
+                    }
+                }
+                out.push(Token::Word(word, start));
+            }
+            _ => {
+                let mut word = String::new();
+                while let Some(&ch) = chars.peek() {
+                    if ch.is_whitespace() || matches!(ch, ';' | '{' | '}' | '"' | '\'') {
+                        // `${var}` keeps its braces inside a word.
+                        if ch == '{' && word.ends_with('$') {
+                            word.push(ch);
+                            chars.next();
+                            continue;
+                        }
+                        if ch == '}' && word.contains("${") && !word.ends_with('}') {
+                            word.push(ch);
+                            chars.next();
+                            continue;
+                        }
+                        break;
+                    }
+                    if ch == '#' && word.is_empty() {
+                        break;
+                    }
+                    word.push(ch);
+                    chars.next();
+                }
+                out.push(Token::Word(word, line));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn block(
+    tokens: &[Token],
+    pos: &mut usize,
+    file: &std::sync::Arc<PathBuf>,
+    nested: bool,
+) -> Result<Vec<Directive>, String> {
+    let mut out = Vec::new();
+    let at = |line: usize| format!("{}:{line}", file.display());
+    loop {
+        let Some(t) = tokens.get(*pos) else {
+            if nested {
+                return Err(format!("{}: a block is not closed", file.display()));
+            }
+            return Ok(out);
+        };
+        match t {
+            Token::Close(line) => {
+                if !nested {
+                    return Err(format!("{}: unexpected }}", at(*line)));
+                }
+                *pos += 1;
+                return Ok(out);
+            }
+            Token::Semi(line) | Token::Open(line) => {
+                return Err(format!("{}: a directive needs a name", at(*line)));
+            }
+            Token::Word(name, line) => {
+                let (name, line) = (name.clone(), *line);
+                *pos += 1;
+                let mut args = Vec::new();
+                loop {
+                    match tokens.get(*pos) {
+                        Some(Token::Word(w, _)) => {
+                            args.push(w.clone());
+                            *pos += 1;
+                        }
+                        Some(Token::Semi(_)) => {
+                            *pos += 1;
+                            out.push(Directive {
+                                name,
+                                args,
+                                block: None,
+                                file: file.clone(),
+                                line,
+                            });
+                            break;
+                        }
+                        Some(Token::Open(_)) => {
+                            *pos += 1;
+                            let inner = block(tokens, pos, file, true)?;
+                            out.push(Directive {
+                                name,
+                                args,
+                                block: Some(inner),
+                                file: file.clone(),
+                                line,
+                            });
+                            break;
+                        }
+                        Some(Token::Close(l)) => {
+                            return Err(format!("{}: `{name}` is not ended by ;", at(*l)));
+                        }
+                        None => return Err(format!("{}: `{name}` is not ended by ;", at(line))),
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directives_blocks_quotes_comments_and_includes() {
+        let dir = std::env::temp_dir().join(format!("weir-ngx-parse-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("conf.d")).unwrap();
+        std::fs::write(dir.join("conf.d/a.conf"), "server { listen 81; }\n").unwrap();
+        std::fs::write(dir.join("conf.d/b.conf"), "server { listen 82; }\n").unwrap();
+        std::fs::write(
+            dir.join("nginx.conf"),
+            "# top\nevents {}\nhttp {\n  log_format x '$remote_addr \"q\"';\n  include conf.d/*.conf;\n  server { return 200 \"a;b\"; } # end\n}\n",
+        )
+        .unwrap();
+        let d = parse_file(&dir.join("nginx.conf")).unwrap();
+        assert_eq!(d[0].name, "events");
+        let http = &d[1];
+        assert_eq!(http.line, 3);
+        let kids = http.children();
+        assert_eq!(kids[0].args, ["x", "$remote_addr \"q\""]);
+        assert_eq!(kids[1].children()[0].args, ["81"]);
+        assert!(kids[1].file.ends_with("conf.d/a.conf"));
+        assert_eq!(kids[2].children()[0].args, ["82"]);
+        assert_eq!(kids[3].children()[0].args, ["200", "a;b"]);
+        assert_eq!(kids[3].line, 6);
+        for bad in ["http {", "server }", "listen 80", "{ }"] {
+            std::fs::write(dir.join("bad.conf"), bad).unwrap();
+            assert!(parse_file(&dir.join("bad.conf")).is_err(), "{bad}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,280 @@
+//! `server` blocks: their `listen`s and names, and how servers on one address become a
+//! listener's routes or its sites.
+
+use std::collections::BTreeMap;
+
+use serde_yaml::{Mapping, Value};
+
+use super::http::{inherited, Scope};
+use super::location::{location, location_filters, return_action, rewrite, static_route};
+use super::parse::Directive;
+use super::{map, s, Ctx};
+use super::{not_translated, Listen, Server};
+
+pub(super) fn server(cx: &mut Ctx, d: &Directive, mut scope: Scope) -> Server {
+    let mut srv = Server {
+        listens: Vec::new(),
+        names: Vec::new(),
+        cert: None,
+        routes: Vec::new(),
+        error_pages: BTreeMap::new(),
+    };
+    let (mut cert, mut key) = (None, None);
+    // Inheritance first: a location sees its server's settings wherever they are written.
+    for x in d.children() {
+        match x.name.as_str() {
+            "listen" => {
+                if let Some(l) = listen(cx, x) {
+                    srv.listens.push(l);
+                }
+            }
+            "server_name" => {
+                srv.names = x
+                    .args
+                    .iter()
+                    .filter(|n| !n.is_empty() && *n != "_" && *n != "\"\"")
+                    .cloned()
+                    .collect();
+                cx.done();
+            }
+            "ssl_certificate" => {
+                cert = x.args.first().cloned();
+                cx.done();
+            }
+            "ssl_certificate_key" => {
+                key = x.args.first().cloned();
+                cx.done();
+            }
+            "location" | "return" | "rewrite" | "try_files" | "proxy_pass" => {}
+            _ => {
+                if !inherited(cx, x, &mut scope) {
+                    cx.skip(x, not_translated(&x.name));
+                }
+            }
+        }
+    }
+    if srv.listens.is_empty() {
+        srv.listens.push(Listen {
+            addr: "0.0.0.0:80".into(),
+            ssl: false,
+            default: false,
+        });
+    }
+    srv.cert = cert.zip(key);
+    srv.error_pages = error_pages(&scope);
+    // Server-level `rewrite`s and `return` come before its locations, as nginx runs them.
+    let mut server_level = Vec::new();
+    for x in d.children() {
+        match x.name.as_str() {
+            "rewrite" => {
+                if let Some(r) = rewrite(cx, x) {
+                    server_level.push(r);
+                }
+            }
+            "return" => {
+                if let Some(action) = return_action(cx, x) {
+                    let mut r = Mapping::new();
+                    for (k, v) in action {
+                        r.insert(k, v);
+                    }
+                    server_level.push(Value::Mapping(r));
+                }
+            }
+            "try_files" | "proxy_pass" => cx.skip(x, "outside a location: put it in `location /`"),
+            _ => {}
+        }
+    }
+    let mut locations: Vec<(u8, usize, usize, Value)> = Vec::new();
+    for (i, x) in d.children().iter().enumerate() {
+        if x.name == "location" {
+            if let Some((rank, len, route)) = location(cx, x, scope.clone()) {
+                locations.push((rank, len, i, route));
+            }
+        }
+    }
+    // nginx's precedence: `=`, then `^~` (longest first), regexes in order, prefixes (longest).
+    locations.sort_by(|a, b| {
+        a.0.cmp(&b.0).then_with(|| match a.0 {
+            1 | 3 => b.1.cmp(&a.1),
+            _ => a.2.cmp(&b.2),
+        })
+    });
+    srv.routes = server_level;
+    srv.routes
+        .extend(locations.into_iter().map(|(_, _, _, r)| r));
+    let has_root_location = srv.routes.iter().any(|r| {
+        r.get("match")
+            .and_then(|m| m.get("path_prefix"))
+            .is_some_and(|p| p.as_str() == Some("/"))
+    });
+    // nginx serves files from `root` when no location takes a path.
+    if !has_root_location {
+        if let Some(root) = &scope.root {
+            let mut route = static_route(root, &scope, None, false);
+            let filters = location_filters(cx, &scope);
+            if let (Value::Mapping(m), false) = (&mut route, filters.is_empty()) {
+                let mut all = filters;
+                if let Some(Value::Sequence(gz)) = m.remove(s("filters")) {
+                    all.extend(gz);
+                }
+                m.insert(s("filters"), Value::Sequence(all));
+            }
+            srv.routes.push(route);
+        }
+    }
+    srv
+}
+pub(super) fn error_pages(scope: &Scope) -> BTreeMap<String, String> {
+    let Some(root) = &scope.root else {
+        return BTreeMap::new();
+    };
+    scope
+        .error_pages
+        .iter()
+        .filter(|(_, uri)| uri.starts_with('/'))
+        .map(|(code, uri)| (code.clone(), format!("{}{uri}", root.trim_end_matches('/'))))
+        .collect()
+}
+pub(super) fn listen(cx: &mut Ctx, d: &Directive) -> Option<Listen> {
+    let a = d.args.first()?;
+    if a.starts_with('[') {
+        cx.skip(d, "IPv6 listen not translated: weir's listener takes an IPv4 or IPv6 address of its own (add one with [::]:PORT if wanted)");
+        return None;
+    }
+    if a.starts_with("unix:") {
+        cx.skip(d, "unix-socket listeners are not supported yet");
+        return None;
+    }
+    let addr = if a.chars().all(|c| c.is_ascii_digit()) {
+        format!("0.0.0.0:{a}")
+    } else if let Some(port) = a.strip_prefix("*:") {
+        format!("0.0.0.0:{port}")
+    } else if a.contains(':') {
+        a.clone()
+    } else {
+        format!("{a}:80")
+    };
+    let mut l = Listen {
+        addr,
+        ssl: false,
+        default: false,
+    };
+    for f in &d.args[1..] {
+        match f.as_str() {
+            "ssl" => l.ssl = true,
+            "default_server" | "default" => l.default = true,
+            "http2" | "reuseport" | "deferred" => {}
+            f if f.starts_with("backlog=") => {}
+            other => cx.skip(d, &format!("listen flag {other:?} not translated")),
+        }
+    }
+    cx.done();
+    Some(l)
+}
+/// Servers grouped by listen address into weir listeners.
+pub(super) fn listeners(cx: &mut Ctx, servers: Vec<Server>) -> Vec<Value> {
+    // Per address: whether any listen there is `ssl`, and its servers (index, default_server).
+    type Address = (String, bool, Vec<(usize, bool)>);
+    let mut by_addr: Vec<Address> = Vec::new();
+    for (i, srv) in servers.iter().enumerate() {
+        for l in &srv.listens {
+            match by_addr.iter_mut().find(|(a, _, _)| *a == l.addr) {
+                Some((_, ssl, list)) => {
+                    *ssl |= l.ssl;
+                    list.push((i, l.default));
+                }
+                None => by_addr.push((l.addr.clone(), l.ssl, vec![(i, l.default)])),
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (addr, ssl, list) in by_addr {
+        let mut listener = Mapping::new();
+        listener.insert(s("address"), s(&addr));
+        let cert_of = |i: usize| {
+            servers[i]
+                .cert
+                .as_ref()
+                .map(|(c, k)| Value::Sequence(vec![map(vec![("cert", s(c)), ("key", s(k))])]))
+        };
+        let pages = |i: usize| {
+            let mut m = Mapping::new();
+            for (k, v) in &servers[i].error_pages {
+                m.insert(s(k), s(v));
+            }
+            m
+        };
+        if list.len() == 1 {
+            let i = list[0].0;
+            if ssl {
+                match cert_of(i) {
+                    Some(c) => {
+                        listener.insert(s("tls"), map(vec![("certificates", c)]));
+                    }
+                    None => cx.out.skipped.push(format!(
+                        "listen {addr} ssl: no ssl_certificate in its server (the listener is left without TLS)"
+                    )),
+                }
+            }
+            let p = pages(i);
+            if !p.is_empty() {
+                listener.insert(s("error_pages"), Value::Mapping(p));
+            }
+            listener.insert(s("routes"), Value::Sequence(servers[i].routes.clone()));
+        } else {
+            if ssl {
+                listener.insert(s("tls"), Value::Mapping(Mapping::new()));
+            }
+            // The default server: `default_server`, else the first (as nginx picks).
+            let default = list.iter().find(|(_, d)| *d).map_or(list[0].0, |(i, _)| *i);
+            let mut sites = Vec::new();
+            let mut last = None;
+            for (i, _) in &list {
+                let srv = &servers[*i];
+                let mut site = Mapping::new();
+                if *i == default || srv.names.is_empty() {
+                    if *i != default {
+                        cx.out.skipped.push(format!(
+                            "a second server without server_name on {addr}: its routes are not translated"
+                        ));
+                        continue;
+                    }
+                    site.insert(s("default"), Value::Bool(true));
+                } else {
+                    site.insert(
+                        s("hosts"),
+                        Value::Sequence(srv.names.iter().map(|n| s(n)).collect()),
+                    );
+                }
+                if ssl {
+                    if let Some(c) = cert_of(*i) {
+                        site.insert(s("tls"), map(vec![("certificates", c)]));
+                    }
+                }
+                let p = pages(*i);
+                if !p.is_empty() {
+                    site.insert(s("error_pages"), Value::Mapping(p));
+                }
+                site.insert(s("routes"), Value::Sequence(srv.routes.clone()));
+                if *i == default {
+                    last = Some(Value::Mapping(site));
+                } else {
+                    sites.push(Value::Mapping(site));
+                }
+            }
+            // Exact names before wildcards (weir refuses a name an earlier wildcard covers).
+            sites.sort_by_key(|site| {
+                site.get("hosts")
+                    .and_then(|h| h.as_sequence())
+                    .is_some_and(|h| {
+                        h.iter()
+                            .any(|n| n.as_str().is_some_and(|n| n.starts_with('*')))
+                    })
+            });
+            sites.extend(last);
+            listener.insert(s("sites"), Value::Sequence(sites));
+        }
+        out.push(Value::Mapping(listener));
+    }
+    out
+}

@@ -1,0 +1,320 @@
+//! `weir import` on real nginx configurations (tests/fixtures/nginx: Debian's default site,
+//! examples from nginx's documentation, h5bp's server-configs-nginx): each converts, the result
+//! passes `weir check`, and nginx and weir, each serving its own config, give the same status
+//! and body to a list of requests. What could not be translated is listed with file:line on
+//! stderr. Needs nginx (CI installs it: `.ci/run`).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::process::{free_port, have_all_or_skip, Running, WEIR};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/nginx");
+
+/// A copy of fixture `name` (a file or a directory) in a fresh temporary directory, with
+/// `edits` (from, to) applied to every file.
+fn copy(name: &str, tag: &str, edits: &[(String, String)]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("weir-import-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = Path::new(FIXTURES).join(name);
+    let mut stack = vec![(src.clone(), dir.join(src.file_name().unwrap()))];
+    while let Some((from, to)) = stack.pop() {
+        if from.is_dir() {
+            std::fs::create_dir_all(&to).unwrap();
+            for e in std::fs::read_dir(&from).unwrap().flatten() {
+                stack.push((e.path(), to.join(e.file_name())));
+            }
+        } else {
+            let mut text = std::fs::read_to_string(&from).unwrap();
+            for (a, b) in edits {
+                text = text.replace(a, b);
+            }
+            std::fs::write(&to, text).unwrap();
+        }
+    }
+    dir
+}
+
+/// Runs `weir import FILE`: the YAML, the stderr lines, the exit status.
+fn import(file: &Path) -> (String, String, bool) {
+    let out = Command::new(WEIR).arg("import").arg(file).output().unwrap();
+    (
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+        out.status.success(),
+    )
+}
+
+/// nginx in the foreground with `conf` (an http-level file is wrapped in a main config).
+fn nginx(conf: &Path, dir: &Path) -> Running {
+    let child = Command::new("nginx")
+        .args(["-c"])
+        .arg(conf)
+        .args(["-p"])
+        .arg(dir)
+        .args([
+            "-g",
+            &format!("daemon off; pid {}/nginx.pid;", dir.display()),
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("nginx.err")).unwrap())
+        .spawn()
+        .unwrap();
+    Running(child)
+}
+
+fn weir(yaml: &Path, dir: &Path) -> Running {
+    let child = Command::new(WEIR)
+        .args(["run", "-c"])
+        .arg(yaml)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("weir.err")).unwrap())
+        .spawn()
+        .unwrap();
+    Running(child)
+}
+
+fn wait(port: u16, log: &Path) {
+    let ok = common::until(&format!("port {port}"), Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let _ = (ok, log);
+}
+
+/// What is compared of `GET path` with `Host: host` on port `port`: the status, the body of a
+/// success (error bodies are each server's own wording), and a redirect's `Location`.
+fn answer(port: u16, host: &str, path: &str) -> (u16, String, Option<String>) {
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut s = common::connect(addr);
+    let r = common::roundtrip(
+        &mut s,
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    );
+    let body = if (200..300).contains(&r.status) {
+        r.text()
+    } else {
+        String::new()
+    };
+    // nginx makes a redirect absolute (`http://HOST:PORT/docs/`), weir keeps it relative.
+    let location = r.header("location").map(|l| {
+        match l
+            .strip_prefix("http://")
+            .and_then(|rest| rest.find('/').map(|i| &rest[i..]))
+        {
+            Some(path) if l.contains(&format!(":{port}/")) => path.to_string(),
+            _ => l.to_string(),
+        }
+    });
+    (r.status, body, location)
+}
+
+fn check(yaml: &Path) {
+    let out = Command::new(WEIR)
+        .args(["check", "-c"])
+        .arg(yaml)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "weir check: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Converts `file`, checks it, serves the original with nginx and the conversion with weir
+/// (nginx on `nginx_port`'s config, weir on the same config with `weir_port`), and compares.
+fn same_answers(
+    nginx_conf: &Path,
+    import_conf: &Path,
+    dir: &Path,
+    ports: (u16, u16),
+    requests: &[(&str, &str)],
+) -> String {
+    let (yaml, stderr, ok) = import(import_conf);
+    assert!(ok, "import failed: {stderr}");
+    let yaml = yaml.replace(&format!(":{}", ports.0), &format!(":{}", ports.1));
+    let file = dir.join("weir.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    check(&file);
+    let _n = nginx(nginx_conf, dir);
+    let _w = weir(&file, dir);
+    wait(ports.0, &dir.join("nginx.err"));
+    wait(ports.1, &dir.join("weir.err"));
+    for (host, path) in requests {
+        let n = answer(ports.0, host, path);
+        let w = answer(ports.1, host, path);
+        assert_eq!(w, n, "{host}{path}: weir vs nginx\n{yaml}");
+    }
+    stderr
+}
+
+#[test]
+fn debian_s_default_site_converts_and_answers_as_nginx() {
+    if !have_all_or_skip(&["nginx"], "apt-get install nginx-light") {
+        return;
+    }
+    let (pn, pw) = (free_port(), free_port());
+    let root = std::env::temp_dir().join(format!("weir-import-www-{}", std::process::id()));
+    std::fs::create_dir_all(root.join("docs")).unwrap();
+    std::fs::write(root.join("index.html"), "<h1>welcome</h1>\n").unwrap();
+    std::fs::write(root.join("docs/index.htm"), "docs\n").unwrap();
+    std::fs::write(root.join("a.txt"), "a\n").unwrap();
+    let edits = vec![
+        (
+            "listen 80 default_server;".to_string(),
+            format!("listen 127.0.0.1:{pn} default_server;"),
+        ),
+        ("listen [::]:80 default_server;".to_string(), String::new()),
+        ("/var/www/html".to_string(), root.display().to_string()),
+    ];
+    let dir = copy("debian-default", "debian", &edits);
+    let site = dir.join("debian-default");
+    let main = dir.join("nginx.conf");
+    std::fs::write(
+        &main,
+        format!(
+            "events {{}}\nerror_log {d}/error.log;\nhttp {{\n  access_log off;\n  include /etc/nginx/mime.types;\n  include {site};\n}}\n",
+            d = dir.display(),
+            site = site.display()
+        ),
+    )
+    .unwrap();
+    let stderr = same_answers(
+        &main,
+        &site,
+        &dir,
+        (pn, pw),
+        &[
+            ("localhost", "/"),
+            ("localhost", "/a.txt"),
+            ("localhost", "/docs/"),
+            ("other.example", "/missing"),
+            ("localhost", "/docs"),
+            ("localhost", "/nothing/"),
+        ],
+    );
+    assert!(
+        stderr.is_empty() || stderr.contains("not translated:"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_documentation_s_proxy_example_converts_and_answers_as_nginx() {
+    if !have_all_or_skip(&["nginx"], "apt-get install nginx-light") {
+        return;
+    }
+    let (up_n, up_w, pn, pw) = (free_port(), free_port(), free_port(), free_port());
+    let data = std::env::temp_dir().join(format!("weir-import-data-{}", std::process::id()));
+    std::fs::create_dir_all(data.join("up1")).unwrap();
+    std::fs::create_dir_all(data.join("images")).unwrap();
+    std::fs::write(data.join("up1/page.html"), "from up1\n").unwrap();
+    std::fs::write(data.join("images/logo.png"), "PNG\n").unwrap();
+    // Two copies: nginx's upstream server on its port, weir's own on another.
+    let edits = |up: u16, front: u16| {
+        vec![
+            ("listen 8080;".to_string(), format!("listen 127.0.0.1:{up};")),
+            ("localhost:8080".to_string(), format!("127.0.0.1:{up}")),
+            (
+                "server {\n    location / {\n        proxy_pass".to_string(),
+                format!("server {{\n    listen 127.0.0.1:{front};\n    location / {{\n        proxy_pass"),
+            ),
+            ("/data".to_string(), data.display().to_string()),
+        ]
+    };
+    let dir_n = copy("docs-beginners-guide.conf", "docs-n", &edits(up_n, pn));
+    let dir_w = copy("docs-beginners-guide.conf", "docs-w", &edits(up_w, pw));
+    let main = dir_n.join("nginx.conf");
+    std::fs::write(
+        &main,
+        format!(
+            "events {{}}\nerror_log {d}/error.log;\nhttp {{\n  access_log off;\n  include /etc/nginx/mime.types;\n  include {d}/docs-beginners-guide.conf;\n}}\n",
+            d = dir_n.display()
+        ),
+    )
+    .unwrap();
+    let (yaml, stderr, ok) = import(&dir_w.join("docs-beginners-guide.conf"));
+    assert!(ok, "{stderr}");
+    let file = dir_w.join("weir.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    check(&file);
+    let _n = nginx(&main, &dir_n);
+    let _w = weir(&file, &dir_w);
+    wait(pn, &dir_n.join("error.log"));
+    wait(pw, &dir_w.join("weir.err"));
+    for path in ["/page.html", "/logo.png", "/missing.png", "/missing"] {
+        assert_eq!(
+            answer(pw, "localhost", path),
+            answer(pn, "localhost", path),
+            "{path}\n{yaml}"
+        );
+    }
+}
+
+#[test]
+fn the_documentation_s_load_balancer_converts_to_an_upstream() {
+    let (yaml, stderr, ok) = import(&Path::new(FIXTURES).join("docs-load-balancing.conf"));
+    assert!(ok, "{stderr}");
+    assert!(yaml.contains("policy: least_conn"), "{yaml}");
+    assert!(yaml.contains("srv3.example.com:80"), "{yaml}");
+    assert!(yaml.contains("upstream: myapp1"), "{yaml}");
+}
+
+#[test]
+fn h5bp_server_configs_convert_check_and_answer_as_nginx() {
+    if !have_all_or_skip(&["nginx"], "apt-get install nginx-light") {
+        return;
+    }
+    let (pn, pw) = (free_port(), free_port());
+    let tag = format!("{}", std::process::id());
+    let public = std::env::temp_dir().join(format!("weir-import-h5bp-www-{tag}"));
+    std::fs::create_dir_all(&public).unwrap();
+    std::fs::write(public.join("index.html"), "<p>example</p>\n").unwrap();
+    std::fs::write(public.join("404.html"), "<p>custom 404</p>\n").unwrap();
+    std::fs::write(public.join(".env"), "SECRET=1\n").unwrap();
+    let logs = std::env::temp_dir().join(format!("weir-import-h5bp-logs-{tag}"));
+    std::fs::create_dir_all(&logs).unwrap();
+    let edits = vec![
+        ("listen 80".to_string(), format!("listen 127.0.0.1:{pn}")),
+        (
+            "listen [::]:80 default_server deferred;".to_string(),
+            String::new(),
+        ),
+        ("listen [::]:80;".to_string(), String::new()),
+        (
+            "/var/www/example.com/public".to_string(),
+            public.display().to_string(),
+        ),
+        ("/var/log/nginx".to_string(), logs.display().to_string()),
+        ("pid /var/run/nginx.pid;".to_string(), String::new()),
+        ("user www-data;".to_string(), String::new()),
+    ];
+    let dir = copy("h5bp", "h5bp", &edits);
+    let conf = dir.join("h5bp/nginx.conf");
+    let stderr = same_answers(
+        &conf,
+        &conf,
+        &dir.join("h5bp"),
+        (pn, pw),
+        &[
+            ("example.com", "/"),
+            ("example.com", "/index.html"),
+            ("example.com", "/missing"),
+            ("example.com", "/.env"),
+            ("www.example.com", "/x?y=1"),
+        ],
+    );
+    // The custom 404 page (h5bp/errors/custom_errors.conf) is weir's too.
+    let yaml = std::fs::read_to_string(dir.join("h5bp/weir.yaml")).unwrap();
+    assert!(yaml.contains("404.html"), "{yaml}");
+    // What was not translated is listed with file and line.
+    assert!(stderr.contains("not translated:"), "{stderr}");
+    assert!(stderr.contains("nginx.conf:"), "{stderr}");
+}
