@@ -13,7 +13,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 /// A CA and the PEM files of certificates it issued.
 pub struct Pki {
     pub dir: PathBuf,
-    ca_cert: rcgen::Certificate,
+    ca_params: CertificateParams,
     ca_key: KeyPair,
     pub ca_der: CertificateDer<'static>,
 }
@@ -43,7 +43,7 @@ impl Pki {
         std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
         Pki {
             dir,
-            ca_cert,
+            ca_params: params,
             ca_key,
             ca_der,
         }
@@ -87,7 +87,8 @@ impl Pki {
             .distinguished_name
             .push(DnType::OrganizationName, "weir tests");
         edit(&mut params);
-        let cert = params.signed_by(&key, &self.ca_cert, &self.ca_key).unwrap();
+        let issuer = rcgen::Issuer::from_params(&self.ca_params, &self.ca_key);
+        let cert = params.signed_by(&key, &issuer).unwrap();
         let cert_path = self.dir.join(format!("{file}.pem"));
         let key_path = self.dir.join(format!("{file}.key"));
         std::fs::write(&cert_path, cert.pem()).unwrap();
