@@ -118,6 +118,14 @@ listeners:
     assert_eq!(hello["action"], "respond 200");
     assert_eq!(hello["methods"], serde_json::json!(["HEAD", "GET"]));
     assert_eq!(d["zones"][0]["zone"], "z");
+    // Bytes both ways per server, and a mean beside the quantiles.
+    for s in servers {
+        assert!(s["sent_bytes"].as_u64().unwrap() > 0, "{s}");
+        assert!(s["received_bytes"].as_u64().is_some(), "{s}");
+    }
+    let mean = d["traffic"]["mean"].as_f64().unwrap();
+    assert!(mean > 0.0, "{mean}");
+    let d = json(admin_addr, "/dashboard.json");
     assert_eq!(
         d["series"]["t"].as_array().unwrap().len(),
         d["series"]["rps"].as_array().unwrap().len()
@@ -138,6 +146,20 @@ listeners:
         fours,
         "b's 404s, a answers 200"
     );
+    // Requests no route matched have their own row.
+    for _ in 0..3 {
+        assert_eq!(common::get(server.addr, "/nowhere").status, 404);
+    }
+    let d = json(admin_addr, "/dashboard.json");
+    let unmatched = d["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["route"] == "(no route matched)")
+        .unwrap()
+        .clone();
+    assert_eq!(unmatched["requests"], 3, "{unmatched}");
+    assert_eq!(unmatched["4xx"], 3, "{unmatched}");
 
     // Drain a: every request goes to b, a's health says drained, readiness still holds.
     let r = admin(
@@ -248,4 +270,39 @@ listeners:
     );
     let total = d["traffic"]["requests"].as_f64().unwrap();
     assert!(total >= 20.0);
+}
+
+/// The certificates a TLS listener serves, with their expiry, on the dashboard.
+#[test]
+fn certificates_are_listed_with_their_expiry() {
+    let pki = common::tlskit::Pki::new("dash-certs");
+    let c = pki.issue(
+        "site",
+        "site.example",
+        &["site.example", "www.site.example"],
+    );
+    let server = common::start_config(&format!(
+        "admin: {{ address: 127.0.0.1:0 }}\nlisteners:\n  - address: 127.0.0.1:0\n    tls: {{ certificates: [ {{ cert: '{}', key: '{}' }} ] }}\n    routes: [ {{ respond: {{ body: ok }} }} ]\n",
+        c.cert.display(),
+        c.key.display()
+    ));
+    let admin_addr = server.handle.as_ref().unwrap().admin_addr().unwrap();
+    let d = json(admin_addr, "/dashboard.json");
+    let certs = d["certificates"].as_array().unwrap();
+    assert_eq!(certs.len(), 1, "{d}");
+    assert_eq!(
+        certs[0]["names"],
+        serde_json::json!(["site.example", "www.site.example"])
+    );
+    assert_eq!(
+        certs[0]["listener"], "127.0.0.1:0",
+        "as configured, like the routes"
+    );
+    assert_eq!(certs[0]["source"], "file");
+    // rcgen's default validity ends in 4096: thousands of days left.
+    assert!(
+        certs[0]["days_left"].as_i64().unwrap() > 300,
+        "{}",
+        certs[0]
+    );
 }

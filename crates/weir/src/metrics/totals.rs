@@ -38,6 +38,30 @@ impl HistTotals {
     /// The `q` quantile as the upper bound of its bucket in seconds, as Prometheus's
     /// `histogram_quantile` reads a bucket without interpolating (`None` without samples;
     /// past the last bound it is the last bound, 5 s, and more).
+    /// The `q` quantile interpolated linearly inside its bucket (from the bucket below's bound,
+    /// or 0), as Prometheus' `histogram_quantile`; `None` without samples, infinite past the
+    /// last bound.
+    pub fn interpolated(&self, q: f64) -> Option<f64> {
+        let total = self.count();
+        if total == 0 {
+            return None;
+        }
+        let rank = (q * total as f64).max(1.0);
+        let mut seen = 0u64;
+        for (i, n) in self.buckets.iter().enumerate() {
+            if *n > 0 && (seen + n) as f64 >= rank {
+                let Some(upper) = DURATION_BUCKETS.get(i).copied() else {
+                    return Some(f64::INFINITY);
+                };
+                let lower = if i == 0 { 0.0 } else { DURATION_BUCKETS[i - 1] };
+                let within = (rank - seen as f64) / *n as f64;
+                return Some(lower + (upper - lower) * within.clamp(0.0, 1.0));
+            }
+            seen += n;
+        }
+        Some(f64::INFINITY)
+    }
+
     pub fn quantile(&self, q: f64) -> Option<f64> {
         let total = self.count();
         if total == 0 {
@@ -143,6 +167,20 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn interpolated_quantiles_fall_inside_their_bucket() {
+        let mut h = HistTotals::default();
+        assert_eq!(h.interpolated(0.5), None);
+        h.buckets[0] = 100; // ≤ 10 µs
+        let p50 = h.interpolated(0.5).unwrap();
+        assert!((p50 - 0.000005).abs() < 1e-9, "{p50}");
+        h.buckets[3] = 100; // 50-100 µs
+        let p99 = h.interpolated(0.99).unwrap();
+        assert!(p99 > 0.00005 && p99 <= 0.0001, "{p99}");
+        h.buckets[17] = 1000; // past 5 s
+        assert_eq!(h.interpolated(0.99), Some(f64::INFINITY));
+    }
 
     #[test]
     fn quantiles_read_bucket_upper_bounds() {

@@ -211,6 +211,7 @@ pub(crate) fn compile(
     };
     let mut listeners = Vec::with_capacity(file.listeners.len());
     let mut acme_all = Vec::new();
+    let mut file_certs = Vec::new();
     // Plain-HTTP listeners answer HTTP-01 when some listener obtains certificates by it.
     let http01 = file.listeners.iter().any(|l| {
         let site_acme = l.sites.iter().filter_map(|s| s.tls.as_ref()?.acme.as_ref());
@@ -271,6 +272,7 @@ pub(crate) fn compile(
             &path,
             (base, registry),
             &mut acme_all,
+            &mut file_certs,
         )?;
         let listener_filters = filters.list(l.filters, &path, &upstream_index, base, None)?;
         let error_pages = crate::actions::error_pages::ErrorPages::compile(
@@ -412,6 +414,7 @@ pub(crate) fn compile(
         upstreams,
         cache_zones,
         acme: acme_all,
+        certificates: file_certs,
         kv_stores: kv_stores.into_values().collect(),
         registry: registry.clone(),
         access_logs,

@@ -24,6 +24,7 @@ pub(super) fn compile(
     path: &str,
     (base, registry): (&BaseDir, &Arc<Registry>),
     acme_all: &mut Vec<Arc<AcmeCerts>>,
+    files: &mut Vec<(String, crate::tls::FileCert)>,
 ) -> Result<Option<Arc<rustls::ServerConfig>>, CompileError> {
     let Some(mut t) = tls else {
         if let Some((key, _)) = sites.certificates.first() {
@@ -53,8 +54,10 @@ pub(super) fn compile(
     t.certificates
         .extend(sites.certificates.into_iter().map(|(_, c)| c));
     acme_all.extend(acme.iter().cloned());
-    let cfg = crate::tls::server_config(&t, &format!("{path}.tls"), base, &registry.tls, acme)
-        .map_err(|(key, message)| (site_key(&key, path, own, &keys), message))?;
+    let (cfg, loaded) =
+        crate::tls::server_config(&t, &format!("{path}.tls"), base, &registry.tls, acme)
+            .map_err(|(key, message)| (site_key(&key, path, own, &keys), message))?;
+    files.extend(loaded.into_iter().map(|f| (path.to_string(), f)));
     if !tcp {
         return Ok(Some(cfg));
     }

@@ -47,6 +47,8 @@ pub struct RuntimeConfig {
     pub cache_zones: Vec<Arc<crate::cache::CacheZone>>,
     /// The certificate state of each listener's `acme:` section.
     pub acme: Vec<Arc<crate::tls::acme::AcmeCerts>>,
+    /// The certificate files listeners serve, with the listener's key (`listeners[0]`).
+    pub certificates: Vec<(String, crate::tls::FileCert)>,
     /// Key-value stores (for /metrics).
     pub kv_stores: Vec<Arc<crate::kv::KvStore>>,
     /// Where the zones and server health came from; a reload compiles against the same one.

@@ -16,6 +16,8 @@ pub(crate) struct Loaded {
     pub key: Arc<CertifiedKey>,
     /// DNS names from the subjectAltName (or the subject's CN when there is none), lowercase.
     pub names: Vec<String>,
+    /// The leaf's expiry (Unix seconds).
+    pub not_after: i64,
 }
 
 /// Reads the PEM certificates of `path` (at least one).
@@ -51,7 +53,7 @@ pub(crate) fn load(
 ) -> Result<Loaded, String> {
     let chain = read_certs(cert)?;
     let private = read_key(key)?;
-    let names = check_leaf(&chain[0], cert, now)?;
+    let (names, not_after) = check_leaf(&chain[0], cert, now)?;
     let certified = CertifiedKey::from_der(chain, private, provider).map_err(|e| match e {
         rustls::Error::InconsistentKeys(_) => format!(
             "key {} does not match certificate {}",
@@ -63,11 +65,16 @@ pub(crate) fn load(
     Ok(Loaded {
         key: Arc::new(certified),
         names,
+        not_after,
     })
 }
 
-/// Checks the leaf's validity period; returns its DNS names.
-fn check_leaf(der: &CertificateDer<'_>, path: &Path, now: i64) -> Result<Vec<String>, String> {
+/// Checks the leaf's validity period; returns its DNS names and its expiry.
+fn check_leaf(
+    der: &CertificateDer<'_>,
+    path: &Path,
+    now: i64,
+) -> Result<(Vec<String>, i64), String> {
     let (_, x509) = x509_parser::parse_x509_certificate(der)
         .map_err(|e| format!("{}: not an X.509 certificate: {e}", path.display()))?;
     let validity = x509.validity();
@@ -100,7 +107,7 @@ fn check_leaf(der: &CertificateDer<'_>, path: &Path, now: i64) -> Result<Vec<Str
             }
         }
     }
-    Ok(names)
+    Ok((names, validity.not_after.timestamp()))
 }
 
 /// The subject of a DER certificate as a string (`CN=client, O=Example`: attributes in certificate order, comma and space between), for

@@ -98,6 +98,14 @@ pub(crate) fn provider() -> CryptoProvider {
     rustls::crypto::aws_lc_rs::default_provider()
 }
 
+/// A certificate file a listener serves, for the dashboard.
+#[derive(Debug, Clone)]
+pub struct FileCert {
+    pub names: Vec<String>,
+    /// Unix seconds.
+    pub not_after: i64,
+}
+
 /// Builds the server config of a listener's `tls:` section at key path `path`; `acme` is the
 /// state of its `acme:` section and of its sites' (from the registry), each serving its names.
 pub(crate) fn server_config(
@@ -106,7 +114,7 @@ pub(crate) fn server_config(
     base: &BaseDir,
     shared: &Shared,
     acme: Vec<Arc<acme::AcmeCerts>>,
-) -> Result<Arc<ServerConfig>, CompileError> {
+) -> Result<(Arc<ServerConfig>, Vec<FileCert>), CompileError> {
     let mut provider = provider();
     if let Some(names) = &t.ciphers {
         let mut chosen = Vec::new();
@@ -244,7 +252,14 @@ pub(crate) fn server_config(
         }
         _ => cfg.send_tls13_tickets = 0,
     }
-    Ok(Arc::new(cfg))
+    let files = loaded
+        .iter()
+        .map(|(l, _, _)| FileCert {
+            names: l.names.clone(),
+            not_after: l.not_after,
+        })
+        .collect();
+    Ok((Arc::new(cfg), files))
 }
 
 /// What stapling certificate `i` fetches: its request, and the responder or file.
