@@ -202,5 +202,95 @@ listeners:
     let bad = common::config_error(
         "listeners:\n  - address: 127.0.0.1:0\n    tls: { acme: { names: [a.weir.test], challenge: dns-01 } }\n    routes: []\n",
     );
+    assert!(bad.contains("acme.dns"), "dns-01 needs its hook: {bad}");
+    let bad = common::config_error(
+        "listeners:\n  - address: 127.0.0.1:0\n    tls: { acme: { names: [a.weir.test], challenge: dns-02 } }\n    routes: []\n",
+    );
     assert!(bad.contains("acme.challenge"), "{bad}");
+}
+
+/// DNS-01 through the `dns.exec` hook: a wildcard certificate, issued by pebble after the hook
+/// set the TXT record in pebble-challtestsrv's DNS, served for names under it, and the record
+/// removed afterwards.
+#[test]
+fn a_wildcard_certificate_is_obtained_by_dns01_through_the_hook() {
+    if !have_all_or_skip(&["pebble", "pebble-challtestsrv"], "apt-get install pebble") {
+        return;
+    }
+    let tls = free_port();
+    let pebble = Pebble::start(free_port(), free_port());
+    let dir = pebble.pki.dir.clone();
+    let calls = dir.join("hook-calls.log");
+    let hook = dir.join("dns-hook.py");
+    std::fs::write(
+        &hook,
+        r#"import json, sys, urllib.request
+port, action, fqdn, value = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+with open(sys.argv[5], "a") as f:
+    f.write(f"{action} {fqdn}\n")
+path, body = ("/set-txt", {"host": fqdn, "value": value}) if action == "present" else ("/clear-txt", {"host": fqdn})
+req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(), method="POST")
+urllib.request.urlopen(req, timeout=10).read()
+"#,
+    )
+    .unwrap();
+    // The hook's own arguments come first, then weir's three (action, FQDN, value), then the
+    // log file: passed through a wrapper that reorders them.
+    let wrapper = dir.join("dns-hook.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec python3 {} {} \"$1\" \"$2\" \"$3\" {}\n",
+            hook.display(),
+            pebble.dns_mgmt,
+            calls.display()
+        ),
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(&wrapper).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&wrapper, perms).unwrap();
+    let file = dir.join("weir-dns01.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            r#"
+listeners:
+  - address: 127.0.0.1:{tls}
+    tls:
+      acme: {{ names: ["*.wild.weir.test"], challenge: dns-01, dns: {{ exec: ["{wrapper}"] }},
+               directory: "{dir_url}", directory_ca: "{ca}", storage: "{storage}", check_every: 1h }}
+    routes:
+      - respond: {{ body: "secure" }}
+"#,
+            wrapper = wrapper.display(),
+            dir_url = pebble.dir_url,
+            ca = pebble.pki.ca_file().display(),
+            storage = dir.join("acme-dns").display(),
+        ),
+    )
+    .unwrap();
+    let log = dir.join("weir-dns01.log");
+    let _weir = weir(&file, &log);
+    let root = pebble.root();
+    let addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
+    let mut serial = None;
+    let took = common::until("a wildcard certificate", Duration::from_secs(90), || {
+        serial = served(addr, "a.wild.weir.test", &root);
+        serial.is_some() || std::fs::read_to_string(&log).unwrap_or_default().contains("ERROR")
+    });
+    assert!(
+        serial.is_some(),
+        "none after {took:?}: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    // One certificate for every name one label under the wildcard.
+    assert_eq!(served(addr, "other.wild.weir.test", &root), serial);
+    let said = std::fs::read_to_string(&calls).unwrap();
+    assert!(said.contains("present _acme-challenge.wild.weir.test."), "{said}");
+    common::until("the record removed", Duration::from_secs(10), || {
+        std::fs::read_to_string(&calls)
+            .unwrap_or_default()
+            .contains("cleanup _acme-challenge.wild.weir.test.")
+    });
 }

@@ -53,10 +53,13 @@ pub struct Acme {
     pub directory: String,
     /// A contact address for the account (`ops@example.com`).
     pub email: Option<String>,
-    /// `http-01` (answered on the plain-HTTP listeners' port 80) or `tls-alpn-01` (answered on
-    /// this listener, port 443).
+    /// `http-01` (answered on the plain-HTTP listeners' port 80), `tls-alpn-01` (answered on
+    /// this listener, port 443), or `dns-01` (a TXT record set through `dns`; the one that
+    /// issues wildcards).
     #[serde(default = "default_acme_challenge")]
     pub challenge: String,
+    /// How `dns-01` sets and removes its TXT records.
+    pub dns: Option<AcmeDns>,
     /// Where the account and certificates are kept.
     #[serde(default = "default_acme_storage")]
     pub storage: String,
@@ -73,6 +76,26 @@ pub struct Acme {
     /// `check_every`.
     #[serde(default = "default_acme_retry")]
     pub retry_after: super::units::Dur,
+}
+
+/// DNS-01's records, set by a command (lego's and acme.sh's `exec` provider): it is run as
+/// `COMMAND... present FQDN VALUE` before the CA is asked to look, and `COMMAND... cleanup FQDN
+/// VALUE` after, where FQDN is `_acme-challenge.<name>.` and VALUE the TXT record's text.
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AcmeDns {
+    /// The command and its first arguments (`[/usr/local/bin/dns-hook, --zone, example.com]`).
+    pub exec: Vec<String>,
+    /// Wait this long after the records are set before the CA looks (DNS propagation).
+    #[serde(default)]
+    pub propagation: super::units::Dur,
+    /// The command's time limit for each call.
+    #[serde(default = "default_hook_timeout")]
+    pub timeout: super::units::Dur,
+}
+
+fn default_hook_timeout() -> super::units::Dur {
+    super::units::Dur(std::time::Duration::from_secs(60))
 }
 
 fn default_acme_directory() -> String {

@@ -102,29 +102,49 @@ pub(super) fn compile_acme(
     if a.names.is_empty() {
         return Err((format!("{path}.names"), "lists no name".into()));
     }
+    if !matches!(a.challenge.as_str(), "http-01" | "tls-alpn-01" | "dns-01") {
+        return Err((
+            format!("{path}.challenge"),
+            format!(
+                "unknown challenge {:?}; known: http-01, tls-alpn-01, dns-01",
+                a.challenge
+            ),
+        ));
+    }
+    let dns01 = a.challenge == "dns-01";
     for (i, n) in a.names.iter().enumerate() {
-        if n.starts_with("*.") {
+        if n.starts_with("*.") && !dns01 {
             return Err((
                 format!("{path}.names[{i}]"),
-                "wildcards need the DNS-01 challenge, which weir does not do; list the names"
+                "wildcards need the DNS-01 challenge (`challenge: dns-01` with `dns: { exec: [...] }`)"
                     .into(),
             ));
         }
-        if n.parse::<std::net::IpAddr>().is_ok() || !n.contains('.') {
+        let bare = n.strip_prefix("*.").unwrap_or(n);
+        if bare.parse::<std::net::IpAddr>().is_ok() || !bare.contains('.') || bare.contains('*') {
             return Err((
                 format!("{path}.names[{i}]"),
                 format!("{n:?} is not a DNS name a CA will issue for"),
             ));
         }
     }
-    if !matches!(a.challenge.as_str(), "http-01" | "tls-alpn-01") {
-        return Err((
-            format!("{path}.challenge"),
-            format!(
-                "unknown challenge {:?}; known: http-01, tls-alpn-01",
-                a.challenge
-            ),
-        ));
+    match (&a.dns, dns01) {
+        (None, true) => {
+            return Err((
+                format!("{path}.dns"),
+                "dns-01 needs `dns: { exec: [command, args...] }`: the command that sets the TXT records".into(),
+            ))
+        }
+        (Some(d), _) if d.exec.is_empty() => {
+            return Err((format!("{path}.dns.exec"), "name the command".into()))
+        }
+        (Some(_), false) => {
+            return Err((
+                format!("{path}.dns"),
+                "only used with `challenge: dns-01`".into(),
+            ))
+        }
+        _ => {}
     }
     if !a.directory.starts_with("https://") {
         return Err((

@@ -133,9 +133,15 @@ impl AcmeCerts {
     }
 
     /// Whether the certificate serves `name`.
+    /// Whether the certificate is for `name`: one of its names, or under a `*.` one by one
+    /// label (RFC 6125, as certificate selection does).
     pub fn serves(&self, name: &str) -> bool {
         let name = name.trim_end_matches('.');
-        self.names.iter().any(|n| n.eq_ignore_ascii_case(name))
+        let parent = name.split_once('.').map(|(_, p)| p);
+        self.names.iter().any(|n| match n.strip_prefix("*.") {
+            Some(suffix) => parent.is_some_and(|p| p.eq_ignore_ascii_case(suffix)),
+            None => n.eq_ignore_ascii_case(name),
+        })
     }
 
     pub fn names(&self) -> &[String] {

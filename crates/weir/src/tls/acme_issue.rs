@@ -1,7 +1,9 @@
 //! One ACME issuance with `instant-acme` (why that crate: `acme.rs`): the account (created
 //! once, its credentials kept in `storage/`), an order for the names, each authorization
-//! answered by HTTP-01 or TLS-ALPN-01 through [`Challenges`](super::acme::Challenges), then
-//! a CSR for a fresh ECDSA P-256 key, the certificate chain, and [`AcmeCerts::install`].
+//! answered by HTTP-01 or TLS-ALPN-01 through [`Challenges`](super::acme::Challenges), or by
+//! DNS-01 through the section's `dns.exec` command (`present` before, `cleanup` after, on every
+//! way out), then a CSR for a fresh ECDSA P-256 key, the certificate chain, and
+//! [`AcmeCerts::install`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,9 +18,53 @@ use super::acme::AcmeCerts;
 
 /// Obtains a certificate for `certs`' names and installs it.
 pub(super) async fn obtain(certs: &AcmeCerts) -> Result<(), String> {
+    // DNS-01 records set by this attempt, removed whatever happens.
+    let mut records = Vec::new();
+    let result = attempt(certs, &mut records).await;
+    if let Some(dns) = &certs.settings.dns {
+        for (fqdn, value) in &records {
+            if let Err(e) = hook(dns, "cleanup", fqdn, value).await {
+                tracing::warn!(fqdn, error = %e, "ACME DNS-01 cleanup failed");
+            }
+        }
+    }
+    result
+}
+
+/// Runs `dns.exec ACTION FQDN VALUE` within `dns.timeout`.
+async fn hook(
+    dns: &crate::config::model::AcmeDns,
+    action: &str,
+    fqdn: &str,
+    value: &str,
+) -> Result<(), String> {
+    let mut cmd = tokio::process::Command::new(&dns.exec[0]);
+    cmd.args(&dns.exec[1..])
+        .args([action, fqdn, value])
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(dns.timeout.0, cmd.output())
+        .await
+        .map_err(|_| format!("{} {action}: timed out", dns.exec[0]))?
+        .map_err(|e| format!("{} {action}: {e}", dns.exec[0]))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        let said = String::from_utf8_lossy(&out.stderr);
+        Err(format!(
+            "{} {action} {fqdn}: {}: {}",
+            dns.exec[0],
+            out.status,
+            said.trim().chars().take(300).collect::<String>()
+        ))
+    }
+}
+
+async fn attempt(certs: &AcmeCerts, records: &mut Vec<(String, String)>) -> Result<(), String> {
     let acct = account(certs).await?;
     let kind = match certs.settings.challenge.as_str() {
         "http-01" => ChallengeType::Http01,
+        "dns-01" => ChallengeType::Dns01,
         _ => ChallengeType::TlsAlpn01,
     };
     let identifiers: Vec<Identifier> = certs
@@ -63,6 +109,19 @@ pub(super) async fn obtain(certs: &AcmeCerts) -> Result<(), String> {
         let name = challenge.identifier().to_string();
         let key_auth = challenge.key_authorization();
         match kind {
+            ChallengeType::Dns01 => {
+                let Some(dns) = &certs.settings.dns else {
+                    return Err("dns-01 without a `dns` section".into());
+                };
+                // `*.example.com` is proved on example.com's record.
+                let fqdn = format!("_acme-challenge.{}.", name.trim_start_matches("*."));
+                let value = key_auth.dns_value();
+                hook(dns, "present", &fqdn, &value).await?;
+                records.push((fqdn, value));
+                if !dns.propagation.0.is_zero() {
+                    tokio::time::sleep(dns.propagation.0).await;
+                }
+            }
             ChallengeType::Http01 => {
                 certs
                     .challenges

@@ -28,11 +28,16 @@ pub struct Pebble {
     config: PathBuf,
     dns_port: u16,
     port: u16,
+    /// pebble-challtestsrv's management API (`/set-txt`, `/clear-txt`).
+    pub dns_mgmt: u16,
 }
 
 impl Pebble {
     pub fn start(http_port: u16, tls_port: u16) -> Pebble {
-        let pki = Pki::new("pebble");
+        // One directory per pebble: tests of one binary run at once.
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let pki = Pki::new(&format!("pebble{n}"));
         let served = pki.issue("pebble", "pebble", &["127.0.0.1", "localhost"]);
         let (port, mgmt, dns_port, chall_mgmt) =
             (free_port(), free_port(), free_port(), free_port());
@@ -65,6 +70,7 @@ impl Pebble {
             config,
             dns_port,
             port,
+            dns_mgmt: chall_mgmt,
         };
         p.start_ca();
         p
