@@ -277,7 +277,10 @@ listeners:
     let mut serial = None;
     let took = common::until("a wildcard certificate", Duration::from_secs(90), || {
         serial = served(addr, "a.wild.weir.test", &root);
-        serial.is_some() || std::fs::read_to_string(&log).unwrap_or_default().contains("ERROR")
+        serial.is_some()
+            || std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("ERROR")
     });
     assert!(
         serial.is_some(),
@@ -287,7 +290,10 @@ listeners:
     // One certificate for every name one label under the wildcard.
     assert_eq!(served(addr, "other.wild.weir.test", &root), serial);
     let said = std::fs::read_to_string(&calls).unwrap();
-    assert!(said.contains("present _acme-challenge.wild.weir.test."), "{said}");
+    assert!(
+        said.contains("present _acme-challenge.wild.weir.test."),
+        "{said}"
+    );
     common::until("the record removed", Duration::from_secs(10), || {
         std::fs::read_to_string(&calls)
             .unwrap_or_default()

@@ -318,3 +318,64 @@ fn h5bp_server_configs_convert_check_and_answer_as_nginx() {
     assert!(stderr.contains("not translated:"), "{stderr}");
     assert!(stderr.contains("nginx.conf:"), "{stderr}");
 }
+
+/// What nginx closes stays closed: `deny` beside `proxy_pass`, `limit_except`, a `deny`
+/// location under a `^~` prefix, and access controls weir cannot translate (`internal`) all
+/// answer 403 from the converted config, served by weir.
+#[test]
+fn access_controls_stay_closed_after_import() {
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("weir-import-closed-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("www/static/private")).unwrap();
+    std::fs::write(dir.join("www/static/private/key.txt"), "secret").unwrap();
+    std::fs::write(dir.join("www/static/open.txt"), "open").unwrap();
+    let conf = dir.join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            r#"server {{
+    listen 127.0.0.1:{port};
+    root {www};
+    location /admin/ {{ allow 10.0.0.0/8; deny all; proxy_pass http://127.0.0.1:9; }}
+    location /api/ {{ limit_except GET {{ deny all; }} return 200 "api"; }}
+    location ^~ /static/ {{ }}
+    location /static/private/ {{ deny all; }}
+    location /internal/ {{ internal; }}
+    location / {{ return 200 "ok\n"; }}
+}}
+"#,
+            www = dir.join("www").display()
+        ),
+    )
+    .unwrap();
+    let (yaml, stderr, ok) = import(&conf);
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("internal"), "listed: {stderr}");
+    let file = dir.join("weir.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    check(&file);
+    let _w = weir(&file, &dir);
+    wait(port, &dir.join("weir.err"));
+    let status = |raw: &str| {
+        let mut s = common::connect(format!("127.0.0.1:{port}").parse().unwrap());
+        common::roundtrip(&mut s, raw.as_bytes())
+    };
+    let get = |path: &str| status(&format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n"));
+    assert_eq!(
+        get("/admin/x").status,
+        403,
+        "deny beside proxy_pass\n{yaml}"
+    );
+    assert_eq!(get("/api/x").text(), "api");
+    let post = status("POST /api/x HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
+    assert_eq!(post.status, 403, "limit_except\n{yaml}");
+    assert_eq!(get("/static/open.txt").text(), "open");
+    assert_eq!(
+        get("/static/private/key.txt").status,
+        403,
+        "deny under ^~\n{yaml}"
+    );
+    assert_eq!(get("/internal/x").status, 403, "internal\n{yaml}");
+    assert_eq!(get("/").text(), "ok\n", "quoted escapes");
+}

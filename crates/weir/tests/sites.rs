@@ -118,6 +118,8 @@ listeners:
         routes:
           - match: {{ path_prefix: /app/ }}
             respond: {{ body: "a app" }}
+          - match: {{ path: /only-get, methods: [GET] }}
+            respond: {{ body: "got" }}
       - hosts: "*.b.example"
         routes:
           - respond: {{ body: "b" }}
@@ -137,9 +139,23 @@ listeners:
     let r = ask("www.a.example", "/app/x");
     assert_eq!((r.status, r.text().as_str()), (200, "a app"));
     assert_eq!(r.header("x-site"), Some("a"), "the site's filter");
-    // A path no route of site a takes: site a's page, not another site's route.
+    // A path no route of site a takes: site a's page, not another site's route, with the
+    // site's filters run on it too.
     let r = ask("a.example", "/other");
     assert_eq!((r.status, r.text().as_str()), (404, "<p>not on a</p>"));
+    assert_eq!(
+        r.header("x-site"),
+        Some("a"),
+        "the site's filter on its 404"
+    );
+    // A method the site's route does not take: 405 with Allow, not the site's 404.
+    let mut s = srv.connect();
+    let r = common::roundtrip(
+        &mut s,
+        b"POST /only-get HTTP/1.1\r\nHost: a.example\r\nContent-Length: 0\r\n\r\n",
+    );
+    assert_eq!(r.status, 405);
+    assert!(r.header("allow").unwrap().contains("GET"));
     assert_eq!(ask("x.b.example", "/app/x").text(), "b");
     assert_eq!(ask("x.b.example", "/").header("x-site"), None);
     let r = ask("b.example", "/");

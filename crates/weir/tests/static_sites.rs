@@ -96,7 +96,7 @@ fn listings_are_off_by_default_and_escaped_when_on() {
     let page = r.text();
     assert!(page.contains("Index of /files/"), "{page}");
     assert!(
-        page.contains("href=\"a.txt\"") && page.contains("href=\"sub/\""),
+        page.contains("href=\"./a.txt\"") && page.contains("href=\"./sub/\""),
         "{page}"
     );
     assert!(

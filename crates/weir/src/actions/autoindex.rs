@@ -33,7 +33,8 @@ const LINK: &AsciiSet = &CONTROLS
     .add(b'?')
     .add(b'`')
     .add(b'\'')
-    .add(b'&');
+    .add(b'&')
+    .add(b':');
 
 struct Entry {
     name: String,
@@ -95,7 +96,7 @@ fn html(entries: &[Entry], shown: &[u8], more: usize) -> Vec<u8> {
             e.size.to_string()
         };
         out.push_str(&format!(
-            "<a href=\"{}{slash}\">{}{slash}</a>  {}  {size}\n",
+            "<a href=\"./{}{slash}\">{}{slash}</a>  {}  {size}\n",
             utf8_percent_encode(&e.name, LINK),
             escape(&e.name),
             date(e.mtime),
@@ -155,12 +156,15 @@ mod tests {
         std::fs::write(dir.join("b.txt"), b"12345").unwrap();
         std::fs::write(dir.join("<script>.txt"), b"x").unwrap();
         std::fs::write(dir.join(".secret"), b"x").unwrap();
+        std::fs::write(dir.join("javascript:alert(1)"), b"x").unwrap();
         let (html, ctype) = listing(&dir, b"/files/", Format::Html).unwrap();
         let html = String::from_utf8(html).unwrap();
         assert_eq!(ctype, "text/html; charset=utf-8");
         assert!(!html.contains("<script>") && html.contains("&lt;script&gt;.txt"));
-        assert!(html.contains("href=\"%3Cscript%3E.txt\""));
+        assert!(html.contains("href=\"./%3Cscript%3E.txt\""));
         assert!(!html.contains("secret"));
+        // A name that reads as a URL scheme stays a relative link.
+        assert!(html.contains("href=\"./javascript%3Aalert(1)\""), "{html}");
         let (z, b) = (html.find("zdir/").unwrap(), html.find("b.txt").unwrap());
         assert!(z < b, "directories first");
         let (json, _) = listing(&dir, b"/files/", Format::Json).unwrap();

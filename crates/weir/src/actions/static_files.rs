@@ -215,6 +215,14 @@ impl StaticFiles {
         if let Some(p) = &self.prefix {
             rel = rel.strip_prefix(&p[..]).unwrap_or(rel);
         }
+        // `$uri` always starts with `/`, as nginx's does (a stripped prefix may take it).
+        let slashed;
+        let uri: &[u8] = if rel.starts_with(b"/") {
+            rel
+        } else {
+            slashed = [b"/", rel].concat();
+            &slashed
+        };
         let Some((last, candidates)) = self.try_files.split_last() else {
             return match self.locate(rel, Some(req)) {
                 Ok(found) => self.answer(req, found, precompressed),
@@ -223,13 +231,13 @@ impl StaticFiles {
         };
         for c in candidates {
             let TryFile::Path(parts) = c else { continue };
-            let p = TryFile::expand(parts, rel);
+            let p = TryFile::expand(parts, uri);
             // A candidate is taken only when it names a file (or, ending in `/`, a directory
             // with its index or a listing); anything else tries the next.
             if let Ok(found) = self.locate(&p, None) {
                 // `$uri/` took a directory the request named without its slash: redirected
                 // to it, as nginx's internal redirect ends.
-                if p.ends_with(b"/") && !req.path().ends_with(b"/") && p.len() == rel.len() + 1 {
+                if !req.path().ends_with(b"/") && p == [uri, b"/"].concat() {
                     return redirect_to_dir(req);
                 }
                 return self.answer(req, found, precompressed);
@@ -238,7 +246,7 @@ impl StaticFiles {
         match last {
             TryFile::Status(s) => canned(*s),
             TryFile::Path(parts) => {
-                let p = TryFile::expand(parts, rel);
+                let p = TryFile::expand(parts, uri);
                 match self.locate(&p, None) {
                     Ok(found) => self.answer(req, found, precompressed),
                     Err(reply) => reply,

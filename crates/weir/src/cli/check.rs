@@ -142,7 +142,7 @@ fn model_warnings(file: &model::File, at: impl Fn(&str) -> String) -> Vec<String
         }
     }
     for (i, l) in file.listeners.iter().enumerate() {
-        if l.routes.is_empty() && l.tcp.is_none() {
+        if l.routes.is_empty() && l.tcp.is_none() && l.sites.is_empty() {
             out.push(format!(
                 "{}: listener {} has no routes: every request gets 404",
                 at(&format!("listeners[{i}]")),

@@ -90,7 +90,12 @@ impl Extra {
     /// Whether `req` from `client` meets every condition.
     pub fn matches(&self, req: &RequestHead, client: &dyn Fn() -> IpAddr) -> bool {
         if let Some(nets) = &self.client {
-            if !nets.contains(client()) {
+            // An IPv4 client behind an IPv6 PROXY header (`::ffff:a.b.c.d`) is an IPv4 one.
+            let ip = match client() {
+                IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+                v4 => v4,
+            };
+            if !nets.contains(ip) {
                 return false;
             }
         }
@@ -210,6 +215,10 @@ mod tests {
         for (raw, client, want) in cases {
             assert_eq!(e.matches(&req(raw), client), want, "{raw}");
         }
+        // An IPv4 client named by an IPv6 PROXY header is the IPv4 one.
+        let mapped = || IpAddr::from(std::net::Ipv4Addr::new(10, 1, 2, 3).to_ipv6_mapped());
+        let raw = "GET /?q=a+b&debug HTTP/1.1\r\nHost: a\r\nCookie: beta=1\r\n\r\n";
+        assert!(e.matches(&req(raw), &mapped));
     }
 
     #[test]

@@ -255,6 +255,12 @@ pub(crate) fn host_patterns(
         if h.is_empty() || !h.chars().all(host_byte) {
             return Err((key.to_string(), format!("{h:?} is not a host name")));
         }
+        if h.starts_with('.') {
+            return Err((
+                key.to_string(),
+                format!("{h:?}: a leading dot is nginx's shorthand; write both names (example.com and *.example.com)"),
+            ));
+        }
         // Compared as requests are: without a trailing dot, without a port.
         let h = match h.strip_suffix('.') {
             Some(bare) if !bare.is_empty() => bare.to_string(),

@@ -124,13 +124,32 @@ impl RouteTable {
                 sites::Item::SiteEnd {
                     path,
                     hosts,
+                    filters: site_filters,
                     error_pages,
                     access_log: site_log,
                 } => {
                     let m = model::Match {
-                        host: model::OneOrMany::Many(hosts),
+                        host: if hosts.is_empty() {
+                            model::OneOrMany::None
+                        } else {
+                            model::OneOrMany::Many(hosts)
+                        },
                         ..Default::default()
                     };
+                    // The site's filters run on its 404s too (its authentication, its headers).
+                    let mut filters = listener_filters.to_vec();
+                    filters.extend(
+                        refs.filters.list(
+                            site_filters
+                                .into_iter()
+                                .map(model::FilterRef::Name)
+                                .collect(),
+                            &path,
+                            refs.upstreams,
+                            base,
+                            None,
+                        )?,
+                    );
                     let (matcher, _) = Matcher::compile(m, &format!("{path}.hosts"))?;
                     out.push(Route {
                         name: format!(
@@ -148,7 +167,7 @@ impl RouteTable {
                             &format!("{path}.access_log"),
                             access_log,
                         )?,
-                        filters: Chain::new(listener_filters.to_vec()),
+                        filters: Chain::new(filters),
                         error_pages: ErrorPages::compile(
                             &error_pages,
                             &format!("{path}.error_pages"),
@@ -318,6 +337,8 @@ impl RouteTable {
                 continue;
             }
             match &r.methods {
+                // A site's own 404 after a route that took the path but not the method: 405.
+                None if allowed.is_some() && matches!(r.action, Action::NotFound) => break,
                 None => return Routed::Found(r),
                 Some(m) if m.contains(&req.method) => return Routed::Found(r),
                 Some(m) => allowed.get_or_insert_with(Vec::new).extend(m.iter()),

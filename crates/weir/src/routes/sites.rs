@@ -77,11 +77,17 @@ pub(crate) fn flatten(
             (false, false) => {}
         }
         let patterns = host_patterns(hosts.clone(), &format!("{key}.hosts"))?;
+        let normal = |h: &str| h.trim_end_matches('.').to_ascii_lowercase();
         for h in &hosts {
-            let bare = h.trim_start_matches("*.");
+            let h = normal(h);
+            // A name, or one standing for a wildcard's names (a label no real name has, so an
+            // earlier exact name never covers it).
+            let probe = match h.strip_prefix('*') {
+                Some(rest) => format!("\u{1}{rest}"),
+                None => h.clone(),
+            };
             if let Some((j, _, _)) = seen.iter().find(|(_, p, names)| {
-                names.iter().any(|n| n.eq_ignore_ascii_case(h))
-                    || (!h.starts_with("*.") && any_host(p, bare.as_bytes()))
+                names.iter().any(|n| normal(n) == h) || any_host(p, probe.as_bytes())
             }) {
                 return Err((
                     format!("{key}.hosts"),
@@ -133,14 +139,13 @@ pub(crate) fn flatten(
             }
             out.routes.push(Item::Route(rkey, Box::new(r)));
         }
-        if !hosts.is_empty() {
-            out.routes.push(Item::SiteEnd {
-                path: key.clone(),
-                hosts: hosts.clone(),
-                error_pages: site.error_pages.clone(),
-                access_log: site.access_log.clone(),
-            });
-        }
+        out.routes.push(Item::SiteEnd {
+            path: key.clone(),
+            hosts: hosts.clone(),
+            filters: shared.clone(),
+            error_pages: site.error_pages.clone(),
+            access_log: site.access_log.clone(),
+        });
         if let Some(tls) = site.tls {
             for (k, mut c) in tls.certificates.into_iter().enumerate() {
                 if c.names.is_empty() {
@@ -169,7 +174,10 @@ pub(crate) enum Item {
     /// site's route (nginx answers from the `server` block the Host chose).
     SiteEnd {
         path: String,
+        /// Empty for the default site (its 404 takes every name left).
         hosts: Vec<String>,
+        /// The site's named filters.
+        filters: Vec<String>,
         error_pages: BTreeMap<String, String>,
         access_log: Option<model::AccessLogSetting>,
     },

@@ -22,6 +22,22 @@ pub(super) struct Scope {
     pub(super) limit_req: Vec<(String, u32, bool)>,
     pub(super) proxy_cache: Option<String>,
     pub(super) proxy_cache_valid: Vec<(String, String)>,
+    /// `allow`/`deny` rules in order (`true`: allow), and whether this level set its own
+    /// (nginx inherits them only into a level that has none).
+    pub(super) access: Vec<(bool, String)>,
+    pub(super) access_own: bool,
+    /// An access control weir cannot translate (`internal`, `auth_request`, ...): every route
+    /// under it answers 403 rather than open what nginx closed.
+    pub(super) fail_closed: Option<String>,
+}
+
+impl Scope {
+    /// The scope a nested level (server, location) starts from.
+    pub(super) fn nested(&self) -> Scope {
+        let mut s = self.clone();
+        s.access_own = false;
+        s
+    }
 }
 /// Directives inherited down to locations; `false` when `d` is none of them.
 pub(super) fn inherited(cx: &mut Ctx, d: &Directive, scope: &mut Scope) -> bool {
@@ -53,6 +69,13 @@ pub(super) fn inherited(cx: &mut Ctx, d: &Directive, scope: &mut Scope) -> bool 
             };
             if d.args.len() < 2 || d.args.iter().any(|x| x.starts_with('=')) {
                 return false;
+            }
+            if !uri.starts_with('/') {
+                cx.skip(
+                    d,
+                    "only a page by path (`/50x.html`) is translated, not a named location or a URL",
+                );
+                return true;
             }
             for code in &d.args[..d.args.len() - 1] {
                 scope.error_pages.insert(code.clone(), uri.clone());
@@ -90,6 +113,29 @@ pub(super) fn inherited(cx: &mut Ctx, d: &Directive, scope: &mut Scope) -> bool 
                 return false;
             }
             scope.limit_req.push((zone, burst, nodelay));
+        }
+        "allow" | "deny" => {
+            if !scope.access_own {
+                scope.access.clear();
+                scope.access_own = true;
+            }
+            scope.access.push((d.name == "allow", a(0)));
+        }
+        "internal"
+        | "auth_request"
+        | "ssl_verify_client"
+        | "secure_link"
+        | "valid_referers"
+        | "satisfy"
+        | "auth_jwt"
+        | "auth_delay"
+        | "auth_basic_user_file_off" => {
+            if d.name == "ssl_verify_client" && a(0) == "off" {
+                return true;
+            }
+            scope.fail_closed = Some(d.name.clone());
+            cx.skip(d, "access control not translated: the routes under it answer 403 (closed, as nginx would be to most clients)");
+            return true;
         }
         "proxy_cache" => {
             scope.proxy_cache = match a(0).as_str() {

@@ -11,12 +11,14 @@ use super::{map, s, Ctx};
 use super::{not_translated, unknown_variable};
 
 /// A `location`: its rank in nginx's precedence (0 exact, 1 `^~`, 2 regex, 3 prefix), its
-/// prefix length, and the route.
+/// prefix (for the ordering), and its routes in order (a `rewrite`'s before the location's, a
+/// `limit_except`'s refusal after).
 pub(super) fn location(
     cx: &mut Ctx,
     d: &Directive,
-    mut scope: Scope,
-) -> Option<(u8, usize, Value)> {
+    scope: &Scope,
+) -> Option<(u8, Option<String>, Vec<Value>)> {
+    let mut scope = scope.nested();
     let mut args = d.args.clone();
     if let [m, r] = args.as_mut_slice() {
         if m.starts_with('~') && regex::Regex::new(r).is_err() {
@@ -37,11 +39,25 @@ pub(super) fn location(
         }
     }
     let (rank, matcher, prefix) = match args.as_slice() {
-        [m, p] if m == "=" => (0, map(vec![("path", s(p))]), None),
-        [m, p] if m == "^~" => (1, map(vec![("path_prefix", s(p))]), Some(p.clone())),
-        [m, r] if m == "~" => (2, map(vec![("path_regex", s(r))]), None),
-        [m, r] if m == "~*" => (2, map(vec![("path_regex", s(&format!("(?i){r}")))]), None),
-        [p] if p.starts_with('/') => (3, prefix_match(p), Some(p.clone())),
+        [m, p] if m == "=" => (0, map(vec![("path", s(&encode_path(p)))]), None),
+        [m, p] if m == "^~" => (
+            1,
+            map(vec![("path_prefix", s(&encode_path(p)))]),
+            Some(encode_path(p)),
+        ),
+        [m, r] if m == "~" || m == "~*" => {
+            if !r.is_ascii() {
+                cx.skip(d, "a regex with non-ASCII letters: weir matches the path percent-encoded, as sent");
+                return None;
+            }
+            let r = if m == "~*" {
+                format!("(?i){r}")
+            } else {
+                r.clone()
+            };
+            (2, map(vec![("path_regex", s(&r))]), None)
+        }
+        [p] if p.starts_with('/') => (3, prefix_match(&encode_path(p)), Some(encode_path(p))),
         [p] if p.starts_with('@') => {
             cx.skip(d, "named locations are not translated");
             return None;
@@ -51,15 +67,22 @@ pub(super) fn location(
             return None;
         }
     };
-    let len = prefix.as_ref().map_or(0, String::len);
-    let mut action: Option<Vec<(Value, Value)>> = None;
+    let mut returned: Option<Vec<(Value, Value)>> = None;
+    let mut proxied: Option<Vec<(Value, Value)>> = None;
     let mut alias = None;
     let mut try_files = None;
-    let mut limit_except = None;
+    let mut limit_except: Option<&Directive> = None;
+    let mut before = Vec::new();
     for x in d.children() {
         match x.name.as_str() {
-            "proxy_pass" => action = proxy_pass(cx, x, prefix.as_deref(), &scope),
-            "return" => action = return_action(cx, x),
+            "proxy_pass" => proxied = proxy_pass(cx, x, prefix.as_deref(), &scope),
+            "return" => {
+                if returned.is_none() {
+                    returned = return_action(cx, x);
+                } else {
+                    cx.skip(x, "a second `return`: the first one answers");
+                }
+            }
             "alias" => {
                 alias = x.args.first().cloned();
                 cx.done();
@@ -68,35 +91,13 @@ pub(super) fn location(
                 try_files = Some(x.args.clone());
                 cx.done();
             }
-            "rewrite" => {
-                if let Some(Value::Mapping(r)) = rewrite(cx, x) {
-                    // A redirect inside a location: only for the location's paths.
-                    action = Some(
-                        r.into_iter()
-                            .filter(|(k, _)| k.as_str() != Some("match"))
-                            .collect(),
-                    );
-                }
-            }
+            // Its own route, before the location's: the regex keeps deciding.
+            "rewrite" => before.extend(rewrite(cx, x)),
             "limit_except" => {
-                limit_except = Some(x.args.clone());
-                if x.children().iter().any(|c| c.name != "deny") {
-                    cx.skip(
-                        x,
-                        "only `deny all` inside limit_except is translated (other methods get 405)",
-                    );
-                } else {
-                    cx.done();
-                }
-            }
-            "location" => cx.skip(x, "nested locations are not translated"),
-            "deny" if x.args.first().map(String::as_str) == Some("all") => {
-                action = Some(vec![(
-                    s("respond"),
-                    map(vec![("status", Value::Number(403.into()))]),
-                )]);
+                limit_except = Some(x);
                 cx.done();
             }
+            "location" => cx.skip(x, "nested locations are not translated"),
             _ => {
                 if !inherited(cx, x, &mut scope) {
                     cx.skip(x, not_translated(&x.name));
@@ -105,17 +106,25 @@ pub(super) fn location(
         }
     }
     let mut route = Mapping::new();
-    route.insert(s("match"), matcher);
-    if let Some(methods) = limit_except {
+    route.insert(s("match"), matcher.clone());
+    if let Some(l) = limit_except {
         if let Some(Value::Mapping(m)) = route.get_mut(s("match")) {
             m.insert(
                 s("methods"),
-                Value::Sequence(methods.iter().map(|x| s(x)).collect()),
+                Value::Sequence(l.args.iter().map(|x| s(x)).collect()),
             );
         }
     }
     let mut filters = location_filters(cx, &scope);
-    match action {
+    // `return` runs before the content phase: it wins over proxy_pass and files.
+    let content = returned.or_else(|| proxied.clone());
+    if content.is_some() && proxied.is_some() && d.children().iter().any(|c| c.name == "return") {
+        cx.skip(
+            d,
+            "both `return` and `proxy_pass`: the `return` answers, as in nginx",
+        );
+    }
+    match content {
         Some(a) => {
             for (k, v) in a {
                 route.insert(k, v);
@@ -154,6 +163,18 @@ pub(super) fn location(
             route.insert(s("cache"), map(cache));
         }
     }
+    // Access: what nginx closes stays closed.
+    match access(&scope) {
+        Access::Open => {}
+        Access::Filter(f) => filters.insert(0, f),
+        Access::Closed(why) => {
+            if let Some(why) = why {
+                cx.skip(d, &why);
+            }
+            close(&mut route);
+            filters.clear();
+        }
+    }
     if !filters.is_empty() {
         route.insert(s("filters"), Value::Sequence(filters));
     }
@@ -165,9 +186,93 @@ pub(super) fn location(
         }
         route.insert(s("error_pages"), Value::Mapping(m));
     }
+    let mut routes = before;
+    routes.push(Value::Mapping(route));
+    // `limit_except M { deny all; }`: the other methods are refused here, not passed on to a
+    // later route.
+    if let Some(l) = limit_except {
+        if l.children().iter().any(|c| c.name != "deny") {
+            cx.skip(l, "allowed addresses inside limit_except are not translated: the other methods get 403 from everyone");
+        }
+        routes.push(map(vec![
+            ("match", matcher),
+            ("respond", map(vec![("status", Value::Number(403.into()))])),
+        ]));
+    }
     cx.done();
-    Some((rank, len, Value::Mapping(route)))
+    Some((rank, prefix, routes))
 }
+
+/// What a scope's `allow`/`deny` rules (and untranslatable access controls) make of its routes.
+pub(super) enum Access {
+    Open,
+    /// An `ip` filter.
+    Filter(Value),
+    /// 403 for everyone, and why (listed) when it is stricter than nginx.
+    Closed(Option<String>),
+}
+
+pub(super) fn access(scope: &Scope) -> Access {
+    if let Some(d) = &scope.fail_closed {
+        return Access::Closed(Some(format!(
+            "`{d}` is not translated: the route answers 403"
+        )));
+    }
+    let rules = &scope.access;
+    let Some(((last_allow, last_who), rest)) = rules.split_last() else {
+        return Access::Open;
+    };
+    let ip_list = |v: &[(bool, String)]| Value::Sequence(v.iter().map(|(_, w)| s(w)).collect());
+    match (last_allow, last_who.as_str()) {
+        (false, "all") if rest.is_empty() => Access::Closed(None),
+        (false, "all") if rest.iter().all(|(a, w)| *a && w != "all") => {
+            Access::Filter(map(vec![("ip", map(vec![("allow", ip_list(rest))]))]))
+        }
+        (true, "all") if rest.iter().all(|(a, w)| !*a && w != "all") => {
+            Access::Filter(map(vec![("ip", map(vec![("deny", ip_list(rest))]))]))
+        }
+        _ if rules.iter().all(|(a, w)| !*a && w != "all") => {
+            Access::Filter(map(vec![("ip", map(vec![("deny", ip_list(rules))]))]))
+        }
+        _ => Access::Closed(Some(
+            "allow/deny rules in an order weir's ip filter cannot keep: the route answers 403"
+                .into(),
+        )),
+    }
+}
+
+/// Makes `route` a 403: its action replaced, its match kept.
+pub(super) fn close(route: &mut Mapping) {
+    for k in [
+        "proxy",
+        "static",
+        "respond",
+        "redirect",
+        "cache",
+        "error_pages",
+    ] {
+        route.remove(s(k));
+    }
+    route.insert(
+        s("respond"),
+        map(vec![("status", Value::Number(403.into()))]),
+    );
+}
+
+/// A location path as weir compares it: percent-encoded as a client sends it (nginx compares
+/// the decoded path).
+fn encode_path(p: &str) -> String {
+    let mut out = String::with_capacity(p.len());
+    for b in p.bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~!$&'()*+,;=:@%".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// `re` without its look-around groups (`(?!...)`, `(?=...)`, `(?<!...)`, `(?<=...)`).
 pub(super) fn without_lookarounds(re: &str) -> String {
     let b = re.as_bytes();
@@ -334,10 +439,14 @@ pub(super) fn proxy_pass(
     };
     let mut p = vec![("upstream", s(&upstream))];
     if let (Some(uri), Some(prefix)) = (uri, prefix) {
-        p.push(("strip_prefix", s(prefix)));
-        if uri != "/" {
-            p.push(("add_prefix", s(uri)));
-        }
+        // nginx replaces the location's prefix with the URI, byte for byte.
+        p.push((
+            "regex_replace",
+            map(vec![
+                ("pattern", s(&format!("^{}", regex::escape(prefix)))),
+                ("replacement", s(&uri.replace('$', "$$"))),
+            ]),
+        ));
     } else if uri.is_some() {
         cx.skip(
             d,

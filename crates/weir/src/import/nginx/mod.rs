@@ -166,7 +166,13 @@ fn http_directive(cx: &mut Ctx, d: &Directive, scope: &mut Scope, root: &mut Map
         "client_max_body_size" => {
             if let Some(v) = d.args.first() {
                 let mut limits = Mapping::new();
-                limits.insert(s("max_body_bytes"), s(&v.to_ascii_lowercase()));
+                // nginx's 0 is "no limit": the largest weir takes.
+                let v = if v == "0" {
+                    "1024g".to_string()
+                } else {
+                    v.to_ascii_lowercase()
+                };
+                limits.insert(s("max_body_bytes"), s(&v));
                 root.insert(s("limits"), Value::Mapping(limits));
                 cx.done();
             }
@@ -200,7 +206,9 @@ fn not_translated(name: &str) -> &'static str {
         | "open_file_cache"
         | "aio"
         | "directio" => "weir decides this itself",
-        "include" => "the file it names was not found",
+        "include" => {
+            "the file it names was not found, or a directory part of it is a glob (not followed)"
+        }
         "types" | "default_type" => "weir types files by their extension itself",
         "access_log" | "log_format" => {
             "write the access log as weir's `access_log:` (docs/config.md#access_log)"

@@ -31,6 +31,10 @@ impl Directive {
 
 /// Includes deeper than this are refused (a file including itself).
 const MAX_DEPTH: usize = 16;
+/// Blocks nested deeper than this are refused (nginx's own configurations nest a few levels).
+const MAX_NESTING: usize = 64;
+/// The largest file read (a configuration, or what an include names).
+const MAX_FILE: u64 = 16 * 1024 * 1024;
 
 /// Parses `path` and what it includes.
 pub fn parse_file(path: &Path) -> Result<Vec<Directive>, String> {
@@ -42,12 +46,20 @@ fn parse_at(path: &Path, main_dir: &Path, depth: usize) -> Result<Vec<Directive>
     if depth > MAX_DEPTH {
         return Err(format!("{}: includes nested too deep", path.display()));
     }
+    let meta =
+        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !meta.is_file() || meta.len() > MAX_FILE {
+        return Err(format!(
+            "{}: not a regular file of at most 16 MiB",
+            path.display()
+        ));
+    }
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let file = std::sync::Arc::new(path.to_path_buf());
     let tokens = tokenize(&text).map_err(|(line, m)| format!("{}:{line}: {m}", path.display()))?;
     let mut pos = 0;
-    let list = block(&tokens, &mut pos, &file, false)?;
+    let list = block(&tokens, &mut pos, &file, 0)?;
     expand_includes(list, path, main_dir, depth)
 }
 
@@ -62,7 +74,11 @@ fn expand_includes(
     for mut d in list {
         if d.name == "include" && d.block.is_none() && d.args.len() == 1 {
             let targets = include_targets(&d.args[0], from, main_dir);
-            if targets.is_empty() && !d.args[0].contains('*') {
+            // A glob in a directory part is not followed: kept, so it is listed.
+            let dir_glob = Path::new(&d.args[0])
+                .parent()
+                .is_some_and(|p| p.to_string_lossy().contains('*'));
+            if dir_glob || (targets.is_empty() && !d.args[0].contains('*')) {
                 out.push(d);
                 continue;
             }
@@ -188,6 +204,9 @@ fn tokenize(text: &str) -> Result<Vec<Token>, (usize, String)> {
                                 }
                                 match n {
                                     '"' | '\'' | '\\' => word.push(n),
+                                    'n' => word.push('\n'),
+                                    't' => word.push('\t'),
+                                    'r' => word.push('\r'),
                                     other => {
                                         word.push('\\');
                                         word.push(other);
@@ -240,8 +259,12 @@ fn block(
     tokens: &[Token],
     pos: &mut usize,
     file: &std::sync::Arc<PathBuf>,
-    nested: bool,
+    depth: usize,
 ) -> Result<Vec<Directive>, String> {
+    let nested = depth > 0;
+    if depth > MAX_NESTING {
+        return Err(format!("{}: blocks nested too deep", file.display()));
+    }
     let mut out = Vec::new();
     let at = |line: usize| format!("{}:{line}", file.display());
     loop {
@@ -285,7 +308,7 @@ fn block(
                         }
                         Some(Token::Open(_)) => {
                             *pos += 1;
-                            let inner = block(tokens, pos, file, true)?;
+                            let inner = block(tokens, pos, file, depth + 1)?;
                             out.push(Directive {
                                 name,
                                 args,

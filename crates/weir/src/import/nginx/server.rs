@@ -6,12 +6,14 @@ use std::collections::BTreeMap;
 use serde_yaml::{Mapping, Value};
 
 use super::http::{inherited, Scope};
-use super::location::{location, location_filters, return_action, rewrite, static_route};
+use super::location::{
+    access, close, location, location_filters, return_action, rewrite, static_route, Access,
+};
 use super::parse::Directive;
 use super::{map, s, Ctx};
 use super::{not_translated, Listen, Server};
 
-pub(super) fn server(cx: &mut Ctx, d: &Directive, mut scope: Scope) -> Server {
+pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
     let mut srv = Server {
         listens: Vec::new(),
         names: Vec::new(),
@@ -21,6 +23,7 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, mut scope: Scope) -> Server {
     };
     let (mut cert, mut key) = (None, None);
     // Inheritance first: a location sees its server's settings wherever they are written.
+    let mut scope = scope.nested();
     for x in d.children() {
         match x.name.as_str() {
             "listen" => {
@@ -84,40 +87,93 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, mut scope: Scope) -> Server {
             _ => {}
         }
     }
-    let mut locations: Vec<(u8, usize, usize, Value)> = Vec::new();
+    let mut locations: Vec<(u8, Option<String>, usize, Vec<Value>)> = Vec::new();
     for (i, x) in d.children().iter().enumerate() {
         if x.name == "location" {
-            if let Some((rank, len, route)) = location(cx, x, scope.clone()) {
-                locations.push((rank, len, i, route));
+            if let Some((rank, prefix, routes)) = location(cx, x, &scope) {
+                locations.push((rank, prefix, i, routes));
             }
         }
     }
-    // nginx's precedence: `=`, then `^~` (longest first), regexes in order, prefixes (longest).
+    // `error_page 50x /50x.html` with `location = /50x.html { root ...; }`: the page is that
+    // location's file.
+    for (code, uri) in scope.error_pages.clone() {
+        let own_root = d.children().iter().find_map(|x| {
+            (x.name == "location" && x.args.len() == 2 && x.args[0] == "=" && x.args[1] == uri)
+                .then(|| {
+                    x.children()
+                        .iter()
+                        .find(|c| c.name == "root")
+                        .and_then(|c| c.args.first().cloned())
+                })
+                .flatten()
+        });
+        if let Some(root) = own_root {
+            srv.error_pages
+                .insert(code, format!("{}{uri}", root.trim_end_matches('/')));
+        }
+    }
+    // nginx's precedence: `=` first; then the longest prefix, unless regexes come first for
+    // it. A linear table keeps that by ranking `^~` prefixes, and plain prefixes nested under
+    // one (nginx would pick the longer one), before the regexes, longest first; then the
+    // regexes in order; then the other prefixes, longest first.
+    let caret: Vec<String> = locations
+        .iter()
+        .filter(|l| l.0 == 1)
+        .filter_map(|l| l.1.clone())
+        .collect();
+    for l in locations.iter_mut() {
+        if l.0 == 3
+            && l.1
+                .as_ref()
+                .is_some_and(|p| caret.iter().any(|c| p.starts_with(c.as_str())))
+        {
+            l.0 = 1;
+        }
+    }
     locations.sort_by(|a, b| {
         a.0.cmp(&b.0).then_with(|| match a.0 {
-            1 | 3 => b.1.cmp(&a.1),
+            1 | 3 => {
+                b.1.as_ref()
+                    .map_or(0, String::len)
+                    .cmp(&a.1.as_ref().map_or(0, String::len))
+            }
             _ => a.2.cmp(&b.2),
         })
     });
     srv.routes = server_level;
     srv.routes
-        .extend(locations.into_iter().map(|(_, _, _, r)| r));
+        .extend(locations.into_iter().flat_map(|(_, _, _, r)| r));
     let has_root_location = srv.routes.iter().any(|r| {
         r.get("match")
             .and_then(|m| m.get("path_prefix"))
             .is_some_and(|p| p.as_str() == Some("/"))
     });
     // nginx serves files from `root` when no location takes a path.
-    if !has_root_location {
+    if !has_root_location && scope.fail_closed.is_some() {
+        srv.routes.push(map(vec![(
+            "respond",
+            map(vec![("status", Value::Number(403.into()))]),
+        )]));
+    } else if !has_root_location {
         if let Some(root) = &scope.root {
             let mut route = static_route(root, &scope, None, false);
-            let filters = location_filters(cx, &scope);
-            if let (Value::Mapping(m), false) = (&mut route, filters.is_empty()) {
-                let mut all = filters;
+            let mut filters = location_filters(cx, &scope);
+            if let Value::Mapping(m) = &mut route {
                 if let Some(Value::Sequence(gz)) = m.remove(s("filters")) {
-                    all.extend(gz);
+                    filters.extend(gz);
                 }
-                m.insert(s("filters"), Value::Sequence(all));
+                match access(&scope) {
+                    Access::Open => {}
+                    Access::Filter(f) => filters.insert(0, f),
+                    Access::Closed(_) => {
+                        close(m);
+                        filters.clear();
+                    }
+                }
+                if !filters.is_empty() {
+                    m.insert(s("filters"), Value::Sequence(filters));
+                }
             }
             srv.routes.push(route);
         }
