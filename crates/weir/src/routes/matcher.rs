@@ -67,11 +67,18 @@ impl Matcher {
             ));
         }
         let check_slash = |key: &str, p: &str| {
-            if p.starts_with('/') {
-                Ok(())
-            } else {
-                Err((format!("{path}.{key}"), format!("{p:?} must start with /")))
+            if !p.starts_with('/') {
+                return Err((format!("{path}.{key}"), format!("{p:?} must start with /")));
             }
+            // Paths are compared as clients send them: a space or a non-ASCII letter arrives
+            // percent-encoded, so written as such it could never match.
+            if p.bytes().any(|b| !b.is_ascii_graphic()) {
+                return Err((
+                    format!("{path}.{key}"),
+                    format!("{p:?}: percent-encode spaces and non-ASCII letters (%20, %D0%BF...), as requests send them"),
+                ));
+            }
+            Ok(())
         };
         let path_match = if let Some(p) = m.path {
             check_slash("path", &p)?;

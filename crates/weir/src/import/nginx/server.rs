@@ -36,7 +36,21 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
                     .args
                     .iter()
                     .filter(|n| !n.is_empty() && *n != "_" && *n != "\"\"")
-                    .cloned()
+                    // nginx's `.example.com` is example.com and its subdomains.
+                    .flat_map(|n| match n.strip_prefix('.') {
+                        Some(bare) => vec![bare.to_string(), format!("*.{bare}")],
+                        None => vec![n.clone()],
+                    })
+                    .filter(|n| {
+                        let regex = n.starts_with('~');
+                        if regex {
+                            cx.out.skipped.push(format!(
+                                "{}: server_name {n}: regex names are not translated",
+                                x.at()
+                            ));
+                        }
+                        !regex
+                    })
                     .collect();
                 cx.done();
             }
