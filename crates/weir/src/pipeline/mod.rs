@@ -27,6 +27,7 @@ pub(crate) mod cache;
 mod client;
 pub(crate) mod context;
 pub(crate) mod downstream;
+mod errors;
 mod failure;
 pub(crate) mod fetch;
 pub(crate) mod forward;
@@ -34,6 +35,7 @@ pub(crate) mod hooks;
 mod kv;
 mod log;
 mod refused;
+pub(crate) use errors::{error_pages, send_error, send_error_page};
 pub(crate) mod subrequest;
 
 use std::future::Future;
@@ -53,7 +55,7 @@ use refused::{respond_for_filter, shield_refusal};
 
 use crate::actions::static_files::{StaticBody, StaticReply};
 use crate::actions::Action;
-use crate::error::{canned_body, Error};
+use crate::error::Error;
 use crate::filters::{phase, Client, Req, Run, Step};
 use crate::routes::Routed;
 use crate::runtime::WorkerRuntime;
@@ -585,69 +587,6 @@ fn fault_injection(head: &RequestHead) {
     if head.path() == b"/__weir_fault/panic" && std::env::var_os("WEIR_FAULT_INJECTION").is_some() {
         panic!("fault injection: a panic while serving a request");
     }
-}
-
-/// Queues the canned response for `status` with extra field `lines`: the one writer of error
-/// replies (`error.rs` says which status an error gets).
-pub(crate) fn send_error<D: Downstream>(
-    d: &mut D,
-    ctx: &mut RequestCtx,
-    head: &RequestHead,
-    status: u16,
-    lines: &[u8],
-    persistence: Persistence,
-) -> Persistence {
-    if let Some(pages) = error_pages(ctx) {
-        if let Some(page) = pages.page(status) {
-            return send_error_page(d, ctx, head, status, lines, page, persistence);
-        }
-    }
-    let body = canned_body(status);
-    let rt = ctx.rt.clone();
-    let mut reply = crate::error::canned(status, body.len(), &rt.cfg.server_line);
-    reply.add_lines(lines);
-    let persistence = send_head(d, ctx, &reply, persistence);
-    if head.method != Method::Head {
-        ctx.bytes_sent += body.len() as u64;
-        d.send_data(&Bytes::from(body));
-    }
-    persistence
-}
-
-/// The error pages of the request's route, else of its listener (`None`: weir's own bodies).
-#[inline]
-pub(crate) fn error_pages(
-    ctx: &RequestCtx,
-) -> Option<std::sync::Arc<crate::actions::error_pages::ErrorPages>> {
-    let l = &ctx.rt.cfg.listeners[ctx.listener];
-    match ctx.route.and_then(|r| l.routes.get(r as usize)) {
-        Some(route) => route.error_pages.clone(),
-        None => l.error_pages.clone(),
-    }
-}
-
-/// Answers `status` with an error page, keeping `lines` (`Allow`, `Retry-After`, ...).
-#[cold]
-pub(crate) fn send_error_page<D: Downstream>(
-    d: &mut D,
-    ctx: &mut RequestCtx,
-    head: &RequestHead,
-    status: u16,
-    lines: &[u8],
-    page: &crate::actions::error_pages::Page,
-    persistence: Persistence,
-) -> Persistence {
-    let rt = ctx.rt.clone();
-    let mut reply = Reply::new(status, Framing::Length(page.body.len() as u64));
-    reply.add_lines(&rt.cfg.server_line);
-    reply.add_lines(&page.type_line);
-    reply.add_lines(lines);
-    let persistence = send_head(d, ctx, &reply, persistence);
-    if head.method != Method::Head {
-        ctx.bytes_sent += page.body.len() as u64;
-        d.send_data(&page.body);
-    }
-    persistence
 }
 
 /// Queues a JSON response (purges).

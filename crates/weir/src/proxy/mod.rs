@@ -1,6 +1,6 @@
 //! The reverse proxy: upstream pools, load balancing, health, and the `proxy` route action.
 //!
-//! * [`upstream`]: a compiled pool — servers with their resolved addresses and shared health
+//! * [`upstream`] (its servers' addresses parsed in `address.rs`): a compiled pool — servers with their resolved addresses and shared health
 //!   state (atomics, because every worker reads and updates it), and the pool's policies.
 //! * [`balance`]: load-balancing policies, one file each, instantiated per worker.
 //! * [`route`]: the compiled `proxy` action — upstream, path rewrites, Host, and its filters
@@ -22,6 +22,7 @@
 //! Relaying between an upstream and a client (streaming both bodies, retries, 1xx, upgrades) is
 //! a pipeline phase: `pipeline/forward.rs`.
 
+mod address;
 pub mod balance;
 pub mod exchange;
 pub mod h2_upstream;
