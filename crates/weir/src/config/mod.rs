@@ -6,6 +6,11 @@
 //! Every error names the file, the line and the key path (`listeners[0].routes[2].match.path`).
 //! Serde errors carry their own position; errors found while compiling look the path up in a
 //! [`locate::LineIndex`] built from the same text.
+//!
+//! `serde_yaml` in this crate is `serde_yaml_ng` (renamed in the workspace's Cargo.toml): the
+//! maintained fork of the deprecated `serde_yaml` 0.9, with the same API and the same error
+//! positions, so nothing here changed with the swap (a 3,000-route file loads in the same time:
+//! the figures are in the issue 36 note).
 
 pub mod assemble;
 mod checks;
