@@ -300,3 +300,127 @@ listeners:
             .contains("cleanup _acme-challenge.wild.weir.test.")
     });
 }
+
+/// RFC 2136 dynamic updates with TSIG, through `examples/acme/dns-nsupdate.sh` (nsupdate) as the
+/// `dns.exec` hook, against Debian's bind9 on loopback: pebble reads the TXT record from bind9,
+/// issues the wildcard, weir serves it, and the record is gone from the zone afterwards.
+#[test]
+fn a_wildcard_certificate_through_rfc2136_updates_to_bind9() {
+    if !have_all_or_skip(
+        &["pebble", "named", "nsupdate", "tsig-keygen", "dig"],
+        "apt-get install pebble bind9 dnsutils",
+    ) {
+        return;
+    }
+    let dns_port = free_port();
+    let dir = std::env::temp_dir().join(format!("weir-bind9-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = Command::new("tsig-keygen")
+        .args(["-a", "hmac-sha256", "weir-acme"])
+        .output()
+        .unwrap();
+    assert!(key.status.success());
+    std::fs::write(dir.join("key.conf"), &key.stdout).unwrap();
+    std::fs::write(
+        dir.join("zone"),
+        "$TTL 60\n@ IN SOA ns.bind9.weir.test. admin.bind9.weir.test. 1 60 60 600 60\n@ IN NS ns.bind9.weir.test.\nns IN A 127.0.0.1\n* IN A 127.0.0.1\n",
+    )
+    .unwrap();
+    let d = dir.display();
+    std::fs::write(
+        dir.join("named.conf"),
+        format!(
+            "options {{ directory \"{d}\"; listen-on port {dns_port} {{ 127.0.0.1; }}; listen-on-v6 {{ none; }}; pid-file \"{d}/named.pid\"; recursion no; dnssec-validation no; }};\ninclude \"{d}/key.conf\";\nzone \"bind9.weir.test\" {{ type primary; file \"{d}/zone\"; allow-update {{ key \"weir-acme\"; }}; }};\n"
+        ),
+    )
+    .unwrap();
+    let _named = Running(
+        Command::new("named")
+            .args(["-g", "-u", "root", "-c"])
+            .arg(dir.join("named.conf"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("named.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let dig = |name: &str, kind: &str| {
+        let out = Command::new("dig")
+            .args([
+                "+short",
+                "-p",
+                &dns_port.to_string(),
+                "@127.0.0.1",
+                name,
+                kind,
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    common::until("bind9 answers", Duration::from_secs(15), || {
+        dig("ns.bind9.weir.test", "A") == "127.0.0.1"
+    });
+    let pebble = Pebble::start_with_dns(free_port(), free_port(), Some(dns_port));
+    let tls = free_port();
+    let hook = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/acme/dns-nsupdate.sh"
+    );
+    let file = dir.join("weir.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            r#"
+listeners:
+  - address: 127.0.0.1:{tls}
+    tls:
+      acme: {{ names: ["*.bind9.weir.test"], challenge: dns-01, dns: {{ exec: ["{hook}"] }},
+               directory: "{dir_url}", directory_ca: "{ca}", storage: "{storage}", check_every: 1h }}
+    routes:
+      - respond: {{ body: "secure" }}
+"#,
+            dir_url = pebble.dir_url,
+            ca = pebble.pki.ca_file().display(),
+            storage = dir.join("acme").display(),
+        ),
+    )
+    .unwrap();
+    let log = dir.join("weir.log");
+    let _weir = Running(
+        Command::new(WEIR)
+            .args(["run", "-c"])
+            .arg(&file)
+            .env("WEIR_NSUPDATE_SERVER", format!("127.0.0.1 {dns_port}"))
+            .env("WEIR_NSUPDATE_KEY", dir.join("key.conf"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let root = pebble.root();
+    let addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
+    let mut serial = None;
+    let took = common::until(
+        "a wildcard certificate via bind9",
+        Duration::from_secs(90),
+        || {
+            serial = served(addr, "www.bind9.weir.test", &root);
+            serial.is_some()
+                || std::fs::read_to_string(&log)
+                    .unwrap_or_default()
+                    .contains("ERROR")
+        },
+    );
+    assert!(
+        serial.is_some(),
+        "none after {took:?}: {}\nnamed: {}",
+        std::fs::read_to_string(&log).unwrap_or_default(),
+        std::fs::read_to_string(dir.join("named.log")).unwrap_or_default()
+    );
+    // The record was added by the hook, then removed once the certificate was issued.
+    common::until("the TXT record removed", Duration::from_secs(15), || {
+        dig("_acme-challenge.bind9.weir.test", "TXT").is_empty()
+    });
+}

@@ -34,6 +34,12 @@ pub struct Pebble {
 
 impl Pebble {
     pub fn start(http_port: u16, tls_port: u16) -> Pebble {
+        Pebble::start_with_dns(http_port, tls_port, None)
+    }
+
+    /// [`Pebble::start`], its validation asking the DNS server on port `dns_server` (a real one, bind9)
+    /// instead of pebble-challtestsrv's.
+    pub fn start_with_dns(http_port: u16, tls_port: u16, dns_server: Option<u16>) -> Pebble {
         // One directory per pebble: tests of one binary run at once.
         static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -72,6 +78,9 @@ impl Pebble {
             port,
             dns_mgmt: chall_mgmt,
         };
+        if let Some(port) = dns_server {
+            p.dns_port = port;
+        }
         p.start_ca();
         p
     }
