@@ -525,6 +525,44 @@ fn least_conn_counts_open_connections() {
     drop(on_b);
 }
 
+/// `active_health: { tcp: true }` marks a server that refuses connections down, so no
+/// connection is sent to it (no retries, no passive health here to hide it).
+#[test]
+fn a_connect_check_takes_a_dead_server_out() {
+    let live = echo_backend();
+    let dead = format!("127.0.0.1:{}", free_port());
+    let srv = common::start_config(&tcp_config(
+        &format!("  b: {{ servers: ['{dead}', '{live}'], retries: {{ attempts: 0 }}, passive_health: {{ max_fails: 0 }}, active_health: {{ tcp: true, interval: 100ms, fall: 1, rise: 1 }} }}\n"),
+        "{ upstream: b }",
+    ));
+    common::until(
+        "the dead server marked down",
+        Duration::from_secs(10),
+        || {
+            // A connection sent to the dead server is closed at once: any error is a miss.
+            (0..6).all(|_| {
+                let Ok(mut s) = TcpStream::connect(srv.addr) else {
+                    return false;
+                };
+                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut got = Vec::new();
+                s.write_all(b"ping").is_ok()
+                    && s.shutdown(Shutdown::Write).is_ok()
+                    && s.read_to_end(&mut got).is_ok()
+                    && got == b"ping"
+            })
+        },
+    );
+    let e = common::config_error(
+        "upstreams: { b: { servers: ['127.0.0.1:9'], active_health: { tcp: true, path: /h } } }\nlisteners: []\n",
+    );
+    assert!(e.contains("upstreams.b.active_health"), "{e}");
+    let e = common::config_error(
+        "upstreams: { b: { servers: ['127.0.0.1:9'], active_health: { interval: 1s } } }\nlisteners: []\n",
+    );
+    assert!(e.contains("upstreams.b.active_health.path"), "{e}");
+}
+
 /// Nothing moving either way for `idle_timeout` closes the connection; traffic keeps it.
 #[test]
 fn an_idle_connection_is_closed() {

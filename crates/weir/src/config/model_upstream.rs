@@ -238,8 +238,12 @@ impl Default for PassiveHealth {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ActiveHealth {
-    /// Path requested with GET.
-    pub path: String,
+    /// Path requested with GET (an HTTP check).
+    pub path: Option<String>,
+    /// A connect check instead: healthy when the server accepts a connection (and completes
+    /// TLS, with `tls`) within `timeout`; for upstreams of TCP listeners.
+    #[serde(default)]
+    pub tcp: bool,
     #[serde(default = "default_check_interval")]
     pub interval: Dur,
     #[serde(default = "default_check_timeout")]

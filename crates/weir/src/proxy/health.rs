@@ -75,7 +75,12 @@ async fn check_loop(u: Arc<Upstream>, i: usize, p: ActivePolicy) {
     let server = &u.servers[i];
     let (mut ok_run, mut fail_run) = (0u32, 0u32);
     loop {
-        let verdict = if u.h2 {
+        let verdict = if p.tcp {
+            super::socket::connect(server, u.tls.as_ref(), p.timeout)
+                .await
+                .map(drop)
+                .map_err(|e| format!("connect: {e}"))
+        } else if u.h2 {
             match super::h2_upstream::check(&u, i, &p.path, p.timeout).await {
                 Ok(status)
                     if p.expect_status

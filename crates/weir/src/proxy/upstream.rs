@@ -140,7 +140,10 @@ pub struct PassivePolicy {
 /// Active health check settings.
 #[derive(Debug, Clone)]
 pub struct ActivePolicy {
+    /// The path of an HTTP check (empty for a connect check).
     pub path: String,
+    /// A connect check (`active_health.tcp`).
+    pub tcp: bool,
     pub interval: Duration,
     pub timeout: Duration,
     pub expect_status: Option<u16>,
@@ -429,10 +432,31 @@ impl Upstream {
         let active = match u.active_health {
             None => None,
             Some(a) => {
-                if !a.path.starts_with('/') {
+                let check_path = match (&a.path, a.tcp) {
+                    (Some(p), false) if p.starts_with('/') => p.clone(),
+                    (Some(_), false) => {
+                        return Err((
+                            format!("{path}.active_health.path"),
+                            "must start with /".into(),
+                        ))
+                    }
+                    (None, true) => String::new(),
+                    (Some(_), true) => return Err((
+                        format!("{path}.active_health"),
+                        "give `path` (an HTTP check) or `tcp: true` (a connect check), not both"
+                            .into(),
+                    )),
+                    (None, false) => {
+                        return Err((
+                            format!("{path}.active_health.path"),
+                            "the path requested (or `tcp: true` for a connect check)".into(),
+                        ))
+                    }
+                };
+                if a.tcp && h2 {
                     return Err((
-                        format!("{path}.active_health.path"),
-                        "must start with /".into(),
+                        format!("{path}.active_health.tcp"),
+                        "an HTTP/2 upstream is checked over HTTP/2: give `path`".into(),
                     ));
                 }
                 if a.rise == 0 || a.fall == 0 || a.interval.0.is_zero() {
@@ -442,7 +466,8 @@ impl Upstream {
                     ));
                 }
                 Some(ActivePolicy {
-                    path: a.path,
+                    path: check_path,
+                    tcp: a.tcp,
                     interval: a.interval.0,
                     timeout: a.timeout.0,
                     expect_status: a.expect_status,
