@@ -251,25 +251,14 @@ urllib.request.urlopen(req, timeout=10).read()
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(&wrapper, perms).unwrap();
     let file = dir.join("weir-dns01.yaml");
-    std::fs::write(
-        &file,
-        format!(
-            r#"
-listeners:
-  - address: 127.0.0.1:{tls}
-    tls:
-      acme: {{ names: ["*.wild.weir.test"], challenge: dns-01, dns: {{ exec: ["{wrapper}"] }},
-               directory: "{dir_url}", directory_ca: "{ca}", storage: "{storage}", check_every: 1h }}
-    routes:
-      - respond: {{ body: "secure" }}
-"#,
-            wrapper = wrapper.display(),
-            dir_url = pebble.dir_url,
-            ca = pebble.pki.ca_file().display(),
-            storage = dir.join("acme-dns").display(),
-        ),
-    )
-    .unwrap();
+    let config = dns01_config(
+        tls,
+        "*.wild.weir.test",
+        &wrapper.display().to_string(),
+        &pebble,
+        &dir.join("acme-dns"),
+    );
+    std::fs::write(&file, config).unwrap();
     let log = dir.join("weir-dns01.log");
     let _weir = weir(&file, &log);
     let root = pebble.root();
@@ -368,24 +357,8 @@ fn a_wildcard_certificate_through_rfc2136_updates_to_bind9() {
         "/../../examples/acme/dns-nsupdate.sh"
     );
     let file = dir.join("weir.yaml");
-    std::fs::write(
-        &file,
-        format!(
-            r#"
-listeners:
-  - address: 127.0.0.1:{tls}
-    tls:
-      acme: {{ names: ["*.bind9.weir.test"], challenge: dns-01, dns: {{ exec: ["{hook}"] }},
-               directory: "{dir_url}", directory_ca: "{ca}", storage: "{storage}", check_every: 1h }}
-    routes:
-      - respond: {{ body: "secure" }}
-"#,
-            dir_url = pebble.dir_url,
-            ca = pebble.pki.ca_file().display(),
-            storage = dir.join("acme").display(),
-        ),
-    )
-    .unwrap();
+    let config = dns01_config(tls, "*.bind9.weir.test", hook, &pebble, &dir.join("acme"));
+    std::fs::write(&file, config).unwrap();
     let log = dir.join("weir.log");
     let _weir = Running(
         Command::new(WEIR)
@@ -423,4 +396,23 @@ listeners:
     common::until("the TXT record removed", Duration::from_secs(15), || {
         dig("_acme-challenge.bind9.weir.test", "TXT").is_empty()
     });
+}
+
+/// A TLS listener on `tls` with a DNS-01 certificate for `name` from `pebble`, its records set by
+/// `hook`, answering "secure".
+fn dns01_config(tls: u16, name: &str, hook: &str, pebble: &Pebble, storage: &Path) -> String {
+    format!(
+        r#"
+listeners:
+  - address: 127.0.0.1:{tls}
+    tls:
+      acme: {{ names: ["{name}"], challenge: dns-01, dns: {{ exec: ["{hook}"] }},
+               directory: "{dir_url}", directory_ca: "{ca}", storage: "{storage}", check_every: 1h }}
+    routes:
+      - respond: {{ body: "secure" }}
+"#,
+        dir_url = pebble.dir_url,
+        ca = pebble.pki.ca_file().display(),
+        storage = storage.display(),
+    )
 }

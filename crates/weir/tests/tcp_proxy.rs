@@ -69,6 +69,19 @@ fn send_all_read_all(s: &mut TcpStream, data: &[u8]) -> Vec<u8> {
     got.join().unwrap().unwrap()
 }
 
+/// A new connection to `addr` is closed before any byte arrives (a reset or an end, whichever
+/// the client sees).
+fn assert_closed_without_a_byte(addr: SocketAddr, what: &str) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let r = s.read(&mut [0u8; 1]);
+    assert!(
+        matches!(r, Ok(0))
+            || matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "{what}: {r:?}"
+    );
+}
+
 fn pattern(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 31 % 251) as u8).collect()
 }
@@ -372,16 +385,7 @@ fn the_upstream_connection_cap_holds() {
     let mut got = [0u8; 4];
     first.read_exact(&mut got).unwrap();
     // Over the cap: closed without a byte (a reset or an end, whichever the client sees).
-    let mut second = TcpStream::connect(srv.addr).unwrap();
-    second
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let r = second.read(&mut [0u8; 1]);
-    assert!(
-        matches!(r, Ok(0))
-            || matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
-        "over the cap: {r:?}"
-    );
+    assert_closed_without_a_byte(srv.addr, "over the cap");
     assert_eq!(send_all_read_all(&mut first, b"!"), b"!");
     common::until("the place is free again", Duration::from_secs(5), || {
         let mut third = TcpStream::connect(srv.addr).unwrap();
@@ -414,16 +418,7 @@ fn a_reload_keeps_the_cap_s_count() {
     )
     .unwrap();
     handle.reload(cfg).unwrap();
-    let mut second = TcpStream::connect(srv.addr).unwrap();
-    second
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let r = second.read(&mut [0u8; 1]);
-    assert!(
-        matches!(r, Ok(0))
-            || matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
-        "over the cap after a reload: {r:?}"
-    );
+    assert_closed_without_a_byte(srv.addr, "over the cap after a reload");
     assert_eq!(send_all_read_all(&mut first, b"!"), b"!");
 }
 
