@@ -337,6 +337,8 @@ pub fn field_safe(v: &[u8]) -> bool {
 /// `fmt` machinery cost ~500 instructions per proxied request (callgrind).
 pub fn format_ip(ip: std::net::IpAddr, buf: &mut [u8; 64]) -> &[u8] {
     match ip {
+        // A unix socket's client (`runtime::UNIX_PEER`), written as nginx writes it.
+        std::net::IpAddr::V4(a) if a.is_unspecified() => b"unix:",
         std::net::IpAddr::V4(a) => {
             let mut n = 0;
             for (i, octet) in a.octets().iter().enumerate() {

@@ -172,3 +172,59 @@ fn sigusr2_starts_the_new_binary_which_takes_over() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A unix listener's socket crosses the upgrade too: the new process serves on the same file
+/// (the old one, draining, leaves it in place), and removes it when it stops.
+#[test]
+fn a_unix_listener_crosses_the_upgrade() {
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("weir-upgrade-unix-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("upgrade.sock");
+    let http = dir.join("http.sock");
+    let config = |body: &str| {
+        format!(
+            "workers: 2\nlisteners:\n  - address: 127.0.0.1:{port}\n    routes:\n      - respond: {{ body: {body} }}\n  - address: \"unix:{}\"\n    unix_mode: \"0600\"\n    routes:\n      - respond: {{ body: unix-{body} }}\n",
+            http.display()
+        )
+    };
+    let ask = |path: &std::path::Path| {
+        let mut s = std::os::unix::net::UnixStream::connect(path).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        common::read_response_to(&mut s, false).text()
+    };
+    let start = |cfg: &std::path::Path| {
+        let mut cmd = Command::new(WEIR);
+        cmd.args(["run", "-c"])
+            .arg(cfg)
+            .arg("--upgrade-socket")
+            .arg(&socket);
+        spawn_serving(cmd)
+    };
+    let (mut old, _) = start(&write_config("upgrade-unix-old", &config("old")));
+    assert_eq!(ask(&http), "unix-old");
+    use std::os::unix::fs::MetadataExt;
+    let inode = std::fs::metadata(&http).unwrap().ino();
+    let (mut new, _) = start(&write_config("upgrade-unix-new", &config("new")));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while old.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the old weir did not drain and exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        std::fs::metadata(&http).unwrap().ino(),
+        inode,
+        "the same socket file, not a new one"
+    );
+    assert_eq!(ask(&http), "unix-new");
+    signal(&new, "-TERM");
+    assert!(new.wait().unwrap().success());
+    assert!(!http.exists(), "the last process removes the socket file");
+    let _ = std::fs::remove_dir_all(&dir);
+}

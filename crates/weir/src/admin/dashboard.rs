@@ -57,7 +57,7 @@ pub(super) fn dashboard(cfg: &RuntimeConfig, generation: u64) -> (u16, String) {
         .iter()
         .filter(|l| !l.admin)
         .flat_map(|l| {
-            let listener = l.address.to_string();
+            let listener = l.shown();
             let zone = |i: usize| {
                 cfg.cache_zones
                     .get(i)
@@ -157,7 +157,7 @@ pub(super) fn dashboard(cfg: &RuntimeConfig, generation: u64) -> (u16, String) {
         cfg.listeners
             .iter()
             .find(|l| l.key == format!("{key}.address"))
-            .map_or_else(|| key.to_string(), |l| l.address.to_string())
+            .map_or_else(|| key.to_string(), |l| l.shown())
     };
     let mut certificates: Vec<Value> = cfg
         .certificates

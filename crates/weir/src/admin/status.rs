@@ -11,7 +11,7 @@ pub(super) fn status(cfg: &RuntimeConfig, generation: u64) -> (u16, String) {
         .iter()
         .map(|l| {
             serde_json::json!({
-                "address": l.address.to_string(),
+                "address": l.shown(),
                 "admin": l.admin,
                 "tls": l.tls.is_some(),
             })

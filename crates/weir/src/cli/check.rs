@@ -54,11 +54,15 @@ pub fn check(args: &CheckArgs) -> ExitCode {
     if !args.no_bind {
         let mut failed = false;
         for l in &cfg.listeners {
-            if let Err(e) = crate::server::check_bind(l.address) {
+            let bindable = match &l.unix {
+                Some(u) => crate::server::check_bind_unix(u),
+                None => crate::server::check_bind(l.address),
+            };
+            if let Err(e) = bindable {
                 eprintln!(
                     "weir: {name}: {}: cannot bind {}: {e}",
                     l.origin(),
-                    l.address
+                    l.shown()
                 );
                 failed = true;
             }
@@ -181,11 +185,7 @@ fn catches_all(r: &model::Route) -> bool {
 }
 
 pub(super) fn summary(cfg: &RuntimeConfig) -> String {
-    let listeners: Vec<String> = cfg
-        .listeners
-        .iter()
-        .map(|l| l.address.to_string())
-        .collect();
+    let listeners: Vec<String> = cfg.listeners.iter().map(|l| l.shown()).collect();
     format!(
         "{} worker(s), listeners: {}",
         cfg.workers,

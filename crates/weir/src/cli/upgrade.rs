@@ -9,19 +9,18 @@
 //! the old one keeps serving.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::server::{handoff, SharedSockets};
+use crate::server::{handoff, Endpoint, ListenSocket, SharedSockets};
 
 /// A hand-over in progress, on the new process's side.
 #[derive(Debug)]
 pub struct TakeOver {
     stream: UnixStream,
-    pub sockets: Vec<(SocketAddr, TcpListener)>,
+    pub sockets: Vec<(Endpoint, ListenSocket)>,
 }
 
 /// Takes the listening sockets of the weir serving at `path`, if one does. `Ok(None)`: nobody
@@ -104,9 +103,9 @@ fn hand_over(conn: &UnixStream, sockets: &SharedSockets) -> std::io::Result<bool
                 "shutting down: no sockets to hand over",
             ));
         }
-        let fds: Vec<(SocketAddr, RawFd)> = held
+        let fds: Vec<(Endpoint, RawFd)> = held
             .iter()
-            .map(|b| (b.addr, b.socket.as_raw_fd()))
+            .map(|b| (b.endpoint.clone(), b.socket.as_raw_fd()))
             .collect();
         handoff::send(conn, &fds)?;
     }

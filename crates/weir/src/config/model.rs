@@ -371,8 +371,11 @@ impl Default for Timeouts {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Listener {
-    /// `host:port` to bind; port 0 picks a free port.
+    /// `host:port` to bind (port 0 picks a free port), or `unix:/absolute/path` for a unix
+    /// socket.
     pub address: String,
+    /// A unix listener's file permissions, in octal (`"0660"`); default: what the umask leaves.
+    pub unix_mode: Option<String>,
     /// Let the kernel hand over connections only once their first bytes arrived
     /// (TCP_DEFER_ACCEPT); turn off for clients that connect and wait for the server to speak.
     /// Default: on, but off on `tcp:` listeners (SMTP, MySQL and such speak first).

@@ -144,6 +144,8 @@ fn prior(head: &RequestHead, name: &[u8], trusted: bool) -> Vec<u8> {
 /// The `for=` node of RFC 7239: IPv6 addresses are quoted and bracketed.
 pub fn node(ip: std::net::IpAddr) -> String {
     match ip {
+        // A unix socket's client (`runtime::UNIX_PEER`): RFC 7239's "unknown" node.
+        std::net::IpAddr::V4(a) if a.is_unspecified() => "unknown".into(),
         std::net::IpAddr::V4(a) => a.to_string(),
         std::net::IpAddr::V6(a) => format!("\"[{a}]\""),
     }
@@ -220,8 +222,12 @@ mod tests {
         );
         assert_eq!(dropped, ["X-Forwarded-For", "Forwarded"]);
         assert_eq!(node("::1".parse().unwrap()), "\"[::1]\"");
+        // A unix socket's client (`runtime::UNIX_PEER`) is written as nginx writes it.
+        let mut buf = [0u8; 64];
+        assert_eq!(format_ip("0.0.0.0".parse().unwrap(), &mut buf), b"unix:");
+        assert_eq!(node("0.0.0.0".parse().unwrap()), "unknown");
         for ip in [
-            "0.0.0.0",
+            "0.0.0.1",
             "10.1.22.255",
             "192.168.100.9",
             "::1",

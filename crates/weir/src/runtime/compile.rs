@@ -224,17 +224,21 @@ pub(crate) fn compile(
     });
     for (i, l) in file.listeners.into_iter().enumerate() {
         let path = format!("listeners[{i}]");
-        let address = resolve(&l.address).map_err(|m| (format!("{path}.address"), m))?;
-        if listeners
-            .iter()
-            .any(|x: &ListenerConfig| x.address == address && address.port() != 0)
-        {
+        let unix = unix_listen(&l, &path)?;
+        let address = match &unix {
+            Some(_) => super::UNIX_PEER,
+            None => resolve(&l.address).map_err(|m| (format!("{path}.address"), m))?,
+        };
+        if let Some(twice) = listeners.iter().find(|x: &&ListenerConfig| match &unix {
+            Some(u) => x.unix.as_deref() == Some(u),
+            None => x.unix.is_none() && x.address == address && address.port() != 0,
+        }) {
             return Err((
                 format!("{path}.address"),
-                format!("{address} is listed twice"),
+                format!("{} is listed twice", twice.shown()),
             ));
         }
-        let defer_secs = if l.defer_accept.unwrap_or(l.tcp.is_none()) {
+        let defer_secs = if unix.is_none() && l.defer_accept.unwrap_or(l.tcp.is_none()) {
             super::defer_secs(timeouts.header)
         } else {
             0
@@ -297,8 +301,9 @@ pub(crate) fn compile(
             routes.prepend_acme(registry.acme_challenges.clone(), log);
         }
         listeners.push(ListenerConfig {
-            id: listener_id(&listeners, address, false),
+            id: listener_id(&listeners, address, false, unix.as_deref()),
             address,
+            unix,
             admin: false,
             defer_secs,
             routes: Arc::new(routes),
@@ -344,8 +349,9 @@ pub(crate) fn compile(
         };
         admin_settings = Some(settings);
         listeners.push(ListenerConfig {
-            id: listener_id(&listeners, address, true),
+            id: listener_id(&listeners, address, true, None),
             address,
+            unix: None,
             admin: true,
             defer_secs: 0,
             routes: Arc::new(RouteTable::admin(log)),
@@ -463,16 +469,81 @@ fn check_http2(h: model::Http2) -> Result<model::Http2, CompileError> {
 }
 
 /// The id of a listener on `address` added after `before`.
-fn listener_id(before: &[ListenerConfig], address: SocketAddr, admin: bool) -> super::ListenerId {
+fn listener_id(
+    before: &[ListenerConfig],
+    address: SocketAddr,
+    admin: bool,
+    unix: Option<&super::UnixListen>,
+) -> super::ListenerId {
+    let unix = unix.map_or(0, |u| {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        u.path.hash(&mut h);
+        h.finish() | 1
+    });
     let nth = before
         .iter()
-        .filter(|l| l.address == address && l.admin == admin)
+        .filter(|l| l.address == address && l.admin == admin && l.id.unix == unix)
         .count();
     super::ListenerId {
         address,
         admin,
         nth,
+        unix,
     }
+}
+
+/// A unix listener's socket file (`address: unix:/path`, `unix_mode`), checked; `None` for a
+/// TCP listener.
+fn unix_listen(
+    l: &model::Listener,
+    path: &str,
+) -> Result<Option<Arc<super::UnixListen>>, CompileError> {
+    let Some(file) = l.address.trim().strip_prefix("unix:") else {
+        if l.unix_mode.is_some() {
+            return Err((
+                format!("{path}.unix_mode"),
+                "only a unix listener (`address: unix:/path`) has a file mode".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let key = format!("{path}.address");
+    if !file.starts_with('/') {
+        return Err((
+            key,
+            format!("{file:?}: a unix socket's path must be absolute"),
+        ));
+    }
+    // sun_path holds 108 bytes with the terminating NUL.
+    if file.len() > 107 {
+        return Err((
+            key,
+            format!("{file:?}: a unix socket's path is at most 107 bytes"),
+        ));
+    }
+    if l.defer_accept == Some(true) {
+        return Err((
+            format!("{path}.defer_accept"),
+            "TCP_DEFER_ACCEPT is for TCP listeners, not unix sockets".into(),
+        ));
+    }
+    let mode = match &l.unix_mode {
+        None => None,
+        Some(m) => match u32::from_str_radix(m.trim(), 8) {
+            Ok(v) if v <= 0o777 => Some(v),
+            _ => {
+                return Err((
+                    format!("{path}.unix_mode"),
+                    format!("{m:?} is not a file mode in octal (\"0660\")"),
+                ))
+            }
+        },
+    };
+    Ok(Some(Arc::new(super::UnixListen {
+        path: file.into(),
+        mode,
+    })))
 }
 
 /// `host:port`, `[v6]:port`, `:port` (all IPv4 interfaces) or `name:port` (resolved now).

@@ -131,13 +131,33 @@ pub struct ListenerId {
     pub address: SocketAddr,
     pub admin: bool,
     pub nth: usize,
+    /// A unix listener's path, hashed (0: a TCP listener); its `address` is [`UNIX_PEER`].
+    pub unix: u64,
+}
+
+/// The stand-in address of a unix listener and of its clients, which have no IP address:
+/// `0.0.0.0:0`, which no TCP peer can have. Logs and `$remote_addr` write it `unix:`, as nginx
+/// does (`vars::format_ip`).
+pub const UNIX_PEER: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
+
+/// A unix listener's socket file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnixListen {
+    pub path: std::path::PathBuf,
+    /// Permissions given to the socket file after binding (`unix_mode`); `None`: what the
+    /// umask leaves of 0777.
+    pub mode: Option<u32>,
 }
 
 /// One listening socket and its routes.
 #[derive(Debug)]
 pub struct ListenerConfig {
     pub id: ListenerId,
+    /// The TCP address ([`UNIX_PEER`] on a unix listener).
     pub address: SocketAddr,
+    /// Listening on a unix socket instead (`address: unix:/path`).
+    pub unix: Option<Arc<UnixListen>>,
     /// TCP_DEFER_ACCEPT on the listening socket, in seconds (0: off). The kernel holds a silent
     /// connection exactly this long when it is 2^n - 1 ([`defer_secs`]); weir then gives it
     /// `timeouts.header` minus this, so a client that sends nothing is closed at
@@ -184,6 +204,14 @@ impl RuntimeConfig {
 }
 
 impl ListenerConfig {
+    /// The address as the config wrote it: `host:port` or `unix:/path`.
+    pub fn shown(&self) -> String {
+        match &self.unix {
+            Some(u) => format!("unix:{}", u.path.display()),
+            None => self.address.to_string(),
+        }
+    }
+
     /// `line 9: listeners[0].address` (or the key alone when the line is unknown).
     pub fn origin(&self) -> String {
         match self.line {

@@ -66,7 +66,7 @@ impl WorkerRuntime {
                 let listener = if l.admin {
                     "admin".to_string()
                 } else {
-                    l.address.to_string()
+                    l.shown()
                 };
                 std::iter::once(metrics.route(&listener, "-"))
                     .chain(l.routes.iter().map(|r| metrics.route(&listener, &r.name)))

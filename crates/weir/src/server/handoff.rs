@@ -1,7 +1,8 @@
 //! Listening sockets handed from a running weir to its replacement over a unix socket, for
 //! binary upgrades without refused connections (HAProxy's `-x`, Pingora's upgrade).
 //!
-//! The old process sends one message: a text header naming each socket's address, and the
+//! The old process sends one message: a text header naming each socket's address (`host:port`,
+//! or `unix:/path` for a unix listener), and the
 //! sockets themselves as `SCM_RIGHTS` ancillary data. The new process listens on the very same
 //! sockets (they are shared, not re-bound), so a connection waiting in an accept queue during the
 //! switch is accepted by whichever process gets to it first. Hand-written (about 100 lines of
@@ -9,16 +10,17 @@
 //! process-restart framework or an old `nix`.
 
 use std::io;
-use std::net::{SocketAddr, TcpListener};
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
+
+use super::listener::{Endpoint, ListenSocket};
 
 /// Most sockets one message carries (the kernel's SCM_MAX_FD is 253).
 pub const MAX_SOCKETS: usize = 250;
 const MAGIC: &str = "weir-listeners v1";
 
 /// Sends `sockets` over `stream`.
-pub fn send(stream: &UnixStream, sockets: &[(SocketAddr, RawFd)]) -> io::Result<()> {
+pub fn send(stream: &UnixStream, sockets: &[(Endpoint, RawFd)]) -> io::Result<()> {
     if sockets.len() > MAX_SOCKETS {
         return Err(io::Error::other(format!(
             "{} listening sockets: at most {MAX_SOCKETS} can be handed over",
@@ -79,7 +81,7 @@ pub fn send(stream: &UnixStream, sockets: &[(SocketAddr, RawFd)]) -> io::Result<
 }
 
 /// Receives the sockets sent by [`send`].
-pub fn receive(stream: &UnixStream) -> io::Result<Vec<(SocketAddr, TcpListener)>> {
+pub fn receive(stream: &UnixStream) -> io::Result<Vec<(Endpoint, ListenSocket)>> {
     let mut payload = vec![0u8; 64 * 1024];
     let mut iov = libc::iovec {
         iov_base: payload.as_mut_ptr() as *mut libc::c_void,
@@ -117,7 +119,7 @@ pub fn receive(stream: &UnixStream) -> io::Result<Vec<(SocketAddr, TcpListener)>
                 let len = (*cmsg).cmsg_len as usize - (data as usize - cmsg as usize);
                 for i in 0..len / std::mem::size_of::<RawFd>() {
                     let fd = std::ptr::read_unaligned((data as *const RawFd).add(i));
-                    fds.push(TcpListener::from_raw_fd(fd));
+                    fds.push(OwnedFd::from_raw_fd(fd));
                 }
             }
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
@@ -133,11 +135,9 @@ pub fn receive(stream: &UnixStream) -> io::Result<Vec<(SocketAddr, TcpListener)>
             "the running weir does not speak this version's hand-over (upgrade it by a restart)",
         ));
     }
-    let addrs: Vec<SocketAddr> = lines
-        .map(|l| {
-            l.parse()
-                .map_err(|_| io::Error::other(format!("bad address {l:?}")))
-        })
+    // A unix listener's path comes as `unix:/path` (an older weir never sends one).
+    let addrs: Vec<Endpoint> = lines
+        .map(|l| l.parse().map_err(io::Error::other))
         .collect::<Result<_, _>>()?;
     if addrs.len() != fds.len() {
         return Err(io::Error::other(format!(
@@ -146,10 +146,21 @@ pub fn receive(stream: &UnixStream) -> io::Result<Vec<(SocketAddr, TcpListener)>
             fds.len()
         )));
     }
-    for l in &fds {
-        l.set_nonblocking(true)?;
-    }
-    Ok(addrs.into_iter().zip(fds).collect())
+    addrs
+        .into_iter()
+        .zip(fds)
+        .map(|(addr, fd)| {
+            let socket = match addr {
+                Endpoint::Tcp(_) => ListenSocket::Tcp(fd.into()),
+                Endpoint::Unix(_) => ListenSocket::Unix(fd.into()),
+            };
+            match &socket {
+                ListenSocket::Tcp(s) => s.set_nonblocking(true)?,
+                ListenSocket::Unix(s) => s.set_nonblocking(true)?,
+            }
+            Ok((addr, socket))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -158,22 +169,39 @@ mod tests {
 
     #[test]
     fn listening_sockets_cross_a_unix_socket_and_still_accept() {
-        let a = TcpListener::bind("127.0.0.1:0").unwrap();
-        let b = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let dir = std::env::temp_dir().join(format!("weir-handoff-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("u.sock");
+        let _ = std::fs::remove_file(&path);
+        let u = std::os::unix::net::UnixListener::bind(&path).unwrap();
         let (x, y) = UnixStream::pair().unwrap();
         let sent = [
-            (a.local_addr().unwrap(), a.as_raw_fd()),
-            (b.local_addr().unwrap(), b.as_raw_fd()),
+            (Endpoint::Tcp(a.local_addr().unwrap()), a.as_raw_fd()),
+            (Endpoint::Tcp(b.local_addr().unwrap()), b.as_raw_fd()),
+            (Endpoint::Unix(path.clone()), u.as_raw_fd()),
         ];
         send(&x, &sent).unwrap();
         let got = receive(&y).unwrap();
-        assert_eq!(got.len(), 2);
+        assert_eq!(got.len(), 3);
         for ((addr, l), (want, _)) in got.iter().zip(&sent) {
             assert_eq!(addr, want);
-            assert_eq!(l.local_addr().unwrap(), *want);
-            let _c = std::net::TcpStream::connect(want).unwrap();
-            l.set_nonblocking(false).unwrap();
-            assert!(l.accept().is_ok(), "the received socket accepts");
+            match (l, want) {
+                (ListenSocket::Tcp(l), Endpoint::Tcp(want)) => {
+                    assert_eq!(l.local_addr().unwrap(), *want);
+                    let _c = std::net::TcpStream::connect(want).unwrap();
+                    l.set_nonblocking(false).unwrap();
+                    assert!(l.accept().is_ok(), "the received socket accepts");
+                }
+                (ListenSocket::Unix(l), Endpoint::Unix(want)) => {
+                    let _c = UnixStream::connect(want).unwrap();
+                    l.set_nonblocking(false).unwrap();
+                    assert!(l.accept().is_ok(), "the received unix socket accepts");
+                }
+                _ => panic!("{addr} came back as the wrong kind of socket"),
+            }
         }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -9,6 +9,11 @@
 //! finds the request and the connection is usually served without ever being registered with
 //! epoll (see `client_io.rs`). Clients that connect and stay silent are held by the kernel, not
 //! by a worker.
+//!
+//! Unix listeners (`address: unix:/path`): one socket bound once and shared by the workers
+//! (SO_REUSEPORT does not apply to unix sockets), its file replaced only when it is a socket
+//! nobody answers on, given `unix_mode`, and removed at shutdown if it is still the file bound
+//! ([`file_id`]). [`Endpoint`] names either kind in the binary upgrade's hand-over.
 
 use std::io;
 use std::net::SocketAddr;
@@ -72,5 +77,124 @@ pub fn set_defer_accept(socket: &impl std::os::fd::AsRawFd, secs: u32) -> io::Re
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+/// Where a listening socket listens: a TCP address, or a unix socket's path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    Tcp(SocketAddr),
+    Unix(std::path::PathBuf),
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Tcp(a) => write!(f, "{a}"),
+            Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+impl std::str::FromStr for Endpoint {
+    type Err = String;
+
+    /// The form [`Endpoint`]'s `Display` writes (the hand-over's header, `handoff.rs`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.strip_prefix("unix:") {
+            Some(path) => Ok(Endpoint::Unix(path.into())),
+            None => s
+                .parse()
+                .map(Endpoint::Tcp)
+                .map_err(|_| format!("bad address {s:?}")),
+        }
+    }
+}
+
+/// A listening socket: TCP, or a unix stream socket.
+#[derive(Debug)]
+pub enum ListenSocket {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener),
+}
+
+impl ListenSocket {
+    pub fn try_clone(&self) -> io::Result<ListenSocket> {
+        Ok(match self {
+            ListenSocket::Tcp(s) => ListenSocket::Tcp(s.try_clone()?),
+            ListenSocket::Unix(s) => ListenSocket::Unix(s.try_clone()?),
+        })
+    }
+}
+
+impl std::os::fd::AsRawFd for ListenSocket {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        match self {
+            ListenSocket::Tcp(s) => s.as_raw_fd(),
+            ListenSocket::Unix(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+/// Binds a non-blocking unix listening socket at `u.path`, as nginx and HAProxy do: a socket
+/// file nobody listens on any more (left by a crash) is replaced; one somebody answers on is
+/// `AddrInUse`; anything else at the path (a file, a directory) is never removed.
+pub fn bind_unix(
+    u: &crate::runtime::UnixListen,
+    backlog: u32,
+) -> io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    match std::fs::symlink_metadata(&u.path) {
+        Ok(m) if m.file_type().is_socket() => {
+            match std::os::unix::net::UnixStream::connect(&u.path) {
+                Ok(_) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        "a process is listening on this socket",
+                    ))
+                }
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                    std::fs::remove_file(&u.path)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "the path exists and is not a socket",
+            ))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&socket2::SockAddr::unix(&u.path)?)?;
+    if let Some(mode) = u.mode {
+        if let Err(e) = std::fs::set_permissions(&u.path, std::fs::Permissions::from_mode(mode)) {
+            let _ = std::fs::remove_file(&u.path);
+            return Err(e);
+        }
+    }
+    socket.listen(backlog.min(i32::MAX as u32) as i32)?;
+    Ok(socket.into())
+}
+
+/// The identity (device, inode) of the file at `path`, to recognise a socket file later.
+pub fn file_id(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// Removes a unix listener's socket file at shutdown if it is still the file this server bound
+/// (`id`, from [`file_id`] after binding): one another process put there since is left alone.
+pub fn unlink_unix(path: &std::path::Path, id: (u64, u64)) {
+    if file_id(path) == Some(id) {
+        if let Err(e) = std::fs::remove_file(path) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot remove the socket file");
+        }
     }
 }

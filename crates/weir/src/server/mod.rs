@@ -20,7 +20,7 @@ mod tls;
 mod worker;
 
 use std::io;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -46,18 +46,30 @@ pub struct ServerHandle {
     sockets: SharedSockets,
     /// The bound address of each listener.
     addrs: std::sync::Mutex<Vec<(ListenerId, SocketAddr)>>,
+    /// The socket files of unix listeners this server bound, with their identity: removed at
+    /// shutdown (not after a hand-over: the new process serves on them) and when a reload
+    /// removes their listener.
+    unix_files: std::sync::Mutex<Vec<SocketFile>>,
     /// Each worker's channel for listeners added or removed by a reload.
     changes: Vec<tokio::sync::mpsc::UnboundedSender<worker::ListenerChange>>,
     threads: Vec<JoinHandle<()>>,
 }
 
+/// A unix socket file's identity (device, inode).
+type FileId = (u64, u64);
+
+/// A unix listener's socket file: its listener, path and identity.
+type SocketFile = (ListenerId, std::path::PathBuf, FileId);
+
 /// One listening socket of a running server.
 #[derive(Debug)]
 pub struct Bound {
     pub id: ListenerId,
-    /// The address it is bound to (port 0 resolved).
+    /// The address it is bound to (port 0 resolved; `UNIX_PEER` for a unix socket).
     pub addr: SocketAddr,
-    pub socket: TcpListener,
+    /// The address or path, as the hand-over names it.
+    pub endpoint: Endpoint,
+    pub socket: ListenSocket,
 }
 
 /// The listening sockets a server can hand over (see [`ServerHandle::handoff_sockets`]).
@@ -66,6 +78,74 @@ pub type SharedSockets = Arc<std::sync::Mutex<Vec<Bound>>>;
 /// Whether `addr` can be bound now (`weir check`): nothing holds it and this user may bind it.
 pub fn check_bind(addr: std::net::SocketAddr) -> io::Result<()> {
     listener::check_free(addr)
+}
+
+pub use listener::{Endpoint, ListenSocket};
+
+/// Whether unix listener `u` can be bound now (`weir check`): nobody answers on its socket file
+/// and its directory exists. Nothing is created or removed.
+pub fn check_bind_unix(u: &crate::runtime::UnixListen) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(&u.path) {
+        Ok(m) if m.file_type().is_socket() => {
+            match std::os::unix::net::UnixStream::connect(&u.path) {
+                Ok(_) => Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    "a process is listening on this socket",
+                )),
+                Err(_) => Ok(()),
+            }
+        }
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "the path exists and is not a socket",
+        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let dir = u.path.parent().unwrap_or(std::path::Path::new("/"));
+            match std::fs::metadata(dir) {
+                Ok(d) if d.is_dir() => Ok(()),
+                _ => Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("directory {} does not exist", dir.display()),
+                )),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The sockets of unix listener `l` (one, shared by the workers: SO_REUSEPORT does not apply to
+/// unix sockets, so each worker polls a duplicate of the same socket and the kernel wakes one
+/// of them per connection), inherited or bound now, and the socket file's identity.
+fn unix_sockets_for(
+    l: &ListenerConfig,
+    u: &crate::runtime::UnixListen,
+    workers: usize,
+    backlog: u32,
+    inherited: &mut Vec<(Endpoint, ListenSocket)>,
+) -> io::Result<(Vec<ListenSocket>, Option<FileId>)> {
+    let endpoint = Endpoint::Unix(u.path.clone());
+    let (theirs, rest): (Vec<_>, Vec<_>) = std::mem::take(inherited)
+        .into_iter()
+        .partition(|(e, _)| *e == endpoint);
+    *inherited = rest;
+    let mut mine: Vec<ListenSocket> = theirs.into_iter().map(|(_, s)| s).collect();
+    if mine.is_empty() {
+        let socket = listener::bind_unix(u, backlog).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("{}: cannot listen on {endpoint}: {e}", l.origin()),
+            )
+        })?;
+        mine.push(ListenSocket::Unix(socket));
+    }
+    // Inherited: the file the previous process bound, now this one's to remove.
+    let file = listener::file_id(&u.path);
+    while mine.len() < workers {
+        let copy = mine[0].try_clone()?;
+        mine.push(copy);
+    }
+    Ok((mine, file))
 }
 
 /// Binds all listeners and starts the workers.
@@ -80,16 +160,16 @@ fn sockets_for(
     l: &ListenerConfig,
     workers: usize,
     backlog: u32,
-    inherited: &mut Vec<(SocketAddr, TcpListener)>,
-) -> io::Result<(SocketAddr, Vec<TcpListener>)> {
+    inherited: &mut Vec<(Endpoint, ListenSocket)>,
+) -> io::Result<(SocketAddr, Vec<ListenSocket>)> {
     let with_addr = |e: io::Error, a: SocketAddr| {
         io::Error::new(e.kind(), format!("cannot listen on {a}: {e}"))
     };
     let (theirs, rest): (Vec<_>, Vec<_>) = std::mem::take(inherited)
         .into_iter()
-        .partition(|(a, _)| *a == l.address && l.address.port() != 0);
+        .partition(|(a, _)| *a == Endpoint::Tcp(l.address) && l.address.port() != 0);
     *inherited = rest;
-    let mut mine: Vec<TcpListener> = theirs.into_iter().map(|(_, s)| s).collect();
+    let mut mine: Vec<ListenSocket> = theirs.into_iter().map(|(_, s)| s).collect();
     let actual = if mine.is_empty() {
         listener::check_free(l.address).map_err(|e| {
             let why = if e.kind() == io::ErrorKind::AddrInUse {
@@ -104,15 +184,46 @@ fn sockets_for(
         let first = listener::bind(l.address, backlog, l.defer_secs)
             .map_err(|e| with_addr(e, l.address))?;
         let actual = first.local_addr()?;
-        mine.push(first);
+        mine.push(ListenSocket::Tcp(first));
         actual
     } else {
         l.address
     };
     while mine.len() < workers {
-        mine.push(listener::bind(actual, backlog, l.defer_secs).map_err(|e| with_addr(e, actual))?);
+        let more =
+            listener::bind(actual, backlog, l.defer_secs).map_err(|e| with_addr(e, actual))?;
+        mine.push(ListenSocket::Tcp(more));
     }
     Ok((actual, mine))
+}
+
+/// The sockets of listener `l`, TCP or unix (see [`sockets_for`], [`unix_sockets_for`]); a unix
+/// socket file bound now is added to `files`.
+fn bind_listener(
+    l: &ListenerConfig,
+    workers: usize,
+    backlog: u32,
+    inherited: &mut Vec<(Endpoint, ListenSocket)>,
+    files: &mut Vec<SocketFile>,
+) -> io::Result<(SocketAddr, Vec<ListenSocket>)> {
+    match &l.unix {
+        None => sockets_for(l, workers, backlog, inherited),
+        Some(u) => {
+            let (sockets, file) = unix_sockets_for(l, u, workers, backlog, inherited)?;
+            if let Some(file) = file {
+                files.push((l.id, u.path.clone(), file));
+            }
+            Ok((l.address, sockets))
+        }
+    }
+}
+
+/// How the hand-over names listener `l`'s sockets.
+fn endpoint_of(l: &ListenerConfig, actual: SocketAddr) -> Endpoint {
+    match &l.unix {
+        Some(u) => Endpoint::Unix(u.path.clone()),
+        None => Endpoint::Tcp(actual),
+    }
 }
 
 /// Starts the workers on `inherited` listening sockets where their address is a listener's
@@ -122,7 +233,7 @@ fn sockets_for(
 /// closed.
 pub fn start_with(
     cfg: RuntimeConfig,
-    mut inherited: Vec<(SocketAddr, TcpListener)>,
+    mut inherited: Vec<(Endpoint, ListenSocket)>,
 ) -> io::Result<ServerHandle> {
     crate::logs::install_panic_hook();
     let cfg = Arc::new(cfg);
@@ -131,13 +242,21 @@ pub fn start_with(
     let mut per_worker: Vec<Vec<worker::Listening>> = (0..workers).map(|_| Vec::new()).collect();
     let mut sockets = Vec::new();
     let mut addrs = Vec::new();
+    let mut unix_files = Vec::new();
     for l in &cfg.listeners {
-        let (actual, mine) = sockets_for(l, workers, cfg.limits.backlog, &mut inherited)?;
+        let (actual, mine) = bind_listener(
+            l,
+            workers,
+            cfg.limits.backlog,
+            &mut inherited,
+            &mut unix_files,
+        )?;
         addrs.push((l.id, actual));
         for (n, socket) in mine.into_iter().enumerate() {
             sockets.push(Bound {
                 id: l.id,
                 addr: actual,
+                endpoint: endpoint_of(l, actual),
                 socket: socket.try_clone()?,
             });
             per_worker[n % workers].push(worker::Listening { socket, id: l.id });
@@ -177,9 +296,17 @@ pub fn start_with(
         drain,
         sockets: Arc::new(std::sync::Mutex::new(sockets)),
         addrs: std::sync::Mutex::new(addrs),
+        unix_files: std::sync::Mutex::new(unix_files),
         changes,
         threads,
     })
+}
+
+/// Removes the unix socket files in `files` that are still the ones bound.
+fn unlink_all(files: &[SocketFile]) {
+    for (_, path, file) in files {
+        listener::unlink_unix(path, *file);
+    }
 }
 
 /// Why a new config was not swapped in (the running one stays).
@@ -218,15 +345,27 @@ impl ServerHandle {
             )));
         }
         let workers = self.changes.len();
-        let mut added = Vec::new();
+        type Files = Vec<SocketFile>;
+        let mut added: Vec<(ListenerId, SocketAddr, Vec<ListenSocket>, Files)> = Vec::new();
         for l in cfg
             .listeners
             .iter()
             .filter(|l| old.listener_index(&l.id).is_none())
         {
-            let (addr, sockets) = sockets_for(l, workers, cfg.limits.backlog, &mut Vec::new())
-                .map_err(|e| ReloadError(format!("new listener: {e}")))?;
-            added.push((l.id, addr, sockets));
+            let mut files = Vec::new();
+            let bound = bind_listener(l, workers, cfg.limits.backlog, &mut Vec::new(), &mut files);
+            // A unix socket file bound for a listener added earlier in this loop goes when a
+            // later one fails: the reload changes nothing.
+            let (addr, sockets) = match bound {
+                Ok(b) => b,
+                Err(e) => {
+                    for (_, _, _, files) in &added {
+                        unlink_all(files);
+                    }
+                    return Err(ReloadError(format!("new listener: {e}")));
+                }
+            };
+            added.push((l.id, addr, sockets, files));
         }
         let removed: Vec<ListenerId> = old
             .listeners
@@ -261,19 +400,31 @@ impl ServerHandle {
             bound.retain(|b| !removed.contains(&b.id));
             addrs.retain(|(id, _)| !removed.contains(id));
             for id in &removed {
-                tracing::info!(address = %id.address, "listener removed: it stops accepting");
+                let shown = old
+                    .listener_index(id)
+                    .map_or_else(|| id.address.to_string(), |i| old.listeners[i].shown());
+                tracing::info!(address = %shown, "listener removed: it stops accepting");
                 for w in &self.changes {
                     let _ = w.send(worker::ListenerChange::Remove(*id));
                 }
             }
-            for (id, addr, sockets) in added {
-                tracing::info!(%addr, "listener added");
+            let mut unix_files = self.unix_files.lock().unwrap_or_else(|e| e.into_inner());
+            for (_, path, file) in unix_files.iter().filter(|(id, ..)| removed.contains(id)) {
+                listener::unlink_unix(path, *file);
+            }
+            unix_files.retain(|(id, ..)| !removed.contains(id));
+            for (id, addr, sockets, files) in added {
+                let l = &cfg.listeners[cfg.listener_index(&id).unwrap_or_default()];
+                let endpoint = endpoint_of(l, addr);
+                tracing::info!(address = %endpoint, "listener added");
                 addrs.push((id, addr));
+                unix_files.extend(files);
                 for (n, socket) in sockets.into_iter().enumerate() {
                     if let Ok(copy) = socket.try_clone() {
                         bound.push(Bound {
                             id,
                             addr,
+                            endpoint: endpoint.clone(),
                             socket: copy,
                         });
                     }
@@ -321,6 +472,15 @@ impl ServerHandle {
             .filter(|l| !l.admin)
             .filter_map(|l| {
                 let (_, a) = addrs.iter().find(|(id, _)| *id == l.id)?;
+                if l.unix.is_some() {
+                    let kind = match (l.tcp.is_some(), l.tls.is_some()) {
+                        (true, false) => "tcp",
+                        (true, true) => "tls",
+                        (false, true) => "https",
+                        (false, false) => "http",
+                    };
+                    return Some(format!("{} ({kind})", l.shown()));
+                }
                 Some(match (l.tcp.is_some(), l.tls.is_some()) {
                     (true, false) => format!("tcp://{a}"),
                     (true, true) => format!("tls://{a}"),
@@ -373,6 +533,10 @@ impl ServerHandle {
         }
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        // After a hand-over the new process serves on these files.
+        if !self.drain.load(Ordering::SeqCst) {
+            unlink_all(&self.unix_files.lock().unwrap_or_else(|e| e.into_inner()));
         }
         for sink in self.published.load().registry.sinks.all() {
             sink.sync(std::time::Duration::from_secs(2));

@@ -43,9 +43,10 @@ use std::collections::HashMap;
 
 use super::client_io::ClientIo;
 use super::conn::Conn;
+use super::listener::ListenSocket;
 use super::park::{Park, Parked};
 use crate::metrics::CloseReason;
-use crate::runtime::ListenerId;
+use crate::runtime::{ListenerId, UNIX_PEER};
 use crate::runtime::{Published, WorkerRuntime};
 
 mod sweep;
@@ -55,7 +56,7 @@ use sweep::{sweep_tick, sweeper};
 /// A listening socket handed to a worker.
 #[derive(Debug)]
 pub(crate) struct Listening {
-    pub socket: std::net::TcpListener,
+    pub socket: super::listener::ListenSocket,
     /// Which listener it is (found in each config by id: reloads may reorder listeners).
     pub id: ListenerId,
 }
@@ -316,8 +317,12 @@ fn start_accepting(state: &Rc<WorkerState>, l: Listening) {
     // `AsyncFd::new` is deprecated because a caller could close the fd while it is still
     // registered; here the AsyncFd owns the listener outright and drops (deregisters and
     // closes) it in one place, so that hazard does not exist.
+    let accepting = match l.socket {
+        ListenSocket::Tcp(s) => Accepting::Tcp(mio::net::TcpListener::from_std(s)),
+        ListenSocket::Unix(s) => Accepting::Unix(mio::net::UnixListener::from_std(s)),
+    };
     #[allow(deprecated)]
-    let registered = AsyncFd::new(mio::net::TcpListener::from_std(l.socket));
+    let registered = AsyncFd::new(accepting);
     match registered {
         Ok(socket) => {
             let task = tokio::task::spawn_local(accept_loop(state.clone(), socket, l.id));
@@ -476,7 +481,8 @@ pub(crate) fn spawn_plain(state: &Rc<WorkerState>, key: usize, conn: Conn, guard
 
 /// The shield's word on a connection just accepted from `peer` on listener `index`:
 /// `Some(key)` to serve it (the client's key when its connections are counted, else 0),
-/// `None` to close it now. A `proxy_protocol` listener takes only its trusted sources here;
+/// `None` to close it now. A `proxy_protocol` listener takes only its trusted sources here (on a
+/// unix socket, every client);
 /// their clients are known (and checked) once the PROXY header is read (`proxied.rs`).
 #[inline]
 fn admit(
@@ -487,7 +493,8 @@ fn admit(
 ) -> Option<u64> {
     let l = &rt.cfg.listeners[index];
     if let Some(trusted) = &l.proxy_protocol {
-        if trusted.contains(peer.ip()) {
+        // On a unix socket the file's permissions decide who may connect.
+        if l.unix.is_some() || trusted.contains(peer.ip()) {
             return Some(0);
         }
         state.shield.counted(
@@ -501,8 +508,54 @@ fn admit(
         return None;
     }
     match &rt.cfg.shield {
-        Some(shield) if !l.admin => shield.connect(peer.ip()).ok(),
+        // Unix clients have no address to count by: they are local processes the socket
+        // file's permissions let in.
+        Some(shield) if !l.admin && l.unix.is_none() => shield.connect(peer.ip()).ok(),
         _ => Some(0),
+    }
+}
+
+/// A registered listening socket.
+#[derive(Debug)]
+enum Accepting {
+    Tcp(mio::net::TcpListener),
+    Unix(mio::net::UnixListener),
+}
+
+impl std::os::fd::AsRawFd for Accepting {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        match self {
+            Accepting::Tcp(l) => l.as_raw_fd(),
+            Accepting::Unix(l) => l.as_raw_fd(),
+        }
+    }
+}
+
+impl Accepting {
+    /// One `accept4(SOCK_NONBLOCK)`: the connection and its peer ([`UNIX_PEER`] on a unix
+    /// socket).
+    ///
+    /// A unix connection is served as a `mio::net::TcpStream` wrapping its descriptor: the
+    /// connection path (`client_io.rs`, `conn/`, `park.rs`, `tls.rs`, `tcp/`) is written for
+    /// one stream type, and what it does with the descriptor (`recv`, `send`/`writev` with
+    /// `MSG_MORE`, `sendfile`, `splice`, `shutdown`, `SO_LINGER`, epoll) a unix stream socket
+    /// does the same way. The TCP-only calls on that path (`TCP_NODELAY`, `local_addr`) fail on
+    /// it and their errors are ignored there; the peer is never asked of the socket.
+    #[inline]
+    fn accept(&self) -> std::io::Result<(mio::net::TcpStream, std::net::SocketAddr)> {
+        match self {
+            Accepting::Tcp(l) => l.accept(),
+            Accepting::Unix(l) => {
+                use std::os::fd::{FromRawFd, IntoRawFd};
+                let (stream, _) = l.accept()?;
+                let fd = stream.into_raw_fd();
+                // SAFETY: `fd` is an open stream socket just accepted, whose ownership
+                // `into_raw_fd` gave up, so it is wrapped (and will be closed) exactly once.
+                #[allow(unsafe_code)]
+                let stream = unsafe { mio::net::TcpStream::from_raw_fd(fd) };
+                Ok((stream, UNIX_PEER))
+            }
+        }
     }
 }
 
@@ -519,11 +572,7 @@ fn abort(stream: mio::net::TcpStream) {
 
 /// Accepts with `accept4(SOCK_NONBLOCK)` into sockets not yet registered with the reactor (see
 /// `client_io.rs`), draining the backlog on each readiness event.
-async fn accept_loop(
-    state: Rc<WorkerState>,
-    listener: AsyncFd<mio::net::TcpListener>,
-    id: ListenerId,
-) {
+async fn accept_loop(state: Rc<WorkerState>, listener: AsyncFd<Accepting>, id: ListenerId) {
     let mut shutdown = state.shutdown.clone();
     // The listener's index in the current config, looked up again when the config changes.
     let mut rt = state.cached();

@@ -11,6 +11,14 @@
 //!
 //! The connection itself (accept, the shield, the access log line, metrics) is served by
 //! `server/tcp.rs`, like any other connection of a worker.
+//!
+//! UDP (DNS-style request and answer) is not proxied: it does not fall out of this design.
+//! Everything here hangs on a connection — one task per accepted socket, a connect to the
+//! upstream, a relay with half-close, an access line at close. UDP has no accept and no close:
+//! it needs a table of client flows keyed by source address with their own upstream sockets
+//! and expiry, batched `recvmmsg`/`sendmmsg` to be worth running, and SO_REUSEPORT spreading
+//! datagrams rather than connections (nginx `stream` `udp`, HAProxy has none). That is its own
+//! subsystem, not a mode of this one.
 
 pub mod connect;
 pub mod relay;
