@@ -167,11 +167,22 @@ pub(super) fn dashboard(cfg: &RuntimeConfig, generation: u64) -> (u16, String) {
                    "not_after": c.not_after, "days_left": (c.not_after - now_unix) / 86_400})
         })
         .collect();
-    for a in &cfg.acme {
+    let on_demand = cfg
+        .acme
+        .iter()
+        .flat_map(|a| a.on_demand.iter().flat_map(|od| od.all()));
+    for (a, source) in cfg
+        .acme
+        .iter()
+        .filter(|a| !a.names().is_empty())
+        .cloned()
+        .map(|a| (a, "acme"))
+        .chain(on_demand.map(|a| (a, "acme on demand")))
+    {
         let current = a.current.load();
         let not_after = current.as_ref().map(|c| c.not_after);
         certificates.push(
-            json!({"listener": "acme", "names": a.names(), "source": "acme",
+            json!({"listener": "acme", "names": a.names(), "source": source,
             "not_after": not_after, "days_left": not_after.map(|n| (n - now_unix) / 86_400)}),
         );
     }

@@ -76,6 +76,9 @@ pub struct Acme {
     /// `check_every`.
     #[serde(default = "default_acme_retry")]
     pub retry_after: super::units::Dur,
+    /// Certificates obtained at the first handshake for names approved then (Caddy's
+    /// `on_demand_tls`), beside `names` (which may then be empty).
+    pub on_demand: Option<OnDemand>,
 }
 
 /// DNS-01's records, set by a command (lego's and acme.sh's `exec` provider): it is run as
@@ -260,4 +263,45 @@ pub struct UpstreamTls {
 pub struct ClientCert {
     pub cert: String,
     pub key: String,
+}
+
+/// On-demand issuance: a handshake for a name no certificate covers waits (up to `wait`) while
+/// one is obtained for it, if `allow` lists it or `ask` approves it, within `rate`.
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OnDemand {
+    /// `http://host:port/path`: asked `GET path?domain=NAME` before ordering; a 2xx approves
+    /// (Caddy's `ask`). Refusals are remembered for a minute.
+    pub ask: Option<String>,
+    /// Names approved without asking: exact, or `*.example.com` (one label under it).
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// At most this many new certificates ordered per `per` (stored ones are not counted).
+    #[serde(default = "default_on_demand_rate")]
+    pub rate: u32,
+    #[serde(default = "default_on_demand_per")]
+    pub per: super::units::Dur,
+    /// At most this many names served on demand.
+    #[serde(default = "default_on_demand_max")]
+    pub max_names: usize,
+    /// How long a handshake waits for its certificate; past it the handshake goes on with the
+    /// default certificate and the order continues.
+    #[serde(default = "default_on_demand_wait")]
+    pub wait: super::units::Dur,
+}
+
+fn default_on_demand_rate() -> u32 {
+    10
+}
+
+fn default_on_demand_per() -> super::units::Dur {
+    super::units::Dur(std::time::Duration::from_secs(60))
+}
+
+fn default_on_demand_max() -> usize {
+    1000
+}
+
+fn default_on_demand_wait() -> super::units::Dur {
+    super::units::Dur(std::time::Duration::from_secs(30))
 }

@@ -278,6 +278,10 @@ pub(crate) fn compile(
             &mut acme_all,
             &mut file_certs,
         )?;
+        let (tls, on_demand) = match tls {
+            Some(t) => (Some(t.config), t.on_demand),
+            None => (None, None),
+        };
         let listener_filters = filters.list(l.filters, &path, &upstream_index, base, None)?;
         let error_pages = crate::actions::error_pages::ErrorPages::compile(
             &l.error_pages,
@@ -309,6 +313,7 @@ pub(crate) fn compile(
             routes: Arc::new(routes),
             access_log: log,
             tls,
+            on_demand,
             h2c: l.h2c,
             proxy_protocol: match &l.proxy_protocol {
                 Some(p) => Some(Arc::new(crate::shield::nets::compile(
@@ -357,6 +362,7 @@ pub(crate) fn compile(
             routes: Arc::new(RouteTable::admin(log)),
             access_log: default_log,
             tls: None,
+            on_demand: None,
             h2c: false,
             proxy_protocol: None,
             error_pages: None,

@@ -25,7 +25,7 @@ pub(super) fn compile(
     (base, registry): (&BaseDir, &Arc<Registry>),
     acme_all: &mut Vec<Arc<AcmeCerts>>,
     files: &mut Vec<(String, crate::tls::FileCert)>,
-) -> Result<Option<Arc<rustls::ServerConfig>>, CompileError> {
+) -> Result<Option<ListenerTls>, CompileError> {
     let Some(mut t) = tls else {
         if let Some((key, _)) = sites.certificates.first() {
             return Err(no_tls(key));
@@ -53,20 +53,49 @@ pub(super) fn compile(
     let keys: Vec<String> = sites.certificates.iter().map(|(k, _)| k.clone()).collect();
     t.certificates
         .extend(sites.certificates.into_iter().map(|(_, c)| c));
+    if let Some(second) = acme.iter().filter(|a| a.on_demand.is_some()).nth(1) {
+        return Err((
+            format!("{path}.tls"),
+            format!(
+                "two `acme:` sections with `on_demand` on one listener (the second names {:?}): keep one",
+                second.names()
+            ),
+        ));
+    }
     acme_all.extend(acme.iter().cloned());
-    let (cfg, loaded) =
+    let (cfg, loaded, on_demand) =
         crate::tls::server_config(&t, &format!("{path}.tls"), base, &registry.tls, acme)
             .map_err(|(key, message)| (site_key(&key, path, own, &keys), message))?;
     files.extend(loaded.into_iter().map(|f| (path.to_string(), f)));
     if !tcp {
-        return Ok(Some(cfg));
+        return Ok(Some(ListenerTls {
+            config: cfg,
+            on_demand,
+        }));
+    }
+    if on_demand.is_some() {
+        return Err((
+            format!("{path}.tls"),
+            "on-demand certificates are for HTTP listeners, not `tcp:` ones".into(),
+        ));
     }
     // A terminating TCP listener relays the client's protocol as it is: it settles none by
     // ALPN (but still answers ACME's TLS-ALPN-01).
     let mut c = (*cfg).clone();
     c.alpn_protocols
         .retain(|p| p.as_slice() == crate::tls::acme::ACME_TLS_ALPN);
-    Ok(Some(Arc::new(c)))
+    Ok(Some(ListenerTls {
+        config: Arc::new(c),
+        on_demand: None,
+    }))
+}
+
+/// A listener's compiled TLS: its server config, and the gate of on-demand issuance when an
+/// `acme:` section has `on_demand`.
+#[derive(Debug)]
+pub(super) struct ListenerTls {
+    pub config: Arc<rustls::ServerConfig>,
+    pub on_demand: Option<Arc<crate::tls::on_demand::Gate>>,
 }
 
 fn no_tls(key: &str) -> CompileError {
@@ -92,6 +121,56 @@ fn site_key(key: &str, path: &str, own: usize, sites: &[String]) -> String {
     }
 }
 
+/// An `acme:` section's `on_demand`, checked.
+fn on_demand_checked(
+    a: &model::Acme,
+    od: &model::OnDemand,
+    path: &str,
+) -> Result<(), CompileError> {
+    if od.ask.is_none() && od.allow.is_empty() {
+        return Err((
+            path.to_string(),
+            "needs `ask` (a URL that approves names) or `allow` (the names): otherwise any name a client sends would be ordered".into(),
+        ));
+    }
+    if let Some(ask) = &od.ask {
+        let ok = ask
+            .strip_prefix("http://")
+            .is_some_and(|rest| rest.split('/').next().is_some_and(|h| h.contains(':')));
+        if !ok {
+            return Err((
+                format!("{path}.ask"),
+                format!("{ask:?}: an http://host:port/path URL (a service of yours, asked `?domain=NAME`)"),
+            ));
+        }
+    }
+    for (i, p) in od.allow.iter().enumerate() {
+        let bare = p.strip_prefix("*.").unwrap_or(p).trim_end_matches('.');
+        if !crate::tls::on_demand::issuable(&bare.to_ascii_lowercase()) {
+            return Err((
+                format!("{path}.allow[{i}]"),
+                format!("{p:?} is not a DNS name or `*.name`"),
+            ));
+        }
+    }
+    if a.challenge == "dns-01" {
+        return Err((
+            path.to_string(),
+            "on-demand names are proved by http-01 or tls-alpn-01, not dns-01".into(),
+        ));
+    }
+    if od.rate == 0 || od.per.0.is_zero() {
+        return Err((
+            format!("{path}.rate"),
+            "at least one certificate per `per` (use `allow`/`ask` to refuse names)".into(),
+        ));
+    }
+    if od.max_names == 0 {
+        return Err((format!("{path}.max_names"), "must be at least 1".into()));
+    }
+    Ok(())
+}
+
 /// An `acme:` section checked, with its state from the registry.
 pub(super) fn compile_acme(
     a: &model::Acme,
@@ -99,8 +178,11 @@ pub(super) fn compile_acme(
     registry: &Arc<Registry>,
     base: &BaseDir,
 ) -> Result<Arc<AcmeCerts>, CompileError> {
-    if a.names.is_empty() {
+    if a.names.is_empty() && a.on_demand.is_none() {
         return Err((format!("{path}.names"), "lists no name".into()));
+    }
+    if let Some(od) = &a.on_demand {
+        on_demand_checked(a, od, &format!("{path}.on_demand"))?;
     }
     if !matches!(a.challenge.as_str(), "http-01" | "tls-alpn-01" | "dns-01") {
         return Err((

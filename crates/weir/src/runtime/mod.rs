@@ -170,6 +170,8 @@ pub struct ListenerConfig {
     pub access_log: Option<usize>,
     /// TLS termination (`None`: plain TCP).
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Certificates obtained at the handshake for names no certificate serves yet.
+    pub on_demand: Option<Arc<crate::tls::on_demand::Gate>>,
     /// HTTP/2 with prior knowledge on a plain listener.
     pub h2c: bool,
     /// PROXY protocol required, from these sources only.

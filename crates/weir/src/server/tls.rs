@@ -64,6 +64,10 @@ pub(crate) async fn serve(
             return CloseReason::ClientError;
         }
     }
+    if let Some(gate) = rt.cfg.listeners[listener].on_demand.clone() {
+        let handshake = Box::pin(accept_on_demand(tcp, config, gate, header)).await;
+        return after_handshake(handshake, peer, key, state, rt, listener).await;
+    }
     // Boxed, as is what follows: rustls' connection state is large (KiBs), and a future that
     // held it inline would keep that much in every connection's task.
     let accept = Box::pin(tokio_rustls::TlsAcceptor::from(config).accept(tcp));
@@ -71,6 +75,28 @@ pub(crate) async fn serve(
     // Moved straight into a synchronous function: a TLS stream (about 1.2 KiB) bound here would
     // be laid out in this future for the connection's whole life (`-Zprint-type-sizes`).
     after_handshake(handshake, peer, key, state, rt, listener).await
+}
+
+/// A handshake on a listener with on-demand certificates (`tls/on_demand.rs`): the ClientHello
+/// is read first (within `header`); when it names a server no certificate serves yet, the
+/// handshake waits for one to be obtained (up to `on_demand.wait`), then goes on (within
+/// `header`) with the listener's config, whose resolver now finds it.
+async fn accept_on_demand(
+    tcp: TcpStream,
+    config: Arc<rustls::ServerConfig>,
+    gate: Arc<crate::tls::on_demand::Gate>,
+    header: std::time::Duration,
+) -> Handshake {
+    let lazy = tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp);
+    let start = match tokio::time::timeout(header, lazy).await {
+        Ok(Ok(start)) => start,
+        Ok(Err(e)) => return Ok(Err(e)),
+        Err(elapsed) => return Err(elapsed),
+    };
+    if let Some(name) = gate.wanted(&start.client_hello()) {
+        gate.hold(&name).await;
+    }
+    tokio::time::timeout(header, start.into_stream(config)).await
 }
 
 type Handshake = Result<

@@ -94,6 +94,8 @@ pub struct AcmeCerts {
     /// Names, lowercase.
     names: Vec<String>,
     started: std::sync::OnceLock<()>,
+    /// Certificates obtained at handshakes (`on_demand`, `on_demand.rs`).
+    pub on_demand: Option<Arc<super::on_demand::OnDemand>>,
 }
 
 impl AcmeCerts {
@@ -110,6 +112,15 @@ impl AcmeCerts {
             .iter()
             .map(|n| n.trim_end_matches('.').to_ascii_lowercase())
             .collect();
+        let on_demand = settings.on_demand.clone().map(|od| {
+            Arc::new(super::on_demand::OnDemand::new(
+                &settings,
+                od,
+                storage.clone(),
+                directory_ca.clone(),
+                challenges.clone(),
+            ))
+        });
         let certs = AcmeCerts {
             settings,
             storage,
@@ -118,7 +129,12 @@ impl AcmeCerts {
             challenges,
             names,
             started: std::sync::OnceLock::new(),
+            on_demand,
         };
+        if certs.names.is_empty() {
+            // Only on-demand names: nothing of its own to load.
+            return certs;
+        }
         match certs.load() {
             Ok(Some(c)) => {
                 tracing::info!(names = ?certs.names, serial = %c.serial, expires_in_days = (c.not_after - now_unix()) / 86_400, "ACME certificate loaded from storage");
@@ -227,7 +243,17 @@ fn run(weak: Weak<AcmeCerts>) {
         loop {
             let Some(certs) = weak.upgrade() else { return };
             let check_every = certs.settings.check_every.0;
-            let wait = if certs.due() {
+            // Names obtained on demand are renewed here too, one after the other.
+            for named in certs.on_demand.iter().flat_map(|od| od.all()) {
+                if named.due() {
+                    if let Err(e) = super::acme_issue::obtain(&named).await {
+                        tracing::warn!(names = ?named.names, error = %e, "ACME: renewing an on-demand certificate failed; it is tried again at the next check");
+                    }
+                }
+            }
+            let wait = if certs.names.is_empty() {
+                check_every
+            } else if certs.due() {
                 match super::acme_issue::obtain(&certs).await {
                     Ok(()) => {
                         failures = 0;

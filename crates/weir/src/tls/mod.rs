@@ -14,6 +14,7 @@ pub mod acme;
 mod acme_issue;
 pub(crate) mod certs;
 pub(crate) mod ocsp;
+pub mod on_demand;
 pub(crate) mod sni;
 
 use std::sync::{Arc, OnceLock};
@@ -106,6 +107,13 @@ pub struct FileCert {
     pub not_after: i64,
 }
 
+/// A listener's server config, the certificate files it loaded, and its on-demand gate.
+pub(crate) type Compiled = (
+    Arc<ServerConfig>,
+    Vec<FileCert>,
+    Option<Arc<on_demand::Gate>>,
+);
+
 /// Builds the server config of a listener's `tls:` section at key path `path`; `acme` is the
 /// state of its `acme:` section and of its sites' (from the registry), each serving its names.
 pub(crate) fn server_config(
@@ -114,7 +122,7 @@ pub(crate) fn server_config(
     base: &BaseDir,
     shared: &Shared,
     acme: Vec<Arc<acme::AcmeCerts>>,
-) -> Result<(Arc<ServerConfig>, Vec<FileCert>), CompileError> {
+) -> Result<Compiled, CompileError> {
     let mut provider = provider();
     if let Some(names) = &t.ciphers {
         let mut chosen = Vec::new();
@@ -218,7 +226,14 @@ pub(crate) fn server_config(
             )
         }
     };
-    let mut cfg = builder.with_cert_resolver(Arc::new(resolver));
+    let resolver = Arc::new(resolver);
+    let gate = acme.iter().find_map(|a| a.on_demand.clone()).map(|od| {
+        Arc::new(on_demand::Gate {
+            resolver: resolver.clone(),
+            od,
+        })
+    });
+    let mut cfg = builder.with_cert_resolver(resolver);
     let mut alpn = Vec::new();
     for (i, p) in t.alpn.iter().enumerate() {
         match p.as_str() {
@@ -259,7 +274,7 @@ pub(crate) fn server_config(
             not_after: l.not_after,
         })
         .collect();
-    Ok((Arc::new(cfg), files))
+    Ok((Arc::new(cfg), files, gate))
 }
 
 /// What stapling certificate `i` fetches: its request, and the responder or file.

@@ -2,8 +2,9 @@
 //! certificate when the client offers only `acme-tls/1`; then the ACME certificate whose names
 //! include it (the listener's, or a site's: several may be obtained side by side); then an
 //! exact name, then a `*.` wildcard one label deep (`*.example.com`
-//! covers `a.example.com`, not `example.com` or `a.b.example.com`, as RFC 6125 says), then the
-//! default (the first certificate, else the ACME one).
+//! covers `a.example.com`, not `example.com` or `a.b.example.com`, as RFC 6125 says), then one
+//! obtained on demand for the name (`on_demand.rs`), then the default (the first certificate,
+//! else the ACME one).
 //!
 //! Each configured certificate sits in a [`Slot`], which OCSP stapling (`ocsp.rs`) swaps for
 //! the same certificate with a fresh response: one atomic load per handshake.
@@ -54,20 +55,39 @@ impl SniResolver {
 
     /// The configured certificate for `name` (lowercase or not); the default when none
     /// matches.
+    #[cfg(test)]
     pub(crate) fn pick(&self, name: Option<&str>) -> Option<&Slot> {
-        let Some(name) = name else {
-            return self.default.as_ref();
-        };
-        let name = name.trim_end_matches('.').to_ascii_lowercase();
-        if let Some(k) = self.exact.get(&name) {
+        name.map(|n| n.trim_end_matches('.').to_ascii_lowercase())
+            .and_then(|n| self.named(&n))
+            .or(self.default.as_ref())
+    }
+
+    /// A file certificate naming `name` (lowercase, no trailing dot), exactly or by a wildcard;
+    /// not the default.
+    fn named(&self, name: &str) -> Option<&Slot> {
+        if let Some(k) = self.exact.get(name) {
             return Some(k);
         }
-        if let Some((_, parent)) = name.split_once('.') {
-            if let Some(k) = self.wildcard.get(parent) {
-                return Some(k);
-            }
-        }
-        self.default.as_ref()
+        let (_, parent) = name.split_once('.')?;
+        self.wildcard.get(parent)
+    }
+
+    /// The certificate obtained on demand for `name`, if any.
+    fn on_demand(&self, name: &str) -> Option<Arc<CertifiedKey>> {
+        self.acme
+            .iter()
+            .filter_map(|a| a.on_demand.as_ref())
+            .find_map(|od| od.cert(name))
+    }
+
+    /// Whether a certificate of its own serves `name` (lowercase, no trailing dot): an ACME
+    /// one naming it and obtained, a file naming it, or one obtained on demand.
+    pub(crate) fn covers(&self, name: &str) -> bool {
+        self.acme
+            .iter()
+            .any(|a| a.serves(name) && a.current.load().is_some())
+            || self.named(name).is_some()
+            || self.on_demand(name).is_some()
     }
 
     fn challenges(&self) -> Option<&Challenges> {
@@ -101,7 +121,14 @@ impl ResolvesServerCert for SniResolver {
         {
             return Some(c);
         }
-        match self.pick(Some(name)) {
+        let lower = name.trim_end_matches('.').to_ascii_lowercase();
+        if let Some(s) = self.named(&lower) {
+            return Some(s.load_full());
+        }
+        if let Some(c) = self.on_demand(&lower) {
+            return Some(c);
+        }
+        match &self.default {
             Some(s) => Some(s.load_full()),
             // Nothing names it and no file certificate is the default: the first ACME one.
             None => self.acme.iter().find_map(|a| acme_cert(a)),
