@@ -24,7 +24,7 @@ pub use super::model_sites::{Site, SiteTls};
 pub use super::model_static::{CacheControlRule, Static};
 pub use super::model_tcp::{TcpProxy, TcpRoute};
 pub use super::model_tls::{
-    Acme, AcmeDns, Certificate, ClientAuth, ClientAuthMode, ClientCert, Http2, Ocsp, Tls,
+    Acme, AcmeDns, Certificate, ClientAuth, ClientAuthMode, ClientCert, Http2, Ocsp, Rfc2136, Tls,
     UpstreamTls,
 };
 pub use super::model_upstream::{
