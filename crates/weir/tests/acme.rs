@@ -12,6 +12,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::bind9::Bind9;
 use common::pebble::Pebble;
 use common::process::{free_port, have_all_or_skip, Running, WEIR};
 use common::tlskit;
@@ -40,9 +41,14 @@ fn serial_on_disk(dir: &Path) -> String {
 }
 
 fn weir(config: &Path, log: &Path) -> Running {
+    weir_with_env(config, log, &[])
+}
+
+fn weir_with_env(config: &Path, log: &Path, env: &[(&str, String)]) -> Running {
     let child = Command::new(WEIR)
         .args(["run", "-c"])
         .arg(config)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env(
             "WEIR_LOG",
             std::env::var("WEIR_LOG").unwrap_or_else(|_| "info".into()),
@@ -253,8 +259,8 @@ urllib.request.urlopen(req, timeout=10).read()
     let file = dir.join("weir-dns01.yaml");
     let config = dns01_config(
         tls,
-        "*.wild.weir.test",
-        &wrapper.display().to_string(),
+        &["*.wild.weir.test"],
+        &format!("{{ exec: [\"{}\"] }}", wrapper.display()),
         &pebble,
         &dir.join("acme-dns"),
     );
@@ -263,21 +269,9 @@ urllib.request.urlopen(req, timeout=10).read()
     let _weir = weir(&file, &log);
     let root = pebble.root();
     let addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
-    let mut serial = None;
-    let took = common::until("a wildcard certificate", Duration::from_secs(90), || {
-        serial = served(addr, "a.wild.weir.test", &root);
-        serial.is_some()
-            || std::fs::read_to_string(&log)
-                .unwrap_or_default()
-                .contains("ERROR")
-    });
-    assert!(
-        serial.is_some(),
-        "none after {took:?}: {}",
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
+    let serial = issued(addr, "a.wild.weir.test", &root, &log, String::new);
     // One certificate for every name one label under the wildcard.
-    assert_eq!(served(addr, "other.wild.weir.test", &root), serial);
+    assert_eq!(served(addr, "other.wild.weir.test", &root), Some(serial));
     let said = std::fs::read_to_string(&calls).unwrap();
     assert!(
         said.contains("present _acme-challenge.wild.weir.test."),
@@ -296,117 +290,81 @@ urllib.request.urlopen(req, timeout=10).read()
 #[test]
 fn a_wildcard_certificate_through_rfc2136_updates_to_bind9() {
     if !have_all_or_skip(
-        &["pebble", "named", "nsupdate", "tsig-keygen", "dig"],
-        "apt-get install pebble bind9 dnsutils",
+        &[&["pebble", "nsupdate"], common::bind9::NEEDS].concat(),
+        &format!("apt-get install pebble; {}", common::bind9::INSTALL),
     ) {
         return;
     }
-    let dns_port = free_port();
-    let dir = std::env::temp_dir().join(format!("weir-bind9-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let key = Command::new("tsig-keygen")
-        .args(["-a", "hmac-sha256", "weir-acme"])
-        .output()
-        .unwrap();
-    assert!(key.status.success());
-    std::fs::write(dir.join("key.conf"), &key.stdout).unwrap();
-    std::fs::write(
-        dir.join("zone"),
-        "$TTL 60\n@ IN SOA ns.bind9.weir.test. admin.bind9.weir.test. 1 60 60 600 60\n@ IN NS ns.bind9.weir.test.\nns IN A 127.0.0.1\n* IN A 127.0.0.1\n",
-    )
-    .unwrap();
-    let d = dir.display();
-    std::fs::write(
-        dir.join("named.conf"),
-        format!(
-            "options {{ directory \"{d}\"; listen-on port {dns_port} {{ 127.0.0.1; }}; listen-on-v6 {{ none; }}; pid-file \"{d}/named.pid\"; recursion no; dnssec-validation no; }};\ninclude \"{d}/key.conf\";\nzone \"bind9.weir.test\" {{ type primary; file \"{d}/zone\"; allow-update {{ key \"weir-acme\"; }}; }};\n"
-        ),
-    )
-    .unwrap();
-    let _named = Running(
-        Command::new("named")
-            .args(["-g", "-u", "root", "-c"])
-            .arg(dir.join("named.conf"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("named.log")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let dig = |name: &str, kind: &str| {
-        let out = Command::new("dig")
-            .args([
-                "+short",
-                "-p",
-                &dns_port.to_string(),
-                "@127.0.0.1",
-                name,
-                kind,
-            ])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
-    common::until("bind9 answers", Duration::from_secs(15), || {
-        dig("ns.bind9.weir.test", "A") == "127.0.0.1"
-    });
-    let pebble = Pebble::start_with_dns(free_port(), free_port(), Some(dns_port));
+    let bind9 = Bind9::start();
+    let pebble = Pebble::start_with_dns(free_port(), free_port(), Some(bind9.port));
     let tls = free_port();
     let hook = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/acme/dns-nsupdate.sh"
     );
-    let file = dir.join("weir.yaml");
-    let config = dns01_config(tls, "*.bind9.weir.test", hook, &pebble, &dir.join("acme"));
+    let file = bind9.dir.join("weir.yaml");
+    let dns = format!("{{ exec: [\"{hook}\"] }}");
+    let config = dns01_config(
+        tls,
+        &["*.bind9.weir.test"],
+        &dns,
+        &pebble,
+        &bind9.dir.join("acme"),
+    );
     std::fs::write(&file, config).unwrap();
-    let log = dir.join("weir.log");
-    let _weir = Running(
-        Command::new(WEIR)
-            .args(["run", "-c"])
-            .arg(&file)
-            .env("WEIR_NSUPDATE_SERVER", format!("127.0.0.1 {dns_port}"))
-            .env("WEIR_NSUPDATE_KEY", dir.join("key.conf"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
+    let log = bind9.dir.join("weir.log");
+    let _weir = weir_with_env(
+        &file,
+        &log,
+        &[
+            ("WEIR_NSUPDATE_SERVER", format!("127.0.0.1 {}", bind9.port)),
+            ("WEIR_NSUPDATE_KEY", bind9.key_file.display().to_string()),
+        ],
     );
     let root = pebble.root();
     let addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
-    let mut serial = None;
-    let took = common::until(
-        "a wildcard certificate via bind9",
-        Duration::from_secs(90),
-        || {
-            serial = served(addr, "www.bind9.weir.test", &root);
-            serial.is_some()
-                || std::fs::read_to_string(&log)
-                    .unwrap_or_default()
-                    .contains("ERROR")
-        },
-    );
-    assert!(
-        serial.is_some(),
-        "none after {took:?}: {}\nnamed: {}",
-        std::fs::read_to_string(&log).unwrap_or_default(),
-        std::fs::read_to_string(dir.join("named.log")).unwrap_or_default()
-    );
+    issued(addr, "www.bind9.weir.test", &root, &log, || bind9.log());
     // The record was added by the hook, then removed once the certificate was issued.
     common::until("the TXT record removed", Duration::from_secs(15), || {
-        dig("_acme-challenge.bind9.weir.test", "TXT").is_empty()
+        bind9
+            .dig("_acme-challenge.bind9.weir.test", "TXT")
+            .is_empty()
     });
 }
 
-/// A TLS listener on `tls` with a DNS-01 certificate for `name` from `pebble`, its records set by
-/// `hook`, answering "secure".
-fn dns01_config(tls: u16, name: &str, hook: &str, pebble: &Pebble, storage: &Path) -> String {
+/// Waits (90 s at most, less when weir logs an error) for weir to serve a certificate for `sni`
+/// on `addr` that chains to `root`; returns its serial, or fails with weir's log and `more()`.
+fn issued(
+    addr: SocketAddr,
+    sni: &str,
+    root: &CertificateDer<'static>,
+    log: &Path,
+    more: impl Fn() -> String,
+) -> String {
+    let logs = || std::fs::read_to_string(log).unwrap_or_default();
+    let mut serial = None;
+    let took = common::until(
+        &format!("a certificate for {sni}"),
+        Duration::from_secs(90),
+        || {
+            serial = served(addr, sni, root);
+            serial.is_some()
+                || logs().contains("ERROR")
+                || logs().contains("obtaining a certificate failed")
+        },
+    );
+    serial.unwrap_or_else(|| panic!("none after {took:?}: {}\n{}", logs(), more()))
+}
+
+/// A TLS listener on `tls` with one DNS-01 certificate for `names` from `pebble`, its records set
+/// through `dns` (a YAML flow mapping), answering "secure".
+fn dns01_config(tls: u16, names: &[&str], dns: &str, pebble: &Pebble, storage: &Path) -> String {
     format!(
         r#"
 listeners:
   - address: 127.0.0.1:{tls}
     tls:
-      acme: {{ names: ["{name}"], challenge: dns-01, dns: {{ exec: ["{hook}"] }},
+      acme: {{ names: {names:?}, challenge: dns-01, dns: {dns},
                directory: "{dir_url}", directory_ca: "{ca}", storage: "{storage}", check_every: 1h }}
     routes:
       - respond: {{ body: "secure" }}
