@@ -2,7 +2,9 @@
 //! `pebble-challtestsrv` as the DNS server that points every name at 127.0.0.1), started on
 //! loopback by the test. Issuance by HTTP-01 and by TLS-ALPN-01, the certificates served by
 //! SNI and verified against pebble's root, reuse from storage across a restart (with the CA
-//! gone), renewal, and backoff when the CA fails.
+//! gone), renewal, and backoff when the CA fails. DNS-01 through a hook command, and through
+//! RFC 2136 updates to Debian's bind9 (`named`, started by the test) by weir's own client and by
+//! `examples/acme/dns-nsupdate.sh`.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -330,6 +332,167 @@ fn a_wildcard_certificate_through_rfc2136_updates_to_bind9() {
             .dig("_acme-challenge.bind9.weir.test", "TXT")
             .is_empty()
     });
+}
+
+/// The same through weir's own RFC 2136 client (`dns: { rfc2136: ... }`), with the key file
+/// tsig-keygen wrote and the zone found by asking bind9: one certificate for the wildcard and
+/// the zone's apex (two TXT records on one name at once), served for both, and both records
+/// deleted afterwards.
+#[test]
+fn a_wildcard_certificate_through_weirs_rfc2136_client_to_bind9() {
+    if !have_all_or_skip(
+        &[&["pebble"], common::bind9::NEEDS].concat(),
+        &format!("apt-get install pebble; {}", common::bind9::INSTALL),
+    ) {
+        return;
+    }
+    let bind9 = Bind9::start();
+    let pebble = Pebble::start_with_dns(free_port(), free_port(), Some(bind9.port));
+    let tls = free_port();
+    let file = bind9.dir.join("weir.yaml");
+    let dns = format!(
+        "{{ rfc2136: {{ server: \"127.0.0.1:{}\", key_file: \"{}\" }}, timeout: 10s }}",
+        bind9.port,
+        bind9.key_file.display()
+    );
+    let config = dns01_config(
+        tls,
+        &["*.bind9.weir.test", "bind9.weir.test"],
+        &dns,
+        &pebble,
+        &bind9.dir.join("acme"),
+    );
+    std::fs::write(&file, config).unwrap();
+    let log = bind9.dir.join("weir.log");
+    let _weir = weir(&file, &log);
+    let root = pebble.root();
+    let addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
+    let serial = issued(addr, "www.bind9.weir.test", &root, &log, || bind9.log());
+    assert_eq!(served(addr, "bind9.weir.test", &root), Some(serial.clone()));
+    assert_eq!(served(addr, "other.bind9.weir.test", &root), Some(serial));
+    // bind9 took two additions and two deletions, signed by the key, and the name has no TXT
+    // record left.
+    common::until("the TXT records removed", Duration::from_secs(15), || {
+        bind9
+            .dig("_acme-challenge.bind9.weir.test", "TXT")
+            .is_empty()
+    });
+    let named = bind9.log();
+    assert_eq!(
+        named
+            .matches("adding an RR at '_acme-challenge.bind9.weir.test' TXT")
+            .count(),
+        2,
+        "{named}"
+    );
+    assert_eq!(
+        named
+            .matches("deleting an RR at _acme-challenge.bind9.weir.test TXT")
+            .count(),
+        2,
+        "{named}"
+    );
+}
+
+/// A secret bind9 does not share: the update is refused (NOTAUTH, BADSIG), the log says so with
+/// the server and zone, nothing is issued or stored, and no record is left in the zone.
+#[test]
+fn a_wrong_tsig_secret_fails_clearly_and_issues_nothing() {
+    if !have_all_or_skip(
+        &[&["pebble"], common::bind9::NEEDS].concat(),
+        &format!("apt-get install pebble; {}", common::bind9::INSTALL),
+    ) {
+        return;
+    }
+    let bind9 = Bind9::start();
+    let pebble = Pebble::start_with_dns(free_port(), free_port(), Some(bind9.port));
+    let tls = free_port();
+    // The right key's secret with its first letter changed: still base64, of the same length.
+    let right = bind9.secret();
+    let wrong = format!(
+        "{}{}",
+        if right.starts_with('A') { 'B' } else { 'A' },
+        &right[1..]
+    );
+    let dns = format!(
+        "{{ rfc2136: {{ server: \"127.0.0.1:{}\", zone: bind9.weir.test, key_name: weir-acme, key_secret: \"{wrong}\" }} }}",
+        bind9.port
+    );
+    let storage = bind9.dir.join("acme");
+    let file = bind9.dir.join("weir.yaml");
+    std::fs::write(
+        &file,
+        dns01_config(tls, &["*.bind9.weir.test"], &dns, &pebble, &storage),
+    )
+    .unwrap();
+    let log = bind9.dir.join("weir.log");
+    let _weir = weir(&file, &log);
+    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    common::until("the failed attempt logged", Duration::from_secs(30), || {
+        logs().contains("obtaining a certificate failed")
+    });
+    let text = logs();
+    let want = format!(
+        "RFC 2136 update at 127.0.0.1:{}, zone bind9.weir.test.: NOTAUTH: the server refused the signature of TSIG key weir-acme. (BADSIG: the server's secret or algorithm for this key differs)",
+        bind9.port
+    );
+    assert!(text.contains(&want), "no {want:?} in:\n{text}");
+    assert!(
+        bind9.log().contains("tsig verify failure (BADSIG)"),
+        "{}",
+        bind9.log()
+    );
+    let addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
+    assert_eq!(served(addr, "www.bind9.weir.test", &pebble.root()), None);
+    let stored = std::fs::read_dir(&storage)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().join("cert.pem").exists())
+        .count();
+    assert_eq!(
+        stored,
+        0,
+        "a certificate stored under {}",
+        storage.display()
+    );
+    assert!(bind9
+        .dig("_acme-challenge.bind9.weir.test", "TXT")
+        .is_empty());
+}
+
+/// Bad `dns` sections are config errors naming the key, the key file's errors its line.
+#[test]
+fn rfc2136_config_errors_name_the_key() {
+    let dir = std::env::temp_dir().join(format!("weir-rfc2136-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("bad.key");
+    std::fs::write(
+        &key,
+        "key \"weir-acme\" {\n\talgorithm hmac-sha256;\n\tsecret \"c2Vj\";\n}\n",
+    )
+    .unwrap();
+    let key = key.display().to_string();
+    for (dns, path, says) in [
+        ("{ exec: [x], rfc2136: { server: 127.0.0.1, key_name: k, key_secret: c2Vj } }", "acme.dns:", "not both"),
+        ("{ propagation: 1s }", "acme.dns:", "give `rfc2136"),
+        ("{ exec: [] }", "acme.dns.exec:", "name the command"),
+        ("{ rfc2136: { server: 127.0.0.1, key_name: k, key_secret: 'c2Vj!' } }", "acme.dns.rfc2136.key_secret:", "not base64"),
+        ("{ rfc2136: { server: 127.0.0.1, key_name: k } }", "acme.dns.rfc2136.key_secret:", "give the TSIG key"),
+        ("{ rfc2136: { server: 127.0.0.1, key_secret: c2Vj } }", "acme.dns.rfc2136.key_name:", "name the key"),
+        ("{ rfc2136: { server: 127.0.0.1, key_name: k, key_secret: c2Vj, algorithm: hmac-md5 } }", "acme.dns.rfc2136.algorithm:", "not supported"),
+        ("{ rfc2136: { server: '127.0.0.1:dns', key_name: k, key_secret: c2Vj } }", "acme.dns.rfc2136.server:", "the port"),
+        ("{ rfc2136: { server: 127.0.0.1, zone: 'a..b', key_name: k, key_secret: c2Vj } }", "acme.dns.rfc2136.zone:", "a..b"),
+        ("{ rfc2136: { server: 127.0.0.1, key_file: /nonexistent/k.key } }", "acme.dns.rfc2136.key_file:", "/nonexistent/k.key: No such file"),
+        (&format!("{{ rfc2136: {{ server: 127.0.0.1, key_file: \"{key}\" }} }}"), "acme.dns.rfc2136.key_file:", &format!("{key}:4: expected \";\"")),
+    ] {
+        let yaml = format!("listeners:\n  - address: 127.0.0.1:0\n    tls:\n      acme: {{ names: [a.weir.test], challenge: dns-01,\n              dns: {dns} }}\n    routes: []\n");
+        let e = common::config_error(&yaml);
+        assert!(e.contains(path) && e.contains(says), "{dns}: {e}");
+        // The line of the `dns:` key.
+        assert!(e.starts_with("config:5:") || e.contains(":5:"), "{dns}: {e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Waits (90 s at most, less when weir logs an error) for weir to serve a certificate for `sni`
