@@ -1,6 +1,8 @@
 #!/bin/sh
 # weir's DNS-01 hook for DNS servers that take RFC 2136 dynamic updates (bind9, Knot, PowerDNS,
-# Windows DNS) signed with a TSIG key, through `nsupdate` (Debian: dnsutils):
+# Windows DNS) signed with a TSIG key, through `nsupdate` (Debian: dnsutils). weir's own client,
+# `dns: { rfc2136: { server, key_file } }` (docs/config.md), is the first choice: it needs no
+# nsupdate on the host. This hook stays for setups built on it:
 #   tls: { acme: { names: ["*.example.com"], challenge: dns-01,
 #                  dns: { exec: [/path/to/dns-nsupdate.sh], propagation: 2s } } }
 # weir runs it as `dns-nsupdate.sh present|cleanup FQDN VALUE`.

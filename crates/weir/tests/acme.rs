@@ -2,7 +2,9 @@
 //! `pebble-challtestsrv` as the DNS server that points every name at 127.0.0.1), started on
 //! loopback by the test. Issuance by HTTP-01 and by TLS-ALPN-01, the certificates served by
 //! SNI and verified against pebble's root, reuse from storage across a restart (with the CA
-//! gone), renewal, and backoff when the CA fails.
+//! gone), renewal, and backoff when the CA fails. DNS-01 through a hook command, and through
+//! RFC 2136 updates to Debian's bind9 (`named`, started by the test) by weir's own client and by
+//! `examples/acme/dns-nsupdate.sh`.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -12,6 +14,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::bind9::Bind9;
 use common::pebble::Pebble;
 use common::process::{free_port, have_all_or_skip, Running, WEIR};
 use common::tlskit;
@@ -40,9 +43,14 @@ fn serial_on_disk(dir: &Path) -> String {
 }
 
 fn weir(config: &Path, log: &Path) -> Running {
+    weir_with_env(config, log, &[])
+}
+
+fn weir_with_env(config: &Path, log: &Path, env: &[(&str, String)]) -> Running {
     let child = Command::new(WEIR)
         .args(["run", "-c"])
         .arg(config)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env(
             "WEIR_LOG",
             std::env::var("WEIR_LOG").unwrap_or_else(|_| "info".into()),
@@ -253,8 +261,8 @@ urllib.request.urlopen(req, timeout=10).read()
     let file = dir.join("weir-dns01.yaml");
     let config = dns01_config(
         tls,
-        "*.wild.weir.test",
-        &wrapper.display().to_string(),
+        &["*.wild.weir.test"],
+        &format!("{{ exec: [\"{}\"] }}", wrapper.display()),
         &pebble,
         &dir.join("acme-dns"),
     );
@@ -263,21 +271,9 @@ urllib.request.urlopen(req, timeout=10).read()
     let _weir = weir(&file, &log);
     let root = pebble.root();
     let addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
-    let mut serial = None;
-    let took = common::until("a wildcard certificate", Duration::from_secs(90), || {
-        serial = served(addr, "a.wild.weir.test", &root);
-        serial.is_some()
-            || std::fs::read_to_string(&log)
-                .unwrap_or_default()
-                .contains("ERROR")
-    });
-    assert!(
-        serial.is_some(),
-        "none after {took:?}: {}",
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
+    let serial = issued(addr, "a.wild.weir.test", &root, &log, String::new);
     // One certificate for every name one label under the wildcard.
-    assert_eq!(served(addr, "other.wild.weir.test", &root), serial);
+    assert_eq!(served(addr, "other.wild.weir.test", &root), Some(serial));
     let said = std::fs::read_to_string(&calls).unwrap();
     assert!(
         said.contains("present _acme-challenge.wild.weir.test."),
@@ -296,117 +292,242 @@ urllib.request.urlopen(req, timeout=10).read()
 #[test]
 fn a_wildcard_certificate_through_rfc2136_updates_to_bind9() {
     if !have_all_or_skip(
-        &["pebble", "named", "nsupdate", "tsig-keygen", "dig"],
-        "apt-get install pebble bind9 dnsutils",
+        &[&["pebble", "nsupdate"], common::bind9::NEEDS].concat(),
+        &format!("apt-get install pebble; {}", common::bind9::INSTALL),
     ) {
         return;
     }
-    let dns_port = free_port();
-    let dir = std::env::temp_dir().join(format!("weir-bind9-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let key = Command::new("tsig-keygen")
-        .args(["-a", "hmac-sha256", "weir-acme"])
-        .output()
-        .unwrap();
-    assert!(key.status.success());
-    std::fs::write(dir.join("key.conf"), &key.stdout).unwrap();
-    std::fs::write(
-        dir.join("zone"),
-        "$TTL 60\n@ IN SOA ns.bind9.weir.test. admin.bind9.weir.test. 1 60 60 600 60\n@ IN NS ns.bind9.weir.test.\nns IN A 127.0.0.1\n* IN A 127.0.0.1\n",
-    )
-    .unwrap();
-    let d = dir.display();
-    std::fs::write(
-        dir.join("named.conf"),
-        format!(
-            "options {{ directory \"{d}\"; listen-on port {dns_port} {{ 127.0.0.1; }}; listen-on-v6 {{ none; }}; pid-file \"{d}/named.pid\"; recursion no; dnssec-validation no; }};\ninclude \"{d}/key.conf\";\nzone \"bind9.weir.test\" {{ type primary; file \"{d}/zone\"; allow-update {{ key \"weir-acme\"; }}; }};\n"
-        ),
-    )
-    .unwrap();
-    let _named = Running(
-        Command::new("named")
-            .args(["-g", "-u", "root", "-c"])
-            .arg(dir.join("named.conf"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("named.log")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let dig = |name: &str, kind: &str| {
-        let out = Command::new("dig")
-            .args([
-                "+short",
-                "-p",
-                &dns_port.to_string(),
-                "@127.0.0.1",
-                name,
-                kind,
-            ])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
-    common::until("bind9 answers", Duration::from_secs(15), || {
-        dig("ns.bind9.weir.test", "A") == "127.0.0.1"
-    });
-    let pebble = Pebble::start_with_dns(free_port(), free_port(), Some(dns_port));
+    let bind9 = Bind9::start();
+    let pebble = Pebble::start_with_dns(free_port(), free_port(), Some(bind9.port));
     let tls = free_port();
     let hook = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/acme/dns-nsupdate.sh"
     );
-    let file = dir.join("weir.yaml");
-    let config = dns01_config(tls, "*.bind9.weir.test", hook, &pebble, &dir.join("acme"));
+    let file = bind9.dir.join("weir.yaml");
+    let dns = format!("{{ exec: [\"{hook}\"] }}");
+    let config = dns01_config(
+        tls,
+        &["*.bind9.weir.test"],
+        &dns,
+        &pebble,
+        &bind9.dir.join("acme"),
+    );
     std::fs::write(&file, config).unwrap();
-    let log = dir.join("weir.log");
-    let _weir = Running(
-        Command::new(WEIR)
-            .args(["run", "-c"])
-            .arg(&file)
-            .env("WEIR_NSUPDATE_SERVER", format!("127.0.0.1 {dns_port}"))
-            .env("WEIR_NSUPDATE_KEY", dir.join("key.conf"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
+    let log = bind9.dir.join("weir.log");
+    let _weir = weir_with_env(
+        &file,
+        &log,
+        &[
+            ("WEIR_NSUPDATE_SERVER", format!("127.0.0.1 {}", bind9.port)),
+            ("WEIR_NSUPDATE_KEY", bind9.key_file.display().to_string()),
+        ],
     );
     let root = pebble.root();
     let addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
-    let mut serial = None;
-    let took = common::until(
-        "a wildcard certificate via bind9",
-        Duration::from_secs(90),
-        || {
-            serial = served(addr, "www.bind9.weir.test", &root);
-            serial.is_some()
-                || std::fs::read_to_string(&log)
-                    .unwrap_or_default()
-                    .contains("ERROR")
-        },
-    );
-    assert!(
-        serial.is_some(),
-        "none after {took:?}: {}\nnamed: {}",
-        std::fs::read_to_string(&log).unwrap_or_default(),
-        std::fs::read_to_string(dir.join("named.log")).unwrap_or_default()
-    );
+    issued(addr, "www.bind9.weir.test", &root, &log, || bind9.log());
     // The record was added by the hook, then removed once the certificate was issued.
     common::until("the TXT record removed", Duration::from_secs(15), || {
-        dig("_acme-challenge.bind9.weir.test", "TXT").is_empty()
+        bind9
+            .dig("_acme-challenge.bind9.weir.test", "TXT")
+            .is_empty()
     });
 }
 
-/// A TLS listener on `tls` with a DNS-01 certificate for `name` from `pebble`, its records set by
-/// `hook`, answering "secure".
-fn dns01_config(tls: u16, name: &str, hook: &str, pebble: &Pebble, storage: &Path) -> String {
+/// The same through weir's own RFC 2136 client (`dns: { rfc2136: ... }`), with the key file
+/// tsig-keygen wrote and the zone found by asking bind9: one certificate for the wildcard and
+/// the zone's apex (two TXT records on one name at once), served for both, and both records
+/// deleted afterwards.
+#[test]
+fn a_wildcard_certificate_through_weirs_rfc2136_client_to_bind9() {
+    if !have_all_or_skip(
+        &[&["pebble"], common::bind9::NEEDS].concat(),
+        &format!("apt-get install pebble; {}", common::bind9::INSTALL),
+    ) {
+        return;
+    }
+    let bind9 = Bind9::start();
+    let pebble = Pebble::start_with_dns(free_port(), free_port(), Some(bind9.port));
+    let tls = free_port();
+    let file = bind9.dir.join("weir.yaml");
+    let dns = format!(
+        "{{ rfc2136: {{ server: \"127.0.0.1:{}\", key_file: \"{}\" }}, timeout: 10s }}",
+        bind9.port,
+        bind9.key_file.display()
+    );
+    let config = dns01_config(
+        tls,
+        &["*.bind9.weir.test", "bind9.weir.test"],
+        &dns,
+        &pebble,
+        &bind9.dir.join("acme"),
+    );
+    std::fs::write(&file, config).unwrap();
+    let log = bind9.dir.join("weir.log");
+    let _weir = weir(&file, &log);
+    let root = pebble.root();
+    let addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
+    let serial = issued(addr, "www.bind9.weir.test", &root, &log, || bind9.log());
+    assert_eq!(served(addr, "bind9.weir.test", &root), Some(serial.clone()));
+    assert_eq!(served(addr, "other.bind9.weir.test", &root), Some(serial));
+    // bind9 took two additions and two deletions, signed by the key, and the name has no TXT
+    // record left.
+    common::until("the TXT records removed", Duration::from_secs(15), || {
+        bind9
+            .dig("_acme-challenge.bind9.weir.test", "TXT")
+            .is_empty()
+    });
+    let named = bind9.log();
+    assert_eq!(
+        named
+            .matches("adding an RR at '_acme-challenge.bind9.weir.test' TXT")
+            .count(),
+        2,
+        "{named}"
+    );
+    assert_eq!(
+        named
+            .matches("deleting an RR at _acme-challenge.bind9.weir.test TXT")
+            .count(),
+        2,
+        "{named}"
+    );
+}
+
+/// A secret bind9 does not share: the update is refused (NOTAUTH, BADSIG), the log says so with
+/// the server and zone, nothing is issued or stored, and no record is left in the zone.
+#[test]
+fn a_wrong_tsig_secret_fails_clearly_and_issues_nothing() {
+    if !have_all_or_skip(
+        &[&["pebble"], common::bind9::NEEDS].concat(),
+        &format!("apt-get install pebble; {}", common::bind9::INSTALL),
+    ) {
+        return;
+    }
+    let bind9 = Bind9::start();
+    let pebble = Pebble::start_with_dns(free_port(), free_port(), Some(bind9.port));
+    let tls = free_port();
+    // The right key's secret with its first letter changed: still base64, of the same length.
+    let right = bind9.secret();
+    let wrong = format!(
+        "{}{}",
+        if right.starts_with('A') { 'B' } else { 'A' },
+        &right[1..]
+    );
+    let dns = format!(
+        "{{ rfc2136: {{ server: \"127.0.0.1:{}\", zone: bind9.weir.test, key_name: weir-acme, key_secret: \"{wrong}\" }} }}",
+        bind9.port
+    );
+    let storage = bind9.dir.join("acme");
+    let file = bind9.dir.join("weir.yaml");
+    std::fs::write(
+        &file,
+        dns01_config(tls, &["*.bind9.weir.test"], &dns, &pebble, &storage),
+    )
+    .unwrap();
+    let log = bind9.dir.join("weir.log");
+    let _weir = weir(&file, &log);
+    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    common::until("the failed attempt logged", Duration::from_secs(30), || {
+        logs().contains("obtaining a certificate failed")
+    });
+    let text = logs();
+    let want = format!(
+        "RFC 2136 update at 127.0.0.1:{}, zone bind9.weir.test.: NOTAUTH: the server refused the signature of TSIG key weir-acme. (BADSIG: the server's secret or algorithm for this key differs)",
+        bind9.port
+    );
+    assert!(text.contains(&want), "no {want:?} in:\n{text}");
+    assert!(
+        bind9.log().contains("tsig verify failure (BADSIG)"),
+        "{}",
+        bind9.log()
+    );
+    let addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
+    assert_eq!(served(addr, "www.bind9.weir.test", &pebble.root()), None);
+    let stored = std::fs::read_dir(&storage)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().join("cert.pem").exists())
+        .count();
+    assert_eq!(
+        stored,
+        0,
+        "a certificate stored under {}",
+        storage.display()
+    );
+    assert!(bind9
+        .dig("_acme-challenge.bind9.weir.test", "TXT")
+        .is_empty());
+}
+
+/// Bad `dns` sections are config errors naming the key, the key file's errors its line.
+#[test]
+fn rfc2136_config_errors_name_the_key() {
+    let dir = std::env::temp_dir().join(format!("weir-rfc2136-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("bad.key");
+    std::fs::write(
+        &key,
+        "key \"weir-acme\" {\n\talgorithm hmac-sha256;\n\tsecret \"c2Vj\";\n}\n",
+    )
+    .unwrap();
+    let key = key.display().to_string();
+    for (dns, path, says) in [
+        ("{ exec: [x], rfc2136: { server: 127.0.0.1, key_name: k, key_secret: c2Vj } }", "acme.dns:", "not both"),
+        ("{ propagation: 1s }", "acme.dns:", "give `rfc2136"),
+        ("{ exec: [] }", "acme.dns.exec:", "name the command"),
+        ("{ rfc2136: { server: 127.0.0.1, key_name: k, key_secret: 'c2Vj!' } }", "acme.dns.rfc2136.key_secret:", "not base64"),
+        ("{ rfc2136: { server: 127.0.0.1, key_name: k } }", "acme.dns.rfc2136.key_secret:", "give the TSIG key"),
+        ("{ rfc2136: { server: 127.0.0.1, key_secret: c2Vj } }", "acme.dns.rfc2136.key_name:", "name the key"),
+        ("{ rfc2136: { server: 127.0.0.1, key_name: k, key_secret: c2Vj, algorithm: hmac-md5 } }", "acme.dns.rfc2136.algorithm:", "not supported"),
+        ("{ rfc2136: { server: '127.0.0.1:dns', key_name: k, key_secret: c2Vj } }", "acme.dns.rfc2136.server:", "the port"),
+        ("{ rfc2136: { server: 127.0.0.1, zone: 'a..b', key_name: k, key_secret: c2Vj } }", "acme.dns.rfc2136.zone:", "a..b"),
+        ("{ rfc2136: { server: 127.0.0.1, key_file: /nonexistent/k.key } }", "acme.dns.rfc2136.key_file:", "/nonexistent/k.key: No such file"),
+        (&format!("{{ rfc2136: {{ server: 127.0.0.1, key_file: \"{key}\" }} }}"), "acme.dns.rfc2136.key_file:", &format!("{key}:4: expected \";\"")),
+    ] {
+        let yaml = format!("listeners:\n  - address: 127.0.0.1:0\n    tls:\n      acme: {{ names: [a.weir.test], challenge: dns-01,\n              dns: {dns} }}\n    routes: []\n");
+        let e = common::config_error(&yaml);
+        assert!(e.contains(path) && e.contains(says), "{dns}: {e}");
+        // The line of the `dns:` key.
+        assert!(e.starts_with("config:5:") || e.contains(":5:"), "{dns}: {e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Waits (90 s at most, less when weir logs an error) for weir to serve a certificate for `sni`
+/// on `addr` that chains to `root`; returns its serial, or fails with weir's log and `more()`.
+fn issued(
+    addr: SocketAddr,
+    sni: &str,
+    root: &CertificateDer<'static>,
+    log: &Path,
+    more: impl Fn() -> String,
+) -> String {
+    let logs = || std::fs::read_to_string(log).unwrap_or_default();
+    let mut serial = None;
+    let took = common::until(
+        &format!("a certificate for {sni}"),
+        Duration::from_secs(90),
+        || {
+            serial = served(addr, sni, root);
+            serial.is_some()
+                || logs().contains("ERROR")
+                || logs().contains("obtaining a certificate failed")
+        },
+    );
+    serial.unwrap_or_else(|| panic!("none after {took:?}: {}\n{}", logs(), more()))
+}
+
+/// A TLS listener on `tls` with one DNS-01 certificate for `names` from `pebble`, its records set
+/// through `dns` (a YAML flow mapping), answering "secure".
+fn dns01_config(tls: u16, names: &[&str], dns: &str, pebble: &Pebble, storage: &Path) -> String {
     format!(
         r#"
 listeners:
   - address: 127.0.0.1:{tls}
     tls:
-      acme: {{ names: ["{name}"], challenge: dns-01, dns: {{ exec: ["{hook}"] }},
+      acme: {{ names: {names:?}, challenge: dns-01, dns: {dns},
                directory: "{dir_url}", directory_ca: "{ca}", storage: "{storage}", check_every: 1h }}
     routes:
       - respond: {{ body: "secure" }}

@@ -24,8 +24,8 @@ pub use super::model_sites::{Site, SiteTls};
 pub use super::model_static::{CacheControlRule, Static};
 pub use super::model_tcp::{TcpProxy, TcpRoute};
 pub use super::model_tls::{
-    Acme, AcmeDns, Certificate, ClientAuth, ClientAuthMode, ClientCert, Http2, Ocsp, OnDemand, Tls,
-    UpstreamTls,
+    Acme, AcmeDns, Certificate, ClientAuth, ClientAuthMode, ClientCert, Http2, Ocsp, OnDemand,
+    Rfc2136, Tls, UpstreamTls,
 };
 pub use super::model_upstream::{
     ActiveHealth, Keepalive, OutlierDetection, PassiveHealth, Retries, Upstream, UpstreamLimits,

@@ -81,20 +81,62 @@ pub struct Acme {
     pub on_demand: Option<OnDemand>,
 }
 
-/// DNS-01's records, set by a command (lego's and acme.sh's `exec` provider): it is run as
-/// `COMMAND... present FQDN VALUE` before the CA is asked to look, and `COMMAND... cleanup FQDN
-/// VALUE` after, where FQDN is `_acme-challenge.<name>.` and VALUE the TXT record's text.
+/// DNS-01's records: set by weir's own RFC 2136 client (`rfc2136`), or by a command (`exec`,
+/// lego's and acme.sh's `exec` provider), run as `COMMAND... present FQDN VALUE` before the CA is
+/// asked to look and `COMMAND... cleanup FQDN VALUE` after, where FQDN is
+/// `_acme-challenge.<name>.` and VALUE the TXT record's text. One of the two.
 #[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct AcmeDns {
     /// The command and its first arguments (`[/usr/local/bin/dns-hook, --zone, example.com]`).
-    pub exec: Vec<String>,
+    pub exec: Option<Vec<String>>,
+    /// Dynamic updates (RFC 2136) signed with a TSIG key, sent to the zone's primary server.
+    pub rfc2136: Option<Rfc2136>,
     /// Wait this long after the records are set before the CA looks (DNS propagation).
     #[serde(default)]
     pub propagation: super::units::Dur,
-    /// The command's time limit for each call.
+    /// The time limit of each call (the command's, or the updates' with their zone lookup).
     #[serde(default = "default_hook_timeout")]
     pub timeout: super::units::Dur,
+}
+
+/// RFC 2136 dynamic updates: the TXT record added (TTL 60) before the CA looks and that record
+/// deleted after, each UPDATE signed with a TSIG key (RFC 8945) and the server's answer checked
+/// against it, over TCP.
+#[derive(Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Rfc2136 {
+    /// The primary server: `host:port`, `host` (port 53), `[v6]:port`.
+    pub server: String,
+    /// The zone updated (`example.com`); absent: found by asking the server for the SOA of the
+    /// record's name, then of each parent, as nsupdate does.
+    pub zone: Option<String>,
+    /// The key's name, as the server knows it; with `key_file`, needed only when the file holds
+    /// several keys.
+    pub key_name: Option<String>,
+    /// The key's secret, base64 (`${TSIG_SECRET}` keeps it out of the file).
+    pub key_secret: Option<String>,
+    /// A key file in bind's format (`tsig-keygen -a hmac-sha256 NAME`), instead of `key_secret`.
+    pub key_file: Option<String>,
+    /// `hmac-sha256` (the default), `hmac-sha384` or `hmac-sha512`; a key file names its own.
+    pub algorithm: Option<String>,
+}
+
+/// Without the secret: `AcmeCerts`, which holds these settings, is logged with `{:?}`.
+impl std::fmt::Debug for Rfc2136 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rfc2136")
+            .field("server", &self.server)
+            .field("zone", &self.zone)
+            .field("key_name", &self.key_name)
+            .field(
+                "key_secret",
+                &self.key_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("key_file", &self.key_file)
+            .field("algorithm", &self.algorithm)
+            .finish()
+    }
 }
 
 fn default_hook_timeout() -> super::units::Dur {

@@ -198,7 +198,7 @@ pub(super) fn compile_acme(
         if n.starts_with("*.") && !dns01 {
             return Err((
                 format!("{path}.names[{i}]"),
-                "wildcards need the DNS-01 challenge (`challenge: dns-01` with `dns: { exec: [...] }`)"
+                "wildcards need the DNS-01 challenge (`challenge: dns-01` with `dns: { rfc2136: {...} }` or `dns: { exec: [...] }`)"
                     .into(),
             ));
         }
@@ -210,15 +210,13 @@ pub(super) fn compile_acme(
             ));
         }
     }
+    let mut settings = a.clone();
     match (&a.dns, dns01) {
         (None, true) => {
             return Err((
                 format!("{path}.dns"),
-                "dns-01 needs `dns: { exec: [command, args...] }`: the command that sets the TXT records".into(),
+                "dns-01 needs `dns: { rfc2136: {...} }` (updates to the zone's primary server) or `dns: { exec: [command, args...] }` (a command that sets the TXT records)".into(),
             ))
-        }
-        (Some(d), _) if d.exec.is_empty() => {
-            return Err((format!("{path}.dns.exec"), "name the command".into()))
         }
         (Some(_), false) => {
             return Err((
@@ -226,7 +224,8 @@ pub(super) fn compile_acme(
                 "only used with `challenge: dns-01`".into(),
             ))
         }
-        _ => {}
+        (Some(d), true) => settings.dns = Some(check_dns(d, &format!("{path}.dns"), base)?),
+        (None, false) => {}
     }
     if !a.directory.starts_with("https://") {
         return Err((
@@ -242,5 +241,43 @@ pub(super) fn compile_acme(
     if let Some(ca) = &ca {
         crate::tls::certs::read_certs(ca).map_err(|m| (format!("{path}.directory_ca"), m))?;
     }
-    Ok(registry.acme(a, base.0.join(&a.storage), ca))
+    Ok(registry.acme(&settings, base.0.join(&a.storage), ca))
+}
+
+/// A `dns:` section checked: `exec` or `rfc2136`, the latter's server, zone and key (its file
+/// read now, so that `weir check` and a reload find a bad one), with `key_file` resolved against
+/// the config's directory.
+fn check_dns(
+    d: &model::AcmeDns,
+    path: &str,
+    base: &BaseDir,
+) -> Result<model::AcmeDns, CompileError> {
+    let mut d = d.clone();
+    match (&d.exec, &mut d.rfc2136) {
+        (Some(_), Some(_)) => Err((
+            path.to_string(),
+            "give `rfc2136` or `exec`, not both".into(),
+        )),
+        (None, None) => Err((
+            path.to_string(),
+            "give `rfc2136: { server, key_name, key_secret | key_file }` or `exec: [command, args...]`".into(),
+        )),
+        (Some(exec), None) if exec.is_empty() => {
+            Err((format!("{path}.exec"), "name the command".into()))
+        }
+        (Some(_), None) => Ok(()),
+        (None, Some(r)) => {
+            let at = |k: &str| format!("{path}.rfc2136.{k}");
+            crate::tls::dns_update::server_addr(&r.server).map_err(|m| (at("server"), m))?;
+            if let Some(z) = &r.zone {
+                crate::tls::dns_update::name(z).map_err(|m| (at("zone"), m))?;
+            }
+            if let Some(f) = &mut r.key_file {
+                *f = base.0.join(&*f).display().to_string();
+            }
+            crate::tls::tsig_key::from_settings(r).map_err(|(k, m)| (at(k), m))?;
+            Ok(())
+        }
+    }?;
+    Ok(d)
 }

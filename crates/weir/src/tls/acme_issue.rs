@@ -1,9 +1,9 @@
 //! One ACME issuance with `instant-acme` (why that crate: `acme.rs`): the account (created
 //! once, its credentials kept in `storage/`), an order for the names, each authorization
 //! answered by HTTP-01 or TLS-ALPN-01 through [`Challenges`](super::acme::Challenges), or by
-//! DNS-01 through the section's `dns.exec` command (`present` before, `cleanup` after, on every
-//! way out), then a CSR for a fresh ECDSA P-256 key, the certificate chain, and
-//! [`AcmeCerts::install`].
+//! DNS-01 through the section's `dns`: RFC 2136 updates ([`dns_update`](super::dns_update)) or
+//! the `dns.exec` command (`present` before, `cleanup` after, on every way out), then a CSR for
+//! a fresh ECDSA P-256 key, the certificate chain, and [`AcmeCerts::install`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,29 +31,42 @@ pub(super) async fn obtain(certs: &AcmeCerts) -> Result<(), String> {
     result
 }
 
-/// Runs `dns.exec ACTION FQDN VALUE` within `dns.timeout`.
+/// Sets (`present`) or removes (`cleanup`) the TXT record `value` at `fqdn`, within
+/// `dns.timeout`: by an RFC 2136 update, or by running `dns.exec ACTION FQDN VALUE`.
 async fn hook(
     dns: &crate::config::model::AcmeDns,
     action: &str,
     fqdn: &str,
     value: &str,
 ) -> Result<(), String> {
-    let mut cmd = tokio::process::Command::new(&dns.exec[0]);
-    cmd.args(&dns.exec[1..])
+    use super::dns_update::Change;
+    if let Some(r) = &dns.rfc2136 {
+        let change = if action == "present" {
+            Change::Add
+        } else {
+            Change::Delete
+        };
+        return super::dns_update::run(r, change, fqdn, value, dns.timeout.0).await;
+    }
+    let exec = dns.exec.as_deref().unwrap_or_default();
+    let Some(program) = exec.first() else {
+        return Err("dns: neither `rfc2136` nor `exec`".into());
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(&exec[1..])
         .args([action, fqdn, value])
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
     let out = tokio::time::timeout(dns.timeout.0, cmd.output())
         .await
-        .map_err(|_| format!("{} {action}: timed out", dns.exec[0]))?
-        .map_err(|e| format!("{} {action}: {e}", dns.exec[0]))?;
+        .map_err(|_| format!("{program} {action}: timed out"))?
+        .map_err(|e| format!("{program} {action}: {e}"))?;
     if out.status.success() {
         Ok(())
     } else {
         let said = String::from_utf8_lossy(&out.stderr);
         Err(format!(
-            "{} {action} {fqdn}: {}: {}",
-            dns.exec[0],
+            "{program} {action} {fqdn}: {}: {}",
             out.status,
             said.trim().chars().take(300).collect::<String>()
         ))

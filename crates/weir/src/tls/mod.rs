@@ -13,9 +13,11 @@
 pub mod acme;
 mod acme_issue;
 pub(crate) mod certs;
+pub(crate) mod dns_update;
 pub(crate) mod ocsp;
 pub mod on_demand;
 pub(crate) mod sni;
+pub(crate) mod tsig_key;
 
 use std::sync::{Arc, OnceLock};
 

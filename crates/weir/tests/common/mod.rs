@@ -1,6 +1,7 @@
 //! Test harness: start weir in-process on 127.0.0.1:0 and talk raw bytes to it.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod bind9;
 pub mod cachekit;
 pub mod etcd;
 pub mod h2raw;
