@@ -254,7 +254,7 @@ fn mean(c: &Counts) -> Value {
     if n == 0 {
         return Value::Null;
     }
-    json!(c.latency.sum_us as f64 / n as f64 / 1e6)
+    json!(c.latency.sum_ns as f64 / n as f64 / 1e9)
 }
 
 fn seconds_between(a: Instant, b: Instant) -> f64 {

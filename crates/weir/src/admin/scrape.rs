@@ -150,7 +150,7 @@ impl Histogram {
                 .map(|(i, n)| (DURATION_BUCKETS.get(i).copied().unwrap_or(f64::MAX), *n))
                 .collect(),
             count: h.count(),
-            sum: h.sum_us as f64 / 1e6,
+            sum: h.sum_ns as f64 / 1e9,
         }
     }
 }

@@ -37,7 +37,7 @@ impl Counts {
         for (a, b) in self.latency.buckets.iter_mut().zip(&other.latency.buckets) {
             *a += b;
         }
-        self.latency.sum_us += other.latency.sum_us;
+        self.latency.sum_ns += other.latency.sum_ns;
     }
 
     /// What was counted since `before`.

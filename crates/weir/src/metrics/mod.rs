@@ -55,15 +55,34 @@ impl Counter {
 }
 
 /// Upper bounds of the request duration histogram, in seconds (`+Inf` is implied).
-/// Starts at 10 µs: a cache hit or a fixed response is answered in a few microseconds.
-pub const DURATION_BUCKETS: [f64; 17] = [
-    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-    0.1, 0.25, 0.5, 1.0, 5.0,
+/// Starts at 1 µs: a cache hit or a fixed response is answered (head in, response queued) in
+/// about a microsecond, and buckets from 10 µs up put every such request in the first one.
+pub const DURATION_BUCKETS: [f64; 20] = [
+    0.000001, 0.0000025, 0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001,
+    0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
 ];
-/// The same bounds in microseconds, for the hot path.
-const BUCKETS_US: [u64; 17] = [
-    10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000,
-    500_000, 1_000_000, 5_000_000,
+/// The same bounds in nanoseconds, for the hot path.
+const BUCKETS_NS: [u64; 20] = [
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    5_000_000_000,
 ];
 
 /// Statuses 100..=599 each have a counter.
@@ -73,19 +92,20 @@ pub(crate) const CODES: usize = 500;
 /// `+Inf` last (not cumulative; summed at scrape), and the sum.
 #[derive(Debug, Default)]
 pub struct Histogram {
-    pub(crate) buckets: [Counter; 18],
-    pub(crate) sum_us: Counter,
+    pub(crate) buckets: [Counter; 21],
+    /// Nanoseconds: sub-microsecond answers would read 0 in whole microseconds.
+    pub(crate) sum_ns: Counter,
 }
 
 impl Histogram {
     #[inline]
-    pub fn observe(&self, micros: u64) {
-        let bucket = BUCKETS_US
+    pub fn observe(&self, nanos: u64) {
+        let bucket = BUCKETS_NS
             .iter()
-            .position(|b| micros <= *b)
-            .unwrap_or(BUCKETS_US.len());
+            .position(|b| nanos <= *b)
+            .unwrap_or(BUCKETS_NS.len());
         self.buckets[bucket].inc();
-        self.sum_us.add(micros);
+        self.sum_ns.add(nanos);
     }
 }
 
@@ -106,16 +126,16 @@ impl Default for RouteMetrics {
 }
 
 impl RouteMetrics {
-    /// Counts a finished request with its status (0: no response was sent) and duration.
+    /// Counts a finished request with its status (0: no response was sent) and duration (ns).
     #[inline]
-    pub fn record(&self, status: u16, micros: u64) {
+    pub fn record(&self, status: u16, nanos: u64) {
         if let Some(c) = (status as usize)
             .checked_sub(100)
             .and_then(|i| self.codes.get(i))
         {
             c.inc();
         }
-        self.latency.observe(micros);
+        self.latency.observe(nanos);
     }
 }
 
@@ -134,11 +154,11 @@ pub struct ServerMetrics {
 }
 
 impl ServerMetrics {
-    /// Counts a request this server answered (or failed) with `status`.
+    /// Counts a request this server answered (or failed) with `status`, in `nanos`.
     #[inline]
-    pub fn record(&self, status: u16, micros: u64, sent: u64, received: u64) {
+    pub fn record(&self, status: u16, nanos: u64, sent: u64, received: u64) {
         self.classes[(status as usize / 100).min(5)].inc();
-        self.latency.observe(micros);
+        self.latency.observe(nanos);
         self.bytes_sent.add(sent);
         self.bytes_received.add(received);
     }
@@ -316,21 +336,24 @@ mod tests {
     #[test]
     fn a_route_counts_statuses_and_buckets_durations() {
         let r = RouteMetrics::default();
-        r.record(200, 50);
-        r.record(200, 100);
-        r.record(404, 101);
-        r.record(599, 10_000_000);
-        r.record(0, 1);
-        assert_eq!(r.codes[100].get(), 2);
+        r.record(200, 50_000);
+        r.record(200, 100_000);
+        r.record(404, 100_001);
+        r.record(599, 10_000_000_000);
+        r.record(0, 1_000);
+        r.record(200, 700);
+        r.record(200, 4_000);
+        assert_eq!(r.codes[100].get(), 4);
         assert_eq!(r.codes[304].get(), 1);
         assert_eq!(r.codes[499].get(), 1);
         let counts: Vec<u64> = r.latency.buckets.iter().map(Counter::get).collect();
-        assert_eq!(counts[0], 1, "≤10µs: 1");
-        assert_eq!(counts[2], 1, "≤50µs: 50");
-        assert_eq!(counts[3], 1, "≤100µs: 100");
-        assert_eq!(counts[4], 1, "≤250µs: 101");
-        assert_eq!(counts[17], 1, "+Inf");
-        assert_eq!(r.latency.sum_us.get(), 10_000_252);
+        assert_eq!(counts[0], 2, "≤1µs: 0.7 and 1");
+        assert_eq!(counts[2], 1, "≤5µs: 4");
+        assert_eq!(counts[5], 1, "≤50µs: 50");
+        assert_eq!(counts[6], 1, "≤100µs: 100");
+        assert_eq!(counts[7], 1, "≤250µs: 100.001");
+        assert_eq!(counts[20], 1, "+Inf");
+        assert_eq!(r.latency.sum_ns.get(), 10_000_255_701);
     }
 
     #[test]

@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use super::{lock, Histogram, Metrics, RouteKey, CODES, DURATION_BUCKETS};
 
 /// A histogram summed over workers: counts per bucket (not cumulative, `+Inf` last) and the
-/// sum in microseconds.
+/// sum in nanoseconds.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HistTotals {
-    pub buckets: [u64; 18],
-    pub sum_us: u64,
+    pub buckets: [u64; 21],
+    pub sum_ns: u64,
 }
 
 impl HistTotals {
@@ -18,7 +18,7 @@ impl HistTotals {
         for (sum, n) in self.buckets.iter_mut().zip(&h.buckets) {
             *sum += n.get();
         }
-        self.sum_us += h.sum_us.get();
+        self.sum_ns += h.sum_ns.get();
     }
 
     pub fn count(&self) -> u64 {
@@ -31,7 +31,7 @@ impl HistTotals {
         for (o, b) in out.buckets.iter_mut().zip(&before.buckets) {
             *o = o.saturating_sub(*b);
         }
-        out.sum_us = out.sum_us.saturating_sub(before.sum_us);
+        out.sum_ns = out.sum_ns.saturating_sub(before.sum_ns);
         out
     }
 
@@ -172,28 +172,32 @@ mod tests {
     fn interpolated_quantiles_fall_inside_their_bucket() {
         let mut h = HistTotals::default();
         assert_eq!(h.interpolated(0.5), None);
-        h.buckets[0] = 100; // ≤ 10 µs
+        h.buckets[3] = 100; // 5-10 µs
         let p50 = h.interpolated(0.5).unwrap();
-        assert!((p50 - 0.000005).abs() < 1e-9, "{p50}");
-        h.buckets[3] = 100; // 50-100 µs
+        assert!((p50 - 0.0000075).abs() < 1e-9, "{p50}");
+        h.buckets[6] = 100; // 50-100 µs
         let p99 = h.interpolated(0.99).unwrap();
         assert!(p99 > 0.00005 && p99 <= 0.0001, "{p99}");
-        h.buckets[17] = 1000; // past 5 s
+        h.buckets[20] = 1000; // past 5 s
         assert_eq!(h.interpolated(0.99), Some(f64::INFINITY));
+        // Sub-microsecond answers: inside the first bucket, 0-1 µs.
+        let mut fast = HistTotals::default();
+        fast.buckets[0] = 10;
+        assert!(fast.interpolated(0.99).unwrap() <= 0.000001);
     }
 
     #[test]
     fn quantiles_read_bucket_upper_bounds() {
         let mut h = HistTotals::default();
         assert_eq!(h.quantile(0.5), None);
-        h.buckets[0] = 98; // ≤ 10 µs
-        h.buckets[6] = 1; // ≤ 1 ms
-        h.buckets[17] = 1; // > 5 s
+        h.buckets[3] = 98; // ≤ 10 µs
+        h.buckets[9] = 1; // ≤ 1 ms
+        h.buckets[20] = 1; // > 5 s
         assert_eq!(h.quantile(0.5), Some(0.00001));
         assert_eq!(h.quantile(0.99), Some(0.001));
         assert_eq!(h.quantile(1.0), Some(f64::INFINITY));
         let before = h.clone();
-        h.buckets[3] += 10; // ≤ 100 µs
+        h.buckets[6] += 10; // ≤ 100 µs
         assert_eq!(h.since(&before).quantile(0.5), Some(0.0001));
     }
 

@@ -27,13 +27,13 @@ pub(super) fn finish<D: Downstream>(
     // Borrowed, not cloned: a reference count up and down per request for nothing.
     let rt = &ctx.rt;
     if rt.cfg.metrics {
-        let micros = elapsed.map_or(0, |e| e.as_micros() as u64);
+        let nanos = elapsed.map_or(0, |e| e.as_nanos() as u64);
         rt.route_metrics[ctx.listener][ctx.route.map_or(0, |r| r as usize + 1)]
-            .record(ctx.status, micros);
+            .record(ctx.status, nanos);
         if let Some((u, s)) = ctx.upstream {
             rt.server_metrics[u as usize][s as usize].record(
                 ctx.status,
-                micros,
+                nanos,
                 ctx.bytes_sent,
                 ctx.bytes_received,
             );

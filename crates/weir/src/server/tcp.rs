@@ -235,7 +235,7 @@ impl Outcome<'_> {
             if let Some(m) = rt.server_metrics.get(u).and_then(|v| v.get(s)) {
                 m.record(
                     self.status,
-                    elapsed.as_micros() as u64,
+                    elapsed.as_nanos() as u64,
                     self.relayed.down,
                     self.relayed.up,
                 );
