@@ -259,12 +259,15 @@ urllib.request.urlopen(req, timeout=10).read()
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(&wrapper, perms).unwrap();
     let file = dir.join("weir-dns01.yaml");
-    let config = dns01_config(
+    // Due again at every check (renew_before is longer than a pebble certificate's life): the
+    // wildcard is renewed through the hook too.
+    let config = dns01_config_with(
         tls,
         &["*.wild.weir.test"],
         &format!("{{ exec: [\"{}\"] }}", wrapper.display()),
         &pebble,
         &dir.join("acme-dns"),
+        "renew_before: 3650d, check_every: 2s",
     );
     std::fs::write(&file, config).unwrap();
     let log = dir.join("weir-dns01.log");
@@ -273,7 +276,16 @@ urllib.request.urlopen(req, timeout=10).read()
     let addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
     let serial = issued(addr, "a.wild.weir.test", &root, &log, String::new);
     // One certificate for every name one label under the wildcard.
-    assert_eq!(served(addr, "other.wild.weir.test", &root), Some(serial));
+    assert_eq!(served(addr, "other.wild.weir.test", &root), Some(serial.clone()));
+    let mut renewed = None;
+    common::until("the wildcard renewed", Duration::from_secs(60), || {
+        renewed = served(addr, "a.wild.weir.test", &root).filter(|s| *s != serial);
+        renewed.is_some()
+    });
+    let renewed = renewed.unwrap();
+    // Still the wildcard (a name under it gets the renewed one or a later renewal).
+    let other = served(addr, "other.wild.weir.test", &root).unwrap();
+    assert_ne!(other, serial, "every name moved to a renewed certificate");
     let said = std::fs::read_to_string(&calls).unwrap();
     assert!(
         said.contains("present _acme-challenge.wild.weir.test."),
@@ -284,6 +296,10 @@ urllib.request.urlopen(req, timeout=10).read()
             .unwrap_or_default()
             .contains("cleanup _acme-challenge.wild.weir.test.")
     });
+    // Each order set its record and removed it.
+    let said = std::fs::read_to_string(&calls).unwrap();
+    assert!(said.matches("present ").count() >= 2, "{said}");
+    let _ = renewed;
 }
 
 /// RFC 2136 dynamic updates with TSIG, through `examples/acme/dns-nsupdate.sh` (nsupdate) as the
@@ -522,13 +538,25 @@ fn issued(
 /// A TLS listener on `tls` with one DNS-01 certificate for `names` from `pebble`, its records set
 /// through `dns` (a YAML flow mapping), answering "secure".
 fn dns01_config(tls: u16, names: &[&str], dns: &str, pebble: &Pebble, storage: &Path) -> String {
+    dns01_config_with(tls, names, dns, pebble, storage, "check_every: 1h")
+}
+
+/// [`dns01_config`] with `timing` (`renew_before`, `check_every`) in the `acme:` section.
+fn dns01_config_with(
+    tls: u16,
+    names: &[&str],
+    dns: &str,
+    pebble: &Pebble,
+    storage: &Path,
+    timing: &str,
+) -> String {
     format!(
         r#"
 listeners:
   - address: 127.0.0.1:{tls}
     tls:
       acme: {{ names: {names:?}, challenge: dns-01, dns: {dns},
-               directory: "{dir_url}", directory_ca: "{ca}", storage: "{storage}", check_every: 1h }}
+               directory: "{dir_url}", directory_ca: "{ca}", storage: "{storage}", {timing} }}
     routes:
       - respond: {{ body: "secure" }}
 "#,
