@@ -230,7 +230,7 @@ pub(crate) fn compile(
             None => resolve(&l.address).map_err(|m| (format!("{path}.address"), m))?,
         };
         if let Some(twice) = listeners.iter().find(|x: &&ListenerConfig| match &unix {
-            Some(u) => x.unix.as_deref() == Some(u),
+            Some(u) => x.unix.as_ref().is_some_and(|x| x.path == u.path),
             None => x.unix.is_none() && x.address == address && address.port() != 0,
         }) {
             return Err((
@@ -519,6 +519,12 @@ fn unix_listen(
         return Err((
             key,
             format!("{file:?}: a unix socket's path must be absolute"),
+        ));
+    }
+    if file.chars().any(char::is_control) {
+        return Err((
+            key,
+            format!("{file:?}: control characters in a socket's path"),
         ));
     }
     // sun_path holds 108 bytes with the terminating NUL.

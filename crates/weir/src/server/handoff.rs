@@ -30,7 +30,7 @@ pub fn send(stream: &UnixStream, sockets: &[(Endpoint, RawFd)]) -> io::Result<()
     let mut header = String::from(MAGIC);
     for (addr, _) in sockets {
         header.push('\n');
-        header.push_str(&addr.to_string());
+        header.push_str(&addr.line());
     }
     let fds: Vec<RawFd> = sockets.iter().map(|(_, fd)| *fd).collect();
     let payload = header.as_bytes();
@@ -137,7 +137,7 @@ pub fn receive(stream: &UnixStream) -> io::Result<Vec<(Endpoint, ListenSocket)>>
     }
     // A unix listener's path comes as `unix:/path` (an older weir never sends one).
     let addrs: Vec<Endpoint> = lines
-        .map(|l| l.parse().map_err(io::Error::other))
+        .map(|l| Endpoint::from_line(l).map_err(io::Error::other))
         .collect::<Result<_, _>>()?;
     if addrs.len() != fds.len() {
         return Err(io::Error::other(format!(
@@ -152,7 +152,7 @@ pub fn receive(stream: &UnixStream) -> io::Result<Vec<(Endpoint, ListenSocket)>>
         .map(|(addr, fd)| {
             let socket = match addr {
                 Endpoint::Tcp(_) => ListenSocket::Tcp(fd.into()),
-                Endpoint::Unix(_) => ListenSocket::Unix(fd.into()),
+                Endpoint::Unix(..) => ListenSocket::Unix(fd.into()),
             };
             match &socket {
                 ListenSocket::Tcp(s) => s.set_nonblocking(true)?,
@@ -180,7 +180,7 @@ mod tests {
         let sent = [
             (Endpoint::Tcp(a.local_addr().unwrap()), a.as_raw_fd()),
             (Endpoint::Tcp(b.local_addr().unwrap()), b.as_raw_fd()),
-            (Endpoint::Unix(path.clone()), u.as_raw_fd()),
+            (Endpoint::Unix(path.clone(), Some((7, 42))), u.as_raw_fd()),
         ];
         send(&x, &sent).unwrap();
         let got = receive(&y).unwrap();
@@ -194,7 +194,7 @@ mod tests {
                     l.set_nonblocking(false).unwrap();
                     assert!(l.accept().is_ok(), "the received socket accepts");
                 }
-                (ListenSocket::Unix(l), Endpoint::Unix(want)) => {
+                (ListenSocket::Unix(l), Endpoint::Unix(want, _)) => {
                     let _c = UnixStream::connect(want).unwrap();
                     l.set_nonblocking(false).unwrap();
                     assert!(l.accept().is_ok(), "the received unix socket accepts");

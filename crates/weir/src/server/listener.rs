@@ -80,34 +80,104 @@ pub fn set_defer_accept(socket: &impl std::os::fd::AsRawFd, secs: u32) -> io::Re
     }
 }
 
-/// Where a listening socket listens: a TCP address, or a unix socket's path.
+/// Where a listening socket listens: a TCP address, or a unix socket's path with the identity
+/// of its socket file (device, inode) when the sender knows it (the hand-over carries it, so
+/// that the process taking over removes at shutdown that file and no other).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
     Tcp(SocketAddr),
-    Unix(std::path::PathBuf),
+    Unix(std::path::PathBuf, Option<(u64, u64)>),
 }
 
 impl std::fmt::Display for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Endpoint::Tcp(a) => write!(f, "{a}"),
-            Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
+            Endpoint::Unix(p, _) => write!(f, "unix:{}", p.display()),
         }
     }
 }
 
-impl std::str::FromStr for Endpoint {
-    type Err = String;
+impl Endpoint {
+    /// The hand-over's line for it: `host:port`, or `unix:/path` then a tab and `DEV:INO`.
+    pub fn line(&self) -> String {
+        match self {
+            Endpoint::Unix(_, Some((dev, ino))) => format!("{self}\t{dev}:{ino}"),
+            _ => self.to_string(),
+        }
+    }
 
-    /// The form [`Endpoint`]'s `Display` writes (the hand-over's header, `handoff.rs`).
-    fn from_str(s: &str) -> Result<Self, String> {
+    /// Reads a line [`Endpoint::line`] wrote.
+    pub fn from_line(s: &str) -> Result<Endpoint, String> {
         match s.strip_prefix("unix:") {
-            Some(path) => Ok(Endpoint::Unix(path.into())),
+            Some(rest) => {
+                let (path, file) = match rest.split_once('\t') {
+                    Some((path, id)) => {
+                        let (dev, ino) = id
+                            .split_once(':')
+                            .and_then(|(d, i)| Some((d.parse().ok()?, i.parse().ok()?)))
+                            .ok_or_else(|| format!("bad socket file id in {s:?}"))?;
+                        (path, Some((dev, ino)))
+                    }
+                    None => (rest, None),
+                };
+                Ok(Endpoint::Unix(path.into(), file))
+            }
             None => s
                 .parse()
                 .map(Endpoint::Tcp)
                 .map_err(|_| format!("bad address {s:?}")),
         }
+    }
+
+    /// Whether both name the same address or path.
+    pub fn same_place(&self, other: &Endpoint) -> bool {
+        match (self, other) {
+            (Endpoint::Tcp(a), Endpoint::Tcp(b)) => a == b,
+            (Endpoint::Unix(a, _), Endpoint::Unix(b, _)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+/// What is at a unix listener's path.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Probe {
+    /// Nothing.
+    Free,
+    /// A socket file nobody listens on (left by a process that is gone).
+    Stale,
+    /// A socket somebody listens on (connections may wait in its queue).
+    Live,
+}
+
+/// Looks at `path` without blocking: a non-blocking connect says whether a listener is there
+/// (a full accept queue answers EAGAIN, which is live too); only ECONNREFUSED is stale. A path
+/// that is not a socket, or a socket of another kind, is an error: it is never replaced.
+pub fn probe_unix(path: &std::path::Path) -> io::Result<Probe> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Probe::Free),
+        Err(e) => return Err(e),
+        Ok(m) if !m.file_type().is_socket() => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "the path exists and is not a socket",
+            ))
+        }
+        Ok(_) => {}
+    }
+    let probe = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    probe.set_nonblocking(true)?;
+    match probe.connect(&socket2::SockAddr::unix(path)?) {
+        Ok(()) => Ok(Probe::Live),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(Probe::Live),
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(Probe::Live),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(Probe::Stale),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("a socket that takes no stream connections is there: {e}"),
+        )),
     }
 }
 
@@ -143,30 +213,16 @@ pub fn bind_unix(
     u: &crate::runtime::UnixListen,
     backlog: u32,
 ) -> io::Result<std::os::unix::net::UnixListener> {
-    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-    match std::fs::symlink_metadata(&u.path) {
-        Ok(m) if m.file_type().is_socket() => {
-            match std::os::unix::net::UnixStream::connect(&u.path) {
-                Ok(_) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::AddrInUse,
-                        "a process is listening on this socket",
-                    ))
-                }
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                    std::fs::remove_file(&u.path)?;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(_) => {
+    use std::os::unix::fs::PermissionsExt;
+    match probe_unix(&u.path)? {
+        Probe::Free => {}
+        Probe::Stale => std::fs::remove_file(&u.path)?,
+        Probe::Live => {
             return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                "the path exists and is not a socket",
+                io::ErrorKind::AddrInUse,
+                "a process is listening on this socket",
             ))
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
     }
     let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
     socket.set_nonblocking(true)?;
@@ -187,6 +243,17 @@ pub fn file_id(path: &std::path::Path) -> Option<(u64, u64)> {
     std::fs::symlink_metadata(path)
         .ok()
         .map(|m| (m.dev(), m.ino()))
+}
+
+/// Gives the socket file at `path` permissions `mode`, if it is still the file `id` names.
+pub fn set_unix_mode(path: &std::path::Path, id: (u64, u64), mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    if file_id(path) != Some(id) {
+        return;
+    }
+    if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)) {
+        tracing::warn!(path = %path.display(), error = %e, "cannot change the socket file's mode");
+    }
 }
 
 /// Removes a unix listener's socket file at shutdown if it is still the file this server bound

@@ -85,22 +85,13 @@ pub use listener::{Endpoint, ListenSocket};
 /// Whether unix listener `u` can be bound now (`weir check`): nobody answers on its socket file
 /// and its directory exists. Nothing is created or removed.
 pub fn check_bind_unix(u: &crate::runtime::UnixListen) -> io::Result<()> {
-    use std::os::unix::fs::FileTypeExt;
-    match std::fs::symlink_metadata(&u.path) {
-        Ok(m) if m.file_type().is_socket() => {
-            match std::os::unix::net::UnixStream::connect(&u.path) {
-                Ok(_) => Err(io::Error::new(
-                    io::ErrorKind::AddrInUse,
-                    "a process is listening on this socket",
-                )),
-                Err(_) => Ok(()),
-            }
-        }
-        Ok(_) => Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            "the path exists and is not a socket",
+    match listener::probe_unix(&u.path)? {
+        listener::Probe::Live => Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            "a process is listening on this socket",
         )),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+        listener::Probe::Stale => Ok(()),
+        listener::Probe::Free => {
             let dir = u.path.parent().unwrap_or(std::path::Path::new("/"));
             match std::fs::metadata(dir) {
                 Ok(d) if d.is_dir() => Ok(()),
@@ -110,27 +101,33 @@ pub fn check_bind_unix(u: &crate::runtime::UnixListen) -> io::Result<()> {
                 )),
             }
         }
-        Err(e) => Err(e),
     }
 }
 
 /// The sockets of unix listener `l` (one, shared by the workers: SO_REUSEPORT does not apply to
 /// unix sockets, so each worker polls a duplicate of the same socket and the kernel wakes one
-/// of them per connection), inherited or bound now, and the socket file's identity.
+/// of them per connection), inherited or bound now, and the identity of the socket file this
+/// process may remove at shutdown: the one it bound, or the one the previous process says it
+/// bound if that is still the file at the path (`None`: another file is there, left alone).
 fn unix_sockets_for(
     l: &ListenerConfig,
     u: &crate::runtime::UnixListen,
     workers: usize,
     backlog: u32,
     inherited: &mut Vec<(Endpoint, ListenSocket)>,
-) -> io::Result<(Vec<ListenSocket>, Option<FileId>)> {
-    let endpoint = Endpoint::Unix(u.path.clone());
+) -> io::Result<(Vec<ListenSocket>, Option<FileId>, bool)> {
+    let endpoint = Endpoint::Unix(u.path.clone(), None);
     let (theirs, rest): (Vec<_>, Vec<_>) = std::mem::take(inherited)
         .into_iter()
-        .partition(|(e, _)| *e == endpoint);
+        .partition(|(e, _)| e.same_place(&endpoint));
     *inherited = rest;
+    let sent = theirs.iter().find_map(|(e, _)| match e {
+        Endpoint::Unix(_, id) => *id,
+        Endpoint::Tcp(_) => None,
+    });
     let mut mine: Vec<ListenSocket> = theirs.into_iter().map(|(_, s)| s).collect();
-    if mine.is_empty() {
+    let fresh = mine.is_empty();
+    let file = if fresh {
         let socket = listener::bind_unix(u, backlog).map_err(|e| {
             io::Error::new(
                 e.kind(),
@@ -138,14 +135,20 @@ fn unix_sockets_for(
             )
         })?;
         mine.push(ListenSocket::Unix(socket));
-    }
-    // Inherited: the file the previous process bound, now this one's to remove.
-    let file = listener::file_id(&u.path);
+        listener::file_id(&u.path)
+    } else {
+        let file = sent.filter(|id| listener::file_id(&u.path) == Some(*id));
+        // The mode this config asks for (a binary upgrade may bring a new one).
+        if let (Some(id), Some(mode)) = (file, u.mode) {
+            listener::set_unix_mode(&u.path, id, mode);
+        }
+        file
+    };
     while mine.len() < workers {
         let copy = mine[0].try_clone()?;
         mine.push(copy);
     }
-    Ok((mine, file))
+    Ok((mine, file, fresh))
 }
 
 /// Binds all listeners and starts the workers.
@@ -197,31 +200,48 @@ fn sockets_for(
     Ok((actual, mine))
 }
 
+/// The socket files of unix listeners: every one this process removes at shutdown, and those
+/// of them it bound itself (removed if its start fails).
+#[derive(Debug, Default)]
+struct Files {
+    all: Vec<SocketFile>,
+    bound: Vec<SocketFile>,
+}
+
 /// The sockets of listener `l`, TCP or unix (see [`sockets_for`], [`unix_sockets_for`]); a unix
-/// socket file bound now is added to `files`.
+/// socket file is added to `files`.
 fn bind_listener(
     l: &ListenerConfig,
     workers: usize,
     backlog: u32,
     inherited: &mut Vec<(Endpoint, ListenSocket)>,
-    files: &mut Vec<SocketFile>,
+    files: &mut Files,
 ) -> io::Result<(SocketAddr, Vec<ListenSocket>)> {
     match &l.unix {
         None => sockets_for(l, workers, backlog, inherited),
         Some(u) => {
-            let (sockets, file) = unix_sockets_for(l, u, workers, backlog, inherited)?;
+            let (sockets, file, fresh) = unix_sockets_for(l, u, workers, backlog, inherited)?;
             if let Some(file) = file {
-                files.push((l.id, u.path.clone(), file));
+                files.all.push((l.id, u.path.clone(), file));
+                if fresh {
+                    files.bound.push((l.id, u.path.clone(), file));
+                }
             }
             Ok((l.address, sockets))
         }
     }
 }
 
-/// How the hand-over names listener `l`'s sockets.
-fn endpoint_of(l: &ListenerConfig, actual: SocketAddr) -> Endpoint {
+/// How the hand-over names listener `l`'s sockets (with the socket file it bound, in `files`).
+fn endpoint_of(l: &ListenerConfig, actual: SocketAddr, files: &[SocketFile]) -> Endpoint {
     match &l.unix {
-        Some(u) => Endpoint::Unix(u.path.clone()),
+        Some(u) => Endpoint::Unix(
+            u.path.clone(),
+            files
+                .iter()
+                .find(|(id, ..)| *id == l.id)
+                .map(|(_, _, f)| *f),
+        ),
         None => Endpoint::Tcp(actual),
     }
 }
@@ -242,21 +262,30 @@ pub fn start_with(
     let mut per_worker: Vec<Vec<worker::Listening>> = (0..workers).map(|_| Vec::new()).collect();
     let mut sockets = Vec::new();
     let mut addrs = Vec::new();
-    let mut unix_files = Vec::new();
+    let mut unix_files = Files::default();
     for l in &cfg.listeners {
-        let (actual, mine) = bind_listener(
+        let bound = bind_listener(
             l,
             workers,
             cfg.limits.backlog,
             &mut inherited,
             &mut unix_files,
-        )?;
+        );
+        let (actual, mine) = match bound {
+            Ok(b) => b,
+            Err(e) => {
+                // The socket files bound for the listeners before this one go with the failure
+                // (inherited ones stay: the previous process still serves on them).
+                unlink_all(&unix_files.bound);
+                return Err(e);
+            }
+        };
         addrs.push((l.id, actual));
         for (n, socket) in mine.into_iter().enumerate() {
             sockets.push(Bound {
                 id: l.id,
                 addr: actual,
-                endpoint: endpoint_of(l, actual),
+                endpoint: endpoint_of(l, actual, &unix_files.all),
                 socket: socket.try_clone()?,
             });
             per_worker[n % workers].push(worker::Listening { socket, id: l.id });
@@ -296,7 +325,7 @@ pub fn start_with(
         drain,
         sockets: Arc::new(std::sync::Mutex::new(sockets)),
         addrs: std::sync::Mutex::new(addrs),
-        unix_files: std::sync::Mutex::new(unix_files),
+        unix_files: std::sync::Mutex::new(unix_files.all),
         changes,
         threads,
     })
@@ -345,14 +374,13 @@ impl ServerHandle {
             )));
         }
         let workers = self.changes.len();
-        type Files = Vec<SocketFile>;
         let mut added: Vec<(ListenerId, SocketAddr, Vec<ListenSocket>, Files)> = Vec::new();
         for l in cfg
             .listeners
             .iter()
             .filter(|l| old.listener_index(&l.id).is_none())
         {
-            let mut files = Vec::new();
+            let mut files = Files::default();
             let bound = bind_listener(l, workers, cfg.limits.backlog, &mut Vec::new(), &mut files);
             // A unix socket file bound for a listener added earlier in this loop goes when a
             // later one fails: the reload changes nothing.
@@ -360,7 +388,7 @@ impl ServerHandle {
                 Ok(b) => b,
                 Err(e) => {
                     for (_, _, _, files) in &added {
-                        unlink_all(files);
+                        unlink_all(&files.bound);
                     }
                     return Err(ReloadError(format!("new listener: {e}")));
                 }
@@ -397,6 +425,18 @@ impl ServerHandle {
                     }
                 }
             }
+            // Kept unix listeners follow a changed `unix_mode` (their file, if still theirs).
+            let files = self.unix_files.lock().unwrap_or_else(|e| e.into_inner());
+            for (id, path, file) in files.iter() {
+                let mode = |c: &RuntimeConfig| {
+                    c.listener_index(id)
+                        .and_then(|i| c.listeners[i].unix.as_ref().and_then(|u| u.mode))
+                };
+                if let (Some(now), true) = (mode(&cfg), mode(&cfg) != mode(&old)) {
+                    listener::set_unix_mode(path, *file, now);
+                }
+            }
+            drop(files);
             bound.retain(|b| !removed.contains(&b.id));
             addrs.retain(|(id, _)| !removed.contains(id));
             for id in &removed {
@@ -415,10 +455,10 @@ impl ServerHandle {
             unix_files.retain(|(id, ..)| !removed.contains(id));
             for (id, addr, sockets, files) in added {
                 let l = &cfg.listeners[cfg.listener_index(&id).unwrap_or_default()];
-                let endpoint = endpoint_of(l, addr);
+                let endpoint = endpoint_of(l, addr, &files.all);
                 tracing::info!(address = %endpoint, "listener added");
                 addrs.push((id, addr));
-                unix_files.extend(files);
+                unix_files.extend(files.all);
                 for (n, socket) in sockets.into_iter().enumerate() {
                     if let Ok(copy) = socket.try_clone() {
                         bound.push(Bound {

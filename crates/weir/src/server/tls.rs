@@ -65,7 +65,7 @@ pub(crate) async fn serve(
         }
     }
     if let Some(gate) = rt.cfg.listeners[listener].on_demand.clone() {
-        let handshake = Box::pin(accept_on_demand(tcp, config, gate, header)).await;
+        let handshake = Box::pin(accept_on_demand(tcp, config, gate, header, peer)).await;
         return after_handshake(handshake, peer, key, state, rt, listener).await;
     }
     // Boxed, as is what follows: rustls' connection state is large (KiBs), and a future that
@@ -86,6 +86,7 @@ async fn accept_on_demand(
     config: Arc<rustls::ServerConfig>,
     gate: Arc<crate::tls::on_demand::Gate>,
     header: std::time::Duration,
+    peer: SocketAddr,
 ) -> Handshake {
     let lazy = tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp);
     let start = match tokio::time::timeout(header, lazy).await {
@@ -94,7 +95,7 @@ async fn accept_on_demand(
         Err(elapsed) => return Err(elapsed),
     };
     if let Some(name) = gate.wanted(&start.client_hello()) {
-        gate.hold(&name).await;
+        gate.hold(&name, peer.ip()).await;
     }
     tokio::time::timeout(header, start.into_stream(config)).await
 }

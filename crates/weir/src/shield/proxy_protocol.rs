@@ -32,7 +32,19 @@ pub enum Parsed {
 
 /// The header naming `client` connected to `local`: version 1 (text) or 2 (binary). Mixed
 /// families are written as IPv6, the IPv4 address mapped (`::ffff:a.b.c.d`).
+///
+/// A client without an address (a unix socket's, `runtime::UNIX_PEER`) is sent as v1
+/// `UNKNOWN` or a v2 `LOCAL` header, as HAProxy does for such connections: the server uses the
+/// connection's own address, and no invented IPv4 client reaches it.
 pub fn encode(v2: bool, client: SocketAddr, local: SocketAddr) -> Vec<u8> {
+    if client.ip().is_unspecified() {
+        if !v2 {
+            return b"PROXY UNKNOWN\r\n".to_vec();
+        }
+        let mut out = V2_SIGNATURE.to_vec();
+        out.extend_from_slice(&[0x20, 0x00, 0x00, 0x00]); // version 2, LOCAL, UNSPEC, no addresses
+        return out;
+    }
     let (src, dst) = match (client.ip(), local.ip()) {
         (IpAddr::V4(a), IpAddr::V4(b)) => (IpAddr::V4(a), IpAddr::V4(b)),
         (a, b) => (IpAddr::V6(v6(a)), IpAddr::V6(v6(b))),
@@ -121,7 +133,7 @@ fn parse_v1(b: &[u8]) -> Result<Parsed, &'static str> {
     let port = sport.parse::<u16>().map_err(|_| "PROXY v1: bad port")?;
     Ok(Parsed::Done {
         len,
-        client: Some(SocketAddr::new(ip, port)),
+        client: named(SocketAddr::new(ip, port)),
     })
 }
 
@@ -170,7 +182,17 @@ fn parse_v2(b: &[u8]) -> Result<Parsed, &'static str> {
         0x00 | 0x31 | 0x32 => None,
         _ => return Err("PROXY v2: bad address block"),
     };
-    Ok(Parsed::Done { len, client })
+    Ok(Parsed::Done {
+        len,
+        client: client.and_then(named),
+    })
+}
+
+/// A header's source as the client, unless it is the unspecified address: no TCP client has
+/// it, and weir writes its unix socket clients so (`runtime::UNIX_PEER`), so it is read as a
+/// header naming nobody (the connection's own peer stands).
+fn named(client: SocketAddr) -> Option<SocketAddr> {
+    (!client.ip().is_unspecified()).then_some(client)
 }
 
 /// A v1 header for `client` → `server` (tests, `bench/ddos.sh`).
@@ -332,6 +354,32 @@ mod tests {
                 assert_eq!(named.port(), c.port());
                 assert_eq!(v6(named.ip()), v6(c.ip()), "v2={v2} {client}");
             }
+        }
+        // A unix socket's client: UNKNOWN / LOCAL, which parse back to no client.
+        let unix: SocketAddr = "0.0.0.0:0".parse().unwrap();
+        let local: SocketAddr = "10.0.0.1:8444".parse().unwrap();
+        assert_eq!(encode(false, unix, local), b"PROXY UNKNOWN\r\n");
+        for v2 in [false, true] {
+            let h = encode(v2, unix, local);
+            assert_eq!(
+                parse(&h),
+                Ok(Parsed::Done {
+                    len: h.len(),
+                    client: None
+                }),
+                "v2={v2}"
+            );
+        }
+        // A header naming the unspecified address names nobody (it never becomes `unix:`).
+        for h in [
+            v1(unix, local).into_bytes(),
+            v2(unix, local, &[]),
+            v1("[::]:0".parse().unwrap(), "[::1]:1".parse().unwrap()).into_bytes(),
+        ] {
+            assert!(
+                matches!(parse(&h), Ok(Parsed::Done { client: None, .. })),
+                "{h:?}"
+            );
         }
     }
 }
