@@ -99,7 +99,7 @@ fn approved_names_get_certificates_at_their_first_handshake_within_the_rate() {
     let (body, a_serial) = handshake(addr, "a.od.test", &root).expect("a.od.test");
     eprintln!("a.od.test: first handshake done in {:?}", t.elapsed());
     assert_eq!(body, "hi a.od.test\n");
-    assert!(storage.join("a.od.test").join("cert.pem").exists());
+    assert!(storage.join("on-demand/a.od.test/cert.pem").exists());
     // Served again without an order.
     let (_, again) = handshake(addr, "a.od.test", &root).unwrap();
     assert_eq!(again, a_serial);

@@ -79,6 +79,14 @@ pub struct Acme {
     /// Certificates obtained at the first handshake for names approved then (Caddy's
     /// `on_demand_tls`), beside `names` (which may then be empty).
     pub on_demand: Option<OnDemand>,
+    /// The longest one order may take with the CA (DNS-01's propagation wait and record changes
+    /// come on top): a CA that stops answering fails the attempt instead of holding it.
+    #[serde(default = "default_order_timeout")]
+    pub order_timeout: super::units::Dur,
+}
+
+fn default_order_timeout() -> super::units::Dur {
+    super::units::Dur(std::time::Duration::from_secs(300))
 }
 
 /// DNS-01's records: set by weir's own RFC 2136 client (`rfc2136`), or by a command (`exec`,

@@ -286,11 +286,18 @@ impl Registry {
         }) {
             return a.clone();
         }
-        let a = Arc::new(crate::tls::acme::AcmeCerts::new(
+        // On-demand state goes on with a section whose settings changed, for the same storage
+        // and CA: a reload neither refills its bucket nor forgets its names and refusals.
+        let carried = all
+            .iter()
+            .filter(|a| a.storage == storage && a.settings.directory == settings.directory)
+            .find_map(|a| a.on_demand.as_ref().map(|od| od.state.clone()));
+        let a = Arc::new(crate::tls::acme::AcmeCerts::carrying(
             settings.clone(),
             storage,
             directory_ca,
             self.acme_challenges.clone(),
+            carried.filter(|_| settings.on_demand.is_some()),
         ));
         all.push(a.clone());
         a

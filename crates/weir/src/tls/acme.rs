@@ -76,6 +76,8 @@ impl Challenges {
 #[derive(Debug)]
 pub struct Current {
     pub key: Arc<CertifiedKey>,
+    /// Its DNS names (subject alternative names), lowercase.
+    pub names: Vec<String>,
     /// Unix seconds.
     pub not_after: i64,
     /// Hex, for logs and tests.
@@ -107,6 +109,18 @@ impl AcmeCerts {
         directory_ca: Option<PathBuf>,
         challenges: Arc<Challenges>,
     ) -> AcmeCerts {
+        AcmeCerts::carrying(settings, storage, directory_ca, challenges, None)
+    }
+
+    /// [`AcmeCerts::new`], its on-demand issuance on `carried` state (a reload's: see
+    /// `on_demand.rs`).
+    pub fn carrying(
+        settings: Acme,
+        storage: PathBuf,
+        directory_ca: Option<PathBuf>,
+        challenges: Arc<Challenges>,
+        carried: Option<Arc<super::on_demand::State>>,
+    ) -> AcmeCerts {
         let names = settings
             .names
             .iter()
@@ -119,6 +133,7 @@ impl AcmeCerts {
                 storage.clone(),
                 directory_ca.clone(),
                 challenges.clone(),
+                carried,
             ))
         });
         let certs = AcmeCerts {
@@ -195,7 +210,16 @@ impl AcmeCerts {
         }
         let chain = std::fs::read(&cert).map_err(|e| format!("{}: {e}", cert.display()))?;
         let key = std::fs::read(&key).map_err(|e| format!("{}: {e}", key.display()))?;
-        current(&chain, &key).map(Some)
+        let c = current(&chain, &key)?;
+        // Another section may have stored a certificate under the same first name: one that
+        // does not cover every name of this section is not served for it (a new one is due).
+        if let Some(missing) = self.names.iter().find(|n| !covers(&c.names, n)) {
+            return Err(format!(
+                "{}: the stored certificate does not cover {missing}",
+                cert.display()
+            ));
+        }
+        Ok(Some(c))
     }
 
     /// Stores a new certificate (chain and key, PEM) and swaps it in.
@@ -299,14 +323,37 @@ fn current(chain_pem: &[u8], key_pem: &[u8]) -> Result<Current, String> {
         x509_parser::parse_x509_certificate(leaf).map_err(|e| format!("certificate: {e}"))?;
     let not_after = parsed.validity().not_after.timestamp();
     let serial = parsed.raw_serial_as_string().replace(':', "");
+    let names = match parsed.subject_alternative_name() {
+        Ok(Some(san)) => san
+            .value
+            .general_names
+            .iter()
+            .filter_map(|g| match g {
+                x509_parser::extensions::GeneralName::DNSName(n) => Some(n.to_ascii_lowercase()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
     let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(key_pem)
         .map_err(|e| format!("key: {e}"))?;
     let key = CertifiedKey::from_der(chain, key, &super::provider())
         .map_err(|e| format!("certificate and key: {e}"))?;
     Ok(Current {
         key: Arc::new(key),
+        names,
         not_after,
         serial,
+    })
+}
+
+/// Whether certificate names `names` cover `name` (exactly, or by a `*.` one label up).
+fn covers(names: &[String], name: &str) -> bool {
+    let parent = name.split_once('.').map(|(_, p)| p);
+    names.iter().any(|n| {
+        n.eq_ignore_ascii_case(name)
+            || n.strip_prefix("*.")
+                .is_some_and(|s| parent.is_some_and(|p| p.eq_ignore_ascii_case(s)))
     })
 }
 
@@ -316,7 +363,10 @@ pub(crate) fn write_private(path: &Path, data: &[u8]) -> Result<(), String> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().ok_or("no directory")?;
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    // Unique per write: two orders writing one name at once never share a temporary file.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp{}.{n}", std::process::id()));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)

@@ -16,11 +16,18 @@ use rustls::sign::CertifiedKey;
 
 use super::acme::AcmeCerts;
 
-/// Obtains a certificate for `certs`' names and installs it.
+/// Obtains a certificate for `certs`' names and installs it, within [`limit`]: instant-acme
+/// sets no time limit of its own, and a CA that accepts a connection and never answers would
+/// otherwise hold this attempt (and the renewals or on-demand orders waiting behind it)
+/// forever.
 pub(super) async fn obtain(certs: &AcmeCerts) -> Result<(), String> {
     // DNS-01 records set by this attempt, removed whatever happens.
     let mut records = Vec::new();
-    let result = attempt(certs, &mut records).await;
+    let limit = limit(certs);
+    let result = match tokio::time::timeout(limit, attempt(certs, &mut records)).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("the CA did not finish the order within {limit:?}")),
+    };
     if let Some(dns) = &certs.settings.dns {
         for (fqdn, value) in &records {
             if let Err(e) = hook(dns, "cleanup", fqdn, value).await {
@@ -29,6 +36,17 @@ pub(super) async fn obtain(certs: &AcmeCerts) -> Result<(), String> {
         }
     }
     result
+}
+
+/// How long one attempt may take: `order_timeout` (5 minutes) for the CA, plus DNS-01's
+/// propagation wait and its two record changes.
+pub(super) fn limit(certs: &AcmeCerts) -> Duration {
+    let dns = certs
+        .settings
+        .dns
+        .as_ref()
+        .map_or(Duration::ZERO, |d| d.propagation.0 + d.timeout.0 * 2);
+    certs.settings.order_timeout.0 + dns
 }
 
 /// Sets (`present`) or removes (`cleanup`) the TXT record `value` at `fqdn`, within
@@ -209,26 +227,63 @@ impl Drop for Answered<'_> {
 }
 
 /// One account creation at a time in the process: two sections sharing a storage directory
-/// share the account instead of racing to create two.
+/// share the account instead of racing to create two. Held only while an account is created
+/// (within [`ACCOUNT_LIMIT`]), never while one is used.
 static ACCOUNT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The longest an account creation may hold [`ACCOUNT`].
+const ACCOUNT_LIMIT: Duration = Duration::from_secs(60);
 
 /// The account: from the stored credentials, else created (and its credentials stored).
 async fn account(certs: &AcmeCerts) -> Result<Account, String> {
+    let file = certs.account_file();
+    if let Some(account) = stored_account(certs, &file).await {
+        return account;
+    }
     let _one = ACCOUNT.lock().await;
-    let builder = || match &certs.directory_ca {
+    // Created by another section while this one waited.
+    if let Some(account) = stored_account(certs, &file).await {
+        return account;
+    }
+    match tokio::time::timeout(ACCOUNT_LIMIT, create_account(certs, &file)).await {
+        Ok(r) => r,
+        Err(_) => Err(format!(
+            "account at {}: no answer within {ACCOUNT_LIMIT:?}",
+            certs.settings.directory
+        )),
+    }
+}
+
+fn builder(certs: &AcmeCerts) -> Result<instant_acme::AccountBuilder, String> {
+    match &certs.directory_ca {
         Some(ca) => Account::builder_with_root(ca),
         None => Account::builder(),
+    }
+    .map_err(|e| format!("HTTP client: {e}"))
+}
+
+/// The account from its stored credentials, if they are stored.
+async fn stored_account(
+    certs: &AcmeCerts,
+    file: &std::path::Path,
+) -> Option<Result<Account, String>> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let creds: AccountCredentials = match serde_json::from_str(&text) {
+        Ok(c) => c,
+        Err(e) => return Some(Err(format!("{}: {e}", file.display()))),
     };
-    let file = certs.account_file();
-    if let Ok(text) = std::fs::read_to_string(&file) {
-        let creds: AccountCredentials =
-            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-        return builder()
-            .map_err(|e| format!("HTTP client: {e}"))?
+    Some(match builder(certs) {
+        Ok(b) => b
             .from_credentials(creds)
             .await
-            .map_err(|e| format!("account from {}: {e}", file.display()));
-    }
+            .map_err(|e| format!("account from {}: {e}", file.display())),
+        Err(e) => Err(e),
+    })
+}
+
+/// Creates an account at the CA and stores its credentials in `file`.
+async fn create_account(certs: &AcmeCerts, file: &std::path::Path) -> Result<Account, String> {
+    let builder = || builder(certs);
     let contact: Vec<String> = certs
         .settings
         .email
@@ -236,8 +291,7 @@ async fn account(certs: &AcmeCerts) -> Result<Account, String> {
         .map(|e| format!("mailto:{e}"))
         .collect();
     let contact: Vec<&str> = contact.iter().map(String::as_str).collect();
-    let (account, creds) = builder()
-        .map_err(|e| format!("HTTP client: {e}"))?
+    let (account, creds) = builder()?
         .create(
             &NewAccount {
                 contact: &contact,
@@ -250,7 +304,7 @@ async fn account(certs: &AcmeCerts) -> Result<Account, String> {
         .await
         .map_err(|e| format!("account at {}: {e}", certs.settings.directory))?;
     let json = serde_json::to_vec(&creds).map_err(|e| e.to_string())?;
-    super::acme::write_private(&file, &json)?;
+    super::acme::write_private(file, &json)?;
     tracing::info!(directory = %certs.settings.directory, id = account.id(), "ACME account created");
     Ok(account)
 }

@@ -2,22 +2,33 @@
 //! the listener covers is held while a certificate is obtained for that name, when the
 //! section's `allow` list names it or its `ask` endpoint approves it.
 //!
-//! A client chooses the names it sends, so every step is bounded before a CA is asked:
+//! A client chooses the names it sends, so every step is bounded before anybody is asked:
 //! * the name must be a DNS name a CA would issue for (letters, digits, `-`, at least two
 //!   labels, at most 253 bytes); anything else is refused without a word to anybody;
-//! * a name refused by `ask` is remembered for [`DENIED_FOR`], so a client repeating it costs
-//!   one table lookup; at most [`ASKING`] asks run at once (more handshakes are not held);
-//! * concurrent handshakes for one name wait for one order ([`OnDemand::obtain`]);
-//! * new orders are limited to `rate` per `per` (a token bucket) and the names served to
-//!   `max_names`; a certificate already in storage is loaded without counting;
-//! * a handshake waits at most `wait`; the order goes on without it.
+//! * one piece of work per name: concurrent handshakes for a name wait for the same one
+//!   (its storage look-up, its approval, its order), and at most [`PENDING`] names are worked
+//!   on at once, [`PER_CLIENT`] of them for one client address;
+//! * a name stored by an earlier order is served again without asking (it was approved then);
+//! * asks are limited to [`ASK_RATE`] per second; a name `ask` refused is refused without
+//!   asking for [`DENIED_FOR`], and a name whose order failed is not ordered again for
+//!   [`FAILED_FOR`];
+//! * new orders are limited to `rate` per `per` (a token bucket), and the names served or being
+//!   ordered to `max_names`;
+//! * a handshake waits at most `wait` (after reading its ClientHello within `timeouts.header`,
+//!   and before finishing within it again); the order goes on without it, within
+//!   `acme_issue::limit`.
 //!
-//! Each name's certificate is its own [`AcmeCerts`] (stored under `storage/<name>/`, reused
-//! after a restart at its first handshake) and is renewed by its section's thread
-//! (`acme.rs`). Orders run on a thread of their own, not on the worker that held the
+//! The state (names served, refusals, the bucket) is kept by the registry across reloads
+//! for a storage directory and CA (`runtime/registry.rs`), so a reload neither refills the
+//! bucket nor forgets a refusal.
+//!
+//! Each name's certificate is its own [`AcmeCerts`], stored under `storage/on-demand/<name>/`
+//! (apart from the sections' own, named by their first name) and renewed by its section's
+//! thread (`acme.rs`). The work runs on a thread of its own, not on the worker that held the
 //! handshake: a client that gives up does not cancel an order half made.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,10 +40,15 @@ use crate::config::model::{Acme, OnDemand as Settings};
 
 /// How long a name `ask` refused is refused without asking again.
 pub const DENIED_FOR: Duration = Duration::from_secs(60);
-/// Asks in flight at most; handshakes past it go on with the default certificate.
-pub const ASKING: usize = 16;
-/// Refused names remembered at most (the table is cleared when full).
-const DENIED_MAX: usize = 10_000;
+/// How long a name whose order failed is not ordered again.
+pub const FAILED_FOR: Duration = Duration::from_secs(600);
+/// Names worked on at once (looked up, asked about or ordered), and per client address.
+pub const PENDING: usize = 64;
+pub const PER_CLIENT: usize = 4;
+/// Asks per second at most (a burst of as many).
+pub const ASK_RATE: f64 = 20.0;
+/// Refusals remembered at most.
+const REFUSED_MAX: usize = 10_000;
 
 /// Why a handshake was not given a certificate of its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,7 +66,7 @@ impl std::fmt::Display for Refused {
         match self {
             Refused::NotADnsName => f.write_str("not a DNS name"),
             Refused::NotAllowed => f.write_str("not allowed (allow list, ask)"),
-            Refused::Busy => f.write_str("too many asks in flight"),
+            Refused::Busy => f.write_str("too many names or asks in progress"),
             Refused::RateLimited => f.write_str("over the rate of new certificates"),
             Refused::TooManyNames => f.write_str("max_names reached"),
             Refused::Failed(e) => write!(f, "order failed: {e}"),
@@ -61,14 +77,69 @@ impl std::fmt::Display for Refused {
 /// An order's outcome, once known.
 type Outcome = Option<Result<(), Refused>>;
 
-/// A token bucket of new orders.
+/// A token bucket.
 #[derive(Debug)]
 struct Bucket {
     tokens: f64,
     at: Instant,
 }
 
-/// The on-demand state of one `acme:` section.
+impl Bucket {
+    fn full(size: f64) -> Bucket {
+        Bucket {
+            tokens: size,
+            at: Instant::now(),
+        }
+    }
+
+    /// Takes a token, refilling `rate` per `per` up to `size`.
+    fn take(&mut self, rate: f64, per: Duration, size: f64) -> bool {
+        let now = Instant::now();
+        let per = per.as_secs_f64().max(0.001);
+        self.tokens =
+            (self.tokens + now.duration_since(self.at).as_secs_f64() * rate / per).min(size);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Names in progress: each one's outcome to come, and how many each client started.
+#[derive(Debug, Default)]
+struct Pending {
+    names: HashMap<String, (watch::Receiver<Outcome>, IpAddr)>,
+    clients: HashMap<IpAddr, usize>,
+}
+
+/// What on-demand issuance remembers across reloads (`runtime/registry.rs`).
+#[derive(Debug)]
+pub struct State {
+    /// Names served, with their certificates (issued or loaded from storage).
+    certs: Mutex<HashMap<String, Arc<AcmeCerts>>>,
+    pending: Mutex<Pending>,
+    /// Names refused (by `ask`, or by a failed order) until a time, and why.
+    refused: Mutex<HashMap<String, (Instant, Refused)>>,
+    orders: Mutex<Bucket>,
+    asks: Mutex<Bucket>,
+}
+
+impl State {
+    pub fn new(rate: u32) -> State {
+        State {
+            certs: Mutex::new(HashMap::new()),
+            pending: Mutex::new(Pending::default()),
+            refused: Mutex::new(HashMap::new()),
+            orders: Mutex::new(Bucket::full(f64::from(rate))),
+            asks: Mutex::new(Bucket::full(ASK_RATE)),
+        }
+    }
+}
+
+/// The on-demand issuance of one `acme:` section.
 #[derive(Debug)]
 pub struct OnDemand {
     pub settings: Settings,
@@ -77,45 +148,35 @@ pub struct OnDemand {
     storage: std::path::PathBuf,
     directory_ca: Option<std::path::PathBuf>,
     challenges: Arc<Challenges>,
-    /// Names served, with their certificates (issued or loaded from storage).
-    certs: Mutex<HashMap<String, Arc<AcmeCerts>>>,
-    /// Orders in progress: their outcome, once known.
-    inflight: Mutex<HashMap<String, watch::Receiver<Outcome>>>,
-    denied: Mutex<HashMap<String, Instant>>,
-    asking: std::sync::atomic::AtomicUsize,
-    bucket: Mutex<Bucket>,
+    pub state: Arc<State>,
 }
 
 impl OnDemand {
+    /// The section's on-demand issuance, on `state` (carried over from the config before, or
+    /// new).
     pub fn new(
         acme: &Acme,
         settings: Settings,
         storage: std::path::PathBuf,
         directory_ca: Option<std::path::PathBuf>,
         challenges: Arc<Challenges>,
+        state: Option<Arc<State>>,
     ) -> OnDemand {
         let mut acme = acme.clone();
         acme.on_demand = None;
         OnDemand {
-            bucket: Mutex::new(Bucket {
-                tokens: f64::from(settings.rate),
-                at: Instant::now(),
-            }),
+            state: state.unwrap_or_else(|| Arc::new(State::new(settings.rate))),
             settings,
             acme,
-            storage,
+            storage: storage.join("on-demand"),
             directory_ca,
             challenges,
-            certs: Mutex::new(HashMap::new()),
-            inflight: Mutex::new(HashMap::new()),
-            denied: Mutex::new(HashMap::new()),
-            asking: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
     /// The certificate served for `name` (lowercase, no trailing dot), if one was obtained.
     pub fn cert(&self, name: &str) -> Option<Arc<CertifiedKey>> {
-        let certs = lock(&self.certs);
+        let certs = lock(&self.state.certs);
         let c = certs.get(name)?;
         let current = c.current.load();
         current.as_ref().map(|c| c.key.clone())
@@ -123,48 +184,148 @@ impl OnDemand {
 
     /// Every name's certificate, for renewals.
     pub fn all(&self) -> Vec<Arc<AcmeCerts>> {
-        lock(&self.certs).values().cloned().collect()
+        lock(&self.state.certs).values().cloned().collect()
     }
 
-    /// A certificate for `name` (lowercase, no trailing dot): at once when one is served,
-    /// else approved, loaded from storage or ordered. Concurrent calls for one name share one
-    /// order.
-    pub async fn obtain(self: &Arc<Self>, name: &str) -> Result<(), Refused> {
+    /// A certificate for `name` (lowercase, no trailing dot) asked for by a handshake from
+    /// `client`: at once when one is served, else looked up in storage, approved and ordered
+    /// (one piece of work per name, shared by every handshake that waits for it).
+    pub async fn obtain(self: &Arc<Self>, name: &str, client: IpAddr) -> Result<(), Refused> {
         if self.cert(name).is_some() {
             return Ok(());
         }
         if !issuable(name) {
             return Err(Refused::NotADnsName);
         }
-        let waiting = lock(&self.inflight).get(name).cloned();
-        if let Some(mut rx) = waiting {
-            return wait(&mut rx).await;
-        }
-        self.approve(name).await?;
-        // Stored from an earlier run: served without an order.
-        let certs = self.child(name);
-        if certs.current.load().is_some() {
-            self.keep(name, certs)?;
-            return Ok(());
+        if let Some(why) = self.refused(name) {
+            return Err(why);
         }
         let mut rx = {
-            let mut inflight = lock(&self.inflight);
-            if let Some(rx) = inflight.get(name) {
+            let mut pending = lock(&self.state.pending);
+            if let Some((rx, _)) = pending.names.get(name) {
                 rx.clone()
             } else {
-                if lock(&self.certs).len() >= self.settings.max_names {
+                if pending.names.len() >= PENDING
+                    || pending.clients.get(&client).copied().unwrap_or(0) >= PER_CLIENT
+                {
+                    return Err(Refused::Busy);
+                }
+                if lock(&self.state.certs).len() + pending.names.len() >= self.settings.max_names {
                     return Err(Refused::TooManyNames);
                 }
-                if !self.take_token() {
-                    return Err(Refused::RateLimited);
-                }
                 let (tx, rx) = watch::channel(None);
-                inflight.insert(name.to_string(), rx.clone());
-                self.order(name.to_string(), certs, tx);
+                pending.names.insert(name.to_string(), (rx.clone(), client));
+                *pending.clients.entry(client).or_default() += 1;
+                drop(pending);
+                self.start(name.to_string(), tx);
                 rx
             }
         };
         wait(&mut rx).await
+    }
+
+    /// A refusal of `name` still in force.
+    fn refused(&self, name: &str) -> Option<Refused> {
+        let mut refused = lock(&self.state.refused);
+        match refused.get(name) {
+            Some((until, why)) if *until > Instant::now() => Some(why.clone()),
+            Some(_) => {
+                refused.remove(name);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Refuses `name` for `for_` (expired refusals make room; a full table takes no more).
+    fn refuse(&self, name: &str, why: Refused, for_: Duration) {
+        let mut refused = lock(&self.state.refused);
+        if refused.len() >= REFUSED_MAX {
+            let now = Instant::now();
+            refused.retain(|_, (until, _)| *until > now);
+        }
+        if refused.len() < REFUSED_MAX {
+            refused.insert(name.to_string(), (Instant::now() + for_, why));
+        }
+    }
+
+    /// The work for `name`, on a thread of its own; the outcome goes to `tx`, and the name
+    /// leaves the pending table on every way out.
+    fn start(self: &Arc<Self>, name: String, tx: watch::Sender<Outcome>) {
+        /// Ends the name's work however the thread ends (a panic included).
+        struct Done {
+            me: Arc<OnDemand>,
+            name: String,
+            tx: watch::Sender<Outcome>,
+        }
+        impl Drop for Done {
+            fn drop(&mut self) {
+                let mut pending = lock(&self.me.state.pending);
+                if let Some((_, client)) = pending.names.remove(&self.name) {
+                    if let Some(n) = pending.clients.get_mut(&client) {
+                        *n -= 1;
+                        if *n == 0 {
+                            pending.clients.remove(&client);
+                        }
+                    }
+                }
+                drop(pending);
+                self.tx.send_if_modified(|o| {
+                    if o.is_none() {
+                        *o = Some(Err(Refused::Failed("the order ended".into())));
+                        true
+                    } else {
+                        false
+                    }
+                });
+            }
+        }
+        let done = Done {
+            me: self.clone(),
+            name,
+            tx,
+        };
+        let spawned = std::thread::Builder::new()
+            .name("weir-acme-od".into())
+            .spawn(move || {
+                let outcome = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt.block_on(done.me.work(&done.name)),
+                    Err(e) => Err(Refused::Failed(e.to_string())),
+                };
+                let _ = done.tx.send(Some(outcome));
+            });
+        // On a failed spawn the closure (and `done` in it) is dropped: its Drop ends the work.
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "on-demand TLS: cannot start work on a name");
+        }
+    }
+
+    /// Looks `name` up in storage, else approves and orders it.
+    async fn work(&self, name: &str) -> Result<(), Refused> {
+        let certs = self.child(name);
+        if certs.current.load().is_some() {
+            return self.keep(name, certs);
+        }
+        self.approve(name).await?;
+        let took = {
+            let rate = f64::from(self.settings.rate);
+            lock(&self.state.orders).take(rate, self.settings.per.0, rate)
+        };
+        if !took {
+            return Err(Refused::RateLimited);
+        }
+        match super::acme_issue::obtain(&certs).await {
+            Ok(()) => self.keep(name, certs),
+            Err(e) => {
+                tracing::warn!(name, error = %e, retry_in = ?FAILED_FOR, "on-demand TLS: obtaining a certificate failed");
+                let why = Refused::Failed(e);
+                self.refuse(name, why.clone(), FAILED_FOR);
+                Err(why)
+            }
+        }
     }
 
     /// Whether `allow` or `ask` approves `name`.
@@ -175,31 +336,13 @@ impl OnDemand {
         let Some(ask) = &self.settings.ask else {
             return Err(Refused::NotAllowed);
         };
-        {
-            let mut denied = lock(&self.denied);
-            match denied.get(name) {
-                Some(until) if *until > Instant::now() => return Err(Refused::NotAllowed),
-                Some(_) => {
-                    denied.remove(name);
-                }
-                None => {}
-            }
-        }
-        use std::sync::atomic::Ordering;
-        if self.asking.fetch_add(1, Ordering::SeqCst) >= ASKING {
-            self.asking.fetch_sub(1, Ordering::SeqCst);
+        if !lock(&self.state.asks).take(ASK_RATE, Duration::from_secs(1), ASK_RATE) {
             return Err(Refused::Busy);
         }
-        let answer = ask_endpoint(ask, name).await;
-        self.asking.fetch_sub(1, Ordering::SeqCst);
-        match answer {
+        match ask_endpoint(ask, name).await {
             Ok(true) => Ok(()),
             Ok(false) => {
-                let mut denied = lock(&self.denied);
-                if denied.len() >= DENIED_MAX {
-                    denied.clear();
-                }
-                denied.insert(name.to_string(), Instant::now() + DENIED_FOR);
+                self.refuse(name, Refused::NotAllowed, DENIED_FOR);
                 Err(Refused::NotAllowed)
             }
             Err(e) => {
@@ -214,7 +357,7 @@ impl OnDemand {
 
     /// The certificate state for `name` (its stored certificate loaded, if any).
     fn child(&self, name: &str) -> Arc<AcmeCerts> {
-        if let Some(c) = lock(&self.certs).get(name) {
+        if let Some(c) = lock(&self.state.certs).get(name) {
             return c.clone();
         }
         let mut settings = self.acme.clone();
@@ -229,56 +372,8 @@ impl OnDemand {
 
     /// Serves `certs` for `name` from now on.
     fn keep(&self, name: &str, certs: Arc<AcmeCerts>) -> Result<(), Refused> {
-        let mut all = lock(&self.certs);
-        if all.len() >= self.settings.max_names && !all.contains_key(name) {
-            return Err(Refused::TooManyNames);
-        }
-        all.insert(name.to_string(), certs);
+        lock(&self.state.certs).insert(name.to_string(), certs);
         Ok(())
-    }
-
-    /// Takes one order from the bucket.
-    fn take_token(&self) -> bool {
-        let mut b = lock(&self.bucket);
-        let per = self.settings.per.0.as_secs_f64().max(0.001);
-        let rate = f64::from(self.settings.rate);
-        let now = Instant::now();
-        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * rate / per).min(rate);
-        b.at = now;
-        if b.tokens >= 1.0 {
-            b.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-
-    /// Orders a certificate for `name` on a thread of its own; the outcome goes to `tx`.
-    fn order(self: &Arc<Self>, name: String, certs: Arc<AcmeCerts>, tx: watch::Sender<Outcome>) {
-        let me = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("weir-acme-od".into())
-            .spawn(move || {
-                let outcome = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt.block_on(super::acme_issue::obtain(&certs)),
-                    Err(e) => Err(e.to_string()),
-                };
-                let outcome = match outcome {
-                    Ok(()) => me.keep(&name, certs),
-                    Err(e) => {
-                        tracing::warn!(name, error = %e, "on-demand TLS: obtaining a certificate failed");
-                        Err(Refused::Failed(e))
-                    }
-                };
-                lock(&me.inflight).remove(&name);
-                let _ = tx.send(Some(outcome));
-            });
-        if let Err(e) = spawned {
-            tracing::error!(error = %e, "on-demand TLS: cannot start an order");
-        }
     }
 }
 
@@ -308,10 +403,11 @@ impl Gate {
         Some(name)
     }
 
-    /// Holds a handshake for `name` until its certificate is served, it is refused, or
-    /// `wait` passed (the order goes on).
-    pub async fn hold(&self, name: &str) {
-        let outcome = tokio::time::timeout(self.od.settings.wait.0, self.od.obtain(name)).await;
+    /// Holds a handshake for `name` from `client` until its certificate is served, it is
+    /// refused, or `wait` passed (the order goes on).
+    pub async fn hold(&self, name: &str, client: IpAddr) {
+        let outcome =
+            tokio::time::timeout(self.od.settings.wait.0, self.od.obtain(name, client)).await;
         match outcome {
             Ok(Ok(())) => {}
             Ok(Err(why @ (Refused::RateLimited | Refused::TooManyNames | Refused::Busy))) => {
