@@ -276,7 +276,10 @@ urllib.request.urlopen(req, timeout=10).read()
     let addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
     let serial = issued(addr, "a.wild.weir.test", &root, &log, String::new);
     // One certificate for every name one label under the wildcard.
-    assert_eq!(served(addr, "other.wild.weir.test", &root), Some(serial.clone()));
+    assert_eq!(
+        served(addr, "other.wild.weir.test", &root),
+        Some(serial.clone())
+    );
     let mut renewed = None;
     common::until("the wildcard renewed", Duration::from_secs(60), || {
         renewed = served(addr, "a.wild.weir.test", &root).filter(|s| *s != serial);
