@@ -11,6 +11,7 @@
 
 pub mod admin_settings;
 mod compile;
+mod listen_address;
 mod listener_tls;
 mod published;
 pub mod registry;
