@@ -224,7 +224,9 @@ pub(super) fn compile_acme(
                 "only used with `challenge: dns-01`".into(),
             ))
         }
-        (Some(d), true) => settings.dns = Some(check_dns(d, &format!("{path}.dns"), base)?),
+        (Some(d), true) => {
+            settings.dns = Some(check_dns(d, &format!("{path}.dns"), base, &a.names)?)
+        }
         (None, false) => {}
     }
     if !a.directory.starts_with("https://") {
@@ -251,6 +253,7 @@ fn check_dns(
     d: &model::AcmeDns,
     path: &str,
     base: &BaseDir,
+    names: &[String],
 ) -> Result<model::AcmeDns, CompileError> {
     let mut d = d.clone();
     match (&d.exec, &mut d.rfc2136) {
@@ -270,7 +273,19 @@ fn check_dns(
             let at = |k: &str| format!("{path}.rfc2136.{k}");
             crate::tls::dns_update::server_addr(&r.server).map_err(|m| (at("server"), m))?;
             if let Some(z) = &r.zone {
-                crate::tls::dns_update::name(z).map_err(|m| (at("zone"), m))?;
+                let zone = crate::tls::dns_update::name(z).map_err(|m| (at("zone"), m))?;
+                // Each record goes in this zone: one outside it could never be updated there.
+                for n in names {
+                    let record = format!("_acme-challenge.{}", n.trim_start_matches("*."));
+                    let inside = crate::tls::dns_update::name(&record)
+                        .is_ok_and(|fqdn| zone.zone_of(&fqdn));
+                    if !inside {
+                        return Err((
+                            at("zone"),
+                            format!("{record} (for {n}) is not in the zone {z}"),
+                        ));
+                    }
+                }
             }
             if let Some(f) = &mut r.key_file {
                 *f = base.0.join(&*f).display().to_string();

@@ -270,7 +270,7 @@ fn run(weak: Weak<AcmeCerts>) {
             // Names obtained on demand are renewed here too, one after the other.
             for named in certs.on_demand.iter().flat_map(|od| od.all()) {
                 if named.due() {
-                    if let Err(e) = super::acme_issue::obtain(&named).await {
+                    if let Err(e) = super::acme_issue::obtain_guarded(&named).await {
                         tracing::warn!(names = ?named.names, error = %e, "ACME: renewing an on-demand certificate failed; it is tried again at the next check");
                     }
                 }
@@ -278,7 +278,7 @@ fn run(weak: Weak<AcmeCerts>) {
             let wait = if certs.names.is_empty() {
                 check_every
             } else if certs.due() {
-                match super::acme_issue::obtain(&certs).await {
+                match super::acme_issue::obtain_guarded(&certs).await {
                     Ok(()) => {
                         failures = 0;
                         check_every

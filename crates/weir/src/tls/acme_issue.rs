@@ -16,6 +16,18 @@ use rustls::sign::CertifiedKey;
 
 use super::acme::AcmeCerts;
 
+/// [`obtain`] as a task of its own: a panic in it (a dependency's assertion, say) fails this
+/// attempt, logged and retried like any failure, instead of ending the thread that renews the
+/// section's certificates. Call from within a tokio runtime.
+pub(super) async fn obtain_guarded(certs: &Arc<AcmeCerts>) -> Result<(), String> {
+    let certs = certs.clone();
+    match tokio::spawn(async move { obtain(&certs).await }).await {
+        Ok(r) => r,
+        Err(e) if e.is_panic() => Err("the attempt panicked (see the log); retried".into()),
+        Err(e) => Err(format!("the attempt ended: {e}")),
+    }
+}
+
 /// Obtains a certificate for `certs`' names and installs it, within [`limit`]: instant-acme
 /// sets no time limit of its own, and a CA that accepts a connection and never answers would
 /// otherwise hold this attempt (and the renewals or on-demand orders waiting behind it)
@@ -147,8 +159,10 @@ async fn attempt(certs: &AcmeCerts, records: &mut Vec<(String, String)>) -> Resu
                 // `*.example.com` is proved on example.com's record.
                 let fqdn = format!("_acme-challenge.{}.", name.trim_start_matches("*."));
                 let value = key_auth.dns_value();
+                // Listed first: an answer lost or late after the server applied the change must
+                // not leave the record (deleting one that is not there changes nothing).
+                records.push((fqdn.clone(), value.clone()));
                 hook(dns, "present", &fqdn, &value).await?;
-                records.push((fqdn, value));
                 if !dns.propagation.0.is_zero() {
                     tokio::time::sleep(dns.propagation.0).await;
                 }

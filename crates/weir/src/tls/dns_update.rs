@@ -63,6 +63,10 @@ pub(crate) async fn run(
             Some(z) => name(z)?,
             None => find_zone(&server, &signer, &fqdn).await?,
         };
+        // hickory-proto asserts this (a panic, in release builds too): an error instead.
+        if !zone.zone_of(&fqdn) {
+            return Err(format!("RFC 2136: {fqdn} is not in the zone {zone}"));
+        }
         let msg = update(fastrand::u16(..), &zone, change, &fqdn, value);
         let answer = exchange(&server, &msg, &signer)
             .await
@@ -170,7 +174,7 @@ async fn find_zone(server: &str, signer: &TSigner, fqdn: &Name) -> Result<Name, 
         let answer = exchange(server, &soa_query(fastrand::u16(..), &asked), signer)
             .await
             .map_err(|e| format!("RFC 2136: finding the zone of {fqdn} at {server}: {e}"))?;
-        if let Some(zone) = zone_of(&answer) {
+        if let Some(zone) = zone_of(&answer, fqdn) {
             return Ok(zone);
         }
         if asked.num_labels() <= 1 {
@@ -182,8 +186,9 @@ async fn find_zone(server: &str, signer: &TSigner, fqdn: &Name) -> Result<Name, 
     }
 }
 
-/// The zone an answer to a SOA query names: the owner of its SOA record.
-fn zone_of(answer: &Message) -> Option<Name> {
+/// The zone an answer to a SOA query names: the owner of its SOA record, if that is `fqdn` or
+/// one of its parents (a zone elsewhere could not hold the record).
+fn zone_of(answer: &Message, fqdn: &Name) -> Option<Name> {
     // NOERROR (the name exists, or the zone's apex) or NXDOMAIN (a name the zone lacks); a
     // REFUSED or SERVFAIL says nothing.
     if !matches!(u16::from(answer.metadata.response_code), 0 | 3) {
@@ -193,7 +198,7 @@ fn zone_of(answer: &Message) -> Option<Name> {
         .answers
         .iter()
         .chain(&answer.authorities)
-        .find(|r| r.record_type() == RecordType::SOA)
+        .find(|r| r.record_type() == RecordType::SOA && r.name.zone_of(fqdn))
         .map(|r| r.name.clone())
 }
 
@@ -235,7 +240,10 @@ fn sign(msg: &Message, signer: &TSigner, time: u64) -> Result<(Vec<u8>, TSigVeri
 /// The answer `bytes` to request `id`, once its TSIG proves it comes from the key's holder.
 fn verify(bytes: &[u8], id: u16, mut verifier: TSigVerifier) -> Result<Message, String> {
     let answer = Message::from_vec(bytes).map_err(|e| format!("a malformed answer: {e}"))?;
-    if answer.metadata.id != id || answer.metadata.message_type != MessageType::Response {
+    if answer.metadata.message_type != MessageType::Response {
+        return Err("a message that is not a response (QR=0)".into());
+    }
+    if answer.metadata.id != id {
         return Err(format!(
             "an answer with ID {} to request {id}",
             answer.metadata.id

@@ -86,7 +86,10 @@ fn nameds_signed_answers_verify() {
     let soa = soa_query(0x861e, &name(FQDN).unwrap());
     let answer = verify(&unhex(R_SOA), 0x861e, verifier(&soa, SECRET, 0x6b08_8247)).unwrap();
     // The zone, found as nsupdate finds it: the owner of the SOA in the authority section.
-    assert_eq!(zone_of(&answer), Some(name(ZONE).unwrap()));
+    let fqdn = name(FQDN).unwrap();
+    assert_eq!(zone_of(&answer, &fqdn), Some(name(ZONE).unwrap()));
+    // The same SOA does not name the zone of a name outside it.
+    assert_eq!(zone_of(&answer, &name("other.example").unwrap()), None);
     let answer = verify(
         &unhex(R_ADD),
         0x0600,
@@ -167,7 +170,7 @@ fn a_wrong_secret_is_reported_as_named_says() {
 fn refused_answers_name_no_zone() {
     let mut m = Message::from_vec(&unhex(R_SOA)).unwrap();
     m.metadata.response_code = hickory_proto::op::ResponseCode::Refused;
-    assert_eq!(zone_of(&m), None);
+    assert_eq!(zone_of(&m, &name(FQDN).unwrap()), None);
 }
 
 #[test]

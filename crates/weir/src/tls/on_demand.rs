@@ -317,7 +317,7 @@ impl OnDemand {
         if !took {
             return Err(Refused::RateLimited);
         }
-        match super::acme_issue::obtain(&certs).await {
+        match super::acme_issue::obtain_guarded(&certs).await {
             Ok(()) => self.keep(name, certs),
             Err(e) => {
                 tracing::warn!(name, error = %e, retry_in = ?FAILED_FOR, "on-demand TLS: obtaining a certificate failed");

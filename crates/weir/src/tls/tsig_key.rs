@@ -154,6 +154,31 @@ fn secret_bytes(b64: &str) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
+/// A token of the key file as an error may show it: the words and signs of bind's syntax as
+/// they are, anything else (a secret, perhaps, in the wrong place) by its length only.
+fn shown(tok: &str) -> String {
+    const SYNTAX: &[&str] = &[
+        "key",
+        "algorithm",
+        "secret",
+        "zone",
+        "options",
+        "server",
+        "acl",
+        "controls",
+        "include",
+        "view",
+        "{",
+        "}",
+        ";",
+    ];
+    if SYNTAX.contains(&tok) {
+        format!("{tok:?}")
+    } else {
+        format!("a token of {} characters", tok.chars().count())
+    }
+}
+
 /// The keys of a bind key file: `key "name" { algorithm NAME; secret "BASE64"; };`, with
 /// `#`, `//` and `/* */` comments. The error starts with the line number (`3: ...`).
 pub(crate) fn parse_key_file(text: &str) -> Result<Vec<Key>, String> {
@@ -164,7 +189,7 @@ pub(crate) fn parse_key_file(text: &str) -> Result<Vec<Key>, String> {
     let mut keys = Vec::new();
     while let Some((kw, line)) = t.peek() {
         if kw != "key" {
-            return Err(format!("{line}: expected \"key\", found {kw:?}"));
+            return Err(format!("{line}: expected \"key\", found {}", shown(&kw)));
         }
         t.at += 1;
         let (name, name_line) = t.next()?;
@@ -186,7 +211,8 @@ pub(crate) fn parse_key_file(text: &str) -> Result<Vec<Key>, String> {
                 }
                 other => {
                     return Err(format!(
-                        "{at}: expected \"algorithm\", \"secret\" or \"}}\", found {other:?}"
+                        "{at}: expected \"algorithm\", \"secret\" or \"}}\", found {}",
+                        shown(other)
                     ))
                 }
             }
@@ -239,7 +265,7 @@ impl Cursor {
         }
         match self.next()? {
             (tok, _) if tok == what => Ok(()),
-            (tok, line) => Err(format!("{line}: expected {what:?}, found {tok:?}")),
+            (tok, line) => Err(format!("{line}: expected {what:?}, found {}", shown(&tok))),
         }
     }
 }
