@@ -677,8 +677,10 @@ fn a_directory_that_cannot_be_had_is_said_and_never_waited_for() {
     for i in 0..5 {
         assert_eq!(get(&second, &format!("/held/{i}")).status, 200);
     }
+    // Waiting for the lock cost 2 s per miss (10 s for these five); the bound leaves a loaded
+    // machine room (2.006 s was seen in a CI run while tests were compiling).
     assert!(
-        t.elapsed() < Duration::from_secs(2),
+        t.elapsed() < Duration::from_secs(6),
         "5 misses took {:?}",
         t.elapsed()
     );
