@@ -314,13 +314,6 @@ fn weir_against(
     (Running(child), log)
 }
 
-fn tmpdir(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("weir-dnsprobe-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 fn lines_for(log: &str, port: u16) -> Vec<String> {
     let at = format!("127.0.0.1:{port}");
     log.lines()
@@ -356,7 +349,7 @@ fn forged_and_hostile_answers_are_refused_within_the_timeout() {
     ];
     let fakes: Vec<Fake> = kinds.iter().map(|k| fake(*k)).collect();
     let pebble = Pebble::start(free_port(), free_port());
-    let dir = tmpdir("forged");
+    let dir = common::inproc::dir("dnsprobe", "forged");
     let ports: Vec<(u16, Option<&str>)> =
         fakes.iter().map(|f| (f.port, Some("probe.test"))).collect();
     let started = Instant::now();
@@ -390,7 +383,7 @@ fn an_add_whose_answer_timed_out_is_deleted_afterwards() {
     }
     let f = fake(Kind::AddAppliedAnswerLost);
     let pebble = Pebble::start(free_port(), free_port());
-    let dir = tmpdir("lost");
+    let dir = common::inproc::dir("dnsprobe", "lost");
     let (_weir, log) = weir_against(&pebble, &[(f.port, Some("probe.test"))], &dir);
     let text = || std::fs::read_to_string(&log).unwrap_or_default();
     common::until("the attempt failed", Duration::from_secs(20), || {
@@ -440,7 +433,7 @@ fn a_zone_not_containing_the_name_fails_the_attempt_not_the_acme_thread() {
     let steer = fake(Kind::SteerZone);
     let good = fake(Kind::Good);
     let pebble = Pebble::start(free_port(), free_port());
-    let dir = tmpdir("steer");
+    let dir = common::inproc::dir("dnsprobe", "steer");
     let (_weir, log) = weir_against(&pebble, &[(steer.port, None), (good.port, None)], &dir);
     let text = || std::fs::read_to_string(&log).unwrap_or_default();
     common::until("the control concluded", Duration::from_secs(20), || {
@@ -482,7 +475,7 @@ fn a_zone_not_containing_the_name_fails_the_attempt_not_the_acme_thread() {
 /// its `secret` keyword: the config error must not print the secret.
 #[test]
 fn key_file_errors_do_not_print_the_secret() {
-    let dir = tmpdir("keyfile");
+    let dir = common::inproc::dir("dnsprobe", "keyfile");
     for (i, body) in [
         format!("{SECRET}\n"),
         format!("key \"weir-acme\" {{\n\talgorithm hmac-sha256;\n\t\"{SECRET}\";\n}};\n"),

@@ -9,56 +9,14 @@
 
 mod common;
 
+use common::inproc::{client_hello, reload, start, stop};
+
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("weir-review-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn start(yaml: &str) -> weir::server::ServerHandle {
-    let cfg = weir::runtime::load_str(yaml, Path::new("."), |_| None).unwrap();
-    weir::server::start(cfg).unwrap()
-}
-
-fn stop(h: weir::server::ServerHandle) {
-    h.shutdown();
-    h.join();
-}
-
-fn reload(h: &weir::server::ServerHandle, yaml: &str) {
-    let cfg = weir::runtime::compile_str(yaml, Path::new("."), |_| None, &h.registry()).unwrap();
-    h.reload(cfg).unwrap();
-}
-
-/// The bytes of a TLS ClientHello naming `sni`.
-fn client_hello(sni: &str) -> Vec<u8> {
-    let pki_less = {
-        let mut roots = rustls::RootCertStore::empty();
-        let ca = common::tlskit::Pki::new("hello-only");
-        roots.add(ca.ca_der.clone()).unwrap();
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        Arc::new(
-            rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_root_certificates(roots)
-                .with_no_client_auth(),
-        )
-    };
-    let name = rustls::pki_types::ServerName::try_from(sni.to_string()).unwrap();
-    let mut conn = rustls::ClientConnection::new(pki_less, name).unwrap();
-    let mut out = Vec::new();
-    conn.write_tls(&mut out).unwrap();
-    out
-}
 
 // ---------------------------------------------------------------------------------------------
 // on-demand TLS: found by the review, fixed (and what held)
@@ -159,6 +117,15 @@ listeners:
     )
 }
 
+/// A server whose on-demand section asks `ask` (`rate: 3 per 1h`, `wait`), with no CA to reach.
+fn start_asking(storage: &Path, ask: SocketAddr, wait: &str) -> weir::server::ServerHandle {
+    start(&on_demand_config(
+        common::process::free_port(),
+        storage,
+        &format!("{{ ask: \"http://{ask}/check\", rate: 3, per: 1h, wait: {wait} }}"),
+    ))
+}
+
 /// A certificate for `name` as if obtained on demand earlier:
 /// `storage/on-demand/<name>/{cert,key}.pem`.
 fn store_cert(pki: &common::tlskit::Pki, storage: &Path, name: &str) {
@@ -183,19 +150,12 @@ fn tls_ok(addr: SocketAddr, sni: &str, cfg: &Arc<rustls::ClientConfig>) -> Resul
 /// when it was ordered). Before, each handshake asked, and those past 16 asks failed.
 #[test]
 fn a_burst_for_one_name_shares_one_piece_of_work() {
-    let d = dir("burst");
+    let d = common::inproc::dir("review", "burst");
     let storage = d.join("acme");
     let pki = common::tlskit::Pki::new("review-burst");
     store_cert(&pki, &storage, "legit.od.test");
     let (ask, asked) = ask_endpoint(&["legit.od.test"], Duration::from_millis(1500));
-    let h = start(&on_demand_config(
-        common::process::free_port(),
-        &storage,
-        &format!(
-            "{{ ask: \"http://{}/check\", rate: 3, per: 1h, wait: 10s }}",
-            ask.addr
-        ),
-    ));
+    let h = start_asking(&storage, ask.addr, "10s");
     let addr = h.local_addrs()[0];
     let cfg = common::tlskit::client_config(&pki.ca_der, &["http/1.1"], None);
     let clients: Vec<_> = (0..20)
@@ -223,19 +183,12 @@ fn a_burst_for_one_name_shares_one_piece_of_work() {
 /// (16 such hellos held all 16 ask slots for seconds before, refusing every other name.)
 #[test]
 fn abandoned_hellos_from_one_client_do_not_deny_other_names() {
-    let d = dir("busy");
+    let d = common::inproc::dir("review", "busy");
     let storage = d.join("acme");
     let pki = common::tlskit::Pki::new("review-busy");
     store_cert(&pki, &storage, "legit.od.test");
     let (ask, asked) = ask_endpoint(&["legit.od.test"], Duration::from_millis(2000));
-    let h = start(&on_demand_config(
-        common::process::free_port(),
-        &storage,
-        &format!(
-            "{{ ask: \"http://{}/check\", rate: 3, per: 1h, wait: 10s }}",
-            ask.addr
-        ),
-    ));
+    let h = start_asking(&storage, ask.addr, "10s");
     let addr = h.local_addrs()[0];
     // The attacker at 127.0.0.2; the legitimate client at 127.0.0.1.
     for i in 0..16 {
@@ -271,17 +224,10 @@ fn abandoned_hellos_from_one_client_do_not_deny_other_names() {
 /// before.)
 #[test]
 fn asks_for_distinct_names_are_bounded() {
-    let d = dir("asks");
+    let d = common::inproc::dir("review", "asks");
     let storage = d.join("acme");
     let (ask, asked) = ask_endpoint(&[], Duration::ZERO);
-    let h = start(&on_demand_config(
-        common::process::free_port(),
-        &storage,
-        &format!(
-            "{{ ask: \"http://{}/check\", rate: 3, per: 1h, wait: 10s }}",
-            ask.addr
-        ),
-    ));
+    let h = start_asking(&storage, ask.addr, "10s");
     let addr = h.local_addrs()[0];
     let pki = common::tlskit::Pki::new("review-asks");
     let cfg = common::tlskit::client_config(&pki.ca_der, &["http/1.1"], None);
@@ -308,7 +254,7 @@ fn asks_for_distinct_names_are_bounded() {
 #[test]
 fn a_reload_keeps_the_order_bucket() {
     let _one = ORDERS.lock().unwrap_or_else(|e| e.into_inner());
-    let d = dir("bucket");
+    let d = common::inproc::dir("review", "bucket");
     let storage = d.join("acme");
     let ca = FakeCa::start(false);
     let od = |wait: &str| format!("{{ allow: [\"*.od.test\"], rate: 1, per: 1h, wait: {wait} }}");
@@ -349,7 +295,7 @@ fn a_reload_keeps_the_order_bucket() {
 #[test]
 fn a_stalled_ca_fails_the_order_within_order_timeout() {
     let _one = ORDERS.lock().unwrap_or_else(|e| e.into_inner());
-    let d = dir("stall");
+    let d = common::inproc::dir("review", "stall");
     let storage = d.join("acme");
     let ca = FakeCa::start(true);
     let yaml = on_demand_config(
@@ -555,7 +501,7 @@ listeners:
 #[test]
 fn a_failing_name_is_not_ordered_again_at_once() {
     let _one = ORDERS.lock().unwrap_or_else(|e| e.into_inner());
-    let d = dir("failing");
+    let d = common::inproc::dir("review", "failing");
     let storage = d.join("acme");
     let ca = FakeCa::start(false);
     let h = start(&on_demand_config(
@@ -622,7 +568,7 @@ fn names_cannot_inject_into_the_ask_request_or_storage() {
 #[test]
 fn a_hostile_ask_service_is_bounded() {
     let _one = ORDERS.lock().unwrap_or_else(|e| e.into_inner());
-    let d = dir("hostile");
+    let d = common::inproc::dir("review", "hostile");
     let storage = d.join("acme");
     let pki = common::tlskit::Pki::new("review-hostile");
     // Approved names go on to an order: this CA closes every connection (the order fails),

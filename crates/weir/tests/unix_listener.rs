@@ -7,46 +7,24 @@
 
 mod common;
 
+use common::inproc::{start, start_error, unix_connect};
+
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use common::origin::http_origin;
-
-/// A directory of this test's own.
-fn dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("weir-ulisten-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn unix_connect(path: &Path) -> UnixStream {
-    let s = UnixStream::connect(path).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s
-}
 
 fn exchange(s: &mut UnixStream, raw: &str) -> common::Response {
     s.write_all(raw.as_bytes()).unwrap();
     common::read_response_to(s, false)
 }
 
-fn start(yaml: &str) -> weir::server::ServerHandle {
-    let cfg = weir::runtime::load_str(yaml, Path::new("."), |_| None).unwrap();
-    weir::server::start(cfg).unwrap()
-}
-
-fn start_error(yaml: &str) -> String {
-    let cfg = weir::runtime::load_str(yaml, Path::new("."), |_| None).unwrap();
-    weir::server::start(cfg).unwrap_err().to_string()
-}
-
 #[test]
 fn http_over_a_unix_socket_keeps_alive_sends_files_and_proxies() {
-    let d = dir("http");
+    let d = common::inproc::dir("ulisten", "http");
     let sock = d.join("http.sock");
     let log = d.join("access.log");
     let big: Vec<u8> = (0..1024 * 1024).map(|i| (i % 251) as u8).collect();
@@ -126,7 +104,7 @@ listeners:
 
 #[test]
 fn tls_and_the_proxy_protocol_work_on_unix_sockets() {
-    let d = dir("tls");
+    let d = common::inproc::dir("ulisten", "tls");
     let tls_sock = d.join("tls.sock");
     let pp_sock = d.join("pp.sock");
     let pki = common::tlskit::Pki::new("ulisten");
@@ -183,7 +161,7 @@ listeners:
 
 #[test]
 fn a_stale_socket_file_is_replaced_and_anything_else_is_refused() {
-    let d = dir("stale");
+    let d = common::inproc::dir("ulisten", "stale");
     let sock = d.join("s.sock");
     let config = |p: &Path| {
         format!(
@@ -229,7 +207,7 @@ fn a_stale_socket_file_is_replaced_and_anything_else_is_refused() {
 
 #[test]
 fn reloads_add_and_remove_unix_listeners() {
-    let d = dir("reload");
+    let d = common::inproc::dir("ulisten", "reload");
     let sock = d.join("r.sock");
     let tcp_only = "workers: 2\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - respond: { body: tcp }\n";
     let h = start(tcp_only);
@@ -306,7 +284,7 @@ fn unix_listener_config_errors_name_the_key() {
 /// `weir check` looks at a unix listener's path without creating it.
 #[test]
 fn weir_check_reports_a_unix_path_in_use() {
-    let d = dir("check");
+    let d = common::inproc::dir("ulisten", "check");
     let sock = d.join("busy.sock");
     let _held = UnixListener::bind(&sock).unwrap();
     let cfg = common::process::write_config(
@@ -335,7 +313,7 @@ fn weir_check_reports_a_unix_path_in_use() {
 /// served again when its next request comes.
 #[test]
 fn idle_unix_connections_park_and_wake() {
-    let d = dir("park");
+    let d = common::inproc::dir("ulisten", "park");
     let sock = d.join("p.sock");
     let h = start(&format!(
         "workers: 1\ntimeouts: {{ header: 2s }}\nadmin: {{ address: 127.0.0.1:0 }}\nlisteners:\n  - address: \"unix:{}\"\n    routes:\n      - respond: {{ body: \"again $remote_addr\\n\" }}\n",

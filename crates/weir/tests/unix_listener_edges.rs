@@ -8,41 +8,15 @@
 
 mod common;
 
+use common::inproc::{client_hello, reload, start, stop, unix_connect};
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("weir-review-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn start(yaml: &str) -> weir::server::ServerHandle {
-    let cfg = weir::runtime::load_str(yaml, Path::new("."), |_| None).unwrap();
-    weir::server::start(cfg).unwrap()
-}
-
-fn stop(h: weir::server::ServerHandle) {
-    h.shutdown();
-    h.join();
-}
-
-fn reload(h: &weir::server::ServerHandle, yaml: &str) {
-    let cfg = weir::runtime::compile_str(yaml, Path::new("."), |_| None, &h.registry()).unwrap();
-    h.reload(cfg).unwrap();
-}
-
-fn unix_connect(path: &Path) -> UnixStream {
-    let s = UnixStream::connect(path).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s
-}
 
 fn one_unix_listener(sock: &Path, extra: &str) -> String {
     format!(
@@ -60,28 +34,6 @@ fn echo_backend() -> common::origin::Origin {
     })
 }
 
-/// The bytes of a TLS ClientHello naming `sni`.
-fn client_hello(sni: &str) -> Vec<u8> {
-    let pki_less = {
-        let mut roots = rustls::RootCertStore::empty();
-        let ca = common::tlskit::Pki::new("hello-only");
-        roots.add(ca.ca_der.clone()).unwrap();
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        Arc::new(
-            rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_root_certificates(roots)
-                .with_no_client_auth(),
-        )
-    };
-    let name = rustls::pki_types::ServerName::try_from(sni.to_string()).unwrap();
-    let mut conn = rustls::ClientConnection::new(pki_less, name).unwrap();
-    let mut out = Vec::new();
-    conn.write_tls(&mut out).unwrap();
-    out
-}
-
 // ---------------------------------------------------------------------------------------------
 // unix listeners: found by the review, fixed
 
@@ -91,7 +43,7 @@ fn client_hello(sni: &str) -> Vec<u8> {
 /// chmod-ed).
 #[test]
 fn a_reload_applies_a_changed_unix_mode() {
-    let d = dir("mode");
+    let d = common::inproc::dir("review", "mode");
     let sock = d.join("m.sock");
     let h = start(&one_unix_listener(&sock, "    unix_mode: \"0666\"\n"));
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
@@ -112,7 +64,7 @@ fn a_reload_applies_a_changed_unix_mode() {
 #[test]
 fn a_live_socket_with_a_full_backlog_is_refused_without_blocking() {
     use socket2::{Domain, SockAddr, Socket, Type};
-    let d = dir("backlog");
+    let d = common::inproc::dir("review", "backlog");
     let sock = d.join("busy.sock");
     let addr = SockAddr::unix(&sock).unwrap();
     let owner = Socket::new(Domain::UNIX, Type::STREAM, None).unwrap();
@@ -162,7 +114,7 @@ fn a_live_socket_with_a_full_backlog_is_refused_without_blocking() {
 /// files of the unix listeners it already bound (the reload path cleans up; start does not).
 #[test]
 fn a_failed_start_removes_the_socket_files_it_bound() {
-    let d = dir("failstart");
+    let d = common::inproc::dir("review", "failstart");
     let sock = d.join("f.sock");
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let yaml = format!(
@@ -188,7 +140,7 @@ fn a_failed_start_removes_the_socket_files_it_bound() {
 #[test]
 fn an_inherited_socket_never_deletes_a_file_that_took_its_path() {
     use weir::server::{Endpoint, ListenSocket};
-    let d = dir("inherit");
+    let d = common::inproc::dir("review", "inherit");
     let sock = d.join("s.sock");
     // The old process's listening socket...
     let old = UnixListener::bind(&sock).unwrap();
@@ -225,7 +177,7 @@ fn an_inherited_socket_never_deletes_a_file_that_took_its_path() {
 /// protocol has `UNKNOWN` (v1) / `LOCAL`/AF_UNSPEC or AF_UNIX (v2) for this.
 #[test]
 fn send_proxy_from_a_unix_listener_sends_no_address() {
-    let d = dir("sendproxy");
+    let d = common::inproc::dir("review", "sendproxy");
     let sock = d.join("t.sock");
     let seen = Arc::new(Mutex::new(String::new()));
     let s2 = seen.clone();
@@ -282,7 +234,7 @@ fn a_proxy_header_naming_0_0_0_0_names_nobody() {
 /// nor its target is removed; a directory is refused and kept.
 #[test]
 fn symlinks_and_directories_at_the_path_are_never_removed() {
-    let d = dir("symlink");
+    let d = common::inproc::dir("review", "symlink");
     let target = d.join("stale.sock");
     drop(UnixListener::bind(&target).unwrap());
     let link = d.join("link.sock");
@@ -315,7 +267,7 @@ fn symlinks_and_directories_at_the_path_are_never_removed() {
 /// removes a listener whose file was replaced meanwhile.
 #[test]
 fn aliases_and_foreign_sockets_are_not_unlinked() {
-    let d = dir("alias");
+    let d = common::inproc::dir("review", "alias");
     std::fs::create_dir_all(d.join("x")).unwrap();
     let sock = d.join("s.sock");
     let alias = d.join("x/../s.sock");
@@ -365,7 +317,7 @@ fn aliases_and_foreign_sockets_are_not_unlinked() {
 /// on a unix socket), and a request body, all work.
 #[test]
 fn h2c_tcp_relays_split_hellos_and_bodies_work_on_unix_sockets() {
-    let d = dir("paths");
+    let d = common::inproc::dir("review", "paths");
     let h2 = d.join("h2.sock");
     let relay = d.join("relay.sock");
     let sni = d.join("sni.sock");
@@ -450,7 +402,7 @@ listeners:
 /// then refuses it (EPROTOTYPE here: a datagram socket lives at the path).
 #[test]
 fn weir_check_refuses_a_socket_of_another_kind() {
-    let d = dir("check");
+    let d = common::inproc::dir("review", "check");
     let sock = d.join("dgram.sock");
     let _dgram = std::os::unix::net::UnixDatagram::bind(&sock).unwrap();
     let yaml = one_unix_listener(&sock, "");
