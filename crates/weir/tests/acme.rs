@@ -359,14 +359,9 @@ fn a_wildcard_certificate_through_rfc2136_updates_to_bind9() {
 /// deleted afterwards.
 #[test]
 fn a_wildcard_certificate_through_weirs_rfc2136_client_to_bind9() {
-    if !have_all_or_skip(
-        &[&["pebble"], common::bind9::NEEDS].concat(),
-        &format!("apt-get install pebble; {}", common::bind9::INSTALL),
-    ) {
+    let Some((bind9, pebble)) = bind9_and_pebble() else {
         return;
-    }
-    let bind9 = Bind9::start();
-    let pebble = Pebble::start_with_dns(free_port(), free_port(), Some(bind9.port));
+    };
     let tls = free_port();
     let file = bind9.dir.join("weir.yaml");
     let dns = format!(
@@ -417,14 +412,9 @@ fn a_wildcard_certificate_through_weirs_rfc2136_client_to_bind9() {
 /// the server and zone, nothing is issued or stored, and no record is left in the zone.
 #[test]
 fn a_wrong_tsig_secret_fails_clearly_and_issues_nothing() {
-    if !have_all_or_skip(
-        &[&["pebble"], common::bind9::NEEDS].concat(),
-        &format!("apt-get install pebble; {}", common::bind9::INSTALL),
-    ) {
+    let Some((bind9, pebble)) = bind9_and_pebble() else {
         return;
-    }
-    let bind9 = Bind9::start();
-    let pebble = Pebble::start_with_dns(free_port(), free_port(), Some(bind9.port));
+    };
     let tls = free_port();
     // The right key's secret with its first letter changed: still base64, of the same length.
     let right = bind9.secret();
@@ -516,6 +506,20 @@ fn rfc2136_config_errors_name_the_key() {
 
 /// Waits (90 s at most, less when weir logs an error) for weir to serve a certificate for `sni`
 /// on `addr` that chains to `root`; returns its serial, or fails with weir's log and `more()`.
+/// Debian's bind9 on loopback, and pebble validating against it (`None`: skipped, outside CI,
+/// when they are not installed).
+fn bind9_and_pebble() -> Option<(Bind9, Pebble)> {
+    if !have_all_or_skip(
+        &[&["pebble"], common::bind9::NEEDS].concat(),
+        &format!("apt-get install pebble; {}", common::bind9::INSTALL),
+    ) {
+        return None;
+    }
+    let bind9 = Bind9::start();
+    let pebble = Pebble::start_with_dns(free_port(), free_port(), Some(bind9.port));
+    Some((bind9, pebble))
+}
+
 fn issued(
     addr: SocketAddr,
     sni: &str,

@@ -10,7 +10,17 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::process::{free_port, signal, spawn_serving, write_config, WEIR};
+use common::process::{free_port, signal, spawn_serving, write_config, Running, WEIR};
+
+/// `weir run -c CFG --upgrade-socket SOCKET`, and the address it serves.
+fn upgradable(cfg: &std::path::Path, socket: &std::path::Path) -> (Running, std::net::SocketAddr) {
+    let mut cmd = Command::new(WEIR);
+    cmd.args(["run", "-c"])
+        .arg(cfg)
+        .arg("--upgrade-socket")
+        .arg(socket);
+    spawn_serving(cmd)
+}
 
 fn config(port: u16, body: &str) -> String {
     format!("workers: 2\nlisteners:\n  - address: 127.0.0.1:{port}\n    routes:\n      - respond: {{ body: {body} }}\n")
@@ -23,14 +33,7 @@ fn a_new_process_takes_the_sockets_and_the_old_one_drains_without_failures() {
     std::fs::create_dir_all(&dir).unwrap();
     let socket = dir.join("upgrade.sock");
     let cfg = write_config("upgrade-old", &config(port, "old"));
-    let start = |cfg: &std::path::Path| {
-        let mut cmd = Command::new(WEIR);
-        cmd.args(["run", "-c"])
-            .arg(cfg)
-            .arg("--upgrade-socket")
-            .arg(&socket);
-        spawn_serving(cmd)
-    };
+    let start = |cfg: &std::path::Path| upgradable(cfg, &socket);
     let (mut old, addr) = start(&cfg);
 
     // Keep-alive clients that reconnect after `Connection: close`, as browsers and load
@@ -196,14 +199,7 @@ fn a_unix_listener_crosses_the_upgrade() {
             .unwrap();
         common::read_response_to(&mut s, false).text()
     };
-    let start = |cfg: &std::path::Path| {
-        let mut cmd = Command::new(WEIR);
-        cmd.args(["run", "-c"])
-            .arg(cfg)
-            .arg("--upgrade-socket")
-            .arg(&socket);
-        spawn_serving(cmd)
-    };
+    let start = |cfg: &std::path::Path| upgradable(cfg, &socket);
     let (mut old, _) = start(&write_config("upgrade-unix-old", &config("old")));
     assert_eq!(ask(&http), "unix-old");
     use std::os::unix::fs::MetadataExt;
