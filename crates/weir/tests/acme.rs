@@ -520,6 +520,8 @@ fn bind9_and_pebble() -> Option<(Bind9, Pebble)> {
     Some((bind9, pebble))
 }
 
+/// The serial of the certificate served for `sni` once there is one; panics with weir's log
+/// (and `more`) when an attempt failed, weir did not start, or 90 s passed.
 fn issued(
     addr: SocketAddr,
     sni: &str,
@@ -528,18 +530,28 @@ fn issued(
     more: impl Fn() -> String,
 ) -> String {
     let logs = || std::fs::read_to_string(log).unwrap_or_default();
-    let mut serial = None;
-    let took = common::until(
-        &format!("a certificate for {sni}"),
-        Duration::from_secs(90),
-        || {
-            serial = served(addr, sni, root);
-            serial.is_some()
-                || logs().contains("ERROR")
-                || logs().contains("obtaining a certificate failed")
-        },
-    );
-    serial.unwrap_or_else(|| panic!("none after {took:?}: {}\n{}", logs(), more()))
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(serial) = served(addr, sni, root) {
+            return serial;
+        }
+        let said = logs();
+        // `weir: …` on stderr, other than the banner, is a start that failed (a port taken
+        // meanwhile, say).
+        let ended = said.contains("ERROR")
+            || said.contains("obtaining a certificate failed")
+            || said
+                .lines()
+                .any(|l| l.starts_with("weir: ") && !l.starts_with("weir: serving"));
+        if ended || start.elapsed() > Duration::from_secs(90) {
+            panic!(
+                "no certificate for {sni} after {:?}:\n{said}\n{}",
+                start.elapsed(),
+                more()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// A TLS listener on `tls` with one DNS-01 certificate for `names` from `pebble`, its records set
