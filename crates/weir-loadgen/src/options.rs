@@ -96,7 +96,9 @@ pub struct Options {
     pub timeout: Duration,
     /// Speak HTTP/2: ALPN `h2` over TLS, prior knowledge (h2c) over TCP.
     pub h2: bool,
-    /// Concurrent streams per HTTP/2 connection (h2load's `-m`).
+    /// Speak HTTP/3 over QUIC (`https://` only).
+    pub h3: bool,
+    /// Concurrent streams per HTTP/2 or HTTP/3 connection (h2load's `-m`).
     pub streams: usize,
     /// Resume TLS sessions on reconnects (tickets or ids); off: every connection makes a full
     /// handshake.

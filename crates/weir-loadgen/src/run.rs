@@ -47,6 +47,16 @@ pub fn run(opts: &Options) -> Result<RunResult, String> {
             "--h2 runs closed loop over kept connections: no -R, --pipeline or --close".into(),
         );
     }
+    if opts.h3 && (opts.rate.is_some() || opts.pipeline > 1 || opts.h2 || !opts.target.tls) {
+        return Err(
+            "--h3 runs closed loop over QUIC to an https:// URL: no -R, --pipeline or --h2".into(),
+        );
+    }
+    let quic = if opts.h3 {
+        Some(crate::h3client::client_config(opts)?)
+    } else {
+        None
+    };
     let threads = opts.threads.clamp(1, opts.connections);
     let started = std::time::SystemTime::now();
     let ctl = Arc::new(Control::new(opts.stop));
@@ -58,6 +68,7 @@ pub fn run(opts: &Options) -> Result<RunResult, String> {
         let mine = base + usize::from(t < extra);
         let first = t * base + t.min(extra);
         let (opts, ctl, request) = (opts.clone(), ctl.clone(), request.clone());
+        let quic = quic.clone();
         handles.push(
             std::thread::Builder::new()
                 .name(format!("weir-bench-{t}"))
@@ -74,7 +85,14 @@ pub fn run(opts: &Options) -> Result<RunResult, String> {
                     local.block_on(&rt, async {
                         let tasks: Vec<_> = (0..mine)
                             .map(|i| {
-                                if opts.h2 {
+                                if let Some(quic) = &quic {
+                                    tokio::task::spawn_local(crate::h3client::connection(
+                                        opts.clone(),
+                                        ctl.clone(),
+                                        stats.clone(),
+                                        quic.clone(),
+                                    ))
+                                } else if opts.h2 {
                                     tokio::task::spawn_local(crate::h2client::connection(
                                         opts.clone(),
                                         ctl.clone(),

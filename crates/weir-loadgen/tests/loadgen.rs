@@ -79,6 +79,7 @@ fn opts(addr: SocketAddr, conns: usize, stop: Stop) -> Options {
         pipeline: 1,
         timeout: Duration::from_secs(2),
         h2: false,
+        h3: false,
         streams: 1,
         tls_resume: false,
     }

@@ -52,7 +52,11 @@ pub struct BenchArgs {
     /// Speak HTTP/2: ALPN `h2` over https://, prior knowledge (h2c) over http://.
     #[arg(long)]
     pub h2: bool,
-    /// Concurrent streams per HTTP/2 connection (h2load's `-m`).
+    /// Speak HTTP/3 over QUIC to an https:// URL (UDP, same port); with --close, a new QUIC
+    /// connection (a full handshake) per request.
+    #[arg(long, conflicts_with = "h2")]
+    pub h3: bool,
+    /// Concurrent streams per HTTP/2 or HTTP/3 connection (h2load's `-m`).
     #[arg(long, default_value_t = 1)]
     pub streams: usize,
     /// Resume TLS sessions when reconnecting; by default every connection makes a full
@@ -153,10 +157,10 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     }
     // h2load's `-m N` is streams per connection; ours is the method, unless --h2 and a number.
     let (method, streams) = match a.method.parse::<usize>() {
-        Ok(n) if a.h2 && n > 0 => ("GET".to_string(), n),
+        Ok(n) if (a.h2 || a.h3) && n > 0 => ("GET".to_string(), n),
         Ok(_) => {
             return Err(format!(
-                "-m {}: a method, or with --h2 a stream count",
+                "-m {}: a method, or with --h2/--h3 a stream count",
                 a.method
             ))
         }
@@ -200,6 +204,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                 pipeline: a.pipeline,
                 timeout: parse_dur(&a.timeout)?,
                 h2: a.h2,
+                h3: a.h3,
                 streams,
                 tls_resume: a.tls_resume,
             };
@@ -213,7 +218,9 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                 // An all-zero report with exit 0 hid what happened (an h2 run against an
                 // HTTP/1.1-only port, a server that closes every connection).
                 let e = r.errors();
-                let hint = if a.h2 {
+                let hint = if a.h3 {
+                    " (does the server speak HTTP/3 on this port's UDP side? weir needs `quic: true` on the listener)"
+                } else if a.h2 {
                     " (does the server speak HTTP/2 on this port? over plain TCP it must take h2c with prior knowledge)"
                 } else {
                     ""

@@ -58,6 +58,8 @@ pub enum ErrorKind {
     /// The shield refused the request and closes the connection without a reply (a blocked
     /// client, or `action: close`).
     Refused,
+    /// An unsafe method in 0-RTT early data (HTTP/3 with `early_data`): 425, RFC 8470.
+    TooEarly,
 }
 
 /// An error with its cause.
@@ -84,7 +86,7 @@ impl Error {
         use ErrorKind::*;
         match self.kind {
             BadRequest(_) | HeaderTimeout | BodyTimeout | WriteTimeout | ClientClosed
-            | ClientIo | Refused => Side::Client,
+            | ClientIo | Refused | TooEarly => Side::Client,
             NoServer | Connect | ConnectTimeout | UpstreamReset | ResponseTimeout | BadResponse
             | UpstreamAborted | Overflow => Side::Upstream,
             NotCached | File => Side::Internal,
@@ -110,6 +112,7 @@ impl Error {
             BadRequest(e) => Some(e.status()),
             HeaderTimeout | BodyTimeout => Some(408),
             NoServer | Overflow => Some(503),
+            TooEarly => Some(425),
             ConnectTimeout | ResponseTimeout | NotCached => Some(504),
             Connect | UpstreamReset | BadResponse => Some(502),
             WriteTimeout | ClientClosed | ClientIo | UpstreamAborted | File | Refused => None,
@@ -137,6 +140,7 @@ impl Error {
             Overflow => "upstream limit reached",
             File => "file read failed",
             Refused => "refused by the shield",
+            TooEarly => "unsafe method in early data",
         }
     }
 }
@@ -220,6 +224,7 @@ mod tests {
             (BadResponse, Some(502), Side::Upstream),
             (UpstreamAborted, None, Side::Upstream),
             (NotCached, Some(504), Side::Internal),
+            (TooEarly, Some(425), Side::Client),
         ];
         for (kind, status, side) in table {
             let e = Error::new(kind);

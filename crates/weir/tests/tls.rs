@@ -367,6 +367,7 @@ fn weir_bench_speaks_https_h2_and_counts_handshakes() {
         pipeline: 1,
         timeout: std::time::Duration::from_secs(5),
         h2: false,
+        h3: false,
         streams: 1,
         tls_resume: false,
     };

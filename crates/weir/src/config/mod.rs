@@ -22,6 +22,7 @@ pub mod model;
 pub mod model_auth;
 pub mod model_cluster;
 pub mod model_filters;
+pub mod model_http3;
 pub mod model_limits;
 pub mod model_ops;
 pub mod model_shield;

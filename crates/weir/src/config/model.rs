@@ -79,6 +79,9 @@ pub struct File {
     /// HTTP/2 limits (TLS listeners offering `h2`, and `h2c` listeners).
     #[serde(default)]
     pub http2: Http2,
+    /// HTTP/3 and QUIC limits (listeners with `quic: true`).
+    #[serde(default)]
+    pub http3: super::model_http3::Http3,
     /// The DoS shield: per-client connection and request limits, blocking (off when absent).
     pub shield: Option<Shield>,
     /// Files and directories (every `*.yaml` / `*.yml` in name order) merged into this config
@@ -394,6 +397,10 @@ pub struct Listener {
     /// `curl --http2-prior-knowledge`, `h2load`). `Upgrade: h2c` is never honoured.
     #[serde(default)]
     pub h2c: bool,
+    /// Serve HTTP/3 over QUIC on the same port (UDP), with this listener's `tls:`
+    /// certificates; its TCP responses advertise it (`Alt-Svc: h3=":PORT"`).
+    #[serde(default)]
+    pub quic: bool,
     /// Require the PROXY protocol (v1 or v2) from trusted load balancers; the address it
     /// carries is the client's (logs, filters, the shield).
     pub proxy_protocol: Option<ProxyProtocol>,

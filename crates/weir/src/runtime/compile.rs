@@ -267,6 +267,7 @@ pub(crate) fn compile(
             std::mem::take(&mut l.sites),
             &path,
         )?;
+        let tls13 = l.tls.as_ref().is_none_or(|t| t.protocols.iter().any(|p| p == "tls1.3"));
         let tls = super::listener_tls::compile(
             l.tls.take(),
             super::listener_tls::FromSites {
@@ -283,6 +284,13 @@ pub(crate) fn compile(
             Some(t) => (Some(t.config), t.on_demand),
             None => (None, None),
         };
+        let quic = super::listener_tls::quic(
+            &l,
+            (tls.as_deref(), on_demand.is_some(), tls13),
+            address,
+            (&file.http3, timeouts.keepalive),
+            &path,
+        )?;
         let listener_filters = filters.list(l.filters, &path, &upstream_index, base, None)?;
         let error_pages = crate::actions::error_pages::ErrorPages::compile(
             &l.error_pages,
@@ -316,6 +324,7 @@ pub(crate) fn compile(
             tls,
             on_demand,
             h2c: l.h2c,
+            quic,
             proxy_protocol: match &l.proxy_protocol {
                 Some(p) => Some(Arc::new(crate::shield::nets::compile(
                     &p.trusted,
@@ -365,6 +374,7 @@ pub(crate) fn compile(
             tls: None,
             on_demand: None,
             h2c: false,
+            quic: None,
             proxy_protocol: None,
             error_pages: None,
             tcp: None,
@@ -435,6 +445,7 @@ pub(crate) fn compile(
         request_id,
         log,
         http2: check_http2(file.http2)?,
+        http3: file.http3,
         admin: admin_settings,
         filters,
     })
@@ -590,6 +601,7 @@ fn tcp_only(l: &model::Listener, path: &str) -> Result<(), CompileError> {
         ("routes", !l.routes.is_empty()),
         ("filters", !l.filters.is_empty()),
         ("h2c", l.h2c),
+        ("quic", l.quic),
         ("error_pages", !l.error_pages.is_empty()),
         ("sites", !l.sites.is_empty()),
     ];

@@ -98,6 +98,45 @@ pub(super) struct ListenerTls {
     pub on_demand: Option<Arc<crate::tls::on_demand::Gate>>,
 }
 
+/// Listener `l`'s HTTP/3 (`quic: true`) at key path `path`, given its compiled TLS (and
+/// whether it issues certificates on demand, and whether its `protocols` have TLS 1.3);
+/// `None` without `quic`.
+pub(super) fn quic(
+    l: &model::Listener,
+    (tls, on_demand, tls13): (Option<&rustls::ServerConfig>, bool, bool),
+    address: std::net::SocketAddr,
+    (h3, idle): (&crate::config::model_http3::Http3, std::time::Duration),
+    path: &str,
+) -> Result<Option<Arc<super::QuicListen>>, CompileError> {
+    if !l.quic {
+        return Ok(None);
+    }
+    let key = format!("{path}.quic");
+    let refuse = |m: &str| Err((key.clone(), m.to_string()));
+    if l.address.starts_with("unix:") {
+        return refuse("QUIC runs over UDP: a unix-socket listener cannot serve it");
+    }
+    if l.proxy_protocol.is_some() {
+        return refuse("the PROXY protocol has no QUIC form here: put `quic` on a listener without `proxy_protocol`");
+    }
+    let Some(tls) = tls else {
+        return refuse("HTTP/3 is always encrypted: the listener needs `tls:` (certificates or `acme:`)");
+    };
+    if on_demand {
+        return refuse("on-demand certificates are obtained during a TCP handshake: keep `quic` on a listener without `acme.on_demand`");
+    }
+    if !tls13 {
+        return refuse("QUIC runs TLS 1.3 only: add TLSv1.3 to `tls.protocols`");
+    }
+    crate::tls::quic::check(h3)?;
+    let server = crate::tls::quic::server_config(tls, h3, idle).map_err(|m| (key.clone(), m))?;
+    let alt_svc = match address.port() {
+        0 => bytes::Bytes::new(),
+        port => bytes::Bytes::from(format!("Alt-Svc: h3=\":{port}\"; ma=86400\r\n")),
+    };
+    Ok(Some(Arc::new(super::QuicListen { server, alt_svc })))
+}
+
 fn no_tls(key: &str) -> CompileError {
     (
         key.to_string(),

@@ -62,6 +62,8 @@ pub struct RuntimeConfig {
     pub log: LogSettings,
     /// HTTP/2 limits (validated: window and frame sizes within RFC 9113's ranges).
     pub http2: crate::config::model::Http2,
+    /// HTTP/3 limits (checked: `tls/quic.rs`).
+    pub http3: crate::config::model_http3::Http3,
     /// Who may use the admin API, when there is an admin listener.
     pub admin: Option<admin_settings::AdminSettings>,
     /// Every filter compiled (named ones once), for /metrics and the admin API.
@@ -175,6 +177,8 @@ pub struct ListenerConfig {
     pub on_demand: Option<Arc<crate::tls::on_demand::Gate>>,
     /// HTTP/2 with prior knowledge on a plain listener.
     pub h2c: bool,
+    /// HTTP/3 over QUIC on the same port (`quic: true`).
+    pub quic: Option<Arc<QuicListen>>,
     /// PROXY protocol required, from these sources only.
     pub proxy_protocol: Option<Arc<crate::shield::nets::Nets>>,
     /// Relays TCP connections to an upstream instead of serving HTTP (`crate::tcp`).
@@ -184,6 +188,23 @@ pub struct ListenerConfig {
     /// Where the address was given, for errors: the key path and the config line.
     pub key: String,
     pub line: Option<usize>,
+}
+
+/// A listener's HTTP/3 (`quic: true`): its QUIC server config and what its TCP responses
+/// advertise.
+#[derive(Debug)]
+pub struct QuicListen {
+    pub server: quinn::ServerConfig,
+    /// `Alt-Svc: h3=":PORT"; ma=86400\r\n`; empty on port 0 (the port is chosen at bind).
+    pub alt_svc: Bytes,
+}
+
+impl QuicListen {
+    /// The `Alt-Svc` value alone (for HTTP/2's fields); `None` on port 0.
+    pub(crate) fn alt_svc_value(&self) -> Option<http::HeaderValue> {
+        let line = self.alt_svc.strip_prefix(b"Alt-Svc: ")?.strip_suffix(b"\r\n")?;
+        http::HeaderValue::from_bytes(line).ok()
+    }
 }
 
 /// The TCP_DEFER_ACCEPT value for a header timeout: the largest 2^n - 1 seconds within half of

@@ -153,10 +153,12 @@ pub fn receive(stream: &UnixStream) -> io::Result<Vec<(Endpoint, ListenSocket)>>
             let socket = match addr {
                 Endpoint::Tcp(_) => ListenSocket::Tcp(fd.into()),
                 Endpoint::Unix(..) => ListenSocket::Unix(fd.into()),
+                Endpoint::Udp(_) => ListenSocket::Udp(fd.into()),
             };
             match &socket {
                 ListenSocket::Tcp(s) => s.set_nonblocking(true)?,
                 ListenSocket::Unix(s) => s.set_nonblocking(true)?,
+                ListenSocket::Udp(s) => s.set_nonblocking(true)?,
             }
             Ok((addr, socket))
         })
@@ -176,15 +178,17 @@ mod tests {
         let path = dir.join("u.sock");
         let _ = std::fs::remove_file(&path);
         let u = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let q = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let (x, y) = UnixStream::pair().unwrap();
         let sent = [
             (Endpoint::Tcp(a.local_addr().unwrap()), a.as_raw_fd()),
             (Endpoint::Tcp(b.local_addr().unwrap()), b.as_raw_fd()),
             (Endpoint::Unix(path.clone(), Some((7, 42))), u.as_raw_fd()),
+            (Endpoint::Udp(q.local_addr().unwrap()), q.as_raw_fd()),
         ];
         send(&x, &sent).unwrap();
         let got = receive(&y).unwrap();
-        assert_eq!(got.len(), 3);
+        assert_eq!(got.len(), 4);
         for ((addr, l), (want, _)) in got.iter().zip(&sent) {
             assert_eq!(addr, want);
             match (l, want) {
@@ -198,6 +202,13 @@ mod tests {
                     let _c = UnixStream::connect(want).unwrap();
                     l.set_nonblocking(false).unwrap();
                     assert!(l.accept().is_ok(), "the received unix socket accepts");
+                }
+                (ListenSocket::Udp(l), Endpoint::Udp(want)) => {
+                    let c = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+                    c.send_to(b"quic", want).unwrap();
+                    l.set_nonblocking(false).unwrap();
+                    let mut buf = [0u8; 8];
+                    assert_eq!(l.recv(&mut buf).unwrap(), 4, "the received UDP socket reads");
                 }
                 _ => panic!("{addr} came back as the wrong kind of socket"),
             }

@@ -57,6 +57,33 @@ pub fn bind(addr: SocketAddr, backlog: u32, defer_secs: u32) -> io::Result<std::
     Ok(socket.into())
 }
 
+/// Binds a QUIC listener's UDP socket at `addr` (non-blocking, SO_REUSEPORT: one per worker,
+/// the kernel spreading clients across them by their address).
+///
+/// Each worker runs its own QUIC endpoint on its socket; a client's packets reach the same
+/// socket as long as its address and the number of sockets stay the same (a client that
+/// migrates, or a binary upgrade that changes the worker count, may lose its connection and
+/// reconnect).
+pub fn bind_udp(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
+/// Fails with `AddrInUse` when a UDP socket holds `addr` (see [`check_free`]).
+pub fn check_free_udp(addr: SocketAddr) -> io::Result<()> {
+    let probe = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        probe.set_only_v6(true)?;
+    }
+    probe.bind(&addr.into())
+}
+
 /// `setsockopt(IPPROTO_TCP, TCP_DEFER_ACCEPT)`, which socket2 does not wrap.
 #[allow(unsafe_code)]
 pub fn set_defer_accept(socket: &impl std::os::fd::AsRawFd, secs: u32) -> io::Result<()> {
@@ -86,6 +113,8 @@ pub fn set_defer_accept(socket: &impl std::os::fd::AsRawFd, secs: u32) -> io::Re
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
     Tcp(SocketAddr),
+    /// A QUIC listener's UDP socket (`quic: true`), at the TCP listener's address.
+    Udp(SocketAddr),
     Unix(std::path::PathBuf, Option<(u64, u64)>),
 }
 
@@ -93,6 +122,7 @@ impl std::fmt::Display for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Endpoint::Tcp(a) => write!(f, "{a}"),
+            Endpoint::Udp(a) => write!(f, "udp:{a}"),
             Endpoint::Unix(p, _) => write!(f, "unix:{}", p.display()),
         }
     }
@@ -109,6 +139,12 @@ impl Endpoint {
 
     /// Reads a line [`Endpoint::line`] wrote.
     pub fn from_line(s: &str) -> Result<Endpoint, String> {
+        if let Some(rest) = s.strip_prefix("udp:") {
+            return rest
+                .parse()
+                .map(Endpoint::Udp)
+                .map_err(|_| format!("bad address {s:?}"));
+        }
         match s.strip_prefix("unix:") {
             Some(rest) => {
                 let (path, file) = match rest.split_once('\t') {
@@ -133,7 +169,7 @@ impl Endpoint {
     /// Whether both name the same address or path.
     pub fn same_place(&self, other: &Endpoint) -> bool {
         match (self, other) {
-            (Endpoint::Tcp(a), Endpoint::Tcp(b)) => a == b,
+            (Endpoint::Tcp(a), Endpoint::Tcp(b)) | (Endpoint::Udp(a), Endpoint::Udp(b)) => a == b,
             (Endpoint::Unix(a, _), Endpoint::Unix(b, _)) => a == b,
             _ => false,
         }
@@ -181,11 +217,12 @@ pub fn probe_unix(path: &std::path::Path) -> io::Result<Probe> {
     }
 }
 
-/// A listening socket: TCP, or a unix stream socket.
+/// A listening socket: TCP, a unix stream socket, or a QUIC listener's UDP socket.
 #[derive(Debug)]
 pub enum ListenSocket {
     Tcp(std::net::TcpListener),
     Unix(std::os::unix::net::UnixListener),
+    Udp(std::net::UdpSocket),
 }
 
 impl ListenSocket {
@@ -193,6 +230,7 @@ impl ListenSocket {
         Ok(match self {
             ListenSocket::Tcp(s) => ListenSocket::Tcp(s.try_clone()?),
             ListenSocket::Unix(s) => ListenSocket::Unix(s.try_clone()?),
+            ListenSocket::Udp(s) => ListenSocket::Udp(s.try_clone()?),
         })
     }
 }
@@ -202,6 +240,7 @@ impl std::os::fd::AsRawFd for ListenSocket {
         match self {
             ListenSocket::Tcp(s) => s.as_raw_fd(),
             ListenSocket::Unix(s) => s.as_raw_fd(),
+            ListenSocket::Udp(s) => s.as_raw_fd(),
         }
     }
 }

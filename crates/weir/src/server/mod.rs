@@ -11,6 +11,7 @@
 mod client_io;
 mod conn;
 mod h2;
+mod h3;
 pub mod handoff;
 mod listener;
 mod park;
@@ -123,7 +124,7 @@ fn unix_sockets_for(
     *inherited = rest;
     let sent = theirs.iter().find_map(|(e, _)| match e {
         Endpoint::Unix(_, id) => *id,
-        Endpoint::Tcp(_) => None,
+        Endpoint::Tcp(_) | Endpoint::Udp(_) => None,
     });
     let mut mine: Vec<ListenSocket> = theirs.into_iter().map(|(_, s)| s).collect();
     let fresh = mine.is_empty();
@@ -197,7 +198,40 @@ fn sockets_for(
             listener::bind(actual, backlog, l.defer_secs).map_err(|e| with_addr(e, actual))?;
         mine.push(ListenSocket::Tcp(more));
     }
+    if l.quic.is_some() {
+        mine.extend(udp_sockets_for(l, actual, workers, inherited)?);
+    }
     Ok((actual, mine))
+}
+
+/// The UDP sockets of QUIC listener `l` at `actual` (its TCP address): the inherited ones, or
+/// one new one per worker after checking that no other process holds the port.
+fn udp_sockets_for(
+    l: &ListenerConfig,
+    actual: SocketAddr,
+    workers: usize,
+    inherited: &mut Vec<(Endpoint, ListenSocket)>,
+) -> io::Result<Vec<ListenSocket>> {
+    let (theirs, rest): (Vec<_>, Vec<_>) = std::mem::take(inherited)
+        .into_iter()
+        .partition(|(a, _)| *a == Endpoint::Udp(actual));
+    *inherited = rest;
+    let mut mine: Vec<ListenSocket> = theirs.into_iter().map(|(_, s)| s).collect();
+    if mine.is_empty() {
+        listener::check_free_udp(actual).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("{}: UDP {actual} (quic) cannot be bound: {e}", l.origin()),
+            )
+        })?;
+    }
+    while mine.len() < workers {
+        let more = listener::bind_udp(actual).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot listen on UDP {actual}: {e}"))
+        })?;
+        mine.push(ListenSocket::Udp(more));
+    }
+    Ok(mine)
 }
 
 /// The socket files of unix listeners: every one this process removes at shutdown, and those
@@ -232,8 +266,17 @@ fn bind_listener(
     }
 }
 
-/// How the hand-over names listener `l`'s sockets (with the socket file it bound, in `files`).
-fn endpoint_of(l: &ListenerConfig, actual: SocketAddr, files: &[SocketFile]) -> Endpoint {
+/// How the hand-over names `socket`, one of listener `l`'s (with the socket file it bound, in
+/// `files`).
+fn endpoint_of(
+    l: &ListenerConfig,
+    socket: &ListenSocket,
+    actual: SocketAddr,
+    files: &[SocketFile],
+) -> Endpoint {
+    if let ListenSocket::Udp(_) = socket {
+        return Endpoint::Udp(actual);
+    }
     match &l.unix {
         Some(u) => Endpoint::Unix(
             u.path.clone(),
@@ -285,7 +328,7 @@ pub fn start_with(
             sockets.push(Bound {
                 id: l.id,
                 addr: actual,
-                endpoint: endpoint_of(l, actual, &unix_files.all),
+                endpoint: endpoint_of(l, &socket, actual, &unix_files.all),
                 socket: socket.try_clone()?,
             });
             per_worker[n % workers].push(worker::Listening { socket, id: l.id });
@@ -410,7 +453,7 @@ impl ServerHandle {
             let mut bound = self.sockets.lock().unwrap_or_else(|e| e.into_inner());
             let mut addrs = self.addrs.lock().unwrap_or_else(|e| e.into_inner());
             // Kept listeners follow a changed `timeouts.header` or `defer_accept`.
-            for b in bound.iter() {
+            for b in bound.iter().filter(|b| !matches!(b.socket, ListenSocket::Udp(_))) {
                 let (Some(was), Some(now)) = (
                     old.listener_index(&b.id)
                         .map(|i| old.listeners[i].defer_secs),
@@ -455,16 +498,17 @@ impl ServerHandle {
             unix_files.retain(|(id, ..)| !removed.contains(id));
             for (id, addr, sockets, files) in added {
                 let l = &cfg.listeners[cfg.listener_index(&id).unwrap_or_default()];
-                let endpoint = endpoint_of(l, addr, &files.all);
-                tracing::info!(address = %endpoint, "listener added");
+                if let Some(first) = sockets.first() {
+                    let endpoint = endpoint_of(l, first, addr, &files.all);
+                    tracing::info!(address = %endpoint, "listener added");
+                }
                 addrs.push((id, addr));
-                unix_files.extend(files.all);
                 for (n, socket) in sockets.into_iter().enumerate() {
                     if let Ok(copy) = socket.try_clone() {
                         bound.push(Bound {
                             id,
                             addr,
-                            endpoint: endpoint.clone(),
+                            endpoint: endpoint_of(l, &socket, addr, &files.all),
                             socket: copy,
                         });
                     }
@@ -472,6 +516,7 @@ impl ServerHandle {
                         worker::Listening { socket, id },
                     ));
                 }
+                unix_files.extend(files.all);
             }
         }
         self.reloaded.send_modify(|g| *g += 1);

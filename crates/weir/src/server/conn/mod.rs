@@ -508,6 +508,14 @@ impl Downstream for Conn {
             self.out = take_buf();
         }
         self.encoding = reply.encode_h1(&mut self.out, self.version, persistence);
+        if let Some(quic) = &self.rt.cfg.listeners[self.listener].quic {
+            // `Alt-Svc: h3=":PORT"` before the blank line that ends the head.
+            if !quic.alt_svc.is_empty() {
+                self.out.truncate(self.out.len() - 2);
+                self.out.extend_from_slice(&quic.alt_svc);
+                self.out.extend_from_slice(b"\r\n");
+            }
+        }
         if self.encoding == BodyEncoding::UntilClose {
             Persistence::Close
         } else {

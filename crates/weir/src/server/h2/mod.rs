@@ -18,7 +18,7 @@
 //! `sendto` per `recvfrom`: 5.7 µs per request over TLS with a cache hit (bench/tls.sh), 0.29x
 //! nginx's and 0.84x HAProxy's in the same run.
 
-mod convert;
+pub(crate) mod convert;
 mod flood;
 mod stream;
 

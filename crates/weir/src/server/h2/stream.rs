@@ -32,6 +32,8 @@ const DIRECT: usize = 64 * 1024;
 pub(crate) struct H2Stream {
     shared: Rc<ConnShared>,
     rt: Rc<WorkerRuntime>,
+    /// This stream's listener in `rt`'s config.
+    listener: usize,
     body: Option<RecvStream>,
     body_read: u64,
     /// A route's `shape` cap below `limits.max_body_bytes` (`u64::MAX`: none).
@@ -71,6 +73,7 @@ pub(crate) async fn serve(
     let mut d = H2Stream {
         shared,
         rt: rt.clone(),
+        listener,
         body: has_body.then_some(body),
         body_read: 0,
         body_cap: u64::MAX,
@@ -241,7 +244,13 @@ impl Downstream for H2Stream {
     }
 
     fn send_head(&mut self, reply: &Reply<'_>, persistence: Persistence) -> Persistence {
-        self.head = Some(convert::response_head(reply));
+        let mut head = convert::response_head(reply);
+        if let Some(quic) = &self.rt.cfg.listeners[self.listener].quic {
+            if let Some(value) = quic.alt_svc_value() {
+                head.headers_mut().insert(http::header::ALT_SVC, value);
+            }
+        }
+        self.head = Some(head);
         persistence
     }
 

@@ -1,0 +1,202 @@
+//! One HTTP/3 connection: the QUIC handshake (bounded by `timeouts.header`), then its request
+//! streams, polled inside the connection's task as HTTP/2's are (`server/h2/mod.rs`), until
+//! the client closes, the connection idles out (QUIC's idle timeout), or the server shuts
+//! down or drops the listener (GOAWAY, then the streams in flight finish).
+//!
+//! 0-RTT (`http3.early_data`): a connection accepted in 0-RTT serves requests before its
+//! handshake completes; those requests were possibly replayed by an attacker, so each one
+//! started before the handshake completed is marked early, and the stream answers an unsafe
+//! method in it with `425 Too Early` (RFC 8470 §5.2) and forwards the others with
+//! `Early-Data: 1`.
+//!
+//! Reset floods: streams the client resets or sends malformed before their request is read
+//! are counted per second; past `http3.max_resets_per_second` the connection is closed with
+//! H3_EXCESSIVE_LOAD and the shield hears of the client (as HTTP/2's glitch threshold).
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::time::Instant;
+
+use crate::metrics::CloseReason;
+use crate::runtime::{ListenerId, WorkerRuntime};
+use crate::server::worker::{ActiveGuard, WorkerState};
+use crate::tls::TlsInfo;
+
+/// H3_EXCESSIVE_LOAD (RFC 9114 §8.1).
+const EXCESSIVE_LOAD: u32 = 0x107;
+/// H3_NO_ERROR.
+const NO_ERROR: u32 = 0x100;
+
+/// What every stream of a connection shares.
+#[derive(Debug)]
+pub(super) struct ConnShared {
+    pub peer: SocketAddr,
+    pub tls: Rc<TlsInfo>,
+    pub state: Rc<WorkerState>,
+    pub listener_id: ListenerId,
+    /// The handshake is not complete yet: requests now are 0-RTT early data.
+    pub early: Cell<bool>,
+}
+
+type H3Conn = h3::server::Connection<h3_quinn::Connection, Bytes>;
+
+/// Serves a QUIC connection to its end; `guard` frees its slot and counts why it closed.
+pub(super) async fn serve(
+    connecting: quinn::Connecting,
+    peer: SocketAddr,
+    state: Rc<WorkerState>,
+    rt: Rc<WorkerRuntime>,
+    id: ListenerId,
+    mut guard: ActiveGuard,
+) {
+    let why = serve_conn(connecting, peer, state, rt, id).await;
+    guard.set_reason(why);
+}
+
+async fn serve_conn(
+    connecting: quinn::Connecting,
+    peer: SocketAddr,
+    state: Rc<WorkerState>,
+    rt: Rc<WorkerRuntime>,
+    id: ListenerId,
+) -> CloseReason {
+    let cfg = &rt.cfg;
+    let shield = cfg.shield.clone();
+    let (conn, handshake) = match connecting.into_0rtt() {
+        // Only when `early_data` is on does the TLS config take 0-RTT (`tls/quic.rs`).
+        Ok((conn, accepted)) => (conn, Some(accepted)),
+        Err(connecting) => match tokio::time::timeout(cfg.timeouts.header, connecting).await {
+            Ok(Ok(conn)) => (conn, None),
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "QUIC handshake failed");
+                if let Some(s) = &shield {
+                    s.handshake_failed(peer.ip());
+                }
+                return CloseReason::BadRequest;
+            }
+            Err(_) => {
+                if let Some(s) = &shield {
+                    s.handshake_failed(peer.ip());
+                }
+                return CloseReason::Timeout;
+            }
+        },
+    };
+    let shared = Rc::new(ConnShared {
+        peer,
+        tls: Rc::new(tls_info(&conn)),
+        state: state.clone(),
+        listener_id: id,
+        early: Cell::new(handshake.is_some()),
+    });
+    let h = &cfg.http3;
+    let mut builder = h3::server::builder();
+    builder.max_field_section_size(h.max_field_section_size.0);
+    let built = builder.build::<_, Bytes>(h3_quinn::Connection::new(conn.clone()));
+    let mut h3conn: H3Conn = match tokio::time::timeout(cfg.timeouts.header, built).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "HTTP/3 connection failed to start");
+            return CloseReason::ClientError;
+        }
+        Err(_) => return CloseReason::Timeout,
+    };
+    let max_resets = h.max_resets_per_second;
+    let mut handshake = handshake;
+    let mut streams = FuturesUnordered::new();
+    let mut shutdown = state.shutdown.clone();
+    let mut going_away = false;
+    let mut resets = (Instant::now(), 0u32);
+    let mut rt_now = rt.clone();
+    let mut reload_check = tokio::time::interval(Duration::from_millis(500));
+    reload_check.tick().await;
+    loop {
+        tokio::select! {
+            accepted = h3conn.accept(), if !going_away || !streams.is_empty() => match accepted {
+                Ok(Some(resolver)) => {
+                    let early = shared.early.get();
+                    streams.push(super::stream::serve(resolver, shared.clone(), early));
+                }
+                Ok(None) => break,
+                Err(e) if e.is_h3_no_error() => break,
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "HTTP/3 connection error");
+                    return CloseReason::ClientError;
+                }
+            },
+            Some(failed) = streams.next(), if !streams.is_empty() => {
+                if failed {
+                    let now = Instant::now();
+                    if now.duration_since(resets.0) >= Duration::from_secs(1) {
+                        resets = (now, 0);
+                    }
+                    resets.1 += 1;
+                    if resets.1 > max_resets {
+                        state.metrics.h2_abuse.inc();
+                        if let Some(s) = &shield {
+                            s.violation(peer.ip(), crate::shield::Limit::Http2Glitches, crate::shield::Action::Close);
+                        }
+                        tracing::debug!(%peer, "HTTP/3 reset flood: closed with H3_EXCESSIVE_LOAD");
+                        conn.close(quinn::VarInt::from_u32(EXCESSIVE_LOAD), b"excessive load");
+                        return CloseReason::ClientError;
+                    }
+                }
+            }
+            done = async { handshake.as_mut().expect("guarded").await }, if handshake.is_some() => {
+                let _ = done;
+                handshake = None;
+                shared.early.set(false);
+            }
+            _ = shutdown.wait_for(|s| *s), if !going_away => {
+                going_away = true;
+                let _ = h3conn.shutdown(0).await;
+            }
+            _ = reload_check.tick(), if !going_away => {
+                // A reload that removed the listener (or its QUIC) ends the connection
+                // gracefully, as a removed TCP listener's connections close after their
+                // request.
+                state.refresh(&mut rt_now);
+                let kept = rt_now
+                    .cfg
+                    .listener_index(&id)
+                    .is_some_and(|i| rt_now.cfg.listeners[i].quic.is_some());
+                if !kept {
+                    going_away = true;
+                    let _ = h3conn.shutdown(0).await;
+                }
+            }
+        }
+        if going_away && streams.is_empty() {
+            conn.close(quinn::VarInt::from_u32(NO_ERROR), b"");
+            break;
+        }
+    }
+    CloseReason::Done
+}
+
+/// What the QUIC handshake settled (QUIC is TLS 1.3; quinn does not say which cipher suite
+/// the handshake chose, so `$ssl_cipher` is `-` over HTTP/3).
+fn tls_info(conn: &quinn::Connection) -> TlsInfo {
+    let data = conn
+        .handshake_data()
+        .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok());
+    let client_subject = conn
+        .peer_identity()
+        .and_then(|p| p.downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>().ok())
+        .and_then(|certs| certs.first().and_then(|c| crate::tls::certs::subject(c)))
+        .map(Into::into);
+    TlsInfo {
+        sni: data
+            .and_then(|d| d.server_name.clone())
+            .map(|s| s.to_ascii_lowercase().into()),
+        protocol: "TLSv1.3",
+        cipher: "-",
+        client_subject,
+        resumed: false,
+    }
+}

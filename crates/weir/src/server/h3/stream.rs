@@ -1,0 +1,363 @@
+//! One HTTP/3 request stream as a `pipeline::Downstream`. The request head becomes a
+//! `weir_http::RequestHead` by the same conversion HTTP/2 uses (`server/h2/convert.rs`: one
+//! parser and one encoder for every protocol); the body comes from the stream's DATA frames,
+//! the response goes out as HEADERS and DATA frames. Body bytes are handed to `h3` as the
+//! producers give them (a cache hit's stored body is not copied); each write waits for QUIC's
+//! flow control, bounded by `timeouts.write` per stall.
+//!
+//! Interim (1xx) responses are not sent over HTTP/3: `100 Continue` is implied (clients do not
+//! wait for it over HTTP/3 in practice) and `103 Early Hints` is dropped.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use bytes::{Buf, Bytes};
+use h3::server::{RequestResolver, RequestStream};
+use weir_http::{Persistence, Reply, RequestHead, Version};
+
+use super::conn::ConnShared;
+use crate::error::{Error, ErrorKind};
+use crate::pipeline::downstream::Downstream;
+use crate::runtime::WorkerRuntime;
+use crate::server::h2::convert;
+
+type Stream = RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
+
+/// Queued body bytes past which the pipeline should flush.
+const FLUSH_AT: usize = 64 * 1024;
+
+/// One stream being answered.
+pub(super) struct H3Stream {
+    shared: Rc<ConnShared>,
+    rt: Rc<WorkerRuntime>,
+    stream: Stream,
+    /// The first body bytes, read to learn whether a body follows a head without a length.
+    first: Option<Bytes>,
+    /// The request body was read to its end (or there is none).
+    body_done: bool,
+    body_read: u64,
+    /// A route's `shape` cap below `limits.max_body_bytes` (`u64::MAX`: none).
+    body_cap: u64,
+    head: Option<http::Response<()>>,
+    /// The head was sent: a failure now can only reset the stream.
+    started: bool,
+    queued: VecDeque<Bytes>,
+    queued_len: usize,
+    ended: bool,
+    finished: bool,
+    trailers: Option<http::HeaderMap>,
+    request_trailers: Vec<weir_http::Header>,
+}
+
+impl std::fmt::Debug for H3Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("H3Stream")
+            .field("peer", &self.shared.peer)
+            .field("started", &self.started)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether `method` may be served from 0-RTT early data (RFC 8470 §3: safe methods only).
+fn safe(method: &http::Method) -> bool {
+    matches!(
+        *method,
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+    )
+}
+
+/// Reads the request on one stream and answers it through the pipeline. `true` when the
+/// stream failed before a request was read (reset, malformed, too large): the connection
+/// counts those.
+pub(super) async fn serve(
+    resolver: RequestResolver<h3_quinn::Connection, Bytes>,
+    shared: Rc<ConnShared>,
+    early: bool,
+) -> bool {
+    let mut rt = shared.state.cached();
+    shared.state.refresh(&mut rt);
+    let resolved = tokio::time::timeout(rt.cfg.timeouts.header, resolver.resolve_request()).await;
+    let (request, mut stream) = match resolved {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            tracing::debug!(peer = %shared.peer, error = %e, "HTTP/3 request not read");
+            return !e.is_h3_no_error();
+        }
+        Err(_) => return true,
+    };
+    let Some(listener) = rt.cfg.listener_index(&shared.listener_id) else {
+        stream.stop_stream(h3::error::Code::H3_REQUEST_REJECTED);
+        return false;
+    };
+    let (mut parts, ()) = request.into_parts();
+    let mut d = H3Stream {
+        shared,
+        rt: rt.clone(),
+        stream,
+        first: None,
+        body_done: false,
+        body_read: 0,
+        body_cap: u64::MAX,
+        head: None,
+        started: false,
+        queued: VecDeque::new(),
+        queued_len: 0,
+        ended: false,
+        finished: false,
+        trailers: None,
+        request_trailers: Vec::new(),
+    };
+    let result = match d.has_body(&parts).await {
+        Err(e) => Err(e),
+        Ok(_) if early && !safe(&parts.method) => Err(Error::with(
+            ErrorKind::TooEarly,
+            "unsafe method in 0-RTT early data",
+        )),
+        Ok(has_body) => {
+            if early {
+                // RFC 8470 §5.1: the origin learns the request came in early data.
+                parts
+                    .headers
+                    .insert("early-data", http::HeaderValue::from_static("1"));
+            } else {
+                parts.headers.remove("early-data");
+            }
+            match convert::request_head(&parts, has_body, &rt.cfg.limits.head) {
+                Ok(head) => match crate::pipeline::check_declared_length(&head, &rt.cfg.limits) {
+                    Ok(()) => crate::pipeline::handle(&mut d, rt.clone(), listener, &head)
+                        .await
+                        .map(drop),
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            }
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(peer = %d.shared.peer, reason = %e, "HTTP/3 stream failed");
+        match e.status() {
+            Some(status) if !d.started => d.send_canned(status),
+            _ => {
+                d.stream
+                    .stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
+                return false;
+            }
+        }
+    }
+    d.ended = true;
+    if d.flush().await.is_err() {
+        d.stream
+            .stop_stream(h3::error::Code::H3_REQUEST_CANCELLED);
+    }
+    false
+}
+
+impl H3Stream {
+    /// Whether a body follows the head: its `content-length`, or else whether the stream
+    /// ends (a GET's FIN comes with its HEADERS) or brings data (kept for `body_chunk`).
+    async fn has_body(&mut self, parts: &http::request::Parts) -> Result<bool, Error> {
+        if let Some(v) = parts.headers.get(http::header::CONTENT_LENGTH) {
+            let empty = v.as_bytes() == b"0";
+            self.body_done = empty;
+            return Ok(!empty);
+        }
+        let wait = self.rt.cfg.timeouts.body;
+        match tokio::time::timeout(wait, self.stream.recv_data()).await {
+            Err(_) => Err(Error::new(ErrorKind::BodyTimeout)),
+            Ok(Err(e)) => Err(h3_error(e)),
+            Ok(Ok(None)) => {
+                self.read_trailers().await;
+                self.body_done = true;
+                Ok(false)
+            }
+            Ok(Ok(Some(mut data))) => {
+                self.first = Some(data.copy_to_bytes(data.remaining()));
+                Ok(true)
+            }
+        }
+    }
+
+    async fn read_trailers(&mut self) {
+        let wait = self.rt.cfg.timeouts.body;
+        if let Ok(Ok(Some(map))) = tokio::time::timeout(wait, self.stream.recv_trailers()).await
+        {
+            self.request_trailers = map
+                .iter()
+                .map(|(n, v)| weir_http::Header {
+                    name: Bytes::copy_from_slice(n.as_str().as_bytes()),
+                    value: Bytes::copy_from_slice(v.as_bytes()),
+                })
+                .collect();
+        }
+    }
+
+    /// The canned response for `status`, when nothing was sent yet.
+    fn send_canned(&mut self, status: u16) {
+        let body = crate::error::canned_body(status);
+        let reply = crate::error::canned(status, body.len(), &self.rt.cfg.server_line);
+        let head = convert::response_head(&reply);
+        drop(reply);
+        self.queued.clear();
+        self.queued_len = 0;
+        self.trailers = None;
+        self.head = Some(head);
+        self.send_data(&Bytes::from(body));
+        self.ended = true;
+    }
+
+    fn count_body(&mut self, n: usize) -> Result<(), Error> {
+        let limit = self.rt.cfg.limits.max_body_bytes.min(self.body_cap);
+        self.body_read += n as u64;
+        if self.body_read > limit {
+            return Err(weir_http::ParseError::BodyTooLarge.into());
+        }
+        Ok(())
+    }
+}
+
+/// An `h3` stream error as the pipeline sees it: the client went away.
+fn h3_error(e: h3::error::StreamError) -> Error {
+    Error::with(ErrorKind::ClientClosed, e)
+}
+
+/// Runs one write, bounded by `timeouts.write`.
+async fn timed<T>(
+    stall: std::time::Duration,
+    write: impl std::future::Future<Output = Result<T, h3::error::StreamError>>,
+) -> Result<T, Error> {
+    match tokio::time::timeout(stall, write).await {
+        Err(_) => Err(Error::new(ErrorKind::WriteTimeout)),
+        Ok(r) => r.map_err(h3_error),
+    }
+}
+
+impl Downstream for H3Stream {
+    fn peer(&self) -> SocketAddr {
+        self.shared.peer
+    }
+
+    fn version(&self) -> Version {
+        // Framing of unknown length is available, as with HTTP/1.1 (DATA frames until FIN).
+        Version::Http11
+    }
+
+    fn protocol(&self) -> &'static str {
+        "HTTP/3"
+    }
+
+    fn via_version(&self) -> &'static str {
+        "3"
+    }
+
+    fn persistence(&self, _head: &RequestHead) -> Persistence {
+        Persistence::KeepAlive
+    }
+
+    fn shutting_down(&self) -> bool {
+        self.shared.state.shutting_down.get()
+    }
+
+    fn tls(&self) -> Option<&crate::tls::TlsInfo> {
+        Some(&self.shared.tls)
+    }
+
+    fn cap_body(&mut self, max: u64) {
+        self.body_cap = self.body_cap.min(max);
+    }
+
+    async fn body_chunk(&mut self) -> Result<Option<Bytes>, Error> {
+        if let Some(first) = self.first.take() {
+            self.count_body(first.len())?;
+            return Ok(Some(first));
+        }
+        if self.body_done {
+            return Ok(None);
+        }
+        let wait = self.rt.cfg.timeouts.body;
+        match tokio::time::timeout(wait, self.stream.recv_data()).await {
+            Err(_) => Err(Error::new(ErrorKind::BodyTimeout)),
+            Ok(Err(e)) => Err(h3_error(e)),
+            Ok(Ok(None)) => {
+                self.read_trailers().await;
+                self.body_done = true;
+                Ok(None)
+            }
+            Ok(Ok(Some(mut data))) => {
+                let chunk = data.copy_to_bytes(data.remaining());
+                self.count_body(chunk.len())?;
+                Ok(Some(chunk))
+            }
+        }
+    }
+
+    fn request_trailers(&mut self) -> Vec<weir_http::Header> {
+        std::mem::take(&mut self.request_trailers)
+    }
+
+    async fn send_interim(&mut self, _reply: &Reply<'_>) -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn send_head(&mut self, reply: &Reply<'_>, persistence: Persistence) -> Persistence {
+        self.head = Some(convert::response_head(reply));
+        persistence
+    }
+
+    fn send_data(&mut self, data: &Bytes) {
+        if !data.is_empty() {
+            self.queued_len += data.len();
+            self.queued.push_back(data.clone());
+        }
+    }
+
+    fn send_trailers(&mut self, fields: &[weir_http::Header]) {
+        let map = crate::proxy::h2_upstream::header_map(fields);
+        if !map.is_empty() {
+            self.trailers = Some(map);
+        }
+    }
+
+    fn end_body(&mut self) {
+        self.ended = true;
+    }
+
+    fn should_flush(&self) -> bool {
+        self.queued_len >= FLUSH_AT
+    }
+
+    async fn flush(&mut self) -> Result<(), Error> {
+        if self.finished {
+            return Ok(());
+        }
+        let stall = self.rt.cfg.timeouts.write;
+        if let Some(head) = self.head.take() {
+            self.started = true;
+            timed(stall, self.stream.send_response(head)).await?;
+        }
+        while let Some(data) = self.queued.pop_front() {
+            self.queued_len -= data.len();
+            timed(stall, self.stream.send_data(data)).await?;
+        }
+        if self.ended && self.started {
+            if let Some(t) = self.trailers.take() {
+                timed(stall, self.stream.send_trailers(t)).await?;
+            }
+            timed(stall, self.stream.finish()).await?;
+            self.finished = true;
+        }
+        Ok(())
+    }
+
+    async fn tunnel(
+        &mut self,
+        _upstream: &mut crate::proxy::tls::UpStream,
+        _early: &[u8],
+    ) -> Result<(), Error> {
+        // Upgrades do not exist in HTTP/3 (RFC 9114 §4.5); the proxy strips `Upgrade`.
+        Err(Error::with(
+            ErrorKind::UpstreamAborted,
+            "upstream switched protocols on an HTTP/3 stream",
+        ))
+    }
+}

@@ -1,0 +1,125 @@
+//! A listener's QUIC server config (`quic: true`): its TLS server config — the same
+//! certificates, SNI selection, ACME certificates, session tickets and client-certificate
+//! policy — with ALPN `h3` and TLS 1.3 alone (QUIC has no other), and the `http3:` limits as
+//! QUIC transport parameters.
+//!
+//! The QUIC stack is quinn's (`quinn-proto`): it runs on the rustls and aws-lc-rs that TCP TLS
+//! uses, so there is one crypto stack in the binary, and it needs nothing but Rust to build.
+//! Cloudflare's quiche needs BoringSSL (cmake and a C toolchain) and s2n-quic its own TLS
+//! bindings; neither was measured here. `server/h3/` keeps quinn and the `h3` crate behind its
+//! own `Downstream`, so the stack can change without touching the pipeline.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::model_http3::Http3;
+
+/// Client-initiated unidirectional streams allowed: HTTP/3 needs three (control, QPACK encoder
+/// and decoder); clients also open reserved "grease" streams (RFC 9114 §6.2.3).
+const UNI_STREAMS: u32 = 16;
+
+/// The quinn server config of a listener whose TLS config is `tls`; `idle` closes a
+/// connection with nothing to do (`timeouts.keepalive`).
+pub(crate) fn server_config(
+    tls: &rustls::ServerConfig,
+    h: &Http3,
+    idle: Duration,
+) -> Result<quinn::ServerConfig, String> {
+    let mut c = tls.clone();
+    c.alpn_protocols = vec![b"h3".to_vec()];
+    // RFC 9001 §4.6.1: a QUIC server either takes no early data or advertises 0xffffffff.
+    c.max_early_data_size = if h.early_data { u32::MAX } else { 0 };
+    // QUIC always runs TLS 1.3; a listener limited to TLS 1.2 is refused by the caller.
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(c)).map_err(|_| {
+        "QUIC needs the TLS 1.3 cipher suite TLS13_AES_128_GCM_SHA256 (its Initial packets \
+         use it): add it to `tls.ciphers`"
+            .to_string()
+    })?;
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    config.transport_config(Arc::new(transport(h, idle)?));
+    // Addresses are validated by Retry only when the handshake rate asks for it
+    // (`server/h3/accept.rs`); a migrating client keeps its connection.
+    config.migration(true);
+    Ok(config)
+}
+
+/// The transport parameters and limits of `http3:`.
+fn transport(h: &Http3, idle: Duration) -> Result<quinn::TransportConfig, String> {
+    let varint = |v: u64, key: &str| {
+        quinn::VarInt::from_u64(v).map_err(|_| format!("http3.{key}: {v} is too large for QUIC"))
+    };
+    let mut t = quinn::TransportConfig::default();
+    t.max_concurrent_bidi_streams(quinn::VarInt::from_u32(h.max_concurrent_streams))
+        .max_concurrent_uni_streams(quinn::VarInt::from_u32(UNI_STREAMS))
+        .stream_receive_window(varint(h.stream_window.0, "stream_window")?)
+        .receive_window(varint(h.connection_window.0, "connection_window")?)
+        .max_idle_timeout(Some(
+            quinn::IdleTimeout::try_from(idle.max(Duration::from_millis(1)))
+                .map_err(|_| "timeouts.keepalive: too long for QUIC's idle timeout".to_string())?,
+        ));
+    Ok(t)
+}
+
+/// Checks `http3:` on its own (the ranges QUIC and HTTP/3 allow).
+pub(crate) fn check(h: &Http3) -> Result<(), (String, String)> {
+    let bad = |key: &str, m: &str| Err((format!("http3.{key}"), m.to_string()));
+    if h.max_concurrent_streams == 0 {
+        return bad("max_concurrent_streams", "must be at least 1");
+    }
+    if h.stream_window.0 < 1024 || h.connection_window.0 < 1024 {
+        let key = if h.stream_window.0 < 1024 {
+            "stream_window"
+        } else {
+            "connection_window"
+        };
+        return bad(key, "must be at least 1KiB");
+    }
+    if h.connection_window.0 < h.stream_window.0 {
+        return bad(
+            "connection_window",
+            "must be at least `stream_window` (one stream could not use its own window)",
+        );
+    }
+    if h.max_field_section_size.0 < 1024 {
+        return bad("max_field_section_size", "must be at least 1KiB");
+    }
+    if h.max_resets_per_second == 0 {
+        return bad("max_resets_per_second", "must be at least 1");
+    }
+    transport(h, Duration::from_secs(1)).map_err(|m| {
+        let key = m.split(':').next().unwrap_or("http3").to_string();
+        (key, m)
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::units::Size;
+
+    #[test]
+    fn the_limits_are_checked() {
+        let ok = Http3::default();
+        assert!(check(&ok).is_ok());
+        let cases: [(fn(&mut Http3), &str); 5] = [
+            (|h| h.max_concurrent_streams = 0, "http3.max_concurrent_streams"),
+            (|h| h.stream_window = Size(10), "http3.stream_window"),
+            (
+                |h| h.connection_window = Size(128 * 1024),
+                "http3.connection_window",
+            ),
+            (|h| h.max_field_section_size = Size(1), "http3.max_field_section_size"),
+            (
+                |h| h.stream_window = Size(1 << 63),
+                "http3.connection_window",
+            ),
+        ];
+        for (change, key) in cases {
+            let mut h = Http3::default();
+            change(&mut h);
+            let (k, m) = check(&h).expect_err(key);
+            assert_eq!(k, key, "{m}");
+        }
+    }
+}
