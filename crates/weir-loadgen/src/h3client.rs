@@ -26,9 +26,7 @@ pub fn client_config(opts: &Options) -> Result<quinn::ClientConfig, String> {
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| e.to_string())?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(crate::transport::SignaturesOnly::new(
-            provider,
-        )))
+        .with_custom_certificate_verifier(Arc::new(crate::transport::SignaturesOnly::new(provider)))
         .with_no_client_auth();
     cfg.alpn_protocols = vec![b"h3".to_vec()];
     if !opts.tls_resume {

@@ -354,6 +354,27 @@ impl Scrape {
             "HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM (floods, rapid reset).",
             MetricType::Counter,
             [(Labels::new(), counter(sum(&|w| &w.h2_abuse)))],
+        )?;
+        let rows: Vec<_> = crate::metrics::QuicEvent::ALL
+            .iter()
+            .map(|e| {
+                let n = sum(&|w| &w.quic[*e as usize]);
+                (vec![("event", e.label().to_string())], counter(n))
+            })
+            .collect();
+        family(
+            enc,
+            "weir_http3_connections",
+            "QUIC connection attempts, by event (accepted, retry, refused, shield, abuse).",
+            MetricType::Counter,
+            rows,
+        )?;
+        family(
+            enc,
+            "weir_http3_requests",
+            "HTTP/3 request streams answered.",
+            MetricType::Counter,
+            [(Labels::new(), counter(sum(&|w| &w.h3_requests)))],
         )
     }
 

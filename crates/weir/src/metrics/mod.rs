@@ -234,6 +234,10 @@ pub struct WorkerMetrics {
     pub(crate) tls: [Counter; 5],
     /// HTTP/2 connections closed with GOAWAY for abuse (floods, rapid reset).
     pub h2_abuse: Counter,
+    /// QUIC connection attempts by what became of them ([`QuicEvent`]).
+    pub(crate) quic: [Counter; 5],
+    /// HTTP/3 request streams answered.
+    pub h3_requests: Counter,
     pub(crate) closed: [Counter; 6],
     /// Idle keep-alive connections parked outside a task now (a gauge, `server/park.rs`).
     pub parked: Counter,
@@ -242,6 +246,49 @@ pub struct WorkerMetrics {
     pub(crate) routes: Mutex<HashMap<RouteKey, Arc<RouteMetrics>>>,
     /// Per `(upstream, server)`.
     pub(crate) servers: Mutex<HashMap<(String, String), Arc<ServerMetrics>>>,
+}
+
+/// What became of a QUIC connection attempt: the `event` label of
+/// `weir_http3_connections_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuicEvent {
+    /// Accepted (its handshake begins).
+    Accepted,
+    /// Answered with a Retry (address validation under a high handshake rate).
+    Retry,
+    /// Refused: the worker's connection budget, shutdown, or a listener removed.
+    Refused,
+    /// Dropped without an answer by the shield.
+    Shield,
+    /// Closed with H3_EXCESSIVE_LOAD (reset flood).
+    Abuse,
+}
+
+impl QuicEvent {
+    pub const ALL: [QuicEvent; 5] = [
+        QuicEvent::Accepted,
+        QuicEvent::Retry,
+        QuicEvent::Refused,
+        QuicEvent::Shield,
+        QuicEvent::Abuse,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            QuicEvent::Accepted => "accepted",
+            QuicEvent::Retry => "retry",
+            QuicEvent::Refused => "refused",
+            QuicEvent::Shield => "shield",
+            QuicEvent::Abuse => "abuse",
+        }
+    }
+}
+
+impl WorkerMetrics {
+    /// Counts a QUIC connection attempt's fate.
+    pub(crate) fn quic(&self, e: QuicEvent) {
+        self.quic[e as usize].inc();
+    }
 }
 
 /// How a TLS handshake ended: the `result` label of `weir_tls_handshakes_total`.

@@ -267,7 +267,10 @@ pub(crate) fn compile(
             std::mem::take(&mut l.sites),
             &path,
         )?;
-        let tls13 = l.tls.as_ref().is_none_or(|t| t.protocols.iter().any(|p| p == "tls1.3"));
+        let tls13 = l
+            .tls
+            .as_ref()
+            .is_none_or(|t| t.protocols.iter().any(|p| p == "tls1.3"));
         let tls = super::listener_tls::compile(
             l.tls.take(),
             super::listener_tls::FromSites {

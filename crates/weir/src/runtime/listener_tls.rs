@@ -120,7 +120,9 @@ pub(super) fn quic(
         return refuse("the PROXY protocol has no QUIC form here: put `quic` on a listener without `proxy_protocol`");
     }
     let Some(tls) = tls else {
-        return refuse("HTTP/3 is always encrypted: the listener needs `tls:` (certificates or `acme:`)");
+        return refuse(
+            "HTTP/3 is always encrypted: the listener needs `tls:` (certificates or `acme:`)",
+        );
     };
     if on_demand {
         return refuse("on-demand certificates are obtained during a TCP handshake: keep `quic` on a listener without `acme.on_demand`");

@@ -208,7 +208,11 @@ mod tests {
                     c.send_to(b"quic", want).unwrap();
                     l.set_nonblocking(false).unwrap();
                     let mut buf = [0u8; 8];
-                    assert_eq!(l.recv(&mut buf).unwrap(), 4, "the received UDP socket reads");
+                    assert_eq!(
+                        l.recv(&mut buf).unwrap(),
+                        4,
+                        "the received UDP socket reads"
+                    );
                 }
                 _ => panic!("{addr} came back as the wrong kind of socket"),
             }

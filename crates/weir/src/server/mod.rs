@@ -226,9 +226,8 @@ fn udp_sockets_for(
         })?;
     }
     while mine.len() < workers {
-        let more = listener::bind_udp(actual).map_err(|e| {
-            io::Error::new(e.kind(), format!("cannot listen on UDP {actual}: {e}"))
-        })?;
+        let more = listener::bind_udp(actual)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on UDP {actual}: {e}")))?;
         mine.push(ListenSocket::Udp(more));
     }
     Ok(mine)
@@ -453,7 +452,10 @@ impl ServerHandle {
             let mut bound = self.sockets.lock().unwrap_or_else(|e| e.into_inner());
             let mut addrs = self.addrs.lock().unwrap_or_else(|e| e.into_inner());
             // Kept listeners follow a changed `timeouts.header` or `defer_accept`.
-            for b in bound.iter().filter(|b| !matches!(b.socket, ListenSocket::Udp(_))) {
+            for b in bound
+                .iter()
+                .filter(|b| !matches!(b.socket, ListenSocket::Udp(_)))
+            {
                 let (Some(was), Some(now)) = (
                     old.listener_index(&b.id)
                         .map(|i| old.listeners[i].defer_secs),

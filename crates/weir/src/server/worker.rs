@@ -332,7 +332,12 @@ fn start_accepting(state: &Rc<WorkerState>, l: Listening) {
         ListenSocket::Unix(s) => Accepting::Unix(mio::net::UnixListener::from_std(s)),
         ListenSocket::Udp(s) => {
             if let Some(task) = super::h3::start(state, s, l.id) {
-                state.accepting.borrow_mut().entry(l.id).or_default().push(task);
+                state
+                    .accepting
+                    .borrow_mut()
+                    .entry(l.id)
+                    .or_default()
+                    .push(task);
             }
             return;
         }

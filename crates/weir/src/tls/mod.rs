@@ -15,8 +15,8 @@ mod acme_issue;
 pub(crate) mod certs;
 pub(crate) mod dns_update;
 pub(crate) mod ocsp;
-pub(crate) mod quic;
 pub mod on_demand;
+pub(crate) mod quic;
 pub(crate) mod sni;
 pub(crate) mod tsig_key;
 

@@ -29,6 +29,13 @@ pub(crate) fn server_config(
     c.alpn_protocols = vec![b"h3".to_vec()];
     // RFC 9001 §4.6.1: a QUIC server either takes no early data or advertises 0xffffffff.
     c.max_early_data_size = if h.early_data { u32::MAX } else { 0 };
+    if h.early_data {
+        // rustls takes early data only on stateful resumption: sessions kept by the server
+        // (one process-wide store, across reloads), each taken once, so a replayed 0-RTT
+        // flight finds nothing to resume within this process.
+        c.ticketer = Arc::new(NoTickets);
+        c.session_storage = early_data_sessions();
+    }
     // QUIC always runs TLS 1.3; a listener limited to TLS 1.2 is refused by the caller.
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(c)).map_err(|_| {
         "QUIC needs the TLS 1.3 cipher suite TLS13_AES_128_GCM_SHA256 (its Initial packets \
@@ -41,6 +48,34 @@ pub(crate) fn server_config(
     // (`server/h3/accept.rs`); a migrating client keeps its connection.
     config.migration(true);
     Ok(config)
+}
+
+/// Session tickets off (stateless resumption allows no early data in rustls).
+#[derive(Debug)]
+struct NoTickets;
+
+impl rustls::server::ProducesTickets for NoTickets {
+    fn enabled(&self) -> bool {
+        false
+    }
+    fn lifetime(&self) -> u32 {
+        0
+    }
+    fn encrypt(&self, _plain: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+    fn decrypt(&self, _cipher: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+}
+
+/// The store of resumable QUIC sessions when 0-RTT is on (one per process).
+fn early_data_sessions() -> Arc<dyn rustls::server::StoresServerSessions> {
+    static STORE: std::sync::OnceLock<Arc<dyn rustls::server::StoresServerSessions>> =
+        std::sync::OnceLock::new();
+    STORE
+        .get_or_init(|| rustls::server::ServerSessionMemoryCache::new(16 * 1024))
+        .clone()
 }
 
 /// The transport parameters and limits of `http3:`.
@@ -103,13 +138,19 @@ mod tests {
         let ok = Http3::default();
         assert!(check(&ok).is_ok());
         let cases: [(fn(&mut Http3), &str); 5] = [
-            (|h| h.max_concurrent_streams = 0, "http3.max_concurrent_streams"),
+            (
+                |h| h.max_concurrent_streams = 0,
+                "http3.max_concurrent_streams",
+            ),
             (|h| h.stream_window = Size(10), "http3.stream_window"),
             (
                 |h| h.connection_window = Size(128 * 1024),
                 "http3.connection_window",
             ),
-            (|h| h.max_field_section_size = Size(1), "http3.max_field_section_size"),
+            (
+                |h| h.max_field_section_size = Size(1),
+                "http3.max_field_section_size",
+            ),
             (
                 |h| h.stream_window = Size(1 << 63),
                 "http3.connection_window",

@@ -5,6 +5,7 @@ pub mod bind9;
 pub mod cachekit;
 pub mod etcd;
 pub mod h2raw;
+pub mod h3;
 pub mod inproc;
 pub mod member;
 pub mod origin;

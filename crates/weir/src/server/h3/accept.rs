@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::metrics::QuicEvent;
 use crate::runtime::{ListenerId, QuicListen};
 use crate::server::worker::WorkerState;
 
@@ -69,11 +70,13 @@ pub(super) async fn accept_loop(
         }
         let Some(index) = rt.cfg.listener_index(&id) else {
             // Removed by a reload an instant ago: this loop is about to be stopped.
+            state.metrics.quic(QuicEvent::Refused);
             incoming.refuse();
             continue;
         };
         let listener = &rt.cfg.listeners[index];
         let Some(now_quic) = &listener.quic else {
+            state.metrics.quic(QuicEvent::Refused);
             incoming.refuse();
             continue;
         };
@@ -83,10 +86,12 @@ pub(super) async fn accept_loop(
         }
         let peer = incoming.remote_address();
         if state.shutting_down.get() {
+            state.metrics.quic(QuicEvent::Refused);
             incoming.refuse();
             continue;
         }
         if state.over_budget(false) {
+            state.metrics.quic(QuicEvent::Refused);
             incoming.refuse();
             crate::server::worker::refused(&state, crate::metrics::Refusal::MaxConnections);
             continue;
@@ -95,6 +100,7 @@ pub(super) async fn accept_loop(
         let fast = rate.tick(Instant::now()) > retry_above || retry_above == 0;
         if fast && !incoming.remote_address_validated() && incoming.may_retry() {
             // Stateless: the client comes back with a token proving its address.
+            state.metrics.quic(QuicEvent::Retry);
             let _ = incoming.retry();
             continue;
         }
@@ -105,12 +111,14 @@ pub(super) async fn accept_loop(
                         if key != 0 {
                             shield.state.disconnect(key);
                         }
+                        state.metrics.quic(QuicEvent::Shield);
                         incoming.ignore();
                         continue;
                     }
                     key
                 }
                 Err(_) => {
+                    state.metrics.quic(QuicEvent::Shield);
                     incoming.ignore();
                     continue;
                 }
@@ -127,6 +135,7 @@ pub(super) async fn accept_loop(
                 continue;
             }
         };
+        state.metrics.quic(QuicEvent::Accepted);
         let (key, guard) = state.open_slot(shield_key, false);
         let task = tokio::task::spawn_local(super::conn::serve(
             connecting,

@@ -13,13 +13,14 @@
 //! are counted per second; past `http3.max_resets_per_second` the connection is closed with
 //! H3_EXCESSIVE_LOAD and the shield hears of the client (as HTTP/2's glitch threshold).
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 use tokio::time::Instant;
 
 use crate::metrics::CloseReason;
@@ -33,14 +34,40 @@ const EXCESSIVE_LOAD: u32 = 0x107;
 const NO_ERROR: u32 = 0x100;
 
 /// What every stream of a connection shares.
-#[derive(Debug)]
 pub(super) struct ConnShared {
     pub peer: SocketAddr,
     pub tls: Rc<TlsInfo>,
     pub state: Rc<WorkerState>,
     pub listener_id: ListenerId,
-    /// The handshake is not complete yet: requests now are 0-RTT early data.
-    pub early: Cell<bool>,
+    /// Resolves when the handshake completes, while requests may still be 0-RTT early data
+    /// (`http3.early_data`); `None` once it has.
+    early: RefCell<Option<quinn::ZeroRttAccepted>>,
+}
+
+impl std::fmt::Debug for ConnShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnShared")
+            .field("peer", &self.peer)
+            .field("early", &self.early.borrow().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConnShared {
+    /// Whether a request read now came in 0-RTT early data: the handshake is not complete.
+    /// (quinn signals completion while it processes the client's Finished, before it hands
+    /// over anything the client sent after it.)
+    pub fn early(&self) -> bool {
+        let mut h = self.early.borrow_mut();
+        match h.as_mut().map(|f| f.now_or_never()) {
+            Some(None) => true,
+            Some(Some(_)) => {
+                *h = None;
+                false
+            }
+            None => false,
+        }
+    }
 }
 
 type H3Conn = h3::server::Connection<h3_quinn::Connection, Bytes>;
@@ -67,8 +94,14 @@ async fn serve_conn(
 ) -> CloseReason {
     let cfg = &rt.cfg;
     let shield = cfg.shield.clone();
-    let (conn, handshake) = match connecting.into_0rtt() {
-        // Only when `early_data` is on does the TLS config take 0-RTT (`tls/quic.rs`).
+    let early_data = cfg.http3.early_data;
+    let zero_rtt = if early_data {
+        connecting.into_0rtt()
+    } else {
+        Err(connecting)
+    };
+    let (conn, handshake) = match zero_rtt {
+        // On a server this always succeeds: requests may come before the handshake ends.
         Ok((conn, accepted)) => (conn, Some(accepted)),
         Err(connecting) => match tokio::time::timeout(cfg.timeouts.header, connecting).await {
             Ok(Ok(conn)) => (conn, None),
@@ -92,7 +125,7 @@ async fn serve_conn(
         tls: Rc::new(tls_info(&conn)),
         state: state.clone(),
         listener_id: id,
-        early: Cell::new(handshake.is_some()),
+        early: RefCell::new(handshake),
     });
     let h = &cfg.http3;
     let mut builder = h3::server::builder();
@@ -107,7 +140,6 @@ async fn serve_conn(
         Err(_) => return CloseReason::Timeout,
     };
     let max_resets = h.max_resets_per_second;
-    let mut handshake = handshake;
     let mut streams = FuturesUnordered::new();
     let mut shutdown = state.shutdown.clone();
     let mut going_away = false;
@@ -119,8 +151,7 @@ async fn serve_conn(
         tokio::select! {
             accepted = h3conn.accept(), if !going_away || !streams.is_empty() => match accepted {
                 Ok(Some(resolver)) => {
-                    let early = shared.early.get();
-                    streams.push(super::stream::serve(resolver, shared.clone(), early));
+                    streams.push(super::stream::serve(resolver, shared.clone()));
                 }
                 Ok(None) => break,
                 Err(e) if e.is_h3_no_error() => break,
@@ -137,7 +168,7 @@ async fn serve_conn(
                     }
                     resets.1 += 1;
                     if resets.1 > max_resets {
-                        state.metrics.h2_abuse.inc();
+                        state.metrics.quic(crate::metrics::QuicEvent::Abuse);
                         if let Some(s) = &shield {
                             s.violation(peer.ip(), crate::shield::Limit::Http2Glitches, crate::shield::Action::Close);
                         }
@@ -146,11 +177,6 @@ async fn serve_conn(
                         return CloseReason::ClientError;
                     }
                 }
-            }
-            done = async { handshake.as_mut().expect("guarded").await }, if handshake.is_some() => {
-                let _ = done;
-                handshake = None;
-                shared.early.set(false);
             }
             _ = shutdown.wait_for(|s| *s), if !going_away => {
                 going_away = true;
@@ -187,7 +213,10 @@ fn tls_info(conn: &quinn::Connection) -> TlsInfo {
         .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok());
     let client_subject = conn
         .peer_identity()
-        .and_then(|p| p.downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>().ok())
+        .and_then(|p| {
+            p.downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>()
+                .ok()
+        })
         .and_then(|certs| certs.first().and_then(|c| crate::tls::certs::subject(c)))
         .map(Into::into);
     TlsInfo {

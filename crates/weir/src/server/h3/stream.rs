@@ -73,7 +73,6 @@ fn safe(method: &http::Method) -> bool {
 pub(super) async fn serve(
     resolver: RequestResolver<h3_quinn::Connection, Bytes>,
     shared: Rc<ConnShared>,
-    early: bool,
 ) -> bool {
     let mut rt = shared.state.cached();
     shared.state.refresh(&mut rt);
@@ -86,10 +85,12 @@ pub(super) async fn serve(
         }
         Err(_) => return true,
     };
+    let early = shared.early();
     let Some(listener) = rt.cfg.listener_index(&shared.listener_id) else {
         stream.stop_stream(h3::error::Code::H3_REQUEST_REJECTED);
         return false;
     };
+    shared.state.metrics.h3_requests.inc();
     let (mut parts, ()) = request.into_parts();
     let mut d = H3Stream {
         shared,
@@ -139,16 +140,14 @@ pub(super) async fn serve(
         match e.status() {
             Some(status) if !d.started => d.send_canned(status),
             _ => {
-                d.stream
-                    .stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
+                d.stream.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
                 return false;
             }
         }
     }
     d.ended = true;
     if d.flush().await.is_err() {
-        d.stream
-            .stop_stream(h3::error::Code::H3_REQUEST_CANCELLED);
+        d.stream.stop_stream(h3::error::Code::H3_REQUEST_CANCELLED);
     }
     false
 }
@@ -180,8 +179,7 @@ impl H3Stream {
 
     async fn read_trailers(&mut self) {
         let wait = self.rt.cfg.timeouts.body;
-        if let Ok(Ok(Some(map))) = tokio::time::timeout(wait, self.stream.recv_trailers()).await
-        {
+        if let Ok(Ok(Some(map))) = tokio::time::timeout(wait, self.stream.recv_trailers()).await {
             self.request_trailers = map
                 .iter()
                 .map(|(n, v)| weir_http::Header {

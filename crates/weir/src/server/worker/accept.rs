@@ -103,7 +103,11 @@ fn abort(stream: mio::net::TcpStream) {
 
 /// Accepts with `accept4(SOCK_NONBLOCK)` into sockets not yet registered with the reactor (see
 /// `client_io.rs`), draining the backlog on each readiness event.
-pub(super) async fn accept_loop(state: Rc<WorkerState>, listener: AsyncFd<Accepting>, id: ListenerId) {
+pub(super) async fn accept_loop(
+    state: Rc<WorkerState>,
+    listener: AsyncFd<Accepting>,
+    id: ListenerId,
+) {
     let mut shutdown = state.shutdown.clone();
     // The listener's index in the current config, looked up again when the config changes.
     let mut rt = state.cached();
