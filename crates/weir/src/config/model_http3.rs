@@ -30,6 +30,10 @@ pub struct Http3 {
     /// Streams a client may reset (or send malformed) per second on one connection before it
     /// is closed with H3_EXCESSIVE_LOAD (the QUIC form of HTTP/2's rapid reset).
     pub max_resets_per_second: u32,
+    /// Send several packets per system call with UDP generic segmentation offload
+    /// (`UDP_SEGMENT`) where the kernel has it (receive offload, `UDP_GRO`, is always used
+    /// where available). Off only for a network path that mishandles it.
+    pub segmentation_offload: bool,
 }
 
 impl Default for Http3 {
@@ -42,6 +46,7 @@ impl Default for Http3 {
             early_data: false,
             retry_above: 1000,
             max_resets_per_second: 100,
+            segmentation_offload: true,
         }
     }
 }

@@ -88,6 +88,9 @@ fn transport(h: &Http3, idle: Duration) -> Result<quinn::TransportConfig, String
         .max_concurrent_uni_streams(quinn::VarInt::from_u32(UNI_STREAMS))
         .stream_receive_window(varint(h.stream_window.0, "stream_window")?)
         .receive_window(varint(h.connection_window.0, "connection_window")?)
+        // What one connection may buffer to send beyond what the client acknowledged.
+        .send_window(h.connection_window.0.max(1 << 20))
+        .enable_segmentation_offload(h.segmentation_offload)
         .max_idle_timeout(Some(
             quinn::IdleTimeout::try_from(idle.max(Duration::from_millis(1)))
                 .map_err(|_| "timeouts.keepalive: too long for QUIC's idle timeout".to_string())?,
