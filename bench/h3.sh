@@ -141,6 +141,9 @@ run_h2load "$WEIR_PID" https://localhost:19411/s1024 -c 100 -m 10
 ROW[weir.h2]="$RPS $CPU_US n/a $FAILED"
 run_h2load "$CADDY_PID" https://localhost:19412/f/s1024 -c 100 -m 10
 ROW[caddy.h2]="$RPS $CPU_US n/a $FAILED"
+# The same client for both protocols: weir bench --h2 (its HTTP/3 client is the same design).
+run_bench "$WEIR_PID" https://localhost:19411/s1024 --h2 -c 100 --streams 10
+ROW[weir.h2b]="$B_RPS $B_CPU $B_P99 $B_ERR"
 log "a full QUIC handshake per request"
 run_bench "$WEIR_PID" https://localhost:19411/s1024 --h3 --close -c 20
 ROW[weir.hs]="$B_HS $B_CPU $B_ERR"
@@ -196,6 +199,7 @@ OUT="$ROOT/bench/results/h3-$(date -u +%Y%m%d-%H%M).md"
   echo "| server | response | requests/s | CPU µs/request | HTTP/3 ÷ HTTP/2 CPU | errors |"
   echo "|---|---|---|---|---|---|"
   echo "| weir | cache hit | $(f weir.h2 1) | $(f weir.h2 2) | $(ratio "$(f weir.hit 2)" "$(f weir.h2 2)")× | $(f weir.h2 4) |"
+  echo "| weir (weir bench --h2 --streams 10, the HTTP/3 run's client design) | cache hit | $(f weir.h2b 1) | $(f weir.h2b 2) | $(ratio "$(f weir.hit 2)" "$(f weir.h2b 2)")× | $(f weir.h2b 4) |"
   echo "| Caddy | static file | $(f caddy.h2 1) | $(f caddy.h2 2) | $(ratio "$(f caddy.file 2)" "$(f caddy.h2 2)")× | $(f caddy.h2 4) |"
   echo
   echo "## A new QUIC connection per request (full handshake; weir bench --h3 --close -c 20)"

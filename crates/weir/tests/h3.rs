@@ -589,3 +589,73 @@ fn the_h3_example_serves_hello_to_weir_bench_and_gtlsclient() {
     assert!(all.contains("body 13 bytes"), "{all}");
     assert!(all.contains("48 65 6c 6c 6f 2c 20 57"), "Hello, W…: {all}");
 }
+
+#[test]
+fn a_high_handshake_rate_asks_for_retry_and_the_shield_counts_quic_clients() {
+    // retry_above: 0 — every new client proves its address first; requests still succeed.
+    let s = setup(
+        "retry",
+        "admin: { address: 127.0.0.1:0 }\nhttp3: { retry_above: 0 }\nshield: { action: close, connections: { concurrent: 2 } }",
+    );
+    let c = Client::new(h3c::client_config(&s.pki.ca_der, false));
+    for _ in 0..3 {
+        assert_eq!(c.get(s.addr, "leaf.test", "/hello").status, 200);
+    }
+    let admin = s.handle.admin_addr().unwrap();
+    let metrics = common::get(admin, "/metrics").text();
+    let count = |event: &str| -> u64 {
+        let key = format!("weir_http3_connections_total{{event=\"{event}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(key.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {metrics}"))
+    };
+    assert_eq!(count("retry"), 3, "{metrics}");
+    assert_eq!(count("accepted"), 3, "{metrics}");
+
+    // Two connections open at once per client: a third gets no answer from the shield.
+    let a = c.connect(s.addr, "leaf.test").unwrap();
+    let b = c.connect(s.addr, "leaf.test").unwrap();
+    let third = c.connect(s.addr, "leaf.test");
+    assert!(third.is_err(), "a third QUIC connection past concurrent: 2");
+    let metrics = common::get(admin, "/metrics").text();
+    assert!(
+        metrics.contains("weir_http3_connections_total{event=\"shield\"}"),
+        "{metrics}"
+    );
+    drop((a, b));
+    inproc::stop(s.handle);
+}
+
+#[test]
+fn a_reload_turns_http3_on_and_off_on_a_kept_listener() {
+    let s = setup("toggle", "");
+    let c = Client::new(h3c::client_config(&s.pki.ca_der, false));
+    assert_eq!(c.get(s.addr, "leaf.test", "/hello").status, 200);
+    // An idle connection opened before the reload hears GOAWAY when HTTP/3 goes.
+    let held = c.connect(s.addr, "leaf.test").unwrap();
+    let _send = c.rt.block_on(h3c::session(&held)).unwrap();
+    let without = s.yaml.replace("    quic: true\n", "");
+    inproc::reload(&s.handle, &without);
+    let closed =
+        c.rt.block_on(async { tokio::time::timeout(Duration::from_secs(10), held.closed()).await });
+    assert!(
+        matches!(closed, Ok(quinn::ConnectionError::ApplicationClosed(ref a)) if a.error_code == quinn::VarInt::from_u32(0x100)),
+        "{closed:?}"
+    );
+    // No QUIC any more; HTTP/1.1 over TLS serves, without Alt-Svc.
+    let cfg = common::tlskit::client_config(&s.pki.ca_der, &["http/1.1"], None);
+    let mut t = common::tlskit::connect(s.addr, "leaf.test", &cfg).unwrap();
+    let r = common::tlskit::exchange(&mut t, "GET /hello HTTP/1.1\r\nHost: leaf.test\r\n\r\n");
+    assert_eq!((r.status, r.header("alt-svc")), (200, None));
+    let refused = c.request(s.addr, "leaf.test", "GET", "/hello", &[], b"");
+    assert!(refused.is_err(), "HTTP/3 still served: {refused:?}");
+    // And back on, once the endpoint let its port go (its connections drained).
+    wait_for("the UDP port to be free", || {
+        std::net::UdpSocket::bind(s.addr).is_ok()
+    });
+    inproc::reload(&s.handle, &s.yaml);
+    assert_eq!(c.get(s.addr, "leaf.test", "/hello").status, 200);
+    inproc::stop(s.handle);
+}

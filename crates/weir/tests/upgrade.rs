@@ -224,3 +224,42 @@ fn a_unix_listener_crosses_the_upgrade() {
     assert!(!http.exists(), "the last process removes the socket file");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn quic_sockets_cross_the_upgrade() {
+    let port = free_port();
+    let pki = common::tlskit::Pki::new("upgrade-quic");
+    let cert = pki.issue("leaf", "leaf", &["leaf.test"]);
+    let dir = std::env::temp_dir().join(format!("weir-upgrade-quic-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("upgrade.sock");
+    let config = |body: &str| {
+        format!(
+            "workers: 2\nlisteners:\n  - address: 127.0.0.1:{port}\n    quic: true\n    tls: {{ certificates: [{{ cert: '{}', key: '{}' }}] }}\n    routes:\n      - respond: {{ body: {body} }}\n",
+            cert.cert.display(),
+            cert.key.display()
+        )
+    };
+    let c = common::h3::Client::new(common::h3::client_config(&pki.ca_der, false));
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let (mut old, _) = upgradable(&write_config("upgrade-quic-old", &config("old")), &socket);
+    assert_eq!(c.get(addr, "leaf.test", "/").text(), "old");
+    // The new process starts while the old one holds the UDP port: it can only be serving it
+    // on the sockets handed over (a fresh bind would be refused as in use).
+    let (mut new, _) = upgradable(&write_config("upgrade-quic-new", &config("new")), &socket);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while old.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the old weir did not drain and exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for _ in 0..5 {
+        assert_eq!(c.get(addr, "leaf.test", "/").text(), "new");
+    }
+    signal(&new, "-TERM");
+    assert!(new.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -70,6 +70,8 @@ pub(crate) enum ListenerChange {
     Add(Listening),
     /// Stop accepting on it (its sockets close); its connections finish their request and close.
     Remove(ListenerId),
+    /// Stop its HTTP/3 (a reload turned `quic` off): its QUIC connections get GOAWAY.
+    RemoveQuic(ListenerId),
 }
 
 /// State shared by the tasks of one worker.
@@ -97,6 +99,8 @@ pub(crate) struct WorkerState {
     pub metrics: Arc<crate::metrics::WorkerMetrics>,
     /// The accept loop of each listening socket, by listener.
     accepting: RefCell<HashMap<ListenerId, Vec<AbortHandle>>>,
+    /// The QUIC endpoints' accept loops, by listener.
+    quic_accepting: RefCell<HashMap<ListenerId, Vec<AbortHandle>>>,
     /// The shield's client table (the registry's, which outlives configs).
     pub shield: Arc<crate::shield::ShieldState>,
     /// The idle epoll parked connections wait in (`park.rs`).
@@ -278,6 +282,7 @@ pub(crate) fn run(
         clock_ms: Cell::new(0),
         tick_ms: Cell::new(sweep_tick(&cfg.timeouts).as_millis() as u64),
         accepting: RefCell::new(HashMap::new()),
+        quic_accepting: RefCell::new(HashMap::new()),
         shield: cfg.registry.shield.clone(),
     });
     local.block_on(&rt, async move {
@@ -293,6 +298,24 @@ pub(crate) fn run(
                     ListenerChange::Add(l) => start_accepting(&s, l),
                     ListenerChange::Remove(id) => {
                         for task in s.accepting.borrow_mut().remove(&id).unwrap_or_default() {
+                            task.abort();
+                        }
+                        for task in s
+                            .quic_accepting
+                            .borrow_mut()
+                            .remove(&id)
+                            .unwrap_or_default()
+                        {
+                            task.abort();
+                        }
+                    }
+                    ListenerChange::RemoveQuic(id) => {
+                        for task in s
+                            .quic_accepting
+                            .borrow_mut()
+                            .remove(&id)
+                            .unwrap_or_default()
+                        {
                             task.abort();
                         }
                     }
@@ -333,7 +356,7 @@ fn start_accepting(state: &Rc<WorkerState>, l: Listening) {
         ListenSocket::Udp(s) => {
             if let Some(task) = super::h3::start(state, s, l.id) {
                 state
-                    .accepting
+                    .quic_accepting
                     .borrow_mut()
                     .entry(l.id)
                     .or_default()

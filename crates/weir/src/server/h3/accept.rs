@@ -50,6 +50,10 @@ pub(super) async fn accept_loop(
     id: ListenerId,
     mut quic: Arc<QuicListen>,
 ) {
+    // However this loop ends (shutdown, or aborted when a reload removes the listener or its
+    // `quic`), the endpoint takes no new connection; open ones drain, and the socket closes
+    // once they are gone.
+    let _closing = RefuseNew(endpoint.clone());
     let mut shutdown = state.shutdown.clone();
     let mut rt = state.cached();
     let mut rate = Rate {
@@ -149,7 +153,17 @@ pub(super) async fn accept_loop(
             slot.abort = Some(task.abort_handle());
         }
     }
-    // No new connections; open ones get GOAWAY from their tasks and drain. The endpoint
-    // closes once they are gone (quinn keeps it while connections hold it).
-    endpoint.set_server_config(None);
+}
+
+/// Refuses new connections on the endpoint when dropped.
+struct RefuseNew(quinn::Endpoint);
+
+impl Drop for RefuseNew {
+    fn drop(&mut self) {
+        tracing::debug!(
+            open = self.0.open_connections(),
+            "QUIC endpoint takes no new connections"
+        );
+        self.0.set_server_config(None);
+    }
 }

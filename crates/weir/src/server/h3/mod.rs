@@ -34,7 +34,10 @@ pub(crate) fn start(
     socket: std::net::UdpSocket,
     id: ListenerId,
 ) -> Option<AbortHandle> {
-    let rt = state.cached();
+    // The config published now: a reload that adds the listener (or its `quic`) sends the
+    // socket after publishing the config that has it.
+    let mut rt = state.cached();
+    state.refresh(&mut rt);
     let index = rt.cfg.listener_index(&id)?;
     let quic = rt.cfg.listeners[index].quic.clone()?;
     let endpoint = match quinn::Endpoint::new(
