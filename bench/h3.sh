@@ -181,7 +181,7 @@ OUT="$ROOT/bench/results/h3-$(date -u +%Y%m%d-%H%M).md"
   echo "# HTTP/3: weir vs Caddy"
   echo
   machine_info
-  echo "- caddy: $("$CADDY" version 2>/dev/null | awk '{print $1}' | grep . || echo v2.11.9) (quic-go), GOMAXPROCS=1; weir: 1 worker; both pinned to core $SUT_CORE, load on core $LOAD_CORE"
+  echo "- caddy: $(go version -m "$CADDY" 2>/dev/null | awk '$1 == "mod" {print $3}') (quic-go $(go version -m "$CADDY" 2>/dev/null | awk '$2 == "github.com/quic-go/quic-go" {print $3}')), GOMAXPROCS=1; weir: 1 worker; both pinned to core $SUT_CORE, load on core $LOAD_CORE"
   echo "- ECDSA P-256 certificate, TLS 1.3; ${SECS} s per run; CPU µs = the server's user+sys CPU time / requests (or handshakes)"
   echo
   echo "## HTTP/3, 100 connections x 10 streams, 1 KiB (weir bench --h3 -c 100 --streams 10)"
