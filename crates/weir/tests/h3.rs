@@ -81,6 +81,13 @@ listeners:
         proxy: {{ upstream: o, forwarded: {{ x_forwarded: true }}, via: true }}
       - match: {{ path_prefix: /kv/ }}
         kv: {{ store: s }}
+      - match: {{ path_regex: "^/old/(.*)$" }}
+        redirect: "https://$host/new/$1"
+      - match: {{ path: /healthz }}
+        health: {{}}
+      - match: {{ path: /limited }}
+        filters: [{{ rate_limit: {{ rate: 1, burst: 0, headers: false }} }}]
+        respond: {{ body: ok }}
 "#,
         origin = origin.addr,
         log = log.display(),
@@ -195,10 +202,29 @@ fn every_action_answers_over_http3_and_is_logged_as_http3() {
             .await
             .unwrap();
         assert_eq!((r.status, r.text().as_str()), (200, "value"));
+
+        let r = h3c::request(&mut send, a, "GET", "/old/x?q=1", &[], b"")
+            .await
+            .unwrap();
+        assert_eq!(r.status, 301, "{}", r.text());
+        assert_eq!(r.header("location"), Some("https://leaf.test/new/x?q=1"));
+        let r = h3c::request(&mut send, a, "GET", "/healthz", &[], b"")
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200);
+        // A filter: the second request within the second is limited.
+        let r = h3c::request(&mut send, a, "GET", "/limited", &[], b"")
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200);
+        let r = h3c::request(&mut send, a, "GET", "/limited", &[], b"")
+            .await
+            .unwrap();
+        assert_eq!(r.status, 429);
     });
     conn.close(quinn::VarInt::from_u32(0x100), b"");
     wait_for("the access log", || {
-        std::fs::read_to_string(&s.log).is_ok_and(|t| t.lines().count() >= 11)
+        std::fs::read_to_string(&s.log).is_ok_and(|t| t.lines().count() >= 15)
     });
     let log = std::fs::read_to_string(&s.log).unwrap();
     assert!(
@@ -657,5 +683,51 @@ fn a_reload_turns_http3_on_and_off_on_a_kept_listener() {
     });
     inproc::reload(&s.handle, &s.yaml);
     assert_eq!(c.get(s.addr, "leaf.test", "/hello").status, 200);
+    inproc::stop(s.handle);
+}
+
+#[test]
+fn an_idle_connection_closes_at_the_keepalive_timeout_and_frees_its_slot() {
+    let s = setup(
+        "idle",
+        "admin: { address: 127.0.0.1:0 }\ntimeouts: { keepalive: 1s }",
+    );
+    let c = Client::new(h3c::client_config(&s.pki.ca_der, false));
+    let conn = c.connect(s.addr, "leaf.test").unwrap();
+    let t0 = Instant::now();
+    let closed = c.rt.block_on(async {
+        let mut send = h3c::session(&conn).await.unwrap();
+        let r = h3c::request(&mut send, "leaf.test", "GET", "/hello", &[], b"")
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200);
+        tokio::time::timeout(Duration::from_secs(10), conn.closed()).await
+    });
+    let waited = t0.elapsed();
+    assert!(
+        matches!(closed, Ok(quinn::ConnectionError::TimedOut)),
+        "{closed:?}"
+    );
+    assert!(waited < Duration::from_secs(5), "closed after {waited:?}");
+    // The worker's slot is given back: the open-connections gauge returns to the scrape's own
+    // connection.
+    let admin = s.handle.admin_addr().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = common::get(admin, "/metrics").text();
+        let last = m
+            .lines()
+            .find(|l| l.starts_with("weir_connections_open "))
+            .unwrap_or("")
+            .to_string();
+        if last == "weir_connections_open 1" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the QUIC connection's slot was not freed: {last}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     inproc::stop(s.handle);
 }
