@@ -185,7 +185,7 @@ async fn run_one(
             false
         }
         Err(_) => {
-            if !ctl.hard_end().is_some_and(|e| Instant::now() >= e) {
+            if ctl.hard_end().is_none_or(|e| Instant::now() < e) {
                 stats.borrow_mut().errors.timeout += 1;
             }
             false

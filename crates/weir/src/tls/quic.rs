@@ -145,7 +145,8 @@ mod tests {
     fn the_limits_are_checked() {
         let ok = Http3::default();
         assert!(check(&ok).is_ok());
-        let cases: [(fn(&mut Http3), &str); 5] = [
+        type Case = (fn(&mut Http3), &'static str);
+        let cases: [Case; 5] = [
             (
                 |h| h.max_concurrent_streams = 0,
                 "http3.max_concurrent_streams",
