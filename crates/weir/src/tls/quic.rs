@@ -96,6 +96,9 @@ fn transport(h: &Http3, idle: Duration) -> Result<quinn::TransportConfig, String
         // What one connection may buffer to send beyond what the client acknowledged.
         .send_window(h.connection_window.0.max(1 << 20))
         .enable_segmentation_offload(h.segmentation_offload)
+        // No QUIC DATAGRAM frames: HTTP/3 here has no use for them, and quinn would buffer
+        // 1.25 MB of them per connection that nothing reads.
+        .datagram_receive_buffer_size(None)
         .max_idle_timeout(Some(
             quinn::IdleTimeout::try_from(idle.max(Duration::from_millis(1)))
                 .map_err(|_| "timeouts.keepalive: too long for QUIC's idle timeout".to_string())?,

@@ -36,7 +36,10 @@ const NO_ERROR: u32 = 0x100;
 /// What every stream of a connection shares.
 pub(super) struct ConnShared {
     pub peer: SocketAddr,
-    pub tls: Rc<TlsInfo>,
+    conn: quinn::Connection,
+    /// What the handshake settled, once it completed (a client certificate is known only
+    /// then: requests in 0-RTT early data read it without one).
+    tls: RefCell<Option<Rc<TlsInfo>>>,
     pub state: Rc<WorkerState>,
     pub listener_id: ListenerId,
     /// Resolves when the handshake completes, while requests may still be 0-RTT early data
@@ -57,6 +60,22 @@ impl ConnShared {
     /// Whether a request read now came in 0-RTT early data: the handshake is not complete.
     /// (quinn signals completion while it processes the client's Finished, before it hands
     /// over anything the client sent after it.)
+    /// What the handshake settled, for a request read now (`early`: before it completed).
+    pub fn tls(&self, early: bool) -> Rc<TlsInfo> {
+        if early {
+            return Rc::new(tls_info(&self.conn));
+        }
+        self.tls
+            .borrow_mut()
+            .get_or_insert_with(|| Rc::new(tls_info(&self.conn)))
+            .clone()
+    }
+
+    /// Whether the handshake is still in progress (0-RTT), without consuming anything.
+    fn handshaking(&self) -> bool {
+        self.early()
+    }
+
     pub fn early(&self) -> bool {
         let mut h = self.early.borrow_mut();
         match h.as_mut().map(|f| f.now_or_never()) {
@@ -70,7 +89,7 @@ impl ConnShared {
     }
 }
 
-type H3Conn = h3::server::Connection<h3_quinn::Connection, Bytes>;
+type H3Conn = h3::server::Connection<super::guard::Guarded, Bytes>;
 
 /// Serves a QUIC connection to its end; `guard` frees its slot and counts why it closed.
 pub(super) async fn serve(
@@ -139,14 +158,19 @@ async fn start(
     };
     let shared = Rc::new(ConnShared {
         peer,
-        tls: Rc::new(tls_info(&conn)),
+        conn: conn.clone(),
+        tls: RefCell::new(None),
         state: state.clone(),
         listener_id: id,
         early: RefCell::new(handshake),
     });
     let mut builder = h3::server::builder();
     builder.max_field_section_size(cfg.http3.max_field_section_size.0);
-    let built = builder.build::<_, Bytes>(h3_quinn::Connection::new(conn.clone()));
+    let guarded = super::guard::Guarded::new(
+        conn.clone(),
+        super::guard::Limits::new(cfg.http3.max_field_section_size.0),
+    );
+    let built = builder.build::<_, Bytes>(guarded);
     match tokio::time::timeout(cfg.timeouts.header, built).await {
         Ok(Ok(c)) => Ok((conn, shared, Box::new(c))),
         Ok(Err(e)) => {
@@ -177,12 +201,20 @@ async fn run(
     let mut shutdown = state.shutdown.clone();
     let mut going_away = false;
     let mut resets = (Instant::now(), 0u32);
+    let keepalive = rt.cfg.timeouts.keepalive;
+    let header = rt.cfg.timeouts.header;
+    let tick = tick_for(keepalive, header);
     let mut rt_now = rt;
-    let mut reload_check = Box::pin(tokio::time::sleep(RELOAD_CHECK));
+    let started = Instant::now();
+    // Idle (no request stream) since: closed at `timeouts.keepalive` even while the client
+    // keeps QUIC alive with PINGs (QUIC's own idle timeout sees those as activity).
+    let mut idle_since = Some(started);
+    let mut ticker = Box::pin(tokio::time::sleep(tick));
     loop {
         tokio::select! {
             accepted = h3conn.accept(), if !going_away || !streams.is_empty() => match accepted {
                 Ok(Some(resolver)) => {
+                    idle_since = None;
                     streams.push(Box::pin(super::stream::serve(resolver, shared.clone())));
                 }
                 Ok(None) => break,
@@ -193,6 +225,9 @@ async fn run(
                 }
             },
             Some(failed) = streams.next(), if !streams.is_empty() => {
+                if streams.is_empty() {
+                    idle_since = Some(Instant::now());
+                }
                 if failed {
                     let now = Instant::now();
                     if now.duration_since(resets.0) >= Duration::from_secs(1) {
@@ -214,11 +249,29 @@ async fn run(
                 going_away = true;
                 let _ = Box::pin(h3conn.shutdown(0)).await;
             }
-            _ = &mut reload_check, if !going_away => {
+            _ = &mut ticker => {
+                let now = Instant::now();
+                ticker.as_mut().reset(now + tick);
+                // A 0-RTT connection serves before its handshake completes; one that never
+                // completes it is cut at `timeouts.header`, as a TCP handshake would be.
+                if now.duration_since(started) >= header && shared.handshaking() {
+                    if let Some(s) = &shield {
+                        s.handshake_failed(peer.ip());
+                    }
+                    conn.close(quinn::VarInt::from_u32(NO_ERROR), b"handshake timeout");
+                    return CloseReason::Timeout;
+                }
+                if going_away {
+                    continue;
+                }
+                if idle_since.is_some_and(|t| now.duration_since(t) >= keepalive) {
+                    let _ = Box::pin(h3conn.shutdown(0)).await;
+                    conn.close(quinn::VarInt::from_u32(NO_ERROR), b"");
+                    return CloseReason::Idle;
+                }
                 // A reload that removed the listener (or its QUIC) ends the connection
                 // gracefully, as a removed TCP listener's connections close after their
                 // request.
-                reload_check.as_mut().reset(tokio::time::Instant::now() + RELOAD_CHECK);
                 state.refresh(&mut rt_now);
                 let kept = rt_now
                     .cfg
@@ -238,8 +291,11 @@ async fn run(
     CloseReason::Done
 }
 
-/// How often a connection looks for a reload that removed its listener.
-const RELOAD_CHECK: Duration = Duration::from_millis(500);
+/// How often a connection looks at its clocks (idle, handshake) and for a reload that removed
+/// its listener: a quarter of the shorter timeout, between 10 ms and 500 ms.
+fn tick_for(keepalive: Duration, header: Duration) -> Duration {
+    (keepalive.min(header) / 4).clamp(Duration::from_millis(10), Duration::from_millis(500))
+}
 
 /// What the QUIC handshake settled (QUIC is TLS 1.3; quinn does not say which cipher suite
 /// the handshake chose, so `$ssl_cipher` is `-` over HTTP/3).

@@ -10,6 +10,7 @@
 //! - [`conn`]: one connection: its request streams polled inside its task (as HTTP/2's),
 //!   GOAWAY at shutdown or reload, the reset-flood limit.
 //! - [`stream`]: one request stream.
+//! - [`guard`]: between quinn and `h3`, frame lengths checked before `h3` buffers a frame.
 //!
 //! Limits (`http3:`): concurrent request streams and receive windows are QUIC transport
 //! parameters (a client cannot open a stream past the limit: the flood HTTP/2 must count does
@@ -18,6 +19,7 @@
 
 mod accept;
 mod conn;
+mod guard;
 mod stream;
 
 use std::rc::Rc;

@@ -22,7 +22,7 @@ use crate::pipeline::downstream::Downstream;
 use crate::runtime::WorkerRuntime;
 use crate::server::h2::convert;
 
-type Stream = RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
+type Stream = RequestStream<super::guard::GuardedBidi, Bytes>;
 
 /// Queued body bytes past which the pipeline should flush.
 const FLUSH_AT: usize = 64 * 1024;
@@ -30,6 +30,8 @@ const FLUSH_AT: usize = 64 * 1024;
 /// One stream being answered.
 pub(super) struct H3Stream {
     shared: Rc<ConnShared>,
+    /// What the handshake settled when the request was read.
+    tls: Rc<crate::tls::TlsInfo>,
     rt: Rc<WorkerRuntime>,
     stream: Stream,
     /// The first body bytes, read to learn whether a body follows a head without a length.
@@ -37,6 +39,10 @@ pub(super) struct H3Stream {
     /// The request body was read to its end (or there is none).
     body_done: bool,
     body_read: u64,
+    /// The request's `content-length`: its body must be exactly that long (RFC 9114 §4.1.2,
+    /// malformed otherwise), or the origin would wait for bytes that never come or get more
+    /// than the head announced.
+    declared: Option<u64>,
     /// A route's `shape` cap below `limits.max_body_bytes` (`u64::MAX`: none).
     body_cap: u64,
     head: Option<http::Response<()>>,
@@ -59,6 +65,25 @@ impl std::fmt::Debug for H3Stream {
     }
 }
 
+/// Whether the request carries a field HTTP/3 forbids (RFC 9114 §4.2: connection-specific
+/// fields, and `te` other than `trailers`), or more than one `host`: malformed, answered 400
+/// rather than dropped or picked from.
+fn connection_specific(h: &http::HeaderMap) -> bool {
+    [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "upgrade",
+    ]
+    .iter()
+    .any(|n| h.contains_key(*n))
+        || h.get_all(http::header::TE)
+            .iter()
+            .any(|v| !v.as_bytes().eq_ignore_ascii_case(b"trailers"))
+        || h.get_all(http::header::HOST).iter().nth(1).is_some()
+}
+
 /// Whether `method` may be served from 0-RTT early data (RFC 8470 §3: safe methods only).
 fn safe(method: &http::Method) -> bool {
     matches!(
@@ -71,7 +96,7 @@ fn safe(method: &http::Method) -> bool {
 /// stream failed before a request was read (reset, malformed, too large): the connection
 /// counts those.
 pub(super) async fn serve(
-    resolver: RequestResolver<h3_quinn::Connection, Bytes>,
+    resolver: RequestResolver<super::guard::Guarded, Bytes>,
     shared: Rc<ConnShared>,
 ) -> bool {
     let mut rt = shared.state.cached();
@@ -93,12 +118,14 @@ pub(super) async fn serve(
     shared.state.metrics.h3_requests.inc();
     let (mut parts, ()) = request.into_parts();
     let mut d = H3Stream {
+        tls: shared.tls(early),
         shared,
         rt: rt.clone(),
         stream,
         first: None,
         body_done: false,
         body_read: 0,
+        declared: None,
         body_cap: u64::MAX,
         head: None,
         started: false,
@@ -111,6 +138,10 @@ pub(super) async fn serve(
     };
     let result = match d.has_body(&parts).await {
         Err(e) => Err(e),
+        Ok(_) if connection_specific(&parts.headers) => Err(weir_http::ParseError::BadRequest(
+            "connection-specific field in an HTTP/3 request",
+        )
+        .into()),
         Ok(_) if early && !safe(&parts.method) => Err(Error::with(
             ErrorKind::TooEarly,
             "unsafe method in 0-RTT early data",
@@ -157,9 +188,12 @@ impl H3Stream {
     /// ends (a GET's FIN comes with its HEADERS) or brings data (kept for `body_chunk`).
     async fn has_body(&mut self, parts: &http::request::Parts) -> Result<bool, Error> {
         if let Some(v) = parts.headers.get(http::header::CONTENT_LENGTH) {
-            let empty = v.as_bytes() == b"0";
-            self.body_done = empty;
-            return Ok(!empty);
+            // A value the codec refuses is answered 400 by `convert::request_head`.
+            self.declared = std::str::from_utf8(v.as_bytes())
+                .ok()
+                .and_then(|t| t.trim().parse::<u64>().ok());
+            let empty = self.declared == Some(0);
+            return Ok(!empty || self.declared.is_none());
         }
         let wait = self.rt.cfg.timeouts.body;
         match tokio::time::timeout(wait, self.stream.recv_data()).await {
@@ -210,7 +244,22 @@ impl H3Stream {
         if self.body_read > limit {
             return Err(weir_http::ParseError::BodyTooLarge.into());
         }
+        if self.declared.is_some_and(|d| self.body_read > d) {
+            return Err(
+                weir_http::ParseError::BadRequest("body longer than content-length").into(),
+            );
+        }
         Ok(())
+    }
+
+    /// The body ended (FIN): it must be as long as `content-length` said.
+    fn check_end(&self) -> Result<(), Error> {
+        match self.declared {
+            Some(d) if self.body_read != d => {
+                Err(weir_http::ParseError::BadRequest("body shorter than content-length").into())
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -257,7 +306,7 @@ impl Downstream for H3Stream {
     }
 
     fn tls(&self) -> Option<&crate::tls::TlsInfo> {
-        Some(&self.shared.tls)
+        Some(&self.tls)
     }
 
     fn cap_body(&mut self, max: u64) {
@@ -279,6 +328,7 @@ impl Downstream for H3Stream {
             Ok(Ok(None)) => {
                 self.read_trailers().await;
                 self.body_done = true;
+                self.check_end()?;
                 Ok(None)
             }
             Ok(Ok(Some(mut data))) => {
