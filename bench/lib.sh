@@ -167,7 +167,7 @@ rotated() {
   for ((i = 0; i < n; i++)); do echo "${items[$(((i + k) % n))]}"; done
 }
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b ~ /^[0-9.]+$/ && a ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
 machine_info() {
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -210,6 +210,10 @@ cg_instructions() {
   pid=$!; track $pid
   # (A build that refuses the config, one from before a feature, exits: its row is n/a.)
   for _ in $(seq 1 600); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if ! kill -0 "$pid" 2>/dev/null; then
+    INS=n/a
+    return 0
+  fi
   if [ "${1:-}" = H3 ]; then
     # HTTP/3 (weir bench --h3) to the listener's UDP side.
     shift
@@ -230,7 +234,7 @@ cg_instructions() {
   fi
   callgrind_control -d "$pid" >/dev/null 2>&1
   sleep 0.5
-  out=$(ls -t "$TMP"/cg.out."$pid"* 2>/dev/null | head -1)
+  out=$(ls -t "$TMP"/cg.out."$pid"* 2>/dev/null | head -1 || true)
   INS=$(awk -v n="$CG_N" '/^(summary|totals):/ {t=$2} END { if (t > 0) printf "%.0f", t / n; else print "n/a" }' "$out")
   kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
   rm -f "$TMP"/cg.out.*

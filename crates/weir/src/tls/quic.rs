@@ -9,10 +9,11 @@
 //! excludes; s2n-quic was not measured. `server/h3/` keeps quinn and the `h3` crate behind its
 //! own `Downstream`, so the stack can change without touching the pipeline.
 //!
-//! Measured with it (`bench/h3.sh`, 2026-11-26): a 1 KiB cache hit over HTTP/3 at 100
-//! connections x 10 streams costs 14.15 µs of CPU (Caddy/quic-go serving the file: 108.65;
-//! weir's HTTP/2 over TLS: 6.16 under h2load, 7.82 under `weir bench`), and an idle connection
-//! 51 KiB, 30 of them quinn's own state (figures and the profile: bench/README.md).
+//! Measured with it (`bench/h3.sh`, 2026-11-26, two runs): a 1 KiB cache hit over HTTP/3 at
+//! 100 connections x 10 streams costs 14.15–17.73 µs of CPU, 0.13–0.17× Caddy/quic-go serving
+//! the file and 1.81–1.95× weir's HTTP/2 over TLS under the same client (2.29–2.30× under
+//! h2load); an idle connection holds 51–52 KiB, 30 of them quinn's own state (figures and the
+//! profile: bench/README.md).
 
 use std::sync::Arc;
 use std::time::Duration;
