@@ -111,19 +111,6 @@ print("%.0f %.0f %.0f %d %d %.1f" % (r["requests_per_second"], r["latency_ms"]["
   B_CPU=$(awk -v d=$((t1 - t0)) -v r="${B_N:-0}" -v hz="$CLK_TCK" 'BEGIN { if (r > 0) printf "%.2f", d * 1e6 / hz / r; else print "n/a" }')
 }
 
-# h2load on the load core; sets RPS, DONE, FAILED, CPU_US.
-run_h2load() { # pid url args...
-  local pid=$1 url=$2; shift 2
-  local t0 t1
-  t0=$(cpu_ticks "$pid")
-  taskset -c "$LOAD_CORE" h2load -t 1 -D "$SECS" "$@" "$url" > h2load.out 2>&1 || true
-  t1=$(cpu_ticks "$pid")
-  RPS=$(awk '/^finished in/ {gsub(",",""); printf "%.0f", $4}' h2load.out)
-  DONE=$(awk '/^requests:/ {print $8}' h2load.out)
-  FAILED=$(awk '/^requests:/ {print $10 + $12 + $14}' h2load.out)
-  CPU_US=$(awk -v d=$((t1 - t0)) -v r="${DONE:-0}" -v hz="$CLK_TCK" 'BEGIN { if (r > 0) printf "%.2f", d * 1e6 / hz / r; else print "n/a" }')
-}
-
 declare -A ROW
 log "HTTP/3, 100 connections x 10 streams"
 run_bench "$WEIR_PID" https://localhost:19411/s1024 --h3 -c 100 --streams 10

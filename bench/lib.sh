@@ -197,6 +197,20 @@ idle_rss() {
   echo "$before $after"
 }
 
+# h2load -t 1 for $SECS seconds on the load core, run in the current directory (bench/tls.sh,
+# bench/h3.sh); sets RPS, DONE, FAILED, CPU_US (server CPU µs per request).
+run_h2load() { # pid url args...
+  local pid=$1 url=$2; shift 2
+  local t0 t1
+  t0=$(cpu_ticks "$pid")
+  taskset -c "$LOAD_CORE" h2load -t 1 -D "$SECS" "$@" "$url" > h2load.out 2>&1 || true
+  t1=$(cpu_ticks "$pid")
+  RPS=$(awk '/^finished in/ {gsub(",",""); printf "%.0f", $4}' h2load.out)
+  DONE=$(awk '/^requests:/ {print $8}' h2load.out)
+  FAILED=$(awk '/^requests:/ {print $10 + $12 + $14}' h2load.out)
+  CPU_US=$(awk -v d=$((t1 - t0)) -v r="${DONE:-0}" -v hz="$CLK_TCK" 'BEGIN { if (r > 0) printf "%.2f", d * 1e6 / hz / r; else print "n/a" }')
+}
+
 # User-space instructions per request of weir binary BIN serving CONFIG, counted by callgrind over
 # CG_N requests (`weir bench -n`, load generator $WEIR) after a 500-request warm-up: sets INS.
 # Args: BIN CONFIG PATH bench-args... ($ORIGIN_PORT is passed as WEIR_ORIGIN when set.)

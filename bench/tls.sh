@@ -109,19 +109,6 @@ done
 curl -s http://127.0.0.1:19404/s1024 -o /dev/null
 curl -s http://127.0.0.1:19405/ -o /dev/null
 
-# h2load on the load core; sets RPS, DONE, FAILED, CPU_US (server CPU µs per request).
-run_h2load() { # pid url args...
-  local pid=$1 url=$2; shift 2
-  local t0 t1
-  t0=$(cpu_ticks "$pid")
-  taskset -c "$LOAD_CORE" h2load -t 1 -D "$SECS" "$@" "$url" > h2load.out 2>&1 || true
-  t1=$(cpu_ticks "$pid")
-  RPS=$(awk '/^finished in/ {gsub(",",""); printf "%.0f", $4}' h2load.out)
-  DONE=$(awk '/^requests:/ {print $8}' h2load.out)
-  FAILED=$(awk '/^requests:/ {print $10 + $12 + $14}' h2load.out)
-  CPU_US=$(awk -v d=$((t1 - t0)) -v r="${DONE:-0}" -v hz="$CLK_TCK" 'BEGIN { if (r > 0) printf "%.2f", d * 1e6 / hz / r; else print "n/a" }')
-}
-
 # weir bench on the load core (JSON); sets B_RPS, B_P99 (µs), B_HS (handshakes/s), B_RESUMED,
 # B_ERR and B_CPU (server CPU µs per request).
 run_bench() { # pid url args...

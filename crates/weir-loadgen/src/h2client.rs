@@ -100,18 +100,7 @@ async fn one(
     uri: &str,
     head_request: bool,
 ) -> Result<(u16, u64), ()> {
-    let mut req = http::Request::builder()
-        .method(opts.method.as_str())
-        .uri(uri);
-    let mut has_ua = false;
-    for (n, v) in &opts.headers {
-        has_ua |= n.eq_ignore_ascii_case("user-agent");
-        req = req.header(n.as_str(), v.as_str());
-    }
-    if !has_ua {
-        req = req.header("user-agent", "weir-bench");
-    }
-    let req = req.body(()).map_err(|_| ())?;
+    let req = opts.request_head(uri).map_err(|_| ())?;
     let mut sender = client.clone().ready().await.map_err(|_| ())?;
     let no_body = opts.body.is_empty();
     let (response, mut send) = sender.send_request(req, no_body).map_err(|_| ())?;

@@ -200,21 +200,7 @@ async fn one(
     uri: &str,
     head_request: bool,
 ) -> Result<(u16, u64), ()> {
-    let mut req = http::Request::builder()
-        .method(opts.method.as_str())
-        .uri(uri);
-    let mut has_ua = false;
-    for (n, v) in &opts.headers {
-        has_ua |= n.eq_ignore_ascii_case("user-agent");
-        req = req.header(n.as_str(), v.as_str());
-    }
-    if !has_ua {
-        req = req.header("user-agent", "weir-bench");
-    }
-    if !opts.body.is_empty() {
-        req = req.header("content-length", opts.body.len());
-    }
-    let req = req.body(()).map_err(|_| ())?;
+    let req = opts.request_head(uri).map_err(|_| ())?;
     let mut stream = client.send_request(req).await.map_err(|_| ())?;
     if !opts.body.is_empty() {
         stream.send_data(opts.body.clone()).await.map_err(|_| ())?;

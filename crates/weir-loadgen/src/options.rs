@@ -106,6 +106,26 @@ pub struct Options {
 }
 
 impl Options {
+    /// The request head as HTTP/2 and HTTP/3 send it (`uri` absolute): the method, the
+    /// `-H` fields, and `user-agent: weir-bench` unless one was given.
+    pub fn request_head(&self, uri: &str) -> Result<http::Request<()>, http::Error> {
+        let mut req = http::Request::builder()
+            .method(self.method.as_str())
+            .uri(uri);
+        let mut has_ua = false;
+        for (n, v) in &self.headers {
+            has_ua |= n.eq_ignore_ascii_case("user-agent");
+            req = req.header(n.as_str(), v.as_str());
+        }
+        if !has_ua {
+            req = req.header("user-agent", "weir-bench");
+        }
+        if !self.body.is_empty() {
+            req = req.header("content-length", self.body.len());
+        }
+        req.body(())
+    }
+
     /// The encoded request, sent as is for every request.
     pub fn request_bytes(&self) -> Bytes {
         let mut r = format!(

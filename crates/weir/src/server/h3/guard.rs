@@ -246,6 +246,20 @@ impl quic::BidiStream<Bytes> for GuardedBidi {
     }
 }
 
+/// Opens a bidirectional stream on `opener`, guarded (`h3` asks only for the types: a server
+/// opens none).
+fn open_bidi<O>(
+    opener: &mut O,
+    cx: &mut Context<'_>,
+    limits: Limits,
+) -> Poll<Result<GuardedBidi, StreamErrorIncoming>>
+where
+    O: quic::OpenStreams<Bytes, BidiStream = h3_quinn::BidiStream<Bytes>>,
+{
+    let b = ready!(opener.poll_open_bidi(cx))?;
+    Poll::Ready(Ok(guard_bidi(b, limits)))
+}
+
 fn guard_bidi(b: h3_quinn::BidiStream<Bytes>, limits: Limits) -> GuardedBidi {
     let (send, recv) = quic::BidiStream::split(b);
     GuardedBidi {
@@ -317,11 +331,7 @@ impl quic::OpenStreams<Bytes> for Guarded {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Result<GuardedBidi, StreamErrorIncoming>> {
-        let b = ready!(quic::OpenStreams::<Bytes>::poll_open_bidi(
-            &mut self.inner,
-            cx
-        ))?;
-        Poll::Ready(Ok(guard_bidi(b, self.limits)))
+        open_bidi(&mut self.inner, cx, self.limits)
     }
 
     fn poll_open_send(
@@ -350,11 +360,7 @@ impl quic::OpenStreams<Bytes> for Opener {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Result<GuardedBidi, StreamErrorIncoming>> {
-        let b = ready!(quic::OpenStreams::<Bytes>::poll_open_bidi(
-            &mut self.inner,
-            cx
-        ))?;
-        Poll::Ready(Ok(guard_bidi(b, self.limits)))
+        open_bidi(&mut self.inner, cx, self.limits)
     }
 
     fn poll_open_send(

@@ -192,9 +192,20 @@ impl H3Stream {
             self.declared = std::str::from_utf8(v.as_bytes())
                 .ok()
                 .and_then(|t| t.trim().parse::<u64>().ok());
-            let empty = self.declared == Some(0);
-            return Ok(!empty || self.declared.is_none());
+            return Ok(self.declared != Some(0));
         }
+        match self.next_data().await? {
+            None => Ok(false),
+            Some(first) => {
+                self.first = Some(first);
+                Ok(true)
+            }
+        }
+    }
+
+    /// The next body bytes from the stream (within `timeouts.body`), or `None` at its end,
+    /// once its trailers (if any) are read.
+    async fn next_data(&mut self) -> Result<Option<Bytes>, Error> {
         let wait = self.rt.cfg.timeouts.body;
         match tokio::time::timeout(wait, self.stream.recv_data()).await {
             Err(_) => Err(Error::new(ErrorKind::BodyTimeout)),
@@ -202,12 +213,9 @@ impl H3Stream {
             Ok(Ok(None)) => {
                 self.read_trailers().await;
                 self.body_done = true;
-                Ok(false)
+                Ok(None)
             }
-            Ok(Ok(Some(mut data))) => {
-                self.first = Some(data.copy_to_bytes(data.remaining()));
-                Ok(true)
-            }
+            Ok(Ok(Some(mut data))) => Ok(Some(data.copy_to_bytes(data.remaining()))),
         }
     }
 
@@ -321,18 +329,12 @@ impl Downstream for H3Stream {
         if self.body_done {
             return Ok(None);
         }
-        let wait = self.rt.cfg.timeouts.body;
-        match tokio::time::timeout(wait, self.stream.recv_data()).await {
-            Err(_) => Err(Error::new(ErrorKind::BodyTimeout)),
-            Ok(Err(e)) => Err(h3_error(e)),
-            Ok(Ok(None)) => {
-                self.read_trailers().await;
-                self.body_done = true;
+        match self.next_data().await? {
+            None => {
                 self.check_end()?;
                 Ok(None)
             }
-            Ok(Ok(Some(mut data))) => {
-                let chunk = data.copy_to_bytes(data.remaining());
+            Some(chunk) => {
                 self.count_body(chunk.len())?;
                 Ok(Some(chunk))
             }
