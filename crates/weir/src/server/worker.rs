@@ -526,15 +526,45 @@ impl Boxed {
     }
 }
 
-/// Spawns the task serving plain connection `conn` in slot `key` (accepted or unparked).
+/// Serves plain connection `conn` in slot `key` (accepted or unparked): its first poll runs
+/// here, and a task is spawned only if it must wait.
 ///
 /// The connection's future is boxed, as TLS ones are: tokio moves a task's future by value
 /// several times between spawn and completion (into its cell, and each `Stage` it writes is a
 /// copy of the whole enum), and at 864 bytes those copies cost about 900 instructions per
 /// connection (callgrind, `Connection: close` hello). Boxed, the task moves two pointers,
 /// for one allocation and one copy of the future.
+///
+/// The first poll is made inline, with a no-op waker: a connection-per-request client (seed
+/// experiment 002) has usually sent its request by the time it is accepted, and is then served
+/// and closed within that poll, without a task. tokio allocates a task's cell 128-byte aligned,
+/// which glibc serves through `_int_memalign`; with the scheduling and the abort handle that
+/// was about 1,000 instructions per connection (`bench/ab_weir.sh`, close row). A future that
+/// returns `Pending` has registered the no-op waker; the task's first poll, which tokio makes
+/// at once, registers its own before anything can be missed (readiness is kept as state by the
+/// reactor, and timers are looked at again on every poll). A panic in that poll closes this
+/// connection only, as it would in its task: it is caught here, and the panic hook has
+/// counted and logged it.
 pub(crate) fn spawn_plain(state: &Rc<WorkerState>, key: usize, conn: Conn, guard: ActiveGuard) {
-    let serve: Serve = Box::pin(serve_plain(conn));
+    let mut serve: Serve = Box::pin(serve_plain(conn));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        std::future::Future::poll(serve.as_mut(), &mut cx)
+    }));
+    match polled {
+        Ok(std::task::Poll::Pending) => {}
+        Ok(std::task::Poll::Ready(reason)) => {
+            // The future (owning the connection) goes first, as in `Boxed`.
+            drop(serve);
+            let mut guard = guard;
+            guard.2 = reason;
+            return;
+        }
+        Err(_) => {
+            drop(serve);
+            return;
+        }
+    }
     let mut task = Boxed { serve, guard };
     let task = tokio::task::spawn_local(async move { task.run().await });
     if let Some(slot) = state.conns.borrow_mut().get_mut(key) {

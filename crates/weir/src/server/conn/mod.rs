@@ -347,7 +347,10 @@ impl Conn {
         if let Some(stream) = stream {
             self.state.set_idle(self.key, Some(wait), parkable);
             self.parkable = parkable;
-            let ready = stream.readable().await;
+            // The registration's reader slot, not `readable()`: that future links a waiter
+            // into the socket's list and unlinks it again, about 150 instructions a request
+            // more (callgrind, hello keep-alive).
+            let ready = std::future::poll_fn(|cx| stream.poll_read_ready(cx)).await;
             self.parkable = false;
             self.state.set_idle(self.key, None, false);
             ready.or_err(ErrorKind::ClientIo, "read")?;
