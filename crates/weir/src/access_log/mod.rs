@@ -44,16 +44,16 @@ pub fn now() -> (u64, u32) {
 
 thread_local! {
     /// A wall-clock reading and the monotonic instant it was taken at, renewed every second.
-    static WALL: std::cell::Cell<Option<(std::time::Instant, Duration)>> =
+    static WALL: std::cell::Cell<Option<(crate::clock::Mono, Duration)>> =
         const { std::cell::Cell::new(None) };
 }
 
 /// The wall-clock time at monotonic instant `at` (the one the request's duration was measured
 /// with), as [`now`] gives it: saves a clock read per logged request, reading the wall clock
 /// once a second per thread instead.
-pub fn wall_at(at: std::time::Instant) -> (u64, u32) {
+pub fn wall_at(at: crate::clock::Mono) -> (u64, u32) {
     let (base, wall) = match WALL.get() {
-        Some((base, wall)) if at >= base && at - base < Duration::from_secs(1) => (base, wall),
+        Some((base, wall)) if at >= base && at.since(base) < Duration::from_secs(1) => (base, wall),
         _ => {
             let wall = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -62,7 +62,7 @@ pub fn wall_at(at: std::time::Instant) -> (u64, u32) {
             (at, wall)
         }
     };
-    let t = wall + (at - base);
+    let t = wall + at.since(base);
     (t.as_secs(), t.subsec_millis())
 }
 

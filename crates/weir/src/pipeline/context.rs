@@ -2,9 +2,9 @@
 //! would report when it ends: the route, the cache state, the upstream and server, the status,
 //! bytes and timings.
 
+use crate::clock::Mono;
 use std::net::IpAddr;
 use std::rc::Rc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use weir_http::{Reply, RequestHead};
@@ -72,9 +72,9 @@ pub(crate) struct RequestCtx {
     pub bytes_sent: u64,
     /// When the request started, read only when something will report it (the `trace` log
     /// now, the access log later): a clock read is ~1% of a keep-alive hello.
-    pub started: Option<Instant>,
+    pub started: Option<Mono>,
     /// When the upstream's response head arrived.
-    pub upstream_head_at: Option<Instant>,
+    pub upstream_head_at: Option<Mono>,
     /// Request body bytes read from the client.
     pub bytes_received: u64,
     /// The access log the request is written to (its slot in `cfg.access_logs`).
@@ -115,7 +115,7 @@ impl RequestCtx {
             started: (rt.cfg.metrics
                 || !rt.cfg.access_logs.is_empty()
                 || tracing::enabled!(tracing::Level::TRACE))
-            .then(Instant::now),
+            .then(Mono::now),
             upstream_head_at: None,
             bytes_received: 0,
             log: rt.cfg.listeners[listener].access_log.map(|s| s as u32),

@@ -320,7 +320,7 @@ pub(crate) async fn forward<D: Downstream>(
     if let Some(run) = ctx.run_if_any() {
         run.served = Some((upstream, server));
     }
-    ctx.upstream_head_at = Some(std::time::Instant::now());
+    ctx.upstream_head_at = Some(crate::clock::Mono::now());
     ctx.status = resp.status;
 
     if shape.upgrade && resp.status == 101 {

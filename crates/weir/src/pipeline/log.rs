@@ -13,6 +13,7 @@ use weir_http::RequestHead;
 use super::downstream::Downstream;
 use super::RequestCtx;
 use crate::access_log::Entry;
+use crate::clock::Mono;
 use crate::error::Error;
 use weir_http::Persistence;
 
@@ -22,12 +23,12 @@ pub(super) fn finish<D: Downstream>(
     head: &RequestHead,
     result: &Result<Persistence, Error>,
 ) {
-    let now = ctx.started.map(|t| (t, std::time::Instant::now()));
-    let elapsed = now.map(|(t, now)| now - t);
+    let now = ctx.started.map(|t| (t, Mono::now()));
+    let elapsed = now.map(|(t, now)| now.since(t));
     // Borrowed, not cloned: a reference count up and down per request for nothing.
     let rt = &ctx.rt;
     if rt.cfg.metrics {
-        let nanos = elapsed.map_or(0, |e| e.as_nanos() as u64);
+        let nanos = now.map_or(0, |(t, now)| now.nanos_since(t));
         rt.route_metrics[ctx.listener][ctx.route.map_or(0, |r| r as usize + 1)]
             .record(ctx.status, nanos);
         if let Some((u, s)) = ctx.upstream {
@@ -43,7 +44,7 @@ pub(super) fn finish<D: Downstream>(
         log_filters(ctx, elapsed);
     }
     if let Some(slot) = ctx.log.map(|s| s as usize) {
-        let now = now.map_or_else(std::time::Instant::now, |(_, now)| now);
+        let now = now.map_or_else(Mono::now, |(_, now)| now);
         access_line(d, ctx, head, slot, elapsed, now);
     }
     tracing::trace!(
@@ -71,7 +72,7 @@ fn log_filters(ctx: &mut RequestCtx, elapsed: Option<Duration>) {
         upstream_time: ctx
             .started
             .zip(ctx.upstream_head_at)
-            .map(|(s, t)| t.duration_since(s)),
+            .map(|(s, t)| t.since(s)),
     };
     let rt = ctx.rt.clone();
     if let Some(route) = ctx
@@ -89,7 +90,7 @@ fn access_line<D: Downstream>(
     head: &RequestHead,
     slot: usize,
     elapsed: Option<Duration>,
-    now: std::time::Instant,
+    now: Mono,
 ) {
     let rt = ctx.rt.clone();
     let log = &rt.cfg.access_logs[slot];
@@ -110,7 +111,7 @@ fn access_line<D: Downstream>(
     let upstream_time = ctx
         .started
         .zip(ctx.upstream_head_at)
-        .map(|(s, t)| t.duration_since(s));
+        .map(|(s, t)| t.since(s));
     let request_field = |name: &str| head.header(name).map(|v| &v[..]);
     let sent: &[(usize, bytes::Bytes)] = ctx.extra.as_ref().map_or(&[], |e| &e.sent_fields);
     let response_field = |name: &str| {

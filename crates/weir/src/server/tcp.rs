@@ -249,7 +249,7 @@ impl Outcome<'_> {
             .upstream
             .and_then(|(u, s)| rt.cfg.upstreams[u].servers[s].log_addr());
         let none = |_: &str| None;
-        let now = std::time::Instant::now();
+        let now = crate::clock::Mono::now();
         let time = crate::access_log::wall_at(now);
         let entry = Entry {
             time,
