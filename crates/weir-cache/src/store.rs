@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use crate::key::CacheKey;
+use crate::key::{ByHash, CacheKey};
 use crate::object::CachedObject;
 pub use crate::storage::{Lookup, PurgeSelector};
 use crate::storage::{Purged, Storage};
@@ -55,11 +55,11 @@ struct Entry {
 
 #[derive(Default)]
 struct Shard {
-    map: HashMap<u64, Entry>,
+    map: HashMap<u64, Entry, ByHash>,
     small: VecDeque<(u64, u64)>,
     main: VecDeque<(u64, u64)>,
     ghost: VecDeque<u64>,
-    ghost_set: HashSet<u64>,
+    ghost_set: HashSet<u64, ByHash>,
     bytes: u64,
     small_bytes: u64,
     next_generation: u64,

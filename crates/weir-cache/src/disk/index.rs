@@ -8,6 +8,8 @@
 //! cache loader does), then only the bytes appended after it are scanned.
 
 use std::collections::HashMap;
+
+use crate::key::ByHash;
 use std::io::{self, Write};
 use std::path::Path;
 use std::sync::Mutex;
@@ -21,7 +23,7 @@ const MAGIC: &[u8; 8] = b"WEIRIDX1";
 /// The index.
 #[derive(Debug)]
 pub struct Index {
-    shards: Vec<Mutex<HashMap<u64, Loc>>>,
+    shards: Vec<Mutex<HashMap<u64, Loc, ByHash>>>,
 }
 
 /// What a snapshot holds besides the entries.
@@ -35,13 +37,15 @@ pub struct Covered {
 impl Default for Index {
     fn default() -> Self {
         Index {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(HashMap::default()))
+                .collect(),
         }
     }
 }
 
 impl Index {
-    fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Loc>> {
+    fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Loc, ByHash>> {
         self.shards[(hash % SHARDS as u64) as usize]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -154,8 +158,10 @@ impl Index {
         if i.b.len() as u64 != count * 20 {
             return None;
         }
-        let mut maps: Vec<HashMap<u64, Loc>> = (0..SHARDS)
-            .map(|_| HashMap::with_capacity(count as usize / SHARDS + 1))
+        let mut maps: Vec<HashMap<u64, Loc, ByHash>> = (0..SHARDS)
+            .map(|_| {
+                HashMap::with_capacity_and_hasher(count as usize / SHARDS + 1, ByHash::default())
+            })
             .collect();
         for _ in 0..count {
             let hash = i.u64()?;
