@@ -84,7 +84,7 @@ impl UpstreamConn {
 #[derive(Debug)]
 struct Idle {
     conn: UpstreamConn,
-    since: Instant,
+    since: crate::clock::Mono,
 }
 
 /// The idle connections of one worker for one upstream.
@@ -112,7 +112,7 @@ impl Pool {
     pub fn take(&mut self, server: usize, health: &Health) -> Option<UpstreamConn> {
         let q = &mut self.per_server[server];
         while let Some(idle) = q.pop_back() {
-            if idle.since.elapsed() > self.idle_timeout {
+            if crate::clock::Mono::now().since(idle.since) > self.idle_timeout {
                 // Everything older is further down the queue: drop it all.
                 q.clear();
                 return None;
@@ -171,7 +171,7 @@ impl Pool {
         conn.buf.clear();
         q.push_back(Idle {
             conn,
-            since: Instant::now(),
+            since: crate::clock::Mono::now(),
         });
     }
 }

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
@@ -170,10 +170,12 @@ pub struct Health {
     pub outlier: super::outlier::Outlier,
 }
 
-/// Milliseconds since the process started (monotonic).
+/// Milliseconds since the process started (monotonic; read on every proxied request, hence
+/// [`Mono`](crate::clock::Mono) rather than `Instant`).
 pub fn now_ms() -> u64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_millis() as u64
+    static START: OnceLock<crate::clock::Mono> = OnceLock::new();
+    let start = *START.get_or_init(crate::clock::Mono::now);
+    crate::clock::Mono::now().nanos_since(start) / 1_000_000
 }
 
 const ACTIVE_DOWN: u8 = 1;
