@@ -106,7 +106,10 @@ pub fn hash_bytes(b: &[u8]) -> u64 {
 
 /// Hashing for maps and sets keyed by [`CacheKey::hash`]: that value is already a keyed hash
 /// of the text, so it is used as it is instead of being hashed a second time (std's SipHash
-/// of a `u64` was about 60 instructions per lookup). Its halves are swapped: stores pick a
+/// of a `u64` was about 60 instructions per lookup). Only for keyed hashes: the disk tier's
+/// index is keyed by `disk::stable_hash`, the same in every process (it is written to disk),
+/// which anyone can compute, so that index keeps std's per-process SipHash (a table hashed by
+/// it directly could be flooded with precomputed colliding URLs: found in review). Its halves are swapped: stores pick a
 /// shard by the low bits (`hash % shards`), so within one shard those bits are all alike, and
 /// the table picks its bucket by the low bits too.
 pub type ByHash = BuildHasherDefault<HashedKey>;

@@ -24,7 +24,8 @@ thread_local! {
 
 /// Calls `f` with the current `Date: ...\r\n` line.
 pub fn with_date_line<R>(f: impl FnOnce(&[u8]) -> R) -> R {
-    let now = SystemTime::now();
+    // (A clock set before 1970 says 1970: `httpdate` cannot render earlier times.)
+    let now = SystemTime::now().max(UNIX_EPOCH);
     CACHED.with(|c| {
         let mut c = c.borrow_mut();
         // (`from` too: the wall clock can be set back.)

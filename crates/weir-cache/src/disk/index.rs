@@ -8,8 +8,6 @@
 //! cache loader does), then only the bytes appended after it are scanned.
 
 use std::collections::HashMap;
-
-use crate::key::ByHash;
 use std::io::{self, Write};
 use std::path::Path;
 use std::sync::Mutex;
@@ -23,7 +21,7 @@ const MAGIC: &[u8; 8] = b"WEIRIDX1";
 /// The index.
 #[derive(Debug)]
 pub struct Index {
-    shards: Vec<Mutex<HashMap<u64, Loc, ByHash>>>,
+    shards: Vec<Mutex<HashMap<u64, Loc>>>,
 }
 
 /// What a snapshot holds besides the entries.
@@ -37,15 +35,13 @@ pub struct Covered {
 impl Default for Index {
     fn default() -> Self {
         Index {
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(HashMap::default()))
-                .collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
         }
     }
 }
 
 impl Index {
-    fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Loc, ByHash>> {
+    fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Loc>> {
         self.shards[(hash % SHARDS as u64) as usize]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -158,10 +154,8 @@ impl Index {
         if i.b.len() as u64 != count * 20 {
             return None;
         }
-        let mut maps: Vec<HashMap<u64, Loc, ByHash>> = (0..SHARDS)
-            .map(|_| {
-                HashMap::with_capacity_and_hasher(count as usize / SHARDS + 1, ByHash::default())
-            })
+        let mut maps: Vec<HashMap<u64, Loc>> = (0..SHARDS)
+            .map(|_| HashMap::with_capacity(count as usize / SHARDS + 1))
             .collect();
         for _ in 0..count {
             let hash = i.u64()?;
