@@ -299,9 +299,17 @@ urllib.request.urlopen(req, timeout=10).read()
             .unwrap_or_default()
             .contains("cleanup _acme-challenge.wild.weir.test.")
     });
-    // Each order set its record and removed it.
-    let said = std::fs::read_to_string(&calls).unwrap();
-    assert!(said.matches("present ").count() >= 2, "{said}");
+    // Each order sets its record and removes it. Renewals come every check: wait for a second
+    // order through the hook (one that raced the first, on a loaded machine, can find pebble's
+    // authorization already valid and need no record: seen once in CI).
+    common::until(
+        "a second order through the hook",
+        Duration::from_secs(60),
+        || {
+            let said = std::fs::read_to_string(&calls).unwrap_or_default();
+            said.matches("present ").count() >= 2 && said.matches("cleanup ").count() >= 2
+        },
+    );
     let _ = renewed;
 }
 
