@@ -2,8 +2,9 @@
 //! per connection that has to wait (a plain connection served within its first poll, made in
 //! the accept loop, never gets one: see [`spawn_plain`]). Connection counting is per worker
 //! (`max_connections / workers` each), in a `Cell`: no atomics on the accept path. At the limit
-//! a new connection is accepted and closed at once (counted as `refused{reason="max_connections"}`, logged at most a few times a
-//! second): a client learns at once rather than waiting in the backlog. At the descriptor limit
+//! a new connection is accepted and closed at once (counted as
+//! `refused{reason="max_connections"}`, logged at most a few times a second): a client learns
+//! at once rather than waiting in the backlog. At the descriptor limit
 //! (EMFILE) a reserve descriptor kept for the purpose is given up to accept and close the
 //! connection (`reason="fd_limit"`), so the backlog never fills with connections nobody takes.
 //!
