@@ -195,9 +195,11 @@ fn probe_h2c_listener_connections_never_park() {
     assert_eq!(roundtrip(&mut s, GET).status, 200);
 }
 
-/// TLS connections never park, and keep being served.
+/// HTTP/2 over TLS never parks (its state is the h2 connection in its task) and keeps being
+/// served; HTTP/1.1 over TLS parks (`tests/parking_tls.rs`).
 #[test]
-fn probe_tls_connections_never_park() {
+fn probe_tls_h2_connections_never_park() {
+    use common::h2raw;
     let pki = common::tlskit::Pki::new("park-probe");
     let leaf = pki.issue("leaf", "localhost", &["localhost"]);
     let (srv, admin) = server(
@@ -209,13 +211,20 @@ fn probe_tls_connections_never_park() {
         ),
         BASIC_ROUTES,
     );
-    let cfg = common::tlskit::client_config(&pki.ca_der, &["http/1.1"], None);
+    let cfg = common::tlskit::client_config(&pki.ca_der, &["h2"], None);
     let mut s = common::tlskit::connect(srv.addr, "localhost", &cfg).unwrap();
-    let req = "GET /hello HTTP/1.1\r\nHost: localhost\r\n\r\n";
-    assert_eq!(common::tlskit::exchange(&mut s, req).status, 200);
+    assert_eq!(s.conn.alpn_protocol(), Some(&b"h2"[..]));
+    h2raw::preface(&mut s);
+    let get = h2raw::get("https", b"localhost", b"/hello");
+    s.write_all(&h2raw::frame(0x1, 0x4 | 0x1, 1, &get)).unwrap();
+    s.flush().unwrap();
+    assert_eq!(h2raw::outcome_of(&mut s, 1).text(), "Hello, World\n");
+    // Four sweeps of 100 ms would park an HTTP/1.1 connection twice over.
     std::thread::sleep(Duration::from_millis(800));
     assert_eq!(metric(admin, "weir_connections_parked "), 0.0);
-    assert_eq!(common::tlskit::exchange(&mut s, req).status, 200);
+    s.write_all(&h2raw::frame(0x1, 0x4 | 0x1, 3, &get)).unwrap();
+    s.flush().unwrap();
+    assert_eq!(h2raw::outcome_of(&mut s, 3).text(), "Hello, World\n");
 }
 
 /// A connection parked before its first request (served 0) is served when it speaks, and one

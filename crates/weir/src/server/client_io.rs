@@ -9,12 +9,14 @@
 //!
 //! TLS connections are registered from the start (the handshake waits anyway) and skip both
 //! fast paths: `MSG_MORE` with the FIN would hold back a `close_notify`, and there is no
-//! handshake-free first read to save. Their writes go into rustls' buffer (`writer()`), which
-//! encrypts at once, and the records are pushed with `write_tls` until the socket is full:
+//! handshake-free first read to save. Their writes are encrypted at once into the stream's
+//! outgoing buffer (`tls/stream.rs`) and pushed until the socket is full:
 //! [`ClientIo::has_pending`] tells the connection that records are still waiting, so a
-//! response is never left in rustls' buffer while the connection waits for a request.
+//! response is never left in that buffer while the connection waits for a request.
 
 use std::io::{self, IoSlice, Write};
+
+use crate::tls::stream::ServerTls;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,7 +27,7 @@ use crate::tls::TlsInfo;
 /// A TLS connection after its handshake, and what the handshake settled.
 #[derive(Debug)]
 pub(crate) struct TlsConn {
-    pub stream: tokio_rustls::server::TlsStream<TcpStream>,
+    pub stream: ServerTls,
     pub info: TlsInfo,
 }
 
@@ -68,19 +70,14 @@ impl ClientIo {
                 other => return other,
             },
             ClientIo::Tls(t) => {
+                // Records rustls queued while reading leave before the read waits (the stream
+                // sends them): the client may be waiting for them (the alert refusing a TLS 1.2
+                // renegotiation once never left, and the client hung).
+                if buf.capacity() == buf.len() {
+                    buf.reserve(4096);
+                }
                 let read = std::future::poll_fn(|cx| {
-                    let polled =
-                        tokio_util::io::poll_read_buf(std::pin::Pin::new(&mut t.stream), cx, buf);
-                    if polled.is_pending() {
-                        // Records rustls queued while reading leave now, not with the next
-                        // response: the client may be waiting for them (the alert refusing a
-                        // TLS 1.2 renegotiation once never left, and the client hung).
-                        let (tcp, conn) = t.stream.get_mut();
-                        if conn.wants_write() {
-                            let _ = push_tls(tcp, conn);
-                        }
-                    }
-                    polled
+                    tokio_util::io::poll_read_buf(std::pin::Pin::new(&mut t.stream), cx, buf)
                 });
                 return match read.await {
                     // Most clients close without `close_notify`; between requests that is a
@@ -99,16 +96,22 @@ impl ClientIo {
     /// reads nothing, so the caller need not hold a buffer meanwhile.
     pub(crate) fn idle_stream(&mut self) -> io::Result<Option<&TcpStream>> {
         if let ClientIo::Tls(t) = self {
-            let (tcp, conn) = t.stream.get_mut();
-            let state = conn
-                .process_new_packets()
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-            if state.plaintext_bytes_to_read() > 0 || state.peer_has_closed() {
+            if t.stream.readable_now()? {
                 return Ok(None);
             }
-            return Ok(Some(tcp));
+            return Ok(Some(t.stream.tcp()));
         }
         Ok(Some(self.register()?))
+    }
+
+    /// Whether the connection could leave its task now (`server/park.rs`): always for plain
+    /// TCP, for TLS when nothing is in flight.
+    pub(crate) fn parkable(&self) -> bool {
+        match self {
+            ClientIo::Fresh(_) | ClientIo::Registered(_) => true,
+            ClientIo::Tls(t) => t.stream.is_quiet(),
+            ClientIo::Gone => false,
+        }
     }
 
     /// Relays bytes both ways between the client and `upstream` until either side closes.
@@ -137,7 +140,7 @@ impl ClientIo {
     #[inline]
     pub(crate) fn has_pending(&self) -> bool {
         match self {
-            ClientIo::Tls(t) => t.stream.get_ref().1.wants_write(),
+            ClientIo::Tls(t) => t.stream.wants_write(),
             _ => false,
         }
     }
@@ -146,10 +149,7 @@ impl ClientIo {
     /// when the socket is full.
     pub(crate) fn push_pending(&mut self) -> io::Result<bool> {
         match self {
-            ClientIo::Tls(t) => {
-                let (tcp, conn) = t.stream.get_mut();
-                push_tls(tcp, conn)
-            }
+            ClientIo::Tls(t) => t.stream.push(),
             _ => Ok(true),
         }
     }
@@ -201,16 +201,7 @@ impl ClientIo {
         }
         match (self, bufs) {
             (ClientIo::Gone, _) => Err(io::ErrorKind::NotConnected.into()),
-            (ClientIo::Tls(t), _) => {
-                let (tcp, conn) = t.stream.get_mut();
-                let n = conn.writer().write_vectored(bufs)?;
-                push_tls(tcp, conn)?;
-                if n == 0 && bufs.iter().any(|b| !b.is_empty()) {
-                    // rustls' buffer is full of records the socket has no room for.
-                    return Err(io::ErrorKind::WouldBlock.into());
-                }
-                Ok(n)
-            }
+            (ClientIo::Tls(t), _) => t.stream.write_now(bufs),
             (ClientIo::Fresh(s), [one]) => s.write(one),
             (ClientIo::Fresh(s), _) => s.write_vectored(bufs),
             (ClientIo::Registered(s), [one]) => s.try_write(one),
@@ -257,7 +248,7 @@ impl ClientIo {
     /// Waits until the socket can take more bytes (registering if needed).
     pub(crate) async fn writable(&mut self) -> io::Result<()> {
         if let ClientIo::Tls(t) = self {
-            return t.stream.get_ref().0.writable().await;
+            return t.stream.tcp().writable().await;
         }
         self.register()?.writable().await
     }
@@ -266,9 +257,8 @@ impl ClientIo {
     /// TLS sends `close_notify` first.
     pub(crate) fn shutdown_now(&mut self) {
         if let ClientIo::Tls(t) = self {
-            let (tcp, conn) = t.stream.get_mut();
-            conn.send_close_notify();
-            let _ = push_tls(tcp, conn);
+            t.stream.queue_close_notify();
+            let _ = t.stream.push();
         }
         if let Ok(s) = self.sock() {
             let _ = s.shutdown(std::net::Shutdown::Write);
@@ -280,7 +270,7 @@ impl ClientIo {
         match self {
             ClientIo::Fresh(s) => Ok(socket2::SockRef::from(s)),
             ClientIo::Registered(s) => Ok(socket2::SockRef::from(s)),
-            ClientIo::Tls(t) => Ok(socket2::SockRef::from(t.stream.get_ref().0)),
+            ClientIo::Tls(t) => Ok(socket2::SockRef::from(t.stream.tcp())),
             ClientIo::Gone => Err(io::ErrorKind::NotConnected.into()),
         }
     }
@@ -292,31 +282,6 @@ impl ClientIo {
         }
         self.register()?.shutdown().await
     }
-}
-
-/// Writes rustls' waiting records to `tcp` without blocking: `Ok(true)` once none are left.
-fn push_tls(tcp: &mut TcpStream, conn: &mut rustls::ServerConnection) -> io::Result<bool> {
-    struct Sock<'a>(&'a TcpStream);
-    impl Write for Sock<'_> {
-        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-            self.0.try_write(b)
-        }
-        fn write_vectored(&mut self, b: &[IoSlice<'_>]) -> io::Result<usize> {
-            self.0.try_write_vectored(b)
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-    while conn.wants_write() {
-        match conn.write_tls(&mut Sock(tcp)) {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(true)
 }
 
 /// One non-blocking `recv` into the spare capacity of `buf`, without zero-filling it first (a

@@ -28,7 +28,7 @@ use crate::tls::TlsInfo;
 /// A client connection: plain, or TLS that weir terminated.
 pub(crate) enum Client {
     Plain(TcpStream),
-    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    Tls(Box<crate::tls::stream::ServerTls>),
 }
 
 /// Serves a connection accepted on TCP listener `listener`.
@@ -61,7 +61,7 @@ pub(crate) async fn serve(
     let tls = info.as_deref();
     let tcp = match &client {
         Client::Plain(t) => t,
-        Client::Tls(s) => s.get_ref().0,
+        Client::Tls(s) => s.tcp(),
     };
     let local = tcp.local_addr().unwrap_or(l.address);
     let _ = tcp.set_nodelay(true);

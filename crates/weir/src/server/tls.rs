@@ -18,6 +18,8 @@ use super::conn::Conn;
 use super::worker::WorkerState;
 use crate::metrics::{CloseReason, TlsOutcome};
 use crate::runtime::WorkerRuntime;
+use crate::tcp::sni;
+use crate::tls::stream::ServerTls;
 use crate::tls::TlsInfo;
 
 /// A TLS record's first byte: a handshake.
@@ -70,7 +72,7 @@ pub(crate) async fn serve(
     }
     // Boxed, as is what follows: rustls' connection state is large (KiBs), and a future that
     // held it inline would keep that much in every connection's task.
-    let accept = Box::pin(tokio_rustls::TlsAcceptor::from(config).accept(tcp));
+    let accept = Box::pin(ServerTls::accept(tcp, config, Vec::new()));
     let handshake = tokio::time::timeout(header, accept).await;
     // Moved straight into a synchronous function: a TLS stream (about 1.2 KiB) bound here would
     // be laid out in this future for the connection's whole life (`-Zprint-type-sizes`).
@@ -88,22 +90,45 @@ async fn accept_on_demand(
     header: std::time::Duration,
     peer: SocketAddr,
 ) -> Handshake {
-    let lazy = tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp);
-    let start = match tokio::time::timeout(header, lazy).await {
-        Ok(Ok(start)) => start,
+    let hello = match tokio::time::timeout(header, read_hello(&tcp)).await {
+        Ok(Ok(hello)) => hello,
         Ok(Err(e)) => return Ok(Err(e)),
         Err(elapsed) => return Err(elapsed),
     };
-    if let Some(name) = gate.wanted(&start.client_hello()) {
-        gate.hold(&name, peer.ip()).await;
+    if let sni::Scan::Done(Some(fields)) = sni::scan(&hello, usize::MAX) {
+        if let Some(name) = gate.wanted(&fields) {
+            gate.hold(&name, peer.ip()).await;
+        }
     }
-    tokio::time::timeout(header, start.into_stream(config)).await
+    tokio::time::timeout(header, ServerTls::accept(tcp, config, hello)).await
 }
 
-type Handshake = Result<
-    std::io::Result<tokio_rustls::server::TlsStream<TcpStream>>,
-    tokio::time::error::Elapsed,
->;
+/// Reads until a whole ClientHello is in (or the bytes are not one: the handshake then fails
+/// on them), up to rustls' own limit for a handshake message.
+async fn read_hello(tcp: &TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut hello = Vec::with_capacity(2048);
+    loop {
+        if !matches!(sni::scan(&hello, usize::MAX), sni::Scan::Incomplete) {
+            return Ok(hello);
+        }
+        if hello.len() > 0x10000 + 1024 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "ClientHello too large",
+            ));
+        }
+        hello.reserve(4096);
+        tcp.readable().await?;
+        match tcp.try_read_buf(&mut hello) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+type Handshake = Result<std::io::Result<ServerTls>, tokio::time::error::Elapsed>;
 
 /// Counts the handshake's outcome and returns what serves the connection next: HTTP/2 or
 /// HTTP/1.1, as ALPN settled.
@@ -133,14 +158,14 @@ fn after_handshake(
             return Box::pin(std::future::ready(CloseReason::Timeout));
         }
     };
-    let info = TlsInfo::of(stream.get_ref().1);
+    let info = TlsInfo::of(stream.session(), stream.sni());
     state.metrics.tls(if info.resumed {
         TlsOutcome::Resumed
     } else {
         TlsOutcome::Full
     });
     // The protocol ALPN settled. A TLS-ALPN-01 validation ends with its handshake (RFC 8737).
-    let alpn = stream.get_ref().1.alpn_protocol();
+    let alpn = stream.session().alpn_protocol();
     if alpn == Some(crate::tls::acme::ACME_TLS_ALPN) {
         return Box::pin(std::future::ready(CloseReason::Done));
     }

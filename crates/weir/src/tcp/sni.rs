@@ -27,29 +27,59 @@ pub const MAX_HELLO: usize = 16 * 1024;
 
 /// Reads the server name out of the start of a TLS connection.
 pub fn parse(bytes: &[u8]) -> Hello {
+    match scan(bytes, MAX_HELLO) {
+        Scan::Incomplete => Hello::Incomplete,
+        Scan::NotTls => Hello::NotTls,
+        Scan::Done(fields) => Hello::Done(fields.and_then(|f| f.name)),
+    }
+}
+
+/// What a whole ClientHello asks for: the fields weir reads before a handshake.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Fields {
+    /// The `server_name` host name (lowercase, without a trailing dot), if any.
+    pub name: Option<String>,
+    /// The ALPN protocols offered, in the client's order.
+    pub alpn: Vec<Vec<u8>>,
+}
+
+/// What the bytes received so far say, with the fields of a whole ClientHello.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Scan {
+    /// Not a whole ClientHello yet: read more.
+    Incomplete,
+    /// Not TLS (or not a ClientHello).
+    NotTls,
+    /// A whole ClientHello: its fields, `None` when it is larger than the limit or malformed.
+    Done(Option<Fields>),
+}
+
+/// Reads the fields of the ClientHello at the start of `bytes`; one whose body is over `max`
+/// bytes is `Done(None)`.
+pub fn scan(bytes: &[u8], max: usize) -> Scan {
     // The handshake layer's bytes, joined across records.
     let mut hs: Vec<u8> = Vec::new();
     let mut rest = bytes;
     loop {
         if rest.is_empty() {
-            return Hello::Incomplete;
+            return Scan::Incomplete;
         }
         if rest[0] != HANDSHAKE {
-            return Hello::NotTls;
+            return Scan::NotTls;
         }
         if rest.len() < 5 {
-            return Hello::Incomplete;
+            return Scan::Incomplete;
         }
         // Record versions are 3.x (SSL 3.0 through TLS 1.3's legacy 3.1/3.3).
         if rest[1] != 3 {
-            return Hello::NotTls;
+            return Scan::NotTls;
         }
         let len = usize::from(u16::from_be_bytes([rest[3], rest[4]]));
         if len == 0 || len > 16 * 1024 + 256 {
-            return Hello::NotTls;
+            return Scan::NotTls;
         }
         if rest.len() < 5 + len {
-            return Hello::Incomplete;
+            return Scan::Incomplete;
         }
         hs.extend_from_slice(&rest[5..5 + len]);
         rest = &rest[5 + len..];
@@ -57,14 +87,14 @@ pub fn parse(bytes: &[u8]) -> Hello {
             continue;
         }
         if hs[0] != CLIENT_HELLO {
-            return Hello::NotTls;
+            return Scan::NotTls;
         }
         let body = (usize::from(hs[1]) << 16) | (usize::from(hs[2]) << 8) | usize::from(hs[3]);
-        if body > MAX_HELLO {
-            return Hello::Done(None);
+        if body > max {
+            return Scan::Done(None);
         }
         if hs.len() >= 4 + body {
-            return Hello::Done(server_name(&hs[4..4 + body]));
+            return Scan::Done(fields(&hs[4..4 + body]));
         }
     }
 }
@@ -92,8 +122,8 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// The `server_name` extension's host name in a ClientHello body.
-fn server_name(body: &[u8]) -> Option<String> {
+/// The fields of a ClientHello body; `None` when it is malformed.
+fn fields(body: &[u8]) -> Option<Fields> {
     let mut c = Cursor(body);
     c.take(2 + 32)?; // legacy_version, random
     let n = c.u8()?;
@@ -104,27 +134,39 @@ fn server_name(body: &[u8]) -> Option<String> {
     c.take(n)?; // legacy_compression_methods
     let n = c.u16()?;
     let mut ext = Cursor(c.take(n)?);
+    let mut out = Fields::default();
     while !ext.0.is_empty() {
         let kind = ext.u16()?;
         let n = ext.u16()?;
         let data = ext.take(n)?;
-        if kind != 0 {
-            continue;
-        }
-        let mut list = Cursor(data);
-        let n = list.u16()?;
-        let mut names = Cursor(list.take(n)?);
-        while !names.0.is_empty() {
-            let name_type = names.u8()?;
-            let n = names.u16()?;
-            let name = names.take(n)?;
-            if name_type == 0 {
-                return host_name(name);
+        match kind {
+            0 => {
+                let mut list = Cursor(data);
+                let n = list.u16()?;
+                let mut names = Cursor(list.take(n)?);
+                while !names.0.is_empty() {
+                    let name_type = names.u8()?;
+                    let n = names.u16()?;
+                    let name = names.take(n)?;
+                    if name_type == 0 {
+                        out.name = host_name(name);
+                        break;
+                    }
+                }
             }
+            16 => {
+                let mut list = Cursor(data);
+                let n = list.u16()?;
+                let mut protocols = Cursor(list.take(n)?);
+                while !protocols.0.is_empty() {
+                    let n = protocols.u8()?;
+                    out.alpn.push(protocols.take(n)?.to_vec());
+                }
+            }
+            _ => {}
         }
-        return None;
     }
-    None
+    Some(out)
 }
 
 /// A host name as routes compare it: ASCII letters, digits, `-`, `_` and dots, lowercased,

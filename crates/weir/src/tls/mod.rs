@@ -18,6 +18,7 @@ pub(crate) mod ocsp;
 pub mod on_demand;
 pub(crate) mod quic;
 pub(crate) mod sni;
+pub(crate) mod stream;
 pub(crate) mod tsig_key;
 
 use std::sync::{Arc, OnceLock};
@@ -75,9 +76,9 @@ pub struct TlsInfo {
 
 impl TlsInfo {
     /// Reads what the handshake settled from the connection.
-    pub(crate) fn of(conn: &rustls::ServerConnection) -> TlsInfo {
+    pub(crate) fn of(conn: &rustls::CommonState, sni: Option<&str>) -> TlsInfo {
         TlsInfo {
-            sni: conn.server_name().map(|s| s.to_ascii_lowercase().into()),
+            sni: sni.map(|s| s.to_ascii_lowercase().into()),
             protocol: match conn.protocol_version() {
                 Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
                 Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",

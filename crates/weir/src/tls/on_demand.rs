@@ -388,12 +388,13 @@ pub struct Gate {
 impl Gate {
     /// The name a handshake must wait for: the one the client sent, when no certificate
     /// serves it yet and the handshake is not a TLS-ALPN-01 validation.
-    pub fn wanted(&self, hello: &rustls::server::ClientHello<'_>) -> Option<String> {
+    pub fn wanted(&self, hello: &crate::tcp::sni::Fields) -> Option<String> {
         let name = hello
-            .server_name()?
+            .name
+            .as_deref()?
             .trim_end_matches('.')
             .to_ascii_lowercase();
-        let mut offered = hello.alpn().into_iter().flatten();
+        let mut offered = hello.alpn.iter().map(Vec::as_slice);
         if offered.next() == Some(super::acme::ACME_TLS_ALPN) && offered.next().is_none() {
             return None;
         }

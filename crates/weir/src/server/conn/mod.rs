@@ -337,10 +337,10 @@ impl Conn {
         }
         give_buf(std::mem::take(&mut self.buf));
         give_buf(std::mem::take(&mut self.out));
-        // Plain HTTP/1.1 only: TLS and h2c keep state in their task (`server/park.rs`).
-        let parkable = !matches!(self.io, ClientIo::Tls(_))
-            && !self.orphaned
-            && !self.rt.cfg.listeners[self.listener].h2c;
+        // Not h2c (its sniffing state lives in the task), and TLS only with nothing in flight
+        // (`server/park.rs`; waiting on the socket reads nothing, so that stays true).
+        let parkable =
+            self.io.parkable() && !self.orphaned && !self.rt.cfg.listeners[self.listener].h2c;
         // Bound first: an `if let` on the `?` expression would keep its temporary (16 bytes)
         // across the wait, in every idle connection's future.
         let stream = self.io.idle_stream().or_err(ErrorKind::ClientIo, "read")?;

@@ -1,0 +1,646 @@
+//! A server-side TLS connection on rustls' unbuffered API, owning its buffers.
+//!
+//! Written here rather than taken from `tokio-rustls`: rustls' buffered `ServerConnection`
+//! keeps a 4 KiB receive buffer for the connection's whole life (its deframer never shrinks
+//! below one read), and an idle TLS keep-alive connection held 10.01 KiB against the floors
+//! issue's target of 4 (`bench/idle_memory.sh`, 2026-11-26). Here the ciphertext read from the
+//! socket, the plaintext not yet read and the records not yet sent are three `Vec`s of ours,
+//! empty and unallocated whenever nothing is in flight, and an idle connection can leave its
+//! task with only rustls' session state ([`IdleTls`], parked by `server/park.rs`).
+//!
+//! How it runs: every step calls `process_tls_records` over the unprocessed ciphertext and acts
+//! on the state rustls answers — plaintext records are delivered (into the caller's buffer
+//! first, the rest kept), handshake and alert records are appended to the outgoing buffer,
+//! `WriteTraffic` encrypts what the caller writes straight into the outgoing buffer — until
+//! rustls needs more bytes or may write. Writes are sent at once when the socket takes them;
+//! what it does not take waits in the outgoing buffer (at most [`HIGH_WATER`] before a write
+//! waits), and [`ServerTls::wants_write`] says so. A read that must wait first sends what is
+//! queued (handshake replies, key updates, alerts): the client may be waiting for them.
+//!
+//! The server name is read from the ClientHello before rustls sees it (`tcp/sni.rs`, checked
+//! as rustls checks it): the unbuffered connection does not expose it. The same bytes give
+//! on-demand certificates ([`crate::tls::on_demand`]) their name and ALPN without a second
+//! handshake state.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use rustls::server::UnbufferedServerConnection;
+use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+use crate::tcp::sni;
+
+/// Unsent records past which a write waits for the socket (rustls' buffered default).
+pub(crate) const HIGH_WATER: usize = 64 * 1024;
+/// Most plaintext encrypted per write call: four full records.
+const MAX_WRITE: usize = 4 * 16 * 1024;
+/// Most unprocessed ciphertext held: a handshake message may span records up to 64 KiB
+/// (rustls' own limit), plus one record.
+const MAX_INCOMING: usize = 0x10000 + 16 * 1024 + 256;
+/// Bytes a record adds to its plaintext: header (5), content type (1) and AEAD tag (16).
+const RECORD_OVERHEAD: usize = 22;
+/// Largest plaintext per record.
+const RECORD: usize = 16 * 1024;
+
+/// A TLS connection whose handshake is done.
+pub(crate) struct ServerTls {
+    tcp: TcpStream,
+    s: Session,
+}
+
+/// Everything but the socket.
+struct Session {
+    conn: UnbufferedServerConnection,
+    /// Ciphertext read and not yet processed.
+    incoming: Vec<u8>,
+    /// Decrypted bytes not yet read: `plain[taken..]`.
+    plain: Vec<u8>,
+    taken: usize,
+    /// Records to send: `out[sent..]`.
+    out: Vec<u8>,
+    sent: usize,
+    /// The client sent `close_notify`: nothing more will be read.
+    peer_closed: bool,
+    /// The socket reached its end.
+    eof: bool,
+    /// rustls failed the connection.
+    failed: bool,
+    /// `close_notify` is queued.
+    close_queued: bool,
+    /// Several slices joined into one run of records (reused).
+    scratch: Vec<u8>,
+    /// The server name from the ClientHello.
+    sni: Option<String>,
+}
+
+/// An idle TLS connection's state without its socket and buffers (`server/park.rs`).
+pub(crate) struct IdleTls {
+    conn: UnbufferedServerConnection,
+    sni: Option<String>,
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("tcp", &self.tcp)
+            .field("incoming", &self.s.incoming.len())
+            .field("plain", &(self.s.plain.len() - self.s.taken))
+            .field("out", &(self.s.out.len() - self.s.sent))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for IdleTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdleTls").field("sni", &self.sni).finish()
+    }
+}
+
+/// What the caller wants done when rustls may write.
+#[derive(Clone, Copy)]
+enum Send<'a> {
+    Nothing,
+    Data(&'a [u8]),
+    CloseNotify,
+}
+
+/// Where processing stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// rustls may write application data (and did what was asked).
+    Writable,
+    /// The handshake needs more bytes from the client.
+    Blocked,
+    /// Both sides sent `close_notify`.
+    Closed,
+}
+
+fn tls_error(e: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e.to_string())
+}
+
+impl Session {
+    fn new(conn: UnbufferedServerConnection, incoming: Vec<u8>, sni: Option<String>) -> Session {
+        Session {
+            conn,
+            incoming,
+            plain: Vec::new(),
+            taken: 0,
+            out: Vec::new(),
+            sent: 0,
+            peer_closed: false,
+            eof: false,
+            failed: false,
+            close_queued: false,
+            scratch: Vec::new(),
+            sni,
+        }
+    }
+
+    fn plain_left(&self) -> usize {
+        self.plain.len() - self.taken
+    }
+
+    fn out_left(&self) -> usize {
+        self.out.len() - self.sent
+    }
+
+    /// Room for `n` more bytes at the end of the outgoing buffer, zeroed once (the buffer keeps
+    /// its length; `sent..filled` is what waits), returned as the slice to write into.
+    fn out_room(out: &mut Vec<u8>, sent: &mut usize, n: usize) -> usize {
+        if *sent == out.len() {
+            out.clear();
+            *sent = 0;
+        }
+        let start = out.len();
+        out.resize(start + n, 0);
+        start
+    }
+
+    /// Runs rustls over the unprocessed ciphertext until it needs more bytes or may write;
+    /// delivers plaintext into `dst` first and keeps the rest; does what `send` asks once
+    /// rustls may write.
+    fn process(
+        &mut self,
+        mut dst: Option<&mut ReadBuf<'_>>,
+        mut send: Send<'_>,
+    ) -> io::Result<Step> {
+        if self.failed {
+            return Err(tls_error("TLS connection failed earlier"));
+        }
+        loop {
+            let status = self.conn.process_tls_records(&mut self.incoming);
+            let discard = status.discard;
+            let mut step = None;
+            let mut failure = None;
+            match status.state {
+                Err(e) => failure = Some(tls_error(e)),
+                Ok(ConnectionState::ReadTraffic(mut r)) => {
+                    while let Some(record) = r.next_record() {
+                        match record {
+                            Ok(record) => {
+                                let mut payload = record.payload;
+                                if let Some(dst) = dst.as_deref_mut() {
+                                    let n = payload.len().min(dst.remaining());
+                                    dst.put_slice(&payload[..n]);
+                                    payload = &payload[n..];
+                                }
+                                if self.taken == self.plain.len() {
+                                    self.plain.clear();
+                                    self.taken = 0;
+                                }
+                                self.plain.extend_from_slice(payload);
+                            }
+                            Err(e) => {
+                                failure = Some(tls_error(e));
+                                break;
+                            }
+                        }
+                    }
+                }
+                Ok(ConnectionState::EncodeTlsData(mut e)) => {
+                    let mut want = 512;
+                    loop {
+                        let start = Self::out_room(&mut self.out, &mut self.sent, want);
+                        match e.encode(&mut self.out[start..]) {
+                            Ok(n) => {
+                                self.out.truncate(start + n);
+                                break;
+                            }
+                            Err(EncodeError::InsufficientSize(s)) => {
+                                self.out.truncate(start);
+                                want = s.required_size;
+                            }
+                            Err(EncodeError::AlreadyEncoded) => {
+                                self.out.truncate(start);
+                                break;
+                            }
+                        }
+                    }
+                }
+                Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
+                Ok(ConnectionState::WriteTraffic(_)) if matches!(send, Send::Nothing) => {
+                    step = Some(Step::Writable);
+                }
+                Ok(ConnectionState::WriteTraffic(mut w)) => {
+                    let mut want = match send {
+                        Send::Data(d) => d.len() + (d.len() / RECORD + 1) * RECORD_OVERHEAD,
+                        _ => 64,
+                    };
+                    loop {
+                        let start = Self::out_room(&mut self.out, &mut self.sent, want);
+                        let done = match send {
+                            Send::Nothing => Ok(0),
+                            Send::Data(d) => w.encrypt(d, &mut self.out[start..]),
+                            Send::CloseNotify => w.queue_close_notify(&mut self.out[start..]),
+                        };
+                        match done {
+                            Ok(n) => {
+                                self.out.truncate(start + n);
+                                break;
+                            }
+                            Err(EncryptError::InsufficientSize(s)) => {
+                                self.out.truncate(start);
+                                want = s.required_size;
+                            }
+                            Err(e) => {
+                                self.out.truncate(start);
+                                failure = Some(tls_error(e));
+                                break;
+                            }
+                        }
+                    }
+                    send = Send::Nothing;
+                    step = Some(Step::Writable);
+                }
+                Ok(ConnectionState::BlockedHandshake) => step = Some(Step::Blocked),
+                Ok(ConnectionState::PeerClosed) => self.peer_closed = true,
+                Ok(ConnectionState::Closed) => {
+                    self.peer_closed = true;
+                    step = Some(Step::Closed);
+                }
+                // Early data is never accepted on TCP (`max_early_data_size` is 0 there).
+                Ok(_) => failure = Some(tls_error("unexpected TLS state")),
+            }
+            self.discard(discard);
+            if let Some(e) = failure {
+                self.fail();
+                return Err(e);
+            }
+            if let Some(step) = step {
+                return Ok(step);
+            }
+        }
+    }
+
+    fn discard(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        if n >= self.incoming.len() {
+            self.incoming.clear();
+        } else {
+            self.incoming.drain(..n);
+        }
+    }
+
+    /// After rustls failed the connection: queues the alert it has for the client (sent with
+    /// what is left), and refuses everything from now on.
+    fn fail(&mut self) {
+        self.failed = true;
+        for _ in 0..4 {
+            // The unprocessed bytes as they are: rustls keeps its place in them across calls
+            // (an empty slice here once panicked it on a half-read handshake message).
+            let status = self.conn.process_tls_records(&mut self.incoming);
+            let discard = status.discard;
+            match status.state {
+                Ok(ConnectionState::EncodeTlsData(mut e)) => {
+                    let start = Self::out_room(&mut self.out, &mut self.sent, 64);
+                    match e.encode(&mut self.out[start..]) {
+                        Ok(n) => self.out.truncate(start + n),
+                        Err(_) => {
+                            self.out.truncate(start);
+                            return;
+                        }
+                    }
+                }
+                Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
+                _ => return,
+            }
+            self.discard(discard);
+        }
+    }
+
+    /// Moves queued plaintext into `dst`.
+    fn take_plain(&mut self, dst: &mut ReadBuf<'_>) {
+        let n = self.plain_left().min(dst.remaining());
+        dst.put_slice(&self.plain[self.taken..self.taken + n]);
+        self.taken += n;
+        if self.taken == self.plain.len() {
+            self.plain.clear();
+            self.taken = 0;
+        }
+    }
+}
+
+impl ServerTls {
+    /// Runs the handshake on `tcp` with `config`; `incoming` holds bytes already read from it
+    /// (a ClientHello read for on-demand certificates). The caller bounds it in time.
+    pub(crate) async fn accept(
+        tcp: TcpStream,
+        config: Arc<rustls::ServerConfig>,
+        mut incoming: Vec<u8>,
+    ) -> io::Result<ServerTls> {
+        // The ClientHello, whole, before rustls sees it: its server name is read from it.
+        let fields = loop {
+            match sni::scan(&incoming, MAX_INCOMING) {
+                sni::Scan::Incomplete => {}
+                sni::Scan::NotTls => break None,
+                sni::Scan::Done(fields) => break fields,
+            }
+            if read_some(&tcp, &mut incoming).await? == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        };
+        let sni = fields.and_then(|f| f.name).filter(|n| is_dns_name(n));
+        let conn = UnbufferedServerConnection::new(config).map_err(tls_error)?;
+        let mut tls = ServerTls {
+            tcp,
+            s: Session::new(conn, incoming, sni),
+        };
+        loop {
+            let step = tls.s.process(None, Send::Nothing);
+            // Whatever rustls queued goes out, an alert for a failed handshake included.
+            std::future::poll_fn(|cx| tls.poll_send(cx)).await?;
+            step?;
+            if !tls.s.conn.is_handshaking() {
+                return Ok(tls);
+            }
+            if tls.s.peer_closed {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            if read_some(&tls.tcp, &mut tls.s.incoming).await? == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+    }
+
+    /// The socket.
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        &self.tcp
+    }
+
+    /// What the handshake settled (rustls' common state).
+    pub(crate) fn session(&self) -> &rustls::CommonState {
+        &self.s.conn
+    }
+
+    /// The server name the client asked for (lowercase, no trailing dot).
+    pub(crate) fn sni(&self) -> Option<&str> {
+        self.s.sni.as_deref()
+    }
+
+    /// Records wait for room in the socket.
+    pub(crate) fn wants_write(&self) -> bool {
+        self.s.out_left() > 0
+    }
+
+    /// Decrypts what was read already: `true` when plaintext waits to be read or the client
+    /// closed (a read would not wait).
+    pub(crate) fn readable_now(&mut self) -> io::Result<bool> {
+        if self.s.plain_left() == 0 && !self.s.peer_closed && !self.s.incoming.is_empty() {
+            self.s.process(None, Send::Nothing)?;
+        }
+        Ok(self.s.plain_left() > 0 || self.s.peer_closed)
+    }
+
+    /// Sends queued records without waiting: `Ok(true)` once none are left.
+    pub(crate) fn push(&mut self) -> io::Result<bool> {
+        while self.s.out_left() > 0 {
+            match self.tcp.try_write(&self.s.out[self.s.sent..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.s.sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.s.out.clear();
+        self.s.sent = 0;
+        Ok(true)
+    }
+
+    /// Encrypts what fits of `bufs` (up to [`MAX_WRITE`], as one run of records) and sends what
+    /// the socket takes now; `WouldBlock` when [`HIGH_WATER`] bytes of records already wait.
+    pub(crate) fn write_now(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        if self.s.out_left() >= HIGH_WATER && !self.push()? {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let n = self.encrypt(bufs)?;
+        self.push()?;
+        Ok(n)
+    }
+
+    fn encrypt(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let mut nonempty = bufs.iter().filter(|b| !b.is_empty());
+        let (Some(first), second) = (nonempty.next(), nonempty.next()) else {
+            return Ok(0);
+        };
+        if second.is_none() || first.len() >= MAX_WRITE {
+            let n = first.len().min(MAX_WRITE);
+            self.encrypt_one(&first[..n])?;
+            return Ok(n);
+        }
+        // Several slices (an HTTP/2 frame's header and payload, a response head and body):
+        // one run of records, as rustls' buffered writer makes of them.
+        let mut joined = std::mem::take(&mut self.s.scratch);
+        joined.clear();
+        for b in bufs {
+            let n = b.len().min(MAX_WRITE - joined.len());
+            joined.extend_from_slice(&b[..n]);
+            if joined.len() == MAX_WRITE {
+                break;
+            }
+        }
+        let done = self.encrypt_one(&joined);
+        let n = joined.len();
+        self.s.scratch = joined;
+        done.map(|()| n)
+    }
+
+    fn encrypt_one(&mut self, data: &[u8]) -> io::Result<()> {
+        match self.s.process(None, Send::Data(data))? {
+            Step::Writable => Ok(()),
+            Step::Blocked | Step::Closed => Err(io::ErrorKind::BrokenPipe.into()),
+        }
+    }
+
+    /// Queues `close_notify` (once; errors mean the connection is over anyway).
+    pub(crate) fn queue_close_notify(&mut self) {
+        if !self.s.failed && !self.s.close_queued && !self.s.conn.is_handshaking() {
+            self.s.close_queued = true;
+            let _ = self.s.process(None, Send::CloseNotify);
+        }
+    }
+
+    /// Sends every queued record, waiting for the socket as needed.
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            if self.push()? {
+                return Poll::Ready(Ok(()));
+            }
+            ready!(self.tcp.poll_write_ready(cx))?;
+        }
+    }
+
+    /// Reads more ciphertext: `Ok(0)` at the socket's end. Through tokio's `AsyncRead`, which
+    /// takes a short read for a drained socket and clears its readiness: the idle wait that
+    /// follows a request then really waits (and may park) instead of finding the socket
+    /// "ready" and waiting in a read.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        reserve_read(&mut self.s.incoming)?;
+        let n = ready!(tokio_util::io::poll_read_buf(
+            Pin::new(&mut self.tcp),
+            cx,
+            &mut self.s.incoming
+        ))?;
+        if n == 0 {
+            self.s.eof = true;
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    /// Nothing is in flight either way: no partial record read, no plaintext unread, no record
+    /// unsent, and the connection is sound.
+    pub(crate) fn is_quiet(&self) -> bool {
+        let s = &self.s;
+        s.incoming.is_empty() && s.plain_left() == 0 && s.out_left() == 0 && !s.failed && !s.eof
+    }
+
+    /// The socket and the session, when nothing is in flight either way ([`Self::is_quiet`]);
+    /// `None` (the connection dropped, hence closed) otherwise.
+    pub(crate) fn into_idle(self) -> Option<(TcpStream, IdleTls)> {
+        if !self.is_quiet() {
+            return None;
+        }
+        let ServerTls { tcp, s } = self;
+        Some((
+            tcp,
+            IdleTls {
+                conn: s.conn,
+                sni: s.sni,
+            },
+        ))
+    }
+
+    /// A parked connection's socket and session together again.
+    pub(crate) fn from_idle(tcp: TcpStream, idle: IdleTls) -> ServerTls {
+        ServerTls {
+            tcp,
+            s: Session::new(idle.conn, Vec::new(), idle.sni),
+        }
+    }
+}
+
+/// Makes room to read at the end of `incoming` (no zero-fill: `try_read_buf` writes into spare
+/// capacity); an error when a record or handshake message would outgrow [`MAX_INCOMING`].
+fn reserve_read(incoming: &mut Vec<u8>) -> io::Result<()> {
+    let spare = incoming.capacity() - incoming.len();
+    if spare >= 2048 {
+        return Ok(());
+    }
+    if incoming.len() >= MAX_INCOMING {
+        return Err(tls_error("TLS message buffer full"));
+    }
+    let want = (incoming.len().max(8192)).min(MAX_INCOMING - incoming.len());
+    incoming.reserve(want.max(2048));
+    Ok(())
+}
+
+/// Reads once from `tcp` into `incoming`, waiting for bytes: `Ok(0)` at the end.
+async fn read_some(tcp: &TcpStream, incoming: &mut Vec<u8>) -> io::Result<usize> {
+    loop {
+        reserve_read(incoming)?;
+        tcp.readable().await?;
+        match tcp.try_read_buf(incoming) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            other => return other,
+        }
+    }
+}
+
+/// A server name rustls accepts as one (not an IP address, valid DNS syntax).
+fn is_dns_name(name: &str) -> bool {
+    name.parse::<std::net::IpAddr>().is_err() && rustls::pki_types::DnsName::try_from(name).is_ok()
+}
+
+impl AsyncRead for ServerTls {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            if this.s.plain_left() > 0 {
+                this.s.take_plain(buf);
+                return Poll::Ready(Ok(()));
+            }
+            if this.s.peer_closed {
+                return Poll::Ready(Ok(()));
+            }
+            let before = buf.filled().len();
+            if !this.s.incoming.is_empty() {
+                this.s.process(Some(buf), Send::Nothing)?;
+                if buf.filled().len() > before {
+                    return Poll::Ready(Ok(()));
+                }
+                if this.s.plain_left() > 0 || this.s.peer_closed {
+                    continue;
+                }
+            }
+            if this.s.eof {
+                // Most clients close without `close_notify`; at a record boundary that is a
+                // clean end (as for nginx), inside a record it is not.
+                return Poll::Ready(if this.s.incoming.is_empty() {
+                    Ok(())
+                } else {
+                    Err(io::ErrorKind::UnexpectedEof.into())
+                });
+            }
+            // Records rustls queued while reading (a key update, an alert refusing a TLS 1.2
+            // renegotiation) leave before the read waits: the client may be waiting for them.
+            this.push()?;
+            if ready!(this.poll_fill(cx))? == 0 {
+                continue;
+            }
+        }
+    }
+}
+
+impl AsyncWrite for ServerTls {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_write_vectored(cx, &[io::IoSlice::new(buf)])
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        while this.s.out_left() >= HIGH_WATER {
+            if this.push()? {
+                break;
+            }
+            ready!(this.tcp.poll_write_ready(cx))?;
+        }
+        let n = this.encrypt(bufs)?;
+        this.push()?;
+        Poll::Ready(Ok(n))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().poll_send(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.queue_close_notify();
+        ready!(this.poll_send(cx))?;
+        Pin::new(&mut this.tcp).poll_shutdown(cx)
+    }
+}
