@@ -8,9 +8,10 @@
 //! sweeper ticks, at most 2 s), the sweeper parks it: its task ends, its socket leaves tokio's
 //! epoll for this worker's idle epoll, and what is left of it is its slot in the worker's
 //! connection slab ([`Parked`]: the socket, the client's address, the config it ran on and its
-//! listener there, and its request count; about 100 bytes). When the client sends its next request (or closes), the idle epoll wakes one task per
-//! worker, [`unpark_loop`], which starts the connection again in a new task, unregistered (its
-//! first read is a plain `read`, as for a connection just accepted).
+//! listener there, and its request count; about 100 bytes). When the client sends its next
+//! request (or closes), the idle epoll wakes one task per worker, [`unpark_loop`], which starts
+//! the connection again in a new task, unregistered (its first read is a plain `read`, as for a
+//! connection just accepted; a TLS one is registered at once).
 //!
 //! What a request pays for this: a few instructions in the idle wait (whether the connection
 //! may park, one more `Cell` write; hello keep-alive measured 0.99× cc12ae0's instructions with
@@ -54,9 +55,10 @@ use crate::tls::TlsInfo;
 /// Where a connection's slot stands with parking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Park {
-    /// Busy, or idle in a way that cannot be parked (TLS, h2).
+    /// Busy, or idle in a way that cannot be parked (h2, TLS with a record in flight).
     No,
-    /// A plain connection waiting for its next request.
+    /// An HTTP/1.1 connection (plain, or TLS with nothing in flight) waiting for its next
+    /// request.
     Idle,
     /// Was idle at the last sweep too.
     Seen,

@@ -75,7 +75,9 @@ pub fn scan(bytes: &[u8], max: usize) -> Scan {
             return Scan::NotTls;
         }
         let len = usize::from(u16::from_be_bytes([rest[3], rest[4]]));
-        if len == 0 || len > 16 * 1024 + 256 {
+        // rustls' own bound (`MAX_PAYLOAD`, 16 KiB + 2 KiB): a longer record is refused there,
+        // any shorter one it reads, so the name read here is the one it uses.
+        if len == 0 || len > 16 * 1024 + 2048 - 1 {
             return Scan::NotTls;
         }
         if rest.len() < 5 + len {

@@ -39,8 +39,8 @@ pub(crate) const HIGH_WATER: usize = 64 * 1024;
 /// Most plaintext encrypted per write call: four full records.
 const MAX_WRITE: usize = 4 * 16 * 1024;
 /// Most unprocessed ciphertext held: a handshake message may span records up to 64 KiB
-/// (rustls' own limit), plus one record.
-const MAX_INCOMING: usize = 0x10000 + 16 * 1024 + 256;
+/// (rustls' own limit), plus one record (16 KiB + 2 KiB and its header).
+const MAX_INCOMING: usize = 0x10000 + 16 * 1024 + 2048 + 5;
 /// Bytes a record adds to its plaintext: header (5), content type (1) and AEAD tag (16).
 const RECORD_OVERHEAD: usize = 22;
 /// Largest plaintext per record.
@@ -289,30 +289,21 @@ impl Session {
     }
 
     /// After rustls failed the connection: queues the alert it has for the client (sent with
-    /// what is left), and refuses everything from now on.
+    /// what is left), and refuses everything from now on. One call: rustls hands out its queued
+    /// alert before it looks at the incoming bytes again; a second call would decrypt the
+    /// failed record again and queue a second fatal alert (a debug assertion in rustls).
     fn fail(&mut self) {
         self.failed = true;
-        for _ in 0..4 {
-            // The unprocessed bytes as they are: rustls keeps its place in them across calls
-            // (an empty slice here once panicked it on a half-read handshake message).
-            let status = self.conn.process_tls_records(&mut self.incoming);
-            let discard = status.discard;
-            match status.state {
-                Ok(ConnectionState::EncodeTlsData(mut e)) => {
-                    let start = Self::out_room(&mut self.out, &mut self.sent, 64);
-                    match e.encode(&mut self.out[start..]) {
-                        Ok(n) => self.out.truncate(start + n),
-                        Err(_) => {
-                            self.out.truncate(start);
-                            return;
-                        }
-                    }
-                }
-                Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
-                _ => return,
+        let status = self.conn.process_tls_records(&mut self.incoming);
+        let discard = status.discard;
+        if let Ok(ConnectionState::EncodeTlsData(mut e)) = status.state {
+            let start = Self::out_room(&mut self.out, &mut self.sent, 64);
+            match e.encode(&mut self.out[start..]) {
+                Ok(n) => self.out.truncate(start + n),
+                Err(_) => self.out.truncate(start),
             }
-            self.discard(discard);
         }
+        self.discard(discard);
     }
 
     /// Moves queued plaintext into `dst`.
@@ -369,6 +360,16 @@ impl ServerTls {
         }
     }
 
+    /// [`Session::process`], and when it fails, the alert rustls queued is sent (best effort)
+    /// before the error is returned.
+    fn run(&mut self, dst: Option<&mut ReadBuf<'_>>, send: Send<'_>) -> io::Result<Step> {
+        let step = self.s.process(dst, send);
+        if step.is_err() {
+            let _ = self.push();
+        }
+        step
+    }
+
     /// The socket.
     pub(crate) fn tcp(&self) -> &TcpStream {
         &self.tcp
@@ -393,7 +394,7 @@ impl ServerTls {
     /// closed (a read would not wait).
     pub(crate) fn readable_now(&mut self) -> io::Result<bool> {
         if self.s.plain_left() == 0 && !self.s.peer_closed && !self.s.incoming.is_empty() {
-            self.s.process(None, Send::Nothing)?;
+            self.run(None, Send::Nothing)?;
         }
         Ok(self.s.plain_left() > 0 || self.s.peer_closed)
     }
@@ -453,7 +454,7 @@ impl ServerTls {
     }
 
     fn encrypt_one(&mut self, data: &[u8]) -> io::Result<()> {
-        match self.s.process(None, Send::Data(data))? {
+        match self.run(None, Send::Data(data))? {
             Step::Writable => Ok(()),
             Step::Blocked | Step::Closed => Err(io::ErrorKind::BrokenPipe.into()),
         }
@@ -463,7 +464,7 @@ impl ServerTls {
     pub(crate) fn queue_close_notify(&mut self) {
         if !self.s.failed && !self.s.close_queued && !self.s.conn.is_handshaking() {
             self.s.close_queued = true;
-            let _ = self.s.process(None, Send::CloseNotify);
+            let _ = self.run(None, Send::CloseNotify);
         }
     }
 
@@ -576,7 +577,7 @@ impl AsyncRead for ServerTls {
             }
             let before = buf.filled().len();
             if !this.s.incoming.is_empty() {
-                this.s.process(Some(buf), Send::Nothing)?;
+                this.run(Some(buf), Send::Nothing)?;
                 if buf.filled().len() > before {
                     return Poll::Ready(Ok(()));
                 }

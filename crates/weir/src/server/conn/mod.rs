@@ -357,11 +357,21 @@ impl Conn {
         }
         self.buf = take_buf();
         self.out = take_buf();
-        Ok(Some(
-            read_more(&mut self.io, &mut self.buf)
-                .await
-                .or_err(ErrorKind::ClientIo, "read")?,
-        ))
+        let tls = matches!(self.io, ClientIo::Tls(_));
+        if tls {
+            // Readable is not yet a request over TLS: half a record, or a lone key update,
+            // decrypts to nothing and the read would wait with no deadline. The sweeper closes
+            // the connection if no plaintext comes within `timeouts.header`.
+            let header = self.rt.cfg.timeouts.header;
+            self.state.set_idle(self.key, Some(header), false);
+        }
+        let n = read_more(&mut self.io, &mut self.buf)
+            .await
+            .or_err(ErrorKind::ClientIo, "read")?;
+        if tls {
+            self.state.set_idle(self.key, None, false);
+        }
+        Ok(Some(n))
     }
 
     /// Answers one request through the pipeline.

@@ -1,7 +1,7 @@
 //! The worker's sweeper: one task per worker that moves the coarse clock a few times per idle
-//! timeout, closes the connections whose idle deadline passed, parks the plain ones idle at two
-//! sweeps in a row (`server/park.rs`), and gives memory back to the system after many
-//! connections went away.
+//! timeout, closes the connections whose idle deadline passed, parks the HTTP/1.1 ones (plain or
+//! TLS) idle at two sweeps in a row (`server/park.rs`), and gives memory back to the system
+//! after many connections went away.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -11,7 +11,8 @@ use crate::metrics::CloseReason;
 
 impl WorkerState {
     /// Marks connection `key` idle for `wait` (closed by the sweeper after it), or busy (`None`).
-    /// `parkable`: a plain connection in its idle wait, which the sweeper may park (`park.rs`).
+    /// `parkable`: an HTTP/1.1 connection in its idle wait, which the sweeper may park
+    /// (`park.rs`).
     pub(crate) fn set_idle(&self, key: usize, wait: Option<Duration>, parkable: bool) {
         let until = match wait {
             // One tick more, so that the coarse clock's lag never closes a connection early.
@@ -25,7 +26,7 @@ impl WorkerState {
     }
 
     /// Closes the idle connections whose deadline passed (`now`: the coarse clock, ms), and
-    /// parks the plain ones idle at this sweep and the last (`park.rs`).
+    /// parks the parkable ones idle at this sweep and the last (`park.rs`).
     pub(super) fn sweep(self: &Rc<Self>, now: u64) {
         let (mut closed, mut parking) = (0usize, 0usize);
         let mut parked_out = Vec::new();
