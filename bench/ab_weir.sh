@@ -9,8 +9,9 @@
 # per request, counted by callgrind over a fixed number of requests (`weir bench -n`) after a
 # warm-up: instruction counts do not move with the machine's noise the way time does. (perf's
 # hardware counters are not available on this VM.)
-# The h2-tls-hit-1KiB row loads a TLS listener with h2load -c 100 -m 10 (a 1 KiB hit): its
-# count includes the 100 handshakes of the measured run, spread over its requests.
+# The h2-tls-hit-1KiB row loads a TLS listener with h2load -c 100 -m 10 (a 1 KiB hit), the
+# h1-tls-hit-1KiB row the same with HTTP/1.1 (h2load --h1 -c 100): their counts include the 100
+# handshakes of the measured run, spread over its requests.
 # CG_ONLY=1 skips the timed cells (instruction counts only, about a minute).
 # Usage: bench/ab_weir.sh OLD_REV [--quick]   (OLD_REV: a git revision, built in a worktree)
 #        OLD_WEIR=/path/to/weir bench/ab_weir.sh [--quick]
@@ -125,7 +126,7 @@ for ((r = 0; r < ROUNDS; r++)); do
 done
 
 # Instruction counts, once per binary and kind of request (they barely vary between runs).
-for k in "hello-ka|hello|/hello|-c 10" "hello-close|hello|/hello|-c 10 --close" "hit-1KiB|cache|/s1024|-c 10" "proxy-1KiB|proxy|/s1024|-c 10" "hello-h2c|hello-h2c|/hello|-c 10 --h2 --streams 10" "h2-tls-hit-1KiB|cache-tls|/s1024|H2LOAD -c 100 -m 10" "h3-hit-1KiB|cache-h3|/s1024|H3 -c 10 --streams 10"; do
+for k in "hello-ka|hello|/hello|-c 10" "hello-close|hello|/hello|-c 10 --close" "hit-1KiB|cache|/s1024|-c 10" "proxy-1KiB|proxy|/s1024|-c 10" "hello-h2c|hello-h2c|/hello|-c 10 --h2 --streams 10" "h2-tls-hit-1KiB|cache-tls|/s1024|H2LOAD -c 100 -m 10" "h1-tls-hit-1KiB|cache-tls|/s1024|H2LOAD --h1 -c 100" "h3-hit-1KiB|cache-h3|/s1024|H3 -c 10 --streams 10"; do
   IFS='|' read -r name kind path args <<<"$k"
   cfg="$ROOT/examples/$kind.yaml"
   [ "$kind" = cache ] && cfg="$TMP/cache.yaml"   # without its compress filter (see above)
@@ -179,11 +180,11 @@ OUT="$ROOT/bench/results/ab-$(date -u +%Y%m%d-%H%M).md"
   done
   echo
   fi
-  echo "User-space instructions per request (callgrind, $CG_N requests after a 500-request warm-up, weir bench -c 10; h2-tls-hit-1KiB: h2load -c 100 -m 10 over TLS; h3-hit-1KiB: weir bench --h3 -c 10 --streams 10, its 10 handshakes included):"
+  echo "User-space instructions per request (callgrind, $CG_N requests after a 500-request warm-up, weir bench -c 10; h2-tls-hit-1KiB: h2load -c 100 -m 10 over TLS; h1-tls-hit-1KiB: h2load --h1 -c 100 over TLS; h3-hit-1KiB: weir bench --h3 -c 10 --streams 10, its 10 handshakes included):"
   echo
   echo "| request | old | new | new/old |"
   echo "|---|---:|---:|---:|"
-  for name in hello-ka hello-close hit-1KiB proxy-1KiB hello-h2c h2-tls-hit-1KiB h3-hit-1KiB; do
+  for name in hello-ka hello-close hit-1KiB proxy-1KiB hello-h2c h2-tls-hit-1KiB h1-tls-hit-1KiB h3-hit-1KiB; do
     echo "| $name | ${IU[$name,old]} | ${IU[$name,new]} | $(ratio "${IU[$name,new]}" "${IU[$name,old]}") |"
   done
   echo

@@ -45,6 +45,10 @@ const MAX_INCOMING: usize = 0x10000 + 16 * 1024 + 2048 + 5;
 const RECORD_OVERHEAD: usize = 22;
 /// Largest plaintext per record.
 const RECORD: usize = 16 * 1024;
+/// Outgoing buffer kept between writes once drained: one largest write's records. Zeroing it
+/// again for every write of a download would cost more than keeping it; what a connection
+/// parks with is none (`into_idle` drops it), and a write that queued more is let go.
+const KEEP_OUT: usize = MAX_WRITE + 4 * 64;
 
 /// A TLS connection whose handshake is done.
 pub(crate) struct ServerTls {
@@ -60,9 +64,12 @@ struct Session {
     /// Decrypted bytes not yet read: `plain[taken..]`.
     plain: Vec<u8>,
     taken: usize,
-    /// Records to send: `out[sent..]`.
+    /// Records to send: `out[sent..filled]`. `out` keeps its length (zeroed once, when it
+    /// grows) so that encrypting into it writes no zeros first; it is let go when drained
+    /// past [`KEEP_OUT`].
     out: Vec<u8>,
     sent: usize,
+    filled: usize,
     /// The client sent `close_notify`: nothing more will be read.
     peer_closed: bool,
     /// The socket reached its end.
@@ -89,7 +96,7 @@ impl std::fmt::Debug for ServerTls {
             .field("tcp", &self.tcp)
             .field("incoming", &self.s.incoming.len())
             .field("plain", &(self.s.plain.len() - self.s.taken))
-            .field("out", &(self.s.out.len() - self.s.sent))
+            .field("out", &self.s.out_left())
             .finish()
     }
 }
@@ -132,6 +139,7 @@ impl Session {
             taken: 0,
             out: Vec::new(),
             sent: 0,
+            filled: 0,
             peer_closed: false,
             eof: false,
             failed: false,
@@ -146,19 +154,19 @@ impl Session {
     }
 
     fn out_left(&self) -> usize {
-        self.out.len() - self.sent
+        self.filled - self.sent
     }
 
-    /// Room for `n` more bytes at the end of the outgoing buffer, zeroed once (the buffer keeps
-    /// its length; `sent..filled` is what waits), returned as the slice to write into.
-    fn out_room(out: &mut Vec<u8>, sent: &mut usize, n: usize) -> usize {
-        if *sent == out.len() {
-            out.clear();
+    /// Room for `n` more bytes after what waits in the outgoing buffer: its start (`filled`).
+    fn out_room(out: &mut Vec<u8>, sent: &mut usize, filled: &mut usize, n: usize) -> usize {
+        if *sent == *filled {
             *sent = 0;
+            *filled = 0;
         }
-        let start = out.len();
-        out.resize(start + n, 0);
-        start
+        if out.len() < *filled + n {
+            out.resize(*filled + n, 0);
+        }
+        *filled
     }
 
     /// Runs rustls over the unprocessed ciphertext until it needs more bytes or may write;
@@ -205,20 +213,15 @@ impl Session {
                 Ok(ConnectionState::EncodeTlsData(mut e)) => {
                     let mut want = 512;
                     loop {
-                        let start = Self::out_room(&mut self.out, &mut self.sent, want);
+                        let start =
+                            Self::out_room(&mut self.out, &mut self.sent, &mut self.filled, want);
                         match e.encode(&mut self.out[start..]) {
                             Ok(n) => {
-                                self.out.truncate(start + n);
+                                self.filled += n;
                                 break;
                             }
-                            Err(EncodeError::InsufficientSize(s)) => {
-                                self.out.truncate(start);
-                                want = s.required_size;
-                            }
-                            Err(EncodeError::AlreadyEncoded) => {
-                                self.out.truncate(start);
-                                break;
-                            }
+                            Err(EncodeError::InsufficientSize(s)) => want = s.required_size,
+                            Err(EncodeError::AlreadyEncoded) => break,
                         }
                     }
                 }
@@ -232,7 +235,8 @@ impl Session {
                         _ => 64,
                     };
                     loop {
-                        let start = Self::out_room(&mut self.out, &mut self.sent, want);
+                        let start =
+                            Self::out_room(&mut self.out, &mut self.sent, &mut self.filled, want);
                         let done = match send {
                             Send::Nothing => Ok(0),
                             Send::Data(d) => w.encrypt(d, &mut self.out[start..]),
@@ -240,15 +244,11 @@ impl Session {
                         };
                         match done {
                             Ok(n) => {
-                                self.out.truncate(start + n);
+                                self.filled += n;
                                 break;
                             }
-                            Err(EncryptError::InsufficientSize(s)) => {
-                                self.out.truncate(start);
-                                want = s.required_size;
-                            }
+                            Err(EncryptError::InsufficientSize(s)) => want = s.required_size,
                             Err(e) => {
-                                self.out.truncate(start);
                                 failure = Some(tls_error(e));
                                 break;
                             }
@@ -297,10 +297,9 @@ impl Session {
         let status = self.conn.process_tls_records(&mut self.incoming);
         let discard = status.discard;
         if let Ok(ConnectionState::EncodeTlsData(mut e)) = status.state {
-            let start = Self::out_room(&mut self.out, &mut self.sent, 64);
-            match e.encode(&mut self.out[start..]) {
-                Ok(n) => self.out.truncate(start + n),
-                Err(_) => self.out.truncate(start),
+            let start = Self::out_room(&mut self.out, &mut self.sent, &mut self.filled, 64);
+            if let Ok(n) = e.encode(&mut self.out[start..]) {
+                self.filled += n;
             }
         }
         self.discard(discard);
@@ -322,7 +321,7 @@ impl ServerTls {
     /// Runs the handshake on `tcp` with `config`; `incoming` holds bytes already read from it
     /// (a ClientHello read for on-demand certificates). The caller bounds it in time.
     pub(crate) async fn accept(
-        tcp: TcpStream,
+        mut tcp: TcpStream,
         config: Arc<rustls::ServerConfig>,
         mut incoming: Vec<u8>,
     ) -> io::Result<ServerTls> {
@@ -333,7 +332,7 @@ impl ServerTls {
                 sni::Scan::NotTls => break None,
                 sni::Scan::Done(fields) => break fields,
             }
-            if read_some(&tcp, &mut incoming).await? == 0 {
+            if read_some(&mut tcp, &mut incoming).await? == 0 {
                 return Err(io::ErrorKind::UnexpectedEof.into());
             }
         };
@@ -354,7 +353,7 @@ impl ServerTls {
             if tls.s.peer_closed {
                 return Err(io::ErrorKind::UnexpectedEof.into());
             }
-            if read_some(&tls.tcp, &mut tls.s.incoming).await? == 0 {
+            if read_some(&mut tls.tcp, &mut tls.s.incoming).await? == 0 {
                 return Err(io::ErrorKind::UnexpectedEof.into());
             }
         }
@@ -402,7 +401,7 @@ impl ServerTls {
     /// Sends queued records without waiting: `Ok(true)` once none are left.
     pub(crate) fn push(&mut self) -> io::Result<bool> {
         while self.s.out_left() > 0 {
-            match self.tcp.try_write(&self.s.out[self.s.sent..]) {
+            match self.tcp.try_write(&self.s.out[self.s.sent..self.s.filled]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => self.s.sent += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
@@ -410,8 +409,11 @@ impl ServerTls {
                 Err(e) => return Err(e),
             }
         }
-        self.s.out.clear();
         self.s.sent = 0;
+        self.s.filled = 0;
+        if self.s.out.len() > KEEP_OUT {
+            self.s.out = Vec::new();
+        }
         Ok(true)
     }
 
@@ -542,17 +544,15 @@ fn reserve_read(incoming: &mut Vec<u8>) -> io::Result<()> {
     Ok(())
 }
 
-/// Reads once from `tcp` into `incoming`, waiting for bytes: `Ok(0)` at the end.
-async fn read_some(tcp: &TcpStream, incoming: &mut Vec<u8>) -> io::Result<usize> {
-    loop {
-        reserve_read(incoming)?;
-        tcp.readable().await?;
-        match tcp.try_read_buf(incoming) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            other => return other,
-        }
-    }
+/// Reads once from `tcp` into `incoming`, waiting for bytes: `Ok(0)` at the end. Through
+/// `AsyncRead`, whose short read clears readiness: the next read waits instead of trying a
+/// `recv` that finds nothing (one system call per handshake, `bench/ab_weir.sh`).
+async fn read_some(tcp: &mut TcpStream, incoming: &mut Vec<u8>) -> io::Result<usize> {
+    reserve_read(incoming)?;
+    std::future::poll_fn(|cx| {
+        tokio_util::io::poll_read_buf(Pin::new(&mut *tcp), cx, &mut *incoming)
+    })
+    .await
 }
 
 /// A server name rustls accepts as one (not an IP address, valid DNS syntax).

@@ -23,7 +23,8 @@
 //!   registration (`ScheduledIo`, 256 bytes) and its slot in the worker's slab: 1.56 KiB of
 //!   RSS per idle connection. Idle at two sweeps in a row it is parked (`server/park.rs`):
 //!   task and registration are freed and only its slot stays (0.10 KiB of RSS each at 10,000,
-//!   `bench/idle_memory.sh`; nginx 0.54).
+//!   `bench/idle_memory.sh`; nginx 0.54). A TLS connection parks too when no record is in
+//!   flight, keeping rustls' session in its slot (5.55 KiB each, 2026-11-27; nginx 15.25).
 //! * Errors: `crate::error::Error::status` is the one place a failure becomes a status code.
 //!   After any error response the connection is closed (framing can no longer be trusted), with
 //!   a short lingering close so the client reads the response instead of a reset.
