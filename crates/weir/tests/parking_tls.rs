@@ -10,7 +10,6 @@ mod common;
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::parked::{metric, wait_parked};
@@ -37,19 +36,6 @@ fn server(pki: &Pki, client_auth: &str) -> (TestServer, SocketAddr) {
     (srv, admin)
 }
 
-fn tls12(pki: &Pki) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(pki.ca_der.clone()).unwrap();
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS12])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Arc::new(cfg)
-}
-
 const WHO: &str = "GET /who HTTP/1.1\r\nHost: x\r\n\r\n";
 
 #[test]
@@ -67,7 +53,12 @@ fn tls_connections_park_and_are_served_again_with_their_handshake() {
             "anyone\n",
         ),
         (
-            tlskit::connect(srv.addr, "a.example.test", &tls12(&pki)).unwrap(),
+            tlskit::connect(
+                srv.addr,
+                "a.example.test",
+                &tlskit::tls12_config(&pki.ca_der),
+            )
+            .unwrap(),
             "route for a\n",
         ),
     ];

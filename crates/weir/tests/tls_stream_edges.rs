@@ -128,16 +128,7 @@ impl Env {
     }
 
     fn tls12(&self) -> Arc<rustls::ClientConfig> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(self.pki.ca_der.clone()).unwrap();
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS12])
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Arc::new(cfg)
+        tlskit::tls12_config(&self.pki.ca_der)
     }
 
     fn connect(&self, sni: &str) -> TlsStream {

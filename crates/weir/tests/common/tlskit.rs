@@ -125,6 +125,20 @@ pub fn client_config(
     Arc::new(cfg)
 }
 
+/// A TLS 1.2-only client config trusting `ca`, offering HTTP/1.1.
+pub fn tls12_config(ca: &CertificateDer<'static>) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone()).unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS12])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(cfg)
+}
+
 /// A TLS connection over a blocking socket.
 pub type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
 
