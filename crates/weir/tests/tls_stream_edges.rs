@@ -1,5 +1,5 @@
 //! Edges of the server-side TLS stream on rustls' unbuffered API (`tls/stream.rs`), the server
-//! name read from the ClientHello by our own parser (`tcp/sni.rs`), and parked idle TLS
+//! name read from the ClientHello by our own parser (`tls/hello.rs`), and parked idle TLS
 //! connections (`server/park.rs`), probed over real sockets on 127.0.0.1: ClientHellos framed
 //! in odd ways (one oversized record, records of a byte, a byte per segment, a retry), requests
 //! split and pipelined across records, large uploads and downloads to slow readers, key updates,

@@ -22,7 +22,7 @@ use crate::error::ErrorKind;
 use crate::metrics::CloseReason;
 use crate::runtime::WorkerRuntime;
 use crate::tcp::relay::{self, End, Relayed};
-use crate::tcp::sni::{self, Hello};
+use crate::tls::hello::{self as sni, Hello};
 use crate::tls::TlsInfo;
 
 /// A client connection: plain, or TLS that weir terminated.

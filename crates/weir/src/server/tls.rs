@@ -18,7 +18,7 @@ use super::conn::Conn;
 use super::worker::WorkerState;
 use crate::metrics::{CloseReason, TlsOutcome};
 use crate::runtime::WorkerRuntime;
-use crate::tcp::sni;
+use crate::tls::hello as sni;
 use crate::tls::stream::ServerTls;
 use crate::tls::TlsInfo;
 

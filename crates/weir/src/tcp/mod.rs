@@ -22,7 +22,6 @@
 
 pub mod connect;
 pub mod relay;
-pub mod sni;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -14,6 +14,7 @@ pub mod acme;
 mod acme_issue;
 pub(crate) mod certs;
 pub(crate) mod dns_update;
+pub mod hello;
 pub(crate) mod ocsp;
 pub mod on_demand;
 pub(crate) mod quic;

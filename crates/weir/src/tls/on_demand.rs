@@ -388,7 +388,7 @@ pub struct Gate {
 impl Gate {
     /// The name a handshake must wait for: the one the client sent, when no certificate
     /// serves it yet and the handshake is not a TLS-ALPN-01 validation.
-    pub fn wanted(&self, hello: &crate::tcp::sni::Fields) -> Option<String> {
+    pub fn wanted(&self, hello: &super::hello::Fields) -> Option<String> {
         let name = hello
             .name
             .as_deref()?

@@ -17,7 +17,7 @@
 //! waits), and [`ServerTls::wants_write`] says so. A read that must wait first sends what is
 //! queued (handshake replies, key updates, alerts): the client may be waiting for them.
 //!
-//! The server name is read from the ClientHello before rustls sees it (`tcp/sni.rs`, checked
+//! The server name is read from the ClientHello before rustls sees it (`tls/hello.rs`, checked
 //! as rustls checks it): the unbuffered connection does not expose it. The same bytes give
 //! on-demand certificates ([`crate::tls::on_demand`]) their name and ALPN without a second
 //! handshake state.
@@ -32,7 +32,7 @@ use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use crate::tcp::sni;
+use crate::tls::hello as sni;
 
 /// Unsent records past which a write waits for the socket (rustls' buffered default).
 pub(crate) const HIGH_WATER: usize = 64 * 1024;

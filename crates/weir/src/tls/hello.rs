@@ -1,5 +1,7 @@
-//! The server name a TLS client asks for, read from its ClientHello without terminating TLS
-//! (routing by SNI in passthrough, Traefik's `HostSNI`, HAProxy's `req.ssl_sni`).
+//! The server name (and ALPN) a TLS client asks for, read from its ClientHello: without
+//! terminating TLS (routing by SNI in passthrough, Traefik's `HostSNI`, HAProxy's
+//! `req.ssl_sni`), and before a handshake weir terminates (`tls/stream.rs`: rustls' unbuffered
+//! connection does not expose the name; on-demand certificates wait on it).
 //!
 //! Written by hand rather than with a TLS parser crate: it reads the few fields in front of the
 //! `server_name` extension (RFC 8446 §4.1.2, RFC 6066 §3) from bytes the kernel still holds
