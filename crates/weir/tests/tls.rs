@@ -89,14 +89,7 @@ fn sessions_resume_with_tickets_and_ids_on_tls13_and_tls12() {
     let tls13 = tlskit::client_config(&pki.ca_der, &["http/1.1"], None);
     // TLS 1.2 only, with and without tickets (the second resumes by session id).
     let tls12 = |tickets: bool| {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(pki.ca_der.clone()).unwrap();
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS12])
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let mut cfg = Arc::unwrap_or_clone(tlskit::tls12_config(&pki.ca_der));
         let mode = if tickets {
             rustls::client::Tls12Resumption::SessionIdOrTickets
         } else {
