@@ -1082,6 +1082,74 @@ fn parked_connections_woken_by_odd_flights() {
     );
 }
 
+/// After its first park a connection's records are weir's own (`tls/records.rs`, rustls hands
+/// the keys over): each cipher suite rustls offers, TLS 1.3 and 1.2, carries a 4 MiB download
+/// and a 4 MiB upload, parked between them, with a key update the client asks for on TLS 1.3;
+/// then its `close_notify` closes it.
+#[test]
+fn every_cipher_suite_after_parking() {
+    use rustls::crypto::aws_lc_rs::cipher_suite as cs;
+    let env = env("suites", "{ header: 400ms, keepalive: 30s }");
+    let suites = [
+        cs::TLS13_AES_128_GCM_SHA256,
+        cs::TLS13_AES_256_GCM_SHA384,
+        cs::TLS13_CHACHA20_POLY1305_SHA256,
+        cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+        cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    ];
+    let mut conns: Vec<TlsStream> = suites
+        .iter()
+        .map(|s| {
+            let cfg = tlskit::suite_config(&env.pki.ca_der, *s);
+            tlskit::connect(env.srv.addr, "a.example.test", &cfg).unwrap()
+        })
+        .collect();
+    for (c, s) in conns.iter_mut().zip(suites) {
+        assert_eq!(c.conn.negotiated_cipher_suite(), Some(s));
+        assert_eq!(who(c), "route for a\n");
+    }
+    let want = format!("len={} sum={:x}", env.big.len(), fnv(&env.big));
+    for round in 0..2 {
+        wait_parked(env.admin, suites.len() as f64);
+        for (c, s) in conns.iter_mut().zip(suites) {
+            if matches!(s, rustls::SupportedCipherSuite::Tls13(_)) {
+                c.conn.refresh_traffic_keys().unwrap();
+            }
+            c.write_all(b"GET /static/big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+                .unwrap();
+            c.flush().unwrap();
+            let r = common::read_response_to(c, false);
+            assert!(
+                r.body == env.big,
+                "{s:?} round {round}: the download differs"
+            );
+        }
+        wait_parked(env.admin, suites.len() as f64);
+        for (c, s) in conns.iter_mut().zip(suites) {
+            c.write_all(upload_head(Some(env.big.len())).as_bytes())
+                .unwrap();
+            for part in env.big.chunks(100_000) {
+                c.write_all(part).unwrap();
+            }
+            c.flush().unwrap();
+            let r = common::read_response_to(c, false);
+            assert_eq!(r.text(), want, "{s:?} round {round}: the upload");
+        }
+    }
+    wait_parked(env.admin, suites.len() as f64);
+    for mut c in conns {
+        c.conn.send_close_notify();
+        c.conn.write_tls(&mut c.sock).unwrap();
+        assert!(tlskit::drain(&mut c).is_empty(), "nothing but the end");
+    }
+    wait_parked(env.admin, 0.0);
+    assert_eq!(
+        metric(env.admin, "weir_connections_closed_total{reason=\"idle\"}"),
+        0.0
+    );
+}
+
 /// Garbage, a bad record and plaintext sent to parked connections: each closes, nothing stays
 /// parked or open.
 #[test]

@@ -20,7 +20,6 @@ use crate::metrics::{CloseReason, TlsOutcome};
 use crate::runtime::WorkerRuntime;
 use crate::tls::hello as sni;
 use crate::tls::stream::ServerTls;
-use crate::tls::TlsInfo;
 
 /// A TLS record's first byte: a handshake.
 const HANDSHAKE: u8 = 0x16;
@@ -158,14 +157,14 @@ fn after_handshake(
             return Box::pin(std::future::ready(CloseReason::Timeout));
         }
     };
-    let info = TlsInfo::of(stream.session(), stream.sni());
+    let info = stream.info();
     state.metrics.tls(if info.resumed {
         TlsOutcome::Resumed
     } else {
         TlsOutcome::Full
     });
     // The protocol ALPN settled. A TLS-ALPN-01 validation ends with its handshake (RFC 8737).
-    let alpn = stream.session().alpn_protocol();
+    let alpn = stream.alpn();
     if alpn == Some(crate::tls::acme::ACME_TLS_ALPN) {
         return Box::pin(std::future::ready(CloseReason::Done));
     }

@@ -18,6 +18,7 @@ pub mod hello;
 pub(crate) mod ocsp;
 pub mod on_demand;
 pub(crate) mod quic;
+pub(crate) mod records;
 pub(crate) mod sni;
 pub(crate) mod stream;
 pub(crate) mod tsig_key;
@@ -259,6 +260,8 @@ pub(crate) fn server_config(
     cfg.alpn_protocols = alpn;
     // The server's cipher preference, as nginx's `ssl_prefer_server_ciphers`.
     cfg.ignore_client_order = true;
+    // rustls hands a parked connection's record keys over (`tls/records.rs`).
+    cfg.enable_secret_extraction = true;
     cfg.session_storage = if t.session_cache > 0 {
         shared.cache(t.session_cache)
     } else {

@@ -32,6 +32,8 @@ pub(crate) fn server_config(
     idle: Duration,
 ) -> Result<quinn::ServerConfig, String> {
     let mut c = tls.clone();
+    // QUIC connections never park (`tls/records.rs` is for TCP records).
+    c.enable_secret_extraction = false;
     c.alpn_protocols = vec![b"h3".to_vec()];
     // RFC 9001 §4.6.1: a QUIC server either takes no early data or advertises 0xffffffff.
     c.max_early_data_size = if h.early_data { u32::MAX } else { 0 };

@@ -6,7 +6,7 @@
 //! issue's target of 4 (`bench/idle_memory.sh`, 2026-11-26). Here the ciphertext read from the
 //! socket, the plaintext not yet read and the records not yet sent are three `Vec`s of ours,
 //! empty and unallocated whenever nothing is in flight, and an idle connection can leave its
-//! task with only rustls' session state ([`IdleTls`], parked by `server/park.rs`).
+//! task with only its record keys ([`IdleTls`], parked by `server/park.rs`).
 //!
 //! How it runs: every step calls `process_tls_records` over the unprocessed ciphertext and acts
 //! on the state rustls answers — plaintext records are delivered (into the caller's buffer
@@ -16,6 +16,9 @@
 //! what it does not take waits in the outgoing buffer (at most [`HIGH_WATER`] before a write
 //! waits), and [`ServerTls::wants_write`] says so. A read that must wait first sends what is
 //! queued (handshake replies, key updates, alerts): the client may be waiting for them.
+//!
+//! After a connection's first park its records are sealed and opened by [`Records`]
+//! (`tls/records.rs`) instead of rustls: a parked connection then keeps only its keys' bytes.
 //!
 //! The server name is read from the ClientHello before rustls sees it (`tls/hello.rs`, checked
 //! as rustls checks it): the unbuffered connection does not expose it. The same bytes give
@@ -33,6 +36,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::tls::hello as sni;
+use crate::tls::records::{self, Opened, Records, Reply};
 
 /// Unsent records past which a write waits for the socket (rustls' buffered default).
 pub(crate) const HIGH_WATER: usize = 64 * 1024;
@@ -56,9 +60,20 @@ pub(crate) struct ServerTls {
     s: Session,
 }
 
+/// Who seals and opens the records.
+// rustls' session inline: every connection starts with it, and boxing it would cost each
+// handshake an allocation; our record layer is boxed, one allocation per wake-up.
+#[allow(clippy::large_enum_variant)]
+enum Engine {
+    /// rustls, from the handshake until the connection first parks.
+    Rustls(UnbufferedServerConnection),
+    /// Our record layer, once rustls handed the keys over (`tls/records.rs`).
+    Own(Box<Records>),
+}
+
 /// Everything but the socket.
 struct Session {
-    conn: UnbufferedServerConnection,
+    conn: Engine,
     /// Ciphertext read and not yet processed.
     incoming: Vec<u8>,
     /// Decrypted bytes not yet read: `plain[taken..]`.
@@ -84,9 +99,10 @@ struct Session {
     sni: Option<String>,
 }
 
-/// An idle TLS connection's state without its socket and buffers (`server/park.rs`).
+/// An idle TLS connection's state without its socket and buffers (`server/park.rs`): its
+/// record keys, without cipher contexts.
 pub(crate) struct IdleTls {
-    conn: UnbufferedServerConnection,
+    records: Records,
     sni: Option<String>,
 }
 
@@ -131,7 +147,7 @@ fn tls_error(e: impl std::fmt::Display) -> io::Error {
 }
 
 impl Session {
-    fn new(conn: UnbufferedServerConnection, incoming: Vec<u8>, sni: Option<String>) -> Session {
+    fn new(conn: Engine, incoming: Vec<u8>, sni: Option<String>) -> Session {
         Session {
             conn,
             incoming,
@@ -180,8 +196,14 @@ impl Session {
         if self.failed {
             return Err(tls_error("TLS connection failed earlier"));
         }
+        if matches!(self.conn, Engine::Own(_)) {
+            return self.process_own(dst, send);
+        }
         loop {
-            let status = self.conn.process_tls_records(&mut self.incoming);
+            let Engine::Rustls(conn) = &mut self.conn else {
+                return Err(tls_error("TLS engine changed"));
+            };
+            let status = conn.process_tls_records(&mut self.incoming);
             let discard = status.discard;
             let mut step = None;
             let mut failure = None;
@@ -294,7 +316,10 @@ impl Session {
     /// failed record again and queue a second fatal alert (a debug assertion in rustls).
     fn fail(&mut self) {
         self.failed = true;
-        let status = self.conn.process_tls_records(&mut self.incoming);
+        let Engine::Rustls(conn) = &mut self.conn else {
+            return;
+        };
+        let status = conn.process_tls_records(&mut self.incoming);
         let discard = status.discard;
         if let Ok(ConnectionState::EncodeTlsData(mut e)) = status.state {
             let start = Self::out_room(&mut self.out, &mut self.sent, &mut self.filled, 64);
@@ -303,6 +328,139 @@ impl Session {
             }
         }
         self.discard(discard);
+    }
+
+    /// [`Self::process`] on our record layer: opens every whole record buffered (plaintext
+    /// into `dst` first, the rest kept; replies to key updates and renegotiations queued), then
+    /// seals what `send` asks. A fatal condition queues its alert and fails the connection.
+    fn process_own(
+        &mut self,
+        mut dst: Option<&mut ReadBuf<'_>>,
+        send: Send<'_>,
+    ) -> io::Result<Step> {
+        let Engine::Own(r) = &mut self.conn else {
+            return Err(tls_error("TLS engine changed"));
+        };
+        let mut at = 0;
+        let mut failure = None;
+        while !self.peer_closed {
+            let opened = match r.open(&mut self.incoming[at..]) {
+                Ok(o) => o,
+                Err(f) => {
+                    failure = Some(f);
+                    break;
+                }
+            };
+            let reply = match opened {
+                Opened::Need => break,
+                Opened::Data { start, end, used } => {
+                    let mut payload = &self.incoming[at + start..at + end];
+                    if let Some(dst) = dst.as_deref_mut() {
+                        let n = payload.len().min(dst.remaining());
+                        dst.put_slice(&payload[..n]);
+                        payload = &payload[n..];
+                    }
+                    if !payload.is_empty() {
+                        if self.taken == self.plain.len() {
+                            self.plain.clear();
+                            self.taken = 0;
+                        }
+                        self.plain.extend_from_slice(payload);
+                    }
+                    at += used;
+                    continue;
+                }
+                Opened::Closed { used } => {
+                    at += used;
+                    self.peer_closed = true;
+                    continue;
+                }
+                Opened::Control { used, reply } => {
+                    at += used;
+                    reply
+                }
+            };
+            let start = Self::out_room(
+                &mut self.out,
+                &mut self.sent,
+                &mut self.filled,
+                r.sealed_len(8),
+            );
+            let sealed = match reply {
+                Reply::Nothing => Ok(0),
+                Reply::KeyUpdate => r.seal_key_update(&mut self.out[start..]),
+                Reply::Warning(desc) => r.seal_alert(1, desc, &mut self.out[start..]),
+            };
+            match sealed {
+                Ok(n) => self.filled += n,
+                Err(f) => {
+                    failure = Some(f);
+                    break;
+                }
+            }
+        }
+        if failure.is_none() {
+            let sealed = match send {
+                Send::Nothing => Ok(0),
+                Send::Data(_) if self.close_queued => {
+                    self.discard(at);
+                    return Err(io::ErrorKind::BrokenPipe.into());
+                }
+                Send::Data(d) => {
+                    let start = Self::out_room(
+                        &mut self.out,
+                        &mut self.sent,
+                        &mut self.filled,
+                        r.sealed_len(d.len()),
+                    );
+                    r.seal_data(d, &mut self.out[start..])
+                }
+                Send::CloseNotify => {
+                    let start = Self::out_room(
+                        &mut self.out,
+                        &mut self.sent,
+                        &mut self.filled,
+                        r.sealed_len(2),
+                    );
+                    r.seal_alert(1, records::CLOSE_NOTIFY, &mut self.out[start..])
+                }
+            };
+            match sealed {
+                Ok(n) => self.filled += n,
+                Err(f) => failure = Some(f),
+            }
+        }
+        if let Some(f) = failure {
+            // The alert goes out under the send key, which no failure to open touched.
+            self.failed = true;
+            if let Some(desc) = f.alert {
+                let start = Self::out_room(
+                    &mut self.out,
+                    &mut self.sent,
+                    &mut self.filled,
+                    r.sealed_len(2),
+                );
+                if let Ok(n) = r.seal_alert(2, desc, &mut self.out[start..]) {
+                    self.filled += n;
+                }
+            }
+            self.discard(at);
+            return Err(tls_error(f.why));
+        }
+        self.discard(at);
+        Ok(if self.peer_closed && self.close_queued {
+            Step::Closed
+        } else {
+            Step::Writable
+        })
+    }
+
+    /// The handshake is not done yet.
+    fn handshaking(&self) -> bool {
+        match &self.conn {
+            Engine::Rustls(c) => c.is_handshaking(),
+            Engine::Own(_) => false,
+        }
     }
 
     /// Moves queued plaintext into `dst`.
@@ -340,14 +498,14 @@ impl ServerTls {
         let conn = UnbufferedServerConnection::new(config).map_err(tls_error)?;
         let mut tls = ServerTls {
             tcp,
-            s: Session::new(conn, incoming, sni),
+            s: Session::new(Engine::Rustls(conn), incoming, sni),
         };
         loop {
             let step = tls.s.process(None, Send::Nothing);
             // Whatever rustls queued goes out, an alert for a failed handshake included.
             std::future::poll_fn(|cx| tls.poll_send(cx)).await?;
             step?;
-            if !tls.s.conn.is_handshaking() {
+            if !tls.s.handshaking() {
                 return Ok(tls);
             }
             if tls.s.peer_closed {
@@ -374,9 +532,21 @@ impl ServerTls {
         &self.tcp
     }
 
-    /// What the handshake settled (rustls' common state).
-    pub(crate) fn session(&self) -> &rustls::CommonState {
-        &self.s.conn
+    /// What the handshake settled, for routes and logs. Read once, after [`Self::accept`]:
+    /// a connection that parked keeps it elsewhere (`server/park.rs`) and answers the default.
+    pub(crate) fn info(&self) -> crate::tls::TlsInfo {
+        match &self.s.conn {
+            Engine::Rustls(c) => crate::tls::TlsInfo::of(c, self.sni()),
+            Engine::Own(_) => crate::tls::TlsInfo::default(),
+        }
+    }
+
+    /// The protocol ALPN settled (before the first park, as [`Self::info`]).
+    pub(crate) fn alpn(&self) -> Option<&[u8]> {
+        match &self.s.conn {
+            Engine::Rustls(c) => c.alpn_protocol(),
+            Engine::Own(_) => None,
+        }
     }
 
     /// The server name the client asked for (lowercase, no trailing dot).
@@ -464,7 +634,7 @@ impl ServerTls {
 
     /// Queues `close_notify` (once; errors mean the connection is over anyway).
     pub(crate) fn queue_close_notify(&mut self) {
-        if !self.s.failed && !self.s.close_queued && !self.s.conn.is_handshaking() {
+        if !self.s.failed && !self.s.close_queued && !self.s.handshaking() {
             self.s.close_queued = true;
             let _ = self.run(None, Send::CloseNotify);
         }
@@ -504,27 +674,42 @@ impl ServerTls {
         s.incoming.is_empty() && s.plain_left() == 0 && s.out_left() == 0 && !s.failed && !s.eof
     }
 
-    /// The socket and the session, when nothing is in flight either way ([`Self::is_quiet`]);
-    /// `None` (the connection dropped, hence closed) otherwise.
+    /// The socket and the record keys, when nothing is in flight either way
+    /// ([`Self::is_quiet`]); `None` (the connection dropped, hence closed) otherwise, or when
+    /// rustls cannot hand its keys over. The first park turns rustls' session into
+    /// [`Records`]; the cipher contexts are dropped.
     pub(crate) fn into_idle(self) -> Option<(TcpStream, IdleTls)> {
-        if !self.is_quiet() {
+        if !self.is_quiet() || self.s.peer_closed || self.s.close_queued {
             return None;
         }
         let ServerTls { tcp, s } = self;
+        let mut records = match s.conn {
+            Engine::Own(r) => *r,
+            Engine::Rustls(conn) => {
+                // What `dangerous_into_kernel_connection` refuses, checked first: it consumes
+                // the session either way.
+                if conn.is_handshaking() || conn.wants_write() {
+                    return None;
+                }
+                let (secrets, kernel) = conn.dangerous_into_kernel_connection().ok()?;
+                Records::new(secrets, kernel)?
+            }
+        };
+        records.sleep();
         Some((
             tcp,
             IdleTls {
-                conn: s.conn,
+                records,
                 sni: s.sni,
             },
         ))
     }
 
-    /// A parked connection's socket and session together again.
+    /// A parked connection's socket and record keys together again.
     pub(crate) fn from_idle(tcp: TcpStream, idle: IdleTls) -> ServerTls {
         ServerTls {
             tcp,
-            s: Session::new(idle.conn, Vec::new(), idle.sni),
+            s: Session::new(Engine::Own(Box::new(idle.records)), Vec::new(), idle.sni),
         }
     }
 }

@@ -139,6 +139,28 @@ pub fn tls12_config(ca: &CertificateDer<'static>) -> Arc<rustls::ClientConfig> {
     Arc::new(cfg)
 }
 
+/// A client config trusting `ca` that offers only `suite` (and its protocol version), HTTP/1.1.
+pub fn suite_config(
+    ca: &CertificateDer<'static>,
+    suite: rustls::SupportedCipherSuite,
+) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone()).unwrap();
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    provider.cipher_suites = vec![suite];
+    let version = match suite {
+        rustls::SupportedCipherSuite::Tls13(_) => &rustls::version::TLS13,
+        rustls::SupportedCipherSuite::Tls12(_) => &rustls::version::TLS12,
+    };
+    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&[version])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(cfg)
+}
+
 /// A TLS connection over a blocking socket.
 pub type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
 
