@@ -16,10 +16,12 @@
 //! - application data: delivered;
 //! - `close_notify`: the end; `user_canceled` (TLS 1.3) and warnings (TLS 1.2): ignored, at
 //!   most 4 in a row; any other alert ends the connection;
-//! - TLS 1.3 `KeyUpdate`: new receive keys from rustls' key schedule, and when the client asks,
-//!   our own `KeyUpdate` and new send keys (at most 32 without application data between);
+//! - TLS 1.3 `KeyUpdate`: new receive keys from rustls' key schedule (at most 32 without
+//!   application data between); when the client asks, our own `KeyUpdate` and new send keys
+//!   before the next record we send, one however many asked (as rustls queues one);
 //! - a TLS 1.2 renegotiation (`ClientHello`): refused with a `no_renegotiation` warning once,
 //!   fatal the second time;
+//! - empty records: at most 32 in a row (rustls' limit);
 //! - anything else (`ChangeCipherSpec`, other handshake messages, unknown types, records too
 //!   long, bad MACs, bad padding): a fatal alert, as RFC 8446 §5 and RFC 5246 §7.2 name it.
 //!
@@ -70,6 +72,8 @@ const CLIENT_HELLO: u8 = 1;
 const WARNINGS: u8 = 4;
 const KEY_UPDATES: u8 = 32;
 const RENEGOTIATIONS: u8 = 1;
+/// Empty records in a row (rustls' `ALLOWED_CONSECUTIVE_EMPTY_FRAGMENTS_MAX`).
+const EMPTY_RECORDS: u8 = 32;
 /// rustls fails a connection whose receive sequence reaches this (`SEQ_HARD_LIMIT`).
 const SEQ_HARD_LIMIT: u64 = 0xffff_ffff_ffff_fffe;
 
@@ -105,6 +109,9 @@ pub(crate) struct Records {
     warnings_left: u8,
     key_updates_left: u8,
     renegotiations_left: u8,
+    empty_left: u8,
+    /// The client asked for our `KeyUpdate`: it goes before the next record we seal.
+    update_pending: bool,
 }
 
 /// A fatal condition: the alert to send (none when the client sent a fatal one) and why.
@@ -138,12 +145,10 @@ pub(crate) enum Opened {
     Closed { used: usize },
 }
 
-/// What a control record asks to send.
+/// What a control record asks to send now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Reply {
     Nothing,
-    /// Our `KeyUpdate`, then new send keys.
-    KeyUpdate,
     /// A warning alert with this description.
     Warning(u8),
 }
@@ -255,6 +260,8 @@ impl Records {
             warnings_left: WARNINGS,
             key_updates_left: KEY_UPDATES,
             renegotiations_left: RENEGOTIATIONS,
+            empty_left: EMPTY_RECORDS,
+            update_pending: false,
         })
     }
 
@@ -296,7 +303,7 @@ impl Records {
 
     /// Seals our `KeyUpdate` (update not requested) under the current send key, then moves
     /// the send direction to the next key.
-    pub(crate) fn seal_key_update(&mut self, dst: &mut [u8]) -> Result<usize, Fatal> {
+    fn seal_key_update(&mut self, dst: &mut [u8]) -> Result<usize, Fatal> {
         let n = self.seal_record(HANDSHAKE, &[KEY_UPDATE, 0, 0, 1, 0], dst)?;
         let (seq, secrets) = self
             .kernel
@@ -308,10 +315,11 @@ impl Records {
         Ok(n)
     }
 
-    /// One record, after a key update when the send key reached its limit.
+    /// One record, after our key update when the client asked for one or the send key
+    /// reached its limit.
     fn seal(&mut self, typ: u8, data: &[u8], dst: &mut [u8]) -> Result<usize, Fatal> {
         let mut at = 0;
-        if self.tx.seq >= self.limit {
+        if self.update_pending || self.tx.seq >= self.limit {
             if self.kind != Kind::Tls13 {
                 return Err(Fatal {
                     alert: None,
@@ -319,6 +327,7 @@ impl Records {
                 });
             }
             at = self.seal_key_update(dst)?;
+            self.update_pending = false;
         }
         Ok(at + self.seal_record(typ, data, &mut dst[at..])?)
     }
@@ -421,8 +430,17 @@ impl Records {
         } else {
             (typ, inner_end)
         };
-        if end - start > MAX_PLAIN {
+        // The plaintext, with a TLS 1.3 record's content type and padding (RFC 8446 §5.4).
+        if inner_end - start > MAX_PLAIN + usize::from(tls13) {
             return Err(fatal(RECORD_OVERFLOW, "TLS plaintext too long"));
+        }
+        if end == start {
+            if self.empty_left == 0 {
+                return Err(fatal(UNEXPECTED_MESSAGE, "too many empty TLS records"));
+            }
+            self.empty_left -= 1;
+        } else {
+            self.empty_left = EMPTY_RECORDS;
         }
         let content = &buf[start..end];
         match inner {
@@ -508,11 +526,9 @@ impl Records {
                 self.rx = Keys::new(seq, secrets)
                     .map(|(k, _)| k)
                     .ok_or_else(|| fatal(UNEXPECTED_MESSAGE, "TLS key update failed"))?;
-                Ok(if request == 1 {
-                    Reply::KeyUpdate
-                } else {
-                    Reply::Nothing
-                })
+                // Ours goes before the next record we seal; asked again meanwhile, still one.
+                self.update_pending |= request == 1;
+                Ok(Reply::Nothing)
             }
             (Kind::Tls12Gcm | Kind::Tls12Chacha, CLIENT_HELLO) => {
                 if self.renegotiations_left == 0 {

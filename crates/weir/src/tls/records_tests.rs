@@ -150,7 +150,6 @@ fn server_reads(r: &mut Records, wire: &mut [u8]) -> Result<(Vec<u8>, Vec<u8>, b
                 let mut buf = vec![0u8; r.sealed_len(8)];
                 let n = match reply {
                     Reply::Nothing => 0,
-                    Reply::KeyUpdate => r.seal_key_update(&mut buf)?,
                     Reply::Warning(d) => r.seal_alert(1, d, &mut buf)?,
                 };
                 back.extend_from_slice(&buf[..n]);
@@ -226,16 +225,40 @@ fn key_updates_both_ways() {
             let mut wire = client_wire(&mut client);
             let (plain, back, _) = server_reads(&mut r, &mut wire).unwrap();
             assert_eq!(plain, [round; 100]);
-            assert!(!back.is_empty(), "{suite:?}: our KeyUpdate");
-            assert_eq!(r.tx.seq, 0, "new send keys start at 0");
-            let mut wire = back;
-            wire.extend(server_seals(&mut r, b"after the update"));
+            assert!(back.is_empty(), "ours waits for the next record we send");
+            // Parked with our KeyUpdate owed: it still goes first.
+            r.sleep();
+            let wire = server_seals(&mut r, b"after the update");
+            assert_eq!(r.tx.seq, 1, "{suite:?}: the data went under new keys");
             assert_eq!(
                 client_reads(&mut client, &wire).unwrap(),
                 b"after the update"
             );
-            r.sleep();
         }
+    }
+}
+
+/// Asked for a key update again and again before we send anything, we send one (as rustls
+/// does): a client cannot make the server queue records by asking.
+#[test]
+fn many_key_update_requests_get_one_key_update() {
+    for suite in TLS13 {
+        let (mut client, mut r) = handshake(suite);
+        for i in 0..200u8 {
+            if i % 20 == 0 {
+                // Data between keeps the flood allowance (32) from running out.
+                client.writer().write_all(&[i]).unwrap();
+            }
+            client.refresh_traffic_keys().unwrap();
+        }
+        let mut wire = client_wire(&mut client);
+        let (plain, back, _) = server_reads(&mut r, &mut wire).unwrap();
+        assert_eq!(plain.len(), 10);
+        assert!(back.is_empty());
+        let wire = server_seals(&mut r, b"one");
+        // One KeyUpdate record (5 + 4 + 1 + 1 + 16) and one data record (5 + 3 + 1 + 16).
+        assert_eq!(wire.len(), 27 + 25, "{suite:?}");
+        assert_eq!(client_reads(&mut client, &wire).unwrap(), b"one");
     }
 }
 
@@ -396,6 +419,40 @@ fn forged_tls13_records_get_the_alerts_rfc8446_names() {
         let (_, mut r) = handshake(TLS13[1]);
         let mut f = Forger::of(&r);
         assert_eq!(refused(&mut r, f.seal13_raw(&inner)), alert, "{what}");
+    }
+    // Padding counts towards the 2^14 + 1 bytes of inner plaintext (RFC 8446 §5.4).
+    let (_, mut r) = handshake(TLS13[0]);
+    let mut f = Forger::of(&r);
+    let mut inner = b"GET / HTTP/1.1\r\n\r\n\x17".to_vec();
+    inner.resize(MAX_PLAIN + 2, 0);
+    assert_eq!(refused(&mut r, f.seal13_raw(&inner)), RECORD_OVERFLOW);
+    let (_, mut r) = handshake(TLS13[0]);
+    let mut f = Forger::of(&r);
+    let mut inner = vec![b'x'; MAX_PLAIN];
+    inner.push(APPLICATION_DATA);
+    let mut wire = f.seal13_raw(&inner);
+    assert_eq!(server_reads(&mut r, &mut wire).unwrap().0.len(), MAX_PLAIN);
+    // Empty records: 32 in a row, not 33.
+    for suite in [TLS13[0], TLS12[0]] {
+        let (_, mut r) = handshake(suite);
+        let mut f = Forger::of(&r);
+        for round in 0..3 {
+            let mut wire = Vec::new();
+            for _ in 0..EMPTY_RECORDS {
+                wire.extend(f.seal(APPLICATION_DATA, b""));
+            }
+            wire.extend(f.seal(APPLICATION_DATA, b"x"));
+            assert_eq!(
+                server_reads(&mut r, &mut wire).unwrap().0,
+                b"x",
+                "round {round}"
+            );
+        }
+        let mut wire = Vec::new();
+        for _ in 0..=EMPTY_RECORDS {
+            wire.extend(f.seal(APPLICATION_DATA, b""));
+        }
+        assert_eq!(refused(&mut r, wire), UNEXPECTED_MESSAGE, "{suite:?}");
     }
     // Padding is not content: "data" padded with zeros is "data".
     let (_, mut r) = handshake(TLS13[2]);

@@ -93,6 +93,11 @@ struct Session {
     failed: bool,
     /// `close_notify` is queued.
     close_queued: bool,
+    /// rustls took records after the handshake since it last encrypted application data: a
+    /// `KeyUpdate` it answers waits in it for that next write (rustls queues it outside what
+    /// it has to send, and `dangerous_into_kernel_connection` would drop it), so the connection
+    /// must not park.
+    read_since_write: bool,
     /// Several slices joined into one run of records (reused).
     scratch: Vec<u8>,
     /// The server name from the ClientHello.
@@ -160,6 +165,7 @@ impl Session {
             eof: false,
             failed: false,
             close_queued: false,
+            read_since_write: false,
             scratch: Vec::new(),
             sni,
         }
@@ -203,8 +209,10 @@ impl Session {
             let Engine::Rustls(conn) = &mut self.conn else {
                 return Err(tls_error("TLS engine changed"));
             };
+            let after_handshake = !conn.is_handshaking();
             let status = conn.process_tls_records(&mut self.incoming);
             let discard = status.discard;
+            self.read_since_write |= after_handshake && discard > 0;
             let mut step = None;
             let mut failure = None;
             match status.state {
@@ -267,6 +275,9 @@ impl Session {
                         match done {
                             Ok(n) => {
                                 self.filled += n;
+                                if matches!(send, Send::Data(d) if !d.is_empty()) {
+                                    self.read_since_write = false;
+                                }
                                 break;
                             }
                             Err(EncryptError::InsufficientSize(s)) => want = s.required_size,
@@ -380,18 +391,16 @@ impl Session {
                     reply
                 }
             };
+            let Reply::Warning(desc) = reply else {
+                continue;
+            };
             let start = Self::out_room(
                 &mut self.out,
                 &mut self.sent,
                 &mut self.filled,
-                r.sealed_len(8),
+                r.sealed_len(2),
             );
-            let sealed = match reply {
-                Reply::Nothing => Ok(0),
-                Reply::KeyUpdate => r.seal_key_update(&mut self.out[start..]),
-                Reply::Warning(desc) => r.seal_alert(1, desc, &mut self.out[start..]),
-            };
-            match sealed {
+            match r.seal_alert(1, desc, &mut self.out[start..]) {
                 Ok(n) => self.filled += n,
                 Err(f) => {
                     failure = Some(f);
@@ -668,10 +677,16 @@ impl ServerTls {
     }
 
     /// Nothing is in flight either way: no partial record read, no plaintext unread, no record
-    /// unsent, and the connection is sound.
+    /// unsent (rustls holding no `KeyUpdate` back, `read_since_write`), and the connection is
+    /// sound.
     pub(crate) fn is_quiet(&self) -> bool {
         let s = &self.s;
-        s.incoming.is_empty() && s.plain_left() == 0 && s.out_left() == 0 && !s.failed && !s.eof
+        s.incoming.is_empty()
+            && s.plain_left() == 0
+            && s.out_left() == 0
+            && !s.failed
+            && !s.eof
+            && !s.read_since_write
     }
 
     /// The socket and the record keys, when nothing is in flight either way
