@@ -35,7 +35,7 @@
 //! key schedule, and no buffer and no cipher context ([`ParkedTls`], 840 bytes, with the key
 //! schedule's own allocation; `tls/records.rs`). At its first park rustls hands the keys over,
 //! and from then on its records are sealed and opened by `tls/records.rs`. It resumes
-//! registered. 3.03 KiB of RSS per parked TLS connection (idle-20261127-0618, nginx 15.25).
+//! registered. 2.84 KiB of RSS per parked TLS connection (idle-20261127-0651, nginx 15.24).
 //! HTTP/2 and h2c-sniffing connections are not parked: their state (the h2 connection) lives
 //! in their task.
 

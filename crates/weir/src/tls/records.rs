@@ -11,6 +11,8 @@
 //! records with aws-lc's AEADs, the same primitives rustls calls. A parked connection then
 //! keeps the keys' bytes and no cipher context; the contexts are made again when it wakes.
 //! Handshakes, and every connection that never parks (HTTP/2, busy keep-alive), stay on rustls.
+//! Measured: 2.84 KiB of RSS per parked TLS connection (idle-20261127-0651, nginx 15.24), and
+//! a woken connection's requests cost 0.86× the instructions of rustls' (tls-woken-20261127-0656).
 //!
 //! What a connection past its handshake can receive, and what is done with it, as rustls does:
 //! - application data: delivered;
