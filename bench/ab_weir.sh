@@ -64,22 +64,7 @@ sed -e 's/^  - address: \(.*\)$/  - address: \1\n    h2c: true/' -e "s|\${WEIR_R
   "$ROOT/examples/hello.yaml" > "$TMP/hello-h2c.yaml"
 # HTTP/2 over TLS (h2load -c 100 -m 10, a 1 KiB hit): the pattern 78d18ae slowed 2x unseen,
 # since weir bench --h2 sends its streams in step and never showed it (issue 35 §4).
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
-  -keyout "$TMP/key.pem" -out "$TMP/cert.pem" -subj /CN=localhost 2>/dev/null
-cat > "$TMP/cache-tls.yaml" <<YAML
-workers: 1
-limits: { max_requests_per_connection: 0 }
-cache_zones: { z: { max_size: 64m } }
-upstreams: { o: { servers: ["\${WEIR_ORIGIN}"] } }
-listeners:
-  - address: \${WEIR_LISTEN}
-    tls:
-      certificates: [{ cert: $TMP/cert.pem, key: $TMP/key.pem }]
-      protocols: [tls1.3]
-    routes:
-      - proxy: { upstream: o }
-        cache: { zone: z }
-YAML
+cache_tls_yaml "$TMP/cache-tls.yaml"
 # HTTP/3 (issue 37): the same hit on a QUIC listener, weir bench --h3 -c 10 --streams 10 (a
 # build from before HTTP/3 refuses the config: its cell is n/a).
 sed 's/^    tls:$/    quic: true\n    tls:/' "$TMP/cache-tls.yaml" > "$TMP/cache-h3.yaml"

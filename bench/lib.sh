@@ -253,3 +253,25 @@ cg_instructions() {
   kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
   rm -f "$TMP"/cg.out.*
 }
+
+# Writes FILE: one worker with a TLS 1.3 listener at $WEIR_LISTEN caching what the origin at
+# $WEIR_ORIGIN serves, certificate and key in $TMP (made here). bench/ab_weir.sh and
+# bench/h2_ab.sh load it with h2load. Usage: cache_tls_yaml FILE
+cache_tls_yaml() {
+  [ -f "$TMP/cert.pem" ] || openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+    -days 30 -keyout "$TMP/key.pem" -out "$TMP/cert.pem" -subj /CN=localhost 2>/dev/null
+  cat > "$1" <<YAML
+workers: 1
+limits: { max_requests_per_connection: 0 }
+cache_zones: { z: { max_size: 64m } }
+upstreams: { o: { servers: ["\${WEIR_ORIGIN}"] } }
+listeners:
+  - address: \${WEIR_LISTEN}
+    tls:
+      certificates: [{ cert: $TMP/cert.pem, key: $TMP/key.pem }]
+      protocols: [tls1.3]
+    routes:
+      - proxy: { upstream: o }
+        cache: { zone: z }
+YAML
+}

@@ -65,24 +65,12 @@ listeners:
     }
 }
 
+/// `tlskit::suite_config` with secret extraction on: this client seals its own records.
 fn suite_cfg(
     ca: &rustls::pki_types::CertificateDer<'static>,
     suite: SupportedCipherSuite,
 ) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.clone()).unwrap();
-    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
-    provider.cipher_suites = vec![suite];
-    let version = match suite {
-        SupportedCipherSuite::Tls13(_) => &rustls::version::TLS13,
-        SupportedCipherSuite::Tls12(_) => &rustls::version::TLS12,
-    };
-    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
-        .with_protocol_versions(&[version])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let mut cfg = (*common::tlskit::suite_config(ca, suite)).clone();
     cfg.enable_secret_extraction = true;
     Arc::new(cfg)
 }

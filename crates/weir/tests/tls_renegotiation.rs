@@ -58,6 +58,22 @@ fn line_with(rx: &mpsc::Receiver<String>, what: &str, within: Duration) -> bool 
     false
 }
 
+/// Asks to renegotiate (`R`): the `no_renegotiation` alert must come within 2 s.
+fn renegotiation_is_refused_at_once(
+    mut child: Child,
+    mut stdin: std::process::ChildStdin,
+    rx: &mpsc::Receiver<String>,
+) {
+    stdin.write_all(b"R\n").unwrap();
+    let asked = Instant::now();
+    let refused = line_with(rx, "no renegotiation", Duration::from_secs(3));
+    let waited = asked.elapsed();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(refused, "no alert within 3 s");
+    assert!(waited < Duration::from_secs(2), "{waited:?}");
+}
+
 #[test]
 fn a_renegotiation_attempt_gets_its_alert_at_once() {
     let pki = Pki::new("reneg");
@@ -68,15 +84,8 @@ fn a_renegotiation_attempt_gets_its_alert_at_once() {
         cert.key.display()
     ));
     let (mut child, rx) = s_client(srv.addr, &[]);
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"R\n").unwrap();
-    let asked = Instant::now();
-    let refused = line_with(&rx, "no renegotiation", Duration::from_secs(3));
-    let waited = asked.elapsed();
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(refused, "no alert within 3 s");
-    assert!(waited < Duration::from_secs(2), "{waited:?}");
+    let stdin = child.stdin.take().unwrap();
+    renegotiation_is_refused_at_once(child, stdin, &rx);
 }
 
 /// The same from a connection that parked first, whose records are then weir's own
@@ -100,12 +109,5 @@ fn a_parked_connection_refuses_renegotiation_too() {
     stdin.write_all(b"GET / HTTP/1.1\nHost: x\n\n").unwrap();
     assert!(line_with(&rx, "hi there", Duration::from_secs(5)));
     common::parked::wait_parked(admin, 1.0);
-    stdin.write_all(b"R\n").unwrap();
-    let asked = Instant::now();
-    let refused = line_with(&rx, "no renegotiation", Duration::from_secs(3));
-    let waited = asked.elapsed();
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(refused, "no alert within 3 s");
-    assert!(waited < Duration::from_secs(2), "{waited:?}");
+    renegotiation_is_refused_at_once(child, stdin, &rx);
 }
