@@ -32,7 +32,12 @@ for which in old new; do
   wait_port "${PORT[$which]}" "weir-$which.log"
   curl -sk -o /dev/null "https://127.0.0.1:${PORT[$which]}/s1024"
   curl -sk -o /dev/null "https://127.0.0.1:${PORT[$which]}/s1024"
+  # A warm-up run (handshakes, the cache's first answers, allocator growth).
+  taskset -c "$LOAD_CORE" h2load -t 1 -n 20000 -c 100 -m 10 "https://127.0.0.1:${PORT[$which]}/s1024" >/dev/null 2>&1 || true
 done
+# 43c50d3 spent seconds of CPU after the warm-up's connections closed (its first measured run
+# cost 50-60 µs per request, the next ones 7-9): let that settle first.
+sleep 5
 for ((r = 0; r < ROUNDS; r++)); do
   order=(old new); [ $((r % 2)) = 1 ] && order=(new old)
   for which in "${order[@]}"; do

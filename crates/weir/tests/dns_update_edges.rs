@@ -387,11 +387,24 @@ fn an_add_whose_answer_timed_out_is_deleted_afterwards() {
     let dir = common::inproc::dir("dnsprobe", "lost");
     let (_weir, log) = weir_against(&pebble, &[(f.port, Some("probe.test"))], &dir);
     let text = || std::fs::read_to_string(&log).unwrap_or_default();
-    common::until("the attempt failed", Duration::from_secs(20), || {
+    // Margins for a loaded machine: pebble's start and the order take most of it (20 s once
+    // failed while CI built alongside).
+    common::until("the attempt failed", Duration::from_secs(60), || {
         text().contains("obtaining a certificate failed")
     });
-    // Give a cleanup time to arrive (each call is bounded by the 2 s timeout).
-    std::thread::sleep(Duration::from_secs(3));
+    // The cleanup's Delete (each call is bounded by the 2 s timeout): waited for, then checked
+    // below with what the server saw.
+    let deleted_seen = || {
+        f.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| s.updates.iter().any(|(c, _)| *c == DNSClass::NONE))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !deleted_seen() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let seen = f.seen.lock().unwrap().clone();
     let added: Vec<String> = seen
         .iter()
