@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use common::bind9::Bind9;
 use common::pebble::Pebble;
-use common::process::{free_port, have_all_or_skip, Running, WEIR};
+use common::process::{free_port, free_ports, have_all_or_skip, Running, WEIR};
 use common::tlskit;
 use rustls::pki_types::CertificateDer;
 
@@ -70,7 +70,8 @@ fn certificates_are_obtained_served_reused_and_renewed_against_pebble() {
     if !have_all_or_skip(&["pebble", "pebble-challtestsrv"], "apt-get install pebble") {
         return;
     }
-    let (http, tls_alpn, tls_http) = (free_port(), free_port(), free_port());
+    let p = free_ports(3);
+    let (http, tls_alpn, tls_http) = (p[0], p[1], p[2]);
     let mut pebble = Pebble::start(http, tls_alpn);
     let storage = pebble.pki.dir.join("acme");
     let (dir_url, ca_file) = (pebble.dir_url.clone(), pebble.pki.ca_file());
@@ -226,7 +227,7 @@ fn a_wildcard_certificate_is_obtained_by_dns01_through_the_hook() {
         return;
     }
     let tls = free_port();
-    let pebble = Pebble::start(free_port(), free_port());
+    let pebble = Pebble::start_anywhere();
     let dir = pebble.pki.dir.clone();
     let calls = dir.join("hook-calls.log");
     let hook = dir.join("dns-hook.py");
@@ -325,7 +326,10 @@ fn a_wildcard_certificate_through_rfc2136_updates_to_bind9() {
         return;
     }
     let bind9 = Bind9::start();
-    let pebble = Pebble::start_with_dns(free_port(), free_port(), Some(bind9.port));
+    let pebble = {
+        let p = free_ports(2);
+        Pebble::start_with_dns(p[0], p[1], Some(bind9.port))
+    };
     let tls = free_port();
     let hook = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -524,7 +528,10 @@ fn bind9_and_pebble() -> Option<(Bind9, Pebble)> {
         return None;
     }
     let bind9 = Bind9::start();
-    let pebble = Pebble::start_with_dns(free_port(), free_port(), Some(bind9.port));
+    let pebble = {
+        let p = free_ports(2);
+        Pebble::start_with_dns(p[0], p[1], Some(bind9.port))
+    };
     Some((bind9, pebble))
 }
 

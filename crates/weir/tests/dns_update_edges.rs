@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use common::pebble::Pebble;
-use common::process::{free_port, have_all_or_skip, Running, WEIR};
+use common::process::{free_ports, have_all_or_skip, Running, WEIR};
 use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::tsig::{make_tsig_record, TsigAlgorithm, TSIG};
 use hickory_proto::rr::rdata::SOA;
@@ -282,36 +282,61 @@ fn serve(kind: Kind, mut c: TcpStream, seen: &Mutex<Vec<Seen>>) {
 }
 
 /// `weir run` with one listener per fake server, each ordering `s<i>.probe.test` by DNS-01 through
-/// that server (with that `zone`, or none: found by asking), `dns.timeout` 2 s.
+/// that server (with that `zone`, or none: found by asking), `dns.timeout` 2 s. Its listener
+/// ports are distinct, and picked again when another process took one before weir bound it (a
+/// test waiting on a weir that refused its config only timed out, twice in CI).
 fn weir_against(
     pebble: &Pebble,
     fakes: &[(u16, Option<&str>)],
     dir: &Path,
 ) -> (Running, std::path::PathBuf) {
-    let mut yaml = String::from("listeners:\n");
-    for (i, (port, zone)) in fakes.iter().enumerate() {
-        let zone = zone.map(|z| format!("zone: {z}, ")).unwrap_or_default();
-        yaml.push_str(&format!(
-            "  - address: 127.0.0.1:{tls}\n    tls:\n      acme: {{ names: [s{i}.probe.test], challenge: dns-01, dns: {{ rfc2136: {{ server: \"127.0.0.1:{port}\", {zone}key_name: {KEY}, key_secret: \"{SECRET}\" }}, timeout: 2s }},\n               directory: \"{dir_url}\", directory_ca: \"{ca}\", storage: \"{storage}\", check_every: 1h }}\n    routes:\n      - respond: {{ body: \"secure\" }}\n",
-            tls = free_port(),
-            dir_url = pebble.dir_url,
-            ca = pebble.pki.ca_file().display(),
-            storage = dir.join("acme").display(),
-        ));
+    for attempt in 1..=3 {
+        let ports = free_ports(fakes.len());
+        let mut yaml = String::from("listeners:\n");
+        for (i, ((port, zone), tls)) in fakes.iter().zip(&ports).enumerate() {
+            let zone = zone.map(|z| format!("zone: {z}, ")).unwrap_or_default();
+            yaml.push_str(&format!(
+                "  - address: 127.0.0.1:{tls}\n    tls:\n      acme: {{ names: [s{i}.probe.test], challenge: dns-01, dns: {{ rfc2136: {{ server: \"127.0.0.1:{port}\", {zone}key_name: {KEY}, key_secret: \"{SECRET}\" }}, timeout: 2s }},\n               directory: \"{dir_url}\", directory_ca: \"{ca}\", storage: \"{storage}\", check_every: 1h }}\n    routes:\n      - respond: {{ body: \"secure\" }}\n",
+                dir_url = pebble.dir_url,
+                ca = pebble.pki.ca_file().display(),
+                storage = dir.join("acme").display(),
+            ));
+        }
+        let file = dir.join("weir.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        let log = dir.join("weir.log");
+        let child = Command::new(WEIR)
+            .args(["run", "-c"])
+            .arg(&file)
+            .env("WEIR_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut weir = Running(child);
+        // Started once every listener accepts; a config error ends the process first.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = weir.0.try_wait().unwrap() {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                assert!(
+                    attempt < 3 && text.contains("in use by another process"),
+                    "weir exited ({status}): {text}"
+                );
+                break;
+            }
+            if ports
+                .iter()
+                .all(|p| TcpStream::connect(("127.0.0.1", *p)).is_ok())
+            {
+                return (weir, log);
+            }
+            assert!(Instant::now() < deadline, "weir did not start listening");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
-    let file = dir.join("weir.yaml");
-    std::fs::write(&file, yaml).unwrap();
-    let log = dir.join("weir.log");
-    let child = Command::new(WEIR)
-        .args(["run", "-c"])
-        .arg(&file)
-        .env("WEIR_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    (Running(child), log)
+    unreachable!("three attempts")
 }
 
 fn lines_for(log: &str, port: u16) -> Vec<String> {
@@ -348,7 +373,7 @@ fn forged_and_hostile_answers_are_refused_within_the_timeout() {
         Kind::HugeLength,
     ];
     let fakes: Vec<Fake> = kinds.iter().map(|k| fake(*k)).collect();
-    let pebble = Pebble::start(free_port(), free_port());
+    let pebble = Pebble::start_anywhere();
     let dir = common::inproc::dir("dnsprobe", "forged");
     let ports: Vec<(u16, Option<&str>)> =
         fakes.iter().map(|f| (f.port, Some("probe.test"))).collect();
@@ -383,7 +408,7 @@ fn an_add_whose_answer_timed_out_is_deleted_afterwards() {
         return;
     }
     let f = fake(Kind::AddAppliedAnswerLost);
-    let pebble = Pebble::start(free_port(), free_port());
+    let pebble = Pebble::start_anywhere();
     let dir = common::inproc::dir("dnsprobe", "lost");
     let (_weir, log) = weir_against(&pebble, &[(f.port, Some("probe.test"))], &dir);
     let text = || std::fs::read_to_string(&log).unwrap_or_default();
@@ -446,7 +471,7 @@ fn a_zone_not_containing_the_name_fails_the_attempt_not_the_acme_thread() {
     }
     let steer = fake(Kind::SteerZone);
     let good = fake(Kind::Good);
-    let pebble = Pebble::start(free_port(), free_port());
+    let pebble = Pebble::start_anywhere();
     let dir = common::inproc::dir("dnsprobe", "steer");
     let (_weir, log) = weir_against(&pebble, &[(steer.port, None), (good.port, None)], &dir);
     let text = || std::fs::read_to_string(&log).unwrap_or_default();

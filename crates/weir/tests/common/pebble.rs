@@ -33,6 +33,12 @@ pub struct Pebble {
 }
 
 impl Pebble {
+    /// A pebble on two distinct free ports (its challenge ports are not used by these tests).
+    pub fn start_anywhere() -> Pebble {
+        let p = super::process::free_ports(2);
+        Pebble::start(p[0], p[1])
+    }
+
     pub fn start(http_port: u16, tls_port: u16) -> Pebble {
         Pebble::start_with_dns(http_port, tls_port, None)
     }

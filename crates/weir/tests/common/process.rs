@@ -73,13 +73,29 @@ pub fn signal(child: &std::process::Child, sig: &str) {
         .unwrap();
 }
 
-/// A port nothing listens on now (for configs that must name a fixed port).
+/// `n` distinct ports free a moment ago ([`free_port`] each).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    (0..n).map(|_| free_port()).collect()
+}
+
+/// A port nothing listens on now (for configs that must name a fixed port), never one this
+/// process was given before: the kernel can hand the
+/// same port to two `bind(0)` calls in a row, and a config listing a port twice is refused (a
+/// test then waited out its timeout in CI).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// Whether every one of `bins` is on the PATH. When one is missing: in CI (`CI=true`, where
