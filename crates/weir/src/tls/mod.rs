@@ -19,6 +19,7 @@ pub(crate) mod ocsp;
 pub mod on_demand;
 pub(crate) mod quic;
 pub(crate) mod records;
+mod session;
 pub(crate) mod sni;
 pub(crate) mod stream;
 pub(crate) mod tsig_key;
