@@ -100,10 +100,23 @@ impl Filter for Forwarded {
         // The validated, normalised authority (an absolute-form target's wins over Host).
         let client_host = head.authority();
         if self.x_forwarded {
-            let mut xff = prior(head, b"x-forwarded-for", trusted);
+            // Written in place: the trusted list first, then the client (no list built apart:
+            // that was an allocation on every proxied request).
+            out.extend_from_slice(b"X-Forwarded-For: ");
+            if trusted {
+                for h in head
+                    .headers
+                    .iter()
+                    .filter(|h| h.name.eq_ignore_ascii_case(b"x-forwarded-for"))
+                    .filter(|h| !h.value.is_empty())
+                {
+                    out.extend_from_slice(&h.value);
+                    out.extend_from_slice(b", ");
+                }
+            }
             let mut ip = [0u8; 64];
-            append_list(&mut xff, format_ip(client.ip, &mut ip));
-            put_header(out, b"X-Forwarded-For", &xff);
+            out.extend_from_slice(format_ip(client.ip, &mut ip));
+            out.extend_from_slice(b"\r\n");
             if !trusted || head.header("x-forwarded-proto").is_none() {
                 put_header(out, b"X-Forwarded-Proto", client.scheme.as_bytes());
             }
@@ -221,6 +234,13 @@ mod tests {
             "{out}"
         );
         assert_eq!(dropped, ["X-Forwarded-For", "Forwarded"]);
+        // Several fields from a trusted proxy join in order; an empty one adds nothing.
+        let req = "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.4\r\nX-Forwarded-For:\r\nx-forwarded-for: 5.6.7.8, 9.9.9.9\r\n\r\n";
+        let (out, _) = fields(&f, "10.1.2.3", req);
+        assert!(
+            out.starts_with("X-Forwarded-For: 1.2.3.4, 5.6.7.8, 9.9.9.9, 10.1.2.3\r\n"),
+            "{out}"
+        );
         assert_eq!(node("::1".parse().unwrap()), "\"[::1]\"");
         // A unix socket's client (`runtime::UNIX_PEER`) is written as nginx writes it.
         let mut buf = [0u8; 64];

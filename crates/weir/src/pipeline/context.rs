@@ -9,6 +9,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 use weir_http::{Reply, RequestHead};
 
+use crate::filters::request_id::RequestId;
 use crate::runtime::WorkerRuntime;
 
 /// What the cache did with a request (RFC 9211's facts, by name). The `Cache-Status` field is
@@ -81,6 +82,9 @@ pub(crate) struct RequestCtx {
     pub log: Option<u32>,
     /// The phases the route's filters use (`filters::phase` bits; 0 until routed).
     pub phases: u16,
+    /// The number of the id made for this request (`filters::request_id::Generator`), 0
+    /// until one is made.
+    made_id: u64,
     /// What only some requests need, boxed: the context lives in the pipeline's future, whose
     /// size every idle connection pays (`server/conn/`), while these are set only for
     /// proxied requests and logs that report them.
@@ -93,7 +97,7 @@ pub(crate) struct Extra {
     /// Response fields the access log reports, captured as the head is sent: each is
     /// `(index in the log's response_fields, value)`.
     pub sent_fields: Vec<(usize, Bytes)>,
-    /// The request id, once something asked for it ([`RequestCtx::request_id`]).
+    /// The id a trusted peer sent, once something asked for it ([`RequestCtx::request_id`]).
     pub request_id: Option<Bytes>,
     /// The filters' per-request state and choices.
     pub filters: crate::filters::Run,
@@ -121,20 +125,40 @@ impl RequestCtx {
             log: rt.cfg.listeners[listener].access_log.map(|s| s as u32),
             extra: None,
             phases: 0,
+            made_id: 0,
             rt,
             listener,
         }
     }
 
-    /// The request's id (made once, on first use): see `filters/request_id.rs`.
-    pub fn request_id(&mut self, head: &RequestHead, peer: IpAddr) -> Bytes {
-        let extra = self.extra.get_or_insert_with(Default::default);
-        if let Some(id) = &extra.request_id {
-            return id.clone();
+    /// The request's id (made once, on first use): see `filters/request_id.rs`. A made id is
+    /// kept as its number (`made_id`), so a proxied request allocates nothing for it.
+    pub fn request_id(&mut self, head: &RequestHead, peer: IpAddr) -> RequestId {
+        if let Some(id) = self.known_request_id() {
+            return id;
         }
-        let id = self.rt.cfg.request_id.of(head, peer, &self.rt.ids);
-        extra.request_id = Some(id.clone());
-        id
+        match self.rt.cfg.request_id.received(head, peer) {
+            Some(v) => {
+                let v = v.clone();
+                self.extra.get_or_insert_with(Default::default).request_id = Some(v.clone());
+                RequestId::Received(v)
+            }
+            None => {
+                self.made_id = self.rt.ids.next();
+                self.rt.ids.render(self.made_id)
+            }
+        }
+    }
+
+    /// The request's id if something already asked for it.
+    pub fn known_request_id(&self) -> Option<RequestId> {
+        if self.made_id != 0 {
+            return Some(self.rt.ids.render(self.made_id));
+        }
+        self.extra
+            .as_ref()
+            .and_then(|e| e.request_id.clone())
+            .map(RequestId::Received)
     }
 
     /// The filters' run, made on first use.

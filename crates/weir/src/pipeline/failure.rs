@@ -46,7 +46,7 @@ pub(super) fn described(
         String::from_utf8_lossy(host),
         String::from_utf8_lossy(target)
     );
-    let known = ctx.extra.as_ref().and_then(|e| e.request_id.clone());
+    let known = ctx.known_request_id();
     let id = match (known, peer) {
         (Some(id), _) => Some(id),
         (None, Some(ip)) => Some(ctx.request_id(head, ip)),

@@ -324,7 +324,8 @@ pub(crate) async fn forward<D: Downstream>(
     ctx.status = resp.status;
 
     if shape.upgrade && resp.status == 101 {
-        tunnel(d, ctx, upstream_conn, &resp).await?;
+        // Boxed, as the waits below: rare paths kept out of every request's future.
+        Box::pin(tunnel(d, ctx, upstream_conn, &resp)).await?;
         return Ok(Persistence::Close);
     }
     let mut lines = BytesMut::new();
@@ -366,7 +367,7 @@ pub(crate) async fn forward<D: Downstream>(
 async fn backoff(up: &Upstream, retries: u32) {
     let wait = up.retry.backoff(retries);
     if !wait.is_zero() {
-        tokio::time::sleep(wait).await;
+        Box::pin(tokio::time::sleep(wait)).await;
     }
 }
 

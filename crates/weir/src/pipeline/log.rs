@@ -95,12 +95,11 @@ fn access_line<D: Downstream>(
     let rt = ctx.rt.clone();
     let log = &rt.cfg.access_logs[slot];
     let peer = d.peer();
-    let request_id =
-        if log.uses_request_id || ctx.extra.as_ref().is_some_and(|e| e.request_id.is_some()) {
-            Some(ctx.request_id(head, peer.ip()))
-        } else {
-            None
-        };
+    let request_id = if log.uses_request_id {
+        Some(ctx.request_id(head, peer.ip()))
+    } else {
+        ctx.known_request_id()
+    };
     let route = ctx
         .route
         .and_then(|r| rt.cfg.listeners[ctx.listener].routes.get(r as usize))

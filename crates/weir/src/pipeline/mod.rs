@@ -33,13 +33,12 @@ pub(crate) mod fetch;
 pub(crate) mod forward;
 pub(crate) mod hooks;
 mod kv;
+mod later;
 mod log;
 mod refused;
 pub(crate) use errors::{error_pages, send_error, send_error_page};
 pub(crate) mod subrequest;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
@@ -62,8 +61,9 @@ use crate::runtime::WorkerRuntime;
 
 /// The rest of a request that must wait for IO, boxed: the hot paths (a hit, a fixed response)
 /// finish without it, and every connection's future stays small (a pipeline future inline in
-/// the connection would put its largest state, the proxy's, in every idle connection).
-type Later<'a> = Pin<Box<dyn Future<Output = Result<Persistence, Error>> + 'a>>;
+/// the connection would put its largest state, the proxy's, in every idle connection). Its
+/// block is recycled per worker (`later.rs`).
+type Later<'a> = later::Later<'a, Result<Persistence, Error>>;
 
 /// How far [`start`] got.
 enum Started<'a> {
@@ -215,7 +215,7 @@ fn start<'a, D: Downstream>(
                 Step::Continue => {}
                 Step::Respond(a) => return Started::Done(Ok(respond_for_filter(d, ctx, head, a))),
                 wait @ Step::Wait(..) => {
-                    return Started::Later(Box::pin(async move {
+                    return Started::Later(Later::new(async move {
                         let mut local = Run::default();
                         let req = request_of(&client, head, route, subrequests.as_ref());
                         let run = run_for(chain, ctx, &mut local);
@@ -297,7 +297,7 @@ fn act<'a, D: Downstream>(
             if let Some(p) = kv::try_read(d, ctx, head, route, kv, persistence) {
                 return Started::Done(Ok(p));
             }
-            return Started::Later(Box::pin(kv::serve(d, ctx, head, route, kv)));
+            return Started::Later(Later::new(kv::serve(d, ctx, head, route, kv)));
         }
         if let Action::Proxy(proxy) = &route.action {
             let persistence = d.persistence(head);
@@ -314,7 +314,7 @@ fn act<'a, D: Downstream>(
                     if cache::try_fresh_hit(d, ctx, stage, persistence) {
                         Started::Done(Ok(persistence))
                     } else {
-                        Started::Later(Box::pin(cache::cached(
+                        Started::Later(Later::new(cache::cached(
                             d,
                             ctx,
                             stage,
@@ -323,7 +323,7 @@ fn act<'a, D: Downstream>(
                         )))
                     }
                 }
-                None => Started::Later(Box::pin(async move {
+                None => Started::Later(Later::new(async move {
                     let steer = forward::Steer::default();
                     forward::forward(d, ctx, head, proxy, persistence, steer, &mut forward::Plain)
                         .await
@@ -350,7 +350,7 @@ fn act<'a, D: Downstream>(
             }
         }
         if matches!(route.action, Action::Admin) && crate::admin::waits(head, &ctx.rt.cfg) {
-            return Started::Later(Box::pin(async move {
+            return Started::Later(Later::new(async move {
                 // A body, if any, is not used: drained so the connection stays usable.
                 read_body(d, ctx, false).await?;
                 let rt = ctx.rt.clone();
@@ -366,7 +366,7 @@ fn act<'a, D: Downstream>(
     // rather than read it.
     let skip_body = has_body && head.expect_continue && !wants_body;
     if has_body && !skip_body {
-        return Started::Later(Box::pin(async move {
+        return Started::Later(Later::new(async move {
             let body = read_body(d, ctx, wants_body).await?;
             // Decided after the body is in, so a shutdown that began meanwhile is announced.
             let persistence = d.persistence(head);
@@ -386,7 +386,7 @@ fn act<'a, D: Downstream>(
     };
     match answer(d, ctx, head, routed, &[], persistence) {
         Answered::Done(persistence) => Started::Done(Ok(persistence)),
-        Answered::Stream(persistence, body) => Started::Later(Box::pin(async move {
+        Answered::Stream(persistence, body) => Started::Later(Later::new(async move {
             stream_file(d, ctx, body).await?;
             Ok(persistence)
         })),

@@ -67,8 +67,11 @@ pub async fn checkout(
             }
         }
     };
+    // A new connection's futures are boxed (one allocation per connection): inline, their
+    // ~1.5 KB made every request's boxed pipeline future too large for malloc's per-thread
+    // cache, ~440 instructions per proxied request (callgrind 2026-11-27).
     let connected = if up.h2 {
-        super::h2_upstream::open(&per_worker.pool, up, server)
+        Box::pin(super::h2_upstream::open(&per_worker.pool, up, server))
             .await
             .map(|pipe| UpstreamConn::new(tokio_util::either::Either::Right(pipe)))
             .map_err(|e| match e.kind() {
@@ -76,7 +79,7 @@ pub async fn checkout(
                 _ => Error::with(ErrorKind::Connect, e),
             })
     } else {
-        connect(up, server).await
+        Box::pin(connect(up, server)).await
     };
     match connected {
         Ok(mut c) => {
@@ -144,11 +147,15 @@ pub async fn read_response_head(
 ) -> Result<ResponseHead, Error> {
     let deadline = Instant::now() + phase_timeout(up.response_header_timeout, total);
     loop {
-        match weir_http::parse_response(&mut uc.buf, MAX_UPSTREAM_HEAD, head_request) {
-            Ok(Some(resp)) if is_interim(resp.status) && interim == Interim::Skip => continue,
-            Ok(Some(resp)) => return Ok(resp),
-            Ok(None) => {}
-            Err(e) => return Err(Error::with(ErrorKind::BadResponse, e)),
+        // Nothing read yet (the usual case right after the request went out): straight to the
+        // read, no parse of an empty buffer.
+        if !uc.buf.is_empty() {
+            match weir_http::parse_response(&mut uc.buf, MAX_UPSTREAM_HEAD, head_request) {
+                Ok(Some(resp)) if is_interim(resp.status) && interim == Interim::Skip => continue,
+                Ok(Some(resp)) => return Ok(resp),
+                Ok(None) => {}
+                Err(e) => return Err(Error::with(ErrorKind::BadResponse, e)),
+            }
         }
         match uc.read_by(deadline).await {
             Err(_) => return Err(Error::new(ErrorKind::ResponseTimeout)),

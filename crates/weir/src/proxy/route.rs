@@ -186,20 +186,22 @@ impl ProxyRoute {
                 path = rest;
             }
         }
-        let mut rewritten = Vec::with_capacity(path.len() + 16);
+        // Written in place; only a regex rewrite needs the path on its own first.
+        let start = out.len();
         if let Some(p) = &self.add_prefix {
-            rewritten.extend_from_slice(p.strip_suffix(b"/").unwrap_or(p));
+            out.extend_from_slice(p.strip_suffix(b"/").unwrap_or(p));
             if !path.starts_with(b"/") {
-                rewritten.push(b'/');
+                out.extend_from_slice(b"/");
             }
         } else if !path.starts_with(b"/") {
-            rewritten.push(b'/');
+            out.extend_from_slice(b"/");
         }
-        rewritten.extend_from_slice(path);
+        out.extend_from_slice(path);
         if let Some((re, rep)) = &self.regex {
-            rewritten = re.replace(&rewritten, rep.as_bytes()).into_owned();
+            let rewritten = re.replace(&out[start..], rep.as_bytes()).into_owned();
+            out.truncate(start);
+            out.extend_from_slice(&rewritten);
         }
-        out.extend_from_slice(&rewritten);
         match req.query() {
             Some(q) if self.filters.has(crate::filters::phase::DROPS_ARG) => {
                 // Parameters a filter keeps from the upstream (an API key): the rest, in order.
