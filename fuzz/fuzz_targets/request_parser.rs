@@ -25,7 +25,7 @@ fn parse(parts: &[&[u8]]) -> Result<Option<(Vec<u8>, usize, usize)>, u16> {
                         .expect("a parsed path normalises");
                     assert!(again.is_none_or(|p| p == h.path()), "normal form is a fixed point");
                 }
-                return Ok(Some((h.target.to_vec(), h.headers.len(), consumed)));
+                return Ok(Some((h.target.to_vec(), h.fields().len(), consumed)));
             }
             Ok(None) => {}
             Err(e) => return Err(e.status()),

@@ -37,7 +37,7 @@ pub fn build(
     s: Option<Storable>,
 ) -> CachedObject {
     let mut vary = Vec::new();
-    for v in values(&resp.headers, "vary") {
+    for v in values(resp.headers(), "vary") {
         for name in v.split(|b| *b == b',') {
             let name = String::from_utf8_lossy(name.trim_ascii()).to_ascii_lowercase();
             if !name.is_empty() {
@@ -47,14 +47,14 @@ pub fn build(
         }
     }
     let mut tags = Vec::new();
-    for v in values(&resp.headers, "surrogate-key") {
+    for v in values(resp.headers(), "surrogate-key") {
         tags.extend(
             v.split(|b| *b == b' ')
                 .filter(|t| !t.is_empty())
                 .map(|t| String::from_utf8_lossy(t).into_owned()),
         );
     }
-    for v in values(&resp.headers, "cache-tag") {
+    for v in values(resp.headers(), "cache-tag") {
         tags.extend(
             v.split(|b| *b == b',')
                 .map(|t| t.trim_ascii())
@@ -69,13 +69,13 @@ pub fn build(
         stale_while_revalidate: 0,
         stale_if_error: 0,
     });
-    let clock = AgeClock::new(request_time, response_time, &resp.headers);
-    let last_modified = resp.header("last-modified").cloned();
+    let clock = AgeClock::new(request_time, response_time, resp.headers());
+    let last_modified = resp.header_bytes("last-modified");
     let meta = ObjectMeta {
         status: resp.status,
         storable,
         clock,
-        etag: resp.header("etag").cloned(),
+        etag: resp.header_bytes("etag"),
         modified: http_date(last_modified.as_deref()).unwrap_or(clock.date),
         last_modified,
         vary,
@@ -85,7 +85,7 @@ pub fn build(
     CachedObject::new(
         meta,
         resp.reason.clone(),
-        stored_headers(&resp.headers),
+        stored_headers(resp.headers()),
         body,
     )
 }

@@ -45,15 +45,15 @@ pub enum Precondition {
 /// parse is ignored, as is a date condition when the representation has no modification time.
 pub fn evaluate(req: &RequestHead, v: &Validators<'_>) -> Precondition {
     let (mut im, mut ius, mut inm, mut ims) = (None, None, None, None);
-    for h in &req.headers {
-        let slot = match h.name.len() {
-            8 if h.name.eq_ignore_ascii_case(b"if-match") => &mut im,
-            13 if h.name.eq_ignore_ascii_case(b"if-none-match") => &mut inm,
-            17 if h.name.eq_ignore_ascii_case(b"if-modified-since") => &mut ims,
-            19 if h.name.eq_ignore_ascii_case(b"if-unmodified-since") => &mut ius,
+    for (name, value) in req.fields().iter() {
+        let slot = match name.len() {
+            8 if name.eq_ignore_ascii_case(b"if-match") => &mut im,
+            13 if name.eq_ignore_ascii_case(b"if-none-match") => &mut inm,
+            17 if name.eq_ignore_ascii_case(b"if-modified-since") => &mut ims,
+            19 if name.eq_ignore_ascii_case(b"if-unmodified-since") => &mut ius,
             _ => continue,
         };
-        slot.get_or_insert(&h.value[..]);
+        slot.get_or_insert(value);
     }
     if let Some(list) = im {
         let matched = list.split(|b| *b == b',').map(<[u8]>::trim_ascii).any(|t| {

@@ -2,6 +2,7 @@
 //! field a message's `Connection` names. A proxy never forwards them, a cache never stores them,
 //! and an interim response relayed to a client drops them too: one table for all of those.
 
+use crate::fields::Fields;
 use crate::framing::trim_ows;
 use crate::request::Header;
 
@@ -88,38 +89,102 @@ const MAX_TOKENS: usize = 8;
 /// response (callgrind, bench/proxy_floor.sh).
 #[derive(Debug, Clone, Copy)]
 pub struct ConnectionTokens<'a> {
-    headers: &'a [Header],
+    source: Source<'a>,
     tokens: [&'a [u8]; MAX_TOKENS],
     count: u8,
-    /// More than `MAX_TOKENS`: `contains` scans `headers`.
+    /// More than `MAX_TOKENS`: `contains` scans the fields again.
     overflow: bool,
+}
+
+/// The fields a [`ConnectionTokens`] was gathered from.
+#[derive(Debug, Clone, Copy)]
+enum Source<'a> {
+    Headers(&'a [Header]),
+    Fields(&'a Fields),
+}
+
+impl<'a> Source<'a> {
+    /// The values of the `Connection` fields.
+    fn connection_values(self) -> impl Iterator<Item = &'a [u8]> {
+        let (headers, fields) = match self {
+            Source::Headers(h) => (Some(h), None),
+            Source::Fields(f) => (None, Some(f)),
+        };
+        let from_headers = headers
+            .into_iter()
+            .flatten()
+            .map(|h| (&h.name[..], &h.value[..]));
+        let from_fields = fields.into_iter().flat_map(|f| f.iter());
+        from_headers
+            .chain(from_fields)
+            .filter(|(n, _)| n.len() == 10 && n.eq_ignore_ascii_case(b"connection"))
+            .map(|(_, v)| v)
+    }
 }
 
 impl<'a> ConnectionTokens<'a> {
     pub fn of(headers: &'a [Header]) -> ConnectionTokens<'a> {
+        ConnectionTokens::gather(Source::Headers(headers))
+    }
+
+    /// The same, over a received head's spans: read from what the parser noted when the
+    /// fields list only `close` and `keep-alive`.
+    pub fn of_fields(fields: &'a Fields) -> ConnectionTokens<'a> {
+        let listed = fields.connection();
+        if listed.other {
+            return ConnectionTokens::gather(Source::Fields(fields));
+        }
         let mut t = ConnectionTokens {
-            headers,
+            source: Source::Fields(fields),
             tokens: [&[]; MAX_TOKENS],
             count: 0,
             overflow: false,
         };
-        for h in headers
-            .iter()
-            .filter(|h| h.name.len() == 10 && h.name.eq_ignore_ascii_case(b"connection"))
-        {
-            for token in h.value.split(|b| *b == b',').map(trim_ows) {
-                if token.is_empty() {
-                    continue;
+        if listed.close {
+            t.add(b"close");
+        }
+        if listed.keep_alive {
+            t.add(b"keep-alive");
+        }
+        t
+    }
+
+    fn gather(source: Source<'a>) -> ConnectionTokens<'a> {
+        let mut t = ConnectionTokens {
+            source,
+            tokens: [&[]; MAX_TOKENS],
+            count: 0,
+            overflow: false,
+        };
+        let is_connection = |n: &[u8]| n.len() == 10 && n.eq_ignore_ascii_case(b"connection");
+        match source {
+            Source::Headers(headers) => {
+                for h in headers.iter().filter(|h| is_connection(&h.name)) {
+                    t.add(&h.value);
                 }
-                if (t.count as usize) < MAX_TOKENS {
-                    t.tokens[t.count as usize] = token;
-                    t.count += 1;
-                } else {
-                    t.overflow = true;
+            }
+            Source::Fields(fields) => {
+                for (_, v) in fields.iter().filter(|(n, _)| is_connection(n)) {
+                    t.add(v);
                 }
             }
         }
         t
+    }
+
+    /// Notes the tokens of one `Connection` value.
+    fn add(&mut self, value: &'a [u8]) {
+        for token in value.split(|b| *b == b',').map(trim_ows) {
+            if token.is_empty() {
+                continue;
+            }
+            if (self.count as usize) < MAX_TOKENS {
+                self.tokens[self.count as usize] = token;
+                self.count += 1;
+            } else {
+                self.overflow = true;
+            }
+        }
     }
 
     /// Whether `token` is listed (case-insensitive).
@@ -132,15 +197,11 @@ impl<'a> ConnectionTokens<'a> {
             return true;
         }
         self.overflow
-            && self
-                .headers
-                .iter()
-                .filter(|h| h.name.eq_ignore_ascii_case(b"connection"))
-                .any(|h| {
-                    h.value
-                        .split(|b| *b == b',')
-                        .any(|t| trim_ows(t).eq_ignore_ascii_case(token))
-                })
+            && self.source.connection_values().any(|value| {
+                value
+                    .split(|b| *b == b',')
+                    .any(|t| trim_ows(t).eq_ignore_ascii_case(token))
+            })
     }
 }
 
@@ -195,11 +256,76 @@ mod tests {
         assert!(!is_fixed_hop_by_hop(b"content-length") && !is_fixed_hop_by_hop(b""));
     }
 
+    /// What the parser noted and a scan of the fields say the same, request and response.
+    #[test]
+    fn noted_tokens_agree_with_a_scan() {
+        let names = [
+            "close",
+            "keep-alive",
+            "x-a",
+            "X-B",
+            "te",
+            "upgrade",
+            "other",
+            "",
+        ];
+        for conn in [
+            "close",
+            "Keep-Alive",
+            "keep-alive, close",
+            ",, close ,",
+            "Upgrade",
+            "close, X-A",
+            "x-a,x-b",
+        ] {
+            let raw = format!("GET / HTTP/1.1\r\nHost: a\r\nConnection: {conn}\r\nX-A: 1\r\n\r\n");
+            let req = crate::parse_request(
+                &mut bytes::BytesMut::from(raw.as_bytes()),
+                &Default::default(),
+            )
+            .unwrap()
+            .unwrap();
+            let raw = format!("HTTP/1.1 200 OK\r\nConnection: {conn}\r\nContent-Length: 0\r\n\r\n");
+            let resp =
+                crate::parse_response(&mut bytes::BytesMut::from(raw.as_bytes()), 4096, false)
+                    .unwrap()
+                    .unwrap();
+            let crate::Base::Spans(resp_fields) = resp.base() else {
+                panic!("spans")
+            };
+            for (fields, headers) in [(req.fields(), req.headers()), (resp_fields, resp.headers())]
+            {
+                let noted = ConnectionTokens::of_fields(fields);
+                let scanned = ConnectionTokens::of(headers);
+                for n in names {
+                    assert_eq!(
+                        noted.contains(n.as_bytes()),
+                        scanned.contains(n.as_bytes()),
+                        "{conn:?} {n:?}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn long_connection_lists_are_still_read_whole() {
         let long = fields(&[("Connection", "a, b, c, d, e, f, g, h, i, X-Late")]);
         let tokens = ConnectionTokens::of(&long);
         assert!(tokens.contains(b"a") && tokens.contains(b"x-late"));
+        assert!(!tokens.contains(b"z"));
+        // The same over a received head's spans.
+        let mut raw = bytes::BytesMut::from(
+            &b"HTTP/1.1 200 OK\r\nConnection: a, b, c, d, e\r\nconnection: f, g, h, i, X-Late\r\n\r\n"[..],
+        );
+        let resp = crate::parse_response(&mut raw, 4096, false)
+            .unwrap()
+            .unwrap();
+        let crate::Base::Spans(spans) = resp.base() else {
+            panic!("spans")
+        };
+        let tokens = ConnectionTokens::of_fields(spans);
+        assert!(tokens.contains(b"a") && tokens.contains(b"x-late") && tokens.contains(b"I"));
         assert!(!tokens.contains(b"z"));
         assert!(!ConnectionTokens::of(&[]).contains(b"close"));
     }

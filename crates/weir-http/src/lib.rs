@@ -15,6 +15,7 @@
 //!   chunked encoder.
 //! * [`response`]: encoding helpers (status lines, headers, canned error responses).
 //! * [`response_head`]: parse an upstream's response head and its framing (for the proxy).
+//! * [`fields`]: a received head's fields as spans of its bytes (a relayed response's).
 //! * [`date`]: the `Date` header, rendered at most once per second per thread.
 //!
 //! The parser is strict where leniency enables request smuggling (RFC 9112 §6.3, §11.2): both
@@ -30,9 +31,9 @@ pub mod body;
 pub mod conditional;
 pub mod date;
 pub mod error;
+pub mod fields;
 pub mod framing;
 pub mod hop;
-mod offsets;
 pub mod path;
 pub mod reply;
 pub mod request;
@@ -42,6 +43,7 @@ pub mod response_head;
 pub use authority::Authority;
 pub use body::{BodyDecoder, BodyEvent};
 pub use error::ParseError;
+pub use fields::Fields;
 pub use framing::BodyKind;
 pub use reply::{Base, BodyEncoding, Framing, Persistence, Reply};
 pub use request::{parse_request, Header, Limits, Method, RequestHead, Underscores, Version};

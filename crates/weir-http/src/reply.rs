@@ -5,8 +5,8 @@
 //!
 //! A [`Reply`] borrows everything it carries and holds no allocation: a hit is the stored
 //! object's pre-encoded head ([`Base::Encoded`]) plus a few pre-rendered lines (`Age`,
-//! `Cache-Status`); a relayed response is the upstream's fields ([`Base::Fields`]) minus those a
-//! filter drops. Building it on the stack keeps the hot paths at their previous instruction
+//! `Cache-Status`); a relayed response is the upstream's fields ([`Base::Spans`], or
+//! [`Base::Fields`] once made into `Header`s) minus those a filter drops. Building it on the stack keeps the hot paths at their previous instruction
 //! counts (measured with callgrind: see bench/ab_weir.sh), where a `Vec` of owned fields per
 //! response cost an allocation and a reference count per field.
 //!
@@ -21,6 +21,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use crate::fields::Fields;
 use crate::hop::{is_hop_by_hop, ConnectionTokens};
 use crate::request::{Header, Version};
 use crate::response::{put_content_length, put_date, put_header, put_status_line_with};
@@ -36,6 +37,8 @@ pub enum Base<'a> {
     /// Fields received from an upstream: connection-specific ones (RFC 9110 §7.6.1) are dropped,
     /// and `Content-Length` too unless the framing is [`Framing::Given`]; the rest is relayed.
     Fields(&'a [Header]),
+    /// The same, as spans of the received head (a relayed response no one read as `Header`s).
+    Spans(&'a Fields),
 }
 
 /// How the body is delimited.
@@ -226,6 +229,10 @@ impl<'a> Reply<'a> {
                 .iter()
                 .find(|h| h.name.eq_ignore_ascii_case(name) && !dropped(&h.name))
                 .map(|h| &h.value[..]),
+            Base::Spans(fields) => fields
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name) && !dropped(n))
+                .map(|(_, v)| v),
         };
         base.or_else(|| {
             self.added
@@ -285,6 +292,11 @@ impl<'a> Reply<'a> {
                     take(&h.name, &h.value, &mut out);
                 }
             }
+            Base::Spans(fields) => {
+                for (n, v) in fields.iter().filter(|(n, _)| !self.dropped(n)) {
+                    take(n, v, &mut out);
+                }
+            }
         }
         for (n, v) in self.added.iter().flat_map(|s| s.iter()) {
             take(n, v, &mut out);
@@ -318,17 +330,20 @@ impl<'a> Reply<'a> {
             Base::Fields(fields) => {
                 put_status_line_with(out, self.status, self.reason);
                 let tokens = ConnectionTokens::of(fields);
-                for h in fields {
-                    let n = &h.name[..];
-                    // The framing fields are the encoder's, unless the base carries them (a
-                    // HEAD response's or a 304's Content-Length describes another message).
-                    let framing_field =
-                        self.framing != Framing::Given && n.eq_ignore_ascii_case(b"content-length");
-                    if is_hop_by_hop(n, &tokens) || framing_field || drop(n) {
-                        continue;
-                    }
-                    has_date |= n.eq_ignore_ascii_case(b"date");
-                    put_header(out, n, &h.value);
+                let pairs = fields.iter().map(|h| (&h.name[..], &h.value[..]));
+                has_date = self.put_relayed(out, pairs, &tokens);
+            }
+            Base::Spans(fields) => {
+                put_status_line_with(out, self.status, self.reason);
+                let tokens = ConnectionTokens::of_fields(fields);
+                // The kept lines as received; a head with a bare LF is written field by field.
+                let kept = fields.put_lines(out, |n, _| {
+                    let keep = self.relays(n, &tokens);
+                    has_date |= keep && n.eq_ignore_ascii_case(b"date");
+                    keep
+                });
+                if !kept {
+                    has_date = self.put_relayed(out, fields.iter(), &tokens);
                 }
             }
         }
@@ -369,6 +384,38 @@ impl<'a> Reply<'a> {
         }
         out.put_slice(b"\r\n");
         encoding
+    }
+}
+
+impl Reply<'_> {
+    /// Writes relayed fields, leaving out the connection-specific ones, those dropped and the
+    /// framing fields (the encoder's, unless the base carries them: a HEAD response's or a
+    /// 304's Content-Length describes another message). Returns whether a `Date` was written.
+    #[inline]
+    fn put_relayed<'f>(
+        &self,
+        out: &mut BytesMut,
+        fields: impl Iterator<Item = (&'f [u8], &'f [u8])>,
+        tokens: &ConnectionTokens<'_>,
+    ) -> bool {
+        let mut has_date = false;
+        for (n, v) in fields {
+            if !self.relays(n, tokens) {
+                continue;
+            }
+            has_date |= n.eq_ignore_ascii_case(b"date");
+            put_header(out, n, v);
+        }
+        has_date
+    }
+
+    /// Whether relayed field `name` is written: not connection-specific, not dropped, and not
+    /// a framing field (the encoder's, unless the base carries them).
+    #[inline]
+    fn relays(&self, name: &[u8], tokens: &ConnectionTokens<'_>) -> bool {
+        let framing_field =
+            self.framing != Framing::Given && name.eq_ignore_ascii_case(b"content-length");
+        !(is_hop_by_hop(name, tokens) || framing_field || self.dropped(name))
     }
 }
 

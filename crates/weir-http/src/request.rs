@@ -7,12 +7,14 @@
 //!
 //! Table tests (malformed heads, statuses, split reads) are in `request/tests.rs`.
 
+use std::sync::OnceLock;
+
 use bytes::{Bytes, BytesMut};
 
 use crate::authority::{parse_authority, split_absolute, Authority};
 use crate::error::ParseError;
+use crate::fields::{Fields, Spans};
 use crate::framing::{BodyKind, FramingFields};
-use crate::offsets::Offsets;
 
 /// Most header fields one request may carry; more is answered with 431.
 pub const MAX_HEADERS: usize = 128;
@@ -142,8 +144,11 @@ pub struct RequestHead {
     /// not in normal form, the origin-form of the normalised path and the query (`path.rs`).
     pub target: Bytes,
     pub version: Version,
-    /// Fields in the order received.
-    pub headers: Vec<Header>,
+    /// Fields in the order received, as spans of the head.
+    fields: Fields,
+    /// The same as `Header`s, made the first time something asks ([`RequestHead::headers`]):
+    /// the proxy's path reads `fields` and never makes them.
+    headers: OnceLock<Vec<Header>>,
     /// How the request body is framed.
     pub body: BodyKind,
     /// Whether the client allows the connection to be reused after this exchange.
@@ -166,21 +171,38 @@ pub struct RequestHead {
 }
 
 impl RequestHead {
+    /// The fields in the order received, as `Header`s (made on first use, once).
+    pub fn headers(&self) -> &[Header] {
+        self.headers.get_or_init(|| self.fields.to_headers())
+    }
+
+    /// The fields in the order received, as spans of the head (nothing made).
+    #[inline]
+    pub fn fields(&self) -> &Fields {
+        &self.fields
+    }
+
     /// First value of a header, by case-insensitive name.
-    pub fn header(&self, name: &str) -> Option<&Bytes> {
-        self.headers
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.fields.get(name.as_bytes())
+    }
+
+    /// [`RequestHead::header`] as a slice of the head (no copy).
+    pub fn header_bytes(&self, name: &str) -> Option<Bytes> {
+        let i = self
+            .fields
             .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name.as_bytes()))
-            .map(|h| &h.value)
+            .position(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))?;
+        self.fields.value_bytes(i)
     }
 
     /// The value of cookie `name` from the `Cookie` fields, if sent.
     pub fn cookie(&self, name: &str) -> Option<&[u8]> {
-        self.headers
+        self.fields
             .iter()
-            .filter(|h| h.name.eq_ignore_ascii_case(b"cookie"))
-            .find_map(|h| {
-                h.value.split(|b| *b == b';').find_map(|pair| {
+            .filter(|(n, _)| n.eq_ignore_ascii_case(b"cookie"))
+            .find_map(|(_, value)| {
+                value.split(|b| *b == b';').find_map(|pair| {
                     pair.trim_ascii()
                         .strip_prefix(name.as_bytes())
                         .and_then(|r| r.strip_prefix(b"="))
@@ -199,7 +221,10 @@ impl RequestHead {
     pub fn authority(&self) -> Option<&[u8]> {
         match &self.authority {
             AuthoritySource::None => None,
-            AuthoritySource::HostField => self.host_field.map(|i| &self.headers[i].value[..]),
+            AuthoritySource::HostField => self
+                .host_field
+                .and_then(|i| self.fields.field(i))
+                .map(|(_, v)| v),
             AuthoritySource::Owned(b) => Some(b),
         }
     }
@@ -208,7 +233,7 @@ impl RequestHead {
     pub fn authority_bytes(&self) -> Option<Bytes> {
         match &self.authority {
             AuthoritySource::None => None,
-            AuthoritySource::HostField => self.host_field.map(|i| self.headers[i].value.clone()),
+            AuthoritySource::HostField => self.host_field.and_then(|i| self.fields.value_bytes(i)),
             AuthoritySource::Owned(b) => Some(b.clone()),
         }
     }
@@ -289,10 +314,12 @@ pub fn parse_request(
 
     // One pass over the fields: record slices, derive framing and connection semantics.
     // Offsets of each name and value, on the stack: the slices are made after the split.
-    let mut ranges = Offsets::new();
+    let mut ranges = Spans::for_head(n);
     let mut framing = FramingFields::default();
     let mut conn_close = false;
     let mut conn_keep_alive = false;
+    // A `Connection` token other than those two (a field it names is hop-by-hop).
+    let mut conn_other = false;
     let mut expect_continue = false;
     let mut host = None;
     let underscores = limits.underscores;
@@ -306,7 +333,7 @@ pub fn parse_request(
             }
             continue;
         }
-        ranges.push((offset(name), name.len(), offset(h.value), h.value.len()));
+        ranges.push((offset(name), name.len()), (offset(h.value), h.value.len()));
         i += 1;
         let i = i - 1;
         match name.len() {
@@ -330,6 +357,8 @@ pub fn parse_request(
                         conn_close = true;
                     } else if token.eq_ignore_ascii_case(b"keep-alive") {
                         conn_keep_alive = true;
+                    } else if !token.is_empty() {
+                        conn_other = true;
                     }
                 }
             }
@@ -352,10 +381,15 @@ pub fn parse_request(
     };
 
     let head = buf.split_to(n).freeze();
-    let headers = ranges.headers(&head);
+    let connection = crate::fields::Connection {
+        close: conn_close,
+        keep_alive: conn_keep_alive,
+        other: conn_other,
+    };
+    let fields = Fields::new(head.clone(), ranges, connection);
     // RFC 9112 §3.2: an invalid Host is a 400 even when an absolute-form target overrides it.
-    let from_host = match host {
-        Some(i) => Some(parse_authority(&headers[i].value, 80).map_err(ParseError::BadRequest)?),
+    let from_host = match host.and_then(|i| fields.field(i)) {
+        Some((_, value)) => Some(parse_authority(value, 80).map_err(ParseError::BadRequest)?),
         None => None,
     };
     let (authority, authority_host_len, path_at) = match form {
@@ -421,7 +455,8 @@ pub fn parse_request(
         method,
         target,
         version,
-        headers,
+        fields,
+        headers: OnceLock::new(),
         body,
         keep_alive,
         expect_continue: expect_continue && version == Version::Http11,

@@ -1,12 +1,19 @@
 //! Response heads, as the proxy reads them from an upstream: parse, validate, derive framing and
 //! whether the upstream connection may be reused. Same conventions as [`crate::request`]:
 //! `Ok(None)` = need more bytes; names and values are slices of one frozen `Bytes`.
+//!
+//! The fields are kept as spans of the head ([`Fields`]); a relayed response is encoded from
+//! them ([`ResponseHead::base`]). `Header`s are made the first time something asks for them
+//! ([`ResponseHead::headers`]: the cache, filters that read the response), once.
+
+use std::sync::OnceLock;
 
 use bytes::{Bytes, BytesMut};
 
 use crate::error::ParseError;
+use crate::fields::{Fields, Spans};
 use crate::framing::{trim_ows, BodyKind, FramingFields};
-use crate::offsets::Offsets;
+use crate::reply::Base;
 use crate::request::{Header, Version, MAX_HEADERS};
 
 /// A parsed response head.
@@ -16,7 +23,11 @@ pub struct ResponseHead {
     /// The reason phrase as sent.
     pub reason: Bytes,
     pub version: Version,
-    pub headers: Vec<Header>,
+    /// The fields as received.
+    fields: Fields,
+    /// The fields as `Header`s, made on first use; once set (or replaced: [`Self::with_headers`])
+    /// they are the response's fields.
+    headers: OnceLock<Vec<Header>>,
     /// How the body is framed (given the request method).
     pub body: BodyKind,
     /// Whether the connection may carry another exchange after this one.
@@ -26,17 +37,50 @@ pub struct ResponseHead {
 }
 
 impl ResponseHead {
-    /// First value of a header, by case-insensitive name.
-    pub fn header(&self, name: &str) -> Option<&Bytes> {
-        self.headers
+    /// The fields, in order (made from the spans on first use).
+    pub fn headers(&self) -> &[Header] {
+        self.headers.get_or_init(|| self.fields.to_headers())
+    }
+
+    /// This response with `headers` as its fields.
+    pub fn with_headers(&self, headers: Vec<Header>) -> ResponseHead {
+        ResponseHead {
+            headers: OnceLock::from(headers),
+            ..self.clone()
+        }
+    }
+
+    /// The fields as a reply's base: the spans as received, or the `Header`s once made.
+    #[inline]
+    pub fn base(&self) -> Base<'_> {
+        match self.headers.get() {
+            Some(headers) => Base::Fields(headers),
+            None => Base::Spans(&self.fields),
+        }
+    }
+
+    /// First value of a header as a slice of the head (no copy; makes the `Header`s).
+    pub fn header_bytes(&self, name: &str) -> Option<Bytes> {
+        self.headers()
             .iter()
             .find(|h| h.name.eq_ignore_ascii_case(name.as_bytes()))
-            .map(|h| &h.value)
+            .map(|h| h.value.clone())
+    }
+
+    /// First value of a header, by case-insensitive name.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        match self.headers.get() {
+            Some(headers) => headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name.as_bytes()))
+                .map(|h| &h.value[..]),
+            None => self.fields.get(name.as_bytes()),
+        }
     }
 }
 
 /// Parses one response head from the front of `buf`. `head_request`: the request was HEAD, so the
-/// response has no body whatever its fields say.
+/// response has no body whatever its fields say. Heads over `max_head` bytes are refused.
 pub fn parse_response(
     buf: &mut BytesMut,
     max_head: usize,
@@ -79,12 +123,12 @@ pub fn parse_response(
     } else {
         (offset(reason.as_bytes()), reason.len())
     };
-    let mut ranges = Offsets::new();
+    let mut ranges = Spans::for_head(n);
     let mut framing = FramingFields::default();
-    let (mut close, mut keep_alive_token) = (false, false);
+    let (mut close, mut keep_alive_token, mut other_token) = (false, false, false);
     for h in resp.headers.iter() {
         let name = h.name.as_bytes();
-        ranges.push((offset(name), name.len(), offset(h.value), h.value.len()));
+        ranges.push((offset(name), name.len()), (offset(h.value), h.value.len()));
         if name.eq_ignore_ascii_case(b"content-length") {
             framing
                 .content_length(h.value)
@@ -94,8 +138,13 @@ pub fn parse_response(
         } else if name.eq_ignore_ascii_case(b"connection") {
             for t in h.value.split(|b| *b == b',') {
                 let t = trim_ows(t);
-                close |= t.eq_ignore_ascii_case(b"close");
-                keep_alive_token |= t.eq_ignore_ascii_case(b"keep-alive");
+                let (c, k) = (
+                    t.eq_ignore_ascii_case(b"close"),
+                    t.eq_ignore_ascii_case(b"keep-alive"),
+                );
+                close |= c;
+                keep_alive_token |= k;
+                other_token |= !(c || k || t.is_empty());
             }
         }
     }
@@ -104,7 +153,6 @@ pub fn parse_response(
         && !close
         && (version == Version::Http11 || keep_alive_token);
     let head = buf.split_to(n).freeze();
-    let headers = ranges.headers(&head);
     let reason = if reason_range.1 == 0 {
         Bytes::new()
     } else {
@@ -114,7 +162,16 @@ pub fn parse_response(
         status,
         reason,
         version,
-        headers,
+        fields: Fields::new(
+            head,
+            ranges,
+            crate::fields::Connection {
+                close,
+                keep_alive: keep_alive_token,
+                other: other_token,
+            },
+        ),
+        headers: OnceLock::new(),
         body,
         keep_alive,
         head_len: n,
@@ -124,10 +181,136 @@ pub fn parse_response(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fields::MAX_HEAD;
 
     fn parse(s: &[u8], head: bool) -> Result<Option<ResponseHead>, ParseError> {
         let mut b = BytesMut::from(s);
-        parse_response(&mut b, 32 * 1024, head)
+        parse_response(&mut b, 64 * 1024, head)
+    }
+
+    impl ResponseHead {
+        fn base_fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+            self.fields.iter()
+        }
+    }
+
+    #[test]
+    fn spans_and_headers_say_the_same_until_headers_are_replaced() {
+        let r = parse(
+            b"HTTP/1.1 200 OK\r\nA: 1\r\nConnection: x-b, a\r\nx-b: 2\r\nContent-Length: 0\r\n\r\n",
+            false,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(matches!(r.base(), crate::Base::Spans(_)));
+        assert_eq!(r.header("a"), Some(&b"1"[..]));
+        assert_eq!(r.headers().len(), 4);
+        // Made once: from then on the base is the `Header`s, which say the same.
+        assert!(matches!(r.base(), crate::Base::Fields(_)));
+        assert_eq!(r.header("X-B"), Some(&b"2"[..]));
+        let fewer = r.with_headers(r.headers()[..1].to_vec());
+        assert_eq!(fewer.header("x-b"), None);
+        assert_eq!(fewer.headers().len(), 1);
+        // Both bases relay the same fields, without the connection-specific ones.
+        let encode = |base| {
+            let mut reply = crate::Reply::new(200, crate::Framing::Given);
+            reply.base = base;
+            reply.date = false;
+            let mut out = BytesMut::new();
+            reply.encode_h1(&mut out, Version::Http11, crate::Persistence::KeepAlive);
+            out
+        };
+        let spans = parse(
+            b"HTTP/1.1 200 OK\r\nA: 1\r\nConnection: x-b\r\nx-b: 2\r\nDate: d\r\nContent-Length: 0\r\n\r\n",
+            false,
+        )
+        .unwrap()
+        .unwrap();
+        let via_spans = encode(spans.base());
+        let _ = spans.headers();
+        assert_eq!(via_spans, encode(spans.base()));
+        assert_eq!(
+            &via_spans[..],
+            b"HTTP/1.1 200 OK\r\nA: 1\r\nDate: d\r\nContent-Length: 0\r\n\r\n"
+        );
+    }
+
+    /// Kept lines go out as received (runs of them in one copy); a head with a bare LF anywhere
+    /// is written field by field instead, every line ending in CRLF.
+    #[test]
+    fn relayed_lines_keep_their_bytes_and_never_a_bare_lf() {
+        let encode = |raw: &[u8]| {
+            let r = parse(raw, false).unwrap().unwrap();
+            let mut reply = crate::Reply::new(r.status, crate::Framing::Length(2));
+            reply.reason = &r.reason;
+            reply.base = r.base();
+            reply.date = false;
+            let mut out = BytesMut::new();
+            reply.encode_h1(&mut out, Version::Http11, crate::Persistence::KeepAlive);
+            String::from_utf8(out.to_vec()).unwrap()
+        };
+        assert_eq!(
+            encode(b"HTTP/1.1 200 OK\r\nA:1\r\nConnection: x-b\r\nB:  2\r\nx-b: 3\r\nContent-Length: 2\r\nZ: 9\r\n\r\nok"),
+            "HTTP/1.1 200 OK\r\nA:1\r\nB:  2\r\nZ: 9\r\nContent-Length: 2\r\n\r\n"
+        );
+        // Whitespace after a value (which HTTP/2 and HTTP/3 forbid) is not relayed: the fields
+        // are written one by one, trimmed, as a cache hit's would be (the attack review).
+        assert_eq!(
+            encode(b"HTTP/1.1 200 OK\r\nA:1\r\nX-Trail: bar \t\r\nContent-Length: 2\r\n\r\nok"),
+            "HTTP/1.1 200 OK\r\nA: 1\r\nX-Trail: bar\r\nContent-Length: 2\r\n\r\n"
+        );
+        // Dropped first and last lines.
+        assert_eq!(
+            encode(
+                b"HTTP/1.1 200 OK\r\nKeep-Alive: 5\r\nA: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
+            ),
+            "HTTP/1.1 200 OK\r\nA: 1\r\nContent-Length: 2\r\n\r\n"
+        );
+        for bare in [
+            &b"HTTP/1.1 200 OK\nA: 1\r\nB: 2\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\nA: 1\nB: 2\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nA: 1\r\nB: 2\n\n",
+        ] {
+            let out = encode(bare);
+            assert!(!out.replace("\r\n", "").contains('\n'), "{out:?}");
+            assert!(out.contains("A: 1\r\nB: 2\r\n"), "{out:?}");
+        }
+    }
+
+    #[test]
+    fn fields_near_the_64_kib_bound_read_back_whole() {
+        let head = |pad: usize| {
+            let mut h = b"HTTP/1.1 200 OK\r\nA: 1\r\nX-Pad: ".to_vec();
+            h.extend(std::iter::repeat_n(b'p', pad));
+            h.extend_from_slice(b"\r\nZ-Last: end\r\nContent-Length: 0\r\n\r\n");
+            h
+        };
+        let fixed = head(0).len();
+        let exact = head(MAX_HEAD - fixed);
+        assert_eq!(exact.len(), MAX_HEAD);
+        let r = parse(&exact, false).unwrap().unwrap();
+        let got: Vec<(Vec<u8>, usize)> = r
+            .base_fields()
+            .map(|(n, v)| (n.to_vec(), v.len()))
+            .collect();
+        assert_eq!(got[1], (b"X-Pad".to_vec(), MAX_HEAD - fixed));
+        assert_eq!(r.header("z-last"), Some(&b"end"[..]));
+        assert_eq!(r.header("content-length"), Some(&b"0"[..]));
+        // One byte more takes the wide spans, read back the same.
+        let mut over = BytesMut::from(&head(MAX_HEAD - fixed + 1)[..]);
+        let r = parse_response(&mut over, 2 * MAX_HEAD, false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            r.base_fields().nth(1).unwrap().1.len(),
+            MAX_HEAD - fixed + 1
+        );
+        assert_eq!(r.header("z-last"), Some(&b"end"[..]));
+        let mut over = BytesMut::from(&head(MAX_HEAD - fixed + 1)[..]);
+        assert!(matches!(
+            parse_response(&mut over, MAX_HEAD, false),
+            Err(ParseError::HeadTooLarge)
+        ));
     }
 
     #[test]

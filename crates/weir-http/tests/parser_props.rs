@@ -14,7 +14,7 @@ fn parse_incrementally(wire: &[u8], split: usize) -> Result<Option<(String, usiz
         Ok(Some(h)) => {
             return Ok(Some((
                 String::from_utf8_lossy(&h.target).into_owned(),
-                h.headers.len(),
+                h.fields().len(),
             )))
         }
         Ok(None) => {}
@@ -26,7 +26,7 @@ fn parse_incrementally(wire: &[u8], split: usize) -> Result<Option<(String, usiz
             h.map(|h| {
                 (
                     String::from_utf8_lossy(&h.target).into_owned(),
-                    h.headers.len(),
+                    h.fields().len(),
                 )
             })
         })

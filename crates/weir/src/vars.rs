@@ -291,7 +291,7 @@ fn value(v: &Var, env: &Env<'_>, out: &mut Vec<u8>) {
         Var::Http(name) => {
             let mut first = true;
             for h in head
-                .headers
+                .headers()
                 .iter()
                 .filter(|h| h.name.eq_ignore_ascii_case(name.as_bytes()))
             {
@@ -376,7 +376,7 @@ pub fn arg<'q>(query: &'q [u8], name: &[u8]) -> Option<&'q [u8]> {
 
 /// The value of cookie `name` in the request's `Cookie` fields.
 pub fn cookie<'h>(head: &'h RequestHead, name: &[u8]) -> Option<&'h [u8]> {
-    head.headers
+    head.headers()
         .iter()
         .filter(|h| h.name.eq_ignore_ascii_case(b"cookie"))
         .find_map(|h| cookie_in(&h.value, name))

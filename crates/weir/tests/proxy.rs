@@ -188,6 +188,61 @@ fn headers_are_rewritten_both_ways() {
     );
 }
 
+/// The head a client gets, as bytes, for one request (the body is 2 bytes).
+fn raw_head(s: &mut std::net::TcpStream, path: &str) -> String {
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut byte).unwrap(), 1, "closed mid-head");
+        got.push(byte[0]);
+    }
+    let mut body = [0u8; 2];
+    s.read_exact(&mut body).unwrap();
+    String::from_utf8(got).unwrap()
+}
+
+/// A relayed response's kept field lines go out as the origin wrote them; a head with
+/// whitespace after a value, or a bare LF, is written field by field instead, trimmed and in
+/// CRLF (HTTP/2 and HTTP/3 forbid the whitespace: the attack review of issue 35 §2). Either
+/// way the hop-by-hop fields, those `Connection` names and the origin's framing are dropped.
+#[test]
+fn relayed_heads_keep_their_lines_or_are_rewritten_clean() {
+    let o = http_origin(move |req| {
+        let fields = match req.line.split(' ').nth(1).unwrap() {
+            "/exact" => "A:1\r\nConnection: x-hop\r\nX-Hop: s\r\nB:  two\r\nKeep-Alive: 5\r\nContent-Length: 2\r\nZ: z\r\n",
+            "/trailing" => "A:1\r\nX-Trail: bar \t\r\nConnection: x-hop\r\nX-Hop: s\r\nContent-Length: 2\r\n",
+            _ => "A:1\nConnection: x-hop\r\nX-Hop: s\r\nContent-Length: 2\r\n",
+        };
+        format!("HTTP/1.1 200 OK\r\n{fields}\r\nok").into_bytes()
+    });
+    let srv = proxy(&[addr(&o)], "", ", via: false");
+    let mut s = srv.connect();
+    let head = raw_head(&mut s, "/exact");
+    assert!(
+        head.contains("\r\nA:1\r\nB:  two\r\nZ: z\r\n"),
+        "lines as received: {head:?}"
+    );
+    let head = raw_head(&mut s, "/trailing");
+    assert!(
+        head.contains("\r\nA: 1\r\nX-Trail: bar\r\n"),
+        "trimmed: {head:?}"
+    );
+    let bare = raw_head(&mut s, "/bare-lf");
+    assert!(bare.contains("\r\nA: 1\r\n"), "{bare:?}");
+    for head in [&head, &bare] {
+        assert!(!head.replace("\r\n", "").contains('\n'), "a bare LF: {head:?}");
+    }
+    for head in [raw_head(&mut s, "/exact"), head, bare] {
+        let lower = head.to_ascii_lowercase();
+        for gone in ["x-hop", "keep-alive", "connection: x-hop"] {
+            assert!(!lower.contains(gone), "{gone} relayed: {head:?}");
+        }
+        assert_eq!(lower.matches("content-length").count(), 1, "{head:?}");
+    }
+}
+
 #[test]
 fn failures_map_to_502_504_503() {
     // Refused.

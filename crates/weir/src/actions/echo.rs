@@ -48,7 +48,7 @@ fn render_text(req: &RequestHead, body: &[u8]) -> Vec<u8> {
     v.push(b' ');
     v.extend_from_slice(req.version.as_str().as_bytes());
     v.push(b'\n');
-    for h in &req.headers {
+    for h in req.headers() {
         v.extend_from_slice(&h.name);
         v.extend_from_slice(b": ");
         v.extend_from_slice(&h.value);
@@ -62,7 +62,7 @@ fn render_text(req: &RequestHead, body: &[u8]) -> Vec<u8> {
 fn render_json(req: &RequestHead, body: &[u8]) -> Vec<u8> {
     let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let headers: Vec<serde_json::Value> = req
-        .headers
+        .headers()
         .iter()
         .map(|h| serde_json::json!([s(&h.name), s(&h.value)]))
         .collect();

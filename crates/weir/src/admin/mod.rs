@@ -124,7 +124,7 @@ pub fn handle(
 ) -> AdminReply {
     let (status, body) = match (req.path(), &req.method) {
         (b"/metrics", Method::Get | Method::Head) => {
-            let accept = req.header("accept").map(|v| &v[..]);
+            let accept = req.header("accept");
             let (content_type, body) = scrape::scrape(cfg, generation, accept);
             return AdminReply {
                 status: 200,

@@ -178,7 +178,7 @@ impl Compress {
 
 /// The coding a client's request asks for (`None`: identity).
 pub fn wanted(head: &weir_http::RequestHead) -> Option<Coding> {
-    let ae = head.header("accept-encoding").map(|v| &v[..]);
+    let ae = head.header("accept-encoding");
     Coding::of_bucket(weir_cache::key::normalize_accept_encoding(ae))
 }
 

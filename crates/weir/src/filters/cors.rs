@@ -224,12 +224,12 @@ impl super::Filter for Cors {
     }
 
     fn request(&self, req: &Req<'_>, state: &mut State, _: &mut Option<usize>) -> Flow {
-        let Some(origin) = req.head.header("origin") else {
+        let Some(origin) = req.head.header_bytes("origin") else {
             return Flow::Continue;
         };
         if req
             .head
-            .headers
+            .headers()
             .iter()
             .filter(|h| h.name.eq_ignore_ascii_case(b"origin"))
             .nth(1)
@@ -245,10 +245,10 @@ impl super::Filter for Cors {
         if req.head.method == Method::Options {
             if let Some(m) = req.head.header("access-control-request-method") {
                 *state = Some(Box::new(Preflight));
-                return self.preflight(req, origin, m);
+                return self.preflight(req, &origin, m);
             }
         }
-        if self.allows(origin) {
+        if self.allows(&origin) {
             *state = Some(Box::new(Allowed(origin.clone())));
         }
         Flow::Continue

@@ -110,7 +110,7 @@ impl Inner {
         let mut ip = [0u8; 64];
         b.put_slice(crate::vars::format_ip(req.client.ip, &mut ip));
         b.put_slice(b"\r\n");
-        for h in &head.headers {
+        for h in head.headers() {
             if self
                 .request_headers
                 .iter()
@@ -138,7 +138,7 @@ impl Inner {
             parts.push(b"\n");
             parts.extend(
                 req.head
-                    .headers
+                    .headers()
                     .iter()
                     .filter(|h| h.name.eq_ignore_ascii_case(n.as_bytes()))
                     .map(|h| &h.value[..]),
@@ -149,10 +149,10 @@ impl Inner {
 
     fn decide(&self, got: Fetched) -> Result<Decision, String> {
         let (resp, body) = got?;
-        let tokens = ConnectionTokens::of(&resp.headers);
+        let tokens = ConnectionTokens::of(resp.headers());
         if (200..300).contains(&resp.status) {
             let mut lines = BytesMut::new();
-            for h in &resp.headers {
+            for h in resp.headers() {
                 if self
                     .copy_headers
                     .iter()
@@ -177,7 +177,7 @@ impl Inner {
             })));
         }
         let fields = resp
-            .headers
+            .headers()
             .iter()
             .filter(|h| {
                 !is_hop_by_hop(&h.name, &tokens)

@@ -104,13 +104,12 @@ impl Filter for Forwarded {
             // that was an allocation on every proxied request).
             out.extend_from_slice(b"X-Forwarded-For: ");
             if trusted {
-                for h in head
-                    .headers
+                for (_, value) in head
+                    .fields()
                     .iter()
-                    .filter(|h| h.name.eq_ignore_ascii_case(b"x-forwarded-for"))
-                    .filter(|h| !h.value.is_empty())
+                    .filter(|(n, v)| n.eq_ignore_ascii_case(b"x-forwarded-for") && !v.is_empty())
                 {
-                    out.extend_from_slice(&h.value);
+                    out.extend_from_slice(value);
                     out.extend_from_slice(b", ");
                 }
             }
@@ -144,7 +143,7 @@ fn prior(head: &RequestHead, name: &[u8], trusted: bool) -> Vec<u8> {
     let mut list = Vec::new();
     if trusted {
         for h in head
-            .headers
+            .headers()
             .iter()
             .filter(|h| h.name.eq_ignore_ascii_case(name))
         {
@@ -195,7 +194,7 @@ mod tests {
         };
         f.upstream_fields(&up, &mut out);
         let dropped = head
-            .headers
+            .headers()
             .iter()
             .filter(|h| f.drops_upstream(&client, &h.name))
             .map(|h| String::from_utf8_lossy(&h.name).into_owned())

@@ -283,7 +283,7 @@ impl Remote {
             }
             let max_age = head
                 .header("cache-control")
-                .and_then(|v| max_age(v))
+                .and_then(max_age)
                 .unwrap_or(self.default_max_age);
             jwt_keys::from_jwks(&body).map(|k| (k, max_age))
         });

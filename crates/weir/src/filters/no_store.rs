@@ -40,7 +40,7 @@ impl super::Filter for NoStore {
 
     fn before_store(&self, resp: &ResponseHead) -> bool {
         !(self.statuses.contains(&resp.status)
-            || resp.headers.iter().any(|h| {
+            || resp.headers().iter().any(|h| {
                 self.fields
                     .iter()
                     .any(|f| h.name.eq_ignore_ascii_case(f.as_bytes()))

@@ -55,17 +55,17 @@ impl RequestIdSettings {
     /// The request's id: the received one when `peer` is trusted and it is sane, else a new one.
     pub fn of(&self, head: &RequestHead, peer: IpAddr, ids: &Generator) -> RequestId {
         match self.received(head, peer) {
-            Some(v) => RequestId::Received(v.clone()),
+            Some(v) => RequestId::Received(v),
             None => ids.render(ids.next()),
         }
     }
 
     /// The id `head` carries when `peer` is trusted and the id is sane.
-    pub fn received<'h>(&self, head: &'h RequestHead, peer: IpAddr) -> Option<&'h Bytes> {
+    pub fn received(&self, head: &RequestHead, peer: IpAddr) -> Option<Bytes> {
         if self.trust_from.is_empty() || !self.trust_from.iter().any(|n| n.contains(&peer)) {
             return None;
         }
-        head.header(&self.name).filter(|v| {
+        head.header_bytes(&self.name).filter(|v| {
             !v.is_empty() && v.len() <= 200 && v.iter().all(|b| (0x21..0x7f).contains(b))
         })
     }

@@ -99,12 +99,12 @@ impl Shape {
 
     /// The first check `head` fails: status and reason.
     pub fn check(&self, head: &RequestHead) -> Option<(u16, &'static str)> {
-        if self.max_headers > 0 && head.headers.len() > self.max_headers {
+        if self.max_headers > 0 && head.fields().len() > self.max_headers {
             return Some((431, "too many header fields"));
         }
         if self.max_header_bytes > 0
             && head
-                .headers
+                .headers()
                 .iter()
                 .any(|h| h.name.len() + h.value.len() > self.max_header_bytes)
         {
@@ -129,7 +129,7 @@ impl Shape {
             }
         }
         if !self.content_types.is_empty() && head.body != BodyKind::Empty {
-            let ct = head.header("content-type").map(|v| media_type(v));
+            let ct = head.header("content-type").map(media_type);
             if !ct.is_some_and(|t| self.content_types.iter().any(|a| type_matches(a, &t))) {
                 return Some((415, "content type not allowed"));
             }
@@ -168,7 +168,7 @@ fn host_agrees(head: &RequestHead) -> bool {
     let Some(host) = head.host() else {
         return false;
     };
-    let f = &field[..];
+    let f = field;
     let name = if f.first() == Some(&b'[') {
         f.iter().position(|b| *b == b']').map_or(f, |i| &f[..=i])
     } else {

@@ -128,7 +128,7 @@ impl Canary {
     fn chosen(&self, req: &Req<'_>) -> bool {
         let head = req.head;
         self.headers.iter().any(|(n, v)| {
-            head.headers.iter().any(|h| {
+            head.headers().iter().any(|h| {
                 h.name.eq_ignore_ascii_case(n.as_bytes()) && h.value.trim_ascii() == &v[..]
             })
         }) || self

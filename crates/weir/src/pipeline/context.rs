@@ -139,7 +139,6 @@ impl RequestCtx {
         }
         match self.rt.cfg.request_id.received(head, peer) {
             Some(v) => {
-                let v = v.clone();
                 self.extra.get_or_insert_with(Default::default).request_id = Some(v.clone());
                 RequestId::Received(v)
             }

@@ -165,8 +165,8 @@ impl UpstreamHooks for Whole {
         }
     }
 
-    fn on_end(&mut self, resp: ResponseHead) {
-        self.response = Some(resp);
+    fn on_end(&mut self, resp: &ResponseHead) {
+        self.response = Some(resp.clone());
     }
 
     fn on_failure(&mut self, status: u16) {

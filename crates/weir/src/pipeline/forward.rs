@@ -23,7 +23,7 @@ use bytes::BytesMut;
 use tokio::time::Instant;
 use weir_http::reply::{put_chunk, put_last_chunk};
 use weir_http::{
-    Base, BodyKind, Framing, Method, Persistence, Reply, RequestHead, ResponseHead, Version,
+    BodyKind, Framing, Method, Persistence, Reply, RequestHead, ResponseHead, Version,
 };
 
 use super::downstream::Downstream;
@@ -338,7 +338,7 @@ pub(crate) async fn forward<D: Downstream>(
     let mut filter_lines = BytesMut::new();
     let mut reply = Reply::new(resp.status, framing);
     reply.reason = &resp.reason;
-    reply.base = Base::Fields(&resp.headers);
+    reply.base = resp.base();
     reply.add_lines(&lines);
     let filters = steer.respond.unwrap_or(&route.filters);
     super::filter_response(ctx, filters, &mut reply, &mut filter_lines);
@@ -359,7 +359,7 @@ pub(crate) async fn forward<D: Downstream>(
             .borrow_mut()
             .put(server, upstream_conn, &up.servers[server].health);
     }
-    hooks.on_end(resp);
+    hooks.on_end(&resp);
     Ok(persistence)
 }
 
@@ -532,7 +532,7 @@ async fn relay_interim<D: Downstream>(d: &mut D, resp: &ResponseHead) -> Result<
     }
     let mut reply = Reply::new(resp.status, Framing::Given);
     reply.reason = &resp.reason;
-    reply.base = Base::Fields(&resp.headers);
+    reply.base = resp.base();
     reply.date = false;
     d.send_interim(&reply).await
 }
@@ -611,7 +611,7 @@ async fn tunnel<D: Downstream>(
     lines.extend_from_slice(b"Connection: upgrade\r\n");
     let mut reply = Reply::new(101, Framing::Given);
     reply.reason = &resp.reason;
-    reply.base = Base::Fields(&resp.headers);
+    reply.base = resp.base();
     reply.date = false;
     reply.add_lines(&lines);
     send_head(d, ctx, &reply, Persistence::KeepAlive);

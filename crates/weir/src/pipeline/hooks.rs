@@ -22,8 +22,9 @@ pub(crate) trait UpstreamHooks {
     /// One piece of the response body, as it is relayed to the client.
     fn on_body(&mut self, _chunk: &Bytes) {}
     /// The response ended cleanly: every body byte was relayed. Not called when the body was
-    /// cut short (the client's connection is then aborted), nor after a `101`.
-    fn on_end(&mut self, _resp: ResponseHead) {}
+    /// cut short (the client's connection is then aborted), nor after a `101`. By reference:
+    /// a plain proxied request would otherwise move the head (~270 bytes) only to drop it.
+    fn on_end(&mut self, _resp: &ResponseHead) {}
     /// No response head came: the failure's status (502/503/504), answered to the client
     /// unless [`Steer::fallback`].
     fn on_failure(&mut self, _status: u16) {}

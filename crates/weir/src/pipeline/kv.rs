@@ -122,7 +122,7 @@ pub(super) async fn serve<D: Downstream>(
         // Closed: this process is handing over to a new one (the client's retry reaches it).
         return busy(d, ctx);
     }
-    let header = |name: &str| head.header(name).map(|v| &v[..]);
+    let header = |name: &str| head.header(name);
     let cond = Cond {
         if_match: header("if-match"),
         if_none_match: header("if-none-match"),
@@ -149,7 +149,7 @@ pub(super) async fn serve<D: Downstream>(
             let persistence = d.persistence(head);
             let content_type = head
                 .header("content-type")
-                .map_or(&b"application/octet-stream"[..], |v| &v[..]);
+                .map_or(&b"application/octet-stream"[..], |v| v);
             let ttl = match header("x-ttl") {
                 None => kv.settings.default_ttl,
                 Some(v) => match std::str::from_utf8(v)

@@ -111,7 +111,7 @@ fn access_line<D: Downstream>(
         .started
         .zip(ctx.upstream_head_at)
         .map(|(s, t)| t.since(s));
-    let request_field = |name: &str| head.header(name).map(|v| &v[..]);
+    let request_field = |name: &str| head.header(name);
     let sent: &[(usize, bytes::Bytes)] = ctx.extra.as_ref().map_or(&[], |e| &e.sent_fields);
     let response_field = |name: &str| {
         let i = log.response_fields.iter().position(|n| n == name)?;

@@ -199,7 +199,7 @@ pub fn wants_upgrade(head: &RequestHead) -> bool {
         let name = token.split(|b| *b == b'/').next().unwrap_or(token);
         name.eq_ignore_ascii_case(b"h2c")
     });
-    !h2c && ConnectionTokens::of(&head.headers).contains(b"upgrade")
+    !h2c && ConnectionTokens::of_fields(head.fields()).contains(b"upgrade")
 }
 
 /// How the upstream request differs from the client's.
@@ -234,7 +234,7 @@ pub fn build_request(
     req.put_u8(b' ');
     route.upstream_target(head, req);
     req.put_slice(b" HTTP/1.1\r\n");
-    let tokens = ConnectionTokens::of(&head.headers);
+    let tokens = ConnectionTokens::of_fields(head.fields());
     // The validated, normalised authority: an absolute-form target's wins over the received Host
     // (RFC 9112 §3.2.2), which is never forwarded as received.
     match (&route.host, head.authority()) {
@@ -246,8 +246,7 @@ pub fn build_request(
         }
         (HostMode::Fixed(v), _) => put_header(req, b"Host", v),
     }
-    for h in &head.headers {
-        let n = &h.name[..];
+    for (n, value) in head.fields().iter() {
         if is_hop_by_hop(n, &tokens)
             || n.eq_ignore_ascii_case(b"host")
             || n.eq_ignore_ascii_case(b"content-length")
@@ -262,7 +261,7 @@ pub fn build_request(
         {
             continue;
         }
-        put_header(req, n, &h.value);
+        put_header(req, n, value);
     }
     let up = crate::filters::Upward {
         client,

@@ -111,7 +111,7 @@ async fn bridge(
         .uri(format!("{scheme}://{host}{target}"))
         .body(())
         .map_err(io::Error::other)?;
-    for h in &head.headers {
+    for h in head.headers() {
         if h.name.eq_ignore_ascii_case(b"host") || forbidden(&h.name) {
             continue;
         }

@@ -54,7 +54,7 @@ impl ProxyRoute {
         }
         let mut client = peer;
         let lists = head
-            .headers
+            .headers()
             .iter()
             .filter(|h| h.name.eq_ignore_ascii_case(b"x-forwarded-for"))
             .collect::<Vec<_>>();

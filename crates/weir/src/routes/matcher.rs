@@ -185,9 +185,9 @@ impl Matcher {
             }
         }
         self.headers.iter().all(|(name, value)| {
-            req.headers
+            req.fields()
                 .iter()
-                .any(|h| h.name.eq_ignore_ascii_case(name.as_bytes()) && h.value == value)
+                .any(|(n, v)| n.eq_ignore_ascii_case(name.as_bytes()) && v == value)
         })
     }
 

@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use weir_cache::policy::{evaluate, values, Freshness};
+use weir_cache::policy::{evaluate, Freshness};
 use weir_cache::store::Lookup;
 use weir_cache::{CacheKey, CachedObject, Directives};
 use weir_http::{Header, Persistence, RequestHead};
@@ -50,7 +50,7 @@ pub(super) fn vary_value(
         return None;
     }
     weir_cache::vary::request_value(
-        &stage.head.headers,
+        stage.head.headers(),
         name,
         encodes || stage.cache.normalize_accept_encoding,
     )
@@ -63,10 +63,10 @@ pub(super) fn request_fields_for_store<'h>(
     encodes: bool,
 ) -> std::borrow::Cow<'h, [Header]> {
     if !encodes {
-        return std::borrow::Cow::Borrowed(&head.headers);
+        return std::borrow::Cow::Borrowed(head.headers());
     }
     std::borrow::Cow::Owned(
-        head.headers
+        head.headers()
             .iter()
             .filter(|h| !h.name.eq_ignore_ascii_case(b"accept-encoding"))
             .cloned()
@@ -101,7 +101,7 @@ pub(super) async fn serve_encoded<D: Downstream>(
     else {
         return false;
     };
-    let req_dirs = Directives::parse(values(&stage.head.headers, "cache-control"));
+    let req_dirs = Directives::parse(stage.head.fields().values(b"cache-control"));
     let age = base.meta.clock.current_age(zone.now());
     if !matches!(
         evaluate(&base.meta.storable, age, base.is_invalidated(), &req_dirs),

@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use weir_cache::policy::{evaluate, values, Freshness};
+use weir_cache::policy::{evaluate, Freshness};
 use weir_cache::store::{Lookup, Stats};
 use weir_cache::stored;
 use weir_cache::{CacheKey, CachedObject, Directives, FileBody};
@@ -54,7 +54,7 @@ pub(crate) fn try_fresh_hit<D: Downstream>(
         return false;
     };
     let age = obj.meta.clock.current_age(zone.now());
-    let req_dirs = Directives::parse(values(&head.headers, "cache-control"));
+    let req_dirs = Directives::parse(head.fields().values(b"cache-control"));
     match evaluate(&obj.meta.storable, age, obj.is_invalidated(), &req_dirs) {
         Freshness::Fresh | Freshness::StaleAllowed => {
             serve_hit(d, ctx, stage, &obj, age, persistence);

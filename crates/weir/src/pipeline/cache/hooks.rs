@@ -52,8 +52,8 @@ impl UpstreamHooks for Status {
         .render(lines, self.x_cache);
     }
 
-    fn on_end(&mut self, resp: ResponseHead) {
-        self.response = Some(resp);
+    fn on_end(&mut self, resp: &ResponseHead) {
+        self.response = Some(resp.clone());
     }
 }
 
@@ -81,7 +81,8 @@ impl UpstreamHooks for PostStore<'_> {
     fn on_head(&mut self, resp: &ResponseHead, lines: &mut BytesMut) {
         let uri = super::storing::target_uri(self.stage.head);
         let authority = self.stage.head.authority_bytes().unwrap_or_default();
-        let reusable = policy::post_response_reusable(&uri, &authority, resp.status, &resp.headers);
+        let reusable =
+            policy::post_response_reusable(&uri, &authority, resp.status, resp.headers());
         CacheStatus {
             fwd: Some(Fwd::Bypass),
             fwd_status: Some(resp.status),
@@ -101,9 +102,9 @@ impl UpstreamHooks for PostStore<'_> {
         }
     }
 
-    fn on_end(&mut self, resp: ResponseHead) {
+    fn on_end(&mut self, resp: &ResponseHead) {
         self.body = self.capture.take().and_then(|mut c| c.take_copy());
-        self.response = Some(resp);
+        self.response = Some(resp.clone());
     }
 }
 
@@ -153,9 +154,9 @@ impl<'s> Leader<'s> {
         };
         let verdict = storable(
             &head.method,
-            &head.headers,
+            head.headers(),
             resp.status,
-            &resp.headers,
+            resp.headers(),
             &settings.rules,
             zone.now(),
         )
@@ -200,7 +201,7 @@ impl UpstreamHooks for Leader<'_> {
                     self.inflight.publish_head(StreamHead {
                         status: resp.status,
                         reason: resp.reason.clone(),
-                        headers: stored::stored_headers(&resp.headers),
+                        headers: stored::stored_headers(resp.headers()),
                         content_length: match resp.body {
                             BodyKind::Length(n) => Some(n),
                             BodyKind::Empty => Some(0),
@@ -226,12 +227,12 @@ impl UpstreamHooks for Leader<'_> {
         }
     }
 
-    fn on_end(&mut self, resp: ResponseHead) {
+    fn on_end(&mut self, resp: &ResponseHead) {
         // The reservation ends here; `miss.rs` stores the copy right after.
         if let Some(mut c) = self.capture.take() {
             self.teed = c.teed();
             self.body = c.take_copy();
         }
-        self.response = Some(resp);
+        self.response = Some(resp.clone());
     }
 }

@@ -45,7 +45,6 @@ mod storing;
 
 use std::sync::Arc;
 
-use weir_cache::policy::values;
 use weir_cache::{CacheKey, CachedObject, Directives};
 use weir_http::{Method, Persistence, RequestHead};
 
@@ -106,7 +105,7 @@ pub(crate) async fn cached<D: Downstream>(
         let why = Some("no-consumer");
         return pass::forward(d, ctx, stage, Fwd::Bypass, why, persistence).await;
     };
-    let req_dirs = Directives::parse(values(&head.headers, "cache-control"));
+    let req_dirs = Directives::parse(head.fields().values(b"cache-control"));
     let found = lookup::find(d, ctx, stage, &key, &req_dirs, persistence).await;
     let at = (&key, &req_dirs);
     match found {

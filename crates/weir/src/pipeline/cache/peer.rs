@@ -58,7 +58,7 @@ pub(super) async fn fill<D: Downstream>(
     let hot = stage.zone.hot().filter(|_| !stage.encodes());
     let value_of = |name: &str| {
         weir_cache::vary::request_value(
-            &stage.head.headers,
+            stage.head.headers(),
             name,
             stage.cache.normalize_accept_encoding,
         )
@@ -155,9 +155,9 @@ impl UpstreamHooks for Fill<'_> {
         }
         let Ok(s) = storable(
             &head.method,
-            &head.headers,
+            head.headers(),
             resp.status,
-            &resp.headers,
+            resp.headers(),
             &settings.rules,
             self.stage.zone.now(),
         ) else {
@@ -180,9 +180,9 @@ impl UpstreamHooks for Fill<'_> {
         }
     }
 
-    fn on_end(&mut self, resp: ResponseHead) {
+    fn on_end(&mut self, resp: &ResponseHead) {
         if let Some(k) = &mut self.kept {
-            k.resp = Some(resp);
+            k.resp = Some(resp.clone());
         }
     }
 
@@ -194,13 +194,19 @@ impl UpstreamHooks for Fill<'_> {
 
 /// Stores the owner's whole answer among the hot copies, without the owner's own cache fields.
 fn keep_copy(stage: Stage<'_>, hot: &MemoryStore, key: &CacheKey, kept: Kept, request_time: u64) {
-    let Some(mut resp) = kept.resp else { return };
+    let Some(resp) = kept.resp else { return };
     let ours = |h: &Header| {
         h.name.eq_ignore_ascii_case(b"cache-status") || h.name.eq_ignore_ascii_case(b"x-cache")
     };
-    resp.headers.retain(|h| !ours(h));
+    let resp = resp.with_headers(
+        resp.headers()
+            .iter()
+            .filter(|h| !ours(h))
+            .cloned()
+            .collect(),
+    );
     let obj = stored::build(
-        &stage.head.headers,
+        stage.head.headers(),
         &resp,
         weir_cache::object::exact(kept.body),
         (request_time, stage.zone.now()),

@@ -61,12 +61,12 @@ pub(super) async fn revalidate(
         Stats::bump(&zone.store.stats.revalidated);
         let updated = Arc::new(stored::refreshed(
             obj,
-            &resp.headers,
+            resp.headers(),
             (request_time, zone.now()),
             &settings.rules,
         ));
         zone.store_object(key, &updated);
-        let own = stored::own_fields_of_304(&resp.headers, &settings.rules);
+        let own = stored::own_fields_of_304(resp.headers(), &settings.rules);
         return Revalidated::NotModified { updated, own };
     }
     if resp.status >= 500 && keep_on_error {
@@ -75,7 +75,7 @@ pub(super) async fn revalidate(
     let stored = store_response(stage, key, &resp, body.clone(), request_time);
     let obj = stored.unwrap_or_else(|| {
         Arc::new(stored::build(
-            &head.headers,
+            head.headers(),
             &resp,
             body,
             (request_time, zone.now()),

@@ -58,7 +58,7 @@ enum Fetched {
     /// A storable 206: its pieces, stored, in order.
     Part(Vec<(u64, Arc<CachedObject>)>),
     /// The origin sent the whole representation (it ignores ranges) within one slice's size.
-    Whole(ResponseHead, Bytes, u64),
+    Whole(Box<ResponseHead>, Bytes, u64),
     /// Anything else: a status or fields that keep it out of the store.
     Other,
 }
@@ -444,18 +444,16 @@ async fn fetch(
     let limit = usize::try_from(size).unwrap_or(usize::MAX);
     let (resp, body) = fetch_whole(ctx, peer, head, proxy, extra.as_bytes(), limit).await?;
     if resp.status == 200 {
-        return Ok(Fetched::Whole(resp, body, request_time));
+        return Ok(Fetched::Whole(Box::new(resp), body, request_time));
     }
-    let part = resp
-        .header("content-range")
-        .and_then(|v| sl::content_range(v));
+    let part = resp.header("content-range").and_then(sl::content_range);
     let Some(e) = part.filter(|e| resp.status == 206 && e.len() == body.len() as u64) else {
         return Ok(Fetched::Other);
     };
     let Ok(s) = storable_part(
         &Method::Get,
-        &head.headers,
-        &resp.headers,
+        head.headers(),
+        resp.headers(),
         &settings.rules,
         zone.now(),
     ) else {
@@ -469,7 +467,7 @@ async fn fetch(
     for (i, x, bytes) in sl::cut(e, &body, size) {
         let part_head = with_range(&resp, x);
         let obj = Arc::new(stored::build(
-            &head.headers,
+            head.headers(),
             &part_head,
             bytes,
             (request_time, now),
@@ -538,16 +536,13 @@ fn range_field(e: Extent) -> Header {
 /// `resp` with its `Content-Range` set to `e` (one piece of it).
 fn with_range(resp: &ResponseHead, e: Extent) -> ResponseHead {
     let mut headers: Vec<Header> = resp
-        .headers
+        .headers()
         .iter()
         .filter(|h| !h.name.eq_ignore_ascii_case(b"content-range"))
         .cloned()
         .collect();
     headers.push(range_field(e));
-    ResponseHead {
-        headers,
-        ..resp.clone()
-    }
+    resp.with_headers(headers)
 }
 
 /// The origin answered a range with the whole representation: stored (if it may be) and served
@@ -567,7 +562,7 @@ fn serve_whole<D: Downstream>(
     let stored = store_response(stage, key, resp, body.clone(), request_time);
     let obj = stored.clone().unwrap_or_else(|| {
         Arc::new(stored::build(
-            &stage.head.headers,
+            stage.head.headers(),
             resp,
             body,
             (request_time, zone.now()),

@@ -40,9 +40,9 @@ pub(super) fn store_response(
     };
     let s = storable(
         method,
-        &head.headers,
+        head.headers(),
         resp.status,
-        &resp.headers,
+        resp.headers(),
         &settings.rules,
         now,
     )
@@ -60,14 +60,11 @@ pub(super) fn store_response(
         Some(c)
             if c.compressible(
                 resp.status,
-                &crate::filters::compress::Seen::by(|n| resp.header(n).map(|v| &v[..])),
+                &crate::filters::compress::Seen::by(|n| resp.header(n)),
                 Some(body.len() as u64),
             ) =>
         {
-            with_vary = ResponseHead {
-                headers: stored::with_vary_on_encoding(&resp.headers),
-                ..resp.clone()
-            };
+            with_vary = resp.with_headers(stored::with_vary_on_encoding(resp.headers()));
             &with_vary
         }
         _ => resp,
@@ -99,10 +96,7 @@ pub(super) fn invalidate_after_unsafe(
         && !key.consumer;
     let Some(resp) = resp else { return };
     let target = target_uri(head);
-    let locations = [
-        resp.header("location").map(|v| &v[..]),
-        resp.header("content-location").map(|v| &v[..]),
-    ];
+    let locations = [resp.header("location"), resp.header("content-location")];
     let authority = head.authority().unwrap_or_default();
     for u in stored::invalidated_urls(authority, &target, resp.status, locations) {
         zone.invalidate(u, plain_keys);

@@ -50,9 +50,7 @@ impl HashKey {
                 std::net::IpAddr::V4(a) => hash64(&a.octets()),
                 std::net::IpAddr::V6(a) => hash64(&a.octets()),
             },
-            HashKey::Header(name) => {
-                hash64(ctx.request.header(name).map(|v| &v[..]).unwrap_or(b""))
-            }
+            HashKey::Header(name) => hash64(ctx.request.header(name).unwrap_or(b"")),
             HashKey::Cookie(name) => hash64(ctx.request.cookie(name).unwrap_or(b"")),
         }
     }

@@ -169,9 +169,9 @@ mod tests {
         let (parts, ()) = req.into_parts();
         let head = request_head(&parts, true, &limits()).unwrap();
         assert_eq!(&head.target[..], b"/a?b=1");
-        assert_eq!(head.header("host").unwrap(), "example.com");
-        assert_eq!(head.header("cookie").unwrap(), "a=1; b=2");
-        assert_eq!(head.header("x-one").unwrap(), "1");
+        assert_eq!(head.header("host").unwrap(), b"example.com");
+        assert_eq!(head.header("cookie").unwrap(), b"a=1; b=2");
+        assert_eq!(head.header("x-one").unwrap(), b"1");
         assert_eq!(head.body, BodyKind::Chunked);
 
         let req = http::Request::builder()

@@ -1,0 +1,284 @@
+//! The fields of a received head as spans into its bytes ([`Fields`]): how request heads and
+//! relayed responses carry them. A [`Header`] per field holds two refcounted `Bytes` slices,
+//! and the `Vec` of them is an allocation: ~900 instructions per proxied response and ~500
+//! per request that nothing but the upstream request's and the client's encoders read
+//! (callgrind, 2026-11-27). `Header`s are made on demand ([`Fields::to_headers`]) by the paths
+//! that keep fields (the cache) or want them as values.
+//!
+//! The spans are collected while httparse's borrow of the buffer is alive and kept once the
+//! head is split off. Inline in a `SmallVec`, whose array is not initialised (zeroing a
+//! 512-byte array cost 49 instructions per head, callgrind 2026-11-26).
+
+use bytes::Bytes;
+
+use crate::request::Header;
+
+/// Fields kept inline (more spill to the heap): most heads carry fewer.
+const INLINE: usize = 16;
+
+/// The largest head whose fields fit the compact spans: offsets and lengths are `u16`, so 16
+/// fields take 128 bytes (a head lives in the connection's and the proxy's futures). A larger
+/// head (a request under a raised `limits.max_header_bytes`) keeps `u32` spans in a `Vec`.
+pub const MAX_HEAD: usize = u16::MAX as usize + 1;
+
+/// (name start, name length, value start, value length).
+type Narrow = (u16, u16, u16, u16);
+type Wide = (u32, u32, u32, u32);
+
+/// Where a head's fields are: compact for heads of at most [`MAX_HEAD`] bytes.
+#[derive(Debug, Clone)]
+pub(crate) enum Spans {
+    Narrow(smallvec::SmallVec<[Narrow; INLINE]>),
+    Wide(Vec<Wide>),
+}
+
+impl Spans {
+    /// Spans for a head of `len` bytes.
+    #[inline]
+    pub(crate) fn for_head(len: usize) -> Spans {
+        if len <= MAX_HEAD {
+            Spans::Narrow(smallvec::SmallVec::new())
+        } else {
+            Spans::Wide(Vec::new())
+        }
+    }
+
+    /// Records one field of the head given to [`Spans::for_head`].
+    #[inline]
+    pub(crate) fn push(&mut self, name: (usize, usize), value: (usize, usize)) {
+        match self {
+            // A head of at most MAX_HEAD bytes: every offset and length fits 16 bits.
+            Spans::Narrow(v) => {
+                v.push((name.0 as u16, name.1 as u16, value.0 as u16, value.1 as u16))
+            }
+            Spans::Wide(v) => {
+                v.push((name.0 as u32, name.1 as u32, value.0 as u32, value.1 as u32))
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Spans::Narrow(v) => v.len(),
+            Spans::Wide(v) => v.len(),
+        }
+    }
+
+    /// Field `i`'s spans, as `usize`s.
+    #[inline]
+    fn get(&self, i: usize) -> Option<(usize, usize, usize, usize)> {
+        match self {
+            Spans::Narrow(v) => v
+                .get(i)
+                .map(|&(a, b, c, d)| (a as usize, b as usize, c as usize, d as usize)),
+            Spans::Wide(v) => v
+                .get(i)
+                .map(|&(a, b, c, d)| (a as usize, b as usize, c as usize, d as usize)),
+        }
+    }
+}
+
+/// A head's fields, in order, as `(name, value)` spans of the head's bytes.
+#[derive(Debug, Clone)]
+pub struct Fields {
+    head: Bytes,
+    spans: Spans,
+    /// Every line of the head ends in CRLF (none in a bare LF): its field lines may be
+    /// relayed as received ([`Fields::put_lines`]).
+    crlf: bool,
+    /// What the `Connection` fields list, noted by the parser.
+    connection: Connection,
+}
+
+/// The tokens of a head's `Connection` fields, as the parser saw them: when only `close` and
+/// `keep-alive` are listed, [`crate::hop::ConnectionTokens`] needs no second pass over the
+/// fields (it cost ~280 instructions per head, callgrind 2026-11-27).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Connection {
+    pub close: bool,
+    pub keep_alive: bool,
+    /// Any other token.
+    pub other: bool,
+}
+
+/// The fields of a [`Fields`], in order.
+#[derive(Debug)]
+pub struct Iter<'a> {
+    head: &'a [u8],
+    narrow: std::slice::Iter<'a, Narrow>,
+    wide: std::slice::Iter<'a, Wide>,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        let (ns, nl, vs, vl) = match self.narrow.next() {
+            Some(&(a, b, c, d)) => (a as usize, b as usize, c as usize, d as usize),
+            None => {
+                let &(a, b, c, d) = self.wide.next()?;
+                (a as usize, b as usize, c as usize, d as usize)
+            }
+        };
+        Some((
+            self.head.get(ns..ns + nl).unwrap_or_default(),
+            self.head.get(vs..vs + vl).unwrap_or_default(),
+        ))
+    }
+}
+
+impl Fields {
+    pub(crate) fn new(head: Bytes, spans: Spans, connection: Connection) -> Fields {
+        // Lines may be relayed as received only when each field's line is exactly
+        // `name: value CRLF` with the next line right after: no bare LF, no whitespace after the
+        // value (httparse trims it, and HTTP/2 and HTTP/3 forbid it in a value), and no byte
+        // between two fields' lines that the parser read but did not report as a field (folded
+        // or skipped lines, were the parser ever configured to allow them).
+        let crlf = head.ends_with(b"\r\n\r\n")
+            && match &spans {
+                Spans::Narrow(v) => v.iter().enumerate().all(|(i, s)| {
+                    let (ns, end) = (s.0 as usize, s.2 as usize + s.3 as usize);
+                    let next = v.get(i + 1).map_or(head.len() - 2, |n| n.0 as usize);
+                    ns >= 2
+                        && head.get(ns - 2..ns) == Some(&b"\r\n"[..])
+                        && head.get(end..end + 2) == Some(&b"\r\n"[..])
+                        && end + 2 == next
+                }),
+                Spans::Wide(_) => false,
+            };
+        Fields {
+            head,
+            spans,
+            crlf,
+            connection,
+        }
+    }
+
+    /// What the `Connection` fields list.
+    #[inline]
+    pub fn connection(&self) -> Connection {
+        self.connection
+    }
+
+    /// Field `i` as `(name, value)`.
+    #[inline]
+    pub fn field(&self, i: usize) -> Option<(&[u8], &[u8])> {
+        let (ns, nl, vs, vl) = self.spans.get(i)?;
+        Some((
+            self.head.get(ns..ns + nl).unwrap_or_default(),
+            self.head.get(vs..vs + vl).unwrap_or_default(),
+        ))
+    }
+
+    /// `(name, value)` of each field, in the order received.
+    #[inline]
+    pub fn iter(&self) -> Iter<'_> {
+        let (narrow, wide): (&[Narrow], &[Wide]) = match &self.spans {
+            Spans::Narrow(v) => (v, &[]),
+            Spans::Wide(v) => (&[], v),
+        };
+        Iter {
+            head: &self.head,
+            narrow: narrow.iter(),
+            wide: wide.iter(),
+        }
+    }
+
+    /// Writes the lines of the fields `keep` accepts as they were received, CRLF included,
+    /// each run of kept lines in one copy: a relayed response's fields cost one copy, not
+    /// four small ones per field. Returns `false`, having written nothing, when a line of the
+    /// head does not end in CRLF (a bare LF is not passed on: the caller writes the fields
+    /// one by one, normalised).
+    pub fn put_lines(
+        &self,
+        out: &mut bytes::BytesMut,
+        mut keep: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> bool {
+        let Spans::Narrow(spans) = &self.spans else {
+            return false;
+        };
+        if !self.crlf {
+            return false;
+        }
+        let head = &self.head[..];
+        // Where the current run of kept lines started.
+        let mut run: Option<usize> = None;
+        for &(ns, nl, vs, vl) in spans.iter() {
+            let (ns, vs) = (ns as usize, vs as usize);
+            let name = head.get(ns..ns + nl as usize).unwrap_or_default();
+            let value = head.get(vs..vs + vl as usize).unwrap_or_default();
+            if keep(name, value) {
+                run.get_or_insert(ns);
+            } else if let Some(from) = run.take() {
+                out.extend_from_slice(&head[from..ns]);
+            }
+        }
+        if let Some(from) = run {
+            // The last kept line runs to the blank line that ends the head.
+            out.extend_from_slice(&head[from..head.len() - 2]);
+        }
+        true
+    }
+
+    /// Field `i`'s value as a slice of the head (no copy).
+    pub fn value_bytes(&self, i: usize) -> Option<Bytes> {
+        let (_, _, vs, vl) = self.spans.get(i)?;
+        (vs + vl <= self.head.len()).then(|| self.head.slice(vs..vs + vl))
+    }
+
+    /// The first value of field `name` (case-insensitive).
+    pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        self.iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    }
+
+    /// The values of every field `name` (case-insensitive), in order.
+    pub fn values<'a>(&'a self, name: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    }
+
+    /// The fields as `Header`s (slices of the head's bytes, not copies).
+    pub fn to_headers(&self) -> Vec<Header> {
+        (0..self.spans.len())
+            .filter_map(|i| self.spans.get(i))
+            .map(|(ns, nl, vs, vl)| Header {
+                name: self.head.slice(ns..ns + nl),
+                value: self.head.slice(vs..vs + vl),
+            })
+            .collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_read_back_as_the_fields_they_mark() {
+        let head = Bytes::from_static(b"HTTP/1.1 200 OK\r\nA: 1\r\nbb: two\r\n\r\n");
+        for mut spans in [Spans::for_head(head.len()), Spans::Wide(Vec::new())] {
+            spans.push((17, 1), (20, 1));
+            spans.push((23, 2), (27, 3));
+            let f = Fields::new(head.clone(), spans, Connection::default());
+            let got: Vec<_> = f.iter().collect();
+            assert_eq!(got, [(&b"A"[..], &b"1"[..]), (&b"bb"[..], &b"two"[..])]);
+            assert_eq!(f.get(b"BB"), Some(&b"two"[..]));
+            assert_eq!(f.get(b"c"), None);
+            let h = f.to_headers();
+            assert_eq!((&h[1].name[..], &h[1].value[..]), (&b"bb"[..], &b"two"[..]));
+            assert_eq!(f.len(), 2);
+        }
+    }
+}
