@@ -129,13 +129,16 @@ impl<'a> Iterator for Iter<'a> {
 }
 
 impl Fields {
-    pub(crate) fn new(head: Bytes, spans: Spans, connection: Connection) -> Fields {
+    /// `relayed`: the head's lines may be copied as received (a response's; a request is
+    /// always rebuilt), so check whether they can be.
+    pub(crate) fn new(head: Bytes, spans: Spans, connection: Connection, relayed: bool) -> Fields {
         // Lines may be relayed as received only when each field's line is exactly
         // `name: value CRLF` with the next line right after: no bare LF, no whitespace after the
         // value (httparse trims it, and HTTP/2 and HTTP/3 forbid it in a value), and no byte
         // between two fields' lines that the parser read but did not report as a field (folded
         // or skipped lines, were the parser ever configured to allow them).
-        let crlf = head.ends_with(b"\r\n\r\n")
+        let crlf = relayed
+            && head.ends_with(b"\r\n\r\n")
             && match &spans {
                 Spans::Narrow(v) => v.iter().enumerate().all(|(i, s)| {
                     let (ns, end) = (s.0 as usize, s.2 as usize + s.3 as usize);
@@ -271,7 +274,7 @@ mod tests {
         for mut spans in [Spans::for_head(head.len()), Spans::Wide(Vec::new())] {
             spans.push((17, 1), (20, 1));
             spans.push((23, 2), (27, 3));
-            let f = Fields::new(head.clone(), spans, Connection::default());
+            let f = Fields::new(head.clone(), spans, Connection::default(), true);
             let got: Vec<_> = f.iter().collect();
             assert_eq!(got, [(&b"A"[..], &b"1"[..]), (&b"bb"[..], &b"two"[..])]);
             assert_eq!(f.get(b"BB"), Some(&b"two"[..]));

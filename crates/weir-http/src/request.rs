@@ -386,7 +386,7 @@ pub fn parse_request(
         keep_alive: conn_keep_alive,
         other: conn_other,
     };
-    let fields = Fields::new(head.clone(), ranges, connection);
+    let fields = Fields::new(head.clone(), ranges, connection, false);
     // RFC 9112 §3.2: an invalid Host is a 400 even when an absolute-form target overrides it.
     let from_host = match host.and_then(|i| fields.field(i)) {
         Some((_, value)) => Some(parse_authority(value, 80).map_err(ParseError::BadRequest)?),

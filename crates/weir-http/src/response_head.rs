@@ -170,6 +170,7 @@ pub fn parse_response(
                 keep_alive: keep_alive_token,
                 other: other_token,
             },
+            true,
         ),
         headers: OnceLock::new(),
         body,

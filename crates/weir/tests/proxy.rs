@@ -232,7 +232,10 @@ fn relayed_heads_keep_their_lines_or_are_rewritten_clean() {
     let bare = raw_head(&mut s, "/bare-lf");
     assert!(bare.contains("\r\nA: 1\r\n"), "{bare:?}");
     for head in [&head, &bare] {
-        assert!(!head.replace("\r\n", "").contains('\n'), "a bare LF: {head:?}");
+        assert!(
+            !head.replace("\r\n", "").contains('\n'),
+            "a bare LF: {head:?}"
+        );
     }
     for head in [raw_head(&mut s, "/exact"), head, bare] {
         let lower = head.to_ascii_lowercase();
