@@ -224,6 +224,14 @@ impl Fields {
         true
     }
 
+    /// The first value of field `name` (case-insensitive) as a slice of the head (no copy).
+    pub fn get_bytes(&self, name: &[u8]) -> Option<Bytes> {
+        let i = self
+            .iter()
+            .position(|(n, _)| n.eq_ignore_ascii_case(name))?;
+        self.value_bytes(i)
+    }
+
     /// Field `i`'s value as a slice of the head (no copy).
     pub fn value_bytes(&self, i: usize) -> Option<Bytes> {
         let (_, _, vs, vl) = self.spans.get(i)?;

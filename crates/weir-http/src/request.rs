@@ -189,11 +189,7 @@ impl RequestHead {
 
     /// [`RequestHead::header`] as a slice of the head (no copy).
     pub fn header_bytes(&self, name: &str) -> Option<Bytes> {
-        let i = self
-            .fields
-            .iter()
-            .position(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))?;
-        self.fields.value_bytes(i)
+        self.fields.get_bytes(name.as_bytes())
     }
 
     /// The value of cookie `name` from the `Cookie` fields, if sent.

@@ -59,12 +59,15 @@ impl ResponseHead {
         }
     }
 
-    /// First value of a header as a slice of the head (no copy; makes the `Header`s).
+    /// First value of a header as a slice of the head (no copy), from the `Header`s once made.
     pub fn header_bytes(&self, name: &str) -> Option<Bytes> {
-        self.headers()
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name.as_bytes()))
-            .map(|h| h.value.clone())
+        match self.headers.get() {
+            Some(headers) => headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name.as_bytes()))
+                .map(|h| h.value.clone()),
+            None => self.fields.get_bytes(name.as_bytes()),
+        }
     }
 
     /// First value of a header, by case-insensitive name.
@@ -205,12 +208,19 @@ mod tests {
         .unwrap();
         assert!(matches!(r.base(), crate::Base::Spans(_)));
         assert_eq!(r.header("a"), Some(&b"1"[..]));
+        assert_eq!(r.header_bytes("X-b").as_deref(), Some(&b"2"[..]));
+        assert!(
+            matches!(r.base(), crate::Base::Spans(_)),
+            "a lookup makes no Headers"
+        );
         assert_eq!(r.headers().len(), 4);
         // Made once: from then on the base is the `Header`s, which say the same.
         assert!(matches!(r.base(), crate::Base::Fields(_)));
         assert_eq!(r.header("X-B"), Some(&b"2"[..]));
         let fewer = r.with_headers(r.headers()[..1].to_vec());
         assert_eq!(fewer.header("x-b"), None);
+        assert_eq!(fewer.header_bytes("x-b"), None);
+        assert_eq!(fewer.header_bytes("A").as_deref(), Some(&b"1"[..]));
         assert_eq!(fewer.headers().len(), 1);
         // Both bases relay the same fields, without the connection-specific ones.
         let encode = |base| {
