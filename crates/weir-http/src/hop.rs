@@ -214,7 +214,7 @@ pub fn is_hop_by_hop(name: &[u8], connection: &ConnectionTokens<'_>) -> bool {
 /// field of every proxied message passes here; the walk over the whole table cost ~60
 /// instructions a field, callgrind 2026-11-27).
 #[inline]
-fn is_fixed_hop_by_hop(name: &[u8]) -> bool {
+pub(crate) fn is_fixed_hop_by_hop(name: &[u8]) -> bool {
     let candidates: &[&[u8]] = match name.len() {
         2 => &[b"te"],
         7 => &[b"trailer", b"upgrade"],

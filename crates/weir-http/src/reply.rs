@@ -335,15 +335,15 @@ impl<'a> Reply<'a> {
             }
             Base::Spans(fields) => {
                 put_status_line_with(out, self.status, self.reason);
-                let tokens = ConnectionTokens::of_fields(fields);
-                // The kept lines as received; a head with a bare LF is written field by field.
-                let kept = fields.put_lines(out, |n, _| {
-                    let keep = self.relays(n, &tokens);
-                    has_date |= keep && n.eq_ignore_ascii_case(b"date");
-                    keep
-                });
-                if !kept {
-                    has_date = self.put_relayed(out, fields.iter(), &tokens);
+                // The parser's marks decide when no filter drops fields.
+                let marked = match self.drop {
+                    None => fields.put_marked(out, self.framing == Framing::Given),
+                    Some(_) => None,
+                };
+                if let Some(date) = marked {
+                    has_date = date;
+                } else {
+                    has_date = self.put_spans(out, fields);
                 }
             }
         }
@@ -388,6 +388,22 @@ impl<'a> Reply<'a> {
 }
 
 impl Reply<'_> {
+    /// Writes a relayed head's fields by their names: the kept lines as received, or, for a
+    /// head with a bare LF, field by field. Returns whether a `Date` was written.
+    fn put_spans(&self, out: &mut BytesMut, fields: &Fields) -> bool {
+        let mut has_date = false;
+        let tokens = ConnectionTokens::of_fields(fields);
+        // The kept lines as received; a head with a bare LF is written field by field.
+        let kept = fields.put_lines(out, |n, _| {
+            let keep = self.relays(n, &tokens);
+            has_date |= keep && n.eq_ignore_ascii_case(b"date");
+            keep
+        });
+        if !kept {
+            has_date = self.put_relayed(out, fields.iter(), &tokens);
+        }
+        has_date
+    }
     /// Writes relayed fields, leaving out the connection-specific ones, those dropped and the
     /// framing fields (the encoder's, unless the base carries them: a HEAD response's or a
     /// 304's Content-Length describes another message). Returns whether a `Date` was written.

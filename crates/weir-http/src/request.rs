@@ -13,7 +13,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::authority::{parse_authority, split_absolute, Authority};
 use crate::error::ParseError;
-use crate::fields::{Fields, Spans};
+use crate::fields::{Fields, Lines, Marks, Spans};
 use crate::framing::{BodyKind, FramingFields};
 
 /// Most header fields one request may carry; more is answered with 431.
@@ -312,10 +312,7 @@ pub fn parse_request(
     // Offsets of each name and value, on the stack: the slices are made after the split.
     let mut ranges = Spans::for_head(n);
     let mut framing = FramingFields::default();
-    let mut conn_close = false;
-    let mut conn_keep_alive = false;
-    // A `Connection` token other than those two (a field it names is hop-by-hop).
-    let mut conn_other = false;
+    let mut connection = crate::fields::Connection::default();
     let mut expect_continue = false;
     let mut host = None;
     let underscores = limits.underscores;
@@ -346,18 +343,7 @@ pub fn parse_request(
                     return Err(ParseError::ExpectationFailed);
                 }
             }
-            10 if name.eq_ignore_ascii_case(b"connection") => {
-                for token in h.value.split(|b| *b == b',') {
-                    let token = crate::framing::trim_ows(token);
-                    if token.eq_ignore_ascii_case(b"close") {
-                        conn_close = true;
-                    } else if token.eq_ignore_ascii_case(b"keep-alive") {
-                        conn_keep_alive = true;
-                    } else if !token.is_empty() {
-                        conn_other = true;
-                    }
-                }
-            }
+            10 if name.eq_ignore_ascii_case(b"connection") => connection.note(h.value),
             14 if name.eq_ignore_ascii_case(b"content-length") => {
                 framing.content_length(h.value)?
             }
@@ -372,17 +358,18 @@ pub fn parse_request(
     }
     let body = framing.request_body(version == Version::Http10)?;
     let keep_alive = match version {
-        Version::Http11 => !conn_close,
-        Version::Http10 => conn_keep_alive && !conn_close,
+        Version::Http11 => !connection.close,
+        Version::Http10 => connection.keep_alive && !connection.close,
     };
 
     let head = buf.split_to(n).freeze();
-    let connection = crate::fields::Connection {
-        close: conn_close,
-        keep_alive: conn_keep_alive,
-        other: conn_other,
-    };
-    let fields = Fields::new(head.clone(), ranges, connection, false);
+    let fields = Fields::new(
+        head.clone(),
+        ranges,
+        connection,
+        Marks::default(),
+        Lines::Rebuilt,
+    );
     // RFC 9112 §3.2: an invalid Host is a 400 even when an absolute-form target overrides it.
     let from_host = match host.and_then(|i| fields.field(i)) {
         Some((_, value)) => Some(parse_authority(value, 80).map_err(ParseError::BadRequest)?),

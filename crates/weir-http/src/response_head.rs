@@ -11,8 +11,9 @@ use std::sync::OnceLock;
 use bytes::{Bytes, BytesMut};
 
 use crate::error::ParseError;
-use crate::fields::{Fields, Spans};
-use crate::framing::{trim_ows, BodyKind, FramingFields};
+use crate::fields::{Connection, Fields, Lines, Marks, Spans};
+use crate::framing::{BodyKind, FramingFields};
+use crate::hop::is_fixed_hop_by_hop;
 use crate::reply::Base;
 use crate::request::{Header, Version, MAX_HEADERS};
 
@@ -89,6 +90,29 @@ pub fn parse_response(
     max_head: usize,
     head_request: bool,
 ) -> Result<Option<ResponseHead>, ParseError> {
+    let mut spans = Spans::for_head(0);
+    match parse_with_httparse(buf, max_head, &mut spans)? {
+        Some((line, n)) => finish(buf, line, n, spans, max_head, head_request),
+        None => Ok(None),
+    }
+}
+
+/// A response's status line, as parsed.
+struct StatusLine {
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1 (httparse's numbering).
+    minor: u8,
+    status: u16,
+    /// (start, length) of the reason phrase; (0, 0) when empty.
+    reason: (usize, usize),
+}
+
+/// httparse's part: the status line, and the fields into `spans` (made for the head's
+/// length). `Ok(None)`: the head is not complete.
+fn parse_with_httparse(
+    buf: &[u8],
+    max_head: usize,
+    spans: &mut Spans,
+) -> Result<Option<(StatusLine, usize)>, ParseError> {
     // Uninitialised slots, as for requests (`parse_request`).
     let mut slots =
         [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
@@ -104,77 +128,93 @@ pub fn parse_response(
         Err(httparse::Error::TooManyHeaders) => return Err(ParseError::HeadTooLarge),
         Err(_) => return Err(ParseError::BadRequest("malformed response head")),
     };
-    if n > max_head {
-        return Err(ParseError::HeadTooLarge);
-    }
-    let status = resp.code.unwrap_or(0);
-    if !(100..=999).contains(&status) {
-        return Err(ParseError::BadRequest("invalid status code"));
-    }
-    let version = if resp.version == Some(0) {
-        Version::Http10
-    } else {
-        Version::Http11
-    };
     let base = buf.as_ptr() as usize;
     let offset = |s: &[u8]| s.as_ptr() as usize - base;
     // httparse gives a reason phrase that is not UTF-8 as a static "" (not a slice of `buf`):
     // its offset must not be taken (it underflowed).
     let reason = resp.reason.unwrap_or("");
-    let reason_range = if reason.is_empty() {
+    let reason = if reason.is_empty() {
         (0, 0)
     } else {
         (offset(reason.as_bytes()), reason.len())
     };
-    let mut ranges = Spans::for_head(n);
-    let mut framing = FramingFields::default();
-    let (mut close, mut keep_alive_token, mut other_token) = (false, false, false);
+    *spans = Spans::for_head(n);
     for h in resp.headers.iter() {
         let name = h.name.as_bytes();
-        ranges.push((offset(name), name.len()), (offset(h.value), h.value.len()));
-        if name.eq_ignore_ascii_case(b"content-length") {
-            framing
-                .content_length(h.value)
-                .map_err(|_| ParseError::BadRequest("invalid Content-Length in response"))?;
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            framing.transfer_encoding(h.value)?;
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            for t in h.value.split(|b| *b == b',') {
-                let t = trim_ows(t);
-                let (c, k) = (
-                    t.eq_ignore_ascii_case(b"close"),
-                    t.eq_ignore_ascii_case(b"keep-alive"),
-                );
-                close |= c;
-                keep_alive_token |= k;
-                other_token |= !(c || k || t.is_empty());
+        spans.push((offset(name), name.len()), (offset(h.value), h.value.len()));
+    }
+    let line = StatusLine {
+        minor: resp.version.unwrap_or(1),
+        status: resp.code.unwrap_or(0),
+        reason,
+    };
+    Ok(Some((line, n)))
+}
+
+/// The rest of a parse: the status and the framing checked, the fields classified once
+/// (framing, `Connection` tokens, and the marks the encoder relays by: [`Marks`]), and the head
+/// split off.
+fn finish(
+    buf: &mut BytesMut,
+    line: StatusLine,
+    n: usize,
+    spans: Spans,
+    max_head: usize,
+    head_request: bool,
+) -> Result<Option<ResponseHead>, ParseError> {
+    if n > max_head {
+        return Err(ParseError::HeadTooLarge);
+    }
+    let status = line.status;
+    if !(100..=999).contains(&status) {
+        return Err(ParseError::BadRequest("invalid status code"));
+    }
+    let version = if line.minor == 0 {
+        Version::Http10
+    } else {
+        Version::Http11
+    };
+    let mut framing = FramingFields::default();
+    let mut connection = Connection::default();
+    let mut marks = Marks::for_fields(spans.len());
+    for (i, (name, value)) in spans.iter(buf).enumerate() {
+        let bit = 1u32.checked_shl(i as u32).unwrap_or(0);
+        match name.len() {
+            14 if name.eq_ignore_ascii_case(b"content-length") => {
+                framing
+                    .content_length(value)
+                    .map_err(|_| ParseError::BadRequest("invalid Content-Length in response"))?;
+                marks.length |= bit;
             }
+            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                framing.transfer_encoding(value)?;
+                marks.hop |= bit;
+            }
+            10 if name.eq_ignore_ascii_case(b"connection") => {
+                connection.note(value);
+                marks.hop |= bit;
+            }
+            4 if name.eq_ignore_ascii_case(b"date") => marks.date |= bit,
+            5 if name.eq_ignore_ascii_case(b"close") => marks.close |= bit,
+            _ if is_fixed_hop_by_hop(name) => marks.hop |= bit,
+            _ => {}
         }
     }
     let body = framing.response_body(status, head_request)?;
     let keep_alive = body != BodyKind::CloseDelimited
-        && !close
-        && (version == Version::Http11 || keep_alive_token);
+        && !connection.close
+        && (version == Version::Http11 || connection.keep_alive);
     let head = buf.split_to(n).freeze();
-    let reason = if reason_range.1 == 0 {
+    let reason = if line.reason.1 == 0 {
         Bytes::new()
     } else {
-        head.slice(reason_range.0..reason_range.0 + reason_range.1)
+        head.slice(line.reason.0..line.reason.0 + line.reason.1)
     };
     Ok(Some(ResponseHead {
         status,
         reason,
         version,
-        fields: Fields::new(
-            head,
-            ranges,
-            crate::fields::Connection {
-                close,
-                keep_alive: keep_alive_token,
-                other: other_token,
-            },
-            true,
-        ),
+        fields: Fields::new(head, spans, connection, marks, Lines::Check),
         headers: OnceLock::new(),
         body,
         keep_alive,
@@ -285,6 +325,69 @@ mod tests {
             let out = encode(bare);
             assert!(!out.replace("\r\n", "").contains('\n'), "{out:?}");
             assert!(out.contains("A: 1\r\nB: 2\r\n"), "{out:?}");
+        }
+    }
+
+    /// The parser's marks pick the same lines as comparing names does, for every framing and
+    /// `Date` case, and stand aside when they cannot decide alone.
+    #[test]
+    fn marks_relay_what_names_relay() {
+        let mut many = b"HTTP/1.1 200 OK\r\n".to_vec();
+        for i in 0..40 {
+            many.extend_from_slice(format!("F{i}: v\r\nKeep-Alive: {i}\r\n").as_bytes());
+        }
+        many.extend_from_slice(b"Content-Length: 0\r\n\r\n");
+        let heads: [&[u8]; 10] = [
+            // A field named as the `close` token is hop-by-hop, whichever comes first.
+            b"HTTP/1.1 200 OK\r\nClose: 1\r\nA: 2\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nServer: s\r\nDate: d\r\nContent-Length: 2\r\nConnection: keep-alive\r\nETag: \"e\"\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nConnection: close\r\nTE: x\r\nA: 1\r\nUpgrade: u\r\nB: 2\r\nProxy-Connection: p\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: t\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\ncontent-length: 2\r\nDATE: x\r\n\r\n",
+            b"HTTP/1.1 204 No Content\r\n\r\n",
+            // A `Connection` naming other fields: names decide.
+            b"HTTP/1.1 200 OK\r\nConnection: x-b, close\r\nX-B: 1\r\nA: 2\r\nContent-Length: 0\r\n\r\n",
+            // Whitespace after a value and a bare LF: written field by field.
+            b"HTTP/1.1 200 OK\r\nA: 1 \r\nKeep-Alive: 1\r\nContent-Length: 0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nA: 1\nKeep-Alive: 1\r\nContent-Length: 0\r\n\r\n",
+            &many,
+        ];
+        let no_drop = |_: &[u8]| false;
+        for (i, raw) in heads.iter().enumerate() {
+            let r = parse(raw, false).unwrap().unwrap();
+            let marked = matches!(i, 0..=5);
+            let mut out = BytesMut::new();
+            assert_eq!(
+                r.fields.put_marked(&mut out, true).is_some(),
+                marked,
+                "head {i}"
+            );
+            for framing in [
+                crate::Framing::Given,
+                crate::Framing::Length(2),
+                crate::Framing::Unknown,
+            ] {
+                for date in [false, true] {
+                    let encode = |drop: bool| {
+                        let mut reply = crate::Reply::new(r.status, framing);
+                        reply.base = r.base();
+                        reply.date = date;
+                        if drop {
+                            reply.drop_fields(&no_drop);
+                        }
+                        let mut out = BytesMut::new();
+                        reply.encode_h1(&mut out, Version::Http11, crate::Persistence::KeepAlive);
+                        out
+                    };
+                    let (by_marks, by_names) = (encode(false), encode(true));
+                    assert_eq!(by_marks, by_names, "head {i}, {framing:?}, date {date}");
+                    if date {
+                        // Exactly one Date, the origin's when it sent one.
+                        let text = String::from_utf8_lossy(&by_marks).to_ascii_lowercase();
+                        assert_eq!(text.matches("\r\ndate:").count(), 1, "head {i}");
+                    }
+                }
+            }
         }
     }
 

@@ -340,16 +340,24 @@ pub fn format_ip(ip: std::net::IpAddr, buf: &mut [u8; 64]) -> &[u8] {
         // A unix socket's client (`runtime::UNIX_PEER`), written as nginx writes it.
         std::net::IpAddr::V4(a) if a.is_unspecified() => b"unix:",
         std::net::IpAddr::V4(a) => {
+            // Each octet's digits written straight (itoa's buffer and copy per octet cost
+            // ~170 instructions per proxied request, callgrind 2026-11-27).
             let mut n = 0;
-            for (i, octet) in a.octets().iter().enumerate() {
+            for (i, &octet) in a.octets().iter().enumerate() {
                 if i > 0 {
                     buf[n] = b'.';
                     n += 1;
                 }
-                let mut digits = itoa::Buffer::new();
-                let d = digits.format(*octet).as_bytes();
-                buf[n..n + d.len()].copy_from_slice(d);
-                n += d.len();
+                if octet >= 100 {
+                    buf[n] = b'0' + octet / 100;
+                    n += 1;
+                }
+                if octet >= 10 {
+                    buf[n] = b'0' + octet / 10 % 10;
+                    n += 1;
+                }
+                buf[n] = b'0' + octet % 10;
+                n += 1;
             }
             &buf[..n]
         }

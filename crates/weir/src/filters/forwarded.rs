@@ -255,5 +255,19 @@ mod tests {
             let mut buf = [0u8; 64];
             assert_eq!(format_ip(ip.parse().unwrap(), &mut buf), ip.as_bytes());
         }
+        // Every octet value, in every position, as std writes it (0.0.0.0 is `unix:`, above).
+        for o in 1..=255u8 {
+            for ip in [
+                [o, 0, 2, 3],
+                [1, o, 2, 0],
+                [1, 2, o, 3],
+                [0, 2, 3, o],
+                [o; 4],
+            ] {
+                let ip = std::net::IpAddr::from(ip);
+                let mut buf = [0u8; 64];
+                assert_eq!(format_ip(ip, &mut buf), ip.to_string().as_bytes());
+            }
+        }
     }
 }
