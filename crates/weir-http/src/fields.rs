@@ -11,6 +11,7 @@
 
 use bytes::Bytes;
 
+use crate::hop::ConnectionTokens;
 use crate::request::Header;
 
 /// Fields kept inline (more spill to the heap): most heads carry fewer.
@@ -115,11 +116,12 @@ pub(crate) enum Lines {
     Check,
 }
 
-/// Which of a response's fields the encoders treat apart, by index (bit `i` is field `i`),
-/// noted by the parser: a relayed head's kept lines are then found with a few bit operations
-/// rather than by comparing every name again (`Reply::relays` cost ~110 instructions a field,
-/// 883 per proxied 1 KiB response, callgrind 2026-11-27). Only a head of at most 32 fields
-/// is marked; the names `Connection` lists are not (the encoder then compares names).
+/// Which of a head's fields the encoders treat apart, by index (bit `i` is field `i`), noted
+/// by the parser: a relayed response's kept lines are then found with a few bit operations,
+/// and the upstream request's hop-by-hop fields with one, rather than by comparing every name
+/// again (`Reply::relays` cost ~110 instructions a field, 883 per proxied 1 KiB response,
+/// callgrind 2026-11-27). Only a head of at most 32 fields is marked (`whole`); the names a
+/// `Connection` field lists besides `close` and `keep-alive` are not (names then decide).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Marks {
     /// The fixed hop-by-hop fields (`hop::HOP_BY_HOP`).
@@ -132,16 +134,6 @@ pub(crate) struct Marks {
     pub close: u32,
     /// Every field has its bit.
     pub whole: bool,
-}
-
-impl Marks {
-    /// Empty marks for a head of `n` fields.
-    pub fn for_fields(n: usize) -> Marks {
-        Marks {
-            whole: n <= 32,
-            ..Marks::default()
-        }
-    }
 }
 
 /// The tokens of a head's `Connection` fields, as the parser saw them: when only `close` and
@@ -300,6 +292,20 @@ impl Fields {
             out.extend_from_slice(&head[from..head.len() - 2]);
         }
         true
+    }
+
+    /// Whether field `i`, named `name`, is hop-by-hop (`hop::is_hop_by_hop`): by the parser's
+    /// marks when it made them, by name otherwise. `tokens`: this head's `Connection` tokens.
+    #[inline]
+    pub fn is_hop_by_hop(&self, i: usize, name: &[u8], tokens: &ConnectionTokens<'_>) -> bool {
+        match 1u32.checked_shl(i as u32) {
+            Some(bit) if self.marks.whole => {
+                self.marks.hop & bit != 0
+                    || (self.connection.close && self.marks.close & bit != 0)
+                    || (self.connection.other && tokens.contains(name))
+            }
+            _ => crate::hop::is_hop_by_hop(name, tokens),
+        }
     }
 
     /// Writes the lines a relayed head keeps, chosen by the parser's marks ([`Marks`]): every

@@ -313,6 +313,7 @@ pub fn parse_request(
     let mut ranges = Spans::for_head(n);
     let mut framing = FramingFields::default();
     let mut connection = crate::fields::Connection::default();
+    let mut marks = Marks::default();
     let mut expect_continue = false;
     let mut host = None;
     let underscores = limits.underscores;
@@ -329,6 +330,7 @@ pub fn parse_request(
         ranges.push((offset(name), name.len()), (offset(h.value), h.value.len()));
         i += 1;
         let i = i - 1;
+        let bit = 1u32.checked_shl(i as u32).unwrap_or(0);
         match name.len() {
             4 if name.eq_ignore_ascii_case(b"host") => {
                 if host.is_some() {
@@ -343,16 +345,24 @@ pub fn parse_request(
                     return Err(ParseError::ExpectationFailed);
                 }
             }
-            10 if name.eq_ignore_ascii_case(b"connection") => connection.note(h.value),
+            10 if name.eq_ignore_ascii_case(b"connection") => {
+                connection.note(h.value);
+                marks.hop |= bit;
+            }
             14 if name.eq_ignore_ascii_case(b"content-length") => {
-                framing.content_length(h.value)?
+                framing.content_length(h.value)?;
+                marks.length |= bit;
             }
             17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
-                framing.transfer_encoding(h.value)?
+                framing.transfer_encoding(h.value)?;
+                marks.hop |= bit;
             }
+            5 if name.eq_ignore_ascii_case(b"close") => marks.close |= bit,
+            _ if crate::hop::is_fixed_hop_by_hop(name) => marks.hop |= bit,
             _ => {}
         }
     }
+    marks.whole = i <= 32;
     if version == Version::Http11 && host.is_none() {
         return Err(ParseError::BadRequest("HTTP/1.1 request without Host"));
     }
@@ -363,13 +373,7 @@ pub fn parse_request(
     };
 
     let head = buf.split_to(n).freeze();
-    let fields = Fields::new(
-        head.clone(),
-        ranges,
-        connection,
-        Marks::default(),
-        Lines::Rebuilt,
-    );
+    let fields = Fields::new(head.clone(), ranges, connection, marks, Lines::Rebuilt);
     // RFC 9112 §3.2: an invalid Host is a 400 even when an absolute-form target overrides it.
     let from_host = match host.and_then(|i| fields.field(i)) {
         Some((_, value)) => Some(parse_authority(value, 80).map_err(ParseError::BadRequest)?),

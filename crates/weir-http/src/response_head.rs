@@ -176,7 +176,10 @@ fn finish(
     };
     let mut framing = FramingFields::default();
     let mut connection = Connection::default();
-    let mut marks = Marks::for_fields(spans.len());
+    let mut marks = Marks {
+        whole: spans.len() <= 32,
+        ..Marks::default()
+    };
     for (i, (name, value)) in spans.iter(buf).enumerate() {
         let bit = 1u32.checked_shl(i as u32).unwrap_or(0);
         match name.len() {
