@@ -11,7 +11,6 @@
 
 use bytes::Bytes;
 
-use crate::hop::ConnectionTokens;
 use crate::request::Header;
 
 /// Fields kept inline (more spill to the heap): most heads carry fewer.
@@ -116,10 +115,9 @@ pub(crate) enum Lines {
     Check,
 }
 
-/// Which of a head's fields the encoders treat apart, by index (bit `i` is field `i`), noted
-/// by the parser: a relayed response's kept lines are then found with a few bit operations,
-/// and the upstream request's hop-by-hop fields with one, rather than by comparing every name
-/// again (`Reply::relays` cost ~110 instructions a field, 883 per proxied 1 KiB response,
+/// Which of a response's fields the encoder treats apart, by index (bit `i` is field `i`),
+/// noted by the parser: a relayed response's kept lines are then found with a few bit
+/// operations rather than by comparing every name again (`Reply::relays` cost ~110 instructions a field, 883 per proxied 1 KiB response,
 /// callgrind 2026-11-27). Only a head of at most 32 fields is marked (`whole`); the names a
 /// `Connection` field lists besides `close` and `keep-alive` are not (names then decide).
 #[derive(Debug, Clone, Copy, Default)]
@@ -128,10 +126,11 @@ pub(crate) struct Marks {
     pub hop: u32,
     /// `Content-Length`.
     pub length: u32,
-    /// `Date`.
-    pub date: u32,
-    /// Fields named `close`: hop-by-hop when a `Connection` field lists `close`.
-    pub close: u32,
+    /// A `Date` field is present.
+    pub date: bool,
+    /// A field is named `close`: hop-by-hop when a `Connection` field lists `close` (names
+    /// decide then).
+    pub close_named: bool,
     /// Every field has its bit.
     pub whole: bool,
 }
@@ -149,13 +148,23 @@ pub struct Connection {
 
 impl Connection {
     /// Notes the tokens of one `Connection` value.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn note(&mut self, value: &[u8]) {
         // The one token most heads carry, without the split (~150 instructions a head).
         if value.len() == 10 && value.eq_ignore_ascii_case(b"keep-alive") {
             self.keep_alive = true;
             return;
         }
+        if value.len() == 5 && value.eq_ignore_ascii_case(b"close") {
+            self.close = true;
+            return;
+        }
+        self.note_list(value);
+    }
+
+    /// Notes the tokens of a `Connection` value that is not one of the two common tokens.
+    #[inline(never)]
+    fn note_list(&mut self, value: &[u8]) {
         for token in value.split(|b| *b == b',') {
             let token = crate::framing::trim_ows(token);
             if token.eq_ignore_ascii_case(b"close") {
@@ -294,18 +303,14 @@ impl Fields {
         true
     }
 
-    /// Whether field `i`, named `name`, is hop-by-hop (`hop::is_hop_by_hop`): by the parser's
-    /// marks when it made them, by name otherwise. `tokens`: this head's `Connection` tokens.
+    /// Whether the marks alone tell the hop-by-hop fields: every field is marked, and no
+    /// `Connection` field names a field the parser did not mark (a token besides `close` and
+    /// `keep-alive`, or `close` while a field is named so).
     #[inline]
-    pub fn is_hop_by_hop(&self, i: usize, name: &[u8], tokens: &ConnectionTokens<'_>) -> bool {
-        match 1u32.checked_shl(i as u32) {
-            Some(bit) if self.marks.whole => {
-                self.marks.hop & bit != 0
-                    || (self.connection.close && self.marks.close & bit != 0)
-                    || (self.connection.other && tokens.contains(name))
-            }
-            _ => crate::hop::is_hop_by_hop(name, tokens),
-        }
+    fn marks_decide(&self) -> bool {
+        self.marks.whole
+            && !self.connection.other
+            && !(self.connection.close && self.marks.close_named)
     }
 
     /// Writes the lines a relayed head keeps, chosen by the parser's marks ([`Marks`]): every
@@ -318,18 +323,14 @@ impl Fields {
         let Spans::Narrow(spans) = &self.spans else {
             return None;
         };
-        if !self.crlf || !self.marks.whole || self.connection.other {
+        if !self.crlf || !self.marks_decide() {
             return None;
         }
         let all = u32::MAX.checked_shr(32 - spans.len() as u32).unwrap_or(0);
         let length = if keep_length { 0 } else { self.marks.length };
-        let close = if self.connection.close {
-            self.marks.close
-        } else {
-            0
-        };
-        let mut kept = all & !self.marks.hop & !length & !close;
-        let has_date = kept & self.marks.date != 0;
+        let mut kept = all & !self.marks.hop & !length;
+        // `Date` is never hop-by-hop: kept whenever present.
+        let has_date = self.marks.date;
         let head = &self.head[..];
         while kept != 0 {
             let first = kept.trailing_zeros() as usize;

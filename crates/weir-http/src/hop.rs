@@ -308,57 +308,6 @@ mod tests {
         }
     }
 
-    /// A request field's marks say what its name says: hop-by-hop or not, wherever it stands,
-    /// in heads of up to 32 fields (marked) and more (names decide).
-    #[test]
-    fn request_marks_agree_with_names() {
-        let names = [
-            "Close",
-            "keep-alive",
-            "X-A",
-            "TE",
-            "Upgrade",
-            "Proxy-Authorization",
-            "Transfer-Encoding",
-            "Connection",
-            "Accept",
-            "HTTP2-Settings",
-        ];
-        for conn in ["close", "keep-alive", "close, X-A", "x-a", ""] {
-            for pad in [0, 20, 40] {
-                let mut raw = String::from("POST / HTTP/1.1\r\nHost: a\r\n");
-                for p in 0..pad {
-                    raw.push_str(&format!("P{p}: v\r\n"));
-                }
-                for n in names {
-                    let value = match n {
-                        "Connection" => conn,
-                        "Transfer-Encoding" => "chunked",
-                        _ => "1",
-                    };
-                    raw.push_str(&format!("{n}: {value}\r\n"));
-                }
-                raw.push_str("\r\n");
-                let req = crate::parse_request(
-                    &mut bytes::BytesMut::from(raw.as_bytes()),
-                    &Default::default(),
-                )
-                .unwrap()
-                .unwrap();
-                let fields = req.fields();
-                let tokens = ConnectionTokens::of_fields(fields);
-                for (i, (n, _)) in fields.iter().enumerate() {
-                    assert_eq!(
-                        fields.is_hop_by_hop(i, n, &tokens),
-                        is_hop_by_hop(n, &tokens),
-                        "{conn:?}, {pad} before, {:?}",
-                        std::str::from_utf8(n)
-                    );
-                }
-            }
-        }
-    }
-
     #[test]
     fn long_connection_lists_are_still_read_whole() {
         let long = fields(&[("Connection", "a, b, c, d, e, f, g, h, i, X-Late")]);

@@ -197,8 +197,8 @@ fn finish(
                 connection.note(value);
                 marks.hop |= bit;
             }
-            4 if name.eq_ignore_ascii_case(b"date") => marks.date |= bit,
-            5 if name.eq_ignore_ascii_case(b"close") => marks.close |= bit,
+            4 if name.eq_ignore_ascii_case(b"date") => marks.date = true,
+            5 if name.eq_ignore_ascii_case(b"close") => marks.close_named = true,
             _ if is_fixed_hop_by_hop(name) => marks.hop |= bit,
             _ => {}
         }
@@ -340,9 +340,12 @@ mod tests {
             many.extend_from_slice(format!("F{i}: v\r\nKeep-Alive: {i}\r\n").as_bytes());
         }
         many.extend_from_slice(b"Content-Length: 0\r\n\r\n");
-        let heads: [&[u8]; 10] = [
-            // A field named as the `close` token is hop-by-hop, whichever comes first.
+        let heads: [&[u8]; 11] = [
+            // A field named as the `close` token is hop-by-hop, whichever comes first: names
+            // decide.
             b"HTTP/1.1 200 OK\r\nClose: 1\r\nA: 2\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            // Without `Connection: close`, a field named `close` is relayed by the marks.
+            b"HTTP/1.1 200 OK\r\nClose: 1\r\nA: 2\r\nContent-Length: 0\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nServer: s\r\nDate: d\r\nContent-Length: 2\r\nConnection: keep-alive\r\nETag: \"e\"\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nConnection: close\r\nTE: x\r\nA: 1\r\nUpgrade: u\r\nB: 2\r\nProxy-Connection: p\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: t\r\n\r\n",
@@ -358,7 +361,7 @@ mod tests {
         let no_drop = |_: &[u8]| false;
         for (i, raw) in heads.iter().enumerate() {
             let r = parse(raw, false).unwrap().unwrap();
-            let marked = matches!(i, 0..=5);
+            let marked = matches!(i, 1..=6);
             let mut out = BytesMut::new();
             assert_eq!(
                 r.fields.put_marked(&mut out, true).is_some(),

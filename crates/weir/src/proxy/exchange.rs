@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::{BufMut, BytesMut};
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
-use weir_http::hop::ConnectionTokens;
+use weir_http::hop::{is_hop_by_hop, ConnectionTokens};
 use weir_http::response::{put_header, put_u64};
 use weir_http::{BodyKind, RequestHead, ResponseHead};
 
@@ -246,9 +246,8 @@ pub fn build_request(
         }
         (HostMode::Fixed(v), _) => put_header(req, b"Host", v),
     }
-    let fields = head.fields();
-    for (i, (n, value)) in fields.iter().enumerate() {
-        if fields.is_hop_by_hop(i, n, &tokens)
+    for (n, value) in head.fields().iter() {
+        if is_hop_by_hop(n, &tokens)
             || n.eq_ignore_ascii_case(b"host")
             || n.eq_ignore_ascii_case(b"content-length")
             || n.eq_ignore_ascii_case(b"expect")
