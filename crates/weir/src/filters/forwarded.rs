@@ -58,6 +58,15 @@ impl Filter for Forwarded {
     }
 
     fn drops_upstream(&self, client: &Client, name: &[u8]) -> bool {
+        // Every name below starts with one of these letters (once folded): the other fields
+        // of a request (Host, Accept, User-Agent ...) are passed at once, not compared with
+        // two dozen names each (~80 instructions a field, callgrind 2026-11-27).
+        if !name
+            .first()
+            .is_some_and(|b| matches!(b.to_ascii_lowercase(), b'x' | b'f' | b'c' | b't'))
+        {
+            return false;
+        }
         if self.x_forwarded {
             // Another spelling of a field set here (`X_Forwarded_For`, `aliases.rs`) is never
             // relayed, even from a trusted proxy: an application could read it as ours.
@@ -200,6 +209,23 @@ mod tests {
             .map(|h| String::from_utf8_lossy(&h.name).into_owned())
             .collect();
         (String::from_utf8(out.to_vec()).unwrap(), dropped)
+    }
+
+    /// The first-letter pass in `drops_upstream` lets every name it drops through.
+    #[test]
+    fn the_first_letters_cover_every_name_dropped() {
+        for name in CLIENT_CLAIMS.iter().chain(&[
+            &b"x-forwarded-for"[..],
+            b"x-forwarded-proto",
+            b"x-forwarded-host",
+            b"forwarded",
+        ]) {
+            assert!(
+                matches!(name[0], b'x' | b'f' | b'c' | b't'),
+                "{:?}",
+                std::str::from_utf8(name)
+            );
+        }
     }
 
     #[test]

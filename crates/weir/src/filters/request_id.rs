@@ -124,17 +124,57 @@ impl Generator {
     }
 }
 
-/// Writes `v` as 16 lowercase hex digits into `out` (16 bytes).
+/// Writes `v` as 16 lowercase hex digits into `out` (16 bytes): eight digits at a time, each
+/// nibble spread to a byte of a `u64` and made ASCII in one sum (~40 instructions; a table
+/// lookup per digit cost ~120, callgrind 2026-11-27).
 fn put_hex(out: &mut [u8], v: u64) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = DIGITS[((v >> (60 - 4 * i)) & 0xf) as usize];
-    }
+    out[..8].copy_from_slice(&hex8((v >> 32) as u32));
+    out[8..16].copy_from_slice(&hex8(v as u32));
+}
+
+/// `x` as 8 lowercase hex digits, the most significant first.
+#[inline]
+fn hex8(x: u32) -> [u8; 8] {
+    let x = u64::from(x);
+    // Nibble i of `x` to byte i of `n`: halves, then bytes, then nibbles spread apart.
+    let n = ((x & 0xffff_0000) << 16) | (x & 0xffff);
+    let n = ((n & 0x0000_ff00_0000_ff00) << 8) | (n & 0x0000_00ff_0000_00ff);
+    let n = ((n & 0x00f0_00f0_00f0_00f0) << 4) | (n & 0x000f_000f_000f_000f);
+    // Digits 10-15 carry into bit 4 once 6 is added: they take 'a' - '0' - 10 more.
+    let letters = ((n + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+    (n + 0x3030_3030_3030_3030 + letters * 0x27).to_be_bytes()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_digits_are_what_format_writes() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for v in [
+            0,
+            1,
+            9,
+            10,
+            15,
+            16,
+            0xabcdef,
+            u64::MAX,
+            0x0123_4567_89ab_cdef,
+        ]
+        .into_iter()
+        .chain((0..2000).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        })) {
+            let mut out = [0u8; 16];
+            put_hex(&mut out, v);
+            assert_eq!(&out[..], format!("{v:016x}").as_bytes());
+        }
+    }
 
     #[test]
     fn ids_are_the_prefix_and_the_counter_in_hex() {
