@@ -119,17 +119,12 @@ pub(crate) async fn forward<D: Downstream>(
     let replayable = idempotent && !has_body;
     let id = ctx.request_id(head, target.client.ip);
     let settings = &rt.cfg.request_id;
-    // On the stack for the usual `X-Request-Id` and a 32-digit id (48 bytes).
-    let mut id_line = smallvec::SmallVec::<[u8; 64]>::new();
-    id_line.extend_from_slice(&settings.prefix);
-    id_line.extend_from_slice(&id);
-    id_line.extend_from_slice(b"\r\n");
     let identity = ctx.identity();
     let shape = RequestShape {
         upgrade: wants_upgrade(head),
         strip_conditionals: steer.strip_conditionals,
         extra: steer.extra,
-        request_id: Some((&settings.name, &id_line)),
+        request_id: Some((&settings.name, &settings.prefix, &id)),
         identity: identity.as_deref(),
     };
     let total_deadline = up.total_timeout.map(|t| Instant::now() + t);
@@ -491,7 +486,7 @@ async fn write_request<D: Downstream>(
         // Nor, in a trailer, a field the route would not relay in the head, under any alias:
         // an application that merges trailers into its fields would read a client's
         // `X-User-Id: admin` beside the auth service's (the attack review of issue 33).
-        let request_id = shape.request_id.map(|(id, _)| id.as_bytes());
+        let request_id = shape.request_id.map(|(id, _, _)| id.as_bytes());
         trailers.retain(|h| {
             !weir_http::hop::not_in_trailers(&h.name)
                 && !filters.drops_upstream(&target.client, &h.name)

@@ -211,9 +211,10 @@ pub struct RequestShape<'a> {
     pub strip_conditionals: bool,
     /// Pre-rendered field lines added last (a revalidation's validators).
     pub extra: &'a [u8],
-    /// The request id: the field's lowercase name (the client's is not relayed) and the whole
-    /// line sent in its place.
-    pub request_id: Option<(&'a str, &'a [u8])>,
+    /// The request id: the field's lowercase name (the client's is not relayed), and the
+    /// line sent in its place as its start (`Name: `) and the id (written straight into the
+    /// request: joining them first cost ~220 instructions per proxied request).
+    pub request_id: Option<(&'a str, &'a [u8], &'a [u8])>,
     /// Who an authentication filter said the client is (for the filters' templates).
     pub identity: Option<&'a crate::vars::Identity>,
 }
@@ -257,7 +258,7 @@ pub fn build_request(
             || route.filters.drops_upstream(client, n)
             || shape
                 .request_id
-                .is_some_and(|(id, _)| crate::filters::aliases::folds_to(n, id.as_bytes()))
+                .is_some_and(|(id, _, _)| crate::filters::aliases::folds_to(n, id.as_bytes()))
         {
             continue;
         }
@@ -272,8 +273,10 @@ pub fn build_request(
     if let Some(id) = shape.identity {
         req.put_slice(&id.upstream_fields);
     }
-    if let Some((_, line)) = shape.request_id {
-        req.put_slice(line);
+    if let Some((_, start, id)) = shape.request_id {
+        req.put_slice(start);
+        req.put_slice(id);
+        req.put_slice(b"\r\n");
     }
     match head.body {
         BodyKind::Length(n) => {
