@@ -13,7 +13,7 @@ use bytes::{Bytes, BytesMut};
 use crate::error::ParseError;
 use crate::fields::{Connection, Fields, Lines, Marks, Spans};
 use crate::framing::{BodyKind, FramingFields};
-use crate::hop::is_fixed_hop_by_hop;
+use crate::hop::{is_fixed_hop_by_hop_token, token_eq};
 use crate::reply::Base;
 use crate::request::{Header, Version, MAX_HEADERS};
 
@@ -85,34 +85,14 @@ impl ResponseHead {
 
 /// Parses one response head from the front of `buf`. `head_request`: the request was HEAD, so the
 /// response has no body whatever its fields say. Heads over `max_head` bytes are refused.
+///
+/// One pass over the fields records their spans, derives the framing and the `Connection`
+/// tokens, and marks the fields the encoder treats apart ([`Marks`]).
 pub fn parse_response(
     buf: &mut BytesMut,
     max_head: usize,
     head_request: bool,
 ) -> Result<Option<ResponseHead>, ParseError> {
-    let mut spans = Spans::for_head(0);
-    match parse_with_httparse(buf, max_head, &mut spans)? {
-        Some((line, n)) => finish(buf, line, n, spans, max_head, head_request),
-        None => Ok(None),
-    }
-}
-
-/// A response's status line, as parsed.
-struct StatusLine {
-    /// 0 for HTTP/1.0, 1 for HTTP/1.1 (httparse's numbering).
-    minor: u8,
-    status: u16,
-    /// (start, length) of the reason phrase; (0, 0) when empty.
-    reason: (usize, usize),
-}
-
-/// httparse's part: the status line, and the fields into `spans` (made for the head's
-/// length). `Ok(None)`: the head is not complete.
-fn parse_with_httparse(
-    buf: &[u8],
-    max_head: usize,
-    spans: &mut Spans,
-) -> Result<Option<(StatusLine, usize)>, ParseError> {
     // Uninitialised slots, as for requests (`parse_request`).
     let mut slots =
         [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
@@ -128,78 +108,58 @@ fn parse_with_httparse(
         Err(httparse::Error::TooManyHeaders) => return Err(ParseError::HeadTooLarge),
         Err(_) => return Err(ParseError::BadRequest("malformed response head")),
     };
+    if n > max_head {
+        return Err(ParseError::HeadTooLarge);
+    }
+    let status = resp.code.unwrap_or(0);
+    if !(100..=999).contains(&status) {
+        return Err(ParseError::BadRequest("invalid status code"));
+    }
+    let version = if resp.version == Some(0) {
+        Version::Http10
+    } else {
+        Version::Http11
+    };
     let base = buf.as_ptr() as usize;
     let offset = |s: &[u8]| s.as_ptr() as usize - base;
     // httparse gives a reason phrase that is not UTF-8 as a static "" (not a slice of `buf`):
     // its offset must not be taken (it underflowed).
     let reason = resp.reason.unwrap_or("");
-    let reason = if reason.is_empty() {
+    let reason_range = if reason.is_empty() {
         (0, 0)
     } else {
         (offset(reason.as_bytes()), reason.len())
     };
-    *spans = Spans::for_head(n);
-    for h in resp.headers.iter() {
-        let name = h.name.as_bytes();
-        spans.push((offset(name), name.len()), (offset(h.value), h.value.len()));
-    }
-    let line = StatusLine {
-        minor: resp.version.unwrap_or(1),
-        status: resp.code.unwrap_or(0),
-        reason,
-    };
-    Ok(Some((line, n)))
-}
-
-/// The rest of a parse: the status and the framing checked, the fields classified once
-/// (framing, `Connection` tokens, and the marks the encoder relays by: [`Marks`]), and the head
-/// split off.
-fn finish(
-    buf: &mut BytesMut,
-    line: StatusLine,
-    n: usize,
-    spans: Spans,
-    max_head: usize,
-    head_request: bool,
-) -> Result<Option<ResponseHead>, ParseError> {
-    if n > max_head {
-        return Err(ParseError::HeadTooLarge);
-    }
-    let status = line.status;
-    if !(100..=999).contains(&status) {
-        return Err(ParseError::BadRequest("invalid status code"));
-    }
-    let version = if line.minor == 0 {
-        Version::Http10
-    } else {
-        Version::Http11
-    };
+    let mut spans = Spans::for_head(n);
     let mut framing = FramingFields::default();
     let mut connection = Connection::default();
     let mut marks = Marks {
-        whole: spans.len() <= 32,
+        whole: resp.headers.len() <= 32,
         ..Marks::default()
     };
-    for (i, (name, value)) in spans.iter(buf).enumerate() {
+    for (i, h) in resp.headers.iter().enumerate() {
+        let (name, value) = (h.name.as_bytes(), h.value);
+        spans.push((offset(name), name.len()), (offset(value), value.len()));
         let bit = 1u32.checked_shl(i as u32).unwrap_or(0);
+        // httparse gives token-character names: compared a word at a time (`token_eq`).
         match name.len() {
-            14 if name.eq_ignore_ascii_case(b"content-length") => {
+            14 if token_eq(name, b"content-length") => {
                 framing
                     .content_length(value)
                     .map_err(|_| ParseError::BadRequest("invalid Content-Length in response"))?;
                 marks.length |= bit;
             }
-            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+            17 if token_eq(name, b"transfer-encoding") => {
                 framing.transfer_encoding(value)?;
                 marks.hop |= bit;
             }
-            10 if name.eq_ignore_ascii_case(b"connection") => {
+            10 if token_eq(name, b"connection") => {
                 connection.note(value);
                 marks.hop |= bit;
             }
-            4 if name.eq_ignore_ascii_case(b"date") => marks.date = true,
-            5 if name.eq_ignore_ascii_case(b"close") => marks.close_named = true,
-            _ if is_fixed_hop_by_hop(name) => marks.hop |= bit,
+            4 if token_eq(name, b"date") => marks.date = true,
+            5 if token_eq(name, b"close") => marks.close_named = true,
+            _ if is_fixed_hop_by_hop_token(name) => marks.hop |= bit,
             _ => {}
         }
     }
@@ -208,10 +168,10 @@ fn finish(
         && !connection.close
         && (version == Version::Http11 || connection.keep_alive);
     let head = buf.split_to(n).freeze();
-    let reason = if line.reason.1 == 0 {
+    let reason = if reason_range.1 == 0 {
         Bytes::new()
     } else {
-        head.slice(line.reason.0..line.reason.0 + line.reason.1)
+        head.slice(reason_range.0..reason_range.0 + reason_range.1)
     };
     Ok(Some(ResponseHead {
         status,
