@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::{BufMut, BytesMut};
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
-use weir_http::hop::{is_hop_by_hop, ConnectionTokens};
+use weir_http::hop::{ConnectionTokens, HopTest};
 use weir_http::response::{put_header, put_u64};
 use weir_http::{BodyKind, RequestHead, ResponseHead};
 
@@ -191,6 +191,11 @@ fn is_conditional(name: &[u8]) -> bool {
 /// upstream directly, past every route and filter after the first request (the "h2c smuggling"
 /// hole). Its `Upgrade` is then dropped as the hop-by-hop field it is, with `HTTP2-Settings`.
 pub fn wants_upgrade(head: &RequestHead) -> bool {
+    // `Connection: upgrade` lists a token besides `close` and `keep-alive`, which the parser
+    // notes: without one, no field is looked up (~60 instructions per proxied request).
+    if !head.fields().connection().other {
+        return false;
+    }
     let Some(upgrade) = head.header("upgrade") else {
         return false;
     };
@@ -235,7 +240,7 @@ pub fn build_request(
     req.put_u8(b' ');
     route.upstream_target(head, req);
     req.put_slice(b" HTTP/1.1\r\n");
-    let tokens = ConnectionTokens::of_fields(head.fields());
+    let hop = HopTest::of_fields(head.fields());
     // The validated, normalised authority: an absolute-form target's wins over the received Host
     // (RFC 9112 §3.2.2), which is never forwarded as received.
     match (&route.host, head.authority()) {
@@ -248,7 +253,7 @@ pub fn build_request(
         (HostMode::Fixed(v), _) => put_header(req, b"Host", v),
     }
     for (n, value) in head.fields().iter() {
-        if is_hop_by_hop(n, &tokens)
+        if hop.is_hop_by_hop(n)
             || n.eq_ignore_ascii_case(b"host")
             || n.eq_ignore_ascii_case(b"content-length")
             || n.eq_ignore_ascii_case(b"expect")
