@@ -57,21 +57,7 @@ impl Spans {
         }
     }
 
-    /// The fields of `head` these spans mark.
-    #[inline]
-    pub(crate) fn iter<'a>(&'a self, head: &'a [u8]) -> Iter<'a> {
-        let (narrow, wide): (&[Narrow], &[Wide]) = match self {
-            Spans::Narrow(v) => (v, &[]),
-            Spans::Wide(v) => (&[], v),
-        };
-        Iter {
-            head,
-            narrow: narrow.iter(),
-            wide: wide.iter(),
-        }
-    }
-
-    pub(crate) fn len(&self) -> usize {
+    fn len(&self) -> usize {
         match self {
             Spans::Narrow(v) => v.len(),
             Spans::Wide(v) => v.len(),
@@ -80,7 +66,7 @@ impl Spans {
 
     /// Field `i`'s spans, as `usize`s.
     #[inline]
-    pub(crate) fn get(&self, i: usize) -> Option<(usize, usize, usize, usize)> {
+    fn get(&self, i: usize) -> Option<(usize, usize, usize, usize)> {
         match self {
             Spans::Narrow(v) => v
                 .get(i)
@@ -106,19 +92,10 @@ pub struct Fields {
     marks: Marks,
 }
 
-/// Whether a head's field lines may be relayed as received.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Lines {
-    /// Never (a request's head is always rebuilt).
-    Rebuilt,
-    /// If every line is `name: value CRLF` with the next line right after (checked).
-    Check,
-}
-
 /// Which of a response's fields the encoder treats apart, by index (bit `i` is field `i`),
 /// noted by the parser: a relayed response's kept lines are then found with a few bit
-/// operations rather than by comparing every name again (`Reply::relays` cost ~110 instructions a field, 883 per proxied 1 KiB response,
-/// callgrind 2026-11-27). Only a head of at most 32 fields is marked (`whole`); the names a
+/// operations rather than by comparing every name again (`Reply::relays` cost ~110
+/// instructions a field, 883 per proxied 1 KiB response, callgrind 2026-11-27). Only a head of at most 32 fields is marked (`whole`); the names a
 /// `Connection` field lists besides `close` and `keep-alive` are not (names then decide).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Marks {
@@ -206,36 +183,33 @@ impl<'a> Iterator for Iter<'a> {
 }
 
 impl Fields {
-    /// `lines`: whether the head's lines may be copied as received (see [`Lines`]).
+    /// `relayed`: the head's lines may be copied as received (a response's; a request is
+    /// always rebuilt), so check whether they can be.
     pub(crate) fn new(
         head: Bytes,
         spans: Spans,
         connection: Connection,
         marks: Marks,
-        lines: Lines,
+        relayed: bool,
     ) -> Fields {
         // Lines may be relayed as received only when each field's line is exactly
         // `name: value CRLF` with the next line right after: no bare LF, no whitespace after the
         // value (httparse trims it, and HTTP/2 and HTTP/3 forbid it in a value), and no byte
         // between two fields' lines that the parser read but did not report as a field (folded
         // or skipped lines, were the parser ever configured to allow them).
-        let crlf = match lines {
-            Lines::Rebuilt => false,
-            Lines::Check => {
-                head.ends_with(b"\r\n\r\n")
-                    && match &spans {
-                        Spans::Narrow(v) => v.iter().enumerate().all(|(i, s)| {
-                            let (ns, end) = (s.0 as usize, s.2 as usize + s.3 as usize);
-                            let next = v.get(i + 1).map_or(head.len() - 2, |n| n.0 as usize);
-                            ns >= 2
-                                && head.get(ns - 2..ns) == Some(&b"\r\n"[..])
-                                && head.get(end..end + 2) == Some(&b"\r\n"[..])
-                                && end + 2 == next
-                        }),
-                        Spans::Wide(_) => false,
-                    }
-            }
-        };
+        let crlf = relayed
+            && head.ends_with(b"\r\n\r\n")
+            && match &spans {
+                Spans::Narrow(v) => v.iter().enumerate().all(|(i, s)| {
+                    let (ns, end) = (s.0 as usize, s.2 as usize + s.3 as usize);
+                    let next = v.get(i + 1).map_or(head.len() - 2, |n| n.0 as usize);
+                    ns >= 2
+                        && head.get(ns - 2..ns) == Some(&b"\r\n"[..])
+                        && head.get(end..end + 2) == Some(&b"\r\n"[..])
+                        && end + 2 == next
+                }),
+                Spans::Wide(_) => false,
+            };
         Fields {
             head,
             spans,
@@ -264,7 +238,15 @@ impl Fields {
     /// `(name, value)` of each field, in the order received.
     #[inline]
     pub fn iter(&self) -> Iter<'_> {
-        self.spans.iter(&self.head)
+        let (narrow, wide): (&[Narrow], &[Wide]) = match &self.spans {
+            Spans::Narrow(v) => (v, &[]),
+            Spans::Wide(v) => (&[], v),
+        };
+        Iter {
+            head: &self.head,
+            narrow: narrow.iter(),
+            wide: wide.iter(),
+        }
     }
 
     /// Writes the lines of the fields `keep` accepts as they were received, CRLF included,
@@ -407,7 +389,7 @@ mod tests {
                 spans,
                 Connection::default(),
                 Marks::default(),
-                Lines::Check,
+                true,
             );
             let got: Vec<_> = f.iter().collect();
             assert_eq!(got, [(&b"A"[..], &b"1"[..]), (&b"bb"[..], &b"two"[..])]);

@@ -13,7 +13,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::authority::{parse_authority, split_absolute, Authority};
 use crate::error::ParseError;
-use crate::fields::{Fields, Lines, Marks, Spans};
+use crate::fields::{Fields, Marks, Spans};
 use crate::framing::{BodyKind, FramingFields};
 
 /// Most header fields one request may carry; more is answered with 431.
@@ -368,13 +368,7 @@ pub fn parse_request(
     let head = buf.split_to(n).freeze();
     // A request's fields are rebuilt upstream by name (`proxy::exchange::build_request`):
     // marking them cost every request ~30 instructions and saved the proxy as many.
-    let fields = Fields::new(
-        head.clone(),
-        ranges,
-        connection,
-        Marks::default(),
-        Lines::Rebuilt,
-    );
+    let fields = Fields::new(head.clone(), ranges, connection, Marks::default(), false);
     // RFC 9112 §3.2: an invalid Host is a 400 even when an absolute-form target overrides it.
     let from_host = match host.and_then(|i| fields.field(i)) {
         Some((_, value)) => Some(parse_authority(value, 80).map_err(ParseError::BadRequest)?),

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use bytes::{Bytes, BytesMut};
 
 use crate::error::ParseError;
-use crate::fields::{Connection, Fields, Lines, Marks, Spans};
+use crate::fields::{Connection, Fields, Marks, Spans};
 use crate::framing::{BodyKind, FramingFields};
 use crate::hop::{is_fixed_hop_by_hop_token, token_eq};
 use crate::reply::Base;
@@ -177,7 +177,7 @@ pub fn parse_response(
         status,
         reason,
         version,
-        fields: Fields::new(head, spans, connection, marks, Lines::Check),
+        fields: Fields::new(head, spans, connection, marks, true),
         headers: OnceLock::new(),
         body,
         keep_alive,
