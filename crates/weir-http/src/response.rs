@@ -42,12 +42,26 @@ pub fn put_status_line_with(out: &mut BytesMut, status: u16, reason_phrase: &[u8
 }
 
 /// Writes one `name: value\r\n` field.
+#[inline]
 pub fn put_header(out: &mut BytesMut, name: &[u8], value: &[u8]) {
-    out.reserve(name.len() + value.len() + 4);
-    out.put_slice(name);
-    out.put_slice(b": ");
-    out.put_slice(value);
-    out.put_slice(b"\r\n");
+    let len = name.len() + value.len() + 4;
+    out.reserve(len);
+    // One capacity check and one length update for the line, not one of each per piece (~30
+    // instructions a field; four to eight fields per proxied request, callgrind 2026-11-27).
+    let (n, rest) = out.spare_capacity_mut()[..len].split_at_mut(name.len());
+    let (sep, rest) = rest.split_at_mut(2);
+    let (v, end) = rest.split_at_mut(value.len());
+    n.write_copy_of_slice(name);
+    sep.write_copy_of_slice(b": ");
+    v.write_copy_of_slice(value);
+    end.write_copy_of_slice(b"\r\n");
+    let filled = out.len() + len;
+    // SAFETY: the `len` bytes after the old length were all written just above (the four
+    // pieces tile them exactly), inside the room `reserve` made.
+    #[allow(unsafe_code)]
+    unsafe {
+        out.set_len(filled)
+    };
 }
 
 /// Writes the cached `Date` field.
@@ -104,6 +118,33 @@ pub fn put_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A line is the four pieces in order after what was there, whatever room the buffer had
+    /// (none, exactly enough, some to spare) and whatever the lengths (empty name or value).
+    #[test]
+    fn a_field_line_is_its_pieces_after_what_was_there() {
+        for before in [0usize, 1, 7, 64] {
+            for (name, value) in [
+                (&b""[..], &b""[..]),
+                (b"A", b"1"),
+                (b"X-Forwarded-Proto", b"https"),
+                (b"V", &[b'v'; 300][..]),
+            ] {
+                let line_len = name.len() + value.len() + 4;
+                for room in [0, line_len - 1, line_len, line_len + 100] {
+                    let mut out = BytesMut::with_capacity(before + room);
+                    out.extend_from_slice(&vec![b'p'; before]);
+                    put_header(&mut out, name, value);
+                    let mut want = vec![b'p'; before];
+                    want.extend_from_slice(name);
+                    want.extend_from_slice(b": ");
+                    want.extend_from_slice(value);
+                    want.extend_from_slice(b"\r\n");
+                    assert_eq!(&out[..], &want[..], "before {before}, room {room}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn error_response_is_well_formed() {

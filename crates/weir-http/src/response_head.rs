@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use bytes::{Bytes, BytesMut};
 
 use crate::error::ParseError;
-use crate::fields::{Connection, Fields, Marks, Spans};
+use crate::fields::{Connection, Fields, Marks, PlainLines, Spans};
 use crate::framing::{BodyKind, FramingFields};
 use crate::hop::{is_fixed_hop_by_hop_token, token_eq};
 use crate::reply::Base;
@@ -137,9 +137,12 @@ pub fn parse_response(
         whole: resp.headers.len() <= 32,
         ..Marks::default()
     };
+    let mut lines = PlainLines::new();
     for (i, h) in resp.headers.iter().enumerate() {
         let (name, value) = (h.name.as_bytes(), h.value);
-        spans.push((offset(name), name.len()), (offset(value), value.len()));
+        let (name_at, value_at) = (offset(name), offset(value));
+        spans.push((name_at, name.len()), (value_at, value.len()));
+        lines.field(buf, name_at, value_at + value.len());
         let bit = 1u32.checked_shl(i as u32).unwrap_or(0);
         // httparse gives token-character names: compared a word at a time (`token_eq`).
         match name.len() {
@@ -167,17 +170,20 @@ pub fn parse_response(
     let keep_alive = body != BodyKind::CloseDelimited
         && !connection.close
         && (version == Version::Http11 || connection.keep_alive);
+    let crlf = lines.end(&buf[..n]);
     let head = buf.split_to(n).freeze();
-    let reason = if reason_range.1 == 0 {
-        Bytes::new()
-    } else {
-        head.slice(reason_range.0..reason_range.0 + reason_range.1)
+    // The common phrase costs no reference to the head (a slice of it is a count taken and
+    // given back: ~30 instructions per proxied response, callgrind 2026-11-27).
+    let reason = match reason_range.1 {
+        0 => Bytes::new(),
+        2 if &head[reason_range.0..reason_range.0 + 2] == b"OK" => Bytes::from_static(b"OK"),
+        len => head.slice(reason_range.0..reason_range.0 + len),
     };
     Ok(Some(ResponseHead {
         status,
         reason,
         version,
-        fields: Fields::new(head, spans, connection, marks, true),
+        fields: Fields::new(head, spans, connection, marks, crlf),
         headers: OnceLock::new(),
         body,
         keep_alive,
