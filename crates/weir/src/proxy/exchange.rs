@@ -35,19 +35,21 @@ pub fn record_failure(up: &Upstream, server: usize, e: &Error) {
     }
 }
 
-/// An idle pooled connection to `server` (when `pooled` allows), else a new one; connect failures
-/// count against the server's passive health. Returns the connection and whether it was reused.
+/// An idle pooled connection to `server` (when `pooled` allows; idle ages as of `now`), else a
+/// new one; connect failures count against the server's passive health. Returns the connection
+/// and whether it was reused.
 pub async fn checkout(
     per_worker: &WorkerUpstream,
     up: &Upstream,
     server: usize,
     pooled: bool,
+    now: crate::clock::Mono,
 ) -> Result<(UpstreamConn, bool), Error> {
     if pooled {
         if let Some(c) = per_worker
             .pool
             .borrow_mut()
-            .take(server, &up.servers[server].health)
+            .take(server, &up.servers[server].health, now)
         {
             return Ok((c, true));
         }
@@ -137,15 +139,19 @@ pub fn is_interim(status: u16) -> bool {
     (100..200).contains(&status) && status != 101
 }
 
-/// Reads a response head within `response_header` (and the total deadline).
+/// When the response head must have come: `response_header` from now, cut short by the
+/// exchange's total deadline.
+pub fn response_deadline(up: &Upstream, total: Option<Instant>) -> Instant {
+    Instant::now() + phase_timeout(up.response_header_timeout, total)
+}
+
+/// Reads a response head by `deadline` ([`response_deadline`]).
 pub async fn read_response_head(
     uc: &mut UpstreamConn,
     head_request: bool,
-    up: &Upstream,
-    total: Option<Instant>,
+    deadline: Instant,
     interim: Interim,
 ) -> Result<ResponseHead, Error> {
-    let deadline = Instant::now() + phase_timeout(up.response_header_timeout, total);
     loop {
         // Nothing read yet (the usual case right after the request went out): straight to the
         // read, no parse of an empty buffer.
@@ -157,17 +163,21 @@ pub async fn read_response_head(
                 Err(e) => return Err(Error::with(ErrorKind::BadResponse, e)),
             }
         }
-        match uc.read_by(deadline).await {
-            Err(_) => return Err(Error::new(ErrorKind::ResponseTimeout)),
-            Ok(Err(e)) => return Err(Error::with(ErrorKind::UpstreamReset, format!("read: {e}"))),
-            Ok(Ok(0)) => {
-                return Err(Error::with(
-                    ErrorKind::UpstreamReset,
-                    "closed before a response",
-                ))
-            }
-            Ok(Ok(_)) => {}
-        }
+        read_response_more(uc, deadline).await?;
+    }
+}
+
+/// One read of more of a response head, by `deadline`; an upstream that closes first is an
+/// error.
+pub async fn read_response_more(uc: &mut UpstreamConn, deadline: Instant) -> Result<(), Error> {
+    match uc.read_by(deadline).await {
+        Err(_) => Err(Error::new(ErrorKind::ResponseTimeout)),
+        Ok(Err(e)) => Err(Error::with(ErrorKind::UpstreamReset, format!("read: {e}"))),
+        Ok(Ok(0)) => Err(Error::with(
+            ErrorKind::UpstreamReset,
+            "closed before a response",
+        )),
+        Ok(Ok(_)) => Ok(()),
     }
 }
 

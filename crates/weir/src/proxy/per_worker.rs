@@ -88,16 +88,18 @@ impl WorkerUpstream {
         }
     }
 
-    /// Picks a server that is up, preferring ones not yet `tried`; `None` when none is up.
+    /// Picks a server that is up at `now`, preferring ones not yet `tried`; `None` when none
+    /// is up.
     pub fn pick(
         &self,
         up: &Upstream,
         client_ip: IpAddr,
         request: &RequestHead,
         tried: &[usize],
+        now: crate::clock::Mono,
     ) -> Option<usize> {
         let mut cands = self.scratch.borrow_mut();
-        super::balance::up_candidates(up, tried, &mut cands);
+        super::balance::up_candidates(up, tried, &mut cands, now);
         if cands.is_empty() {
             return None;
         }

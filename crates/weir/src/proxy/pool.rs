@@ -107,12 +107,18 @@ impl Pool {
         }
     }
 
-    /// A live idle connection to `server` with nothing waiting to be read, if any; those with
-    /// stray bytes are dropped and counted on `health`.
-    pub fn take(&mut self, server: usize, health: &Health) -> Option<UpstreamConn> {
+    /// A live idle connection to `server` with nothing waiting to be read, if any, idle for at
+    /// most the pool's timeout at `now`; those with stray bytes are dropped and counted on
+    /// `health`.
+    pub fn take(
+        &mut self,
+        server: usize,
+        health: &Health,
+        now: crate::clock::Mono,
+    ) -> Option<UpstreamConn> {
         let q = &mut self.per_server[server];
         while let Some(idle) = q.pop_back() {
-            if crate::clock::Mono::now().since(idle.since) > self.idle_timeout {
+            if now.since(idle.since) > self.idle_timeout {
                 // Everything older is further down the queue: drop it all.
                 q.clear();
                 return None;
@@ -155,8 +161,16 @@ impl Pool {
     }
 
     /// Returns a connection for reuse (dropped if the pool is full or reuse is off, and dropped
-    /// and counted on `health` if bytes followed the response).
-    pub fn put(&mut self, server: usize, mut conn: UpstreamConn, health: &Health) {
+    /// and counted on `health` if bytes followed the response), idle from `since`. A caller
+    /// may give an instant it already read before the response ended (the response head's):
+    /// the connection then only looks older, and is dropped sooner, never reused later.
+    pub fn put(
+        &mut self,
+        server: usize,
+        mut conn: UpstreamConn,
+        health: &Health,
+        since: crate::clock::Mono,
+    ) {
         if !conn.buf.is_empty() {
             health.count_desync();
             return;
@@ -169,10 +183,7 @@ impl Pool {
             q.pop_front();
         }
         conn.buf.clear();
-        q.push_back(Idle {
-            conn,
-            since: crate::clock::Mono::now(),
-        });
+        q.push_back(Idle { conn, since });
     }
 }
 
@@ -205,12 +216,15 @@ mod tests {
         conn.buf.clear();
         let health = Health::default();
         let mut pool = Pool::new(1, 4, Duration::from_secs(60));
-        pool.put(0, conn, &health);
+        pool.put(0, conn, &health, crate::clock::Mono::now());
         // No await from here on: the reactor cannot learn of these bytes.
         origin
             .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nINJECTED")
             .unwrap();
-        assert!(pool.take(0, &health).is_none(), "not reused");
+        assert!(
+            pool.take(0, &health, crate::clock::Mono::now()).is_none(),
+            "not reused"
+        );
         assert_eq!(health.desyncs(), 1);
     }
 
@@ -224,11 +238,13 @@ mod tests {
         let health = Health::default();
         let mut pool = Pool::new(1, 4, Duration::from_secs(60));
         let mut conn = UpstreamConn::new(Either::Left(super::super::tls::Socket::Tcp(c)));
-        pool.put(0, conn, &health);
-        conn = pool.take(0, &health).expect("clean: reused");
+        pool.put(0, conn, &health, crate::clock::Mono::now());
+        conn = pool
+            .take(0, &health, crate::clock::Mono::now())
+            .expect("clean: reused");
         conn.buf.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
-        pool.put(0, conn, &health);
-        assert!(pool.take(0, &health).is_none());
+        pool.put(0, conn, &health, crate::clock::Mono::now());
+        assert!(pool.take(0, &health, crate::clock::Mono::now()).is_none());
         assert_eq!(health.desyncs(), 1);
     }
 }

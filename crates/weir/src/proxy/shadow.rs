@@ -43,8 +43,7 @@ async fn deliver(up: &Upstream, server: usize, bytes: &[u8]) -> Option<()> {
     let resp = super::exchange::read_response_head(
         &mut conn,
         head_request,
-        up,
-        None,
+        super::exchange::response_deadline(up, None),
         super::exchange::Interim::Skip,
     )
     .await

@@ -173,9 +173,14 @@ pub struct Health {
 /// Milliseconds since the process started (monotonic; read on every proxied request, hence
 /// [`Mono`](crate::clock::Mono) rather than `Instant`).
 pub fn now_ms() -> u64 {
+    ms_at(crate::clock::Mono::now())
+}
+
+/// [`now_ms`] for an instant already read (one clock read serves a request's picks).
+pub fn ms_at(at: crate::clock::Mono) -> u64 {
     static START: OnceLock<crate::clock::Mono> = OnceLock::new();
     let start = *START.get_or_init(crate::clock::Mono::now);
-    crate::clock::Mono::now().nanos_since(start) / 1_000_000
+    at.nanos_since(start) / 1_000_000
 }
 
 const ACTIVE_DOWN: u8 = 1;

@@ -39,7 +39,13 @@ pub async fn connect(
     let mut tried: Vec<usize> = Vec::new();
     let mut last = Error::new(ErrorKind::NoServer);
     for attempt in 0..=up.retry.attempts {
-        let Some(server) = per_worker.pick(up, client.ip(), &cfg.pick_head, &tried) else {
+        let Some(server) = per_worker.pick(
+            up,
+            client.ip(),
+            &cfg.pick_head,
+            &tried,
+            crate::clock::Mono::now(),
+        ) else {
             break;
         };
         if attempt > 0 {

@@ -141,8 +141,13 @@ mod tests {
 }
 
 /// The candidate list for an upstream now.
-pub(crate) fn up_candidates(up: &super::upstream::Upstream, tried: &[usize], out: &mut Vec<usize>) {
-    let now = super::upstream::now_ms();
+pub(crate) fn up_candidates(
+    up: &super::upstream::Upstream,
+    tried: &[usize],
+    out: &mut Vec<usize>,
+    now: crate::clock::Mono,
+) {
+    let now = super::upstream::ms_at(now);
     candidates(&up.backup, |i| up.is_up(i, now) && !tried.contains(&i), out);
     if out.is_empty() && !tried.is_empty() {
         // Every server was tried once: allow another go at those still up.
