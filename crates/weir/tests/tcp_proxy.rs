@@ -50,7 +50,12 @@ fn named_backend(name: &'static str) -> SocketAddr {
             let mut first = [0u8; 1];
             let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
             let _ = s.read_exact(&mut first);
-            let _ = write!(s, "{name} {:02x}", first[0]);
+            // One write, then FIN, then the rest of what the client sent is read: a socket
+            // closed with unread bytes sends a reset, which could discard the answer in flight
+            // (it once arrived as "B" alone on a loaded machine).
+            let _ = s.write_all(format!("{name} {:02x}", first[0]).as_bytes());
+            let _ = s.shutdown(Shutdown::Write);
+            let _ = std::io::copy(&mut s, &mut std::io::sink());
         }
     });
     addr
