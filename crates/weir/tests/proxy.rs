@@ -405,6 +405,34 @@ fn retries_go_to_the_next_server_and_stale_connections_are_replaced() {
     assert_eq!(o.accepted(), 2);
 }
 
+/// A pooled connection that dies after an interim response was relayed is not replayed as a
+/// stale one: the request reached the origin (the attack review: the client got 103s from two
+/// tries, and the retry's interim cap had been spent by the first).
+#[test]
+fn a_try_that_relayed_an_interim_response_is_not_replayed() {
+    let o = origin(|conn| {
+        let mut w = conn.try_clone().unwrap();
+        let mut r = BufReader::new(conn);
+        if read_request(&mut r).is_some() {
+            let _ = w.write_all(&ok("fresh"));
+        }
+        if read_request(&mut r).is_some() {
+            let _ = w.write_all(b"HTTP/1.1 103 Early Hints\r\nLink: </first>\r\n\r\n");
+        }
+        // Then the connection closes, the request unanswered.
+    });
+    let srv = proxy(&[addr(&o)], "    retries: { attempts: 0 }", "");
+    let mut s = srv.connect();
+    assert_eq!(
+        roundtrip(&mut s, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").text(),
+        "fresh"
+    );
+    let early = roundtrip(&mut s, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(early.status, 103);
+    assert_eq!(read_response(&mut s).status, 502);
+    assert_eq!(o.accepted(), 1, "not replayed on a new connection");
+}
+
 #[test]
 fn active_health_checks_take_servers_out_and_back() {
     let healthy = Arc::new(AtomicBool::new(false));

@@ -152,7 +152,6 @@ pub(crate) async fn forward<D: Downstream>(
         retries.set(retries.get() + u32::from(go));
         go
     };
-    let mut interims = 0usize;
 
     // A sticky session's server, while it is up and not tried yet; else the balancer.
     let preferred = match steer.pin {
@@ -247,6 +246,9 @@ pub(crate) async fn forward<D: Downstream>(
             (&mut ctx.bytes_received, tee),
         )
         .await?;
+        // Heads read on this try (interim ones relayed): the cap is per try, and a try that
+        // relayed one reached the upstream, so is not replayed as a stale connection's.
+        let mut interims = 0usize;
         let result = match sent {
             Sent::Ok => loop {
                 interims += 1;
@@ -300,11 +302,13 @@ pub(crate) async fn forward<D: Downstream>(
                 }
                 break (server, conn, resp, active);
             }
-            // A pooled connection the upstream had closed: the request never reached it.
+            // A pooled connection the upstream had closed: the request never reached it (no
+            // byte came back, not even an interim response).
             Err(e)
                 if e.kind == ErrorKind::UpstreamReset
                     && reused
                     && replayable
+                    && interims <= 1
                     && conn.buf.is_empty() =>
             {
                 fresh_only = Some(server);
@@ -347,8 +351,7 @@ pub(crate) async fn forward<D: Downstream>(
     if let Some(run) = ctx.run_if_any() {
         run.served = Some((upstream, server));
     }
-    let head_at = crate::clock::Mono::now();
-    ctx.upstream_head_at = Some(head_at);
+    ctx.upstream_head_at = Some(crate::clock::Mono::now());
     ctx.status = resp.status;
 
     if shape.upgrade && resp.status == 101 {
@@ -382,12 +385,10 @@ pub(crate) async fn forward<D: Downstream>(
     )
     .await?;
     if reusable {
-        per_worker.pool.borrow_mut().put(
-            server,
-            upstream_conn,
-            &up.servers[server].health,
-            head_at,
-        );
+        per_worker
+            .pool
+            .borrow_mut()
+            .put(server, upstream_conn, &up.servers[server].health);
     }
     hooks.on_end(resp);
     Ok(persistence)

@@ -161,16 +161,13 @@ impl Pool {
     }
 
     /// Returns a connection for reuse (dropped if the pool is full or reuse is off, and dropped
-    /// and counted on `health` if bytes followed the response), idle from `since`. A caller
-    /// may give an instant it already read before the response ended (the response head's):
-    /// the connection then only looks older, and is dropped sooner, never reused later.
-    pub fn put(
-        &mut self,
-        server: usize,
-        mut conn: UpstreamConn,
-        health: &Health,
-        since: crate::clock::Mono,
-    ) {
+    /// and counted on `health` if bytes followed the response).
+    ///
+    /// Idle from now, read here: the queue stays in age order, which [`Pool::take`] relies on
+    /// to drop everything below an expired connection. An instant read earlier (the response
+    /// head's) saved a clock read but put a connection whose body outlasted the idle timeout
+    /// at the back already expired, and the next take emptied the queue (the attack review).
+    pub fn put(&mut self, server: usize, mut conn: UpstreamConn, health: &Health) {
         if !conn.buf.is_empty() {
             health.count_desync();
             return;
@@ -183,7 +180,10 @@ impl Pool {
             q.pop_front();
         }
         conn.buf.clear();
-        q.push_back(Idle { conn, since });
+        q.push_back(Idle {
+            conn,
+            since: crate::clock::Mono::now(),
+        });
     }
 }
 
@@ -216,7 +216,7 @@ mod tests {
         conn.buf.clear();
         let health = Health::default();
         let mut pool = Pool::new(1, 4, Duration::from_secs(60));
-        pool.put(0, conn, &health, crate::clock::Mono::now());
+        pool.put(0, conn, &health);
         // No await from here on: the reactor cannot learn of these bytes.
         origin
             .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nINJECTED")
@@ -238,12 +238,12 @@ mod tests {
         let health = Health::default();
         let mut pool = Pool::new(1, 4, Duration::from_secs(60));
         let mut conn = UpstreamConn::new(Either::Left(super::super::tls::Socket::Tcp(c)));
-        pool.put(0, conn, &health, crate::clock::Mono::now());
+        pool.put(0, conn, &health);
         conn = pool
             .take(0, &health, crate::clock::Mono::now())
             .expect("clean: reused");
         conn.buf.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
-        pool.put(0, conn, &health, crate::clock::Mono::now());
+        pool.put(0, conn, &health);
         assert!(pool.take(0, &health, crate::clock::Mono::now()).is_none());
         assert_eq!(health.desyncs(), 1);
     }
