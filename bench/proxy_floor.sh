@@ -5,8 +5,8 @@
 # 0, keep-alive upstreams) and bench/tools/bare_relay.c (the floor: an epoll loop relaying
 # bytes between each client and one upstream connection, no HTTP). Each cell is measured ROUNDS
 # times in rotated order; medians of CPU µs/request (user+sys of the proxy ÷ requests).
-# Then the breakdown: syscalls per request of weir and of the floor (strace -c -f over a fixed
-# `weir bench -n` run), and weir's user-space instructions per request (callgrind).
+# Then the breakdown: syscalls per request of weir, nginx, HAProxy and the floor (strace -c -f
+# over a fixed `weir bench -n` run), and weir's user-space instructions per request (callgrind).
 # A second table: a new client connection per proxied request (`Connection: close`, wrk -c200,
 # seed experiment 002's pattern) for weir, nginx and HAProxy, upstream connections kept alive.
 # Usage: bench/proxy_floor.sh [--quick]    (results in bench/results/proxy-floor-<date>.md)
@@ -91,6 +91,8 @@ syscalls() { # pid port -> prints "calls-per-request syscall" lines, top 8
   awk -v n=$N '$1 ~ /^[0-9.]+$/ && NF >= 5 { calls=$4; name=$NF; if (name != "total") printf "%.2f %s\n", calls / n, name }' "$TMP/strace.out" | sort -rn | head -8
 }
 WEIR_SYS=$(syscalls "$WEIR_PID" $P_WEIR)
+NGINX_SYS=$(syscalls "$NGINX_PID" $P_NGINX)
+HAPROXY_SYS=$(syscalls "$HAPROXY_PID" $P_HAPROXY)
 FLOOR_SYS=$(syscalls "$FLOOR_PID" $P_FLOOR)
 
 OUT="$ROOT/bench/results/proxy-floor-$(date -u +%Y%m%d-%H%M).md"
@@ -121,9 +123,10 @@ OUT="$ROOT/bench/results/proxy-floor-$(date -u +%Y%m%d-%H%M).md"
   echo
   echo "Syscalls per request (strace -c over weir bench -n $N -c 10, keep-alive):"
   echo
-  echo "| weir | floor |"
-  echo "|---|---|"
-  paste -d'|' <(echo "$WEIR_SYS") <(echo "$FLOOR_SYS") | sed 's/^/| /; s/$/ |/; s/|/ | /2'
+  echo "| weir | nginx | haproxy | floor |"
+  echo "|---|---|---|---|"
+  paste -d'|' <(echo "$WEIR_SYS") <(echo "$NGINX_SYS") <(echo "$HAPROXY_SYS") <(echo "$FLOOR_SYS") |
+    sed 's/|/ | /g; s/^/| /; s/$/ |/'
   echo
   echo "Every round: $(for name in weir nginx haproxy floor; do printf '%s CPU %s; ' "$name" "${CPU[$name]}"; done)"
 } > "$OUT"
