@@ -433,6 +433,24 @@ fn a_try_that_relayed_an_interim_response_is_not_replayed() {
     assert_eq!(o.accepted(), 1, "not replayed on a new connection");
 }
 
+/// An interim response is relayed without the `Content-Length` an origin put on it (RFC 9110
+/// §8.6; an HTTP/2 client resets the stream over one), and the final response keeps its own.
+#[test]
+fn an_interim_response_is_relayed_without_a_length() {
+    let o = http_origin(|_| {
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\nContent-Length: 3\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec()
+    });
+    let srv = proxy(&[addr(&o)], "", "");
+    let mut s = srv.connect();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let early = read_response(&mut s);
+    assert_eq!(early.status, 103);
+    assert!(early.header("link").is_some(), "{early:?}");
+    assert!(early.header("content-length").is_none(), "{early:?}");
+    let last = read_response(&mut s);
+    assert_eq!((last.status, last.text().as_str()), (200, "ok"));
+}
+
 #[test]
 fn active_health_checks_take_servers_out_and_back() {
     let healthy = Arc::new(AtomicBool::new(false));

@@ -564,8 +564,15 @@ async fn relay_interim<D: Downstream>(d: &mut D, resp: &ResponseHead) -> Result<
     let mut reply = Reply::new(resp.status, Framing::Given);
     reply.reason = &resp.reason;
     reply.base = resp.base();
+    reply.drop_fields(&no_length);
     reply.date = false;
     d.send_interim(&reply).await
+}
+
+/// A 1xx response carries no `Content-Length` (RFC 9110 §8.6: a server must not send one); an
+/// origin's is not relayed (an HTTP/2 client resets the stream over it).
+fn no_length(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"content-length")
 }
 
 /// Streams the response body; returns whether the upstream connection can be reused: not
@@ -643,6 +650,7 @@ async fn tunnel<D: Downstream>(
     let mut reply = Reply::new(101, Framing::Given);
     reply.reason = &resp.reason;
     reply.base = resp.base();
+    reply.drop_fields(&no_length);
     reply.date = false;
     reply.add_lines(&lines);
     send_head(d, ctx, &reply, Persistence::KeepAlive);
