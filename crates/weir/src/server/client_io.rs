@@ -40,6 +40,9 @@ pub(crate) enum ClientIo {
     Registered(TcpStream),
     /// TLS, registered (boxed: a plain connection does not carry rustls' state in its size).
     Tls(Box<TlsConn>),
+    /// Served through the worker's io_uring ring (the `uring` feature's experiment).
+    #[cfg(feature = "uring")]
+    Uring(super::uring::UringSock),
     /// Transient state during registration.
     Gone,
 }
@@ -69,6 +72,8 @@ impl ClientIo {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 other => return other,
             },
+            #[cfg(feature = "uring")]
+            ClientIo::Uring(s) => return std::future::poll_fn(|cx| s.poll_read(cx, buf)).await,
             ClientIo::Tls(t) => {
                 // Records rustls queued while reading leave before the read waits (the stream
                 // sends them): the client may be waiting for them (the alert refusing a TLS 1.2
@@ -111,6 +116,8 @@ impl ClientIo {
             ClientIo::Fresh(_) | ClientIo::Registered(_) => true,
             ClientIo::Tls(t) => t.stream.is_quiet(),
             ClientIo::Gone => false,
+            #[cfg(feature = "uring")]
+            ClientIo::Uring(_) => false,
         }
     }
 
@@ -122,6 +129,13 @@ impl ClientIo {
         if let ClientIo::Tls(t) = self {
             tokio::io::copy_bidirectional(&mut t.stream, upstream).await?;
             return Ok(());
+        }
+        #[cfg(feature = "uring")]
+        if let ClientIo::Uring(_) = self {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "no tunnels on the io_uring transport",
+            ));
         }
         tokio::io::copy_bidirectional(self.register()?, upstream).await?;
         Ok(())
@@ -192,6 +206,10 @@ impl ClientIo {
     /// One non-blocking `send` (one slice) or `writev` (several); `closing` as in
     /// [`ClientIo::write_now`]. `WouldBlock` when the socket buffer is full.
     pub(crate) fn send_once(&mut self, bufs: &[IoSlice<'_>], closing: bool) -> io::Result<usize> {
+        #[cfg(feature = "uring")]
+        if let ClientIo::Uring(s) = self {
+            return s.send(bufs, closing);
+        }
         if closing {
             // A raw send on a registered socket leaves tokio's readiness as it was: at worst
             // tokio later tries a write that finds the buffer full, never the reverse.
@@ -206,6 +224,8 @@ impl ClientIo {
             (ClientIo::Fresh(s), _) => s.write_vectored(bufs),
             (ClientIo::Registered(s), [one]) => s.try_write(one),
             (ClientIo::Registered(s), _) => s.try_write_vectored(bufs),
+            #[cfg(feature = "uring")]
+            (ClientIo::Uring(s), _) => s.send(bufs, false),
         }
     }
 
@@ -242,6 +262,8 @@ impl ClientIo {
                 s.try_io(tokio::io::Interest::WRITABLE, || send(fd))
             }
             ClientIo::Tls(_) | ClientIo::Gone => Err(io::ErrorKind::Unsupported.into()),
+            #[cfg(feature = "uring")]
+            ClientIo::Uring(_) => Err(io::ErrorKind::Unsupported.into()),
         }
     }
 
@@ -250,12 +272,21 @@ impl ClientIo {
         if let ClientIo::Tls(t) = self {
             return t.stream.tcp().writable().await;
         }
+        #[cfg(feature = "uring")]
+        if let ClientIo::Uring(s) = self {
+            return std::future::poll_fn(|cx| s.poll_writable(cx)).await;
+        }
         self.register()?.writable().await
     }
 
     /// Half-closes the write side now, without waiting (errors mean the peer is gone already).
     /// TLS sends `close_notify` first.
     pub(crate) fn shutdown_now(&mut self) {
+        #[cfg(feature = "uring")]
+        if let ClientIo::Uring(s) = self {
+            s.shutdown_write();
+            return;
+        }
         if let ClientIo::Tls(t) = self {
             t.stream.queue_close_notify();
             let _ = t.stream.push();
@@ -272,11 +303,18 @@ impl ClientIo {
             ClientIo::Registered(s) => Ok(socket2::SockRef::from(s)),
             ClientIo::Tls(t) => Ok(socket2::SockRef::from(t.stream.tcp())),
             ClientIo::Gone => Err(io::ErrorKind::NotConnected.into()),
+            #[cfg(feature = "uring")]
+            ClientIo::Uring(_) => Err(io::ErrorKind::Unsupported.into()),
         }
     }
 
     /// Half-closes the write side (TLS: after `close_notify`).
     pub(crate) async fn shutdown(&mut self) -> io::Result<()> {
+        #[cfg(feature = "uring")]
+        if let ClientIo::Uring(s) = self {
+            s.shutdown_write();
+            return Ok(());
+        }
         if let ClientIo::Tls(t) = self {
             return t.stream.shutdown().await;
         }

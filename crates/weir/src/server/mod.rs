@@ -19,6 +19,8 @@ mod proxied;
 mod reload;
 mod tcp;
 mod tls;
+#[cfg(feature = "uring")]
+mod uring;
 mod worker;
 
 use std::io;

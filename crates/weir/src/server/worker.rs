@@ -237,10 +237,16 @@ pub(crate) fn run(
 ) {
     let generation = published.generation();
     let cfg = published.load();
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_all();
+    // The io_uring experiment submits its batch before the worker sleeps (`server/uring.rs`).
+    #[cfg(feature = "uring")]
+    let uring = super::uring::wanted();
+    #[cfg(feature = "uring")]
+    if uring {
+        builder.on_thread_park(super::uring::before_park);
+    }
+    let rt = match builder.build() {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(worker = id, error = %e, "cannot start worker runtime");
@@ -288,6 +294,13 @@ pub(crate) fn run(
         shield: cfg.registry.shield.clone(),
     });
     local.block_on(&rt, async move {
+        #[cfg(feature = "uring")]
+        if uring {
+            match super::uring::start() {
+                Ok(()) => tracing::info!(worker = id, "plain HTTP/1.1 connections on io_uring (experimental)"),
+                Err(e) => tracing::error!(worker = id, error = %e, "io_uring unavailable; serving on epoll"),
+            }
+        }
         for l in listening {
             start_accepting(&state, l);
         }
@@ -465,6 +478,13 @@ fn start_connection(
     let listener = &rt.cfg.listeners[index];
     let task = match (&listener.tls, listener.proxy_protocol.is_some()) {
         (None, false) if listener.tcp.is_none() => {
+            #[cfg(feature = "uring")]
+            let io = if !listener.h2c && super::uring::active() {
+                ClientIo::Uring(super::uring::UringSock::new(stream))
+            } else {
+                ClientIo::Fresh(stream)
+            };
+            #[cfg(not(feature = "uring"))]
             let io = ClientIo::Fresh(stream);
             let conn = Conn::new(io, peer, key, state.clone(), rt.clone(), index);
             return spawn_plain(state, key, conn, guard);

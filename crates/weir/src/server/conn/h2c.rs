@@ -57,6 +57,8 @@ impl Conn {
             },
             ClientIo::Registered(s) => s,
             ClientIo::Tls(_) | ClientIo::Gone => return CloseReason::ClientError,
+            #[cfg(feature = "uring")]
+            ClientIo::Uring(_) => return CloseReason::ClientError,
         };
         let prefix = self.buf.split().freeze();
         give_buf(std::mem::take(&mut self.buf));

@@ -334,6 +334,10 @@ impl Conn {
     /// and the worker's sweeper aborts the task when it passes (`worker.rs`). A request costs
     /// two `Cell` writes here, no clock read and no timer-wheel operation.
     async fn wait_idle(&mut self, mut wait: Duration) -> Result<Option<usize>, Error> {
+        #[cfg(feature = "uring")]
+        if let ClientIo::Uring(_) = self.io {
+            return self.wait_idle_uring(wait).await;
+        }
         if let ClientIo::Fresh(_) = self.io {
             // A fresh connection usually has its request already: read it without registering.
             if self.buf.capacity() == 0 {
@@ -394,6 +398,41 @@ impl Conn {
         if tls {
             self.state.set_idle(self.key, None, false);
         }
+        Ok(Some(n))
+    }
+
+    /// [`Conn::wait_idle`] on the io_uring transport (`server/uring.rs`): the same waits, on the
+    /// ring's completions instead of epoll readiness, and never parked.
+    #[cfg(feature = "uring")]
+    async fn wait_idle_uring(&mut self, wait: Duration) -> Result<Option<usize>, Error> {
+        let ClientIo::Uring(sock) = &mut self.io else {
+            return Err(Error::with(ErrorKind::ClientIo, "not an io_uring socket"));
+        };
+        if self.buf.capacity() == 0 {
+            self.buf = take_buf();
+        }
+        if let Some(n) = sock
+            .try_read_now(&mut self.buf)
+            .or_err(ErrorKind::ClientIo, "read")?
+        {
+            return Ok(Some(n));
+        }
+        if self.state.shutting_down.get() {
+            return Ok(None);
+        }
+        if !sock.has_input() {
+            give_buf(std::mem::take(&mut self.buf));
+            give_buf(std::mem::take(&mut self.out));
+            self.state.set_idle(self.key, Some(wait), false);
+            let ready = std::future::poll_fn(|cx| sock.poll_ready(cx)).await;
+            self.state.set_idle(self.key, None, false);
+            ready.or_err(ErrorKind::ClientIo, "read")?;
+            self.buf = take_buf();
+            self.out = take_buf();
+        }
+        let n = read_more(&mut self.io, &mut self.buf)
+            .await
+            .or_err(ErrorKind::ClientIo, "read")?;
         Ok(Some(n))
     }
 
