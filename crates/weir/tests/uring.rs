@@ -58,9 +58,46 @@ fn start(name: &str, extra: &str, routes: &str) -> (Running, SocketAddr) {
     )
 }
 
-fn open_fds(pid: u32) -> usize {
+/// Whether process `pid` still holds the server side of the connection from `client` to
+/// `server` (its socket's inode, from /proc/net/tcp, among the process's descriptors).
+fn holds_socket(pid: u32, server: SocketAddr, client: SocketAddr) -> bool {
+    let want = (
+        format!(":{:04X}", server.port()),
+        format!(":{:04X}", client.port()),
+    );
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let Some(inode) = table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f[1].ends_with(&want.0) && f[2].ends_with(&want.1)).then(|| f[9].to_string())
+    }) else {
+        return false;
+    };
+    let link = format!("socket:[{inode}]");
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .any(|l| l.to_string_lossy() == link)
+}
+
+/// How many client connections to `server` process `pid` still holds a socket for.
+fn held_conns(pid: u32, server: SocketAddr) -> usize {
+    let held: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    let port = format!(":{:04X}", server.port());
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f[1].ends_with(&port) && f[3] != "0A" && held.contains(f[9])
+        })
         .count()
 }
 
@@ -223,7 +260,6 @@ fn idle_and_slow_clients_are_timed_out() {
 fn many_connections_at_once_are_all_served_and_all_closed() {
     let (w, addr) = start("many", "", "");
     let pid = w.id();
-    let before = open_fds(pid);
     let mut conns: Vec<TcpStream> = (0..400).map(|_| connect(addr)).collect();
     for round in 0..3 {
         for s in &mut conns {
@@ -243,7 +279,7 @@ fn many_connections_at_once_are_all_served_and_all_closed() {
     until(
         "the server closed every client socket",
         Duration::from_secs(10),
-        || open_fds(pid) <= before,
+        || held_conns(pid, addr) == 0,
     );
     assert_eq!(roundtrip(&mut connect(addr), GET_HELLO).status, 200);
 }
@@ -350,4 +386,43 @@ fn connections_left_without_buffers_wait_their_turn_without_spinning() {
         spent < waited.as_secs_f64() * 0.5 + 0.3,
         "the worker used {spent:.2} s of CPU while a starved client waited {waited:?}"
     );
+}
+
+#[test]
+fn a_client_that_never_reads_is_closed_after_the_write_timeout_and_the_grace() {
+    // 8 MiB to a client that reads nothing: the write stalls, `timeouts.write` ends the
+    // connection, and its last send, still in flight, is cancelled after the 10 s grace, so the
+    // socket is closed rather than held for as long as the client stays silent.
+    let dir = std::env::temp_dir().join(format!("weir-uring-stall-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("big.bin"), vec![7u8; 8 * 1024 * 1024]).unwrap();
+    let routes = format!(
+        "      - name: static\n        match: {{ path_prefix: /static/ }}\n        static: {{ root: \"{}\" }}\n",
+        dir.display()
+    );
+    let (w, addr) = start("stall", "timeouts: { write: 1s }", &routes);
+    let pid = w.id();
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4 * 1024).unwrap();
+    sock.connect(&addr.into()).unwrap();
+    let mut s: TcpStream = sock.into();
+    let me = s.local_addr().unwrap();
+    s.write_all(b"GET /static/big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    until(
+        "the server took the connection",
+        Duration::from_secs(5),
+        || holds_socket(pid, addr, me),
+    );
+    let t = Instant::now();
+    until(
+        "the server closed the silent client's socket",
+        Duration::from_secs(25),
+        || !holds_socket(pid, addr, me),
+    );
+    assert!(t.elapsed() >= Duration::from_secs(5), "{:?}", t.elapsed());
+    // The client is still connected and silent throughout; others are served meanwhile.
+    assert_eq!(roundtrip(&mut connect(addr), GET_HELLO).status, 200);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -329,6 +329,8 @@ struct Sock {
     /// Half-close once the sends have gone.
     shut_after_send: bool,
     dropped: bool,
+    /// Dropped, and its last sends outstayed [`SEND_GRACE`]: nothing more is sent.
+    expired: bool,
 }
 
 impl Driver {
@@ -488,6 +490,10 @@ impl Driver {
                     s.queued.clear();
                 } else {
                     s.sent += res as usize;
+                    if s.expired {
+                        s.sending.clear();
+                        s.queued.clear();
+                    }
                     if s.sent < s.sending.len() && res > 0 {
                         // A short send: the rest goes next.
                         self.send_rest(slot);
@@ -573,6 +579,7 @@ impl Driver {
                 continue;
             };
             if s.dropped && s.in_send {
+                s.expired = true;
                 s.inflight += 1;
                 let sqe = opcode::AsyncCancel::new(user_data(slot, OP_SEND))
                     .build()
