@@ -131,11 +131,9 @@ impl ClientIo {
             return Ok(());
         }
         #[cfg(feature = "uring")]
-        if let ClientIo::Uring(_) = self {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "no tunnels on the io_uring transport",
-            ));
+        if let ClientIo::Uring(s) = self {
+            tokio::io::copy_bidirectional(s, upstream).await?;
+            return Ok(());
         }
         tokio::io::copy_bidirectional(self.register()?, upstream).await?;
         Ok(())

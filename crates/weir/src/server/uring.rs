@@ -9,35 +9,45 @@
 //! weir's worker (tokio timers, upstream sockets, the pipeline) and change only how client
 //! bytes move, behind `ClientIo` (the `Downstream` seam's transport).
 //!
-//! The shape, one ring per worker (`SINGLE_ISSUER`):
+//! The shape, one ring per worker (`SINGLE_ISSUER`, `COOP_TASKRUN`: a completion does not
+//! interrupt the worker while it runs; one that comes while it sleeps still wakes it):
 //! * The ring's descriptor sits in the worker's epoll (a tokio `AsyncFd`): when completions
 //!   are posted, the driver task reaps them and wakes the connections they belong to.
-//! * Each connection has one multishot receive into a ring of provided buffers: one submission
-//!   for its life, no `recv` per request. Received chunks wait on the connection's slot until
-//!   its task copies them into its read buffer; the buffers then go back to the ring. A
-//!   connection holding [`MAX_CHUNKS`] chunks has its receive cancelled until it reads them, so
-//!   one client cannot take every buffer (epoll's equivalent is the socket buffer filling).
-//!   When many connections together do (`ENOBUFS`), the ones left without are queued and their
-//!   receives armed again as buffers come back: they wait, they do not retry in a loop.
+//! * A connection's receive is armed when its task waits for input, and takes one provided
+//!   buffer from the ring (the kernel picks it; no buffer is tied up per idle connection). The
+//!   task copies the chunk into its read buffer and the buffer goes back. A connection holds at
+//!   most one buffer, and while its task is busy (waiting on an origin, say) nothing is
+//!   received for it: further bytes wait in its socket buffer, as on epoll. Multishot receives
+//!   were tried first and dropped: the kernel fills buffers with everything the socket holds
+//!   before a cancel can land, and one pipelining client emptied the ring (the attack review).
+//!   When the ring runs out (`ENOBUFS`), the connections left without are queued and armed
+//!   again as buffers come back: they wait, they do not retry in a loop.
 //! * Sends are copied into the connection's send buffer and submitted; further writes queue
-//!   behind the one in flight, up to [`SEND_MAX`] bytes, then the writer waits.
+//!   behind the one in flight, up to [`SEND_MAX`] bytes each, then the writer waits.
 //! * Submissions are batched: pushed to the queue as they come and submitted once per loop of
 //!   the worker, before it sleeps (tokio's `on_thread_park`), or when the queue is full.
 //! * A socket is closed only once no operation refers to it: the kernel resolves a
 //!   descriptor when it runs a submission, so closing earlier could hand a queued send to the
-//!   next socket given that number. A dropped connection's receive is cancelled; a send still
-//!   in flight is let finish (the response to `Connection: close`) for up to [`SEND_GRACE`].
+//!   next socket given that number. A dropped connection's receive is cancelled; its sends
+//!   still queued go on (the response to `Connection: close`, or one a slow reader is still
+//!   taking) for as long as each completes within `timeouts.write` of the last, as a stalled
+//!   write is bounded on epoll, and are cancelled after that.
 //!
 //! Not covered (the bar is keep-alive hello and hit CPU, issue 35 §6): accept stays on mio's
-//! `accept4`; upgrades (the tunnel) are refused; bodies are copied, not sent with `sendfile`;
-//! idle connections keep their task (no parking), so idle memory is not comparable.
+//! `accept4`; bodies are copied, not sent with `sendfile`; idle connections keep their task (no
+//! parking), so idle memory is not comparable. Upgrades are tunnelled through the ring
+//! (`AsyncRead`/`AsyncWrite` below).
 //!
-//! Measured (`bench/uring.sh` → `bench/results/uring-20261127-1748.md`, 2026-11-27, kernel
-//! 6.18): about 0.08 system calls per request instead of 2, yet CPU per request is 1.01× epoll's
-//! at -c100 (hello and a 1 KiB hit) and 0.92× / 0.94× at -c1000, against the issue's bar of
-//! ≤ 0.9× at both; user-space instructions are 1.06× (two completions per request to reap).
-//! The kernel's own work per completion stays: the bare floors in the same run are 0.96× and
-//! 0.93× apart. Hence the feature stays out of the default build.
+//! Measured (`bench/uring.sh`, kernel 6.18, 2026-11-27): CPU per request against weir on epoll,
+//! hello / 1 KiB hit, 1.04× / 1.05× at -c100 and 0.97× / 1.03× at -c1000
+//! (`bench/results/uring-20261127-1855.md`); the issue's bar was ≤ 0.9×. User space does
+//! 1.06–1.07× the instructions (two completions per request to reap, one copy out of the
+//! provided buffer); system calls fall from 2 per request to about 0.1, but the kernel's work
+//! per completion is about what the `recvfrom`/`sendto` pair cost (the bare floors in the same
+//! run are 0.95× and 0.93× apart). The first form, with multishot receives, measured
+//! 1.01× / 0.92–0.94× (`uring-20261127-1748.md`) but let one client empty the ring; without
+//! `COOP_TASKRUN` the safe form cost 1.37–1.46× (`uring-20261127-1846.md`). Hence the feature
+//! stays out of the default build.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -54,18 +64,17 @@ use tokio::time::Instant;
 
 /// Submission queue entries per worker.
 const ENTRIES: u32 = 4096;
-/// Provided buffers per worker (a power of two) and the size of each.
+/// Provided buffers per worker (a power of two; `WEIR_URING_BUFS` sets another, 1 to 32768)
+/// and the size of each.
 const BUFS: u16 = 2048;
 const BUF_SIZE: usize = 4096;
+/// How often running out of buffers is logged, at most.
+const STARVED_LOG_EVERY: Duration = Duration::from_secs(10);
 /// The buffer group id of the provided buffers.
 const GROUP: u16 = 0;
-/// Received chunks a connection may hold before its receive is paused (16 KiB: 512
-/// connections fill the ring; more wait their turn, see `Driver::starved`).
-const MAX_CHUNKS: usize = 4;
-/// Bytes a connection may have queued for sending before a write waits.
-const SEND_MAX: usize = 256 * 1024;
-/// How long a dropped connection's last send may take before it is cancelled.
-const SEND_GRACE: Duration = Duration::from_secs(10);
+/// Bytes in flight, and again queued behind them, per connection before a write waits (a
+/// stalled client holds at most twice this in user space).
+const SEND_MAX: usize = 64 * 1024;
 
 const OP_RECV: u64 = 1;
 const OP_SEND: u64 = 2;
@@ -95,14 +104,26 @@ pub(crate) fn start() -> io::Result<()> {
         .setup_single_issuer()
         .setup_coop_taskrun()
         .build(ENTRIES)?;
-    let bufs = BufRing::new()?;
-    // SAFETY: `bufs.entries` is a page-aligned mapping of `BUFS` entries that lives as long as
+    let n = match std::env::var("WEIR_URING_BUFS") {
+        Err(_) => BUFS,
+        Ok(v) => match v.parse::<u16>() {
+            Ok(n) if n.is_power_of_two() && n <= 32768 => n,
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("WEIR_URING_BUFS={v}: a power of two from 1 to 32768"),
+                ))
+            }
+        },
+    };
+    let bufs = BufRing::new(n)?;
+    // SAFETY: `bufs.entries` is a page-aligned mapping of `bufs.n` entries that lives as long as
     // the driver, which owns the ring: it is unmapped only after the ring is dropped (field
     // order in `Driver`).
     #[allow(unsafe_code)]
     unsafe {
         ring.submitter()
-            .register_buf_ring_with_flags(bufs.entries as u64, BUFS, GROUP, 0)?;
+            .register_buf_ring_with_flags(bufs.entries as u64, bufs.n, GROUP, 0)?;
     }
     // SAFETY: the ring's descriptor stays open while the `AsyncFd` lives: the ring is owned by
     // the worker's thread-local driver, dropped at thread exit, and the `AsyncFd` by the driver
@@ -118,10 +139,11 @@ pub(crate) fn start() -> io::Result<()> {
             socks: slab::Slab::new(),
             unsubmitted: false,
             unpublished: false,
-            returned: 0,
+            held: 0,
+            starved_logged: None,
             wake: Vec::new(),
             starved: VecDeque::new(),
-            lingering: VecDeque::new(),
+            lingering: Vec::new(),
         })
     });
     tokio::task::spawn_local(drive(fd));
@@ -139,8 +161,8 @@ pub(crate) fn before_park() {
     });
 }
 
-/// Reaps completions whenever the ring's descriptor is readable, and cancels the last sends of
-/// dropped connections that outstay [`SEND_GRACE`].
+/// Reaps completions whenever the ring's descriptor is readable, and cancels the sends of
+/// dropped connections that stall past their write timeout.
 async fn drive(fd: AsyncFd<RawFd>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
@@ -187,17 +209,19 @@ struct BufRing {
     mem: *mut u8,
     /// The tail as this side last wrote it (published to the kernel by [`BufRing::publish`]).
     tail: u16,
+    /// How many buffers (a power of two).
+    n: u16,
 }
 
 impl BufRing {
-    fn new() -> io::Result<BufRing> {
-        let entries = map(usize::from(BUFS) * std::mem::size_of::<types::BufRingEntry>())?;
-        let mem = match map(usize::from(BUFS) * BUF_SIZE) {
+    fn new(n: u16) -> io::Result<BufRing> {
+        let entries = map(usize::from(n) * std::mem::size_of::<types::BufRingEntry>())?;
+        let mem = match map(usize::from(n) * BUF_SIZE) {
             Ok(m) => m,
             Err(e) => {
                 unmap(
                     entries,
-                    usize::from(BUFS) * std::mem::size_of::<types::BufRingEntry>(),
+                    usize::from(n) * std::mem::size_of::<types::BufRingEntry>(),
                 );
                 return Err(e);
             }
@@ -206,8 +230,9 @@ impl BufRing {
             entries: entries.cast(),
             mem,
             tail: 0,
+            n,
         };
-        for bid in 0..BUFS {
+        for bid in 0..n {
             ring.give(bid);
         }
         ring.publish();
@@ -216,8 +241,8 @@ impl BufRing {
 
     /// Puts buffer `bid` back (visible to the kernel at the next [`BufRing::publish`]).
     fn give(&mut self, bid: u16) {
-        let at = usize::from(self.tail & (BUFS - 1));
-        // SAFETY: `at` < BUFS, the number of entries mapped at `entries`; the kernel reads an
+        let at = usize::from(self.tail & (self.n - 1));
+        // SAFETY: `at` < n, the number of entries mapped at `entries`; the kernel reads an
         // entry only once the tail is published past it, which happens after this write.
         #[allow(unsafe_code)]
         let entry = unsafe { &mut *self.entries.add(at) };
@@ -237,7 +262,7 @@ impl BufRing {
 
     /// The first `len` bytes of buffer `bid`, which a completion said the kernel filled.
     fn bytes(&self, bid: u16, len: usize) -> &[u8] {
-        debug_assert!(bid < BUFS && len <= BUF_SIZE);
+        debug_assert!(bid < self.n && len <= BUF_SIZE);
         // SAFETY: buffer `bid` lies inside the mapping, `len` ≤ BUF_SIZE, and the kernel wrote
         // it before posting the completion that named it; it is not handed back to the kernel
         // (`give`) while this borrow lives.
@@ -252,9 +277,9 @@ impl Drop for BufRing {
     fn drop(&mut self) {
         unmap(
             self.entries.cast(),
-            usize::from(BUFS) * std::mem::size_of::<types::BufRingEntry>(),
+            usize::from(self.n) * std::mem::size_of::<types::BufRingEntry>(),
         );
-        unmap(self.mem, usize::from(BUFS) * BUF_SIZE);
+        unmap(self.mem, usize::from(self.n) * BUF_SIZE);
     }
 }
 
@@ -293,22 +318,25 @@ struct Driver {
     unsubmitted: bool,
     /// Buffers given back since the tail was last published.
     unpublished: bool,
-    /// Buffers given back since starved connections were last fed.
-    returned: usize,
+    /// Buffers the kernel filled that are not back in the ring yet.
+    held: usize,
     /// The wakers of the last reap (kept: no allocation per reap).
     wake: Vec<Waker>,
-    /// Connections whose receive ended for want of buffers, to arm again as buffers return.
+    /// Connections whose receive found the ring empty, to arm again as buffers come back.
     starved: VecDeque<usize>,
-    /// Dropped connections whose last send is still in flight, and when it is given up.
-    lingering: VecDeque<(usize, Instant)>,
+    /// When running out of buffers was last logged.
+    starved_logged: Option<Instant>,
+    /// Dropped connections with sends still going.
+    lingering: Vec<usize>,
 }
 
 /// One connection's slot in the driver.
 #[derive(Default)]
 struct Sock {
     fd: RawFd,
-    /// Received chunks not yet read: (buffer id, length).
-    chunks: VecDeque<(u16, u32)>,
+    /// The chunk received and not yet read: (buffer id, length), `offset` of it read already.
+    chunk: Option<(u16, u32)>,
+    offset: usize,
     eof: bool,
     error: Option<i32>,
     recv_armed: bool,
@@ -329,25 +357,31 @@ struct Sock {
     /// Half-close once the sends have gone.
     shut_after_send: bool,
     dropped: bool,
-    /// Dropped, and its last sends outstayed [`SEND_GRACE`]: nothing more is sent.
+    /// The longest a dropped connection's send may stall (`timeouts.write`), and when the
+    /// current stall runs out.
+    stall: Duration,
+    deadline: Option<Instant>,
+    /// Dropped, and its sends stalled past `deadline`: nothing more is sent.
     expired: bool,
 }
 
 impl Driver {
-    fn push(&mut self, sqe: squeue::Entry) {
-        loop {
+    /// Queues `sqe`; `false` if the ring refuses submissions (the caller fails the operation).
+    fn push(&mut self, sqe: squeue::Entry) -> bool {
+        for _ in 0..4 {
             // SAFETY: every pointer an entry carries (a send buffer) is owned by a slot that is
             // not freed while the operation is counted in its `inflight`.
             #[allow(unsafe_code)]
             let pushed = unsafe { self.ring.submission().push(&sqe) };
             if pushed.is_ok() {
                 self.unsubmitted = true;
-                return;
+                return true;
             }
             if let Err(e) = self.ring.submit() {
                 tracing::error!(error = %e, "io_uring: submit failed");
             }
         }
+        false
     }
 
     fn submit(&mut self) {
@@ -359,25 +393,41 @@ impl Driver {
         }
     }
 
+    /// Arms a one-shot receive into a provided buffer for `slot`, unless one is armed, the slot
+    /// holds a chunk or waits for buffers.
     fn arm_recv(&mut self, slot: usize) {
         let s = &mut self.socks[slot];
-        if s.recv_armed || s.starved || s.eof || s.error.is_some() || s.dropped {
+        if s.recv_armed || s.starved || s.chunk.is_some() || s.eof || s.error.is_some() || s.dropped
+        {
             return;
         }
+        let sqe = opcode::Recv::new(types::Fd(s.fd), std::ptr::null_mut(), BUF_SIZE as u32)
+            .buf_group(GROUP)
+            .build()
+            .flags(squeue::Flags::BUFFER_SELECT)
+            .user_data(user_data(slot, OP_RECV));
         s.recv_armed = true;
         s.inflight += 1;
-        let sqe = opcode::RecvMulti::new(types::Fd(s.fd), GROUP)
-            .build()
-            .user_data(user_data(slot, OP_RECV));
-        self.push(sqe);
+        if !self.push(sqe) {
+            let s = &mut self.socks[slot];
+            s.recv_armed = false;
+            s.inflight -= 1;
+            s.error = Some(libc::EBUSY);
+        }
     }
 
-    fn cancel_recv(&mut self, slot: usize) {
+    /// Cancels `slot`'s operation `op`; `false` if the ring refused.
+    fn cancel(&mut self, slot: usize, op: u64) -> bool {
         self.socks[slot].inflight += 1;
-        let sqe = opcode::AsyncCancel::new(user_data(slot, OP_RECV))
+        let sqe = opcode::AsyncCancel::new(user_data(slot, op))
             .build()
             .user_data(user_data(slot, OP_CANCEL));
-        self.push(sqe);
+        if self.push(sqe) {
+            return true;
+        }
+        self.socks[slot].inflight -= 1;
+        tracing::error!("io_uring: a cancel was refused; the socket stays open");
+        false
     }
 
     /// Submits `sending[sent..]` of `slot`.
@@ -388,13 +438,20 @@ impl Driver {
         if s.more {
             flags |= libc::MSG_MORE;
         }
-        s.in_send = true;
-        s.inflight += 1;
         let sqe = opcode::Send::new(types::Fd(s.fd), rest.as_ptr(), rest.len() as u32)
             .flags(flags)
             .build()
             .user_data(user_data(slot, OP_SEND));
-        self.push(sqe);
+        s.in_send = true;
+        s.inflight += 1;
+        if !self.push(sqe) {
+            let s = &mut self.socks[slot];
+            s.in_send = false;
+            s.inflight -= 1;
+            s.send_error = Some(libc::EBUSY);
+            s.sending.clear();
+            s.queued.clear();
+        }
     }
 
     /// Takes the posted completions in batches (one sync of the queue's head per batch) and
@@ -423,18 +480,31 @@ impl Driver {
         self.feed_starved();
     }
 
-    /// Arms the receives of starved connections again, one per buffer returned since the last
-    /// call (a connection left without again goes back in the queue).
+    /// Gives buffer `bid` back to the ring (published at the end of the reap or read).
+    fn give(&mut self, bid: u16) {
+        self.bufs.give(bid);
+        self.held -= 1;
+        self.unpublished = true;
+    }
+
+    /// Arms the receives of starved connections again, as many as there are buffers back in
+    /// the ring (`held` counts what the kernel filled; completions reaped so far are all in
+    /// it, so a receive armed here finds a buffer unless a later one took it first, in which
+    /// case it is queued again).
     fn feed_starved(&mut self) {
-        let mut n = std::mem::take(&mut self.returned);
-        while n > 0 {
+        let mut free = usize::from(self.bufs.n).saturating_sub(self.held);
+        while free > 0 {
             let Some(slot) = self.starved.pop_front() else {
                 return;
             };
+            // An entry can outlive its connection, and the slot be reused: only a connection
+            // still marked starved is armed (a fresh one is never marked).
             if let Some(s) = self.socks.get_mut(slot) {
-                s.starved = false;
-                n -= 1;
-                self.arm_recv(slot);
+                if s.starved && !s.dropped {
+                    s.starved = false;
+                    free -= 1;
+                    self.arm_recv(slot);
+                }
             }
         }
     }
@@ -447,39 +517,45 @@ impl Driver {
         };
         match op {
             OP_RECV => {
-                if res > 0 {
-                    if let Some(bid) = cqueue::buffer_select(flags) {
-                        if s.dropped {
-                            self.bufs.give(bid);
-                            self.unpublished = true;
-                            self.returned += 1;
-                        } else {
-                            s.chunks.push_back((bid, res as u32));
-                        }
+                s.recv_armed = false;
+                s.inflight -= 1;
+                if let Some(bid) = cqueue::buffer_select(flags) {
+                    self.held += 1;
+                    if res > 0 && !s.dropped && s.chunk.is_none() {
+                        s.chunk = Some((bid, res as u32));
+                        s.offset = 0;
+                    } else {
+                        self.give(bid);
                     }
-                } else if res == 0 {
+                }
+                let s = &mut self.socks[slot];
+                if res == 0 {
                     s.eof = true;
                 } else if res == -libc::ENOBUFS {
-                    // No buffer left: armed again when some come back, the reader waits.
+                    // The ring is empty: armed again when buffers come back; the reader waits.
                     if !s.dropped && !s.starved {
                         s.starved = true;
                         self.starved.push_back(slot);
                     }
-                } else if res != -libc::ECANCELED {
+                    let now = Instant::now();
+                    if self
+                        .starved_logged
+                        .is_none_or(|t| now.duration_since(t) >= STARVED_LOG_EVERY)
+                    {
+                        self.starved_logged = Some(now);
+                        tracing::warn!(
+                            waiting = self.starved.len(),
+                            buffers = self.bufs.n,
+                            "io_uring: the receive buffers ran out; connections wait for one (WEIR_URING_BUFS)"
+                        );
+                    }
+                    self.close_if_done(slot);
+                    return;
+                } else if res < 0 && res != -libc::ECANCELED {
                     s.error = Some(-res);
                 }
-                let ended = !cqueue::more(flags);
-                if ended {
-                    s.recv_armed = false;
-                    s.inflight -= 1;
-                }
-                if res != -libc::ENOBUFS {
-                    if let Some(w) = s.reader.take() {
-                        wake.push(w);
-                    }
-                }
-                if !ended && s.chunks.len() >= MAX_CHUNKS {
-                    self.cancel_recv(slot);
+                if let Some(w) = s.reader.take() {
+                    wake.push(w);
                 }
             }
             OP_SEND => {
@@ -487,9 +563,14 @@ impl Driver {
                 s.in_send = false;
                 if res < 0 {
                     s.send_error = Some(-res);
+                    s.sending.clear();
                     s.queued.clear();
                 } else {
                     s.sent += res as usize;
+                    if s.dropped && res > 0 {
+                        // Progress: the stall starts again.
+                        s.deadline = Some(Instant::now() + s.stall);
+                    }
                     if s.expired {
                         s.sending.clear();
                         s.queued.clear();
@@ -543,50 +624,52 @@ impl Driver {
         }
     }
 
-    /// The connection's owner is gone: stop receiving, let its last send finish.
+    /// The connection's owner is gone: stop receiving, let its queued sends go on while they
+    /// progress.
     fn release(&mut self, slot: usize) {
         let s = &mut self.socks[slot];
         s.dropped = true;
         s.reader = None;
         s.writer = None;
-        let chunks = std::mem::take(&mut s.chunks);
+        let chunk = s.chunk.take();
         let armed = s.recv_armed;
         let sending = s.in_send;
-        if !chunks.is_empty() {
-            self.returned += chunks.len();
-            chunks.into_iter().for_each(|(bid, _)| self.bufs.give(bid));
+        if sending {
+            s.deadline = Some(Instant::now() + s.stall);
+        }
+        if let Some((bid, _)) = chunk {
+            self.give(bid);
             self.bufs.publish();
+            self.unpublished = false;
             self.feed_starved();
         }
         if armed {
-            self.cancel_recv(slot);
+            self.cancel(slot, OP_RECV);
         }
         if sending {
-            self.lingering
-                .push_back((slot, Instant::now() + SEND_GRACE));
+            self.lingering.push(slot);
         }
         self.close_if_done(slot);
     }
 
-    /// Cancels the sends of dropped connections that outstayed their grace.
+    /// Cancels the sends of dropped connections that stalled past their deadline.
     fn expire(&mut self, now: Instant) {
-        while let Some(&(slot, at)) = self.lingering.front() {
-            if at > now {
-                break;
-            }
-            self.lingering.pop_front();
+        let mut lingering = std::mem::take(&mut self.lingering);
+        lingering.retain(|&slot| {
             let Some(s) = self.socks.get_mut(slot) else {
-                continue;
+                return false;
             };
-            if s.dropped && s.in_send {
-                s.expired = true;
-                s.inflight += 1;
-                let sqe = opcode::AsyncCancel::new(user_data(slot, OP_SEND))
-                    .build()
-                    .user_data(user_data(slot, OP_CANCEL));
-                self.push(sqe);
+            if !s.dropped || !s.in_send || s.expired {
+                return false;
             }
-        }
+            if s.deadline.is_some_and(|d| d > now) {
+                return true;
+            }
+            s.expired = true;
+            self.cancel(slot, OP_SEND);
+            false
+        });
+        self.lingering = lingering;
     }
 }
 
@@ -601,12 +684,14 @@ pub(crate) struct UringSock {
 }
 
 impl UringSock {
-    /// Takes over an accepted socket (this worker must have a ring: [`active`]).
-    pub(crate) fn new(stream: mio::net::TcpStream) -> UringSock {
+    /// Takes over an accepted socket (this worker must have a ring: [`active`]); `stall`: how
+    /// long its sends may stall once the connection is gone (`timeouts.write`).
+    pub(crate) fn new(stream: mio::net::TcpStream, stall: Duration) -> UringSock {
         let fd = stream.into_raw_fd();
         let slot = with(|d| {
             d.socks.insert(Sock {
                 fd,
+                stall,
                 ..Sock::default()
             })
         });
@@ -659,7 +744,7 @@ impl UringSock {
     pub(crate) fn has_input(&self) -> bool {
         with(|d| {
             let s = &d.socks[self.slot];
-            !s.chunks.is_empty() || s.eof || s.error.is_some()
+            s.chunk.is_some() || s.eof || s.error.is_some()
         })
     }
 
@@ -668,7 +753,7 @@ impl UringSock {
         self.fresh = false;
         with(|d| {
             let s = &mut d.socks[self.slot];
-            if !s.chunks.is_empty() || s.eof || s.error.is_some() {
+            if s.chunk.is_some() || s.eof || s.error.is_some() {
                 return Poll::Ready(Ok(()));
             }
             set_waker(&mut s.reader, cx);
@@ -677,41 +762,29 @@ impl UringSock {
         })
     }
 
-    /// Copies what was received into `buf` (all of it: at most [`MAX_CHUNKS`] buffers).
-    pub(crate) fn poll_read(
+    /// Copies up to `room` bytes of what was received to `out`; `None` when nothing waits
+    /// (the receive is then armed and the waker kept).
+    fn poll_take(
         &mut self,
         cx: &mut Context<'_>,
-        buf: &mut BytesMut,
+        room: usize,
+        out: impl FnOnce(&[u8]),
     ) -> Poll<io::Result<usize>> {
-        if self.fresh {
-            match self.try_read_now(buf) {
-                Ok(Some(n)) => return Poll::Ready(Ok(n)),
-                Ok(None) => {}
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+        self.fresh = false;
         with(|d| {
-            let Driver {
-                socks,
-                bufs,
-                returned,
-                ..
-            } = &mut *d;
-            let s = &mut socks[self.slot];
-            if !s.chunks.is_empty() {
-                let mut n = 0;
-                while let Some((bid, len)) = s.chunks.pop_front() {
-                    buf.extend_from_slice(bufs.bytes(bid, len as usize));
-                    n += len as usize;
-                    bufs.give(bid);
-                    *returned += 1;
-                }
-                bufs.publish();
-                if !d.starved.is_empty() {
+            let s = &mut d.socks[self.slot];
+            if let Some((bid, len)) = s.chunk {
+                let bytes = &d.bufs.bytes(bid, len as usize)[s.offset..];
+                let n = bytes.len().min(room);
+                out(&bytes[..n]);
+                s.offset += n;
+                if s.offset == len as usize {
+                    s.chunk = None;
+                    d.give(bid);
+                    d.bufs.publish();
+                    d.unpublished = false;
                     d.feed_starved();
                 }
-                // Paused for holding too many chunks: receive again.
-                d.arm_recv(self.slot);
                 return Poll::Ready(Ok(n));
             }
             if let Some(e) = s.error.take() {
@@ -726,11 +799,26 @@ impl UringSock {
         })
     }
 
-    /// Queues `bufs` for sending (copied; up to [`SEND_MAX`] bytes waiting); `more`: hold them
-    /// for what follows (`MSG_MORE`, the response before a half-close). `WouldBlock` when the
-    /// queue is full.
+    /// Reads what was received into `buf` (the whole chunk, growing `buf` if needed).
+    pub(crate) fn poll_read(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+    ) -> Poll<io::Result<usize>> {
+        if self.fresh {
+            match self.try_read_now(buf) {
+                Ok(Some(n)) => return Poll::Ready(Ok(n)),
+                Ok(None) => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        self.poll_take(cx, usize::MAX, |b| buf.extend_from_slice(b))
+    }
+
+    /// Queues `bufs` for sending (copied; up to [`SEND_MAX`] bytes in flight and as many
+    /// behind); `more`: hold them for what follows (`MSG_MORE`, the response before a
+    /// half-close). `WouldBlock` when the queue is full.
     pub(crate) fn send(&mut self, bufs: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
-        self.fresh = false;
         with(|d| {
             let s = &mut d.socks[self.slot];
             if let Some(e) = s.send_error {
@@ -763,19 +851,25 @@ impl UringSock {
         })
     }
 
-    /// Ready once a write would take bytes again (or the sends failed).
-    pub(crate) fn poll_writable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    /// Ready once a write would take bytes again (or the sends failed); `all`: once every
+    /// queued byte has gone.
+    fn poll_sent(&mut self, cx: &mut Context<'_>, all: bool) -> Poll<io::Result<()>> {
         with(|d| {
             let s = &mut d.socks[self.slot];
             if let Some(e) = s.send_error {
                 return Poll::Ready(Err(io::Error::from_raw_os_error(e)));
             }
-            if !s.in_send || s.queued.len() < SEND_MAX {
+            if !s.in_send || (!all && s.queued.len() < SEND_MAX) {
                 return Poll::Ready(Ok(()));
             }
             set_waker(&mut s.writer, cx);
             Poll::Pending
         })
+    }
+
+    /// Ready once a write would take bytes again (or the sends failed).
+    pub(crate) fn poll_writable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_sent(cx, false)
     }
 
     /// Half-closes the write side once what was queued has gone.
@@ -795,9 +889,53 @@ impl UringSock {
     }
 }
 
+/// For tunnels (`ClientIo::tunnel`, an upgraded connection relayed to its upstream).
+impl tokio::io::AsyncRead for UringSock {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let room = buf.remaining();
+        self.get_mut()
+            .poll_take(cx, room, |b| buf.put_slice(b))
+            .map_ok(|_| ())
+    }
+}
+
+impl tokio::io::AsyncWrite for UringSock {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        loop {
+            match me.send(&[IoSlice::new(data)], false) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::task::ready!(me.poll_sent(cx, false))?;
+                }
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+
+    fn poll_flush(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().poll_sent(cx, true)
+    }
+
+    fn poll_shutdown(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        std::task::ready!(me.poll_sent(cx, true))?;
+        me.shutdown_write();
+        Poll::Ready(Ok(()))
+    }
+}
+
 impl Drop for UringSock {
     fn drop(&mut self) {
-        // A worker tearing down drops its ring (thread-local) possibly before its sockets.
+        // The ring lives in a thread-local: gone only at the thread's exit, after the
+        // worker's sockets (they are dropped with its `LocalSet`).
         let _ = DRIVER.try_with(|d| {
             if let Ok(mut d) = d.try_borrow_mut() {
                 if let Some(d) = d.as_mut() {
@@ -805,11 +943,7 @@ impl Drop for UringSock {
                     return;
                 }
             }
-            // SAFETY: no ring is left to refer to the descriptor; it is closed once.
-            #[allow(unsafe_code)]
-            unsafe {
-                libc::close(self.fd);
-            }
+            tracing::error!("io_uring: a socket outlived its ring or was dropped inside it; its descriptor leaks");
         });
     }
 }

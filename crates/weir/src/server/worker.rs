@@ -480,7 +480,7 @@ fn start_connection(
         (None, false) if listener.tcp.is_none() => {
             #[cfg(feature = "uring")]
             let io = if !listener.h2c && super::uring::active() {
-                ClientIo::Uring(super::uring::UringSock::new(stream))
+                ClientIo::Uring(super::uring::UringSock::new(stream, rt.cfg.timeouts.write))
             } else {
                 ClientIo::Fresh(stream)
             };

@@ -404,7 +404,7 @@ impl Conn {
     /// [`Conn::wait_idle`] on the io_uring transport (`server/uring.rs`): the same waits, on the
     /// ring's completions instead of epoll readiness, and never parked.
     #[cfg(feature = "uring")]
-    async fn wait_idle_uring(&mut self, wait: Duration) -> Result<Option<usize>, Error> {
+    async fn wait_idle_uring(&mut self, mut wait: Duration) -> Result<Option<usize>, Error> {
         let ClientIo::Uring(sock) = &mut self.io else {
             return Err(Error::with(ErrorKind::ClientIo, "not an io_uring socket"));
         };
@@ -416,6 +416,13 @@ impl Conn {
             .or_err(ErrorKind::ClientIo, "read")?
         {
             return Ok(Some(n));
+        }
+        // As in `wait_idle`: the kernel held a deferred connection for the deferral already.
+        let defer = self.rt.cfg.listeners[self.listener].defer_secs;
+        if self.served == 0 && defer > 0 {
+            wait = wait
+                .saturating_sub(Duration::from_secs(defer.into()))
+                .max(Duration::from_millis(100));
         }
         if self.state.shutting_down.get() {
             return Ok(None);
