@@ -69,6 +69,8 @@ fn start_with(
     let keep = logs.clone();
     std::thread::spawn(move || {
         for line in lines.map_while(Result::ok) {
+            // Captured with the test's output: shown when it fails.
+            eprintln!("weir: {line}");
             let mut all = keep.lock().unwrap();
             all.push_str(&line);
             all.push('\n');
