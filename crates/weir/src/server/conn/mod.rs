@@ -350,14 +350,7 @@ impl Conn {
             {
                 return Ok(Some(n));
             }
-            // Accepted with nothing to read on a deferring listener: the kernel already held
-            // it for the whole deferral (it queues a connection early only when data came).
-            let defer = self.rt.cfg.listeners[self.listener].defer_secs;
-            if self.served == 0 && defer > 0 {
-                wait = wait
-                    .saturating_sub(Duration::from_secs(defer.into()))
-                    .max(Duration::from_millis(100));
-            }
+            wait = self.after_deferral(wait);
         }
         if self.state.shutting_down.get() {
             return Ok(None);
@@ -401,6 +394,20 @@ impl Conn {
         Ok(Some(n))
     }
 
+    /// The first wait of a connection accepted with nothing to read on a deferring listener:
+    /// the kernel already held it for the whole deferral (it queues a connection early only
+    /// when data came), so that much less.
+    #[inline]
+    fn after_deferral(&self, wait: Duration) -> Duration {
+        let defer = self.rt.cfg.listeners[self.listener].defer_secs;
+        if self.served == 0 && defer > 0 {
+            return wait
+                .saturating_sub(Duration::from_secs(defer.into()))
+                .max(Duration::from_millis(100));
+        }
+        wait
+    }
+
     /// [`Conn::wait_idle`] on the io_uring transport (`server/uring.rs`): the same waits, on the
     /// ring's completions instead of epoll readiness, and never parked.
     #[cfg(feature = "uring")]
@@ -417,13 +424,7 @@ impl Conn {
         {
             return Ok(Some(n));
         }
-        // As in `wait_idle`: the kernel held a deferred connection for the deferral already.
-        let defer = self.rt.cfg.listeners[self.listener].defer_secs;
-        if self.served == 0 && defer > 0 {
-            wait = wait
-                .saturating_sub(Duration::from_secs(defer.into()))
-                .max(Duration::from_millis(100));
-        }
+        wait = self.after_deferral(wait);
         if self.state.shutting_down.get() {
             return Ok(None);
         }
