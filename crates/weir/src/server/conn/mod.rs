@@ -411,7 +411,9 @@ impl Conn {
     /// [`Conn::wait_idle`] on the io_uring transport (`server/uring.rs`): the same waits, on the
     /// ring's completions instead of epoll readiness, and never parked.
     #[cfg(feature = "uring")]
-    async fn wait_idle_uring(&mut self, mut wait: Duration) -> Result<Option<usize>, Error> {
+    async fn wait_idle_uring(&mut self, wait: Duration) -> Result<Option<usize>, Error> {
+        // The wait if the first read finds nothing (worked out before the socket is borrowed).
+        let wait = self.after_deferral(wait);
         let ClientIo::Uring(sock) = &mut self.io else {
             return Err(Error::with(ErrorKind::ClientIo, "not an io_uring socket"));
         };
@@ -424,7 +426,6 @@ impl Conn {
         {
             return Ok(Some(n));
         }
-        wait = self.after_deferral(wait);
         if self.state.shutting_down.get() {
             return Ok(None);
         }
