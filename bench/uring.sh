@@ -5,7 +5,7 @@
 #   bench/tools/bare_uring.c (multishot accept, multishot receive into a provided buffer ring,
 #   sends without a completion, SINGLE_ISSUER + DEFER_TASKRUN): the floors;
 # - weir built with `--features uring`, one binary, on epoll and with WEIR_URING=1 on its io_uring
-#   transport (crates/weir/src/server/uring.rs): hello (examples/hello.yaml) and a 1 KiB cache hit
+#   transport (crates/weir/src/server/uring/): hello (examples/hello.yaml) and a 1 KiB cache hit
 #   (examples/cache.yaml without its compress filter and disk tier, nginx as the origin).
 # Keep-alive at -c100 and -c1000, ROUNDS rounds in rotated order; medians of CPU µs per request,
 # and user-space instructions per request (callgrind, weir bench -c 10) for both transports.

@@ -1,4 +1,4 @@
-//! The io_uring transport of issue 35 §6's experiment (`server/uring.rs`), over real sockets:
+//! The io_uring transport of issue 35 §6's experiment (`server/uring/`), over real sockets:
 //! the `weir` binary built with `--features uring`, run with `WEIR_URING=1`. Each test checks
 //! that the worker did start on its ring, then drives it as a client would: keep-alive,
 //! pipelining, `Connection: close`, a large body to a slow reader (short sends and the send

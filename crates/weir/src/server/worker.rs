@@ -239,7 +239,7 @@ pub(crate) fn run(
     let cfg = published.load();
     let mut builder = tokio::runtime::Builder::new_current_thread();
     builder.enable_all();
-    // The io_uring experiment submits its batch before the worker sleeps (`server/uring.rs`).
+    // The io_uring experiment submits its batch before the worker sleeps (`server/uring/`).
     #[cfg(feature = "uring")]
     let uring = super::uring::wanted();
     #[cfg(feature = "uring")]

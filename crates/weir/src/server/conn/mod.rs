@@ -48,6 +48,8 @@ mod buffers;
 mod h2c;
 mod output;
 mod sendfile;
+#[cfg(feature = "uring")]
+mod uring_wait;
 
 use buffers::{give_buf, read_more, take_buf, READ_BUF};
 
@@ -406,43 +408,6 @@ impl Conn {
                 .max(Duration::from_millis(100));
         }
         wait
-    }
-
-    /// [`Conn::wait_idle`] on the io_uring transport (`server/uring.rs`): the same waits, on the
-    /// ring's completions instead of epoll readiness, and never parked.
-    #[cfg(feature = "uring")]
-    async fn wait_idle_uring(&mut self, wait: Duration) -> Result<Option<usize>, Error> {
-        // The wait if the first read finds nothing (worked out before the socket is borrowed).
-        let wait = self.after_deferral(wait);
-        let ClientIo::Uring(sock) = &mut self.io else {
-            return Err(Error::with(ErrorKind::ClientIo, "not an io_uring socket"));
-        };
-        if self.buf.capacity() == 0 {
-            self.buf = take_buf();
-        }
-        if let Some(n) = sock
-            .try_read_now(&mut self.buf)
-            .or_err(ErrorKind::ClientIo, "read")?
-        {
-            return Ok(Some(n));
-        }
-        if self.state.shutting_down.get() {
-            return Ok(None);
-        }
-        if !sock.has_input() {
-            give_buf(std::mem::take(&mut self.buf));
-            give_buf(std::mem::take(&mut self.out));
-            self.state.set_idle(self.key, Some(wait), false);
-            let ready = std::future::poll_fn(|cx| sock.poll_ready(cx)).await;
-            self.state.set_idle(self.key, None, false);
-            ready.or_err(ErrorKind::ClientIo, "read")?;
-            self.buf = take_buf();
-            self.out = take_buf();
-        }
-        let n = read_more(&mut self.io, &mut self.buf)
-            .await
-            .or_err(ErrorKind::ClientIo, "read")?;
-        Ok(Some(n))
     }
 
     /// Answers one request through the pipeline.
