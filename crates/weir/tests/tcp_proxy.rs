@@ -628,3 +628,81 @@ fn tcp_config_errors_name_the_key() {
         assert!(e.contains(want), "{want:?} not in {e}");
     }
 }
+
+/// user+sys CPU seconds of process `pid` (`/proc/PID/stat` fields 14 and 15).
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split(' ').collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    #[allow(unsafe_code)]
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks / hz
+}
+
+/// Issue 52: ten bytes of a ClientHello and then a FIN on a listener that routes by server
+/// name. The hello can never complete, and the end of stream stays readable, so the peek used
+/// to loop without sleeping until `timeouts.header` (8.6 s of CPU in 12 s). Now the wait ends
+/// at the FIN: the connection is routed as one without a name (to the default upstream), at
+/// once, and the process spends next to no CPU while eight such clients sit there.
+#[test]
+fn a_partial_hello_then_fin_costs_no_cpu() {
+    let (a, other) = (named_backend("A"), named_backend("D"));
+    let port = free_port();
+    let cfg = common::process::write_config(
+        "sni-fin",
+        &format!(
+            "workers: 1\ntimeouts: {{ header: 20s }}\n{}",
+            tcp_config(
+                &format!("  a: {{ servers: ['{a}'] }}\n  d: {{ servers: ['{other}'] }}\n"),
+                "{ upstream: d, routes: [ { sni: a.example, upstream: a } ] }",
+            )
+            .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"))
+        ),
+    );
+    let child = Running(
+        Command::new(WEIR)
+            .args(["run", "-c"])
+            .arg(&cfg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    common::until("weir listens", Duration::from_secs(10), || {
+        TcpStream::connect(addr).is_ok()
+    });
+    let hello = client_hello("a.example");
+    let before = cpu_secs(child.id());
+    let started = Instant::now();
+    let conns: Vec<_> = (0..8)
+        .map(|_| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_nodelay(true).unwrap();
+            s.write_all(&hello[..10]).unwrap();
+            s.shutdown(Shutdown::Write).unwrap();
+            s
+        })
+        .collect();
+    // Each is relayed to the default upstream as soon as its FIN arrives.
+    for mut s in conns {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        assert_eq!(out, "D 16", "a partial hello routes as no name");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "routing waited for the header timeout: {:?}",
+        started.elapsed()
+    );
+    // A second of quiet: the worker is idle, not spinning on the closed sockets.
+    std::thread::sleep(Duration::from_secs(1));
+    let spent = cpu_secs(child.id()) - before;
+    assert!(spent < 0.5, "the process spent {spent:.2} s of CPU");
+    // A whole hello still routes by its name.
+    assert_eq!(answer(addr, &client_hello("a.example")), "A 16");
+    let _ = std::fs::remove_file(cfg);
+}

@@ -180,10 +180,25 @@ async fn peek_name(tcp: &TcpStream, within: Duration) -> Option<String> {
                     let mut probe = vec![std::mem::MaybeUninit::<u8>::uninit(); n + 1];
                     let queued = socket2::SockRef::from(tcp).peek(&mut probe).unwrap_or(0);
                     if queued <= n {
-                        tokio::time::timeout_at(deadline, tcp.readable())
-                            .await
-                            .ok()?
-                            .ok()?;
+                        let ready = tokio::time::timeout_at(
+                            deadline,
+                            tcp.ready(tokio::io::Interest::READABLE),
+                        )
+                        .await
+                        .ok()?
+                        .ok()?;
+                        // The client finished sending (FIN) with the hello incomplete: nothing
+                        // more can come, and an end of stream stays readable whatever
+                        // SO_RCVLOWAT says, so waiting again would spin (issue 52: 10 bytes and
+                        // a FIN took 8.6 s of CPU in 12 s). One last look at what is queued,
+                        // then route as a connection without a name.
+                        if ready.is_read_closed() {
+                            let n = tcp.peek(&mut buf).await.ok()?;
+                            return match sni::parse(&buf[..n]) {
+                                Hello::Done(name) => name,
+                                _ => None,
+                            };
+                        }
                     }
                 }
             }
