@@ -235,3 +235,68 @@ fn if_match_and_if_unmodified_since_answer_412() {
         412
     );
 }
+
+/// Issue 52: dotfiles. `/.git/config`, `/.env`, `/.htpasswd` and a dot-directory's listing
+/// answer 404 by default, directly, escaped (`%2E`) and through a `try_files` route, while
+/// `/.well-known/` is served; `dotfiles: allow` serves them.
+#[test]
+fn dotfiles_are_404_unless_allowed() {
+    let base = std::env::temp_dir().join(format!("weir-static-dot-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let root = base.join("www");
+    for d in [".git", ".well-known/acme-challenge", "sub/.hidden", "pub"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
+    std::fs::write(root.join(".env"), "DB_PASSWORD=hunter2\n").unwrap();
+    std::fs::write(root.join(".htpasswd"), "admin:$apr1$x\n").unwrap();
+    std::fs::write(root.join("sub/.hidden/x.txt"), "hidden").unwrap();
+    std::fs::write(root.join(".well-known/acme-challenge/tok"), "tok.key").unwrap();
+    std::fs::write(root.join("index.html"), "<p>spa</p>").unwrap();
+    std::fs::write(root.join("pub/a.txt"), "public").unwrap();
+    let r = root.display();
+    let routes = format!(
+        "      - match: {{ path_prefix: /spa/ }}\n        static: {{ root: {r}, try_files: [$uri, $uri/, /index.html] }}\n      - match: {{ path_prefix: /open/ }}\n        static: {{ root: {r}, dotfiles: allow }}\n      - static: {{ root: {r}, autoindex: html }}\n"
+    );
+    let srv = start("", &routes);
+    for path in [
+        "/.git/config",
+        "/.env",
+        "/.htpasswd",
+        "/%2Eenv",
+        "/%2egit/config",
+        "/sub/.hidden/x.txt",
+        "/.git/",
+        "/sub/.hidden/",
+    ] {
+        let got = get(srv.addr, path);
+        assert_eq!(got.status, 404, "{path}: {}", got.text());
+    }
+    // Through try_files: the dotfile candidate is skipped, the fallback answers.
+    let got = get(srv.addr, "/spa/.env");
+    assert_eq!(got.status, 200);
+    assert_eq!(got.text(), "<p>spa</p>");
+    assert_eq!(get(srv.addr, "/pub/a.txt").text(), "public");
+    let wk = get(srv.addr, "/.well-known/acme-challenge/tok");
+    assert_eq!((wk.status, wk.text().as_str()), (200, "tok.key"));
+    // The listing of a visible directory leaves dot names out.
+    let listing = get(srv.addr, "/sub/");
+    assert_eq!(listing.status, 200);
+    assert!(!listing.text().contains(".hidden"), "{}", listing.text());
+    // Opted out: served.
+    let env = get(srv.addr, "/open/.env");
+    assert_eq!(
+        (env.status, env.text().as_str()),
+        (200, "DB_PASSWORD=hunter2\n")
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// `dotfiles` takes `deny` or `allow`, and the error names the key.
+#[test]
+fn dotfiles_takes_deny_or_allow() {
+    let err = config_error(
+        "listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - static: { root: ., dotfiles: maybe }\n",
+    );
+    assert!(err.contains("dotfiles"), "{err}");
+}

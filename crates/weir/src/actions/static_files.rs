@@ -2,6 +2,8 @@
 //! `try_files` (a single-page app's fallback), `autoindex` (`autoindex.rs`) and `expires` by
 //! file name (`static_caching.rs`).
 //!
+//! * A path segment starting with `.` (`/.git/config`, `/.env`) is answered 404, whatever
+//!   `try_files` candidate or index reaches it, except `.well-known`; `dotfiles: allow` opts out.
 //! * The request path is percent-decoded and split into segments; `..` is answered 404 and a
 //!   resolved path (symlinks followed) that leaves the canonical root is answered 403, so neither
 //!   traversal nor a symlink can reach outside the root.
@@ -46,6 +48,8 @@ pub struct StaticFiles {
     try_files: Vec<TryFile>,
     autoindex: Option<super::autoindex::Format>,
     caching: Vec<super::static_caching::CacheRule>,
+    /// Serve names starting with `.` (`static.dotfiles: allow`); by default they are 404.
+    dotfiles: bool,
 }
 
 /// One `try_files` entry.
@@ -143,8 +147,9 @@ impl StaticFiles {
                 format!("{:?} is not a directory", s.root),
             ));
         }
+        // `index: []`: no index file (a directory is listed, or 403 without `autoindex`).
         let index = s.index.into_vec();
-        if index.is_empty() || index.iter().any(|i| i.is_empty() || i.contains('/')) {
+        if index.iter().any(|i| i.is_empty() || i.contains('/')) {
             return Err((format!("{path}.index"), "must be file names".into()));
         }
         let mut try_files = Vec::new();
@@ -204,6 +209,7 @@ impl StaticFiles {
             try_files,
             autoindex,
             caching,
+            dotfiles: s.dotfiles == model::Dotfiles::Allow,
         })
     }
 
@@ -268,6 +274,11 @@ impl StaticFiles {
             match seg {
                 b"" | b"." => {}
                 b".." => return Err(canned(404)),
+                // `.git`, `.env`, `.htpasswd`: hidden unless the route allows them; only
+                // RFC 8615's `.well-known` is public by default (issue 52).
+                s if s[0] == b'.' && !self.dotfiles && s != b".well-known" => {
+                    return Err(canned(404))
+                }
                 // No file name is longer (NAME_MAX): 404 without asking the filesystem.
                 s if s.len() > 255 => return Err(canned(404)),
                 s => path.push(std::ffi::OsStr::from_bytes(s)),

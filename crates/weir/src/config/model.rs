@@ -21,7 +21,7 @@ pub use super::model_limits::{EncodedSlashes, Limits, UnderscoresInHeaders};
 pub use super::model_ops::{AccessLog, AccessLogSetting, HealthRoute, Log, RequestId};
 pub use super::model_shield::{ProxyProtocol, Shape, Shield};
 pub use super::model_sites::{Site, SiteTls};
-pub use super::model_static::{CacheControlRule, Static};
+pub use super::model_static::{CacheControlRule, Dotfiles, Static};
 pub use super::model_tcp::{TcpProxy, TcpRoute};
 pub use super::model_tls::{
     Acme, AcmeDns, Certificate, ClientAuth, ClientAuthMode, ClientCert, Http2, Ocsp, OnDemand,

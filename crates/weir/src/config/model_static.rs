@@ -12,7 +12,8 @@ use super::units::Dur;
 pub struct Static {
     /// Directory to serve (relative to the config file's directory).
     pub root: String,
-    /// File served for a directory request; a list is tried in order (nginx `index a b`).
+    /// File served for a directory request; a list is tried in order (nginx `index a b`); an
+    /// empty list serves none (a directory is listed, or 403).
     #[serde(default = "default_index")]
     pub index: super::model::OneOrMany,
     /// Remove the route's `path_prefix` from the request path before mapping it to a file
@@ -31,6 +32,21 @@ pub struct Static {
     /// `Cache-Control` (and `Expires`) on files whose name matches, the first rule that matches.
     #[serde(default)]
     pub cache_control: Vec<CacheControlRule>,
+    /// Paths with a segment that starts with `.` (`/.git/config`, `/.env`, `/.htpasswd`):
+    /// `deny` (the default) answers 404, except under `/.well-known/`; `allow` serves them.
+    #[serde(default)]
+    pub dotfiles: Dotfiles,
+}
+
+/// Whether `static` serves names that start with a dot.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dotfiles {
+    /// 404 for any path segment starting with `.`, but `.well-known` (RFC 8615).
+    #[default]
+    Deny,
+    /// Served like any other file.
+    Allow,
 }
 
 /// Caching fields for the files a pattern matches.
