@@ -376,6 +376,120 @@ fn access_controls_stay_closed_after_import() {
         403,
         "deny under ^~\n{yaml}"
     );
-    assert_eq!(get("/internal/x").status, 403, "internal\n{yaml}");
+    assert_eq!(get("/internal/x").status, 404, "internal\n{yaml}");
     assert_eq!(get("/").text(), "ok\n", "quoted escapes");
+}
+
+/// Issue 52: the import fails closed. A php-fpm site (`fastcgi_pass` in a regex location,
+/// `index index.php`, `try_files ... /index.php?$args`), an `internal` location without a root
+/// of its own, a nested PHP location, and an `if`: served by weir from the conversion, no
+/// request answers with a script's source or a backup, each untranslated location refuses with
+/// the status nginx's phase would give (503 handler, 404 internal, 403 access), the YAML says
+/// why in comments, `weir check` passes, and `--strict` exits 2.
+#[test]
+fn an_import_never_serves_what_it_did_not_translate() {
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("weir-import-php-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let www = dir.join("www");
+    for d in ["backups", "app/sub", "static"] {
+        std::fs::create_dir_all(www.join(d)).unwrap();
+    }
+    let php = "<?php define('DB_PASSWORD', 'hunter2'); ?>";
+    for f in [
+        "index.php",
+        "wp-config.php",
+        "app/x.php",
+        "app/sub/index.php",
+    ] {
+        std::fs::write(www.join(f), php).unwrap();
+    }
+    std::fs::write(www.join("backups/db.sql"), "DB_PASSWORD hunter2").unwrap();
+    std::fs::write(www.join("readme.html"), "readme").unwrap();
+    std::fs::write(www.join("static/a.css"), "css").unwrap();
+    std::fs::write(www.join("static/b.txt"), "txt").unwrap();
+    std::fs::write(www.join(".htaccess"), "DB_PASSWORD hunter2").unwrap();
+    let conf = dir.join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            r#"server {{
+    listen 127.0.0.1:{port};
+    index index.php index.html;
+    location / {{
+        root {www};
+        try_files $uri $uri/ /index.php?$args;
+    }}
+    location ~ \.php$ {{
+        root {www};
+        include fastcgi_params;
+        fastcgi_pass 127.0.0.1:9;
+    }}
+    location /backups/ {{ internal; }}
+    location ~ /\.ht {{ deny all; }}
+    location /app/ {{
+        root {www};
+        location ~ \.php$ {{ fastcgi_pass unix:/run/php/php8.2-fpm.sock; }}
+    }}
+    location /static/ {{
+        root {www};
+        location ~ \.css$ {{ expires 1d; }}
+        if ($request_method = POST) {{ return 405; }}
+    }}
+}}
+"#,
+            www = www.display()
+        ),
+    )
+    .unwrap();
+    let (yaml, stderr, ok) = import(&conf);
+    assert!(ok, "{stderr}");
+    for listed in ["fastcgi_pass", "internal", "if"] {
+        assert!(stderr.contains(listed), "{listed} listed: {stderr}");
+    }
+    assert!(
+        yaml.contains("# weir import: answers 503") && yaml.contains("# weir import: answers 404"),
+        "the YAML says why:\n{yaml}"
+    );
+    let strict = Command::new(WEIR)
+        .args(["import", "--strict"])
+        .arg(&conf)
+        .output()
+        .unwrap();
+    assert_eq!(strict.status.code(), Some(2), "--strict exits 2");
+    let file = dir.join("weir.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    check(&file);
+    let _w = weir(&file, &dir);
+    wait(port, &dir.join("weir.err"));
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let get = |path: &str| {
+        let mut s = common::connect(addr);
+        common::roundtrip(
+            &mut s,
+            format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+    };
+    for (path, status) in [
+        ("/wp-config.php", 503),
+        ("/index.php", 503),
+        ("/", 503),
+        ("/index.php/x", 503),
+        ("/no/such/page", 503),
+        ("/backups/db.sql", 404),
+        ("/backups/", 404),
+        ("/.htaccess", 403),
+        ("/app/x.php", 503),
+        ("/app/sub/", 403),
+        // The parent's `if` refuses the parent; the nested location has none (as in nginx).
+        ("/static/b.txt", 503),
+    ] {
+        let r = get(path);
+        assert_eq!(r.status, status, "{path}\n{yaml}");
+        assert!(!r.text().contains("hunter2"), "{path} leaked: {}", r.text());
+    }
+    // What nginx serves as files is still served.
+    assert_eq!(get("/readme.html").text(), "readme");
+    assert_eq!(get("/static/a.css").text(), "css");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -74,10 +74,14 @@ enum Command {
     /// Load-test an HTTP server (wrk/hey compatible output, sweeps, charts).
     Bench(Box<crate::bench_cmd::BenchArgs>),
     /// Convert an nginx configuration: the weir config on stdout, what could not be translated
-    /// (file:line) on stderr; exit 0 when something was converted.
+    /// (file:line) on stderr; exit 0 when something was converted. A location with something
+    /// untranslated refuses (503, 404 for `internal`, 403 for access rules), never widens.
     Import {
         /// nginx.conf (or a file of `server` blocks); its includes are followed.
         file: PathBuf,
+        /// Exit non-zero (2) when anything was left out or made to refuse.
+        #[arg(long)]
+        strict: bool,
     },
     /// Print the version.
     Version,
@@ -114,7 +118,7 @@ pub fn main() -> ExitCode {
             }
         }
         Command::Check(args) => check::check(&args),
-        Command::Import { file } => match crate::import::nginx(&file) {
+        Command::Import { file, strict } => match crate::import::nginx(&file) {
             Ok(i) => {
                 print!("{}", i.yaml);
                 for s in &i.skipped {
@@ -126,6 +130,12 @@ pub fn main() -> ExitCode {
                         file.display()
                     );
                     ExitCode::FAILURE
+                } else if strict && !i.skipped.is_empty() {
+                    eprintln!(
+                        "weir import: --strict: {} directives not translated (listed above)",
+                        i.skipped.len()
+                    );
+                    ExitCode::from(2)
                 } else {
                     ExitCode::SUCCESS
                 }

@@ -12,6 +12,32 @@
 
 pub mod nginx;
 
+/// `body` with each `__weir_import_note__N: N` line replaced by the comment it stands for, at
+/// the same indentation (a route that refuses says why where it is written).
+fn with_notes(body: &str, notes: &[String]) -> String {
+    let mut out = String::with_capacity(body.len());
+    for line in body.lines() {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        let note = trimmed
+            .strip_prefix(nginx::NOTE_KEY)
+            .and_then(|rest| rest.split_once(": "))
+            .filter(|(k, v)| k == v)
+            .and_then(|(_, n)| n.parse::<usize>().ok())
+            .and_then(|n| notes.get(n));
+        match note {
+            Some(why) => {
+                out.push_str(indent);
+                out.push_str("# weir import: ");
+                out.push_str(&why.replace(['\n', '\r'], " "));
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 use std::path::Path;
 
 /// The converted config as YAML, and what could not be translated.
@@ -28,6 +54,7 @@ pub fn nginx(path: &Path) -> Result<Imported, String> {
     let c = nginx::convert(&tree);
     let body = serde_yaml::to_string(&serde_yaml::Value::Mapping(c.config))
         .map_err(|e| format!("cannot write YAML: {e}"))?;
+    let body = with_notes(&body, &c.notes);
     let yaml = format!(
         "# Converted from {} by `weir import`: {} directives translated, {} listed on stderr.\n{body}",
         path.display(),

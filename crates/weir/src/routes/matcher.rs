@@ -36,6 +36,9 @@ pub enum PathMatch {
     Exact(Bytes),
     Prefix(Bytes),
     Regex(regex::bytes::Regex),
+    /// `path_prefix` and `path_regex` together: both must hold (a regex location nested in a
+    /// prefix location, from `weir import`).
+    PrefixRegex(Bytes, regex::bytes::Regex),
 }
 
 impl Matcher {
@@ -60,10 +63,10 @@ impl Matcher {
             m.path_prefix.is_some(),
             m.path_regex.is_some(),
         ];
-        if given.iter().filter(|g| **g).count() > 1 {
+        if given.iter().filter(|g| **g).count() > 1 && m.path.is_some() {
             return Err((
                 path.to_string(),
-                "give only one of path, path_prefix and path_regex".into(),
+                "give only one of path, path_prefix and path_regex (or path_prefix with path_regex: both must hold)".into(),
             ));
         }
         let check_slash = |key: &str, p: &str| {
@@ -80,19 +83,25 @@ impl Matcher {
             }
             Ok(())
         };
-        let path_match = if let Some(p) = m.path {
-            check_slash("path", &p)?;
-            PathMatch::Exact(Bytes::from(p))
-        } else if let Some(p) = m.path_prefix {
-            check_slash("path_prefix", &p)?;
-            PathMatch::Prefix(Bytes::from(p))
-        } else if let Some(r) = m.path_regex {
-            PathMatch::Regex(
-                regex::bytes::Regex::new(&r)
-                    .map_err(|e| (format!("{path}.path_regex"), format!("invalid regex: {e}")))?,
-            )
-        } else {
-            PathMatch::Any
+        let regex = |r: &str| {
+            regex::bytes::Regex::new(r)
+                .map_err(|e| (format!("{path}.path_regex"), format!("invalid regex: {e}")))
+        };
+        let path_match = match (m.path, m.path_prefix, m.path_regex) {
+            (Some(p), _, _) => {
+                check_slash("path", &p)?;
+                PathMatch::Exact(Bytes::from(p))
+            }
+            (None, Some(p), Some(r)) => {
+                check_slash("path_prefix", &p)?;
+                PathMatch::PrefixRegex(Bytes::from(p), regex(&r)?)
+            }
+            (None, Some(p), None) => {
+                check_slash("path_prefix", &p)?;
+                PathMatch::Prefix(Bytes::from(p))
+            }
+            (None, None, Some(r)) => PathMatch::Regex(regex(&r)?),
+            (None, None, None) => PathMatch::Any,
         };
         let mut headers = Vec::new();
         for (name, value) in m.headers {
@@ -153,6 +162,7 @@ impl Matcher {
             PathMatch::Exact(p) => path == &p[..],
             PathMatch::Prefix(p) => path.starts_with(p),
             PathMatch::Regex(r) => r.is_match(path),
+            PathMatch::PrefixRegex(p, r) => path.starts_with(p) && r.is_match(path),
         };
         if !path_ok {
             return false;
@@ -215,6 +225,11 @@ impl Matcher {
             PathMatch::Exact(p) => parts.push(format!("path {}", String::from_utf8_lossy(p))),
             PathMatch::Prefix(p) => parts.push(format!("path {}*", String::from_utf8_lossy(p))),
             PathMatch::Regex(r) => parts.push(format!("path ~ {}", r.as_str())),
+            PathMatch::PrefixRegex(p, r) => parts.push(format!(
+                "path {}* ~ {}",
+                String::from_utf8_lossy(p),
+                r.as_str()
+            )),
         }
         for (name, value) in &self.headers {
             parts.push(format!("{name}: {}", String::from_utf8_lossy(value)));
@@ -235,7 +250,7 @@ impl Matcher {
     /// The prefix a `static` action strips, if the route matches by prefix.
     pub fn prefix(&self) -> Option<&[u8]> {
         match &self.path {
-            PathMatch::Prefix(p) => Some(p),
+            PathMatch::Prefix(p) | PathMatch::PrefixRegex(p, _) => Some(p),
             _ => None,
         }
     }

@@ -90,7 +90,7 @@ impl Route {
     /// The route's `path_regex`, for `$1`..`$9`.
     pub fn regex(&self) -> Option<&regex::bytes::Regex> {
         match &self.matcher.path {
-            PathMatch::Regex(r) => Some(r),
+            PathMatch::Regex(r) | PathMatch::PrefixRegex(_, r) => Some(r),
             _ => None,
         }
     }
@@ -205,7 +205,7 @@ impl RouteTable {
             )?;
             let (matcher, methods) = Matcher::compile(r.matcher, &format!("{path}.match"))?;
             let regex = match &matcher.path {
-                PathMatch::Regex(r) => Some(r.clone()),
+                PathMatch::Regex(r) | PathMatch::PrefixRegex(_, r) => Some(r.clone()),
                 _ => None,
             };
             let mut filters = listener_filters.to_vec();

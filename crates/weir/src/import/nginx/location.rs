@@ -10,35 +10,228 @@ use super::server::error_pages;
 use super::{map, s, Ctx};
 use super::{not_translated, unknown_variable};
 
-/// A `location`: its rank in nginx's precedence (0 exact, 1 `^~`, 2 regex, 3 prefix), its
-/// prefix (for the ordering), and its routes in order (a `rewrite`'s before the location's, a
-/// `limit_except`'s refusal after).
-pub(super) fn location(
+/// One converted `location` (or a location nested in one): its rank in nginx's precedence (0
+/// exact, 1 `^~`, 2 regex, 3 prefix), its prefix (for the ordering), whether it was nested,
+/// and its routes in order (a `rewrite`'s before the location's, a `limit_except`'s refusal
+/// after).
+pub(super) struct Loc {
+    pub(super) rank: u8,
+    pub(super) prefix: Option<String>,
+    pub(super) nested: bool,
+    pub(super) routes: Vec<Value>,
+}
+
+/// Why a location refuses rather than answer as it was not meant to (issue 52: an import never
+/// widens). nginx's phases rank them: `internal` (404) is decided when the location is found,
+/// access rules (403) before content, a content handler weir cannot run (503) last.
+#[derive(Debug, Clone)]
+pub(super) struct Refusal {
+    pub(super) status: u16,
+    pub(super) why: String,
+}
+
+impl Refusal {
+    fn rank(&self) -> u8 {
+        match self.status {
+            404 => 0,
+            403 => 1,
+            _ => 2,
+        }
+    }
+
+    /// Keeps whichever of `cur` and (`status`, `why`) nginx would answer first.
+    pub(super) fn add(cur: &mut Option<Refusal>, status: u16, why: String) {
+        let new = Refusal { status, why };
+        if cur.as_ref().is_none_or(|c| new.rank() < c.rank()) {
+            *cur = Some(new);
+        }
+    }
+}
+
+/// Content handlers weir does not run: a location holding one answers 503.
+fn handler(name: &str) -> bool {
+    matches!(
+        name,
+        "fastcgi_pass"
+            | "uwsgi_pass"
+            | "scgi_pass"
+            | "grpc_pass"
+            | "memcached_pass"
+            | "perl"
+            | "js_content"
+            | "content_by_lua"
+            | "content_by_lua_block"
+            | "content_by_lua_file"
+            | "rewrite_by_lua"
+            | "rewrite_by_lua_block"
+            | "rewrite_by_lua_file"
+            | "stub_status"
+            | "empty_gif"
+            | "mp4"
+            | "flv"
+            | "hls"
+            | "dav_methods"
+            | "image_filter"
+            | "xslt_stylesheet"
+            | "ssi"
+            | "addition_types"
+            | "random_index"
+            | "echo"
+            | "if"
+    )
+}
+
+/// Access controls weir cannot translate: a location holding one answers 403.
+fn access_control(name: &str) -> bool {
+    matches!(
+        name,
+        "auth_request"
+            | "auth_jwt"
+            | "secure_link"
+            | "secure_link_md5"
+            | "valid_referers"
+            | "satisfy"
+            | "access_by_lua"
+            | "access_by_lua_block"
+            | "access_by_lua_file"
+            | "auth_pam"
+            | "auth_ldap"
+            | "ssl_verify_client"
+            | "geo"
+    )
+}
+
+/// Directives whose absence changes neither who is answered nor with what content (logging,
+/// buffering, timeouts, caching hints, compression tuning): listed, and the location kept.
+/// Anything else weir does not translate makes the location refuse.
+fn harmless(name: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "proxy_",
+        "gzip_",
+        "brotli",
+        "open_file_cache",
+        "ssl_",
+        "autoindex_",
+        "limit_conn",
+        "limit_rate",
+        "client_",
+        "lingering_",
+        "keepalive",
+        "log_",
+        "access_log",
+        "error_log",
+        "charset",
+        "source_charset",
+        "override_charset",
+        "output_buffers",
+        "postpone_output",
+        "sendfile",
+        "fastcgi_",
+        "uwsgi_",
+        "scgi_",
+        "grpc_",
+        "chunked_transfer_encoding",
+        "send_",
+        "resolver",
+        "aio",
+        "directio",
+        "tcp_no",
+    ];
+    PREFIXES.iter().any(|p| name.starts_with(p))
+        || matches!(
+            name,
+            "expires"
+                | "etag"
+                | "if_modified_since"
+                | "types"
+                | "default_type"
+                | "server_tokens"
+                | "msie_padding"
+                | "msie_refresh"
+                | "add_trailer"
+                | "more_set_headers"
+                | "more_clear_headers"
+                | "autoindex"
+                | "limit_req_status"
+                | "reset_timedout_connection"
+                | "underscores_in_headers"
+                | "ignore_invalid_headers"
+                | "max_ranges"
+                | "merge_slashes"
+                | "absolute_redirect"
+                | "port_in_redirect"
+                | "server_name_in_redirect"
+                | "recursive_error_pages"
+                | "log_not_found"
+                | "disable_symlinks"
+                | "read_ahead"
+                | "http2_push"
+                | "http2_push_preload"
+                | "set"
+                | "mirror"
+                | "mirror_request_body"
+                | "slice"
+                | "sub_filter"
+                | "sub_filter_once"
+                | "sub_filter_types"
+        )
+}
+
+/// A route that refuses: `matcher`, a note saying why, and the status.
+pub(super) fn refusal_route(cx: &mut Ctx, matcher: Value, r: &Refusal) -> Value {
+    let mut route = Mapping::new();
+    route.insert(s("match"), matcher);
+    let (k, v) = cx.note(format!("answers {}: {}", r.status, r.why));
+    route.insert(k, v);
+    route.insert(
+        s("respond"),
+        map(vec![("status", Value::Number(r.status.into()))]),
+    );
+    Value::Mapping(route)
+}
+
+/// `location`: its routes, then those of the locations nested in it (flattened: a nested
+/// regex also requires its parent's prefix). `inherited` carries a refusal an enclosing
+/// location made (`internal`, access) down to its nested ones.
+pub(super) fn location(cx: &mut Ctx, d: &Directive, scope: &Scope) -> Vec<Loc> {
+    location_in(cx, d, scope, None, None)
+}
+
+fn location_in(
     cx: &mut Ctx,
     d: &Directive,
     scope: &Scope,
-) -> Option<(u8, Option<String>, Vec<Value>)> {
+    parent: Option<&Loc>,
+    inherited_refusal: Option<&Refusal>,
+) -> Vec<Loc> {
     let mut scope = scope.nested();
     let mut args = d.args.clone();
+    let mut refusal: Option<Refusal> = inherited_refusal.cloned();
     if let [m, r] = args.as_mut_slice() {
         if m.starts_with('~') && regex::Regex::new(r).is_err() {
-            // A location that only denies may deny more than nginx, never less: without its
-            // look-arounds the regex matches a superset of what it matched.
+            // Without its look-arounds the regex matches a superset of what it matched: a
+            // location that only denies may deny more than nginx, never less, and any other
+            // refuses (503) on that superset rather than let its paths fall to another route.
             let denies = d
                 .children()
                 .iter()
                 .any(|c| c.name == "deny" && c.args.first().map(String::as_str) == Some("all"));
             let stripped = without_lookarounds(r);
-            if denies && regex::Regex::new(&stripped).is_ok() {
-                cx.skip(d, &format!("weir's regex engine has no look-arounds: {r:?} became {stripped:?}, which denies more than nginx did"));
-                *r = stripped;
-            } else {
+            if regex::Regex::new(&stripped).is_err() {
                 cx.skip(d, "the regex is not one weir's regex engine takes (look-arounds and backreferences are not supported)");
-                return None;
+                return Vec::new();
             }
+            if denies {
+                cx.skip(d, &format!("weir's regex engine has no look-arounds: {r:?} became {stripped:?}, which denies more than nginx did"));
+            } else {
+                let why = format!("weir's regex engine has no look-arounds: {r:?} became {stripped:?}, which refuses more than nginx served");
+                cx.skip(d, &why);
+                Refusal::add(&mut refusal, 503, why);
+            }
+            *r = stripped;
         }
     }
-    let (rank, matcher, prefix) = match args.as_slice() {
+    let (rank, mut matcher, prefix) = match args.as_slice() {
         [m, p] if m == "=" => (0, map(vec![("path", s(&encode_path(p)))]), None),
         [m, p] if m == "^~" => (
             1,
@@ -48,7 +241,7 @@ pub(super) fn location(
         [m, r] if m == "~" || m == "~*" => {
             if !r.is_ascii() {
                 cx.skip(d, "a regex with non-ASCII letters: weir matches the path percent-encoded, as sent");
-                return None;
+                return Vec::new();
             }
             let r = if m == "~*" {
                 format!("(?i){r}")
@@ -59,26 +252,62 @@ pub(super) fn location(
         }
         [p] if p.starts_with('/') => (3, prefix_match(&encode_path(p)), Some(encode_path(p))),
         [p] if p.starts_with('@') => {
-            cx.skip(d, "named locations are not translated");
-            return None;
+            cx.skip(d, "named locations are not translated (a try_files or error_page that names one answers 503)");
+            return Vec::new();
         }
         _ => {
             cx.skip(d, "location form not understood");
-            return None;
+            return Vec::new();
         }
     };
+    // Nested in a location: a regex also needs the parent's prefix; one nested in a regex
+    // location cannot say both regexes, so it refuses unless it refuses anyway.
+    if let Some(p) = parent {
+        if rank == 2 {
+            match &p.prefix {
+                Some(pp) => {
+                    if let Value::Mapping(m) = &mut matcher {
+                        m.insert(s("path_prefix"), s(pp));
+                    }
+                }
+                None if p.rank == 2 => Refusal::add(
+                    &mut refusal,
+                    503,
+                    "a regex location inside a regex location is not translated".into(),
+                ),
+                None => {}
+            }
+        }
+    }
     let mut returned: Option<Vec<(Value, Value)>> = None;
     let mut proxied: Option<Vec<(Value, Value)>> = None;
     let mut alias = None;
     let mut try_files = None;
     let mut limit_except: Option<&Directive> = None;
     let mut before = Vec::new();
+    let mut nested = Vec::new();
     for x in d.children() {
         match x.name.as_str() {
-            "proxy_pass" => proxied = proxy_pass(cx, x, prefix.as_deref(), &scope),
+            "proxy_pass" => {
+                proxied = proxy_pass(cx, x, prefix.as_deref(), &scope);
+                if proxied.is_none() {
+                    Refusal::add(
+                        &mut refusal,
+                        503,
+                        format!("{}: proxy_pass not translated", x.at()),
+                    );
+                }
+            }
             "return" => {
                 if returned.is_none() {
                     returned = return_action(cx, x);
+                    if returned.is_none() {
+                        Refusal::add(
+                            &mut refusal,
+                            503,
+                            format!("{}: return not translated", x.at()),
+                        );
+                    }
                 } else {
                     cx.skip(x, "a second `return`: the first one answers");
                 }
@@ -92,19 +321,169 @@ pub(super) fn location(
                 cx.done();
             }
             // Its own route, before the location's: the regex keeps deciding.
-            "rewrite" => before.extend(rewrite(cx, x)),
+            "rewrite" => match rewrite(cx, x) {
+                Some(r) => before.push(r),
+                None => Refusal::add(
+                    &mut refusal,
+                    503,
+                    format!("{}: an internal rewrite is not translated", x.at()),
+                ),
+            },
             "limit_except" => {
                 limit_except = Some(x);
                 cx.done();
             }
-            "location" => cx.skip(x, "nested locations are not translated"),
-            _ => {
+            "location" => nested.push(x),
+            "internal" => {
+                cx.skip(
+                    x,
+                    "an internal location answers 404 to every request from outside",
+                );
+                Refusal::add(&mut refusal, 404, format!("{}: internal", x.at()));
+            }
+            name if handler(name) => {
+                cx.skip(x, not_translated(name));
+                Refusal::add(
+                    &mut refusal,
+                    503,
+                    format!("{}: {name} is not translated", x.at()),
+                );
+            }
+            name if access_control(name) => {
+                if name == "ssl_verify_client" && x.args.first().map(String::as_str) == Some("off")
+                {
+                    continue;
+                }
+                cx.skip(x, "access control not translated: the location answers 403");
+                Refusal::add(
+                    &mut refusal,
+                    403,
+                    format!("{}: {name} is not translated", x.at()),
+                );
+            }
+            name => {
                 if !inherited(cx, x, &mut scope) {
-                    cx.skip(x, not_translated(&x.name));
+                    cx.skip(x, not_translated(name));
+                    if !harmless(name) {
+                        Refusal::add(
+                            &mut refusal,
+                            503,
+                            format!("{}: {name} is not translated", x.at()),
+                        );
+                    }
                 }
             }
         }
     }
+    // Access rules weir cannot translate (inherited `auth_request`, `satisfy`, ...), and `deny`.
+    if let Access::Closed(why) = access(&scope) {
+        let why = why.unwrap_or_else(|| "deny".into());
+        Refusal::add(&mut refusal, 403, why);
+    }
+    let this = Loc {
+        rank,
+        prefix: prefix.clone(),
+        nested: parent.is_some(),
+        routes: Vec::new(),
+    };
+    // What nested locations inherit: `internal` and access refusals (a handler is the
+    // location's own).
+    let passed_down = refusal.as_ref().filter(|r| r.status != 503).cloned();
+    let mut out = Vec::new();
+    let routes = match refusal {
+        Some(r) => vec![refusal_route(cx, matcher, &r)],
+        None => match content_routes(
+            cx,
+            d,
+            &scope,
+            matcher,
+            Content {
+                alias,
+                try_files,
+                returned,
+                proxied,
+                limit_except,
+            },
+        ) {
+            Ok(mut routes) => {
+                before.append(&mut routes);
+                before
+            }
+            Err(r) => {
+                let (rank, prefix) = (this.rank, this.prefix.clone());
+                let matcher = location_matcher(&args, rank, prefix.as_deref(), parent);
+                vec![refusal_route(cx, matcher, &r)]
+            }
+        },
+    };
+    for x in nested {
+        out.extend(location_in(
+            cx,
+            x,
+            &scope,
+            Some(&this),
+            passed_down.as_ref(),
+        ));
+    }
+    cx.done();
+    out.push(Loc { routes, ..this });
+    out
+}
+
+/// The match of a location again (a refusal decided after the match was used).
+fn location_matcher(
+    args: &[String],
+    rank: u8,
+    prefix: Option<&str>,
+    parent: Option<&Loc>,
+) -> Value {
+    let mut m = match (rank, args) {
+        (0, [_, p]) => map(vec![("path", s(&encode_path(p)))]),
+        (1 | 3, _) => map(vec![("path_prefix", s(prefix.unwrap_or("/")))]),
+        (_, [m, r]) => map(vec![(
+            "path_regex",
+            s(&if m == "~*" {
+                format!("(?i){r}")
+            } else {
+                r.clone()
+            }),
+        )]),
+        _ => map(vec![("path_prefix", s("/"))]),
+    };
+    if let (2, Some(pp)) = (rank, parent.and_then(|p| p.prefix.as_ref())) {
+        if let Value::Mapping(mm) = &mut m {
+            mm.insert(s("path_prefix"), s(pp));
+        }
+    }
+    m
+}
+
+/// What a location's directives asked for, gathered before its routes are made.
+struct Content<'a> {
+    alias: Option<String>,
+    try_files: Option<Vec<String>>,
+    returned: Option<Vec<(Value, Value)>>,
+    proxied: Option<Vec<(Value, Value)>>,
+    limit_except: Option<&'a Directive>,
+}
+
+/// A location's own routes when nothing in it refuses: its action (`return`, `proxy_pass`, or
+/// files), filters, error pages, and a `limit_except`'s refusal. `Err` when it has nothing
+/// weir can serve (no action and no root, a root with a variable).
+fn content_routes(
+    cx: &mut Ctx,
+    d: &Directive,
+    scope: &Scope,
+    matcher: Value,
+    c: Content<'_>,
+) -> Result<Vec<Value>, Refusal> {
+    let Content {
+        alias,
+        try_files,
+        returned,
+        proxied,
+        limit_except,
+    } = c;
     let mut route = Mapping::new();
     route.insert(s("match"), matcher.clone());
     if let Some(l) = limit_except {
@@ -115,7 +494,7 @@ pub(super) fn location(
             );
         }
     }
-    let mut filters = location_filters(cx, &scope);
+    let mut filters = location_filters(cx, scope);
     // `return` runs before the content phase: it wins over proxy_pass and files.
     let content = returned.or_else(|| proxied.clone());
     if content.is_some() && proxied.is_some() && d.children().iter().any(|c| c.name == "return") {
@@ -133,23 +512,43 @@ pub(super) fn location(
         None => {
             let root = alias.as_ref().or(scope.root.as_ref());
             let Some(root) = root else {
-                cx.skip(d, "no action: no proxy_pass, return or root to serve");
-                return None;
+                cx.skip(
+                    d,
+                    "no action: no proxy_pass, return or root to serve: the location answers 503",
+                );
+                return Err(Refusal {
+                    status: 503,
+                    why: format!("{}: no proxy_pass, return or root weir can serve", d.at()),
+                });
             };
-            let Value::Mapping(st) = static_route(root, &scope, try_files, alias.is_some()) else {
-                return None;
+            if root.contains('$') {
+                cx.skip(
+                    d,
+                    "a root or alias with a variable is not translated: the location answers 503",
+                );
+                return Err(Refusal {
+                    status: 503,
+                    why: format!("{}: root {root:?} has a variable", d.at()),
+                });
+            }
+            let try_files = try_files.map(|t| files_to_try(cx, d, t, &mut route));
+            let Value::Mapping(st) = static_route(root, scope, try_files, alias.is_some()) else {
+                return Err(Refusal {
+                    status: 503,
+                    why: format!("{}: files not translated", d.at()),
+                });
             };
             for (k, v) in st {
                 route.insert(k, v);
             }
             if scope.gzip {
-                filters.push(gzip_filter(&scope));
+                filters.push(gzip_filter(scope));
             }
         }
     }
     if route.contains_key(s("proxy")) {
         if scope.gzip {
-            filters.push(gzip_filter(&scope));
+            filters.push(gzip_filter(scope));
         }
         if let Some(zone) = &scope.proxy_cache {
             let mut ttl = Mapping::new();
@@ -163,22 +562,13 @@ pub(super) fn location(
             route.insert(s("cache"), map(cache));
         }
     }
-    // Access: what nginx closes stays closed.
-    match access(&scope) {
-        Access::Open => {}
-        Access::Filter(f) => filters.insert(0, f),
-        Access::Closed(why) => {
-            if let Some(why) = why {
-                cx.skip(d, &why);
-            }
-            close(&mut route);
-            filters.clear();
-        }
+    if let Access::Filter(f) = access(scope) {
+        filters.insert(0, f);
     }
     if !filters.is_empty() {
         route.insert(s("filters"), Value::Sequence(filters));
     }
-    let pages = error_pages(&scope);
+    let pages = error_pages(scope);
     if !pages.is_empty() {
         let mut m = Mapping::new();
         for (k, v) in pages {
@@ -186,8 +576,7 @@ pub(super) fn location(
         }
         route.insert(s("error_pages"), Value::Mapping(m));
     }
-    let mut routes = before;
-    routes.push(Value::Mapping(route));
+    let mut routes = vec![Value::Mapping(route)];
     // `limit_except M { deny all; }`: the other methods are refused here, not passed on to a
     // later route.
     if let Some(l) = limit_except {
@@ -199,8 +588,38 @@ pub(super) fn location(
             ("respond", map(vec![("status", Value::Number(403.into()))])),
         ]));
     }
-    cx.done();
-    Some((rank, prefix, routes))
+    Ok(routes)
+}
+
+/// `try_files` as weir's static action takes it: `$uri` forms and paths; an entry with another
+/// variable is left out (fewer files tried, never more), and a named location or such a path
+/// as the last entry becomes `=503` (the application behind it is not translated), noted on
+/// the route.
+fn files_to_try(cx: &mut Ctx, d: &Directive, t: Vec<String>, route: &mut Mapping) -> Vec<String> {
+    let n = t.len();
+    let mut out = Vec::with_capacity(n);
+    for (i, e) in t.into_iter().enumerate() {
+        let last = i + 1 == n;
+        let plain = e.starts_with('=')
+            || ((e.starts_with('/') || e.starts_with("$uri"))
+                && !e.replace("$uri", "").contains('$'));
+        if plain {
+            out.push(e);
+        } else if last {
+            let why =
+                format!("try_files falls back to {e:?}, which is not translated: 503 instead");
+            cx.skip(d, &why);
+            let (k, v) = cx.note(why);
+            route.insert(k, v);
+            out.push("=503".into());
+        } else {
+            cx.skip(
+                d,
+                &format!("try_files entry {e:?} is not translated: left out"),
+            );
+        }
+    }
+    out
 }
 
 /// What a scope's `allow`/`deny` rules (and untranslatable access controls) make of its routes.

@@ -23,10 +23,16 @@ mod location;
 pub mod parse;
 mod server;
 
+/// The key of a route's note in the converted mapping (`__weir_import_note__N: N`);
+/// [`Converted::notes`] holds its text.
+pub const NOTE_KEY: &str = "__weir_import_note__";
+
 /// The converted config and what could not be translated.
 #[derive(Debug, Default)]
 pub struct Converted {
     pub config: Mapping,
+    /// Why routes refuse: `NOTE_KEY: N` in `config` stands for comment `N`.
+    pub notes: Vec<String>,
     /// `file:line: directive: why`.
     pub skipped: Vec<String>,
     /// Directives translated.
@@ -35,6 +41,9 @@ pub struct Converted {
 
 struct Ctx {
     out: Converted,
+    /// Why a route refuses, by the number its `__weir_import_note__` key holds: written as a
+    /// YAML comment in its place ([`crate::import::nginx`]'s caller).
+    notes: Vec<String>,
     upstreams: Mapping,
     filters: Mapping,
     zones: Mapping,
@@ -53,9 +62,30 @@ fn map(pairs: Vec<(&str, Value)>) -> Value {
 }
 impl Ctx {
     fn skip(&mut self, d: &Directive, why: &str) {
-        self.out
-            .skipped
-            .push(format!("{}: {}: {why}", d.at(), d.name));
+        // A word that is no directive name (an included file that is not a configuration:
+        // `DB_PASSWORD=x;`) is not echoed.
+        let plausible = d.name.len() <= 48
+            && !d.name.is_empty()
+            && d.name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        let name = if plausible {
+            d.name.as_str()
+        } else {
+            "(a word that is no directive name)"
+        };
+        self.out.skipped.push(format!("{}: {name}: {why}", d.at()));
+    }
+
+    /// A route key that becomes the comment `# weir import: WHY` in the output.
+    fn note(&mut self, why: String) -> (Value, Value) {
+        self.notes.push(why);
+        let n = self.notes.len() - 1;
+        // Keys of one mapping are unique: each note has its own.
+        (
+            s(&format!("{NOTE_KEY}{n}")),
+            Value::Number((n as u64).into()),
+        )
     }
 
     fn done(&mut self) {
@@ -66,6 +96,7 @@ impl Ctx {
 pub fn convert(top: &[Directive]) -> Converted {
     let mut cx = Ctx {
         out: Converted::default(),
+        notes: Vec::new(),
         upstreams: Mapping::new(),
         filters: Mapping::new(),
         zones: Mapping::new(),
@@ -155,6 +186,7 @@ pub fn convert(top: &[Directive]) -> Converted {
     }
     config.insert(s("listeners"), Value::Sequence(listeners));
     cx.out.config = config;
+    cx.out.notes = std::mem::take(&mut cx.notes);
     cx.out
 }
 /// An `http`-level directive.
@@ -223,6 +255,9 @@ fn not_translated(name: &str) -> &'static str {
             "weir's TLS defaults apply (tls.protocols, tls.ciphers: docs/config.md#tls)"
         }
         "if" | "set" | "map" => "conditional rewriting is not translated",
+        "fastcgi_pass" | "uwsgi_pass" | "scgi_pass" | "grpc_pass" | "memcached_pass" => {
+            "weir has no such upstream protocol here: the location answers 503"
+        }
         _ => "not translated",
     }
 }

@@ -7,7 +7,7 @@ use serde_yaml::{Mapping, Value};
 
 use super::http::{inherited, Scope};
 use super::location::{
-    access, close, location, location_filters, return_action, rewrite, static_route, Access,
+    access, close, location, location_filters, return_action, rewrite, static_route, Access, Loc,
 };
 use super::parse::Directive;
 use super::{map, s, Ctx};
@@ -101,11 +101,11 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
             _ => {}
         }
     }
-    let mut locations: Vec<(u8, Option<String>, usize, Vec<Value>)> = Vec::new();
+    let mut locations: Vec<(Loc, usize)> = Vec::new();
     for (i, x) in d.children().iter().enumerate() {
         if x.name == "location" {
-            if let Some((rank, prefix, routes)) = location(cx, x, &scope) {
-                locations.push((rank, prefix, i, routes));
+            for l in location(cx, x, &scope) {
+                locations.push((l, i));
             }
         }
     }
@@ -131,33 +131,35 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
     // it. A linear table keeps that by ranking `^~` prefixes, and plain prefixes nested under
     // one (nginx would pick the longer one), before the regexes, longest first; then the
     // regexes in order; then the other prefixes, longest first.
+    // A regex nested in a prefix location is tried before the server's own regexes, as nginx
+    // tries the regexes inside the prefix location it found first.
     let caret: Vec<String> = locations
         .iter()
-        .filter(|l| l.0 == 1)
-        .filter_map(|l| l.1.clone())
+        .filter(|l| l.0.rank == 1)
+        .filter_map(|l| l.0.prefix.clone())
         .collect();
-    for l in locations.iter_mut() {
-        if l.0 == 3
-            && l.1
+    for (l, _) in locations.iter_mut() {
+        if l.rank == 3
+            && l.prefix
                 .as_ref()
                 .is_some_and(|p| caret.iter().any(|c| p.starts_with(c.as_str())))
         {
-            l.0 = 1;
+            l.rank = 1;
         }
     }
-    locations.sort_by(|a, b| {
-        a.0.cmp(&b.0).then_with(|| match a.0 {
-            1 | 3 => {
-                b.1.as_ref()
-                    .map_or(0, String::len)
-                    .cmp(&a.1.as_ref().map_or(0, String::len))
-            }
-            _ => a.2.cmp(&b.2),
+    locations.sort_by(|(a, ai), (b, bi)| {
+        a.rank.cmp(&b.rank).then_with(|| match a.rank {
+            1 | 3 => b
+                .prefix
+                .as_ref()
+                .map_or(0, String::len)
+                .cmp(&a.prefix.as_ref().map_or(0, String::len)),
+            _ => (!a.nested, *ai).cmp(&(!b.nested, *bi)),
         })
     });
     srv.routes = server_level;
     srv.routes
-        .extend(locations.into_iter().flat_map(|(_, _, _, r)| r));
+        .extend(locations.into_iter().flat_map(|(l, _)| l.routes));
     let has_root_location = srv.routes.iter().any(|r| {
         r.get("match")
             .and_then(|m| m.get("path_prefix"))
@@ -192,8 +194,128 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
             srv.routes.push(route);
         }
     }
+    files_stay_files(cx, &mut srv.routes);
     srv
 }
+/// nginx's `index` and a `try_files` whose last entry is a path are internal redirects: that
+/// URI is matched against the locations again. weir's static action serves it as a file of the
+/// same root, which is the same answer only when the URI lands on a static route of that
+/// root. When another route would take it (`/index.php` into a PHP location), serving the file
+/// would hand out a script's source, which the import must never do: an index name is left
+/// out (a directory without one answers 403), and a fallback becomes `=503`, noted on the
+/// route.
+fn files_stay_files(cx: &mut Ctx, routes: &mut [Value]) {
+    let root_of = |r: &Value| {
+        r.get("static")
+            .and_then(|st| st.get("root"))
+            .and_then(Value::as_str)
+            .map(String::from)
+    };
+    for i in 0..routes.len() {
+        let Some(root) = root_of(&routes[i]) else {
+            continue;
+        };
+        // Whether `path` is answered by this route or a static one of the same root.
+        let stays = |routes: &[Value], path: &str| {
+            let taker = routes.iter().position(|r| path_matches(r, path));
+            taker.is_none_or(|t| t == i || root_of(&routes[t]).as_deref() == Some(&root))
+        };
+        let st = routes[i].get("static");
+        let dir = routes[i]
+            .get("match")
+            .and_then(|m| m.get("path_prefix"))
+            .and_then(Value::as_str)
+            .filter(|p| p.ends_with('/'))
+            .unwrap_or("/")
+            .to_string();
+        let index: Vec<String> = match st.and_then(|st| st.get("index")) {
+            Some(Value::Sequence(v)) => v
+                .iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect(),
+            _ => vec!["index.html".into()],
+        };
+        let kept: Vec<String> = index
+            .iter()
+            .filter(|n| stays(routes, &format!("{dir}{n}")))
+            .cloned()
+            .collect();
+        let last = st
+            .and_then(|st| st.get("try_files"))
+            .and_then(Value::as_sequence)
+            .and_then(|t| t.last())
+            .and_then(Value::as_str)
+            .filter(|l| l.starts_with('/'))
+            .map(String::from);
+        let fallback_leaves = last
+            .as_ref()
+            .is_some_and(|l| !stays(routes, l.split('?').next().unwrap_or("/")));
+        let mut notes = Vec::new();
+        if kept.len() != index.len() {
+            let gone: Vec<&String> = index.iter().filter(|n| !kept.contains(n)).collect();
+            notes.push(format!("index {gone:?} left out: another location serves it in nginx (a directory without an index answers 403)"));
+        }
+        if fallback_leaves {
+            notes.push(format!(
+                "try_files falls back to {:?}, which another location serves in nginx: 503 instead",
+                last.as_deref().unwrap_or_default()
+            ));
+        }
+        for why in notes {
+            cx.out
+                .skipped
+                .push(format!("(a static route of root {root}): {why}"));
+            let (k, v) = cx.note(why);
+            let Value::Mapping(m) = &mut routes[i] else {
+                continue;
+            };
+            m.insert(k, v);
+            let Some(Value::Mapping(st)) = m.get_mut(s("static")) else {
+                continue;
+            };
+            if kept.len() != index.len() {
+                st.insert(
+                    s("index"),
+                    Value::Sequence(kept.iter().map(|n| s(n)).collect()),
+                );
+            }
+            if fallback_leaves {
+                if let Some(Value::Sequence(t)) = st.get_mut(s("try_files")) {
+                    if let Some(l) = t.last_mut() {
+                        *l = s("=503");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether route `r`'s path conditions (exact, prefix, regex) all hold for `path`, and it has
+/// no other condition that could make it pass the path on.
+fn path_matches(r: &Value, path: &str) -> bool {
+    let Some(m) = r.get("match") else {
+        return true;
+    };
+    let exact = m
+        .get("path")
+        .and_then(Value::as_str)
+        .is_none_or(|p| p == path);
+    let prefix = m
+        .get("path_prefix")
+        .and_then(Value::as_str)
+        .is_none_or(|p| path.starts_with(p));
+    let re = m
+        .get("path_regex")
+        .and_then(Value::as_str)
+        .is_none_or(|re| regex::Regex::new(re).is_ok_and(|re| re.is_match(path)));
+    let only_path = m.as_mapping().is_none_or(|m| {
+        m.keys()
+            .all(|k| matches!(k.as_str(), Some("path" | "path_prefix" | "path_regex")))
+    });
+    exact && prefix && re && only_path
+}
+
 pub(super) fn error_pages(scope: &Scope) -> BTreeMap<String, String> {
     let Some(root) = &scope.root else {
         return BTreeMap::new();
