@@ -189,3 +189,89 @@ fn on_demand_config_errors_name_the_key() {
     ));
     assert!(e.contains("tls.acme.names"), "{e}");
 }
+
+/// Issue 52: names a random-SNI client makes up under an `allow` wildcard do not hold the
+/// table for good. With `max_names: 1`, a name asked for once and then left alone for
+/// `per` is forgotten (its stored certificate removed) when a new name needs the room, and the
+/// new name gets its own certificate; while the first is still being asked for, there is no
+/// room, and a third name gets none.
+#[test]
+fn names_no_one_asks_for_again_make_room() {
+    if !have_all_or_skip(&["pebble", "pebble-challtestsrv"], "apt-get install pebble") {
+        return;
+    }
+    let https = free_port();
+    let mut pebble = Pebble::start(free_port(), https);
+    let _ = &mut pebble;
+    let storage = pebble.pki.dir.join("acme-on-demand-forget");
+    let yaml = format!(
+        r#"workers: 1
+listeners:
+  - address: 127.0.0.1:{https}
+    tls:
+      acme:
+        directory: "{dir}"
+        directory_ca: "{ca}"
+        storage: "{storage}"
+        challenge: tls-alpn-01
+        retry_after: 1s
+        on_demand: {{ allow: ["*.od.test"], rate: 5, per: 3s, max_names: 1, forget_after: 1h, wait: 50s }}
+    routes:
+      - respond: {{ body: "hi $host\n" }}
+"#,
+        dir = pebble.dir_url,
+        ca = pebble.pki.ca_file().display(),
+        storage = storage.display(),
+    );
+    let addr: SocketAddr = format!("127.0.0.1:{https}").parse().unwrap();
+    let h = start(&yaml);
+    let root = pebble.root();
+    let (body, _) = handshake(addr, "junk1.od.test", &root).expect("junk1");
+    assert_eq!(body, "hi junk1.od.test\n");
+    assert!(storage.join("on-demand/junk1.od.test/cert.pem").exists());
+    // Asked for again just now: no room for another name.
+    assert!(handshake(addr, "junk2.od.test", &root).is_err());
+    // Left alone for `per` (3 s): forgotten to make room for a real name.
+    let quiet = Instant::now();
+    while quiet.elapsed() < Duration::from_millis(3200) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (body, _) = handshake(addr, "real.od.test", &root).expect("room made for a new name");
+    assert_eq!(body, "hi real.od.test\n");
+    assert!(
+        !storage.join("on-demand/junk1.od.test").exists(),
+        "the forgotten name's storage is removed"
+    );
+    h.shutdown();
+    h.join();
+}
+
+/// `weir check` warns about a wildcard `allow` without `ask`, and about a rate over a public
+/// CA's limits; the defaults draw neither warning about the rate.
+#[test]
+fn check_warns_about_a_wildcard_allow_without_ask_and_a_rate_over_ca_limits() {
+    let run = |od: &str| {
+        let yaml = format!(
+            "listeners:\n  - address: 127.0.0.1:0\n    tls:\n      acme:\n        directory: https://127.0.0.1:1/dir\n        challenge: tls-alpn-01\n        storage: /tmp/weir-od-check\n        on_demand: {od}\n    routes: [ {{ respond: {{ body: x }} }} ]\n"
+        );
+        let file = common::process::write_config("od-check", &yaml);
+        let out = std::process::Command::new(common::process::WEIR)
+            .args(["check", "-c"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&file);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let wild = run("{ allow: ['*.customers.example'] }");
+    assert!(
+        wild.contains("on_demand.allow") && wild.contains("without ask"),
+        "{wild}"
+    );
+    assert!(!wild.contains("Let's Encrypt"), "the default rate: {wild}");
+    let asked = run("{ allow: ['*.customers.example'], ask: 'http://127.0.0.1:9/check' }");
+    assert!(!asked.contains("without ask"), "{asked}");
+    let fast = run("{ ask: 'http://127.0.0.1:9/check', rate: 10, per: 1m }");
+    assert!(fast.contains("Let's Encrypt"), "{fast}");
+}

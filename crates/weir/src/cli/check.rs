@@ -146,6 +146,21 @@ fn model_warnings(file: &model::File, at: impl Fn(&str) -> String) -> Vec<String
         }
     }
     for (i, l) in file.listeners.iter().enumerate() {
+        let acme = l
+            .tls
+            .as_ref()
+            .and_then(|t| t.acme.as_ref())
+            .map(|a| (format!("listeners[{i}].tls.acme"), a))
+            .into_iter()
+            .chain(l.sites.iter().enumerate().filter_map(|(j, site)| {
+                let a = site.tls.as_ref()?.acme.as_ref()?;
+                Some((format!("listeners[{i}].sites[{j}].tls.acme"), a))
+            }));
+        for (key, a) in acme {
+            if let Some(od) = &a.on_demand {
+                out.extend(on_demand_warnings(od, &key, &at));
+            }
+        }
         if l.routes.is_empty() && l.tcp.is_none() && l.sites.is_empty() {
             out.push(format!(
                 "{}: listener {} has no routes: every request gets 404",
@@ -165,6 +180,37 @@ fn model_warnings(file: &model::File, at: impl Fn(&str) -> String) -> Vec<String
                 ));
             }
         }
+    }
+    out
+}
+
+/// What is legal but risky in an `on_demand` section: a wildcard `allow` without `ask` (any
+/// client has a certificate ordered for any name it makes up under it), and a rate over a
+/// public CA's limits.
+fn on_demand_warnings(
+    od: &model::OnDemand,
+    key: &str,
+    at: &impl Fn(&str) -> String,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if od.ask.is_none() {
+        if let Some(w) = od.allow.iter().find(|p| p.starts_with("*.")) {
+            out.push(format!(
+                "{}: allow {w:?} without ask: any client can have a certificate ordered for a name it makes up under it (random names spend `rate` and `max_names`); add `ask` to approve real names",
+                at(&format!("{key}.on_demand.allow"))
+            ));
+        }
+    }
+    // Let's Encrypt: 300 new orders per 3 hours per account.
+    let per = od.per.0.as_secs_f64().max(0.001);
+    let in_3h = f64::from(od.rate) + f64::from(od.rate) * (3.0 * 3600.0) / per;
+    if in_3h > 300.0 {
+        out.push(format!(
+            "{}: rate {} per {:?} allows {in_3h:.0} new orders in 3 hours, over Let's Encrypt's 300 per 3 hours per account: a public CA will refuse orders",
+            at(&format!("{key}.on_demand.rate")),
+            od.rate,
+            od.per.0
+        ));
     }
     out
 }

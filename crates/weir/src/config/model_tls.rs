@@ -331,9 +331,14 @@ pub struct OnDemand {
     pub rate: u32,
     #[serde(default = "default_on_demand_per")]
     pub per: super::units::Dur,
-    /// At most this many names served on demand.
+    /// At most this many names served on demand. When it is reached, the name handshakes asked
+    /// for least recently is forgotten to make room, if none asked for it within `per`.
     #[serde(default = "default_on_demand_max")]
     pub max_names: usize,
+    /// A name no handshake asked for in this long is forgotten: no longer served or renewed,
+    /// and its stored certificate removed (a name a random-SNI client made up is not kept).
+    #[serde(default = "default_on_demand_forget")]
+    pub forget_after: super::units::Dur,
     /// How long a handshake waits for its certificate; past it the handshake goes on with the
     /// default certificate and the order continues.
     #[serde(default = "default_on_demand_wait")]
@@ -344,8 +349,14 @@ fn default_on_demand_rate() -> u32 {
     10
 }
 
+/// 10 new orders per 10 minutes, a burst of 10: at most 190 in 3 hours, within Let's Encrypt's
+/// 300 new orders per 3 hours per account (it was 10 a minute: 600 an hour).
 fn default_on_demand_per() -> super::units::Dur {
-    super::units::Dur(std::time::Duration::from_secs(60))
+    super::units::Dur(std::time::Duration::from_secs(600))
+}
+
+fn default_on_demand_forget() -> super::units::Dur {
+    super::units::Dur(std::time::Duration::from_secs(24 * 3600))
 }
 
 fn default_on_demand_max() -> usize {

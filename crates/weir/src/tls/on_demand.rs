@@ -12,8 +12,14 @@
 //! * asks are limited to [`ASK_RATE`] per second; a name `ask` refused is refused without
 //!   asking for [`DENIED_FOR`], and a name whose order failed is not ordered again for
 //!   [`FAILED_FOR`];
-//! * new orders are limited to `rate` per `per` (a token bucket), and the names served or being
+//! * new orders are limited to `rate` per `per` (a token bucket; the default, 10 per 10 minutes,
+//!   stays within Let's Encrypt's 300 new orders per 3 hours), and the names served or being
 //!   ordered to `max_names`;
+//! * a name no handshake asked for within `forget_after` is forgotten (not served, not renewed,
+//!   its storage removed), and at `max_names` the least recently asked-for name is forgotten to
+//!   make room if none asked for it within `per`: names a random-SNI client made up under an
+//!   `allow` wildcard do not fill the table for good (`weir check` warns about a wildcard
+//!   without `ask`);
 //! * a handshake waits at most `wait` (after reading its ClientHello within `timeouts.header`,
 //!   and before finishing within it again); the order goes on without it, within
 //!   `acme_issue::limit`.
@@ -115,11 +121,20 @@ struct Pending {
     clients: HashMap<IpAddr, usize>,
 }
 
+/// A name served on demand.
+#[derive(Debug)]
+struct Served {
+    certs: Arc<AcmeCerts>,
+    /// When a handshake last asked for it (or it was stored).
+    asked: Instant,
+}
+
 /// What on-demand issuance remembers across reloads (`runtime/registry.rs`).
 #[derive(Debug)]
 pub struct State {
-    /// Names served, with their certificates (issued or loaded from storage).
-    certs: Mutex<HashMap<String, Arc<AcmeCerts>>>,
+    /// Names served, with their certificates (issued or loaded from storage) and when a
+    /// handshake last asked for each.
+    certs: Mutex<HashMap<String, Served>>,
     pending: Mutex<Pending>,
     /// Names refused (by `ask`, or by a failed order) until a time, and why.
     refused: Mutex<HashMap<String, (Instant, Refused)>>,
@@ -176,15 +191,76 @@ impl OnDemand {
 
     /// The certificate served for `name` (lowercase, no trailing dot), if one was obtained.
     pub fn cert(&self, name: &str) -> Option<Arc<CertifiedKey>> {
-        let certs = lock(&self.state.certs);
-        let c = certs.get(name)?;
-        let current = c.current.load();
+        let mut certs = lock(&self.state.certs);
+        let c = certs.get_mut(name)?;
+        c.asked = Instant::now();
+        let current = c.certs.current.load();
         current.as_ref().map(|c| c.key.clone())
     }
 
-    /// Every name's certificate, for renewals.
+    /// Every name's certificate, for renewals (names idle past `forget_after` are forgotten
+    /// first: they are not renewed).
     pub fn all(&self) -> Vec<Arc<AcmeCerts>> {
-        lock(&self.state.certs).values().cloned().collect()
+        self.forget_idle();
+        lock(&self.state.certs)
+            .values()
+            .map(|c| c.certs.clone())
+            .collect()
+    }
+
+    /// Forgets the names no handshake asked for within `forget_after`.
+    fn forget_idle(&self) {
+        let limit = self.settings.forget_after.0;
+        let gone: Vec<String> = {
+            let mut certs = lock(&self.state.certs);
+            let gone: Vec<String> = certs
+                .iter()
+                .filter(|(_, c)| c.asked.elapsed() >= limit)
+                .map(|(n, _)| n.clone())
+                .collect();
+            for n in &gone {
+                certs.remove(n);
+            }
+            gone
+        };
+        for n in gone {
+            self.forgotten(&n, "no handshake asked for it within forget_after");
+        }
+    }
+
+    /// At `max_names`: forgets the least recently asked-for name if none asked for it within
+    /// `per`; whether room was made.
+    fn make_room(&self) -> bool {
+        let oldest = {
+            let mut certs = lock(&self.state.certs);
+            let oldest = certs
+                .iter()
+                .min_by_key(|(_, c)| c.asked)
+                .filter(|(_, c)| c.asked.elapsed() >= self.settings.per.0)
+                .map(|(n, _)| n.clone());
+            if let Some(n) = &oldest {
+                certs.remove(n);
+            }
+            oldest
+        };
+        match oldest {
+            Some(n) => {
+                self.forgotten(&n, "max_names reached, and it was asked for least recently");
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes a forgotten name's stored certificate, and says so (rate-limited).
+    fn forgotten(&self, name: &str, why: &str) {
+        if issuable(name) {
+            let _ = std::fs::remove_dir_all(self.storage.join(name));
+        }
+        static FORGOT: crate::logs::Limited = crate::logs::Limited::new();
+        if let Some(suppressed) = FORGOT.admit() {
+            tracing::info!(name, why, suppressed, "on-demand TLS: name forgotten");
+        }
     }
 
     /// A certificate for `name` (lowercase, no trailing dot) asked for by a handshake from
@@ -211,7 +287,14 @@ impl OnDemand {
                     return Err(Refused::Busy);
                 }
                 if lock(&self.state.certs).len() + pending.names.len() >= self.settings.max_names {
-                    return Err(Refused::TooManyNames);
+                    self.forget_idle();
+                    let full = || {
+                        lock(&self.state.certs).len() + pending.names.len()
+                            >= self.settings.max_names
+                    };
+                    if full() && !(self.make_room() && !full()) {
+                        return Err(Refused::TooManyNames);
+                    }
                 }
                 let (tx, rx) = watch::channel(None);
                 pending.names.insert(name.to_string(), (rx.clone(), client));
@@ -358,7 +441,7 @@ impl OnDemand {
     /// The certificate state for `name` (its stored certificate loaded, if any).
     fn child(&self, name: &str) -> Arc<AcmeCerts> {
         if let Some(c) = lock(&self.state.certs).get(name) {
-            return c.clone();
+            return c.certs.clone();
         }
         let mut settings = self.acme.clone();
         settings.names = vec![name.to_string()];
@@ -372,7 +455,13 @@ impl OnDemand {
 
     /// Serves `certs` for `name` from now on.
     fn keep(&self, name: &str, certs: Arc<AcmeCerts>) -> Result<(), Refused> {
-        lock(&self.state.certs).insert(name.to_string(), certs);
+        lock(&self.state.certs).insert(
+            name.to_string(),
+            Served {
+                certs,
+                asked: Instant::now(),
+            },
+        );
         Ok(())
     }
 }
