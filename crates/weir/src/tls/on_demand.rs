@@ -292,8 +292,11 @@ impl OnDemand {
                         lock(&self.state.certs).len() + pending.names.len()
                             >= self.settings.max_names
                     };
-                    if full() && !(self.make_room() && !full()) {
-                        return Err(Refused::TooManyNames);
+                    if full() {
+                        let made = self.make_room();
+                        if !made || full() {
+                            return Err(Refused::TooManyNames);
+                        }
                     }
                 }
                 let (tx, rx) = watch::channel(None);
