@@ -3,7 +3,7 @@
 #   /usr/bin/weir                      the dist profile (stripped, no debug info)
 #   /lib/systemd/system/weir.service   deploy/weir.service, with /usr/bin paths
 #   /etc/weir/weir.yaml, /etc/weir/www examples/hello.yaml and examples/www (conffiles)
-#   /usr/share/doc/weir                README.md and docs/config.md
+#   /usr/share/doc/weir                README.md, ARCHITECTURE.md and docs/ (the README's links)
 # dpkg-deb does the packing (cargo-deb would need another tool installed; this is the same
 # layout in a page of shell). Usage: bash packaging/deb/build.sh  (from the repository root)
 set -euo pipefail
@@ -19,7 +19,9 @@ install -d "$root/lib/systemd/system" "$root/etc/weir" "$root/usr/share/doc/weir
 sed 's|/usr/local/bin/weir|/usr/bin/weir|g' deploy/weir.service > "$root/lib/systemd/system/weir.service"
 install -m 644 examples/hello.yaml "$root/etc/weir/weir.yaml"
 cp -r examples/www "$root/etc/weir/www"
-install -m 644 README.md docs/config.md "$root/usr/share/doc/weir/"
+install -m 644 README.md ARCHITECTURE.md "$root/usr/share/doc/weir/"
+install -d "$root/usr/share/doc/weir/docs"
+install -m 644 docs/*.md "$root/usr/share/doc/weir/docs/"
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 cat > "$root/DEBIAN/control" <<CONTROL
 Package: weir
