@@ -19,7 +19,12 @@
 //! - an encoded `?` or `#` (`%3F`, `%23`): a query or fragment to an origin that decodes first;
 //! - bytes that are never UTF-8 (`%C0`, `%C1`, `%F5`–`%FF`): overlong encodings (`%C0%AE` is `.`
 //!   to a lax decoder);
-//! - a malformed escape (`%zz`, `%4`).
+//! - a malformed escape (`%zz`, `%4`);
+//! - raw bytes above 0x7F (RFC 3986 wants them escaped; `keep.utf8` passes UTF-8 through);
+//! - Unicode look-alikes of `.`, `/` and `\`, raw or escaped: every code point NFKC folds
+//!   into one (U+FF0E `．`, U+FF0F `／`, U+2024 `․`, U+2025 `‥`, U+FE52 `﹒`, U+FF3C `＼`,
+//!   U+2100 `℀` ...): `/％2e％2e/private` is `/../private` to an origin that applies NFKC
+//!   (issue 52).
 //!
 //! Case, trailing dots and spaces are left as they are: an origin that folds `/PRIVATE/` into
 //! `/private/` must be matched by routes written for it.
@@ -33,6 +38,11 @@ pub type Refusal = &'static str;
 /// Bytes [`is_normal`] looks at: 1 ends the fast path at once, 2 is a `/`.
 const CLASS: [u8; 256] = {
     let mut t = [0u8; 256];
+    let mut b = 0x80;
+    while b < 256 {
+        t[b] = 1;
+        b += 1;
+    }
     t[b'%' as usize] = 1;
     t[b'\\' as usize] = 1;
     t[b';' as usize] = 1;
@@ -82,35 +92,93 @@ fn unreserved(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
 }
 
+/// What a listener passes through that is refused by default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Keep {
+    /// `%2F` and `%5C`.
+    pub encoded_slashes: bool,
+    /// Raw `;`.
+    pub semicolons: bool,
+    /// Raw UTF-8 (bytes above 0x7F).
+    pub utf8: bool,
+}
+
+/// Code points that NFKC folds into text holding `.`, `/` or `\` (all 38 of them, from
+/// Python's `unicodedata` over U+0080..U+10FFFF): an origin that normalises them sees dot
+/// segments and separators no route saw.
+const LOOKALIKES: [char; 38] = [
+    '\u{2024}',
+    '\u{2025}',
+    '\u{2026}',
+    '\u{2100}',
+    '\u{2101}',
+    '\u{2105}',
+    '\u{2106}',
+    '\u{2488}',
+    '\u{2489}',
+    '\u{248A}',
+    '\u{248B}',
+    '\u{248C}',
+    '\u{248D}',
+    '\u{248E}',
+    '\u{248F}',
+    '\u{2490}',
+    '\u{2491}',
+    '\u{2492}',
+    '\u{2493}',
+    '\u{2494}',
+    '\u{2495}',
+    '\u{2496}',
+    '\u{2497}',
+    '\u{2498}',
+    '\u{2499}',
+    '\u{249A}',
+    '\u{249B}',
+    '\u{33C2}',
+    '\u{33C7}',
+    '\u{33D8}',
+    '\u{FE19}',
+    '\u{FE30}',
+    '\u{FE52}',
+    '\u{FE68}',
+    '\u{FF0E}',
+    '\u{FF0F}',
+    '\u{FF3C}',
+    '\u{1F100}',
+];
+
 /// The normal form of `path` (a request target's path, before any `?`): `Ok(None)` when it is
 /// already normal (the caller keeps its slice), `Ok(Some(new))` when rewritten, `Err` when it
 /// is refused.
 pub fn normalize(path: &[u8], keep_encoded_slashes: bool) -> Result<Option<Vec<u8>>, Refusal> {
-    normalize_with(path, keep_encoded_slashes, false)
+    normalize_with(
+        path,
+        Keep {
+            encoded_slashes: keep_encoded_slashes,
+            ..Keep::default()
+        },
+    )
 }
 
-/// [`normalize`], with raw `;` passed when `keep_semicolons`. The check that a path is
-/// already normal is inlined into the parser; the rewrite is not (it is rare).
+/// [`normalize`], with what `keep` passes through. The check that a path is already normal is
+/// inlined into the parser; the rewrite is not (it is rare).
 #[inline]
-pub fn normalize_with(
-    path: &[u8],
-    keep_encoded_slashes: bool,
-    keep_semicolons: bool,
-) -> Result<Option<Vec<u8>>, Refusal> {
+pub fn normalize_with(path: &[u8], keep: Keep) -> Result<Option<Vec<u8>>, Refusal> {
     if is_normal(path) {
         return Ok(None);
     }
-    rewrite(path, keep_encoded_slashes, keep_semicolons).map(Some)
+    rewrite(path, keep).map(Some)
 }
 
 /// The normal form of a path that is not in it, or why it is refused.
 #[cold]
 #[inline(never)]
-fn rewrite(
-    path: &[u8],
-    keep_encoded_slashes: bool,
-    keep_semicolons: bool,
-) -> Result<Vec<u8>, Refusal> {
+fn rewrite(path: &[u8], keep: Keep) -> Result<Vec<u8>, Refusal> {
+    let Keep {
+        encoded_slashes: keep_encoded_slashes,
+        semicolons: keep_semicolons,
+        utf8: keep_utf8,
+    } = keep;
     // 1. Escapes: decode the unreserved, refuse the unsafe, upper-case the rest. Segments are
     //    split on the raw `/` only, so a kept `%2F` stays inside its segment.
     let mut decoded = Vec::with_capacity(path.len());
@@ -154,6 +222,7 @@ fn rewrite(
                 }
                 i += 3;
             }
+            0x80..=0xFF if !keep_utf8 => return Err("a raw non-ASCII byte in request path"),
             b => {
                 decoded.push(b);
                 text.push(b);
@@ -161,8 +230,11 @@ fn rewrite(
             }
         }
     }
-    if std::str::from_utf8(&text).is_err() {
+    let Ok(text) = std::str::from_utf8(&text) else {
         return Err("a request path that is not UTF-8 once decoded");
+    };
+    if !text.is_ascii() && text.contains(LOOKALIKES) {
+        return Err("a Unicode look-alike of . / or \\ in request path");
     }
     // 2. Segments: merge empty ones (`//`), drop `.`, pop on `..` (not above the root).
     let mut out: Vec<u8> = Vec::with_capacity(decoded.len());
@@ -285,9 +357,58 @@ mod tests {
         }
     }
 
+    /// Issue 52: look-alikes of `.` and `/` (escaped or raw) and raw non-ASCII bytes are
+    /// refused; escaped UTF-8 letters pass; `keep.utf8` passes raw UTF-8 but never a look-alike.
+    #[test]
+    fn unicode_look_alikes_and_raw_non_ascii_are_refused() {
+        let utf8 = |p: &[u8]| {
+            normalize_with(
+                p,
+                super::Keep {
+                    utf8: true,
+                    ..super::Keep::default()
+                },
+            )
+        };
+        for escaped in [
+            "/%EF%BC%8E%EF%BC%8E/private/x",
+            "/a%EF%BC%8Fb",
+            "/%E2%80%A5/private",
+            "/%EF%B9%92%EF%B9%92/x",
+            "/x%EF%BC%BCy",
+            "/%ef%bc%8e%ef%bc%8e/private",
+        ] {
+            assert!(n(escaped).is_err(), "{escaped}");
+            assert!(
+                utf8(escaped.as_bytes()).is_err(),
+                "{escaped} with utf8 kept"
+            );
+        }
+        for raw in ["/．．/private", "/a／b", "/‥/private", "/﹒﹒/x", "/x＼y"] {
+            assert!(n(raw).is_err(), "{raw}");
+            assert!(utf8(raw.as_bytes()).is_err(), "{raw} with utf8 kept");
+        }
+        assert_eq!(n("/caf\u{e9}"), Err("a raw non-ASCII byte in request path"));
+        assert!(n("/a\u{0430}b").is_err());
+        assert_eq!(
+            utf8("/caf\u{e9}/x".as_bytes()),
+            Ok(Some("/caf\u{e9}/x".as_bytes().to_vec()))
+        );
+        // Escaped letters are what RFC 3986 asks for: they pass, as they are.
+        assert_eq!(n("/%D0%BF%D1%80"), Ok("/%D0%BF%D1%80".into()));
+    }
+
     #[test]
     fn semicolons_can_be_kept() {
-        let keep = |p: &str| normalize_with(p.as_bytes(), false, true);
+        let keep = |p: &str| {
+            normalize_with(
+                p.as_bytes(),
+                super::Keep {
+                    semicolons: true,
+                    ..super::Keep::default()
+                },
+            )
+        };
         assert_eq!(
             keep("/a;jsessionid=1/b").map(|o| o.map(|v| String::from_utf8(v).unwrap())),
             Ok(Some("/a;jsessionid=1/b".to_string()))

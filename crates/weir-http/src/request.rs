@@ -33,6 +33,9 @@ pub struct Limits {
     pub keep_encoded_slashes: bool,
     /// Pass raw `;` path parameters through instead of refusing them (off by default).
     pub keep_semicolons: bool,
+    /// Pass raw UTF-8 in a path through instead of refusing it (off by default); look-alikes of
+    /// `.`, `/` and `\` are refused either way (`path.rs`).
+    pub keep_utf8: bool,
     /// Fields whose names hold `_` (nginx's `underscores_in_headers`).
     pub underscores: Underscores,
 }
@@ -58,6 +61,7 @@ impl Default for Limits {
             normalize_path: true,
             keep_encoded_slashes: false,
             keep_semicolons: false,
+            keep_utf8: false,
             underscores: Underscores::Allow,
         }
     }
@@ -423,8 +427,11 @@ pub fn parse_request(
     if limits.normalize_path && !matches!(form, TargetForm::Asterisk) {
         if let Some(path) = crate::path::normalize_with(
             &target_bytes[path_at..path_end],
-            limits.keep_encoded_slashes,
-            limits.keep_semicolons,
+            crate::path::Keep {
+                encoded_slashes: limits.keep_encoded_slashes,
+                semicolons: limits.keep_semicolons,
+                utf8: limits.keep_utf8,
+            },
         )
         .map_err(ParseError::BadRequest)?
         {

@@ -31,6 +31,11 @@ fn origin_view(path: &str) -> String {
         p = d;
     }
     let p = p.replace('\\', "/");
+    // NFKC, for the code points that fold into `.`, `/` or `\\` (issue 52).
+    let p = p
+        .replace(['\u{FF0E}', '\u{FE52}', '\u{2024}'], ".")
+        .replace('\u{2025}', "..")
+        .replace(['\u{FF0F}', '\u{FF3C}', '\u{FE68}'], "/");
     let mut out: Vec<&str> = Vec::new();
     for seg in p.split('/') {
         match seg.split(';').next().unwrap_or("") {
@@ -135,6 +140,15 @@ const SPELLINGS: &[&str] = &[
     "/api/%E0%80%AE%E0%80%AE/private/x",
     "/api/%F0%80%80%AE%F0%80%80%AE/private/x",
     "/api/%E0%80%AF..%E0%80%AFprivate/x",
+    // Issue 52: Unicode look-alikes of `.` and `/`, escaped and raw, for an origin that
+    // applies NFKC to paths.
+    "/api/%EF%BC%8E%EF%BC%8E/private/x",
+    "/api/%E2%80%A5/private/x",
+    "/api%EF%BC%8F..%EF%BC%8Fprivate/x",
+    "/api/%EF%B9%92%EF%B9%92/private/x",
+    "/api/\u{FF0E}\u{FF0E}/private/x",
+    "/api/\u{2025}/private/x",
+    "/api\u{FF0F}..\u{FF0F}private/x",
 ];
 
 fn sure_the_origin_would_serve_it(p: &str) {
@@ -198,6 +212,45 @@ fn no_spelling_of_a_protected_path_reaches_it_without_a_token_over_http2() {
         "{:?}",
         seen.lock().unwrap()
     );
+}
+
+/// Issue 52: raw bytes above 0x7F in an HTTP/1.1 request target are refused (400) and never
+/// relayed, unless `limits.utf8_paths: keep`, where the origin gets them as sent; a look-alike
+/// of `.` is refused either way.
+#[test]
+fn raw_non_ascii_paths_are_refused_unless_kept() {
+    let send = |s: &TestServer, path: &[u8]| {
+        let mut c = s.connect();
+        let mut raw = b"GET ".to_vec();
+        raw.extend_from_slice(path);
+        raw.extend_from_slice(b" HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        roundtrip(&mut c, &raw)
+    };
+    let (o, seen) = normalising_origin();
+    let s = server(&o, "");
+    for path in [
+        "/caf\u{e9}".as_bytes(),
+        b"/a\xff",
+        "/\u{0430}pi/x".as_bytes(),
+    ] {
+        assert_eq!(send(&s, path).status, 400, "{path:?}");
+    }
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    drop(s);
+    let s = server(&o, "limits: { utf8_paths: keep }");
+    let r = send(&s, "/caf\u{e9}".as_bytes());
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), "public /caf\u{e9}");
+    assert_eq!(send(&s, b"/a\xff").status, 400, "never UTF-8");
+    assert_eq!(
+        send(&s, "/api/\u{FF0E}\u{FF0E}/private/x".as_bytes()).status,
+        400
+    );
+    assert!(seen.lock().unwrap()[0].starts_with("GET /caf\u{e9} HTTP/1.1"));
 }
 
 trait WriteFrames {

@@ -28,6 +28,11 @@ pub struct Limits {
     /// the default: Tomcat and Jetty drop `;...` from a segment, which no route sees) or passed
     /// through (`keep`). `..;` and `%3B` are refused either way.
     pub semicolons: EncodedSlashes,
+    /// Raw bytes above 0x7F in a request path (RFC 3986 wants them percent-encoded): refused
+    /// with 400 (`reject`, the default) or passed through as UTF-8 (`keep`) for origins that
+    /// need them. Unicode look-alikes of `.`, `/` and `\` (U+FF0E, U+FF0F, U+2025 ...), raw
+    /// or escaped, are refused either way.
+    pub utf8_paths: EncodedSlashes,
     /// Request fields whose names hold `_`: kept (`allow`), left out (`drop`, nginx's
     /// `underscores_in_headers off`) or answered 400 (`reject`).
     pub underscores_in_headers: UnderscoresInHeaders,
@@ -63,6 +68,7 @@ impl Default for Limits {
             backlog: 4096,
             encoded_slashes: EncodedSlashes::Reject,
             semicolons: EncodedSlashes::Reject,
+            utf8_paths: EncodedSlashes::Reject,
             underscores_in_headers: UnderscoresInHeaders::Allow,
         }
     }

@@ -91,6 +91,7 @@ async fn bridge(
         normalize_path: false,
         keep_encoded_slashes: true,
         keep_semicolons: true,
+        keep_utf8: true,
         underscores: weir_http::Underscores::Allow,
     };
     let head = loop {

@@ -54,6 +54,7 @@ pub(crate) fn compile(
             normalize_path: true,
             keep_encoded_slashes: l.encoded_slashes == model::EncodedSlashes::Keep,
             keep_semicolons: l.semicolons == model::EncodedSlashes::Keep,
+            keep_utf8: l.utf8_paths == model::EncodedSlashes::Keep,
             underscores: match l.underscores_in_headers {
                 model::UnderscoresInHeaders::Allow => weir_http::Underscores::Allow,
                 model::UnderscoresInHeaders::Drop => weir_http::Underscores::Drop,
