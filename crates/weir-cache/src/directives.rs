@@ -8,8 +8,14 @@ pub struct Directives {
     pub max_age: Option<u64>,
     pub s_maxage: Option<u64>,
     pub no_store: bool,
-    /// `no-cache` (with or without field names: both mean "revalidate before use" here).
+    /// `no-cache` without field names: revalidate before every use.
     pub no_cache: bool,
+    /// `no-cache="a, b"`, the qualified form (RFC 9111 §5.2.2.4): the response may be reused
+    /// without revalidation, but never with the listed fields, which are not stored
+    /// (lower-case names). weir takes this reading rather than treating it as unqualified
+    /// (which the RFC also allows): the rest of the response stays cacheable, as the origin
+    /// meant; the public cache test suite checks for it.
+    pub no_cache_fields: Vec<Vec<u8>>,
     pub private: bool,
     pub public: bool,
     pub must_revalidate: bool,
@@ -39,7 +45,15 @@ impl Directives {
                     b"max-age" => d.max_age = Some(secs().unwrap_or(0)),
                     b"s-maxage" => d.s_maxage = Some(secs().unwrap_or(0)),
                     b"no-store" => d.no_store = true,
-                    b"no-cache" => d.no_cache = true,
+                    b"no-cache" => match arg.filter(|a| !a.trim_ascii().is_empty()) {
+                        Some(fields) => d.no_cache_fields.extend(
+                            fields
+                                .split(|b| *b == b',')
+                                .map(|f| f.trim_ascii().to_ascii_lowercase())
+                                .filter(|f| !f.is_empty()),
+                        ),
+                        None => d.no_cache = true,
+                    },
                     b"private" => d.private = true,
                     b"public" => d.public = true,
                     b"must-revalidate" => d.must_revalidate = true,
@@ -162,8 +176,10 @@ mod tests {
             (d.stale_while_revalidate, d.stale_if_error),
             (Some(30), Some(600))
         );
-        let d = p("no-cache=\"set-cookie, x-a\", private, must-revalidate");
-        assert!(d.no_cache && d.private && d.must_revalidate);
+        let d = p("no-cache=\"set-cookie, X-A\", private, must-revalidate");
+        assert!(!d.no_cache && d.private && d.must_revalidate);
+        assert_eq!(d.no_cache_fields, [b"set-cookie".to_vec(), b"x-a".to_vec()]);
+        assert!(p("no-cache").no_cache && p("no-cache=\"\"").no_cache);
         let d = p("max-stale, min-fresh=5, only-if-cached, no-store");
         assert_eq!(d.max_stale, Some(None));
         assert_eq!(d.min_fresh, Some(5));

@@ -12,18 +12,38 @@ use crate::object::{CachedObject, ObjectMeta};
 use crate::policy::{self, http_date, storable, values, AgeClock, Storable, StoreRules};
 
 /// The fields kept when a response is stored (and shown to coalesced followers): hop-by-hop
-/// fields, Content-Length (re-added from the body) and Age (recomputed) are dropped.
+/// fields, Content-Length (re-added from the body), Age (recomputed) and the fields a
+/// `Cache-Control: no-cache="..."` lists are dropped.
 pub fn stored_headers(headers: &[Header]) -> Vec<Header> {
     let tokens = ConnectionTokens::of(headers);
+    let unstored = unstored_fields(headers);
     headers
         .iter()
         .filter(|h| {
             !is_hop_by_hop(&h.name, &tokens)
                 && !h.name.eq_ignore_ascii_case(b"content-length")
                 && !h.name.eq_ignore_ascii_case(b"age")
+                && !unstored.iter().any(|n| h.name.eq_ignore_ascii_case(n))
         })
         .cloned()
         .collect()
+}
+
+/// The fields `Cache-Control: no-cache="a, b"` says are never reused from the cache (RFC 9111
+/// §5.2.2.4): not stored, so no hit shows them.
+fn unstored_fields(headers: &[Header]) -> Vec<Vec<u8>> {
+    if !headers
+        .iter()
+        .any(|h| h.name.eq_ignore_ascii_case(b"cache-control") && may_qualify_no_cache(&h.value))
+    {
+        return Vec::new();
+    }
+    crate::directives::Directives::parse(values(headers, "cache-control")).no_cache_fields
+}
+
+/// Whether a Cache-Control value may hold a qualified `no-cache` (a `=` after `no-cache`).
+fn may_qualify_no_cache(v: &[u8]) -> bool {
+    v.windows(9).any(|w| w.eq_ignore_ascii_case(b"no-cache="))
 }
 
 /// The stored form of a response to a request with fields `req_headers`. `s`: what policy said
@@ -205,6 +225,8 @@ pub fn refreshed(
         .cloned()
         .collect();
     headers.extend(updates.into_iter().cloned());
+    let unstored = unstored_fields(&headers);
+    headers.retain(|h| !unstored.iter().any(|n| h.name.eq_ignore_ascii_case(n)));
     let s = storable(
         &weir_http::Method::Get,
         &[],

@@ -322,3 +322,46 @@ fn ttl_forever_keeps_an_object_fresh_for_years() {
     assert_eq!(again.header("x-cache"), Some("HIT"));
     assert_eq!(o.requests(), 1);
 }
+
+/// Issue 52, RFC 9111 §5.2.2.4: `no-cache="a"` is the qualified form. weir takes the reading
+/// the public cache test suite checks: the response is reused while fresh (no revalidation),
+/// without the listed fields, which are never stored; the first client, whose response came
+/// from the origin, gets them. An unqualified `no-cache` still revalidates every use.
+#[test]
+fn qualified_no_cache_reuses_the_response_without_the_listed_fields() {
+    for (cc, gone, kept) in [
+        (
+            "Cache-Control: no-cache=\"a\", max-age=3600\r\n",
+            &["a"][..],
+            "b",
+        ),
+        (
+            "Cache-Control: no-cache=\"a\"\r\nCache-Control: max-age=3600\r\n",
+            &["a"][..],
+            "b",
+        ),
+        (
+            "Cache-Control: max-age=3600, no-cache=\"A, B\"\r\n",
+            &["a", "b"][..],
+            "c",
+        ),
+    ] {
+        let h = format!("{cc}a: 1\r\nb: 2\r\nc: 3\r\n");
+        let o = scripted(move |_, n| resp("200 OK", &h, &format!("body{n}")));
+        let c = cache(&o.origin, "", "1m");
+        let first = get(&c, "/q", "");
+        assert_eq!(
+            first.header("a"),
+            Some("1"),
+            "{cc}: the origin's own answer"
+        );
+        let hit = get(&c, "/q", "");
+        assert_eq!(hit.text(), "body1", "{cc}: reused");
+        assert_eq!(o.requests(), 1, "{cc}: no revalidation while fresh");
+        for g in gone {
+            assert_eq!(hit.header(g), None, "{cc}: {g} is never reused");
+        }
+        assert!(hit.header(kept).is_some(), "{cc}: {kept} is");
+        assert!(status_of(&hit).contains("hit"), "{}", status_of(&hit));
+    }
+}
