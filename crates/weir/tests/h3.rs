@@ -39,6 +39,10 @@ fn setup(tag: &str, extra: &str) -> Setup {
     let counted = hits.clone();
     let origin = common::origin::http_origin(move |req| {
         counted.fetch_add(1, Ordering::SeqCst);
+        // A slow origin, for requests in flight at shutdown.
+        if req.line.contains("/proxied/slow") {
+            std::thread::sleep(Duration::from_secs(2));
+        }
         let body = format!(
             "origin saw {} xff={} proto={} via={} early={}",
             req.line.trim_end(),
@@ -70,6 +74,10 @@ listeners:
     routes:
       - match: {{ path: /hello }}
         respond: {{ body: "Hello, World\n" }}
+      - match: {{ path: /whoami, client: [127.0.0.1] }}
+        respond: {{ body: "allowed $remote_addr" }}
+      - match: {{ path: /whoami }}
+        respond: {{ body: "other $remote_addr" }}
       - match: {{ path_prefix: /echo }}
         echo: {{}}
       - match: {{ path_prefix: /static/ }}
@@ -781,5 +789,147 @@ fn a_body_that_differs_from_its_content_length_is_refused_not_forwarded_whole() 
         before,
         "the origin answered a malformed request"
     );
+    inproc::stop(s.handle);
+}
+
+/// A QUIC variable-length integer read from `r`.
+async fn read_varint(r: &mut quinn::RecvStream) -> Option<u64> {
+    let mut first = [0u8; 1];
+    r.read_exact(&mut first).await.ok()?;
+    let len = 1usize << (first[0] >> 6);
+    let mut rest = [0u8; 7];
+    r.read_exact(&mut rest[..len - 1]).await.ok()?;
+    let mut v = u64::from(first[0] & 0x3f);
+    for b in &rest[..len - 1] {
+        v = (v << 8) | u64::from(*b);
+    }
+    Some(v)
+}
+
+/// The id of the first GOAWAY frame on the server's control stream (its other unidirectional
+/// streams, QPACK's, are skipped).
+async fn goaway_id(conn: quinn::Connection) -> Option<u64> {
+    loop {
+        let mut r = conn.accept_uni().await.ok()?;
+        if read_varint(&mut r).await? != 0 {
+            continue;
+        }
+        loop {
+            let ty = read_varint(&mut r).await?;
+            let len = read_varint(&mut r).await?;
+            if ty == 0x07 {
+                return read_varint(&mut r).await;
+            }
+            let mut skip = vec![0u8; len as usize];
+            r.read_exact(&mut skip).await.ok()?;
+        }
+    }
+}
+
+/// A GET for `path` as an HTTP/3 HEADERS frame, QPACK-encoded from the static table only.
+fn raw_get(authority: &str, path: &str) -> Vec<u8> {
+    // Required Insert Count 0, Delta Base 0; :method GET (17), :scheme https (23); :authority
+    // (0) and :path (1) as literals with a static name reference.
+    let mut block = vec![0x00, 0x00, 0xC0 | 17, 0xC0 | 23];
+    for (index, value) in [(0u8, authority), (1, path)] {
+        block.push(0x50 | index);
+        block.push(value.len() as u8);
+        block.extend_from_slice(value.as_bytes());
+    }
+    let mut frame = vec![0x01, block.len() as u8];
+    frame.extend_from_slice(&block);
+    frame
+}
+
+/// Issue 52: at shutdown, a complete request waiting on a 2 s origin is answered (HTTP/3 used
+/// to close 1.7 s later with no answer), the GOAWAY names the first stream not processed, and a
+/// request opened on that stream anyway is refused with H3_REQUEST_REJECTED and never reaches
+/// the origin (a client retries it elsewhere: a POST is never run twice).
+#[test]
+fn shutdown_finishes_requests_in_flight_and_refuses_streams_past_the_goaway() {
+    let s = setup("drain", "timeouts: { shutdown: 10s }");
+    let c = Client::new(h3c::client_config(&s.pki.ca_der, false));
+    let conn = c.connect(s.addr, "leaf.test").unwrap();
+    let hits = s.hits.clone();
+    let handle = s.handle;
+    let started = Instant::now();
+    let (slow, goaway, rejected, stopping) = c.rt.block_on(async {
+        // The client's control-stream driver is never polled: the server's GOAWAY is read
+        // here, and the client goes on opening a stream past it, as a racing client would.
+        let (_driver, mut send) = h3::client::new(h3_quinn::Connection::new(conn.clone()))
+            .await
+            .unwrap();
+        let goaway = tokio::spawn(goaway_id(conn.clone()));
+        let slow = tokio::spawn(async move {
+            h3c::request(&mut send, "leaf.test", "GET", "/proxied/slow", &[], b"").await
+        });
+        while hits.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let stopping = std::thread::spawn(move || inproc::stop(handle));
+        let id = tokio::time::timeout(Duration::from_secs(5), goaway)
+            .await
+            .expect("a GOAWAY within 5 s")
+            .unwrap();
+        let (mut tx, mut rx) = conn.open_bi().await.unwrap();
+        let sent_on = tx.id().index() * 4;
+        let _ = tx.write_all(&raw_get("leaf.test", "/proxied/again")).await;
+        let _ = tx.finish();
+        let mut buf = [0u8; 64];
+        let rejected = match tokio::time::timeout(Duration::from_secs(5), rx.read(&mut buf)).await {
+            Ok(Err(quinn::ReadError::Reset(code))) => Some((sent_on, code.into_inner())),
+            other => panic!("stream {sent_on} past the GOAWAY: {other:?}"),
+        };
+        let slow = slow.await.unwrap();
+        (slow, id, rejected, stopping)
+    });
+    let slow = slow.expect("the request in flight is answered");
+    assert_eq!(slow.status, 200);
+    assert!(slow.text().contains("GET /proxied/slow"), "{}", slow.text());
+    assert_eq!(
+        goaway,
+        Some(4),
+        "GOAWAY names stream 4, the first not processed"
+    );
+    assert_eq!(rejected, Some((4, 0x10B)), "H3_REQUEST_REJECTED");
+    assert_eq!(
+        s.hits.load(Ordering::SeqCst),
+        1,
+        "the refused request never ran"
+    );
+    stopping.join().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+/// Issue 52: a client that migrates its connection (QUIC, RFC 9000 §9) is judged by the address
+/// it has now: `match.client` and `$remote_addr` follow it from 127.0.0.1 to 127.0.0.2 on the
+/// same connection.
+#[test]
+fn a_migrated_connection_is_judged_by_its_current_address() {
+    let s = setup("migrate", "");
+    let c = Client::new(h3c::client_config(&s.pki.ca_der, false));
+    let conn = c.connect(s.addr, "leaf.test").unwrap();
+    c.rt.block_on(async {
+        let mut send = h3c::session(&conn).await.unwrap();
+        let r = h3c::request(&mut send, "leaf.test", "GET", "/whoami", &[], b"")
+            .await
+            .unwrap();
+        assert_eq!(r.text(), "allowed 127.0.0.1");
+        let moved = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
+        c.endpoint.rebind(moved).unwrap();
+        // The server learns the new path from the next packets: ask until it answers from it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = h3c::request(&mut send, "leaf.test", "GET", "/whoami", &[], b"")
+                .await
+                .unwrap();
+            if r.text() == "other 127.0.0.2" {
+                break;
+            }
+            assert_eq!(r.text(), "allowed 127.0.0.1", "one path or the other");
+            assert!(Instant::now() < deadline, "never seen from 127.0.0.2");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
     inproc::stop(s.handle);
 }

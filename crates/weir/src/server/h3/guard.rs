@@ -14,6 +14,12 @@
 //! decoded size the setting counts); any other frame up to [`OTHER`]. A stream past them is
 //! stopped with H3_EXCESSIVE_LOAD; on the control stream `h3` then closes the connection. The
 //! cost is a few instructions per frame header and none per payload byte.
+//!
+//! It also keeps the GOAWAY's promise ([`GoAway`]): `h3` 0.0.8 sends the last stream it
+//! accepted as the GOAWAY's id (RFC 9114 §5.2: the first stream *not* processed) and goes on
+//! accepting a request on that id, which a client retries elsewhere (a POST run twice). The
+//! connection sends GOAWAY with the next id instead, and every request stream at or above it
+//! is refused here with H3_REQUEST_REJECTED before `h3` sees it.
 
 use std::task::{ready, Context, Poll};
 
@@ -22,6 +28,27 @@ use h3::quic::{self, ConnectionErrorIncoming, StreamErrorIncoming, StreamId, Wri
 
 /// H3_EXCESSIVE_LOAD (RFC 9114 §8.1).
 const EXCESSIVE_LOAD: u64 = 0x107;
+/// H3_REQUEST_REJECTED (RFC 9114 §8.1): the request was not processed, retry it elsewhere.
+const REQUEST_REJECTED: u64 = 0x10B;
+
+/// The request streams a connection accepted and, once it sent GOAWAY, the first it refuses.
+#[derive(Debug, Default)]
+pub(super) struct GoAway {
+    /// The next client-initiated bidirectional stream id after the last one accepted.
+    next: std::cell::Cell<u64>,
+    /// The GOAWAY's id: streams at or above it are refused.
+    refused_from: std::cell::Cell<Option<u64>>,
+}
+
+impl GoAway {
+    /// The id a GOAWAY sent now carries (the first request stream not processed), from now on
+    /// refused.
+    pub(super) fn close_at_next(&self) -> u64 {
+        let id = self.next.get();
+        self.refused_from.set(Some(id));
+        id
+    }
+}
 /// The longest frame of a type other than DATA and HEADERS (SETTINGS, GOAWAY, PRIORITY_UPDATE,
 /// reserved and unknown types): real ones are tens of bytes.
 const OTHER: u64 = 16 * 1024;
@@ -275,13 +302,19 @@ fn guard_bidi(b: h3_quinn::BidiStream<Bytes>, limits: Limits) -> GuardedBidi {
 pub(super) struct Guarded {
     inner: h3_quinn::Connection,
     limits: Limits,
+    goaway: std::rc::Rc<GoAway>,
 }
 
 impl Guarded {
-    pub(super) fn new(conn: quinn::Connection, limits: Limits) -> Guarded {
+    pub(super) fn new(
+        conn: quinn::Connection,
+        limits: Limits,
+        goaway: std::rc::Rc<GoAway>,
+    ) -> Guarded {
         Guarded {
             inner: h3_quinn::Connection::new(conn),
             limits,
+            goaway,
         }
     }
 }
@@ -308,11 +341,27 @@ impl quic::Connection<Bytes> for Guarded {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Result<GuardedBidi, ConnectionErrorIncoming>> {
-        let b = ready!(quic::Connection::<Bytes>::poll_accept_bidi(
-            &mut self.inner,
-            cx
-        ))?;
-        Poll::Ready(Ok(guard_bidi(b, self.limits)))
+        loop {
+            let mut b = ready!(quic::Connection::<Bytes>::poll_accept_bidi(
+                &mut self.inner,
+                cx
+            ))?;
+            let id = quic::SendStream::<Bytes>::send_id(&b).into_inner();
+            if self
+                .goaway
+                .refused_from
+                .get()
+                .is_some_and(|from| id >= from)
+            {
+                quic::RecvStream::stop_sending(&mut b, REQUEST_REJECTED);
+                quic::SendStream::<Bytes>::reset(&mut b, REQUEST_REJECTED);
+                continue;
+            }
+            if id >= self.goaway.next.get() {
+                self.goaway.next.set(id + 4);
+            }
+            return Poll::Ready(Ok(guard_bidi(b, self.limits)));
+        }
     }
 
     fn opener(&self) -> Opener {

@@ -30,6 +30,10 @@ const FLUSH_AT: usize = 64 * 1024;
 /// One stream being answered.
 pub(super) struct H3Stream {
     shared: Rc<ConnShared>,
+    /// The client's address on the connection's current path when the request arrived: QUIC
+    /// connections migrate (RFC 9000 §9), and a client that moved is judged, limited and logged
+    /// by where it is now, not where it connected from (issue 52).
+    peer: SocketAddr,
     /// What the handshake settled when the request was read.
     tls: Rc<crate::tls::TlsInfo>,
     rt: Rc<WorkerRuntime>,
@@ -59,7 +63,7 @@ pub(super) struct H3Stream {
 impl std::fmt::Debug for H3Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("H3Stream")
-            .field("peer", &self.shared.peer)
+            .field("peer", &self.peer)
             .field("started", &self.started)
             .finish_non_exhaustive()
     }
@@ -119,6 +123,7 @@ pub(super) async fn serve(
     let (mut parts, ()) = request.into_parts();
     let mut d = H3Stream {
         tls: shared.tls(early),
+        peer: shared.current_peer(),
         shared,
         rt: rt.clone(),
         stream,
@@ -289,7 +294,7 @@ async fn timed<T>(
 
 impl Downstream for H3Stream {
     fn peer(&self) -> SocketAddr {
-        self.shared.peer
+        self.peer
     }
 
     fn version(&self) -> Version {
