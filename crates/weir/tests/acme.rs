@@ -599,3 +599,46 @@ listeners:
         storage = storage.display(),
     )
 }
+
+/// Issue 52: a directory whose TLS certificate does not verify (pebble's, without
+/// `directory_ca`) is named as such in the log, with what to do, not `client error (Connect)`.
+#[test]
+fn a_directory_whose_certificate_does_not_verify_is_named() {
+    if !have_all_or_skip(&["pebble", "pebble-challtestsrv"], "apt-get install pebble") {
+        return;
+    }
+    let p = free_ports(2);
+    let pebble = Pebble::start(p[0], p[1]);
+    let storage = pebble.pki.dir.join("acme-unverified");
+    let file = pebble.pki.dir.join("weir-unverified.yaml");
+    let log = pebble.pki.dir.join("weir-unverified.log");
+    std::fs::write(
+        &file,
+        format!(
+            r#"
+listeners:
+  - address: 127.0.0.1:{tls}
+    tls:
+      acme: {{ names: [alpn.weir.test], directory: "{dir}", storage: "{storage}",
+               challenge: tls-alpn-01, check_every: 1h, retry_after: 1h }}
+    routes:
+      - respond: {{ body: "secure" }}
+"#,
+            tls = p[1],
+            dir = pebble.dir_url,
+            storage = storage.display(),
+        ),
+    )
+    .unwrap();
+    let _weir = weir(&file, &log);
+    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    common::until("the failed attempt logged", Duration::from_secs(30), || {
+        logs().contains("obtaining a certificate failed")
+    });
+    let text = logs();
+    assert!(
+        text.contains("UnknownIssuer") || text.contains("invalid peer certificate"),
+        "the certificate problem is named:\n{text}"
+    );
+    assert!(text.contains("directory_ca"), "and what to do:\n{text}");
+}

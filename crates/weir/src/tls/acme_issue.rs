@@ -128,9 +128,9 @@ async fn attempt(certs: &AcmeCerts, records: &mut Vec<(String, String)>) -> Resu
                 .await?
                 .new_order(&NewOrder::new(&identifiers))
                 .await
-                .map_err(|e| format!("new order: {e}"))?
+                .map_err(|e| format!("new order: {}", why(&e)))?
         }
-        Err(e) => return Err(format!("new order: {e}")),
+        Err(e) => return Err(format!("new order: {}", why(&e))),
     };
     // What this attempt answers, taken back whatever happens.
     let mut answered = Answered {
@@ -140,7 +140,7 @@ async fn attempt(certs: &AcmeCerts, records: &mut Vec<(String, String)>) -> Resu
     };
     let mut authorizations = order.authorizations();
     while let Some(authz) = authorizations.next().await {
-        let mut authz = authz.map_err(|e| format!("authorization: {e}"))?;
+        let mut authz = authz.map_err(|e| format!("authorization: {}", why(&e)))?;
         match authz.status {
             AuthorizationStatus::Pending => {}
             AuthorizationStatus::Valid => continue,
@@ -183,7 +183,7 @@ async fn attempt(certs: &AcmeCerts, records: &mut Vec<(String, String)>) -> Resu
         challenge
             .set_ready()
             .await
-            .map_err(|e| format!("challenge for {name}: {e}"))?;
+            .map_err(|e| format!("challenge for {name}: {}", why(&e)))?;
     }
     let patience = RetryPolicy::new()
         .initial_delay(Duration::from_millis(250))
@@ -191,7 +191,7 @@ async fn attempt(certs: &AcmeCerts, records: &mut Vec<(String, String)>) -> Resu
     let status = order
         .poll_ready(&patience)
         .await
-        .map_err(|e| format!("waiting for validation: {e}"))?;
+        .map_err(|e| format!("waiting for validation: {}", why(&e)))?;
     if status != OrderStatus::Ready {
         return Err(format!(
             "the order is {status:?} after validation (is {} reachable from the CA on port {}?)",
@@ -213,11 +213,11 @@ async fn attempt(certs: &AcmeCerts, records: &mut Vec<(String, String)>) -> Resu
     order
         .finalize_csr(csr.der())
         .await
-        .map_err(|e| format!("finalize: {e}"))?;
+        .map_err(|e| format!("finalize: {}", why(&e)))?;
     let chain = order
         .poll_certificate(&patience)
         .await
-        .map_err(|e| format!("certificate: {e}"))?;
+        .map_err(|e| format!("certificate: {}", why(&e)))?;
     drop(answered);
     certs.install(&chain, &key.serialize_pem())
 }
@@ -273,7 +273,7 @@ fn builder(certs: &AcmeCerts) -> Result<instant_acme::AccountBuilder, String> {
         Some(ca) => Account::builder_with_root(ca),
         None => Account::builder(),
     }
-    .map_err(|e| format!("HTTP client: {e}"))
+    .map_err(|e| format!("HTTP client: {}", why(&e)))
 }
 
 /// The account from its stored credentials, if they are stored.
@@ -290,7 +290,7 @@ async fn stored_account(
         Ok(b) => b
             .from_credentials(creds)
             .await
-            .map_err(|e| format!("account from {}: {e}", file.display())),
+            .map_err(|e| format!("account from {}: {}", file.display(), why(&e))),
         Err(e) => Err(e),
     })
 }
@@ -316,7 +316,7 @@ async fn create_account(certs: &AcmeCerts, file: &std::path::Path) -> Result<Acc
             None,
         )
         .await
-        .map_err(|e| format!("account at {}: {e}", certs.settings.directory))?;
+        .map_err(|e| format!("account at {}: {}", certs.settings.directory, why(&e)))?;
     let json = serde_json::to_vec(&creds).map_err(|e| e.to_string())?;
     super::acme::write_private(file, &json)?;
     tracing::info!(directory = %certs.settings.directory, id = account.id(), "ACME account created");
@@ -345,4 +345,33 @@ fn alpn_certificate(name: &str, digest: &[u8]) -> Result<Arc<CertifiedKey>, Stri
         vec![cert.der().clone()],
         signer,
     )))
+}
+
+/// An error with its causes: instant-acme's `client error (Connect)` alone hides the reason a
+/// connection to the CA failed (`invalid peer certificate: UnknownIssuer`, say), which is in
+/// its sources; a certificate problem is named as such.
+pub(super) fn why(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cert = false;
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cert |= cause.downcast_ref::<rustls::Error>().is_some_and(|r| {
+            matches!(
+                r,
+                rustls::Error::InvalidCertificate(_) | rustls::Error::InvalidCertRevocationList(_)
+            )
+        }) || text.contains("certificate");
+        next = cause.source();
+    }
+    if cert {
+        out.push_str(
+            " (the CA's TLS certificate does not verify: for a private or test CA, name its root in `directory_ca`)",
+        );
+    }
+    out
 }
