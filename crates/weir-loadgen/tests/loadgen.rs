@@ -341,8 +341,10 @@ fn open_loop_at_a_low_rate_times_the_server_not_the_timer() {
     // The timer's lateness (tokio's timer has a millisecond's resolution) must not show: it made
     // the open-loop p50 about 1.1 ms where the closed loop measured 44 µs. What remains over the
     // closed loop is real: a server idle for 10 ms between requests takes longer to wake up than
-    // one kept busy (measured here: closed 79 µs, open 114 µs).
-    assert!(o < c + 250.0 && o < 600.0, "open {o} µs vs closed {c} µs");
+    // one kept busy (measured here: closed 79 µs, open 114 µs), and on a loaded machine more
+    // (339 µs against closed 78 µs once, in the full suite: issue 52). The bound is what the
+    // test proves: below the timer's millisecond, with room for a slow wake-up.
+    assert!(o < c + 600.0 && o < 800.0, "open {o} µs vs closed {c} µs");
 }
 
 #[test]

@@ -53,7 +53,7 @@ fn import(file: &Path) -> (String, String, bool) {
 
 /// nginx in the foreground with `conf` (an http-level file is wrapped in a main config).
 fn nginx(conf: &Path, dir: &Path) -> Running {
-    let child = Command::new("nginx")
+    let child = common::process::own_group(&mut Command::new("nginx"))
         .args(["-c"])
         .arg(conf)
         .args(["-p"])
@@ -152,6 +152,11 @@ fn same_answers(
         let w = answer(ports.1, host, path);
         assert_eq!(w, n, "{host}{path}: weir vs nginx\n{yaml}");
     }
+    // nginx stops with its workers (its process group): none is left listening.
+    drop(_n);
+    common::until("nginx's workers stopped", Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", ports.0)).is_err()
+    });
     stderr
 }
 

@@ -12,14 +12,32 @@ pub fn write_config(name: &str, text: &str) -> std::path::PathBuf {
     p
 }
 
-/// A child process killed when dropped, so a failing test leaves no server behind.
+/// A child process killed when dropped, so a failing test leaves no server behind. A child
+/// started in a process group of its own ([`own_group`]) is killed with its whole group: nginx's
+/// workers outlived their killed master and went on listening (issue 52).
 pub struct Running(pub std::process::Child);
 
 impl Drop for Running {
     fn drop(&mut self) {
+        let pid = self.0.id() as libc::pid_t;
+        // SAFETY: kill(2) takes any pid; a group this child does not lead answers ESRCH (or
+        // EPERM), and nothing else is touched: group ids are process ids that lead them.
+        #[allow(unsafe_code)]
+        unsafe {
+            if libc::getpgid(pid) == pid {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// `cmd` started as the leader of a process group of its own, so that [`Running`] stops
+/// everything it starts (a master's workers).
+pub fn own_group(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0)
 }
 
 impl std::ops::Deref for Running {
