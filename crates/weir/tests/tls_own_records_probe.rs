@@ -151,6 +151,18 @@ fn aad12(seq: u64, typ: u8, len: usize) -> [u8; 13] {
 
 impl Raw {
     pub fn connect(addr: SocketAddr, cfg: &Arc<rustls::ClientConfig>) -> Raw {
+        let (mut raw, last) = Raw::connect_holding_last_flight(addr, cfg);
+        raw.send(&last).unwrap();
+        raw
+    }
+
+    /// The handshake, with the client's last flight (its Finished) not yet sent: returned, so
+    /// that a test sends it together with records of its own in one segment.
+    pub fn connect_holding_last_flight(
+        addr: SocketAddr,
+        cfg: &Arc<rustls::ClientConfig>,
+    ) -> (Raw, Vec<u8>) {
+        let mut held = Vec::new();
         let mut tcp = TcpStream::connect(addr).unwrap();
         tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         tcp.set_nodelay(true).unwrap();
@@ -171,8 +183,8 @@ impl Raw {
                     out.extend_from_slice(&buf[..n]);
                 }
                 ConnectionState::TransmitTlsData(t) => {
-                    tcp.write_all(&out).unwrap();
-                    out.clear();
+                    // Sent before the next read; the last flight is held for the caller.
+                    held.append(&mut out);
                     t.done();
                 }
                 ConnectionState::BlockedHandshake => need_read = true,
@@ -188,6 +200,8 @@ impl Raw {
                 break;
             }
             if need_read {
+                tcp.write_all(&held).unwrap();
+                held.clear();
                 let n = tcp.read(&mut inc[filled..]).unwrap();
                 assert!(n > 0, "eof in handshake");
                 filled += n;
@@ -202,16 +216,19 @@ impl Raw {
             _ if std::ptr::eq(tx.alg, &aead::CHACHA20_POLY1305) => Kind::T12Chacha,
             _ => Kind::T12Gcm,
         };
-        Raw {
-            tcp,
-            kernel,
-            kind,
-            tx,
-            rx,
-            inbuf: inc[..filled].to_vec(),
-            server_kus: 0,
-            seen: Vec::new(),
-        }
+        (
+            Raw {
+                tcp,
+                kernel,
+                kind,
+                tx,
+                rx,
+                inbuf: inc[..filled].to_vec(),
+                server_kus: 0,
+                seen: Vec::new(),
+            },
+            held,
+        )
     }
 
     pub fn tls13(&self) -> bool {
@@ -890,5 +907,59 @@ fn probe_tls12_handshakes() {
             eprintln!("  3-byte handshake -> {:?}", c.until_end());
             wait_parked(env.admin, 0.0);
         }
+    }
+}
+
+/// Issue 52 (audit of the record layer): a KeyUpdate(update_requested) in the same segment as
+/// the client's Finished, with session tickets off. rustls processed both in the call that
+/// completed the handshake, whose bytes were not counted as read since the last write, so the
+/// connection parked with rustls' KeyUpdate owed and its send key already moved on: the
+/// client, never told, failed on bad MACs. Now the connection answers, and keeps answering
+/// across a park.
+#[test]
+fn a_key_update_with_the_finished_survives_the_hand_off() {
+    let pki = Pki::new("own-ku-finished");
+    let a = pki.issue("a", "a.example.test", &["a.example.test"]);
+    let srv = common::start_config(&format!(
+        r#"workers: 1
+timeouts: {PARKING}
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - address: 127.0.0.1:0
+    tls:
+      session_tickets: false
+      certificates: [{{ cert: '{}', key: '{}' }}]
+    routes:
+      - respond: {{ body: "hi\n" }}
+"#,
+        a.cert.display(),
+        a.key.display(),
+    ));
+    let admin = srv.handle.as_ref().unwrap().admin_addr().unwrap();
+    for suite in [SUITES[0], SUITES[1], SUITES[2]] {
+        // The previous suite's connection, closed, is no longer parked.
+        wait_parked(admin, 0.0);
+        let before = 0.0;
+        let (mut c, finished) =
+            Raw::connect_holding_last_flight(srv.addr, &suite_cfg(&pki.ca_der, suite));
+        let mut flight = finished;
+        flight.extend(c.key_update(true));
+        c.send(&flight).unwrap();
+        // Where it went wrong: the connection parked while it owed the KeyUpdate. Give it the
+        // time it took (the park came within a second of quiet; the header timeout is 2 s).
+        let quiet = Instant::now();
+        while quiet.elapsed() < Duration::from_millis(1500)
+            && metric(admin, "weir_connections_parked ") < before + 1.0
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(c.get("/").unwrap(), (200, b"hi\n".to_vec()), "{suite:?}");
+        assert_eq!(c.server_kus, 1, "{suite:?}: the KeyUpdate asked for came");
+        wait_parked(admin, before + 1.0);
+        assert_eq!(
+            c.get("/").unwrap(),
+            (200, b"hi\n".to_vec()),
+            "{suite:?} parked"
+        );
     }
 }

@@ -147,10 +147,8 @@ impl Session {
             let Engine::Rustls(conn) = &mut self.conn else {
                 return Err(tls_error("TLS engine changed"));
             };
-            let after_handshake = !conn.is_handshaking();
             let status = conn.process_tls_records(&mut self.incoming);
             let discard = status.discard;
-            self.read_since_write |= after_handshake && discard > 0;
             let mut step = None;
             let mut failure = None;
             match status.state {
@@ -237,6 +235,12 @@ impl Session {
                 // Early data is never accepted on TCP (`max_early_data_size` is 0 there).
                 Ok(_) => failure = Some(tls_error("unexpected TLS state")),
             }
+            // Bytes read once the handshake is done may hold a KeyUpdate rustls answers only
+            // with the next record it sends; that counts the call that completed the handshake
+            // too (issue 52: a KeyUpdate in the Finished's segment was owed, lost at the hand-off
+            // to our own records, and the connection died on bad MACs).
+            let done = matches!(&self.conn, Engine::Rustls(c) if !c.is_handshaking());
+            self.read_since_write |= done && discard > 0;
             self.discard(discard);
             if let Some(e) = failure {
                 self.fail();
