@@ -310,6 +310,16 @@ impl Raw {
         rec
     }
 
+    /// A KeyUpdate in two records, split after `at` bytes, then the next send key.
+    pub fn key_update_split(&mut self, requested: bool, at: usize) -> Vec<u8> {
+        let msg = [24, 0, 0, 1, requested as u8];
+        let mut recs = self.seal(22, &msg[..at], 0);
+        recs.extend(self.seal(22, &msg[at..], 0));
+        let (seq, s) = self.kernel.update_tx_secret().unwrap();
+        self.tx = Dir::new(seq, s);
+        recs
+    }
+
     pub fn send(&mut self, b: &[u8]) -> std::io::Result<()> {
         self.tcp.write_all(b)
     }
@@ -961,5 +971,25 @@ listeners:
             (200, b"hi\n".to_vec()),
             "{suite:?} parked"
         );
+    }
+}
+
+/// Issue 52 (audit): a KeyUpdate split across two records, on a parked (own records) and a
+/// fresh (rustls) connection: the next request is answered under the new key, with the
+/// KeyUpdate asked for. Refused before on parked connections ("fragmented TLS handshake
+/// message").
+#[test]
+fn a_key_update_split_across_records_is_taken() {
+    let env = env("kusplit", PARKING);
+    for park in [false, true] {
+        for at in [1, 3, 4] {
+            let mut c = ready(&env, SUITES[0], park, 0.0);
+            let mut f = c.key_update_split(true, at);
+            f.extend(c.data(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+            c.send(&f).unwrap();
+            let r = c.response();
+            assert_eq!(r.map(|r| r.0).ok(), Some(200), "park={park} at={at}");
+            assert_eq!(c.server_kus, 1, "park={park} at={at}");
+        }
     }
 }

@@ -99,9 +99,14 @@ struct Keys {
     ctx: Option<LessSafeKey>,
 }
 
-/// A connection's record layer after its first park.
+/// A connection's record layer after its first park. Made once, on the heap
+/// ([`Records::boxed`]), and never moved after: the keys are overwritten in place at a key
+/// update and zeroed when it is dropped, so no copy of them is left in freed memory by a
+/// park or a wake (issue 52's audit found them at every move).
 pub(crate) struct Records {
-    kernel: KernelConnection<ServerConnectionData>,
+    /// rustls' key schedule, for TLS 1.3 key updates; `None` for TLS 1.2, which has none (the
+    /// master secret it holds is not kept by a parked connection).
+    kernel: Option<KernelConnection<ServerConnectionData>>,
     kind: Kind,
     alg: &'static aead::Algorithm,
     /// Records sealed under one send key before it must change.
@@ -114,7 +119,15 @@ pub(crate) struct Records {
     empty_left: u8,
     /// The client asked for our `KeyUpdate`: it goes before the next record we seal.
     update_pending: bool,
+    /// The first bytes of a TLS 1.3 `KeyUpdate` whose record ended before the message did
+    /// (RFC 8446 §5.1 lets a handshake message span records, as long as nothing comes between
+    /// them and the message that changes keys ends with its record).
+    partial: [u8; KEY_UPDATE_MSG],
+    partial_len: u8,
 }
+
+/// A `KeyUpdate` message: type, three length bytes, the request byte.
+const KEY_UPDATE_MSG: usize = 5;
 
 /// A fatal condition: the alert to send (none when the client sent a fatal one) and why.
 #[derive(Debug)]
@@ -156,10 +169,25 @@ pub(crate) enum Reply {
 }
 
 impl Keys {
-    fn new(
+    /// No key yet: [`Self::set`] writes one in place.
+    fn empty() -> Keys {
+        Keys {
+            key: [0; 32],
+            len: 0,
+            iv: [0; 12],
+            seq: 0,
+            ctx: None,
+        }
+    }
+
+    /// Writes `secrets` over the key in place (the retired key's bytes are overwritten, not
+    /// left in memory: RFC 8446 §7.2), from sequence number `seq`; the cipher's algorithm, or
+    /// `None` for a suite this module does not seal.
+    fn set(
+        &mut self,
         seq: u64,
-        secrets: ConnectionTrafficSecrets,
-    ) -> Option<(Keys, &'static aead::Algorithm)> {
+        secrets: &ConnectionTrafficSecrets,
+    ) -> Option<&'static aead::Algorithm> {
         let (alg, k, iv) = match secrets {
             ConnectionTrafficSecrets::Aes128Gcm { key, iv } => (&aead::AES_128_GCM, key, iv),
             ConnectionTrafficSecrets::Aes256Gcm { key, iv } => (&aead::AES_256_GCM, key, iv),
@@ -168,23 +196,18 @@ impl Keys {
             }
             _ => return None,
         };
-        let iv: [u8; 12] = iv.as_ref().try_into().ok()?;
         let k = k.as_ref();
-        if k.len() != alg.key_len() || k.len() > 32 {
+        let iv = iv.as_ref();
+        if k.len() != alg.key_len() || k.len() > 32 || iv.len() != 12 {
             return None;
         }
-        let mut key = [0u8; 32];
-        key[..k.len()].copy_from_slice(k);
-        Some((
-            Keys {
-                key,
-                len: k.len() as u8,
-                iv,
-                seq,
-                ctx: None,
-            },
-            alg,
-        ))
+        self.ctx = None;
+        self.key.zeroize();
+        self.key[..k.len()].copy_from_slice(k);
+        self.len = k.len() as u8;
+        self.iv.copy_from_slice(iv);
+        self.seq = seq;
+        Some(alg)
     }
 
     fn ctx(&mut self, alg: &'static aead::Algorithm) -> Result<&LessSafeKey, Fatal> {
@@ -227,21 +250,41 @@ fn aad12(seq: u64, typ: u8, version: [u8; 2], len: usize) -> [u8; 13] {
 }
 
 impl Records {
-    /// The record layer of a connection rustls handed over; `None` for a cipher suite this
-    /// module does not seal (the caller then keeps rustls' session).
-    pub(crate) fn new(
+    /// The record layer of a connection rustls handed over, on the heap; `None` for a cipher
+    /// suite this module does not seal (the caller then keeps rustls' session).
+    pub(crate) fn boxed(
         secrets: ExtractedSecrets,
         kernel: KernelConnection<ServerConnectionData>,
-    ) -> Option<Records> {
+    ) -> Option<Box<Records>> {
         let suite = kernel.negotiated_cipher_suite();
-        let (tx_seq, tx) = secrets.tx;
-        let (rx_seq, rx) = secrets.rx;
-        let (tx, alg) = Keys::new(tx_seq, tx)?;
-        let (rx, rx_alg) = Keys::new(rx_seq, rx)?;
+        let version = kernel.protocol_version();
+        let mut r = Box::new(Records {
+            limit: match suite {
+                rustls::SupportedCipherSuite::Tls13(s) => s.common.confidentiality_limit,
+                rustls::SupportedCipherSuite::Tls12(s) => s.common.confidentiality_limit,
+            },
+            kernel: (version == ProtocolVersion::TLSv1_3).then_some(kernel),
+            kind: Kind::Tls13,
+            alg: &aead::AES_128_GCM,
+            tx: Keys::empty(),
+            rx: Keys::empty(),
+            warnings_left: WARNINGS,
+            key_updates_left: KEY_UPDATES,
+            renegotiations_left: RENEGOTIATIONS,
+            empty_left: EMPTY_RECORDS,
+            update_pending: false,
+            partial: [0; KEY_UPDATE_MSG],
+            partial_len: 0,
+        });
+        let (tx_seq, tx) = &secrets.tx;
+        let (rx_seq, rx) = &secrets.rx;
+        let alg = r.tx.set(*tx_seq, tx)?;
+        let rx_alg = r.rx.set(*rx_seq, rx)?;
         if !std::ptr::eq(alg, rx_alg) {
             return None;
         }
-        let kind = match kernel.protocol_version() {
+        r.alg = alg;
+        r.kind = match version {
             ProtocolVersion::TLSv1_3 => Kind::Tls13,
             ProtocolVersion::TLSv1_2 if std::ptr::eq(alg, &aead::CHACHA20_POLY1305) => {
                 Kind::Tls12Chacha
@@ -249,22 +292,7 @@ impl Records {
             ProtocolVersion::TLSv1_2 => Kind::Tls12Gcm,
             _ => return None,
         };
-        Some(Records {
-            limit: match suite {
-                rustls::SupportedCipherSuite::Tls13(s) => s.common.confidentiality_limit,
-                rustls::SupportedCipherSuite::Tls12(s) => s.common.confidentiality_limit,
-            },
-            kernel,
-            kind,
-            alg,
-            tx,
-            rx,
-            warnings_left: WARNINGS,
-            key_updates_left: KEY_UPDATES,
-            renegotiations_left: RENEGOTIATIONS,
-            empty_left: EMPTY_RECORDS,
-            update_pending: false,
-        })
+        Some(r)
     }
 
     /// Drops the cipher contexts (about 1.2 KiB): the connection parks with the keys' bytes.
@@ -307,13 +335,14 @@ impl Records {
     /// the send direction to the next key.
     fn seal_key_update(&mut self, dst: &mut [u8]) -> Result<usize, Fatal> {
         let n = self.seal_record(HANDSHAKE, &[KEY_UPDATE, 0, 0, 1, 0], dst)?;
+        let failed = || fatal(UNEXPECTED_MESSAGE, "TLS key update failed");
         let (seq, secrets) = self
             .kernel
+            .as_mut()
+            .ok_or_else(failed)?
             .update_tx_secret()
-            .map_err(|_| fatal(UNEXPECTED_MESSAGE, "TLS key update failed"))?;
-        self.tx = Keys::new(seq, secrets)
-            .map(|(k, _)| k)
-            .ok_or_else(|| fatal(UNEXPECTED_MESSAGE, "TLS key update failed"))?;
+            .map_err(|_| failed())?;
+        self.tx.set(seq, &secrets).ok_or_else(failed)?;
         Ok(n)
     }
 
@@ -445,6 +474,12 @@ impl Records {
             self.empty_left = EMPTY_RECORDS;
         }
         let content = &buf[start..end];
+        if self.partial_len > 0 && inner != HANDSHAKE {
+            return Err(fatal(
+                UNEXPECTED_MESSAGE,
+                "a record inside a split TLS handshake message",
+            ));
+        }
         match inner {
             APPLICATION_DATA => {
                 if !content.is_empty() {
@@ -496,6 +531,9 @@ impl Records {
     /// A handshake record after the handshake: a TLS 1.3 key update or a TLS 1.2
     /// renegotiation attempt, each in a record of its own.
     fn handshake(&mut self, content: &[u8]) -> Result<Reply, Fatal> {
+        if self.kind == Kind::Tls13 {
+            return self.key_update_part(content);
+        }
         if content.len() < 4 {
             return Err(fatal(
                 UNEXPECTED_MESSAGE,
@@ -510,28 +548,7 @@ impl Records {
             ));
         }
         match (self.kind, content[0]) {
-            (Kind::Tls13, KEY_UPDATE) => {
-                let &[request] = &content[4..] else {
-                    return Err(fatal(DECODE_ERROR, "malformed KeyUpdate"));
-                };
-                if request > 1 {
-                    return Err(fatal(ILLEGAL_PARAMETER, "KeyUpdate request out of range"));
-                }
-                if self.key_updates_left == 0 {
-                    return Err(fatal(UNEXPECTED_MESSAGE, "too many key updates"));
-                }
-                self.key_updates_left -= 1;
-                let (seq, secrets) = self
-                    .kernel
-                    .update_rx_secret()
-                    .map_err(|_| fatal(UNEXPECTED_MESSAGE, "TLS key update failed"))?;
-                self.rx = Keys::new(seq, secrets)
-                    .map(|(k, _)| k)
-                    .ok_or_else(|| fatal(UNEXPECTED_MESSAGE, "TLS key update failed"))?;
-                // Ours goes before the next record we seal; asked again meanwhile, still one.
-                self.update_pending |= request == 1;
-                Ok(Reply::Nothing)
-            }
+            (Kind::Tls13, KEY_UPDATE) => self.key_update(&content[4..]),
             (Kind::Tls12Gcm | Kind::Tls12Chacha, CLIENT_HELLO) => {
                 if self.renegotiations_left == 0 {
                     return Err(fatal(UNEXPECTED_MESSAGE, "too many renegotiation requests"));
@@ -544,6 +561,66 @@ impl Records {
                 "unexpected TLS handshake message",
             )),
         }
+    }
+
+    /// A TLS 1.3 handshake record: all or part of a `KeyUpdate`, the one handshake message a
+    /// client sends after the handshake. A message split across records is joined (issue 52's
+    /// audit: it was refused); one that goes on past its record's end after the key changes,
+    /// or any other message, is fatal.
+    fn key_update_part(&mut self, content: &[u8]) -> Result<Reply, Fatal> {
+        if content.is_empty() {
+            return Err(fatal(UNEXPECTED_MESSAGE, "empty TLS handshake record"));
+        }
+        let have = usize::from(self.partial_len);
+        if have + content.len() > KEY_UPDATE_MSG {
+            return Err(fatal(
+                UNEXPECTED_MESSAGE,
+                "TLS handshake message other than a KeyUpdate, or one not ending its record",
+            ));
+        }
+        let mut msg = self.partial;
+        msg[have..have + content.len()].copy_from_slice(content);
+        let known = have + content.len();
+        // What is known so far must be a KeyUpdate's header: type 24, body length 1.
+        if msg[..known.min(4)] != [KEY_UPDATE, 0, 0, 1][..known.min(4)] {
+            return Err(fatal(
+                UNEXPECTED_MESSAGE,
+                "unexpected TLS handshake message",
+            ));
+        }
+        if known < KEY_UPDATE_MSG {
+            self.partial = msg;
+            self.partial_len = known as u8;
+            return Ok(Reply::Nothing);
+        }
+        self.partial = [0; KEY_UPDATE_MSG];
+        self.partial_len = 0;
+        self.key_update(&msg[4..])
+    }
+
+    /// A whole `KeyUpdate`'s body: new receive keys, and ours owed when asked for.
+    fn key_update(&mut self, body: &[u8]) -> Result<Reply, Fatal> {
+        let &[request] = body else {
+            return Err(fatal(DECODE_ERROR, "malformed KeyUpdate"));
+        };
+        if request > 1 {
+            return Err(fatal(ILLEGAL_PARAMETER, "KeyUpdate request out of range"));
+        }
+        if self.key_updates_left == 0 {
+            return Err(fatal(UNEXPECTED_MESSAGE, "too many key updates"));
+        }
+        self.key_updates_left -= 1;
+        let failed = || fatal(UNEXPECTED_MESSAGE, "TLS key update failed");
+        let (seq, secrets) = self
+            .kernel
+            .as_mut()
+            .ok_or_else(failed)?
+            .update_rx_secret()
+            .map_err(|_| failed())?;
+        self.rx.set(seq, &secrets).ok_or_else(failed)?;
+        // Ours goes before the next record we seal; asked again meanwhile, still one.
+        self.update_pending |= request == 1;
+        Ok(Reply::Nothing)
     }
 }
 

@@ -61,7 +61,8 @@ pub(crate) struct ServerTls {
 /// An idle TLS connection's state without its socket and buffers (`server/park.rs`): its
 /// record keys, without cipher contexts.
 pub(crate) struct IdleTls {
-    records: Records,
+    /// Boxed once when first parked, and only the box moves (`Records`' doc).
+    records: Box<Records>,
     sni: Option<String>,
 }
 
@@ -297,7 +298,7 @@ impl ServerTls {
         }
         let ServerTls { tcp, s } = self;
         let mut records = match s.conn {
-            Engine::Own(r) => *r,
+            Engine::Own(r) => r,
             Engine::Rustls(conn) => {
                 // What `dangerous_into_kernel_connection` refuses, checked first: it consumes
                 // the session either way.
@@ -305,7 +306,7 @@ impl ServerTls {
                     return None;
                 }
                 let (secrets, kernel) = conn.dangerous_into_kernel_connection().ok()?;
-                Records::new(secrets, kernel)?
+                Records::boxed(secrets, kernel)?
             }
         };
         records.sleep();
@@ -322,7 +323,7 @@ impl ServerTls {
     pub(crate) fn from_idle(tcp: TcpStream, idle: IdleTls) -> ServerTls {
         ServerTls {
             tcp,
-            s: Session::new(Engine::Own(Box::new(idle.records)), Vec::new(), idle.sni),
+            s: Session::new(Engine::Own(idle.records), Vec::new(), idle.sni),
         }
     }
 }
