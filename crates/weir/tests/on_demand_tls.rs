@@ -192,9 +192,9 @@ fn on_demand_config_errors_name_the_key() {
 
 /// Issue 52: names a random-SNI client makes up under an `allow` wildcard do not hold the
 /// table for good. With `max_names: 1`, a name asked for once and then left alone for
-/// `per` is forgotten (its stored certificate removed) when a new name needs the room, and the
-/// new name gets its own certificate; while the first is still being asked for, there is no
-/// room, and a third name gets none.
+/// `per` is forgotten (its stored certificate removed) when a new, approved name needs the
+/// room, and the new name gets its own certificate; while the first is still being asked for,
+/// there is no room, and a name no one approves makes none.
 #[test]
 fn names_no_one_asks_for_again_make_room() {
     if !have_all_or_skip(&["pebble", "pebble-challtestsrv"], "apt-get install pebble") {
@@ -236,6 +236,12 @@ listeners:
     while quiet.elapsed() < Duration::from_millis(3200) {
         std::thread::sleep(Duration::from_millis(100));
     }
+    // A name no one approves evicts no one (review of issue 52: it used to, before approval).
+    assert!(handshake(addr, "x.not-allowed.test", &root).is_err());
+    assert!(
+        storage.join("on-demand/junk1.od.test/cert.pem").exists(),
+        "an unapproved name evicted an idle one"
+    );
     let (body, _) = handshake(addr, "real.od.test", &root).expect("room made for a new name");
     assert_eq!(body, "hi real.od.test\n");
     assert!(

@@ -228,6 +228,13 @@ impl OnDemand {
         }
     }
 
+    /// Whether some name was not asked for within `per` (one [`Self::make_room`] could take).
+    fn has_idle_name(&self) -> bool {
+        lock(&self.state.certs)
+            .values()
+            .any(|c| c.asked.elapsed() >= self.settings.per.0)
+    }
+
     /// At `max_names`: forgets the least recently asked-for name if none asked for it within
     /// `per`; whether room was made.
     fn make_room(&self) -> bool {
@@ -287,16 +294,15 @@ impl OnDemand {
                     return Err(Refused::Busy);
                 }
                 if lock(&self.state.certs).len() + pending.names.len() >= self.settings.max_names {
+                    // Only names idle past `forget_after` go here: room is made for a new name
+                    // only once it is approved and within the rate (`work`), so a name no one
+                    // approves evicts no one (review of issue 52).
                     self.forget_idle();
-                    let full = || {
-                        lock(&self.state.certs).len() + pending.names.len()
-                            >= self.settings.max_names
-                    };
-                    if full() {
-                        let made = self.make_room();
-                        if !made || full() {
-                            return Err(Refused::TooManyNames);
-                        }
+                    if lock(&self.state.certs).len() + pending.names.len()
+                        >= self.settings.max_names
+                        && !self.has_idle_name()
+                    {
+                        return Err(Refused::TooManyNames);
                     }
                 }
                 let (tx, rx) = watch::channel(None);
@@ -402,6 +408,18 @@ impl OnDemand {
         };
         if !took {
             return Err(Refused::RateLimited);
+        }
+        // Approved, and within the rate: now, at `max_names`, the least recently asked-for
+        // name idle for `per` makes room (this name is counted among the pending ones).
+        let full = || {
+            lock(&self.state.certs).len() + lock(&self.state.pending).names.len()
+                > self.settings.max_names
+        };
+        if full() {
+            let made = self.make_room();
+            if !made || full() {
+                return Err(Refused::TooManyNames);
+            }
         }
         match super::acme_issue::obtain_guarded(&certs).await {
             Ok(()) => self.keep(name, certs),
