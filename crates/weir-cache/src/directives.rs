@@ -45,13 +45,8 @@ impl Directives {
                     b"max-age" => d.max_age = Some(secs().unwrap_or(0)),
                     b"s-maxage" => d.s_maxage = Some(secs().unwrap_or(0)),
                     b"no-store" => d.no_store = true,
-                    b"no-cache" => match arg.filter(|a| !a.trim_ascii().is_empty()) {
-                        Some(fields) => d.no_cache_fields.extend(
-                            fields
-                                .split(|b| *b == b',')
-                                .map(|f| f.trim_ascii().to_ascii_lowercase())
-                                .filter(|f| !f.is_empty()),
-                        ),
+                    b"no-cache" => match field_names(item.get(name.len() + 1..)) {
+                        Some(fields) => d.no_cache_fields.extend(fields),
                         None => d.no_cache = true,
                     },
                     b"private" => d.private = true,
@@ -111,6 +106,28 @@ impl Directives {
         }
         Some(d)
     }
+}
+
+/// The field names of a qualified directive's argument (`"a, b"`): a quoted string holding
+/// a list of tokens and nothing else. `None` for no argument, an empty list, or anything
+/// malformed (unquoted, single quotes, unterminated, text after the quote), which the caller
+/// takes as the unqualified, stricter form: a field that could not be named must not be
+/// reused (a review of issue 52 found `no-cache="x-user` served one client's X-User to the next).
+fn field_names(arg: Option<&[u8]>) -> Option<Vec<Vec<u8>>> {
+    let inner = arg?.trim_ascii().strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    let token = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    let mut names = Vec::new();
+    for f in inner.split(|b| *b == b',') {
+        let f = f.trim_ascii();
+        if f.is_empty() {
+            continue;
+        }
+        if !f.iter().all(token) {
+            return None;
+        }
+        names.push(f.to_ascii_lowercase());
+    }
+    (!names.is_empty()).then_some(names)
 }
 
 /// Comma-separated items, commas inside quoted strings kept.
@@ -180,6 +197,17 @@ mod tests {
         assert!(!d.no_cache && d.private && d.must_revalidate);
         assert_eq!(d.no_cache_fields, [b"set-cookie".to_vec(), b"x-a".to_vec()]);
         assert!(p("no-cache").no_cache && p("no-cache=\"\"").no_cache);
+        // Malformed lists are the unqualified form: nothing named is reused.
+        for bad in [
+            "max-age=60, no-cache=\"x-user",
+            "no-cache=\"x-user\";",
+            "no-cache='x-user'",
+            "no-cache=x-token,x-user",
+            "no-cache=\"x user\"",
+        ] {
+            let d = p(bad);
+            assert!(d.no_cache && d.no_cache_fields.is_empty(), "{bad}: {d:?}");
+        }
         let d = p("max-stale, min-fresh=5, only-if-cached, no-store");
         assert_eq!(d.max_stale, Some(None));
         assert_eq!(d.min_fresh, Some(5));

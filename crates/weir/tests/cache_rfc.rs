@@ -365,3 +365,30 @@ fn qualified_no_cache_reuses_the_response_without_the_listed_fields() {
         assert!(status_of(&hit).contains("hit"), "{}", status_of(&hit));
     }
 }
+
+/// A qualified `no-cache` whose list is malformed (unterminated, single-quoted, unquoted,
+/// followed by junk) is read as unqualified: nothing of one client's response is reused for
+/// the next (review of issue 52: the named field went to the next client).
+#[test]
+fn a_malformed_no_cache_list_reuses_nothing() {
+    for cc in [
+        "Cache-Control: max-age=60, no-cache=\"x-user\r\n",
+        "Cache-Control: max-age=60, no-cache=\"x-user\";\r\n",
+        "Cache-Control: max-age=60, no-cache='x-user'\r\n",
+        "Cache-Control: max-age=60, no-cache=x-token,x-user\r\n",
+    ] {
+        let h = cc.to_string();
+        let o = scripted(move |_, n| {
+            resp(
+                "200 OK",
+                &format!("{h}X-User: user{n}\r\nX-Token: t{n}\r\n"),
+                &format!("body{n}"),
+            )
+        });
+        let c = cache(&o.origin, "", "1m");
+        assert_eq!(get(&c, "/m", "").header("x-user"), Some("user1"), "{cc}");
+        let second = get(&c, "/m", "");
+        assert_ne!(second.header("x-user"), Some("user1"), "{cc}: reused");
+        assert_eq!(o.requests(), 2, "{cc}: revalidated, not reused");
+    }
+}
