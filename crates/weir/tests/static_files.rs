@@ -254,6 +254,9 @@ fn dotfiles_are_404_unless_allowed() {
     std::fs::write(root.join(".well-known/acme-challenge/tok"), "tok.key").unwrap();
     std::fs::write(root.join("index.html"), "<p>spa</p>").unwrap();
     std::fs::write(root.join("pub/a.txt"), "public").unwrap();
+    // A link without a dot to a name with one (review of issue 52).
+    std::os::unix::fs::symlink(root.join(".env"), root.join("envlink")).unwrap();
+    std::os::unix::fs::symlink(root.join(".git"), root.join("gitlink")).unwrap();
     let r = root.display();
     let routes = format!(
         "      - match: {{ path_prefix: /spa/ }}\n        static: {{ root: {r}, try_files: [$uri, $uri/, /index.html] }}\n      - match: {{ path_prefix: /open/ }}\n        static: {{ root: {r}, dotfiles: allow }}\n      - static: {{ root: {r}, autoindex: html }}\n"
@@ -268,6 +271,8 @@ fn dotfiles_are_404_unless_allowed() {
         "/sub/.hidden/x.txt",
         "/.git/",
         "/sub/.hidden/",
+        "/envlink",
+        "/gitlink/config",
     ] {
         let got = get(srv.addr, path);
         assert_eq!(got.status, 404, "{path}: {}", got.text());

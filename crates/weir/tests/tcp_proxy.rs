@@ -698,8 +698,25 @@ fn a_partial_hello_then_fin_costs_no_cpu() {
         "routing waited for the header timeout: {:?}",
         started.elapsed()
     );
-    // A second of quiet: the worker is idle, not spinning on the closed sockets.
+    // Four more that send part of a hello, then one byte of urgent data, and stall: urgent data
+    // makes the socket readable but a peek skips it (review of issue 52: the peek spun on it,
+    // 0.9 s of CPU a second).
+    let stalled: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let s = TcpStream::connect(addr).unwrap();
+            s.set_nodelay(true).unwrap();
+            (&s).write_all(&hello[..10]).unwrap();
+            use std::os::fd::AsRawFd;
+            // SAFETY: a live socket's descriptor and a one-byte buffer that outlives the call.
+            #[allow(unsafe_code)]
+            let sent = unsafe { libc::send(s.as_raw_fd(), b"!".as_ptr().cast(), 1, libc::MSG_OOB) };
+            assert_eq!(sent, 1);
+            s
+        })
+        .collect();
+    // A second of quiet: the worker is idle, not spinning on the closed or stalled sockets.
     std::thread::sleep(Duration::from_secs(1));
+    drop(stalled);
     let spent = cpu_secs(child.id()) - before;
     assert!(spent < 0.5, "the process spent {spent:.2} s of CPU");
     // A whole hello still routes by its name.

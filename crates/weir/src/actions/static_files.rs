@@ -108,6 +108,13 @@ pub enum StaticBody {
 }
 
 /// A file being streamed: the open file, and its path to open it again after a wait for the
+/// A name `static` keeps hidden unless `dotfiles: allow`: it starts with `.`, and is not
+/// RFC 8615's `.well-known`.
+fn hidden(name: &std::ffi::OsStr) -> bool {
+    let b = name.as_bytes();
+    b.first() == Some(&b'.') && b != b".well-known" && b != b"." && b != b".."
+}
+
 /// client (a stalled HTTP/2 stream holds no descriptor: `pipeline::stream_file`).
 #[derive(Debug)]
 pub struct FileBody {
@@ -276,7 +283,7 @@ impl StaticFiles {
                 b".." => return Err(canned(404)),
                 // `.git`, `.env`, `.htpasswd`: hidden unless the route allows them; only
                 // RFC 8615's `.well-known` is public by default (issue 52).
-                s if s[0] == b'.' && !self.dotfiles && s != b".well-known" => {
+                s if !self.dotfiles && hidden(std::ffi::OsStr::from_bytes(s)) => {
                     return Err(canned(404))
                 }
                 // No file name is longer (NAME_MAX): 404 without asking the filesystem.
@@ -285,7 +292,14 @@ impl StaticFiles {
             }
         }
         let inside = |p: &std::path::Path| match std::fs::canonicalize(p) {
-            Ok(real) if real.starts_with(&self.root) => Ok(()),
+            // A link without a dot may lead to a name with one (`envlink -> .env`): what the
+            // path resolves to is held to the same rule (review of issue 52).
+            Ok(real) if real.starts_with(&self.root) => match real.strip_prefix(&self.root) {
+                Ok(rel) if !self.dotfiles && rel.components().any(|c| hidden(c.as_os_str())) => {
+                    Err(canned(404))
+                }
+                _ => Ok(()),
+            },
             Ok(_) => Err(canned(403)),
             Err(e) => Err(canned(io_status(&e))),
         };

@@ -151,6 +151,13 @@ async fn peek_name(tcp: &TcpStream, within: Duration) -> Option<String> {
     let deadline = Instant::now() + within;
     let mut buf = vec![0u8; 2048];
     let limit = sni::MAX_HELLO + 5 * 4;
+    // Urgent (out-of-band) data counts towards SO_RCVLOWAT's readiness but is skipped by a
+    // peek: inline, it is peeked like any byte (it made the wait below spin until the header
+    // timeout: review of issue 52). A relay carries it inline either way.
+    let _ = socket2::SockRef::from(tcp).set_out_of_band_inline(true);
+    // Wakes that bring nothing new end the wait (whatever else makes a socket readable).
+    let mut empty_wakes = 0u32;
+    let mut last = 0;
     let found = async {
         loop {
             let n = tokio::time::timeout_at(deadline, tcp.peek(&mut buf))
@@ -171,6 +178,10 @@ async fn peek_name(tcp: &TcpStream, within: Duration) -> Option<String> {
                     buf.resize(grown, 0);
                 }
                 Hello::Incomplete => {
+                    if n > last {
+                        empty_wakes = 0;
+                        last = n;
+                    }
                     set_rcvlowat(tcp, n + 1).ok()?;
                     // Forget the readiness the peek left, then look once more: bytes that came
                     // between the peek and now raised no new event.
@@ -180,6 +191,10 @@ async fn peek_name(tcp: &TcpStream, within: Duration) -> Option<String> {
                     let mut probe = vec![std::mem::MaybeUninit::<u8>::uninit(); n + 1];
                     let queued = socket2::SockRef::from(tcp).peek(&mut probe).unwrap_or(0);
                     if queued <= n {
+                        empty_wakes += 1;
+                        if empty_wakes > 16 {
+                            return None;
+                        }
                         let ready = tokio::time::timeout_at(
                             deadline,
                             tcp.ready(tokio::io::Interest::READABLE),
