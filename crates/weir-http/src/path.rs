@@ -21,10 +21,10 @@
 //!   to a lax decoder);
 //! - a malformed escape (`%zz`, `%4`);
 //! - raw bytes above 0x7F (RFC 3986 wants them escaped; `keep.utf8` passes UTF-8 through);
-//! - Unicode look-alikes of `.`, `/` and `\`, raw or escaped: every code point NFKC folds
-//!   into one (U+FF0E `．`, U+FF0F `／`, U+2024 `․`, U+2025 `‥`, U+FE52 `﹒`, U+FF3C `＼`,
-//!   U+2100 `℀` ...): `/％2e％2e/private` is `/../private` to an origin that applies NFKC
-//!   (issue 52).
+//! - Unicode look-alikes of ASCII, raw or escaped: every character NFKC folds into ASCII
+//!   (U+FF0E `．`, U+FF0F `／`, U+2025 `‥`, U+FE52 `﹒`, U+FF3C `＼`, fullwidth letters and
+//!   `％` ...): `/%EF%BC%8E%EF%BC%8E/private` is `/../private`, and `/%EF%BD%90rivate/`
+//!   `/private/`, to an origin that applies NFKC (issue 52 and its review).
 //!
 //! Case, trailing dots and spaces are left as they are: an origin that folds `/PRIVATE/` into
 //! `/private/` must be matched by routes written for it.
@@ -103,49 +103,18 @@ pub struct Keep {
     pub utf8: bool,
 }
 
-/// Code points that NFKC folds into text holding `.`, `/` or `\` (all 38 of them, from
-/// Python's `unicodedata` over U+0080..U+10FFFF): an origin that normalises them sees dot
-/// segments and separators no route saw.
-const LOOKALIKES: [char; 38] = [
-    '\u{2024}',
-    '\u{2025}',
-    '\u{2026}',
-    '\u{2100}',
-    '\u{2101}',
-    '\u{2105}',
-    '\u{2106}',
-    '\u{2488}',
-    '\u{2489}',
-    '\u{248A}',
-    '\u{248B}',
-    '\u{248C}',
-    '\u{248D}',
-    '\u{248E}',
-    '\u{248F}',
-    '\u{2490}',
-    '\u{2491}',
-    '\u{2492}',
-    '\u{2493}',
-    '\u{2494}',
-    '\u{2495}',
-    '\u{2496}',
-    '\u{2497}',
-    '\u{2498}',
-    '\u{2499}',
-    '\u{249A}',
-    '\u{249B}',
-    '\u{33C2}',
-    '\u{33C7}',
-    '\u{33D8}',
-    '\u{FE19}',
-    '\u{FE30}',
-    '\u{FE52}',
-    '\u{FE68}',
-    '\u{FF0E}',
-    '\u{FF0F}',
-    '\u{FF3C}',
-    '\u{1F100}',
-];
+/// Whether a non-ASCII character of `text` is one NFKC folds into ASCII (`．` → `.`, `／` →
+/// `/`, `ｐ` → `p`, `％` → `%`, `ﬁ` → `fi`): a look-alike, which an origin that normalises
+/// reads as another path than every route saw. Only paths with escapes or non-ASCII bytes get
+/// here (the rewrite), so the per-character look-up costs the common path nothing.
+fn has_lookalike(text: &str) -> bool {
+    let nfkc = icu_normalizer::ComposingNormalizerBorrowed::new_nfkc();
+    let mut one = [0u8; 4];
+    text.chars().filter(|c| !c.is_ascii()).any(|c| {
+        let folded = nfkc.normalize(c.encode_utf8(&mut one));
+        folded.bytes().any(|b| b.is_ascii())
+    })
+}
 
 /// The normal form of `path` (a request target's path, before any `?`): `Ok(None)` when it is
 /// already normal (the caller keeps its slice), `Ok(Some(new))` when rewritten, `Err` when it
@@ -233,8 +202,8 @@ fn rewrite(path: &[u8], keep: Keep) -> Result<Vec<u8>, Refusal> {
     let Ok(text) = std::str::from_utf8(&text) else {
         return Err("a request path that is not UTF-8 once decoded");
     };
-    if !text.is_ascii() && text.contains(LOOKALIKES) {
-        return Err("a Unicode look-alike of . / or \\ in request path");
+    if !text.is_ascii() && has_lookalike(text) {
+        return Err("a Unicode look-alike of an ASCII character in request path");
     }
     // 2. Segments: merge empty ones (`//`), drop `.`, pop on `..` (not above the root).
     let mut out: Vec<u8> = Vec::with_capacity(decoded.len());
@@ -377,6 +346,11 @@ mod tests {
             "/%EF%B9%92%EF%B9%92/x",
             "/x%EF%BC%BCy",
             "/%ef%bc%8e%ef%bc%8e/private",
+            // The review of issue 52: fullwidth letters and percent signs.
+            "/%EF%BD%90rivate/p",
+            "/priv%EF%BD%81te/p",
+            "/x/%EF%BC%852e%EF%BC%852e/private/p",
+            "/x/%EF%B9%AA2e/private/p",
         ] {
             assert!(n(escaped).is_err(), "{escaped}");
             assert!(
@@ -384,7 +358,14 @@ mod tests {
                 "{escaped} with utf8 kept"
             );
         }
-        for raw in ["/．．/private", "/a／b", "/‥/private", "/﹒﹒/x", "/x＼y"] {
+        for raw in [
+            "/．．/private",
+            "/a／b",
+            "/‥/private",
+            "/﹒﹒/x",
+            "/x＼y",
+            "/ｐrivate/",
+        ] {
             assert!(n(raw).is_err(), "{raw}");
             assert!(utf8(raw.as_bytes()).is_err(), "{raw} with utf8 kept");
         }

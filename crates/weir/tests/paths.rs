@@ -35,7 +35,9 @@ fn origin_view(path: &str) -> String {
     let p = p
         .replace(['\u{FF0E}', '\u{FE52}', '\u{2024}'], ".")
         .replace('\u{2025}', "..")
-        .replace(['\u{FF0F}', '\u{FF3C}', '\u{FE68}'], "/");
+        .replace(['\u{FF0F}', '\u{FF3C}', '\u{FE68}'], "/")
+        .replace('\u{FF50}', "p")
+        .replace('\u{FF41}', "a");
     let mut out: Vec<&str> = Vec::new();
     for seg in p.split('/') {
         match seg.split(';').next().unwrap_or("") {
@@ -149,6 +151,9 @@ const SPELLINGS: &[&str] = &[
     "/api/\u{FF0E}\u{FF0E}/private/x",
     "/api/\u{2025}/private/x",
     "/api\u{FF0F}..\u{FF0F}private/x",
+    // Its review: fullwidth letters, escaped.
+    "/%EF%BD%90rivate/x",
+    "/priv%EF%BD%81te/x",
 ];
 
 fn sure_the_origin_would_serve_it(p: &str) {

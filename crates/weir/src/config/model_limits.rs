@@ -30,7 +30,7 @@ pub struct Limits {
     pub semicolons: EncodedSlashes,
     /// Raw bytes above 0x7F in a request path (RFC 3986 wants them percent-encoded): refused
     /// with 400 (`reject`, the default) or passed through as UTF-8 (`keep`) for origins that
-    /// need them. Unicode look-alikes of `.`, `/` and `\` (U+FF0E, U+FF0F, U+2025 ...), raw
+    /// need them. Unicode look-alikes of ASCII (U+FF0E `．`, U+FF0F `／`, fullwidth letters ...), raw
     /// or escaped, are refused either way.
     pub utf8_paths: EncodedSlashes,
     /// Request fields whose names hold `_`: kept (`allow`), left out (`drop`, nginx's
