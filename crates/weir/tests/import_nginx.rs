@@ -498,3 +498,103 @@ fn an_import_never_serves_what_it_did_not_translate() {
     assert_eq!(get("/static/a.css").text(), "css");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The review of issue 52's configurations, each imported and served by weir: an error page
+/// another location serves (`error_page 404 /index.php`), a regex nested in `location /`
+/// beside longer prefixes, a plain prefix under a `^~` one (nginx still tries its regexes),
+/// a server-level `if` and internal rewrite, and index files of `location /sub` and of an
+/// exact location. No answer carries a script's source or a refused file.
+#[test]
+fn the_review_s_configurations_never_serve_what_nginx_would_not() {
+    let dir = std::env::temp_dir().join(format!("weir-import-review-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let www = dir.join("www");
+    for d in ["private", "data", "backup", "sub", "wp-content/uploads"] {
+        std::fs::create_dir_all(www.join(d)).unwrap();
+    }
+    let secret = "<?php /* SECRET_MARKER */ ?>";
+    for f in [
+        "index.php",
+        "private/p.txt",
+        "data/owncloud.log",
+        "backup/db.sql",
+        "backup/x.php",
+        "sub/index.php",
+        "wp-content/uploads/shell.php",
+    ] {
+        std::fs::write(www.join(f), secret).unwrap();
+    }
+    std::fs::write(www.join("index.html"), "home").unwrap();
+    std::fs::write(www.join("wp-content/a.css"), "css").unwrap();
+    let w = www.display().to_string();
+    let php = "location ~ \\.php$ { fastcgi_pass 127.0.0.1:9; }";
+    /// What is imported (a server's directives) and the answers expected, by path.
+    type Case<'a> = (&'a str, String, Vec<(&'a str, u16)>);
+    let cases: Vec<Case> = vec![
+        (
+            "error page",
+            format!("error_page 404 /index.php; location / {{ try_files $uri $uri/ =404; }} {php}"),
+            vec![("/nothere", 404), ("/index.html", 200)],
+        ),
+        (
+            "nested regex",
+            format!("location / {{ try_files $uri $uri/ =404; location ~* \\.(?:css|txt|log|sql)$ {{ expires 30d; }} }} location /private/ {{ deny all; }} location /data/ {{ return 404; }} location /backup/ {{ internal; }} {php}"),
+            vec![("/private/p.txt", 403), ("/data/owncloud.log", 404), ("/backup/db.sql", 404), ("/wp-content/a.css", 200)],
+        ),
+        (
+            "plain under ^~",
+            format!("location ^~ /wp-content/ {{ expires 30d; }} location /wp-content/uploads/ {{ autoindex off; }} {php} location / {{ }}"),
+            vec![("/wp-content/uploads/shell.php", 503), ("/wp-content/a.css", 200)],
+        ),
+        (
+            "server-level if",
+            format!("if ($uri ~* \"\\.(sql|log)$\") {{ return 403; }} location / {{ }} {php}"),
+            vec![("/backup/db.sql", 503), ("/data/owncloud.log", 503), ("/index.html", 503)],
+        ),
+        (
+            "server-level rewrite",
+            format!("rewrite ^/private/(.*)$ /index.php?p=$1 last; location / {{ }} {php}"),
+            vec![("/private/p.txt", 503)],
+        ),
+        (
+            // certbot's redirect of a name to HTTPS is translated, not refused.
+            "certbot's if",
+            "if ($host = a) { return 301 https://$host$request_uri; } return 404;".to_string(),
+            vec![("/x", 301)],
+        ),
+        (
+            "index dirs",
+            "location /sub { index index.php; } location = /backup/ { index x.php; } location ~ ^/(sub|backup)/.+\\.php$ { fastcgi_pass 127.0.0.1:9; } location / { index index.html; }".to_string(),
+            vec![("/sub/", 403), ("/backup/", 403), ("/", 200)],
+        ),
+    ];
+    for (what, body, requests) in cases {
+        let port = free_port();
+        let conf = dir.join("nginx.conf");
+        std::fs::write(
+            &conf,
+            format!("server {{ listen 127.0.0.1:{port}; root {w}; {body} }}\n"),
+        )
+        .unwrap();
+        let (yaml, stderr, ok) = import(&conf);
+        assert!(ok, "{what}: {stderr}");
+        let file = dir.join("weir.yaml");
+        std::fs::write(&file, &yaml).unwrap();
+        check(&file);
+        let _w = weir(&file, &dir);
+        wait(port, &dir.join("weir.err"));
+        for (path, status) in requests {
+            let mut s = common::connect(format!("127.0.0.1:{port}").parse().unwrap());
+            let r = common::roundtrip(
+                &mut s,
+                format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").as_bytes(),
+            );
+            assert!(
+                !r.text().contains("SECRET_MARKER"),
+                "{what}: {path} leaked\n{yaml}"
+            );
+            assert_eq!(r.status, status, "{what}: {path}\n{yaml}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -17,7 +17,9 @@ use super::{not_translated, unknown_variable};
 pub(super) struct Loc {
     pub(super) rank: u8,
     pub(super) prefix: Option<String>,
-    pub(super) nested: bool,
+    /// The prefix of the location it is nested in (`None`: at the server's level, or nested in
+    /// a regex location).
+    pub(super) parent: Option<String>,
     pub(super) routes: Vec<Value>,
 }
 
@@ -383,7 +385,7 @@ fn location_in(
     let this = Loc {
         rank,
         prefix: prefix.clone(),
-        nested: parent.is_some(),
+        parent: parent.and_then(|p| p.prefix.clone()),
         routes: Vec::new(),
     };
     // What nested locations inherit: `internal` and access refusals (a handler is the
@@ -568,7 +570,7 @@ fn content_routes(
     if !filters.is_empty() {
         route.insert(s("filters"), Value::Sequence(filters));
     }
-    let pages = error_pages(scope);
+    let pages = error_pages(cx, scope);
     if !pages.is_empty() {
         let mut m = Mapping::new();
         for (k, v) in pages {

@@ -21,6 +21,7 @@ use server::{listeners, server};
 mod http;
 mod location;
 pub mod parse;
+mod precedence;
 mod server;
 
 /// The key of a route's note in the converted mapping (`__weir_import_note__N: N`);
@@ -49,6 +50,9 @@ struct Ctx {
     zones: Mapping,
     /// `limit_req_zone` name → (rate per second or minute, key).
     limit_zones: BTreeMap<String, (u32, &'static str, String)>,
+    /// Error page files → the URI nginx would redirect to (`error_page 404 /x.html`), to check
+    /// that no other location serves that URI (`server.rs`).
+    page_uris: BTreeMap<String, String>,
 }
 fn s(v: &str) -> Value {
     Value::String(v.to_string())
@@ -97,6 +101,7 @@ pub fn convert(top: &[Directive]) -> Converted {
     let mut cx = Ctx {
         out: Converted::default(),
         notes: Vec::new(),
+        page_uris: BTreeMap::new(),
         upstreams: Mapping::new(),
         filters: Mapping::new(),
         zones: Mapping::new(),

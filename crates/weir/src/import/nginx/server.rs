@@ -7,7 +7,8 @@ use serde_yaml::{Mapping, Value};
 
 use super::http::{inherited, Scope};
 use super::location::{
-    access, close, location, location_filters, return_action, rewrite, static_route, Access, Loc,
+    access, close, location, location_filters, refusal_route, return_action, rewrite, static_route,
+    Access, Loc, Refusal,
 };
 use super::parse::Directive;
 use super::{map, s, Ctx};
@@ -62,7 +63,7 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
                 key = x.args.first().cloned();
                 cx.done();
             }
-            "location" | "return" | "rewrite" | "try_files" | "proxy_pass" => {}
+            "location" | "return" | "rewrite" | "try_files" | "proxy_pass" | "if" => {}
             _ => {
                 if !inherited(cx, x, &mut scope) {
                     cx.skip(x, not_translated(&x.name));
@@ -78,25 +79,54 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
         });
     }
     srv.cert = cert.zip(key);
-    srv.error_pages = error_pages(&scope);
+    srv.error_pages = error_pages(cx, &scope);
     // Server-level `rewrite`s and `return` come before its locations, as nginx runs them.
     let mut server_level = Vec::new();
+    // A server-level `if` or internal rewrite weir cannot translate decides, for every request,
+    // what the locations then see: the whole server refuses (review of issue 52: they were
+    // listed, and the locations served what the `if` would have refused).
+    let mut refusal: Option<Refusal> = None;
     for x in d.children() {
         match x.name.as_str() {
-            "rewrite" => {
-                if let Some(r) = rewrite(cx, x) {
-                    server_level.push(r);
-                }
-            }
-            "return" => {
-                if let Some(action) = return_action(cx, x) {
+            "rewrite" => match rewrite(cx, x) {
+                Some(r) => server_level.push(r),
+                None => Refusal::add(
+                    &mut refusal,
+                    503,
+                    format!(
+                        "{}: a server-level internal rewrite is not translated",
+                        x.at()
+                    ),
+                ),
+            },
+            "return" => match return_action(cx, x) {
+                Some(action) => {
                     let mut r = Mapping::new();
                     for (k, v) in action {
                         r.insert(k, v);
                     }
                     server_level.push(Value::Mapping(r));
                 }
-            }
+                None => Refusal::add(
+                    &mut refusal,
+                    503,
+                    format!("{}: a server-level return is not translated", x.at()),
+                ),
+            },
+            "if" => match host_redirect(cx, x) {
+                Some(r) => server_level.push(r),
+                None => {
+                    cx.skip(
+                        x,
+                        "a server-level `if` is not translated: the server answers 503",
+                    );
+                    Refusal::add(
+                        &mut refusal,
+                        503,
+                        format!("{}: a server-level if is not translated", x.at()),
+                    );
+                }
+            },
             "try_files" | "proxy_pass" => cx.skip(x, "outside a location: put it in `location /`"),
             _ => {}
         }
@@ -123,43 +153,14 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
                 .flatten()
         });
         if let Some(root) = own_root {
-            srv.error_pages
-                .insert(code, format!("{}{uri}", root.trim_end_matches('/')));
+            let file = format!("{}{uri}", root.trim_end_matches('/'));
+            cx.page_uris.insert(file.clone(), uri.clone());
+            srv.error_pages.insert(code, file);
         }
     }
-    // nginx's precedence: `=` first; then the longest prefix, unless regexes come first for
-    // it. A linear table keeps that by ranking `^~` prefixes, and plain prefixes nested under
-    // one (nginx would pick the longer one), before the regexes, longest first; then the
-    // regexes in order; then the other prefixes, longest first.
-    // A regex nested in a prefix location is tried before the server's own regexes, as nginx
-    // tries the regexes inside the prefix location it found first.
-    let caret: Vec<String> = locations
-        .iter()
-        .filter(|l| l.0.rank == 1)
-        .filter_map(|l| l.0.prefix.clone())
-        .collect();
-    for (l, _) in locations.iter_mut() {
-        if l.rank == 3
-            && l.prefix
-                .as_ref()
-                .is_some_and(|p| caret.iter().any(|c| p.starts_with(c.as_str())))
-        {
-            l.rank = 1;
-        }
-    }
-    locations.sort_by(|(a, ai), (b, bi)| {
-        a.rank.cmp(&b.rank).then_with(|| match a.rank {
-            1 | 3 => b
-                .prefix
-                .as_ref()
-                .map_or(0, String::len)
-                .cmp(&a.prefix.as_ref().map_or(0, String::len)),
-            _ => (!a.nested, *ai).cmp(&(!b.nested, *bi)),
-        })
-    });
+    // nginx's precedence (`precedence.rs`).
     srv.routes = server_level;
-    srv.routes
-        .extend(locations.into_iter().flat_map(|(l, _)| l.routes));
+    srv.routes.extend(super::precedence::ordered(locations));
     let has_root_location = srv.routes.iter().any(|r| {
         r.get("match")
             .and_then(|m| m.get("path_prefix"))
@@ -195,7 +196,41 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
         }
     }
     files_stay_files(cx, &mut srv.routes);
+    pages_stay_files(cx, &mut srv.routes, &mut srv.error_pages);
+    if let Some(r) = refusal {
+        srv.routes = vec![refusal_route(cx, Value::Mapping(Mapping::new()), &r)];
+        srv.error_pages.clear();
+    }
     srv
+}
+
+/// certbot's `if ($host = NAME) { return 301 https://$host$request_uri; }` as a route: that
+/// host, that redirect. `None` for any other `if`.
+fn host_redirect(cx: &mut Ctx, d: &Directive) -> Option<Value> {
+    let cond: String = d.args.join(" ");
+    let cond = cond.strip_prefix('(')?.strip_suffix(')')?.trim();
+    let (var, name) = cond.split_once('=')?;
+    if var.trim() != "$host" {
+        return None;
+    }
+    let name = name.trim().trim_matches('"');
+    if name.is_empty() || name.contains(['$', '~', '!', ' ', '(']) {
+        return None;
+    }
+    let [ret] = d.children() else {
+        return None;
+    };
+    if ret.name != "return" {
+        return None;
+    }
+    let action = return_action(cx, ret)?;
+    let mut r = Mapping::new();
+    r.insert(s("match"), map(vec![("host", s(name))]));
+    for (k, v) in action {
+        r.insert(k, v);
+    }
+    cx.done();
+    Some(Value::Mapping(r))
 }
 /// nginx's `index` and a `try_files` whose last entry is a path are internal redirects: that
 /// URI is matched against the locations again. weir's static action serves it as a file of the
@@ -221,13 +256,21 @@ fn files_stay_files(cx: &mut Ctx, routes: &mut [Value]) {
             taker.is_none_or(|t| t == i || root_of(&routes[t]).as_deref() == Some(&root))
         };
         let st = routes[i].get("static");
-        let dir = routes[i]
-            .get("match")
-            .and_then(|m| m.get("path_prefix"))
-            .and_then(Value::as_str)
-            .filter(|p| p.ends_with('/'))
-            .unwrap_or("/")
-            .to_string();
+        // The directories whose index this route serves: its exact path or prefix as a
+        // directory (`location /sub` serves `/sub/`), and `/` (review of issue 52: an index was
+        // checked under `/` alone, and `/sub/index.php` was served as a file).
+        let m = routes[i].get("match");
+        let mut dirs = vec!["/".to_string()];
+        for key in ["path", "path_prefix"] {
+            if let Some(p) = m.and_then(|m| m.get(key)).and_then(Value::as_str) {
+                let d = match p.rfind('/') {
+                    Some(at) if key == "path" => p[..=at].to_string(),
+                    _ if p.ends_with('/') => p.to_string(),
+                    _ => format!("{p}/"),
+                };
+                dirs.push(d);
+            }
+        }
         let index: Vec<String> = match st.and_then(|st| st.get("index")) {
             Some(Value::Sequence(v)) => v
                 .iter()
@@ -238,7 +281,7 @@ fn files_stay_files(cx: &mut Ctx, routes: &mut [Value]) {
         };
         let kept: Vec<String> = index
             .iter()
-            .filter(|n| stays(routes, &format!("{dir}{n}")))
+            .filter(|n| dirs.iter().all(|d| stays(routes, &format!("{d}{n}"))))
             .cloned()
             .collect();
         let last = st
@@ -316,16 +359,78 @@ fn path_matches(r: &Value, path: &str) -> bool {
     exact && prefix && re && only_path
 }
 
-pub(super) fn error_pages(scope: &Scope) -> BTreeMap<String, String> {
+pub(super) fn error_pages(cx: &mut Ctx, scope: &Scope) -> BTreeMap<String, String> {
     let Some(root) = &scope.root else {
         return BTreeMap::new();
     };
-    scope
-        .error_pages
+    let mut out = BTreeMap::new();
+    for (code, uri) in scope.error_pages.iter().filter(|(_, u)| u.starts_with('/')) {
+        let file = format!("{}{uri}", root.trim_end_matches('/'));
+        cx.page_uris.insert(file.clone(), uri.clone());
+        out.insert(code.clone(), file);
+    }
+    out
+}
+
+/// Error pages are internal redirects in nginx: the page's URI is matched against the
+/// locations again. weir serves the page as a file, which is the same answer only when the URI
+/// lands on a static route of the root the file is under. Any other page is left out, with a
+/// note (review of issue 52: `error_page 404 /index.php` sent index.php's source as every 404).
+fn pages_stay_files(cx: &mut Ctx, routes: &mut [Value], server: &mut BTreeMap<String, String>) {
+    let root_of = |r: &Value| {
+        r.get("static")
+            .and_then(|st| st.get("root"))
+            .and_then(Value::as_str)
+            .map(|r| r.trim_end_matches('/').to_string())
+    };
+    let served_as = |routes: &[Value], cx: &Ctx, file: &str| -> bool {
+        let Some(uri) = cx.page_uris.get(file) else {
+            return true;
+        };
+        let taker = routes.iter().position(|r| path_matches(r, uri));
+        taker
+            .is_some_and(|t| root_of(&routes[t]).is_some_and(|root| file == format!("{root}{uri}")))
+    };
+    let gone: Vec<String> = server
         .iter()
-        .filter(|(_, uri)| uri.starts_with('/'))
-        .map(|(code, uri)| (code.clone(), format!("{}{uri}", root.trim_end_matches('/'))))
-        .collect()
+        .filter(|(_, f)| !served_as(routes, cx, f))
+        .map(|(c, _)| c.clone())
+        .collect();
+    for code in gone {
+        if let Some(file) = server.remove(&code) {
+            cx.out.skipped.push(format!(
+                "error_page {code} {}: another location serves it in nginx (a script, a proxy): left out",
+                cx.page_uris.get(&file).cloned().unwrap_or(file)
+            ));
+        }
+    }
+    for i in 0..routes.len() {
+        let Some(Value::Mapping(pages)) = routes[i].get("error_pages") else {
+            continue;
+        };
+        let gone: Vec<Value> = pages
+            .iter()
+            .filter(|(_, f)| f.as_str().is_some_and(|f| !served_as(routes, cx, f)))
+            .map(|(c, _)| c.clone())
+            .collect();
+        if gone.is_empty() {
+            continue;
+        }
+        let why = "an error page another location serves in nginx (a script, a proxy): left out";
+        cx.out.skipped.push(format!("error_page on a route: {why}"));
+        let (k, v) = cx.note(why.to_string());
+        if let Value::Mapping(m) = &mut routes[i] {
+            m.insert(k, v);
+            if let Some(Value::Mapping(pages)) = m.get_mut(s("error_pages")) {
+                for c in gone {
+                    pages.remove(&c);
+                }
+                if pages.is_empty() {
+                    m.remove(s("error_pages"));
+                }
+            }
+        }
+    }
 }
 pub(super) fn listen(cx: &mut Ctx, d: &Directive) -> Option<Listen> {
     let a = d.args.first()?;
