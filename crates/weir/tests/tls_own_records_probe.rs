@@ -993,3 +993,46 @@ fn a_key_update_split_across_records_is_taken() {
         }
     }
 }
+
+/// The next record that is not a KeyUpdate, within `within`.
+fn next_non_ku(c: &mut Raw, within: Duration) -> Got {
+    c.tcp.set_read_timeout(Some(within)).unwrap();
+    loop {
+        match c.next_record() {
+            Got::KeyUpdate(_) => {}
+            other => return other,
+        }
+    }
+}
+
+/// Issue 52 (audit): a TLS connection ends with `close_notify` whoever ends it. The client's
+/// own `close_notify` is answered with weir's, on a parked and on a fresh connection; a parked
+/// connection closed at the keep-alive timeout says `close_notify` before its FIN. Before,
+/// each ended with a bare FIN.
+#[test]
+fn tls_connections_end_with_close_notify() {
+    let env = env("closes", "{ header: 2s, keepalive: 4s }");
+    for suite in [SUITES[0], SUITES[3]] {
+        for park in [false, true] {
+            let mut c = ready(&env, suite, park, 0.0);
+            let alert = c.seal(21, &[1, 0], 0);
+            c.send(&alert).unwrap();
+            let got = next_non_ku(&mut c, Duration::from_secs(5));
+            assert!(
+                matches!(got, Got::Alert(1, 0)),
+                "{suite:?} park={park}: the client's close_notify answered with {got:?}"
+            );
+        }
+        // Left parked until the keep-alive timeout closes it.
+        let mut c = ready(&env, suite, true, 0.0);
+        let got = next_non_ku(&mut c, Duration::from_secs(10));
+        assert!(
+            matches!(got, Got::Alert(1, 0)),
+            "{suite:?}: closed at the keep-alive timeout with {got:?}"
+        );
+        assert!(matches!(
+            next_non_ku(&mut c, Duration::from_secs(5)),
+            Got::Eof
+        ));
+    }
+}

@@ -205,6 +205,13 @@ pub(crate) fn close(state: &Rc<WorkerState>, key: usize, reason: CloseReason) {
         return;
     };
     let admin = parked.rt.cfg.listeners[parked.listener as usize].admin;
+    let mut parked = parked;
+    // A TLS connection says `close_notify` before its FIN, if its socket takes it now.
+    if let Some(tls) = parked.tls.as_mut() {
+        if let Some(alert) = ServerTls::close_notify(&mut tls.session) {
+            let _ = std::io::Write::write(&mut parked.stream, &alert);
+        }
+    }
     // Closing the socket takes it out of the idle epoll too.
     drop(parked);
     drop(ActiveGuard::new(state.clone(), key, reason, admin));

@@ -324,6 +324,7 @@ impl Session {
                     continue;
                 }
                 Opened::Closed { used } => {
+                    // Answered with ours when the connection is dropped (`server/conn`).
                     at += used;
                     self.peer_closed = true;
                     continue;

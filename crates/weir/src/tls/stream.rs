@@ -319,6 +319,19 @@ impl ServerTls {
         ))
     }
 
+    /// The `close_notify` a parked connection sends when weir closes it (an idle timeout,
+    /// shutdown): one alert record, sealed under its current key.
+    pub(crate) fn close_notify(idle: &mut IdleTls) -> Option<Vec<u8>> {
+        let mut out = vec![0u8; idle.records.sealed_len(2)];
+        let n = idle
+            .records
+            .seal_alert(1, crate::tls::records::CLOSE_NOTIFY, &mut out)
+            .ok()?;
+        idle.records.sleep();
+        out.truncate(n);
+        Some(out)
+    }
+
     /// A parked connection's socket and record keys together again.
     pub(crate) fn from_idle(tcp: TcpStream, idle: IdleTls) -> ServerTls {
         ServerTls {

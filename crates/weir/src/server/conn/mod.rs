@@ -111,6 +111,12 @@ impl Drop for Conn {
             let io = std::mem::replace(&mut self.io, ClientIo::Gone);
             let on = (&self.rt, self.listener);
             super::park::park(&self.state, self.key, io, self.peer, on, self.served);
+        } else if let ClientIo::Tls(t) = &mut self.io {
+            // A TLS connection ends with `close_notify` (RFC 8446 §6.1) whoever ends it: an
+            // idle timeout, a stalled client, the client's own `close_notify` (issue 52's
+            // audit: they ended with a bare FIN). Sent if the socket takes it now; queued once.
+            t.stream.queue_close_notify();
+            let _ = t.stream.push();
         }
     }
 }
