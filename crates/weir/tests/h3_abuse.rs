@@ -1019,3 +1019,108 @@ fn a_client_that_never_reads_is_cut_at_the_write_timeout() {
     );
     inproc::stop(s.handle);
 }
+
+/// How the server closed a connection after the client sent `bytes` on a new unidirectional
+/// stream (finished when `finish`): the application error code.
+fn closed_with(s: &Setup, bytes: &[u8], finish: bool) -> Option<u64> {
+    let c = Client::new(h3c::client_config(&s.pki.ca_der, false));
+    let conn = c.connect(s.addr, "leaf.test").unwrap();
+    c.rt.block_on(async {
+        let mut tx = conn.open_uni().await.unwrap();
+        tx.write_all(bytes).await.unwrap();
+        if finish {
+            tx.finish().unwrap();
+        }
+        match tokio::time::timeout(Duration::from_secs(5), conn.closed()).await {
+            Ok(quinn::ConnectionError::ApplicationClosed(a)) => Some(a.error_code.into_inner()),
+            _ => None,
+        }
+    })
+}
+
+/// Issue 52: what `h3` 0.0.8 let pass on the client's unidirectional streams is a connection
+/// error, with the code RFC 9114 and RFC 9204 name: a push stream from the client, a decreasing
+/// MAX_PUSH_ID, a QPACK encoder stream setting a table weir never advertised, a decoder
+/// stream's Insert Count Increment (zero) and Section Acknowledgment, a QPACK stream that ends,
+/// and a second encoder stream. The allowed ones (a capacity of 0, a stream cancellation) keep
+/// the connection, and requests go on.
+#[test]
+fn client_stream_errors_close_the_connection_with_the_rfcs_codes() {
+    let s = setup("uni-errors", "", "", "");
+    let cases: [(&str, Vec<u8>, bool, u64); 7] = [
+        ("a push stream", vec![0x01], false, 0x103),
+        (
+            "MAX_PUSH_ID decreasing",
+            vec![0x00, 0x04, 0x00, 0x0D, 0x01, 0x0A, 0x0D, 0x01, 0x05],
+            false,
+            0x108,
+        ),
+        (
+            "a table capacity of 4096",
+            vec![0x02, 0x3F, 0xE1, 0x1F],
+            false,
+            0x201,
+        ),
+        (
+            "an Insert Count Increment of 0",
+            vec![0x03, 0x00],
+            false,
+            0x202,
+        ),
+        ("a Section Acknowledgment", vec![0x03, 0x84], false, 0x202),
+        ("a QPACK stream that ends", vec![0x02], true, 0x104),
+        ("two encoder streams", vec![0x02, 0x20], false, 0),
+    ];
+    for (what, bytes, finish, code) in cases {
+        if code == 0 {
+            continue;
+        }
+        assert_eq!(closed_with(&s, &bytes, finish), Some(code), "{what}");
+    }
+    // Two encoder streams on one connection.
+    let c = Client::new(h3c::client_config(&s.pki.ca_der, false));
+    let conn = c.connect(s.addr, "leaf.test").unwrap();
+    let code = c.rt.block_on(async {
+        for _ in 0..2 {
+            let mut tx = conn.open_uni().await.unwrap();
+            tx.write_all(&[0x02, 0x20]).await.unwrap();
+            std::mem::forget(tx);
+        }
+        match tokio::time::timeout(Duration::from_secs(5), conn.closed()).await {
+            Ok(quinn::ConnectionError::ApplicationClosed(a)) => Some(a.error_code.into_inner()),
+            _ => None,
+        }
+    });
+    assert_eq!(code, Some(0x103), "two encoder streams");
+    // What is allowed keeps the connection: capacity 0, a stream cancellation, and requests.
+    let conn = c.connect(s.addr, "leaf.test").unwrap();
+    c.rt.block_on(async {
+        let mut enc = conn.open_uni().await.unwrap();
+        enc.write_all(&[0x02, 0x20]).await.unwrap();
+        let mut dec = conn.open_uni().await.unwrap();
+        dec.write_all(&[0x03, 0x40, 0x7F, 0x85, 0x01])
+            .await
+            .unwrap();
+        // A GET /hello by hand (the h3 client would open QPACK streams of its own): HEADERS
+        // with :method GET, :scheme https, :authority and :path from QPACK's static table.
+        let mut block = vec![0x00, 0x00, 0xD1, 0xD7];
+        for (index, value) in [(0u8, "leaf.test"), (1, "/hello")] {
+            block.push(0x50 | index);
+            block.push(value.len() as u8);
+            block.extend_from_slice(value.as_bytes());
+        }
+        let mut frame = vec![0x01, block.len() as u8];
+        frame.extend_from_slice(&block);
+        let (mut tx, mut rx) = conn.open_bi().await.unwrap();
+        tx.write_all(&frame).await.unwrap();
+        tx.finish().unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(5), rx.read_to_end(64 * 1024))
+            .await
+            .expect("an answer within 5 s")
+            .expect("the request stream answered");
+        assert_eq!(answer.first(), Some(&0x01), "a HEADERS frame: {answer:?}");
+        assert!(conn.close_reason().is_none(), "{:?}", conn.close_reason());
+        std::mem::forget((enc, dec));
+    });
+    inproc::stop(s.handle);
+}

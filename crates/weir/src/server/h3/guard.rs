@@ -15,6 +15,15 @@
 //! stopped with H3_EXCESSIVE_LOAD; on the control stream `h3` then closes the connection. The
 //! cost is a few instructions per frame header and none per payload byte.
 //!
+//! It also answers what `h3` 0.0.8 lets pass (issue 52: weir answered 75 of 85 cases of a
+//! probe set of RFC 9114/9204 errors) with the connection errors the RFCs name: a push stream
+//! from the client (H3_STREAM_CREATION_ERROR), a MAX_PUSH_ID that decreases (H3_ID_ERROR), and
+//! the client's QPACK streams, which `h3` never reads: weir advertises no dynamic table, so any
+//! encoder instruction but a capacity of 0 is QPACK_ENCODER_STREAM_ERROR, an Insert Count
+//! Increment or a Section Acknowledgment QPACK_DECODER_STREAM_ERROR, a second one of either
+//! H3_STREAM_CREATION_ERROR, and one that ends H3_CLOSED_CRITICAL_STREAM ([`Qpack`]). They are
+//! read here, as `h3` polls for new streams.
+//!
 //! It also keeps the GOAWAY's promise ([`GoAway`]): `h3` 0.0.8 sends the last stream it
 //! accepted as the GOAWAY's id (RFC 9114 §5.2: the first stream *not* processed) and goes on
 //! accepting a request on that id, which a client retries elsewhere (a POST run twice). The
@@ -30,6 +39,21 @@ use h3::quic::{self, ConnectionErrorIncoming, StreamErrorIncoming, StreamId, Wri
 const EXCESSIVE_LOAD: u64 = 0x107;
 /// H3_REQUEST_REJECTED (RFC 9114 §8.1): the request was not processed, retry it elsewhere.
 const REQUEST_REJECTED: u64 = 0x10B;
+/// Connection errors (RFC 9114 §8.1, RFC 9204 §6).
+const STREAM_CREATION_ERROR: u64 = 0x103;
+const CLOSED_CRITICAL_STREAM: u64 = 0x104;
+const ID_ERROR: u64 = 0x108;
+const QPACK_ENCODER_STREAM_ERROR: u64 = 0x201;
+const QPACK_DECODER_STREAM_ERROR: u64 = 0x202;
+
+/// What a stream's bytes broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Violation {
+    /// A frame past its length limit: the stream is stopped.
+    TooLong,
+    /// A connection error with this code.
+    Connection(u64),
+}
 
 /// The request streams a connection accepted and, once it sent GOAWAY, the first it refuses.
 #[derive(Debug, Default)]
@@ -80,6 +104,8 @@ enum State {
     Payload {
         left: u64,
     },
+    /// A MAX_PUSH_ID frame's push id.
+    PushId,
     /// Not framed (QPACK's streams, unknown stream types `h3` discards): passed as is.
     Unframed,
 }
@@ -91,6 +117,9 @@ struct Frames {
     limits: Limits,
     varint: [u8; 8],
     have: usize,
+    /// The largest MAX_PUSH_ID the client sent (it may not decrease); 0 before any (a first
+    /// one of 0 is not a decrease either).
+    max_push: u64,
 }
 
 impl Frames {
@@ -108,11 +137,12 @@ impl Frames {
             limits,
             varint: [0; 8],
             have: 0,
+            max_push: 0,
         }
     }
 
-    /// Reads `data`; `Err` at a frame longer than its limit.
-    fn scan(&mut self, mut data: &[u8]) -> Result<(), ()> {
+    /// Reads `data`; `Err` at a frame longer than its limit, or a connection error.
+    fn scan(&mut self, mut data: &[u8]) -> Result<(), Violation> {
         while !data.is_empty() {
             match self.state {
                 State::Unframed => return Ok(()),
@@ -157,10 +187,13 @@ impl Frames {
     }
 
     /// The state after reading integer `v`.
-    fn next(&self, v: u64) -> Result<State, ()> {
+    fn next(&mut self, v: u64) -> Result<State, Violation> {
         Ok(match self.state {
-            // The control stream is framed; QPACK's streams and unknown types are not.
+            // The control stream is framed; unknown types are not (QPACK's never get here).
             State::StreamType if v == 0x00 => State::FrameType,
+            State::StreamType if v == 0x01 => {
+                return Err(Violation::Connection(STREAM_CREATION_ERROR))
+            }
             State::StreamType => State::Unframed,
             State::FrameType => State::FrameLen { ty: v },
             State::FrameLen { ty } => {
@@ -170,13 +203,20 @@ impl Frames {
                     _ => OTHER,
                 };
                 if v > limit {
-                    return Err(());
+                    return Err(Violation::TooLong);
                 }
-                if v == 0 {
-                    State::FrameType
-                } else {
-                    State::Payload { left: v }
+                match (ty, v) {
+                    (_, 0) => State::FrameType,
+                    (0x0D, 1..=8) => State::PushId,
+                    _ => State::Payload { left: v },
                 }
+            }
+            State::PushId => {
+                if v < self.max_push {
+                    return Err(Violation::Connection(ID_ERROR));
+                }
+                self.max_push = v;
+                State::FrameType
             }
             s => s,
         })
@@ -187,6 +227,16 @@ impl Frames {
 pub(super) struct GuardedRecv {
     inner: h3_quinn::RecvStream,
     frames: Frames,
+    /// A unidirectional stream's extras (boxed: request streams, one per request, have none).
+    uni: Option<Box<UniRecv>>,
+}
+
+/// What a unidirectional stream's guard keeps besides its frames.
+struct UniRecv {
+    /// Bytes read from it already (its type, read here to learn it), given to `h3` first.
+    replay: Option<Bytes>,
+    /// The connection, to close on a connection error.
+    conn: quinn::Connection,
 }
 
 impl quic::RecvStream for GuardedRecv {
@@ -196,13 +246,29 @@ impl quic::RecvStream for GuardedRecv {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Result<Option<Bytes>, StreamErrorIncoming>> {
-        let r = ready!(self.inner.poll_data(cx));
+        let r = match self.uni.as_mut().and_then(|u| u.replay.take()) {
+            Some(b) => Ok(Some(b)),
+            None => ready!(self.inner.poll_data(cx)),
+        };
         if let Ok(Some(data)) = &r {
-            if self.frames.scan(data).is_err() {
-                self.inner.stop_sending(EXCESSIVE_LOAD);
-                return Poll::Ready(Err(StreamErrorIncoming::StreamTerminated {
-                    error_code: EXCESSIVE_LOAD,
-                }));
+            match self.frames.scan(data) {
+                Ok(()) => {}
+                Err(Violation::TooLong) => {
+                    self.inner.stop_sending(EXCESSIVE_LOAD);
+                    return Poll::Ready(Err(StreamErrorIncoming::StreamTerminated {
+                        error_code: EXCESSIVE_LOAD,
+                    }));
+                }
+                Err(Violation::Connection(code)) => {
+                    if let Some(u) = &self.uni {
+                        close(&u.conn, code);
+                    }
+                    return Poll::Ready(Err(StreamErrorIncoming::ConnectionErrorIncoming {
+                        connection_error: ConnectionErrorIncoming::ApplicationClose {
+                            error_code: code,
+                        },
+                    }));
+                }
             }
         }
         Poll::Ready(r)
@@ -294,15 +360,78 @@ fn guard_bidi(b: h3_quinn::BidiStream<Bytes>, limits: Limits) -> GuardedBidi {
         recv: GuardedRecv {
             inner: recv,
             frames: Frames::request(limits),
+            uni: None,
         },
     }
+}
+
+/// Closes `conn` with error `code` (a connection error the client caused).
+fn close(conn: &quinn::Connection, code: u64) {
+    tracing::debug!(code, "HTTP/3 connection error from the client's streams");
+    conn.close(
+        quinn::VarInt::from_u64(code).unwrap_or(quinn::VarInt::MAX),
+        b"",
+    );
+}
+
+/// A client unidirectional stream whose type is not yet known: the bytes read so far.
+struct Typing {
+    stream: h3_quinn::RecvStream,
+    read: Vec<u8>,
+}
+
+/// Which QPACK stream of the client's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum QpackKind {
+    Encoder,
+    Decoder,
+}
+
+/// One of the client's QPACK streams, read and checked here (`h3` never reads them).
+struct Qpack {
+    stream: h3_quinn::RecvStream,
+    kind: QpackKind,
+    /// In a decoder instruction's integer (its continuation bytes).
+    in_integer: bool,
+}
+
+impl Qpack {
+    /// Checks the instructions in `data`: with no dynamic table advertised, the encoder may
+    /// only set its capacity to 0, and the decoder may only cancel streams.
+    fn check(&mut self, data: &[u8]) -> Result<(), u64> {
+        for &b in data {
+            match self.kind {
+                // Set Dynamic Table Capacity 0 (RFC 9204 §4.3.1): `001` and five 0 bits.
+                QpackKind::Encoder if b == 0x20 => {}
+                QpackKind::Encoder => return Err(QPACK_ENCODER_STREAM_ERROR),
+                QpackKind::Decoder if self.in_integer => self.in_integer = b & 0x80 != 0,
+                // Stream Cancellation (§4.4.2), its 6-bit prefix full: continuation follows.
+                QpackKind::Decoder if b & 0xC0 == 0x40 => self.in_integer = b & 0x3F == 0x3F,
+                // A Section Acknowledgment (no section ever referred to the table) or an
+                // Insert Count Increment (nothing was ever inserted; zero is an error anyway).
+                QpackKind::Decoder => return Err(QPACK_DECODER_STREAM_ERROR),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The client's unidirectional streams while their types are read, and its QPACK streams.
+#[derive(Default)]
+struct UniStreams {
+    typing: Vec<Typing>,
+    qpack: Vec<Qpack>,
 }
 
 /// quinn's connection for `h3`, with every stream the client opens guarded.
 pub(super) struct Guarded {
     inner: h3_quinn::Connection,
+    conn: quinn::Connection,
     limits: Limits,
     goaway: std::rc::Rc<GoAway>,
+    /// Boxed: the connection's futures hold this struct, and most connections open only the
+    /// usual three unidirectional streams.
+    uni: Box<UniStreams>,
 }
 
 impl Guarded {
@@ -312,10 +441,35 @@ impl Guarded {
         goaway: std::rc::Rc<GoAway>,
     ) -> Guarded {
         Guarded {
-            inner: h3_quinn::Connection::new(conn),
+            inner: h3_quinn::Connection::new(conn.clone()),
+            conn,
             limits,
             goaway,
+            uni: Box::default(),
         }
+    }
+
+    /// A connection error: the connection closed with `code`, and the error `h3` gets.
+    fn fail(&self, code: u64) -> Poll<Result<GuardedRecv, ConnectionErrorIncoming>> {
+        close(&self.conn, code);
+        Poll::Ready(Err(ConnectionErrorIncoming::ApplicationClose {
+            error_code: code,
+        }))
+    }
+
+    /// Reads the QPACK streams: `Err` with a connection error's code.
+    fn poll_qpack(&mut self, cx: &mut Context<'_>) -> Result<(), u64> {
+        for q in &mut self.uni.qpack {
+            loop {
+                match quic::RecvStream::poll_data(&mut q.stream, cx) {
+                    Poll::Ready(Ok(Some(data))) => q.check(&data)?,
+                    // A critical stream ended or was reset (RFC 9204 §4.2).
+                    Poll::Ready(Ok(None) | Err(_)) => return Err(CLOSED_CRITICAL_STREAM),
+                    Poll::Pending => break,
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -323,18 +477,87 @@ impl quic::Connection<Bytes> for Guarded {
     type RecvStream = GuardedRecv;
     type OpenStreams = Opener;
 
+    /// New unidirectional streams, each handed to `h3` once its type is read here (with the
+    /// bytes read so far); the client's QPACK streams are kept and checked here instead.
     fn poll_accept_recv(
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Result<GuardedRecv, ConnectionErrorIncoming>> {
-        let recv = ready!(quic::Connection::<Bytes>::poll_accept_recv(
-            &mut self.inner,
-            cx
-        ))?;
-        Poll::Ready(Ok(GuardedRecv {
-            inner: recv,
-            frames: Frames::unidirectional(self.limits),
-        }))
+        loop {
+            match quic::Connection::<Bytes>::poll_accept_recv(&mut self.inner, cx) {
+                Poll::Ready(Ok(stream)) => self.uni.typing.push(Typing {
+                    stream,
+                    read: Vec::new(),
+                }),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => break,
+            }
+        }
+        if let Err(code) = self.poll_qpack(cx) {
+            return self.fail(code);
+        }
+        let mut i = 0;
+        while i < self.uni.typing.len() {
+            let t = &mut self.uni.typing[i];
+            let ty = loop {
+                if let Some(ty) = varint(&t.read) {
+                    break Some(ty);
+                }
+                match quic::RecvStream::poll_data(&mut t.stream, cx) {
+                    Poll::Ready(Ok(Some(data))) => t.read.extend_from_slice(&data),
+                    // Closed before its type: tolerated (RFC 9114 §6.2).
+                    Poll::Ready(Ok(None) | Err(_)) => break None,
+                    Poll::Pending => {
+                        i += 1;
+                        break Some(u64::MAX);
+                    }
+                }
+            };
+            match ty {
+                Some(u64::MAX) => continue,
+                None => {
+                    self.uni.typing.swap_remove(i);
+                }
+                Some(0x01) => return self.fail(STREAM_CREATION_ERROR),
+                Some(ty @ (0x02 | 0x03)) => {
+                    let kind = if ty == 0x02 {
+                        QpackKind::Encoder
+                    } else {
+                        QpackKind::Decoder
+                    };
+                    if self.uni.qpack.iter().any(|q| q.kind == kind) {
+                        return self.fail(STREAM_CREATION_ERROR);
+                    }
+                    let t = self.uni.typing.swap_remove(i);
+                    let mut q = Qpack {
+                        stream: t.stream,
+                        kind,
+                        in_integer: false,
+                    };
+                    let len = varint_len(&t.read);
+                    if let Err(code) = q.check(&t.read[len..]) {
+                        return self.fail(code);
+                    }
+                    self.uni.qpack.push(q);
+                    // Read on: its waker must be registered.
+                    if let Err(code) = self.poll_qpack(cx) {
+                        return self.fail(code);
+                    }
+                }
+                Some(_) => {
+                    let t = self.uni.typing.swap_remove(i);
+                    return Poll::Ready(Ok(GuardedRecv {
+                        inner: t.stream,
+                        frames: Frames::unidirectional(self.limits),
+                        uni: Some(Box::new(UniRecv {
+                            replay: Some(Bytes::from(t.read)),
+                            conn: self.conn.clone(),
+                        })),
+                    }));
+                }
+            }
+        }
+        Poll::Pending
     }
 
     fn poll_accept_bidi(
@@ -422,6 +645,23 @@ impl quic::OpenStreams<Bytes> for Opener {
     fn close(&mut self, code: h3::error::Code, reason: &[u8]) {
         quic::OpenStreams::<Bytes>::close(&mut self.inner, code, reason)
     }
+}
+
+/// A QUIC variable-length integer at the start of `b`, when it is all there.
+fn varint(b: &[u8]) -> Option<u64> {
+    let first = *b.first()?;
+    let len = varint_len(b);
+    let bytes = b.get(..len)?;
+    let mut v = u64::from(first & 0x3f);
+    for x in &bytes[1..] {
+        v = (v << 8) | u64::from(*x);
+    }
+    Some(v)
+}
+
+/// The length of the variable-length integer starting `b` (1 for an empty `b`).
+fn varint_len(b: &[u8]) -> usize {
+    b.first().map_or(1, |f| 1usize << (f >> 6))
 }
 
 #[cfg(test)]
