@@ -1036,3 +1036,30 @@ fn tls_connections_end_with_close_notify() {
         ));
     }
 }
+
+/// Issue 52 (audit): a lone KeyUpdate while idle keeps the keep-alive deadline. With
+/// `keepalive: 3s` and `header: 20s`, a KeyUpdate sent while the connection waits (in its task,
+/// or parked) does not turn the wait into a header wait: the connection still closes about 3 s
+/// after its last answer (with close_notify), not 20 s after the KeyUpdate.
+#[test]
+fn a_lone_key_update_keeps_the_keep_alive_deadline() {
+    let env = env("kukeep", "{ header: 20s, keepalive: 3s }");
+    for (park, after) in [(false, 300u64), (true, 0)] {
+        // The answer comes within milliseconds of this; `ready` then waits for the park.
+        let answered = Instant::now();
+        let mut c = ready(&env, SUITES[0], park, 0.0);
+        std::thread::sleep(Duration::from_millis(after));
+        let ku = c.key_update(false);
+        c.send(&ku).unwrap();
+        let got = next_non_ku(&mut c, Duration::from_secs(15));
+        let closed = answered.elapsed();
+        assert!(
+            matches!(got, Got::Alert(1, 0)),
+            "park={park}: {got:?} after {closed:?}"
+        );
+        assert!(
+            closed >= Duration::from_millis(2500) && closed < Duration::from_millis(5500),
+            "park={park}: closed {closed:?} after the last answer (keepalive 3 s)"
+        );
+    }
+}

@@ -189,23 +189,22 @@ pub(crate) fn park(
 /// Takes a parked connection out of its slot (the slot stays, marked busy: its idle deadline
 /// is cleared, or the sweeper would cut the request that woke it); `None` if the slot holds
 /// none.
-fn take(state: &WorkerState, key: usize) -> Option<Parked> {
+fn take(state: &WorkerState, key: usize) -> Option<(Parked, u64)> {
     let mut conns = state.conns.borrow_mut();
     let slot = conns.get_mut(key)?;
     let parked = slot.parked.take()?;
     slot.park.set(Park::No);
-    slot.idle_until.set(0);
+    let until = slot.idle_until.replace(0);
     state.metrics.parked.dec();
-    Some(parked)
+    Some((parked, until))
 }
 
 /// Closes the parked connection in slot `key` (idle timeout, shutdown), counted as `reason`.
 pub(crate) fn close(state: &Rc<WorkerState>, key: usize, reason: CloseReason) {
-    let Some(parked) = take(state, key) else {
+    let Some((mut parked, _)) = take(state, key) else {
         return;
     };
     let admin = parked.rt.cfg.listeners[parked.listener as usize].admin;
-    let mut parked = parked;
     // A TLS connection says `close_notify` before its FIN, if its socket takes it now.
     if let Some(tls) = parked.tls.as_mut() {
         if let Some(alert) = ServerTls::close_notify(&mut tls.session) {
@@ -251,7 +250,7 @@ pub(crate) async fn unpark_loop(state: Rc<WorkerState>, mut idle: IdlePoll) {
 /// Serves the connection parked in slot `key` again, in a new task, on the config it last ran
 /// on (its first request moves to the current one, as any request does: `Conn::refresh_config`).
 fn resume(state: &Rc<WorkerState>, key: usize) {
-    let Some(mut parked) = take(state, key) else {
+    let Some((mut parked, idle_until)) = take(state, key) else {
         return;
     };
     let _ = state.idle.deregister(&mut parked.stream);
@@ -285,7 +284,10 @@ fn resume(state: &Rc<WorkerState>, key: usize) {
             ClientIo::Tls(Box::new(super::client_io::TlsConn { stream, info }))
         }
     };
-    let conn = Conn::resume(io, peer, key, state.clone(), rt, listener as usize, served);
+    // The keep-alive deadline it was parked with goes on: a wake that brings no request (a
+    // lone TLS KeyUpdate) does not buy the connection another keep-alive period.
+    let conn = Conn::resume(io, peer, key, state.clone(), rt, listener as usize, served)
+        .keeping_deadline(idle_until);
     let guard = ActiveGuard::new(state.clone(), key, CloseReason::Idle, admin);
     super::worker::spawn_plain(state, key, conn, guard);
 }

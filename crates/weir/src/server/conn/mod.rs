@@ -103,6 +103,10 @@ pub(crate) struct Conn {
     /// In its idle wait, where the sweeper may park it (`server/park.rs`): dropping it there
     /// hands its socket to its slot.
     parkable: bool,
+    /// The keep-alive deadline (the coarse clock's ms) it was parked with, kept until a request
+    /// comes (0: none): a wake that brings none does not start the keep-alive over (issue 52's
+    /// audit: a lone TLS KeyUpdate did).
+    idle_deadline: u64,
 }
 
 impl Drop for Conn {
@@ -147,7 +151,14 @@ impl Conn {
             key,
             orphaned: false,
             parkable: false,
+            idle_deadline: 0,
         }
+    }
+
+    /// Keeps the idle deadline `until` (ms; 0: none) it had when parked.
+    pub(crate) fn keeping_deadline(mut self, until: u64) -> Conn {
+        self.idle_deadline = until;
+        self
     }
 
     /// A parked connection served again (`server/park.rs`), `served` requests into its life.
@@ -299,10 +310,13 @@ impl Conn {
                 } else {
                     self.rt.cfg.timeouts.keepalive
                 };
-                match self.wait_idle(wait).await? {
+                let n = match self.wait_idle(wait).await? {
                     Some(n) => n,
                     None => return Ok(false),
-                }
+                };
+                // A request came (or the end): the next idle wait starts its own keep-alive.
+                self.idle_deadline = 0;
+                n
             }
         };
         if n == 0 {
@@ -374,12 +388,19 @@ impl Conn {
         let stream = self.io.idle_stream().or_err(ErrorKind::ClientIo, "read")?;
         if let Some(stream) = stream {
             self.state.set_idle(self.key, Some(wait), parkable);
+            if self.idle_deadline != 0 {
+                self.state.cap_idle(self.key, self.idle_deadline);
+            }
             self.parkable = parkable;
             // The registration's reader slot, not `readable()`: that future links a waiter
             // into the socket's list and unlinks it again, about 150 instructions a request
             // more (callgrind, hello keep-alive).
             let ready = std::future::poll_fn(|cx| stream.poll_read_ready(cx)).await;
             self.parkable = false;
+            if matches!(self.io, ClientIo::Tls(_)) && self.served > 0 {
+                // Kept for a wake that brings no request (below).
+                self.idle_deadline = self.state.idle_deadline(self.key);
+            }
             self.state.set_idle(self.key, None, false);
             ready.or_err(ErrorKind::ClientIo, "read")?;
         }
@@ -389,9 +410,13 @@ impl Conn {
         if tls {
             // Readable is not yet a request over TLS: half a record, or a lone key update,
             // decrypts to nothing and the read would wait with no deadline. The sweeper closes
-            // the connection if no plaintext comes within `timeouts.header`.
+            // the connection if no plaintext comes within `timeouts.header`, or by the
+            // keep-alive deadline it had, whichever is first.
             let header = self.rt.cfg.timeouts.header;
             self.state.set_idle(self.key, Some(header), false);
+            if self.idle_deadline != 0 {
+                self.state.cap_idle(self.key, self.idle_deadline);
+            }
         }
         let n = read_more(&mut self.io, &mut self.buf)
             .await

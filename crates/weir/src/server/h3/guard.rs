@@ -483,7 +483,6 @@ impl Guarded {
             error_code: code,
         }))
     }
-
 }
 
 impl quic::Connection<Bytes> for Guarded {

@@ -13,6 +13,25 @@ impl WorkerState {
     /// Marks connection `key` idle for `wait` (closed by the sweeper after it), or busy (`None`).
     /// `parkable`: an HTTP/1.1 connection in its idle wait, which the sweeper may park
     /// (`park.rs`).
+    /// Connection `key`'s idle deadline (the coarse clock's ms; 0: none).
+    pub(crate) fn idle_deadline(&self, key: usize) -> u64 {
+        self.conns
+            .borrow()
+            .get(key)
+            .map_or(0, |slot| slot.idle_until.get())
+    }
+
+    /// Brings connection `key`'s idle deadline forward to `until` if it is later: a wake that
+    /// brought no request (a lone TLS KeyUpdate) keeps the keep-alive deadline it had.
+    pub(crate) fn cap_idle(&self, key: usize, until: u64) {
+        if let Some(slot) = self.conns.borrow().get(key) {
+            let now = slot.idle_until.get();
+            if now == 0 || now > until {
+                slot.idle_until.set(until);
+            }
+        }
+    }
+
     pub(crate) fn set_idle(&self, key: usize, wait: Option<Duration>, parkable: bool) {
         let until = match wait {
             // One tick more, so that the coarse clock's lag never closes a connection early.
