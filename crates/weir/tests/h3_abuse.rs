@@ -1047,7 +1047,7 @@ fn closed_with(s: &Setup, bytes: &[u8], finish: bool) -> Option<u64> {
 #[test]
 fn client_stream_errors_close_the_connection_with_the_rfcs_codes() {
     let s = setup("uni-errors", "", "", "");
-    let cases: [(&str, Vec<u8>, bool, u64); 7] = [
+    let cases: [(&str, Vec<u8>, bool, u64); 8] = [
         ("a push stream", vec![0x01], false, 0x103),
         (
             "MAX_PUSH_ID decreasing",
@@ -1068,6 +1068,12 @@ fn client_stream_errors_close_the_connection_with_the_rfcs_codes() {
             0x202,
         ),
         ("a Section Acknowledgment", vec![0x03, 0x84], false, 0x202),
+        (
+            "a Stream Cancellation whose integer never ends",
+            [vec![0x03, 0x7F], vec![0xFF; 12]].concat(),
+            false,
+            0x202,
+        ),
         ("a QPACK stream that ends", vec![0x02], true, 0x104),
         ("two encoder streams", vec![0x02, 0x20], false, 0),
     ];

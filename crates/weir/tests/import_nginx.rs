@@ -557,6 +557,26 @@ fn the_review_s_configurations_never_serve_what_nginx_would_not() {
             vec![("/private/p.txt", 503)],
         ),
         (
+            // The second review: a `^~` nested in a plain prefix skips only its parent's
+            // regexes, not the server's.
+            "^~ nested",
+            format!("location / {{ location ^~ /wp-content/ {{ }} }} location ~ \\.(bak|sql)$ {{ deny all; }} {php}"),
+            vec![("/wp-content/uploads/shell.php", 503), ("/backup/db.sql", 403), ("/wp-content/a.css", 200)],
+        ),
+        (
+            // ... and a nested prefix does not beat a longer sibling of its parent.
+            "nested prefix",
+            "location /backup/ { location /backup/x/ { } } location /backup/x { deny all; } location / { }".to_string(),
+            vec![("/backup/x.php", 403), ("/index.html", 200)],
+        ),
+        (
+            // An error page's query is not part of its file (the config did not start), and
+            // certbot's `if` with a capital never matches in nginx ($host is lower-case).
+            "error page query",
+            "error_page 404 /index.html?x=1; if ($host = A) { return 301 https://$host$request_uri; } location / { try_files $uri =404; }".to_string(),
+            vec![("/nothere", 404), ("/index.html", 200)],
+        ),
+        (
             // certbot's redirect of a name to HTTPS is translated, not refused.
             "certbot's if",
             "if ($host = a) { return 301 https://$host$request_uri; } return 404;".to_string(),

@@ -1,83 +1,141 @@
 //! nginx's choice of a location, as weir's first-match route table.
 //!
-//! nginx: an exact (`=`) location that matches wins; else the longest matching prefix location
-//! is found (nested prefix locations included); if it is `^~`, it wins; else the regexes
-//! nested in it (and in the locations it is nested in, innermost first) are tried in order,
-//! then the server's own regexes in order; the first that matches wins; else the prefix
-//! location does.
+//! nginx (`ngx_http_core_find_location`): at the server's level, an exact (`=`) location that
+//! matches wins; else the longest matching prefix location of that level is chosen, and the
+//! lookup goes down into the locations nested in it, the same way, for as deep as they go.
+//! Then, on the way back up, each level's regexes are tried in order (the regexes nested in a
+//! location are that location's level), except at a level whose chosen location is `^~`; the
+//! first that matches wins. Else the deepest prefix location chosen does.
 //!
-//! A table checked in order says that by giving each prefix location a group of its own,
-//! longest prefix first, every route of the group restricted to that prefix: the nested
-//! regexes, then the server's regexes (copied into each group, with the prefix added), then the
-//! location's own routes. A request under several prefixes meets the longest one's group
-//! first, as nginx would pick it. After the groups, the server's regexes alone serve paths no
-//! prefix takes. (The review of issue 52 found the simpler ranking wrong twice: a regex nested
-//! in `location /` answered before the longer `location /private/ { deny all; }`, and a plain
-//! prefix under a `^~` one skipped the regexes that nginx tries for it.)
+//! A table checked in order says that with one group of routes per prefix location, every
+//! route of the group restricted to the location's prefix, emitted level by level: at each
+//! level the locations longest first, each one's nested locations' groups before its own. A
+//! request meets first the group of the deepest location nginx would choose: a longer sibling,
+//! or a nested location, comes before. A location's group holds the regexes nested in it, then
+//! those of each level above whose chosen location (the one on the way to it) is not `^~`, then
+//! the server's regexes unless its top-level ancestor is `^~`, then its own routes. After the
+//! groups, the server's regexes alone serve paths no prefix takes.
+//!
+//! The reviews of issue 52 found a simpler ranking wrong four times: a regex nested in
+//! `location /` answered before the longer `location /private/ { deny all; }`; a plain prefix
+//! under a `^~` one skipped the regexes nginx tries for it; a `^~` nested in a plain prefix
+//! skipped the server's regexes (PHP source served); and a nested prefix beat a longer sibling
+//! of its parent (`/a/ { /a/b/c/ }` against `/a/b/ { deny all; }`).
 
 use serde_yaml::{Mapping, Value};
 
 use super::location::Loc;
 use super::s;
 
+/// `^~` in [`Loc::rank`].
+const NO_REGEX: u8 = 1;
+
+/// What the table is built from: a server's locations, sorted by kind.
+struct Tree {
+    exact: Vec<Value>,
+    prefixes: Vec<Loc>,
+    server_regexes: Vec<Value>,
+    /// Regexes nested in a prefix location, by its prefix, in order.
+    nested: Vec<(String, Vec<Value>)>,
+}
+
+impl Tree {
+    fn nested_in(&self, prefix: &str) -> &[Value] {
+        self.nested
+            .iter()
+            .find(|(p, _)| p == prefix)
+            .map_or(&[], |(_, r)| r.as_slice())
+    }
+
+    /// The prefix locations directly under `parent` (`None`: the server's level), longest
+    /// first, in the file's order among equal ones.
+    fn level(&self, parent: Option<&str>) -> Vec<&Loc> {
+        let known = |p: &str| self.prefixes.iter().any(|l| l.prefix.as_deref() == Some(p));
+        let mut level: Vec<&Loc> = self
+            .prefixes
+            .iter()
+            .filter(|l| match (parent, l.parent.as_deref()) {
+                (None, None) => true,
+                // Nested in a location that is not a prefix one (a regex): at the top.
+                (None, Some(p)) => !known(p),
+                (Some(want), Some(p)) => p == want,
+                (Some(_), None) => false,
+            })
+            .collect();
+        level.sort_by(|a, b| {
+            b.prefix
+                .as_ref()
+                .map_or(0, String::len)
+                .cmp(&a.prefix.as_ref().map_or(0, String::len))
+        });
+        level
+    }
+
+    /// The groups of the locations of one level under `chain` (the locations chosen above it,
+    /// from the top), deepest first.
+    fn emit<'a>(&'a self, parent: Option<&str>, chain: &mut Vec<&'a Loc>, out: &mut Vec<Value>) {
+        for l in self.level(parent) {
+            let Some(prefix) = l.prefix.as_deref() else {
+                out.extend(l.routes.iter().cloned());
+                continue;
+            };
+            chain.push(l);
+            self.emit(Some(prefix), chain, out);
+            // Its own nested regexes (no location below it was chosen), then those of each
+            // level above, unless the location chosen below that level is `^~`.
+            out.extend(
+                self.nested_in(prefix)
+                    .iter()
+                    .filter_map(|r| restricted(r, prefix)),
+            );
+            for i in (0..chain.len() - 1).rev() {
+                if chain[i + 1].rank != NO_REGEX {
+                    if let Some(p) = chain[i].prefix.as_deref() {
+                        out.extend(
+                            self.nested_in(p)
+                                .iter()
+                                .filter_map(|r| restricted(r, prefix)),
+                        );
+                    }
+                }
+            }
+            if chain[0].rank != NO_REGEX {
+                out.extend(
+                    self.server_regexes
+                        .iter()
+                        .filter_map(|r| restricted(r, prefix)),
+                );
+            }
+            // Its own routes too: a `rewrite`'s route matches by its regex alone.
+            out.extend(l.routes.iter().filter_map(|r| restricted(r, prefix)));
+            chain.pop();
+        }
+    }
+}
+
 /// The routes of a server's locations (`(location, index in the server)`), in an order whose
 /// first match is nginx's choice.
 pub(super) fn ordered(locations: Vec<(Loc, usize)>) -> Vec<Value> {
-    let mut exact = Vec::new();
-    let mut prefixes: Vec<Loc> = Vec::new();
-    let mut server_regexes: Vec<Value> = Vec::new();
-    // Regexes nested in a prefix location, by that location's prefix, in order.
-    let mut nested: Vec<(String, Vec<Value>)> = Vec::new();
+    let mut tree = Tree {
+        exact: Vec::new(),
+        prefixes: Vec::new(),
+        server_regexes: Vec::new(),
+        nested: Vec::new(),
+    };
     for (l, _) in locations {
         match (l.rank, &l.parent) {
-            (0, _) => exact.extend(l.routes),
-            (2, Some(parent)) => match nested.iter_mut().find(|(p, _)| p == parent) {
+            (0, _) => tree.exact.extend(l.routes),
+            (2, Some(parent)) => match tree.nested.iter_mut().find(|(p, _)| p == parent) {
                 Some((_, v)) => v.extend(l.routes),
-                None => nested.push((parent.clone(), l.routes)),
+                None => tree.nested.push((parent.clone(), l.routes)),
             },
-            (2, None) => server_regexes.extend(l.routes),
-            _ => prefixes.push(l),
+            (2, None) => tree.server_regexes.extend(l.routes),
+            _ => tree.prefixes.push(l),
         }
     }
-    // Longest first; among equal ones, the file's order (a stable sort).
-    prefixes.sort_by(|a, b| {
-        b.prefix
-            .as_ref()
-            .map_or(0, String::len)
-            .cmp(&a.prefix.as_ref().map_or(0, String::len))
-    });
-    let parent_of = |p: &str| -> Option<String> {
-        prefixes
-            .iter()
-            .find(|l| l.prefix.as_deref() == Some(p))
-            .and_then(|l| l.parent.clone())
-    };
-    let mut out = exact;
-    for l in &prefixes {
-        let Some(prefix) = l.prefix.as_deref() else {
-            out.extend(l.routes.iter().cloned());
-            continue;
-        };
-        // The regexes nested in this location, then in the ones around it, innermost first.
-        let mut at = Some(prefix.to_string());
-        let mut seen = 0;
-        while let Some(p) = at {
-            if let Some((_, routes)) = nested.iter().find(|(n, _)| *n == p) {
-                out.extend(routes.iter().filter_map(|r| restricted(r, prefix)));
-            }
-            at = parent_of(&p);
-            seen += 1;
-            if seen > 64 {
-                break;
-            }
-        }
-        if l.rank != 1 {
-            out.extend(server_regexes.iter().filter_map(|r| restricted(r, prefix)));
-        }
-        // Its own routes too: a `rewrite`'s route matches by its regex alone.
-        out.extend(l.routes.iter().filter_map(|r| restricted(r, prefix)));
-    }
-    out.extend(server_regexes);
+    let mut out = std::mem::take(&mut tree.exact);
+    tree.emit(None, &mut Vec::new(), &mut out);
+    out.extend(tree.server_regexes.iter().cloned());
     out
 }
 

@@ -114,7 +114,11 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
                 ),
             },
             "if" => match host_redirect(cx, x) {
-                Some(r) => server_level.push(r),
+                Some(Some(r)) => server_level.push(r),
+                Some(None) => cx.skip(
+                    x,
+                    "$host is lower-case in nginx: this `if` never matches, and is left out",
+                ),
                 None => {
                     cx.skip(
                         x,
@@ -205,8 +209,9 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
 }
 
 /// certbot's `if ($host = NAME) { return 301 https://$host$request_uri; }` as a route: that
-/// host, that redirect. `None` for any other `if`.
-fn host_redirect(cx: &mut Ctx, d: &Directive) -> Option<Value> {
+/// host, that redirect; `Some(None)` when it can never match (a capital in NAME); `None` for
+/// any other `if`.
+fn host_redirect(cx: &mut Ctx, d: &Directive) -> Option<Option<Value>> {
     let cond: String = d.args.join(" ");
     let cond = cond.strip_prefix('(')?.strip_suffix(')')?.trim();
     let (var, name) = cond.split_once('=')?;
@@ -214,6 +219,8 @@ fn host_redirect(cx: &mut Ctx, d: &Directive) -> Option<Value> {
         return None;
     }
     let name = name.trim().trim_matches('"');
+    // nginx's `$host` is lower-case: a name with a capital never matches (review of issue 52),
+    // while weir's host match ignores case.
     if name.is_empty() || name.contains(['$', '~', '!', ' ', '(']) {
         return None;
     }
@@ -224,13 +231,16 @@ fn host_redirect(cx: &mut Ctx, d: &Directive) -> Option<Value> {
         return None;
     }
     let action = return_action(cx, ret)?;
+    if name.bytes().any(|b| b.is_ascii_uppercase()) {
+        return Some(None);
+    }
     let mut r = Mapping::new();
     r.insert(s("match"), map(vec![("host", s(name))]));
     for (k, v) in action {
         r.insert(k, v);
     }
     cx.done();
-    Some(Value::Mapping(r))
+    Some(Some(Value::Mapping(r)))
 }
 /// nginx's `index` and a `try_files` whose last entry is a path are internal redirects: that
 /// URI is matched against the locations again. weir's static action serves it as a file of the
@@ -365,8 +375,11 @@ pub(super) fn error_pages(cx: &mut Ctx, scope: &Scope) -> BTreeMap<String, Strin
     };
     let mut out = BTreeMap::new();
     for (code, uri) in scope.error_pages.iter().filter(|(_, u)| u.starts_with('/')) {
+        // `error_page 404 /err.html?x=1`: the file is the path's (review of issue 52: the query
+        // went into the file name, and the config did not start).
+        let uri = uri.split('?').next().unwrap_or(uri);
         let file = format!("{}{uri}", root.trim_end_matches('/'));
-        cx.page_uris.insert(file.clone(), uri.clone());
+        cx.page_uris.insert(file.clone(), uri.to_string());
         out.insert(code.clone(), file);
     }
     out

@@ -395,6 +395,9 @@ struct Qpack {
     kind: QpackKind,
     /// In a decoder instruction's integer (its continuation bytes).
     in_integer: bool,
+    /// Continuation bytes of that integer so far: a 62-bit value takes 9 at most (RFC 9204
+    /// §4.1.1 lets a decoder bound it; an endless one was read to its end before).
+    integer_bytes: u8,
 }
 
 impl Qpack {
@@ -406,9 +409,18 @@ impl Qpack {
                 // Set Dynamic Table Capacity 0 (RFC 9204 §4.3.1): `001` and five 0 bits.
                 QpackKind::Encoder if b == 0x20 => {}
                 QpackKind::Encoder => return Err(QPACK_ENCODER_STREAM_ERROR),
-                QpackKind::Decoder if self.in_integer => self.in_integer = b & 0x80 != 0,
+                QpackKind::Decoder if self.in_integer => {
+                    self.integer_bytes += 1;
+                    if self.integer_bytes > 9 {
+                        return Err(QPACK_DECODER_STREAM_ERROR);
+                    }
+                    self.in_integer = b & 0x80 != 0;
+                }
                 // Stream Cancellation (§4.4.2), its 6-bit prefix full: continuation follows.
-                QpackKind::Decoder if b & 0xC0 == 0x40 => self.in_integer = b & 0x3F == 0x3F,
+                QpackKind::Decoder if b & 0xC0 == 0x40 => {
+                    self.in_integer = b & 0x3F == 0x3F;
+                    self.integer_bytes = 0;
+                }
                 // A Section Acknowledgment (no section ever referred to the table) or an
                 // Insert Count Increment (nothing was ever inserted; zero is an error anyway).
                 QpackKind::Decoder => return Err(QPACK_DECODER_STREAM_ERROR),
@@ -546,6 +558,7 @@ impl quic::Connection<Bytes> for Guarded {
                         stream: t.stream,
                         kind,
                         in_integer: false,
+                        integer_bytes: 0,
                     };
                     let len = varint_len(&t.read);
                     if let Err(code) = q.check(&t.read[len..]) {
