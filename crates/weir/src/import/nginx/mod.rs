@@ -18,10 +18,12 @@ use http::{cache_path, inherited, limit_req_zone, upstream, Scope};
 use parse::Directive;
 use server::{listeners, server};
 
+mod actions;
 mod http;
 mod location;
 pub mod parse;
 mod precedence;
+mod refuse;
 mod server;
 
 /// The key of a route's note in the converted mapping (`__weir_import_note__N: N`);

@@ -5,12 +5,11 @@ use std::collections::BTreeMap;
 
 use serde_yaml::{Mapping, Value};
 
+use super::actions::{return_action, rewrite};
 use super::http::{inherited, Scope};
-use super::location::{
-    access, close, location, location_filters, refusal_route, return_action, rewrite, static_route,
-    Access, Loc, Refusal,
-};
+use super::location::{access, close, location, location_filters, static_route, Access, Loc};
 use super::parse::Directive;
+use super::refuse::{refusal_route, Refusal};
 use super::{map, s, Ctx};
 use super::{not_translated, Listen, Server};
 

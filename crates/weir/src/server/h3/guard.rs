@@ -21,7 +21,7 @@
 //! the client's QPACK streams, which `h3` never reads: weir advertises no dynamic table, so any
 //! encoder instruction but a capacity of 0 is QPACK_ENCODER_STREAM_ERROR, an Insert Count
 //! Increment or a Section Acknowledgment QPACK_DECODER_STREAM_ERROR, a second one of either
-//! H3_STREAM_CREATION_ERROR, and one that ends H3_CLOSED_CRITICAL_STREAM ([`Qpack`]). Each is
+//! H3_STREAM_CREATION_ERROR, and one that ends H3_CLOSED_CRITICAL_STREAM (`uni.rs`). Each is
 //! read by a task of its own, so that a request pays nothing for it (reading them as `h3`
 //! polled the connection cost the HTTP/3 row 3.5% more instructions per request).
 //!
@@ -36,16 +36,15 @@ use std::task::{ready, Context, Poll};
 use bytes::Bytes;
 use h3::quic::{self, ConnectionErrorIncoming, StreamErrorIncoming, StreamId, WriteBuf};
 
+use super::uni::{close, varint, varint_len, watch_qpack, Qpack, QpackKind, Typing, UniStreams};
+
 /// H3_EXCESSIVE_LOAD (RFC 9114 §8.1).
 const EXCESSIVE_LOAD: u64 = 0x107;
 /// H3_REQUEST_REJECTED (RFC 9114 §8.1): the request was not processed, retry it elsewhere.
 const REQUEST_REJECTED: u64 = 0x10B;
 /// Connection errors (RFC 9114 §8.1, RFC 9204 §6).
 const STREAM_CREATION_ERROR: u64 = 0x103;
-const CLOSED_CRITICAL_STREAM: u64 = 0x104;
 const ID_ERROR: u64 = 0x108;
-const QPACK_ENCODER_STREAM_ERROR: u64 = 0x201;
-const QPACK_DECODER_STREAM_ERROR: u64 = 0x202;
 
 /// What a stream's bytes broke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -366,102 +365,6 @@ fn guard_bidi(b: h3_quinn::BidiStream<Bytes>, limits: Limits) -> GuardedBidi {
     }
 }
 
-/// Closes `conn` with error `code` (a connection error the client caused).
-fn close(conn: &quinn::Connection, code: u64) {
-    tracing::debug!(code, "HTTP/3 connection error from the client's streams");
-    conn.close(
-        quinn::VarInt::from_u64(code).unwrap_or(quinn::VarInt::MAX),
-        b"",
-    );
-}
-
-/// A client unidirectional stream whose type is not yet known: the bytes read so far.
-struct Typing {
-    stream: h3_quinn::RecvStream,
-    read: Vec<u8>,
-}
-
-/// Which QPACK stream of the client's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum QpackKind {
-    Encoder,
-    Decoder,
-}
-
-/// One of the client's QPACK streams, read and checked by [`watch_qpack`] (`h3` never reads
-/// them).
-struct Qpack {
-    stream: h3_quinn::RecvStream,
-    kind: QpackKind,
-    /// In a decoder instruction's integer (its continuation bytes).
-    in_integer: bool,
-    /// Continuation bytes of that integer so far: a 62-bit value takes 9 at most (RFC 9204
-    /// §4.1.1 lets a decoder bound it; an endless one was read to its end before).
-    integer_bytes: u8,
-}
-
-impl Qpack {
-    /// Checks the instructions in `data`: with no dynamic table advertised, the encoder may
-    /// only set its capacity to 0, and the decoder may only cancel streams.
-    fn check(&mut self, data: &[u8]) -> Result<(), u64> {
-        for &b in data {
-            match self.kind {
-                // Set Dynamic Table Capacity 0 (RFC 9204 §4.3.1): `001` and five 0 bits.
-                QpackKind::Encoder if b == 0x20 => {}
-                QpackKind::Encoder => return Err(QPACK_ENCODER_STREAM_ERROR),
-                QpackKind::Decoder if self.in_integer => {
-                    self.integer_bytes += 1;
-                    if self.integer_bytes > 9 {
-                        return Err(QPACK_DECODER_STREAM_ERROR);
-                    }
-                    self.in_integer = b & 0x80 != 0;
-                }
-                // Stream Cancellation (§4.4.2), its 6-bit prefix full: continuation follows.
-                QpackKind::Decoder if b & 0xC0 == 0x40 => {
-                    self.in_integer = b & 0x3F == 0x3F;
-                    self.integer_bytes = 0;
-                }
-                // A Section Acknowledgment (no section ever referred to the table) or an
-                // Insert Count Increment (nothing was ever inserted; zero is an error anyway).
-                QpackKind::Decoder => return Err(QPACK_DECODER_STREAM_ERROR),
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The client's unidirectional streams while their types are read, and which QPACK streams it
-/// opened.
-#[derive(Default)]
-struct UniStreams {
-    typing: Vec<Typing>,
-    encoder: bool,
-    decoder: bool,
-}
-
-/// Reads a QPACK stream of the client's to its end, closing the connection at the first
-/// instruction weir cannot allow, or when the stream ends (it is critical); a stream error
-/// after the connection closed closes nothing more.
-async fn watch_qpack(mut q: Qpack, conn: quinn::Connection) {
-    loop {
-        let read = std::future::poll_fn(|cx| quic::RecvStream::poll_data(&mut q.stream, cx)).await;
-        match read {
-            Ok(Some(data)) => {
-                if let Err(code) = q.check(&data) {
-                    close(&conn, code);
-                    return;
-                }
-            }
-            Ok(None) | Err(_) => {
-                if conn.close_reason().is_none() {
-                    close(&conn, CLOSED_CRITICAL_STREAM);
-                }
-                return;
-            }
-        }
-    }
-}
-
 /// quinn's connection for `h3`, with every stream the client opens guarded.
 pub(super) struct Guarded {
     inner: h3_quinn::Connection,
@@ -667,23 +570,6 @@ impl quic::OpenStreams<Bytes> for Opener {
     fn close(&mut self, code: h3::error::Code, reason: &[u8]) {
         quic::OpenStreams::<Bytes>::close(&mut self.inner, code, reason)
     }
-}
-
-/// A QUIC variable-length integer at the start of `b`, when it is all there.
-fn varint(b: &[u8]) -> Option<u64> {
-    let first = *b.first()?;
-    let len = varint_len(b);
-    let bytes = b.get(..len)?;
-    let mut v = u64::from(first & 0x3f);
-    for x in &bytes[1..] {
-        v = (v << 8) | u64::from(*x);
-    }
-    Some(v)
-}
-
-/// The length of the variable-length integer starting `b` (1 for an empty `b`).
-fn varint_len(b: &[u8]) -> usize {
-    b.first().map_or(1, |f| 1usize << (f >> 6))
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ mod accept;
 mod conn;
 mod guard;
 mod stream;
+mod uni;
 
 use std::rc::Rc;
 

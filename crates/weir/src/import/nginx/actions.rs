@@ -1,0 +1,156 @@
+//! A location's actions as weir writes them: `proxy_pass` (an upstream, the prefix replaced by
+//! its URI, the request fields it sets), `return` (a redirect or a response) and `rewrite ...
+//! permanent|redirect` (a route of its own).
+
+use serde_yaml::{Mapping, Value};
+
+use super::http::Scope;
+use super::parse::Directive;
+use super::unknown_variable;
+use super::{map, s, Ctx};
+
+pub(super) fn proxy_pass(
+    cx: &mut Ctx,
+    d: &Directive,
+    prefix: Option<&str>,
+    scope: &Scope,
+) -> Option<Vec<(Value, Value)>> {
+    let url = d.args.first()?;
+    let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+    if url.contains('$') {
+        cx.skip(d, "a proxy_pass with variables is not translated");
+        return None;
+    }
+    let (hostport, uri) = match rest.find('/') {
+        Some(i) => (&rest[..i], Some(&rest[i..])),
+        None => (rest, None),
+    };
+    let upstream = if cx.upstreams.contains_key(s(hostport)) {
+        hostport.to_string()
+    } else {
+        let name = hostport.replace([':', '.'], "_");
+        let server = if scheme == "https" {
+            format!("https://{hostport}")
+        } else if hostport.contains(':') {
+            hostport.to_string()
+        } else {
+            format!("{hostport}:80")
+        };
+        cx.upstreams.insert(
+            s(&name),
+            map(vec![("servers", Value::Sequence(vec![s(&server)]))]),
+        );
+        name
+    };
+    let mut p = vec![("upstream", s(&upstream))];
+    if let (Some(uri), Some(prefix)) = (uri, prefix) {
+        // nginx replaces the location's prefix with the URI, byte for byte.
+        p.push((
+            "regex_replace",
+            map(vec![
+                ("pattern", s(&format!("^{}", regex::escape(prefix)))),
+                ("replacement", s(&uri.replace('$', "$$"))),
+            ]),
+        ));
+    } else if uri.is_some() {
+        cx.skip(
+            d,
+            "a URI part with a regex location is not translated (the path goes as it is)",
+        );
+    }
+    let mut set = Mapping::new();
+    for (k, v) in &scope.proxy_set_header {
+        match (k.to_ascii_lowercase().as_str(), v.as_str()) {
+            // weir sends these itself (docs/config.md#upstreams).
+            ("host", "$host" | "$http_host") => {}
+            ("x-real-ip" | "x-forwarded-for" | "x-forwarded-proto", _) => {}
+            ("connection" | "upgrade", _) => {}
+            _ => {
+                set.insert(s(k), s(v));
+            }
+        }
+    }
+    if !set.is_empty() {
+        p.push(("request_headers", map(vec![("set", Value::Mapping(set))])));
+    }
+    cx.done();
+    Some(vec![(s("proxy"), map(p))])
+}
+pub(super) fn return_action(cx: &mut Ctx, d: &Directive) -> Option<Vec<(Value, Value)>> {
+    let (code, rest) = match d.args.as_slice() {
+        [c] if c.parse::<u16>().is_ok() => (c.parse::<u16>().ok()?, None),
+        [c, r] if c.parse::<u16>().is_ok() => (c.parse::<u16>().ok()?, Some(r.clone())),
+        [u] => (302, Some(u.clone())),
+        _ => {
+            cx.skip(d, "form not understood");
+            return None;
+        }
+    };
+    if let Some(v) = rest.as_deref().and_then(unknown_variable) {
+        cx.skip(d, &format!("${v} is not a weir variable"));
+        return None;
+    }
+    if code == 444 {
+        // nginx closes without answering; weir answers: the nearest is a bare 404.
+        cx.skip(
+            d,
+            "444 (close without a response) has no weir form: answered 404 instead",
+        );
+        return Some(vec![(
+            s("respond"),
+            map(vec![("status", Value::Number(404.into()))]),
+        )]);
+    }
+    cx.done();
+    if matches!(code, 301 | 302 | 303 | 307 | 308) {
+        let to = rest.unwrap_or_else(|| "/".into());
+        return Some(vec![(
+            s("redirect"),
+            map(vec![("to", s(&to)), ("status", Value::Number(code.into()))]),
+        )]);
+    }
+    let mut r = vec![("status", Value::Number(code.into()))];
+    if let Some(body) = rest {
+        r.push(("body", s(&body)));
+    }
+    Some(vec![(s("respond"), map(r))])
+}
+/// `rewrite REGEX REPLACEMENT permanent|redirect`: a route with the regex and a redirect.
+pub(super) fn rewrite(cx: &mut Ctx, d: &Directive) -> Option<Value> {
+    let (re, to, flag) = match d.args.as_slice() {
+        [re, to, flag] => (re, to, flag.as_str()),
+        _ => {
+            cx.skip(
+                d,
+                "only `rewrite ... permanent|redirect` is translated (internal rewrites are not)",
+            );
+            return None;
+        }
+    };
+    if let Some(v) = unknown_variable(to) {
+        cx.skip(d, &format!("${v} is not a weir variable"));
+        return None;
+    }
+    let status: u16 = match flag {
+        "permanent" => 301,
+        "redirect" => 302,
+        _ => {
+            cx.skip(
+                d,
+                "only `rewrite ... permanent|redirect` is translated (internal rewrites are not)",
+            );
+            return None;
+        }
+    };
+    cx.done();
+    Some(map(vec![
+        ("match", map(vec![("path_regex", s(re))])),
+        (
+            "redirect",
+            map(vec![
+                ("to", s(to)),
+                ("status", Value::Number(status.into())),
+            ]),
+        ),
+    ]))
+}
