@@ -43,6 +43,19 @@ fn handshake(
 }
 
 fn config(https: u16, pebble: &Pebble, storage: &Path, ask: SocketAddr) -> String {
+    config_with(
+        https,
+        pebble,
+        storage,
+        &format!(
+            r#"{{ ask: "http://{ask}/check", allow: ["*.od.test"], rate: 3, per: 1h, wait: 50s }}"#
+        ),
+    )
+}
+
+/// A TLS listener on `https` with on-demand certificates from `pebble` (`on_demand`: the
+/// section as a YAML flow mapping), answering `hi $host`.
+fn config_with(https: u16, pebble: &Pebble, storage: &Path, on_demand: &str) -> String {
     format!(
         r#"workers: 1
 listeners:
@@ -54,7 +67,7 @@ listeners:
         storage: "{storage}"
         challenge: tls-alpn-01
         retry_after: 1s
-        on_demand: {{ ask: "http://{ask}/check", allow: ["*.od.test"], rate: 3, per: 1h, wait: 50s }}
+        on_demand: {on_demand}
     routes:
       - respond: {{ body: "hi $host\n" }}
 "#,
@@ -201,27 +214,13 @@ fn names_no_one_asks_for_again_make_room() {
         return;
     }
     let https = free_port();
-    let mut pebble = Pebble::start(free_port(), https);
-    let _ = &mut pebble;
+    let pebble = Pebble::start(free_port(), https);
     let storage = pebble.pki.dir.join("acme-on-demand-forget");
-    let yaml = format!(
-        r#"workers: 1
-listeners:
-  - address: 127.0.0.1:{https}
-    tls:
-      acme:
-        directory: "{dir}"
-        directory_ca: "{ca}"
-        storage: "{storage}"
-        challenge: tls-alpn-01
-        retry_after: 1s
-        on_demand: {{ allow: ["*.od.test"], rate: 5, per: 3s, max_names: 1, forget_after: 1h, wait: 50s }}
-    routes:
-      - respond: {{ body: "hi $host\n" }}
-"#,
-        dir = pebble.dir_url,
-        ca = pebble.pki.ca_file().display(),
-        storage = storage.display(),
+    let yaml = config_with(
+        https,
+        &pebble,
+        &storage,
+        r#"{ allow: ["*.od.test"], rate: 5, per: 3s, max_names: 1, forget_after: 1h, wait: 50s }"#,
     );
     let addr: SocketAddr = format!("127.0.0.1:{https}").parse().unwrap();
     let h = start(&yaml);

@@ -629,18 +629,6 @@ fn tcp_config_errors_name_the_key() {
     }
 }
 
-/// user+sys CPU seconds of process `pid` (`/proc/PID/stat` fields 14 and 15).
-fn cpu_secs(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<&str> = after.split(' ').collect();
-    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    #[allow(unsafe_code)]
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    ticks / hz
-}
-
 /// Issue 52: ten bytes of a ClientHello and then a FIN on a listener that routes by server
 /// name. The hello can never complete, and the end of stream stays readable, so the peek used
 /// to loop without sleeping until `timeouts.header` (8.6 s of CPU in 12 s). Now the wait ends
@@ -675,7 +663,7 @@ fn a_partial_hello_then_fin_costs_no_cpu() {
         TcpStream::connect(addr).is_ok()
     });
     let hello = client_hello("a.example");
-    let before = cpu_secs(child.id());
+    let before = common::process::cpu_secs(child.id());
     let started = Instant::now();
     let conns: Vec<_> = (0..8)
         .map(|_| {
@@ -717,7 +705,7 @@ fn a_partial_hello_then_fin_costs_no_cpu() {
     // A second of quiet: the worker is idle, not spinning on the closed or stalled sockets.
     std::thread::sleep(Duration::from_secs(1));
     drop(stalled);
-    let spent = cpu_secs(child.id()) - before;
+    let spent = common::process::cpu_secs(child.id()) - before;
     assert!(spent < 0.5, "the process spent {spent:.2} s of CPU");
     // A whole hello still routes by its name.
     assert_eq!(answer(addr, &client_hello("a.example")), "A 16");

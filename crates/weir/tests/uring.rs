@@ -310,19 +310,6 @@ fn many_connections_at_once_are_all_served_and_all_closed() {
     assert_eq!(roundtrip(&mut connect(addr), GET_HELLO).status, 200);
 }
 
-/// user+sys CPU seconds of process `pid`.
-fn cpu_secs(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<&str> = after.split(' ').collect();
-    // Fields 14 and 15 of stat(5), counted from the state (field 3) here.
-    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    #[allow(unsafe_code)]
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    ticks / hz
-}
-
 #[test]
 fn connections_left_without_buffers_wait_their_turn_without_spinning() {
     // Two buffers in the ring and 64 connections whose requests arrive together: receives
@@ -362,9 +349,9 @@ fn connections_left_without_buffers_wait_their_turn_without_spinning() {
     for s in &mut conns {
         assert_eq!(roundtrip(s, GET_HELLO).status, 200);
     }
-    let cpu0 = cpu_secs(pid);
+    let cpu0 = common::process::cpu_secs(pid);
     std::thread::sleep(Duration::from_secs(1));
-    let idle = cpu_secs(pid) - cpu0;
+    let idle = common::process::cpu_secs(pid) - cpu0;
     assert!(idle < 0.2, "the idle worker used {idle:.2} s of CPU in 1 s");
 }
 

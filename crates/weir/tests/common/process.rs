@@ -142,3 +142,16 @@ pub fn have(bin: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success())
 }
+
+/// user+sys CPU seconds of process `pid` (`/proc/PID/stat` fields 14 and 15).
+pub fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split(' ').collect();
+    // Fields 14 and 15 of stat(5), counted from the state (field 3) here.
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    #[allow(unsafe_code)]
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks / hz
+}
