@@ -6,6 +6,7 @@ pub mod cachekit;
 pub mod etcd;
 pub mod h2raw;
 pub mod h3;
+pub mod h3raw;
 pub mod inproc;
 pub mod member;
 pub mod origin;

@@ -58,6 +58,11 @@ pub(super) struct H3Stream {
     finished: bool,
     trailers: Option<http::HeaderMap>,
     request_trailers: Vec<weir_http::Header>,
+    /// Why the message is malformed (RFC 9114 §4.1.2: a body whose length is not its
+    /// `content-length`, a connection-specific field in its head or trailers): a stream error
+    /// of type H3_MESSAGE_ERROR, as `h3` treats a malformed head and HTTP/2 a malformed message,
+    /// not an answer.
+    malformed: Option<&'static str>,
 }
 
 impl std::fmt::Debug for H3Stream {
@@ -70,8 +75,8 @@ impl std::fmt::Debug for H3Stream {
 }
 
 /// Whether the request carries a field HTTP/3 forbids (RFC 9114 §4.2: connection-specific
-/// fields, and `te` other than `trailers`), or more than one `host`: malformed, answered 400
-/// rather than dropped or picked from.
+/// fields, and `te` other than `trailers`), or more than one `host`: malformed, refused with
+/// H3_MESSAGE_ERROR rather than dropped or picked from.
 fn connection_specific(h: &http::HeaderMap) -> bool {
     [
         "connection",
@@ -140,13 +145,13 @@ pub(super) async fn serve(
         finished: false,
         trailers: None,
         request_trailers: Vec::new(),
+        malformed: None,
     };
     let result = match d.has_body(&parts).await {
         Err(e) => Err(e),
-        Ok(_) if connection_specific(&parts.headers) => Err(weir_http::ParseError::BadRequest(
-            "connection-specific field in an HTTP/3 request",
-        )
-        .into()),
+        Ok(_) if connection_specific(&parts.headers) => {
+            Err(d.mark_malformed("connection-specific field in an HTTP/3 request"))
+        }
         Ok(_) if early && !safe(&parts.method) => Err(Error::with(
             ErrorKind::TooEarly,
             "unsafe method in 0-RTT early data",
@@ -171,6 +176,14 @@ pub(super) async fn serve(
             }
         }
     };
+    if let Some(why) = d.malformed {
+        // Whatever the pipeline made of the failed read, a malformed message is a stream
+        // error: nothing it queued goes out.
+        tracing::debug!(peer = %d.shared.peer, reason = why, "HTTP/3 message malformed");
+        d.stream.stop_sending(h3::error::Code::H3_MESSAGE_ERROR);
+        d.stream.stop_stream(h3::error::Code::H3_MESSAGE_ERROR);
+        return false;
+    }
     if let Err(e) = result {
         tracing::debug!(peer = %d.shared.peer, reason = %e, "HTTP/3 stream failed");
         match e.status() {
@@ -197,7 +210,17 @@ impl H3Stream {
             self.declared = std::str::from_utf8(v.as_bytes())
                 .ok()
                 .and_then(|t| t.trim().parse::<u64>().ok());
-            return Ok(self.declared != Some(0));
+            if self.declared != Some(0) {
+                return Ok(true);
+            }
+            // `content-length: 0` and then DATA is malformed: the stream's end (or its first
+            // bytes) settles it before the request is served, as for a head without a length.
+            while let Some(data) = self.next_data().await? {
+                if !data.is_empty() {
+                    return Err(self.mark_malformed("DATA after content-length: 0"));
+                }
+            }
+            return Ok(false);
         }
         match self.next_data().await? {
             None => Ok(false),
@@ -216,7 +239,7 @@ impl H3Stream {
             Err(_) => Err(Error::new(ErrorKind::BodyTimeout)),
             Ok(Err(e)) => Err(h3_error(e)),
             Ok(Ok(None)) => {
-                self.read_trailers().await;
+                self.read_trailers().await?;
                 self.body_done = true;
                 Ok(None)
             }
@@ -224,9 +247,22 @@ impl H3Stream {
         }
     }
 
-    async fn read_trailers(&mut self) {
+    async fn read_trailers(&mut self) -> Result<(), Error> {
         let wait = self.rt.cfg.timeouts.body;
-        if let Ok(Ok(Some(map))) = tokio::time::timeout(wait, self.stream.recv_trailers()).await {
+        let map = match tokio::time::timeout(wait, self.stream.recv_trailers()).await {
+            Ok(Ok(Some(map))) => Some(map),
+            // `h3` refuses pseudo-header fields in trailers (vendor/h3/WEIR-PATCH.md).
+            Ok(Err(h3::error::StreamError::StreamError { code, .. }))
+                if code == h3::error::Code::H3_MESSAGE_ERROR =>
+            {
+                return Err(self.mark_malformed("malformed HTTP/3 trailers"));
+            }
+            _ => None,
+        };
+        if let Some(map) = map {
+            if connection_specific(&map) {
+                return Err(self.mark_malformed("connection-specific field in HTTP/3 trailers"));
+            }
             self.request_trailers = map
                 .iter()
                 .map(|(n, v)| weir_http::Header {
@@ -235,6 +271,13 @@ impl H3Stream {
                 })
                 .collect();
         }
+        Ok(())
+    }
+
+    /// Marks the message malformed: the stream is refused with H3_MESSAGE_ERROR.
+    fn mark_malformed(&mut self, why: &'static str) -> Error {
+        self.malformed = Some(why);
+        weir_http::ParseError::BadRequest(why).into()
     }
 
     /// The canned response for `status`, when nothing was sent yet.
@@ -258,18 +301,16 @@ impl H3Stream {
             return Err(weir_http::ParseError::BodyTooLarge.into());
         }
         if self.declared.is_some_and(|d| self.body_read > d) {
-            return Err(
-                weir_http::ParseError::BadRequest("body longer than content-length").into(),
-            );
+            return Err(self.mark_malformed("body longer than content-length"));
         }
         Ok(())
     }
 
     /// The body ended (FIN): it must be as long as `content-length` said.
-    fn check_end(&self) -> Result<(), Error> {
+    fn check_end(&mut self) -> Result<(), Error> {
         match self.declared {
             Some(d) if self.body_read != d => {
-                Err(weir_http::ParseError::BadRequest("body shorter than content-length").into())
+                Err(self.mark_malformed("body shorter than content-length"))
             }
             _ => Ok(()),
         }
