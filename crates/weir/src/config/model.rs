@@ -28,8 +28,8 @@ pub use super::model_tls::{
     Rfc2136, Tls, UpstreamTls,
 };
 pub use super::model_upstream::{
-    ActiveHealth, Keepalive, OutlierDetection, PassiveHealth, Retries, Upstream, UpstreamLimits,
-    UpstreamServer, UpstreamServerLong, UpstreamTimeouts,
+    ActiveHealth, FastCgi, Keepalive, OutlierDetection, PassiveHealth, Retries, Upstream,
+    UpstreamLimits, UpstreamServer, UpstreamServerLong, UpstreamTimeouts,
 };
 use super::units::{Dur, Size};
 

@@ -34,15 +34,49 @@ pub struct Upstream {
     pub resolve_every: Dur,
     /// TLS to the servers (`https://` servers use it with defaults when absent).
     pub tls: Option<UpstreamTls>,
-    /// `http/1.1` (the default) or `h2` (gRPC-style backends: prior knowledge over TCP, ALPN
-    /// over TLS; trailers are relayed).
+    /// `http/1.1` (the default), `h2` (gRPC-style backends: prior knowledge over TCP, ALPN
+    /// over TLS; trailers are relayed) or `fastcgi` (php-fpm and the like: give `fastcgi`).
     #[serde(default = "default_upstream_protocol")]
     pub protocol: String,
+    /// For `protocol: fastcgi`: where the scripts are and how a path names one.
+    pub fastcgi: Option<FastCgi>,
     /// Envoy's outlier ejection; off when absent.
     pub outlier_detection: Option<OutlierDetection>,
     /// Envoy's circuit-breaker thresholds for the whole upstream (all workers).
     #[serde(default)]
     pub limits: UpstreamLimits,
+}
+
+/// A FastCGI application's scripts (nginx's `fastcgi_param SCRIPT_FILENAME
+/// $document_root$fastcgi_script_name`, `fastcgi_index`, `fastcgi_split_path_info`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FastCgi {
+    /// The document root (relative to the config file's directory): `SCRIPT_FILENAME` is this
+    /// and the script's path, `DOCUMENT_ROOT` this.
+    pub root: String,
+    /// The script for a path that ends in `/` (nginx `fastcgi_index`).
+    #[serde(default = "default_fastcgi_index")]
+    pub index: String,
+    /// A regex with two captures splitting the path into the script's name and `PATH_INFO`
+    /// (nginx `fastcgi_split_path_info`); the default `^(.+?\.php)(/.*)$`.
+    pub split_path_info: Option<String>,
+    /// Pass a request only when its script is a file under `root` (else 404), so that
+    /// `/uploads/x.jpg/index.php` never runs an uploaded file: nginx's `try_files $uri =404`
+    /// before PHP. On by default.
+    #[serde(default = "default_true")]
+    pub require_file: bool,
+    /// More CGI parameters, or values for the ones weir sets (`SERVER_NAME: example.com`).
+    #[serde(default)]
+    pub params: std::collections::BTreeMap<String, String>,
+}
+
+fn default_fastcgi_index() -> String {
+    "index.php".into()
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// Ejecting servers that fail in a row.

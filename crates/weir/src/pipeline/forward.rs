@@ -477,6 +477,10 @@ async fn write_request<D: Downstream>(
 ) -> Result<Sent, Error> {
     let head = target.head;
     let filters = &target.route.filters;
+    if target.up.fastcgi.is_some() {
+        // What the request does not carry, for the CGI environment (`proxy/fastcgi/`).
+        crate::proxy::fastcgi::put_preamble(req, d.peer(), target.client.scheme == "https");
+    }
     build_request(
         req,
         head,

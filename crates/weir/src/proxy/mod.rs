@@ -12,6 +12,8 @@
 //! * [`outlier`]: ejecting servers that fail in a row (Envoy's outlier detection).
 //! * [`limits`]: caps on connections, pending requests, requests and retries per upstream.
 //! * [`shadow`]: delivering a mirror's copies to a shadow upstream.
+//! * [`fastcgi`]: FastCGI to upstreams (`protocol: fastcgi`, php-fpm), bridged onto the HTTP/1.1
+//!   exchange as HTTP/2 is.
 //! * [`h2_upstream`]: HTTP/2 to upstreams (`protocol: h2`, gRPC), bridged onto the HTTP/1.1
 //!   upstream phase.
 //! * [`tls`]: TLS to upstream servers (verification, SNI, client certificates, resumption);
@@ -25,6 +27,7 @@
 mod address;
 pub mod balance;
 pub mod exchange;
+pub mod fastcgi;
 pub mod h2_upstream;
 pub mod health;
 pub mod limits;

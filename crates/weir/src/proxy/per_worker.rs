@@ -24,6 +24,8 @@ pub struct WorkerUpstream {
     balancer: RefCell<Box<dyn Balancer>>,
     active: RefCell<Vec<u32>>,
     pub pool: RefCell<Pool>,
+    /// Idle FastCGI connections per server (`protocol: fastcgi`; `fastcgi/mod.rs`).
+    pub fastcgi_idle: super::fastcgi::Idle,
     budget: Cell<f64>,
     scratch: RefCell<Vec<usize>>,
 }
@@ -83,6 +85,7 @@ impl WorkerUpstream {
             balancer: RefCell::new(new_balancer(&up.policy, n, up.ring.clone())),
             active: RefCell::new(vec![0; n]),
             pool: RefCell::new(Pool::new(n, up.max_idle, up.idle_timeout)),
+            fastcgi_idle: std::rc::Rc::new(RefCell::new((0..n).map(|_| Vec::new()).collect())),
             budget: Cell::new(BUDGET_MIN),
             scratch: RefCell::new(Vec::with_capacity(n)),
         }

@@ -32,6 +32,11 @@ thread_local! {
 /// One copy's trip: a pooled or new connection, the bytes, the answer read whole; the
 /// connection goes back to the pool when it can carry another.
 async fn deliver(up: &Upstream, server: usize, bytes: &[u8]) -> Option<()> {
+    if up.fastcgi.is_some() {
+        // Copies go as HTTP/1.1 on a connection of their own, which a FastCGI application
+        // would read as garbage: none are sent (docs/limitations.md).
+        return None;
+    }
     let key = format!("{}/{}", up.name, up.servers[server].name);
     let idle = IDLE.with_borrow_mut(|m| m.get_mut(&key).and_then(Vec::pop));
     let mut conn = match idle {

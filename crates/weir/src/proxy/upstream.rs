@@ -39,6 +39,8 @@ pub struct Upstream {
     pub tls: Option<super::tls::UpstreamTls>,
     /// Speak HTTP/2 to the servers (`protocol: h2`).
     pub h2: bool,
+    /// Speak FastCGI to the servers (`protocol: fastcgi`): its scripts.
+    pub fastcgi: Option<Arc<super::fastcgi::config::FastCgi>>,
     /// Outlier ejection, when configured.
     pub outlier: Option<super::outlier::OutlierPolicy>,
     /// Caps on connections, pending requests, requests and retries (all workers).
@@ -294,15 +296,16 @@ impl Upstream {
             a.trim().starts_with("https://")
         });
         let h2 = match u.protocol.as_str() {
-            "http/1.1" | "http1" => false,
+            "http/1.1" | "http1" | "fastcgi" => false,
             "h2" | "http2" => true,
             other => {
                 return Err((
                     format!("{path}.protocol"),
-                    format!("unknown protocol {other:?} (http/1.1 or h2)"),
+                    format!("unknown protocol {other:?} (http/1.1, h2 or fastcgi)"),
                 ))
             }
         };
+        let fastcgi = super::fastcgi::config::compile_for(&u, path, base, any_https)?;
         let tls = match (&u.tls, any_https) {
             (Some(t), _) => Some(super::tls::compile(
                 t,
@@ -508,6 +511,7 @@ impl Upstream {
             resolve_every: u.resolve_every.0,
             tls,
             h2,
+            fastcgi,
             outlier: u
                 .outlier_detection
                 .as_ref()

@@ -11,6 +11,7 @@ pub mod inproc;
 pub mod member;
 pub mod origin;
 pub mod parked;
+pub mod phpfpm;
 pub mod pebble;
 pub mod process;
 pub mod redis;

@@ -1,0 +1,370 @@
+//! FastCGI to upstreams (`protocol: fastcgi`): php-fpm and other FastCGI responders, over TCP
+//! or a unix socket, with `FCGI_KEEP_CONN` and the connections pooled per worker and server.
+//!
+//! Each request is bridged as HTTP/2 upstreams are (`h2_upstream.rs`): the upstream phase
+//! writes an HTTP/1.1 request into an in-memory pipe, preceded by one line weir writes itself
+//! (`weir-cgi PEER SCHEME`: what the request does not carry), and reads an HTTP/1.1 response
+//! back, while a task ([`exchange`]) turns it into FastCGI records and the CGI response into
+//! HTTP/1.1. Retries, the cache, passive health, the filters and the logs then work as for any
+//! upstream; the response says `Connection: close`, so the pipe is never pooled (the FastCGI
+//! connection under it is). The cost is an HTTP/1.1 encode and parse per message on each side of
+//! the pipe, small next to running a PHP script.
+//!
+//! - [`params`]: the CGI environment (nginx's `fastcgi_params`, `fastcgi_split_path_info`), and
+//!   which script a path names; with `require_file` (the default) a script that is not a file
+//!   under the root is answered 404 without asking the application.
+//! - [`record`]: the record layer. [`reply`]: the CGI response head.
+//!
+//! Failures: a connection refused or a script that dies (the connection closes before its
+//! response) leave the pipe without a response: the upstream phase answers 502 with the reason
+//! logged; an application slower than `timeouts.response_header` gets 504 from the same phase.
+//! The application's stderr is logged, rate-limited.
+
+pub mod config;
+pub mod params;
+pub mod record;
+pub mod reply;
+
+use std::cell::RefCell;
+use std::io;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{BufMut, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use weir_http::{parse_request, BodyDecoder, BodyEvent, Method, RequestHead};
+
+use super::per_worker::WorkerUpstream;
+use super::tls::Socket;
+use super::upstream::Upstream;
+use config::FastCgi;
+use params::Peer;
+
+/// Buffer of each direction of a request's pipe.
+const PIPE: usize = 64 * 1024;
+/// The first line of what the upstream phase writes into the pipe.
+pub const PREAMBLE: &[u8] = b"weir-cgi ";
+
+/// Idle FastCGI connections of one upstream on one worker, per server.
+pub type Idle = Rc<RefCell<Vec<Vec<Socket>>>>;
+
+/// Waits of one exchange.
+#[derive(Debug, Clone, Copy)]
+struct Waits {
+    /// For the response's first record: a little past `timeouts.response_header`, which the
+    /// upstream phase enforces (504) and then drops the pipe.
+    first: Duration,
+    /// Between records after that (`timeouts.idle`).
+    idle: Duration,
+    max_idle: usize,
+}
+
+/// Writes the line that starts a FastCGI request in the pipe: the client's address and scheme.
+pub fn put_preamble(out: &mut BytesMut, peer: std::net::SocketAddr, https: bool) {
+    out.put_slice(PREAMBLE);
+    out.put_slice(peer.to_string().as_bytes());
+    out.put_slice(if https { b" https\r\n" } else { b" http\r\n" });
+}
+
+/// A pipe to a FastCGI exchange with `server` of `up`, over an idle connection or a new one
+/// (whose connect errors are the caller's).
+pub async fn open(
+    per_worker: &WorkerUpstream,
+    up: &Upstream,
+    server: usize,
+) -> io::Result<DuplexStream> {
+    let cfg = up
+        .fastcgi
+        .clone()
+        .ok_or_else(|| io::Error::other("not a FastCGI upstream"))?;
+    let idle = per_worker.fastcgi_idle.clone();
+    let pooled = take_idle(&idle, server);
+    let sock = match pooled {
+        Some(s) => s,
+        None => super::socket::connect(&up.servers[server], None, up.connect_timeout).await?,
+    };
+    let waits = Waits {
+        first: up.response_header_timeout + Duration::from_secs(1),
+        idle: up.idle_read_timeout + Duration::from_secs(1),
+        max_idle: up.max_idle,
+    };
+    let (ours, theirs) = tokio::io::duplex(PIPE);
+    tokio::task::spawn_local(async move {
+        match exchange(theirs, sock, &cfg, waits).await {
+            Ok(Some(sock)) => put_idle(&idle, server, sock, waits.max_idle),
+            Ok(None) => {}
+            Err(e) => {
+                static FAILED: crate::logs::Limited = crate::logs::Limited::new();
+                if let Some(suppressed) = FAILED.admit() {
+                    tracing::warn!(error = %e, suppressed, "FastCGI exchange failed");
+                }
+            }
+        }
+    });
+    Ok(ours)
+}
+
+/// An idle connection to `server` that is still open and quiet.
+fn take_idle(idle: &Idle, server: usize) -> Option<Socket> {
+    let mut idle = idle.borrow_mut();
+    let list = idle.get_mut(server)?;
+    while let Some(s) = list.pop() {
+        let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+        // Nothing to read and no EOF (the socket is non-blocking): the application still
+        // holds it open. Bytes or EOF: it is out of step or closed.
+        if let Err(e) = socket2::SockRef::from(&s.fd()).peek(&mut probe) {
+            if e.kind() == io::ErrorKind::WouldBlock {
+                return Some(s);
+            }
+        }
+    }
+    None
+}
+
+fn put_idle(idle: &Idle, server: usize, sock: Socket, max: usize) {
+    let mut idle = idle.borrow_mut();
+    if idle.len() <= server {
+        idle.resize_with(server + 1, Vec::new);
+    }
+    if idle[server].len() < max {
+        idle[server].push(sock);
+    }
+}
+
+/// Reads the preamble and the request head from the pipe; `None` when the pipe closed first.
+async fn read_request(
+    pipe: &mut DuplexStream,
+    buf: &mut BytesMut,
+) -> io::Result<Option<(Peer, RequestHead)>> {
+    let bad = |m: &'static str| io::Error::new(io::ErrorKind::InvalidData, m);
+    let peer = loop {
+        if let Some(end) = memchr::memmem::find(buf, b"\r\n") {
+            let line = buf.split_to(end + 2);
+            let text = std::str::from_utf8(&line[..end]).map_err(|_| bad("preamble"))?;
+            let rest = text
+                .strip_prefix("weir-cgi ")
+                .ok_or_else(|| bad("preamble"))?;
+            let (addr, scheme) = rest.split_once(' ').ok_or_else(|| bad("preamble"))?;
+            break Peer {
+                addr: addr.parse().map_err(|_| bad("preamble address"))?,
+                https: scheme == "https",
+            };
+        }
+        if buf.len() > 256 {
+            return Err(bad("preamble too long"));
+        }
+        if pipe.read_buf(buf).await? == 0 {
+            return Ok(None);
+        }
+    };
+    let limits = weir_http::Limits {
+        max_head_bytes: PIPE,
+        max_uri_bytes: PIPE,
+        // The pipeline's own request, its path normalised when the client's was read.
+        normalize_path: false,
+        keep_encoded_slashes: true,
+        keep_semicolons: true,
+        keep_utf8: true,
+        underscores: weir_http::Underscores::Allow,
+    };
+    loop {
+        if let Some(h) = parse_request(buf, &limits).map_err(io::Error::other)? {
+            return Ok(Some((peer, h)));
+        }
+        if pipe.read_buf(buf).await? == 0 {
+            return Ok(None);
+        }
+    }
+}
+
+/// The response for a script that is not there (no application asked).
+async fn not_found(pipe: &mut DuplexStream) -> io::Result<()> {
+    pipe.write_all(
+        b"HTTP/1.1 404 \r\ncontent-type: text/plain\r\ncontent-length: 10\r\nconnection: close\r\n\r\nNot Found\n",
+    )
+    .await?;
+    pipe.shutdown().await
+}
+
+/// Whether `filename` is a regular file inside the canonical `root` (symlinks followed).
+fn is_script(cfg: &FastCgi, filename: &[u8]) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(filename));
+    match std::fs::canonicalize(path) {
+        Ok(real) => real.starts_with(&cfg.root) && real.is_file(),
+        Err(_) => false,
+    }
+}
+
+/// One request: from the pipe to the application and back. The connection, when it can be
+/// reused.
+async fn exchange(
+    mut pipe: DuplexStream,
+    mut sock: Socket,
+    cfg: &FastCgi,
+    waits: Waits,
+) -> io::Result<Option<Socket>> {
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    let Some((peer, head)) = read_request(&mut pipe, &mut buf).await? else {
+        return Ok(Some(sock));
+    };
+    let script = match params::script(cfg, head.path()) {
+        Some(s) if !cfg.require_file || is_script(cfg, &s.filename) => s,
+        _ => {
+            not_found(&mut pipe).await?;
+            return Ok(Some(sock));
+        }
+    };
+    // A body of unknown length (chunked) is read whole first: CGI needs CONTENT_LENGTH.
+    let mut decoder = BodyDecoder::new(head.body);
+    let mut whole = None;
+    let length = match params::declared_length(&head) {
+        Some(n) => Some(n),
+        None => {
+            let body = read_body(&mut pipe, &mut buf, &mut decoder).await?;
+            let n = body.len() as u64;
+            whole = Some(body);
+            Some(n)
+        }
+    };
+    let env = params::build(cfg, &head, &script, peer, length);
+    let mut out = BytesMut::with_capacity(4096);
+    record::put_begin(&mut out, true);
+    record::put_params(&mut out, env.iter().map(|(n, v)| (&n[..], &v[..])));
+    match whole {
+        Some(body) => record::put_stream(&mut out, record::STDIN, &body),
+        None if length.unwrap_or(0) > 0 => loop {
+            match decoder.decode(&mut buf).map_err(io::Error::other)? {
+                BodyEvent::Data(d) => {
+                    record::put_stream(&mut out, record::STDIN, &d);
+                    if out.len() >= PIPE / 2 {
+                        sock.write_all(&out).await?;
+                        out.clear();
+                    }
+                }
+                BodyEvent::NeedMore => {
+                    if pipe.read_buf(&mut buf).await? == 0 {
+                        return Err(io::ErrorKind::UnexpectedEof.into());
+                    }
+                }
+                BodyEvent::Done(_) => break,
+            }
+        },
+        None => {}
+    }
+    record::put(&mut out, record::STDIN, &[]);
+    sock.write_all(&out).await?;
+    sock.flush().await?;
+    let reusable = relay_response(&mut pipe, &mut sock, &head, waits).await?;
+    Ok(reusable.then_some(sock))
+}
+
+/// A body of unknown length, read whole from the pipe.
+async fn read_body(
+    pipe: &mut DuplexStream,
+    buf: &mut BytesMut,
+    decoder: &mut BodyDecoder,
+) -> io::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        match decoder.decode(buf).map_err(io::Error::other)? {
+            BodyEvent::Data(d) => body.extend_from_slice(&d),
+            BodyEvent::NeedMore => {
+                if pipe.read_buf(buf).await? == 0 {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+            }
+            BodyEvent::Done(_) => return Ok(body),
+        }
+    }
+}
+
+/// Reads the application's records and writes the HTTP/1.1 response into the pipe; whether
+/// the connection can serve another request.
+async fn relay_response(
+    pipe: &mut DuplexStream,
+    sock: &mut Socket,
+    head: &RequestHead,
+    waits: Waits,
+) -> io::Result<bool> {
+    let bodyless = head.method == Method::Head;
+    let mut rbuf = BytesMut::with_capacity(16 * 1024);
+    let mut section = BytesMut::new();
+    let mut out = BytesMut::with_capacity(16 * 1024);
+    // The status once the head is written; whether its body is chunked.
+    let mut written: Option<bool> = None;
+    let mut wait = waits.first;
+    loop {
+        let rec = loop {
+            match record::next(&mut rbuf) {
+                Ok(Some(r)) => break r,
+                Ok(None) => {}
+                Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.0)),
+            }
+            match tokio::time::timeout(wait, sock.read_buf(&mut rbuf)).await {
+                Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "no response")),
+                Ok(Ok(0)) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the application closed the connection before its response ended",
+                    ))
+                }
+                Ok(r) => r?,
+            };
+            wait = waits.idle;
+        };
+        match rec.kind {
+            record::STDOUT => match written {
+                None => {
+                    section.extend_from_slice(&rec.content);
+                    if let Some(end) = reply::head_end(&section) {
+                        let status = reply::write_head(&section[..end], bodyless, &mut out)
+                            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.0))?;
+                        let chunked = !bodyless && !matches!(status, 204 | 304);
+                        if chunked && section.len() > end {
+                            weir_http::reply::put_chunk(&mut out, &section[end..]);
+                        }
+                        written = Some(chunked);
+                        section = BytesMut::new();
+                    } else if section.len() > reply::MAX_HEAD {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "a CGI header section past 64 KiB",
+                        ));
+                    }
+                }
+                Some(true) if !rec.content.is_empty() => {
+                    weir_http::reply::put_chunk(&mut out, &rec.content)
+                }
+                Some(_) => {}
+            },
+            record::STDERR => {
+                static STDERR: crate::logs::Limited = crate::logs::Limited::new();
+                if let Some(suppressed) = STDERR.admit() {
+                    let text = String::from_utf8_lossy(&rec.content[..rec.content.len().min(512)]);
+                    tracing::warn!(message = %text.trim_end(), suppressed, "FastCGI stderr");
+                }
+            }
+            record::END_REQUEST => {
+                let Some(chunked) = written else {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "the application ended its response without a header section",
+                    ));
+                };
+                if chunked {
+                    out.put_slice(b"0\r\n\r\n");
+                }
+                pipe.write_all(&out).await?;
+                pipe.shutdown().await?;
+                let complete = record::end_status(&rec.content).is_some_and(|(_, p)| p == 0);
+                return Ok(complete && rbuf.is_empty());
+            }
+            _ => {}
+        }
+        if out.len() >= PIPE / 2 {
+            pipe.write_all(&out).await?;
+            out.clear();
+        }
+    }
+}

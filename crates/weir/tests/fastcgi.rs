@@ -1,0 +1,309 @@
+//! FastCGI upstreams (`protocol: fastcgi`, issue 53 §1) against Debian's php-fpm, started by
+//! the tests over TCP and a unix socket: the CGI environment a PHP script sees, bodies both
+//! ways (a large upload, chunked, a large response), `Status:`/`Location:`, cookies, HEAD,
+//! scripts that are not files (404, never an uploaded file run), connections kept and reused,
+//! a slow script (504), a dying one (502) and php-fpm restarted.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::inproc;
+use common::phpfpm::PhpFpm;
+
+/// The document root: scripts, a static file, and an "upload" that holds PHP code.
+fn docroot(tag: &str) -> std::path::PathBuf {
+    let root = inproc::dir("fcgi-root", tag);
+    let w = |name: &str, text: &str| {
+        let p = root.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    w(
+        "info.php",
+        r#"<?php
+header("Content-Type: text/plain");
+foreach (["REQUEST_METHOD","SCRIPT_NAME","SCRIPT_FILENAME","PATH_INFO","QUERY_STRING",
+          "REQUEST_URI","DOCUMENT_ROOT","REMOTE_ADDR","SERVER_NAME","SERVER_PORT",
+          "CONTENT_LENGTH","CONTENT_TYPE","HTTP_X_A","HTTP_PROXY","HTTP_COOKIE","GATEWAY_INTERFACE"] as $k) {
+    echo $k, "=", $_SERVER[$k] ?? "-", "\n";
+}
+$body = file_get_contents("php://input");
+echo "BODY=", strlen($body), " ", md5($body), "\n";
+"#,
+    );
+    w(
+        "redirect.php",
+        "<?php header('Location: /elsewhere'); echo 'moved';",
+    );
+    w(
+        "teapot.php",
+        "<?php header('Status: 418 I am a teapot'); echo 'short and stout';",
+    );
+    w(
+        "cookies.php",
+        "<?php setcookie('a', '1'); setcookie('b', '2'); echo 'two';",
+    );
+    w(
+        "big.php",
+        "<?php echo str_repeat('0123456789abcdef', 65536);",
+    );
+    w("slow.php", "<?php sleep(3); echo 'late';");
+    w(
+        "die.php",
+        "<?php echo 'x'; flush(); posix_kill(getmypid(), 9);",
+    );
+    w("pid.php", "<?php echo getmypid();");
+    w(
+        "index.php",
+        "<?php echo 'front controller ', $_SERVER['SCRIPT_NAME'];",
+    );
+    w(
+        "blog/index.php",
+        "<?php echo 'blog ', $_SERVER['SCRIPT_NAME'];",
+    );
+    w("style.css", "body{}");
+    // An upload that holds PHP code: served as a file, never run.
+    w("uploads/x.jpg", "<?php echo 'PWNED';");
+    root
+}
+
+fn config(fpm: &str, root: &std::path::Path, relay: Option<SocketAddr>) -> String {
+    let server = relay.map_or(fpm.to_string(), |r| r.to_string());
+    format!(
+        r#"workers: 1
+upstreams:
+  php:
+    servers: ['{server}']
+    protocol: fastcgi
+    fastcgi: {{ root: '{root}' }}
+    timeouts: {{ response_header: 1s }}
+    retries: {{ attempts: 0 }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - match: {{ path_regex: '\.php(/|$)' }}
+        proxy: {{ upstream: php }}
+      - match: {{ path_prefix: /blog/ }}
+        proxy: {{ upstream: php }}
+      - static: {{ root: '{root}' }}
+"#,
+        root = root.display()
+    )
+}
+
+fn send(addr: SocketAddr, raw: &[u8]) -> common::Response {
+    let mut s = common::connect(addr);
+    common::roundtrip(&mut s, raw)
+}
+
+fn get(addr: SocketAddr, path: &str) -> common::Response {
+    send(
+        addr,
+        format!("GET {path} HTTP/1.1\r\nHost: site.test\r\n\r\n").as_bytes(),
+    )
+}
+
+/// `KEY=value` lines of info.php.
+fn env(r: &common::Response, key: &str) -> String {
+    r.text()
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {}", r.text()))
+        .to_string()
+}
+
+fn md5_hex(b: &[u8]) -> String {
+    let out = std::process::Command::new("md5sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin.take().unwrap().write_all(b)?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)[..32].to_string()
+}
+
+/// A TCP relay to `to` that counts the connections made through it.
+fn counting_relay(to: SocketAddr) -> (SocketAddr, Arc<AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(a) = conn else { continue };
+            c.fetch_add(1, Ordering::SeqCst);
+            let Ok(b) = TcpStream::connect(to) else {
+                continue;
+            };
+            for (mut from, mut into) in [(a.try_clone().unwrap(), b.try_clone().unwrap()), (b, a)] {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut into);
+                    let _ = into.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        }
+    });
+    (addr, count)
+}
+
+#[test]
+fn php_runs_through_fastcgi_over_tcp_and_a_unix_socket() {
+    for unix in [false, true] {
+        let tag = if unix { "unix" } else { "tcp" };
+        let Some(fpm) = PhpFpm::start(tag, unix, 2, "") else {
+            return;
+        };
+        let root = docroot(tag);
+        let canonical = std::fs::canonicalize(&root).unwrap();
+        let handle = inproc::start(&config(&fpm.server, &root, None));
+        let addr = handle.local_addrs()[0];
+
+        // The CGI environment.
+        let r = send(
+            addr,
+            b"GET /info.php/extra/path?q=1&r=2 HTTP/1.1\r\nHost: site.test:8080\r\nX-A: one\r\nX_A: spoof\r\nProxy: http://evil.test\r\nCookie: a=1\r\nCookie: b=2\r\n\r\n",
+        );
+        assert_eq!(r.status, 200, "[{tag}] {}", r.text());
+        assert_eq!(r.header("content-type"), Some("text/plain;charset=UTF-8"));
+        assert_eq!(env(&r, "REQUEST_METHOD"), "GET");
+        assert_eq!(env(&r, "SCRIPT_NAME"), "/info.php");
+        assert_eq!(
+            env(&r, "SCRIPT_FILENAME"),
+            format!("{}/info.php", canonical.display())
+        );
+        assert_eq!(env(&r, "DOCUMENT_ROOT"), canonical.display().to_string());
+        assert_eq!(env(&r, "PATH_INFO"), "/extra/path");
+        assert_eq!(env(&r, "QUERY_STRING"), "q=1&r=2");
+        assert_eq!(env(&r, "REQUEST_URI"), "/info.php/extra/path?q=1&r=2");
+        assert_eq!(env(&r, "REMOTE_ADDR"), "127.0.0.1");
+        assert_eq!(env(&r, "SERVER_NAME"), "site.test");
+        assert_eq!(env(&r, "SERVER_PORT"), "8080");
+        assert_eq!(env(&r, "GATEWAY_INTERFACE"), "CGI/1.1");
+        // `X_A` cannot pose as `X-A`; `Proxy` never becomes HTTP_PROXY.
+        assert_eq!(env(&r, "HTTP_X_A"), "one");
+        assert_eq!(env(&r, "HTTP_PROXY"), "-");
+        assert_eq!(env(&r, "HTTP_COOKIE"), "a=1; b=2");
+
+        // Bodies: a large upload with a length, and a chunked one (CONTENT_LENGTH counted).
+        let upload: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let mut raw = format!(
+            "POST /info.php HTTP/1.1\r\nHost: site.test\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+            upload.len()
+        )
+        .into_bytes();
+        raw.extend_from_slice(&upload);
+        let r = send(addr, &raw);
+        assert_eq!(
+            env(&r, "BODY"),
+            format!("{} {}", upload.len(), md5_hex(&upload))
+        );
+        assert_eq!(env(&r, "CONTENT_LENGTH"), upload.len().to_string());
+        assert_eq!(env(&r, "CONTENT_TYPE"), "application/octet-stream");
+        let r = send(
+            addr,
+            b"POST /info.php HTTP/1.1\r\nHost: site.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+        );
+        assert_eq!(env(&r, "BODY"), format!("11 {}", md5_hex(b"hello world")));
+        // A large response, whole.
+        let r = get(addr, "/big.php");
+        assert_eq!(r.body.len(), 1 << 20);
+        assert_eq!(&r.body[..16], b"0123456789abcdef");
+
+        // Status and Location as nginx relays them; cookies; HEAD.
+        let r = get(addr, "/redirect.php");
+        assert_eq!((r.status, r.header("location")), (302, Some("/elsewhere")));
+        let r = get(addr, "/teapot.php");
+        assert_eq!((r.status, r.text().as_str()), (418, "short and stout"));
+        let r = get(addr, "/cookies.php");
+        let cookies: Vec<_> = r
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("set-cookie"))
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(cookies, ["a=1", "b=2"]);
+        let mut s = common::connect(addr);
+        s.write_all(b"HEAD /info.php HTTP/1.1\r\nHost: site.test\r\n\r\n")
+            .unwrap();
+        let r = common::read_response_to(&mut s, true);
+        assert_eq!((r.status, r.body.len()), (200, 0));
+        // The same connection goes on (the HEAD response carried no body).
+        let r = common::roundtrip(
+            &mut s,
+            b"GET /index.php HTTP/1.1\r\nHost: site.test\r\n\r\n",
+        );
+        assert_eq!(r.text(), "front controller /index.php");
+        // A path ending in `/` runs the index script.
+        assert_eq!(get(addr, "/blog/").text(), "blog /blog/index.php");
+
+        // Scripts that are not files under the root: 404 without asking php-fpm; the upload
+        // is never run, and is served as the file it is.
+        for path in [
+            "/missing.php",
+            "/uploads/x.jpg/index.php",
+            "/uploads/x.jpg/x.php",
+            "/style.css/x.php",
+            "/%2e%2e/%2e%2e/etc/passwd.php",
+        ] {
+            let r = get(addr, path);
+            assert!(
+                r.status == 404 || r.status == 400,
+                "[{tag}] {path}: {} {}",
+                r.status,
+                r.text()
+            );
+            assert!(!r.text().contains("PWNED"), "[{tag}] {path} ran the upload");
+        }
+        let r = get(addr, "/uploads/x.jpg");
+        assert_eq!(r.text(), "<?php echo 'PWNED';");
+        inproc::stop(handle);
+    }
+}
+
+#[test]
+fn connections_are_kept_and_failures_answer_502_and_504() {
+    let Some(mut fpm) = PhpFpm::start("fail", false, 2, "") else {
+        return;
+    };
+    let root = docroot("fail");
+    let (relay, made) = counting_relay(fpm.server.parse().unwrap());
+    let handle = inproc::start(&config(&fpm.server, &root, Some(relay)));
+    let addr = handle.local_addrs()[0];
+    // FCGI_KEEP_CONN: twenty requests one after another reuse one connection.
+    for _ in 0..20 {
+        assert_eq!(get(addr, "/pid.php").status, 200);
+    }
+    assert_eq!(made.load(Ordering::SeqCst), 1, "connections to php-fpm");
+
+    // A script slower than timeouts.response_header: 504, at about that time.
+    let t = Instant::now();
+    let r = get(addr, "/slow.php");
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert!(
+        t.elapsed() < Duration::from_millis(2900),
+        "{:?}",
+        t.elapsed()
+    );
+    // A script whose process dies mid-response: 502; the next request is served.
+    let r = get(addr, "/die.php");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(get(addr, "/index.php").status, 200);
+
+    // php-fpm restarted: the pooled connections are dead, and the first request after it is
+    // served on a new one.
+    fpm.stop();
+    assert_eq!(get(addr, "/index.php").status, 502);
+    fpm.resume();
+    let r = get(addr, "/index.php");
+    assert_eq!(r.status, 200, "{}", r.text());
+    inproc::stop(handle);
+}
