@@ -307,3 +307,62 @@ fn connections_are_kept_and_failures_answer_502_and_504() {
     assert_eq!(r.status, 200, "{}", r.text());
     inproc::stop(handle);
 }
+
+/// examples/php.yaml as its header says: `WEIR_PHP_FPM` (TCP, then a unix socket) and
+/// `WEIR_PHP_ROOT`; files served, scripts run, everything else to index.php.
+#[test]
+fn the_php_example_serves_files_runs_scripts_and_sends_the_rest_to_index_php() {
+    const EXAMPLE: &str = include_str!("../../../examples/php.yaml");
+    for unix in [false, true] {
+        let tag = if unix { "ex-unix" } else { "ex-tcp" };
+        let Some(fpm) = PhpFpm::start(tag, unix, 2, "") else {
+            return;
+        };
+        let root = docroot(tag);
+        std::fs::write(
+            root.join("index.php"),
+            "<?php echo 'front ', $_SERVER['SCRIPT_NAME'], ' for ', $_SERVER['REQUEST_URI'];",
+        )
+        .unwrap();
+        std::fs::create_dir_all(root.join("admin")).unwrap();
+        std::fs::write(root.join("admin/index.php"), "<?php echo 'admin';").unwrap();
+        let vars: std::collections::HashMap<&str, String> = [
+            ("WEIR_PHP_FPM", fpm.server.clone()),
+            ("WEIR_PHP_ROOT", root.display().to_string()),
+            ("WEIR_LISTEN", "127.0.0.1:0".into()),
+            ("WEIR_WORKERS", "1".into()),
+        ]
+        .into();
+        let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples"));
+        let cfg =
+            weir::runtime::load_str(EXAMPLE, dir, |v| vars.get(v).map(|s| s.to_string())).unwrap();
+        let handle = weir::server::start(cfg).unwrap();
+        let addr = handle.local_addrs()[0];
+        // A file, with its caching fields.
+        let r = get(addr, "/style.css");
+        assert_eq!((r.status, r.text().as_str()), (200, "body{}"), "[{tag}]");
+        assert!(r
+            .header("cache-control")
+            .is_some_and(|v| v.contains("max-age=604800")));
+        // A script, with PATH_INFO.
+        let r = get(addr, "/info.php/x?y=1");
+        assert_eq!(env(&r, "PATH_INFO"), "/x", "[{tag}]");
+        // A directory whose index is a script; a pretty URL to the front controller, which
+        // learns what was asked for.
+        assert_eq!(get(addr, "/admin/").text(), "admin", "[{tag}]");
+        assert_eq!(
+            get(addr, "/2026/11/hello-world/?replytocom=5").text(),
+            "front /index.php for /2026/11/hello-world/?replytocom=5",
+            "[{tag}]"
+        );
+        assert_eq!(get(addr, "/").text(), "front /index.php for /", "[{tag}]");
+        // An upload is a file, never a script: served as itself, or the front controller runs.
+        let r = get(addr, "/uploads/x.jpg/x.php");
+        assert!(!r.text().contains("PWNED"), "[{tag}] {}", r.text());
+        assert_eq!(get(addr, "/uploads/x.jpg").text(), "<?php echo 'PWNED';");
+        // PHP source is never served as a file.
+        let r = get(addr, "/index.php");
+        assert!(!r.text().contains("<?php"), "[{tag}] {}", r.text());
+        inproc::stop(handle);
+    }
+}

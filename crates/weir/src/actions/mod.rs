@@ -180,14 +180,32 @@ impl Action {
             check_captures(&r, path, route.1)?;
             return Ok(Action::Respond(r));
         }
-        if let Some(s) = static_files {
+        if let Some(mut s) = static_files {
             let prefix = if s.strip_prefix {
                 route_prefix.map(Bytes::copy_from_slice)
             } else {
                 None
             };
-            return static_files::StaticFiles::compile(s, prefix, &format!("{path}.static"), base)
-                .map(Action::Static);
+            // The application behind `try_files ... @app`: a proxy with the route's filters
+            // (which also stay the route's, for the files it answers itself).
+            let app = match s.app.take() {
+                Some(p) => Some(crate::proxy::route::ProxyRoute::compile(
+                    p,
+                    &format!("{path}.static.app"),
+                    refs.upstreams,
+                    filters.clone(),
+                    route,
+                )?),
+                None => None,
+            };
+            return static_files::StaticFiles::compile(
+                s,
+                prefix,
+                &format!("{path}.static"),
+                base,
+                app,
+            )
+            .map(Action::Static);
         }
         if let Some(k) = kv {
             let store = refs.kv.get(&k.store).ok_or_else(|| {

@@ -50,6 +50,8 @@ pub struct StaticFiles {
     caching: Vec<super::static_caching::CacheRule>,
     /// Serve names starting with `.` (`static.dotfiles: allow`); by default they are 404.
     dotfiles: bool,
+    /// Where a request goes when no `try_files` candidate exists (`@app`).
+    app: Option<Box<crate::proxy::route::ProxyRoute>>,
 }
 
 /// One `try_files` entry.
@@ -60,6 +62,8 @@ enum TryFile {
     Path(Vec<String>),
     /// `=404`: answer this status (last entry only).
     Status(u16),
+    /// `@app`: hand the request to the `app` proxy (last entry only).
+    App,
 }
 
 impl TryFile {
@@ -141,6 +145,7 @@ impl StaticFiles {
         prefix: Option<Bytes>,
         path: &str,
         base: &BaseDir,
+        app: Option<crate::proxy::route::ProxyRoute>,
     ) -> Result<StaticFiles, CompileError> {
         let root = std::fs::canonicalize(base.0.join(&s.root)).map_err(|e| {
             (
@@ -163,6 +168,16 @@ impl StaticFiles {
         for (i, t) in s.try_files.iter().enumerate() {
             let key = format!("{path}.try_files[{i}]");
             let last = i + 1 == s.try_files.len();
+            if t.starts_with('@') {
+                if !last || app.is_none() {
+                    return Err((
+                        key,
+                        format!("{t:?}: an application fallback is the last entry, with `app:` (a proxy action) on the static action"),
+                    ));
+                }
+                try_files.push(TryFile::App);
+                continue;
+            }
             if let Some(code) = t.strip_prefix('=') {
                 match code.parse::<u16>() {
                     Ok(c) if last && (400..600).contains(&c) => try_files.push(TryFile::Status(c)),
@@ -182,6 +197,12 @@ impl StaticFiles {
                 ));
             }
             try_files.push(TryFile::Path(t.split("$uri").map(String::from).collect()));
+        }
+        if app.is_some() && !matches!(try_files.last(), Some(TryFile::App)) {
+            return Err((
+                format!("{path}.app"),
+                "an application is reached through `try_files`: end it with \"@app\"".into(),
+            ));
         }
         if try_files.len() == 1 {
             return Err((
@@ -217,7 +238,33 @@ impl StaticFiles {
             autoindex,
             caching,
             dotfiles: s.dotfiles == model::Dotfiles::Allow,
+            app: app.map(Box::new),
         })
+    }
+
+    /// The application `req` goes to: `app`, when no `try_files` candidate exists for it.
+    pub fn app_for(&self, req: &RequestHead) -> Option<&crate::proxy::route::ProxyRoute> {
+        let app = self.app.as_deref()?;
+        let (_, candidates) = self.try_files.split_last()?;
+        let uri = self.uri_of(req);
+        let found = candidates.iter().any(|c| match c {
+            TryFile::Path(parts) => self.locate(&TryFile::expand(parts, &uri), None).is_ok(),
+            _ => false,
+        });
+        (!found).then_some(app)
+    }
+
+    /// `$uri`: the request's path after the prefix, starting with `/` as nginx's does.
+    fn uri_of(&self, req: &RequestHead) -> Vec<u8> {
+        let mut rel = req.path();
+        if let Some(p) = &self.prefix {
+            rel = rel.strip_prefix(&p[..]).unwrap_or(rel);
+        }
+        if rel.starts_with(b"/") {
+            rel.to_vec()
+        } else {
+            [b"/", rel].concat()
+        }
     }
 
     /// What to answer `req` with.
@@ -258,6 +305,8 @@ impl StaticFiles {
         }
         match last {
             TryFile::Status(s) => canned(*s),
+            // Dispatched before (`app_for`); a file that vanished since is not found.
+            TryFile::App => canned(404),
             TryFile::Path(parts) => {
                 let p = TryFile::expand(parts, uri);
                 match self.locate(&p, None) {

@@ -21,10 +21,15 @@ pub struct Static {
     #[serde(default = "default_true")]
     pub strip_prefix: bool,
     /// nginx `try_files`: candidates tried in order (`$uri`, `$uri/` for a directory's index,
-    /// a fixed `/path`); the last one is the fallback, a path or `=404`. A single-page app:
-    /// `["$uri", "$uri/", "/index.html"]`.
+    /// a fixed `/path`); the last one is the fallback, a path, `=404`, or `@app` (the request
+    /// goes to `app`). A single-page app: `["$uri", "$uri/", "/index.html"]`; files, else the
+    /// application: `["$uri", "$uri/", "@app"]`.
     #[serde(default)]
     pub try_files: Vec<String>,
+    /// The application `try_files` falls back to with `@app` (nginx's `try_files ... @app` and
+    /// `try_files $uri $uri/ /index.php?$args`): a `proxy` action (any upstream, FastCGI too),
+    /// which may rewrite the path (`regex_replace`) to the application's front script.
+    pub app: Option<super::model::Proxy>,
     /// A listing for a directory without an index file: `off` (the default: 403), `html` or
     /// `json` (nginx `autoindex`).
     #[serde(default = "default_off")]

@@ -66,6 +66,10 @@ pub struct FastCgi {
     /// before PHP. On by default.
     #[serde(default = "default_true")]
     pub require_file: bool,
+    /// The script run when the path names none that is a file (`/index.php`: a front
+    /// controller, nginx's `try_files $uri $uri/ /index.php?$args`); `REQUEST_URI` stays what
+    /// the client asked for. Without it, such a request is 404.
+    pub fallback: Option<String>,
     /// More CGI parameters, or values for the ones weir sets (`SERVER_NAME: example.com`).
     #[serde(default)]
     pub params: std::collections::BTreeMap<String, String>,

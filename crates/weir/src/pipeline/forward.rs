@@ -479,7 +479,8 @@ async fn write_request<D: Downstream>(
     let filters = &target.route.filters;
     if target.up.fastcgi.is_some() {
         // What the request does not carry, for the CGI environment (`proxy/fastcgi/`).
-        crate::proxy::fastcgi::put_preamble(req, d.peer(), target.client.scheme == "https");
+        let https = target.client.scheme == "https";
+        crate::proxy::fastcgi::put_preamble(req, d.peer(), https, head);
     }
     build_request(
         req,

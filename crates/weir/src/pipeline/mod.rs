@@ -299,6 +299,17 @@ fn act<'a, D: Downstream>(
             }
             return Started::Later(Later::new(kv::serve(d, ctx, head, route, kv)));
         }
+        if let Action::Static(s) = &route.action {
+            // Files, else the application (`try_files ... @app`).
+            if let Some(app) = s.app_for(head) {
+                let persistence = d.persistence(head);
+                return Started::Later(Later::new(async move {
+                    let steer = forward::Steer::default();
+                    forward::forward(d, ctx, head, app, persistence, steer, &mut forward::Plain)
+                        .await
+                }));
+            }
+        }
         if let Action::Proxy(proxy) = &route.action {
             let persistence = d.persistence(head);
             return match &proxy.cache {

@@ -19,6 +19,8 @@ pub struct FastCgi {
     pub index: Bytes,
     pub split: regex::bytes::Regex,
     pub require_file: bool,
+    /// The script for a path that names none (`fastcgi.fallback`), as a path from the root.
+    pub fallback: Option<Bytes>,
     /// Extra or overriding parameters, names upper-cased as written.
     pub params: Vec<(Bytes, Bytes)>,
 }
@@ -69,6 +71,18 @@ impl FastCgi {
                 Bytes::copy_from_slice(value.as_bytes()),
             ));
         }
+        let fallback = match &f.fallback {
+            None => None,
+            Some(p) if p.starts_with('/') && !p.split('/').any(|s| s == ".." || s == ".") => {
+                Some(Bytes::copy_from_slice(p.as_bytes()))
+            }
+            Some(p) => {
+                return Err((
+                    format!("{path}.fallback"),
+                    format!("{p:?}: a script's path from the root, starting with / (/index.php)"),
+                ))
+            }
+        };
         let root_bytes = Bytes::copy_from_slice(root.as_os_str().as_encoded_bytes());
         Ok(FastCgi {
             root,
@@ -76,6 +90,7 @@ impl FastCgi {
             index: Bytes::copy_from_slice(f.index.as_bytes()),
             split,
             require_file: f.require_file,
+            fallback,
             params,
         })
     }

@@ -3,7 +3,8 @@
 //!
 //! Each request is bridged as HTTP/2 upstreams are (`h2_upstream.rs`): the upstream phase
 //! writes an HTTP/1.1 request into an in-memory pipe, preceded by one line weir writes itself
-//! (`weir-cgi PEER SCHEME`: what the request does not carry), and reads an HTTP/1.1 response
+//! (`weir-cgi PEER SCHEME TARGET`: what the request does not carry, and the client's request
+//! target before a route rewrote it, nginx's `$request_uri`), and reads an HTTP/1.1 response
 //! back, while a task ([`exchange`]) turns it into FastCGI records and the CGI response into
 //! HTTP/1.1. Retries, the cache, passive health, the filters and the logs then work as for any
 //! upstream; the response says `Connection: close`, so the pipe is never pooled (the FastCGI
@@ -59,11 +60,23 @@ struct Waits {
     max_idle: usize,
 }
 
-/// Writes the line that starts a FastCGI request in the pipe: the client's address and scheme.
-pub fn put_preamble(out: &mut BytesMut, peer: std::net::SocketAddr, https: bool) {
+/// Writes the line that starts a FastCGI request in the pipe: the client's address and scheme,
+/// and the origin-form of its request target as received (normalised; no space or line break).
+pub fn put_preamble(
+    out: &mut BytesMut,
+    peer: std::net::SocketAddr,
+    https: bool,
+    head: &RequestHead,
+) {
     out.put_slice(PREAMBLE);
     out.put_slice(peer.to_string().as_bytes());
-    out.put_slice(if https { b" https\r\n" } else { b" http\r\n" });
+    out.put_slice(if https { b" https " } else { b" http " });
+    out.put_slice(head.path());
+    if let Some(q) = head.query() {
+        out.put_u8(b'?');
+        out.put_slice(q);
+    }
+    out.put_slice(b"\r\n");
 }
 
 /// A pipe to a FastCGI exchange with `server` of `up`, over an idle connection or a new one
@@ -144,13 +157,19 @@ async fn read_request(
             let rest = text
                 .strip_prefix("weir-cgi ")
                 .ok_or_else(|| bad("preamble"))?;
-            let (addr, scheme) = rest.split_once(' ').ok_or_else(|| bad("preamble"))?;
+            let mut parts = rest.splitn(3, ' ');
+            let (Some(addr), Some(scheme), Some(target)) =
+                (parts.next(), parts.next(), parts.next())
+            else {
+                return Err(bad("preamble"));
+            };
             break Peer {
                 addr: addr.parse().map_err(|_| bad("preamble address"))?,
                 https: scheme == "https",
+                request_uri: bytes::Bytes::copy_from_slice(target.as_bytes()),
             };
         }
-        if buf.len() > 256 {
+        if buf.len() > PIPE {
             return Err(bad("preamble too long"));
         }
         if pipe.read_buf(buf).await? == 0 {
@@ -208,7 +227,11 @@ async fn exchange(
     let Some((peer, head)) = read_request(&mut pipe, &mut buf).await? else {
         return Ok(Some(sock));
     };
-    let script = match params::script(cfg, head.path()) {
+    // The script the path names, else the fallback (a front controller), else 404 without
+    // asking the application.
+    let named = params::script(cfg, head.path())
+        .filter(|s| !cfg.require_file || is_script(cfg, &s.filename));
+    let script = match named.or_else(|| params::fallback(cfg)) {
         Some(s) if !cfg.require_file || is_script(cfg, &s.filename) => s,
         _ => {
             not_found(&mut pipe).await?;
@@ -227,7 +250,7 @@ async fn exchange(
             Some(n)
         }
     };
-    let env = params::build(cfg, &head, &script, peer, length);
+    let env = params::build(cfg, &head, &script, &peer, length);
     let mut out = BytesMut::with_capacity(4096);
     record::put_begin(&mut out, true);
     record::put_params(&mut out, env.iter().map(|(n, v)| (&n[..], &v[..])));

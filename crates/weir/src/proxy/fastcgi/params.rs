@@ -14,11 +14,13 @@ use weir_http::{BodyKind, RequestHead};
 
 use super::config::FastCgi;
 
-/// What the request itself does not carry: who sent it and how.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the request itself does not carry: who sent it and how, and the target it asked for
+/// before a route rewrote it (`REQUEST_URI`, nginx's `$request_uri`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
     pub addr: SocketAddr,
     pub https: bool,
+    pub request_uri: Bytes,
 }
 
 /// Where a path leads: the script's name, the rest (`PATH_INFO`) and the script's file.
@@ -61,6 +63,18 @@ pub fn script(cfg: &FastCgi, path: &[u8]) -> Option<Script> {
     })
 }
 
+/// The fallback script (`fastcgi.fallback`), if any.
+pub fn fallback(cfg: &FastCgi) -> Option<Script> {
+    let name = cfg.fallback.as_ref()?.to_vec();
+    let mut filename = cfg.root_bytes.to_vec();
+    filename.extend_from_slice(&name);
+    Some(Script {
+        name,
+        path_info: Vec::new(),
+        filename,
+    })
+}
+
 fn hex(b: u8) -> Option<u8> {
     match b {
         b'0'..=b'9' => Some(b - b'0'),
@@ -94,7 +108,7 @@ pub fn build(
     cfg: &FastCgi,
     head: &RequestHead,
     script: &Script,
-    peer: Peer,
+    peer: &Peer,
     length: Option<u64>,
 ) -> Vec<(Bytes, Bytes)> {
     let mut p: Vec<(Bytes, Bytes)> = Vec::with_capacity(32 + head.headers().len());
@@ -116,7 +130,7 @@ pub fn build(
     if peer.https {
         set("HTTPS", b"on");
     }
-    set("REQUEST_URI", &head.target);
+    set("REQUEST_URI", &peer.request_uri);
     set("DOCUMENT_URI", head.path());
     set("QUERY_STRING", head.query().unwrap_or(b""));
     set("DOCUMENT_ROOT", &cfg.root_bytes);
@@ -214,6 +228,7 @@ mod tests {
             index: Bytes::from_static(b"index.php"),
             split: regex::bytes::Regex::new(r"^(.+?\.php)(/.*)$").unwrap(),
             require_file: true,
+            fallback: None,
             params: vec![],
         }
     }
