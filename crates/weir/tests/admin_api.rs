@@ -6,7 +6,7 @@
 mod common;
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::process::{free_port, signal, spawn_run, spawn_serving, write_config, WEIR};
 
@@ -264,24 +264,26 @@ fn sigusr1_reopens_the_access_log_after_rotation() {
     );
     let (mut child, addr) = spawn_run(&cfg);
     let wait_for = |p: &std::path::Path, needle: &str| {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !std::fs::read_to_string(p)
-            .unwrap_or_default()
-            .contains(needle)
-        {
-            assert!(
-                Instant::now() < deadline,
-                "{needle} never reached {}",
-                p.display()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        common::until(
+            &format!("{needle} in {}", p.display()),
+            Duration::from_secs(10),
+            || {
+                std::fs::read_to_string(p)
+                    .unwrap_or_default()
+                    .contains(needle)
+            },
+        );
     };
     common::get(addr, "/before");
     wait_for(&log, "/before");
     std::fs::rename(&log, &rotated).unwrap();
     signal(&child, "-USR1");
-    std::thread::sleep(Duration::from_millis(200));
+    // The signal taken: the next lines go to a new file at the old path (probes until then go
+    // to the rotated one).
+    common::until("the access log reopened", Duration::from_secs(10), || {
+        common::get(addr, "/probe");
+        log.exists()
+    });
     common::get(addr, "/after");
     wait_for(&log, "/after");
     assert!(!std::fs::read_to_string(&rotated)
@@ -394,19 +396,13 @@ listeners:
 "#,
         origin = origin.addr
     ));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let r = common::get(server.addr, "/healthz-all");
-        if r.status == 503 {
-            assert!(r.text().contains("dead"), "{}", r.text());
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the dead upstream never made /healthz-all fail"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let r = common::until_value(
+        "the dead upstream made /healthz-all fail",
+        Duration::from_secs(10),
+        || common::get(server.addr, "/healthz-all"),
+        |r| r.status == 503,
+    );
+    assert!(r.text().contains("dead"), "{}", r.text());
     let mut kept = server.connect();
     let r = common::roundtrip(
         &mut kept,
@@ -424,12 +420,19 @@ listeners:
         .status,
         405
     );
-    // Draining: the kept connection's next check says so, so a load balancer stops sending.
+    // Draining: the kept connection's next check says so, so a load balancer stops sending
+    // (once the worker took the drain: checks before then still say ready, on the connection).
     server.handle.as_ref().unwrap().drain();
-    std::thread::sleep(Duration::from_millis(100));
-    let r = common::roundtrip(
-        &mut kept,
-        b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    let r = common::until_value(
+        "the kept connection's check says draining",
+        Duration::from_secs(10),
+        || {
+            common::roundtrip(
+                &mut kept,
+                b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n",
+            )
+        },
+        |r| r.status != 200,
     );
     assert_eq!(r.status, 503);
     assert!(r.text().contains("shutting_down"), "{}", r.text());

@@ -8,16 +8,16 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::process::{free_port, write_config, Running, WEIR};
 
 fn wait_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "port {port} never opened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::until(
+        &format!("port {port} open"),
+        Duration::from_secs(15),
+        || TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    );
 }
 
 fn metric(admin: u16, name: &str) -> f64 {
@@ -80,9 +80,13 @@ fn at_max_connections_others_are_refused_at_once_and_admin_answers() {
             "weir_connections_refused_total{reason=\"max_connections\"}"
         ) >= 3.0
     );
-    // Room again once a connection ends.
+    // Room again once a connection ends (three held open, and this scrape's).
     drop(held.pop());
-    std::thread::sleep(Duration::from_millis(100));
+    common::until(
+        "the closed connection counted out",
+        Duration::from_secs(10),
+        || metric(admin, "weir_connections_open ") == 4.0,
+    );
     assert_eq!(
         common::get(format!("127.0.0.1:{port}").parse().unwrap(), "/hello").text(),
         "hi"
@@ -112,7 +116,11 @@ fn at_the_descriptor_limit_the_admin_api_still_answers() {
         assert!(metric(admin, "weir_connections_refused_total{reason=\"fd_limit\"}") >= 1.0);
     }
     drop(held);
-    std::thread::sleep(Duration::from_millis(200));
+    common::until(
+        "the connections counted out",
+        Duration::from_secs(10),
+        || metric(admin, "weir_connections_open ") == 1.0,
+    );
     assert_eq!(
         common::get(format!("127.0.0.1:{port}").parse().unwrap(), "/hello").text(),
         "hi"

@@ -181,20 +181,17 @@ fn stale_while_revalidate_and_stale_if_error() {
     let r = get(&c, "/s", "");
     assert_eq!(r.text(), "v1", "served stale at once");
     assert!(status_of(&r).contains("detail=stale-while-revalidate"));
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while o.requests() < 2 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no background revalidation"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(
-        get(&c, "/s", "").text(),
-        "v2",
-        "refreshed in the background"
+    common::until("a background revalidation", Duration::from_secs(10), || {
+        o.requests() >= 2
+    });
+    // Stale hits meanwhile start no other refresh (the refresh leads the key).
+    let refreshed = common::until_value(
+        "the refreshed response stored",
+        Duration::from_secs(10),
+        || get(&c, "/s", "").text(),
+        |text| text != "v1",
     );
+    assert_eq!(refreshed, "v2", "refreshed in the background");
 
     // Origin gone: stale-if-error serves the stored response.
     let c2_origin = scripted(|_, _| {
@@ -528,7 +525,11 @@ fn coalesced_followers_are_streamed_the_response_as_it_arrives() {
         )
         .text()
     });
-    std::thread::sleep(Duration::from_millis(100));
+    common::until(
+        "the leader's fetch reached the origin",
+        Duration::from_secs(10),
+        || o.accepted() == 1,
+    );
     let start = std::time::Instant::now();
     let mut s = connect(addr);
     s.write_all(b"GET /stream HTTP/1.1\r\nHost: site.test\r\n\r\n")
@@ -572,7 +573,11 @@ fn followers_are_aborted_when_the_origin_dies_mid_body() {
         let _ = s.read_to_end(&mut all);
         all
     });
-    std::thread::sleep(Duration::from_millis(100));
+    common::until(
+        "the leader's fetch reached the origin",
+        Duration::from_secs(10),
+        || o.accepted() == 1,
+    );
     let mut s = connect(addr);
     s.write_all(b"GET /dies HTTP/1.1\r\nHost: site.test\r\n\r\n")
         .unwrap();
@@ -625,6 +630,7 @@ fn write_timeout_bounds_each_stall_of_a_large_hit_not_the_transfer() {
     let mut got = 0;
     let mut chunk = vec![0u8; 1 << 20];
     while got < big.len() {
+        // paces: a steady reader, a read every 100 ms.
         std::thread::sleep(Duration::from_millis(100));
         let n = steady.read(&mut chunk).unwrap();
         assert!(n > 0, "dropped after {got} bytes");
@@ -637,6 +643,7 @@ fn write_timeout_bounds_each_stall_of_a_large_hit_not_the_transfer() {
 
     let mut stalled = srv.connect();
     stalled.write_all(request).unwrap();
+    // paces: the client stops reading for 1.5 s, well past the 400 ms write timeout.
     std::thread::sleep(Duration::from_millis(1500));
     let mut rest = Vec::new();
     let _ = stalled.read_to_end(&mut rest);

@@ -29,7 +29,11 @@ fn a_get_behind_a_head_leader_does_not_wait_out_the_lock_timeout() {
             .unwrap();
         common::read_response_to(&mut s, true).status
     });
-    std::thread::sleep(Duration::from_millis(100));
+    common::until(
+        "the HEAD's fetch reached the origin",
+        Duration::from_secs(10),
+        || o.origin.accepted() == 1,
+    );
     let t = Instant::now();
     let r = get(&c, "/x", "");
     let took = t.elapsed();

@@ -62,12 +62,9 @@ fn concurrent_large_misses_stay_within_the_zone_limit() {
             .unwrap(),
     );
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(addr).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::until("weir listening", Duration::from_secs(15), || {
+        std::net::TcpStream::connect(addr).is_ok()
+    });
     let run = |from, to| churn(addr, 16, "/big", from..to, 1 << 20);
     let pid = weir.0.id();
     // From the idle process to its peak: in-flight memory is gone once the requests end, and
@@ -124,6 +121,7 @@ fn coalesced_followers_get_whole_bodies_when_the_zone_has_no_room() {
                     if sent.is_err() {
                         return;
                     }
+                    // paces: the body comes in pieces 5 ms apart.
                     std::thread::sleep(Duration::from_millis(5));
                 }
                 if chunked && w.write_all(b"0\r\n\r\n").is_err() {

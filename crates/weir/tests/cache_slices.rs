@@ -279,10 +279,11 @@ fn pieces_on_disk_go_out_with_sendfile() {
     assert!(r.body == full);
     let disk = c.zone.disk.clone().unwrap();
     let count = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while count(&disk.stats().writes) < 4 && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    common::until(
+        "the four slices written to disk",
+        std::time::Duration::from_secs(10),
+        || count(&disk.stats().writes) >= 4,
+    );
     // Read whole (and checked) once, then from the file.
     for round in 0..3 {
         let r = get(&c, "/big.mp4", "");

@@ -44,6 +44,7 @@ fn large_hits_are_sent_by_reference_to_slow_and_pipelining_clients() {
         .as_bytes(),
     )
     .unwrap();
+    // paces: the client reads nothing for 300 ms while the answers queue.
     std::thread::sleep(Duration::from_millis(300));
     let first = read_response(&mut s);
     assert!(first.body == big.as_bytes(), "first body differs");

@@ -35,10 +35,17 @@ fn start_from(config: &std::path::Path, name: &str, etcd: SocketAddr, origin: So
     }
 }
 
-fn members(n: &Node) -> usize {
+/// The members `n` lists and the members on its zone `shared`'s ring (which comes with the
+/// config a membership change reloads, a moment after `/cluster` lists the member).
+fn members_placed(n: &Node) -> (usize, usize) {
     let r = get(n.admin, "/cluster");
     let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
-    v["members"].as_array().map_or(0, Vec::len)
+    (
+        v["members"].as_array().map_or(0, Vec::len),
+        v["sharded_zones"]["shared"]["shares"]
+            .as_object()
+            .map_or(0, serde_json::Map::len),
+    )
 }
 
 fn counter(n: &Node, name: &str) -> u64 {
@@ -86,7 +93,9 @@ fn two_nodes(
     let a = start_from(&config, &format!("{tag}-a"), etcd.addr, origin.addr);
     let b = start_from(&config, &format!("{tag}-b"), etcd.addr, origin.addr);
     for n in [&a, &b] {
-        until("two members", Duration::from_secs(10), || members(n) == 2);
+        until("two members, on the ring", Duration::from_secs(10), || {
+            members_placed(n) == (2, 2)
+        });
     }
     Some((etcd, origin, fetched, a, b))
 }

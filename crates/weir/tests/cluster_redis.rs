@@ -109,8 +109,12 @@ fn two_nodes_count_once_in_redis_through_a_reload_and_fail_open_without_it() {
     for want in (5..=9).rev() {
         assert_eq!(limited(a.addr, "/limited"), (200, Some(want)));
     }
-    std::thread::sleep(SYNC);
-    let ttl = pttl(&redis, KEY);
+    let ttl = until_value(
+        "a's five counted in Redis",
+        Duration::from_secs(10),
+        || pttl(&redis, KEY),
+        |ttl| *ttl >= 29_000,
+    );
     assert!(
         (29_000..=30_200).contains(&ttl),
         "PTTL {ttl} for 30 s ahead"
@@ -118,12 +122,28 @@ fn two_nodes_count_once_in_redis_through_a_reload_and_fail_open_without_it() {
 
     // b's first request is decided before b has synced that key; from then on b sees a's
     // five: the remaining reaches 0 at the tenth request of the cluster, then 429.
+    let (t0, ttl0) = (Instant::now(), pttl(&redis, KEY));
     assert_eq!(limited(b.addr, "/limited").0, 200);
+    // Its one request reached Redis (6 s more, whatever time passed meanwhile), in the sync
+    // that brought b the TAT of a's five.
+    until(
+        "b's request counted in Redis",
+        Duration::from_secs(10),
+        || pttl(&redis, KEY) + t0.elapsed().as_millis() as i64 >= ttl0 + 5_000,
+    );
+    // paces: b applies that sync's answer (no counter shows it).
     std::thread::sleep(SYNC);
     for want in (0..=3).rev() {
         assert_eq!(limited(b.addr, "/limited"), (200, Some(want)), "on b");
     }
     assert_eq!(limited(b.addr, "/limited"), (429, Some(0)));
+    until_value(
+        "b's five counted in Redis",
+        Duration::from_secs(10),
+        || pttl(&redis, KEY),
+        |ttl| *ttl >= 58_000,
+    );
+    // paces: a's next sync reads them (no counter shows it).
     std::thread::sleep(SYNC);
     // a, which admitted nothing since, learnt of b's five and refuses too.
     assert_eq!(limited(a.addr, "/limited"), (429, Some(0)));
@@ -137,6 +157,7 @@ fn two_nodes_count_once_in_redis_through_a_reload_and_fail_open_without_it() {
         b"POST /reload HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n",
     );
     assert_eq!(r.status, 200);
+    // paces: a count sent twice after the reload would have reached Redis by now.
     std::thread::sleep(SYNC);
     assert_eq!(limited(a.addr, "/limited"), (429, Some(0)));
     let ttl = pttl(&redis, KEY);
@@ -149,20 +170,28 @@ fn two_nodes_count_once_in_redis_through_a_reload_and_fail_open_without_it() {
     for _ in 0..3 {
         assert_eq!(limited(a.addr, "/short").0, 200);
     }
-    std::thread::sleep(SYNC);
-    let ttl = pttl(&redis, "weir:rl:short:short");
+    // -2: no such key (yet).
+    let ttl = until_value(
+        "the short key in Redis",
+        Duration::from_secs(10),
+        || pttl(&redis, "weir:rl:short:short"),
+        |ttl| *ttl != -2,
+    );
     assert!(
         (0..=500).contains(&ttl),
         "PTTL {ttl} for 3 × 100 ms + 200 ms"
     );
-    std::thread::sleep(Duration::from_millis(600));
-    assert_eq!(redis.cli(&["EXISTS", "weir:rl:short:short"]).unwrap(), "0");
+    until("the short key expired", Duration::from_secs(10), || {
+        redis.cli(&["EXISTS", "weir:rl:short:short"]).unwrap() == "0"
+    });
 
     // Redis goes: a keeps deciding alone (its share: the whole quota, no members known) and
     // counts the failed syncs; Redis comes back: counts reach it again.
     redis.stop();
     assert_eq!(limited(a.addr, "/short").0, 200);
-    std::thread::sleep(Duration::from_millis(1500));
+    until("failed syncs counted", Duration::from_secs(10), || {
+        redis_errors(a.admin) > 0
+    });
     assert_eq!(limited(a.addr, "/short").0, 200, "fails open");
     assert_eq!(
         limited(a.addr, "/limited").0,
@@ -180,19 +209,12 @@ fn two_nodes_count_once_in_redis_through_a_reload_and_fail_open_without_it() {
         .unwrap();
     assert!(counted >= errors, "/metrics {counted}, /cluster {errors}");
     redis.resume();
-    let start = Instant::now();
-    loop {
+    until("Redis used again", Duration::from_secs(10), || {
         limited(a.addr, "/short");
-        std::thread::sleep(Duration::from_millis(50));
-        if redis.cli(&["EXISTS", "weir:rl:short:short"]).unwrap() == "1" {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "Redis not used again"
-        );
-    }
+        redis.cli(&["EXISTS", "weir:rl:short:short"]).unwrap() == "1"
+    });
     let after = redis_errors(a.admin);
+    // paces: a failed sync after Redis came back would be counted by now.
     std::thread::sleep(SYNC);
     assert_eq!(redis_errors(a.admin), after, "no more failed syncs");
 }

@@ -137,14 +137,9 @@ fn the_verbs_reach_the_running_weir_and_its_successor_after_an_upgrade() {
     let second = pid_in(&pid_file);
     assert_ne!(second, first);
     assert!(s.contains(&format!("{first} -> {second}")), "{s}");
-    let start = Instant::now();
-    while alive(first) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "old weir still runs"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::until("the old weir exited", Duration::from_secs(10), || {
+        !alive(first)
+    });
     assert_eq!(common::get(addr, "/").text(), "three\n");
     // ... and the verbs reach the new one.
     let s = text(&weir(&["status", "-c", "weir.yaml"], &d.0));
@@ -182,11 +177,9 @@ fn without_an_admin_api_the_pid_file_carries_reload_and_a_fast_stop() {
         "{}",
         text(&out)
     );
-    let start = Instant::now();
-    while common::get(addr, "/").text() != "two\n" {
-        assert!(start.elapsed() < Duration::from_secs(5), "not reloaded");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::until("reloaded", Duration::from_secs(10), || {
+        common::get(addr, "/").text() == "two\n"
+    });
     // A slow request in flight: a fast stop does not wait for it.
     let mut slow = std::net::TcpStream::connect(addr).unwrap();
     use std::io::Write;
@@ -381,10 +374,8 @@ fn stop_and_upgrade_find_weir_through_the_admin_api_without_a_pid_file() {
     assert_ne!(new_pid, first_pid);
     let out = weir(&["stop", "-c", "weir.yaml"], &d.0);
     assert!(out.status.success(), "{}", text(&out));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while alive(new_pid) {
-        assert!(Instant::now() < deadline, "the new weir still runs");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::until("the new weir exited", Duration::from_secs(10), || {
+        !alive(new_pid)
+    });
     drop(first);
 }

@@ -259,6 +259,7 @@ listeners:
     let deadline = std::time::Instant::now() + Duration::from_millis(2600);
     while std::time::Instant::now() < deadline {
         common::get(server.addr, "/");
+        // paces: traffic every 20 ms for 2.6 s, across the dashboard's one-second points.
         std::thread::sleep(Duration::from_millis(20));
     }
     let d = json(admin_addr, "/dashboard.json");

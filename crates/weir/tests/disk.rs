@@ -94,11 +94,9 @@ fn start_with(name: &str, origin: SocketAddr, dir: &Path, memory: &str, disk: &s
 /// Stops with SIGTERM and waits for the exit (the disk tier is handed over on the way out).
 fn stop(mut w: Weir) {
     signal(&w.run, "-TERM");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while w.run.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "weir did not stop");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    common::until("weir stopped", Duration::from_secs(10), || {
+        w.run.try_wait().unwrap().is_some()
+    });
 }
 
 fn get(w: &Weir, path: &str) -> common::Response {
@@ -109,9 +107,46 @@ fn is_hit(r: &common::Response) -> bool {
     r.header("cache-status").is_some_and(|s| s.contains("hit"))
 }
 
-/// Waits until the writer has had time to append what was stored (it is asynchronous).
-fn settle() {
-    std::thread::sleep(Duration::from_millis(300));
+/// Waits until the disk tier's index holds `objects`: the writer appends what was stored
+/// asynchronously.
+fn settle(w: &Weir, objects: f64) {
+    common::until_value(
+        &format!("{objects} objects on disk"),
+        Duration::from_secs(10),
+        || disk_metric(w, "weir_cache_disk_objects"),
+        |n| *n >= objects,
+    );
+}
+
+/// Stores the disk tier dealt with since the start: written, or dropped and counted (the writer
+/// behind, not admitted, failed).
+fn stores_done(w: &Weir) -> f64 {
+    ["writes", "write_dropped", "not_admitted", "write_errors"]
+        .iter()
+        .map(|c| disk_metric(w, &format!("weir_cache_disk_{c}_total")))
+        .sum()
+}
+
+/// Waits until the disk tier dealt with `n` stores (an index that evicts cannot show them).
+fn settle_stores(w: &Weir, n: f64) {
+    common::until_value(
+        &format!("{n} stores dealt with by the disk writer"),
+        Duration::from_secs(10),
+        || stores_done(w),
+        |done| *done >= n,
+    );
+}
+
+/// Waits until `dir`'s purges.log holds a record naming `key`.
+fn recorded(dir: &Path, key: &str) {
+    common::until(
+        &format!("a purge of {key} recorded"),
+        Duration::from_secs(10),
+        || {
+            std::fs::read(dir.join("purges.log"))
+                .is_ok_and(|b| b.windows(key.len()).any(|w| w == key.as_bytes()))
+        },
+    );
 }
 
 fn admin_post(port: u16, path: &str) -> common::Response {
@@ -137,7 +172,7 @@ fn objects_survive_a_stop_and_a_crash() {
     assert_eq!(seen.load(Ordering::SeqCst), 1);
     // A crash: no snapshot, no hand-over; what the writer appended is found by the tail scan.
     assert_eq!(get(&w, "/b").text(), "body of /b");
-    settle();
+    settle(&w, 2.0);
     let mut w = w;
     w.run.kill().unwrap();
     w.run.wait().unwrap();
@@ -171,7 +206,7 @@ fn torn_and_corrupt_objects_are_never_served() {
     stop(w);
     let mut w = start("disk-torn", o.addr, &dir, "1m");
     get(&w, "/torn");
-    settle();
+    settle(&w, 2.0);
     w.run.kill().unwrap();
     w.run.wait().unwrap();
     // Bit rot in /rot's body, and /torn cut short (a crash mid-write).
@@ -217,7 +252,7 @@ fn purges_outlive_a_crash() {
     for p in ["/p/1", "/p/2", "/keep"] {
         get(&w, p);
     }
-    settle();
+    settle(&w, 3.0);
     // Stopped cleanly: the index snapshot holds all three.
     stop(w);
     let w = start("disk-purge", o.addr, &dir, "1m");
@@ -231,7 +266,7 @@ fn purges_outlive_a_crash() {
         "PURGE of an object only on disk: {}",
         r.text()
     );
-    settle();
+    // Nothing to wait for: both purges were answered once their records were synced.
     // Killed: the snapshot on disk still lists the purged objects.
     let mut w = w;
     w.run.kill().unwrap();
@@ -258,7 +293,7 @@ fn a_small_memory_tier_is_backed_by_the_disk() {
         let r = get(&w, &format!("/o/{i}?size=16384"));
         assert_eq!(r.body.len(), 16384);
     }
-    settle();
+    settle(&w, 40.0);
     for round in 0..2 {
         for i in 0..40 {
             let r = get(&w, &format!("/o/{i}?size=16384"));
@@ -278,7 +313,7 @@ fn a_small_memory_tier_is_backed_by_the_disk() {
     // An object sixteen times larger than the memory tier: stored on disk, served from it.
     let big = |w: &Weir| get(w, "/big?size=1048576");
     assert_eq!(big(&w).body.len(), 1 << 20);
-    settle();
+    settle(&w, 41.0);
     let r = big(&w);
     assert!(is_hit(&r) && r.body.len() == 1 << 20, "{:?}", r.headers);
     // Checked whole once, it is now sent from the segment file: whole, a range, keep-alive.
@@ -376,7 +411,8 @@ fn upgrade_under_load(disk: bool) {
     std::fs::create_dir_all(&sock_dir).unwrap();
     let socket = sock_dir.join("upgrade.sock");
     let port = free_port();
-    let mut cfg_text = config(o.addr, &dir, "4m", free_port())
+    let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let mut cfg_text = config(o.addr, &dir, "4m", admin.port())
         .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
     if !disk {
         let line = format!(
@@ -400,7 +436,12 @@ fn upgrade_under_load(disk: bool) {
     for i in 0..KEYS {
         common::get(addr, &format!("/u/{i}"));
     }
-    settle();
+    // Every key stored, and on disk when there is one (the writer is asynchronous).
+    let stored = |sample: &str| common::parked::metric(admin, &format!("{sample}{{zone=\"z\"}}"));
+    common::until("the warm keys stored", Duration::from_secs(10), || {
+        stored("weir_cache_objects") >= KEYS as f64
+            && (!disk || stored("weir_cache_disk_objects") >= KEYS as f64)
+    });
     let warm = seen.load(Ordering::SeqCst);
     assert_eq!(warm, KEYS);
     let stop_load = Arc::new(AtomicBool::new(false));
@@ -424,14 +465,14 @@ fn upgrade_under_load(disk: bool) {
             })
         })
         .collect();
+    // paces: 300 ms of load on the old process before the upgrade.
     std::thread::sleep(Duration::from_millis(300));
     let (mut new, new_addr) = start();
     assert_eq!(new_addr, addr);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while old.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the old weir did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::until("the old weir exited", Duration::from_secs(15), || {
+        old.try_wait().unwrap().is_some()
+    });
+    // paces: 500 ms of load on the new process after the upgrade.
     std::thread::sleep(Duration::from_millis(500));
     stop_load.store(true, Ordering::SeqCst);
     for c in clients {
@@ -499,7 +540,8 @@ fn every_vary_variant_survives_a_restart() {
         ask(&w, l);
     }
     assert_eq!(seen.load(Ordering::SeqCst), 4);
-    settle();
+    // Each variant under its own key, and the URL's own (the last variant stored).
+    settle(&w, 5.0);
     stop(w);
     let w = start("disk-vary", o.addr, &dir, "4m");
     for _ in 0..2 {
@@ -539,7 +581,7 @@ fn a_purge_the_disk_cannot_record_is_not_acknowledged() {
     let w = start("disk-purge-full", o.addr, &dir, "1m");
     get(&w, "/a");
     get(&w, "/b");
-    settle();
+    settle(&w, 2.0);
     let filler = fs.fill();
     let r = admin_post(w.admin, "/purge?url=localhost/a");
     assert_eq!(r.status, 503, "{}", r.text());
@@ -576,7 +618,7 @@ fn a_full_file_system_evicts_and_min_free_is_kept() {
     for i in 0..120 {
         assert_eq!(get(&w, &format!("/o/{i}?size=102400")).status, 200);
     }
-    settle();
+    settle_stores(&w, 120.0);
     for i in 110..120 {
         let r = get(&w, &format!("/o/{i}?size=102400"));
         assert!(
@@ -599,7 +641,7 @@ fn a_full_file_system_evicts_and_min_free_is_kept() {
     for i in 0..80 {
         get(&w, &format!("/m/{i}?size=102400"));
     }
-    settle();
+    settle_stores(&w, 80.0);
     let out = Command::new("df")
         .args(["-B1", "--output=avail"])
         .arg(&fs.path)
@@ -699,7 +741,7 @@ fn invalidations_record_only_what_the_disk_holds() {
     let dir = tempdir("invalidate");
     let w = start("disk-invalidate", o.addr, &dir, "1m");
     get(&w, "/kept");
-    settle();
+    settle(&w, 1.0);
     let post = |path: &str| {
         let mut s = common::connect(w.addr);
         common::roundtrip(
@@ -713,7 +755,8 @@ fn invalidations_record_only_what_the_disk_holds() {
         assert_eq!(post(&format!("/new/{i}?{}", "q".repeat(500))), 200);
     }
     assert_eq!(post("/kept"), 200);
-    settle();
+    // The writer takes purges in order: once /kept's is in, the 300 before it were dealt with.
+    recorded(&dir, "localhost/kept");
     let log = std::fs::metadata(dir.join("purges.log")).map_or(0, |m| m.len());
     assert!(
         log < 4096,
@@ -747,7 +790,7 @@ fn an_invalidation_on_a_full_disk_makes_room_and_holds() {
     for i in 0..30 {
         assert_eq!(get(&w, &format!("/o/{i}?size=102400")).status, 200);
     }
-    settle();
+    settle_stores(&w, 30.0);
     let _filler = fs.fill();
     let mut s = common::connect(w.addr);
     let r = common::roundtrip(
@@ -755,7 +798,7 @@ fn an_invalidation_on_a_full_disk_makes_room_and_holds() {
         b"POST /o/29?size=102400 HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n",
     );
     assert_eq!(r.status, 200);
-    settle();
+    recorded(&dir, "localhost/o/29");
     let mut w = w;
     w.run.kill().unwrap();
     w.run.wait().unwrap();

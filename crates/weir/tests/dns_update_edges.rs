@@ -249,12 +249,14 @@ fn serve(kind: Kind, mut c: TcpStream, seen: &Mutex<Vec<Seen>>) {
             sign_answer(&resp, &req_mac, &good, t).0
         }
         Kind::Silent => {
+            // paces: a server that never answers (past the 2 s timeout).
             std::thread::sleep(Duration::from_secs(40));
             return;
         }
         Kind::Drip => {
             let _ = c.write_all(&200u16.to_be_bytes());
             for _ in 0..130 {
+                // paces: an answer dripped a byte per 300 ms.
                 std::thread::sleep(Duration::from_millis(300));
                 if c.write_all(&[0]).is_err() {
                     return;
@@ -264,11 +266,13 @@ fn serve(kind: Kind, mut c: TcpStream, seen: &Mutex<Vec<Seen>>) {
         }
         Kind::HugeLength => {
             let _ = c.write_all(&[0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+            // paces: the rest of the announced 64 KiB never comes.
             std::thread::sleep(Duration::from_secs(40));
             return;
         }
         Kind::AddAppliedAnswerLost => {
             if !is_delete {
+                // paces: the add is applied, its answer never comes.
                 std::thread::sleep(Duration::from_secs(40));
                 return;
             }
@@ -278,6 +282,7 @@ fn serve(kind: Kind, mut c: TcpStream, seen: &Mutex<Vec<Seen>>) {
     let mut framed = (out.len() as u16).to_be_bytes().to_vec();
     framed.extend_from_slice(&out);
     let _ = c.write_all(&framed);
+    // paces: the connection stays open a moment after the answer, as a server's does.
     std::thread::sleep(Duration::from_millis(200));
 }
 

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::origin::{http_origin, ok};
-use common::{get, roundtrip, TestServer};
+use common::parked::metric;
+use common::{get, roundtrip, until, until_value, TestServer};
 
 const EXAMPLE: &str = include_str!("../../../examples/gateway.yaml");
 
@@ -90,6 +91,7 @@ fn limited_answers_ok_then_429_with_ratelimit_fields() {
     );
     assert_eq!(r.header("retry-after"), Some("1"));
     // The connection stays usable after a 429, and the quota comes back.
+    // paces: 250 ms, past the 1/5 s the next request's turn takes.
     std::thread::sleep(Duration::from_millis(250));
     let r = roundtrip(&mut c, b"GET /limited HTTP/1.1\r\nHost: a\r\n\r\n");
     assert_eq!(r.status, 200);
@@ -363,6 +365,7 @@ listeners:
     );
     // After the wait, two trial calls go through; both fine: closed again.
     failing.store(false, Ordering::SeqCst);
+    // paces: the breaker's wait (1 s) passes.
     std::thread::sleep(Duration::from_millis(1100));
     assert_eq!(get(s.addr, "/").status, 200);
     assert!(get(admin, "/breakers")
@@ -455,6 +458,7 @@ fn a_rate_limit_queue_delays_instead_of_refusing() {
     let s = start(
         r#"
 workers: 1
+admin: { address: 127.0.0.1:0 }
 listeners:
   - address: 127.0.0.1:0
     routes:
@@ -479,9 +483,12 @@ listeners:
         "waited {waited:?} for its 200 ms turn"
     );
     // Two at once now: one waits in the queue... and the next is refused.
+    let admin = s.handle.as_ref().unwrap().admin_addr().unwrap();
     let mut c2 = s.connect();
     c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
-    std::thread::sleep(Duration::from_millis(20));
+    until("the first in the queue", Duration::from_secs(10), || {
+        metric(admin, "weir_rate_limit_delayed_total") == 2.0
+    });
     let r2 = roundtrip(&mut c2, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
     assert_eq!(r2.status, 429);
     assert_eq!(common::read_response(&mut c).status, 200);
@@ -827,10 +834,9 @@ listeners:
         "the shadow's 1.5 s did not delay the real requests: {:?}",
         t.elapsed()
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while seen.lock().unwrap().len() < 2 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    until("two copies at the shadow", Duration::from_secs(10), || {
+        seen.lock().unwrap().len() >= 2
+    });
     // Copies travel on their own tasks and shadow connections: their order is not promised.
     let mut got = seen.lock().unwrap().clone();
     got.sort();
@@ -841,8 +847,19 @@ listeners:
             ("POST /b HTTP/1.1".to_string(), "hello".to_string())
         ]
     );
-    std::thread::sleep(Duration::from_millis(1700));
-    let m = get(admin, "/metrics").text();
+    // A copy is counted sent (or failed) once the shadow (1.5 s) answered it.
+    let count = |m: &str, n: &str| -> u64 {
+        m.lines()
+            .find(|l| l.starts_with(n))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let m = until_value(
+        "the two copies answered",
+        Duration::from_secs(10),
+        || get(admin, "/metrics").text(),
+        |m| count(m, "weir_mirror_sent_total") + count(m, "weir_mirror_failed_total") >= 2,
+    );
     let line = |n: &str| {
         m.lines()
             .find(|l| l.starts_with(n))

@@ -87,6 +87,7 @@ fn acks(s: &mut (impl Read + Write), idle: Duration) -> (Duration, Duration) {
     preface(s);
     until(s, SETTINGS, ACK).expect("SETTINGS ACK");
     let settings = t.elapsed();
+    // paces: the connection idles `idle` before the PING.
     std::thread::sleep(idle);
     let t = Instant::now();
     s.write_all(&frame(PING, 0, 0, b"12345678")).unwrap();

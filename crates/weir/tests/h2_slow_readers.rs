@@ -59,6 +59,7 @@ fn stall(addr: std::net::SocketAddr, path: &[u8]) -> Vec<TcpStream> {
         s.write_all(&burst).unwrap();
         conns.push(s);
     }
+    // paces: the streams stall for 1.5 s before what they hold is measured.
     std::thread::sleep(Duration::from_millis(1500));
     conns
 }
@@ -81,6 +82,7 @@ fn settles(pid: u32, rss0: u64) -> u64 {
 /// stayed at its peak for 30 s in the hardening issue's note. On 2026-11-26 it came back within
 /// a second in 14 runs of 14, at 2–7% above the start; asserted since.)
 fn measure(label: &str, pid: u32, addr: std::net::SocketAddr, path: &[u8]) {
+    // paces: the process idles 300 ms before its baseline is read.
     std::thread::sleep(Duration::from_millis(300));
     let (rss0, fds0) = (rss_kib(pid), fds(pid));
     let conns = stall(addr, path);
@@ -162,6 +164,7 @@ fn stalled_streams_hold_bounded_memory_and_no_files() {
     // Warm up: one whole download.
     let r = common::get(addr, "/hello-missing");
     assert_eq!(r.status, 404);
+    // paces: the process idles 300 ms after the warm-up.
     std::thread::sleep(Duration::from_millis(300));
     measure("static file", pid, addr, b"/big.bin");
     stalled_streams_on_a_cached_object_hold_bounded_memory();

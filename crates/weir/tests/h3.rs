@@ -118,12 +118,8 @@ listeners:
     }
 }
 
-fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn wait_for(what: &str, ok: impl FnMut() -> bool) {
+    common::until(what, Duration::from_secs(20), ok);
 }
 
 #[test]
@@ -419,12 +415,20 @@ fn early_data_is_off_by_default_and_unsafe_methods_in_it_get_425() {
     // The first connection brings a ticket that allows early data.
     assert_eq!(c.get(s.addr, "leaf.test", "/hello").status, 200);
     let (post, get) = c.rt.block_on(async {
-        // Give the ticket time to arrive after the response.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let connecting = c.endpoint.connect(s.addr, "leaf.test").unwrap();
-        let (conn, _accepted) = connecting
-            .into_0rtt()
-            .unwrap_or_else(|_| panic!("no 0-RTT with early_data on"));
+        // The ticket arrives after the response: until the client holds it, a connection
+        // offers no 0-RTT (and takes no ticket).
+        let mut early = None;
+        common::until_async(
+            "a ticket that allows 0-RTT (early_data on)",
+            Duration::from_secs(10),
+            || {
+                let connecting = c.endpoint.connect(s.addr, "leaf.test").unwrap();
+                early = connecting.into_0rtt().ok();
+                early.is_some()
+            },
+        )
+        .await;
+        let (conn, _accepted) = early.unwrap();
         let mut send = h3c::session(&conn).await.unwrap();
         let mut send2 = send.clone();
         let post = h3c::request(&mut send, "leaf.test", "POST", "/proxied/x", &[], b"data");
@@ -473,6 +477,7 @@ fn a_reload_under_http3_load_fails_no_request_and_shutdown_says_goodbye() {
     };
     let load = std::thread::spawn(move || weir_loadgen::run(&opts).unwrap());
     for i in 0..4 {
+        // paces: a reload every 500 ms while the load runs.
         std::thread::sleep(Duration::from_millis(500));
         // A changed body each time: the new config is in effect for new requests.
         inproc::reload(
@@ -722,23 +727,18 @@ fn an_idle_connection_closes_at_the_keepalive_timeout_and_frees_its_slot() {
     // The worker's slot is given back: the open-connections gauge returns to the scrape's own
     // connection.
     let admin = s.handle.admin_addr().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let m = common::get(admin, "/metrics").text();
-        let last = m
-            .lines()
-            .find(|l| l.starts_with("weir_connections_open "))
-            .unwrap_or("")
-            .to_string();
-        if last == "weir_connections_open 1" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the QUIC connection's slot was not freed: {last}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::until_value(
+        "the QUIC connection's slot freed",
+        Duration::from_secs(10),
+        || {
+            let m = common::get(admin, "/metrics").text();
+            m.lines()
+                .find(|l| l.starts_with("weir_connections_open "))
+                .unwrap_or("")
+                .to_string()
+        },
+        |last| last == "weir_connections_open 1",
+    );
     inproc::stop(s.handle);
 }
 
@@ -860,9 +860,12 @@ fn shutdown_finishes_requests_in_flight_and_refuses_streams_past_the_goaway() {
         let slow = tokio::spawn(async move {
             h3c::request(&mut send, "leaf.test", "GET", "/proxied/slow", &[], b"").await
         });
-        while hits.load(Ordering::SeqCst) == 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        common::until_async(
+            "the slow request reached the origin",
+            Duration::from_secs(10),
+            || hits.load(Ordering::SeqCst) > 0,
+        )
+        .await;
         let stopping = std::thread::spawn(move || inproc::stop(handle));
         let id = tokio::time::timeout(Duration::from_secs(5), goaway)
             .await

@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use common::origin::{http_origin, ok, origin, read_request};
 use common::parked::metric;
-use common::{closed_within, connect, get, read_response, roundtrip, start_config, until};
+use common::{
+    closed_within, connect, get, read_response, roundtrip, start_config, until, until_value,
+};
 
 const GET_HELLO: &[u8] = b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n";
 
@@ -30,16 +32,28 @@ fn tmp(name: &str) -> std::path::PathBuf {
 
 /// An origin that waits `delay` before each answer (`ok(body)`).
 fn slow_origin(delay: Duration, body: &'static str) -> common::origin::Origin {
-    origin(move |conn| {
+    counted_slow_origin(delay, body).0
+}
+
+/// [`slow_origin`], with the count of requests it has read.
+fn counted_slow_origin(
+    delay: Duration,
+    body: &'static str,
+) -> (common::origin::Origin, Arc<AtomicUsize>) {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let seen = asked.clone();
+    let o = origin(move |conn| {
         let mut w = conn.try_clone().unwrap();
         let mut r = BufReader::new(conn);
         while let Some(_req) = read_request(&mut r) {
+            seen.fetch_add(1, Ordering::SeqCst);
             std::thread::sleep(delay);
             if w.write_all(&ok(body)).is_err() {
                 break;
             }
         }
-    })
+    });
+    (o, asked)
 }
 
 /// A server with one worker, an admin listener and the routes given (6-space indent).
@@ -121,6 +135,7 @@ fn inline_first_poll_expect_continue_upload() {
         "{:?}",
         String::from_utf8_lossy(&got)
     );
+    // paces: the body comes after the first poll went back to waiting for it.
     std::thread::sleep(Duration::from_millis(200));
     s.write_all(b"hello").unwrap();
     let r = read_response(&mut s);
@@ -129,6 +144,7 @@ fn inline_first_poll_expect_continue_upload() {
     // A body sent in pieces across several waits.
     s.write_all(b"POST /up HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
         .unwrap();
+    // paces: the second chunk 150 ms after the first.
     std::thread::sleep(Duration::from_millis(150));
     s.write_all(b"2\r\nde\r\n0\r\n\r\n").unwrap();
     let r = read_response(&mut s);
@@ -142,12 +158,14 @@ fn inline_first_poll_partial_head() {
     for gap in [10u64, 300] {
         let mut s = srv.connect();
         s.write_all(b"GET /x HTTP/1.1\r\nHo").unwrap();
+        // paces: the rest of the head `gap` later.
         std::thread::sleep(Duration::from_millis(gap));
         s.write_all(b"st: t\r\n\r\n").unwrap();
         assert_eq!(read_response(&mut s).text(), "fine");
     }
     // Connected, nothing sent for a while (the first poll registers and waits).
     let mut s = srv.connect();
+    // paces: 400 ms of silence before the request.
     std::thread::sleep(Duration::from_millis(400));
     assert_eq!(roundtrip(&mut s, GET_HELLO).text(), "fine");
 }
@@ -168,6 +186,7 @@ fn inline_first_poll_pipelined_burst_and_slow_reader() {
     let mut s = srv.connect();
     let mut w = s.try_clone().unwrap();
     let writer = std::thread::spawn(move || w.write_all(&burst).unwrap());
+    // paces: the client reads nothing for 500 ms while its burst fills the socket.
     std::thread::sleep(Duration::from_millis(500));
     // Meanwhile another client is served.
     let t = Instant::now();
@@ -196,6 +215,7 @@ fn inline_first_poll_large_static_file_slow_reader() {
         let c = if close { "Connection: close\r\n" } else { "" };
         s.write_all(format!("GET /big.bin HTTP/1.1\r\nHost: t\r\n{c}\r\n").as_bytes())
             .unwrap();
+        // paces: the client reads nothing for 400 ms: the socket fills and the task waits.
         std::thread::sleep(Duration::from_millis(400));
         let r = read_response(&mut s);
         assert_eq!(r.status, 200);
@@ -233,6 +253,7 @@ fn inline_first_poll_panics_are_contained_and_released() {
     for _ in 0..5 {
         let mut s = srv.connect();
         assert_eq!(roundtrip(&mut s, GET_HELLO).text(), "fine");
+        // paces: the second request comes after the first poll returned (in the task).
         std::thread::sleep(Duration::from_millis(20));
         s.write_all(panic).unwrap();
         assert!(closed_within(&mut s, Duration::from_secs(3)));
@@ -309,7 +330,7 @@ fn inline_completed_connections_release_max_connections() {
 /// answered, then the connections close.
 #[test]
 fn inline_first_poll_request_survives_graceful_shutdown() {
-    let o = slow_origin(Duration::from_millis(600), "late");
+    let (o, asked) = counted_slow_origin(Duration::from_millis(600), "late");
     let mut srv = start_config(&format!(
         "workers: 1\ntimeouts: {{ shutdown: 5s }}\nupstreams: {{ o: {{ servers: ['{}'] }} }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: {{ upstream: o }}\n",
         o.addr
@@ -318,7 +339,11 @@ fn inline_first_poll_request_survives_graceful_shutdown() {
     for s in &mut conns {
         s.write_all(GET_HELLO).unwrap();
     }
-    std::thread::sleep(Duration::from_millis(150));
+    until(
+        "the four requests reached the origin",
+        Duration::from_secs(10),
+        || asked.load(Ordering::SeqCst) == 4,
+    );
     let handle = srv.handle.take().unwrap();
     let stopper = std::thread::spawn(move || {
         handle.shutdown();
@@ -412,12 +437,14 @@ fn inline_first_poll_does_not_starve_other_clients() {
             }
         }));
     }
+    // paces: the hogs run 300 ms before the first bystander.
     std::thread::sleep(Duration::from_millis(300));
     let mut worst = Duration::ZERO;
     for _ in 0..20 {
         let t = Instant::now();
         assert_eq!(get(addr, "/").text(), "fine");
         worst = worst.max(t.elapsed());
+        // paces: bystanders 20 ms apart.
         std::thread::sleep(Duration::from_millis(20));
     }
     stop.store(true, Ordering::SeqCst);
@@ -460,6 +487,7 @@ fn date_header_tracks_each_second() {
         let d = http_date_secs(r.header("date").unwrap());
         assert!(before <= d && d <= after, "{before} <= {d} <= {after}");
         seen.insert(d);
+        // paces: a request every 30 ms across the seconds.
         std::thread::sleep(Duration::from_millis(30));
     }
     assert!(seen.len() >= 3, "{seen:?}");
@@ -842,7 +870,7 @@ fn disk_tier_serves_back_many_keys_after_restart() {
     let (o, fetched) = common::origin::counting_cacheable_origin();
     let dir = tmp("disk");
     let cfg = format!(
-        "workers: 1\ncache_zones:\n  z:\n    max_size: 64k\n    shards: 1\n    disk: {{ path: \"{}\", max_size: 64m }}\nupstreams: {{ o: {{ servers: ['{}'] }} }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: {{ upstream: o }}\n        cache: {{ zone: z }}\n",
+        "workers: 1\nadmin: {{ address: 127.0.0.1:0 }}\ncache_zones:\n  z:\n    max_size: 64k\n    shards: 1\n    disk: {{ path: \"{}\", max_size: 64m }}\nupstreams: {{ o: {{ servers: ['{}'] }} }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: {{ upstream: o }}\n        cache: {{ zone: z }}\n",
         dir.display(),
         o.addr
     );
@@ -857,8 +885,19 @@ fn disk_tier_serves_back_many_keys_after_restart() {
             );
             assert_eq!(r.text(), format!("object GET /d/{i} HTTP/1.1"));
         }
-        // Let the disk writer catch up.
-        std::thread::sleep(Duration::from_millis(800));
+        // The disk writer caught up: every store written, or dropped and counted.
+        let admin = srv.handle.as_ref().unwrap().admin_addr().unwrap();
+        until_value(
+            "every store written to disk or counted out",
+            Duration::from_secs(20),
+            || {
+                ["writes", "write_dropped", "not_admitted", "write_errors"]
+                    .iter()
+                    .map(|c| metric(admin, &format!("weir_cache_disk_{c}_total{{zone=\"z\"}}")))
+                    .sum::<f64>()
+            },
+            |stores| *stores >= n as f64,
+        );
     }
     let before = fetched.load(Ordering::SeqCst);
     let srv = start_config(&cfg);

@@ -15,11 +15,11 @@ use common::process::{free_port, write_config, WEIR};
 use common::tlskit::Pki;
 
 fn wait_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "port {port} never opened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::until(
+        &format!("port {port} open"),
+        Duration::from_secs(10),
+        || TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    );
 }
 
 #[test]

@@ -205,6 +205,7 @@ fn abandoned_hellos_from_one_client_do_not_deny_other_names() {
     common::until("asks in flight", Duration::from_secs(5), || {
         asked.lock().unwrap().len() >= 4
     });
+    // paces: a fifth ask from the same client, were it let through, would have come by now.
     std::thread::sleep(Duration::from_millis(300));
     let in_flight = asked.lock().unwrap().len();
     let cfg = common::tlskit::client_config(&pki.ca_der, &["http/1.1"], None);
@@ -266,9 +267,11 @@ fn a_reload_keeps_the_order_bucket() {
     common::until("a's order reached the CA", Duration::from_secs(5), || {
         ca.accepted() >= 1
     });
+    // paces: a's order makes the rest of its CA connections.
     std::thread::sleep(Duration::from_millis(300));
     let after_a = ca.accepted();
     assert!(common::tlskit::connect(addr, "b.od.test", &cfg).is_err());
+    // paces: an order for b, were it let through, would have reached the CA by now.
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
         ca.accepted(),
@@ -277,6 +280,7 @@ fn a_reload_keeps_the_order_bucket() {
     );
     reload(&h, &on_demand_config(ca.port, &storage, &od("6s")));
     let _ = common::tlskit::connect(addr, "c.od.test", &cfg);
+    // paces: an order for c, were it let through, would have reached the CA by now.
     std::thread::sleep(Duration::from_millis(500));
     let after_c = ca.accepted();
     stop(h);
@@ -516,12 +520,14 @@ fn a_failing_name_is_not_ordered_again_at_once() {
     for _ in 0..3 {
         let before = ca.accepted();
         assert!(common::tlskit::connect(addr, "broken.od.test", &cfg).is_err());
+        // paces: the CA connections this handshake's order makes (none, once it failed).
         std::thread::sleep(Duration::from_millis(300));
         seen.push(ca.accepted() - before);
     }
     // A different name now: over the rate, no order at all.
     let before = ca.accepted();
     let _ = common::tlskit::connect(addr, "newcustomer.od.test", &cfg);
+    // paces: an order for it, were it let through, would have reached the CA by now.
     std::thread::sleep(Duration::from_millis(300));
     let legit = ca.accepted() - before;
     stop(h);
@@ -596,6 +602,7 @@ fn a_hostile_ask_service_is_bounded() {
                 if c.write_all(&[*b]).is_err() {
                     break;
                 }
+                // paces: a CA that answers a byte a second.
                 std::thread::sleep(Duration::from_secs(1));
             }
         }

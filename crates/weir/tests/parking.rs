@@ -30,6 +30,7 @@ fn parked_connections_are_served_again_on_the_same_connection() {
     // the rest arrives in its new task), two pipelined on the third.
     assert_eq!(roundtrip(&mut conns[0], GET).text(), "Hello, World\n");
     conns[1].write_all(b"GET /json HTTP/1.1\r\nHo").unwrap();
+    // paces: the rest of the head 50 ms later.
     std::thread::sleep(Duration::from_millis(50));
     let r = roundtrip(&mut conns[1], b"st: t\r\n\r\n");
     assert_eq!(r.status, 200);
@@ -150,6 +151,7 @@ fn an_idle_connection_costs_under_half_a_kibibyte() {
         Duration::from_secs(10),
         || metric(admin, "weir_connections_parked ") == 0.0,
     );
+    // paces: the process idles 2 s before its baseline RSS is read.
     std::thread::sleep(Duration::from_secs(2));
     let before = common::proc_status_bytes(pid, "VmRSS:");
     let mut conns = Vec::with_capacity(N);

@@ -24,6 +24,8 @@ fn drain_then_ask(
 ) -> Option<common::Response> {
     let handle = srv.handle.take().unwrap();
     handle.drain();
+    // paces: the drain runs for `after` (sweeper ticks) with the connection idle; what could
+    // close it has had its chance.
     std::thread::sleep(after);
     let _ = s.write_all(GET);
     let r = reply_or_close(&mut s);
@@ -173,10 +175,12 @@ fn probe_shield_connection_count_released_for_parked_connections() {
                 assert!(common::closed_within(c, Duration::from_secs(5)));
             }
         }
-        until("closed", Duration::from_secs(5), || {
+        // Closed and counted out (the shield's count is released with `open`): the next round's
+        // two connections are admitted.
+        until("closed", Duration::from_secs(10), || {
             metric(admin, "weir_connections_parked ") == 0.0
+                && metric(admin, "weir_connections_open ") == 1.0
         });
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -190,6 +194,7 @@ fn probe_h2c_listener_connections_never_park() {
     );
     let mut s = srv.connect();
     assert_eq!(roundtrip(&mut s, GET).status, 200);
+    // paces: 800 ms of sweeps every 100 ms, which park an HTTP/1.1 connection at the second.
     std::thread::sleep(Duration::from_millis(800));
     assert_eq!(metric(admin, "weir_connections_parked "), 0.0);
     assert_eq!(roundtrip(&mut s, GET).status, 200);
@@ -219,7 +224,7 @@ fn probe_tls_h2_connections_never_park() {
     s.write_all(&h2raw::frame(0x1, 0x4 | 0x1, 1, &get)).unwrap();
     s.flush().unwrap();
     assert_eq!(h2raw::outcome_of(&mut s, 1).text(), "Hello, World\n");
-    // Four sweeps of 100 ms would park an HTTP/1.1 connection twice over.
+    // paces: four sweeps of 100 ms would park an HTTP/1.1 connection twice over.
     std::thread::sleep(Duration::from_millis(800));
     assert_eq!(metric(admin, "weir_connections_parked "), 0.0);
     s.write_all(&h2raw::frame(0x1, 0x4 | 0x1, 3, &get)).unwrap();
@@ -275,7 +280,7 @@ fn probe_requests_racing_the_park_are_never_lost() {
                     seed
                 };
                 for i in 0..20 {
-                    // 150–300 ms: around the second sweep (ticks of 100 ms).
+                    // paces: 150–300 ms, around the second sweep (ticks of 100 ms).
                     std::thread::sleep(Duration::from_millis(150 + rnd() % 150));
                     match rnd() % 3 {
                         0 => {
@@ -284,6 +289,7 @@ fn probe_requests_racing_the_park_are_never_lost() {
                         }
                         1 => {
                             s.write_all(b"GET /json HTTP/1.1\r\nHo").unwrap();
+                            // paces: the rest of the head up to 30 ms later.
                             std::thread::sleep(Duration::from_millis(rnd() % 30));
                             let r = roundtrip(&mut s, b"st: t\r\n\r\n");
                             assert!(r.text().contains("Hello, World!"), "conn {t} iter {i}");
@@ -347,6 +353,7 @@ fn probe_keepalive_deadline_restarts_after_an_unparked_request() {
     let mut s = srv.connect();
     assert_eq!(roundtrip(&mut s, GET).status, 200);
     wait_parked(admin, 1.0);
+    // paces: 600 ms parked, so a deadline kept from the first request would fall first.
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(roundtrip(&mut s, GET).status, 200);
     let last = Instant::now();
@@ -404,6 +411,7 @@ fn probe_unparked_request_is_not_cut_at_the_parked_idle_deadline_slow_upstream()
     assert_eq!(roundtrip(&mut s, GET).status, 200);
     let idle_since = Instant::now();
     wait_parked(admin, 1.0);
+    // paces: the request comes 2 s into the 3 s keep-alive: the old deadline falls during it.
     std::thread::sleep(Duration::from_millis(2000).saturating_sub(idle_since.elapsed()));
     let sent = Instant::now();
     s.write_all(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
@@ -432,11 +440,13 @@ fn probe_unparked_request_is_not_cut_at_the_parked_idle_deadline_slow_body() {
     assert_eq!(roundtrip(&mut s, GET).status, 200);
     let idle_since = Instant::now();
     wait_parked(admin, 1.0);
+    // paces: the request comes 2 s into the 3 s keep-alive: the old deadline falls during it.
     std::thread::sleep(Duration::from_millis(2000).saturating_sub(idle_since.elapsed()));
     s.write_all(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 8\r\n\r\n")
         .unwrap();
     let sent = Instant::now();
     for _ in 0..8 {
+        // paces: the body trickles in, a byte per 200 ms.
         std::thread::sleep(Duration::from_millis(200));
         if s.write_all(b"x").is_err() {
             break;
@@ -472,6 +482,7 @@ fn probe_control_slow_request_on_a_connection_that_never_parked() {
     );
     let mut s = srv.connect();
     assert_eq!(roundtrip(&mut s, GET).status, 200);
+    // paces: a 300 ms idle gap, shorter than the 500 ms tick: the connection never parks.
     std::thread::sleep(Duration::from_millis(300));
     s.write_all(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
         .unwrap();
@@ -489,10 +500,12 @@ fn probe_control_slow_body_on_a_connection_that_never_parked() {
     );
     let mut s = srv.connect();
     assert_eq!(roundtrip(&mut s, GET).status, 200);
+    // paces: a 300 ms idle gap, shorter than the 500 ms tick: the connection never parks.
     std::thread::sleep(Duration::from_millis(300));
     s.write_all(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 8\r\n\r\n")
         .unwrap();
     for _ in 0..8 {
+        // paces: the body trickles in, a byte per 200 ms.
         std::thread::sleep(Duration::from_millis(200));
         s.write_all(b"x").unwrap();
     }
@@ -564,7 +577,10 @@ fn probe_reset_while_parked() {
 /// Shutdown lets in-flight requests finish (`timeouts.shutdown`): the first request of an
 /// unparked connection is in flight too. `park` = false is the control (never parked).
 fn in_flight_request_at_shutdown(park: bool) -> Option<common::Response> {
-    let origin = common::origin::http_origin(|_| {
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = asked.clone();
+    let origin = common::origin::http_origin(move |_| {
+        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(1000));
         common::origin::ok("slow")
     });
@@ -583,7 +599,11 @@ fn in_flight_request_at_shutdown(park: bool) -> Option<common::Response> {
     }
     s.write_all(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    until(
+        "the request reached the origin",
+        Duration::from_secs(10),
+        || asked.load(std::sync::atomic::Ordering::SeqCst) == 1,
+    );
     let handle = srv.handle.take().unwrap();
     handle.shutdown();
     let r = reply_or_close(&mut s);

@@ -141,8 +141,8 @@ fn half_a_record_keeps_the_connection_in_its_task() {
         common::read_response_to(&mut c, false).text(),
         "route for a\n"
     );
-    // The sweeper ticks every 100 ms (a quarter of `header`) and parks at the second idle
-    // sweep: ten ticks must leave this connection where it is.
+    // paces: the sweeper ticks every 100 ms (a quarter of `header`) and parks at the second
+    // idle sweep: ten ticks must leave this connection where it is.
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(
         metric(admin, "weir_connections_parked "),

@@ -383,12 +383,17 @@ fn retries_go_to_the_next_server_and_stale_connections_are_replaced() {
     );
 
     // An origin that keeps its connection open after answering, then closes it while idle.
-    let o = origin(|conn| {
+    let closed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let c2 = closed.clone();
+    let o = origin(move |conn| {
         let mut w = conn.try_clone().unwrap();
         let mut r = BufReader::new(conn);
         if read_request(&mut r).is_some() {
             let _ = w.write_all(&ok("fresh"));
+            // paces: the connection sits in weir's pool for 100 ms before the close.
             std::thread::sleep(Duration::from_millis(100));
+            let _ = w.shutdown(std::net::Shutdown::Both);
+            c2.fetch_add(1, Ordering::SeqCst);
         }
     });
     let srv = proxy(&[addr(&o)], "    retries: { attempts: 0 }", "");
@@ -397,7 +402,11 @@ fn retries_go_to_the_next_server_and_stale_connections_are_replaced() {
         roundtrip(&mut s, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").text(),
         "fresh"
     );
-    std::thread::sleep(Duration::from_millis(300));
+    until(
+        "the origin closed the pooled connection",
+        Duration::from_secs(10),
+        || closed.load(Ordering::SeqCst) == 1,
+    );
     assert_eq!(
         roundtrip(&mut s, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").text(),
         "fresh"
@@ -472,15 +481,12 @@ fn active_health_checks_take_servers_out_and_back() {
         "",
     );
     let wait_for = |status: u16| {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let got = get(srv.addr, "/x").status;
-            if got == status {
-                return;
-            }
-            assert!(Instant::now() < deadline, "still {got}, want {status}");
-            std::thread::sleep(Duration::from_millis(30));
-        }
+        until_value(
+            &format!("/x answered {status}"),
+            Duration::from_secs(10),
+            || get(srv.addr, "/x").status,
+            |got| *got == status,
+        );
     };
     wait_for(503);
     healthy.store(true, Ordering::SeqCst);
@@ -702,19 +708,13 @@ fn ready_on_the_admin_listener_follows_upstream_health() {
     ));
     let admin = srv.handle.as_ref().unwrap().admin_addr().unwrap();
     let wait_for = |status: u16| {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let r = get(admin, "/ready");
-            if r.status == status {
-                return r.text();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "still {}, want {status}",
-                r.status
-            );
-            std::thread::sleep(Duration::from_millis(30));
-        }
+        until_value(
+            &format!("/ready answered {status}"),
+            Duration::from_secs(10),
+            || get(admin, "/ready"),
+            |r| r.status == status,
+        )
+        .text()
     };
     assert!(wait_for(200).contains(r#""ready":true"#));
     assert_eq!(get(admin, "/health").status, 200);

@@ -114,7 +114,12 @@ fn example_blocks_a_client_over_its_connection_limit_until_the_admin_unblocks_it
     // Blocked for 10 s: closing a connection does not let a new one in, and the open ones
     // are closed at their next request.
     drop(open.pop());
-    std::thread::sleep(Duration::from_millis(100));
+    // Its close counted (two left, and this scrape's connection).
+    common::until(
+        "the closed connection counted out",
+        Duration::from_secs(10),
+        || metric(adm, "weir_connections_open") == 3.0,
+    );
     assert!(once(s.addr, GET).is_none(), "blocked");
     open[0].write_all(GET).unwrap();
     assert!(
@@ -141,7 +146,11 @@ fn example_blocks_a_client_over_its_connection_limit_until_the_admin_unblocks_it
         400
     );
     drop(open);
-    std::thread::sleep(Duration::from_millis(100));
+    common::until(
+        "the connections counted out",
+        Duration::from_secs(10),
+        || metric(adm, "weir_connections_open") == 1.0,
+    );
     assert_eq!(
         once(s.addr, GET).map(|r| r.status),
         Some(200),
@@ -182,6 +191,7 @@ fn reply_answers_429_and_keeps_the_connection_counting_only_admitted_requests() 
         assert_ne!(r.header("connection"), Some("close"));
     }
     // Refused requests did not count: a second later the client has its whole rate back.
+    // paces: the rate's second passes.
     std::thread::sleep(Duration::from_millis(1100));
     for _ in 0..5 {
         assert_eq!(roundtrip(&mut c, GET).status, 200);
@@ -218,8 +228,10 @@ fn connection_rate_and_burst_with_close() {
     assert!(metric(adm, &action("connection_burst", "close")) >= 1.0);
     // Not blocked (action: close): a second later, three now and three in a later 1/8 s: the
     // burst is whole again there, the rate (4 a second) is not.
+    // paces: the rate's second passes.
     std::thread::sleep(Duration::from_millis(1100));
     let first = (0..3).filter(|_| ok(&s)).count();
+    // paces: into a later 1/8 s slot.
     std::thread::sleep(Duration::from_millis(150));
     let second = (0..3).filter(|_| ok(&s)).count();
     assert!(
@@ -454,6 +466,7 @@ fn dribbled_heads_and_bodies_are_cut_after_their_reads() {
         let mut c = s.connect();
         for p in pieces {
             c.write_all(p.as_bytes()).unwrap();
+            // paces: one piece per read.
             std::thread::sleep(Duration::from_millis(60));
         }
         reply_or_close(&mut c).map(|r| r.status)
@@ -518,6 +531,7 @@ fn tls_handshake_rate_and_incomplete_handshakes() {
         "a 4th handshake in the second"
     );
     assert_eq!(metric(adm, &action("tls_rate", "close")), 1.0);
+    // paces: the handshake rate's second passes.
     std::thread::sleep(Duration::from_millis(1100));
     // Handshakes that fail (a record that is no ClientHello): the 3rd in a second passes
     // tls_incomplete.

@@ -222,6 +222,7 @@ fn server_names_pick_the_upstream_without_terminating() {
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     for part in hello.chunks(40) {
         s.write_all(part).unwrap();
+        // paces: a piece every 15 ms.
         std::thread::sleep(Duration::from_millis(15));
     }
     let mut out = String::new();
@@ -501,8 +502,15 @@ fn greeting_backend(name: &'static str) -> (SocketAddr, Arc<std::sync::atomic::A
 fn least_conn_counts_open_connections() {
     let ((a, a_open), (b, _)) = (greeting_backend("A"), greeting_backend("B"));
     let srv = common::start_config(&format!(
-        "workers: 1\nupstreams:\n  p: {{ servers: ['{a}', '{b}'], policy: least_conn }}\nlisteners:\n  - address: 127.0.0.1:0\n    tcp: {{ upstream: p }}\n"
+        "workers: 1\nadmin: {{ address: 127.0.0.1:0 }}\nupstreams:\n  p: {{ servers: ['{a}', '{b}'], policy: least_conn }}\nlisteners:\n  - address: 127.0.0.1:0\n    tcp: {{ upstream: p }}\n"
     ));
+    let admin = srv.handle.as_ref().unwrap().admin_addr().unwrap();
+    let on_a_now = || {
+        common::parked::metric(
+            admin,
+            &format!("weir_upstream_in_flight{{upstream=\"p\",server=\"{a}\"}}"),
+        )
+    };
     let open = || {
         let mut s = TcpStream::connect(srv.addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -513,13 +521,17 @@ fn least_conn_counts_open_connections() {
     let held: Vec<(u8, TcpStream)> = (0..6).map(|_| open()).collect();
     let on_a = held.iter().filter(|(w, _)| *w == b'A').count();
     assert_eq!(on_a, 3, "least_conn spreads 6 connections 3 and 3");
+    assert_eq!(on_a_now(), 3.0, "A's relays counted");
     let (on_a, on_b): (Vec<_>, Vec<_>) = held.into_iter().partition(|(w, _)| *w == b'A');
     drop(on_a);
     common::until("A's connections closed", Duration::from_secs(5), || {
         a_open.load(std::sync::atomic::Ordering::SeqCst) == 0
     });
-    // The backend closed its side; weir's relay ends when that close reaches it.
-    std::thread::sleep(Duration::from_millis(50));
+    // The backend closed its side; weir's relay ends when that close reaches it, and stops
+    // counting the connection against A.
+    common::until("A's relays ended", Duration::from_secs(10), || {
+        on_a_now() == 0.0
+    });
     let next: Vec<u8> = (0..3).map(|_| open().0).collect();
     assert_eq!(next, b"AAA", "A had none open, B three");
     drop(on_b);
@@ -578,6 +590,7 @@ fn an_idle_connection_is_closed() {
         s.write_all(b"k").unwrap();
         let mut b = [0u8; 1];
         s.read_exact(&mut b).unwrap();
+        // paces: traffic every 200 ms, within the 400 ms idle timeout.
         std::thread::sleep(Duration::from_millis(200));
     }
     let quiet = Instant::now();
@@ -703,6 +716,7 @@ fn a_partial_hello_then_fin_costs_no_cpu() {
         })
         .collect();
     // A second of quiet: the worker is idle, not spinning on the closed or stalled sockets.
+    // paces: the second the CPU time is measured over.
     std::thread::sleep(Duration::from_secs(1));
     drop(stalled);
     let spent = common::process::cpu_secs(child.id()) - before;

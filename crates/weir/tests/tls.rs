@@ -194,19 +194,17 @@ fn plain_http_on_a_tls_port_gets_400_and_handshake_failures_are_counted() {
     let good = tlskit::client_config(&pki.ca_der, &[], None);
     drop(tlskit::connect(s.addr, "leaf.test", &good).unwrap());
     let admin = s.handle.as_ref().unwrap().admin_addr().unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        let m = common::get(admin, "/metrics").text();
-        let has = |line: &str| m.lines().any(|l| l == line);
-        if has("weir_tls_handshakes_total{result=\"plaintext\"} 1")
-            && has("weir_tls_handshakes_total{result=\"failed\"} 1")
-            && has("weir_tls_handshakes_total{result=\"full\"} 1")
-        {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{m}");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    common::until_value(
+        "one plaintext, one failed and one full handshake counted",
+        std::time::Duration::from_secs(10),
+        || common::get(admin, "/metrics").text(),
+        |m| {
+            let has = |line: &str| m.lines().any(|l| l == line);
+            has("weir_tls_handshakes_total{result=\"plaintext\"} 1")
+                && has("weir_tls_handshakes_total{result=\"failed\"} 1")
+                && has("weir_tls_handshakes_total{result=\"full\"} 1")
+        },
+    );
 }
 
 #[test]

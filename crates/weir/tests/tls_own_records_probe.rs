@@ -557,6 +557,7 @@ fn probe_key_update_requests_pile_up() {
         let head =
             c.data(format!("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {n}\r\n\r\n").as_bytes());
         c.send(&head).unwrap();
+        // paces: the head taken in before the baseline RSS is read.
         std::thread::sleep(Duration::from_millis(100));
         let before = rss();
         let t = Instant::now();
@@ -573,6 +574,7 @@ fn probe_key_update_requests_pile_up() {
                 batch.clear();
             }
         }
+        // paces: the server takes in what was sent before RSS is read again.
         std::thread::sleep(Duration::from_millis(500));
         let after = rss();
         let took = t.elapsed();
@@ -1048,6 +1050,7 @@ fn a_lone_key_update_keeps_the_keep_alive_deadline() {
         // The answer comes within milliseconds of this; `ready` then waits for the park.
         let answered = Instant::now();
         let mut c = ready(&env, SUITES[0], park, 0.0);
+        // paces: idle `after` ms before the KeyUpdate.
         std::thread::sleep(Duration::from_millis(after));
         let ku = c.key_update(false);
         c.send(&ku).unwrap();

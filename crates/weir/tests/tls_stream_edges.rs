@@ -191,6 +191,7 @@ fn connect_framed(
     for w in reframe(&first) {
         s.sock.write_all(&w)?;
         if !gap.is_zero() {
+            // paces: the records of the first flight `gap` apart.
             std::thread::sleep(gap);
         }
     }
@@ -434,6 +435,7 @@ fn requests_split_and_pipelined_across_records() {
         let rec = seal(&mut c, WHO.as_bytes());
         for b in &rec {
             c.sock.write_all(&[*b]).unwrap();
+            // paces: a segment per byte.
             std::thread::sleep(Duration::from_micros(200));
         }
         assert_eq!(
@@ -467,6 +469,7 @@ fn requests_split_and_pipelined_across_records() {
             common::read_response_to(&mut c, false).text(),
             "route for a\n"
         );
+        // paces: the rest of the second request comes after the first was answered.
         std::thread::sleep(Duration::from_millis(50));
         let rec = seal(&mut c, two.as_bytes());
         c.sock.write_all(&rec).unwrap();
@@ -540,6 +543,7 @@ fn large_downloads_to_slow_readers() {
             at += n;
             reads += 1;
             if reads % 64 == 0 {
+                // paces: a reader a little slower than the sender.
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
@@ -852,6 +856,7 @@ fn h2_many_streams_with_small_windows() {
                             let chunk = chunk.unwrap();
                             out.extend_from_slice(&chunk);
                             if out.len() % (1 << 20) < chunk.len() {
+                                // paces: a reader that pauses every MiB.
                                 tokio::time::sleep(Duration::from_millis(5)).await;
                             }
                             let _ = body.flow_control().release_capacity(chunk.len());
@@ -1013,6 +1018,7 @@ fn a_lone_key_update_does_not_defeat_the_idle_timeout() {
         if parked {
             wait_parked(env.admin, 1.0);
         } else {
+            // paces: idle a moment, not long enough to park.
             std::thread::sleep(Duration::from_millis(50));
         }
         c.conn.refresh_traffic_keys().unwrap();
@@ -1064,6 +1070,7 @@ fn parked_connections_woken_by_odd_flights() {
     for (c, body) in [(&mut c13, "route for a\n"), (&mut c12, "route for b\n")] {
         let rec = seal(c, WHO.as_bytes());
         c.sock.write_all(&rec[..7]).unwrap();
+        // paces: the rest of the record 100 ms later.
         std::thread::sleep(Duration::from_millis(100));
         c.sock.write_all(&rec[7..]).unwrap();
         assert_eq!(common::read_response_to(c, false).text(), body);

@@ -388,6 +388,7 @@ listeners:
     let hello = client_hello("a.test");
     let mut c = unix_connect(&sni);
     c.write_all(&hello[..40]).unwrap();
+    // paces: the rest of the hello 300 ms later.
     std::thread::sleep(Duration::from_millis(300));
     c.write_all(&hello[40..]).unwrap();
     let mut back = vec![0u8; hello.len()];

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::process::{free_port, signal, spawn_serving, write_config, Running, WEIR};
 
@@ -42,6 +42,8 @@ fn a_new_process_takes_the_sockets_and_the_old_one_drains_without_failures() {
     let failures = Arc::new(Mutex::new(Vec::<String>::new()));
     let served = Arc::new(AtomicUsize::new(0));
     let seen_new = Arc::new(AtomicBool::new(false));
+    // Clients answered at least once, and answered by the new process.
+    let (on_old, on_new) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let clients: Vec<_> = (0..8)
         .map(|_| {
             let (stop, failures, served, seen_new) = (
@@ -50,8 +52,10 @@ fn a_new_process_takes_the_sockets_and_the_old_one_drains_without_failures() {
                 served.clone(),
                 seen_new.clone(),
             );
+            let (on_old, on_new) = (on_old.clone(), on_new.clone());
             std::thread::spawn(move || {
                 let mut conn = common::connect(addr);
+                let (mut answered, mut answered_new) = (false, false);
                 while !stop.load(Ordering::SeqCst) {
                     if conn
                         .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
@@ -67,8 +71,16 @@ fn a_new_process_takes_the_sockets_and_the_old_one_drains_without_failures() {
                     match r {
                         Ok(r) if r.status == 200 => {
                             served.fetch_add(1, Ordering::SeqCst);
+                            if !answered {
+                                answered = true;
+                                on_old.fetch_add(1, Ordering::SeqCst);
+                            }
                             if r.text() == "new" {
                                 seen_new.store(true, Ordering::SeqCst);
+                                if !answered_new {
+                                    answered_new = true;
+                                    on_new.fetch_add(1, Ordering::SeqCst);
+                                }
                             }
                             if r.header("connection") == Some("close") {
                                 conn = common::connect(addr);
@@ -90,26 +102,34 @@ fn a_new_process_takes_the_sockets_and_the_old_one_drains_without_failures() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    common::until(
+        "every client served before the upgrade",
+        Duration::from_secs(10),
+        || on_old.load(Ordering::SeqCst) == 8,
+    );
     let before = served.load(Ordering::SeqCst);
     assert!(before > 0, "no traffic before the upgrade");
 
     let new_cfg = write_config("upgrade-new", &config(port, "new"));
     let (mut new, new_addr) = start(&new_cfg);
     assert_eq!(new_addr, addr, "the new process serves the same address");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(s) = old.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the old weir did not drain and exit"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let mut status = None;
+    common::until(
+        "the old weir drained and exited",
+        Duration::from_secs(15),
+        || {
+            status = old.try_wait().unwrap();
+            status.is_some()
+        },
+    );
+    let status = status.unwrap();
     assert!(status.success(), "the old weir exits cleanly: {status:?}");
-    std::thread::sleep(Duration::from_millis(300));
+    // Every client went on with the new process (reconnecting after the old one's close).
+    common::until(
+        "every client answered by the new process",
+        Duration::from_secs(10),
+        || on_new.load(Ordering::SeqCst) == 8,
+    );
     stop.store(true, Ordering::SeqCst);
     for c in clients {
         c.join().unwrap();
@@ -157,22 +177,18 @@ fn sigusr2_starts_the_new_binary_which_takes_over() {
     assert_eq!(common::get(addr, "/").text(), "one");
     std::fs::write(&cfg, config(port, "two")).unwrap();
     signal(&old, "-USR2");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while old.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the old weir did not hand over");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::until("the old weir handed over", Duration::from_secs(15), || {
+        old.try_wait().unwrap().is_some()
+    });
     assert_eq!(common::get(addr, "/").text(), "two");
     // The new process outlives its parent: stop it by its command line.
     Command::new("pkill")
         .args(["-TERM", "-f", &cfg.display().to_string()])
         .status()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(addr).is_ok() {
-        assert!(Instant::now() < deadline, "the new weir did not stop");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::until("the new weir stopped", Duration::from_secs(10), || {
+        std::net::TcpStream::connect(addr).is_err()
+    });
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -205,14 +221,11 @@ fn a_unix_listener_crosses_the_upgrade() {
     use std::os::unix::fs::MetadataExt;
     let inode = std::fs::metadata(&http).unwrap().ino();
     let (mut new, _) = start(&write_config("upgrade-unix-new", &config("new")));
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while old.try_wait().unwrap().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "the old weir did not drain and exit"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::until(
+        "the old weir drained and exited",
+        Duration::from_secs(15),
+        || old.try_wait().unwrap().is_some(),
+    );
     assert_eq!(
         std::fs::metadata(&http).unwrap().ino(),
         inode,
@@ -248,14 +261,11 @@ fn quic_sockets_cross_the_upgrade() {
     // The new process starts while the old one holds the UDP port: it can only be serving it
     // on the sockets handed over (a fresh bind would be refused as in use).
     let (mut new, _) = upgradable(&write_config("upgrade-quic-new", &config("new")), &socket);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while old.try_wait().unwrap().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "the old weir did not drain and exit"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::until(
+        "the old weir drained and exited",
+        Duration::from_secs(15),
+        || old.try_wait().unwrap().is_some(),
+    );
     for _ in 0..5 {
         assert_eq!(c.get(addr, "leaf.test", "/").text(), "new");
     }

@@ -8,6 +8,8 @@
 mod common;
 
 use std::io::{BufReader, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::origin::{origin, read_request};
@@ -28,9 +30,13 @@ enum Gap {
     Late,
 }
 
-/// An origin whose answer to `/bad/...` is followed by extra bytes: `kind` says which shape.
-fn hostile(kind: &'static str, gap: Gap) -> common::origin::Origin {
-    origin(move |conn| {
+/// An origin whose answer to `/bad/...` is followed by extra bytes: `kind` says which shape;
+/// with the count of those answers it is done with (extra bytes written, or the connection
+/// gone).
+fn hostile(kind: &'static str, gap: Gap) -> (common::origin::Origin, Arc<AtomicUsize>) {
+    let done = Arc::new(AtomicUsize::new(0));
+    let counted = done.clone();
+    let o = origin(move |conn| {
         // No Nagle: the extra bytes must not wait for weir's delayed ACK.
         conn.set_nodelay(true).unwrap();
         let mut w = conn.try_clone().unwrap();
@@ -74,6 +80,7 @@ fn hostile(kind: &'static str, gap: Gap) -> common::origin::Origin {
                 w.write_all(format!("{head}{extra}").as_bytes())
             } else {
                 w.write_all(head.as_bytes()).and_then(|()| {
+                    // paces: the extra bytes in a write of their own, 5 or 20 ms later.
                     match gap {
                         Gap::Later => std::thread::sleep(Duration::from_millis(5)),
                         Gap::Late => std::thread::sleep(Duration::from_millis(20)),
@@ -82,11 +89,13 @@ fn hostile(kind: &'static str, gap: Gap) -> common::origin::Origin {
                     w.write_all(extra.as_bytes())
                 })
             };
+            counted.fetch_add(1, Ordering::SeqCst);
             if sent.is_err() {
                 return;
             }
         }
-    })
+    });
+    (o, done)
 }
 
 fn metric(admin: std::net::SocketAddr, name: &str) -> u64 {
@@ -107,7 +116,7 @@ fn bytes_after_a_response_are_never_read_as_the_next_one() {
         // weir sent the next request, nothing can tell them from its answer. The case the
         // kernel check catches, bytes the reactor has not seen yet, is `proxy::pool::tests`'.)
         for gap in [Gap::SamePacket, Gap::Later] {
-            let o = hostile(kind, gap);
+            let (o, done) = hostile(kind, gap);
             let srv = start(
                 &format!(
                     "admin: {{ address: 127.0.0.1:0 }}\ncache_zones: {{ z: {{ max_size: 4m }} }}\nupstreams:\n  o:\n    servers: ['{}']",
@@ -131,7 +140,9 @@ fn bytes_after_a_response_are_never_read_as_the_next_one() {
                     // The extra bytes have arrived when the next request is due. (Bytes that
                     // arrive after weir sent the next request cannot be told from its answer:
                     // HTTP/1.1 has no request ids; see proxy/pool.rs.)
-                    std::thread::sleep(Duration::from_millis(60));
+                    common::until("the extra bytes sent", Duration::from_secs(10), || {
+                        done.load(Ordering::SeqCst) > i
+                    });
                     s.write_all(follow.as_bytes()).unwrap();
                 } else {
                     // Pipelined: weir goes from one to the next at once.
@@ -167,7 +178,7 @@ fn bytes_after_a_response_are_never_read_as_the_next_one() {
 /// check at reuse can see bytes not sent yet. A connection that answered HEAD is not reused.
 #[test]
 fn a_connection_that_answered_head_is_not_reused() {
-    let o = hostile("head", Gap::Late);
+    let (o, _) = hostile("head", Gap::Late);
     let srv = start(
         &format!(
             "cache_zones: {{ z: {{ max_size: 4m }} }}\nupstreams:\n  o:\n    servers: ['{}']",

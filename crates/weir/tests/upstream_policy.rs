@@ -78,6 +78,7 @@ listeners:
             .join("\n")
     );
     // Back after the base time.
+    // paces: the ejection's base time (1 s) passes.
     std::thread::sleep(Duration::from_millis(1100));
     for _ in 0..4 {
         roundtrip(&mut c, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
@@ -206,6 +207,7 @@ listeners:
         "hi"
     );
     for _ in 0..3 {
+        // paces: a second later the stored response is stale again.
         std::thread::sleep(Duration::from_millis(1100));
         let r = roundtrip(&mut c, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
         assert_eq!(r.status, 200);

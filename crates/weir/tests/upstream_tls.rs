@@ -213,7 +213,11 @@ listeners:
     assert!(r.status == 502, "{} {}", r.status, r.text());
     let mut c = s.connect();
     // Health checks use the same TLS settings: the stranger's checks fail, so it is down.
-    std::thread::sleep(Duration::from_millis(600));
+    common::until(
+        "the stranger's checks failed",
+        Duration::from_secs(10),
+        || get(&mut s.connect(), "/checked_stranger/x").status == 503,
+    );
     assert_eq!(get(&mut c, "/checked/x").status, 200);
     let r = get(&mut c, "/checked_stranger/x");
     assert_eq!(r.status, 503, "{}", r.text());

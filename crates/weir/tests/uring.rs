@@ -203,7 +203,7 @@ fn a_large_body_reaches_a_slow_reader_whole() {
     for _ in 0..2 {
         s.write_all(b"GET /static/big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
             .unwrap();
-        // Not reading for a moment: the server's sends fill the socket and wait.
+        // paces: not reading for a moment: the server's sends fill the socket and wait.
         std::thread::sleep(Duration::from_millis(300));
         let mut r = BufReader::new(&mut s);
         let mut head = String::new();
@@ -222,6 +222,7 @@ fn a_large_body_reaches_a_slow_reader_whole() {
             let step = (got.len() - at).min(64 * 1024);
             r.read_exact(&mut got[at..at + step]).unwrap();
             at += step;
+            // paces: a reader a little slower than the sender.
             std::thread::sleep(Duration::from_millis(2));
         }
         assert!(got == body, "the body arrived changed");
@@ -350,6 +351,7 @@ fn connections_left_without_buffers_wait_their_turn_without_spinning() {
         assert_eq!(roundtrip(s, GET_HELLO).status, 200);
     }
     let cpu0 = common::process::cpu_secs(pid);
+    // paces: the second of idleness the CPU time is measured over.
     std::thread::sleep(Duration::from_secs(1));
     let idle = common::process::cpu_secs(pid) - cpu0;
     assert!(idle < 0.2, "the idle worker used {idle:.2} s of CPU in 1 s");
@@ -402,6 +404,7 @@ fn a_pipelining_client_that_reads_slowly_holds_up_no_one() {
                 if matches!(hog.read(&mut buf), Ok(0)) {
                     break;
                 }
+                // paces: a hog that reads slowly.
                 std::thread::sleep(Duration::from_millis(100));
             }
         })
@@ -414,6 +417,7 @@ fn a_pipelining_client_that_reads_slowly_holds_up_no_one() {
         let t = Instant::now();
         assert_eq!(roundtrip(&mut other, GET_HELLO).status, 200);
         worst = worst.max(t.elapsed());
+        // paces: a probe every 200 ms.
         std::thread::sleep(Duration::from_millis(200));
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -537,6 +541,7 @@ fn a_request_to_a_sleeping_worker_is_answered_at_once() {
     let mut s = connect(addr);
     assert_eq!(roundtrip(&mut s, GET_HELLO).status, 200);
     for _ in 0..3 {
+        // paces: the worker falls asleep between requests.
         std::thread::sleep(Duration::from_millis(1500));
         let t = Instant::now();
         assert_eq!(roundtrip(&mut s, GET_HELLO).status, 200);

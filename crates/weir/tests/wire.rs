@@ -235,6 +235,7 @@ fn slowloris_gets_408_and_is_closed() {
     let srv = start("timeouts: { header: 300ms }", BASIC_ROUTES);
     let mut s = srv.connect();
     s.write_all(b"GET /hello HTTP/1.1\r\nHo").unwrap();
+    // paces: the rest of the head half the header timeout later.
     std::thread::sleep(Duration::from_millis(150));
     s.write_all(b"st: t\r\n").unwrap();
     let r = read_response(&mut s);
@@ -281,23 +282,23 @@ fn graceful_shutdown_finishes_in_flight_and_closes_idle() {
         200
     );
     let mut busy = srv.connect();
-    busy.write_all(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nhello")
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    // The 100 Continue says the head was read: the request is in flight.
+    busy.write_all(
+        b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n",
+    )
+    .unwrap();
+    assert_eq!(read_response(&mut busy).status, 100);
+    busy.write_all(b"hello").unwrap();
 
     let handle = srv.handle.take().unwrap();
     handle.shutdown();
     assert_closed(&mut idle);
     // No new connections are accepted once the listener is gone.
-    let mut refused = false;
-    for _ in 0..50 {
-        if std::net::TcpStream::connect(addr).is_err() {
-            refused = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(refused, "listener still accepting after shutdown");
+    until(
+        "the listener closed after shutdown",
+        Duration::from_secs(10),
+        || std::net::TcpStream::connect(addr).is_err(),
+    );
 
     busy.write_all(b"world").unwrap();
     let r = read_response(&mut busy);
@@ -391,6 +392,7 @@ fn a_request_that_arrives_after_accept_is_served() {
         "workers: 1\nlisteners:\n  - address: 127.0.0.1:0\n    defer_accept: false\n    routes:\n{BASIC_ROUTES}"
     ));
     let mut s = srv.connect();
+    // paces: the request comes 150 ms after the connect.
     std::thread::sleep(Duration::from_millis(150));
     s.write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\nGET /json HTTP/1.1\r\nHost: t\r\n\r\n")
         .unwrap();
@@ -399,6 +401,7 @@ fn a_request_that_arrives_after_accept_is_served() {
         read_response(&mut s).header("content-type"),
         Some("application/json")
     );
+    // paces: the next request after the connection went back to waiting.
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(
         roundtrip(&mut s, b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n").status,

@@ -11,8 +11,8 @@ pub mod inproc;
 pub mod member;
 pub mod origin;
 pub mod parked;
-pub mod phpfpm;
 pub mod pebble;
+pub mod phpfpm;
 pub mod process;
 pub mod redis;
 pub mod smallfs;
@@ -204,6 +204,41 @@ pub fn until(what: &str, within: Duration, mut ok: impl FnMut() -> bool) -> Dura
             "timed out after {within:?}: {what}"
         );
         std::thread::sleep(Duration::from_millis(10));
+    }
+    start.elapsed()
+}
+
+/// Waits until `ok(&probe())` (probed every 10 ms), failing after `within` with the last value
+/// probed; that value.
+pub fn until_value<T: std::fmt::Debug>(
+    what: &str,
+    within: Duration,
+    mut probe: impl FnMut() -> T,
+    ok: impl Fn(&T) -> bool,
+) -> T {
+    let start = Instant::now();
+    loop {
+        let v = probe();
+        if ok(&v) {
+            return v;
+        }
+        assert!(
+            start.elapsed() < within,
+            "timed out after {within:?}: {what}; last {v:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// [`until`] inside a runtime: checks `ok()` every 10 ms without blocking the runtime's thread.
+pub async fn until_async(what: &str, within: Duration, mut ok: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !ok() {
+        assert!(
+            start.elapsed() < within,
+            "timed out after {within:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     start.elapsed()
 }
