@@ -855,57 +855,63 @@ where
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Result<Option<impl Buf>, StreamError>> {
-        if !self.stream.has_data() {
-            match ready!(self.stream.poll_next(cx)) {
-                Err(frame_stream_error) => {
-                    return Poll::Ready(Err(
-                        self.handle_frame_stream_error_on_request_stream(frame_stream_error)
-                    ))
-                }
-                Ok(None) => return Poll::Ready(Ok(None)),
-                Ok(Some(Frame::Headers(encoded))) => {
-                    self.trailers = Some(encoded);
-                    // Received trailers, no more data expected
-                    return Poll::Ready(Ok(None));
-                }
-                Ok(Some(Frame::Data { .. })) => (),
-                Ok(Some(other_frame)) => {
-                    //= https://www.rfc-editor.org/rfc/rfc9114#section-4.1
-                    //# Receipt of an invalid sequence of frames MUST be treated as a
-                    //# connection error of type H3_FRAME_UNEXPECTED.
+        loop {
+            if !self.stream.has_data() {
+                match ready!(self.stream.poll_next(cx)) {
+                    Err(frame_stream_error) => {
+                        return Poll::Ready(Err(
+                            self.handle_frame_stream_error_on_request_stream(frame_stream_error)
+                        ))
+                    }
+                    Ok(None) => return Poll::Ready(Ok(None)),
+                    Ok(Some(Frame::Headers(encoded))) => {
+                        self.trailers = Some(encoded);
+                        // Received trailers, no more data expected
+                        return Poll::Ready(Ok(None));
+                    }
+                    // weir patch: an empty DATA frame is legal and ends nothing (RFC 9114
+                    // §7.2.1); the crate took it for the end of the body.
+                    Ok(Some(Frame::Data(crate::proto::frame::PayloadLen(0)))) => continue,
+                    Ok(Some(Frame::Data { .. })) => (),
+                    Ok(Some(other_frame)) => {
+                        //= https://www.rfc-editor.org/rfc/rfc9114#section-4.1
+                        //# Receipt of an invalid sequence of frames MUST be treated as a
+                        //# connection error of type H3_FRAME_UNEXPECTED.
 
-                    //= https://www.rfc-editor.org/rfc/rfc9114#section-7.2.3
-                    //# Receiving a
-                    //# CANCEL_PUSH frame on a stream other than the control stream MUST be
-                    //# treated as a connection error of type H3_FRAME_UNEXPECTED.
+                        //= https://www.rfc-editor.org/rfc/rfc9114#section-7.2.3
+                        //# Receiving a
+                        //# CANCEL_PUSH frame on a stream other than the control stream MUST be
+                        //# treated as a connection error of type H3_FRAME_UNEXPECTED.
 
-                    //= https://www.rfc-editor.org/rfc/rfc9114#section-7.2.4
-                    //# If an endpoint receives a SETTINGS frame on a different
-                    //# stream, the endpoint MUST respond with a connection error of type
-                    //# H3_FRAME_UNEXPECTED.
+                        //= https://www.rfc-editor.org/rfc/rfc9114#section-7.2.4
+                        //# If an endpoint receives a SETTINGS frame on a different
+                        //# stream, the endpoint MUST respond with a connection error of type
+                        //# H3_FRAME_UNEXPECTED.
 
-                    //= https://www.rfc-editor.org/rfc/rfc9114#section-7.2.6
-                    //# A client MUST treat a GOAWAY frame on a stream other than
-                    //# the control stream as a connection error of type H3_FRAME_UNEXPECTED.
+                        //= https://www.rfc-editor.org/rfc/rfc9114#section-7.2.6
+                        //# A client MUST treat a GOAWAY frame on a stream other than
+                        //# the control stream as a connection error of type H3_FRAME_UNEXPECTED.
 
-                    //= https://www.rfc-editor.org/rfc/rfc9114#section-7.2.7
-                    //# The MAX_PUSH_ID frame is always sent on the control stream.  Receipt
-                    //# of a MAX_PUSH_ID frame on any other stream MUST be treated as a
-                    //# connection error of type H3_FRAME_UNEXPECTED.
+                        //= https://www.rfc-editor.org/rfc/rfc9114#section-7.2.7
+                        //# The MAX_PUSH_ID frame is always sent on the control stream.  Receipt
+                        //# of a MAX_PUSH_ID frame on any other stream MUST be treated as a
+                        //# connection error of type H3_FRAME_UNEXPECTED.
 
-                    return Poll::Ready(Err(self.handle_connection_error_on_stream(
-                        InternalConnectionError::new(
-                            Code::H3_FRAME_UNEXPECTED,
-                            format!("unexpected frame: {:?}", other_frame),
-                        ),
-                    )));
-                }
-            };
+                        return Poll::Ready(Err(self.handle_connection_error_on_stream(
+                            InternalConnectionError::new(
+                                Code::H3_FRAME_UNEXPECTED,
+                                format!("unexpected frame: {:?}", other_frame),
+                            ),
+                        )));
+                    }
+                };
+            }
+
+    return self
+                .stream
+                .poll_data(cx)
+                .map_err(|error| self.handle_frame_stream_error_on_request_stream(error));
         }
-
-        self.stream
-            .poll_data(cx)
-            .map_err(|error| self.handle_frame_stream_error_on_request_stream(error))
     }
 
     /// Poll receive trailers.

@@ -229,6 +229,25 @@ pub(super) struct GuardedRecv {
     frames: Frames,
     /// A unidirectional stream's extras (boxed: request streams, one per request, have none).
     uni: Option<Box<UniRecv>>,
+    /// The stream's id, kept: h3-quinn 0.0.10 holds the stream inside a read in flight and
+    /// unwraps it for `recv_id` and `stop_sending`, so a read that was cancelled (a timed-out
+    /// wait) made either panic, and the panic closed the connection (the review of issue 52).
+    id: StreamId,
+    /// A read was started and has not finished: the stream is inside it.
+    reading: bool,
+}
+
+impl GuardedRecv {
+    fn new(inner: h3_quinn::RecvStream, frames: Frames, uni: Option<Box<UniRecv>>) -> Self {
+        let id = quic::RecvStream::recv_id(&inner);
+        GuardedRecv {
+            inner,
+            frames,
+            uni,
+            id,
+            reading: false,
+        }
+    }
 }
 
 /// What a unidirectional stream's guard keeps besides its frames.
@@ -248,7 +267,12 @@ impl quic::RecvStream for GuardedRecv {
     ) -> Poll<Result<Option<Bytes>, StreamErrorIncoming>> {
         let r = match self.uni.as_mut().and_then(|u| u.replay.take()) {
             Some(b) => Ok(Some(b)),
-            None => ready!(self.inner.poll_data(cx)),
+            None => {
+                self.reading = true;
+                let r = ready!(self.inner.poll_data(cx));
+                self.reading = false;
+                r
+            }
         };
         if let Ok(Some(data)) = &r {
             match self.frames.scan(data) {
@@ -275,11 +299,15 @@ impl quic::RecvStream for GuardedRecv {
     }
 
     fn stop_sending(&mut self, error_code: u64) {
-        self.inner.stop_sending(error_code)
+        // Inside a cancelled read the stream cannot be reached: the peer learns of the error
+        // from the reset of the sending half (and the stream is dropped with the request).
+        if !self.reading {
+            self.inner.stop_sending(error_code)
+        }
     }
 
     fn recv_id(&self) -> StreamId {
-        self.inner.recv_id()
+        self.id
     }
 }
 
@@ -357,11 +385,7 @@ fn guard_bidi(b: h3_quinn::BidiStream<Bytes>, limits: Limits) -> GuardedBidi {
     let (send, recv) = quic::BidiStream::split(b);
     GuardedBidi {
         send,
-        recv: GuardedRecv {
-            inner: recv,
-            frames: Frames::request(limits),
-            uni: None,
-        },
+        recv: GuardedRecv::new(recv, Frames::request(limits), None),
     }
 }
 
@@ -471,14 +495,14 @@ impl quic::Connection<Bytes> for Guarded {
                 }
                 Some(_) => {
                     let t = self.uni.typing.swap_remove(i);
-                    return Poll::Ready(Ok(GuardedRecv {
-                        inner: t.stream,
-                        frames: Frames::unidirectional(self.limits),
-                        uni: Some(Box::new(UniRecv {
+                    return Poll::Ready(Ok(GuardedRecv::new(
+                        t.stream,
+                        Frames::unidirectional(self.limits),
+                        Some(Box::new(UniRecv {
                             replay: Some(Bytes::from(t.read)),
                             conn: self.conn.clone(),
                         })),
-                    }));
+                    )));
                 }
             }
         }

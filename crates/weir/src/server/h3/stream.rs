@@ -93,6 +93,26 @@ fn connection_specific(h: &http::HeaderMap) -> bool {
         || h.get_all(http::header::HOST).iter().nth(1).is_some()
 }
 
+/// The `content-length` the fields say: every value (and every element of a list) the same
+/// digits; `None` when they are not.
+fn declared_length(h: &http::HeaderMap) -> Option<u64> {
+    let mut found = None;
+    for v in h.get_all(http::header::CONTENT_LENGTH) {
+        for part in v.as_bytes().split(|b| *b == b',') {
+            let t = part.trim_ascii();
+            if t.is_empty() || !t.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            let n: u64 = std::str::from_utf8(t).ok()?.parse().ok()?;
+            if found.is_some_and(|f| f != n) {
+                return None;
+            }
+            found = Some(n);
+        }
+    }
+    found
+}
+
 /// Whether `method` may be served from 0-RTT early data (RFC 8470 §3: safe methods only).
 fn safe(method: &http::Method) -> bool {
     matches!(
@@ -182,7 +202,9 @@ pub(super) async fn serve(
         tracing::debug!(peer = %d.shared.peer, reason = why, "HTTP/3 message malformed");
         d.stream.stop_sending(h3::error::Code::H3_MESSAGE_ERROR);
         d.stream.stop_stream(h3::error::Code::H3_MESSAGE_ERROR);
-        return false;
+        // Counted as a failed stream, as `h3`'s own refusals are: a client resetting
+        // stream after stream this way meets the connection's reset limit.
+        return true;
     }
     if let Err(e) = result {
         tracing::debug!(peer = %d.shared.peer, reason = %e, "HTTP/3 stream failed");
@@ -205,11 +227,14 @@ impl H3Stream {
     /// Whether a body follows the head: its `content-length`, or else whether the stream
     /// ends (a GET's FIN comes with its HEADERS) or brings data (kept for `body_chunk`).
     async fn has_body(&mut self, parts: &http::request::Parts) -> Result<bool, Error> {
-        if let Some(v) = parts.headers.get(http::header::CONTENT_LENGTH) {
-            // A value the codec refuses is answered 400 by `convert::request_head`.
-            self.declared = std::str::from_utf8(v.as_bytes())
-                .ok()
-                .and_then(|t| t.trim().parse::<u64>().ok());
+        if parts.headers.contains_key(http::header::CONTENT_LENGTH) {
+            // The length the codec would frame the body by (`3, 3` is 3, RFC 9110 §8.6): a
+            // value it refuses, or values that differ, are malformed here (issue 52's review:
+            // a separate parse that failed on `3,3` left the body unchecked and smuggled).
+            self.declared = match declared_length(&parts.headers) {
+                Some(n) => Some(n),
+                None => return Err(self.mark_malformed("content-length not one length")),
+            };
             if self.declared != Some(0) {
                 return Ok(true);
             }
@@ -250,14 +275,18 @@ impl H3Stream {
     async fn read_trailers(&mut self) -> Result<(), Error> {
         let wait = self.rt.cfg.timeouts.body;
         let map = match tokio::time::timeout(wait, self.stream.recv_trailers()).await {
-            Ok(Ok(Some(map))) => Some(map),
+            Ok(Ok(map)) => map,
             // `h3` refuses pseudo-header fields in trailers (vendor/h3/WEIR-PATCH.md).
             Ok(Err(h3::error::StreamError::StreamError { code, .. }))
                 if code == h3::error::Code::H3_MESSAGE_ERROR =>
             {
                 return Err(self.mark_malformed("malformed HTTP/3 trailers"));
             }
-            _ => None,
+            // Reset, connection lost, or no end in time: the body did not end, and nothing
+            // may go on as if it had (the review of issue 52: a cancelled upload reached the
+            // origin as complete).
+            Ok(Err(e)) => return Err(h3_error(e)),
+            Err(_) => return Err(Error::new(ErrorKind::BodyTimeout)),
         };
         if let Some(map) = map {
             if connection_specific(&map) {
