@@ -366,3 +366,53 @@ fn the_php_example_serves_files_runs_scripts_and_sends_the_rest_to_index_php() {
         inproc::stop(handle);
     }
 }
+
+/// A FastCGI application's answers go through the cache like any upstream's: a script that says
+/// `Cache-Control: max-age=60` runs once for two requests; one that says `no-store` runs each
+/// time.
+#[test]
+fn fastcgi_answers_are_cached_as_the_application_says() {
+    let Some(fpm) = PhpFpm::start("cache", false, 2, "") else {
+        return;
+    };
+    let root = docroot("cache");
+    std::fs::write(
+        root.join("count.php"),
+        "<?php header('Cache-Control: ' . ($_GET['cc'] ?? 'max-age=60'));
+         $f = sys_get_temp_dir() . '/weir-fcgi-count-' . basename(__DIR__);
+         $n = (int)@file_get_contents($f) + 1; file_put_contents($f, $n); echo $n;",
+    )
+    .unwrap();
+    let handle = inproc::start(&format!(
+        r#"workers: 1
+cache_zones: {{ main: {{ max_size: 16m }} }}
+upstreams:
+  php:
+    servers: ['{server}']
+    protocol: fastcgi
+    fastcgi: {{ root: '{root}' }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - proxy: {{ upstream: php }}
+        cache: {{ zone: main, x_cache: true }}
+"#,
+        server = fpm.server,
+        root = root.display()
+    ));
+    let addr = handle.local_addrs()[0];
+    let a = get(addr, "/count.php");
+    let b = get(addr, "/count.php");
+    assert_eq!((a.status, b.status), (200, 200));
+    assert_eq!(a.text(), b.text(), "the second answer came from the cache");
+    assert_eq!(
+        b.header("x-cache").map(|v| v.starts_with("HIT")),
+        Some(true),
+        "{:?}",
+        b.headers
+    );
+    let c = get(addr, "/count.php?cc=no-store");
+    let d = get(addr, "/count.php?cc=no-store");
+    assert_ne!(c.text(), d.text(), "no-store ran the script each time");
+    inproc::stop(handle);
+}
