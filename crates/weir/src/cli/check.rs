@@ -2,7 +2,8 @@
 //! bind every address it names (`--no-bind` skips that: a check on another machine, or beside
 //! the running weir), warns without failing about what is legal but probably a mistake, and
 //! with `--print` prints the config as loaded (variables substituted, includes merged, like
-//! `nginx -T`; values of variables named like secrets stay `${NAME}`).
+//! `nginx -T`; values of variables named like secrets stay `${NAME}`), then the body limit of
+//! each route that sets its own (or whose site does).
 //!
 //! Warnings: an admin listener off loopback without a token; a route that can never match
 //! because an earlier route of its listener matches everything; a listener without routes.
@@ -78,10 +79,36 @@ pub fn check(args: &CheckArgs) -> ExitCode {
     if let Some(text) = printed {
         println!("# {name}, as loaded");
         print!("{text}");
+        print!("{}", effective_limits(&cfg));
     } else {
         println!("{name}: ok ({})", summary(&cfg));
     }
     ExitCode::SUCCESS
+}
+
+/// The limits each route answers under where a route or site sets its own (`--print`): the
+/// top-level ones, then each such route's, as comments after the config.
+fn effective_limits(cfg: &RuntimeConfig) -> String {
+    let mut out = String::new();
+    let global = cfg.limits.max_body_bytes;
+    for l in &cfg.listeners {
+        for r in l.routes.iter() {
+            if let Some(own) = r.max_body_bytes {
+                out.push_str(&format!(
+                    "# effective: {} route {}: max_body_bytes {own} (limits.max_body_bytes {global})\n",
+                    l.origin(),
+                    r.name
+                ));
+            }
+        }
+    }
+    if !out.is_empty() {
+        out.insert_str(
+            0,
+            &format!("# effective limits: max_body_bytes {global} unless a route says:\n"),
+        );
+    }
+    out
 }
 
 fn source_line(source: &crate::config::Source, key: &str) -> String {

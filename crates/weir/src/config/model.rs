@@ -451,6 +451,17 @@ pub struct Route {
     /// Files answering this route's errors, by status or class (before its listener's).
     #[serde(default)]
     pub error_pages: BTreeMap<String, String>,
+    /// Limits of this route's requests, over the top-level `limits` (nginx's
+    /// `client_max_body_size` in a `location`); a site's apply to its routes that give none.
+    pub limits: Option<RouteLimits>,
+}
+
+/// What a route (or a site, for its routes) sets over the top-level `limits`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteLimits {
+    /// Largest request body, above or below `limits.max_body_bytes` (413 beyond).
+    pub max_body_bytes: Option<Size>,
 }
 
 /// Route conditions.

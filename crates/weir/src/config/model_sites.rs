@@ -34,6 +34,9 @@ pub struct Site {
     pub access_log: Option<AccessLogSetting>,
     /// The site's certificates on a TLS listener: files, or ACME for its names.
     pub tls: Option<SiteTls>,
+    /// Limits of the site's routes (a route's own come first): nginx's `client_max_body_size`
+    /// in a `server`.
+    pub limits: Option<super::model::RouteLimits>,
 }
 
 /// A site's certificates.

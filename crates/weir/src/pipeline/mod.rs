@@ -192,6 +192,14 @@ fn start<'a, D: Downstream>(
     if let Routed::Found(route) = routed {
         ctx.route = Some(route.index as u32);
         ctx.log = route.access_log.map(|s| s as u32);
+        match route_body_limit(head, route, &rt.cfg.limits) {
+            Ok(None) => {}
+            Ok(Some(max)) => d.cap_body(max),
+            Err(()) => {
+                let persistence = d.persistence(head);
+                return Started::Done(Ok(send_error(d, ctx, head, 413, &[], persistence)));
+            }
+        }
         let chain = route.filters();
         ctx.phases = chain.phases();
         if chain.has(phase::REQUEST) {
@@ -576,17 +584,40 @@ fn respond_rendered<D: Downstream>(
 /// Responses whose variables rendered to something unsendable: logged at most so often.
 static RENDER_LOG: crate::logs::Limited = crate::logs::Limited::new();
 
-/// A declared body over `limits.max_body_bytes` is refused (413) before anything of it is read
-/// or forwarded, over either protocol (an HTTP/2 `content-length` once reached the origin first).
+/// A declared body over what any route takes (`limits.max_body_bytes`, or a route's own above
+/// it) is refused (413) before anything of it is read or forwarded, over either protocol (an
+/// HTTP/2 `content-length` once reached the origin first); the route's own limit follows once
+/// it is chosen ([`route_body_limit`]).
 pub(crate) fn check_declared_length(
     head: &RequestHead,
     limits: &crate::runtime::Limits,
 ) -> Result<(), Error> {
     match head.body {
-        BodyKind::Length(n) if n > limits.max_body_bytes => {
+        BodyKind::Length(n) if n > limits.body_ceiling => {
             Err(weir_http::ParseError::BodyTooLarge.into())
         }
         _ => Ok(()),
+    }
+}
+
+/// The body limit of `route` (its own, else `limits.max_body_bytes`), when it is below what
+/// the connection reads anyway: `Err` (413) for a declared length past it, else the cap to
+/// hold the body to. `Ok(None)`: nothing to do (no body, or no lower limit).
+fn route_body_limit(
+    head: &RequestHead,
+    route: &crate::routes::Route,
+    limits: &crate::runtime::Limits,
+) -> Result<Option<u64>, ()> {
+    if head.body == BodyKind::Empty {
+        return Ok(None);
+    }
+    let max = route.max_body_bytes.unwrap_or(limits.max_body_bytes);
+    if max >= limits.body_ceiling {
+        return Ok(None);
+    }
+    match head.body {
+        BodyKind::Length(n) if n > max => Err(()),
+        _ => Ok(Some(max)),
     }
 }
 

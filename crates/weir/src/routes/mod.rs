@@ -46,6 +46,8 @@ pub struct Route {
     filters: Chain,
     /// Its error pages, then its listener's (`actions/error_pages.rs`).
     pub error_pages: Option<Arc<ErrorPages>>,
+    /// Its own (or its site's) largest request body, over `limits.max_body_bytes`.
+    pub max_body_bytes: Option<u64>,
 }
 
 /// What a listener gives each of its routes.
@@ -162,6 +164,7 @@ impl RouteTable {
                         matcher,
                         methods: None,
                         action: Action::NotFound,
+                        max_body_bytes: None,
                         access_log: refs.logs.slot(
                             site_log.as_ref(),
                             &format!("{path}.access_log"),
@@ -203,6 +206,11 @@ impl RouteTable {
                 base,
                 listener.error_pages,
             )?;
+            let max_body_bytes = r
+                .limits
+                .as_ref()
+                .and_then(|l| l.max_body_bytes)
+                .map(|s| s.0);
             let (matcher, methods) = Matcher::compile(r.matcher, &format!("{path}.match"))?;
             let regex = match &matcher.path {
                 PathMatch::Regex(r) | PathMatch::PrefixRegex(_, r) => Some(r.clone()),
@@ -260,6 +268,7 @@ impl RouteTable {
                 access_log: log,
                 filters: Chain::new(filters),
                 error_pages,
+                max_body_bytes,
             });
         }
         Ok(RouteTable { routes: out })
@@ -279,6 +288,7 @@ impl RouteTable {
                 access_log,
                 filters: Chain::default(),
                 error_pages: None,
+                max_body_bytes: None,
             }],
         }
     }
@@ -306,6 +316,7 @@ impl RouteTable {
                 access_log,
                 filters: Chain::default(),
                 error_pages: None,
+                max_body_bytes: None,
             },
         );
         for (i, r) in self.routes.iter_mut().enumerate() {

@@ -137,6 +137,9 @@ pub(crate) fn flatten(
             if r.access_log.is_none() {
                 r.access_log.clone_from(&site.access_log);
             }
+            if r.limits.is_none() {
+                r.limits.clone_from(&site.limits);
+            }
             out.routes.push(Item::Route(rkey, Box::new(r)));
         }
         out.routes.push(Item::SiteEnd {

@@ -62,6 +62,7 @@ pub(crate) fn compile(
             },
         },
         max_body_bytes: l.max_body_bytes.0,
+        body_ceiling: l.max_body_bytes.0,
         max_connections: l.max_connections,
         max_requests_per_connection: l.max_requests_per_connection,
         backlog: l.backlog,
@@ -425,6 +426,14 @@ pub(crate) fn compile(
         .collect::<Result<Vec<_>, _>>()?;
     let watch = file.reload.watch.then_some(file.reload.debounce.0);
     let pid_file = file.pid_file.as_ref().map(|p| base.0.join(p));
+    // What a connection may read before its request is routed: the largest body any route
+    // takes (a route's own limit is applied once it is chosen, `pipeline::route_body_limit`).
+    let mut limits = limits;
+    limits.body_ceiling = listeners
+        .iter()
+        .flat_map(|l| l.routes.iter())
+        .filter_map(|r| r.max_body_bytes)
+        .fold(limits.max_body_bytes, u64::max);
     Ok(RuntimeConfig {
         pid_file,
         cluster,

@@ -112,6 +112,9 @@ impl LogSettings {
 pub struct Limits {
     pub head: weir_http::Limits,
     pub max_body_bytes: u64,
+    /// The largest of `max_body_bytes` and every route's own: what a connection may read
+    /// before the route is known.
+    pub body_ceiling: u64,
     pub max_connections: usize,
     pub max_requests_per_connection: u64,
     pub backlog: u32,

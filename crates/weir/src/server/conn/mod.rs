@@ -362,7 +362,7 @@ impl Conn {
                 decoder: BodyDecoder::new(head.body),
                 continued: !head.expect_continue,
                 trailers: Vec::new(),
-                limit: self.rt.cfg.limits.max_body_bytes,
+                limit: self.rt.cfg.limits.body_ceiling,
                 reads: 0,
             })
         });

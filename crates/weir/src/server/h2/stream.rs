@@ -200,7 +200,7 @@ impl Downstream for H2Stream {
     }
 
     async fn body_chunk(&mut self) -> Result<Option<Bytes>, Error> {
-        let limit = self.rt.cfg.limits.max_body_bytes.min(self.body_cap);
+        let limit = self.rt.cfg.limits.body_ceiling.min(self.body_cap);
         let wait = self.rt.cfg.timeouts.body;
         let Some(body) = self.body.as_mut() else {
             return Ok(None);

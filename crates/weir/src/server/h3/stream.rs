@@ -324,7 +324,7 @@ impl H3Stream {
     }
 
     fn count_body(&mut self, n: usize) -> Result<(), Error> {
-        let limit = self.rt.cfg.limits.max_body_bytes.min(self.body_cap);
+        let limit = self.rt.cfg.limits.body_ceiling.min(self.body_cap);
         self.body_read += n as u64;
         if self.body_read > limit {
             return Err(weir_http::ParseError::BodyTooLarge.into());

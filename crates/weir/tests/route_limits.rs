@@ -1,0 +1,134 @@
+//! Limits per route and per site over the top-level ones (issue 53 §4, nginx's
+//! `client_max_body_size` in a `server` or `location`): a route or site may take larger bodies
+//! than `limits.max_body_bytes` or smaller ones, declared (`Content-Length`: 413 before
+//! anything is read) or not (chunked: 413 once past), over HTTP/1.1 and HTTP/3.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::h3::{self as h3c, Client};
+use common::inproc;
+use common::tlskit::Pki;
+
+fn post(addr: SocketAddr, host: &str, path: &str, len: usize, chunked: bool) -> u16 {
+    let body = vec![b'x'; len];
+    let mut raw = if chunked {
+        format!("POST {path} HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .into_bytes()
+    } else {
+        format!("POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len}\r\n\r\n")
+            .into_bytes()
+    };
+    if chunked {
+        for part in body.chunks(4096) {
+            raw.extend_from_slice(format!("{:x}\r\n", part.len()).as_bytes());
+            raw.extend_from_slice(part);
+            raw.extend_from_slice(b"\r\n");
+        }
+        raw.extend_from_slice(b"0\r\n\r\n");
+    } else {
+        raw.extend_from_slice(&body);
+    }
+    let mut s = common::connect(addr);
+    // The server may answer 413 and close before it read the whole body.
+    let _ = std::io::Write::write_all(&mut s, &raw);
+    common::read_response_to(&mut s, false).status
+}
+
+#[test]
+fn routes_and_sites_set_their_own_body_limits() {
+    let pki = Pki::new("route-limits");
+    let cert = pki.issue("leaf", "leaf", &["leaf.test"]);
+    let port = common::process::free_port();
+    let handle = inproc::start(&format!(
+        r#"workers: 1
+limits: {{ max_body_bytes: 1k }}
+listeners:
+  - address: 127.0.0.1:0
+    sites:
+      - hosts: uploads.test
+        limits: {{ max_body_bytes: 64k }}
+        routes:
+          - match: {{ path_prefix: /tiny }}
+            limits: {{ max_body_bytes: 100 }}
+            echo: {{}}
+          - echo: {{}}
+      - default: true
+        routes:
+          - match: {{ path_prefix: /big }}
+            limits: {{ max_body_bytes: 100k }}
+            echo: {{}}
+          - echo: {{}}
+  - address: 127.0.0.1:{port}
+    quic: true
+    tls:
+      certificates: [{{ cert: '{cert}', key: '{key}' }}]
+    routes:
+      - match: {{ path_prefix: /big }}
+        limits: {{ max_body_bytes: 100k }}
+        echo: {{}}
+      - echo: {{}}
+"#,
+        cert = cert.cert.display(),
+        key = cert.key.display(),
+    ));
+    let addr = handle.local_addrs()[0];
+    let cases = [
+        // host, path, length, chunked, status
+        ("other.test", "/big", 50_000, false, 200),
+        ("other.test", "/big", 50_000, true, 200),
+        ("other.test", "/big", 200_000, false, 413),
+        ("other.test", "/big", 200_000, true, 413),
+        ("other.test", "/small", 500, false, 200),
+        ("other.test", "/small", 2_000, false, 413),
+        ("other.test", "/small", 2_000, true, 413),
+        ("uploads.test", "/x", 30_000, false, 200),
+        ("uploads.test", "/x", 30_000, true, 200),
+        ("uploads.test", "/x", 70_000, false, 413),
+        ("uploads.test", "/tiny", 100, false, 200),
+        ("uploads.test", "/tiny", 101, false, 413),
+        ("uploads.test", "/tiny", 200, true, 413),
+    ];
+    for (host, path, len, chunked, want) in cases {
+        let got = post(addr, host, path, len, chunked);
+        assert_eq!(
+            got, want,
+            "POST {host}{path} with {len} bytes (chunked: {chunked})"
+        );
+    }
+    // HTTP/3: the same limits, one route above the top-level one and one at it.
+    let c = Client::new(h3c::client_config(&pki.ca_der, false));
+    let h3 = handle.local_addrs()[1];
+    let send = |path: &str, len: usize| {
+        c.request(h3, "leaf.test", "POST", path, &[], &vec![b'y'; len])
+            .map(|r| r.status)
+    };
+    assert_eq!(send("/big", 50_000), Ok(200));
+    assert_eq!(send("/big", 200_000), Ok(413));
+    assert_eq!(send("/small", 2_000), Ok(413));
+    assert_eq!(send("/small", 500), Ok(200));
+    inproc::stop(handle);
+}
+
+/// `weir check --print` says which routes answer under their own (or their site's) limit.
+#[test]
+fn check_prints_the_effective_limits() {
+    let cfg = common::process::write_config(
+        "route-limits-check",
+        "limits: { max_body_bytes: 1k }\nlisteners:\n  - address: 127.0.0.1:0\n    sites:\n      - hosts: a.test\n        limits: { max_body_bytes: 64k }\n        routes: [ { name: up, echo: {} } ]\n",
+    );
+    let out = std::process::Command::new(common::process::WEIR)
+        .args(["check", "--no-bind", "--print", "-c"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("# effective limits: max_body_bytes 1024 unless a route says:")
+            && text.contains("route up: max_body_bytes 65536"),
+        "{text}"
+    );
+}
