@@ -68,8 +68,9 @@ pub fn put_preamble(
     https: bool,
     head: &RequestHead,
 ) {
+    use std::fmt::Write;
     out.put_slice(PREAMBLE);
-    out.put_slice(peer.to_string().as_bytes());
+    let _ = write!(out, "{peer}");
     out.put_slice(if https { b" https " } else { b" http " });
     out.put_slice(head.path());
     if let Some(q) = head.query() {
@@ -205,14 +206,43 @@ async fn not_found(pipe: &mut DuplexStream) -> io::Result<()> {
     pipe.shutdown().await
 }
 
-/// Whether `filename` is a regular file inside the canonical `root` (symlinks followed).
+/// How long an answer of [`is_script`] is kept (nginx's `open_file_cache_valid` is 60 s; a
+/// script added or removed is seen within this).
+const SCRIPT_CACHE: Duration = Duration::from_secs(1);
+
+thread_local! {
+    /// This worker's recent answers of [`is_script`], by file name: a `realpath` walks every
+    /// component of the path (a system call each), 5.5k instructions a request by callgrind.
+    static SCRIPTS: RefCell<std::collections::HashMap<Box<[u8]>, (bool, std::time::Instant)>> =
+        RefCell::new(std::collections::HashMap::new());
+}
+
+/// Whether `filename` is a regular file inside the canonical `root` (symlinks followed),
+/// answered again at most every [`SCRIPT_CACHE`].
 fn is_script(cfg: &FastCgi, filename: &[u8]) -> bool {
     use std::os::unix::ffi::OsStrExt;
+    let now = std::time::Instant::now();
+    let cached = SCRIPTS.with_borrow(|m| {
+        m.get(filename)
+            .filter(|(_, at)| now.duration_since(*at) < SCRIPT_CACHE)
+            .map(|(yes, _)| *yes)
+    });
+    if let Some(yes) = cached {
+        return yes;
+    }
     let path = std::path::Path::new(std::ffi::OsStr::from_bytes(filename));
-    match std::fs::canonicalize(path) {
+    let yes = match std::fs::canonicalize(path) {
         Ok(real) => real.starts_with(&cfg.root) && real.is_file(),
         Err(_) => false,
-    }
+    };
+    SCRIPTS.with_borrow_mut(|m| {
+        // Bounded: a client naming random scripts cannot grow it past this.
+        if m.len() >= 4096 {
+            m.clear();
+        }
+        m.insert(filename.into(), (yes, now));
+    });
+    yes
 }
 
 /// One request: from the pipe to the application and back. The connection, when it can be
@@ -223,7 +253,7 @@ async fn exchange(
     cfg: &FastCgi,
     waits: Waits,
 ) -> io::Result<Option<Socket>> {
-    let mut buf = BytesMut::with_capacity(8 * 1024);
+    let mut buf = BytesMut::with_capacity(2048);
     let Some((peer, head)) = read_request(&mut pipe, &mut buf).await? else {
         return Ok(Some(sock));
     };
@@ -250,10 +280,11 @@ async fn exchange(
             Some(n)
         }
     };
-    let env = params::build(cfg, &head, &script, &peer, length);
-    let mut out = BytesMut::with_capacity(4096);
+    let mut env = BytesMut::with_capacity(1024);
+    params::put(cfg, &head, &script, &peer, length, &mut env);
+    let mut out = BytesMut::with_capacity(env.len() + 64);
     record::put_begin(&mut out, true);
-    record::put_params(&mut out, env.iter().map(|(n, v)| (&n[..], &v[..])));
+    record::put_params_body(&mut out, &env);
     match whole {
         Some(body) => record::put_stream(&mut out, record::STDIN, &body),
         None if length.unwrap_or(0) > 0 => loop {
@@ -311,9 +342,9 @@ async fn relay_response(
     waits: Waits,
 ) -> io::Result<bool> {
     let bodyless = head.method == Method::Head;
-    let mut rbuf = BytesMut::with_capacity(16 * 1024);
+    let mut rbuf = BytesMut::with_capacity(4096);
     let mut section = BytesMut::new();
-    let mut out = BytesMut::with_capacity(16 * 1024);
+    let mut out = BytesMut::with_capacity(4096);
     // The status once the head is written; whether its body is chunked.
     let mut written: Option<bool> = None;
     let mut wait = waits.first;

@@ -53,6 +53,7 @@ pub fn put_begin(out: &mut BytesMut, keep: bool) {
     put(out, BEGIN_REQUEST, &body);
 }
 
+#[cfg(test)]
 fn put_len(out: &mut BytesMut, n: usize) {
     if n < 128 {
         out.put_u8(n as u8);
@@ -62,6 +63,7 @@ fn put_len(out: &mut BytesMut, n: usize) {
 }
 
 /// Encodes name-value pairs into PARAMS records, then the empty one that ends them.
+#[cfg(test)]
 pub fn put_params<'a>(out: &mut BytesMut, pairs: impl Iterator<Item = (&'a [u8], &'a [u8])>) {
     let mut body = BytesMut::with_capacity(2048);
     for (name, value) in pairs {
@@ -70,7 +72,12 @@ pub fn put_params<'a>(out: &mut BytesMut, pairs: impl Iterator<Item = (&'a [u8],
         body.put_slice(name);
         body.put_slice(value);
     }
-    put_stream(out, PARAMS, &body);
+    put_params_body(out, &body);
+}
+
+/// The PARAMS records of `body` (encoded pairs), then the empty one that ends them.
+pub fn put_params_body(out: &mut BytesMut, body: &[u8]) {
+    put_stream(out, PARAMS, body);
     put(out, PARAMS, &[]);
 }
 
