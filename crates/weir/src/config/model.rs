@@ -40,6 +40,9 @@ pub struct File {
     /// Worker threads: `auto` (one per CPU core) or a number.
     #[serde(default)]
     pub workers: Workers,
+    /// Variables chosen by another value (nginx's `map`), in order: `vars/map.rs`.
+    #[serde(default)]
+    pub maps: Vec<MapDef>,
     /// Value of the `Server` response header; `off` or an empty string sends none.
     #[serde(default = "default_server_header")]
     pub server_header: String,
@@ -454,6 +457,36 @@ pub struct Route {
     /// Limits of this route's requests, over the top-level `limits` (nginx's
     /// `client_max_body_size` in a `location`); a site's apply to its routes that give none.
     pub limits: Option<RouteLimits>,
+}
+
+/// One `maps:` entry: the variable `$name`, chosen by the value of `from` (nginx's `map`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MapDef {
+    /// The variable it defines (`connection_upgrade` for `$connection_upgrade`).
+    pub name: String,
+    /// What it keys on: a value with variables (`$http_upgrade`, `$host$uri`).
+    pub from: String,
+    /// Values for exact keys (`"": close`).
+    #[serde(default)]
+    pub exact: BTreeMap<String, String>,
+    /// Values for keys starting with a prefix (the longest wins).
+    #[serde(default)]
+    pub prefix: BTreeMap<String, String>,
+    /// Regexes tried in order after `exact` and `prefix`; a value may use their captures.
+    #[serde(default)]
+    pub regex: Vec<MapRegex>,
+    /// The value when nothing matches (empty by default).
+    #[serde(default)]
+    pub default: String,
+}
+
+/// A regex entry of a map.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MapRegex {
+    pub pattern: String,
+    pub value: String,
 }
 
 /// What a route (or a site, for its routes) sets over the top-level `limits`.

@@ -17,6 +17,8 @@ pub(crate) fn compile(
     base: &BaseDir,
     registry: &Arc<Registry>,
 ) -> Result<RuntimeConfig, CompileError> {
+    // The maps' variables, known to every value compiled below (and forgotten after).
+    let _maps = crate::vars::map::install(&file.maps)?;
     let workers = match file.workers {
         model::Workers::Auto => std::thread::available_parallelism()
             .map(|n| n.get())

@@ -21,6 +21,8 @@
 //! consumer, the Basic user, the token's `sub`) and `$jwt_claim_NAME` a claim of the verified
 //! token ([`Identity`]); both are empty before, or on routes without one.
 
+pub mod map;
+
 use std::net::IpAddr;
 
 use weir_http::RequestHead;
@@ -112,6 +114,8 @@ pub enum Var {
     Consumer,
     /// A claim of the verified token: strings as they are, other values as JSON.
     Claim(String),
+    /// A `maps:` entry's value (`map.rs`).
+    Map(std::sync::Arc<map::Map>),
 }
 
 /// Who a request is, once an authentication filter accepted it.
@@ -174,9 +178,12 @@ pub fn variable(name: &str) -> Result<Var, String> {
             return Ok(Var::Capture(n));
         }
     }
+    if let Some(m) = map::lookup(name) {
+        return Ok(Var::Map(m));
+    }
     let known: Vec<&str> = NAMES.iter().map(|(n, _)| *n).collect();
     Err(format!(
-        "unknown variable ${name}; known: {}, arg_NAME, http_NAME, cookie_NAME, jwt_claim_NAME, 1-9 (path_regex captures)",
+        "unknown variable ${name}; known: {}, arg_NAME, http_NAME, cookie_NAME, jwt_claim_NAME, 1-9 (path_regex captures), and the names of `maps:` defined",
         known.join(", ")
     ))
 }
@@ -264,7 +271,7 @@ impl Template {
     }
 }
 
-fn value(v: &Var, env: &Env<'_>, out: &mut Vec<u8>) {
+pub(crate) fn value(v: &Var, env: &Env<'_>, out: &mut Vec<u8>) {
     let head = env.head;
     match v {
         Var::Host => out.extend_from_slice(head.host().unwrap_or(b"")),
@@ -324,6 +331,7 @@ fn value(v: &Var, env: &Env<'_>, out: &mut Vec<u8>) {
             }
         }
         Var::Capture(_) => {}
+        Var::Map(m) => m.render(env, out),
     }
 }
 

@@ -1,0 +1,120 @@
+//! `maps:` (issue 53 §3, nginx's `map`): variables chosen by another value, by exact value,
+//! longest prefix, regex (with captures) or default, usable wherever variables are; a map may
+//! key on an earlier one. Over real sockets, and the config errors that name the key.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::inproc;
+
+const CONFIG: &str = r#"workers: 1
+maps:
+  - name: connection_upgrade
+    from: $http_upgrade
+    exact: { "": close }
+    default: upgrade
+  - name: legacy
+    from: $uri
+    prefix: { /old/: "yes", /old/keep/: "kept-longest" }
+    regex:
+      - { pattern: '^/v(\d+)/(\w+)', value: 'api-$1-$2' }
+    default: "no"
+  - name: chained
+    from: $legacy
+    exact: { "yes": moved }
+    default: $legacy
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - match: { path_prefix: /go/ }
+        redirect: { to: "https://$legacy.example.test$uri", status: 302 }
+      - filters:
+          - headers: { response: { set: { x-upgrade: $connection_upgrade } } }
+        respond: { body: "cu=$connection_upgrade legacy=$legacy chained=$chained\n" }
+"#;
+
+fn get(addr: SocketAddr, path: &str, extra: &str) -> common::Response {
+    let mut s = common::connect(addr);
+    common::roundtrip(
+        &mut s,
+        format!("GET {path} HTTP/1.1\r\nHost: t\r\n{extra}\r\n").as_bytes(),
+    )
+}
+
+#[test]
+fn maps_choose_values_by_exact_prefix_regex_and_default() {
+    let handle = inproc::start(CONFIG);
+    let addr = handle.local_addrs()[0];
+    let r = get(addr, "/page", "");
+    assert_eq!(r.text(), "cu=close legacy=no chained=no\n");
+    assert_eq!(r.header("x-upgrade"), Some("close"));
+    let r = get(addr, "/page", "Upgrade: websocket\r\n");
+    assert_eq!(r.text(), "cu=upgrade legacy=no chained=no\n");
+    assert_eq!(r.header("x-upgrade"), Some("upgrade"));
+    assert_eq!(
+        get(addr, "/old/a", "").text(),
+        "cu=close legacy=yes chained=moved\n"
+    );
+    assert_eq!(
+        get(addr, "/old/keep/a", "").text(),
+        "cu=close legacy=kept-longest chained=kept-longest\n"
+    );
+    assert_eq!(
+        get(addr, "/v2/users/7", "").text(),
+        "cu=close legacy=api-2-users chained=api-2-users\n"
+    );
+    let r = get(addr, "/go/x", "");
+    assert_eq!(
+        (r.status, r.header("location")),
+        (302, Some("https://no.example.test/go/x"))
+    );
+    inproc::stop(handle);
+}
+
+fn load_error(yaml: &str) -> String {
+    weir::runtime::load_str(yaml, std::path::Path::new("."), |_| None)
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn map_errors_name_the_key() {
+    let cases = [
+        (
+            "maps: [ { name: host, from: $uri } ]",
+            "maps[0].name",
+            "already a variable",
+        ),
+        (
+            "maps: [ { name: a, from: $b }, { name: b, from: $uri } ]",
+            "maps[0].from",
+            "unknown variable $b",
+        ),
+        (
+            "maps: [ { name: a, from: $uri, regex: [ { pattern: '^/(x)', value: '$2' } ] } ]",
+            "maps[0].regex[0].value",
+            "only a regex's value has captures, and this one has 1",
+        ),
+        (
+            "maps: [ { name: Bad, from: $uri } ]",
+            "maps[0].name",
+            "lowercase",
+        ),
+    ];
+    for (maps, key, says) in cases {
+        let err = load_error(&format!(
+            "{maps}\nlisteners:\n  - address: 127.0.0.1:0\n    routes: [ {{ respond: {{ body: ok }} }} ]\n"
+        ));
+        assert!(err.contains(key) && err.contains(says), "{maps}: {err}");
+    }
+    // A map's variable is unknown outside the config that defines it.
+    let err = load_error(
+        "listeners:\n  - address: 127.0.0.1:0\n    routes: [ { respond: { body: $connection_upgrade } } ]\n",
+    );
+    assert!(
+        err.contains("unknown variable $connection_upgrade"),
+        "{err}"
+    );
+}
