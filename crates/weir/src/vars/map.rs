@@ -116,7 +116,7 @@ impl Map {
         for (k, v) in &m.prefix {
             prefix.push((k.as_bytes().to_vec(), value(&format!("prefix.{k}"), v, 0)?));
         }
-        prefix.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        prefix.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
         let mut regex = Vec::new();
         for (j, r) in m.regex.iter().enumerate() {
             let re = regex::bytes::Regex::new(&r.pattern)

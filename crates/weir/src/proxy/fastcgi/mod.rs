@@ -210,11 +210,13 @@ async fn not_found(pipe: &mut DuplexStream) -> io::Result<()> {
 /// script added or removed is seen within this).
 const SCRIPT_CACHE: Duration = Duration::from_secs(1);
 
+/// Whether a file name was a script, and when that was found.
+type Answers = std::collections::HashMap<Box<[u8]>, (bool, std::time::Instant)>;
+
 thread_local! {
     /// This worker's recent answers of [`is_script`], by file name: a `realpath` walks every
     /// component of the path (a system call each), 5.5k instructions a request by callgrind.
-    static SCRIPTS: RefCell<std::collections::HashMap<Box<[u8]>, (bool, std::time::Instant)>> =
-        RefCell::new(std::collections::HashMap::new());
+    static SCRIPTS: RefCell<Answers> = RefCell::new(Answers::new());
 }
 
 /// Whether `filename` is a regular file inside the canonical `root` (symlinks followed),
