@@ -2,7 +2,8 @@
 # Issue 53 §1's FastCGI figure: a small PHP page through weir (`protocol: fastcgi`) and through
 # nginx (`fastcgi_pass` with `fastcgi_keep_conn on` and an upstream keepalive pool) to the same
 # php-fpm, in the same run. Each proxy: 1 worker on core 0; wrk -t1 -c50 and php-fpm (a static
-# pool of 4) on core 1. Each cell is measured ROUNDS times in rotated order; medians of the
+# pool of 64: with kept connections each php-fpm child serves one proxy connection, so the pool
+# must outnumber the connections a proxy opens, or requests wait in its backlog) on core 1. Each cell is measured ROUNDS times in rotated order; medians of the
 # proxy's CPU µs/request (user+sys from /proc/PID/stat ÷ requests). php-fpm's own CPU is the same
 # work for both and is not counted.
 # Usage: bench/fastcgi.sh [--quick]    (results in bench/results/fastcgi-<date>.md)
@@ -28,7 +29,7 @@ group = nogroup
 listen = 127.0.0.1:$FPM
 listen.backlog = 4096
 pm = static
-pm.max_children = 4
+pm.max_children = 64
 pm.max_requests = 0
 FPMCONF
 taskset -c "$LOAD_CORE" php-fpm8.2 -R -F -y "$TMP/fpm/fpm.conf" 2>"$TMP/fpm/out.log" &
@@ -94,7 +95,7 @@ OUT="$ROOT/bench/results/fastcgi-$(date -u +%Y%m%d-%H%M).md"
   echo "# FastCGI: a small PHP page through weir and nginx to the same php-fpm"
   echo
   machine_info
-  echo "- php-fpm: $(php-fpm8.2 -v 2>/dev/null | head -1 | awk '{print $2}'), static pool of 4, core $LOAD_CORE (with wrk)"
+  echo "- php-fpm: $(php-fpm8.2 -v 2>/dev/null | head -1 | awk '{print $2}'), static pool of 64, core $LOAD_CORE (with wrk)"
   echo "- command: \`bench/fastcgi.sh ${1:-}\`; wrk -t1 -c50 -d$DUR, median of $ROUNDS rounds (order rotated)"
   echo
   echo "| proxy | requests/s | p99 µs | CPU µs/req | vs nginx |"
