@@ -445,19 +445,22 @@ fn upgrade_under_load(disk: bool) {
     let warm = seen.load(Ordering::SeqCst);
     assert_eq!(warm, KEYS);
     let stop_load = Arc::new(AtomicBool::new(false));
-    let (hits, total) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    // Counted apart once the old process is gone (and the disk tier is the new one's).
+    let after = Arc::new(AtomicBool::new(false));
+    let counts: Arc<[AtomicUsize; 4]> = Arc::new(Default::default());
     let clients: Vec<_> = (0..4)
         .map(|c| {
-            let (stop_load, hits, total) = (stop_load.clone(), hits.clone(), total.clone());
+            let (stop_load, after, counts) = (stop_load.clone(), after.clone(), counts.clone());
             std::thread::spawn(move || {
                 let mut i = c;
                 while !stop_load.load(Ordering::SeqCst) {
+                    let phase = if after.load(Ordering::SeqCst) { 2 } else { 0 };
                     let r =
                         std::panic::catch_unwind(|| common::get(addr, &format!("/u/{}", i % KEYS)));
                     if let Ok(r) = r {
-                        total.fetch_add(1, Ordering::SeqCst);
+                        counts[phase].fetch_add(1, Ordering::SeqCst);
                         if is_hit(&r) {
-                            hits.fetch_add(1, Ordering::SeqCst);
+                            counts[phase + 1].fetch_add(1, Ordering::SeqCst);
                         }
                     }
                     i += 4;
@@ -472,18 +475,30 @@ fn upgrade_under_load(disk: bool) {
     common::until("the old weir exited", Duration::from_secs(15), || {
         old.try_wait().unwrap().is_some()
     });
+    after.store(true, Ordering::SeqCst);
     // paces: 500 ms of load on the new process after the upgrade.
     std::thread::sleep(Duration::from_millis(500));
     stop_load.store(true, Ordering::SeqCst);
     for c in clients {
         c.join().unwrap();
     }
-    let (hits, total) = (hits.load(Ordering::SeqCst), total.load(Ordering::SeqCst));
+    let [total_during, hits_during, total_after, hits_after] =
+        [0, 1, 2, 3].map(|i| counts[i].load(Ordering::SeqCst));
     let refetched = seen.load(Ordering::SeqCst) - warm;
-    assert!(total > 200, "load ran: {total}");
     assert!(
-        (hits as f64) >= 0.99 * total as f64,
-        "hit ratio through the upgrade {hits}/{total}, {refetched} refetched"
+        total_during + total_after > 200 && total_after > 50,
+        "load ran: {total_during} + {total_after}"
+    );
+    // Once the old process is gone every key is a hit; while it hands a disk tier over (it
+    // holds the directory's lock until its last objects are written, about 300 ms here), a
+    // request the new process gets may go to the origin (a miss, never an error): bounded.
+    assert!(
+        (hits_after as f64) >= 0.99 * total_after as f64,
+        "hit ratio after the upgrade {hits_after}/{total_after}, {refetched} refetched"
+    );
+    assert!(
+        (hits_during as f64) >= 0.9 * total_during as f64,
+        "hit ratio during the upgrade {hits_during}/{total_during}, {refetched} refetched"
     );
     let survived = (0..KEYS)
         .filter(|i| is_hit(&common::get(addr, &format!("/u/{i}"))))
