@@ -118,3 +118,51 @@ fn map_errors_name_the_key() {
         "{err}"
     );
 }
+
+/// A route's `set` (nginx's `set $name value;`): variables of that route only, in order, each
+/// seeing those before it and the maps.
+#[test]
+fn routes_set_their_own_variables() {
+    let handle = inproc::start(
+        r#"workers: 1
+maps:
+  - name: tier
+    from: $arg_plan
+    exact: { gold: premium }
+    default: basic
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - match: { path_prefix: /a }
+        set:
+          backend: "app-$tier"
+          full: "$backend:$uri"
+          port: 8080
+        filters:
+          - headers: { response: { set: { x-backend: $backend } } }
+        respond: { body: "full=$full port=$port\n" }
+      - respond: { body: "tier=$tier\n" }
+"#,
+    );
+    let addr = handle.local_addrs()[0];
+    let r = get(addr, "/a/x?plan=gold", "");
+    assert_eq!(r.text(), "full=app-premium:/a/x port=8080\n");
+    assert_eq!(r.header("x-backend"), Some("app-premium"));
+    assert_eq!(get(addr, "/b", "").text(), "tier=basic\n");
+    inproc::stop(handle);
+    // Another route does not see them.
+    let err = load_error(
+        "listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - { match: { path: /a }, set: { x: one }, respond: { body: ok } }\n      - { respond: { body: $x } }\n",
+    );
+    assert!(
+        err.contains("routes[1]") && err.contains("unknown variable $x"),
+        "{err}"
+    );
+    let err = load_error(
+        "listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - { set: { uri: one }, respond: { body: ok } }\n",
+    );
+    assert!(
+        err.contains("routes[0].set") && err.contains("already a variable"),
+        "{err}"
+    );
+}

@@ -457,6 +457,10 @@ pub struct Route {
     /// Limits of this route's requests, over the top-level `limits` (nginx's
     /// `client_max_body_size` in a `location`); a site's apply to its routes that give none.
     pub limits: Option<RouteLimits>,
+    /// Variables of this route, in order (nginx's `set $name value;`): `name: value`, the value
+    /// with variables; the route's own values (its action and inline filters) may use them.
+    #[serde(default)]
+    pub set: serde_yaml::Mapping,
 }
 
 /// One `maps:` entry: the variable `$name`, chosen by the value of `from` (nginx's `map`).

@@ -211,6 +211,8 @@ impl RouteTable {
                 .as_ref()
                 .and_then(|l| l.max_body_bytes)
                 .map(|s| s.0);
+            // The route's `set` variables, known to its own values until it is compiled.
+            let _set = crate::vars::map::scope(&r.set, &path)?;
             let (matcher, methods) = Matcher::compile(r.matcher, &format!("{path}.match"))?;
             let regex = match &matcher.path {
                 PathMatch::Regex(r) | PathMatch::PrefixRegex(_, r) => Some(r.clone()),

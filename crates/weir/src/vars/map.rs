@@ -55,6 +55,50 @@ pub(super) fn lookup(name: &str) -> Option<Arc<Map>> {
     INSTALLED.with_borrow(|m| m.iter().find(|m| m.name == name).cloned())
 }
 
+/// A route's `set` variables, known while the route compiles (dropped after it).
+#[derive(Debug)]
+pub struct Scoped(usize);
+
+impl Drop for Scoped {
+    fn drop(&mut self) {
+        INSTALLED.with_borrow_mut(|m| m.truncate(self.0));
+    }
+}
+
+/// Installs a route's `set:` (nginx's `set $name value;`) in order, each seeing those before
+/// it, until the returned guard is dropped: a variable whose value is always `value` rendered
+/// for the request (a map with a default only).
+pub(crate) fn scope(set: &serde_yaml::Mapping, path: &str) -> Result<Scoped, CompileError> {
+    let before = INSTALLED.with_borrow(Vec::len);
+    let guard = Scoped(before);
+    for (k, v) in set {
+        let value = match v {
+            serde_yaml::Value::String(t) => t.clone(),
+            serde_yaml::Value::Number(n) => n.to_string(),
+            serde_yaml::Value::Bool(b) => b.to_string(),
+            _ => String::new(),
+        };
+        let Some(name) = k.as_str().filter(|_| !v.is_mapping() && !v.is_sequence()) else {
+            return Err((
+                format!("{path}.set"),
+                "each entry is `name: value` (a value with variables)".into(),
+            ));
+        };
+        let def = model::MapDef {
+            name: name.to_string(),
+            from: String::new(),
+            exact: Default::default(),
+            prefix: Default::default(),
+            regex: Vec::new(),
+            default: value,
+        };
+        let compiled = Map::compile(&def, &format!("{path}.set"))
+            .map_err(|(key, m)| (key.replace(".set.default", &format!(".set.{name}")), m))?;
+        INSTALLED.with_borrow_mut(|all| all.push(Arc::new(compiled)));
+    }
+    Ok(guard)
+}
+
 /// Compiles `maps` in order (each seeing those before it) and installs them for the rest of
 /// this config's compilation.
 pub(crate) fn install(maps: &[model::MapDef]) -> Result<Installed, CompileError> {
