@@ -166,3 +166,64 @@ listeners:
         "{err}"
     );
 }
+
+/// nginx's common `if` idioms as route matches: the scheme, and variables' values (equal, not
+/// equal, regex, not regex, empty), maps included.
+#[test]
+fn routes_match_on_the_scheme_and_on_variables() {
+    let handle = inproc::start(
+        r#"workers: 1
+maps:
+  - name: mobile
+    from: $http_user_agent
+    regex: [ { pattern: '(?i)iphone|android', value: "1" } ]
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - match: { scheme: http, vars: { $http_x_forwarded_proto: "!https", $arg_force: "" } }
+        redirect: { to: "https://$host$request_uri", status: 301 }
+      - match: { vars: { $host: "~^www\\." } }
+        respond: { body: "www\n" }
+      - match: { vars: { $mobile: "1" } }
+        respond: { body: "mobile\n" }
+      - match: { vars: { $arg_force: "!" } }
+        respond: { body: "forced\n" }
+      - respond: { body: "plain\n" }
+"#,
+    );
+    let addr = handle.local_addrs()[0];
+    let ask = |path: &str, host: &str, extra: &str| {
+        let mut s = common::connect(addr);
+        common::roundtrip(
+            &mut s,
+            format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n").as_bytes(),
+        )
+    };
+    let r = ask("/a?b=1", "site.test", "");
+    assert_eq!(
+        (r.status, r.header("location")),
+        (301, Some("https://site.test/a?b=1"))
+    );
+    // Behind a proxy that terminated TLS: not redirected.
+    let r = ask("/a", "site.test", "X-Forwarded-Proto: https\r\n");
+    assert_eq!(r.text(), "plain\n");
+    assert_eq!(
+        ask("/", "www.site.test", "X-Forwarded-Proto: https\r\n").text(),
+        "www\n"
+    );
+    assert_eq!(
+        ask(
+            "/",
+            "site.test",
+            "X-Forwarded-Proto: https\r\nUser-Agent: Mozilla (iPhone)\r\n"
+        )
+        .text(),
+        "mobile\n"
+    );
+    assert_eq!(ask("/?force=1", "site.test", "").text(), "forced\n");
+    inproc::stop(handle);
+    let err = load_error(
+        "listeners:\n  - address: 127.0.0.1:0\n    routes: [ { match: { scheme: ftp }, respond: { body: ok } } ]\n",
+    );
+    assert!(err.contains("routes[0].match.scheme"), "{err}");
+}

@@ -537,6 +537,12 @@ pub struct Match {
     /// client when the listener takes one.
     #[serde(default)]
     pub client: Vec<String>,
+    /// `http` or `https`: how the client connected.
+    pub scheme: Option<String>,
+    /// A value with variables → what it must be: `value`, `!value`, `~regex`, `!~regex`
+    /// (nginx's `if ($var = value)` and friends as a route match).
+    #[serde(default)]
+    pub vars: BTreeMap<String, String>,
 }
 
 /// A string or a list of strings.

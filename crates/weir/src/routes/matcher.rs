@@ -18,6 +18,8 @@ pub struct Matcher {
     headers: Vec<(String, Bytes)>,
     /// Query arguments, cookies, the client's address (`conditions.rs`).
     extra: Option<Box<super::conditions::Extra>>,
+    /// The scheme and variables' values (`values.rs`).
+    values: Option<Box<super::values::Values>>,
 }
 
 /// A host condition.
@@ -47,6 +49,7 @@ impl Matcher {
         path: &str,
     ) -> Result<(Matcher, Option<Vec<Method>>), CompileError> {
         let extra = super::conditions::Extra::compile(&m.query, &m.cookies, &m.client, path)?;
+        let values = super::values::Values::compile(m.scheme.as_deref(), &m.vars, path)?;
         let hosts = host_patterns(m.host.into_vec(), &format!("{path}.host"))?;
         let sni = host_patterns(m.sni.into_vec(), &format!("{path}.sni"))?;
         let client_subject = match &m.client_subject {
@@ -143,6 +146,7 @@ impl Matcher {
                 path: path_match,
                 headers,
                 extra,
+                values,
             },
             methods,
         ))
@@ -186,6 +190,11 @@ impl Matcher {
                 return false;
             };
             if !re.is_match(subject) {
+                return false;
+            }
+        }
+        if let Some(values) = &self.values {
+            if !values.matches(req, tls.is_some(), client) {
                 return false;
             }
         }
@@ -239,6 +248,9 @@ impl Matcher {
         }
         if let Some(extra) = &self.extra {
             extra.describe(&mut parts);
+        }
+        if let Some(values) = &self.values {
+            values.describe(&mut parts);
         }
         if parts.is_empty() {
             "any".into()

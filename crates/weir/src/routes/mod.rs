@@ -7,6 +7,7 @@
 mod conditions;
 pub(crate) mod matcher;
 pub(crate) mod sites;
+mod values;
 
 use bytes::Bytes;
 use weir_http::{Method, RequestHead};
