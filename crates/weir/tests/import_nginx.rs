@@ -2,10 +2,13 @@
 //! examples from nginx's documentation, h5bp's server-configs-nginx): each converts, the result
 //! passes `weir check`, and nginx and weir, each serving its own config, give the same status
 //! and body to a list of requests. What could not be translated is listed with file:line on
-//! stderr. Needs nginx (CI installs it: `.ci/run`).
+//! stderr. Needs nginx (CI installs it: `.ci/run`). PHP sites on php-fpm and applications behind
+//! `try_files ... @app`: `import_nginx/php.rs`.
 #![allow(clippy::unwrap_used)]
 
 mod common;
+#[path = "import_nginx/php.rs"]
+mod php;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

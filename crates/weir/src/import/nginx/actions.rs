@@ -26,6 +26,7 @@ pub(super) fn proxy_pass(
         None => (rest, None),
     };
     let upstream = if cx.upstreams.contains_key(s(hostport)) {
+        cx.proxied_blocks.insert(hostport.to_string());
         hostport.to_string()
     } else {
         let name = hostport.replace([':', '.'], "_");

@@ -29,6 +29,35 @@ pub(super) struct Scope {
     /// An access control weir cannot translate (`internal`, `auth_request`, ...): every route
     /// under it answers 403 rather than open what nginx closed.
     pub(super) fail_closed: Option<String>,
+    /// The server's first `server_name` as written (nginx's `$server_name`).
+    pub(super) server_name: Option<String>,
+    /// What a `fastcgi_pass` location uses (`fastcgi.rs`).
+    pub(super) fastcgi: FastCgiScope,
+}
+
+/// The FastCGI settings a location inherits.
+#[derive(Debug, Clone, Default)]
+pub(super) struct FastCgiScope {
+    /// `fastcgi_param`s in order, and whether this level set its own (nginx inherits them only
+    /// into a level that has none).
+    pub(super) params: Vec<Param>,
+    pub(super) params_own: bool,
+    pub(super) index: Option<String>,
+    /// `fastcgi_split_path_info` and where it was written.
+    pub(super) split: Option<(String, String)>,
+    /// `fastcgi_connect_timeout`, `fastcgi_read_timeout` (weir durations).
+    pub(super) connect_timeout: Option<String>,
+    pub(super) read_timeout: Option<String>,
+    pub(super) keep_conn: bool,
+}
+
+/// One `fastcgi_param NAME VALUE [if_not_empty]`, and where it was written.
+#[derive(Debug, Clone)]
+pub(super) struct Param {
+    pub(super) name: String,
+    pub(super) value: String,
+    pub(super) if_not_empty: bool,
+    pub(super) at: String,
 }
 
 impl Scope {
@@ -36,6 +65,7 @@ impl Scope {
     pub(super) fn nested(&self) -> Scope {
         let mut s = self.clone();
         s.access_own = false;
+        s.fastcgi.params_own = false;
         s
     }
 }
@@ -136,6 +166,42 @@ pub(super) fn inherited(cx: &mut Ctx, d: &Directive, scope: &mut Scope) -> bool 
             scope.fail_closed = Some(d.name.clone());
             cx.skip(d, "access control not translated: the routes under it answer 403 (closed, as nginx would be to most clients)");
             return true;
+        }
+        "fastcgi_param" => {
+            if !(2..=3).contains(&d.args.len()) {
+                return false;
+            }
+            let f = &mut scope.fastcgi;
+            if !f.params_own {
+                f.params.clear();
+                f.params_own = true;
+            }
+            f.params.push(Param {
+                name: a(0),
+                value: a(1),
+                if_not_empty: a(2) == "if_not_empty",
+                at: d.at(),
+            });
+        }
+        "fastcgi_index" => scope.fastcgi.index = Some(a(0)),
+        "fastcgi_split_path_info" => scope.fastcgi.split = Some((a(0), d.at())),
+        "fastcgi_keep_conn" => scope.fastcgi.keep_conn = a(0) == "on",
+        "fastcgi_connect_timeout" | "fastcgi_read_timeout" => {
+            // nginx's bare number is seconds; weir takes ms, s, m, h.
+            let v = a(0);
+            let v = if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+                format!("{v}s")
+            } else {
+                v
+            };
+            if v.parse::<crate::config::units::Dur>().is_err() {
+                return false;
+            }
+            if d.name == "fastcgi_connect_timeout" {
+                scope.fastcgi.connect_timeout = Some(v);
+            } else {
+                scope.fastcgi.read_timeout = Some(v);
+            }
         }
         "proxy_cache" => {
             scope.proxy_cache = match a(0).as_str() {

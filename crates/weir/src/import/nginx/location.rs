@@ -1,16 +1,19 @@
 //! `location` blocks and what they hold: the match, nested locations (flattened; their order
-//! is `precedence.rs`'s), files (`root`, `alias`, `try_files`), the filters a location's
-//! inherited settings make, and the refusal of what is not translated (`refuse.rs`; the
-//! actions `proxy_pass`, `return` and `rewrite` are `actions.rs`).
+//! is `precedence.rs`'s), files (`root`, `alias`, `try_files`; `files.rs`), the filters a
+//! location's inherited settings make, and the refusal of what is not translated (`refuse.rs`;
+//! the actions `proxy_pass`, `return` and `rewrite` are `actions.rs`, `fastcgi_pass`
+//! `fastcgi.rs`).
 
 use serde_yaml::{Mapping, Value};
 
 use super::actions::{proxy_pass, return_action, rewrite};
+use super::files::{app_keeps_filters, files_to_try};
 use super::http::{inherited, Scope};
 use super::parse::Directive;
+pub(super) use super::refuse::{access, close, Access};
 use super::refuse::{access_control, handler, harmless, refusal_route, Refusal};
 use super::server::error_pages;
-use super::{map, not_translated, s, Ctx};
+use super::{fastcgi, map, not_translated, s, Ctx};
 
 /// One converted `location` (or a location nested in one): its rank in nginx's precedence (0
 /// exact, 1 `^~`, 2 regex, 3 prefix), its prefix (for the ordering), whether it was nested,
@@ -86,8 +89,11 @@ fn location_in(
             (2, map(vec![("path_regex", s(&r))]), None)
         }
         [p] if p.starts_with('/') => (3, prefix_match(&encode_path(p)), Some(encode_path(p))),
+        // A server's named locations are its `try_files`' apps (`files.rs`).
         [p] if p.starts_with('@') => {
-            cx.skip(d, "named locations are not translated (a try_files or error_page that names one answers 503)");
+            if parent.is_some() {
+                cx.skip(d, "a named location inside a location is not translated");
+            }
             return Vec::new();
         }
         _ => {
@@ -121,8 +127,14 @@ fn location_in(
     let mut limit_except: Option<&Directive> = None;
     let mut before = Vec::new();
     let mut nested = Vec::new();
+    // A FastCGI location's `fastcgi_pass`, and the `set`s its parameters may use.
+    let mut fcgi_pass: Option<&Directive> = None;
+    let has_fcgi = d.children().iter().any(|c| c.name == "fastcgi_pass");
+    let mut sets = Vec::new();
     for x in d.children() {
         match x.name.as_str() {
+            "fastcgi_pass" if fcgi_pass.is_none() => fcgi_pass = Some(x),
+            "set" if has_fcgi => sets.push(x),
             "proxy_pass" => {
                 proxied = proxy_pass(cx, x, prefix.as_deref(), &scope);
                 if proxied.is_none() {
@@ -215,6 +227,54 @@ fn location_in(
         let why = why.unwrap_or_else(|| "deny".into());
         Refusal::add(&mut refusal, 403, why);
     }
+    let fastcgi = fcgi_pass.is_some();
+    let mut used_sets = Vec::new();
+    if let Some(p) = fcgi_pass {
+        if returned.is_some() {
+            cx.skip(
+                p,
+                "both `return` and `fastcgi_pass`: the `return` answers, as in nginx",
+            );
+        } else if refusal.is_some() {
+            cx.skip(p, "not translated: the location refuses (see its note)");
+        } else if proxied.is_some() {
+            cx.skip(
+                p,
+                "beside proxy_pass (nginx takes one): the location answers 503",
+            );
+            Refusal::add(
+                &mut refusal,
+                503,
+                format!("{}: fastcgi_pass beside proxy_pass", p.at()),
+            );
+        } else {
+            match fastcgi::location(cx, p, &scope, try_files.as_deref(), alias.is_some(), &sets) {
+                Ok(t) => {
+                    proxied = Some(t.action);
+                    used_sets = t.used_sets;
+                    try_files = None;
+                }
+                Err(u) => {
+                    cx.out.skipped.push(format!(
+                        "{}: {}: {}: the location answers 503",
+                        u.at, u.directive, u.why
+                    ));
+                    Refusal::add(
+                        &mut refusal,
+                        503,
+                        format!("{}: {} {} is not translated", u.at, u.directive, u.why),
+                    );
+                }
+            }
+        }
+    }
+    for (k, x) in sets.iter().enumerate() {
+        if used_sets.contains(&k) {
+            cx.done();
+        } else {
+            cx.skip(x, not_translated("set"));
+        }
+    }
     let this = Loc {
         rank,
         prefix: prefix.clone(),
@@ -238,6 +298,7 @@ fn location_in(
                 returned,
                 proxied,
                 limit_except,
+                fastcgi,
             },
         ) {
             Ok(mut routes) => {
@@ -300,6 +361,8 @@ struct Content<'a> {
     returned: Option<Vec<(Value, Value)>>,
     proxied: Option<Vec<(Value, Value)>>,
     limit_except: Option<&'a Directive>,
+    /// `proxied` is a FastCGI location's (not cached: `proxy_cache` is not `fastcgi_cache`).
+    fastcgi: bool,
 }
 
 /// A location's own routes when nothing in it refuses: its action (`return`, `proxy_pass`, or
@@ -318,7 +381,9 @@ fn content_routes(
         returned,
         proxied,
         limit_except,
+        fastcgi,
     } = c;
+    let mut app = None;
     let mut route = Mapping::new();
     route.insert(s("match"), matcher.clone());
     if let Some(l) = limit_except {
@@ -366,13 +431,21 @@ fn content_routes(
                     why: format!("{}: root {root:?} has a variable", d.at()),
                 });
             }
-            let try_files = try_files.map(|t| files_to_try(cx, d, t, &mut route));
-            let Value::Mapping(st) = static_route(root, scope, try_files, alias.is_some()) else {
+            let try_files = try_files.map(|t| {
+                let (t, a) = files_to_try(cx, d, t, &mut route);
+                app = a;
+                t
+            });
+            let Value::Mapping(mut st) = static_route(root, scope, try_files, alias.is_some())
+            else {
                 return Err(Refusal {
                     status: 503,
                     why: format!("{}: files not translated", d.at()),
                 });
             };
+            if let (Some(a), Some(Value::Mapping(inner))) = (&app, st.get_mut(s("static"))) {
+                inner.insert(s("app"), a.proxy.clone());
+            }
             for (k, v) in st {
                 route.insert(k, v);
             }
@@ -385,7 +458,7 @@ fn content_routes(
         if scope.gzip {
             filters.push(gzip_filter(scope));
         }
-        if let Some(zone) = &scope.proxy_cache {
+        if let Some(zone) = scope.proxy_cache.as_ref().filter(|_| !fastcgi) {
             let mut ttl = Mapping::new();
             for (c, t) in &scope.proxy_cache_valid {
                 ttl.insert(s(c), s(t));
@@ -399,6 +472,9 @@ fn content_routes(
     }
     if let Access::Filter(f) = access(scope) {
         filters.insert(0, f);
+    }
+    if let Some(a) = &app {
+        app_keeps_filters(cx, d, &mut route, a, &filters);
     }
     if !filters.is_empty() {
         route.insert(s("filters"), Value::Sequence(filters));
@@ -424,93 +500,6 @@ fn content_routes(
         ]));
     }
     Ok(routes)
-}
-
-/// `try_files` as weir's static action takes it: `$uri` forms and paths; an entry with another
-/// variable is left out (fewer files tried, never more), and a named location or such a path
-/// as the last entry becomes `=503` (the application behind it is not translated), noted on
-/// the route.
-fn files_to_try(cx: &mut Ctx, d: &Directive, t: Vec<String>, route: &mut Mapping) -> Vec<String> {
-    let n = t.len();
-    let mut out = Vec::with_capacity(n);
-    for (i, e) in t.into_iter().enumerate() {
-        let last = i + 1 == n;
-        let plain = e.starts_with('=')
-            || ((e.starts_with('/') || e.starts_with("$uri"))
-                && !e.replace("$uri", "").contains('$'));
-        if plain {
-            out.push(e);
-        } else if last {
-            let why =
-                format!("try_files falls back to {e:?}, which is not translated: 503 instead");
-            cx.skip(d, &why);
-            let (k, v) = cx.note(why);
-            route.insert(k, v);
-            out.push("=503".into());
-        } else {
-            cx.skip(
-                d,
-                &format!("try_files entry {e:?} is not translated: left out"),
-            );
-        }
-    }
-    out
-}
-
-/// What a scope's `allow`/`deny` rules (and untranslatable access controls) make of its routes.
-pub(super) enum Access {
-    Open,
-    /// An `ip` filter.
-    Filter(Value),
-    /// 403 for everyone, and why (listed) when it is stricter than nginx.
-    Closed(Option<String>),
-}
-
-pub(super) fn access(scope: &Scope) -> Access {
-    if let Some(d) = &scope.fail_closed {
-        return Access::Closed(Some(format!(
-            "`{d}` is not translated: the route answers 403"
-        )));
-    }
-    let rules = &scope.access;
-    let Some(((last_allow, last_who), rest)) = rules.split_last() else {
-        return Access::Open;
-    };
-    let ip_list = |v: &[(bool, String)]| Value::Sequence(v.iter().map(|(_, w)| s(w)).collect());
-    match (last_allow, last_who.as_str()) {
-        (false, "all") if rest.is_empty() => Access::Closed(None),
-        (false, "all") if rest.iter().all(|(a, w)| *a && w != "all") => {
-            Access::Filter(map(vec![("ip", map(vec![("allow", ip_list(rest))]))]))
-        }
-        (true, "all") if rest.iter().all(|(a, w)| !*a && w != "all") => {
-            Access::Filter(map(vec![("ip", map(vec![("deny", ip_list(rest))]))]))
-        }
-        _ if rules.iter().all(|(a, w)| !*a && w != "all") => {
-            Access::Filter(map(vec![("ip", map(vec![("deny", ip_list(rules))]))]))
-        }
-        _ => Access::Closed(Some(
-            "allow/deny rules in an order weir's ip filter cannot keep: the route answers 403"
-                .into(),
-        )),
-    }
-}
-
-/// Makes `route` a 403: its action replaced, its match kept.
-pub(super) fn close(route: &mut Mapping) {
-    for k in [
-        "proxy",
-        "static",
-        "respond",
-        "redirect",
-        "cache",
-        "error_pages",
-    ] {
-        route.remove(s(k));
-    }
-    route.insert(
-        s("respond"),
-        map(vec![("status", Value::Number(403.into()))]),
-    );
 }
 
 /// A location path as weir compares it: percent-encoded as a client sends it (nginx compares
@@ -637,7 +626,14 @@ pub(super) fn static_route(
     alias: bool,
 ) -> Value {
     let mut st = vec![("root", s(root))];
-    if !scope.index.is_empty() {
+    // nginx's `$uri` is a file, never a directory's index: without a `$uri/` (or a fallback
+    // ending in `/`), a `try_files` serves no index (weir's `$uri` would take `/`'s).
+    let no_dirs = try_files
+        .as_ref()
+        .is_some_and(|t| !t.iter().any(|e| e.ends_with('/')));
+    if no_dirs {
+        st.push(("index", Value::Sequence(Vec::new())));
+    } else if !scope.index.is_empty() {
         st.push((
             "index",
             Value::Sequence(scope.index.iter().map(|i| s(i)).collect()),

@@ -5,12 +5,15 @@
 //! the common directives map to their weir forms: `proxy_pass`, `return`, `rewrite ...
 //! permanent|redirect`, `root`/`alias`/`index`/`try_files`, `upstream`, `proxy_cache*`,
 //! `limit_req*`, `auth_basic*`, `gzip*`, `add_header`, `proxy_set_header`, `error_page`,
-//! `ssl_certificate*`, `client_max_body_size`, `keepalive_timeout`, `worker_processes`.
+//! `ssl_certificate*`, `client_max_body_size`, `keepalive_timeout`, `worker_processes`;
+//! `fastcgi_pass` and `fastcgi_param*` as FastCGI upstreams (`fastcgi.rs`), and `try_files`
+//! falling back to a named location or a PHP front controller as the static action's `@app`
+//! (`files.rs`).
 //!
 //! Every other directive is listed with its file and line and why (never dropped silently);
 //! a few that weir does on its own (`sendfile`, `tcp_nopush`, ...) are listed as such.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_yaml::{Mapping, Value};
 
@@ -19,12 +22,16 @@ use parse::Directive;
 use server::{listeners, server};
 
 mod actions;
+mod fastcgi;
+mod files;
 mod http;
 mod location;
 pub mod parse;
 mod precedence;
 mod refuse;
 mod server;
+#[cfg(test)]
+mod tests;
 
 /// The key of a route's note in the converted mapping (`__weir_import_note__N: N`);
 /// [`Converted::notes`] holds its text.
@@ -55,6 +62,16 @@ struct Ctx {
     /// Error page files → the URI nginx would redirect to (`error_page 404 /x.html`), to check
     /// that no other location serves that URI (`server.rs`).
     page_uris: BTreeMap<String, String>,
+    /// The current server's named locations (`files.rs`), and the scope they inherit.
+    named: files::NamedTable,
+    named_scope: Scope,
+    /// `upstream` blocks a `fastcgi_pass` named, and those a `proxy_pass` did: a block only
+    /// FastCGI used is not left as an HTTP upstream.
+    fastcgi_blocks: BTreeSet<String>,
+    proxied_blocks: BTreeSet<String>,
+    /// FastCGI upstreams made from an `upstream` block: (block, upstream), to take the block's
+    /// name when the block goes.
+    from_blocks: Vec<(String, String)>,
 }
 fn s(v: &str) -> Value {
     Value::String(v.to_string())
@@ -108,6 +125,11 @@ pub fn convert(top: &[Directive]) -> Converted {
         filters: Mapping::new(),
         zones: Mapping::new(),
         limit_zones: BTreeMap::new(),
+        named: BTreeMap::new(),
+        named_scope: Scope::default(),
+        fastcgi_blocks: BTreeSet::new(),
+        proxied_blocks: BTreeSet::new(),
+        from_blocks: Vec::new(),
     };
     let mut servers = Vec::new();
     let mut scope = Scope::default();
@@ -177,7 +199,32 @@ pub fn convert(top: &[Directive]) -> Converted {
             servers.push(server(&mut cx, d, scope.clone()));
         }
     }
-    let listeners = listeners(&mut cx, servers);
+    let mut listeners = listeners(&mut cx, servers);
+    // An `upstream` block only `fastcgi_pass` used is not an HTTP upstream: its FastCGI
+    // upstream takes its name.
+    for name in cx.fastcgi_blocks.difference(&cx.proxied_blocks) {
+        cx.upstreams.shift_remove(s(name));
+    }
+    for (block, made) in std::mem::take(&mut cx.from_blocks) {
+        if cx.upstreams.contains_key(s(&block)) {
+            continue;
+        }
+        if cx.upstreams.contains_key(s(&made)) {
+            cx.upstreams = std::mem::take(&mut cx.upstreams)
+                .into_iter()
+                .map(|(k, v)| {
+                    if k.as_str() == Some(&made) {
+                        (s(&block), v)
+                    } else {
+                        (k, v)
+                    }
+                })
+                .collect();
+            for l in &mut listeners {
+                rename_upstream(l, &made, &block);
+            }
+        }
+    }
     let mut config = Mapping::new();
     for (k, v) in root_keys {
         config.insert(k, v);
@@ -195,6 +242,26 @@ pub fn convert(top: &[Directive]) -> Converted {
     cx.out.config = config;
     cx.out.notes = std::mem::take(&mut cx.notes);
     cx.out
+}
+/// Every `upstream: FROM` under `v` made `upstream: TO`.
+fn rename_upstream(v: &mut Value, from: &str, to: &str) {
+    match v {
+        Value::Mapping(m) => {
+            for (k, x) in m.iter_mut() {
+                if k.as_str() == Some("upstream") && x.as_str() == Some(from) {
+                    *x = s(to);
+                } else {
+                    rename_upstream(x, from, to);
+                }
+            }
+        }
+        Value::Sequence(items) => {
+            for x in items {
+                rename_upstream(x, from, to);
+            }
+        }
+        _ => {}
+    }
 }
 /// An `http`-level directive.
 fn http_directive(cx: &mut Ctx, d: &Directive, scope: &mut Scope, root: &mut Mapping) {
@@ -262,7 +329,8 @@ fn not_translated(name: &str) -> &'static str {
             "weir's TLS defaults apply (tls.protocols, tls.ciphers: docs/config.md#tls)"
         }
         "if" | "set" | "map" => "conditional rewriting is not translated",
-        "fastcgi_pass" | "uwsgi_pass" | "scgi_pass" | "grpc_pass" | "memcached_pass" => {
+        "fastcgi_pass" => "a second fastcgi_pass is not translated: the location answers 503",
+        "uwsgi_pass" | "scgi_pass" | "grpc_pass" | "memcached_pass" => {
             "weir has no such upstream protocol here: the location answers 503"
         }
         _ => "not translated",

@@ -3,7 +3,8 @@
 //! or a glob; a relative one against the main file's directory, as nginx's `-c` prefix, then
 //! the including file's, then `/etc/nginx`), each directive keeping the file and line it came
 //! from. An include that names no file is kept as a directive, so the list of what was not
-//! translated shows it.
+//! translated shows it, but for nginx's `fastcgi_params`, `fastcgi.conf` and Debian's
+//! `snippets/fastcgi-php.conf`, whose standard text stands in.
 
 use std::path::{Path, PathBuf};
 
@@ -107,6 +108,18 @@ fn expand_includes(
             let dir_glob = Path::new(&d.args[0])
                 .parent()
                 .is_some_and(|p| p.to_string_lossy().contains('*'));
+            if !dir_glob && targets.is_empty() {
+                // nginx's own parameter files, where this machine has none (issue 53: a PHP
+                // location would refuse for the missing file).
+                if let Some((label, text)) = builtin(&d.args[0]) {
+                    let file = std::sync::Arc::new(PathBuf::from(label));
+                    let tokens =
+                        tokenize(&text).map_err(|(line, m)| format!("{label}:{line}: {m}"))?;
+                    let list = block(&tokens, &mut 0, &file, 0, budget)?;
+                    out.extend(expand_includes(list, from, main_dir, depth + 1, budget)?);
+                    continue;
+                }
+            }
             if dir_glob || (targets.is_empty() && !d.args[0].contains('*')) {
                 out.push(d);
                 continue;
@@ -125,6 +138,59 @@ fn expand_includes(
         out.push(d);
     }
     Ok(out)
+}
+
+/// nginx's `fastcgi_params` (as Debian ships it, but its `HTTP_HOST` line).
+const FASTCGI_PARAMS: &str = "fastcgi_param QUERY_STRING $query_string;
+fastcgi_param REQUEST_METHOD $request_method;
+fastcgi_param CONTENT_TYPE $content_type;
+fastcgi_param CONTENT_LENGTH $content_length;
+fastcgi_param SCRIPT_NAME $fastcgi_script_name;
+fastcgi_param REQUEST_URI $request_uri;
+fastcgi_param DOCUMENT_URI $document_uri;
+fastcgi_param DOCUMENT_ROOT $document_root;
+fastcgi_param SERVER_PROTOCOL $server_protocol;
+fastcgi_param REQUEST_SCHEME $scheme;
+fastcgi_param HTTPS $https if_not_empty;
+fastcgi_param GATEWAY_INTERFACE CGI/1.1;
+fastcgi_param SERVER_SOFTWARE nginx/$nginx_version;
+fastcgi_param REMOTE_ADDR $remote_addr;
+fastcgi_param REMOTE_PORT $remote_port;
+fastcgi_param REMOTE_USER $remote_user;
+fastcgi_param SERVER_ADDR $server_addr;
+fastcgi_param SERVER_PORT $server_port;
+fastcgi_param SERVER_NAME $server_name;
+fastcgi_param REDIRECT_STATUS 200;
+";
+
+/// Debian's `snippets/fastcgi-php.conf`.
+const FASTCGI_PHP: &str = "fastcgi_split_path_info ^(.+?\\.php)(/.*)$;
+try_files $fastcgi_script_name =404;
+set $path_info $fastcgi_path_info;
+fastcgi_param PATH_INFO $path_info;
+fastcgi_index index.php;
+include fastcgi.conf;
+";
+
+/// The standard file an `include` names that this machine does not have: its label and text
+/// (`fastcgi_params`, `fastcgi.conf`, Debian's `snippets/fastcgi-php.conf`, relative or under
+/// `/etc/nginx`).
+fn builtin(name: &str) -> Option<(&'static str, std::borrow::Cow<'static, str>)> {
+    let name = name.strip_prefix("/etc/nginx/").unwrap_or(name);
+    match name {
+        "fastcgi_params" => Some(("(nginx's fastcgi_params, built in)", FASTCGI_PARAMS.into())),
+        "fastcgi.conf" => Some((
+            "(nginx's fastcgi.conf, built in)",
+            format!(
+                "fastcgi_param SCRIPT_FILENAME $document_root$fastcgi_script_name;\n{FASTCGI_PARAMS}"
+            )
+            .into(),
+        )),
+        "snippets/fastcgi-php.conf" => {
+            Some(("(Debian's snippets/fastcgi-php.conf, built in)", FASTCGI_PHP.into()))
+        }
+        _ => None,
+    }
 }
 
 /// The files an `include` names: a path or a glob (`*` in the file name); a relative one
@@ -424,6 +490,42 @@ mod tests {
         assert!(err.contains("more than 1024 files"), "{err}");
         assert!(started.elapsed() < std::time::Duration::from_secs(5));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// nginx's parameter files, where a machine has none: what Debian ships, as directives.
+    #[test]
+    fn the_standard_fastcgi_files_are_known() {
+        let names = |file: &str| {
+            let (_, text) = builtin(file).unwrap();
+            let tokens = tokenize(&text).unwrap();
+            let mut budget = Budget {
+                files: 1,
+                directives: 1000,
+            };
+            let list = block(
+                &tokens,
+                &mut 0,
+                &std::sync::Arc::new("x".into()),
+                0,
+                &mut budget,
+            );
+            list.unwrap()
+                .iter()
+                .map(|d| format!("{} {}", d.name, d.args.join(" ")))
+                .collect::<Vec<_>>()
+        };
+        let params = names("fastcgi_params");
+        assert!(params.contains(&"fastcgi_param HTTPS $https if_not_empty".to_string()));
+        assert!(!params.iter().any(|p| p.contains("SCRIPT_FILENAME")));
+        let conf = names("/etc/nginx/fastcgi.conf");
+        assert_eq!(
+            conf[0],
+            "fastcgi_param SCRIPT_FILENAME $document_root$fastcgi_script_name"
+        );
+        let php = names("snippets/fastcgi-php.conf");
+        assert_eq!(php[0], r"fastcgi_split_path_info ^(.+?\.php)(/.*)$");
+        assert_eq!(php.last().unwrap(), "include fastcgi.conf");
+        assert!(builtin("mime.types").is_none());
     }
 
     /// An included file that is not a configuration fails without its text in the error.

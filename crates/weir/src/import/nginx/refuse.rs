@@ -1,9 +1,11 @@
 //! What makes an imported location refuse rather than answer as it was not meant to (issue 52:
 //! an import never widens): the directives weir does not run (handlers, access controls),
-//! those it may list and leave (logging, buffering, hints), and the refusing route itself.
+//! those it may list and leave (logging, buffering, hints), the refusing route itself, and
+//! what `allow`/`deny` rules make of a route ([`access`]).
 
 use serde_yaml::{Mapping, Value};
 
+use super::http::Scope;
 use super::{map, s, Ctx};
 
 /// Why a location refuses rather than answer as it was not meant to (issue 52: an import never
@@ -173,4 +175,60 @@ pub(super) fn refusal_route(cx: &mut Ctx, matcher: Value, r: &Refusal) -> Value 
         map(vec![("status", Value::Number(r.status.into()))]),
     );
     Value::Mapping(route)
+}
+
+/// What a scope's `allow`/`deny` rules (and untranslatable access controls) make of its routes.
+pub(super) enum Access {
+    Open,
+    /// An `ip` filter.
+    Filter(Value),
+    /// 403 for everyone, and why (listed) when it is stricter than nginx.
+    Closed(Option<String>),
+}
+
+pub(super) fn access(scope: &Scope) -> Access {
+    if let Some(d) = &scope.fail_closed {
+        return Access::Closed(Some(format!(
+            "`{d}` is not translated: the route answers 403"
+        )));
+    }
+    let rules = &scope.access;
+    let Some(((last_allow, last_who), rest)) = rules.split_last() else {
+        return Access::Open;
+    };
+    let ip_list = |v: &[(bool, String)]| Value::Sequence(v.iter().map(|(_, w)| s(w)).collect());
+    match (last_allow, last_who.as_str()) {
+        (false, "all") if rest.is_empty() => Access::Closed(None),
+        (false, "all") if rest.iter().all(|(a, w)| *a && w != "all") => {
+            Access::Filter(map(vec![("ip", map(vec![("allow", ip_list(rest))]))]))
+        }
+        (true, "all") if rest.iter().all(|(a, w)| !*a && w != "all") => {
+            Access::Filter(map(vec![("ip", map(vec![("deny", ip_list(rest))]))]))
+        }
+        _ if rules.iter().all(|(a, w)| !*a && w != "all") => {
+            Access::Filter(map(vec![("ip", map(vec![("deny", ip_list(rules))]))]))
+        }
+        _ => Access::Closed(Some(
+            "allow/deny rules in an order weir's ip filter cannot keep: the route answers 403"
+                .into(),
+        )),
+    }
+}
+
+/// Makes `route` a 403: its action replaced, its match kept.
+pub(super) fn close(route: &mut Mapping) {
+    for k in [
+        "proxy",
+        "static",
+        "respond",
+        "redirect",
+        "cache",
+        "error_pages",
+    ] {
+        route.remove(s(k));
+    }
+    route.insert(
+        s("respond"),
+        map(vec![("status", Value::Number(403.into()))]),
+    );
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde_yaml::{Mapping, Value};
 
 use super::actions::{return_action, rewrite};
+use super::files::{files_stay_files, named_locations, path_matches, unused_named};
 use super::http::{inherited, Scope};
 use super::location::{access, close, location, location_filters, static_route, Access, Loc};
 use super::parse::Directive;
@@ -32,6 +33,7 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
                 }
             }
             "server_name" => {
+                scope.server_name = x.args.first().cloned();
                 srv.names = x
                     .args
                     .iter()
@@ -135,6 +137,7 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
         }
     }
     let mut locations: Vec<(Loc, usize)> = Vec::new();
+    named_locations(cx, d, &scope);
     for (i, x) in d.children().iter().enumerate() {
         if x.name == "location" {
             for l in location(cx, x, &scope) {
@@ -142,6 +145,7 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
             }
         }
     }
+    unused_named(cx);
     // `error_page 50x /50x.html` with `location = /50x.html { root ...; }`: the page is that
     // location's file.
     for (code, uri) in scope.error_pages.clone() {
@@ -241,133 +245,6 @@ fn host_redirect(cx: &mut Ctx, d: &Directive) -> Option<Option<Value>> {
     cx.done();
     Some(Some(Value::Mapping(r)))
 }
-/// nginx's `index` and a `try_files` whose last entry is a path are internal redirects: that
-/// URI is matched against the locations again. weir's static action serves it as a file of the
-/// same root, which is the same answer only when the URI lands on a static route of that
-/// root. When another route would take it (`/index.php` into a PHP location), serving the file
-/// would hand out a script's source, which the import must never do: an index name is left
-/// out (a directory without one answers 403), and a fallback becomes `=503`, noted on the
-/// route.
-fn files_stay_files(cx: &mut Ctx, routes: &mut [Value]) {
-    let root_of = |r: &Value| {
-        r.get("static")
-            .and_then(|st| st.get("root"))
-            .and_then(Value::as_str)
-            .map(String::from)
-    };
-    for i in 0..routes.len() {
-        let Some(root) = root_of(&routes[i]) else {
-            continue;
-        };
-        // Whether `path` is answered by this route or a static one of the same root.
-        let stays = |routes: &[Value], path: &str| {
-            let taker = routes.iter().position(|r| path_matches(r, path));
-            taker.is_none_or(|t| t == i || root_of(&routes[t]).as_deref() == Some(&root))
-        };
-        let st = routes[i].get("static");
-        // The directories whose index this route serves: its exact path or prefix as a
-        // directory (`location /sub` serves `/sub/`), and `/` (review of issue 52: an index was
-        // checked under `/` alone, and `/sub/index.php` was served as a file).
-        let m = routes[i].get("match");
-        let mut dirs = vec!["/".to_string()];
-        for key in ["path", "path_prefix"] {
-            if let Some(p) = m.and_then(|m| m.get(key)).and_then(Value::as_str) {
-                let d = match p.rfind('/') {
-                    Some(at) if key == "path" => p[..=at].to_string(),
-                    _ if p.ends_with('/') => p.to_string(),
-                    _ => format!("{p}/"),
-                };
-                dirs.push(d);
-            }
-        }
-        let index: Vec<String> = match st.and_then(|st| st.get("index")) {
-            Some(Value::Sequence(v)) => v
-                .iter()
-                .filter_map(Value::as_str)
-                .map(String::from)
-                .collect(),
-            _ => vec!["index.html".into()],
-        };
-        let kept: Vec<String> = index
-            .iter()
-            .filter(|n| dirs.iter().all(|d| stays(routes, &format!("{d}{n}"))))
-            .cloned()
-            .collect();
-        let last = st
-            .and_then(|st| st.get("try_files"))
-            .and_then(Value::as_sequence)
-            .and_then(|t| t.last())
-            .and_then(Value::as_str)
-            .filter(|l| l.starts_with('/'))
-            .map(String::from);
-        let fallback_leaves = last
-            .as_ref()
-            .is_some_and(|l| !stays(routes, l.split('?').next().unwrap_or("/")));
-        let mut notes = Vec::new();
-        if kept.len() != index.len() {
-            let gone: Vec<&String> = index.iter().filter(|n| !kept.contains(n)).collect();
-            notes.push(format!("index {gone:?} left out: another location serves it in nginx (a directory without an index answers 403)"));
-        }
-        if fallback_leaves {
-            notes.push(format!(
-                "try_files falls back to {:?}, which another location serves in nginx: 503 instead",
-                last.as_deref().unwrap_or_default()
-            ));
-        }
-        for why in notes {
-            cx.out
-                .skipped
-                .push(format!("(a static route of root {root}): {why}"));
-            let (k, v) = cx.note(why);
-            let Value::Mapping(m) = &mut routes[i] else {
-                continue;
-            };
-            m.insert(k, v);
-            let Some(Value::Mapping(st)) = m.get_mut(s("static")) else {
-                continue;
-            };
-            if kept.len() != index.len() {
-                st.insert(
-                    s("index"),
-                    Value::Sequence(kept.iter().map(|n| s(n)).collect()),
-                );
-            }
-            if fallback_leaves {
-                if let Some(Value::Sequence(t)) = st.get_mut(s("try_files")) {
-                    if let Some(l) = t.last_mut() {
-                        *l = s("=503");
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Whether route `r`'s path conditions (exact, prefix, regex) all hold for `path`, and it has
-/// no other condition that could make it pass the path on.
-fn path_matches(r: &Value, path: &str) -> bool {
-    let Some(m) = r.get("match") else {
-        return true;
-    };
-    let exact = m
-        .get("path")
-        .and_then(Value::as_str)
-        .is_none_or(|p| p == path);
-    let prefix = m
-        .get("path_prefix")
-        .and_then(Value::as_str)
-        .is_none_or(|p| path.starts_with(p));
-    let re = m
-        .get("path_regex")
-        .and_then(Value::as_str)
-        .is_none_or(|re| regex::Regex::new(re).is_ok_and(|re| re.is_match(path)));
-    let only_path = m.as_mapping().is_none_or(|m| {
-        m.keys()
-            .all(|k| matches!(k.as_str(), Some("path" | "path_prefix" | "path_regex")))
-    });
-    exact && prefix && re && only_path
-}
-
 pub(super) fn error_pages(cx: &mut Ctx, scope: &Scope) -> BTreeMap<String, String> {
     let Some(root) = &scope.root else {
         return BTreeMap::new();

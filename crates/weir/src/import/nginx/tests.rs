@@ -1,0 +1,219 @@
+//! Issue 53's translations, checked on the YAML and the list of what was left out: PHP
+//! locations as FastCGI upstreams, their front controller, named locations as `@app`, and what
+//! still refuses. `tests/import_nginx.rs` serves them beside nginx and php-fpm.
+
+use std::path::PathBuf;
+
+/// The YAML and the list `weir import` makes of `conf` (a file of server blocks).
+fn import(tag: &str, conf: &str) -> (String, Vec<String>) {
+    let dir = std::env::temp_dir().join(format!("weir-import-unit-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let file: PathBuf = dir.join("site.conf");
+    std::fs::write(&file, conf).unwrap_or_else(|e| panic!("{e}"));
+    let out = crate::import::nginx(&file).unwrap_or_else(|e| panic!("{e}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    (out.yaml, out.skipped)
+}
+
+fn listed(skipped: &[String], word: &str) -> bool {
+    skipped.iter().any(|l| l.contains(word))
+}
+
+const WORDPRESS: &str = r#"
+server {
+    listen 8080;
+    server_name blog.example;
+    root /srv/www;
+    index index.php index.html;
+    location / { try_files $uri $uri/ /index.php?$args; }
+    location ~ \.php$ {
+        try_files $uri =404;
+        include fastcgi.conf;
+        fastcgi_pass unix:/run/php/php8.2-fpm.sock;
+        fastcgi_index index.php;
+        fastcgi_param HTTP_PROXY "";
+        fastcgi_param APP_ENV production;
+        fastcgi_connect_timeout 5;
+    }
+}
+"#;
+
+#[test]
+fn a_php_location_is_a_fastcgi_upstream_and_its_fallback_the_front_controller() {
+    let (yaml, skipped) = import("wp", WORDPRESS);
+    for want in [
+        "protocol: fastcgi",
+        "unix:/run/php/php8.2-fpm.sock",
+        "root: /srv/www",
+        // `try_files $uri =404`: the whole path is the script.
+        "split_path_info: (?s)^(.*)()$",
+        "SERVER_NAME: blog.example",
+        "APP_ENV: production",
+        "connect: 5s",
+        "max_idle: 0",
+        "upstream: php\n",
+        "php_front:",
+        "fallback: /index.php",
+        "'@app'",
+        "upstream: php_front",
+    ] {
+        assert!(yaml.contains(want), "{want}:\n{yaml}");
+    }
+    // The directory's index.php is the front upstream's, never a file of the static route.
+    assert!(yaml.contains("index:\n      - index.html\n"), "{yaml}");
+    assert!(!yaml.contains("answers 503"), "{yaml}");
+    for word in ["fastcgi", "try_files", "index.php"] {
+        assert!(!listed(&skipped, word), "{word}: {skipped:?}");
+    }
+}
+
+#[test]
+fn what_weir_does_not_pass_keeps_the_location_refusing() {
+    let cases = [
+        // Debian's fastcgi_params has no SCRIPT_FILENAME: php-fpm runs nothing.
+        ("include fastcgi_params; fastcgi_pass 127.0.0.1:9000;", "SCRIPT_FILENAME"),
+        (
+            "include fastcgi.conf; fastcgi_param PATH_TRANSLATED $document_root$fastcgi_path_info; fastcgi_pass 127.0.0.1:9000;",
+            "PATH_TRANSLATED",
+        ),
+        ("include fastcgi.conf; fastcgi_pass $backend;", "variable"),
+        (
+            "include fastcgi.conf; fastcgi_param SCRIPT_FILENAME /srv/app.php; fastcgi_pass 127.0.0.1:9000;",
+            "names the script",
+        ),
+        (
+            "include fastcgi.conf; try_files $uri /index.php; fastcgi_pass 127.0.0.1:9000;",
+            "try_files",
+        ),
+        ("alias /srv/x; include fastcgi.conf; fastcgi_pass 127.0.0.1:9000;", "alias"),
+        ("include fastcgi.conf; fastcgi_pass php;", "neither"),
+    ];
+    for (i, (php, why)) in cases.iter().enumerate() {
+        let conf = format!(
+            "server {{ listen 8080; root /srv/www; location / {{ try_files $uri $uri/ /index.php?$args; }} location ~ \\.php$ {{ {php} }} }}"
+        );
+        let (yaml, skipped) = import(&format!("refuse{i}"), &conf);
+        assert!(
+            yaml.contains("# weir import: answers 503"),
+            "{php}:\n{yaml}"
+        );
+        assert!(listed(&skipped, why), "{php}: {why}: {skipped:?}");
+        assert!(!yaml.contains("protocol: fastcgi"), "{php}:\n{yaml}");
+        // The front controller of a location that refuses is not run either.
+        assert!(yaml.contains("- =503"), "{php}:\n{yaml}");
+        assert!(!yaml.contains("'@app'"), "{php}:\n{yaml}");
+    }
+}
+
+#[test]
+fn debian_s_snippet_and_an_upstream_block() {
+    let (yaml, skipped) = import(
+        "snippet",
+        r#"
+upstream php { server unix:/run/php/fpm.sock; keepalive 8; }
+server {
+    listen 8080;
+    root /srv/www;
+    index index.php;
+    location / { try_files $uri $uri/ /index.php$is_args$args; }
+    location ~ [^/]\.php(/|$) {
+        include snippets/fastcgi-php.conf;
+        fastcgi_keep_conn on;
+        fastcgi_pass php;
+    }
+}
+"#,
+    );
+    for want in [
+        // The block's name, now a FastCGI upstream (no HTTP one is left).
+        "upstreams:\n  php:\n",
+        "max_idle: 8",
+        "split_path_info: ^(.+?\\.php)(/.*)$",
+        "upstream: php\n",
+        "upstream: php_front",
+        "index: []",
+    ] {
+        assert!(yaml.contains(want), "{want}:\n{yaml}");
+    }
+    assert_eq!(yaml.matches("protocol: fastcgi").count(), 2, "{yaml}");
+    // `set $path_info $fastcgi_path_info` feeds PATH_INFO: translated.
+    for word in ["set", "fastcgi", "try_files"] {
+        assert!(
+            !listed(&skipped, &format!(": {word}")),
+            "{word}: {skipped:?}"
+        );
+    }
+}
+
+#[test]
+fn a_front_controller_without_args_is_translated_and_says_what_differs() {
+    let (yaml, skipped) = import(
+        "bare",
+        "server { listen 8080; root /srv/www; location / { try_files $uri $uri/ /index.php; } location ~ \\.php$ { include fastcgi.conf; fastcgi_pass 127.0.0.1:9000; } }",
+    );
+    assert!(
+        yaml.contains("'@app'") && yaml.contains("fallback: /index.php"),
+        "{yaml}"
+    );
+    assert!(listed(&skipped, "no query string"), "{skipped:?}");
+    assert!(
+        yaml.contains("# weir import: try_files falls back to \"/index.php\""),
+        "{yaml}"
+    );
+}
+
+#[test]
+fn named_locations_are_apps_when_nothing_in_them_is_left_out() {
+    let app = "location @app { proxy_pass http://127.0.0.1:3000; proxy_set_header X-Via nginx; }";
+    let (yaml, skipped) = import(
+        "named",
+        &format!("server {{ listen 8080; root /srv/public; location / {{ try_files $uri @app; }} {app} location @unused {{ return 404; }} }}"),
+    );
+    for want in [
+        "- '@app'",
+        "upstream: 127_0_0_1_3000",
+        "X-Via: nginx",
+        "index: []",
+    ] {
+        assert!(yaml.contains(want), "{want}:\n{yaml}");
+    }
+    assert!(!listed(&skipped, "@app"), "{skipped:?}");
+    assert!(
+        listed(&skipped, "only a try_files"),
+        "the unused one: {skipped:?}"
+    );
+    // A named location with a `return`, or filters of its own: the fallback refuses.
+    for (i, (named, why)) in [
+        (
+            "location @app { return 200 x; }",
+            "return is not translated",
+        ),
+        ("location @app { expires 1d; }", "no proxy_pass"),
+        (
+            "location @app { rewrite ^ /x last; proxy_pass http://a:1; }",
+            "rewrite",
+        ),
+        (
+            "location @app { add_header X-A 1; proxy_pass http://a:1; }",
+            "filters",
+        ),
+        (
+            "location @other { proxy_pass http://a:1; }",
+            "no location @app",
+        ),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (yaml, skipped) = import(
+            &format!("named{i}"),
+            &format!("server {{ listen 8080; root /srv/public; location / {{ try_files $uri @app; }} {named} }}"),
+        );
+        assert!(
+            yaml.contains("- =503") && !yaml.contains("app:"),
+            "{named}:\n{yaml}"
+        );
+        assert!(listed(&skipped, why), "{named}: {why}: {skipped:?}");
+    }
+}
