@@ -41,7 +41,7 @@ upstreams:
   php:
     servers: ['127.0.0.1:$FPM']
     protocol: fastcgi
-    fastcgi: { root: '$TMP/www' }
+    fastcgi: { root: '$TMP/www', keep_conn: true }
     keepalive: { max_idle: 64 }
 listeners:
   - address: 127.0.0.1:$P_WEIR

@@ -81,7 +81,7 @@ upstreams:
   php:
     servers: ['{server}']
     protocol: fastcgi
-    fastcgi: {{ root: '{root}' }}
+    fastcgi: {{ root: '{root}', keep_conn: true }}
     timeouts: {{ response_header: 1s }}
     retries: {{ attempts: 0 }}
 listeners:
@@ -363,6 +363,44 @@ fn the_php_example_serves_files_runs_scripts_and_sends_the_rest_to_index_php() {
         // PHP source is never served as a file.
         let r = get(addr, "/index.php");
         assert!(!r.text().contains("<?php"), "[{tag}] {}", r.text());
+        // Any method goes to the application; a file answers GET and HEAD only.
+        let r = send(
+            addr,
+            b"POST /2026/11/hello-world/ HTTP/1.1\r\nHost: site.test\r\nContent-Length: 3\r\n\r\na=1",
+        );
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (200, "front /index.php for /2026/11/hello-world/"),
+            "[{tag}]"
+        );
+        let r = send(
+            addr,
+            b"POST /style.css HTTP/1.1\r\nHost: site.test\r\nContent-Length: 3\r\n\r\na=1",
+        );
+        assert_eq!(
+            (r.status, r.header("allow")),
+            (405, Some("GET, HEAD")),
+            "[{tag}]"
+        );
+        // A directory named without its slash is redirected to it (nginx's `$uri/`); one
+        // without an index script is 403, not the front controller's.
+        let r = get(addr, "/admin");
+        assert_eq!(
+            (r.status, r.header("location")),
+            (301, Some("/admin/")),
+            "[{tag}]"
+        );
+        assert_eq!(get(addr, "/uploads/").status, 403, "[{tag}]");
+        // A file that is not a script never reaches php-fpm as one (php-fpm's
+        // security.limit_extensions, in weir): the front controller answers.
+        std::fs::write(root.join(".hidden"), "secret").unwrap();
+        let r = get(addr, "/.hidden");
+        assert!(!r.text().contains("secret"), "[{tag}] {}", r.text());
+        assert!(
+            r.text().starts_with("front /index.php"),
+            "[{tag}] {}",
+            r.text()
+        );
         inproc::stop(handle);
     }
 }

@@ -244,6 +244,9 @@ impl Action {
     /// Methods the action itself can answer (`None` = any).
     pub fn methods(&self) -> Option<&'static [Method]> {
         match self {
+            // Files, else the application: any method may go to the application (nginx's
+            // `try_files ... @app` passes them); a file answers GET and HEAD only.
+            Action::Static(s) if s.has_app() => None,
             Action::Static(_) | Action::Health(_) | Action::AcmeChallenge(_) => {
                 Some(&[Method::Get, Method::Head])
             }

@@ -242,16 +242,46 @@ impl StaticFiles {
         })
     }
 
-    /// The application `req` goes to: `app`, when no `try_files` candidate exists for it.
+    /// Whether requests no candidate answers go to an application (`try_files ... @app`).
+    pub fn has_app(&self) -> bool {
+        self.app.is_some()
+    }
+
+    /// The application `req` goes to: `app`, when no `try_files` candidate exists for it. A
+    /// directory named without its `/` is the files' (redirected to it, as nginx's `$uri/`).
     pub fn app_for(&self, req: &RequestHead) -> Option<&crate::proxy::route::ProxyRoute> {
         let app = self.app.as_deref()?;
         let (_, candidates) = self.try_files.split_last()?;
         let uri = self.uri_of(req);
         let found = candidates.iter().any(|c| match c {
-            TryFile::Path(parts) => self.locate(&TryFile::expand(parts, &uri), None).is_ok(),
+            TryFile::Path(parts) => {
+                let p = TryFile::expand(parts, &uri);
+                self.locate(&p, None).is_ok() || self.slash_redirect(req, &uri, &p)
+            }
             _ => false,
         });
         (!found).then_some(app)
+    }
+
+    /// Whether candidate `p` is `$uri/` naming a directory the request named without its
+    /// slash (with an application behind: nginx redirects to the directory, whose index may be
+    /// a script).
+    fn slash_redirect(&self, req: &RequestHead, uri: &[u8], p: &[u8]) -> bool {
+        use std::os::unix::ffi::OsStrExt;
+        if self.app.is_none() || req.path().ends_with(b"/") || p != [uri, b"/"].concat() {
+            return false;
+        }
+        let decoded: Vec<u8> = percent_encoding::percent_decode(p).collect();
+        let rel = decoded.strip_prefix(b"/").unwrap_or(&decoded);
+        if rel.split(|b| *b == b'/').any(|s| {
+            s == b".." || (!self.dotfiles && s.first() == Some(&b'.') && s != b".well-known")
+        }) {
+            return false;
+        }
+        match std::fs::canonicalize(self.root.join(std::ffi::OsStr::from_bytes(rel))) {
+            Ok(real) => real.starts_with(&self.root) && real.is_dir(),
+            Err(_) => false,
+        }
     }
 
     /// `$uri`: the request's path after the prefix, starting with `/` as nginx's does.
@@ -294,6 +324,9 @@ impl StaticFiles {
             let p = TryFile::expand(parts, uri);
             // A candidate is taken only when it names a file (or, ending in `/`, a directory
             // with its index or a listing); anything else tries the next.
+            if self.slash_redirect(req, uri, &p) {
+                return redirect_to_dir(req);
+            }
             if let Ok(found) = self.locate(&p, None) {
                 // `$uri/` took a directory the request named without its slash: redirected
                 // to it, as nginx's internal redirect ends.

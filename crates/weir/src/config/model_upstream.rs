@@ -70,9 +70,23 @@ pub struct FastCgi {
     /// controller, nginx's `try_files $uri $uri/ /index.php?$args`); `REQUEST_URI` stays what
     /// the client asked for. Without it, such a request is 404.
     pub fallback: Option<String>,
+    /// Keep connections to the application (`FCGI_KEEP_CONN`, nginx's `fastcgi_keep_conn on`),
+    /// up to `keepalive.max_idle` per server and worker. Off by default: a kept connection
+    /// holds one php-fpm child while idle, and php-fpm's pools are sized for one connection per
+    /// request (Debian's has 5 children).
+    #[serde(default)]
+    pub keep_conn: bool,
+    /// File name endings a script must have (php-fpm's `security.limit_extensions`): a path
+    /// naming anything else names no script (the fallback runs, or 404).
+    #[serde(default = "default_fastcgi_extensions")]
+    pub extensions: Vec<String>,
     /// More CGI parameters, or values for the ones weir sets (`SERVER_NAME: example.com`).
     #[serde(default)]
     pub params: std::collections::BTreeMap<String, String>,
+}
+
+fn default_fastcgi_extensions() -> Vec<String> {
+    vec![".php".into()]
 }
 
 fn default_fastcgi_index() -> String {

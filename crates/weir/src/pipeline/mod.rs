@@ -317,6 +317,13 @@ fn act<'a, D: Downstream>(
                         .await
                 }));
             }
+            // A file answers GET and HEAD only (the route takes any method for its application).
+            if s.has_app() && !matches!(head.method, Method::Get | Method::Head) {
+                let persistence = d.persistence(head);
+                let mut lines = BytesMut::new();
+                weir_http::response::put_header(&mut lines, b"Allow", b"GET, HEAD");
+                return Started::Done(Ok(send_error(d, ctx, head, 405, &lines, persistence)));
+            }
         }
         if let Action::Proxy(proxy) = &route.action {
             let persistence = d.persistence(head);

@@ -101,7 +101,7 @@ echo 'input=', file_get_contents('php://input'), "\n";
 const KNOWN_LINES: &[(&str, &str)] = &[
     (
         "DOCUMENT_URI=",
-        "weir passes the client's path; nginx the URI after its internal redirect (/index.php for the front controller, /wp-admin/index.php for a directory's index)",
+        "weir passes the script and its path info; nginx the URI after its internal redirects, which Debian's snippet's `try_files $fastcgi_script_name` makes the script alone",
     ),
     (
         "SERVER_PORT=",
@@ -131,20 +131,7 @@ const SAME_MEANING: &[(&str, &str, &str)] = &[
 ];
 
 /// Requests whose answers differ, and why.
-const KNOWN_PHP: &[(&str, &str)] = &[
-    (
-        "GET /wp-admin",
-        "nginx: 301 to /wp-admin/ (try_files $uri/ takes the directory); weir: the front controller (200), as weir's $uri/ takes a directory only with a static index, and index.php is not one here",
-    ),
-    (
-        "GET /uploads/",
-        "nginx: 403 (a directory without an index); weir: the front controller (200), for the same reason",
-    ),
-    (
-        "POST /2026/11/hello/ (reply=yes)",
-        "nginx: the front controller; weir: 405, as its static action answers GET and HEAD only, `app` or not (routes/mod.rs takes the methods from Action::methods before the app is asked)",
-    ),
-];
+const KNOWN_PHP: &[(&str, &str)] = &[];
 
 /// A PHP site's fixture and what is said of it.
 struct Site {
@@ -384,10 +371,6 @@ fn php_site_answers_as_nginx(site: &Site) {
 
 /// Requests whose answers differ in the application's case, and why.
 const KNOWN_APP: &[(&str, &str)] = &[
-    (
-        "POST /api/items (name=x)",
-        "nginx: the application; weir: 405, as its static action answers GET and HEAD only, `app` or not",
-    ),
     (
     "GET /.env",
         "nginx serves the dotfile; weir's static action never does (dotfiles: deny), so the app gets the request",

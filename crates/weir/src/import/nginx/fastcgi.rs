@@ -8,7 +8,7 @@
 //!
 //! nginx opens a connection per request (without `fastcgi_keep_conn`), and php-fpm's pools are
 //! sized for that: an idle kept connection holds one of its children, so the upstream keeps
-//! none (`keepalive.max_idle: 0`) unless nginx kept them.
+//! none (`keepalive.max_idle: 0`, and weir's `keep_conn` off) unless nginx kept them.
 //!
 //! [`front`] makes the twin upstream a `try_files ... /index.php?$args` falls back to (`files.rs`).
 
@@ -123,12 +123,20 @@ pub(super) fn location(
     }
     let mut up = servers(cx, pass, scope)?;
     up.insert(s("protocol"), s("fastcgi"));
+    // Connections kept (FCGI_KEEP_CONN) only where nginx kept them (`keepalive` left).
+    let kept = !matches!(
+        up.get(s("keepalive")).and_then(|k| k.get(s("max_idle"))),
+        Some(Value::Number(n)) if n.as_u64() == Some(0)
+    );
     let mut f = vec![
         ("root", s(&root)),
         ("index", s(&index)),
         ("split_path_info", s(&split)),
         ("require_file", Value::Bool(true)),
     ];
+    if kept {
+        f.push(("keep_conn", Value::Bool(true)));
+    }
     if !params.is_empty() {
         f.push(("params", Value::Mapping(params)));
     }

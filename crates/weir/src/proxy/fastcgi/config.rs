@@ -21,6 +21,10 @@ pub struct FastCgi {
     pub require_file: bool,
     /// The script for a path that names none (`fastcgi.fallback`), as a path from the root.
     pub fallback: Option<Bytes>,
+    /// `FCGI_KEEP_CONN` and pooled connections (`fastcgi.keep_conn`).
+    pub keep_conn: bool,
+    /// Endings a script's name must have (`fastcgi.extensions`).
+    pub extensions: Vec<Bytes>,
     /// Extra or overriding parameters, names upper-cased as written.
     pub params: Vec<(Bytes, Bytes)>,
 }
@@ -83,6 +87,12 @@ impl FastCgi {
                 ))
             }
         };
+        if f.extensions.is_empty() || f.extensions.iter().any(|e| !e.starts_with('.')) {
+            return Err((
+                format!("{path}.extensions"),
+                "endings that start with `.` ([.php])".into(),
+            ));
+        }
         let root_bytes = Bytes::copy_from_slice(root.as_os_str().as_encoded_bytes());
         Ok(FastCgi {
             root,
@@ -91,6 +101,12 @@ impl FastCgi {
             split,
             require_file: f.require_file,
             fallback,
+            keep_conn: f.keep_conn,
+            extensions: f
+                .extensions
+                .iter()
+                .map(|e| Bytes::copy_from_slice(e.as_bytes()))
+                .collect(),
             params,
         })
     }

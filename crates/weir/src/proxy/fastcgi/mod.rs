@@ -100,7 +100,7 @@ pub async fn open(
     let waits = Waits {
         first: up.response_header_timeout + Duration::from_secs(1),
         idle: up.idle_read_timeout + Duration::from_secs(1),
-        max_idle: up.max_idle,
+        max_idle: if cfg.keep_conn { up.max_idle } else { 0 },
     };
     let (ours, theirs) = tokio::io::duplex(PIPE);
     tokio::task::spawn_local(async move {
@@ -199,11 +199,34 @@ async fn read_request(
 
 /// The response for a script that is not there (no application asked).
 async fn not_found(pipe: &mut DuplexStream) -> io::Result<()> {
-    pipe.write_all(
-        b"HTTP/1.1 404 \r\ncontent-type: text/plain\r\ncontent-length: 10\r\nconnection: close\r\n\r\nNot Found\n",
-    )
-    .await?;
+    refuse(pipe, b"404 ", b"Not Found\n").await
+}
+
+/// A short answer weir gives itself, the application not asked.
+async fn refuse(pipe: &mut DuplexStream, status: &[u8], body: &[u8]) -> io::Result<()> {
+    let mut out = BytesMut::with_capacity(128);
+    out.put_slice(b"HTTP/1.1 ");
+    out.put_slice(status);
+    out.put_slice(b"\r\ncontent-type: text/plain\r\ncontent-length: ");
+    out.put_slice(body.len().to_string().as_bytes());
+    out.put_slice(b"\r\nconnection: close\r\n\r\n");
+    out.put_slice(body);
+    pipe.write_all(&out).await?;
     pipe.shutdown().await
+}
+
+/// Whether `path` (percent-encoded, as received) is a directory under the root.
+fn is_directory(cfg: &FastCgi, path: &[u8]) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(decoded) = params::decoded_path(path) else {
+        return false;
+    };
+    let mut full = cfg.root_bytes.to_vec();
+    full.extend_from_slice(&decoded);
+    match std::fs::canonicalize(std::ffi::OsStr::from_bytes(&full)) {
+        Ok(real) => real.starts_with(&cfg.root) && real.is_dir(),
+        Err(_) => false,
+    }
 }
 
 /// How long an answer of [`is_script`] is kept (nginx's `open_file_cache_valid` is 60 s; a
@@ -263,6 +286,12 @@ async fn exchange(
     // asking the application.
     let named = params::script(cfg, head.path())
         .filter(|s| !cfg.require_file || is_script(cfg, &s.filename));
+    // A directory without its index script is nginx's 403 ("directory index forbidden"), not
+    // the front controller's.
+    if named.is_none() && head.path().ends_with(b"/") && is_directory(cfg, head.path()) {
+        refuse(&mut pipe, b"403 ", b"Forbidden\n").await?;
+        return Ok(Some(sock));
+    }
     let script = match named.or_else(|| params::fallback(cfg)) {
         Some(s) if !cfg.require_file || is_script(cfg, &s.filename) => s,
         _ => {
@@ -285,7 +314,7 @@ async fn exchange(
     let mut env = BytesMut::with_capacity(1024);
     params::put(cfg, &head, &script, &peer, length, &mut env);
     let mut out = BytesMut::with_capacity(env.len() + 64);
-    record::put_begin(&mut out, true);
+    record::put_begin(&mut out, cfg.keep_conn);
     record::put_params_body(&mut out, &env);
     match whole {
         Some(body) => record::put_stream(&mut out, record::STDIN, &body),

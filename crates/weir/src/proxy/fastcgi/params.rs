@@ -34,16 +34,7 @@ pub struct Script {
 /// The script `path` (as received, percent-encoded) names under `cfg`, or `None` when the
 /// decoded path is not one a file can have.
 pub fn script(cfg: &FastCgi, path: &[u8]) -> Option<Script> {
-    let mut decoded = percent_decode(path)?;
-    if decoded.first() != Some(&b'/')
-        || decoded.contains(&0)
-        || decoded.contains(&b'\\')
-        || decoded
-            .split(|b| *b == b'/')
-            .any(|seg| seg == b"." || seg == b"..")
-    {
-        return None;
-    }
+    let mut decoded = decoded_path(path)?;
     if decoded.ends_with(b"/") {
         decoded.extend_from_slice(&cfg.index);
     }
@@ -54,6 +45,10 @@ pub fn script(cfg: &FastCgi, path: &[u8]) -> Option<Script> {
         ),
         None => (decoded.clone(), Vec::new()),
     };
+    // php-fpm's `security.limit_extensions`, here: a name with another ending is no script.
+    if !cfg.extensions.iter().any(|e| name.ends_with(e)) {
+        return None;
+    }
     let mut filename = cfg.root_bytes.to_vec();
     filename.extend_from_slice(&name);
     Some(Script {
@@ -73,6 +68,22 @@ pub fn fallback(cfg: &FastCgi) -> Option<Script> {
         path_info: Vec::new(),
         filename,
     })
+}
+
+/// `path` percent-decoded once, when it is one a file can have: absolute, no dot segment, no
+/// NUL or backslash.
+pub fn decoded_path(path: &[u8]) -> Option<Vec<u8>> {
+    let decoded = percent_decode(path)?;
+    if decoded.first() != Some(&b'/')
+        || decoded.contains(&0)
+        || decoded.contains(&b'\\')
+        || decoded
+            .split(|b| *b == b'/')
+            .any(|seg| seg == b"." || seg == b"..")
+    {
+        return None;
+    }
+    Some(decoded)
 }
 
 fn hex(b: u8) -> Option<u8> {
@@ -161,7 +172,12 @@ pub fn put(
         set("HTTPS", b"on");
     }
     set("REQUEST_URI", &peer.request_uri);
-    set("DOCUMENT_URI", head.path());
+    // The script and its path info, as nginx's `$document_uri` after its internal redirect
+    // (the client's path stays in `REQUEST_URI`).
+    let mut document_uri = Vec::with_capacity(script.name.len() + script.path_info.len());
+    document_uri.extend_from_slice(&script.name);
+    document_uri.extend_from_slice(&script.path_info);
+    set("DOCUMENT_URI", &document_uri);
     set("QUERY_STRING", head.query().unwrap_or(b""));
     set("DOCUMENT_ROOT", &cfg.root_bytes);
     set("SCRIPT_NAME", &script.name);
@@ -275,6 +291,8 @@ mod tests {
             split: regex::bytes::Regex::new(r"^(.+?\.php)(/.*)$").unwrap(),
             require_file: true,
             fallback: None,
+            keep_conn: true,
+            extensions: vec![Bytes::from_static(b".php")],
             params: vec![],
         }
     }
@@ -291,6 +309,9 @@ mod tests {
         // The upload is the script's directory, not the script.
         let s = script(&cfg(), b"/uploads/x.jpg/index.php").unwrap();
         assert_eq!(s.name, b"/uploads/x.jpg/index.php");
+        // A name without a script's ending is none (`.htaccess`, an upload).
+        assert_eq!(script(&cfg(), b"/.htaccess"), None);
+        assert_eq!(script(&cfg(), b"/uploads/x.jpg"), None);
     }
 
     #[test]
