@@ -132,3 +132,38 @@ fn check_prints_the_effective_limits() {
         "{text}"
     );
 }
+
+/// `limits.body_timeout` on a route (nginx's `client_body_timeout` in a `location`): a body
+/// that stalls longer than the route allows is 408 there, while another route waits the
+/// top-level `timeouts.body`.
+#[test]
+fn a_route_waits_for_its_body_as_long_as_it_says() {
+    use std::io::Write;
+    let handle = inproc::start(
+        r#"workers: 1
+timeouts: { body: 10s }
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - match: { path_prefix: /quick }
+        limits: { body_timeout: 300ms }
+        echo: {}
+      - echo: {}
+"#,
+    );
+    let addr = handle.local_addrs()[0];
+    let stalled = |path: &str| {
+        let mut s = common::connect(addr);
+        s.write_all(
+            format!("POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nhello").as_bytes(),
+        )
+        .unwrap();
+        // paces: the body stalls past the route's wait, within the top-level one.
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+        let _ = s.write_all(b"world");
+        common::read_response_to(&mut s, false).status
+    };
+    assert_eq!(stalled("/quick"), 408);
+    assert_eq!(stalled("/other"), 200);
+    inproc::stop(handle);
+}

@@ -499,6 +499,9 @@ pub struct MapRegex {
 pub struct RouteLimits {
     /// Largest request body, above or below `limits.max_body_bytes` (413 beyond).
     pub max_body_bytes: Option<Size>,
+    /// Longest wait between request body bytes, over `timeouts.body` (408 beyond; nginx's
+    /// `client_body_timeout` in a `location`).
+    pub body_timeout: Option<Dur>,
 }
 
 /// Route conditions.

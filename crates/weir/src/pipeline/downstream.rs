@@ -60,6 +60,10 @@ pub(crate) trait Downstream {
     /// Holds this request's body to `max` bytes (413 beyond), below `limits.max_body_bytes`.
     fn cap_body(&mut self, _max: u64) {}
 
+    /// Waits at most `wait` between this request's body bytes (its route's
+    /// `limits.body_timeout`), instead of `timeouts.body`.
+    fn body_timeout(&mut self, _wait: std::time::Duration) {}
+
     /// The request's trailer fields, once its body has been read to the end (a chunked
     /// HTTP/1.1 body's trailer section, or an HTTP/2 stream's trailing HEADERS); empty when it
     /// had none. Taken: a second call returns nothing.

@@ -192,6 +192,9 @@ fn start<'a, D: Downstream>(
     if let Routed::Found(route) = routed {
         ctx.route = Some(route.index as u32);
         ctx.log = route.access_log.map(|s| s as u32);
+        if let (Some(wait), false) = (route.body_timeout, head.body == BodyKind::Empty) {
+            d.body_timeout(wait);
+        }
         match route_body_limit(head, route, &rt.cfg.limits) {
             Ok(None) => {}
             Ok(Some(max)) => d.cap_body(max),

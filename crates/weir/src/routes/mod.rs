@@ -49,6 +49,8 @@ pub struct Route {
     pub error_pages: Option<Arc<ErrorPages>>,
     /// Its own (or its site's) largest request body, over `limits.max_body_bytes`.
     pub max_body_bytes: Option<u64>,
+    /// Its own (or its site's) wait between body bytes, over `timeouts.body`.
+    pub body_timeout: Option<std::time::Duration>,
 }
 
 /// What a listener gives each of its routes.
@@ -166,6 +168,7 @@ impl RouteTable {
                         methods: None,
                         action: Action::NotFound,
                         max_body_bytes: None,
+                        body_timeout: None,
                         access_log: refs.logs.slot(
                             site_log.as_ref(),
                             &format!("{path}.access_log"),
@@ -212,6 +215,7 @@ impl RouteTable {
                 .as_ref()
                 .and_then(|l| l.max_body_bytes)
                 .map(|s| s.0);
+            let body_timeout = r.limits.as_ref().and_then(|l| l.body_timeout).map(|d| d.0);
             // The route's `set` variables, known to its own values until it is compiled.
             let _set = crate::vars::map::scope(&r.set, &path)?;
             let (matcher, methods) = Matcher::compile(r.matcher, &format!("{path}.match"))?;
@@ -272,6 +276,7 @@ impl RouteTable {
                 filters: Chain::new(filters),
                 error_pages,
                 max_body_bytes,
+                body_timeout,
             });
         }
         Ok(RouteTable { routes: out })
@@ -292,6 +297,7 @@ impl RouteTable {
                 filters: Chain::default(),
                 error_pages: None,
                 max_body_bytes: None,
+                body_timeout: None,
             }],
         }
     }
@@ -320,6 +326,7 @@ impl RouteTable {
                 filters: Chain::default(),
                 error_pages: None,
                 max_body_bytes: None,
+                body_timeout: None,
             },
         );
         for (i, r) in self.routes.iter_mut().enumerate() {

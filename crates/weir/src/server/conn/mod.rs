@@ -364,6 +364,7 @@ impl Conn {
                 trailers: Vec::new(),
                 limit: self.rt.cfg.limits.body_ceiling,
                 reads: 0,
+                timeout: None,
             })
         });
         let rt = self.rt.clone();
@@ -399,6 +400,8 @@ struct RequestBody {
     limit: u64,
     /// Reads it took so far (the shield's `reads.body`).
     reads: u32,
+    /// The route's wait between body bytes, over `timeouts.body`.
+    timeout: Option<std::time::Duration>,
 }
 
 impl Downstream for Conn {
@@ -437,8 +440,18 @@ impl Downstream for Conn {
         }
     }
 
+    fn body_timeout(&mut self, wait: std::time::Duration) {
+        if let Some(b) = self.body.as_mut() {
+            b.timeout = Some(wait);
+        }
+    }
+
     async fn body_chunk(&mut self) -> Result<Option<Bytes>, Error> {
-        let body_timeout = self.rt.cfg.timeouts.body;
+        let body_timeout = self
+            .body
+            .as_ref()
+            .and_then(|b| b.timeout)
+            .unwrap_or(self.rt.cfg.timeouts.body);
         loop {
             let Some(body) = self.body.as_mut() else {
                 return Ok(None);

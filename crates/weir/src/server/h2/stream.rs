@@ -38,6 +38,8 @@ pub(crate) struct H2Stream {
     body_read: u64,
     /// A route's `shape` cap below `limits.max_body_bytes` (`u64::MAX`: none).
     body_cap: u64,
+    /// The route's wait between body bytes, over `timeouts.body`.
+    body_wait: Option<std::time::Duration>,
     respond: SendResponse<Bytes>,
     /// The response head, queued until the first flush (so that a body-less response goes
     /// out as one HEADERS frame with END_STREAM).
@@ -77,6 +79,7 @@ pub(crate) async fn serve(
         body: has_body.then_some(body),
         body_read: 0,
         body_cap: u64::MAX,
+        body_wait: None,
         respond,
         head: None,
         send: None,
@@ -199,9 +202,13 @@ impl Downstream for H2Stream {
         self.body_cap = self.body_cap.min(max);
     }
 
+    fn body_timeout(&mut self, wait: std::time::Duration) {
+        self.body_wait = Some(wait);
+    }
+
     async fn body_chunk(&mut self) -> Result<Option<Bytes>, Error> {
         let limit = self.rt.cfg.limits.body_ceiling.min(self.body_cap);
-        let wait = self.rt.cfg.timeouts.body;
+        let wait = self.body_wait.unwrap_or(self.rt.cfg.timeouts.body);
         let Some(body) = self.body.as_mut() else {
             return Ok(None);
         };

@@ -49,6 +49,8 @@ pub(super) struct H3Stream {
     declared: Option<u64>,
     /// A route's `shape` cap below `limits.max_body_bytes` (`u64::MAX`: none).
     body_cap: u64,
+    /// The route's wait between body bytes, over `timeouts.body`.
+    body_wait: Option<std::time::Duration>,
     head: Option<http::Response<()>>,
     /// The head was sent: a failure now can only reset the stream.
     started: bool,
@@ -157,6 +159,7 @@ pub(super) async fn serve(
         body_read: 0,
         declared: None,
         body_cap: u64::MAX,
+        body_wait: None,
         head: None,
         started: false,
         queued: VecDeque::new(),
@@ -259,7 +262,7 @@ impl H3Stream {
     /// The next body bytes from the stream (within `timeouts.body`), or `None` at its end,
     /// once its trailers (if any) are read.
     async fn next_data(&mut self) -> Result<Option<Bytes>, Error> {
-        let wait = self.rt.cfg.timeouts.body;
+        let wait = self.body_wait.unwrap_or(self.rt.cfg.timeouts.body);
         match tokio::time::timeout(wait, self.stream.recv_data()).await {
             Err(_) => Err(Error::new(ErrorKind::BodyTimeout)),
             Ok(Err(e)) => Err(h3_error(e)),
@@ -273,7 +276,7 @@ impl H3Stream {
     }
 
     async fn read_trailers(&mut self) -> Result<(), Error> {
-        let wait = self.rt.cfg.timeouts.body;
+        let wait = self.body_wait.unwrap_or(self.rt.cfg.timeouts.body);
         let map = match tokio::time::timeout(wait, self.stream.recv_trailers()).await {
             Ok(Ok(map)) => map,
             // `h3` refuses pseudo-header fields in trailers (vendor/h3/WEIR-PATCH.md).
@@ -394,6 +397,10 @@ impl Downstream for H3Stream {
 
     fn cap_body(&mut self, max: u64) {
         self.body_cap = self.body_cap.min(max);
+    }
+
+    fn body_timeout(&mut self, wait: std::time::Duration) {
+        self.body_wait = Some(wait);
     }
 
     async fn body_chunk(&mut self) -> Result<Option<Bytes>, Error> {
