@@ -305,3 +305,35 @@ fn dotfiles_takes_deny_or_allow() {
     );
     assert!(err.contains("dotfiles"), "{err}");
 }
+
+/// `try_files [$uri, $uri/, /index.html]`: a directory without an index is nginx's 403, not the
+/// fallback page (the corpus of issue 53 found weir answering a SPA's index.html there, a page
+/// nginx refused); a path that names nothing gets the fallback.
+#[test]
+fn a_directory_without_an_index_is_refused_not_the_fallback() {
+    let base = std::env::temp_dir().join(format!("weir-static-spa403-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let root = base.join("www");
+    std::fs::create_dir_all(root.join("nodir")).unwrap();
+    std::fs::create_dir_all(root.join("docs")).unwrap();
+    std::fs::write(root.join("index.html"), "app").unwrap();
+    std::fs::write(root.join("docs/index.html"), "docs").unwrap();
+    let srv = start(
+        "",
+        &format!(
+            "      - static: {{ root: {}, try_files: [$uri, $uri/, /index.html] }}\n",
+            root.display()
+        ),
+    );
+    let get = |p: &str| {
+        let mut s = srv.connect();
+        s.write_all(format!("GET {p} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+            .unwrap();
+        read_response_to(&mut s, false)
+    };
+    assert_eq!(get("/nodir/").status, 403);
+    assert_eq!(get("/docs/").text(), "docs");
+    assert_eq!(get("/missing/route").text(), "app");
+    assert_eq!(get("/missing/").text(), "app");
+    let _ = std::fs::remove_dir_all(&base);
+}

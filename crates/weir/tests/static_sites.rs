@@ -50,13 +50,10 @@ fn a_single_page_app_falls_back_to_its_index() {
     // A directory without the slash ($uri/) is redirected to it, as nginx does.
     let r = get(srv.addr, "/docs");
     assert_eq!((r.status, r.header("location")), (301, Some("/docs/")));
+    // A directory without an index is refused (403), as nginx's `$uri/` does: not the app.
+    assert_eq!(get(srv.addr, "/files/").status, 403);
     // Everything else is the app, with 200 and its type.
-    for path in [
-        "/settings/profile",
-        "/missing.css",
-        "/files/",
-        "/%2e%2e/secret.txt",
-    ] {
+    for path in ["/settings/profile", "/missing.css", "/%2e%2e/secret.txt"] {
         let r = get(srv.addr, path);
         assert_eq!(
             (r.status, r.text().as_str()),

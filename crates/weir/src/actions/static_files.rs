@@ -267,10 +267,16 @@ impl StaticFiles {
     /// slash (with an application behind: nginx redirects to the directory, whose index may be
     /// a script).
     fn slash_redirect(&self, req: &RequestHead, uri: &[u8], p: &[u8]) -> bool {
+        self.app.is_some()
+            && !req.path().ends_with(b"/")
+            && p == [uri, b"/"].concat()
+            && self.is_dir(p)
+    }
+
+    /// Whether `p` (percent-encoded, from the root) names a directory under the root that
+    /// `static` may show (no dot segment unless `dotfiles: allow`).
+    fn is_dir(&self, p: &[u8]) -> bool {
         use std::os::unix::ffi::OsStrExt;
-        if self.app.is_none() || req.path().ends_with(b"/") || p != [uri, b"/"].concat() {
-            return false;
-        }
         let decoded: Vec<u8> = percent_encoding::percent_decode(p).collect();
         let rel = decoded.strip_prefix(b"/").unwrap_or(&decoded);
         if rel.split(|b| *b == b'/').any(|s| {
@@ -327,7 +333,23 @@ impl StaticFiles {
             if self.slash_redirect(req, uri, &p) {
                 return redirect_to_dir(req);
             }
-            if let Ok(found) = self.locate(&p, None) {
+            let found = self.locate(&p, None);
+            // `$uri/` naming a directory without an index (nor a listing) is nginx's 403, not
+            // the next candidate (the corpus of issue 53: a SPA's fallback page answered 200
+            // where nginx refused): without an application behind, the files decide.
+            if let Err(refused) = &found {
+                if self.app.is_none()
+                    && req.path().ends_with(b"/")
+                    && p == [uri, b"/"].concat()
+                    && self.is_dir(&p)
+                {
+                    return match refused {
+                        StaticReply::Canned { status, .. } => canned(*status),
+                        _ => canned(403),
+                    };
+                }
+            }
+            if let Ok(found) = found {
                 // `$uri/` took a directory the request named without its slash: redirected
                 // to it, as nginx's internal redirect ends.
                 if !req.path().ends_with(b"/") && p == [uri, b"/"].concat() {

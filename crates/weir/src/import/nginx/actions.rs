@@ -60,19 +60,40 @@ pub(super) fn proxy_pass(
         );
     }
     let mut set = Mapping::new();
+    let mut remove = Vec::new();
     for (k, v) in &scope.proxy_set_header {
         match (k.to_ascii_lowercase().as_str(), v.as_str()) {
             // weir sends these itself (docs/config.md#upstreams).
             ("host", "$host" | "$http_host") => {}
-            ("x-real-ip" | "x-forwarded-for" | "x-forwarded-proto", _) => {}
+            ("x-forwarded-for" | "x-forwarded-proto", _) => {}
             ("connection" | "upgrade", _) => {}
+            // nginx sends no field for an empty value.
+            (_, "") => remove.push(s(k)),
+            // A variable weir does not have ($proxy_add_x_forwarded_for under another name):
+            // the field is not sent, and the output says so (a field never silently dropped).
+            (_, v) if unknown_variable(v).is_some() => {
+                let var = unknown_variable(v).unwrap_or_default();
+                cx.out.skipped.push(format!(
+                    "{}: proxy_set_header {k}: ${var} is not a weir variable: the field is not sent",
+                    d.at()
+                ));
+            }
+            // `X-Real-IP $remote_addr` is not one weir sends itself (the corpus of issue 53
+            // found it dropped): set as written, `$remote_addr` being weir's too.
             _ => {
                 set.insert(s(k), s(v));
             }
         }
     }
+    let mut edits = Vec::new();
+    if !remove.is_empty() {
+        edits.push(("remove", Value::Sequence(remove)));
+    }
     if !set.is_empty() {
-        p.push(("request_headers", map(vec![("set", Value::Mapping(set))])));
+        edits.push(("set", Value::Mapping(set)));
+    }
+    if !edits.is_empty() {
+        p.push(("request_headers", map(edits)));
     }
     cx.done();
     Some(vec![(s("proxy"), map(p))])

@@ -122,6 +122,7 @@ fn location_in(
     }
     let mut returned: Option<Vec<(Value, Value)>> = None;
     let mut proxied: Option<Vec<(Value, Value)>> = None;
+    let mut pass: Option<&Directive> = None;
     let mut alias = None;
     let mut try_files = None;
     let mut limit_except: Option<&Directive> = None;
@@ -135,16 +136,8 @@ fn location_in(
         match x.name.as_str() {
             "fastcgi_pass" if fcgi_pass.is_none() => fcgi_pass = Some(x),
             "set" if has_fcgi => sets.push(x),
-            "proxy_pass" => {
-                proxied = proxy_pass(cx, x, prefix.as_deref(), &scope);
-                if proxied.is_none() {
-                    Refusal::add(
-                        &mut refusal,
-                        503,
-                        format!("{}: proxy_pass not translated", x.at()),
-                    );
-                }
-            }
+            // Translated once the whole block is read: its `proxy_set_header`s may follow it.
+            "proxy_pass" => pass = Some(x),
             "return" => {
                 if returned.is_none() {
                     returned = return_action(cx, x);
@@ -220,6 +213,16 @@ fn location_in(
                     }
                 }
             }
+        }
+    }
+    if let Some(x) = pass {
+        proxied = proxy_pass(cx, x, prefix.as_deref(), &scope);
+        if proxied.is_none() {
+            Refusal::add(
+                &mut refusal,
+                503,
+                format!("{}: proxy_pass not translated", x.at()),
+            );
         }
     }
     // Access rules weir cannot translate (inherited `auth_request`, `satisfy`, ...), and `deny`.

@@ -217,3 +217,19 @@ fn named_locations_are_apps_when_nothing_in_them_is_left_out() {
         assert!(listed(&skipped, why), "{named}: {why}: {skipped:?}");
     }
 }
+
+/// `proxy_set_header`: `X-Real-IP $remote_addr` is set (weir does not send it itself), an empty
+/// value removes the field, a variable weir lacks is listed, never silently dropped (the
+/// corpus of issue 53: 96 answers differed for the first).
+#[test]
+fn proxy_set_header_is_translated_or_listed() {
+    let conf = "server {\n listen 8080;\n location / {\n  proxy_pass http://127.0.0.1:3000;\n  proxy_set_header X-Real-IP $remote_addr;\n  proxy_set_header Proxy \"\";\n  proxy_set_header X-Forward-For $proxy_add_x_forwarded_for;\n }\n}\n";
+    let (yaml, skipped) = import("psh", conf);
+    assert!(yaml.contains("X-Real-IP: $remote_addr"), "{yaml}");
+    assert!(
+        yaml.contains("remove:") && yaml.contains("- Proxy"),
+        "{yaml}"
+    );
+    assert!(!yaml.contains("proxy_add_x_forwarded_for"), "{yaml}");
+    assert!(listed(&skipped, "X-Forward-For"), "{skipped:?}");
+}
