@@ -376,6 +376,15 @@ impl StaticFiles {
     /// request itself, when `rel` is its path (a directory without `/` then redirects to one);
     /// `None` for a `try_files` candidate, where a directory needs the `/`.
     fn locate(&self, rel: &[u8], req: Option<&RequestHead>) -> Result<Located, StaticReply> {
+        // An escaped slash (`limits.encoded_slashes: keep`) names no file: decoded, it would
+        // be a separator no route saw (`/private%2Ffile.txt` passed the route that guards
+        // `/private/`; the review of issue 53).
+        if rel
+            .windows(3)
+            .any(|w| w[0] == b'%' && w[1] == b'2' && (w[2] == b'f' || w[2] == b'F'))
+        {
+            return Err(canned(404));
+        }
         let decoded: Vec<u8> = percent_encoding::percent_decode(rel).collect();
         if decoded.contains(&0) {
             return Err(canned(400));

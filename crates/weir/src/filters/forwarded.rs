@@ -50,6 +50,8 @@ const CLIENT_CLAIMS: &[&[u8]] = &[
     b"x-remote-addr",
     b"x-true-client-ip",
     b"x-forwarded-client-ip",
+    // A client claiming TLS (CodeIgniter's `is_https()` trusts it; the review of issue 53).
+    b"front-end-https",
 ];
 
 impl Filter for Forwarded {

@@ -137,8 +137,11 @@ pub(crate) fn flatten(
             if r.access_log.is_none() {
                 r.access_log.clone_from(&site.access_log);
             }
-            if r.limits.is_none() {
-                r.limits.clone_from(&site.limits);
+            // The site's limits, key by key, where the route gives none of its own.
+            if let Some(site_limits) = &site.limits {
+                let own = r.limits.get_or_insert_with(Default::default);
+                own.max_body_bytes = own.max_body_bytes.or(site_limits.max_body_bytes);
+                own.body_timeout = own.body_timeout.or(site_limits.body_timeout);
             }
             out.routes.push(Item::Route(rkey, Box::new(r)));
         }

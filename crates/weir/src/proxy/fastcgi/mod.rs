@@ -80,8 +80,36 @@ pub fn put_preamble(
     out.put_slice(b"\r\n");
 }
 
-/// A pipe to a FastCGI exchange with `server` of `up`, over an idle connection or a new one
-/// (whose connect errors are the caller's).
+/// Where a FastCGI server is: what a connection to it needs, owned by the exchange's task.
+struct Target {
+    addr: std::sync::Arc<arc_swap::ArcSwap<std::net::SocketAddr>>,
+    unix: Option<std::sync::Arc<std::path::Path>>,
+    within: Duration,
+}
+
+impl Target {
+    async fn connect(&self) -> io::Result<Socket> {
+        let open = async {
+            Ok(match &self.unix {
+                Some(path) => Socket::Unix(tokio::net::UnixStream::connect(&**path).await?),
+                None => {
+                    let s = tokio::net::TcpStream::connect(**self.addr.load()).await?;
+                    s.set_nodelay(true)?;
+                    Socket::Tcp(s)
+                }
+            })
+        };
+        tokio::time::timeout(self.within, open)
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))?
+    }
+}
+
+/// A pipe to a FastCGI exchange with `server` of `up`. The application is asked only once
+/// the request is whole, its body buffered (nginx's `fastcgi_request_buffering on`): a php-fpm
+/// child is bound to a connection from its accept, so a body streamed as it came let slow
+/// uploads hold every child (the review of issue 53: four trickled POSTs took a site down that
+/// nginx kept serving). A connection that fails is the pipe's end without a response: 502.
 pub async fn open(
     per_worker: &WorkerUpstream,
     up: &Upstream,
@@ -92,10 +120,11 @@ pub async fn open(
         .clone()
         .ok_or_else(|| io::Error::other("not a FastCGI upstream"))?;
     let idle = per_worker.fastcgi_idle.clone();
-    let pooled = take_idle(&idle, server);
-    let sock = match pooled {
-        Some(s) => s,
-        None => super::socket::connect(&up.servers[server], None, up.connect_timeout).await?,
+    let s = &up.servers[server];
+    let target = Target {
+        addr: s.addr.clone(),
+        unix: s.unix.clone(),
+        within: up.connect_timeout,
     };
     let waits = Waits {
         first: up.response_header_timeout + Duration::from_secs(1),
@@ -104,7 +133,12 @@ pub async fn open(
     };
     let (ours, theirs) = tokio::io::duplex(PIPE);
     tokio::task::spawn_local(async move {
-        match exchange(theirs, sock, &cfg, waits).await {
+        let conn = Conn {
+            target: &target,
+            idle: &idle,
+            server,
+        };
+        match exchange(theirs, conn, &cfg, waits).await {
             Ok(Some(sock)) => put_idle(&idle, server, sock, waits.max_idle),
             Ok(None) => {}
             Err(e) => {
@@ -116,6 +150,22 @@ pub async fn open(
         }
     });
     Ok(ours)
+}
+
+/// How an exchange gets its connection, once it needs one: an idle one, else a new one.
+struct Conn<'a> {
+    target: &'a Target,
+    idle: &'a Idle,
+    server: usize,
+}
+
+impl Conn<'_> {
+    async fn get(&self) -> io::Result<Socket> {
+        match take_idle(self.idle, self.server) {
+            Some(s) => Ok(s),
+            None => self.target.connect().await,
+        }
+    }
 }
 
 /// An idle connection to `server` that is still open and quiet.
@@ -247,8 +297,13 @@ thread_local! {
 fn is_script(cfg: &FastCgi, filename: &[u8]) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let now = std::time::Instant::now();
+    // Keyed by root and name: another upstream's root (or a reloaded one) has its own answer.
+    let mut key = Vec::with_capacity(cfg.root_bytes.len() + 1 + filename.len());
+    key.extend_from_slice(&cfg.root_bytes);
+    key.push(0);
+    key.extend_from_slice(filename);
     let cached = SCRIPTS.with_borrow(|m| {
-        m.get(filename)
+        m.get(&key[..])
             .filter(|(_, at)| now.duration_since(*at) < SCRIPT_CACHE)
             .map(|(yes, _)| *yes)
     });
@@ -265,7 +320,7 @@ fn is_script(cfg: &FastCgi, filename: &[u8]) -> bool {
         if m.len() >= 4096 {
             m.clear();
         }
-        m.insert(filename.into(), (yes, now));
+        m.insert(key.into(), (yes, now));
     });
     yes
 }
@@ -274,13 +329,13 @@ fn is_script(cfg: &FastCgi, filename: &[u8]) -> bool {
 /// reused.
 async fn exchange(
     mut pipe: DuplexStream,
-    mut sock: Socket,
+    conn: Conn<'_>,
     cfg: &FastCgi,
     waits: Waits,
 ) -> io::Result<Option<Socket>> {
     let mut buf = BytesMut::with_capacity(2048);
     let Some((peer, head)) = read_request(&mut pipe, &mut buf).await? else {
-        return Ok(Some(sock));
+        return Ok(None);
     };
     // The script the path names, else the fallback (a front controller), else 404 without
     // asking the application.
@@ -290,56 +345,42 @@ async fn exchange(
     // the front controller's.
     if named.is_none() && head.path().ends_with(b"/") && is_directory(cfg, head.path()) {
         refuse(&mut pipe, b"403 ", b"Forbidden\n").await?;
-        return Ok(Some(sock));
+        return Ok(None);
     }
     let script = match named.or_else(|| params::fallback(cfg)) {
         Some(s) if !cfg.require_file || is_script(cfg, &s.filename) => s,
         _ => {
             not_found(&mut pipe).await?;
-            return Ok(Some(sock));
+            return Ok(None);
         }
     };
-    // A body of unknown length (chunked) is read whole first: CGI needs CONTENT_LENGTH.
+    // The body whole (held to the route's `max_body_bytes` by the upstream phase that writes
+    // it), before the application is asked; its length is CGI's CONTENT_LENGTH.
     let mut decoder = BodyDecoder::new(head.body);
-    let mut whole = None;
-    let length = match params::declared_length(&head) {
-        Some(n) => Some(n),
-        None => {
-            let body = read_body(&mut pipe, &mut buf, &mut decoder).await?;
-            let n = body.len() as u64;
-            whole = Some(body);
-            Some(n)
-        }
+    let body = if head.body == weir_http::BodyKind::Empty {
+        Vec::new()
+    } else {
+        read_body(&mut pipe, &mut buf, &mut decoder).await?
     };
     let mut env = BytesMut::with_capacity(1024);
-    params::put(cfg, &head, &script, &peer, length, &mut env);
-    let mut out = BytesMut::with_capacity(env.len() + 64);
+    params::put(
+        cfg,
+        &head,
+        &script,
+        &peer,
+        Some(body.len() as u64),
+        &mut env,
+    );
+    let mut out = BytesMut::with_capacity(env.len() + body.len() + 64);
     record::put_begin(&mut out, cfg.keep_conn);
     record::put_params_body(&mut out, &env);
-    match whole {
-        Some(body) => record::put_stream(&mut out, record::STDIN, &body),
-        None if length.unwrap_or(0) > 0 => loop {
-            match decoder.decode(&mut buf).map_err(io::Error::other)? {
-                BodyEvent::Data(d) => {
-                    record::put_stream(&mut out, record::STDIN, &d);
-                    if out.len() >= PIPE / 2 {
-                        sock.write_all(&out).await?;
-                        out.clear();
-                    }
-                }
-                BodyEvent::NeedMore => {
-                    if pipe.read_buf(&mut buf).await? == 0 {
-                        return Err(io::ErrorKind::UnexpectedEof.into());
-                    }
-                }
-                BodyEvent::Done(_) => break,
-            }
-        },
-        None => {}
-    }
+    record::put_stream(&mut out, record::STDIN, &body);
+    drop(body);
     record::put(&mut out, record::STDIN, &[]);
+    let mut sock = conn.get().await?;
     sock.write_all(&out).await?;
     sock.flush().await?;
+    drop(out);
     let reusable = relay_response(&mut pipe, &mut sock, &head, waits).await?;
     Ok(reusable.then_some(sock))
 }
@@ -386,15 +427,31 @@ async fn relay_response(
                 Ok(None) => {}
                 Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.0)),
             }
-            match tokio::time::timeout(wait, sock.read_buf(&mut rbuf)).await {
-                Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "no response")),
-                Ok(Ok(0)) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the application closed the connection before its response ended",
-                    ))
+            // Read the application, and watch the pipe: the upstream phase drops it when its
+            // client goes away (or it gave up), and the request is then abandoned (the
+            // connection closes: php-fpm aborts the script at its next output).
+            let read = tokio::time::timeout(wait, sock.read_buf(&mut rbuf));
+            let mut probe = [0u8; 64];
+            tokio::select! {
+                got = read => match got {
+                    Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "no response")),
+                    Ok(Ok(0)) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "the application closed the connection before its response ended",
+                        ))
+                    }
+                    Ok(r) => r?,
+                },
+                gone = pipe.read(&mut probe) => {
+                    if matches!(gone, Ok(0) | Err(_)) {
+                        return Err(io::Error::new(
+                            io::ErrorKind::BrokenPipe,
+                            "the client went away: the request is abandoned",
+                        ));
+                    }
+                    continue;
                 }
-                Ok(r) => r?,
             };
             wait = waits.idle;
         };
@@ -447,7 +504,9 @@ async fn relay_response(
             }
             _ => {}
         }
-        if out.len() >= PIPE / 2 {
+        // What the application wrote goes on at once (its `flush()`, server-sent events), and
+        // a client that went away is seen at the write.
+        if !out.is_empty() {
             pipe.write_all(&out).await?;
             out.clear();
         }

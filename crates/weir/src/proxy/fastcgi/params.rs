@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use weir_http::{BodyKind, RequestHead};
+use weir_http::RequestHead;
 
 use super::config::FastCgi;
 
@@ -71,15 +71,24 @@ pub fn fallback(cfg: &FastCgi) -> Option<Script> {
 }
 
 /// `path` percent-decoded once, when it is one a file can have: absolute, no dot segment, no
-/// NUL or backslash.
+/// NUL or backslash, no `%2F` (an escaped slash is never a separator: with
+/// `limits.encoded_slashes: keep`, `/uploads%2Fevil.php` passed no `/uploads/` route and ran;
+/// the review of issue 53), and no segment starting with `.` but `.well-known` (hidden as
+/// `static` hides them).
 pub fn decoded_path(path: &[u8]) -> Option<Vec<u8>> {
+    if path
+        .windows(3)
+        .any(|w| w[0] == b'%' && w[1] == b'2' && (w[2] == b'f' || w[2] == b'F'))
+    {
+        return None;
+    }
     let decoded = percent_decode(path)?;
     if decoded.first() != Some(&b'/')
         || decoded.contains(&0)
         || decoded.contains(&b'\\')
-        || decoded
-            .split(|b| *b == b'/')
-            .any(|seg| seg == b"." || seg == b"..")
+        || decoded.split(|b| *b == b'/').any(|seg| {
+            seg == b"." || seg == b".." || (seg.first() == Some(&b'.') && seg != b".well-known")
+        })
     {
         return None;
     }
@@ -255,15 +264,6 @@ fn ip_text(ip: std::net::IpAddr, buf: &mut [u8; 48]) -> &[u8] {
     &buf[..48 - left]
 }
 
-/// The body's length when its framing says it (a chunked body is counted first).
-pub fn declared_length(head: &RequestHead) -> Option<u64> {
-    match head.body {
-        BodyKind::Empty => Some(0),
-        BodyKind::Length(n) => Some(n),
-        BodyKind::Chunked | BodyKind::CloseDelimited => None,
-    }
-}
-
 /// `Host`'s name and port (the scheme's default when it names none).
 fn split_host(host: &[u8], https: bool) -> (&[u8], &[u8]) {
     let default: &[u8] = if https { b"443" } else { b"80" };
@@ -324,6 +324,12 @@ mod tests {
             script(&cfg(), b"/caf%C3%A9.php").unwrap().name,
             "/café.php".as_bytes()
         );
+        // An escaped slash is no separator; hidden segments are hidden.
+        assert_eq!(script(&cfg(), b"/uploads%2Fevil.php"), None);
+        assert_eq!(script(&cfg(), b"/uploads%2fevil.php"), None);
+        assert_eq!(script(&cfg(), b"/.hidden/x.php"), None);
+        assert_eq!(script(&cfg(), b"/uploads/.x.php"), None);
+        assert!(script(&cfg(), b"/.well-known/x.php").is_some());
     }
 
     #[test]
