@@ -191,6 +191,8 @@ pub fn put(
     set("DOCUMENT_ROOT", &cfg.root_bytes);
     set("SCRIPT_NAME", &script.name);
     set("SCRIPT_FILENAME", &script.filename);
+    // Always, as Debian's `snippets/fastcgi-php.conf` passes it (empty without path info);
+    // nginx's bare `fastcgi.conf` passes none.
     set("PATH_INFO", &script.path_info);
     set("SERVER_NAME", host);
     set("SERVER_PORT", port);
@@ -201,12 +203,14 @@ pub fn put(
     );
     // php-cgi built with force-cgi-redirect asks for it; nginx's fastcgi_params sends it.
     set("REDIRECT_STATUS", b"200");
-    if let Some(n) = length {
-        set("CONTENT_LENGTH", decimal(n, &mut digits));
+    // As nginx's `fastcgi_params` pass them: empty without a body or a type.
+    match length {
+        Some(n) if n > 0 || head.body != weir_http::BodyKind::Empty => {
+            set("CONTENT_LENGTH", decimal(n, &mut digits))
+        }
+        _ => set("CONTENT_LENGTH", b""),
     }
-    if let Some(t) = head.header("content-type") {
-        set("CONTENT_TYPE", t);
-    }
+    set("CONTENT_TYPE", head.header("content-type").unwrap_or(b""));
     let headers = head.headers();
     let mut key = Vec::with_capacity(64);
     let mut joined = Vec::new();
