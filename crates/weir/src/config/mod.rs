@@ -24,6 +24,7 @@ pub mod model_cluster;
 pub mod model_filters;
 pub mod model_http3;
 pub mod model_limits;
+pub mod model_maps;
 pub mod model_ops;
 pub mod model_shield;
 pub mod model_sites;

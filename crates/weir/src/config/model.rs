@@ -18,6 +18,7 @@ pub use super::model_filters::{
     StickyRule,
 };
 pub use super::model_limits::{EncodedSlashes, Limits, UnderscoresInHeaders};
+pub use super::model_maps::{MapDef, MapRegex, RouteLimits};
 pub use super::model_ops::{AccessLog, AccessLogSetting, HealthRoute, Log, RequestId};
 pub use super::model_shield::{ProxyProtocol, Shape, Shield};
 pub use super::model_sites::{Site, SiteTls};
@@ -461,47 +462,6 @@ pub struct Route {
     /// with variables; the route's own values (its action and inline filters) may use them.
     #[serde(default)]
     pub set: serde_yaml::Mapping,
-}
-
-/// One `maps:` entry: the variable `$name`, chosen by the value of `from` (nginx's `map`).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MapDef {
-    /// The variable it defines (`connection_upgrade` for `$connection_upgrade`).
-    pub name: String,
-    /// What it keys on: a value with variables (`$http_upgrade`, `$host$uri`).
-    pub from: String,
-    /// Values for exact keys (`"": close`).
-    #[serde(default)]
-    pub exact: BTreeMap<String, String>,
-    /// Values for keys starting with a prefix (the longest wins).
-    #[serde(default)]
-    pub prefix: BTreeMap<String, String>,
-    /// Regexes tried in order after `exact` and `prefix`; a value may use their captures.
-    #[serde(default)]
-    pub regex: Vec<MapRegex>,
-    /// The value when nothing matches (empty by default).
-    #[serde(default)]
-    pub default: String,
-}
-
-/// A regex entry of a map.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MapRegex {
-    pub pattern: String,
-    pub value: String,
-}
-
-/// What a route (or a site, for its routes) sets over the top-level `limits`.
-#[derive(Debug, Default, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RouteLimits {
-    /// Largest request body, above or below `limits.max_body_bytes` (413 beyond).
-    pub max_body_bytes: Option<Size>,
-    /// Longest wait between request body bytes, over `timeouts.body` (408 beyond; nginx's
-    /// `client_body_timeout` in a `location`).
-    pub body_timeout: Option<Dur>,
 }
 
 /// Route conditions.

@@ -34,6 +34,7 @@ pub(crate) mod forward;
 pub(crate) mod hooks;
 mod kv;
 mod later;
+pub(crate) mod limits;
 mod log;
 mod refused;
 pub(crate) use errors::{error_pages, send_error, send_error_page};
@@ -195,7 +196,7 @@ fn start<'a, D: Downstream>(
         if let (Some(wait), false) = (route.body_timeout, head.body == BodyKind::Empty) {
             d.body_timeout(wait);
         }
-        match route_body_limit(head, route, &rt.cfg.limits) {
+        match limits::route_body_limit(head, route, &rt.cfg.limits) {
             Ok(None) => {}
             Ok(Some(max)) => d.cap_body(max),
             Err(()) => {
@@ -593,43 +594,6 @@ fn respond_rendered<D: Downstream>(
 
 /// Responses whose variables rendered to something unsendable: logged at most so often.
 static RENDER_LOG: crate::logs::Limited = crate::logs::Limited::new();
-
-/// A declared body over what any route takes (`limits.max_body_bytes`, or a route's own above
-/// it) is refused (413) before anything of it is read or forwarded, over either protocol (an
-/// HTTP/2 `content-length` once reached the origin first); the route's own limit follows once
-/// it is chosen ([`route_body_limit`]).
-pub(crate) fn check_declared_length(
-    head: &RequestHead,
-    limits: &crate::runtime::Limits,
-) -> Result<(), Error> {
-    match head.body {
-        BodyKind::Length(n) if n > limits.body_ceiling => {
-            Err(weir_http::ParseError::BodyTooLarge.into())
-        }
-        _ => Ok(()),
-    }
-}
-
-/// The body limit of `route` (its own, else `limits.max_body_bytes`), when it is below what
-/// the connection reads anyway: `Err` (413) for a declared length past it, else the cap to
-/// hold the body to. `Ok(None)`: nothing to do (no body, or no lower limit).
-fn route_body_limit(
-    head: &RequestHead,
-    route: &crate::routes::Route,
-    limits: &crate::runtime::Limits,
-) -> Result<Option<u64>, ()> {
-    if head.body == BodyKind::Empty {
-        return Ok(None);
-    }
-    let max = route.max_body_bytes.unwrap_or(limits.max_body_bytes);
-    if max >= limits.body_ceiling {
-        return Ok(None);
-    }
-    match head.body {
-        BodyKind::Length(n) if n > max => Err(()),
-        _ => Ok(Some(max)),
-    }
-}
 
 /// Debug builds only, and only with `WEIR_FAULT_INJECTION` set in the environment: a request
 /// for `/__weir_fault/panic` panics, so tests can prove that a panic closes one connection and

@@ -355,7 +355,7 @@ impl Conn {
     /// (`-Zprint-type-sizes`: 208 bytes each), and that future's size is paid by every idle
     /// connection.
     async fn handle(&mut self, head: &RequestHead) -> Result<Persistence, Error> {
-        crate::pipeline::check_declared_length(head, &self.rt.cfg.limits)?;
+        crate::pipeline::limits::check_declared_length(head, &self.rt.cfg.limits)?;
         self.version = head.version;
         self.body = (head.body != BodyKind::Empty).then(|| {
             Box::new(RequestBody {

@@ -91,7 +91,7 @@ pub(crate) async fn serve(
         request_trailers: Vec::new(),
     };
     let result = match convert::request_head(&parts, has_body, &rt.cfg.limits.head) {
-        Ok(head) => match crate::pipeline::check_declared_length(&head, &rt.cfg.limits) {
+        Ok(head) => match crate::pipeline::limits::check_declared_length(&head, &rt.cfg.limits) {
             Ok(()) => crate::pipeline::handle(&mut d, rt.clone(), listener, &head).await,
             Err(e) => Err(e),
         },

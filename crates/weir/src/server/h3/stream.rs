@@ -189,12 +189,14 @@ pub(super) async fn serve(
                 parts.headers.remove("early-data");
             }
             match convert::request_head(&parts, has_body, &rt.cfg.limits.head) {
-                Ok(head) => match crate::pipeline::check_declared_length(&head, &rt.cfg.limits) {
-                    Ok(()) => crate::pipeline::handle(&mut d, rt.clone(), listener, &head)
-                        .await
-                        .map(drop),
-                    Err(e) => Err(e),
-                },
+                Ok(head) => {
+                    match crate::pipeline::limits::check_declared_length(&head, &rt.cfg.limits) {
+                        Ok(()) => crate::pipeline::handle(&mut d, rt.clone(), listener, &head)
+                            .await
+                            .map(drop),
+                        Err(e) => Err(e),
+                    }
+                }
                 Err(e) => Err(e),
             }
         }
