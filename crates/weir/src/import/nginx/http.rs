@@ -14,6 +14,8 @@ pub(super) struct Scope {
     pub(super) root: Option<String>,
     pub(super) index: Vec<String>,
     pub(super) gzip: bool,
+    /// `client_max_body_size` set in a `server` or `location` (a route's `limits`).
+    pub(super) client_max_body_size: Option<String>,
     pub(super) gzip_types: Vec<String>,
     pub(super) add_header: Vec<(String, String)>,
     pub(super) proxy_set_header: Vec<(String, String)>,
@@ -74,7 +76,29 @@ pub(super) fn inherited(cx: &mut Ctx, d: &Directive, scope: &mut Scope) -> bool 
     let a = |i: usize| d.args.get(i).cloned().unwrap_or_default();
     match d.name.as_str() {
         "root" => scope.root = Some(a(0)),
-        "index" => scope.index = d.args.clone(),
+        // A server's or location's own body limit: the route's `limits.max_body_bytes`
+        // (nginx's 0 is "no limit": the largest weir takes).
+        "client_max_body_size" if d.args.len() == 1 => {
+            let v = a(0).to_ascii_lowercase();
+            scope.client_max_body_size = Some(if v == "0" { "1024g".into() } else { v });
+        }
+        "index" => {
+            // `index ... /index.php$request_uri` (Nextcloud): an entry with a path or a
+            // variable is an internal redirect in nginx, not a file name: left out, and said
+            // (the corpus of issue 53: copied, it made the config fail `weir check`).
+            let (names, other): (Vec<String>, Vec<String>) = d
+                .args
+                .iter()
+                .cloned()
+                .partition(|a| !a.contains(['/', '$']));
+            if !other.is_empty() {
+                cx.skip(
+                    d,
+                    &format!("{other:?}: an index entry that is a path or has a variable is not translated (nginx redirects to it)"),
+                );
+            }
+            scope.index = names;
+        }
         "gzip" => scope.gzip = a(0) == "on",
         "gzip_types" => scope.gzip_types = d.args.clone(),
         "add_header" => {

@@ -389,6 +389,9 @@ fn content_routes(
     let mut app = None;
     let mut route = Mapping::new();
     route.insert(s("match"), matcher.clone());
+    if let Some(v) = &scope.client_max_body_size {
+        route.insert(s("limits"), map(vec![("max_body_bytes", s(v))]));
+    }
     if let Some(l) = limit_except {
         if let Some(Value::Mapping(m)) = route.get_mut(s("match")) {
             m.insert(

@@ -255,6 +255,17 @@ pub(super) fn error_pages(cx: &mut Ctx, scope: &Scope) -> BTreeMap<String, Strin
         // went into the file name, and the config did not start).
         let uri = uri.split('?').next().unwrap_or(uri);
         let file = format!("{}{uri}", root.trim_end_matches('/'));
+        // A page that is not there where its root is (nginx then answers its own page for
+        // that request): left out, and said (the corpus of issue 53: kept, the config failed
+        // `weir check`). An absolute root that is not on this machine keeps its pages; a
+        // relative one (nginx's prefix) is judged from here.
+        let root_here = std::path::Path::new(root).is_dir() || !root.starts_with('/');
+        if root_here && !std::path::Path::new(&file).is_file() {
+            cx.out.skipped.push(format!(
+                "error_page {code} {uri}: {file} does not exist: nginx's own page answers instead"
+            ));
+            continue;
+        }
         cx.page_uris.insert(file.clone(), uri.to_string());
         out.insert(code.clone(), file);
     }

@@ -233,3 +233,33 @@ fn proxy_set_header_is_translated_or_listed() {
     assert!(!yaml.contains("proxy_add_x_forwarded_for"), "{yaml}");
     assert!(listed(&skipped, "X-Forward-For"), "{skipped:?}");
 }
+
+/// Nextcloud's `index index.php index.html /index.php$request_uri;` and an `error_page` to a
+/// file that is not where its root is: each left out and listed, so that the config starts
+/// (the corpus of issue 53: both made `weir check` fail).
+#[test]
+fn index_redirects_and_missing_error_pages_are_listed_not_copied() {
+    let root = std::env::temp_dir().join(format!("weir-import-unit-root-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("{e}"));
+    let conf = format!(
+        "server {{\n listen 8080;\n root {};\n index index.html /index.php$request_uri;\n error_page 500 502 /50x.html;\n location / {{ try_files $uri $uri/ =404; }}\n}}\n",
+        root.display()
+    );
+    let (yaml, skipped) = import("idx", &conf);
+    assert!(!yaml.contains("request_uri"), "{yaml}");
+    assert!(!yaml.contains("50x.html"), "{yaml}");
+    assert!(listed(&skipped, "index entry"), "{skipped:?}");
+    assert!(listed(&skipped, "50x.html"), "{skipped:?}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// `client_max_body_size` in a `server` or `location` becomes the route's own body limit
+/// (it had no home before issue 53's per-route limits).
+#[test]
+fn per_server_and_location_body_limits_become_route_limits() {
+    let conf = "server {\n listen 8080;\n client_max_body_size 20M;\n location /upload { client_max_body_size 0; proxy_pass http://127.0.0.1:3000; }\n location / { proxy_pass http://127.0.0.1:3000; }\n}\n";
+    let (yaml, skipped) = import("cmbs", conf);
+    assert!(yaml.contains("max_body_bytes: 1024g"), "{yaml}");
+    assert!(yaml.contains("max_body_bytes: 20m"), "{yaml}");
+    assert!(!listed(&skipped, "client_max_body_size"), "{skipped:?}");
+}
