@@ -155,7 +155,8 @@ listeners:
     let stalled = |path: &str| {
         let mut s = common::connect(addr);
         s.write_all(
-            format!("POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nhello").as_bytes(),
+            format!("POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nhello")
+                .as_bytes(),
         )
         .unwrap();
         // paces: the body stalls past the route's wait, within the top-level one.

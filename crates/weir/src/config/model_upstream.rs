@@ -76,6 +76,10 @@ pub struct FastCgi {
     /// request (Debian's has 5 children).
     #[serde(default)]
     pub keep_conn: bool,
+    /// Pass `PATH_INFO` (empty when the path has none), as Debian's `fastcgi-php.conf` does;
+    /// `false`: none, as nginx's bare `fastcgi.conf`.
+    #[serde(default = "default_true")]
+    pub path_info: bool,
     /// File name endings a script must have (php-fpm's `security.limit_extensions`): a path
     /// naming anything else names no script (the fallback runs, or 404).
     #[serde(default = "default_fastcgi_extensions")]

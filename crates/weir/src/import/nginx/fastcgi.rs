@@ -137,6 +137,10 @@ pub(super) fn location(
     if kept {
         f.push(("keep_conn", Value::Bool(true)));
     }
+    // nginx passes PATH_INFO only where a `fastcgi_param` says so (Debian's snippet does).
+    if !scope.fastcgi.params.iter().any(|p| p.name == "PATH_INFO") {
+        f.push(("path_info", Value::Bool(false)));
+    }
     if !params.is_empty() {
         f.push(("params", Value::Mapping(params)));
     }

@@ -23,6 +23,8 @@ pub struct FastCgi {
     pub fallback: Option<Bytes>,
     /// `FCGI_KEEP_CONN` and pooled connections (`fastcgi.keep_conn`).
     pub keep_conn: bool,
+    /// Pass `PATH_INFO` (`fastcgi.path_info`).
+    pub path_info: bool,
     /// Endings a script's name must have (`fastcgi.extensions`).
     pub extensions: Vec<Bytes>,
     /// Extra or overriding parameters, names upper-cased as written.
@@ -102,6 +104,7 @@ impl FastCgi {
             require_file: f.require_file,
             fallback,
             keep_conn: f.keep_conn,
+            path_info: f.path_info,
             extensions: f
                 .extensions
                 .iter()

@@ -191,9 +191,11 @@ pub fn put(
     set("DOCUMENT_ROOT", &cfg.root_bytes);
     set("SCRIPT_NAME", &script.name);
     set("SCRIPT_FILENAME", &script.filename);
-    // Always, as Debian's `snippets/fastcgi-php.conf` passes it (empty without path info);
-    // nginx's bare `fastcgi.conf` passes none.
-    set("PATH_INFO", &script.path_info);
+    // As Debian's `snippets/fastcgi-php.conf` passes it (empty without path info), unless
+    // `path_info: false` (nginx's bare `fastcgi.conf` passes none).
+    if cfg.path_info {
+        set("PATH_INFO", &script.path_info);
+    }
     set("SERVER_NAME", host);
     set("SERVER_PORT", port);
     set("REMOTE_ADDR", ip_text(peer.addr.ip(), &mut ip));
@@ -296,6 +298,7 @@ mod tests {
             require_file: true,
             fallback: None,
             keep_conn: true,
+            path_info: true,
             extensions: vec![Bytes::from_static(b".php")],
             params: vec![],
         }
