@@ -81,15 +81,28 @@ pub(super) fn location(
     };
     // `try_files $uri =404` wants the whole path to be a file; Debian's snippet checks the
     // script's name (weir's `require_file` checks that).
+    // Laravel's `try_files $uri /index.php =404`: a script that is not there runs the front
+    // controller (weir's `fallback`), the request's URI unchanged.
+    let mut front: Option<String> = None;
     let whole = match try_files {
         None => false,
         Some([f, st]) if st == "=404" && f == "$uri" => true,
         Some([f, st]) if st == "=404" && f == "$fastcgi_script_name" => false,
+        Some([f, fb, st])
+            if st == "=404"
+                && f == "$uri"
+                && fb.starts_with('/')
+                && fb.ends_with(".php")
+                && !fb.contains(['$', '?']) =>
+        {
+            front = Some(fb.clone());
+            true
+        }
         Some(t) => {
             return Err(untranslated(
                 &at,
                 "try_files",
-                format!("{:?} before fastcgi_pass is not translated (only `$uri =404` or `$fastcgi_script_name =404`)", t.join(" ")),
+                format!("{:?} before fastcgi_pass is not translated (only `$uri =404`, `$uri /front.php =404` or `$fastcgi_script_name =404`)", t.join(" ")),
             ))
         }
     };
@@ -136,6 +149,9 @@ pub(super) fn location(
     ];
     if kept {
         f.push(("keep_conn", Value::Bool(true)));
+    }
+    if let Some(fb) = &front {
+        f.push(("fallback", s(fb)));
     }
     // nginx passes PATH_INFO only where a `fastcgi_param` says so (Debian's snippet does).
     if !scope.fastcgi.params.iter().any(|p| p.name == "PATH_INFO") {
@@ -428,7 +444,12 @@ pub(super) fn front(
         .get(s("root"))
         .and_then(Value::as_str)
         .is_some_and(|r| r.trim_end_matches('/') == root.trim_end_matches('/'));
-    if !same_root || f.contains_key(s("fallback")) {
+    // An upstream already falling back elsewhere is not this front controller; one falling
+    // back to the same script (Laravel's PHP location) is.
+    let other = f
+        .get(s("fallback"))
+        .is_some_and(|v| v.as_str() != Some(fallback));
+    if !same_root || other {
         return None;
     }
     let split = match index {

@@ -263,3 +263,14 @@ fn per_server_and_location_body_limits_become_route_limits() {
     assert!(yaml.contains("max_body_bytes: 20m"), "{yaml}");
     assert!(!listed(&skipped, "client_max_body_size"), "{skipped:?}");
 }
+
+/// Laravel's PHP location, `try_files $uri /index.php =404;` before `fastcgi_pass`: a script
+/// that is not there runs the front controller (the corpus of issue 53: it refused, 503).
+#[test]
+fn a_php_location_falling_back_to_the_front_controller_is_translated() {
+    let conf = "server {\n listen 8080;\n root /srv/app/public;\n location / { try_files $uri $uri/ /index.php?$query_string; }\n location ~ \\.php$ {\n  try_files $uri /index.php =404;\n  fastcgi_pass 127.0.0.1:9000;\n  fastcgi_param SCRIPT_FILENAME $document_root$fastcgi_script_name;\n  include fastcgi_params;\n }\n}\n";
+    let (yaml, skipped) = import("laravel", conf);
+    assert!(yaml.contains("fallback: /index.php"), "{yaml}");
+    assert!(!yaml.contains("answers 503"), "{yaml}");
+    assert!(!listed(&skipped, "try_files"), "{skipped:?}");
+}
