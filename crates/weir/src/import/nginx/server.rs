@@ -23,6 +23,7 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
         error_pages: BTreeMap::new(),
     };
     let (mut cert, mut key) = (None, None);
+    let mut server_try: Option<&Directive> = None;
     // Inheritance first: a location sees its server's settings wherever they are written.
     let mut scope = scope.nested();
     for x in d.children() {
@@ -132,6 +133,10 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
                     );
                 }
             },
+            // A server's `try_files` is what a request no location takes gets (nginx runs it
+            // before looking for a location, and a location's own replaces it): kept for the
+            // server's own files route below.
+            "try_files" if !x.args.is_empty() => server_try = Some(x),
             "try_files" | "proxy_pass" => cx.skip(x, "outside a location: put it in `location /`"),
             _ => {}
         }
@@ -145,6 +150,17 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
             }
         }
     }
+    // The server's `try_files` (Rails' `$uri/index.html $uri @unicorn`), its named location
+    // an `@app` as in a location (before the unused named locations are listed).
+    let mut notes = Mapping::new();
+    let has_root = srv_has_root_location(d);
+    let (tried, app) = match server_try.filter(|_| !has_root) {
+        Some(x) => {
+            let (t, a) = super::files::files_to_try(cx, x, x.args.clone(), &mut notes);
+            (Some(t), a.map(|a| (x, a)))
+        }
+        None => (None, None),
+    };
     unused_named(cx);
     // `error_page 50x /50x.html` with `location = /50x.html { root ...; }`: the page is that
     // location's file.
@@ -173,6 +189,12 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
             .and_then(|m| m.get("path_prefix"))
             .is_some_and(|p| p.as_str() == Some("/"))
     });
+    if let (true, Some(x)) = (has_root_location, server_try) {
+        cx.skip(
+            x,
+            "a server's try_files, where `location /` takes every request, is not translated",
+        );
+    }
     // nginx serves files from `root` when no location takes a path.
     if !has_root_location && scope.fail_closed.is_some() {
         srv.routes.push(map(vec![(
@@ -181,9 +203,16 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
         )]));
     } else if !has_root_location {
         if let Some(root) = &scope.root {
-            let mut route = static_route(root, &scope, None, false);
+            let mut route = static_route(root, &scope, tried, false);
             let mut filters = location_filters(cx, &scope);
             if let Value::Mapping(m) = &mut route {
+                for (k, v) in notes {
+                    m.insert(k, v);
+                }
+                if let (Some((_, a)), Some(Value::Mapping(inner))) = (&app, m.get_mut(s("static")))
+                {
+                    inner.insert(s("app"), a.proxy.clone());
+                }
                 if let Some(Value::Sequence(gz)) = m.remove(s("filters")) {
                     filters.extend(gz);
                 }
@@ -194,6 +223,9 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
                         close(m);
                         filters.clear();
                     }
+                }
+                if let Some((x, a)) = &app {
+                    super::files::app_keeps_filters(cx, x, m, a, &filters);
                 }
                 if !filters.is_empty() {
                     m.insert(s("filters"), Value::Sequence(filters));
@@ -474,4 +506,11 @@ pub(super) fn listeners(cx: &mut Ctx, servers: Vec<Server>) -> Vec<Value> {
         out.push(Value::Mapping(listener));
     }
     out
+}
+
+/// Whether server `d` has a `location /` (which takes every request a longer one does not).
+fn srv_has_root_location(d: &Directive) -> bool {
+    d.children()
+        .iter()
+        .any(|x| x.name == "location" && x.args.len() == 1 && x.args[0] == "/")
 }

@@ -274,3 +274,16 @@ fn a_php_location_falling_back_to_the_front_controller_is_translated() {
     assert!(!yaml.contains("answers 503"), "{yaml}");
     assert!(!listed(&skipped, "try_files"), "{skipped:?}");
 }
+
+/// A server's own `try_files ... @unicorn` (Rails behind unicorn): the files route of the
+/// server tries the files, then the named location's proxy (the corpus of issue 53: it was
+/// left out, and the files answered 404 where nginx asked the app).
+#[test]
+fn a_server_level_try_files_with_a_named_location_is_translated() {
+    let conf = "server {\n listen 8080;\n root /srv/app/public;\n try_files $uri/index.html $uri @unicorn;\n location @unicorn { proxy_pass http://127.0.0.1:3000; }\n location /assets/ { expires max; }\n}\n";
+    let (yaml, skipped) = import("rails", conf);
+    assert!(yaml.contains("- '@app'"), "{yaml}");
+    assert!(yaml.contains("$uri/index.html"), "{yaml}");
+    assert!(yaml.contains("upstream: 127_0_0_1_3000"), "{yaml}");
+    assert!(!listed(&skipped, "outside a location"), "{skipped:?}");
+}
