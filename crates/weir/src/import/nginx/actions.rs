@@ -16,6 +16,13 @@ pub(super) fn proxy_pass(
     scope: &Scope,
 ) -> Option<Vec<(Value, Value)>> {
     let url = d.args.first()?;
+    if scope.expires.is_some() {
+        // weir's `expires` is the static action's: a proxied response keeps its own fields.
+        cx.skip(
+            d,
+            "`expires` on proxied responses is not translated (files only)",
+        );
+    }
     let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
     if url.contains('$') {
         cx.skip(d, "a proxy_pass with variables is not translated");

@@ -16,6 +16,10 @@ pub(super) struct Scope {
     pub(super) gzip: bool,
     /// `client_max_body_size` set in a `server` or `location` (a route's `limits`).
     pub(super) client_max_body_size: Option<String>,
+    /// `expires` in seconds for files (`static.cache_control`); `None`: none, or `off`.
+    pub(super) expires: Option<u64>,
+    /// `gzip_min_length`, as written.
+    pub(super) gzip_min_length: Option<String>,
     pub(super) gzip_types: Vec<String>,
     pub(super) add_header: Vec<(String, String)>,
     pub(super) proxy_set_header: Vec<(String, String)>,
@@ -101,6 +105,16 @@ pub(super) fn inherited(cx: &mut Ctx, d: &Directive, scope: &mut Scope) -> bool 
         }
         "gzip" => scope.gzip = a(0) == "on",
         "gzip_types" => scope.gzip_types = d.args.clone(),
+        "gzip_min_length" if d.args.len() == 1 => scope.gzip_min_length = Some(a(0)),
+        // `expires 30d`, `max` (ten years, nginx's max-age) or `off`, on files; `epoch`, a
+        // negative time and `modified` are listed.
+        "expires" => match expires_secs(&d.args) {
+            Some(secs) => scope.expires = secs,
+            None => {
+                cx.skip(d, "only `expires TIME`, `max` or `off` is translated (as files' Cache-Control and Expires)");
+                return true;
+            }
+        },
         "add_header" => {
             if d.args.len() < 2 {
                 return false;
@@ -366,4 +380,47 @@ pub(super) fn cache_path(cx: &mut Ctx, d: &Directive) {
         ]),
     );
     cx.done();
+}
+
+/// `expires`'s seconds: `Some(Some(n))` for a time or `max`, `Some(None)` for `off`, `None` for
+/// what is not translated (`epoch`, negative, `modified`, `@time`).
+fn expires_secs(args: &[String]) -> Option<Option<u64>> {
+    let [v] = args else { return None };
+    match v.as_str() {
+        "off" => return Some(None),
+        "max" => return Some(Some(315_360_000)),
+        _ => {}
+    }
+    // nginx's time: units ms s m h d w M y, in any combination (`1h30m`).
+    let mut total = 0u64;
+    let mut num = String::new();
+    let mut chars = v.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            num.push(c);
+            continue;
+        }
+        let n: u64 = num.parse().ok()?;
+        num.clear();
+        let unit = if c == 'm' && chars.peek() == Some(&'s') {
+            chars.next();
+            return None;
+        } else {
+            match c {
+                's' => 1,
+                'm' => 60,
+                'h' => 3_600,
+                'd' => 86_400,
+                'w' => 604_800,
+                'M' => 2_592_000,
+                'y' => 31_536_000,
+                _ => return None,
+            }
+        };
+        total = total.checked_add(n.checked_mul(unit)?)?;
+    }
+    if !num.is_empty() {
+        total = total.checked_add(num.parse().ok()?)?;
+    }
+    (total > 0).then_some(Some(total))
 }

@@ -599,9 +599,10 @@ pub(super) fn location_filters(cx: &mut Ctx, scope: &Scope) -> Vec<Value> {
             map(vec![("file", s(file)), ("realm", s(realm))]),
         )]));
     }
-    if !scope.add_header.is_empty() {
+    if scope.add_header.iter().any(|(_, v)| !v.is_empty()) {
         let mut add = Mapping::new();
-        for (k, v) in &scope.add_header {
+        // nginx adds nothing for an empty value (`add_header ETag ""`).
+        for (k, v) in scope.add_header.iter().filter(|(_, v)| !v.is_empty()) {
             add.insert(s(k), s(v));
         }
         out.push(map(vec![(
@@ -622,7 +623,14 @@ pub(super) fn gzip_filter(scope: &Scope) -> Value {
     );
     map(vec![(
         "compress",
-        map(vec![("types", Value::Sequence(types))]),
+        map(vec![
+            ("types", Value::Sequence(types)),
+            // nginx compresses from 20 bytes unless `gzip_min_length` says otherwise.
+            (
+                "min_length",
+                s(scope.gzip_min_length.as_deref().unwrap_or("20")),
+            ),
+        ]),
     )])
 }
 pub(super) fn static_route(
@@ -647,6 +655,13 @@ pub(super) fn static_route(
     }
     if !alias {
         st.push(("strip_prefix", Value::Bool(false)));
+    }
+    if let Some(secs) = scope.expires {
+        let rule = map(vec![
+            ("pattern", s("*")),
+            ("expires", s(&format!("{secs}s"))),
+        ]);
+        st.push(("cache_control", Value::Sequence(vec![rule])));
     }
     if let Some(t) = try_files {
         st.push((

@@ -287,3 +287,26 @@ fn a_server_level_try_files_with_a_named_location_is_translated() {
     assert!(yaml.contains("upstream: 127_0_0_1_3000"), "{yaml}");
     assert!(!listed(&skipped, "outside a location"), "{skipped:?}");
 }
+
+/// `expires` on files (`max` is nginx's ten years), `add_header ETag ""` adding nothing, and
+/// nginx's `gzip_min_length` (20 bytes by default): each as nginx answers (issue 53 §5).
+#[test]
+fn expires_empty_headers_and_gzip_min_length_answer_as_nginx() {
+    let conf = "server {\n listen 8080;\n root /srv/www;\n gzip on;\n location /assets/ { expires max; add_header ETag \"\"; add_header X-A 1; }\n location /docs/ { expires 1h30m; gzip_min_length 1000; }\n location /api/ { expires 7d; proxy_pass http://127.0.0.1:3000; }\n}\n";
+    let (yaml, skipped) = import("expires", conf);
+    assert!(yaml.contains("expires: 315360000s"), "{yaml}");
+    assert!(yaml.contains("expires: 5400s"), "{yaml}");
+    assert!(!yaml.contains("ETag"), "{yaml}");
+    assert!(yaml.contains("X-A"), "{yaml}");
+    assert!(
+        yaml.contains("min_length: '20'")
+            || yaml.contains("min_length: \"20\"")
+            || yaml.contains("min_length: 20"),
+        "{yaml}"
+    );
+    assert!(
+        yaml.contains("min_length: '1000'") || yaml.contains("min_length: 1000"),
+        "{yaml}"
+    );
+    assert!(listed(&skipped, "proxied responses"), "{skipped:?}");
+}
