@@ -84,16 +84,7 @@ async fn bridge(
     authority: &str,
 ) -> io::Result<()> {
     let mut buf = BytesMut::with_capacity(8 * 1024);
-    let limits = weir_http::Limits {
-        max_head_bytes: PIPE,
-        max_uri_bytes: PIPE,
-        // The pipeline's own request, its path normalised when the client's was read.
-        normalize_path: false,
-        keep_encoded_slashes: true,
-        keep_semicolons: true,
-        keep_utf8: true,
-        underscores: weir_http::Underscores::Allow,
-    };
+    let limits = pipe_limits(PIPE);
     let head = loop {
         if let Some(h) = parse_request(&mut buf, &limits).map_err(io::Error::other)? {
             break h;
@@ -185,6 +176,21 @@ async fn bridge(
     }
     pipe.write_all(&out).await?;
     pipe.shutdown().await
+}
+
+/// How a bridge (this one, `fastcgi/`) parses the request the upstream phase wrote into its
+/// pipe, heads up to `max` bytes: the pipeline's own request, its path normalised already when
+/// the client's was read, so taken as it is.
+pub(crate) fn pipe_limits(max: usize) -> weir_http::Limits {
+    weir_http::Limits {
+        max_head_bytes: max,
+        max_uri_bytes: max,
+        normalize_path: false,
+        keep_encoded_slashes: true,
+        keep_semicolons: true,
+        keep_utf8: true,
+        underscores: weir_http::Underscores::Allow,
+    }
 }
 
 /// Fields HTTP/2 forbids (RFC 9113 §8.2.2), and `te`, which the bridge sets itself.

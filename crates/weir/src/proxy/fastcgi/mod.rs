@@ -227,16 +227,7 @@ async fn read_request(
             return Ok(None);
         }
     };
-    let limits = weir_http::Limits {
-        max_head_bytes: PIPE,
-        max_uri_bytes: PIPE,
-        // The pipeline's own request, its path normalised when the client's was read.
-        normalize_path: false,
-        keep_encoded_slashes: true,
-        keep_semicolons: true,
-        keep_utf8: true,
-        underscores: weir_http::Underscores::Allow,
-    };
+    let limits = super::h2_upstream::pipe_limits(PIPE);
     loop {
         if let Some(h) = parse_request(buf, &limits).map_err(io::Error::other)? {
             return Ok(Some((peer, h)));
