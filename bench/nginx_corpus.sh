@@ -124,7 +124,8 @@ subst() { # subst SRC DEST HTTP_PORT TLS_PORT DIR
 
 prepare() { # prepare SIDE_DIR HTTP_PORT TLS_PORT: conf/nginx.conf including conf/site.conf
     local d=$1
-    mkdir -p "$d/conf/snippets" "$d/logs" "$d/cache" "$d/letsencrypt"
+    # html: the prefix's own directory, as an nginx install has it (/usr/share/nginx/html)
+    mkdir -p "$d/conf/snippets" "$d/logs" "$d/cache" "$d/letsencrypt" "$d/html"
     chmod 777 "$d/cache"
     cp /etc/nginx/mime.types /etc/nginx/fastcgi.conf /etc/nginx/fastcgi_params "$d/conf/"
     cp /etc/nginx/snippets/fastcgi-php.conf "$d/conf/snippets/"
@@ -160,7 +161,7 @@ for name in $CONFIGS; do
     chmod -R a+rX "$D"
 
     # weir import: the same file nginx runs, with weir's ports
-    (cd "$D/weir/conf" && "$WEIR" import nginx.conf > ../weir.yaml 2> ../import.stderr)
+    (cd "$D/weir/conf" && "$WEIR" import --prefix "$D/weir" nginx.conf > ../weir.yaml 2> ../import.stderr)
     {
         echo "exit status $?"
         cat "$D/weir/import.stderr"

@@ -3,12 +3,14 @@
 //! passes `weir check`, and nginx and weir, each serving its own config, give the same status
 //! and body to a list of requests. What could not be translated is listed with file:line on
 //! stderr. Needs nginx (CI installs it: `.ci/run`). PHP sites on php-fpm and applications behind
-//! `try_files ... @app`: `import_nginx/php.rs`.
+//! `try_files ... @app`: `import_nginx/php.rs`; `set`/`if`/`rewrite` idioms: `import_nginx/script.rs`.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 #[path = "import_nginx/php.rs"]
 mod php;
+#[path = "import_nginx/script.rs"]
+mod script;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -442,7 +444,7 @@ fn an_import_never_serves_what_it_did_not_translate() {
     location /static/ {{
         root {www};
         location ~ \.css$ {{ expires 1d; }}
-        if ($request_method = POST) {{ return 405; }}
+        if (-f $request_filename) {{ return 405; }}
     }}
 }}
 "#,

@@ -19,10 +19,16 @@ pub struct CacheRule {
 }
 
 #[derive(Debug)]
-enum Fields {
-    Value(String),
-    Expires(Duration),
+struct Fields {
+    /// `Cache-Control: max-age=N` and `Expires`; `None` for the date: nginx's `max`.
+    expires: Option<(Duration, Option<&'static str>)>,
+    /// A `Cache-Control` field as written (after the max-age one when both are given).
+    value: Option<String>,
 }
+
+/// nginx's `expires max`: ten years of max-age, and this date.
+const MAX_AGE: Duration = Duration::from_secs(315_360_000);
+const MAX_DATE: &str = "Thu, 31 Dec 2037 23:55:55 GMT";
 
 impl CacheRule {
     pub fn compile(r: &model::CacheControlRule, key: &str) -> Result<CacheRule, CompileError> {
@@ -37,19 +43,23 @@ impl CacheRule {
             Some((a, b)) => (a.to_string(), Some(b.to_string())),
             None => (p.clone(), None),
         };
-        let what = match (&r.value, r.expires) {
-            (Some(v), None) => {
-                crate::config::check_header_value(v).map_err(|m| (format!("{key}.value"), m))?;
-                Fields::Value(v.clone())
-            }
-            (None, Some(d)) => Fields::Expires(d.0),
-            _ => {
-                return Err((
-                    key.to_string(),
-                    "give `value` (the Cache-Control field) or `expires` (a duration), one of them"
-                        .into(),
-                ))
-            }
+        if let Some(v) = &r.value {
+            crate::config::check_header_value(v).map_err(|m| (format!("{key}.value"), m))?;
+        }
+        let expires = r.expires.map(|e| match e {
+            model::Expires::After(d) => (d.0, None),
+            model::Expires::Max => (MAX_AGE, Some(MAX_DATE)),
+        });
+        if r.value.is_none() && expires.is_none() {
+            return Err((
+                key.to_string(),
+                "give `value` (the Cache-Control field), `expires` (a duration or max), or both"
+                    .into(),
+            ));
+        }
+        let what = Fields {
+            expires,
+            value: r.value.clone(),
         };
         Ok(CacheRule {
             prefix,
@@ -75,14 +85,19 @@ pub fn add_fields(rules: &[CacheRule], name: &[u8], lines: &mut BytesMut) {
     let Some(rule) = rules.iter().find(|r| r.matches(name)) else {
         return;
     };
-    match &rule.what {
-        Fields::Value(v) => put_header(lines, b"Cache-Control", v.as_bytes()),
-        Fields::Expires(d) => {
-            let value = format!("max-age={}", d.as_secs());
-            put_header(lines, b"Cache-Control", value.as_bytes());
-            let at = httpdate::fmt_http_date(SystemTime::now() + *d);
-            put_header(lines, b"Expires", at.as_bytes());
+    if let Some((d, date)) = &rule.what.expires {
+        let value = format!("max-age={}", d.as_secs());
+        put_header(lines, b"Cache-Control", value.as_bytes());
+        match date {
+            Some(fixed) => put_header(lines, b"Expires", fixed.as_bytes()),
+            None => {
+                let at = httpdate::fmt_http_date(SystemTime::now() + *d);
+                put_header(lines, b"Expires", at.as_bytes());
+            }
         }
+    }
+    if let Some(v) = &rule.what.value {
+        put_header(lines, b"Cache-Control", v.as_bytes());
     }
 }
 
@@ -96,7 +111,7 @@ mod tests {
             &model::CacheControlRule {
                 pattern: pattern.into(),
                 value: value.map(String::from),
-                expires: expires.map(|s| Dur(Duration::from_secs(s))),
+                expires: expires.map(|s| model::Expires::After(Dur(Duration::from_secs(s)))),
             },
             "r",
         )
@@ -137,15 +152,43 @@ mod tests {
             ("a/*.css", Some("x"), None),
             ("*.*", Some("x"), None),
             ("*.css", None, None),
-            ("*.css", Some("x"), Some(Dur(Duration::from_secs(1)))),
             ("*.css", Some("bad\r\nvalue"), None),
         ] {
             let r = model::CacheControlRule {
                 pattern: pattern.into(),
                 value: value.map(String::from),
-                expires,
+                expires: expires.map(model::Expires::After),
             };
             assert!(CacheRule::compile(&r, "r").is_err(), "{pattern}");
         }
+    }
+
+    /// nginx's `expires max` with `add_header Cache-Control public`: both fields, nginx's date.
+    #[test]
+    fn max_and_a_value_give_both_fields_as_nginx() {
+        let r = CacheRule::compile(
+            &model::CacheControlRule {
+                pattern: "*".into(),
+                value: Some("public".into()),
+                expires: Some(model::Expires::Max),
+            },
+            "r",
+        )
+        .unwrap();
+        let mut lines = BytesMut::new();
+        add_fields(&[r], b"a.css", &mut lines);
+        assert_eq!(
+            &lines[..],
+            b"Cache-Control: max-age=315360000\r\nExpires: Thu, 31 Dec 2037 23:55:55 GMT\r\nCache-Control: public\r\n"
+        );
+        let y: model::CacheControlRule =
+            serde_yaml::from_str("{ pattern: '*', expires: max }").unwrap();
+        assert_eq!(y.expires, Some(model::Expires::Max));
+        let y: model::CacheControlRule =
+            serde_yaml::from_str("{ pattern: '*', expires: 1h }").unwrap();
+        assert_eq!(
+            y.expires,
+            Some(model::Expires::After(Dur(Duration::from_secs(3600))))
+        );
     }
 }

@@ -82,6 +82,10 @@ enum Command {
         /// Exit non-zero (2) when anything was left out or made to refuse.
         #[arg(long)]
         strict: bool,
+        /// What relative paths (`root html`) are under, as `nginx -p DIR` (default: Debian's
+        /// /usr/share/nginx).
+        #[arg(long, value_name = "DIR")]
+        prefix: Option<String>,
     },
     /// Print the version.
     Version,
@@ -118,7 +122,11 @@ pub fn main() -> ExitCode {
             }
         }
         Command::Check(args) => check::check(&args),
-        Command::Import { file, strict } => match crate::import::nginx(&file) {
+        Command::Import {
+            file,
+            strict,
+            prefix,
+        } => match crate::import::nginx(&file, prefix.as_deref()) {
             Ok(i) => {
                 print!("{}", i.yaml);
                 for s in &i.skipped {

@@ -22,7 +22,7 @@ pub use super::model_maps::{MapDef, MapRegex, RouteLimits};
 pub use super::model_ops::{AccessLog, AccessLogSetting, HealthRoute, Log, RequestId};
 pub use super::model_shield::{ProxyProtocol, Shape, Shield};
 pub use super::model_sites::{Site, SiteTls};
-pub use super::model_static::{CacheControlRule, Dotfiles, Static};
+pub use super::model_static::{CacheControlRule, Dotfiles, Expires, Static};
 pub use super::model_tcp::{TcpProxy, TcpRoute};
 pub use super::model_tls::{
     Acme, AcmeDns, Certificate, ClientAuth, ClientAuthMode, ClientCert, Http2, Ocsp, OnDemand,
@@ -632,6 +632,11 @@ pub struct Proxy {
     /// Add `Via: 1.1 weir` both ways.
     #[serde(default = "default_true")]
     pub via: bool,
+    /// Relay protocol upgrades (WebSocket); `false`: `Upgrade` is dropped as the hop-by-hop
+    /// field it is and the request goes as a plain one (nginx without `proxy_set_header
+    /// Upgrade`).
+    #[serde(default = "default_true")]
+    pub upgrade: bool,
 }
 
 fn default_host() -> String {

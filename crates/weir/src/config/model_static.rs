@@ -63,8 +63,41 @@ pub struct CacheControlRule {
     pub pattern: String,
     /// The `Cache-Control` value, as written (`public, max-age=31536000, immutable`).
     pub value: Option<String>,
-    /// nginx `expires`: `Cache-Control: max-age=N` and an `Expires` date that far ahead.
-    pub expires: Option<Dur>,
+    /// nginx `expires`: `Cache-Control: max-age=N` and an `Expires` date that far ahead;
+    /// `max` as nginx's (ten years, and the date 31 Dec 2037). With `value` too, both fields.
+    pub expires: Option<Expires>,
+}
+
+/// `expires`: a duration, or `max`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Expires {
+    After(Dur),
+    Max,
+}
+
+impl<'de> Deserialize<'de> for Expires {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Expires;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a duration (30d, 1h30m) or max")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Expires, E> {
+                if v == "max" {
+                    return Ok(Expires::Max);
+                }
+                v.parse::<Dur>().map(Expires::After).map_err(E::custom)
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Expires, E> {
+                v.to_string()
+                    .parse::<Dur>()
+                    .map(Expires::After)
+                    .map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 fn default_index() -> super::model::OneOrMany {

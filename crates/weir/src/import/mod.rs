@@ -49,9 +49,9 @@ pub struct Imported {
 }
 
 /// Converts the nginx configuration at `path`.
-pub fn nginx(path: &Path) -> Result<Imported, String> {
+pub fn nginx(path: &Path, prefix: Option<&str>) -> Result<Imported, String> {
     let tree = nginx::parse::parse_file(path)?;
-    let c = nginx::convert(&tree);
+    let c = nginx::convert_in(&tree, prefix.unwrap_or(nginx::DEFAULT_PREFIX));
     let body = serde_yaml::to_string(&serde_yaml::Value::Mapping(c.config))
         .map_err(|e| format!("cannot write YAML: {e}"))?;
     let body = with_notes(&body, &c.notes);

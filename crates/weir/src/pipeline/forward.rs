@@ -121,7 +121,7 @@ pub(crate) async fn forward<D: Downstream>(
     let settings = &rt.cfg.request_id;
     let identity = ctx.identity();
     let shape = RequestShape {
-        upgrade: wants_upgrade(head),
+        upgrade: route.upgrade && wants_upgrade(head),
         strip_conditionals: steer.strip_conditionals,
         extra: steer.extra,
         request_id: Some((&settings.name, &settings.prefix, &id)),

@@ -41,6 +41,8 @@ pub struct ProxyRoute {
     pub cache: Option<crate::cache::CacheRoute>,
     /// `forwarded.trusted_proxies`: peers whose `X-Forwarded-For` names the client.
     pub trusted: Vec<IpNet>,
+    /// `upgrade`: whether protocol upgrades are relayed.
+    pub upgrade: bool,
 }
 
 impl ProxyRoute {
@@ -133,6 +135,7 @@ impl ProxyRoute {
             trusted.push(net);
         }
         Ok(ProxyRoute {
+            upgrade: p.upgrade,
             trusted: trusted.clone(),
             upstream,
             upstream_name: p.upstream,

@@ -416,6 +416,7 @@ pub(crate) fn compile(
                     trusted_proxies: Vec::new(),
                 },
                 via: false,
+                upgrade: false,
             };
             crate::proxy::route::ProxyRoute::compile(
                 bare,

@@ -66,6 +66,14 @@ pub(super) fn proxy_pass(
             "a URI part with a regex location is not translated (the path goes as it is)",
         );
     }
+    // nginx sends `Host: $proxy_host` (the proxy_pass host as written) unless told otherwise.
+    if !scope
+        .proxy_set_header
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("host"))
+    {
+        p.push(("host", s(hostport)));
+    }
     let mut set = Mapping::new();
     let mut remove = Vec::new();
     for (k, v) in &scope.proxy_set_header {
@@ -102,11 +110,28 @@ pub(super) fn proxy_pass(
     if !edits.is_empty() {
         p.push(("request_headers", map(edits)));
     }
+    // nginx relays an upgrade only where the location sends `Upgrade` itself
+    // (`proxy_set_header Upgrade $http_upgrade`): `Upgrade` is hop-by-hop.
+    let relays = scope
+        .proxy_set_header
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("upgrade") && !v.is_empty());
+    if !relays {
+        p.push(("upgrade", Value::Bool(false)));
+    }
     cx.done();
     Some(vec![(s("proxy"), map(p))])
 }
 pub(super) fn return_action(cx: &mut Ctx, d: &Directive) -> Option<Vec<(Value, Value)>> {
-    let (code, rest) = match d.args.as_slice() {
+    let args: Vec<String> = match &cx.server_name {
+        Some(n) => d
+            .args
+            .iter()
+            .map(|a| a.replace("$server_name", n))
+            .collect(),
+        None => d.args.clone(),
+    };
+    let (code, rest) = match args.as_slice() {
         [c] if c.parse::<u16>().is_ok() => (c.parse::<u16>().ok()?, None),
         [c, r] if c.parse::<u16>().is_ok() => (c.parse::<u16>().ok()?, Some(r.clone())),
         [u] => (302, Some(u.clone())),
@@ -133,6 +158,20 @@ pub(super) fn return_action(cx: &mut Ctx, d: &Directive) -> Option<Vec<(Value, V
     cx.done();
     if matches!(code, 301 | 302 | 303 | 307 | 308) {
         let to = rest.unwrap_or_else(|| "/".into());
+        // `return` never appends the arguments, where weir's `redirect` does unless the target
+        // places them: such a target is a response with its `Location`.
+        let places_query = ["?", "$args", "$request_uri", "$is_args", "$query_string"]
+            .iter()
+            .any(|v| to.contains(v));
+        if !places_query {
+            return Some(vec![(
+                s("respond"),
+                map(vec![
+                    ("status", Value::Number(code.into())),
+                    ("headers", map(vec![("Location", s(&to))])),
+                ]),
+            )]);
+        }
         return Some(vec![(
             s("redirect"),
             map(vec![("to", s(&to)), ("status", Value::Number(code.into()))]),
@@ -144,6 +183,22 @@ pub(super) fn return_action(cx: &mut Ctx, d: &Directive) -> Option<Vec<(Value, V
     }
     Some(vec![(s("respond"), map(r))])
 }
+/// A rewrite's replacement as weir's redirect takes it: nginx's trailing `?` (do not append
+/// the arguments) goes where the replacement places the query itself (`$request_uri?`);
+/// elsewhere it stays, and keeps weir from appending them.
+pub(super) fn rewrite_target(to: &str) -> String {
+    match to.strip_suffix('?') {
+        Some(rest)
+            if ["$args", "$request_uri", "$is_args", "$query_string", "?"]
+                .iter()
+                .any(|v| rest.contains(v)) =>
+        {
+            rest.to_string()
+        }
+        _ => to.to_string(),
+    }
+}
+
 /// `rewrite REGEX REPLACEMENT permanent|redirect`: a route with the regex and a redirect.
 pub(super) fn rewrite(cx: &mut Ctx, d: &Directive) -> Option<Value> {
     let (re, to, flag) = match d.args.as_slice() {
@@ -177,7 +232,7 @@ pub(super) fn rewrite(cx: &mut Ctx, d: &Directive) -> Option<Value> {
         (
             "redirect",
             map(vec![
-                ("to", s(to)),
+                ("to", s(&rewrite_target(to))),
                 ("status", Value::Number(status.into())),
             ]),
         ),

@@ -63,12 +63,13 @@ pub(super) fn location(
                 "with `alias`, which is not translated here",
             ))
         }
+        // nginx's own default, `root html` under its prefix.
         (None, _) => {
-            return Err(untranslated(
-                &at,
-                "fastcgi_pass",
-                "without a `root` for its scripts",
-            ))
+            let r = format!("{}/html", cx.prefix);
+            cx.out.skipped.push(format!(
+                "{at}: fastcgi_pass: no `root`: nginx's default, {r:?}, is the scripts' root"
+            ));
+            r
         }
         (Some(r), _) if r.contains('$') => {
             return Err(untranslated(

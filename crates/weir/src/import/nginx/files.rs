@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 use serde_yaml::{Mapping, Value};
 
 use super::actions::proxy_pass;
+use super::content::{gzip_filter, location_filters};
 use super::http::{inherited, Scope};
-use super::location::{access, gzip_filter, location_filters, Access};
+use super::location::{access, Access};
 use super::parse::Directive;
 use super::refuse::harmless;
 use super::{map, not_translated, s, Ctx};
@@ -31,6 +32,11 @@ pub(super) struct Named {
 pub(super) struct App {
     pub(super) proxy: Value,
     pub(super) filters: Vec<Value>,
+    /// What the named location's `if`s answer (`script.rs`): routes before the `try_files`
+    /// one (they take files' requests too: nginx asks them only of what reaches `@name`).
+    pub(super) before: Vec<Value>,
+    /// The `set` values its proxy uses.
+    pub(super) set: Vec<(String, String)>,
 }
 
 /// The named locations among a server's directives, and the scope they inherit.
@@ -62,6 +68,7 @@ pub(super) fn unused_named(cx: &mut Ctx) {
                 &n.def,
                 "a named location only a try_files ... @name reaches is translated (an error_page that names one is left out)",
             ),
+            Some(Err(e)) if e == REWRITES => {}
             Some(Err(_)) => cx.skip(
                 &n.def,
                 "holds what is not translated: a try_files that names it answers 503",
@@ -91,9 +98,11 @@ fn translate_named(cx: &mut Ctx, def: &Directive) -> Result<App, String> {
     let mut scope = cx.named_scope.nested();
     let mut pass = None;
     let mut bad = None;
+    let mut stmts = Vec::new();
     for x in def.children() {
         match x.name.as_str() {
             "proxy_pass" => pass = Some(x),
+            name if super::script::is_script(name) => stmts.push(x),
             // A named location is internal anyway.
             "internal" => cx.done(),
             name => {
@@ -109,6 +118,35 @@ fn translate_named(cx: &mut Ctx, def: &Directive) -> Result<App, String> {
     if let Some(why) = bad {
         return Err(why);
     }
+    let (before, set) = if stmts.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        let content: Vec<&str> = def
+            .children()
+            .iter()
+            .filter(|c| !super::script::is_script(&c.name))
+            .flat_map(|c| c.args.iter().map(String::as_str))
+            .collect();
+        let sc = super::script::script(cx, &stmts, &content)?;
+        // An answer on every way would take the files' requests too: not translated.
+        if sc
+            .before
+            .iter()
+            .any(|r| r.get("match").and_then(|m| m.get("vars")).is_none())
+        {
+            return Err(format!(
+                "{}: an unconditional `return` or `rewrite` is not translated here",
+                def.at()
+            ));
+        }
+        if !sc.before.is_empty() {
+            cx.out.skipped.push(format!(
+                "{}: location: its `if`s' answers come before the files (nginx asks them only of what reaches it)",
+                def.at()
+            ));
+        }
+        (sc.before, sc.set)
+    };
     let Some(pass) = pass else {
         return Err(format!(
             "{}: no proxy_pass (an app behind try_files is a proxy)",
@@ -141,7 +179,12 @@ fn translate_named(cx: &mut Ctx, def: &Directive) -> Result<App, String> {
         .find(|(k, _)| k.as_str() == Some("proxy"))
         .map(|(_, v)| v)
         .ok_or_else(|| format!("{}: proxy_pass not translated", pass.at()))?;
-    Ok(App { proxy, filters })
+    Ok(App {
+        proxy,
+        filters,
+        before,
+        set,
+    })
 }
 
 /// A `try_files` fallback to a front controller: `/index.php?$args` (`?$query_string`,
@@ -183,7 +226,12 @@ pub(super) fn files_to_try(
             || ((e.starts_with('/') || e.starts_with("$uri"))
                 && !e.replace("$uri", "").contains('$'));
         let named = e.strip_prefix('@').filter(|_| last);
-        if plain {
+        // `location @rewrites { rewrite ^(.+)$ /index.html last; }` (SPAs): that path.
+        let redirected = named.and_then(|n| named_rewrite(cx, n));
+        if let Some(path) = redirected {
+            route.insert(s(FRONT_KEY), front(&path, false));
+            out.push(path);
+        } else if plain {
             if last && e.starts_with('/') {
                 route.insert(s(FRONT_KEY), front(&e, false));
             }
@@ -220,6 +268,89 @@ pub(super) fn files_to_try(
         }
     }
     (out, app)
+}
+
+/// What a named location [`named_rewrite`] took stands for (translated as a path).
+const REWRITES: &str = "rewrites every URI to a path";
+
+/// A named location that only rewrites every URI to one path (`rewrite ^(.+)$ /index.html
+/// last;`, `rewrite ^ /index.php last;`): that path, a `try_files` fallback like any other.
+fn named_rewrite(cx: &mut Ctx, name: &str) -> Option<String> {
+    let def = cx.named.get(name)?.def.clone();
+    let [r] = def.children() else {
+        return None;
+    };
+    let [re, to, flag] = r.args.as_slice() else {
+        return None;
+    };
+    let every = matches!(
+        re.as_str(),
+        "^" | "^(.+)$" | "^(.*)$" | "^.*$" | "^.+$" | ".*" | "(.*)"
+    );
+    let plain = to.starts_with('/') && !to.contains(['$', '?']);
+    if r.name != "rewrite" || flag != "last" || !every || !plain {
+        return None;
+    }
+    cx.done();
+    if let Some(n) = cx.named.get_mut(name) {
+        n.app = Some(Err(REWRITES.into()));
+    }
+    Some(to.clone())
+}
+
+/// `add_header Cache-Control ...` beside `try_files ... @app` (Rails' assets): in nginx the
+/// field is on the files only (the app's answers are the named location's). When it is all
+/// that keeps the filters apart, it moves to the files' `cache_control` (after `expires`'s
+/// field, as nginx writes them), and the app can be handed over.
+pub(super) fn files_take_cache_control(route: &mut Mapping, filters: &mut Vec<Value>, app: &App) {
+    if *filters == app.filters {
+        return;
+    }
+    let mut rest = filters.clone();
+    let mut value = None;
+    for f in rest.iter_mut() {
+        let Some(Value::Mapping(add)) = f
+            .get_mut("headers")
+            .and_then(|h| h.get_mut("response"))
+            .and_then(|r| r.get_mut("add"))
+        else {
+            continue;
+        };
+        let key = add
+            .keys()
+            .find(|k| {
+                k.as_str()
+                    .is_some_and(|k| k.eq_ignore_ascii_case("cache-control"))
+            })
+            .cloned();
+        if let Some(k) = key {
+            value = add.shift_remove(&k);
+        }
+    }
+    rest.retain(|f| {
+        f.get("headers")
+            .and_then(|h| h.get("response"))
+            .and_then(|r| r.get("add"))
+            .and_then(Value::as_mapping)
+            .is_none_or(|m| !m.is_empty())
+    });
+    let (Some(value), true) = (value, rest == app.filters) else {
+        return;
+    };
+    let Some(Value::Mapping(st)) = route.get_mut(s("static")) else {
+        return;
+    };
+    let rules = st
+        .entry(s("cache_control"))
+        .or_insert_with(|| Value::Sequence(vec![map(vec![("pattern", s("*"))])]));
+    if let Value::Sequence(rules) = rules {
+        for r in rules.iter_mut() {
+            if let Value::Mapping(r) = r {
+                r.insert(s("value"), value.clone());
+            }
+        }
+    }
+    *filters = rest;
 }
 
 /// The app from a named location goes only where the `try_files` route's filters are the

@@ -16,7 +16,8 @@ pub(super) struct Scope {
     pub(super) gzip: bool,
     /// `client_max_body_size` set in a `server` or `location` (a route's `limits`).
     pub(super) client_max_body_size: Option<String>,
-    /// `expires` in seconds for files (`static.cache_control`); `None`: none, or `off`.
+    /// `expires` in seconds for files (`static.cache_control`), `u64::MAX` for `max`; `None`:
+    /// none, or `off`.
     pub(super) expires: Option<u64>,
     /// `gzip_min_length`, as written.
     pub(super) gzip_min_length: Option<String>,
@@ -79,7 +80,7 @@ impl Scope {
 pub(super) fn inherited(cx: &mut Ctx, d: &Directive, scope: &mut Scope) -> bool {
     let a = |i: usize| d.args.get(i).cloned().unwrap_or_default();
     match d.name.as_str() {
-        "root" => scope.root = Some(a(0)),
+        "root" => scope.root = Some(cx.absolute(d, &a(0))),
         // A server's or location's own body limit: the route's `limits.max_body_bytes`
         // (nginx's 0 is "no limit": the largest weir takes).
         "client_max_body_size" if d.args.len() == 1 => {
@@ -388,7 +389,8 @@ fn expires_secs(args: &[String]) -> Option<Option<u64>> {
     let [v] = args else { return None };
     match v.as_str() {
         "off" => return Some(None),
-        "max" => return Some(Some(315_360_000)),
+        // Written `max`: nginx's fixed date, not ten years from now.
+        "max" => return Some(Some(u64::MAX)),
         _ => {}
     }
     // nginx's time: units ms s m h d w M y, in any combination (`1h30m`).

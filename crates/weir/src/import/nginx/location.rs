@@ -1,19 +1,19 @@
 //! `location` blocks and what they hold: the match, nested locations (flattened; their order
 //! is `precedence.rs`'s), files (`root`, `alias`, `try_files`; `files.rs`), the filters a
-//! location's inherited settings make, and the refusal of what is not translated (`refuse.rs`;
+//! location's inherited settings make and its own routes (`content.rs`), its `if`s and `set`s
+//! (`script.rs`), and the refusal of what is not translated (`refuse.rs`;
 //! the actions `proxy_pass`, `return` and `rewrite` are `actions.rs`, `fastcgi_pass`
 //! `fastcgi.rs`).
 
 use serde_yaml::{Mapping, Value};
 
 use super::actions::{proxy_pass, return_action, rewrite};
-use super::files::{app_keeps_filters, files_to_try};
+use super::content::{content_routes, Content};
 use super::http::{inherited, Scope};
 use super::parse::Directive;
 pub(super) use super::refuse::{access, close, Access};
 use super::refuse::{access_control, handler, harmless, refusal_route, Refusal};
-use super::server::error_pages;
-use super::{fastcgi, map, not_translated, s, Ctx};
+use super::{fastcgi, map, not_translated, s, script, Ctx};
 
 /// One converted `location` (or a location nested in one): its rank in nginx's precedence (0
 /// exact, 1 `^~`, 2 regex, 3 prefix), its prefix (for the ordering), whether it was nested,
@@ -132,10 +132,24 @@ fn location_in(
     let mut fcgi_pass: Option<&Directive> = None;
     let has_fcgi = d.children().iter().any(|c| c.name == "fastcgi_pass");
     let mut sets = Vec::new();
+    // `if`, `break` or a `set` of its own: the rewrite-module directives run as a script
+    // (`script.rs`), in order, before the content.
+    let internal_rewrite = |c: &Directive| {
+        c.name == "rewrite"
+            && !matches!(
+                c.args.get(2).map(String::as_str),
+                Some("permanent" | "redirect")
+            )
+    };
+    let scripted = d.children().iter().any(|c| {
+        c.name == "if" || c.name == "break" || (c.name == "set" && !has_fcgi) || internal_rewrite(c)
+    });
+    let mut script_stmts = Vec::new();
     for x in d.children() {
         match x.name.as_str() {
             "fastcgi_pass" if fcgi_pass.is_none() => fcgi_pass = Some(x),
             "set" if has_fcgi => sets.push(x),
+            name if scripted && script::is_script(name) => script_stmts.push(x),
             // Translated once the whole block is read: its `proxy_set_header`s may follow it.
             "proxy_pass" => pass = Some(x),
             "return" => {
@@ -153,7 +167,7 @@ fn location_in(
                 }
             }
             "alias" => {
-                alias = x.args.first().cloned();
+                alias = x.args.first().map(|p| cx.absolute(x, p));
                 cx.done();
             }
             "try_files" => {
@@ -161,7 +175,7 @@ fn location_in(
                 cx.done();
             }
             // Its own route, before the location's: the regex keeps deciding.
-            "rewrite" => match rewrite(cx, x) {
+            "rewrite" => match rewrite(cx, x).and_then(|r| within(r, &matcher)) {
                 Some(r) => before.push(r),
                 None => Refusal::add(
                     &mut refusal,
@@ -212,6 +226,42 @@ fn location_in(
                         );
                     }
                 }
+            }
+        }
+    }
+    let mut script_set = Vec::new();
+    if !script_stmts.is_empty() {
+        let content: Vec<&str> = d
+            .children()
+            .iter()
+            .filter(|c| !script::is_script(&c.name))
+            .flat_map(|c| c.args.iter().map(String::as_str))
+            .collect();
+        let made = script::script(cx, &script_stmts, &content).and_then(|sc| {
+            let mut routes = Vec::new();
+            for r in sc.before {
+                routes.push(within(r, &matcher).ok_or_else(|| {
+                    "a `rewrite` in a regex location is not translated".to_string()
+                })?);
+            }
+            Ok((routes, sc.set))
+        });
+        match made {
+            Ok((mut routes, set)) => {
+                for x in &script_stmts {
+                    if matches!(x.name.as_str(), "set" | "if" | "break") {
+                        cx.done();
+                    }
+                }
+                before.append(&mut routes);
+                script_set = set;
+            }
+            Err(why) => {
+                cx.out.skipped.push(format!(
+                    "{}: location: {why}: the location answers 503",
+                    d.at()
+                ));
+                Refusal::add(&mut refusal, 503, why);
             }
         }
     }
@@ -305,6 +355,14 @@ fn location_in(
             },
         ) {
             Ok(mut routes) => {
+                if !script_set.is_empty() {
+                    let set: Mapping = script_set.iter().map(|(k, v)| (s(k), s(v))).collect();
+                    for r in &mut routes {
+                        if let Value::Mapping(m) = r {
+                            m.insert(s("set"), Value::Mapping(set.clone()));
+                        }
+                    }
+                }
                 before.append(&mut routes);
                 before
             }
@@ -327,6 +385,59 @@ fn location_in(
     cx.done();
     out.push(Loc { routes, ..this });
     out
+}
+
+/// The `set` values a named location's proxy uses, on the route that falls back to it.
+pub(super) fn app_script(route: &mut Mapping, a: &super::files::App) {
+    if !a.set.is_empty() {
+        let set: Mapping = a.set.iter().map(|(k, v)| (s(k), s(v))).collect();
+        route.insert(s("set"), Value::Mapping(set));
+    }
+}
+
+/// `route` (a `rewrite`'s or an `if`'s answer) under the location's match: its own
+/// `path_regex` (whose captures its redirect uses) and conditions kept; the location's regex,
+/// when both have one, becomes a condition on `$uri` (the same path).
+pub(super) fn within(route: Value, matcher: &Value) -> Option<Value> {
+    let Value::Mapping(mut r) = route else {
+        return None;
+    };
+    let mut m = match r.shift_remove(s("match")) {
+        Some(Value::Mapping(m)) => m,
+        _ => Mapping::new(),
+    };
+    if let Value::Mapping(loc) = matcher {
+        for (k, v) in loc {
+            if m.contains_key(k) && k.as_str() == Some("path_regex") {
+                let vars = m
+                    .entry(s("vars"))
+                    .or_insert_with(|| Value::Mapping(Mapping::new()));
+                let Value::Mapping(vars) = vars else {
+                    return None;
+                };
+                let want = format!("~{}", v.as_str()?);
+                let key = if vars.contains_key(s("$uri")) {
+                    "${uri}"
+                } else {
+                    "$uri"
+                };
+                if vars.contains_key(s(key)) {
+                    return None;
+                }
+                vars.insert(s(key), s(&want));
+                continue;
+            }
+            if !m.contains_key(k) {
+                m.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    let mut out = Mapping::new();
+    out.insert(s("match"), Value::Mapping(m));
+    for (k, v) in r {
+        out.insert(k, v);
+    }
+    Some(Value::Mapping(out))
 }
 
 /// The match of a location again (a refusal decided after the match was used).
@@ -355,157 +466,6 @@ fn location_matcher(
         }
     }
     m
-}
-
-/// What a location's directives asked for, gathered before its routes are made.
-struct Content<'a> {
-    alias: Option<String>,
-    try_files: Option<Vec<String>>,
-    returned: Option<Vec<(Value, Value)>>,
-    proxied: Option<Vec<(Value, Value)>>,
-    limit_except: Option<&'a Directive>,
-    /// `proxied` is a FastCGI location's (not cached: `proxy_cache` is not `fastcgi_cache`).
-    fastcgi: bool,
-}
-
-/// A location's own routes when nothing in it refuses: its action (`return`, `proxy_pass`, or
-/// files), filters, error pages, and a `limit_except`'s refusal. `Err` when it has nothing
-/// weir can serve (no action and no root, a root with a variable).
-fn content_routes(
-    cx: &mut Ctx,
-    d: &Directive,
-    scope: &Scope,
-    matcher: Value,
-    c: Content<'_>,
-) -> Result<Vec<Value>, Refusal> {
-    let Content {
-        alias,
-        try_files,
-        returned,
-        proxied,
-        limit_except,
-        fastcgi,
-    } = c;
-    let mut app = None;
-    let mut route = Mapping::new();
-    route.insert(s("match"), matcher.clone());
-    if let Some(v) = &scope.client_max_body_size {
-        route.insert(s("limits"), map(vec![("max_body_bytes", s(v))]));
-    }
-    if let Some(l) = limit_except {
-        if let Some(Value::Mapping(m)) = route.get_mut(s("match")) {
-            m.insert(
-                s("methods"),
-                Value::Sequence(l.args.iter().map(|x| s(x)).collect()),
-            );
-        }
-    }
-    let mut filters = location_filters(cx, scope);
-    // `return` runs before the content phase: it wins over proxy_pass and files.
-    let content = returned.or_else(|| proxied.clone());
-    if content.is_some() && proxied.is_some() && d.children().iter().any(|c| c.name == "return") {
-        cx.skip(
-            d,
-            "both `return` and `proxy_pass`: the `return` answers, as in nginx",
-        );
-    }
-    match content {
-        Some(a) => {
-            for (k, v) in a {
-                route.insert(k, v);
-            }
-        }
-        None => {
-            let root = alias.as_ref().or(scope.root.as_ref());
-            let Some(root) = root else {
-                cx.skip(
-                    d,
-                    "no action: no proxy_pass, return or root to serve: the location answers 503",
-                );
-                return Err(Refusal {
-                    status: 503,
-                    why: format!("{}: no proxy_pass, return or root weir can serve", d.at()),
-                });
-            };
-            if root.contains('$') {
-                cx.skip(
-                    d,
-                    "a root or alias with a variable is not translated: the location answers 503",
-                );
-                return Err(Refusal {
-                    status: 503,
-                    why: format!("{}: root {root:?} has a variable", d.at()),
-                });
-            }
-            let try_files = try_files.map(|t| {
-                let (t, a) = files_to_try(cx, d, t, &mut route);
-                app = a;
-                t
-            });
-            let Value::Mapping(mut st) = static_route(root, scope, try_files, alias.is_some())
-            else {
-                return Err(Refusal {
-                    status: 503,
-                    why: format!("{}: files not translated", d.at()),
-                });
-            };
-            if let (Some(a), Some(Value::Mapping(inner))) = (&app, st.get_mut(s("static"))) {
-                inner.insert(s("app"), a.proxy.clone());
-            }
-            for (k, v) in st {
-                route.insert(k, v);
-            }
-            if scope.gzip {
-                filters.push(gzip_filter(scope));
-            }
-        }
-    }
-    if route.contains_key(s("proxy")) {
-        if scope.gzip {
-            filters.push(gzip_filter(scope));
-        }
-        if let Some(zone) = scope.proxy_cache.as_ref().filter(|_| !fastcgi) {
-            let mut ttl = Mapping::new();
-            for (c, t) in &scope.proxy_cache_valid {
-                ttl.insert(s(c), s(t));
-            }
-            let mut cache = vec![("zone", s(zone))];
-            if !ttl.is_empty() {
-                cache.push(("ttl", Value::Mapping(ttl)));
-            }
-            route.insert(s("cache"), map(cache));
-        }
-    }
-    if let Access::Filter(f) = access(scope) {
-        filters.insert(0, f);
-    }
-    if let Some(a) = &app {
-        app_keeps_filters(cx, d, &mut route, a, &filters);
-    }
-    if !filters.is_empty() {
-        route.insert(s("filters"), Value::Sequence(filters));
-    }
-    let pages = error_pages(cx, scope);
-    if !pages.is_empty() {
-        let mut m = Mapping::new();
-        for (k, v) in pages {
-            m.insert(s(&k), s(&v));
-        }
-        route.insert(s("error_pages"), Value::Mapping(m));
-    }
-    let mut routes = vec![Value::Mapping(route)];
-    // `limit_except M { deny all; }`: the other methods are refused here, not passed on to a
-    // later route.
-    if let Some(l) = limit_except {
-        if l.children().iter().any(|c| c.name != "deny") {
-            cx.skip(l, "allowed addresses inside limit_except are not translated: the other methods get 403 from everyone");
-        }
-        routes.push(map(vec![
-            ("match", matcher),
-            ("respond", map(vec![("status", Value::Number(403.into()))])),
-        ]));
-    }
-    Ok(routes)
 }
 
 /// A location path as weir compares it: percent-encoded as a client sends it (nginx compares
@@ -566,115 +526,7 @@ pub(super) fn without_lookarounds(re: &str) -> String {
 pub(super) fn prefix_match(p: &str) -> Value {
     map(vec![("path_prefix", s(p))])
 }
-pub(super) fn location_filters(cx: &mut Ctx, scope: &Scope) -> Vec<Value> {
-    let mut out = Vec::new();
-    for (zone, burst, nodelay) in &scope.limit_req {
-        if let Some((rate, per, key)) = cx.limit_zones.get(zone).cloned() {
-            // nginx delays the burst without `nodelay`: weir's queue does that.
-            let (burst_v, queue) = if *nodelay { (*burst, 0) } else { (0, *burst) };
-            let name = format!(
-                "limit_{zone}_{burst}{}",
-                if *nodelay { "_nodelay" } else { "" }
-            );
-            cx.filters.insert(
-                s(&name),
-                map(vec![(
-                    "rate_limit",
-                    map(vec![
-                        ("rate", Value::Number(rate.into())),
-                        ("per", s(per)),
-                        ("burst", Value::Number(burst_v.into())),
-                        ("queue", Value::Number(queue.into())),
-                        ("key", s(&key)),
-                        ("status", Value::Number(503.into())),
-                    ]),
-                )]),
-            );
-            out.push(s(&name));
-        }
-    }
-    if let Some((realm, Some(file))) = &scope.auth_basic {
-        out.push(map(vec![(
-            "basic_auth",
-            map(vec![("file", s(file)), ("realm", s(realm))]),
-        )]));
-    }
-    if scope.add_header.iter().any(|(_, v)| !v.is_empty()) {
-        let mut add = Mapping::new();
-        // nginx adds nothing for an empty value (`add_header ETag ""`).
-        for (k, v) in scope.add_header.iter().filter(|(_, v)| !v.is_empty()) {
-            add.insert(s(k), s(v));
-        }
-        out.push(map(vec![(
-            "headers",
-            map(vec![("response", map(vec![("add", Value::Mapping(add))]))]),
-        )]));
-    }
-    out
-}
-pub(super) fn gzip_filter(scope: &Scope) -> Value {
-    let mut types = vec![s("text/html")];
-    types.extend(
-        scope
-            .gzip_types
-            .iter()
-            .filter(|t| *t != "text/html")
-            .map(|t| s(t)),
-    );
-    map(vec![(
-        "compress",
-        map(vec![
-            ("types", Value::Sequence(types)),
-            // nginx compresses from 20 bytes unless `gzip_min_length` says otherwise.
-            (
-                "min_length",
-                s(scope.gzip_min_length.as_deref().unwrap_or("20")),
-            ),
-        ]),
-    )])
-}
-pub(super) fn static_route(
-    root: &str,
-    scope: &Scope,
-    try_files: Option<Vec<String>>,
-    alias: bool,
-) -> Value {
-    let mut st = vec![("root", s(root))];
-    // nginx's `$uri` is a file, never a directory's index: without a `$uri/` (or a fallback
-    // ending in `/`), a `try_files` serves no index (weir's `$uri` would take `/`'s).
-    let no_dirs = try_files
-        .as_ref()
-        .is_some_and(|t| !t.iter().any(|e| e.ends_with('/')));
-    if no_dirs {
-        st.push(("index", Value::Sequence(Vec::new())));
-    } else if !scope.index.is_empty() {
-        st.push((
-            "index",
-            Value::Sequence(scope.index.iter().map(|i| s(i)).collect()),
-        ));
-    }
-    if !alias {
-        st.push(("strip_prefix", Value::Bool(false)));
-    }
-    if let Some(secs) = scope.expires {
-        let rule = map(vec![
-            ("pattern", s("*")),
-            ("expires", s(&format!("{secs}s"))),
-        ]);
-        st.push(("cache_control", Value::Sequence(vec![rule])));
-    }
-    if let Some(t) = try_files {
-        st.push((
-            "try_files",
-            Value::Sequence(t.iter().map(|x| s(x)).collect()),
-        ));
-    }
-    let mut route = vec![("static", map(st))];
-    if scope.gzip {
-        route.push(("filters", Value::Sequence(vec![gzip_filter(scope)])));
-    }
-    map(route)
-}
+
 #[cfg(test)]
 mod tests {
     use super::without_lookarounds;

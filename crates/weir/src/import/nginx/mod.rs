@@ -22,6 +22,7 @@ use parse::Directive;
 use server::{listeners, server};
 
 mod actions;
+mod content;
 mod fastcgi;
 mod files;
 mod http;
@@ -29,6 +30,7 @@ mod location;
 pub mod parse;
 mod precedence;
 mod refuse;
+mod script;
 mod server;
 #[cfg(test)]
 mod tests;
@@ -72,7 +74,15 @@ struct Ctx {
     /// FastCGI upstreams made from an `upstream` block: (block, upstream), to take the block's
     /// name when the block goes.
     from_blocks: Vec<(String, String)>,
+    /// nginx's prefix (`-p`): what a relative `root`, `alias` or page is relative to.
+    prefix: String,
+    /// The current server's first name (`$server_name` in a `return`).
+    server_name: Option<String>,
 }
+
+/// The prefix Debian's and Ubuntu's nginx is built with (`nginx -V`: `--prefix=/usr/share/nginx`):
+/// a relative path is under it when `weir import --prefix` does not say otherwise.
+pub const DEFAULT_PREFIX: &str = "/usr/share/nginx";
 fn s(v: &str) -> Value {
     Value::String(v.to_string())
 }
@@ -114,10 +124,33 @@ impl Ctx {
     fn done(&mut self) {
         self.out.translated += 1;
     }
+
+    /// A path as nginx reads it: a relative one is under the prefix (said once per path, as
+    /// nginx's own build decides where that is).
+    fn absolute(&mut self, d: &Directive, p: &str) -> String {
+        if p.starts_with('/') || p.starts_with('$') || p.is_empty() {
+            return p.to_string();
+        }
+        let abs = format!("{}/{p}", self.prefix);
+        self.out.skipped.push(format!(
+            "{}: {}: the relative path {p:?} is {abs:?} (under nginx's prefix; `weir import --prefix DIR` as `nginx -p DIR`)",
+            d.at(),
+            d.name
+        ));
+        abs
+    }
 }
 /// Converts a parsed nginx configuration.
 pub fn convert(top: &[Directive]) -> Converted {
+    convert_in(top, DEFAULT_PREFIX)
+}
+
+/// Converts a parsed nginx configuration whose relative paths are under `prefix` (nginx's
+/// `-p`).
+pub fn convert_in(top: &[Directive], prefix: &str) -> Converted {
     let mut cx = Ctx {
+        prefix: prefix.trim_end_matches('/').to_string(),
+        server_name: None,
         out: Converted::default(),
         notes: Vec::new(),
         page_uris: BTreeMap::new(),

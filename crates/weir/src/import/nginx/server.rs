@@ -6,15 +6,23 @@ use std::collections::BTreeMap;
 use serde_yaml::{Mapping, Value};
 
 use super::actions::{return_action, rewrite};
+use super::content::{location_filters, static_route};
 use super::files::{files_stay_files, named_locations, path_matches, unused_named};
 use super::http::{inherited, Scope};
-use super::location::{access, close, location, location_filters, static_route, Access, Loc};
+use super::location::{access, close, location, Access, Loc};
 use super::parse::Directive;
 use super::refuse::{refusal_route, Refusal};
 use super::{map, s, Ctx};
 use super::{not_translated, Listen, Server};
 
 pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
+    // nginx's `$server_name`: this server's first name, whatever the request's Host.
+    cx.server_name = d
+        .children()
+        .iter()
+        .find(|c| c.name == "server_name")
+        .and_then(|c| c.args.first().cloned())
+        .filter(|n| !n.contains(['~', '*', '$']));
     let mut srv = Server {
         listens: Vec::new(),
         names: Vec::new(),
@@ -213,6 +221,10 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
                 {
                     inner.insert(s("app"), a.proxy.clone());
                 }
+                if let Some((_, a)) = &app {
+                    super::location::app_script(m, a);
+                    srv.routes.extend(a.before.iter().cloned());
+                }
                 if let Some(Value::Sequence(gz)) = m.remove(s("filters")) {
                     filters.extend(gz);
                 }
@@ -289,10 +301,8 @@ pub(super) fn error_pages(cx: &mut Ctx, scope: &Scope) -> BTreeMap<String, Strin
         let file = format!("{}{uri}", root.trim_end_matches('/'));
         // A page that is not there where its root is (nginx then answers its own page for
         // that request): left out, and said (the corpus of issue 53: kept, the config failed
-        // `weir check`). An absolute root that is not on this machine keeps its pages; a
-        // relative one (nginx's prefix) is judged from here.
-        let root_here = std::path::Path::new(root).is_dir() || !root.starts_with('/');
-        if root_here && !std::path::Path::new(&file).is_file() {
+        // `weir check`), wherever the root is: a page weir cannot read would stop it starting.
+        if !std::path::Path::new(&file).is_file() {
             cx.out.skipped.push(format!(
                 "error_page {code} {uri}: {file} does not exist: nginx's own page answers instead"
             ));

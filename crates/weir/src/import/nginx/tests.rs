@@ -11,7 +11,7 @@ fn import(tag: &str, conf: &str) -> (String, Vec<String>) {
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
     let file: PathBuf = dir.join("site.conf");
     std::fs::write(&file, conf).unwrap_or_else(|e| panic!("{e}"));
-    let out = crate::import::nginx(&file).unwrap_or_else(|e| panic!("{e}"));
+    let out = crate::import::nginx(&file, None).unwrap_or_else(|e| panic!("{e}"));
     let _ = std::fs::remove_dir_all(&dir);
     (out.yaml, out.skipped)
 }
@@ -185,10 +185,7 @@ fn named_locations_are_apps_when_nothing_in_them_is_left_out() {
     );
     // A named location with a `return`, or filters of its own: the fallback refuses.
     for (i, (named, why)) in [
-        (
-            "location @app { return 200 x; }",
-            "return is not translated",
-        ),
+        ("location @app { return 200 x; }", "unconditional `return`"),
         ("location @app { expires 1d; }", "no proxy_pass"),
         (
             "location @app { rewrite ^ /x last; proxy_pass http://a:1; }",
@@ -294,7 +291,7 @@ fn a_server_level_try_files_with_a_named_location_is_translated() {
 fn expires_empty_headers_and_gzip_min_length_answer_as_nginx() {
     let conf = "server {\n listen 8080;\n root /srv/www;\n gzip on;\n location /assets/ { expires max; add_header ETag \"\"; add_header X-A 1; }\n location /docs/ { expires 1h30m; gzip_min_length 1000; }\n location /api/ { expires 7d; proxy_pass http://127.0.0.1:3000; }\n}\n";
     let (yaml, skipped) = import("expires", conf);
-    assert!(yaml.contains("expires: 315360000s"), "{yaml}");
+    assert!(yaml.contains("expires: max"), "{yaml}");
     assert!(yaml.contains("expires: 5400s"), "{yaml}");
     assert!(!yaml.contains("ETag"), "{yaml}");
     assert!(yaml.contains("X-A"), "{yaml}");
@@ -309,4 +306,64 @@ fn expires_empty_headers_and_gzip_min_length_answer_as_nginx() {
         "{yaml}"
     );
     assert!(listed(&skipped, "proxied responses"), "{skipped:?}");
+}
+
+/// The rewrite-module script (`script.rs`): ways through the `if`s become routes with
+/// `match.vars`; a flag's value is decided per way; a set value a location uses goes on its
+/// route; what cannot be said refuses (503) with the reason listed.
+#[test]
+fn if_and_set_become_conditions_or_refuse() {
+    let conf = "server {\n listen 8080;\n server_name site.example;\n root /srv/www;\n location /a { set $x \"1\"; if ($http_x_a = on) { set $x \"${x}2\"; } if ($x = 12) { return 403; } proxy_pass http://127.0.0.1:3000; }\n location /d { set $y a; if ($http_q = 1) { set $y b; } proxy_set_header X-Y $y; proxy_pass http://127.0.0.1:3000; }\n location /b { set $v $http_x_v; proxy_set_header X-V $v; proxy_pass http://127.0.0.1:3000; }\n location = /c { return 301 https://$server_name/c; }\n}\n";
+    let (yaml, skipped) = import("script", conf);
+    // The flag is "12" only when the header is `on`: one route answers, with that condition.
+    assert!(yaml.contains("$http_x_a: on"), "{yaml}");
+    assert!(yaml.contains("status: 403"), "{yaml}");
+    // `$x` differs by way and the location uses it: refused, and said.
+    assert!(listed(&skipped, "depends on the `if`s"), "{skipped:?}");
+    // A value set from a request value goes on the route.
+    assert!(yaml.contains("v: $http_x_v"), "{yaml}");
+    // `$server_name` is the server's first name.
+    assert!(yaml.contains("https://site.example/c"), "{yaml}");
+    for (i, (loc, why)) in [
+        (
+            "location /f { if (-f $request_filename) { return 404; } }",
+            "file test",
+        ),
+        (
+            "location /r { rewrite ^/r/(.*)$ /s/$1 last; }",
+            "internal rewrite",
+        ),
+        (
+            "location /p { if ($http_a = x) { proxy_pass http://a:1; } }",
+            "inside an `if`",
+        ),
+        (
+            "location /u { if ($nope = x) { return 404; } }",
+            "not a weir variable",
+        ),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (yaml, skipped) = import(
+            &format!("script{i}"),
+            &format!("server {{ listen 8080; root /srv/www; {loc} }}"),
+        );
+        assert!(yaml.contains("answers 503"), "{loc}:\n{yaml}");
+        assert!(listed(&skipped, why), "{loc}: {why}: {skipped:?}");
+    }
+    // Six independent `if`s with answers: 64 ways, more than are written out.
+    let many: String = (0..6)
+        .map(|i| format!("if ($http_h{i} = x) {{ set $f{i} 1; }} "))
+        .collect();
+    let (yaml, skipped) = import(
+        "script-many",
+        &format!("server {{ listen 8080; root /srv/www; location /m {{ {many} return 204; }} }}"),
+    );
+    assert!(yaml.contains("answers 503"), "{yaml}");
+    assert!(listed(&skipped, "ways through"), "{skipped:?}");
+    // A relative root is under nginx's prefix (`--prefix`, Debian's by default), and said.
+    let (yaml, skipped) = import("prefix", "server { listen 8080; root html; }");
+    assert!(yaml.contains("root: /usr/share/nginx/html"), "{yaml}");
+    assert!(listed(&skipped, "--prefix"), "{skipped:?}");
 }
