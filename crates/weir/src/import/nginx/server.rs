@@ -468,8 +468,30 @@ pub(super) fn listeners(cx: &mut Ctx, servers: Vec<Server>) -> Vec<Value> {
             let default = list.iter().find(|(_, d)| *d).map_or(list[0].0, |(i, _)| *i);
             let mut sites = Vec::new();
             let mut last = None;
+            // A name two servers on one address give belongs to the first (nginx: "conflicting
+            // server name ... ignored"; certbot-edited files): later ones lose it, and a server
+            // left with no name is not reachable.
+            let mut claimed: Vec<String> = Vec::new();
             for (i, _) in &list {
                 let srv = &servers[*i];
+                let mut names = Vec::new();
+                for n in &srv.names {
+                    let key = n.to_ascii_lowercase();
+                    if claimed.contains(&key) {
+                        cx.out.skipped.push(format!(
+                            "server_name {n}: conflicting server name on {addr}: the first server keeps it, as nginx does (this one's is ignored)"
+                        ));
+                    } else {
+                        claimed.push(key);
+                        names.push(n.clone());
+                    }
+                }
+                if *i != default && !srv.names.is_empty() && names.is_empty() {
+                    cx.out.skipped.push(format!(
+                        "a server on {addr} whose every name an earlier server has: its routes are not translated"
+                    ));
+                    continue;
+                }
                 let mut site = Mapping::new();
                 if *i == default || srv.names.is_empty() {
                     if *i != default {
@@ -482,7 +504,7 @@ pub(super) fn listeners(cx: &mut Ctx, servers: Vec<Server>) -> Vec<Value> {
                 } else {
                     site.insert(
                         s("hosts"),
-                        Value::Sequence(srv.names.iter().map(|n| s(n)).collect()),
+                        Value::Sequence(names.iter().map(|n| s(n)).collect()),
                     );
                 }
                 if ssl {

@@ -367,3 +367,34 @@ fn if_and_set_become_conditions_or_refuse() {
     assert!(yaml.contains("root: /usr/share/nginx/html"), "{yaml}");
     assert!(listed(&skipped, "--prefix"), "{skipped:?}");
 }
+
+/// Duplicate `server_name`s (certbot-edited files): the first server on the address keeps the
+/// name, as nginx does, and the duplicate is listed; a server with no name left is left out.
+#[test]
+fn a_duplicate_server_name_stays_with_the_first_server() {
+    let conf =
+        "server { listen 8080 default_server; server_name main.example; return 200 main; }\n\
+server { listen 8080; server_name www.example main.example; return 200 second; }\n\
+server { listen 8080; server_name www.example; return 200 third; }\n\
+server { listen 8080; server_name other.example; return 200 other; }\n";
+    let (yaml, skipped) = import("dup", conf);
+    assert!(listed(&skipped, "conflicting server name"), "{skipped:?}");
+    assert!(
+        listed(&skipped, "every name an earlier server has"),
+        "{skipped:?}"
+    );
+    // The second keeps www.example only; the third is gone; main stays the default's.
+    assert!(!yaml.contains("body: third"), "{yaml}");
+    assert_eq!(yaml.matches("main.example").count(), 0, "{yaml}");
+    assert!(
+        yaml.contains("- www.example") && yaml.contains("- other.example"),
+        "{yaml}"
+    );
+    let cfg = crate::runtime::compile_str(
+        &yaml,
+        std::path::Path::new("/"),
+        |_| None,
+        &Default::default(),
+    );
+    assert!(cfg.is_ok(), "{:?}\n{yaml}", cfg.err());
+}
