@@ -27,6 +27,7 @@ mod fastcgi;
 mod files;
 mod http;
 mod location;
+mod maps;
 pub mod parse;
 mod precedence;
 mod refuse;
@@ -148,6 +149,7 @@ pub fn convert(top: &[Directive]) -> Converted {
 /// Converts a parsed nginx configuration whose relative paths are under `prefix` (nginx's
 /// `-p`).
 pub fn convert_in(top: &[Directive], prefix: &str) -> Converted {
+    maps::reset();
     let mut cx = Ctx {
         prefix: prefix.trim_end_matches('/').to_string(),
         server_name: None,
@@ -301,6 +303,16 @@ fn http_directive(cx: &mut Ctx, d: &Directive, scope: &mut Scope, root: &mut Map
     match d.name.as_str() {
         "upstream" => upstream(cx, d),
         "limit_req_zone" => limit_req_zone(cx, d),
+        "map" => {
+            if let Some(m) = maps::map_block(cx, d) {
+                let list = root
+                    .entry(s("maps"))
+                    .or_insert_with(|| Value::Sequence(Vec::new()));
+                if let Value::Sequence(l) = list {
+                    l.push(m);
+                }
+            }
+        }
         "proxy_cache_path" => cache_path(cx, d),
         "client_max_body_size" => {
             if let Some(v) = d.args.first() {
@@ -361,7 +373,7 @@ fn not_translated(name: &str) -> &'static str {
         | "ssl_session_tickets" => {
             "weir's TLS defaults apply (tls.protocols, tls.ciphers: docs/config.md#tls)"
         }
-        "if" | "set" | "map" => "conditional rewriting is not translated",
+        "if" | "set" => "conditional rewriting is not translated",
         "fastcgi_pass" => "a second fastcgi_pass is not translated: the location answers 503",
         "uwsgi_pass" | "scgi_pass" | "grpc_pass" | "memcached_pass" => {
             "weir has no such upstream protocol here: the location answers 503"
@@ -386,6 +398,7 @@ fn unknown_variable(value: &str) -> Option<String> {
             if !name.is_empty()
                 && !name.bytes().all(|c| c.is_ascii_digit())
                 && crate::vars::variable(name).is_err()
+                && !maps::defined(name)
             {
                 return Some(name.to_string());
             }

@@ -398,3 +398,32 @@ server { listen 8080; server_name other.example; return 200 other; }\n";
     );
     assert!(cfg.is_ok(), "{:?}\n{yaml}", cfg.err());
 }
+
+/// `map` at the http level: weir's `maps:`, its variable usable after it; the WebSocket idiom
+/// is listed as not needed; a map weir cannot say is left out and its variable stays unknown.
+#[test]
+fn maps_are_translated_and_their_variables_known() {
+    let conf = "http {\n map $arg_v $asset_immutable { \"\" \"\"; default \", immutable\"; }\n map $http_user_agent $mobile { ~*iphone 1; ~(android)-x $1; default 0; }\n map $http_upgrade $connection_upgrade { default upgrade; '' close; }\n map $host $h { hostnames; default 1; }\n server {\n  listen 8080;\n  root /tmp;\n  location /a { add_header Cache-Control \"public, max-age=60$asset_immutable\"; }\n  location /m { if ($mobile) { return 302 /mobile/; } }\n  location /h { add_header X-H $h; }\n }\n}\n";
+    let (yaml, skipped) = import("maps", conf);
+    for want in [
+        "name: asset_immutable",
+        "from: $arg_v",
+        "default: ', immutable'",
+        "pattern: (?i)iphone",
+        "value: $1",
+        "Cache-Control: public, max-age=60$asset_immutable",
+        "$mobile: '!~^0?$'",
+    ] {
+        assert!(yaml.contains(want), "{want}:\n{yaml}");
+    }
+    assert!(listed(&skipped, "WebSocket idiom"), "{skipped:?}");
+    assert!(listed(&skipped, "the map is left out"), "{skipped:?}");
+    assert!(listed(&skipped, "$h is not a weir variable"), "{skipped:?}");
+    let cfg = crate::runtime::compile_str(
+        &yaml,
+        std::path::Path::new("/"),
+        |_| None,
+        &Default::default(),
+    );
+    assert!(cfg.is_ok(), "{:?}\n{yaml}", cfg.err());
+}
