@@ -156,7 +156,7 @@ impl Action {
                 route,
             )?;
             if let Some(c) = cache {
-                let authenticates = route.filters.has(crate::filters::phase::IDENTITY);
+                let authenticates = route.filters.can(crate::filters::Caps::IDENTITY);
                 route.cache = Some(crate::cache::CacheRoute::compile(
                     c,
                     &format!("{path}.cache"),

@@ -325,4 +325,71 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("timeouts.header"), "{e}");
     }
+
+    /// A filter is one key of the table: none, two or an unknown one is an error naming the
+    /// filter's path and line (and, for an unknown one, the known keys); an error inside its
+    /// settings names the key under it.
+    #[test]
+    fn filter_errors_name_the_key_and_line() {
+        let load = |t: &str| load_str(t, Path::new("."), |_| None).unwrap_err();
+        let route = |f: &str| {
+            format!("listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters:\n{f}        respond: {{}}\n")
+        };
+        let e = load("filters:\n  f:\n    rate_limt: {rate: 1}\nlisteners: []\n");
+        assert_eq!(
+            (e.line, e.path.as_deref()),
+            (Some(3), Some("filters.f")),
+            "{e}"
+        );
+        assert!(
+            e.message.starts_with(
+                "unknown field `rate_limt`, expected one of `rate_limit`, `concurrency`"
+            ) && e.message.ends_with("`compress`, `shape`"),
+            "{e}"
+        );
+        let e = load(&route("          - corz: {}\n"));
+        assert_eq!(e.line, Some(5), "{e}");
+        assert!(e.to_string().contains("listeners[0].routes[0].filters[0]: unknown field `corz`, expected one of `rate_limit`"), "{e}");
+        let e = load(
+            "filters:\n  f:\n    rate_limit: {rate: 1}\n    concurrency: {max: 1}\nlisteners: []\n",
+        );
+        assert_eq!(e.path.as_deref(), Some("filters.f"), "{e}");
+        assert!(
+            e.message
+                .starts_with("a filter is exactly one of rate_limit, concurrency, ip,"),
+            "{e}"
+        );
+        assert!(
+            e.message.ends_with("(given: rate_limit and concurrency)"),
+            "{e}"
+        );
+        let e = load(&route("          - {}\n"));
+        assert_eq!(
+            e.path.as_deref(),
+            Some("listeners[0].routes[0].filters[0]"),
+            "{e}"
+        );
+        assert!(
+            e.message.starts_with("a filter is exactly one of")
+                && e.message.ends_with("(none given)"),
+            "{e}"
+        );
+        let e =
+            load("filters:\n  f:\n    rate_limit:\n      rate: 1\n      bogus: 2\nlisteners: []\n");
+        assert_eq!(
+            (e.line, e.path.as_deref()),
+            (Some(5), Some("filters.f.rate_limit")),
+            "{e}"
+        );
+        assert!(e.message.starts_with("unknown field `bogus`"), "{e}");
+        let e = load(&route("          - cors: { origins: 5 }\n"));
+        assert_eq!(
+            (e.line, e.path.as_deref()),
+            (
+                Some(5),
+                Some("listeners[0].routes[0].filters[0].cors.origins")
+            ),
+            "{e}"
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! The `filters` keys: named definitions at the top level, lists on listeners and routes, and
-//! each filter's settings. Defaults follow the anchors (nginx `limit_req`/`limit_conn`,
-//! Easegress's circuit breaker, Envoy's thresholds) and are documented in docs/config.md.
+//! each filter's settings; the table of filters (`filter_table!`), which makes [`FilterSpec`].
+//! Defaults follow the anchors (nginx `limit_req`/`limit_conn`, Easegress's circuit breaker,
+//! Envoy's thresholds) and are documented in docs/config.md.
 
 use std::collections::BTreeMap;
 
@@ -30,36 +31,131 @@ impl<'de> Deserialize<'de> for FilterRef {
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<FilterRef, A::Error> {
                 // Not `untagged`: an error inside the inline filter keeps its key and line.
-                FilterSpec::deserialize(de::value::MapAccessDeserializer::new(map))
-                    .map(|s| FilterRef::Inline(Box::new(s)))
+                FilterSpec::from_map(map).map(|s| FilterRef::Inline(Box::new(s)))
             }
         }
         d.deserialize_any(V)
     }
 }
 
-/// One filter: exactly one of the keys.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FilterSpec {
-    pub rate_limit: Option<RateLimit>,
-    pub concurrency: Option<Concurrency>,
-    pub ip: Option<IpRules>,
-    pub circuit_breaker: Option<CircuitBreaker>,
-    pub split: Option<Split>,
-    pub canary: Option<Canary>,
-    pub headers: Option<Headers>,
-    pub no_store: Option<NoStoreRule>,
-    pub sticky: Option<StickyRule>,
-    pub mirror: Option<MirrorRule>,
-    pub replace: Option<ReplaceRule>,
-    pub cors: Option<CorsRule>,
-    pub basic_auth: Option<super::model_auth::BasicAuth>,
-    pub api_key: Option<super::model_auth::ApiKey>,
-    pub jwt: Option<super::model_auth::Jwt>,
-    pub forward_auth: Option<super::model_auth::ForwardAuth>,
-    pub compress: Option<CompressRule>,
-    pub shape: Option<super::model_shield::Shape>,
+/// How a filter's settings become the filter, given a context `C`. The `filters` module
+/// implements it for every settings type of the table (`filters/registry.rs`); the config
+/// knows no filter, [`FilterSpec::build`] only dispatches to these.
+pub trait Build<C> {
+    type Output;
+    fn build(self, cx: C) -> Self::Output;
+}
+
+/// Makes [`FilterSpec`] from the table of filters: each line a YAML key, the variant it
+/// deserializes to and the variant's settings type.
+macro_rules! filter_table {
+    ($($key:literal => $variant:ident($settings:ty),)*) => {
+        /// One filter: exactly one key of [`FilterSpec::KEYS`], with that filter's settings
+        /// (serde's externally tagged form, `rate_limit: {rate: 10}`).
+        #[derive(Debug)]
+        pub enum FilterSpec {
+            $($variant($settings),)*
+        }
+
+        impl FilterSpec {
+            /// The filters' keys, in the table's order.
+            pub const KEYS: &'static [&'static str] = &[$($key),*];
+
+            /// This filter's key (the segment of key paths that leads to its settings).
+            pub fn key(&self) -> &'static str {
+                match self {
+                    $(FilterSpec::$variant(_) => $key,)*
+                }
+            }
+
+            /// Builds the filter: its settings type's [`Build`] implementation.
+            pub fn build<C, O>(self, cx: C) -> O
+            where
+                $($settings: Build<C, Output = O>,)*
+            {
+                match self {
+                    $(FilterSpec::$variant(s) => s.build(cx),)*
+                }
+            }
+
+            /// The settings of filter `key`, the map's next value (`None`: no filter has
+            /// that key).
+            fn settings<'de, A: MapAccess<'de>>(
+                key: &str,
+                map: &mut A,
+            ) -> Result<Option<FilterSpec>, A::Error> {
+                Ok(Some(match key {
+                    $($key => FilterSpec::$variant(map.next_value()?),)*
+                    _ => return Ok(None),
+                }))
+            }
+        }
+    };
+}
+
+// The table of filters. Adding one is a line here: see `filters/registry.rs` for the rest.
+filter_table! {
+    "rate_limit" => RateLimit(RateLimit),
+    "concurrency" => Concurrency(Concurrency),
+    "ip" => Ip(IpRules),
+    "circuit_breaker" => CircuitBreaker(CircuitBreaker),
+    "split" => Split(Split),
+    "canary" => Canary(Canary),
+    "headers" => Headers(Headers),
+    "no_store" => NoStore(NoStoreRule),
+    "sticky" => Sticky(StickyRule),
+    "mirror" => Mirror(MirrorRule),
+    "replace" => Replace(ReplaceRule),
+    "cors" => Cors(CorsRule),
+    "basic_auth" => BasicAuth(super::model_auth::BasicAuth),
+    "api_key" => ApiKey(super::model_auth::ApiKey),
+    "jwt" => Jwt(super::model_auth::Jwt),
+    "forward_auth" => ForwardAuth(super::model_auth::ForwardAuth),
+    "compress" => Compress(CompressRule),
+    "shape" => Shape(super::model_shield::Shape),
+}
+
+impl FilterSpec {
+    /// A filter from its mapping: exactly one key of the table, its settings the value.
+    /// Errors inside the settings keep their key path and line (the value is read with
+    /// `next_value`, which `serde_path_to_error` follows). Not serde's derive for enums:
+    /// serde_yaml_ng reads an enum from a YAML tag (`!rate_limit {...}`), not from a mapping
+    /// of one key, and serde's own mapping-as-enum ignores a second key.
+    fn from_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<FilterSpec, A::Error> {
+        let exactly_one = |given: &str| {
+            de::Error::custom(format_args!(
+                "a filter is exactly one of {} ({given})",
+                FilterSpec::KEYS.join(", ")
+            ))
+        };
+        let Some(key) = map.next_key::<String>()? else {
+            return Err(exactly_one("none given"));
+        };
+        let Some(spec) = FilterSpec::settings(&key, &mut map)? else {
+            return Err(de::Error::unknown_field(&key, FilterSpec::KEYS));
+        };
+        match map.next_key::<String>()? {
+            None => Ok(spec),
+            Some(other) => Err(exactly_one(&format!("given: {key} and {other}"))),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for FilterSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = FilterSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                let keys = FilterSpec::KEYS.join(", ");
+                write!(f, "a filter: a mapping with one key of {keys}")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<FilterSpec, A::Error> {
+                FilterSpec::from_map(map)
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 /// gzip, brotli and zstd for chosen content types.

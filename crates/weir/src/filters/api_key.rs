@@ -14,7 +14,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
-use super::{phase, Answer, Client, Flow, Identity, Req, State};
+use super::registry::{plain, Build, Built, Cx};
+use super::{Answer, Caps, Client, Flow, Identity, Phases, Req, State};
 use crate::config::{model_auth, BaseDir, CompileError};
 
 #[derive(Debug)]
@@ -29,6 +30,14 @@ pub struct ApiKey {
 
 fn digest(key: &[u8]) -> [u8; 32] {
     Sha256::digest(key).into()
+}
+
+impl Build<&Cx<'_>> for model_auth::ApiKey {
+    type Output = Built;
+
+    fn build(self, cx: &Cx<'_>) -> Built {
+        plain(ApiKey::compile(self, cx.path, cx.base)?)
+    }
 }
 
 impl ApiKey {
@@ -113,11 +122,15 @@ impl ApiKey {
 }
 
 impl super::Filter for ApiKey {
-    fn phases(&self) -> u16 {
+    fn phases(&self) -> Phases {
         match self.forward {
-            true => phase::REQUEST | phase::IDENTITY,
-            false => phase::REQUEST | phase::IDENTITY | phase::DROPS_UPSTREAM | phase::DROPS_ARG,
+            true => Phases::REQUEST,
+            false => Phases::REQUEST | Phases::DROPS_UPSTREAM | Phases::DROPS_ARG,
         }
+    }
+
+    fn caps(&self) -> Caps {
+        Caps::IDENTITY
     }
 
     fn request(&self, req: &Req<'_>, _: &mut State, _: &mut Option<usize>) -> Flow {

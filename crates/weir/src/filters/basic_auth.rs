@@ -26,8 +26,9 @@ use base64::Engine;
 use bytes::Bytes;
 
 use super::htpasswd::{self, Users};
+use super::registry::{plain, Build, Built, Cx};
 use super::remember::Remembered;
-use super::{phase, Answer, Client, Flow, Identity, Req, State};
+use super::{Answer, Caps, Client, Flow, Identity, Phases, Req, State};
 use crate::config::{model_auth, BaseDir, CompileError};
 
 /// Password checks running at once, per process (the machine's cores are the workers').
@@ -111,6 +112,14 @@ fn read(p: &std::path::Path) -> Result<Users, String> {
     let text =
         std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
     htpasswd::parse(&text).map_err(|e| format!("{}: {e}", p.display()))
+}
+
+impl Build<&Cx<'_>> for model_auth::BasicAuth {
+    type Output = Built;
+
+    fn build(self, cx: &Cx<'_>) -> Built {
+        plain(BasicAuth::compile(self, cx.path, cx.base)?)
+    }
 }
 
 impl BasicAuth {
@@ -277,13 +286,15 @@ pub(crate) fn split_scheme(v: &[u8]) -> Option<(&[u8], &[u8])> {
 }
 
 impl super::Filter for BasicAuth {
-    fn phases(&self) -> u16 {
-        let drops = if self.forward {
-            0
-        } else {
-            phase::DROPS_UPSTREAM
-        };
-        phase::REQUEST | phase::IDENTITY | drops
+    fn phases(&self) -> Phases {
+        match self.forward {
+            true => Phases::REQUEST,
+            false => Phases::REQUEST | Phases::DROPS_UPSTREAM,
+        }
+    }
+
+    fn caps(&self) -> Caps {
+        Caps::IDENTITY
     }
 
     fn request(&self, req: &Req<'_>, _: &mut State, _: &mut Option<usize>) -> Flow {

@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::{phase, Answer, Done, Flow, Req, State};
+use super::compile::{Compiled, Kind};
+use super::registry::{Build, Built, Cx};
+use super::{Answer, Caps, Done, Flow, Phases, Req, State};
 use crate::config::{model, CompileError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +148,31 @@ pub struct Snapshot {
     pub failed: u32,
     pub slow: u32,
     pub opened: u64,
+}
+
+/// Its counts kept across reloads under a key of its name and window.
+impl Build<&Cx<'_>> for model::CircuitBreaker {
+    type Output = Built;
+
+    fn build(self, cx: &Cx<'_>) -> Built {
+        let key = format!(
+            "circuit_breaker/{}/{}/{}",
+            cx.name, self.window, self.window_size
+        );
+        let shared = cx.kept(&key, || Arc::new(Shared::default()));
+        let f = Arc::new(Breaker::compile(
+            cx.name,
+            self,
+            cx.path,
+            shared,
+            cx.upstreams,
+        )?);
+        Ok(Compiled {
+            filter: f.clone(),
+            kind: Kind::Breaker(f),
+            state_key: Some(key),
+        })
+    }
 }
 
 impl Breaker {
@@ -326,12 +353,15 @@ impl Breaker {
 }
 
 impl super::Filter for Breaker {
-    fn phases(&self) -> u16 {
-        let choice = match self.fallback {
-            Some(_) => phase::UPSTREAM_CHOICE,
-            None => 0,
-        };
-        phase::REQUEST | phase::LOG | phase::STATE | choice
+    fn phases(&self) -> Phases {
+        Phases::REQUEST | Phases::LOG
+    }
+
+    fn caps(&self) -> Caps {
+        match self.fallback {
+            Some(_) => Caps::STATE | Caps::UPSTREAM_CHOICE,
+            None => Caps::STATE,
+        }
     }
 
     fn request(&self, _: &Req<'_>, state: &mut State, upstream: &mut Option<usize>) -> Flow {

@@ -1,16 +1,15 @@
 //! From config to filters: the named definitions (compiled once, shared by every route that
-//! names them, state included), and the lists of listeners and routes.
+//! names them, state included), and the lists of listeners and routes. Each filter is built by
+//! its own code, found through the registry (`registry.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::breaker::Breaker;
 use super::concurrency::Concurrency;
-use super::header_edit::{HeaderEdit, HeaderEdits};
-use super::ip_filter::IpFilter;
 use super::rate_limit::RateLimit;
-use super::split::{Canary, Split};
-use super::{phase, Filter};
+use super::registry::Cx;
+use super::{Caps, Filter};
 use crate::config::model::{FilterRef, FilterSpec};
 use crate::config::{BaseDir, CompileError};
 
@@ -137,257 +136,25 @@ impl Compiler {
         base: &BaseDir,
         route: Option<(&str, Option<&regex::bytes::Regex>)>,
     ) -> Result<Compiled, CompileError> {
-        let FilterSpec {
-            rate_limit,
-            concurrency,
-            ip,
-            circuit_breaker,
-            split,
-            canary,
-            headers,
-            no_store,
-            sticky,
-            mirror,
-            replace,
-            cors,
-            basic_auth,
-            api_key,
-            jwt,
-            forward_auth,
-            compress,
-            shape,
-        } = spec;
-        let given = [
-            rate_limit.is_some(),
-            concurrency.is_some(),
-            ip.is_some(),
-            circuit_breaker.is_some(),
-            split.is_some(),
-            canary.is_some(),
-            headers.is_some(),
-            no_store.is_some(),
-            sticky.is_some(),
-            mirror.is_some(),
-            replace.is_some(),
-            cors.is_some(),
-            basic_auth.is_some(),
-            api_key.is_some(),
-            jwt.is_some(),
-            forward_auth.is_some(),
-            compress.is_some(),
-            shape.is_some(),
-        ];
-        if given.iter().filter(|g| **g).count() != 1 {
-            return Err((
-                path.to_string(),
-                "a filter is exactly one of rate_limit, concurrency, ip, circuit_breaker, split, canary, headers, no_store, sticky, mirror, replace, cors, basic_auth, api_key, jwt, forward_auth, compress, shape".into(),
-            ));
-        }
-        // State that outlives a config (a reload keeps it): under a key of kind, name and the
-        // settings that shape it.
-        let kept = |key: &str| self.state.as_ref().map(|r| (key.to_string(), r));
-        let compiled = if let Some(r) = rate_limit {
-            let (f, key) = self.rate_limit(name, r, path)?;
-            let f = Arc::new(f);
-            Compiled {
-                filter: f.clone(),
-                kind: Kind::RateLimit(f),
-                state_key: Some(key),
-            }
-        } else if let Some(c) = concurrency {
-            let key = format!("concurrency/{name}/{}", c.max_keys);
-            let max_keys = c.max_keys.max(1);
-            let table = kept(&key).map(|(k, reg)| {
-                reg.get_or(&k, || Arc::new(super::concurrency::Table::new(max_keys)))
-            });
-            let f = Arc::new(Concurrency::compile(
-                name,
-                c,
-                &format!("{path}.concurrency"),
-                table,
-            )?);
-            Compiled {
-                filter: f.clone(),
-                kind: Kind::Concurrency(f),
-                state_key: Some(key),
-            }
-        } else if let Some(r) = ip {
-            plain(IpFilter::compile(r, &format!("{path}.ip"), base)?)
-        } else if let Some(b) = circuit_breaker {
-            let key = format!("circuit_breaker/{name}/{}/{}", b.window, b.window_size);
-            let shared = kept(&key)
-                .map(|(k, reg)| reg.get_or(&k, || Arc::new(super::breaker::Shared::default())));
-            let f = Arc::new(Breaker::compile(
-                name,
-                b,
-                &format!("{path}.circuit_breaker"),
-                shared,
-                upstreams,
-            )?);
-            Compiled {
-                filter: f.clone(),
-                kind: Kind::Breaker(f),
-                state_key: Some(key),
-            }
-        } else if let Some(s) = split {
-            plain(Split::compile(s, &format!("{path}.split"), upstreams)?)
-        } else if let Some(c) = canary {
-            plain(Canary::compile(c, &format!("{path}.canary"), upstreams)?)
-        } else if let Some(b) = basic_auth {
-            plain(super::basic_auth::BasicAuth::compile(
-                b,
-                &format!("{path}.basic_auth"),
-                base,
-            )?)
-        } else if let Some(a) = api_key {
-            plain(super::api_key::ApiKey::compile(
-                a,
-                &format!("{path}.api_key"),
-                base,
-            )?)
-        } else if let Some(j) = jwt {
-            plain(super::jwt::Jwt::compile(
-                j,
-                &format!("{path}.jwt"),
-                base,
-                upstreams,
-            )?)
-        } else if let Some(f) = forward_auth {
-            plain(super::forward_auth::ForwardAuth::compile(
-                f,
-                &format!("{path}.forward_auth"),
-                upstreams,
-            )?)
-        } else if let Some(c) = compress {
-            plain(super::compress::Compress::compile(
-                c,
-                &format!("{path}.compress"),
-            )?)
-        } else if let Some(s) = shape {
-            plain(super::shape::Shape::compile(
-                s,
-                &format!("{path}.shape"),
-                self.shield.clone(),
-            )?)
-        } else if let Some(c) = cors {
-            plain(super::cors::Cors::compile(c, &format!("{path}.cors"))?)
-        } else if let Some(r) = replace {
-            plain(super::replace::Replace::compile(
-                r,
-                &format!("{path}.replace"),
-            )?)
-        } else if let Some(m) = mirror {
-            let f = Arc::new(super::mirror::Mirror::compile(
-                name,
-                m,
-                &format!("{path}.mirror"),
-                upstreams,
-                &self
-                    .upstreams
-                    .iter()
-                    .map(|u| u.shadow.clone())
-                    .collect::<Vec<_>>(),
-            )?);
-            Compiled {
-                filter: f.clone(),
-                kind: Kind::Mirror(f),
-                state_key: None,
-            }
-        } else if let Some(s) = sticky {
-            let names: Vec<Vec<String>> =
-                self.upstreams.iter().map(|u| u.servers.clone()).collect();
-            plain(super::sticky::Sticky::compile(
-                s,
-                &format!("{path}.sticky"),
-                &names,
-            )?)
-        } else if let Some(n) = no_store {
-            plain(super::no_store::NoStore::compile(
-                n,
-                &format!("{path}.no_store"),
-            )?)
-        } else {
-            let h = headers.unwrap_or_default();
-            plain(HeaderEdit {
-                request: HeaderEdits::compile(h.request, &format!("{path}.headers.request"))?,
-                response: HeaderEdits::compile(h.response, &format!("{path}.headers.response"))?,
-                route: route.map_or_else(String::new, |r| r.0.to_string()),
-                regex: route.and_then(|r| r.1.cloned()),
-            })
+        let cx = Cx {
+            name,
+            path,
+            upstreams,
+            upstream_info: &self.upstreams,
+            base,
+            route,
+            state: self.state.as_deref(),
+            shield: self.shield.as_ref(),
+            cluster: self.cluster.as_ref(),
         };
+        let compiled = super::registry::build(spec, cx)?;
         self.all.borrow_mut().push(compiled.clone());
         Ok(compiled)
-    }
-
-    /// A rate limit and the key its state is kept under across reloads (the name and the
-    /// settings that shape the state: a reload that changes them starts afresh).
-    fn rate_limit(
-        &self,
-        name: &str,
-        r: crate::config::model::RateLimit,
-        path: &str,
-    ) -> Result<(RateLimit, String), CompileError> {
-        use crate::config::model::ClusterLimit;
-        let max_keys = r.max_keys;
-        let mode = r.cluster;
-        let cluster = match (mode, &self.cluster) {
-            (None, _) => None,
-            (Some(_), Some(c)) => Some(c.clone()),
-            (Some(_), None) => {
-                return Err((
-                    format!("{path}.rate_limit.cluster"),
-                    "needs a `cluster:` section (the node's name and etcd)".into(),
-                ))
-            }
-        };
-        let key = format!("rate_limit/{name}/{max_keys}");
-        if let (Some(ClusterLimit::Redis), Some(c)) = (mode, cluster.clone()) {
-            let Some(url) = c.redis.clone() else {
-                return Err((
-                    format!("{path}.rate_limit.cluster"),
-                    "`redis` needs `cluster.redis` (Redis's host:port)".into(),
-                ));
-            };
-            let l = RateLimit::compile(name, r, &format!("{path}.rate_limit"), None)?;
-            let key = format!("{key}/redis/{url}/{}/{:?}", l.interval(), c.redis_sync);
-            let make = || {
-                let settings = (url.as_str(), c.redis_sync, c.prefix.as_str());
-                super::rate_limit_redis::Shared::new(
-                    name,
-                    settings,
-                    l.interval(),
-                    max_keys,
-                    &c.state,
-                )
-                .map(Arc::new)
-                .map_err(|e| ("cluster.redis".to_string(), e))
-            };
-            let shared = match &self.state {
-                Some(reg) => reg.try_get_or(&key, make)?,
-                None => make()?,
-            };
-            return Ok((l.counted_in(shared, c), key));
-        }
-        let table = self
-            .state
-            .as_ref()
-            .map(|reg| reg.get_or(&key, || Arc::new(super::rate_limit::Table::new(max_keys))));
-        let l = RateLimit::compile(name, r, &format!("{path}.rate_limit"), table)?;
-        Ok((l.divided_by(cluster), key))
     }
 
     /// Every filter compiled, each once (named ones are shared).
     pub fn into_all(self) -> Vec<Compiled> {
         self.all.into_inner()
-    }
-}
-
-/// A filter without state to report or keep.
-fn plain(f: impl Filter + 'static) -> Compiled {
-    Compiled {
-        filter: Arc::new(f),
-        kind: Kind::Other,
-        state_key: None,
     }
 }
 
@@ -400,7 +167,7 @@ pub(crate) fn check_chain(
     if !is_proxy {
         if let Some(i) = filters
             .iter()
-            .position(|f| f.phases() & phase::UPSTREAM_CHOICE != 0)
+            .position(|f| f.caps().has(Caps::UPSTREAM_CHOICE))
         {
             return Err((
                 format!("{path}.filters[{i}]"),

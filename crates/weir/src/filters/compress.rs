@@ -26,7 +26,8 @@ use weir_http::{Framing, Method, Reply};
 use weir_cache::stored::{merged_vary, weak_etag};
 
 use super::codec::{Coding, Encoder, Levels};
-use super::{phase, Client, Flow, Req, State};
+use super::registry::{plain, Build, Built, Cx};
+use super::{Caps, Client, Flow, Phases, Req, State};
 use crate::config::{model, CompileError};
 
 /// The fields compression looks at, read in one walk.
@@ -143,6 +144,14 @@ fn line(out: &mut BytesMut, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
+impl Build<&Cx<'_>> for model::CompressRule {
+    type Output = Built;
+
+    fn build(self, cx: &Cx<'_>) -> Built {
+        plain(Compress::compile(self, cx.path)?)
+    }
+}
+
 impl Compress {
     pub(crate) fn compile(c: model::CompressRule, path: &str) -> Result<Compress, CompileError> {
         if !(1..=9).contains(&c.gzip_level) {
@@ -183,13 +192,12 @@ pub fn wanted(head: &weir_http::RequestHead) -> Option<Coding> {
 }
 
 impl super::Filter for Compress {
-    fn phases(&self) -> u16 {
-        phase::REQUEST
-            | phase::RESPONSE
-            | phase::BODY
-            | phase::STATE
-            | phase::DROPS_UPSTREAM
-            | phase::ENCODES
+    fn phases(&self) -> Phases {
+        Phases::REQUEST | Phases::RESPONSE | Phases::BODY | Phases::DROPS_UPSTREAM
+    }
+
+    fn caps(&self) -> Caps {
+        Caps::STATE | Caps::ENCODES
     }
 
     fn request(&self, req: &Req<'_>, state: &mut State, _: &mut Option<usize>) -> Flow {

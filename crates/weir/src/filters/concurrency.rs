@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{phase, Answer, Flow, Req, State};
+use super::compile::{Compiled, Kind};
+use super::registry::{Build, Built, Cx};
+use super::{Answer, Caps, Flow, Phases, Req, State};
 use crate::config::{model, CompileError};
 use crate::vars::Template;
 
@@ -101,6 +103,23 @@ impl Drop for Slot {
     }
 }
 
+/// Its table kept across reloads under a key of its name and size.
+impl Build<&Cx<'_>> for model::Concurrency {
+    type Output = Built;
+
+    fn build(self, cx: &Cx<'_>) -> Built {
+        let key = format!("concurrency/{}/{}", cx.name, self.max_keys);
+        let max_keys = self.max_keys.max(1);
+        let table = cx.kept(&key, || Arc::new(Table::new(max_keys)));
+        let f = Arc::new(Concurrency::compile(cx.name, self, cx.path, table)?);
+        Ok(Compiled {
+            filter: f.clone(),
+            kind: Kind::Concurrency(f),
+            state_key: Some(key),
+        })
+    }
+}
+
 impl Concurrency {
     pub(crate) fn compile(
         name: &str,
@@ -125,8 +144,12 @@ impl Concurrency {
 }
 
 impl super::Filter for Concurrency {
-    fn phases(&self) -> u16 {
-        phase::REQUEST | phase::STATE
+    fn phases(&self) -> Phases {
+        Phases::REQUEST
+    }
+
+    fn caps(&self) -> Caps {
+        Caps::STATE
     }
 
     fn request(&self, req: &Req<'_>, state: &mut State, _: &mut Option<usize>) -> Flow {

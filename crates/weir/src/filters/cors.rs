@@ -14,7 +14,8 @@
 use bytes::{Bytes, BytesMut};
 use weir_http::{Method, Reply};
 
-use super::{phase, Answer, Flow, Req, State};
+use super::registry::{plain, Build, Built, Cx};
+use super::{Answer, Caps, Flow, Phases, Req, State};
 use crate::config::{model, CompileError};
 
 #[derive(Debug)]
@@ -47,6 +48,14 @@ struct Allowed(Bytes);
 /// This request was a preflight, answered by this filter with its own `Vary`.
 #[derive(Debug)]
 struct Preflight;
+
+impl Build<&Cx<'_>> for model::CorsRule {
+    type Output = Built;
+
+    fn build(self, cx: &Cx<'_>) -> Built {
+        plain(Cors::compile(self, cx.path)?)
+    }
+}
 
 impl Cors {
     pub(crate) fn compile(c: model::CorsRule, path: &str) -> Result<Cors, CompileError> {
@@ -219,8 +228,12 @@ impl Cors {
 }
 
 impl super::Filter for Cors {
-    fn phases(&self) -> u16 {
-        phase::REQUEST | phase::RESPONSE | phase::STATE
+    fn phases(&self) -> Phases {
+        Phases::REQUEST | Phases::RESPONSE
+    }
+
+    fn caps(&self) -> Caps {
+        Caps::STATE
     }
 
     fn request(&self, req: &Req<'_>, state: &mut State, _: &mut Option<usize>) -> Flow {

@@ -22,8 +22,9 @@ use std::time::Instant;
 use bytes::{BufMut, Bytes, BytesMut};
 use weir_http::hop::{is_hop_by_hop, ConnectionTokens};
 
+use super::registry::{plain, Build, Built, Cx};
 use super::remember::Remembered;
-use super::{phase, Answer, Fetched, Flow, Identity, Req, State};
+use super::{Answer, Caps, Fetched, Flow, Identity, Phases, Req, State};
 use crate::config::{model_auth, CompileError};
 
 static FAILED_LOG: crate::logs::Limited = crate::logs::Limited::new();
@@ -49,6 +50,14 @@ struct Inner {
 enum Decision {
     Allow(Arc<Identity>),
     Deny(Answer),
+}
+
+impl Build<&Cx<'_>> for model_auth::ForwardAuth {
+    type Output = Built;
+
+    fn build(self, cx: &Cx<'_>) -> Built {
+        plain(ForwardAuth::compile(self, cx.path, cx.upstreams)?)
+    }
 }
 
 impl ForwardAuth {
@@ -219,8 +228,12 @@ fn unavailable(why: &str) -> Flow {
 }
 
 impl super::Filter for ForwardAuth {
-    fn phases(&self) -> u16 {
-        phase::REQUEST | phase::FETCH | phase::IDENTITY | phase::DROPS_UPSTREAM
+    fn phases(&self) -> Phases {
+        Phases::REQUEST | Phases::DROPS_UPSTREAM
+    }
+
+    fn caps(&self) -> Caps {
+        Caps::FETCH | Caps::IDENTITY
     }
 
     fn drops_upstream(&self, _: &super::Client, name: &[u8]) -> bool {

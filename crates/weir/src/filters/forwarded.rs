@@ -55,8 +55,8 @@ const CLIENT_CLAIMS: &[&[u8]] = &[
 ];
 
 impl Filter for Forwarded {
-    fn phases(&self) -> u16 {
-        super::phase::UPSTREAM | super::phase::DROPS_UPSTREAM
+    fn phases(&self) -> super::Phases {
+        super::Phases::UPSTREAM | super::Phases::DROPS_UPSTREAM
     }
 
     fn drops_upstream(&self, client: &Client, name: &[u8]) -> bool {

@@ -11,7 +11,8 @@ use bytes::{Bytes, BytesMut};
 use weir_http::reply::DropFields;
 use weir_http::Reply;
 
-use super::{phase, Client, Filter, Req, State, Upward};
+use super::registry::{plain, Build, Built, Cx};
+use super::{Caps, Client, Filter, Phases, Req, State, Upward};
 use crate::config::{check_header_name, check_header_value, model, CompileError};
 use crate::vars::{Env, Template};
 
@@ -106,6 +107,20 @@ impl DropFields for HeaderEdits {
     }
 }
 
+/// The `headers` filter: a route's values may use its name and path regex.
+impl Build<&Cx<'_>> for model::Headers {
+    type Output = Built;
+
+    fn build(self, cx: &Cx<'_>) -> Built {
+        plain(HeaderEdit {
+            request: HeaderEdits::compile(self.request, &format!("{}.request", cx.path))?,
+            response: HeaderEdits::compile(self.response, &format!("{}.response", cx.path))?,
+            route: cx.route.map_or_else(String::new, |r| r.0.to_string()),
+            regex: cx.route.and_then(|r| r.1.cloned()),
+        })
+    }
+}
+
 /// A route's edits, both ways.
 #[derive(Debug)]
 pub struct HeaderEdit {
@@ -117,21 +132,28 @@ pub struct HeaderEdit {
 }
 
 impl Filter for HeaderEdit {
-    fn phases(&self) -> u16 {
-        let mut p: u16 = 0;
+    fn phases(&self) -> Phases {
+        let mut p = Phases::NONE;
         if !self.request.is_empty() {
-            p |= phase::UPSTREAM;
+            p |= Phases::UPSTREAM;
         }
         if !self.request.remove.is_empty() {
-            p |= phase::DROPS_UPSTREAM;
+            p |= Phases::DROPS_UPSTREAM;
         }
         if !self.response.is_empty() {
-            p |= phase::RESPONSE;
+            p |= Phases::RESPONSE;
         }
         if !self.response.dynamic.is_empty() {
-            p |= phase::REQUEST | phase::STATE;
+            p |= Phases::REQUEST;
         }
         p
+    }
+
+    fn caps(&self) -> Caps {
+        match self.response.dynamic.is_empty() {
+            true => Caps::NONE,
+            false => Caps::STATE,
+        }
     }
 
     fn request(&self, req: &Req<'_>, state: &mut State, _: &mut Option<usize>) -> super::Flow {

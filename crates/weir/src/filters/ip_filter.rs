@@ -12,7 +12,8 @@ use std::net::IpAddr;
 use bytes::Bytes;
 use ipnet::IpNet;
 
-use super::{phase, Answer, Flow, Req, State};
+use super::registry::{plain, Build, Built, Cx};
+use super::{Answer, Flow, Phases, Req, State};
 use crate::config::{model, BaseDir, CompileError};
 use crate::shield::nets::{parse, Nets};
 
@@ -59,6 +60,14 @@ pub(crate) fn list(
     Ok(out)
 }
 
+impl Build<&Cx<'_>> for model::IpRules {
+    type Output = Built;
+
+    fn build(self, cx: &Cx<'_>) -> Built {
+        plain(IpFilter::compile(self, cx.path, cx.base)?)
+    }
+}
+
 impl IpFilter {
     pub(crate) fn compile(
         r: model::IpRules,
@@ -92,8 +101,8 @@ impl IpFilter {
 }
 
 impl super::Filter for IpFilter {
-    fn phases(&self) -> u16 {
-        phase::REQUEST
+    fn phases(&self) -> Phases {
+        Phases::REQUEST
     }
 
     fn request(&self, req: &Req<'_>, _: &mut State, _: &mut Option<usize>) -> Flow {

@@ -22,7 +22,8 @@ use jsonwebtoken::{Algorithm, Validation};
 use serde_json::{Map, Value};
 
 use super::jwt_keys::{self, Key};
-use super::{phase, Answer, Client, Flow, Identity, Req, State};
+use super::registry::{plain, Build, Built, Cx};
+use super::{Answer, Caps, Client, Flow, Identity, Phases, Req, State};
 use crate::config::{model_auth, BaseDir, CompileError};
 
 /// The least time between two fetches for an unknown `kid`.
@@ -90,6 +91,14 @@ enum Checked {
     Invalid(&'static str),
     /// No key fits the token's `kid` (or there is no key yet).
     NoKey,
+}
+
+impl Build<&Cx<'_>> for model_auth::Jwt {
+    type Output = Built;
+
+    fn build(self, cx: &Cx<'_>) -> Built {
+        plain(Jwt::compile(self, cx.path, cx.base, cx.upstreams)?)
+    }
 }
 
 impl Jwt {
@@ -446,15 +455,18 @@ fn refuse(why: Option<&str>) -> Flow {
 }
 
 impl super::Filter for Jwt {
-    fn phases(&self) -> u16 {
-        let fetch = match self.inner.remote {
-            Some(_) => phase::FETCH | phase::IDENTITY,
-            None => phase::IDENTITY,
-        };
+    fn phases(&self) -> Phases {
         match (&self.inner.forward, &self.inner.source) {
-            (true, _) => phase::REQUEST | fetch,
-            (false, Source::Query(_)) => phase::REQUEST | phase::DROPS_ARG | fetch,
-            (false, _) => phase::REQUEST | phase::DROPS_UPSTREAM | fetch,
+            (true, _) => Phases::REQUEST,
+            (false, Source::Query(_)) => Phases::REQUEST | Phases::DROPS_ARG,
+            (false, _) => Phases::REQUEST | Phases::DROPS_UPSTREAM,
+        }
+    }
+
+    fn caps(&self) -> Caps {
+        match self.inner.remote {
+            Some(_) => Caps::FETCH | Caps::IDENTITY,
+            None => Caps::IDENTITY,
         }
     }
 

@@ -17,7 +17,9 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 
-use super::{phase, Flow, Req, State};
+use super::compile::{Compiled, Kind};
+use super::registry::{Build, Built, Cx};
+use super::{Caps, Flow, Phases, Req, State};
 use crate::config::{model, CompileError};
 
 /// Where a mirror's copies go: an upstream as the proxy reaches it (`proxy/shadow.rs`; a
@@ -55,6 +57,27 @@ struct Copy {
     /// The request head's length, so that the body's size can be checked.
     head_len: usize,
     too_big: bool,
+}
+
+/// Copies go to the upstreams that can be shadows; `/metrics` reads its counts.
+impl Build<&Cx<'_>> for model::MirrorRule {
+    type Output = Built;
+
+    fn build(self, cx: &Cx<'_>) -> Built {
+        let shadows: Vec<_> = cx.upstream_info.iter().map(|u| u.shadow.clone()).collect();
+        let f = Arc::new(Mirror::compile(
+            cx.name,
+            self,
+            cx.path,
+            cx.upstreams,
+            &shadows,
+        )?);
+        Ok(Compiled {
+            filter: f.clone(),
+            kind: Kind::Mirror(f),
+            state_key: None,
+        })
+    }
 }
 
 impl Mirror {
@@ -109,8 +132,12 @@ impl Mirror {
 }
 
 impl super::Filter for Mirror {
-    fn phases(&self) -> u16 {
-        phase::REQUEST | phase::STATE | phase::TEE | phase::UPSTREAM_CHOICE
+    fn phases(&self) -> Phases {
+        Phases::REQUEST | Phases::TEE
+    }
+
+    fn caps(&self) -> Caps {
+        Caps::STATE | Caps::UPSTREAM_CHOICE
     }
 
     fn request(&self, _: &Req<'_>, state: &mut State, _: &mut Option<usize>) -> Flow {

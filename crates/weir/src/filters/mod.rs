@@ -27,12 +27,16 @@
 //!   filter async; ours is a list read from config and mostly synchronous.
 //!
 //! [`Chain`] keeps a bit per phase so that a route whose filters do not use one skips it with
-//! one test; `phases()` is how a filter says which it implements.
+//! one test: [`Filter::phases`] is how a filter says which hooks it implements, and
+//! [`Filter::caps`] what else it does or needs (a state slot, subrequests, an upstream choice);
+//! two bit sets ([`phases`]).
 //!
 //! Shipped filters: [`header_edit`], [`forwarded`], [`via`] (proxy settings), and the
 //! traffic-control filters [`rate_limit`], [`concurrency`], [`ip_filter`], [`breaker`] and
 //! [`split`] (traffic split and canary), [`sticky`], [`mirror`], [`no_store`] (before-store) and
-//! [`replace`] (response body), compiled from config by [`compile`].
+//! [`replace`] (response body), [`basic_auth`], [`api_key`], [`jwt`], [`forward_auth`], [`cors`],
+//! [`compress`] and [`shape`]: compiled from config by [`compile`], each by its own code found
+//! through the [`registry`] (which says what adding a filter touches).
 
 pub mod aliases;
 pub mod api_key;
@@ -53,8 +57,10 @@ pub mod jwt_keys;
 pub use crate::shield::keyed;
 pub mod mirror;
 pub mod no_store;
+pub mod phases;
 pub mod rate_limit;
 pub mod rate_limit_redis;
+pub mod registry;
 pub mod remember;
 pub mod replace;
 pub mod request_id;
@@ -76,6 +82,7 @@ use bytes::{Bytes, BytesMut};
 use weir_http::{Reply, RequestHead, ResponseHead};
 
 pub use crate::vars::Identity;
+pub use phases::{Caps, Phases};
 
 /// A filter's per-request state: `None` until it stores something.
 pub type State = Option<Box<dyn Any>>;
@@ -145,7 +152,7 @@ pub struct Req<'a> {
     /// Who the client is, once an authentication filter before this one said so.
     pub identity: Option<&'a Identity>,
     /// Requests of the filter's own through an upstream (given when a filter of the chain
-    /// has the [`phase::FETCH`] bit).
+    /// has the [`Caps::FETCH`] bit).
     pub fetch: Option<&'a dyn Fetcher>,
 }
 
@@ -200,44 +207,15 @@ pub struct Done {
     pub upstream_time: Option<Duration>,
 }
 
-/// Phase bits ([`Filter::phases`]).
-pub mod phase {
-    pub const REQUEST: u16 = 1;
-    pub const UPSTREAM: u16 = 2;
-    pub const BEFORE_STORE: u16 = 4;
-    pub const RESPONSE: u16 = 8;
-    pub const LOG: u16 = 16;
-    /// Drops fields of the client's request on the way upstream.
-    pub const DROPS_UPSTREAM: u16 = 32;
-    /// Keeps per-request state.
-    pub const STATE: u16 = 64;
-    /// Chooses the upstream (traffic split, canary): needs a proxy action.
-    pub const UPSTREAM_CHOICE: u16 = 128;
-    /// Prefers a server of the upstream ([`super::Filter::prefer`]) and hears which one
-    /// answered ([`super::Filter::served`]): sticky sessions.
-    pub const SERVER_CHOICE: u16 = 256;
-    /// Sees the bytes of the upstream request as they are written ([`super::Filter::tee`]).
-    pub const TEE: u16 = 512;
-    /// Transforms response bodies ([`super::Filter::body`]). A filter that will transform a
-    /// response says so in its response phase by putting state in its slot (and setting the
-    /// reply's framing: the length changes).
-    pub const BODY: u16 = 1024;
-    /// Drops query parameters from the upstream target ([`super::Filter::drops_arg`]).
-    pub const DROPS_ARG: u16 = 2048;
-    /// May send requests of its own through an upstream ([`super::Fetcher`]): the request
-    /// phase gets one in [`super::Req::fetch`].
-    pub const FETCH: u16 = 4096;
-    /// Says who the client is ([`super::Flow::Authenticated`]): the request keeps its run.
-    pub const IDENTITY: u16 = 8192;
-    /// Compresses responses ([`super::Filter::compression`]): a cache keeps a variant per
-    /// coding.
-    pub const ENCODES: u16 = 16384;
-}
-
 /// One filter. Methods default to doing nothing; [`Filter::phases`] says which are implemented.
 pub trait Filter: Debug + Send + Sync {
-    /// The phases this filter implements ([`phase`] bits).
-    fn phases(&self) -> u16;
+    /// The hooks this filter implements.
+    fn phases(&self) -> Phases;
+
+    /// What it does or needs beyond its hooks (none by default).
+    fn caps(&self) -> Caps {
+        Caps::NONE
+    }
 
     /// Before the cache lookup and the action: may answer or wait. `upstream` is the choice of
     /// upstream so far (an index into the config's upstreams), for filters that choose one.
@@ -332,33 +310,60 @@ pub struct Run {
     pub transforming: bool,
 }
 
+/// A filter of a chain with its phases and capabilities (read once: a virtual call per filter
+/// and phase saved).
+#[derive(Debug, Clone)]
+struct Entry {
+    phases: Phases,
+    caps: Caps,
+    filter: Arc<dyn Filter>,
+}
+
 /// A route's filters, in config order.
 #[derive(Debug, Default, Clone)]
 pub struct Chain {
-    /// Each filter with its phases (read once: a virtual call per filter and phase saved).
-    filters: Vec<(u16, Arc<dyn Filter>)>,
+    filters: Vec<Entry>,
     /// The union of the filters' phases.
-    phases: u16,
+    phases: Phases,
+    /// The union of their capabilities.
+    caps: Caps,
 }
 
 impl Chain {
     pub fn new(filters: Vec<Arc<dyn Filter>>) -> Chain {
-        let filters: Vec<(u16, Arc<dyn Filter>)> =
-            filters.into_iter().map(|f| (f.phases(), f)).collect();
-        let phases = filters.iter().fold(0, |p, (f, _)| p | f);
-        Chain { filters, phases }
+        let filters: Vec<Entry> = filters
+            .into_iter()
+            .map(|filter| Entry {
+                phases: filter.phases(),
+                caps: filter.caps(),
+                filter,
+            })
+            .collect();
+        let phases = filters.iter().fold(Phases::NONE, |p, e| p | e.phases);
+        let caps = filters.iter().fold(Caps::NONE, |c, e| c | e.caps);
+        Chain {
+            filters,
+            phases,
+            caps,
+        }
     }
 
     /// The union of the filters' phases.
     #[inline(always)]
-    pub fn phases(&self) -> u16 {
+    pub fn phases(&self) -> Phases {
         self.phases
     }
 
-    /// Whether any filter implements `phase`.
+    /// Whether any filter implements one of `phases`.
     #[inline(always)]
-    pub fn has(&self, phase: u16) -> bool {
-        self.phases & phase != 0
+    pub fn has(&self, phases: Phases) -> bool {
+        self.phases.has(phases)
+    }
+
+    /// Whether any filter has one of `caps`.
+    #[inline(always)]
+    pub fn can(&self, caps: Caps) -> bool {
+        self.caps.has(caps)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -390,16 +395,16 @@ impl Chain {
 
     fn request_as(&self, req: &Req<'_>, run: &mut Run, from: usize) -> Step {
         let mut none: State = None;
-        for (i, (phases, f)) in self.filters.iter().enumerate().skip(from) {
-            if phases & phase::REQUEST == 0 {
+        for (i, e) in self.filters.iter().enumerate().skip(from) {
+            if !e.phases.has(Phases::REQUEST) {
                 continue;
             }
-            let state = if phases & phase::STATE != 0 {
+            let state = if e.caps.has(Caps::STATE) {
                 self.slot(&mut run.states, i)
             } else {
                 &mut none
             };
-            match f.request(req, state, &mut run.upstream) {
+            match e.filter.request(req, state, &mut run.upstream) {
                 Flow::Continue => {}
                 Flow::Respond(a) => return Step::Respond(a),
                 Flow::Wait(fut) => return Step::Wait(i, fut),
@@ -441,40 +446,39 @@ impl Chain {
     }
 
     pub fn drops_upstream(&self, client: &Client, name: &[u8]) -> bool {
-        self.has(phase::DROPS_UPSTREAM)
-            && self
-                .filters
-                .iter()
-                .any(|(p, f)| p & phase::DROPS_UPSTREAM != 0 && f.drops_upstream(client, name))
+        self.has(Phases::DROPS_UPSTREAM)
+            && self.filters.iter().any(|e| {
+                e.phases.has(Phases::DROPS_UPSTREAM) && e.filter.drops_upstream(client, name)
+            })
     }
 
     pub fn upstream_fields(&self, up: &Upward<'_>, out: &mut BytesMut) {
-        if !self.has(phase::UPSTREAM) {
+        if !self.has(Phases::UPSTREAM) {
             return;
         }
-        for (p, f) in &self.filters {
-            if p & phase::UPSTREAM != 0 {
-                f.upstream_fields(up, out);
+        for e in &self.filters {
+            if e.phases.has(Phases::UPSTREAM) {
+                e.filter.upstream_fields(up, out);
             }
         }
     }
 
     /// Whether a query parameter is left out of the upstream target.
     pub fn drops_arg(&self, name: &[u8]) -> bool {
-        self.has(phase::DROPS_ARG)
+        self.has(Phases::DROPS_ARG)
             && self
                 .filters
                 .iter()
-                .any(|(p, f)| p & phase::DROPS_ARG != 0 && f.drops_arg(name))
+                .any(|e| e.phases.has(Phases::DROPS_ARG) && e.filter.drops_arg(name))
     }
 
     /// Whether every filter lets the cache store `resp`.
     pub fn before_store(&self, resp: &ResponseHead) -> bool {
-        !self.has(phase::BEFORE_STORE)
+        !self.has(Phases::BEFORE_STORE)
             || self
                 .filters
                 .iter()
-                .all(|(p, f)| p & phase::BEFORE_STORE == 0 || f.before_store(resp))
+                .all(|e| !e.phases.has(Phases::BEFORE_STORE) || e.filter.before_store(resp))
     }
 
     /// The response phase: each filter's fields on `reply`, then the per-request `lines` they
@@ -485,25 +489,25 @@ impl Chain {
         run: Option<&mut Run>,
         lines: &'a mut BytesMut,
     ) {
-        if !self.has(phase::RESPONSE) {
+        if !self.has(Phases::RESPONSE) {
             return;
         }
         let mut none: State = None;
         let mut run = run;
         let served = run.as_ref().and_then(|r| r.served);
-        for (i, (phases, f)) in self.filters.iter().enumerate() {
-            if phases & phase::RESPONSE == 0 {
+        for (i, e) in self.filters.iter().enumerate() {
+            if !e.phases.has(Phases::RESPONSE) {
                 continue;
             }
-            let state = match (&mut run, phases & phase::STATE != 0) {
+            let state = match (&mut run, e.caps.has(Caps::STATE)) {
                 (Some(run), true) => self.slot(&mut run.states, i),
                 _ => &mut none,
             };
-            f.response(reply, state, lines);
-            let claimed = phases & phase::BODY != 0 && state.is_some();
-            if phases & phase::SERVER_CHOICE != 0 {
+            e.filter.response(reply, state, lines);
+            let claimed = e.phases.has(Phases::BODY) && state.is_some();
+            if e.caps.has(Caps::SERVER_CHOICE) {
                 if let Some((u, s)) = served {
-                    f.served(state, u, s, lines);
+                    e.filter.served(state, u, s, lines);
                 }
             }
             if claimed {
@@ -519,13 +523,13 @@ impl Chain {
     /// A piece of a claimed response's body through the body filters that claimed it, in order.
     pub fn body(&self, run: &mut Run, data: &[u8], end: bool) -> Bytes {
         let mut piece = BytesMut::from(data);
-        for (i, (p, f)) in self.filters.iter().enumerate() {
-            if p & phase::BODY == 0 {
+        for (i, e) in self.filters.iter().enumerate() {
+            if !e.phases.has(Phases::BODY) {
                 continue;
             }
             if let Some(state) = run.states.get_mut(i).filter(|s| s.is_some()) {
                 let mut out = BytesMut::with_capacity(piece.len() + 64);
-                f.body(state, &piece, end, &mut out);
+                e.filter.body(state, &piece, end, &mut out);
                 piece = out;
             }
         }
@@ -534,10 +538,10 @@ impl Chain {
 
     /// Hands the upstream request's bytes to the filters that copy them.
     pub fn tee(&self, run: &mut Run, bytes: &[u8], end: bool) {
-        for (i, (p, f)) in self.filters.iter().enumerate() {
-            if p & phase::TEE != 0 {
+        for (i, e) in self.filters.iter().enumerate() {
+            if e.phases.has(Phases::TEE) {
                 if let Some(state) = run.states.get_mut(i) {
-                    f.tee(state, bytes, end);
+                    e.filter.tee(state, bytes, end);
                 }
             }
         }
@@ -545,48 +549,51 @@ impl Chain {
 
     /// The route's compression settings, if a filter compresses.
     pub fn compression(&self) -> Option<&Arc<compress::Settings>> {
-        if !self.has(phase::ENCODES) {
+        if !self.can(Caps::ENCODES) {
             return None;
         }
-        self.filters.iter().find_map(|(_, f)| f.compression())
+        self.filters.iter().find_map(|e| e.filter.compression())
     }
 
     /// The smallest body cap of the chain's filters (asked only for bodies of unknown length:
     /// a declared length is checked by the filter itself).
     pub fn body_cap(&self) -> Option<u64> {
-        self.filters.iter().filter_map(|(_, f)| f.body_cap()).min()
+        self.filters
+            .iter()
+            .filter_map(|e| e.filter.body_cap())
+            .min()
     }
 
     /// The server a filter prefers for this request, of upstream `upstream`.
     pub fn prefer(&self, run: Option<&Run>, upstream: usize) -> Option<usize> {
-        if !self.has(phase::SERVER_CHOICE) {
+        if !self.can(Caps::SERVER_CHOICE) {
             return None;
         }
         let run = run?;
-        self.filters.iter().enumerate().find_map(|(i, (p, f))| {
-            if p & phase::SERVER_CHOICE == 0 {
+        self.filters.iter().enumerate().find_map(|(i, e)| {
+            if !e.caps.has(Caps::SERVER_CHOICE) {
                 return None;
             }
-            f.prefer(run.states.get(i)?, upstream)
+            e.filter.prefer(run.states.get(i)?, upstream)
         })
     }
 
     /// The log phase.
     pub fn log(&self, done: &Done, run: Option<&mut Run>) {
-        if !self.has(phase::LOG) {
+        if !self.has(Phases::LOG) {
             return;
         }
         let mut none: State = None;
         let mut run = run;
-        for (i, (phases, f)) in self.filters.iter().enumerate() {
-            if phases & phase::LOG == 0 {
+        for (i, e) in self.filters.iter().enumerate() {
+            if !e.phases.has(Phases::LOG) {
                 continue;
             }
-            let state = match (&mut run, phases & phase::STATE != 0) {
+            let state = match (&mut run, e.caps.has(Caps::STATE)) {
                 (Some(run), true) => self.slot(&mut run.states, i),
                 _ => &mut none,
             };
-            f.log(done, state);
+            e.filter.log(done, state);
         }
     }
 }
@@ -600,8 +607,8 @@ mod tests {
     struct Deny;
 
     impl Filter for Deny {
-        fn phases(&self) -> u16 {
-            phase::REQUEST
+        fn phases(&self) -> Phases {
+            Phases::REQUEST
         }
         fn request(&self, req: &Req<'_>, _: &mut State, _: &mut Option<usize>) -> Flow {
             match req.head.header("x-deny") {
@@ -620,8 +627,11 @@ mod tests {
     struct WaitThenCount;
 
     impl Filter for WaitThenCount {
-        fn phases(&self) -> u16 {
-            phase::REQUEST | phase::STATE
+        fn phases(&self) -> Phases {
+            Phases::REQUEST
+        }
+        fn caps(&self) -> Caps {
+            Caps::STATE
         }
         fn request(&self, _: &Req<'_>, state: &mut State, _: &mut Option<usize>) -> Flow {
             *state = Some(Box::new(7u32));
@@ -639,7 +649,7 @@ mod tests {
     #[test]
     fn the_first_filter_that_answers_ends_the_chain_and_waits_resume_after_the_waiter() {
         let chain = Chain::new(vec![Arc::new(WaitThenCount), Arc::new(Deny)]);
-        assert!(chain.has(phase::STATE) && !chain.has(phase::LOG));
+        assert!(chain.can(Caps::STATE) && !chain.has(Phases::LOG));
         let client = Client {
             ip: "127.0.0.1".parse().unwrap(),
             scheme: "http",

@@ -5,13 +5,22 @@
 
 use weir_http::ResponseHead;
 
-use super::phase;
+use super::registry::{plain, Build, Built, Cx};
+use super::Phases;
 use crate::config::{check_header_name, model, CompileError};
 
 #[derive(Debug)]
 pub struct NoStore {
     statuses: Vec<u16>,
     fields: Vec<String>,
+}
+
+impl Build<&Cx<'_>> for model::NoStoreRule {
+    type Output = Built;
+
+    fn build(self, cx: &Cx<'_>) -> Built {
+        plain(NoStore::compile(self, cx.path)?)
+    }
 }
 
 impl NoStore {
@@ -34,8 +43,8 @@ impl NoStore {
 }
 
 impl super::Filter for NoStore {
-    fn phases(&self) -> u16 {
-        phase::BEFORE_STORE
+    fn phases(&self) -> Phases {
+        Phases::BEFORE_STORE
     }
 
     fn before_store(&self, resp: &ResponseHead) -> bool {

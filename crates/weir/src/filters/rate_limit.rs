@@ -29,7 +29,9 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use weir_http::Reply;
 
-use super::{phase, Answer, Flow, Req, State};
+use super::compile::{Compiled, Kind};
+use super::registry::{Build, Built, Cx};
+use super::{Answer, Caps, Flow, Phases, Req, State};
 use crate::config::{model, CompileError};
 use crate::vars::{Template, Var};
 
@@ -204,6 +206,68 @@ impl Table {
             map.retain(|_, tat| *tat > nth);
         }
         self.len.fetch_sub(before - map.len(), Ordering::Relaxed);
+    }
+}
+
+/// A rate limit, its table kept across reloads under a key of its name and the settings that
+/// shape the state (a reload that changes them starts afresh): counted here, divided by the
+/// cluster's members, or counted in Redis.
+impl Build<&Cx<'_>> for model::RateLimit {
+    type Output = Built;
+
+    fn build(self, cx: &Cx<'_>) -> Built {
+        use crate::config::model::ClusterLimit;
+        let (name, path) = (cx.name, cx.path);
+        let max_keys = self.max_keys;
+        let mode = self.cluster;
+        let cluster = match (mode, cx.cluster) {
+            (None, _) => None,
+            (Some(_), Some(c)) => Some(c.clone()),
+            (Some(_), None) => {
+                return Err((
+                    format!("{path}.cluster"),
+                    "needs a `cluster:` section (the node's name and etcd)".into(),
+                ))
+            }
+        };
+        let key = format!("rate_limit/{name}/{max_keys}");
+        let (limit, key) = if let (Some(ClusterLimit::Redis), Some(c)) = (mode, cluster.clone()) {
+            let Some(url) = c.redis.clone() else {
+                return Err((
+                    format!("{path}.cluster"),
+                    "`redis` needs `cluster.redis` (Redis's host:port)".into(),
+                ));
+            };
+            let l = RateLimit::compile(name, self, path, None)?;
+            let key = format!("{key}/redis/{url}/{}/{:?}", l.interval(), c.redis_sync);
+            let make = || {
+                let settings = (url.as_str(), c.redis_sync, c.prefix.as_str());
+                super::rate_limit_redis::Shared::new(
+                    name,
+                    settings,
+                    l.interval(),
+                    max_keys,
+                    &c.state,
+                )
+                .map(Arc::new)
+                .map_err(|e| ("cluster.redis".to_string(), e))
+            };
+            let shared = match cx.state {
+                Some(reg) => reg.try_get_or(&key, make)?,
+                None => make()?,
+            };
+            (l.counted_in(shared, c), key)
+        } else {
+            let table = cx.kept(&key, || Arc::new(Table::new(max_keys)));
+            let l = RateLimit::compile(name, self, path, table)?;
+            (l.divided_by(cluster), key)
+        };
+        let f = Arc::new(limit);
+        Ok(Compiled {
+            filter: f.clone(),
+            kind: Kind::RateLimit(f),
+            state_key: Some(key),
+        })
     }
 }
 
@@ -411,12 +475,18 @@ fn network(ip: IpAddr, v4: u8, v6: u8) -> ([u8; 17], usize) {
 struct Remaining(u64, u64);
 
 impl super::Filter for RateLimit {
-    fn phases(&self) -> u16 {
-        let mut p = phase::REQUEST;
-        if self.headers {
-            p |= phase::RESPONSE | phase::STATE;
+    fn phases(&self) -> Phases {
+        match self.headers {
+            true => Phases::REQUEST | Phases::RESPONSE,
+            false => Phases::REQUEST,
         }
-        p
+    }
+
+    fn caps(&self) -> Caps {
+        match self.headers {
+            true => Caps::STATE,
+            false => Caps::NONE,
+        }
     }
 
     fn request(&self, req: &Req<'_>, state: &mut State, _: &mut Option<usize>) -> Flow {

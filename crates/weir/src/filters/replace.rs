@@ -10,7 +10,8 @@ use bytes::BytesMut;
 use weir_http::reply::DropFields;
 use weir_http::{Framing, Reply};
 
-use super::{phase, State};
+use super::registry::{plain, Build, Built, Cx};
+use super::{Caps, Phases, State};
 use crate::config::{model, CompileError};
 
 #[derive(Debug)]
@@ -35,6 +36,14 @@ static LENGTH_AND_TAG: LengthAndTag = LengthAndTag;
 /// What a claimed response holds between pieces: the bytes that could start a match.
 #[derive(Debug, Default)]
 struct Tail(Vec<u8>);
+
+impl Build<&Cx<'_>> for model::ReplaceRule {
+    type Output = Built;
+
+    fn build(self, cx: &Cx<'_>) -> Built {
+        plain(Replace::compile(self, cx.path)?)
+    }
+}
 
 impl Replace {
     pub(crate) fn compile(r: model::ReplaceRule, path: &str) -> Result<Replace, CompileError> {
@@ -63,8 +72,12 @@ impl Replace {
 }
 
 impl super::Filter for Replace {
-    fn phases(&self) -> u16 {
-        phase::RESPONSE | phase::BODY | phase::STATE
+    fn phases(&self) -> Phases {
+        Phases::RESPONSE | Phases::BODY
+    }
+
+    fn caps(&self) -> Caps {
+        Caps::STATE
     }
 
     fn response<'a>(&'a self, reply: &mut Reply<'a>, state: &mut State, _: &mut BytesMut) {

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use weir_http::{BodyKind, RequestHead};
 
-use super::{phase, Answer, Flow, Req, State};
+use super::registry::{plain, Build, Built, Cx};
+use super::{Answer, Flow, Phases, Req, State};
 use crate::config::{model, CompileError};
 use crate::shield::{Action, Limit, Shield};
 
@@ -42,6 +43,14 @@ const OVERRIDES: [&str; 3] = [
     "x-http-method",
     "x-method-override",
 ];
+
+impl Build<&Cx<'_>> for model::Shape {
+    type Output = Built;
+
+    fn build(self, cx: &Cx<'_>) -> Built {
+        plain(Shape::compile(self, cx.path, cx.shield.cloned())?)
+    }
+}
 
 impl Shape {
     pub(crate) fn compile(
@@ -179,8 +188,8 @@ fn host_agrees(head: &RequestHead) -> bool {
 }
 
 impl super::Filter for Shape {
-    fn phases(&self) -> u16 {
-        phase::REQUEST
+    fn phases(&self) -> Phases {
+        Phases::REQUEST
     }
 
     fn body_cap(&self) -> Option<u64> {

@@ -14,7 +14,8 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
-use super::{phase, Flow, Req, State};
+use super::registry::{plain, Build, Built, Cx};
+use super::{Caps, Flow, Phases, Req, State};
 use crate::config::{model, CompileError};
 
 #[derive(Debug)]
@@ -37,6 +38,14 @@ pub(crate) fn upstream(
             format!("no upstream named {name:?} (defined: {known:?})"),
         )
     })
+}
+
+impl Build<&Cx<'_>> for model::Split {
+    type Output = Built;
+
+    fn build(self, cx: &Cx<'_>) -> Built {
+        plain(Split::compile(self, cx.path, cx.upstreams)?)
+    }
 }
 
 impl Split {
@@ -79,8 +88,12 @@ impl Split {
 }
 
 impl super::Filter for Split {
-    fn phases(&self) -> u16 {
-        phase::REQUEST | phase::UPSTREAM_CHOICE
+    fn phases(&self) -> Phases {
+        Phases::REQUEST
+    }
+
+    fn caps(&self) -> Caps {
+        Caps::UPSTREAM_CHOICE
     }
 
     fn request(&self, _: &Req<'_>, _: &mut State, up: &mut Option<usize>) -> Flow {
@@ -97,6 +110,14 @@ pub struct Canary {
     headers: Vec<(String, Bytes)>,
     cookies: Vec<(Bytes, Bytes)>,
     claims: Vec<(String, String)>,
+}
+
+impl Build<&Cx<'_>> for model::Canary {
+    type Output = Built;
+
+    fn build(self, cx: &Cx<'_>) -> Built {
+        plain(Canary::compile(self, cx.path, cx.upstreams)?)
+    }
 }
 
 impl Canary {
@@ -157,8 +178,12 @@ fn claim_is(c: &serde_json::Value, want: &str) -> bool {
 }
 
 impl super::Filter for Canary {
-    fn phases(&self) -> u16 {
-        phase::REQUEST | phase::UPSTREAM_CHOICE
+    fn phases(&self) -> Phases {
+        Phases::REQUEST
+    }
+
+    fn caps(&self) -> Caps {
+        Caps::UPSTREAM_CHOICE
     }
 
     fn request(&self, req: &Req<'_>, _: &mut State, up: &mut Option<usize>) -> Flow {

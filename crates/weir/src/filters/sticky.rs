@@ -16,7 +16,8 @@ use bytes::{Bytes, BytesMut};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::{phase, Flow, Req, State};
+use super::registry::{plain, Build, Built, Cx};
+use super::{Caps, Flow, Phases, Req, State};
 use crate::config::{model, CompileError};
 
 #[derive(Debug)]
@@ -42,6 +43,16 @@ pub fn server_id(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
+}
+
+/// Cookies name the servers of the upstreams.
+impl Build<&Cx<'_>> for model::StickyRule {
+    type Output = Built;
+
+    fn build(self, cx: &Cx<'_>) -> Built {
+        let names: Vec<Vec<String>> = cx.upstream_info.iter().map(|u| u.servers.clone()).collect();
+        plain(Sticky::compile(self, cx.path, &names)?)
+    }
 }
 
 impl Sticky {
@@ -156,12 +167,12 @@ fn now() -> u64 {
 }
 
 impl super::Filter for Sticky {
-    fn phases(&self) -> u16 {
-        phase::REQUEST
-            | phase::RESPONSE
-            | phase::STATE
-            | phase::UPSTREAM_CHOICE
-            | phase::SERVER_CHOICE
+    fn phases(&self) -> Phases {
+        Phases::REQUEST | Phases::RESPONSE
+    }
+
+    fn caps(&self) -> Caps {
+        Caps::STATE | Caps::UPSTREAM_CHOICE | Caps::SERVER_CHOICE
     }
 
     fn request(&self, req: &Req<'_>, state: &mut State, _: &mut Option<usize>) -> Flow {

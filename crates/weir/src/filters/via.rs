@@ -15,8 +15,8 @@ const LINE_2: &[u8] = b"Via: 2 weir\r\n";
 pub struct Via;
 
 impl Filter for Via {
-    fn phases(&self) -> u16 {
-        super::phase::UPSTREAM | super::phase::RESPONSE
+    fn phases(&self) -> super::Phases {
+        super::Phases::UPSTREAM | super::Phases::RESPONSE
     }
 
     fn upstream_fields(&self, up: &Upward<'_>, out: &mut BytesMut) {

@@ -1,6 +1,6 @@
 //! Responses through the route's filters on their way out: the head's fields
 //! ([`filter_response`]), then the body as it is, or through the route's body filters when one
-//! claimed the response (`filters::phase::BODY`); and static files streamed as the client's
+//! claimed the response (`filters::Phases::BODY`); and static files streamed as the client's
 //! window allows.
 
 use bytes::{Bytes, BytesMut};

@@ -80,8 +80,8 @@ pub(crate) struct RequestCtx {
     pub bytes_received: u64,
     /// The access log the request is written to (its slot in `cfg.access_logs`).
     pub log: Option<u32>,
-    /// The phases the route's filters use (`filters::phase` bits; 0 until routed).
-    pub phases: u16,
+    /// The phases the route's filters use (none until routed).
+    pub phases: crate::filters::Phases,
     /// The number of the id made for this request (`filters::request_id::Generator`), 0
     /// until one is made.
     made_id: u64,
@@ -124,7 +124,7 @@ impl RequestCtx {
             bytes_received: 0,
             log: rt.cfg.listeners[listener].access_log.map(|s| s as u32),
             extra: None,
-            phases: 0,
+            phases: crate::filters::Phases::NONE,
             made_id: 0,
             rt,
             listener,
@@ -169,7 +169,7 @@ impl RequestCtx {
     /// (it keeps state from the head to the body), else only if one was made.
     #[inline]
     pub fn response_run(&mut self) -> Option<&mut crate::filters::Run> {
-        if self.phases & crate::filters::phase::BODY != 0 {
+        if self.phases.has(crate::filters::Phases::BODY) {
             Some(self.run())
         } else {
             self.run_if_any()

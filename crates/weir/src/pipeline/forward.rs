@@ -232,7 +232,7 @@ pub(crate) async fn forward<D: Downstream>(
             .metrics
             .then(|| &rt.server_metrics[upstream][server].in_flight);
         let active = per_worker.track_active(server, gauge);
-        let tee = if route.filters.has(crate::filters::phase::TEE) {
+        let tee = if route.filters.has(crate::filters::Phases::TEE) {
             ctx.extra.as_mut().map(|e| &mut e.filters)
         } else {
             None

@@ -40,7 +40,7 @@ pub(super) fn finish<D: Downstream>(
             );
         }
     }
-    if ctx.phases & crate::filters::phase::LOG != 0 {
+    if ctx.phases.has(crate::filters::Phases::LOG) {
         log_filters(ctx, elapsed);
     }
     if let Some(slot) = ctx.log.map(|s| s as usize) {

@@ -56,7 +56,7 @@ use refused::{respond_for_filter, shield_refusal};
 use crate::actions::static_files::{StaticBody, StaticReply};
 use crate::actions::Action;
 use crate::error::Error;
-use crate::filters::{phase, Client, Req, Run, Step};
+use crate::filters::{Caps, Client, Phases, Req, Run, Step};
 use crate::routes::Routed;
 use crate::runtime::WorkerRuntime;
 
@@ -115,7 +115,7 @@ pub(crate) fn send_head<D: Downstream>(
     reply: &Reply<'_>,
     persistence: Persistence,
 ) -> Persistence {
-    if ctx.phases & phase::RESPONSE != 0 {
+    if ctx.phases.has(Phases::RESPONSE) {
         return send_filtered(d, ctx, reply, persistence);
     }
     ctx.sent(reply);
@@ -147,7 +147,7 @@ fn send_route_head<'r, D: Downstream>(
     lines: &'r mut BytesMut,
     persistence: Persistence,
 ) -> Persistence {
-    if ctx.phases & phase::RESPONSE != 0 {
+    if ctx.phases.has(Phases::RESPONSE) {
         route.filters().response(reply, ctx.response_run(), lines);
     }
     send_head_filtered(d, ctx, reply, persistence)
@@ -206,7 +206,7 @@ fn start<'a, D: Downstream>(
         }
         let chain = route.filters();
         ctx.phases = chain.phases();
-        if chain.has(phase::REQUEST) {
+        if chain.has(Phases::REQUEST) {
             if !matches!(head.body, BodyKind::Empty | BodyKind::Length(_)) {
                 if let Some(cap) = chain.body_cap() {
                     d.cap_body(cap);
@@ -216,7 +216,7 @@ fn start<'a, D: Downstream>(
             client.member = ctx.peer_fill();
             let mut local = Run::default();
             let subrequests = chain
-                .has(phase::FETCH)
+                .can(Caps::FETCH)
                 .then(|| subrequest::Subrequests::new(ctx, d.peer()));
             let step = chain.request(
                 &request_of(&client, head, route, subrequests.as_ref()),
@@ -283,7 +283,7 @@ fn run_for<'r>(
     ctx: &'r mut RequestCtx,
     local: &'r mut Run,
 ) -> &'r mut Run {
-    if chain.has(phase::STATE | phase::UPSTREAM_CHOICE | phase::IDENTITY) {
+    if chain.can(Caps::STATE | Caps::UPSTREAM_CHOICE | Caps::IDENTITY) {
         ctx.run()
     } else {
         local

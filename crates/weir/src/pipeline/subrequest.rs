@@ -2,7 +2,7 @@
 //! [`Subrequests`] implements [`crate::filters::Fetcher`] over [`super::fetch::fetch_whole`]
 //! and the config's bare route for the upstream (`RuntimeConfig::subrequests`), so a
 //! subrequest has the upstream's balancing, health, TLS, timeouts, retries and caps, and a
-//! request id of its own. It is made only for chains with a [`crate::filters::phase::FETCH`]
+//! request id of its own. It is made only for chains with a [`crate::filters::Caps::FETCH`]
 //! filter.
 
 use std::future::Future;

@@ -206,7 +206,7 @@ impl ProxyRoute {
             out.extend_from_slice(&rewritten);
         }
         match req.query() {
-            Some(q) if self.filters.has(crate::filters::phase::DROPS_ARG) => {
+            Some(q) if self.filters.has(crate::filters::Phases::DROPS_ARG) => {
                 // Parameters a filter keeps from the upstream (an API key): the rest, in order.
                 let mut sep = b'?';
                 for pair in q.split(|b| *b == b'&') {

@@ -77,7 +77,7 @@ impl Stage<'_> {
     /// Whether the route's filters compress (its stored objects are identity variants, coded
     /// variants made from them: `encode.rs`).
     fn encodes(&self) -> bool {
-        self.proxy.filters.has(crate::filters::phase::ENCODES)
+        self.proxy.filters.can(crate::filters::Caps::ENCODES)
     }
 }
 
