@@ -48,12 +48,31 @@ pub struct Imported {
     pub translated: usize,
 }
 
+/// `${` in what nginx wrote (`${var}`, a map's value) is a variable of the request: in a weir
+/// config file `${NAME}` is the environment's, so it is written `$${` (the review of issue 53:
+/// a map's `"${http_y}z"` made the config fail, or take an environment variable's value).
+fn no_environment(body: &str) -> String {
+    let mut out = String::with_capacity(body.len());
+    let mut prev = '\0';
+    let mut chars = body.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '$' && prev != '$' && chars.peek() == Some(&'{') {
+            out.push_str("$$");
+        } else {
+            out.push(c);
+        }
+        prev = c;
+    }
+    out
+}
+
 /// Converts the nginx configuration at `path`.
 pub fn nginx(path: &Path, prefix: Option<&str>) -> Result<Imported, String> {
     let tree = nginx::parse::parse_file(path)?;
     let c = nginx::convert_in(&tree, prefix.unwrap_or(nginx::DEFAULT_PREFIX));
     let body = serde_yaml::to_string(&serde_yaml::Value::Mapping(c.config))
         .map_err(|e| format!("cannot write YAML: {e}"))?;
+    let body = no_environment(&body);
     let body = with_notes(&body, &c.notes);
     let yaml = format!(
         "# Converted from {} by `weir import`: {} directives translated, {} listed on stderr.\n{body}",

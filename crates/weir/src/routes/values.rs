@@ -61,7 +61,12 @@ impl Values {
             };
             let w = match rest.strip_prefix('~') {
                 Some(re) => Want::Regex(
-                    regex::bytes::Regex::new(re).map_err(|e| (key.clone(), e.to_string()))?,
+                    // Bytes and ASCII classes, as nginx's PCRE: `\d` is 0-9 only, `(?i)`
+                    // folds ASCII only (the review of issue 53: Arabic digits passed `^\d+$`).
+                    regex::bytes::RegexBuilder::new(re)
+                        .unicode(false)
+                        .build()
+                        .map_err(|e| (key.clone(), e.to_string()))?,
                     negate,
                 ),
                 None => Want::Equal(rest.as_bytes().to_vec(), negate),
@@ -106,5 +111,34 @@ impl Values {
         for (name, _, _) in &self.vars {
             parts.push(format!("{name} condition"));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regexes over bytes with ASCII classes, as nginx's PCRE: `\d` is 0-9 only and `(?i)`
+    /// folds ASCII only (the review of issue 53 passed `^\d+$` with Arabic digits and
+    /// `(?i)^key$` with the Kelvin sign).
+    #[test]
+    fn regexes_are_ascii_as_pcre() {
+        let vars: std::collections::BTreeMap<String, String> = [
+            ("$http_x_id".to_string(), "~^\\d+$".to_string()),
+            ("$http_x_key".to_string(), "~(?i)^key$".to_string()),
+        ]
+        .into();
+        let v = Values::compile(None, &vars, "m").unwrap().unwrap();
+        let head = |id: &str, key: &str| {
+            let raw = format!("GET / HTTP/1.1\r\nHost: a\r\nX-Id: {id}\r\nX-Key: {key}\r\n\r\n");
+            let mut b = bytes::BytesMut::from(raw.as_bytes());
+            weir_http::parse_request(&mut b, &Default::default())
+                .unwrap()
+                .unwrap()
+        };
+        let client = || IpAddr::from([127, 0, 0, 1]);
+        assert!(v.matches(&head("12", "KEY"), false, &client));
+        assert!(!v.matches(&head("١٢", "KEY"), false, &client));
+        assert!(!v.matches(&head("12", "\u{212A}ey"), false, &client));
     }
 }

@@ -163,7 +163,10 @@ impl Map {
         prefix.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
         let mut regex = Vec::new();
         for (j, r) in m.regex.iter().enumerate() {
-            let re = regex::bytes::Regex::new(&r.pattern)
+            // Bytes and ASCII classes, as nginx's PCRE (`\d` is 0-9 only, `(?i)` ASCII only).
+            let re = regex::bytes::RegexBuilder::new(&r.pattern)
+                .unicode(false)
+                .build()
                 .map_err(|e| bad(&format!("regex[{j}].pattern"), e.to_string()))?;
             let v = value(
                 &format!("regex[{j}].value"),

@@ -379,14 +379,16 @@ pub fn format_ip(ip: std::net::IpAddr, buf: &mut [u8; 64]) -> &[u8] {
     }
 }
 
-/// The first value of query parameter `name` in `query` (`a=1&b=2`), as sent.
+/// The first value of query parameter `name` in `query` (`a=1&b=2`), as sent. The name is
+/// matched without regard to ASCII case, as nginx's `$arg_NAME` (the review of issue 53: an
+/// `if ($arg_debug)` deny let `?DEBUG=1` through).
 pub fn arg<'q>(query: &'q [u8], name: &[u8]) -> Option<&'q [u8]> {
     query.split(|b| *b == b'&').find_map(|pair| {
         let (k, v) = match pair.iter().position(|b| *b == b'=') {
             Some(i) => (&pair[..i], &pair[i + 1..]),
             None => (pair, &b""[..]),
         };
-        (k == name).then_some(v)
+        k.eq_ignore_ascii_case(name).then_some(v)
     })
 }
 
@@ -398,12 +400,16 @@ pub fn cookie<'h>(head: &'h RequestHead, name: &[u8]) -> Option<&'h [u8]> {
         .find_map(|h| cookie_in(&h.value, name))
 }
 
-/// The value of cookie `name` in one `Cookie` field value (`a=1; b=2`).
+/// The value of cookie `name` in one `Cookie` field value (`a=1; b=2`); the name matched
+/// without regard to ASCII case, as nginx's `$cookie_NAME`.
 pub fn cookie_in<'v>(value: &'v [u8], name: &[u8]) -> Option<&'v [u8]> {
     value.split(|b| *b == b';').find_map(|pair| {
         let pair = pair.trim_ascii();
         let i = pair.iter().position(|b| *b == b'=')?;
-        (pair[..i].trim_ascii() == name).then(|| pair[i + 1..].trim_ascii())
+        pair[..i]
+            .trim_ascii()
+            .eq_ignore_ascii_case(name)
+            .then(|| pair[i + 1..].trim_ascii())
     })
 }
 
@@ -445,6 +451,8 @@ mod tests {
                 "https|/old/a/b|x=1&page=2&e|?",
             ),
             ("$arg_page|$arg_e|$arg_missing|", "2|||"),
+            // Names without regard to ASCII case, as nginx's.
+            ("$arg_PAGE|$arg_X|$cookie_SID", "2|1|xyz"),
             ("$http_x_api_key", "k1, k2"),
             ("$cookie_sid/$cookie_a/$cookie_none", "xyz/1/"),
             ("$remote_addr $route $request_method", "192.0.2.7 r1 GET"),

@@ -63,7 +63,7 @@ pub(super) fn proxy_pass(
     } else if uri.is_some() {
         cx.skip(
             d,
-            "a URI part with a regex location is not translated (the path goes as it is)",
+            "a URI part in a regex location or after a `rewrite` is not used (the path goes as it is, as nginx passes it)",
         );
     }
     // nginx sends `Host: $proxy_host` (the proxy_pass host as written) unless told otherwise.

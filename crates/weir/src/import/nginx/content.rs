@@ -4,7 +4,7 @@
 
 use serde_yaml::{Mapping, Value};
 
-use super::files::{app_keeps_filters, files_take_cache_control, files_to_try};
+use super::files::{app_answers, app_keeps_filters, files_take_cache_control, files_to_try};
 use super::http::Scope;
 use super::location::{app_script, within};
 use super::parse::Directive;
@@ -153,8 +153,8 @@ pub(super) fn content_routes(
         route.insert(s("error_pages"), Value::Mapping(m));
     }
     let mut routes = Vec::new();
-    for r in app.iter().flat_map(|a| a.before.iter()) {
-        routes.push(within(r.clone(), &matcher).ok_or_else(|| Refusal {
+    for r in app.iter().flat_map(|a| app_answers(&route, a)) {
+        routes.push(within(r, &matcher).ok_or_else(|| Refusal {
             status: 503,
             why: format!(
                 "{}: an `if` of the named location is not translated",

@@ -127,7 +127,7 @@ fn translate_named(cx: &mut Ctx, def: &Directive) -> Result<App, String> {
             .filter(|c| !super::script::is_script(&c.name))
             .flat_map(|c| c.args.iter().map(String::as_str))
             .collect();
-        let sc = super::script::script(cx, &stmts, &content)?;
+        let sc = super::script::script(cx, &stmts, &content, false)?;
         // An answer on every way would take the files' requests too: not translated.
         if sc
             .before
@@ -270,6 +270,30 @@ pub(super) fn files_to_try(
     (out, app)
 }
 
+/// The named location's `if` answers for the route that falls back to it: only when the route
+/// still hands requests to the app (its filters the named location's), and with the route's
+/// filters, as nginx reaches them after the location's access checks (the review of issue 53:
+/// they skipped an `auth_basic`, and stayed when the fallback refused).
+pub(super) fn app_answers(route: &Mapping, a: &App) -> Vec<Value> {
+    let kept = route
+        .get(s("static"))
+        .and_then(|st| st.get("app"))
+        .is_some();
+    if !kept {
+        return Vec::new();
+    }
+    a.before
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            if let (Value::Mapping(m), Some(f)) = (&mut r, route.get(s("filters"))) {
+                m.insert(s("filters"), f.clone());
+            }
+            r
+        })
+        .collect()
+}
+
 /// What a named location [`named_rewrite`] took stands for (translated as a path).
 const REWRITES: &str = "rewrites every URI to a path";
 
@@ -405,10 +429,15 @@ pub(super) fn files_stay_files(cx: &mut Ctx, routes: &mut [Value]) {
         };
         let taker =
             |routes: &[Value], path: &str| routes.iter().position(|r| path_matches(r, path));
-        // Whether `path` is answered by this route or a static one of the same root.
+        // Whether `path` is answered by this route or a static one of the same root and the
+        // same filters (the review of issue 53: a fallback into a location with `auth_basic`
+        // was served without it).
         let stays = |routes: &[Value], path: &str| {
-            taker(routes, path)
-                .is_none_or(|t| t == i || root_of(&routes[t]).as_deref() == Some(&root))
+            taker(routes, path).is_none_or(|t| {
+                t == i
+                    || (root_of(&routes[t]).as_deref() == Some(&root)
+                        && routes[t].get("filters") == routes[i].get("filters"))
+            })
         };
         let st = routes[i].get("static");
         // The directories whose index this route serves: its exact path or prefix as a
@@ -434,9 +463,12 @@ pub(super) fn files_stay_files(cx: &mut Ctx, routes: &mut [Value]) {
                 .collect(),
             _ => vec!["index.html".into()],
         };
+        // nginx tries the names in order: after one that another location serves (and runs),
+        // a later one would be served where nginx ran the first, so it goes too (the corpus:
+        // Nextcloud's `/` served index.html where nginx ran index.php).
         let kept: Vec<String> = index
             .iter()
-            .filter(|n| dirs.iter().all(|d| stays(routes, &format!("{d}{n}"))))
+            .take_while(|n| dirs.iter().all(|d| stays(routes, &format!("{d}{n}"))))
             .cloned()
             .collect();
         let last = st

@@ -24,6 +24,11 @@ pub(super) struct Scope {
     pub(super) gzip_types: Vec<String>,
     pub(super) add_header: Vec<(String, String)>,
     pub(super) proxy_set_header: Vec<(String, String)>,
+    /// Whether this level wrote an `add_header` / `proxy_set_header` of its own: nginx
+    /// inherits a level's list only when the level has none (the review of issue 53: they
+    /// were added together, and a server's `Upgrade` reached a location that set its own).
+    pub(super) add_header_own: bool,
+    pub(super) proxy_set_header_own: bool,
     pub(super) error_pages: BTreeMap<String, String>,
     pub(super) auth_basic: Option<(String, Option<String>)>,
     pub(super) limit_req: Vec<(String, u32, bool)>,
@@ -73,6 +78,8 @@ impl Scope {
         let mut s = self.clone();
         s.access_own = false;
         s.fastcgi.params_own = false;
+        s.add_header_own = false;
+        s.proxy_set_header_own = false;
         s
     }
 }
@@ -124,11 +131,19 @@ pub(super) fn inherited(cx: &mut Ctx, d: &Directive, scope: &mut Scope) -> bool 
                 cx.skip(d, &format!("${v} is not a weir variable (an nginx `map`?)"));
                 return true;
             }
+            if !scope.add_header_own {
+                scope.add_header.clear();
+                scope.add_header_own = true;
+            }
             scope.add_header.push((a(0), a(1)));
         }
         "proxy_set_header" => {
             if d.args.len() < 2 {
                 return false;
+            }
+            if !scope.proxy_set_header_own {
+                scope.proxy_set_header.clear();
+                scope.proxy_set_header_own = true;
             }
             scope.proxy_set_header.push((a(0), a(1)));
         }

@@ -230,24 +230,31 @@ fn location_in(
         }
     }
     let mut script_set = Vec::new();
+    // After `rewrite ... break` nginx passes the rewritten URI whole: no prefix replaced.
+    let mut script_rewrote = false;
     if !script_stmts.is_empty() {
+        // What the content uses: the location's own directives and what it inherits.
         let content: Vec<&str> = d
             .children()
             .iter()
             .filter(|c| !script::is_script(&c.name))
             .flat_map(|c| c.args.iter().map(String::as_str))
+            .chain(scope.proxy_set_header.iter().map(|(_, v)| v.as_str()))
+            .chain(scope.add_header.iter().map(|(_, v)| v.as_str()))
             .collect();
-        let made = script::script(cx, &script_stmts, &content).and_then(|sc| {
-            let mut routes = Vec::new();
-            for r in sc.before {
-                routes.push(within(r, &matcher).ok_or_else(|| {
-                    "a `rewrite` in a regex location is not translated".to_string()
-                })?);
-            }
-            Ok((routes, sc.set))
-        });
+        let made =
+            script::script(cx, &script_stmts, &content, try_files.is_some()).and_then(|sc| {
+                let mut routes = Vec::new();
+                for r in sc.before {
+                    routes.push(within(r, &matcher).ok_or_else(|| {
+                        "a `rewrite` in a regex location is not translated".to_string()
+                    })?);
+                }
+                Ok((routes, sc.set, sc.rewrote))
+            });
         match made {
-            Ok((mut routes, set)) => {
+            Ok((mut routes, set, rewrote)) => {
+                script_rewrote = rewrote;
                 for x in &script_stmts {
                     if matches!(x.name.as_str(), "set" | "if" | "break") {
                         cx.done();
@@ -266,7 +273,8 @@ fn location_in(
         }
     }
     if let Some(x) = pass {
-        proxied = proxy_pass(cx, x, prefix.as_deref(), &scope);
+        let prefix = prefix.as_deref().filter(|_| !script_rewrote);
+        proxied = proxy_pass(cx, x, prefix, &scope);
         if proxied.is_none() {
             Refusal::add(
                 &mut refusal,
@@ -417,7 +425,7 @@ pub(super) fn within(route: Value, matcher: &Value) -> Option<Value> {
                 };
                 let want = format!("~{}", v.as_str()?);
                 let key = if vars.contains_key(s("$uri")) {
-                    "${uri}"
+                    "$${uri}"
                 } else {
                     "$uri"
                 };

@@ -8,7 +8,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 
-use serde_yaml::{Mapping, Value};
+use serde_yaml::Value;
 
 use super::parse::Directive;
 use super::{map, s, unknown_variable, Ctx};
@@ -50,7 +50,7 @@ pub(super) fn map_block(cx: &mut Ctx, d: &Directive) -> Option<Value> {
         cx.skip(d, &format!("map source ${v} is not a weir variable"));
         return None;
     }
-    let mut exact = Mapping::new();
+    let mut exact = Vec::new();
     let mut regex = Vec::new();
     let mut default = String::new();
     for e in entries {
@@ -83,13 +83,30 @@ pub(super) fn map_block(cx: &mut Ctx, d: &Directive) -> Option<Value> {
             cx.skip(e, "not translated: the map is left out");
             return None;
         } else {
-            // `\~` is a key that starts with `~`.
-            exact.insert(s(key.strip_prefix('\\').unwrap_or(key)), s(&value));
+            // `\~` is a key that starts with `~`. nginx compares keys without regard to ASCII
+            // case (it lower-cases both): weir's `exact` does not, so each is an anchored
+            // case-blind regex, tried before the map's own regexes as nginx tries exact keys
+            // first (the review of issue 53: `X-User: EVIL` missed `evil`).
+            let key = key.strip_prefix('\\').unwrap_or(key);
+            if from.contains("$uri")
+                && !key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-._~/".contains(c))
+            {
+                cx.skip(e, "a key of $uri with characters nginx compares decoded and weir encoded: the map is left out");
+                return None;
+            }
+            exact.push(map(vec![
+                ("pattern", s(&format!("(?i)^{}$", regex::escape(key)))),
+                ("value", s(&value)),
+            ]));
         }
     }
+    exact.extend(regex);
+    let regex = exact;
     for r in &regex {
         if let Some(p) = r.get("pattern").and_then(Value::as_str) {
-            if let Err(e) = regex::Regex::new(p) {
+            if let Err(e) = super::script::bytes_regex(p) {
                 cx.skip(d, &format!("the regex {p:?}: {e}: the map is left out"));
                 return None;
             }
@@ -98,9 +115,6 @@ pub(super) fn map_block(cx: &mut Ctx, d: &Directive) -> Option<Value> {
     DEFINED.with(|d| d.borrow_mut().insert(name.to_string()));
     cx.done();
     let mut m = vec![("name", s(name)), ("from", s(from))];
-    if !exact.is_empty() {
-        m.push(("exact", Value::Mapping(exact)));
-    }
     if !regex.is_empty() {
         m.push(("regex", Value::Sequence(regex)));
     }

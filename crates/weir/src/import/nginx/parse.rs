@@ -324,7 +324,10 @@ fn tokenize(text: &str) -> Result<Vec<Token>, (usize, String)> {
             _ => {
                 let mut word = String::new();
                 while let Some(&ch) = chars.peek() {
-                    if ch.is_whitespace() || matches!(ch, ';' | '{' | '}' | '"' | '\'') {
+                    // A quote inside a word is a letter of it (nginx starts a quoted string
+                    // only at a word's start: `it's` is one word; the review of issue 53 found
+                    // `add_header X it's; deny all;` swallowing the `deny`).
+                    if ch.is_whitespace() || matches!(ch, ';' | '{' | '}') {
                         // `${var}` keeps its braces inside a word.
                         if ch == '{' && word.ends_with('$') {
                             word.push(ch);
@@ -466,6 +469,16 @@ mod tests {
         assert_eq!(kids[2].children()[0].args, ["82"]);
         assert_eq!(kids[3].children()[0].args, ["200", "a;b"]);
         assert_eq!(kids[3].line, 6);
+        // A quote inside a word is part of it, as nginx reads it: the `deny` is not swallowed.
+        std::fs::write(
+            dir.join("q.conf"),
+            "location / { add_header X-A it's; deny all; add_header X-B it's; }\n",
+        )
+        .unwrap();
+        let q = parse_file(&dir.join("q.conf")).unwrap();
+        let names: Vec<&str> = q[0].children().iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["add_header", "deny", "add_header"]);
+        assert_eq!(q[0].children()[0].args, ["X-A", "it's"]);
         for bad in ["http {", "server }", "listen 80", "{ }"] {
             std::fs::write(dir.join("bad.conf"), bad).unwrap();
             assert!(parse_file(&dir.join("bad.conf")).is_err(), "{bad}");

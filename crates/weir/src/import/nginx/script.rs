@@ -35,6 +35,8 @@ pub(super) struct Scripted {
     pub(super) set: Vec<(String, String)>,
     /// Whether any way reaches the location's content.
     pub(super) falls_through: bool,
+    /// An identity `rewrite ... break` was passed: `proxy_pass`'s URI part is not used.
+    pub(super) rewrote: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -46,6 +48,11 @@ struct Way {
     /// Stopped by `break`, or answered.
     stopped: bool,
     answer: Option<Value>,
+    /// Went through an `if`'s block and on: nginx then serves with the `if`'s own
+    /// configuration, which has no `try_files` ("if is evil").
+    through_if: bool,
+    /// Passed an identity `rewrite ... break`: nginx then ignores `proxy_pass`'s URI part.
+    rewrote: bool,
 }
 
 impl Way {
@@ -171,6 +178,11 @@ fn negate(want: &str) -> String {
     }
 }
 
+/// A regex as weir's `match.vars` and `maps` build theirs: over bytes, ASCII classes (PCRE's).
+pub(super) fn bytes_regex(r: &str) -> Result<regex::bytes::Regex, regex::Error> {
+    regex::bytes::RegexBuilder::new(r).unicode(false).build()
+}
+
 /// Whether a value known here meets an `if`'s condition.
 type Holds = Box<dyn Fn(&str) -> bool>;
 
@@ -202,19 +214,9 @@ fn condition(way: &Way, args: &[String]) -> Result<Test, String> {
         }
         _ => return Err("an `if` condition not understood".into()),
     }
-    let unquote = |w: &str| {
-        let w = w.trim();
-        if w.len() >= 2
-            && ((w.starts_with('"') && w.ends_with('"'))
-                || (w.starts_with('\'') && w.ends_with('\'')))
-        {
-            w[1..w.len() - 1].to_string()
-        } else {
-            w.to_string()
-        }
-    };
+    // The parser has taken the quotes off already (`"q"` is the word q, `'"q"'` the word "q").
     let subject = match words.first() {
-        Some(w) if w.starts_with('$') => way.subst(&unquote(w))?,
+        Some(w) if w.starts_with('$') => way.subst(w)?,
         Some(w) if w.starts_with('-') || w.starts_with("!-") => {
             return Err(format!("an `if` with the file test {w} is not translated"))
         }
@@ -222,7 +224,7 @@ fn condition(way: &Way, args: &[String]) -> Result<Test, String> {
     };
     let (op, value) = match words.as_slice() {
         [_] => ("", String::new()),
-        [_, op, v] => (op.as_str(), unquote(v)),
+        [_, op, v] => (op.as_str(), v.clone()),
         _ => return Err("an `if` condition not understood".into()),
     };
     let value = if op.contains('~') {
@@ -230,6 +232,22 @@ fn condition(way: &Way, args: &[String]) -> Result<Test, String> {
     } else {
         way.subst(&value)?
     };
+    // nginx's `$uri` is decoded; weir's is the path as sent, normalised (unreserved
+    // characters decoded, others kept encoded): the same only for such characters.
+    if ["${uri}", "${document_uri}"]
+        .iter()
+        .any(|u| subject.contains(u))
+    {
+        let plain = |c: char| c.is_ascii_alphanumeric() || "-._~/".contains(c);
+        if matches!(op, "=" | "!=") && !value.chars().all(plain) {
+            return Err(format!(
+                "a comparison of $uri with {value:?} (decoded in nginx, encoded in weir) is not translated"
+            ));
+        }
+        if op.contains('~') && !value.is_ascii() {
+            return Err("a regex on $uri with non-ASCII letters is not translated".into());
+        }
+    }
     if value.contains('$') && matches!(op, "=" | "!=") {
         return Err(format!(
             "a comparison with a variable ({value:?}) is not translated"
@@ -244,7 +262,7 @@ fn condition(way: &Way, args: &[String]) -> Result<Test, String> {
         } else {
             value.clone()
         };
-        regex::Regex::new(&r).map_err(|e| format!("the regex {value:?}: {e}"))?;
+        bytes_regex(&r).map_err(|e| format!("the regex {value:?}: {e}"))?;
         Ok(r)
     };
     let (want, holds): (String, Holds) = match op {
@@ -263,11 +281,11 @@ fn condition(way: &Way, args: &[String]) -> Result<Test, String> {
         }),
         "~" | "~*" | "!~" | "!~*" => {
             let r = regex(op.ends_with('*'))?;
-            let re = regex::Regex::new(&r).map_err(|e| e.to_string())?;
+            let re = bytes_regex(&r).map_err(|e| e.to_string())?;
             let neg = op.starts_with('!');
             (
                 format!("{}~{r}", if neg { "!" } else { "" }),
-                Box::new(move |v: &str| re.is_match(v) != neg),
+                Box::new(move |v: &str| re.is_match(v.as_bytes()) != neg),
             )
         }
         _ => return Err(format!("the `if` operator {op:?} is not translated")),
@@ -297,6 +315,14 @@ fn run(cx: &mut Ctx, stmts: &[&Directive], ways: Vec<Way>) -> Result<Vec<Way>, S
                     let Some(name) = name.strip_prefix('$') else {
                         return Err(format!("{}: set names a $variable", d.at()));
                     };
+                    // `set $args ""` changes what goes upstream; a map's or weir's own
+                    // variable is seen by directives this script does not know of.
+                    if crate::vars::variable(name).is_ok() || super::maps::defined(name) {
+                        return Err(format!(
+                            "{}: set of ${name}, a variable nginx or a map defines, is not translated",
+                            d.at()
+                        ));
+                    }
                     let v = w.subst(value).map_err(|e| format!("{}: {e}", d.at()))?;
                     w.bind(name, v);
                     next.push(w);
@@ -330,12 +356,12 @@ fn run(cx: &mut Ctx, stmts: &[&Directive], ways: Vec<Way>) -> Result<Vec<Way>, S
                         ));
                     }
                     match condition(&w, &d.args).map_err(|e| format!("{}: {e}", d.at()))? {
-                        Test::Known(true) => next.extend(run(cx, &body, vec![w])?),
+                        Test::Known(true) => next.extend(if_body(cx, &body, w)?),
                         Test::Known(false) => next.push(w),
                         Test::On(key, want) => {
                             let mut yes = w.clone();
                             if yes.require(key.clone(), want.clone())? {
-                                next.extend(run(cx, &body, vec![yes])?);
+                                next.extend(if_body(cx, &body, yes)?);
                             }
                             if w.require(key, negate(&want))? {
                                 next.push(w);
@@ -357,6 +383,17 @@ fn run(cx: &mut Ctx, stmts: &[&Directive], ways: Vec<Way>) -> Result<Vec<Way>, S
     Ok(ways)
 }
 
+/// An `if`'s block on way `w`: the ways out of it that did not answer went through it.
+fn if_body(cx: &mut Ctx, body: &[&Directive], w: Way) -> Result<Vec<Way>, String> {
+    let mut out = run(cx, body, vec![w])?;
+    for w in &mut out {
+        if w.answer.is_none() {
+            w.through_if = true;
+        }
+    }
+    Ok(out)
+}
+
 /// `rewrite`: a redirect (`permanent`, `redirect`) answers where the regex matches the path;
 /// an identity rewrite (`^(.*)$ $1 break`, as SPA configs write before `proxy_pass`) does
 /// nothing. Others are internal rewrites, not translated.
@@ -367,10 +404,13 @@ fn rewrite(cx: &mut Ctx, d: &Directive, w: Way) -> Result<Vec<Way>, String> {
         _ => return Err(format!("{}: rewrite form not understood", d.at())),
     };
     let re = re.trim_matches('"');
-    if matches!(re, "^(.*)$" | "^(.+)$" | "(.*)" | "^(.*)") && to == "$1" {
+    // With `last` or no flag nginx looks the location up again with the same URI (a cycle:
+    // its 500); with `break` the request stays here, unchanged.
+    if matches!(re, "^(.*)$" | "^(.+)$" | "(.*)" | "^(.*)") && to == "$1" && flag == "break" {
         cx.done();
         let mut w = w;
-        w.stopped |= flag == "break";
+        w.stopped = true;
+        w.rewrote = true;
         return Ok(vec![w]);
     }
     let status = match flag {
@@ -430,8 +470,15 @@ pub(super) fn script(
     cx: &mut Ctx,
     stmts: &[&Directive],
     content: &[&str],
+    try_files: bool,
 ) -> Result<Scripted, String> {
     let ways = run(cx, stmts, vec![Way::default()])?;
+    if try_files && ways.iter().any(|w| w.answer.is_none() && w.through_if) {
+        return Err(
+            "a request that goes through an `if` block loses the location's try_files in nginx: not translated"
+                .into(),
+        );
+    }
     let mut out = Scripted::default();
     let mut through: Vec<&Way> = Vec::new();
     for w in &ways {
@@ -450,6 +497,11 @@ pub(super) fn script(
                         if vars.contains_key(s(&key)) {
                             key = yaml_form(k, true);
                         }
+                        // `$${a}z` has one spelling only: a second condition on it would
+                        // overwrite the first.
+                        if vars.contains_key(s(&key)) {
+                            return Err(format!("two conditions on {key} are not translated"));
+                        }
                         vars.insert(s(&key), s(want));
                     }
                     m.insert(s("vars"), Value::Mapping(vars));
@@ -464,6 +516,7 @@ pub(super) fn script(
         }
     }
     out.falls_through = !through.is_empty();
+    out.rewrote = through.iter().any(|w| w.rewrote);
     // The location's content on every way that reaches it: the values it uses must agree,
     // and a way that reached it under conditions must be every way (else it refuses on the
     // others, which is what the conditions' routes would not say).

@@ -223,7 +223,6 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
                 }
                 if let Some((_, a)) = &app {
                     super::location::app_script(m, a);
-                    srv.routes.extend(a.before.iter().cloned());
                 }
                 if let Some(Value::Sequence(gz)) = m.remove(s("filters")) {
                     filters.extend(gz);
@@ -241,6 +240,9 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
                 }
                 if !filters.is_empty() {
                     m.insert(s("filters"), Value::Sequence(filters));
+                }
+                if let Some((_, a)) = &app {
+                    srv.routes.extend(super::files::app_answers(m, a));
                 }
             }
             srv.routes.push(route);

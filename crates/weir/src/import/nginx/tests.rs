@@ -60,8 +60,9 @@ fn a_php_location_is_a_fastcgi_upstream_and_its_fallback_the_front_controller() 
     ] {
         assert!(yaml.contains(want), "{want}:\n{yaml}");
     }
-    // The directory's index.php is the front upstream's, never a file of the static route.
-    assert!(yaml.contains("index:\n      - index.html\n"), "{yaml}");
+    // The directory's index.php is the front upstream's, never a file of the static route,
+    // and index.html after it is not served either (nginx runs index.php where both are).
+    assert!(yaml.contains("index: []"), "{yaml}");
     assert!(!yaml.contains("answers 503"), "{yaml}");
     for word in ["fastcgi", "try_files", "index.php"] {
         assert!(!listed(&skipped, word), "{word}: {skipped:?}");
@@ -419,6 +420,72 @@ fn maps_are_translated_and_their_variables_known() {
     assert!(listed(&skipped, "WebSocket idiom"), "{skipped:?}");
     assert!(listed(&skipped, "the map is left out"), "{skipped:?}");
     assert!(listed(&skipped, "$h is not a weir variable"), "{skipped:?}");
+    let cfg = crate::runtime::compile_str(
+        &yaml,
+        std::path::Path::new("/"),
+        |_| None,
+        &Default::default(),
+    );
+    assert!(cfg.is_ok(), "{:?}\n{yaml}", cfg.err());
+}
+
+/// What the review of issue 53 found, each refused or answered as nginx does.
+#[test]
+fn the_review_s_script_cases_refuse_or_match_nginx() {
+    let refused = [
+        // Two conditions on one glued value (`$${a}z` has one spelling).
+        ("location /g { set $k \"${http_x_key}z\"; set $ok 0; if ($k = \"goodz\") { set $ok 1; } if ($k ~ \"z$\") { set $ok \"${ok}1\"; } if ($ok = \"11\") { return 200 granted; } return 403; }", "two conditions"),
+        // `set $args` changes what goes upstream.
+        ("location /q { set $args \"\"; proxy_pass http://127.0.0.1:3000; }", "a variable nginx or a map defines"),
+        // A true `if` drops try_files in nginx.
+        ("location / { try_files $uri @app; if ($http_x_mobile) { set $mob 1; } }", "loses the location's try_files"),
+        // An identity rewrite with `last` is a cycle in nginx (500).
+        ("location /r { rewrite ^(.*)$ $1 last; proxy_pass http://127.0.0.1:3000; }", "internal rewrite"),
+        // `$uri` is decoded in nginx.
+        ("location /u { if ($uri = \"/my file.txt\") { return 403; } }", "decoded in nginx"),
+    ];
+    for (i, (loc, why)) in refused.iter().enumerate() {
+        let (yaml, skipped) = import(
+            &format!("review{i}"),
+            &format!("server {{ listen 8080; root /srv/www; {loc} location @app {{ proxy_pass http://127.0.0.1:3000; }} }}"),
+        );
+        assert!(yaml.contains("answers 503"), "{loc}:\n{yaml}");
+        assert!(listed(&skipped, why), "{loc}: {why}: {skipped:?}");
+    }
+    // A named location's answers carry the try_files location's auth.
+    let (yaml, _) = import(
+        "review-auth",
+        "server { listen 8080; root /srv/www; location / { auth_basic x; auth_basic_user_file /etc/htpasswd; try_files $uri @app; } location @app { auth_basic x; auth_basic_user_file /etc/htpasswd; if ($http_x) { return 302 /granted; } proxy_pass http://127.0.0.1:3000; } }",
+    );
+    let answer = yaml.find("$http_x:").expect(&yaml);
+    let next_route = yaml[answer..]
+        .find("- match:")
+        .unwrap_or(yaml.len() - answer);
+    assert!(
+        yaml[answer..answer + next_route].contains("basic_auth"),
+        "{yaml}"
+    );
+    // A location's own proxy_set_header replaces the server's (nginx's inheritance).
+    let (yaml, _) = import(
+        "review-psh",
+        "server { listen 8080; proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection upgrade; location /a { proxy_set_header X-Foo 1; proxy_pass http://127.0.0.1:3000; } location /w { proxy_pass http://127.0.0.1:3000; } }",
+    );
+    assert_eq!(yaml.matches("upgrade: false").count(), 1, "{yaml}");
+    // After `rewrite ... break` nginx passes the URI whole: proxy_pass's URI part is not used.
+    let (yaml, _) = import(
+        "review-rw",
+        "server { listen 8080; location /c { rewrite ^(.*)$ $1 break; proxy_pass http://127.0.0.1:3000/app; } }",
+    );
+    assert!(!yaml.contains("regex_replace"), "{yaml}");
+    // Quotes the parser took off are not taken off twice; a map's keys are case-blind and a
+    // `${` in a value is written so the config does not read the environment.
+    let (yaml, _) = import(
+        "review-q",
+        "http { map $http_x_user $blocked { default 0; evil 1; } map $arg_a $y { default \"${http_y}z\"; } server { listen 8080; root /tmp; location /q { if ($http_x = '\"q\"') { return 403; } } location /m { if ($blocked) { return 403; } } location /y { add_header X-Y $y; } } }",
+    );
+    assert!(yaml.contains("'\"q\"'"), "{yaml}");
+    assert!(yaml.contains("(?i)^evil$"), "{yaml}");
+    assert!(yaml.contains("$${http_y}z"), "{yaml}");
     let cfg = crate::runtime::compile_str(
         &yaml,
         std::path::Path::new("/"),
