@@ -400,16 +400,16 @@ def guess_cause(name, r):
         return "untranslated directive: server-level `try_files $uri/index.html $uri @unicorn` (listed: \"outside a location\"); weir serves the root as plain static, nginx proxies misses to @unicorn"
     if req.endswith("GET /sub") and n["status"] == 301 and w["status"] == 200:
         return "weir behaviour: `try_files $uri $uri/ /index.php` on a directory without a slash: nginx redirects to /sub/, weir runs the front controller"
-    if w["status"] == 403 and n["status"] == 200 and n["body"].startswith("PHP-RAN"):
-        return "import: `index index.php` left out of the static route (listed), so a directory answers 403 where nginx's `try_files $uri /index.php?...` runs the front controller"
+    if w["status"] == 403 and n["status"] == 200:
+        return "import: an `index` name another location runs (index.php) is left out of the static route, with the names after it (listed), so a directory answers 403 where nginx runs or serves its index"
     if "/.env" in req or "/.git/" in req or "/.htaccess" in req:
         return "weir behaviour: static never serves dotfiles (the config as found has no `deny` for them; nginx serves the file)"
     if "POST /api/items" in req and w["status"] == 405:
         return "weir behaviour: a static route answers POST with 405 (nginx falls through try_files / serves the file)"
     if n["status"] in (200, 404) and w["status"] == 101:
         return "weir behaviour: weir passes `Upgrade` to the origin where the location has no `proxy_set_header Upgrade` (nginx drops it)"
-    if "location" in r["diffs"] and n["location"] and w["location"] and n["location"].endswith("/sub/") and w["location"] == "/sub/":
-        return "weir behaviour: directory redirect is relative; nginx's is absolute with its port (`absolute_redirect on`)"
+    if "location" in r["diffs"] and n["location"] and w["location"] and w["location"].startswith("/") and n["location"].endswith(w["location"]):
+        return "weir behaviour: a relative redirect stays relative; nginx's is absolute with its port (`absolute_redirect on`)"
     if req.endswith("GET /api") and n["status"] == 301:
         return "nginx behaviour not translated: a `location /api/` with `proxy_pass` redirects `/api` to `/api/`"
     if "x-real-ip: nginx" in delta:
