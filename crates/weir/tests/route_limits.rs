@@ -117,7 +117,7 @@ listeners:
 fn check_prints_the_effective_limits() {
     let cfg = common::process::write_config(
         "route-limits-check",
-        "limits: { max_body_bytes: 1k }\nlisteners:\n  - address: 127.0.0.1:0\n    sites:\n      - hosts: a.test\n        limits: { max_body_bytes: 64k }\n        routes: [ { name: up, echo: {} } ]\n",
+        "limits: { max_body_bytes: 1k }\nlisteners:\n  - address: 127.0.0.1:0\n    sites:\n      - hosts: a.test\n        limits: { max_body_bytes: 64k, keepalive_timeout: 5s }\n        routes: [ { name: up, echo: {} }, { name: slow, limits: { body_timeout: 2m }, echo: {} } ]\n",
     );
     let out = std::process::Command::new(common::process::WEIR)
         .args(["check", "--no-bind", "--print", "-c"])
@@ -127,8 +127,9 @@ fn check_prints_the_effective_limits() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(
-        text.contains("# effective limits: max_body_bytes 1024 unless a route says:")
-            && text.contains("route up: max_body_bytes 65536"),
+        text.contains("# effective limits: max_body_bytes 1024, timeouts.body 30s, timeouts.keepalive 60s unless a route says:")
+            && text.contains("route up: max_body_bytes 65536 (limits.max_body_bytes 1024), keepalive_timeout 5s (timeouts.keepalive 60s)")
+            && text.contains("route slow: max_body_bytes 65536 (limits.max_body_bytes 1024), body_timeout 120s (timeouts.body 30s), keepalive_timeout 5s"),
         "{text}"
     );
 }
@@ -166,5 +167,81 @@ listeners:
     };
     assert_eq!(stalled("/quick"), 408);
     assert_eq!(stalled("/other"), 200);
+    inproc::stop(handle);
+}
+
+/// `limits.keepalive_timeout` on a route or site (nginx's `keepalive_timeout` in a `location`
+/// or `server`): after that route answers, the connection waits that long for its next request
+/// and is closed after, where another route's answer leaves the listener's wait.
+#[test]
+fn a_route_keeps_the_connection_as_long_as_it_says() {
+    use std::io::Read;
+    use std::time::{Duration, Instant};
+    let handle = inproc::start(
+        r#"workers: 1
+timeouts: { keepalive: 30s }
+listeners:
+  - address: 127.0.0.1:0
+    sites:
+      - hosts: brief.test
+        limits: { keepalive_timeout: 300ms }
+        routes:
+          - respond: { status: 200, body: "site" }
+      - default: true
+        routes:
+          - match: { path_prefix: /brief }
+            limits: { keepalive_timeout: 300ms }
+            respond: { status: 200, body: "brief" }
+          - respond: { status: 200, body: "other" }
+"#,
+    );
+    let addr = handle.local_addrs()[0];
+    // How long the connection stays open after one answer (capped at `cap`).
+    let open_for = |host: &str, path: &str, cap: Duration| {
+        let mut s = common::connect(addr);
+        let r = common::roundtrip(
+            &mut s,
+            format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes(),
+        );
+        assert_eq!(r.status, 200);
+        let start = Instant::now();
+        s.set_read_timeout(Some(cap)).unwrap();
+        let mut b = [0u8; 1];
+        match s.read(&mut b) {
+            Ok(0) => start.elapsed(),
+            Ok(_) => panic!("unexpected bytes"),
+            Err(_) => cap,
+        }
+    };
+    let cap = Duration::from_secs(3);
+    let brief = open_for("t", "/brief", cap);
+    assert!(
+        brief >= Duration::from_millis(250) && brief < cap,
+        "{brief:?}"
+    );
+    let site = open_for("brief.test", "/", cap);
+    assert!(site >= Duration::from_millis(250) && site < cap, "{site:?}");
+    // Another route: the listener's 30 s, still open when the test stops waiting.
+    assert_eq!(
+        open_for("t", "/other", Duration::from_millis(1500)),
+        Duration::from_millis(1500)
+    );
+    // The next request on the connection decides the next wait: /brief then /other waits long.
+    let mut s = common::connect(addr);
+    assert_eq!(
+        common::roundtrip(&mut s, b"GET /brief HTTP/1.1\r\nHost: t\r\n\r\n").status,
+        200
+    );
+    assert_eq!(
+        common::roundtrip(&mut s, b"GET /other HTTP/1.1\r\nHost: t\r\n\r\n").status,
+        200
+    );
+    s.set_read_timeout(Some(Duration::from_millis(1000)))
+        .unwrap();
+    let mut b = [0u8; 1];
+    assert!(
+        s.read(&mut b).is_err(),
+        "closed after /other: the listener's wait applies"
+    );
     inproc::stop(handle);
 }

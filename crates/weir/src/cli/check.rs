@@ -91,13 +91,30 @@ pub fn check(args: &CheckArgs) -> ExitCode {
 fn effective_limits(cfg: &RuntimeConfig) -> String {
     let mut out = String::new();
     let global = cfg.limits.max_body_bytes;
+    let t = &cfg.timeouts;
     for l in &cfg.listeners {
         for r in l.routes.iter() {
-            if let Some(own) = r.max_body_bytes {
+            let mut own = Vec::new();
+            if let Some(v) = r.max_body_bytes {
+                own.push(format!(
+                    "max_body_bytes {v} (limits.max_body_bytes {global})"
+                ));
+            }
+            if let Some(v) = r.body_timeout {
+                own.push(format!("body_timeout {v:?} (timeouts.body {:?})", t.body));
+            }
+            if let Some(v) = r.keepalive_timeout {
+                own.push(format!(
+                    "keepalive_timeout {v:?} (timeouts.keepalive {:?})",
+                    t.keepalive
+                ));
+            }
+            if !own.is_empty() {
                 out.push_str(&format!(
-                    "# effective: {} route {}: max_body_bytes {own} (limits.max_body_bytes {global})\n",
+                    "# effective: {} route {}: {}\n",
                     l.origin(),
-                    r.name
+                    r.name,
+                    own.join(", ")
                 ));
             }
         }
@@ -105,7 +122,10 @@ fn effective_limits(cfg: &RuntimeConfig) -> String {
     if !out.is_empty() {
         out.insert_str(
             0,
-            &format!("# effective limits: max_body_bytes {global} unless a route says:\n"),
+            &format!(
+                "# effective limits: max_body_bytes {global}, timeouts.body {:?}, timeouts.keepalive {:?} unless a route says:\n",
+                t.body, t.keepalive
+            ),
         );
     }
     out

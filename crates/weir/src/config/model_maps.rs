@@ -46,4 +46,7 @@ pub struct RouteLimits {
     /// Longest wait between request body bytes, over `timeouts.body` (408 beyond; nginx's
     /// `client_body_timeout` in a `location`).
     pub body_timeout: Option<Dur>,
+    /// How long an HTTP/1.1 connection waits for its next request after this route answered,
+    /// instead of `timeouts.keepalive` (nginx's `keepalive_timeout` in a `location`).
+    pub keepalive_timeout: Option<Dur>,
 }

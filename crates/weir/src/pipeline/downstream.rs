@@ -64,6 +64,11 @@ pub(crate) trait Downstream {
     /// `limits.body_timeout`), instead of `timeouts.body`.
     fn body_timeout(&mut self, _wait: std::time::Duration) {}
 
+    /// Waits at most `wait` for the connection's next request once this one is answered (its
+    /// route's `limits.keepalive_timeout`), instead of `timeouts.keepalive`. HTTP/1.1 only: a
+    /// multiplexed connection's idle wait is not one request's.
+    fn keepalive(&mut self, _wait: std::time::Duration) {}
+
     /// The request's trailer fields, once its body has been read to the end (a chunked
     /// HTTP/1.1 body's trailer section, or an HTTP/2 stream's trailing HEADERS); empty when it
     /// had none. Taken: a second call returns nothing.

@@ -196,6 +196,9 @@ fn start<'a, D: Downstream>(
         if let (Some(wait), false) = (route.body_timeout, head.body == BodyKind::Empty) {
             d.body_timeout(wait);
         }
+        if let Some(wait) = route.keepalive_timeout {
+            d.keepalive(wait);
+        }
         match limits::route_body_limit(head, route, &rt.cfg.limits) {
             Ok(None) => {}
             Ok(Some(max)) => d.cap_body(max),

@@ -51,6 +51,8 @@ pub struct Route {
     pub max_body_bytes: Option<u64>,
     /// Its own (or its site's) wait between body bytes, over `timeouts.body`.
     pub body_timeout: Option<std::time::Duration>,
+    /// Its own (or its site's) keep-alive wait after it answered, over `timeouts.keepalive`.
+    pub keepalive_timeout: Option<std::time::Duration>,
 }
 
 /// What a listener gives each of its routes.
@@ -169,6 +171,7 @@ impl RouteTable {
                         action: Action::NotFound,
                         max_body_bytes: None,
                         body_timeout: None,
+                        keepalive_timeout: None,
                         access_log: refs.logs.slot(
                             site_log.as_ref(),
                             &format!("{path}.access_log"),
@@ -216,6 +219,17 @@ impl RouteTable {
                 .and_then(|l| l.max_body_bytes)
                 .map(|s| s.0);
             let body_timeout = r.limits.as_ref().and_then(|l| l.body_timeout).map(|d| d.0);
+            let keepalive_timeout = r
+                .limits
+                .as_ref()
+                .and_then(|l| l.keepalive_timeout)
+                .map(|d| d.0);
+            if keepalive_timeout.is_some_and(|d| d.is_zero()) {
+                return Err((
+                    format!("{path}.limits.keepalive_timeout"),
+                    "0 (no keep-alive) is not taken per route: a positive duration (timeouts.keepalive for the listener's)".into(),
+                ));
+            }
             // The route's `set` variables, known to its own values until it is compiled.
             let _set = crate::vars::map::scope(&r.set, &path)?;
             let (matcher, methods) = Matcher::compile(r.matcher, &format!("{path}.match"))?;
@@ -277,6 +291,7 @@ impl RouteTable {
                 error_pages,
                 max_body_bytes,
                 body_timeout,
+                keepalive_timeout,
             });
         }
         Ok(RouteTable { routes: out })
@@ -298,6 +313,7 @@ impl RouteTable {
                 error_pages: None,
                 max_body_bytes: None,
                 body_timeout: None,
+                keepalive_timeout: None,
             }],
         }
     }
@@ -327,6 +343,7 @@ impl RouteTable {
                 error_pages: None,
                 max_body_bytes: None,
                 body_timeout: None,
+                keepalive_timeout: None,
             },
         );
         for (i, r) in self.routes.iter_mut().enumerate() {

@@ -142,6 +142,7 @@ pub(crate) fn flatten(
                 let own = r.limits.get_or_insert_with(Default::default);
                 own.max_body_bytes = own.max_body_bytes.or(site_limits.max_body_bytes);
                 own.body_timeout = own.body_timeout.or(site_limits.body_timeout);
+                own.keepalive_timeout = own.keepalive_timeout.or(site_limits.keepalive_timeout);
             }
             out.routes.push(Item::Route(rkey, Box::new(r)));
         }

@@ -44,8 +44,18 @@ pub(super) fn content_routes(
     let mut app = None;
     let mut route = Mapping::new();
     route.insert(s("match"), matcher.clone());
+    let mut limits = Vec::new();
     if let Some(v) = &scope.client_max_body_size {
-        route.insert(s("limits"), map(vec![("max_body_bytes", s(v))]));
+        limits.push(("max_body_bytes", s(v)));
+    }
+    if let Some(v) = &scope.client_body_timeout {
+        limits.push(("body_timeout", s(v)));
+    }
+    if let Some(v) = &scope.keepalive_timeout {
+        limits.push(("keepalive_timeout", s(v)));
+    }
+    if !limits.is_empty() {
+        route.insert(s("limits"), map(limits));
     }
     if let Some(l) = limit_except {
         if let Some(Value::Mapping(m)) = route.get_mut(s("match")) {

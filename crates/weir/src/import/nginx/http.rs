@@ -16,6 +16,10 @@ pub(super) struct Scope {
     pub(super) gzip: bool,
     /// `client_max_body_size` set in a `server` or `location` (a route's `limits`).
     pub(super) client_max_body_size: Option<String>,
+    /// `client_body_timeout` and `keepalive_timeout` there (the route's `limits`), as weir
+    /// durations.
+    pub(super) client_body_timeout: Option<String>,
+    pub(super) keepalive_timeout: Option<String>,
     /// `expires` in seconds for files (`static.cache_control`), `u64::MAX` for `max`; `None`:
     /// none, or `off`.
     pub(super) expires: Option<u64>,
@@ -93,6 +97,30 @@ pub(super) fn inherited(cx: &mut Ctx, d: &Directive, scope: &mut Scope) -> bool 
         "client_max_body_size" if d.args.len() == 1 => {
             let v = a(0).to_ascii_lowercase();
             scope.client_max_body_size = Some(if v == "0" { "1024g".into() } else { v });
+        }
+        // nginx's time (`60`, `75s`, `1m`) as weir's duration; `keepalive_timeout 0` (no
+        // keep-alive) is not taken per route.
+        "client_body_timeout" | "keepalive_timeout" if !d.args.is_empty() => {
+            let v = a(0);
+            let dur = if v.bytes().all(|b| b.is_ascii_digit()) {
+                format!("{v}s")
+            } else {
+                v.clone()
+            };
+            let ok = dur
+                .parse::<crate::config::units::Dur>()
+                .is_ok_and(|x| !x.0.is_zero());
+            if !ok {
+                return false;
+            }
+            if d.name == "client_body_timeout" {
+                scope.client_body_timeout = Some(dur);
+            } else {
+                if d.args.len() > 1 {
+                    cx.skip(d, "the second value (the Keep-Alive header's) is not sent");
+                }
+                scope.keepalive_timeout = Some(dur);
+            }
         }
         "index" => {
             // `index ... /index.php$request_uri` (Nextcloud): an entry with a path or a

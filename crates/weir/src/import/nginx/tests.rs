@@ -494,3 +494,21 @@ fn the_review_s_script_cases_refuse_or_match_nginx() {
     );
     assert!(cfg.is_ok(), "{:?}\n{yaml}", cfg.err());
 }
+
+/// `client_body_timeout` and `keepalive_timeout` in a `server` or `location`: the route's
+/// `limits` (nginx's levels), in weir's durations; `keepalive_timeout 0` is not taken per route.
+#[test]
+fn per_server_and_location_timeouts_become_route_limits() {
+    let conf = "server {\n listen 8080;\n keepalive_timeout 10;\n location /up { client_body_timeout 2m; proxy_pass http://127.0.0.1:3000; }\n location /off { keepalive_timeout 0; proxy_pass http://127.0.0.1:3000; }\n}\n";
+    let (yaml, skipped) = import("timeouts", conf);
+    assert!(yaml.contains("body_timeout: 2m"), "{yaml}");
+    assert_eq!(yaml.matches("keepalive_timeout: 10s").count(), 2, "{yaml}");
+    assert!(listed(&skipped, "keepalive_timeout"), "{skipped:?}");
+    let cfg = crate::runtime::compile_str(
+        &yaml,
+        std::path::Path::new("/"),
+        |_| None,
+        &Default::default(),
+    );
+    assert!(cfg.is_ok(), "{:?}\n{yaml}", cfg.err());
+}

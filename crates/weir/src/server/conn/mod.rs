@@ -108,6 +108,9 @@ pub(crate) struct Conn {
     /// comes (0: none): a wake that brings none does not start the keep-alive over (issue 52's
     /// audit: a lone TLS KeyUpdate did).
     idle_deadline: u64,
+    /// The last request's route's keep-alive wait in ms (`limits.keepalive_timeout`; 0: the
+    /// listener's `timeouts.keepalive`).
+    keepalive_ms: u32,
 }
 
 impl Drop for Conn {
@@ -153,6 +156,7 @@ impl Conn {
             orphaned: false,
             parkable: false,
             idle_deadline: 0,
+            keepalive_ms: 0,
         }
     }
 
@@ -308,6 +312,8 @@ impl Conn {
             None => {
                 let wait = if self.served == 0 {
                     self.rt.cfg.timeouts.header
+                } else if self.keepalive_ms > 0 {
+                    std::time::Duration::from_millis(u64::from(self.keepalive_ms))
                 } else {
                     self.rt.cfg.timeouts.keepalive
                 };
@@ -357,6 +363,7 @@ impl Conn {
     async fn handle(&mut self, head: &RequestHead) -> Result<Persistence, Error> {
         crate::pipeline::limits::check_declared_length(head, &self.rt.cfg.limits)?;
         self.version = head.version;
+        self.keepalive_ms = 0;
         self.body = (head.body != BodyKind::Empty).then(|| {
             Box::new(RequestBody {
                 decoder: BodyDecoder::new(head.body),
@@ -438,6 +445,10 @@ impl Downstream for Conn {
         if let Some(b) = self.body.as_mut() {
             b.limit = b.limit.min(max);
         }
+    }
+
+    fn keepalive(&mut self, wait: std::time::Duration) {
+        self.keepalive_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX).max(1);
     }
 
     fn body_timeout(&mut self, wait: std::time::Duration) {
