@@ -46,6 +46,22 @@ fn copy(name: &str, tag: &str, edits: &[(String, String)]) -> PathBuf {
     dir
 }
 
+/// nginx's main file in `dir` for the http-level file `site` (mime types, no access log, the
+/// error log in `dir`): its path.
+fn main_conf(dir: &Path, site: &Path) -> PathBuf {
+    let main = dir.join("nginx.conf");
+    std::fs::write(
+        &main,
+        format!(
+            "events {{}}\nerror_log {d}/error.log;\nhttp {{\n  access_log off;\n  include /etc/nginx/mime.types;\n  include {site};\n}}\n",
+            d = dir.display(),
+            site = site.display()
+        ),
+    )
+    .unwrap();
+    main
+}
+
 /// Runs `weir import FILE`: the YAML, the stderr lines, the exit status.
 fn import(file: &Path) -> (String, String, bool) {
     let out = Command::new(WEIR).arg("import").arg(file).output().unwrap();
@@ -186,16 +202,7 @@ fn debian_s_default_site_converts_and_answers_as_nginx() {
     ];
     let dir = copy("debian-default", "debian", &edits);
     let site = dir.join("debian-default");
-    let main = dir.join("nginx.conf");
-    std::fs::write(
-        &main,
-        format!(
-            "events {{}}\nerror_log {d}/error.log;\nhttp {{\n  access_log off;\n  include /etc/nginx/mime.types;\n  include {site};\n}}\n",
-            d = dir.display(),
-            site = site.display()
-        ),
-    )
-    .unwrap();
+    let main = main_conf(&dir, &site);
     let stderr = same_answers(
         &main,
         &site,
@@ -241,15 +248,7 @@ fn the_documentation_s_proxy_example_converts_and_answers_as_nginx() {
     };
     let dir_n = copy("docs-beginners-guide.conf", "docs-n", &edits(up_n, pn));
     let dir_w = copy("docs-beginners-guide.conf", "docs-w", &edits(up_w, pw));
-    let main = dir_n.join("nginx.conf");
-    std::fs::write(
-        &main,
-        format!(
-            "events {{}}\nerror_log {d}/error.log;\nhttp {{\n  access_log off;\n  include /etc/nginx/mime.types;\n  include {d}/docs-beginners-guide.conf;\n}}\n",
-            d = dir_n.display()
-        ),
-    )
-    .unwrap();
+    let main = main_conf(&dir_n, &dir_n.join("docs-beginners-guide.conf"));
     let (yaml, stderr, ok) = import(&dir_w.join("docs-beginners-guide.conf"));
     assert!(ok, "{stderr}");
     let file = dir_w.join("weir.yaml");

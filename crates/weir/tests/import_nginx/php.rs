@@ -12,7 +12,7 @@ use std::process::Command;
 use super::common;
 use super::common::phpfpm::PhpFpm;
 use super::common::process::{free_port, have_all_or_skip};
-use super::{check, copy, import, nginx, wait, weir};
+use super::{check, copy, import, main_conf, nginx, wait, weir};
 
 /// One request: what the table calls it, and its bytes.
 struct Req {
@@ -219,16 +219,7 @@ fn php_site_answers_as_nginx(site: &Site) {
         std::fs::copy(Path::new("/etc/nginx").join(inc), to).unwrap();
     }
     let conf = dir.join(site.fixture);
-    let main = dir.join("nginx.conf");
-    std::fs::write(
-        &main,
-        format!(
-            "events {{}}\nerror_log {d}/error.log;\nhttp {{\n  access_log off;\n  include /etc/nginx/mime.types;\n  include {conf};\n}}\n",
-            d = dir.display(),
-            conf = conf.display()
-        ),
-    )
-    .unwrap();
+    let main = main_conf(&dir, &conf);
     let (yaml, stderr, ok) = import(&conf);
     assert!(ok, "{stderr}");
     // Translated, not listed: the FastCGI location and its parameters, the front controller.
@@ -395,16 +386,7 @@ fn an_app_behind_try_files_and_a_named_location_answers_as_nginx_after_import() 
     ];
     let dir = copy("app-behind-try-files.conf", "app", &edits);
     let site = dir.join("app-behind-try-files.conf");
-    let main = dir.join("nginx.conf");
-    std::fs::write(
-        &main,
-        format!(
-            "events {{}}\nerror_log {d}/error.log;\nhttp {{\n  access_log off;\n  include /etc/nginx/mime.types;\n  include {site};\n}}\n",
-            d = dir.display(),
-            site = site.display()
-        ),
-    )
-    .unwrap();
+    let main = main_conf(&dir, &site);
     let (yaml, stderr, ok) = import(&site);
     assert!(ok, "{stderr}");
     assert!(

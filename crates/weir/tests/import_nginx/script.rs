@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 
 use super::common;
 use super::common::process::{free_port, have_all_or_skip};
-use super::{check, copy, import, nginx, wait, weir};
+use super::{check, copy, import, main_conf, nginx, wait, weir};
 
 /// What is compared of one answer.
 #[derive(Debug, PartialEq)]
@@ -101,16 +101,7 @@ fn if_set_break_and_rewrite_idioms_answer_as_nginx_after_import() {
     ];
     let dir = copy("if-idioms.conf", "idioms", &edits);
     let site = dir.join("if-idioms.conf");
-    let main = dir.join("nginx.conf");
-    std::fs::write(
-        &main,
-        format!(
-            "events {{}}\nerror_log {d}/error.log;\nhttp {{\n  access_log off;\n  include /etc/nginx/mime.types;\n  include {site};\n}}\n",
-            d = dir.display(),
-            site = site.display()
-        ),
-    )
-    .unwrap();
+    let main = main_conf(&dir, &site);
     let (yaml, stderr, ok) = import(&site);
     assert!(ok, "{stderr}");
     // Each idiom translated, none refused.

@@ -232,6 +232,8 @@ fn location_in(
     let mut script_set = Vec::new();
     // After `rewrite ... break` nginx passes the rewritten URI whole: no prefix replaced.
     let mut script_rewrote = false;
+    // Every way through the script answers: the location's content is never reached.
+    let mut script_answers_all = false;
     if !script_stmts.is_empty() {
         // What the content uses: the location's own directives and what it inherits.
         let content: Vec<&str> = d
@@ -250,11 +252,12 @@ fn location_in(
                         "a `rewrite` in a regex location is not translated".to_string()
                     })?);
                 }
-                Ok((routes, sc.set, sc.rewrote))
+                Ok((routes, sc.set, sc.rewrote, !sc.falls_through))
             });
         match made {
-            Ok((mut routes, set, rewrote)) => {
+            Ok((mut routes, set, rewrote, all)) => {
                 script_rewrote = rewrote;
+                script_answers_all = all;
                 for x in &script_stmts {
                     if matches!(x.name.as_str(), "set" | "if" | "break") {
                         cx.done();
@@ -347,6 +350,7 @@ fn location_in(
     let passed_down = refusal.as_ref().filter(|r| r.status != 503).cloned();
     let mut out = Vec::new();
     let routes = match refusal {
+        None if script_answers_all => before,
         Some(r) => vec![refusal_route(cx, matcher, &r)],
         None => match content_routes(
             cx,
@@ -425,7 +429,7 @@ pub(super) fn within(route: Value, matcher: &Value) -> Option<Value> {
                 };
                 let want = format!("~{}", v.as_str()?);
                 let key = if vars.contains_key(s("$uri")) {
-                    "$${uri}"
+                    "${uri}"
                 } else {
                     "$uri"
                 };

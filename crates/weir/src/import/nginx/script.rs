@@ -141,8 +141,9 @@ impl Way {
 }
 
 /// A value as the config file takes it: `${name}` (the form kept here) is `$name` where no
-/// name character follows, else `$${name}` (the file's own `${` is an environment variable);
-/// `braced` writes every one as `$${name}`, the second spelling of a `match.vars` key.
+/// name character follows, else `${name}` (written `$${name}` in the file by the import's last
+/// pass, the file's own `${` being the environment's); `braced` writes every one as `${name}`,
+/// the second spelling of a `match.vars` key.
 fn yaml_form(v: &str, braced: bool) -> String {
     let mut out = String::new();
     let mut rest = v;
@@ -160,7 +161,7 @@ fn yaml_form(v: &str, braced: bool) -> String {
             .next()
             .is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_');
         if glued || braced {
-            out.push_str(&format!("$${{{name}}}"));
+            out.push_str(&format!("${{{name}}}"));
         } else {
             out.push_str(&format!("${name}"));
         }
@@ -497,7 +498,7 @@ pub(super) fn script(
                         if vars.contains_key(s(&key)) {
                             key = yaml_form(k, true);
                         }
-                        // `$${a}z` has one spelling only: a second condition on it would
+                        // `${a}z` has one spelling only: a second condition on it would
                         // overwrite the first.
                         if vars.contains_key(s(&key)) {
                             return Err(format!("two conditions on {key} are not translated"));

@@ -16,6 +16,17 @@ fn import(tag: &str, conf: &str) -> (String, Vec<String>) {
     (out.yaml, out.skipped)
 }
 
+/// That `yaml` compiles as weir's config (paths relative to `/`, no environment).
+fn compiles(yaml: &str) {
+    let cfg = crate::runtime::compile_str(
+        yaml,
+        std::path::Path::new("/"),
+        |_| None,
+        &Default::default(),
+    );
+    assert!(cfg.is_ok(), "{:?}\n{yaml}", cfg.err());
+}
+
 fn listed(skipped: &[String], word: &str) -> bool {
     skipped.iter().any(|l| l.contains(word))
 }
@@ -391,13 +402,7 @@ server { listen 8080; server_name other.example; return 200 other; }\n";
         yaml.contains("- www.example") && yaml.contains("- other.example"),
         "{yaml}"
     );
-    let cfg = crate::runtime::compile_str(
-        &yaml,
-        std::path::Path::new("/"),
-        |_| None,
-        &Default::default(),
-    );
-    assert!(cfg.is_ok(), "{:?}\n{yaml}", cfg.err());
+    compiles(&yaml);
 }
 
 /// `map` at the http level: weir's `maps:`, its variable usable after it; the WebSocket idiom
@@ -420,13 +425,7 @@ fn maps_are_translated_and_their_variables_known() {
     assert!(listed(&skipped, "WebSocket idiom"), "{skipped:?}");
     assert!(listed(&skipped, "the map is left out"), "{skipped:?}");
     assert!(listed(&skipped, "$h is not a weir variable"), "{skipped:?}");
-    let cfg = crate::runtime::compile_str(
-        &yaml,
-        std::path::Path::new("/"),
-        |_| None,
-        &Default::default(),
-    );
-    assert!(cfg.is_ok(), "{:?}\n{yaml}", cfg.err());
+    compiles(&yaml);
 }
 
 /// What the review of issue 53 found, each refused or answered as nginx does.
@@ -486,13 +485,7 @@ fn the_review_s_script_cases_refuse_or_match_nginx() {
     assert!(yaml.contains("'\"q\"'"), "{yaml}");
     assert!(yaml.contains("(?i)^evil$"), "{yaml}");
     assert!(yaml.contains("$${http_y}z"), "{yaml}");
-    let cfg = crate::runtime::compile_str(
-        &yaml,
-        std::path::Path::new("/"),
-        |_| None,
-        &Default::default(),
-    );
-    assert!(cfg.is_ok(), "{:?}\n{yaml}", cfg.err());
+    compiles(&yaml);
 }
 
 /// `client_body_timeout` and `keepalive_timeout` in a `server` or `location`: the route's
@@ -504,11 +497,26 @@ fn per_server_and_location_timeouts_become_route_limits() {
     assert!(yaml.contains("body_timeout: 2m"), "{yaml}");
     assert_eq!(yaml.matches("keepalive_timeout: 10s").count(), 2, "{yaml}");
     assert!(listed(&skipped, "keepalive_timeout"), "{skipped:?}");
-    let cfg = crate::runtime::compile_str(
-        &yaml,
-        std::path::Path::new("/"),
-        |_| None,
-        &Default::default(),
-    );
-    assert!(cfg.is_ok(), "{:?}\n{yaml}", cfg.err());
+    compiles(&yaml);
+}
+
+/// A location whose every way answers (`if`, two redirects, then `return`) needs no content of
+/// its own: its routes are the answers, under the location's regex (a `$uri` condition where
+/// a redirect has its own regex), none refusing.
+#[test]
+fn a_script_that_always_answers_needs_no_content() {
+    let conf = "server { listen 8080; location ~ \\.x$ { if ($http_a = b) { return 403; } rewrite ^/a(.*)$ /b$1 permanent; rewrite ^/c(.*)$ /d$1 permanent; return 200 ok; } }";
+    let (yaml, _) = import("answers-all", conf);
+    assert!(!yaml.contains("answers 503"), "{yaml}");
+    for want in [
+        "status: 403",
+        "to: /b$1",
+        "to: /d$1",
+        "body: ok",
+        "$uri: ~\\.x$",
+        "$${uri}: ~\\.x$",
+    ] {
+        assert!(yaml.contains(want), "{want}:\n{yaml}");
+    }
+    compiles(&yaml);
 }
