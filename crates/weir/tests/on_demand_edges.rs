@@ -657,3 +657,42 @@ fn a_hostile_ask_service_is_bounded() {
     assert!(took < Duration::from_secs(7), "{took:?}");
     assert_eq!(ca.accepted(), ordered, "a cut ask approved the name");
 }
+
+/// Stopping the server ends the certificate work in progress and waits for it: an order held
+/// by a CA that never answers (order_timeout 60 s) is cancelled, and its thread is gone when
+/// `join` returns. (Before, the thread went on after the stop; a process exiting then while it
+/// drew random numbers for TLS was aborted by AWS-LC's exit handler: SIGABRT in CI after every
+/// test of this file had passed.)
+#[test]
+fn stopping_the_server_ends_orders_in_flight() {
+    let _one = ORDERS.lock().unwrap_or_else(|e| e.into_inner());
+    let d = common::inproc::dir("review", "stop");
+    let storage = d.join("acme");
+    let ca = FakeCa::start(true);
+    let yaml = on_demand_config(
+        ca.port,
+        &storage,
+        "{ allow: [\"*.od.test\"], rate: 5, per: 1h, wait: 1s }",
+    )
+    .replace(
+        "challenge: tls-alpn-01",
+        "challenge: tls-alpn-01\n        order_timeout: 60s",
+    );
+    let h = start(&yaml);
+    let addr = h.local_addrs()[0];
+    let pki = common::tlskit::Pki::new("review-stop");
+    let cfg = common::tlskit::client_config(&pki.ca_der, &["http/1.1"], None);
+    assert!(common::tlskit::connect(addr, "a.od.test", &cfg).is_err());
+    common::until("a's order reached the CA", Duration::from_secs(5), || {
+        ca.accepted() >= 1
+    });
+    let threads = h.registry().acme_threads.clone();
+    assert!(threads.running() >= 1, "the order is in progress");
+    let t = Instant::now();
+    stop(h);
+    let took = t.elapsed();
+    assert_eq!(threads.running(), 0, "an ACME thread outlived the stop");
+    assert!(took < Duration::from_secs(5), "the stop took {took:?}");
+    drop(ca);
+    let _ = std::fs::remove_dir_all(&d);
+}

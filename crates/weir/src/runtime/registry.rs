@@ -84,6 +84,8 @@ pub struct Registry {
     /// ACME challenge answers in progress, and each `acme:` section's certificate state.
     pub acme_challenges: Arc<crate::tls::acme::Challenges>,
     acme: Mutex<Vec<Arc<crate::tls::acme::AcmeCerts>>>,
+    /// The threads that obtain certificates: stopped and waited for when the server stops.
+    pub acme_threads: Arc<crate::tls::acme_threads::AcmeThreads>,
 }
 
 /// What `GET /status` and `weir status` say of the process.
@@ -140,6 +142,7 @@ impl Registry {
             history: Default::default(),
             acme_challenges: Default::default(),
             acme: Mutex::new(Vec::new()),
+            acme_threads: Default::default(),
         }
     }
 
@@ -297,6 +300,7 @@ impl Registry {
             storage,
             directory_ca,
             self.acme_challenges.clone(),
+            self.acme_threads.clone(),
             carried.filter(|_| settings.on_demand.is_some()),
         ));
         all.push(a.clone());

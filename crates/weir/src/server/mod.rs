@@ -481,6 +481,11 @@ impl ServerHandle {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        // Certificate work in progress ends with the server (see `tls/acme_threads.rs`).
+        let registry = self.published.load().registry.clone();
+        registry
+            .acme_threads
+            .stop(std::time::Duration::from_secs(5));
         // After a hand-over the new process serves on these files.
         if !self.drain.load(Ordering::SeqCst) {
             unlink_all(&self.unix_files.lock().unwrap_or_else(|e| e.into_inner()));

@@ -93,6 +93,8 @@ pub struct AcmeCerts {
     pub directory_ca: Option<PathBuf>,
     pub current: ArcSwapOption<Current>,
     pub challenges: Arc<Challenges>,
+    /// Where its thread (and its on-demand orders) run: stopped with the server.
+    threads: Arc<super::acme_threads::AcmeThreads>,
     /// Names, lowercase.
     names: Vec<String>,
     started: std::sync::OnceLock<()>,
@@ -108,8 +110,9 @@ impl AcmeCerts {
         storage: PathBuf,
         directory_ca: Option<PathBuf>,
         challenges: Arc<Challenges>,
+        threads: Arc<super::acme_threads::AcmeThreads>,
     ) -> AcmeCerts {
-        AcmeCerts::carrying(settings, storage, directory_ca, challenges, None)
+        AcmeCerts::carrying(settings, storage, directory_ca, challenges, threads, None)
     }
 
     /// [`AcmeCerts::new`], its on-demand issuance on `carried` state (a reload's: see
@@ -119,6 +122,7 @@ impl AcmeCerts {
         storage: PathBuf,
         directory_ca: Option<PathBuf>,
         challenges: Arc<Challenges>,
+        threads: Arc<super::acme_threads::AcmeThreads>,
         carried: Option<Arc<super::on_demand::State>>,
     ) -> AcmeCerts {
         let names = settings
@@ -133,6 +137,7 @@ impl AcmeCerts {
                 storage.clone(),
                 directory_ca.clone(),
                 challenges.clone(),
+                threads.clone(),
                 carried,
             ))
         });
@@ -142,6 +147,7 @@ impl AcmeCerts {
             directory_ca,
             current: ArcSwapOption::empty(),
             challenges,
+            threads,
             names,
             started: std::sync::OnceLock::new(),
             on_demand,
@@ -240,9 +246,7 @@ impl AcmeCerts {
         self.started.get_or_init(|| {
             let weak = Arc::downgrade(self);
             let names = self.names.clone();
-            let spawned = std::thread::Builder::new()
-                .name("weir-acme".into())
-                .spawn(move || run(weak));
+            let spawned = self.threads.spawn("weir-acme", move || run(weak));
             if let Err(e) = spawned {
                 tracing::error!(?names, error = %e, "cannot start the ACME thread");
             }
@@ -250,19 +254,9 @@ impl AcmeCerts {
     }
 }
 
-/// The renewal loop of one [`AcmeCerts`].
-fn run(weak: Weak<AcmeCerts>) {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
+/// The renewal loop of one [`AcmeCerts`] (on its thread's runtime).
+async fn run(weak: Weak<AcmeCerts>) {
     {
-        Ok(rt) => rt,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start the ACME thread's runtime");
-            return;
-        }
-    };
-    rt.block_on(async move {
         let mut failures = 0u32;
         loop {
             let Some(certs) = weak.upgrade() else { return };
@@ -297,13 +291,16 @@ fn run(weak: Weak<AcmeCerts>) {
             // Wakes at least once a minute to notice when the section was dropped.
             let until = tokio::time::Instant::now() + wait;
             while tokio::time::Instant::now() < until {
-                tokio::time::sleep_until(until.min(tokio::time::Instant::now() + Duration::from_secs(60))).await;
+                tokio::time::sleep_until(
+                    until.min(tokio::time::Instant::now() + Duration::from_secs(60)),
+                )
+                .await;
                 if weak.strong_count() == 0 {
                     return;
                 }
             }
         }
-    });
+    }
 }
 
 /// The wait after `failures` failures in a row: `first`, doubling, at most `max`.

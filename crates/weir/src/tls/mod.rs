@@ -12,6 +12,7 @@
 
 pub mod acme;
 mod acme_issue;
+pub mod acme_threads;
 pub(crate) mod certs;
 pub(crate) mod dns_update;
 pub mod hello;

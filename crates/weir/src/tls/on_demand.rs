@@ -163,6 +163,7 @@ pub struct OnDemand {
     storage: std::path::PathBuf,
     directory_ca: Option<std::path::PathBuf>,
     challenges: Arc<Challenges>,
+    threads: Arc<super::acme_threads::AcmeThreads>,
     pub state: Arc<State>,
 }
 
@@ -175,6 +176,7 @@ impl OnDemand {
         storage: std::path::PathBuf,
         directory_ca: Option<std::path::PathBuf>,
         challenges: Arc<Challenges>,
+        threads: Arc<super::acme_threads::AcmeThreads>,
         state: Option<Arc<State>>,
     ) -> OnDemand {
         let mut acme = acme.clone();
@@ -186,6 +188,7 @@ impl OnDemand {
             storage: storage.join("on-demand"),
             directory_ca,
             challenges,
+            threads,
         }
     }
 
@@ -377,19 +380,13 @@ impl OnDemand {
             name,
             tx,
         };
-        let spawned = std::thread::Builder::new()
-            .name("weir-acme-od".into())
-            .spawn(move || {
-                let outcome = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt.block_on(done.me.work(&done.name)),
-                    Err(e) => Err(Refused::Failed(e.to_string())),
-                };
-                let _ = done.tx.send(Some(outcome));
-            });
-        // On a failed spawn the closure (and `done` in it) is dropped: its Drop ends the work.
+        let threads = self.threads.clone();
+        let spawned = threads.spawn("weir-acme-od", move || async move {
+            let outcome = done.me.work(&done.name).await;
+            let _ = done.tx.send(Some(outcome));
+        });
+        // On a failed spawn, or work cancelled at the server's stop, the future (and `done` in
+        // it) is dropped: its Drop ends the work.
         if let Err(e) = spawned {
             tracing::error!(error = %e, "on-demand TLS: cannot start work on a name");
         }
@@ -471,6 +468,7 @@ impl OnDemand {
             self.storage.clone(),
             self.directory_ca.clone(),
             self.challenges.clone(),
+            self.threads.clone(),
         ))
     }
 
