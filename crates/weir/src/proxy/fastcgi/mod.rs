@@ -68,9 +68,22 @@ pub fn put_preamble(
     https: bool,
     head: &RequestHead,
 ) {
-    use std::fmt::Write;
+    out.reserve(PREAMBLE.len() + 64 + head.path().len() + head.query().map_or(0, |q| q.len()));
     out.put_slice(PREAMBLE);
-    let _ = write!(out, "{peer}");
+    match peer.ip() {
+        // By hand (`fmt` cost ~2.9k instructions a request here, callgrind 2026-11-29).
+        std::net::IpAddr::V4(a) if !a.is_unspecified() => {
+            let mut buf = [0u8; 64];
+            out.put_slice(crate::vars::format_ip(peer.ip(), &mut buf));
+            out.put_u8(b':');
+            let mut digits = [0u8; 20];
+            out.put_slice(params::decimal(u64::from(peer.port()), &mut digits));
+        }
+        _ => {
+            use std::fmt::Write;
+            let _ = write!(out, "{peer}");
+        }
+    }
     out.put_slice(if https { b" https " } else { b" http " });
     out.put_slice(head.path());
     if let Some(q) = head.query() {
@@ -353,7 +366,7 @@ async fn exchange(
     } else {
         read_body(&mut pipe, &mut buf, &mut decoder).await?
     };
-    let mut env = BytesMut::with_capacity(1024);
+    let mut env = BytesMut::with_capacity(2048);
     params::put(
         cfg,
         &head,
