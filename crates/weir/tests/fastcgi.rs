@@ -454,3 +454,62 @@ listeners:
     assert_ne!(c.text(), d.text(), "no-store ran the script each time");
     inproc::stop(handle);
 }
+
+/// `directories`: a directory without its index script is 403 by default (nginx's index
+/// module, `try_files ... $uri/ ...`); with `directories: fallback` the front controller runs
+/// (nginx's `try_files $uri /index.php?$args`, no `$uri/`: Drupal's `/`). The key is checked.
+#[test]
+fn a_directory_without_its_index_is_403_or_runs_the_fallback() {
+    let Some(fpm) = PhpFpm::start("dirs", false, 2, "") else {
+        return;
+    };
+    let root = docroot("dirs");
+    let yaml = |directories: &str| {
+        format!(
+            r#"workers: 1
+upstreams:
+  php:
+    servers: ['{server}']
+    protocol: fastcgi
+    fastcgi: {{ root: '{root}', fallback: /index.php{directories} }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - proxy: {{ upstream: php }}
+"#,
+            server = fpm.server,
+            root = root.display()
+        )
+    };
+    let h = inproc::start(&yaml(""));
+    let addr = h.local_addrs()[0];
+    assert_eq!(get(addr, "/uploads/").status, 403);
+    assert_eq!(get(addr, "/blog/").text(), "blog /blog/index.php");
+    inproc::stop(h);
+    let h = inproc::start(&yaml(", directories: fallback"));
+    let addr = h.local_addrs()[0];
+    let r = get(addr, "/uploads/");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (200, "front controller /index.php")
+    );
+    // A directory with its index script still runs it.
+    assert_eq!(get(addr, "/blog/").text(), "blog /blog/index.php");
+    inproc::stop(h);
+    let bad = |yaml: &str| {
+        weir::runtime::load_str(yaml, std::path::Path::new("."), |_| None)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let e = bad(&yaml(", directories: listing"));
+    assert!(
+        e.contains("upstreams.php.fastcgi.directories") && e.contains("`403` or `fallback`"),
+        "{e}"
+    );
+    let e = bad(&yaml(", directories: fallback").replace("fallback: /index.php, ", ""));
+    assert!(
+        e.contains("upstreams.php.fastcgi.directories") && e.contains("needs a `fallback`"),
+        "{e}"
+    );
+}

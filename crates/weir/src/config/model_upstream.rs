@@ -70,6 +70,11 @@ pub struct FastCgi {
     /// controller, nginx's `try_files $uri $uri/ /index.php?$args`); `REQUEST_URI` stays what
     /// the client asked for. Without it, such a request is 404.
     pub fallback: Option<String>,
+    /// A path ending in `/` whose directory holds no `index` script: `403` (the default:
+    /// nginx's index module, reached by `try_files ... $uri/ ...`), or `fallback`: the
+    /// `fallback` script runs (nginx's `try_files $uri /index.php?$args`, with no `$uri/`).
+    #[serde(default = "default_fastcgi_directories")]
+    pub directories: String,
     /// Keep connections to the application (`FCGI_KEEP_CONN`, nginx's `fastcgi_keep_conn on`),
     /// up to `keepalive.max_idle` per server and worker. Off by default: a kept connection
     /// holds one php-fpm child while idle, and php-fpm's pools are sized for one connection per
@@ -91,6 +96,10 @@ pub struct FastCgi {
 
 fn default_fastcgi_extensions() -> Vec<String> {
     vec![".php".into()]
+}
+
+fn default_fastcgi_directories() -> String {
+    "403".into()
 }
 
 fn default_fastcgi_index() -> String {

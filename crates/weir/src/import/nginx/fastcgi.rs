@@ -423,14 +423,16 @@ fn canonical(value: &str, sets: &[&Directive], used: &mut Vec<usize>) -> String 
 /// The front controller twin of FastCGI upstream `name` for a static route of `root`: its
 /// `fallback` the script `fallback`, and a split that names a directory's `index` script or
 /// nothing (so a path names no other script: nginx reaches the front controller, or a
-/// directory's index, and nothing else through `try_files`). `None` when `name` is no FastCGI
-/// upstream of that root.
+/// directory's index, and nothing else through `try_files`); `dir_candidate`: the
+/// `try_files` has `$uri/` (else a directory runs the fallback, never 403). `None` when `name`
+/// is no FastCGI upstream of that root.
 pub(super) fn front(
     cx: &mut Ctx,
     name: &str,
     root: &str,
     fallback: &str,
     index: Option<&str>,
+    dir_candidate: bool,
 ) -> Option<String> {
     let Some(Value::Mapping(mut up)) = cx.upstreams.get(s(name)).cloned() else {
         return None;
@@ -462,6 +464,9 @@ pub(super) fn front(
     }
     f.insert(s("split_path_info"), s(&split));
     f.insert(s("fallback"), s(fallback));
+    if !dir_candidate {
+        f.insert(s("directories"), s("fallback"));
+    }
     Some(named_upstream(cx, "php_front", Value::Mapping(up)))
 }
 

@@ -608,14 +608,22 @@ fn front_controller(
         same.then(|| p.get("upstream")?.as_str().map(String::from))?
     };
     let up = upstream_of(fallback).filter(|_| !fallback.contains('?'))?;
+    // Without a `$uri/` candidate nginx never reaches the index module: a directory runs the
+    // front controller (Drupal's `try_files $uri /index.php?$query_string`), never 403.
+    let dir_candidate = routes[i]
+        .get("static")
+        .and_then(|st| st.get("try_files"))
+        .and_then(Value::as_sequence)
+        .is_some_and(|t| t.iter().filter_map(Value::as_str).any(|c| c.ends_with('/')));
     let script = index
         .iter()
+        .filter(|_| dir_candidate)
         .find(|n| {
             dirs.iter()
                 .all(|d| upstream_of(&format!("{d}{n}")).as_ref() == Some(&up))
         })
         .cloned();
-    let name = super::fastcgi::front(cx, &up, root, fallback, script.as_deref())?;
+    let name = super::fastcgi::front(cx, &up, root, fallback, script.as_deref(), dir_candidate)?;
     Some((name, script))
 }
 

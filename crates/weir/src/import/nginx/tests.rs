@@ -80,6 +80,23 @@ fn a_php_location_is_a_fastcgi_upstream_and_its_fallback_the_front_controller() 
     }
 }
 
+/// Without `$uri/` in the `try_files` (Drupal's), nginx never reaches its index module: a
+/// directory runs the front controller, never 403 (`directories: fallback`); WordPress's has
+/// `$uri/` and keeps the 403.
+#[test]
+fn a_front_controller_without_a_directory_candidate_runs_for_directories() {
+    let drupal = WORDPRESS.replace(
+        "try_files $uri $uri/ /index.php?$args;",
+        "try_files $uri /index.php?$query_string;",
+    );
+    let (yaml, _) = import("drupal", &drupal);
+    assert!(yaml.contains("directories: fallback"), "{yaml}");
+    assert!(yaml.contains("split_path_info: (?s)^()(.*)$"), "{yaml}");
+    compiles(&yaml.replace("/srv/www", "/tmp"));
+    let (yaml, _) = import("wp-dirs", WORDPRESS);
+    assert!(!yaml.contains("directories:"), "{yaml}");
+}
+
 #[test]
 fn what_weir_does_not_pass_keeps_the_location_refusing() {
     let cases = [

@@ -21,6 +21,9 @@ pub struct FastCgi {
     pub require_file: bool,
     /// The script for a path that names none (`fastcgi.fallback`), as a path from the root.
     pub fallback: Option<Bytes>,
+    /// A directory without its index script runs `fallback` (`directories: fallback`), rather
+    /// than 403.
+    pub directory_fallback: bool,
     /// `FCGI_KEEP_CONN` and pooled connections (`fastcgi.keep_conn`).
     pub keep_conn: bool,
     /// Pass `PATH_INFO` (`fastcgi.path_info`).
@@ -89,6 +92,22 @@ impl FastCgi {
                 ))
             }
         };
+        let directory_fallback = match f.directories.as_str() {
+            "403" => false,
+            "fallback" if fallback.is_some() => true,
+            "fallback" => {
+                return Err((
+                    format!("{path}.directories"),
+                    "`fallback` needs a `fallback` script (/index.php)".into(),
+                ))
+            }
+            other => {
+                return Err((
+                    format!("{path}.directories"),
+                    format!("{other:?}: `403` or `fallback`"),
+                ))
+            }
+        };
         if f.extensions.is_empty() || f.extensions.iter().any(|e| !e.starts_with('.')) {
             return Err((
                 format!("{path}.extensions"),
@@ -103,6 +122,7 @@ impl FastCgi {
             split,
             require_file: f.require_file,
             fallback,
+            directory_fallback,
             keep_conn: f.keep_conn,
             path_info: f.path_info,
             extensions: f

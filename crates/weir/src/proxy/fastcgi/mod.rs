@@ -383,8 +383,13 @@ async fn exchange(
     let named = params::script(cfg, head.path())
         .filter(|s| !cfg.require_file || is_script(cfg, &s.filename));
     // A directory without its index script is nginx's 403 ("directory index forbidden"), not
-    // the front controller's.
-    if named.is_none() && head.path().ends_with(b"/") && is_directory(cfg, head.path()) {
+    // the front controller's, unless `directories: fallback` (no `$uri/` in nginx's
+    // `try_files`: the index module is never reached).
+    if named.is_none()
+        && !cfg.directory_fallback
+        && head.path().ends_with(b"/")
+        && is_directory(cfg, head.path())
+    {
         refuse(&mut pipe, b"403 ", b"Forbidden\n").await?;
         return Ok(None);
     }

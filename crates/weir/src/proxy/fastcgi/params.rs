@@ -293,6 +293,7 @@ mod tests {
             split: regex::bytes::Regex::new(r"^(.+?\.php)(/.*)$").unwrap(),
             require_file: true,
             fallback: None,
+            directory_fallback: false,
             keep_conn: true,
             path_info: true,
             extensions: vec![Bytes::from_static(b".php")],
