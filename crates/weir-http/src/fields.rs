@@ -199,7 +199,7 @@ impl PlainLines {
 }
 
 /// The fields of a [`Fields`], in order.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Iter<'a> {
     head: &'a [u8],
     narrow: std::slice::Iter<'a, Narrow>,

@@ -513,3 +513,29 @@ listeners:
         "{e}"
     );
 }
+
+/// php-fpm recycles its children (`pm.max_requests`; off in Debian's pool, often set): a kept
+/// connection is closed under weir. A GET or HEAD taken on one without a probe goes again on a
+/// new connection when it closes before any answer (nginx's `fastcgi_next_upstream error`).
+/// With `pm.max_requests = 1` every kept connection dies after its request: every request is
+/// still answered. (A POST is sent only on a connection the probe found open; one the child
+/// closes in the same instant is a 502, as with nginx, which does not resend a POST either.)
+#[test]
+fn recycled_php_fpm_children_cost_no_get() {
+    let Some(fpm) = PhpFpm::start("recycle", false, 2, "pm.max_requests = 1") else {
+        return;
+    };
+    let root = docroot("recycle");
+    let h = inproc::start(&config(&fpm.server, &root, None));
+    let addr = h.local_addrs()[0];
+    for i in 0..30 {
+        let r = get(addr, "/pid.php");
+        assert_eq!(r.status, 200, "GET {i}: {}", r.text());
+        let r = send(
+            addr,
+            b"HEAD /pid.php HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(r.status, 200, "HEAD {i}");
+    }
+    inproc::stop(h);
+}

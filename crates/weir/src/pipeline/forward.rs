@@ -58,13 +58,13 @@ enum Sent {
 }
 
 /// Where the exchange stands: the upstream, this worker's state for it, the request.
-struct Target<'r> {
+pub(super) struct Target<'r> {
     /// Index of `up` in the config's upstreams.
-    upstream: usize,
-    up: &'r Upstream,
-    route: &'r ProxyRoute,
-    head: &'r RequestHead,
-    client: Client,
+    pub(super) upstream: usize,
+    pub(super) up: &'r Upstream,
+    pub(super) route: &'r ProxyRoute,
+    pub(super) head: &'r RequestHead,
+    pub(super) client: Client,
 }
 
 /// Proxies `head` per `route`, as `steer` says, calling `hooks` at each named point;
@@ -127,6 +127,21 @@ pub(crate) async fn forward<D: Downstream>(
         request_id: Some((&settings.name, &settings.prefix, &id)),
         identity: identity.as_deref(),
     };
+    if let Some(cgi) = &up.fastcgi {
+        // Boxed: kept out of every other request's future.
+        let hooks = (steer, &mut *hooks);
+        return Box::pin(super::forward_cgi::forward(
+            d,
+            ctx,
+            &target,
+            cgi,
+            per_worker,
+            shape,
+            persistence,
+            hooks,
+        ))
+        .await;
+    }
     let total_deadline = up.total_timeout.map(|t| Instant::now() + t);
     // Servers tried so far (bounded: retries are few).
     let mut tried_buf = [usize::MAX; 16];
@@ -406,7 +421,7 @@ async fn backoff(up: &Upstream, retries: u32) {
 /// `(persistence, has_body)`: the keep-alive decision so far, and whether the request had a
 /// body (then the connection closes: the body may not have been read). With
 /// `Steer::fallback` only the hooks hear of it.
-fn fail<D: Downstream>(
+pub(super) fn fail<D: Downstream>(
     d: &mut D,
     ctx: &mut RequestCtx,
     target: &Target<'_>,
@@ -477,11 +492,6 @@ async fn write_request<D: Downstream>(
 ) -> Result<Sent, Error> {
     let head = target.head;
     let filters = &target.route.filters;
-    if target.up.fastcgi.is_some() {
-        // What the request does not carry, for the CGI environment (`proxy/fastcgi/`).
-        let https = target.client.scheme == "https";
-        crate::proxy::fastcgi::put_preamble(req, d.peer(), https, head);
-    }
     build_request(
         req,
         head,

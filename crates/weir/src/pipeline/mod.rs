@@ -31,6 +31,7 @@ mod errors;
 mod failure;
 pub(crate) mod fetch;
 pub(crate) mod forward;
+mod forward_cgi;
 pub(crate) mod hooks;
 mod kv;
 mod later;

@@ -72,12 +72,15 @@ pub async fn checkout(
     // A new connection's futures are boxed (one allocation per connection): inline, their
     // ~1.5 KB made every request's boxed pipeline future too large for malloc's per-thread
     // cache, ~440 instructions per proxied request (callgrind 2026-11-27).
-    let connected = if up.h2 || up.fastcgi.is_some() {
-        let pipe = if up.h2 {
-            Box::pin(super::h2_upstream::open(&per_worker.pool, up, server)).await
-        } else {
-            Box::pin(super::fastcgi::open(per_worker, up, server)).await
-        };
+    // FastCGI upstreams never come here: their exchange is `pipeline/forward_cgi.rs`'s.
+    if up.fastcgi.is_some() {
+        return Err(Error::with(
+            ErrorKind::Connect,
+            "a FastCGI upstream speaks no HTTP",
+        ));
+    }
+    let connected = if up.h2 {
+        let pipe = Box::pin(super::h2_upstream::open(&per_worker.pool, up, server)).await;
         pipe.map(|pipe| UpstreamConn::new(tokio_util::either::Either::Right(pipe)))
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::TimedOut => Error::new(ErrorKind::ConnectTimeout),

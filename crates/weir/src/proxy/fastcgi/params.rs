@@ -9,7 +9,7 @@
 
 use std::net::SocketAddr;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, BytesMut};
 use weir_http::RequestHead;
 
 use super::config::FastCgi;
@@ -17,10 +17,105 @@ use super::config::FastCgi;
 /// What the request itself does not carry: who sent it and how, and the target it asked for
 /// before a route rewrote it (`REQUEST_URI`, nginx's `$request_uri`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Peer {
+pub struct Peer<'a> {
     pub addr: SocketAddr,
     pub https: bool,
-    pub request_uri: Bytes,
+    pub request_uri: &'a [u8],
+}
+
+/// The request as the application is to see it, which the CGI environment is made from: a
+/// parsed head (the bridge's), or the head the upstream phase built for it ([`Built`]).
+pub trait Upward {
+    fn method(&self) -> &[u8];
+    fn authority(&self) -> Option<&[u8]>;
+    fn query(&self) -> Option<&[u8]>;
+    fn has_body(&self) -> bool;
+    /// `(name, value)` of each field, in order.
+    fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> + Clone + '_;
+}
+
+impl Upward for RequestHead {
+    fn method(&self) -> &[u8] {
+        self.method.as_str().as_bytes()
+    }
+    fn authority(&self) -> Option<&[u8]> {
+        RequestHead::authority(self)
+    }
+    fn query(&self) -> Option<&[u8]> {
+        RequestHead::query(self)
+    }
+    fn has_body(&self) -> bool {
+        self.body != weir_http::BodyKind::Empty
+    }
+    fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> + Clone + '_ {
+        RequestHead::fields(self).iter()
+    }
+}
+
+/// An HTTP/1.1 request head weir wrote itself (`exchange::build_request`: the route's target,
+/// the Host it chose, the fields its filters keep and add), read back without a parser: every
+/// line is weir's own, one `Name: value` each.
+#[derive(Debug)]
+pub struct Built<'a> {
+    method: &'a [u8],
+    /// The target's path, as the route rewrote it.
+    pub path: &'a [u8],
+    query: Option<&'a [u8]>,
+    /// The field lines, each ending in CRLF.
+    lines: &'a [u8],
+    has_body: bool,
+}
+
+impl<'a> Built<'a> {
+    /// `head` from its request line to its empty line; `None` if it is not one weir writes.
+    pub fn read(head: &'a [u8], has_body: bool) -> Option<Built<'a>> {
+        let end = memchr::memmem::find(head, b"\r\n")?;
+        let line = &head[..end];
+        let sp = memchr::memchr(b' ', line)?;
+        let method = &line[..sp];
+        let target = line[sp + 1..].strip_suffix(b" HTTP/1.1")?;
+        let (path, query) = match memchr::memchr(b'?', target) {
+            Some(q) => (&target[..q], Some(&target[q + 1..])),
+            None => (target, None),
+        };
+        let lines = head[end + 2..].strip_suffix(b"\r\n")?;
+        Some(Built {
+            method,
+            path,
+            query,
+            lines,
+            has_body,
+        })
+    }
+}
+
+impl Upward for Built<'_> {
+    fn method(&self) -> &[u8] {
+        self.method
+    }
+    fn authority(&self) -> Option<&[u8]> {
+        self.fields()
+            .find(|(n, _)| n.eq_ignore_ascii_case(b"host"))
+            .map(|(_, v)| v)
+    }
+    fn query(&self) -> Option<&[u8]> {
+        self.query
+    }
+    fn has_body(&self) -> bool {
+        self.has_body
+    }
+    fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> + Clone + '_ {
+        self.lines.split(|b| *b == b'\n').filter_map(|l| {
+            let l = l.strip_suffix(b"\r").unwrap_or(l);
+            let colon = memchr::memchr(b':', l)?;
+            let v = &l[colon + 1..];
+            let start = v
+                .iter()
+                .position(|b| *b != b' ' && *b != b'\t')
+                .unwrap_or(v.len());
+            Some((&l[..colon], &v[start..]))
+        })
+    }
 }
 
 /// Where a path leads: the script's name, the rest (`PATH_INFO`) and the script's file.
@@ -155,7 +250,7 @@ pub fn decimal(n: u64, buf: &mut [u8; 20]) -> &[u8] {
 /// the parameters are sent. `params` of the config replace weir's of the same name.
 pub fn put(
     cfg: &FastCgi,
-    head: &RequestHead,
+    head: &impl Upward,
     script: &Script,
     peer: &Peer,
     length: Option<u64>,
@@ -172,7 +267,7 @@ pub fn put(
     set("GATEWAY_INTERFACE", b"CGI/1.1");
     set("SERVER_SOFTWARE", b"weir");
     set("SERVER_PROTOCOL", b"HTTP/1.1");
-    set("REQUEST_METHOD", head.method.as_str().as_bytes());
+    set("REQUEST_METHOD", head.method());
     set(
         "REQUEST_SCHEME",
         if peer.https { b"https" } else { b"http" },
@@ -180,7 +275,7 @@ pub fn put(
     if peer.https {
         set("HTTPS", b"on");
     }
-    set("REQUEST_URI", &peer.request_uri);
+    set("REQUEST_URI", peer.request_uri);
     // The script and its path info, as nginx's `$document_uri` after its internal redirect
     // (the client's path stays in `REQUEST_URI`).
     let mut document_uri = Vec::with_capacity(script.name.len() + script.path_info.len());
@@ -210,25 +305,30 @@ pub fn put(
     set("REDIRECT_STATUS", b"200");
     // As nginx's `fastcgi_params` pass them: empty without a body or a type.
     match length {
-        Some(n) if n > 0 || head.body != weir_http::BodyKind::Empty => {
-            set("CONTENT_LENGTH", decimal(n, &mut digits))
-        }
+        Some(n) if n > 0 || head.has_body() => set("CONTENT_LENGTH", decimal(n, &mut digits)),
         _ => set("CONTENT_LENGTH", b""),
     }
-    set("CONTENT_TYPE", head.header("content-type").unwrap_or(b""));
+    let ctype = head
+        .fields()
+        .find(|(n, _)| n.eq_ignore_ascii_case(b"content-type"))
+        .map(|(_, v)| v);
+    set("CONTENT_TYPE", ctype.unwrap_or(b""));
     // The fields as spans of the head (no list of them made: `headers()` cost ~1.6k
     // instructions a request here, callgrind 2026-11-29).
-    let fields = head.fields();
+    // Gathered once: the checks below look back and ahead (a `Built` head's lines are split
+    // by `memchr`, ~25k instructions a request when walked per field, callgrind 2026-11-29).
+    let list: Vec<(&[u8], &[u8])> = head.fields().collect();
+    let fields = || list.iter().copied();
     let mut key = Vec::with_capacity(64);
     let mut joined = Vec::new();
-    for (i, (name, value)) in fields.iter().enumerate() {
+    for (i, (name, value)) in fields().enumerate() {
         if name.contains(&b'_')
             || name.eq_ignore_ascii_case(b"proxy")
             || name.eq_ignore_ascii_case(b"content-type")
             || name.eq_ignore_ascii_case(b"content-length")
             || weir_http::hop::not_in_h2(name)
             // A repeated field was joined at its first occurrence.
-            || fields.iter().take(i).any(|(n, _)| n.eq_ignore_ascii_case(name))
+            || fields().take(i).any(|(n, _)| n.eq_ignore_ascii_case(name))
         {
             continue;
         }
@@ -238,8 +338,7 @@ pub fn put(
             b'-' => b'_',
             b => b.to_ascii_uppercase(),
         }));
-        let mut rest = fields
-            .iter()
+        let mut rest = fields()
             .skip(i + 1)
             .filter(|(n, _)| n.eq_ignore_ascii_case(name))
             .peekable();
@@ -284,6 +383,7 @@ fn split_host(host: &[u8], https: bool) -> (&[u8], &[u8]) {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use bytes::Bytes;
 
     fn cfg() -> FastCgi {
         FastCgi {
@@ -348,5 +448,69 @@ mod tests {
         );
         assert_eq!(split_host(b"[::1]", false), (&b"[::1]"[..], &b"80"[..]));
         assert_eq!(split_host(b"[::1]:81", false), (&b"[::1]"[..], &b"81"[..]));
+    }
+
+    /// The head weir builds for the application reads back as its CGI environment: the
+    /// route's path and query, the Host weir chose, repeated fields joined, a field with `_`
+    /// and `Proxy` left out, the request target as the client sent it in `REQUEST_URI`.
+    #[test]
+    fn a_built_head_reads_back_as_the_environment() {
+        let raw = b"POST /app/index.php/x?a=1 HTTP/1.1\r\nHost: example.test:8080\r\nX-A: 1\r\nCookie: a=1\r\nX_A: spoof\r\nProxy: evil\r\nCookie: b=2\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\n";
+        let b = Built::read(raw, true).unwrap();
+        assert_eq!(b.path, b"/app/index.php/x");
+        assert_eq!(Upward::query(&b), Some(&b"a=1"[..]));
+        assert_eq!(Upward::authority(&b), Some(&b"example.test:8080"[..]));
+        let s = script(&cfg(), b.path).unwrap();
+        let peer = Peer {
+            addr: "10.0.0.7:4242".parse().unwrap(),
+            https: true,
+            request_uri: b"/x/y?a=1",
+        };
+        let mut out = BytesMut::new();
+        put(&cfg(), &b, &s, &peer, Some(3), &mut out);
+        let env = pairs(&out);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("REQUEST_METHOD"), Some("POST"));
+        assert_eq!(get("SCRIPT_NAME"), Some("/app/index.php"));
+        assert_eq!(get("PATH_INFO"), Some("/x"));
+        assert_eq!(get("QUERY_STRING"), Some("a=1"));
+        assert_eq!(get("REQUEST_URI"), Some("/x/y?a=1"));
+        assert_eq!(get("SERVER_NAME"), Some("example.test"));
+        assert_eq!(get("SERVER_PORT"), Some("8080"));
+        assert_eq!(get("REMOTE_ADDR"), Some("10.0.0.7"));
+        assert_eq!(get("REMOTE_PORT"), Some("4242"));
+        assert_eq!(get("HTTPS"), Some("on"));
+        assert_eq!(get("CONTENT_LENGTH"), Some("3"));
+        assert_eq!(get("CONTENT_TYPE"), Some("text/plain"));
+        assert_eq!(get("HTTP_X_A"), Some("1"));
+        assert_eq!(get("HTTP_COOKIE"), Some("a=1; b=2"));
+        assert_eq!(get("HTTP_PROXY"), None);
+        assert_eq!(env.iter().filter(|(n, _)| n == "HTTP_X_A").count(), 1);
+        // Not a head weir writes: refused.
+        assert!(Built::read(b"GET / HTTP/1.0\r\n\r\n", false).is_none());
+    }
+
+    /// The name-value pairs of a PARAMS body.
+    fn pairs(mut b: &[u8]) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let len = |b: &mut &[u8]| -> usize {
+            if b[0] < 128 {
+                let n = b[0] as usize;
+                *b = &b[1..];
+                n
+            } else {
+                let n = u32::from_be_bytes([b[0] & 0x7f, b[1], b[2], b[3]]) as usize;
+                *b = &b[4..];
+                n
+            }
+        };
+        while !b.is_empty() {
+            let (n, v) = (len(&mut b), len(&mut b));
+            let name = String::from_utf8(b[..n].to_vec()).unwrap();
+            let value = String::from_utf8(b[n..n + v].to_vec()).unwrap();
+            b = &b[n + v..];
+            out.push((name, value));
+        }
+        out
     }
 }
