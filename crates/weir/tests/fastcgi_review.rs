@@ -2,7 +2,9 @@
 //! failed before its fix: slow uploads held every php-fpm child (the body is now whole before
 //! the application is asked), `%2F` became a separator no route saw, a site's body limit was
 //! lost when a route set another limit, flushed output was held back, the script cache
-//! answered across roots, and `Front-End-Https` reached PHP.
+//! answered across roots, and `Front-End-Https` reached PHP; and, of the native exchange (no
+//! probe before a GET), a kept connection out of step answered a client with the previous
+//! client's response.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -190,4 +192,113 @@ listeners:
     );
     assert!(!String::from_utf8_lossy(&seen).contains("second"));
     inproc::stop(handle);
+}
+
+/// A FastCGI responder on loopback that answers each request on a kept connection with
+/// `resp-for:QUERY`; for `?stale` it writes a second response (another STDOUT and END_REQUEST
+/// of the same request) 200 ms after its END_REQUEST, as a broken application might.
+fn stale_responder() -> SocketAddr {
+    fn record(kind: u8, id: u16, content: &[u8]) -> Vec<u8> {
+        let mut r = vec![1, kind];
+        r.extend_from_slice(&id.to_be_bytes());
+        r.extend_from_slice(&(content.len() as u16).to_be_bytes());
+        r.extend_from_slice(&[0, 0]);
+        r.extend_from_slice(content);
+        r
+    }
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            std::thread::spawn(move || loop {
+                // One request: its records until the empty STDIN.
+                let mut query = String::new();
+                let mut id;
+                loop {
+                    let mut h = [0u8; 8];
+                    if c.read_exact(&mut h).is_err() {
+                        return;
+                    }
+                    let len = u16::from_be_bytes([h[4], h[5]]) as usize + h[6] as usize;
+                    let mut body = vec![0u8; len];
+                    if c.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    id = u16::from_be_bytes([h[2], h[3]]);
+                    let content = &body[..len - h[6] as usize];
+                    if h[1] == 4 {
+                        let text = String::from_utf8_lossy(content);
+                        if let Some(q) = text.split("QUERY_STRING").nth(1) {
+                            query = q
+                                .chars()
+                                .take_while(|c| c.is_ascii_alphanumeric())
+                                .collect();
+                        }
+                    }
+                    if h[1] == 5 && content.is_empty() {
+                        break;
+                    }
+                }
+                let text = format!("Content-Type: text/plain\r\n\r\nresp-for:{query}");
+                let mut out = record(6, id, text.as_bytes());
+                out.extend(record(3, id, &[0; 8]));
+                if c.write_all(&out).is_err() {
+                    return;
+                }
+                if query == "stale" {
+                    std::thread::sleep(Duration::from_millis(200));
+                    let mut late = record(
+                        6,
+                        id,
+                        b"Content-Type: text/plain\r\n\r\nSTALE-from-previous",
+                    );
+                    late.extend(record(3, id, &[0; 8]));
+                    let _ = c.write_all(&late);
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// The outside review of the native FastCGI exchange: a GET takes a kept connection without a
+/// probe, and an application that wrote after its END_REQUEST had each later client read the
+/// previous client's response (B got STALE, C got B's, D got C's). Each request now has an id
+/// of its own: a record of another request shows the connection out of step, and the GET goes
+/// again on a new connection.
+#[test]
+fn a_kept_connection_out_of_step_answers_no_one_else_s_response() {
+    let app = stale_responder();
+    let root = inproc::dir("fcgi-review", "stale");
+    let h = inproc::start(&format!(
+        r#"workers: 1
+upstreams:
+  app:
+    servers: ['{app}']
+    protocol: fastcgi
+    fastcgi: {{ root: '{root}', keep_conn: true, require_file: false }}
+    keepalive: {{ max_idle: 8 }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - proxy: {{ upstream: app }}
+"#,
+        root = root.display()
+    ));
+    let addr = h.local_addrs()[0];
+    let ask = |q: &str| {
+        get(
+            addr,
+            &format!("GET /x.php?{q} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"),
+        )
+    };
+    assert_eq!(ask("stale").text(), "resp-for:stale");
+    // paces: the application's late response reaches the kept connection meanwhile.
+    std::thread::sleep(Duration::from_millis(500));
+    for q in ["B", "C", "D"] {
+        let r = ask(q);
+        assert_eq!((r.status, r.text()), (200, format!("resp-for:{q}")));
+    }
+    inproc::stop(h);
 }

@@ -6,8 +6,8 @@
 //! application is asked (a php-fpm child is bound to its connection from the accept: streamed
 //! slow uploads held every child, the review of issue 53), frames both directions in records,
 //! and reads a CGI header section, not an HTTP head. Until 2026-11-29 it went through an
-//! in-memory HTTP/1.1 pipe to a task of its own (`proxy/fastcgi/mod.rs`, still used by the
-//! cache's revalidations): an HTTP/1.1 encode and parse each way, a task and a pipe per request,
+//! in-memory HTTP/1.1 pipe to a task of its own (removed): an HTTP/1.1 encode and parse each
+//! way, a task and a pipe per request,
 //! 44.9k user-space instructions a request against 32.9k here (callgrind, `hello.php`), and
 //! 5 system calls against 4 (nginx makes 5).
 //!
@@ -114,6 +114,12 @@ pub(super) async fn forward<D: Downstream>(
                 .ok()
                 .flatten()
                 .ok_or_else(|| Error::new(ErrorKind::BadResponse))?;
+            // A body not read: the connection closes after the answer (and says so).
+            let persistence = if has_body {
+                Persistence::Close
+            } else {
+                persistence
+            };
             let persistence = start(d, ctx, target, server, &resp, persistence, steer, hooks);
             if head.method != Method::Head {
                 let body = Bytes::from_static(body);
@@ -157,10 +163,11 @@ pub(super) async fn forward<D: Downstream>(
         &mut env,
     );
     let mut out = take_buf(env.len() + body.len() + 64);
-    record::put_begin(&mut out, cfg.keep_conn);
-    record::put_params_body(&mut out, &env);
-    record::put_stream(&mut out, record::STDIN, &body);
-    record::put(&mut out, record::STDIN, &[]);
+    let id = record::next_id();
+    record::put_begin(&mut out, id, cfg.keep_conn);
+    record::put_params_body(&mut out, id, &env);
+    record::put_stream(&mut out, record::STDIN, id, &body);
+    record::put(&mut out, record::STDIN, id, &[]);
     for b in [env, body, request_uri, built] {
         give_buf(b);
     }
@@ -199,7 +206,7 @@ pub(super) async fn forward<D: Downstream>(
         ctx,
         target,
         server,
-        (sock, again),
+        (sock, again, id),
         (cfg, per_worker),
         total_deadline,
         persistence,
@@ -303,7 +310,7 @@ async fn relay<D: Downstream>(
     ctx: &mut RequestCtx,
     target: &Target<'_>,
     server: usize,
-    (mut sock, mut again): (Socket, Option<&[u8]>),
+    (mut sock, mut again, id): (Socket, Option<&[u8]>, u16),
     (cfg, per_worker): (&FastCgi, &WorkerUpstream),
     total_deadline: Option<Instant>,
     persistence: Persistence,
@@ -357,11 +364,51 @@ async fn relay<D: Downstream>(
                 );
             }
         };
+        if rec.id != id {
+            // Another request's record: the kept connection is out of step (an application
+            // that wrote after its END_REQUEST). Dropped; a GET or HEAD goes again on a new
+            // connection, anything else is a 502 (it may have run).
+            if let (Some(out), true) = (again.take(), section.is_empty()) {
+                rbuf.clear();
+                match connect_and_send(up, server, out).await {
+                    Ok(s) => sock = s,
+                    Err(e) => {
+                        record_failure(up, server, &e);
+                        return fail(
+                            d,
+                            ctx,
+                            target,
+                            Some(server),
+                            e,
+                            (persistence, has_body),
+                            (steer, hooks),
+                        );
+                    }
+                }
+                continue;
+            }
+            let e = Error::with(
+                ErrorKind::BadResponse,
+                "a record of another request: the connection is out of step",
+            );
+            record_failure(up, server, &e);
+            return fail(
+                d,
+                ctx,
+                target,
+                Some(server),
+                e,
+                (persistence, has_body),
+                (steer, hooks),
+            );
+        }
         again = None;
         match rec.kind {
             record::STDOUT => {
+                // Only the new bytes (and the 3 before them) can complete the blank line.
+                let from = section.len().saturating_sub(3);
                 section.extend_from_slice(&rec.content);
-                if let Some(end) = reply::head_end(&section) {
+                if let Some(end) = reply::head_end(&section[from..]).map(|e| e + from) {
                     let mut h1 = BytesMut::with_capacity(end + 128);
                     let parsed = reply::write_head(&section[..end], bodyless, &mut h1)
                         .map_err(|e| e.0)
@@ -442,6 +489,10 @@ async fn relay<D: Downstream>(
             Ok(r) => r,
             Err(n) => return Err(aborted(ctx, (up, server, head), &n.describe())),
         };
+        if rec.id != id {
+            let why = "a record of another request: the connection is out of step";
+            return Err(aborted(ctx, (up, server, head), why));
+        }
         match rec.kind {
             record::STDOUT if with_body && !rec.content.is_empty() => {
                 hooks.on_body(&rec.content);
@@ -507,7 +558,9 @@ fn start<D: Downstream>(
 /// The application's stderr, logged (rate-limited: a client chooses how often a script fails).
 fn stderr(content: &[u8]) {
     if let Some(suppressed) = STDERR_LOG.admit() {
+        // Control bytes escaped: a script's message cannot forge a line of weir's log.
         let text = String::from_utf8_lossy(&content[..content.len().min(512)]);
-        tracing::warn!(message = %text.trim_end(), suppressed, "FastCGI stderr");
+        let text = text.trim_end().escape_debug();
+        tracing::warn!(message = %text, suppressed, "FastCGI stderr");
     }
 }

@@ -1,6 +1,8 @@
 //! FastCGI records (the FastCGI 1.0 specification, Open Market 1996): the 8-byte header, the
 //! name-value pairs of PARAMS, and a reader that yields whole records from a byte stream.
-//! One request at a time per connection (request id 1), so multiplexing is not needed.
+//! One request at a time per connection, so multiplexing is not needed; each request has an id
+//! of its own ([`next_id`]), so a record of an earlier one (an application that wrote after its
+//! END_REQUEST) shows the connection out of step instead of being read as this one's.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -16,21 +18,31 @@ pub const STDERR: u8 = 7;
 pub const RESPONDER: u16 = 1;
 /// BEGIN_REQUEST flag: keep the connection open after the request (pooled).
 pub const KEEP_CONN: u8 = 1;
-/// The request id weir uses: one request per connection at a time.
-pub const ID: u16 = 1;
+thread_local! {
+    static LAST_ID: std::cell::Cell<u16> = const { std::cell::Cell::new(0) };
+}
+
+/// A request id for the next request of this worker: 1 to 65535, in turn.
+pub fn next_id() -> u16 {
+    LAST_ID.with(|c| {
+        let id = c.get().checked_add(1).unwrap_or(1);
+        c.set(id);
+        id
+    })
+}
 /// Largest record content.
 pub const MAX_CONTENT: usize = 65_535;
 const HEADER: usize = 8;
 
 /// Appends one record of `kind` with `content` (at most [`MAX_CONTENT`] bytes).
-pub fn put(out: &mut BytesMut, kind: u8, content: &[u8]) {
+pub fn put(out: &mut BytesMut, kind: u8, id: u16, content: &[u8]) {
     debug_assert!(content.len() <= MAX_CONTENT);
     // Padding to a multiple of 8, as the specification recommends.
     let pad = (8 - content.len() % 8) % 8;
     out.reserve(HEADER + content.len() + pad);
     out.put_u8(VERSION);
     out.put_u8(kind);
-    out.put_u16(ID);
+    out.put_u16(id);
     out.put_u16(content.len() as u16);
     out.put_u8(pad as u8);
     out.put_u8(0);
@@ -39,18 +51,18 @@ pub fn put(out: &mut BytesMut, kind: u8, content: &[u8]) {
 }
 
 /// Appends `content` as records of `kind`, split at [`MAX_CONTENT`] (nothing for empty).
-pub fn put_stream(out: &mut BytesMut, kind: u8, content: &[u8]) {
+pub fn put_stream(out: &mut BytesMut, kind: u8, id: u16, content: &[u8]) {
     for part in content.chunks(MAX_CONTENT) {
-        put(out, kind, part);
+        put(out, kind, id, part);
     }
 }
 
 /// Appends BEGIN_REQUEST for the responder role, the connection kept when `keep`.
-pub fn put_begin(out: &mut BytesMut, keep: bool) {
+pub fn put_begin(out: &mut BytesMut, id: u16, keep: bool) {
     let mut body = [0u8; 8];
     body[..2].copy_from_slice(&RESPONDER.to_be_bytes());
     body[2] = if keep { KEEP_CONN } else { 0 };
-    put(out, BEGIN_REQUEST, &body);
+    put(out, BEGIN_REQUEST, id, &body);
 }
 
 #[cfg(test)]
@@ -72,13 +84,13 @@ pub fn put_params<'a>(out: &mut BytesMut, pairs: impl Iterator<Item = (&'a [u8],
         body.put_slice(name);
         body.put_slice(value);
     }
-    put_params_body(out, &body);
+    put_params_body(out, 1, &body);
 }
 
 /// The PARAMS records of `body` (encoded pairs), then the empty one that ends them.
-pub fn put_params_body(out: &mut BytesMut, body: &[u8]) {
-    put_stream(out, PARAMS, body);
-    put(out, PARAMS, &[]);
+pub fn put_params_body(out: &mut BytesMut, id: u16, body: &[u8]) {
+    put_stream(out, PARAMS, id, body);
+    put(out, PARAMS, id, &[]);
 }
 
 /// One record read.
@@ -128,12 +140,12 @@ mod tests {
     #[test]
     fn records_round_trip_padded_and_split() {
         let mut out = BytesMut::new();
-        put_begin(&mut out, true);
-        put_stream(&mut out, STDIN, &vec![7u8; MAX_CONTENT + 10]);
-        put(&mut out, STDIN, &[]);
+        put_begin(&mut out, 9, true);
+        put_stream(&mut out, STDIN, 9, &vec![7u8; MAX_CONTENT + 10]);
+        put(&mut out, STDIN, 9, &[]);
         assert_eq!(out.len() % 8, 0);
         let begin = next(&mut out).unwrap().unwrap();
-        assert_eq!((begin.kind, begin.id), (BEGIN_REQUEST, ID));
+        assert_eq!((begin.kind, begin.id), (BEGIN_REQUEST, 9));
         assert_eq!(&begin.content[..3], &[0, 1, KEEP_CONN]);
         assert_eq!(next(&mut out).unwrap().unwrap().content.len(), MAX_CONTENT);
         assert_eq!(next(&mut out).unwrap().unwrap().content.len(), 10);
@@ -159,7 +171,7 @@ mod tests {
     #[test]
     fn a_partial_record_waits_and_garbage_is_refused() {
         let mut out = BytesMut::new();
-        put(&mut out, STDOUT, b"hello");
+        put(&mut out, STDOUT, 1, b"hello");
         let mut part = out.split_to(10);
         assert_eq!(next(&mut part).unwrap(), None);
         let mut bad = BytesMut::from(&b"HTTP/1.1 200 OK\r\n"[..]);

@@ -9,12 +9,17 @@ pub const MAX_HEAD: usize = 64 * 1024;
 
 /// Where the header section ends in `buf` (after its blank line), if it does yet.
 pub fn head_end(buf: &[u8]) -> Option<usize> {
-    let crlf = memchr::memmem::find(buf, b"\r\n\r\n").map(|i| i + 4);
-    let lf = memchr::memmem::find(buf, b"\n\n").map(|i| i + 2);
-    match (crlf, lf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
+    // A line ends in LF, with or without CR: the blank line is `\n\n` or `\n\r\n`.
+    let mut at = 0;
+    while let Some(i) = memchr::memchr(b'\n', &buf[at..]) {
+        let next = at + i + 1;
+        match buf.get(next..) {
+            Some([b'\n', ..]) => return Some(next + 1),
+            Some([b'\r', b'\n', ..]) => return Some(next + 2),
+            _ => at = next,
+        }
     }
+    None
 }
 
 /// A CGI header section that is not one.
@@ -134,5 +139,7 @@ mod tests {
         assert_eq!(head_end(b"A: b\r\n\r\nbody"), Some(8));
         assert_eq!(head_end(b"A: b\n\nbody"), Some(6));
         assert_eq!(head_end(b"A: b\r\n"), None);
+        // A blank line of CRLF after an LF-only line (nginx accepts it too).
+        assert_eq!(head_end(b"A: b\n\r\nbody"), Some(7));
     }
 }
