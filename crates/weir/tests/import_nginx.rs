@@ -7,6 +7,8 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+#[path = "import_nginx/error_named.rs"]
+mod error_named;
 #[path = "import_nginx/php.rs"]
 mod php;
 #[path = "import_nginx/script.rs"]

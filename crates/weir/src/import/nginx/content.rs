@@ -154,7 +154,8 @@ pub(super) fn content_routes(
     if !filters.is_empty() {
         route.insert(s("filters"), Value::Sequence(filters));
     }
-    let pages = error_pages(cx, scope);
+    let mut pages = error_pages(cx, scope);
+    super::server::named_pages(cx, scope, &mut pages);
     if !pages.is_empty() {
         let mut m = Mapping::new();
         for (k, v) in pages {

@@ -22,7 +22,7 @@ const FRONT_KEY: &str = "__weir_import_front__";
 
 /// A server's named location (`location @app`), translated when a `try_files` names it.
 pub(super) struct Named {
-    def: Directive,
+    pub(super) def: Directive,
     app: Option<Result<App, String>>,
 }
 
@@ -66,9 +66,9 @@ pub(super) fn unused_named(cx: &mut Ctx) {
         match n.app {
             None => cx.skip(
                 &n.def,
-                "a named location only a try_files ... @name reaches is translated (an error_page that names one is left out)",
+                "a named location is translated when a try_files ... @name or an `error_page 404 = @name` over files reaches it (a proxy), or an error_page serves its one page",
             ),
-            Some(Err(e)) if e == REWRITES => {}
+            Some(Err(e)) if e == REWRITES || e == PAGE => {}
             Some(Err(_)) => cx.skip(
                 &n.def,
                 "holds what is not translated: a try_files that names it answers 503",
@@ -296,6 +296,18 @@ pub(super) fn app_answers(route: &Mapping, a: &App) -> Vec<Value> {
 
 /// What a named location [`named_rewrite`] took stands for (translated as a path).
 const REWRITES: &str = "rewrites every URI to a path";
+/// A named location an `error_page` serves as a page (`server.rs`).
+const PAGE: &str = "an error page";
+
+/// Marks named location `name` as translated: an `error_page`'s page.
+pub(super) fn named_is_page(cx: &mut Ctx, name: &str) {
+    if let Some(n) = cx.named.get_mut(name) {
+        if n.app.is_none() {
+            n.app = Some(Err(PAGE.into()));
+            cx.done();
+        }
+    }
+}
 
 /// A named location that only rewrites every URI to one path (`rewrite ^(.+)$ /index.html
 /// last;`, `rewrite ^ /index.php last;`): that path, a `try_files` fallback like any other.

@@ -34,6 +34,8 @@ pub(super) struct Scope {
     pub(super) add_header_own: bool,
     pub(super) proxy_set_header_own: bool,
     pub(super) error_pages: BTreeMap<String, String>,
+    /// `error_page CODE [=] @name`: the named location, and whether `=` lets it say the status.
+    pub(super) error_named: BTreeMap<String, (String, bool)>,
     pub(super) auth_basic: Option<(String, Option<String>)>,
     pub(super) limit_req: Vec<(String, u32, bool)>,
     pub(super) proxy_cache: Option<String>,
@@ -179,13 +181,28 @@ pub(super) fn inherited(cx: &mut Ctx, d: &Directive, scope: &mut Scope) -> bool 
             let Some(uri) = d.args.last() else {
                 return false;
             };
+            if let Some(name) = uri.strip_prefix('@') {
+                // `error_page 404 = @app` (the app's answer) or `error_page 502 @page`: what
+                // the named location is decides (`files.rs`, `server.rs`); `=CODE` is not taken.
+                let codes = &d.args[..d.args.len() - 1];
+                if codes.iter().any(|x| x.starts_with('=') && x != "=") {
+                    return false;
+                }
+                let eq = codes.iter().any(|x| x == "=");
+                for code in codes.iter().filter(|x| *x != "=") {
+                    scope
+                        .error_named
+                        .insert(code.clone(), (name.to_string(), eq));
+                }
+                return true;
+            }
             if d.args.len() < 2 || d.args.iter().any(|x| x.starts_with('=')) {
                 return false;
             }
             if !uri.starts_with('/') {
                 cx.skip(
                     d,
-                    "only a page by path (`/50x.html`) is translated, not a named location or a URL",
+                    "only a page by path (`/50x.html`) or a named location is translated, not a URL",
                 );
                 return true;
             }

@@ -349,6 +349,19 @@ fn location_in(
     // location's own).
     let passed_down = refusal.as_ref().filter(|r| r.status != 503).cloned();
     let mut out = Vec::new();
+    // `error_page 404 = @app` over files: the files, else the application (as `try_files
+    // $uri $uri/ @app`), when the named location proxies.
+    if try_files.is_none() && returned.is_none() && proxied.is_none() && !fastcgi {
+        if let Some((name, true)) = scope.error_named.get("404") {
+            let proxies = cx
+                .named
+                .get(name.as_str())
+                .is_some_and(|n| n.def.children().iter().any(|c| c.name == "proxy_pass"));
+            if proxies {
+                try_files = Some(vec!["$uri".into(), "$uri/".into(), format!("@{name}")]);
+            }
+        }
+    }
     let routes = match refusal {
         None if script_answers_all => before,
         Some(r) => vec![refusal_route(cx, matcher, &r)],

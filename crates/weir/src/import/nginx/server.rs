@@ -169,6 +169,7 @@ pub(super) fn server(cx: &mut Ctx, d: &Directive, scope: Scope) -> Server {
         }
         None => (None, None),
     };
+    named_pages(cx, &scope, &mut srv.error_pages);
     unused_named(cx);
     // `error_page 50x /50x.html` with `location = /50x.html { root ...; }`: the page is that
     // location's file.
@@ -547,4 +548,72 @@ fn srv_has_root_location(d: &Directive) -> bool {
     d.children()
         .iter()
         .any(|x| x.name == "location" && x.args.len() == 1 && x.args[0] == "/")
+}
+
+/// `error_page 500 502 @maintenance` with `location @maintenance { root ...; try_files
+/// /maintenance.html =503; }` (or `rewrite ^ /maintenance.html break;`): the page is that
+/// file. Any other named error page is left out and listed (weir's own page answers).
+pub(super) fn named_pages(cx: &mut Ctx, scope: &Scope, pages: &mut BTreeMap<String, String>) {
+    for (code, (name, eq)) in scope.error_named.clone() {
+        let skip = |cx: &mut Ctx, line: String| {
+            if !cx.out.skipped.contains(&line) {
+                cx.out.skipped.push(line);
+            }
+        };
+        let Some(def) = cx.named.get(name.as_str()).map(|n| n.def.clone()) else {
+            skip(
+                cx,
+                format!("error_page {code} @{name}: no such named location: left out"),
+            );
+            continue;
+        };
+        let proxies = def.children().iter().any(|c| c.name == "proxy_pass");
+        if eq && code == "404" && proxies {
+            // The files' fallback (`location.rs`): said where it applies.
+            continue;
+        }
+        let file = (!eq).then(|| named_page(&def, scope)).flatten();
+        match file {
+            Some(file) if std::path::Path::new(&file).is_file() => {
+                pages.insert(code.clone(), file);
+                super::files::named_is_page(cx, &name);
+            }
+            _ => skip(cx, format!(
+                "error_page {code} {}@{name}: only a named location that serves one file (root and try_files /page or rewrite ^ /page break), or `= @app` over files with a proxying @app, is translated: left out (weir's own page answers)",
+                if eq { "= " } else { "" }
+            )),
+        }
+    }
+}
+
+/// The file a named location serves for every request, if that is all it does.
+fn named_page(def: &Directive, scope: &Scope) -> Option<String> {
+    let mut root = scope.root.clone();
+    let mut page = None;
+    for c in def.children() {
+        match (c.name.as_str(), c.args.as_slice()) {
+            ("root", [r]) => root = Some(r.clone()),
+            ("try_files", [p]) | ("try_files", [p, _])
+                if p.starts_with('/') && !p.contains('$') =>
+            {
+                page = Some(p.clone())
+            }
+            ("rewrite", [re, p, flag])
+                if (re == "^" || re == "^(.*)$" || re == "^.*$")
+                    && p.starts_with('/')
+                    && !p.contains('$')
+                    && flag == "break" =>
+            {
+                page = Some(p.clone())
+            }
+            ("internal" | "access_log" | "log_not_found" | "expires", _) => {}
+            _ => return None,
+        }
+    }
+    let page = page?;
+    Some(format!(
+        "{}{}",
+        root?.trim_end_matches('/'),
+        page.split('?').next()?
+    ))
 }

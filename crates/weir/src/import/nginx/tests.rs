@@ -209,7 +209,7 @@ fn named_locations_are_apps_when_nothing_in_them_is_left_out() {
     }
     assert!(!listed(&skipped, "@app"), "{skipped:?}");
     assert!(
-        listed(&skipped, "only a try_files"),
+        listed(&skipped, "a named location is translated when"),
         "the unused one: {skipped:?}"
     );
     // A named location with a `return`, or filters of its own: the fallback refuses.
