@@ -2,7 +2,7 @@
 //! the tests over TCP and a unix socket: the CGI environment a PHP script sees, bodies both
 //! ways (a large upload, chunked, a large response), `Status:`/`Location:`, cookies, HEAD,
 //! scripts that are not files (404, never an uploaded file run), connections kept and reused,
-//! a slow script (504), a dying one (502) and php-fpm restarted.
+//! a slow script (504), a dying one (502), php-fpm restarted (and restarted under load).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -536,6 +536,74 @@ fn recycled_php_fpm_children_cost_no_get() {
             b"HEAD /pid.php HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n",
         );
         assert_eq!(r.status, 200, "HEAD {i}");
+    }
+    inproc::stop(h);
+}
+
+/// php-fpm restarted under load: four clients keep asking (GETs and POSTs, kept connections)
+/// while php-fpm stops and starts again. Every request gets an answer within its timeout, each
+/// a 200 or a gateway error (502/503/504), never a hang or a torn response; once php-fpm is back
+/// every request is served again.
+#[test]
+fn php_fpm_restarted_under_load() {
+    let Some(mut fpm) = PhpFpm::start("reload", false, 4, "") else {
+        return;
+    };
+    let root = docroot("reload");
+    let h = inproc::start(&config(&fpm.server, &root, None));
+    let addr = h.local_addrs()[0];
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|i| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut seen = std::collections::BTreeMap::<u16, usize>::new();
+                while !stop.load(Ordering::SeqCst) {
+                    let r = if i % 2 == 0 {
+                        get(addr, "/pid.php")
+                    } else {
+                        send(
+                            addr,
+                            b"POST /info.php HTTP/1.1\r\nHost: site.test\r\nContent-Length: 3\r\nConnection: close\r\n\r\na=1",
+                        )
+                    };
+                    assert!(
+                        matches!(r.status, 200 | 502 | 503 | 504),
+                        "client {i}: {} {}",
+                        r.status,
+                        r.text()
+                    );
+                    if r.status == 200 && i % 2 == 1 {
+                        assert!(r.text().contains("BODY=3 "), "client {i}: {}", r.text());
+                    }
+                    *seen.entry(r.status).or_default() += 1;
+                }
+                seen
+            })
+        })
+        .collect();
+    // paces: load before, during and after the restart.
+    std::thread::sleep(Duration::from_millis(500));
+    fpm.stop();
+    std::thread::sleep(Duration::from_millis(300));
+    fpm.resume();
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::SeqCst);
+    let mut all = std::collections::BTreeMap::<u16, usize>::new();
+    for c in clients {
+        for (s, n) in c.join().unwrap() {
+            *all.entry(s).or_default() += n;
+        }
+    }
+    eprintln!("answers during the restart: {all:?}");
+    assert!(all.get(&200).copied().unwrap_or(0) > 20, "{all:?}");
+    // Back: every request served (the kept connections to the old php-fpm are gone).
+    for i in 0..20 {
+        assert_eq!(
+            get(addr, "/pid.php").status,
+            200,
+            "after the restart, request {i}"
+        );
     }
     inproc::stop(h);
 }
