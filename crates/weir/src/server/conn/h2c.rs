@@ -32,6 +32,14 @@ impl Conn {
         loop {
             let n = self.buf.len().min(PREFACE.len());
             if self.buf[..n] != PREFACE[..n] {
+                // Neither HTTP/2's preface nor an HTTP/1 request line (RFC 9113 §3.4: an
+                // invalid preface ends the connection, h2spec 3.5/2): closed, not answered.
+                if not_http1(&self.buf) {
+                    return Err(Error::with(
+                        ErrorKind::ClientIo,
+                        "neither HTTP/2 nor HTTP/1",
+                    ));
+                }
                 return Ok(false);
             }
             if n == PREFACE.len() {
@@ -66,5 +74,39 @@ impl Conn {
         let io = crate::server::h2::Rewind::new(prefix, tcp);
         let (state, rt) = (self.state.clone(), self.rt.clone());
         crate::server::h2::serve(io, self.peer, state, rt, self.listener, None).await
+    }
+}
+
+/// Whether the first line of `buf`, once whole, cannot be an HTTP/1 request line: it does not
+/// end in `HTTP/` and a version (`INVALID CONNECTION PREFACE`). A line not yet whole, or a
+/// malformed HTTP/1 request, is HTTP/1.1's to answer (400, 505).
+fn not_http1(buf: &[u8]) -> bool {
+    let Some(end) = memchr::memmem::find(buf, b"\r\n") else {
+        return false;
+    };
+    let line = &buf[..end];
+    let Some(sp) = memchr::memrchr(b' ', line) else {
+        return true;
+    };
+    let version = &line[sp + 1..];
+    !(version.len() == 8
+        && version.starts_with(b"HTTP/")
+        && version[5].is_ascii_digit()
+        && version[6] == b'.'
+        && version[7].is_ascii_digit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::not_http1;
+
+    #[test]
+    fn only_a_line_that_is_no_http1_request_line_is_refused() {
+        assert!(not_http1(b"INVALID CONNECTION PREFACE\r\n\r\n"));
+        assert!(not_http1(b"hello\r\n"));
+        assert!(!not_http1(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+        assert!(!not_http1(b"GET / HTTP/2.0\r\n"));
+        assert!(!not_http1(b"GET / HTTP/1.1"));
+        assert!(!not_http1(b"INVALID CONNECTION"));
     }
 }
