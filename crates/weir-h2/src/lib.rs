@@ -6,14 +6,17 @@
 //! Written by hand rather than taken from the `h2` crate: the HTTP/2 path is weir's hot path
 //! and its measured cost (issue 54: 29,254 instructions per h2c hello against 4,633 over
 //! HTTP/1.1, 37 KiB per idle TLS connection against 2.84) is the crate's conversions, buffers
-//! and per-stream futures. This crate is the codec; the connection's stream states, flow
-//! control and the defences against floods build on it.
+//! and per-stream futures. This crate is the codec: frames, HPACK, stream states ([`stream`])
+//! and flow-control windows ([`flow`]); the connection and the defences against floods build
+//! on them.
 //!
 //! Its tests hold it to the RFCs' own examples (RFC 7541 Appendix C) and to the errors RFC 9113
 //! names for each malformed frame.
 
+pub mod flow;
 pub mod frame;
 pub mod hpack;
+pub mod stream;
 
 /// HTTP/2 error codes (RFC 9113 §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
