@@ -36,6 +36,16 @@ pub struct Checked<'s> {
     malformed: Option<Malformed>,
 }
 
+impl std::fmt::Debug for Checked<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checked")
+            .field("trailers", &self.trailers)
+            .field("pseudo", &self.pseudo)
+            .field("malformed", &self.malformed)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<'s> Checked<'s> {
     pub fn new(inner: &'s mut dyn Sink, trailers: bool) -> Checked<'s> {
         Checked {
