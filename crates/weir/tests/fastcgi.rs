@@ -607,3 +607,28 @@ fn php_fpm_restarted_under_load() {
     }
     inproc::stop(h);
 }
+
+/// weir's own 404 for a script that is not there answers HEAD without a body and keeps the
+/// connection in step: the next request on it is served.
+#[test]
+fn a_head_for_a_missing_script_keeps_the_connection_in_step() {
+    let Some(fpm) = PhpFpm::start("head404", false, 2, "") else {
+        return;
+    };
+    let root = docroot("head404");
+    let h = inproc::start(&config(&fpm.server, &root, None));
+    let addr = h.local_addrs()[0];
+    let mut s = common::connect(addr);
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(
+        b"HEAD /nope.php HTTP/1.1\r\nHost: t\r\n\r\nGET /pid.php HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut all = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut s, &mut all);
+    let text = String::from_utf8_lossy(&all);
+    assert!(text.starts_with("HTTP/1.1 404"), "{text}");
+    let second = text.find("HTTP/1.1 200").unwrap_or_else(|| panic!("{text}"));
+    assert!(!text[..second].contains("Not Found\n"), "a body after HEAD: {text}");
+    inproc::stop(h);
+}

@@ -110,7 +110,7 @@ pub(super) async fn forward<D: Downstream>(
                 )
             };
             let mut raw = BytesMut::from(raw);
-            let resp = weir_http::parse_response(&mut raw, 1024, false)
+            let resp = weir_http::parse_response(&mut raw, 1024, head.method == Method::Head)
                 .ok()
                 .flatten()
                 .ok_or_else(|| Error::new(ErrorKind::BadResponse))?;
