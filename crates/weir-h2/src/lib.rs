@@ -7,7 +7,8 @@
 //! and its measured cost (issue 54: 29,254 instructions per h2c hello against 4,633 over
 //! HTTP/1.1, 37 KiB per idle TLS connection against 2.84) is the crate's conversions, buffers
 //! and per-stream futures. This crate is the codec: frames, HPACK, stream states ([`stream`])
-//! and flow-control windows ([`flow`]), SETTINGS ([`settings`]), a request's header block
+//! and flow-control windows ([`flow`]), the connection's start ([`preface`]), SETTINGS
+//! ([`settings`]), a request's header block
 //! checked as it decodes ([`request`]), and the flood and glitch counters ([`guard`]); the
 //! connection builds on them.
 //!
@@ -18,6 +19,7 @@ pub mod flow;
 pub mod frame;
 pub mod guard;
 pub mod hpack;
+pub mod preface;
 pub mod request;
 pub mod settings;
 pub mod stream;

@@ -628,7 +628,12 @@ fn a_head_for_a_missing_script_keeps_the_connection_in_step() {
     let _ = std::io::Read::read_to_end(&mut s, &mut all);
     let text = String::from_utf8_lossy(&all);
     assert!(text.starts_with("HTTP/1.1 404"), "{text}");
-    let second = text.find("HTTP/1.1 200").unwrap_or_else(|| panic!("{text}"));
-    assert!(!text[..second].contains("Not Found\n"), "a body after HEAD: {text}");
+    let second = text
+        .find("HTTP/1.1 200")
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        !text[..second].contains("Not Found\n"),
+        "a body after HEAD: {text}"
+    );
     inproc::stop(h);
 }
