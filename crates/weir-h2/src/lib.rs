@@ -8,9 +8,8 @@
 //! HTTP/1.1, 37 KiB per idle TLS connection against 2.84) is the crate's conversions, buffers
 //! and per-stream futures. This crate is the codec: frames, HPACK, stream states ([`stream`])
 //! and flow-control windows ([`flow`]), the connection's start ([`preface`]), SETTINGS
-//! ([`settings`]), a request's header block
-//! checked as it decodes ([`request`]), and the flood and glitch counters ([`guard`]); the
-//! connection builds on them.
+//! ([`settings`]), a request's header block checked as it decodes ([`request`]), and the flood
+//! and glitch counters ([`guard`]); the connection builds on them.
 //!
 //! Its tests hold it to the RFCs' own examples (RFC 7541 Appendix C) and to the errors RFC 9113
 //! names for each malformed frame.
