@@ -8,8 +8,9 @@
 //! HTTP/1.1, 37 KiB per idle TLS connection against 2.84) is the crate's conversions, buffers
 //! and per-stream futures. This crate is the codec: frames, HPACK, stream states ([`stream`])
 //! and flow-control windows ([`flow`]), the connection's start ([`preface`]), SETTINGS
-//! ([`settings`]), a request's header block checked as it decodes ([`request`]), and the flood
-//! and glitch counters ([`guard`]); the connection builds on them.
+//! ([`settings`]), a request's header block checked as it decodes ([`request`]), a response
+//! head encoded once for any connection ([`response`]), and the flood and glitch counters
+//! ([`guard`]); the connection builds on them.
 //!
 //! Its tests hold it to the RFCs' own examples (RFC 7541 Appendix C) and to the errors RFC 9113
 //! names for each malformed frame.
@@ -20,6 +21,7 @@ pub mod guard;
 pub mod hpack;
 pub mod preface;
 pub mod request;
+pub mod response;
 pub mod settings;
 pub mod stream;
 
