@@ -40,11 +40,6 @@ impl Target {
     }
 }
 
-/// An idle connection to `server` that is still open and quiet.
-pub fn take_idle(idle: &Idle, server: usize) -> Option<Socket> {
-    take_idle_as(idle, server, true)
-}
-
 /// An idle connection to `server`; `probe`: checked first to be open and quiet (a `MSG_PEEK`,
 /// one system call). Without the probe, the caller sends only what it may send again on a new
 /// connection when this one turns out closed (a child php-fpm recycled: `pm.max_requests`).
