@@ -10,11 +10,13 @@
 //! and flow-control windows ([`flow`]), the connection's start ([`preface`]), SETTINGS
 //! ([`settings`]), a request's header block checked as it decodes ([`request`]), a response
 //! head encoded once for any connection ([`response`]), and the flood and glitch counters
-//! ([`guard`]); the connection builds on them.
+//! ([`guard`]), and on them the receiving side of a server connection ([`conn`]: bytes in,
+//! events and the frames this side owes out). Not yet used by weir's server.
 //!
 //! Its tests hold it to the RFCs' own examples (RFC 7541 Appendix C) and to the errors RFC 9113
 //! names for each malformed frame.
 
+pub mod conn;
 pub mod flow;
 pub mod frame;
 pub mod guard;

@@ -1,0 +1,833 @@
+//! The receiving side of a server connection, sans-IO: bytes in, events and frames to write
+//! out. It holds what RFC 9113 makes the connection's business and nothing of the requests
+//! themselves: the start ([`crate::preface`]), both sides' SETTINGS, the HPACK decoder, stream
+//! states and windows, header blocks split over CONTINUATION, and the flood and glitch guard.
+//! Requests come out as [`Event`]s with their fields checked ([`crate::request`]); what the
+//! caller answers goes out through its own writer (the response side builds on
+//! [`crate::response`] and [`crate::frame`]'s encoders).
+//!
+//! Errors: a connection error ends the connection (`Err(reason)`: the caller writes GOAWAY
+//! with [`Conn::last_stream`] and closes); a stream error resets that stream (RST_STREAM written
+//! here) and the connection goes on, the reset counted as a glitch when the peer caused it.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use crate::flow::{RecvWindow, SendWindow, DEFAULT_WINDOW};
+use crate::frame::{self, Frame, FrameError, HEADER_LEN};
+use crate::guard::{Guard, Verdict};
+use crate::hpack::decoder::{Decoder, Outcome};
+use crate::preface::Start;
+use crate::request::{Checked, Pseudo};
+use crate::settings::Settings;
+use crate::stream::{Ending, Event as On, PeerIds, Recv, State};
+use crate::Reason;
+
+/// Fields as decoded (name, value).
+pub type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// What the connection tells its caller.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A request head; `end_stream`: no body follows.
+    Request {
+        stream: u32,
+        pseudo: Pseudo,
+        fields: Fields,
+        end_stream: bool,
+    },
+    /// A request's header list was over the advertised size: answer 431 (the table is in step).
+    TooLarge {
+        stream: u32,
+    },
+    Data {
+        stream: u32,
+        data: Vec<u8>,
+        end_stream: bool,
+    },
+    Trailers {
+        stream: u32,
+        fields: Fields,
+    },
+    /// The peer reset the stream.
+    Reset {
+        stream: u32,
+        code: u32,
+    },
+    /// The peer is going away: no stream above `last_stream` will be processed by it.
+    GoAway {
+        last_stream: u32,
+        code: u32,
+    },
+    /// The guard asks the connection to go away gracefully (three quarters of the glitches).
+    Calm,
+}
+
+#[derive(Debug)]
+struct Stream {
+    id: u32,
+    state: State,
+    send: SendWindow,
+    recv: RecvWindow,
+}
+
+/// A header block arriving over CONTINUATION frames.
+#[derive(Debug)]
+struct Block {
+    stream: u32,
+    end_stream: bool,
+    bytes: Vec<u8>,
+    /// The stream was refused (over SETTINGS_MAX_CONCURRENT_STREAMS): decoded for the table
+    /// only.
+    refused: bool,
+}
+
+/// Streams this side reset recently, whose frames in flight are ignored (§5.1 closed).
+const RECENTLY_RESET: usize = 64;
+
+/// One server connection's receiving side.
+#[derive(Debug)]
+pub struct Conn {
+    start: Start,
+    /// What weir advertised.
+    pub local: Settings,
+    /// What the peer set.
+    pub peer: Settings,
+    decoder: Decoder,
+    guard: Guard,
+    recv: RecvWindow,
+    send: SendWindow,
+    ids: PeerIds,
+    streams: Vec<Stream>,
+    reset: VecDeque<u32>,
+    /// Streams that left the table lately (any way): frames on them are STREAM_CLOSED, on a
+    /// lower id never opened PROTOCOL_ERROR (§5.1.1).
+    closed: VecDeque<u32>,
+    block: Option<Block>,
+    /// What the guard said of this side's resets for the peer's errors, not yet acted on.
+    verdict: Verdict,
+}
+
+impl Conn {
+    /// A connection advertising `local`, guarded by `guard`. Write [`Conn::greeting`] first.
+    pub fn new(local: Settings, guard: Guard) -> Conn {
+        Conn {
+            start: Start::default(),
+            decoder: Decoder::new(local.header_table_size as usize),
+            local,
+            peer: Settings::default(),
+            guard,
+            recv: RecvWindow::new(DEFAULT_WINDOW),
+            send: SendWindow::new(DEFAULT_WINDOW),
+            ids: PeerIds::default(),
+            streams: Vec::new(),
+            reset: VecDeque::new(),
+            closed: VecDeque::new(),
+            block: None,
+            verdict: Verdict::Fine,
+        }
+    }
+
+    /// weir's SETTINGS, the server's preface.
+    pub fn greeting(&self, out: &mut Vec<u8>) {
+        Start::greeting(&self.local, out);
+    }
+
+    /// The highest stream the peer opened (GOAWAY's last-stream field).
+    pub fn last_stream(&self) -> u32 {
+        self.ids.last()
+    }
+
+    /// The streams open or half-closed.
+    pub fn active(&self) -> usize {
+        self.streams.iter().filter(|s| s.state.is_active()).count()
+    }
+
+    /// Takes what it can of `input` (whole frames; the rest waits for more bytes): events to
+    /// `events`, frames this side owes (acknowledgements, resets, window updates) to `out`.
+    /// The octets taken, or the connection error to end with.
+    pub fn recv(
+        &mut self,
+        input: &[u8],
+        now: Instant,
+        out: &mut Vec<u8>,
+        events: &mut Vec<Event>,
+    ) -> Result<usize, Reason> {
+        let mut at = 0;
+        if self.start != Start::Open {
+            let step = self.start.step(input, &self.local, &mut self.peer, out)?;
+            at = step.taken;
+            if !step.open {
+                return Ok(at);
+            }
+            self.apply_peer_window(DEFAULT_WINDOW)?;
+        }
+        while input.len() - at >= HEADER_LEN {
+            let head = &input[at..at + HEADER_LEN];
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            if len > self.local.max_frame_size as usize {
+                // §4.2: past the advertised SETTINGS_MAX_FRAME_SIZE.
+                return Err(Reason::FrameSizeError);
+            }
+            if input.len() - at < HEADER_LEN + len {
+                // Counted once, when whole.
+                break;
+            }
+            match self.guard.frame(head[3], head[4], len, now) {
+                Verdict::Close => return Err(Reason::EnhanceYourCalm),
+                Verdict::GoAway => events.push(Event::Calm),
+                Verdict::Fine => {}
+            }
+            match frame::decode(&input[at..], self.local.max_frame_size) {
+                Ok(None) => break,
+                Ok(Some((f, used))) => {
+                    self.frame(f, out, events)?;
+                    at += used;
+                }
+                Err(FrameError::Connection(r)) => return Err(r),
+                Err(FrameError::Stream(stream, r)) => {
+                    self.reset_stream(stream, r, out);
+                    at += HEADER_LEN + len;
+                }
+            }
+            match std::mem::replace(&mut self.verdict, Verdict::Fine) {
+                Verdict::Close => return Err(Reason::EnhanceYourCalm),
+                Verdict::GoAway => events.push(Event::Calm),
+                Verdict::Fine => {}
+            }
+        }
+        Ok(at)
+    }
+
+    /// The application took `n` octets of `stream`'s body: WINDOW_UPDATEs when due.
+    pub fn consumed(&mut self, stream: u32, n: u32, out: &mut Vec<u8>) {
+        if let Some(inc) = self.recv.taken(n) {
+            frame::put_window_update(out, 0, inc);
+        }
+        if let Some(s) = self.streams.iter_mut().find(|s| s.id == stream) {
+            if s.state.peer_may_send() {
+                if let Some(inc) = s.recv.taken(n) {
+                    frame::put_window_update(out, stream, inc);
+                }
+            }
+        }
+    }
+
+    fn frame(
+        &mut self,
+        f: Frame<'_>,
+        out: &mut Vec<u8>,
+        events: &mut Vec<Event>,
+    ) -> Result<(), Reason> {
+        // §6.10: nothing but CONTINUATION for the block's stream until the block ends.
+        if let Some(b) = &self.block {
+            match &f {
+                Frame::Continuation { stream, .. } if *stream == b.stream => {}
+                _ => return Err(Reason::ProtocolError),
+            }
+        }
+        match f {
+            Frame::Data {
+                stream,
+                end_stream,
+                data,
+                flow,
+            } => {
+                self.recv.receive(flow)?;
+                // Padding is taken at once; the data when the application takes it.
+                let padding = flow - data.len() as u32;
+                let s = match self.stream(stream) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        self.consumed(0, flow, out);
+                        return e.apply(stream, out);
+                    }
+                };
+                match self.streams[s].state.recv(On::Data { end_stream }) {
+                    Recv::To(next) => {
+                        if self.streams[s].recv.receive(flow).is_err() {
+                            self.consumed(0, flow, out);
+                            self.reset_stream(stream, Reason::FlowControlError, out);
+                            return Ok(());
+                        }
+                        self.streams[s].state = next;
+                        if padding > 0 {
+                            self.consumed(stream, padding, out);
+                        }
+                        events.push(Event::Data {
+                            stream,
+                            data: data.to_vec(),
+                            end_stream,
+                        });
+                        self.forget_if_done(s);
+                    }
+                    r => {
+                        self.consumed(0, flow, out);
+                        return self.on_refusal(r, stream, out);
+                    }
+                }
+            }
+            Frame::Headers {
+                stream,
+                end_stream,
+                end_headers,
+                priority,
+                block,
+            } => {
+                if priority.is_some_and(|p| p.depends_on == stream) {
+                    // §5.3.1: a stream cannot depend on itself.
+                    self.reset_stream(stream, Reason::ProtocolError, out);
+                    return Ok(());
+                }
+                let known = self.streams.iter().any(|s| s.id == stream);
+                let mut refused = false;
+                if !known {
+                    if !self.ids.is_idle(stream) {
+                        // A stream closed before: its HEADERS is STREAM_CLOSED (§5.1).
+                        if self.reset.contains(&stream) {
+                            self.decode_only(block, end_headers, stream, end_stream)?;
+                            return Ok(());
+                        }
+                        return Err(if self.closed.contains(&stream) {
+                            Reason::StreamClosed
+                        } else {
+                            Reason::ProtocolError
+                        });
+                    }
+                    self.ids.open(stream)?;
+                    let max = self.local.max_concurrent_streams.unwrap_or(u32::MAX) as usize;
+                    refused = self.active() >= max;
+                    if !refused {
+                        self.streams.push(Stream {
+                            id: stream,
+                            state: State::Idle,
+                            send: SendWindow::new(self.peer.initial_window_size),
+                            recv: RecvWindow::new(self.local.initial_window_size),
+                        });
+                    }
+                }
+                let b = Block {
+                    stream,
+                    end_stream,
+                    bytes: block.to_vec(),
+                    refused,
+                };
+                if end_headers {
+                    self.block_done(b, out, events)?;
+                } else {
+                    self.block = Some(b);
+                }
+            }
+            Frame::Continuation {
+                end_headers, block, ..
+            } => {
+                let Some(b) = &mut self.block else {
+                    return Err(Reason::ProtocolError);
+                };
+                b.bytes.extend_from_slice(block);
+                if end_headers {
+                    if let Some(b) = self.block.take() {
+                        self.block_done(b, out, events)?;
+                    }
+                }
+            }
+            Frame::Priority { stream, priority } => {
+                if priority.depends_on == stream {
+                    self.reset_stream(stream, Reason::ProtocolError, out);
+                }
+            }
+            Frame::RstStream { stream, code } => {
+                if self.ids.is_idle(stream) {
+                    return Err(Reason::ProtocolError);
+                }
+                if let Some(i) = self.streams.iter().position(|s| s.id == stream) {
+                    self.forget(i);
+                    events.push(Event::Reset { stream, code });
+                }
+            }
+            Frame::Settings { ack: true, .. } => {}
+            Frame::Settings { ack: false, params } => {
+                let old = self.peer.apply(params)?;
+                self.apply_peer_window(old)?;
+                frame::put_settings_ack(out);
+            }
+            Frame::Ping { ack: false, data } => frame::put_ping(out, true, data),
+            Frame::Ping { ack: true, .. } => {}
+            Frame::GoAway {
+                last_stream, code, ..
+            } => events.push(Event::GoAway { last_stream, code }),
+            Frame::WindowUpdate {
+                stream: 0,
+                increment,
+            } => self.send.credit(increment)?,
+            Frame::WindowUpdate { stream, increment } => {
+                if self.ids.is_idle(stream) {
+                    return Err(Reason::ProtocolError);
+                }
+                if let Some(s) = self.streams.iter_mut().find(|s| s.id == stream) {
+                    if let Err(r) = s.send.credit(increment) {
+                        self.reset_stream(stream, r, out);
+                    }
+                }
+            }
+            // A client never pushes (§8.4).
+            Frame::PushPromise { .. } => return Err(Reason::ProtocolError),
+            Frame::Unknown { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// The index of `stream` in the table, or what to do about a frame on a stream not there.
+    fn stream(&self, stream: u32) -> Result<usize, Missing> {
+        if let Some(i) = self.streams.iter().position(|s| s.id == stream) {
+            return Ok(i);
+        }
+        if self.ids.is_idle(stream) {
+            return Err(Missing::Idle);
+        }
+        if self.reset.contains(&stream) {
+            return Err(Missing::ResetHere);
+        }
+        if self.closed.contains(&stream) {
+            return Err(Missing::Closed);
+        }
+        Err(Missing::Unknown)
+    }
+
+    /// A whole header block: decoded (always: the table must stay in step), then a request,
+    /// trailers, or a stream error.
+    fn block_done(
+        &mut self,
+        b: Block,
+        out: &mut Vec<u8>,
+        events: &mut Vec<Event>,
+    ) -> Result<(), Reason> {
+        let s = self.streams.iter().position(|s| s.id == b.stream);
+        let trailers = s.is_some_and(|i| self.streams[i].state != State::Idle);
+        let mut fields: Fields = Vec::new();
+        let max_list = self.local.max_header_list_size.unwrap_or(u32::MAX) as usize;
+        let (outcome, checked) = {
+            let mut c = Checked::new(&mut fields, trailers);
+            let outcome = self
+                .decoder
+                .decode(&b.bytes, max_list, &mut c)
+                .map_err(|_| Reason::CompressionError)?;
+            (outcome, c.finish())
+        };
+        if b.refused {
+            frame::put_rst_stream(out, b.stream, Reason::RefusedStream);
+            return Ok(());
+        }
+        let Some(i) = s else {
+            return Ok(());
+        };
+        let on = On::Headers {
+            end_stream: b.end_stream,
+        };
+        let next = match self.streams[i].state.recv(on) {
+            Recv::To(next) => next,
+            r => return self.on_refusal(r, b.stream, out),
+        };
+        if outcome == Outcome::ListTooLarge {
+            self.streams[i].state = next;
+            events.push(Event::TooLarge { stream: b.stream });
+            return Ok(());
+        }
+        let pseudo = match checked {
+            Ok(p) => p,
+            Err(_) => {
+                self.reset_stream(b.stream, Reason::ProtocolError, out);
+                return Ok(());
+            }
+        };
+        if trailers && !b.end_stream {
+            // §8.1: trailers end the stream.
+            self.reset_stream(b.stream, Reason::ProtocolError, out);
+            return Ok(());
+        }
+        self.streams[i].state = next;
+        events.push(if trailers {
+            Event::Trailers {
+                stream: b.stream,
+                fields,
+            }
+        } else {
+            Event::Request {
+                stream: b.stream,
+                pseudo,
+                fields,
+                end_stream: b.end_stream,
+            }
+        });
+        self.forget_if_done(i);
+        Ok(())
+    }
+
+    /// A header block on a stream this side reset: decoded for the table, then dropped.
+    fn decode_only(
+        &mut self,
+        block: &[u8],
+        end_headers: bool,
+        stream: u32,
+        end_stream: bool,
+    ) -> Result<(), Reason> {
+        let b = Block {
+            stream,
+            end_stream,
+            bytes: block.to_vec(),
+            refused: true,
+        };
+        if end_headers {
+            let mut fields: Fields = Vec::new();
+            self.decoder
+                .decode(&b.bytes, usize::MAX, &mut fields)
+                .map_err(|_| Reason::CompressionError)?;
+        } else {
+            self.block = Some(b);
+        }
+        Ok(())
+    }
+
+    fn on_refusal(&mut self, r: Recv, stream: u32, out: &mut Vec<u8>) -> Result<(), Reason> {
+        match r {
+            Recv::To(_) | Recv::Ignore => Ok(()),
+            Recv::StreamError(reason) => {
+                self.reset_stream(stream, reason, out);
+                Ok(())
+            }
+            Recv::ConnectionError(reason) => Err(reason),
+        }
+    }
+
+    /// Resets `stream` for the peer's error: RST_STREAM, the stream forgotten (its late frames
+    /// ignored), a glitch counted.
+    fn reset_stream(&mut self, stream: u32, reason: Reason, out: &mut Vec<u8>) {
+        frame::put_rst_stream(out, stream, reason);
+        if let Some(i) = self.streams.iter().position(|s| s.id == stream) {
+            self.forget(i);
+        }
+        if self.reset.len() == RECENTLY_RESET {
+            self.reset.pop_front();
+        }
+        self.reset.push_back(stream);
+        match self.guard.reset_for_peer() {
+            Verdict::Fine => {}
+            v => self.verdict = v,
+        }
+    }
+
+    /// A stream both sides ended leaves the table.
+    fn forget_if_done(&mut self, i: usize) {
+        if matches!(self.streams[i].state, State::Closed(_)) {
+            self.forget(i);
+        }
+    }
+
+    /// Stream `i` leaves the table, remembered as closed for a while.
+    fn forget(&mut self, i: usize) {
+        let id = self.streams.swap_remove(i).id;
+        if self.closed.len() == RECENTLY_RESET {
+            self.closed.pop_front();
+        }
+        self.closed.push_back(id);
+    }
+
+    /// The peer's initial window changed from `old`: every stream's send window moves.
+    fn apply_peer_window(&mut self, old: u32) -> Result<(), Reason> {
+        let new = self.peer.initial_window_size;
+        if new == old {
+            return Ok(());
+        }
+        for s in &mut self.streams {
+            s.send.resize(old, new)?;
+        }
+        Ok(())
+    }
+
+    /// The send windows of `stream` and the connection: what may be written now.
+    pub fn send_window(&self, stream: u32) -> usize {
+        let s = self
+            .streams
+            .iter()
+            .find(|s| s.id == stream)
+            .map_or(0, |s| s.send.available());
+        s.min(self.send.available())
+    }
+
+    /// Takes `n` octets of both windows for DATA on `stream` (at most [`Conn::send_window`]).
+    pub fn sent_data(&mut self, stream: u32, n: usize, end_stream: bool) {
+        self.send.take(n);
+        if let Some(i) = self.streams.iter().position(|s| s.id == stream) {
+            self.streams[i].send.take(n);
+            if let Some(next) = self.streams[i].state.send(On::Data { end_stream }) {
+                self.streams[i].state = next;
+            }
+            self.forget_if_done(i);
+        }
+    }
+
+    /// This side sent HEADERS on `stream` (a response head, or trailers).
+    pub fn sent_headers(&mut self, stream: u32, end_stream: bool) {
+        if let Some(i) = self.streams.iter().position(|s| s.id == stream) {
+            if let Some(next) = self.streams[i].state.send(On::Headers { end_stream }) {
+                self.streams[i].state = next;
+            }
+            self.forget_if_done(i);
+        }
+    }
+
+    /// This side resets `stream` on its own account (the application gave up): not a glitch.
+    pub fn cancel(&mut self, stream: u32, out: &mut Vec<u8>) {
+        if let Some(i) = self.streams.iter().position(|s| s.id == stream) {
+            frame::put_rst_stream(out, stream, Reason::Cancel);
+            self.streams[i].state = State::Closed(Ending::ResetLocal);
+            self.forget(i);
+            if self.reset.len() == RECENTLY_RESET {
+                self.reset.pop_front();
+            }
+            self.reset.push_back(stream);
+        }
+    }
+}
+
+/// A frame's stream is not in the table.
+enum Missing {
+    /// Never opened: only HEADERS and PRIORITY may name it.
+    Idle,
+    /// Reset by this side: frames in flight are ignored.
+    ResetHere,
+    /// Closed otherwise.
+    Closed,
+    /// Below the last stream opened, and never opened itself (§5.1.1).
+    Unknown,
+}
+
+impl Missing {
+    /// What DATA on such a stream does (§5.1, §6.1).
+    fn apply(self, stream: u32, out: &mut Vec<u8>) -> Result<(), Reason> {
+        match self {
+            Missing::Idle | Missing::Unknown => Err(Reason::ProtocolError),
+            Missing::ResetHere => Ok(()),
+            Missing::Closed => {
+                frame::put_rst_stream(out, stream, Reason::StreamClosed);
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{flag, setting, PREFACE};
+    use crate::hpack::encoder::put_field;
+
+    fn conn() -> Conn {
+        let local = Settings {
+            enable_push: false,
+            max_concurrent_streams: Some(2),
+            max_header_list_size: Some(16 * 1024),
+            ..Settings::default()
+        };
+        Conn::new(local, Guard::new(1_000, 100, 64 * 1024, Instant::now()))
+    }
+
+    fn start() -> Vec<u8> {
+        let mut w = PREFACE.to_vec();
+        frame::put_settings(&mut w, &[(setting::INITIAL_WINDOW_SIZE, 100)]);
+        w
+    }
+
+    fn get(path: &str) -> Vec<u8> {
+        let mut b = Vec::new();
+        for (n, v) in [
+            (":method", "GET"),
+            (":scheme", "https"),
+            (":authority", "t"),
+            (":path", path),
+        ] {
+            put_field(n.as_bytes(), v.as_bytes(), &mut b);
+        }
+        b
+    }
+
+    fn headers(w: &mut Vec<u8>, stream: u32, block: &[u8], flags: u8) {
+        frame::put_header(w, block.len(), frame::kind::HEADERS, flags, stream);
+        w.extend_from_slice(block);
+    }
+
+    fn run(c: &mut Conn, wire: &[u8]) -> (Result<usize, Reason>, Vec<u8>, Vec<Event>) {
+        let (mut out, mut ev) = (Vec::new(), Vec::new());
+        let r = c.recv(wire, Instant::now(), &mut out, &mut ev);
+        (r, out, ev)
+    }
+
+    #[test]
+    fn a_request_in_two_blocks_then_a_body() {
+        let mut c = conn();
+        let mut w = start();
+        let block = get("/a");
+        let (first, rest) = block.split_at(3);
+        headers(&mut w, 1, first, 0);
+        frame::put_header(
+            &mut w,
+            rest.len(),
+            frame::kind::CONTINUATION,
+            flag::END_HEADERS,
+            1,
+        );
+        w.extend_from_slice(rest);
+        frame::put_data_header(&mut w, 1, 5, true);
+        w.extend_from_slice(b"hello");
+        let (r, out, ev) = run(&mut c, &w);
+        assert_eq!(r, Ok(w.len()));
+        // The SETTINGS acknowledgement.
+        assert_eq!(&out[..9], &[0, 0, 0, 4, 1, 0, 0, 0, 0]);
+        assert!(
+            matches!(&ev[0], Event::Request { stream: 1, end_stream: false, pseudo, .. } if pseudo.path.as_deref() == Some(&b"/a"[..]))
+        );
+        assert_eq!(
+            ev[1],
+            Event::Data {
+                stream: 1,
+                data: b"hello".to_vec(),
+                end_stream: true
+            }
+        );
+        // The peer's initial window (100) applies to the response.
+        assert_eq!(c.send_window(1), 100);
+    }
+
+    /// A frame cut anywhere waits for the rest, and is counted once.
+    #[test]
+    fn frames_in_pieces_wait_for_their_end() {
+        let mut c = conn();
+        let mut w = start();
+        headers(&mut w, 1, &get("/"), flag::END_HEADERS | flag::END_STREAM);
+        frame::put_ping(&mut w, false, [1; 8]);
+        let mut buf = Vec::new();
+        let (mut out, mut events) = (Vec::new(), Vec::new());
+        for chunk in w.chunks(5) {
+            buf.extend_from_slice(chunk);
+            let used = c.recv(&buf, Instant::now(), &mut out, &mut events).unwrap();
+            buf.drain(..used);
+        }
+        assert!(buf.is_empty());
+        assert_eq!(events.len(), 1);
+        let mut pong = Vec::new();
+        frame::put_ping(&mut pong, true, [1; 8]);
+        assert!(out.ends_with(&pong));
+    }
+
+    /// h2spec 5.1.2: past SETTINGS_MAX_CONCURRENT_STREAMS, REFUSED_STREAM (the block still
+    /// decoded: the next request's fields come out right).
+    #[test]
+    fn streams_past_the_limit_are_refused() {
+        let mut c = conn();
+        let mut w = start();
+        for id in [1, 3, 5] {
+            headers(&mut w, id, &get("/x"), flag::END_HEADERS);
+        }
+        let (r, out, ev) = run(&mut c, &w);
+        assert!(r.is_ok());
+        assert_eq!(ev.len(), 2);
+        assert_eq!(
+            &out[out.len() - 13..out.len() - 4],
+            &[0, 0, 4, 3, 0, 0, 0, 0, 5]
+        );
+        assert_eq!(
+            &out[out.len() - 4..],
+            &(Reason::RefusedStream as u32).to_be_bytes()
+        );
+    }
+
+    /// h2spec 5.1/1, 6.1/2, 6.10/1, 5.1.1/1, 8.1.2.1/3: the connection errors RFC 9113 names.
+    #[test]
+    fn connection_errors() {
+        // DATA on an idle stream.
+        let mut w = start();
+        frame::put_data_header(&mut w, 1, 1, true);
+        w.push(b'x');
+        assert_eq!(run(&mut conn(), &w).0, Err(Reason::ProtocolError));
+        // Another frame in the middle of a header block.
+        let mut w = start();
+        headers(&mut w, 1, &get("/")[..2], 0);
+        frame::put_ping(&mut w, false, [0; 8]);
+        assert_eq!(run(&mut conn(), &w).0, Err(Reason::ProtocolError));
+        // A stream id going down.
+        let mut w = start();
+        headers(&mut w, 5, &get("/"), flag::END_HEADERS | flag::END_STREAM);
+        headers(&mut w, 3, &get("/"), flag::END_HEADERS | flag::END_STREAM);
+        assert_eq!(run(&mut conn(), &w).0, Err(Reason::ProtocolError));
+        // A block HPACK cannot decode.
+        let mut w = start();
+        headers(
+            &mut w,
+            1,
+            &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
+            flag::END_HEADERS,
+        );
+        assert_eq!(run(&mut conn(), &w).0, Err(Reason::CompressionError));
+    }
+
+    /// h2spec 8.1.2 and 5.1/8: a malformed request or DATA after END_STREAM resets that
+    /// stream only; PING is answered.
+    #[test]
+    fn stream_errors_reset_the_stream_alone() {
+        let mut c = conn();
+        let mut w = start();
+        let mut bad = get("/");
+        put_field(b"connection", b"close", &mut bad);
+        headers(&mut w, 1, &bad, flag::END_HEADERS | flag::END_STREAM);
+        headers(&mut w, 3, &get("/"), flag::END_HEADERS | flag::END_STREAM);
+        frame::put_data_header(&mut w, 3, 1, false);
+        w.push(b'x');
+        frame::put_ping(&mut w, false, [7; 8]);
+        let (r, out, ev) = run(&mut c, &w);
+        assert_eq!(r, Ok(w.len()));
+        assert_eq!(ev.len(), 1, "{ev:?}");
+        let rst = |id: u32, reason: Reason| {
+            let mut f = Vec::new();
+            frame::put_rst_stream(&mut f, id, reason);
+            f
+        };
+        let hay = |needle: &[u8]| out.windows(needle.len()).any(|x| x == needle);
+        assert!(hay(&rst(1, Reason::ProtocolError)));
+        assert!(hay(&rst(3, Reason::StreamClosed)));
+        let mut pong = Vec::new();
+        frame::put_ping(&mut pong, true, [7; 8]);
+        assert!(hay(&pong));
+    }
+
+    /// h2spec 6.9.1: a peer that sends past the connection window ends the connection; the
+    /// application's taking gives the windows back.
+    #[test]
+    fn the_receive_windows_hold() {
+        let mut c = conn();
+        let mut w = start();
+        headers(&mut w, 1, &get("/"), flag::END_HEADERS);
+        let (r, _, _) = run(&mut c, &w);
+        assert!(r.is_ok());
+        let mut out = Vec::new();
+        let mut body = Vec::new();
+        for _ in 0..4 {
+            frame::put_data_header(&mut body, 1, 16_000, false);
+            body.extend(std::iter::repeat_n(0u8, 16_000));
+        }
+        assert!(run(&mut c, &body).0.is_ok());
+        c.consumed(1, 64_000, &mut out);
+        assert!(!out.is_empty(), "window updates");
+        let mut more = Vec::new();
+        frame::put_data_header(&mut more, 1, 16_000, false);
+        more.extend(std::iter::repeat_n(0u8, 16_000));
+        assert!(run(&mut c, &more).0.is_ok());
+        let mut c = conn();
+        let mut w = start();
+        headers(&mut w, 1, &get("/"), flag::END_HEADERS);
+        for _ in 0..5 {
+            frame::put_data_header(&mut w, 1, 16_000, false);
+            w.extend(std::iter::repeat_n(0u8, 16_000));
+        }
+        assert_eq!(run(&mut c, &w).0, Err(Reason::FlowControlError));
+    }
+}
