@@ -103,6 +103,20 @@ fn weir(yaml: &Path, dir: &Path) -> Running {
     Running(child)
 }
 
+/// nginx on `main` listening on `pn`, and weir on the imported `yaml` moved to `pw` (written to
+/// `dir/weir.yaml` and checked first), both up; stopped when the pair is dropped.
+fn side_by_side(dir: &Path, main: &Path, yaml: &str, pn: u16, pw: u16) -> (Running, Running) {
+    let yaml = yaml.replace(&format!(":{pn}"), &format!(":{pw}"));
+    let file = dir.join("weir.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    check(&file);
+    let n = nginx(main, dir);
+    let w = weir(&file, dir);
+    wait(pn, &dir.join("nginx.err"));
+    wait(pw, &dir.join("weir.err"));
+    (n, w)
+}
+
 fn wait(port: u16, log: &Path) {
     let ok = common::until(&format!("port {port}"), Duration::from_secs(10), || {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()

@@ -291,15 +291,18 @@ fn a_reload_keeps_the_order_bucket() {
     );
 }
 
-/// A CA that accepts connections and never answers fails each order within `order_timeout`
-/// (instant-acme has no time limit of its own): the orders' threads end, the names leave the
-/// pending table, and a failed name is refused at once for a while instead of holding each
-/// of its handshakes `wait`. (It wedged every later order for good before: the process-wide
-/// account lock was held across the stalled exchange.)
-#[test]
-fn a_stalled_ca_fails_the_order_within_order_timeout() {
-    let _one = ORDERS.lock().unwrap_or_else(|e| e.into_inner());
-    let d = common::inproc::dir("review", "stall");
+/// A server (`order_timeout` as given) whose order for `a.od.test` is held by a CA that accepts
+/// and never answers; the CA, the test's directory and the client config (its CA unknown).
+fn order_held_by_a_silent_ca(
+    tag: &str,
+    order_timeout: &str,
+) -> (
+    weir::server::ServerHandle,
+    FakeCa,
+    std::path::PathBuf,
+    Arc<rustls::ClientConfig>,
+) {
+    let d = common::inproc::dir("review", tag);
     let storage = d.join("acme");
     let ca = FakeCa::start(true);
     let yaml = on_demand_config(
@@ -309,16 +312,29 @@ fn a_stalled_ca_fails_the_order_within_order_timeout() {
     )
     .replace(
         "challenge: tls-alpn-01",
-        "challenge: tls-alpn-01\n        order_timeout: 2s",
+        &format!("challenge: tls-alpn-01\n        order_timeout: {order_timeout}"),
     );
     let h = start(&yaml);
     let addr = h.local_addrs()[0];
-    let pki = common::tlskit::Pki::new("review-stall");
+    let pki = common::tlskit::Pki::new(&format!("review-{tag}"));
     let cfg = common::tlskit::client_config(&pki.ca_der, &["http/1.1"], None);
     assert!(common::tlskit::connect(addr, "a.od.test", &cfg).is_err());
     common::until("a's order reached the CA", Duration::from_secs(5), || {
         ca.accepted() >= 1
     });
+    (h, ca, d, cfg)
+}
+
+/// A CA that accepts connections and never answers fails each order within `order_timeout`
+/// (instant-acme has no time limit of its own): the orders' threads end, the names leave the
+/// pending table, and a failed name is refused at once for a while instead of holding each
+/// of its handshakes `wait`. (It wedged every later order for good before: the process-wide
+/// account lock was held across the stalled exchange.)
+#[test]
+fn a_stalled_ca_fails_the_order_within_order_timeout() {
+    let _one = ORDERS.lock().unwrap_or_else(|e| e.into_inner());
+    let (h, ca, d, cfg) = order_held_by_a_silent_ca("stall", "2s");
+    let addr = h.local_addrs()[0];
     for n in ["b", "c"] {
         assert!(common::tlskit::connect(addr, &format!("{n}.od.test"), &cfg).is_err());
     }
@@ -666,26 +682,7 @@ fn a_hostile_ask_service_is_bounded() {
 #[test]
 fn stopping_the_server_ends_orders_in_flight() {
     let _one = ORDERS.lock().unwrap_or_else(|e| e.into_inner());
-    let d = common::inproc::dir("review", "stop");
-    let storage = d.join("acme");
-    let ca = FakeCa::start(true);
-    let yaml = on_demand_config(
-        ca.port,
-        &storage,
-        "{ allow: [\"*.od.test\"], rate: 5, per: 1h, wait: 1s }",
-    )
-    .replace(
-        "challenge: tls-alpn-01",
-        "challenge: tls-alpn-01\n        order_timeout: 60s",
-    );
-    let h = start(&yaml);
-    let addr = h.local_addrs()[0];
-    let pki = common::tlskit::Pki::new("review-stop");
-    let cfg = common::tlskit::client_config(&pki.ca_der, &["http/1.1"], None);
-    assert!(common::tlskit::connect(addr, "a.od.test", &cfg).is_err());
-    common::until("a's order reached the CA", Duration::from_secs(5), || {
-        ca.accepted() >= 1
-    });
+    let (h, ca, d, _) = order_held_by_a_silent_ca("stop", "60s");
     let threads = h.registry().acme_threads.clone();
     assert!(threads.running() >= 1, "the order is in progress");
     let t = Instant::now();

@@ -131,11 +131,8 @@ pub(crate) async fn forward<D: Downstream>(
         // Boxed: kept out of every other request's future.
         let hooks = (steer, &mut *hooks);
         return Box::pin(super::forward_cgi::forward(
-            d,
-            ctx,
-            &target,
-            cgi,
-            per_worker,
+            (d, ctx),
+            (&target, cgi, per_worker),
             shape,
             persistence,
             hooks,
@@ -362,33 +359,15 @@ pub(crate) async fn forward<D: Downstream>(
             );
         }
     }
-    ctx.upstream = Some((upstream as u32, server as u32));
-    if let Some(run) = ctx.run_if_any() {
-        run.served = Some((upstream, server));
-    }
-    ctx.upstream_head_at = Some(crate::clock::Mono::now());
-    ctx.status = resp.status;
+    served(ctx, (upstream, server), resp.status);
 
     if shape.upgrade && resp.status == 101 {
         // Boxed, as the waits below: rare paths kept out of every request's future.
         Box::pin(tunnel(d, ctx, upstream_conn, resp)).await?;
         return Ok(Persistence::Close);
     }
-    let mut lines = BytesMut::new();
-    hooks.on_head(resp, &mut lines);
-    let framing = match resp.body {
-        BodyKind::Length(n) => Framing::Length(n),
-        BodyKind::Chunked | BodyKind::CloseDelimited => Framing::Unknown,
-        BodyKind::Empty => Framing::Given,
-    };
-    let mut filter_lines = BytesMut::new();
-    let mut reply = Reply::new(resp.status, framing);
-    reply.reason = &resp.reason;
-    reply.base = resp.base();
-    reply.add_lines(&lines);
     let filters = steer.respond.unwrap_or(&route.filters);
-    super::filter_response(ctx, filters, &mut reply, &mut filter_lines);
-    persistence = send_head_filtered(d, ctx, &reply, persistence);
+    persistence = send_upstream_head(d, ctx, resp, filters, &mut *hooks, persistence);
     let reusable = relay_body(
         d,
         ctx,
@@ -407,6 +386,44 @@ pub(crate) async fn forward<D: Downstream>(
     }
     hooks.on_end(resp);
     Ok(persistence)
+}
+
+/// Notes which upstream server answered, and when its head came (logs, metrics, filters).
+#[inline]
+pub(super) fn served(ctx: &mut RequestCtx, (upstream, server): (usize, usize), status: u16) {
+    ctx.upstream = Some((upstream as u32, server as u32));
+    if let Some(run) = ctx.run_if_any() {
+        run.served = Some((upstream, server));
+    }
+    ctx.upstream_head_at = Some(crate::clock::Mono::now());
+    ctx.status = status;
+}
+
+/// An upstream's response head to the client: the hooks (the cache) and the response
+/// `filters` see it first. HTTP and FastCGI upstreams alike.
+#[inline]
+pub(super) fn send_upstream_head<D: Downstream>(
+    d: &mut D,
+    ctx: &mut RequestCtx,
+    resp: &ResponseHead,
+    filters: &crate::filters::Chain,
+    hooks: &mut dyn UpstreamHooks,
+    persistence: Persistence,
+) -> Persistence {
+    let mut lines = BytesMut::new();
+    hooks.on_head(resp, &mut lines);
+    let framing = match resp.body {
+        BodyKind::Length(n) => Framing::Length(n),
+        BodyKind::Chunked | BodyKind::CloseDelimited => Framing::Unknown,
+        BodyKind::Empty => Framing::Given,
+    };
+    let mut filter_lines = BytesMut::new();
+    let mut reply = Reply::new(resp.status, framing);
+    reply.reason = &resp.reason;
+    reply.base = resp.base();
+    reply.add_lines(&lines);
+    super::filter_response(ctx, filters, &mut reply, &mut filter_lines);
+    send_head_filtered(d, ctx, &reply, persistence)
 }
 
 /// Waits before a retry (exponential backoff with full jitter, `RetryPolicy::backoff`).

@@ -7,9 +7,9 @@
 //! slow uploads held every child, the review of issue 53), frames both directions in records,
 //! and reads a CGI header section, not an HTTP head. Until 2026-11-29 it went through an
 //! in-memory HTTP/1.1 pipe to a task of its own (removed): an HTTP/1.1 encode and parse each
-//! way, a task and a pipe per request,
-//! 44.9k user-space instructions a request against 32.9k here (callgrind, `hello.php`), and
-//! 5 system calls against 4 (nginx makes 5).
+//! way, a task and a pipe per request: 44.9k user-space instructions a request against 32.2k
+//! here (callgrind, `hello.php`), and 5 system calls against 4 (nginx makes 5). The socket side
+//! (sending, reading records) is `proxy/fastcgi/conn.rs`.
 //!
 //! What the application sees is what the HTTP path would send: the head is built as for any
 //! upstream (`exchange::build_request`: the route's target, the Host it chooses, the fields the
@@ -26,54 +26,97 @@
 //! the CGI environment was made for this one, and a script need not be idempotent).
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
-use weir_http::{BodyKind, Framing, Method, Persistence, Reply, ResponseHead};
+use weir_http::{BodyKind, Method, Persistence, ResponseHead};
 
 use super::downstream::Downstream;
 use super::failure::aborted;
-use super::forward::{fail, Target};
+use super::forward::{fail, send_upstream_head, served, Target};
 use super::hooks::{Steer, UpstreamHooks};
-use super::{send_head_filtered, RequestCtx};
+use super::RequestCtx;
 use crate::error::{Error, ErrorKind};
 use crate::proxy::exchange::{build_request, phase_timeout, record_failure, RequestShape};
 use crate::proxy::fastcgi::config::FastCgi;
-use crate::proxy::fastcgi::conn::{give_buf, put_idle, take_buf, take_idle_as, Target as Server};
+use crate::proxy::fastcgi::conn::{
+    connect_and_send, give_buf, next_record, put_idle, send, take_buf, Next,
+};
 use crate::proxy::fastcgi::{params, record, reply, script};
 use crate::proxy::per_worker::WorkerUpstream;
 use crate::proxy::tls::Socket;
 
 static STDERR_LOG: crate::logs::Limited = crate::logs::Limited::new();
 
+/// One FastCGI exchange: what each of its steps needs.
+struct Cgi<'a> {
+    target: &'a Target<'a>,
+    cfg: &'a FastCgi,
+    per_worker: &'a WorkerUpstream,
+    steer: Steer<'a>,
+    /// The keep-alive decision made so far.
+    persistence: Persistence,
+    has_body: bool,
+    total_deadline: Option<Instant>,
+}
+
+impl Cgi<'_> {
+    /// Answers a failure before the response head (`forward::fail`).
+    fn fail<D: Downstream>(
+        &self,
+        (d, ctx, hooks): (&mut D, &mut RequestCtx, &mut dyn UpstreamHooks),
+        server: Option<usize>,
+        e: Error,
+    ) -> Result<Persistence, Error> {
+        let p = (self.persistence, self.has_body);
+        fail(d, ctx, self.target, server, e, p, (self.steer, hooks))
+    }
+
+    /// [`Cgi::fail`] for a failure of `server`'s, counted against its passive health.
+    fn give_up<D: Downstream>(
+        &self,
+        io: (&mut D, &mut RequestCtx, &mut dyn UpstreamHooks),
+        server: usize,
+        e: Error,
+    ) -> Result<Persistence, Error> {
+        record_failure(self.target.up, server, &e);
+        self.fail(io, Some(server), e)
+    }
+
+    /// The response head to the client, through the hooks and the response filters.
+    fn start<D: Downstream>(
+        &self,
+        (d, ctx, hooks): (&mut D, &mut RequestCtx, &mut dyn UpstreamHooks),
+        server: usize,
+        resp: &ResponseHead,
+        persistence: Persistence,
+    ) -> Persistence {
+        served(ctx, (self.target.upstream, server), resp.status);
+        let filters = self.steer.respond.unwrap_or(&self.target.route.filters);
+        send_upstream_head(d, ctx, resp, filters, hooks, persistence)
+    }
+}
+
 /// Proxies `target.head` to the FastCGI upstream `target.up` (`cfg` its settings).
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn forward<D: Downstream>(
-    d: &mut D,
-    ctx: &mut RequestCtx,
-    target: &Target<'_>,
-    cfg: &FastCgi,
-    per_worker: &WorkerUpstream,
+    (d, ctx): (&mut D, &mut RequestCtx),
+    (target, cfg, per_worker): (&Target<'_>, &FastCgi, &WorkerUpstream),
     shape: RequestShape<'_>,
     persistence: Persistence,
     (steer, hooks): (Steer<'_>, &mut dyn UpstreamHooks),
 ) -> Result<Persistence, Error> {
     let (up, head) = (target.up, target.head);
     let has_body = head.body != BodyKind::Empty;
-    let total_deadline = up.total_timeout.map(|t| Instant::now() + t);
-    let failed = |d: &mut D, ctx: &mut RequestCtx, server, e, steer, hooks| {
-        fail(
-            d,
-            ctx,
-            target,
-            server,
-            e,
-            (persistence, has_body),
-            (steer, hooks),
-        )
+    let x = Cgi {
+        target,
+        cfg,
+        per_worker,
+        steer,
+        persistence,
+        has_body,
+        total_deadline: up.total_timeout.map(|t| Instant::now() + t),
     };
     let now = crate::clock::Mono::now();
     let Some(server) = per_worker.pick(up, target.client.ip, head, &[], now) else {
-        return failed(d, ctx, None, Error::new(ErrorKind::NoServer), steer, hooks);
+        return x.fail((d, ctx, hooks), None, Error::new(ErrorKind::NoServer));
     };
     // The request as the application is to see it.
     let mut built = take_buf(1024);
@@ -91,46 +134,16 @@ pub(super) async fn forward<D: Downstream>(
             ErrorKind::BadResponse,
             "an upstream head weir cannot read back",
         );
-        return failed(d, ctx, Some(server), e, steer, hooks);
+        return x.fail((d, ctx, hooks), Some(server), e);
     };
     // The script the path names, else the fallback, else weir's own 404 (403 for a directory
     // without its index script), the application not asked.
     let script = match script::resolve(cfg, view.path) {
         Ok(s) => s,
         Err(status) => {
-            let (raw, body): (&[u8], &'static [u8]) = if status == 403 {
-                (
-                    b"HTTP/1.1 403 \r\ncontent-type: text/plain\r\ncontent-length: 10\r\n\r\n",
-                    b"Forbidden\n",
-                )
-            } else {
-                (
-                    b"HTTP/1.1 404 \r\ncontent-type: text/plain\r\ncontent-length: 10\r\n\r\n",
-                    b"Not Found\n",
-                )
-            };
-            let mut raw = BytesMut::from(raw);
-            let resp = weir_http::parse_response(&mut raw, 1024, head.method == Method::Head)
-                .ok()
-                .flatten()
-                .ok_or_else(|| Error::new(ErrorKind::BadResponse))?;
-            // A body not read: the connection closes after the answer (and says so).
-            let persistence = if has_body {
-                Persistence::Close
-            } else {
-                persistence
-            };
-            let persistence = start(d, ctx, target, server, &resp, persistence, steer, hooks);
-            if head.method != Method::Head {
-                let body = Bytes::from_static(body);
-                hooks.on_body(&body);
-                super::send_body(d, ctx, &body, false);
-            }
-            super::finish_body(d, ctx);
-            d.end_body();
-            hooks.on_end(&resp);
+            let answered = refuse(&x, (d, ctx, hooks), server, status);
             give_buf(built);
-            return Ok(persistence);
+            return answered;
         }
     };
     // The body whole (held to the route's `max_body_bytes` by the client side), before the
@@ -178,7 +191,7 @@ pub(super) async fn forward<D: Downstream>(
         Err(cap) => {
             give_buf(out);
             let e = Error::with(ErrorKind::Overflow, cap.as_str());
-            return failed(d, ctx, Some(server), e, steer, hooks);
+            return x.fail((d, ctx, hooks), Some(server), e);
         }
     };
     let rt = ctx.rt.clone();
@@ -191,160 +204,99 @@ pub(super) async fn forward<D: Downstream>(
     // closed before any answer (nginx's `fastcgi_next_upstream error` for idempotent requests):
     // it needs no probe of the kept connection first, one system call a request.
     let replay = matches!(head.method, Method::Get | Method::Head) && !has_body;
-    let sent = send(per_worker, up, server, &out, !replay).await;
-    let (sock, reused) = match sent {
+    let (sock, reused) = match send(per_worker, up, server, &out, !replay).await {
         Ok(s) => s,
         Err(e) => {
             give_buf(out);
-            record_failure(up, server, &e);
-            return failed(d, ctx, Some(server), e, steer, hooks);
+            return x.give_up((d, ctx, hooks), server, e);
         }
     };
     let again = (replay && reused).then_some(&out[..]);
-    let relayed = relay(
-        d,
-        ctx,
-        target,
-        server,
-        (sock, again, id),
-        (cfg, per_worker),
-        total_deadline,
-        persistence,
-        (steer, hooks),
-    )
-    .await;
+    let relayed = relay(&x, (d, ctx, hooks), server, (sock, again, id)).await;
     give_buf(out);
     relayed
 }
 
-/// Writes `out` on an idle connection to `server` (`probe`d first, or not), else a new one
-/// (once more on a new one when the idle one fails the write: the application closed it
-/// meanwhile). The connection, and whether it was a kept one.
-async fn send(
-    per_worker: &WorkerUpstream,
-    up: &crate::proxy::upstream::Upstream,
+/// weir's own answer for a script that is not there (404) or a directory without its index
+/// (403), through the hooks and filters as the application's would go.
+fn refuse<D: Downstream>(
+    x: &Cgi<'_>,
+    (d, ctx, hooks): (&mut D, &mut RequestCtx, &mut dyn UpstreamHooks),
     server: usize,
-    out: &[u8],
-    probe: bool,
-) -> Result<(Socket, bool), Error> {
-    if let Some(mut sock) = take_idle_as(&per_worker.fastcgi_idle, server, probe) {
-        if sock.write_all(out).await.is_ok() && sock.flush().await.is_ok() {
-            return Ok((sock, true));
-        }
-    }
-    connect_and_send(up, server, out).await.map(|s| (s, false))
-}
-
-/// A new connection to `server`, `out` written on it.
-async fn connect_and_send(
-    up: &crate::proxy::upstream::Upstream,
-    server: usize,
-    out: &[u8],
-) -> Result<Socket, Error> {
-    let s = &up.servers[server];
-    let to = Server {
-        addr: s.addr.clone(),
-        unix: s.unix.clone(),
-        within: up.connect_timeout,
+    status: u16,
+) -> Result<Persistence, Error> {
+    let head = x.target.head;
+    let (raw, body): (&[u8], &'static [u8]) = if status == 403 {
+        (
+            b"HTTP/1.1 403 \r\ncontent-type: text/plain\r\ncontent-length: 10\r\n\r\n",
+            b"Forbidden\n",
+        )
+    } else {
+        (
+            b"HTTP/1.1 404 \r\ncontent-type: text/plain\r\ncontent-length: 10\r\n\r\n",
+            b"Not Found\n",
+        )
     };
-    let mut sock = to.connect().await.map_err(|e| match e.kind() {
-        std::io::ErrorKind::TimedOut => Error::new(ErrorKind::ConnectTimeout),
-        _ => Error::with(ErrorKind::Connect, e),
-    })?;
-    let wrote = async {
-        sock.write_all(out).await?;
-        sock.flush().await
+    let mut raw = BytesMut::from(raw);
+    let resp = weir_http::parse_response(&mut raw, 1024, head.method == Method::Head)
+        .ok()
+        .flatten()
+        .ok_or_else(|| Error::new(ErrorKind::BadResponse))?;
+    // A body not read: the connection closes after the answer (and says so).
+    let persistence = if x.has_body {
+        Persistence::Close
+    } else {
+        x.persistence
     };
-    wrote
-        .await
-        .map_err(|e| Error::with(ErrorKind::UpstreamReset, format!("write: {e}")))?;
-    Ok(sock)
-}
-
-/// Reads the next record into `rbuf` from `sock`, waiting until `deadline` for more bytes.
-async fn next_record(
-    sock: &mut Socket,
-    rbuf: &mut BytesMut,
-    deadline: Instant,
-) -> Result<record::Record, Next> {
-    loop {
-        match record::next(rbuf) {
-            Ok(Some(r)) => return Ok(r),
-            Ok(None) => {}
-            Err(e) => return Err(Next::Bad(e.0)),
-        }
-        match tokio::time::timeout_at(deadline, sock.read_buf(rbuf)).await {
-            Err(_) => return Err(Next::Timeout),
-            Ok(Ok(0)) => return Err(Next::Closed),
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(Next::Io(e)),
-        }
+    let persistence = x.start(
+        (&mut *d, &mut *ctx, &mut *hooks),
+        server,
+        &resp,
+        persistence,
+    );
+    if head.method != Method::Head {
+        let body = Bytes::from_static(body);
+        hooks.on_body(&body);
+        super::send_body(d, ctx, &body, false);
     }
-}
-
-/// Why no record came.
-enum Next {
-    Timeout,
-    Closed,
-    Bad(&'static str),
-    Io(std::io::Error),
-}
-
-impl Next {
-    fn describe(&self) -> String {
-        match self {
-            Next::Timeout => "no record in time".into(),
-            Next::Closed => {
-                "the application closed the connection before its response ended".into()
-            }
-            Next::Bad(why) => format!("bad record: {why}"),
-            Next::Io(e) => format!("read: {e}"),
-        }
-    }
+    super::finish_body(d, ctx);
+    d.end_body();
+    hooks.on_end(&resp);
+    Ok(persistence)
 }
 
 /// The application's response: its header section, then its body, to the client.
-#[allow(clippy::too_many_arguments)]
 async fn relay<D: Downstream>(
-    d: &mut D,
-    ctx: &mut RequestCtx,
-    target: &Target<'_>,
+    x: &Cgi<'_>,
+    (d, ctx, hooks): (&mut D, &mut RequestCtx, &mut dyn UpstreamHooks),
     server: usize,
     (mut sock, mut again, id): (Socket, Option<&[u8]>, u16),
-    (cfg, per_worker): (&FastCgi, &WorkerUpstream),
-    total_deadline: Option<Instant>,
-    persistence: Persistence,
-    (steer, hooks): (Steer<'_>, &mut dyn UpstreamHooks),
 ) -> Result<Persistence, Error> {
-    let (up, head) = (target.up, target.head);
-    let has_body = head.body != BodyKind::Empty;
+    let (up, head) = (x.target.up, x.target.head);
     let bodyless = head.method == Method::Head;
     let mut rbuf = take_buf(4096);
     let mut section = BytesMut::new();
     // The header section.
-    let deadline = Instant::now() + phase_timeout(up.response_header_timeout, total_deadline);
+    let deadline = Instant::now() + phase_timeout(up.response_header_timeout, x.total_deadline);
     let (resp, rest) = loop {
         let rec = match next_record(&mut sock, &mut rbuf, deadline).await {
-            Ok(r) => r,
-            // A kept connection closed before any answer: once more on a new one.
-            Err(Next::Closed | Next::Io(_)) if again.is_some() && rbuf.is_empty() => {
+            Ok(r) if r.id == id => r,
+            // A kept connection closed before any answer, or out of step (another request's
+            // record: an application that wrote after its END_REQUEST): a GET or HEAD goes
+            // once more on a new connection; anything else is a 502 (it may have run).
+            Ok(_) | Err(Next::Closed | Next::Io(_)) if again.is_some() && section.is_empty() => {
+                rbuf.clear();
                 let out = again.take().unwrap_or_default();
                 match connect_and_send(up, server, out).await {
                     Ok(s) => sock = s,
-                    Err(e) => {
-                        record_failure(up, server, &e);
-                        return fail(
-                            d,
-                            ctx,
-                            target,
-                            Some(server),
-                            e,
-                            (persistence, has_body),
-                            (steer, hooks),
-                        );
-                    }
+                    Err(e) => return x.give_up((d, ctx, hooks), server, e),
                 }
                 continue;
+            }
+            Ok(_) => {
+                let why = "a record of another request: the connection is out of step";
+                let e = Error::with(ErrorKind::BadResponse, why);
+                return x.give_up((d, ctx, hooks), server, e);
             }
             Err(n) => {
                 let e = match n {
@@ -352,56 +304,9 @@ async fn relay<D: Downstream>(
                     Next::Bad(_) => Error::with(ErrorKind::BadResponse, n.describe()),
                     _ => Error::with(ErrorKind::UpstreamReset, n.describe()),
                 };
-                record_failure(up, server, &e);
-                return fail(
-                    d,
-                    ctx,
-                    target,
-                    Some(server),
-                    e,
-                    (persistence, has_body),
-                    (steer, hooks),
-                );
+                return x.give_up((d, ctx, hooks), server, e);
             }
         };
-        if rec.id != id {
-            // Another request's record: the kept connection is out of step (an application
-            // that wrote after its END_REQUEST). Dropped; a GET or HEAD goes again on a new
-            // connection, anything else is a 502 (it may have run).
-            if let (Some(out), true) = (again.take(), section.is_empty()) {
-                rbuf.clear();
-                match connect_and_send(up, server, out).await {
-                    Ok(s) => sock = s,
-                    Err(e) => {
-                        record_failure(up, server, &e);
-                        return fail(
-                            d,
-                            ctx,
-                            target,
-                            Some(server),
-                            e,
-                            (persistence, has_body),
-                            (steer, hooks),
-                        );
-                    }
-                }
-                continue;
-            }
-            let e = Error::with(
-                ErrorKind::BadResponse,
-                "a record of another request: the connection is out of step",
-            );
-            record_failure(up, server, &e);
-            return fail(
-                d,
-                ctx,
-                target,
-                Some(server),
-                e,
-                (persistence, has_body),
-                (steer, hooks),
-            );
-        }
         again = None;
         match rec.kind {
             record::STDOUT => {
@@ -422,49 +327,20 @@ async fn relay<D: Downstream>(
                         Ok(resp) => break (resp, section.split_off(end).freeze()),
                         Err(why) => {
                             let e = Error::with(ErrorKind::BadResponse, why);
-                            record_failure(up, server, &e);
-                            return fail(
-                                d,
-                                ctx,
-                                target,
-                                Some(server),
-                                e,
-                                (persistence, has_body),
-                                (steer, hooks),
-                            );
+                            return x.give_up((d, ctx, hooks), server, e);
                         }
                     }
                 }
                 if section.len() > reply::MAX_HEAD {
                     let e = Error::with(ErrorKind::BadResponse, "a CGI header section past 64 KiB");
-                    record_failure(up, server, &e);
-                    return fail(
-                        d,
-                        ctx,
-                        target,
-                        Some(server),
-                        e,
-                        (persistence, has_body),
-                        (steer, hooks),
-                    );
+                    return x.give_up((d, ctx, hooks), server, e);
                 }
             }
             record::STDERR => stderr(&rec.content),
             record::END_REQUEST => {
-                let e = Error::with(
-                    ErrorKind::BadResponse,
-                    "the application ended its response without a header section",
-                );
-                record_failure(up, server, &e);
-                return fail(
-                    d,
-                    ctx,
-                    target,
-                    Some(server),
-                    e,
-                    (persistence, has_body),
-                    (steer, hooks),
-                );
+                let why = "the application ended its response without a header section";
+                let e = Error::with(ErrorKind::BadResponse, why);
+                return x.give_up((d, ctx, hooks), server, e);
             }
             _ => {}
         }
@@ -473,7 +349,12 @@ async fn relay<D: Downstream>(
         let outcome = crate::proxy::outlier::Outcome::of_status(resp.status);
         up.record_outcome(server, outcome, crate::proxy::upstream::now_ms());
     }
-    let persistence = start(d, ctx, target, server, &resp, persistence, steer, hooks);
+    let persistence = x.start(
+        (&mut *d, &mut *ctx, &mut *hooks),
+        server,
+        &resp,
+        x.persistence,
+    );
     let with_body = resp.body != BodyKind::Empty;
     if with_body && !rest.is_empty() {
         hooks.on_body(&rest);
@@ -484,15 +365,15 @@ async fn relay<D: Downstream>(
         if rbuf.len() < 8 {
             d.flush().await?;
         }
-        let deadline = Instant::now() + phase_timeout(up.idle_read_timeout, total_deadline);
+        let deadline = Instant::now() + phase_timeout(up.idle_read_timeout, x.total_deadline);
         let rec = match next_record(&mut sock, &mut rbuf, deadline).await {
-            Ok(r) => r,
+            Ok(r) if r.id == id => r,
+            Ok(_) => {
+                let why = "a record of another request: the connection is out of step";
+                return Err(aborted(ctx, (up, server, head), why));
+            }
             Err(n) => return Err(aborted(ctx, (up, server, head), &n.describe())),
         };
-        if rec.id != id {
-            let why = "a record of another request: the connection is out of step";
-            return Err(aborted(ctx, (up, server, head), why));
-        }
         match rec.kind {
             record::STDOUT if with_body && !rec.content.is_empty() => {
                 hooks.on_body(&rec.content);
@@ -509,8 +390,8 @@ async fn relay<D: Downstream>(
                 let whole = rbuf.is_empty();
                 drop(rec);
                 give_buf(rbuf);
-                if cfg.keep_conn && complete && whole {
-                    put_idle(&per_worker.fastcgi_idle, server, sock, up.max_idle);
+                if x.cfg.keep_conn && complete && whole {
+                    put_idle(&x.per_worker.fastcgi_idle, server, sock, up.max_idle);
                 }
                 hooks.on_end(&resp);
                 return Ok(persistence);
@@ -518,41 +399,6 @@ async fn relay<D: Downstream>(
             _ => {}
         }
     }
-}
-
-/// The response head to the client, through the hooks and the route's response filters.
-#[allow(clippy::too_many_arguments)]
-fn start<D: Downstream>(
-    d: &mut D,
-    ctx: &mut RequestCtx,
-    target: &Target<'_>,
-    server: usize,
-    resp: &ResponseHead,
-    persistence: Persistence,
-    steer: Steer<'_>,
-    hooks: &mut dyn UpstreamHooks,
-) -> Persistence {
-    ctx.upstream = Some((target.upstream as u32, server as u32));
-    if let Some(run) = ctx.run_if_any() {
-        run.served = Some((target.upstream, server));
-    }
-    ctx.upstream_head_at = Some(crate::clock::Mono::now());
-    ctx.status = resp.status;
-    let mut lines = BytesMut::new();
-    hooks.on_head(resp, &mut lines);
-    let framing = match resp.body {
-        BodyKind::Length(n) => Framing::Length(n),
-        BodyKind::Chunked | BodyKind::CloseDelimited => Framing::Unknown,
-        BodyKind::Empty => Framing::Given,
-    };
-    let mut filter_lines = BytesMut::new();
-    let mut reply = Reply::new(resp.status, framing);
-    reply.reason = &resp.reason;
-    reply.base = resp.base();
-    reply.add_lines(&lines);
-    let filters = steer.respond.unwrap_or(&target.route.filters);
-    super::filter_response(ctx, filters, &mut reply, &mut filter_lines);
-    send_head_filtered(d, ctx, &reply, persistence)
 }
 
 /// The application's stderr, logged (rate-limited: a client chooses how often a script fails).

@@ -8,7 +8,7 @@ use std::io::{BufReader, Write};
 
 use super::common;
 use super::common::process::{free_port, have_all_or_skip};
-use super::{check, copy, import, main_conf, nginx, wait, weir};
+use super::{copy, import, main_conf, side_by_side};
 
 /// Status, and the body of any answer.
 fn ask(port: u16, path: &str) -> (u16, String) {
@@ -66,14 +66,7 @@ fn error_pages_to_named_locations_answer_as_nginx_after_import() {
     assert!(yaml.contains("down.html"), "{yaml}");
     assert!(stderr.contains("error_page 500 @other"), "{stderr}");
     assert!(!stderr.contains("@maintenance"), "{stderr}");
-    let yaml = yaml.replace(&format!(":{pn}"), &format!(":{pw}"));
-    let file = dir.join("weir.yaml");
-    std::fs::write(&file, &yaml).unwrap();
-    check(&file);
-    let _n = nginx(&main, &dir);
-    let _w = weir(&file, &dir);
-    wait(pn, &dir.join("nginx.err"));
-    wait(pw, &dir.join("weir.err"));
+    let (_n, _w) = side_by_side(&dir, &main, &yaml, pn, pw);
     for path in [
         "/page.html",
         "/docs/",

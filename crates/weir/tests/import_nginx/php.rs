@@ -12,7 +12,7 @@ use std::process::Command;
 use super::common;
 use super::common::phpfpm::PhpFpm;
 use super::common::process::{free_port, have_all_or_skip};
-use super::{check, copy, import, main_conf, nginx, wait, weir};
+use super::{copy, import, main_conf, side_by_side};
 
 /// One request: what the table calls it, and its bytes.
 struct Req {
@@ -234,14 +234,7 @@ fn php_site_answers_as_nginx(site: &Site) {
     }
     assert!(yaml.contains("protocol: fastcgi") && yaml.contains("fallback: /index.php"));
     assert!(!yaml.contains("answers 503"), "nothing refuses:\n{yaml}");
-    let yaml = yaml.replace(&format!(":{pn}"), &format!(":{pw}"));
-    let file = dir.join("weir.yaml");
-    std::fs::write(&file, &yaml).unwrap();
-    check(&file);
-    let _n = nginx(&main, &dir);
-    let _w = weir(&file, &dir);
-    wait(pn, &dir.join("nginx.err"));
-    wait(pw, &dir.join("weir.err"));
+    let (_n, _w) = side_by_side(&dir, &main, &yaml, pn, pw);
     let requests = vec![
         get("/"),
         get("/style.css"),
@@ -394,14 +387,7 @@ fn an_app_behind_try_files_and_a_named_location_answers_as_nginx_after_import() 
         "{yaml}"
     );
     assert!(!stderr.contains("named location"), "{stderr}");
-    let yaml = yaml.replace(&format!(":{pn}"), &format!(":{pw}"));
-    let file = dir.join("weir.yaml");
-    std::fs::write(&file, &yaml).unwrap();
-    check(&file);
-    let _n = nginx(&main, &dir);
-    let _w = weir(&file, &dir);
-    wait(pn, &dir.join("nginx.err"));
-    wait(pw, &dir.join("weir.err"));
+    let (_n, _w) = side_by_side(&dir, &main, &yaml, pn, pw);
     let requests = vec![
         get("/robots.txt"),
         get("/about"),

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 
 use super::common;
 use super::common::process::{free_port, have_all_or_skip};
-use super::{check, copy, import, main_conf, nginx, wait, weir};
+use super::{copy, import, main_conf, side_by_side};
 
 /// What is compared of one answer.
 #[derive(Debug, PartialEq)]
@@ -117,14 +117,7 @@ fn if_set_break_and_rewrite_idioms_answer_as_nginx_after_import() {
     ] {
         assert!(yaml.contains(want), "{want}:\n{yaml}");
     }
-    let yaml = yaml.replace(&format!(":{pn}"), &format!(":{pw}"));
-    let file = dir.join("weir.yaml");
-    std::fs::write(&file, &yaml).unwrap();
-    check(&file);
-    let _n = nginx(&main, &dir);
-    let _w = weir(&file, &dir);
-    wait(pn, &dir.join("nginx.err"));
-    wait(pw, &dir.join("weir.err"));
+    let (_n, _w) = side_by_side(&dir, &main, &yaml, pn, pw);
     let cases: Vec<(&str, String)> = vec![
         ("a file", get("/robots.txt", "")),
         ("the app", get("/blog/post?p=1", "")),

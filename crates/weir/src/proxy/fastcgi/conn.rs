@@ -1,6 +1,6 @@
 //! Connections to a FastCGI application: opened (TCP or a unix socket, within the connect
-//! timeout), kept idle per worker and server (`FCGI_KEEP_CONN`), and the exchange's buffers,
-//! reused per worker.
+//! timeout), kept idle per worker and server (`FCGI_KEEP_CONN`), a request written on one and
+//! its records read back, and the exchange's buffers, reused per worker.
 
 use std::cell::RefCell;
 use std::io;
@@ -8,6 +8,11 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+
+use super::record;
+use crate::error::{Error, ErrorKind};
 
 use crate::proxy::tls::Socket;
 
@@ -101,5 +106,92 @@ pub fn give_buf(mut b: BytesMut) {
                 s.push(b);
             }
         });
+    }
+}
+
+/// Writes `out` on an idle connection to `server` (`probe`d first, or not), else a new one
+/// (once more on a new one when the idle one fails the write: the application closed it
+/// meanwhile). The connection, and whether it was a kept one.
+pub async fn send(
+    per_worker: &crate::proxy::per_worker::WorkerUpstream,
+    up: &crate::proxy::upstream::Upstream,
+    server: usize,
+    out: &[u8],
+    probe: bool,
+) -> Result<(Socket, bool), Error> {
+    if let Some(mut sock) = take_idle_as(&per_worker.fastcgi_idle, server, probe) {
+        if sock.write_all(out).await.is_ok() && sock.flush().await.is_ok() {
+            return Ok((sock, true));
+        }
+    }
+    connect_and_send(up, server, out).await.map(|s| (s, false))
+}
+
+/// A new connection to `server`, `out` written on it.
+pub async fn connect_and_send(
+    up: &crate::proxy::upstream::Upstream,
+    server: usize,
+    out: &[u8],
+) -> Result<Socket, Error> {
+    let s = &up.servers[server];
+    let to = Target {
+        addr: s.addr.clone(),
+        unix: s.unix.clone(),
+        within: up.connect_timeout,
+    };
+    let mut sock = to.connect().await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::TimedOut => Error::new(ErrorKind::ConnectTimeout),
+        _ => Error::with(ErrorKind::Connect, e),
+    })?;
+    let wrote = async {
+        sock.write_all(out).await?;
+        sock.flush().await
+    };
+    wrote
+        .await
+        .map_err(|e| Error::with(ErrorKind::UpstreamReset, format!("write: {e}")))?;
+    Ok(sock)
+}
+
+/// Reads the next record into `rbuf` from `sock`, waiting until `deadline` for more bytes.
+pub async fn next_record(
+    sock: &mut Socket,
+    rbuf: &mut BytesMut,
+    deadline: Instant,
+) -> Result<record::Record, Next> {
+    loop {
+        match record::next(rbuf) {
+            Ok(Some(r)) => return Ok(r),
+            Ok(None) => {}
+            Err(e) => return Err(Next::Bad(e.0)),
+        }
+        match tokio::time::timeout_at(deadline, sock.read_buf(rbuf)).await {
+            Err(_) => return Err(Next::Timeout),
+            Ok(Ok(0)) => return Err(Next::Closed),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(Next::Io(e)),
+        }
+    }
+}
+
+/// Why no record came.
+#[derive(Debug)]
+pub enum Next {
+    Timeout,
+    Closed,
+    Bad(&'static str),
+    Io(std::io::Error),
+}
+
+impl Next {
+    pub fn describe(&self) -> String {
+        match self {
+            Next::Timeout => "no record in time".into(),
+            Next::Closed => {
+                "the application closed the connection before its response ended".into()
+            }
+            Next::Bad(why) => format!("bad record: {why}"),
+            Next::Io(e) => format!("read: {e}"),
+        }
     }
 }
