@@ -106,6 +106,8 @@ pub struct Conn {
     block: Option<Block>,
     /// What the guard said of this side's resets for the peer's errors, not yet acted on.
     verdict: Verdict,
+    /// Streams this side reset for the peer's errors, over the connection's life.
+    error_resets: u32,
 }
 
 impl Conn {
@@ -125,12 +127,55 @@ impl Conn {
             closed: VecDeque::new(),
             block: None,
             verdict: Verdict::Fine,
+            error_resets: 0,
         }
     }
 
     /// weir's SETTINGS, the server's preface.
     pub fn greeting(&self, out: &mut Vec<u8>) {
         Start::greeting(&self.local, out);
+    }
+
+    /// Whether the start is over (the peer's preface and SETTINGS arrived).
+    pub fn is_open(&self) -> bool {
+        self.start == Start::Open
+    }
+
+    /// The streams this side reset for the peer's errors so far (the h2 crate's
+    /// `max_local_error_reset_streams`: the caller ends the connection past its limit).
+    pub fn error_resets(&self) -> u32 {
+        self.error_resets
+    }
+
+    /// The glitches counted so far (see [`crate::guard`]).
+    pub fn glitches(&self) -> u32 {
+        self.guard.glitches()
+    }
+
+    /// The request on `stream` is malformed in a way only the application sees (a body
+    /// longer or shorter than its `content-length`, §8.1.1): a stream error the peer caused,
+    /// RST_STREAM PROTOCOL_ERROR and a glitch. `Err` when the glitches end the connection.
+    pub fn malformed(&mut self, stream: u32, out: &mut Vec<u8>) -> Result<(), Reason> {
+        self.reset_stream(stream, Reason::ProtocolError, out);
+        match std::mem::replace(&mut self.verdict, Verdict::Fine) {
+            Verdict::Close => Err(Reason::EnhanceYourCalm),
+            _ => Ok(()),
+        }
+    }
+
+    /// Opens the connection's receive window to `size` (RFC 9113 §6.9.2: the connection's
+    /// window starts at 65,535 whatever the SETTINGS say; a WINDOW_UPDATE on stream 0 grows it).
+    pub fn open_connection_window(&mut self, size: u32, out: &mut Vec<u8>) {
+        let now = self.recv.available();
+        if size > now {
+            frame::put_window_update(out, 0, size - now);
+            self.recv = RecvWindow::new(size);
+        }
+    }
+
+    /// The peer's SETTINGS_MAX_FRAME_SIZE: the largest frame payload this side may send.
+    pub fn peer_max_frame(&self) -> u32 {
+        self.peer.max_frame_size
     }
 
     /// The highest stream the peer opened (GOAWAY's last-stream field).
@@ -502,6 +547,7 @@ impl Conn {
     /// Resets `stream` for the peer's error: RST_STREAM, the stream forgotten (its late frames
     /// ignored), a glitch counted.
     fn reset_stream(&mut self, stream: u32, reason: Reason, out: &mut Vec<u8>) {
+        self.error_resets = self.error_resets.saturating_add(1);
         frame::put_rst_stream(out, stream, reason);
         if let Some(i) = self.streams.iter().position(|s| s.id == stream) {
             self.forget(i);
@@ -578,8 +624,15 @@ impl Conn {
 
     /// This side resets `stream` on its own account (the application gave up): not a glitch.
     pub fn cancel(&mut self, stream: u32, out: &mut Vec<u8>) {
+        self.reset(stream, Reason::Cancel, out);
+    }
+
+    /// This side resets `stream` with `reason` on its own account (not a glitch): CANCEL when
+    /// the application gave up, NO_ERROR when the response is complete and the request's body
+    /// is not wanted (§8.1), REFUSED_STREAM after GOAWAY.
+    pub fn reset(&mut self, stream: u32, reason: Reason, out: &mut Vec<u8>) {
         if let Some(i) = self.streams.iter().position(|s| s.id == stream) {
-            frame::put_rst_stream(out, stream, Reason::Cancel);
+            frame::put_rst_stream(out, stream, reason);
             self.streams[i].state = State::Closed(Ending::ResetLocal);
             self.forget(i);
             if self.reset.len() == RECENTLY_RESET {

@@ -401,6 +401,16 @@ pub fn put_headers(out: &mut Vec<u8>, stream: u32, block: &[u8], end_stream: boo
     }
 }
 
+/// A DATA frame's header for `len` octets of payload the caller writes after it, as an array
+/// (for writers that are not a `Vec`).
+pub fn data_header(stream: u32, len: usize, end_stream: bool) -> [u8; HEADER_LEN] {
+    debug_assert!(len <= MAX_FRAME_CEILING as usize);
+    let l = (len as u32).to_be_bytes();
+    let s = (stream & 0x7fff_ffff).to_be_bytes();
+    let flags = if end_stream { flag::END_STREAM } else { 0 };
+    [l[1], l[2], l[3], kind::DATA, flags, s[0], s[1], s[2], s[3]]
+}
+
 /// A DATA frame's header for `len` octets of payload the caller writes after it.
 pub fn put_data_header(out: &mut Vec<u8>, stream: u32, len: usize, end_stream: bool) {
     put_header(

@@ -204,12 +204,10 @@ pub struct QuicListen {
 
 impl QuicListen {
     /// The `Alt-Svc` value alone (for HTTP/2's fields); `None` on port 0.
-    pub(crate) fn alt_svc_value(&self) -> Option<http::HeaderValue> {
-        let line = self
-            .alt_svc
+    pub(crate) fn alt_svc_value(&self) -> Option<&[u8]> {
+        self.alt_svc
             .strip_prefix(b"Alt-Svc: ")?
-            .strip_suffix(b"\r\n")?;
-        http::HeaderValue::from_bytes(line).ok()
+            .strip_suffix(b"\r\n")
     }
 }
 

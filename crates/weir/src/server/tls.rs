@@ -180,7 +180,15 @@ fn after_handshake(
     }
     if alpn == Some(b"h2") {
         let info = Some(Rc::new(info));
-        return Box::pin(super::h2::serve(stream, peer, state, rt, listener, info));
+        return Box::pin(super::h2::serve(
+            stream,
+            bytes::Bytes::new(),
+            peer,
+            state,
+            rt,
+            listener,
+            info,
+        ));
     }
     let io = ClientIo::Tls(Box::new(TlsConn { stream, info }));
     let mut conn = Box::new(Conn::new(io, peer, key, state, rt, listener));

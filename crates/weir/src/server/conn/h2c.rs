@@ -71,9 +71,8 @@ impl Conn {
         let prefix = self.buf.split().freeze();
         give_buf(std::mem::take(&mut self.buf));
         give_buf(std::mem::take(&mut self.out));
-        let io = crate::server::h2::Rewind::new(prefix, tcp);
         let (state, rt) = (self.state.clone(), self.rt.clone());
-        crate::server::h2::serve(io, self.peer, state, rt, self.listener, None).await
+        crate::server::h2::serve(tcp, prefix, self.peer, state, rt, self.listener, None).await
     }
 }
 

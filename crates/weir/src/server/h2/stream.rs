@@ -1,96 +1,96 @@
 //! One HTTP/2 stream as a `pipeline::Downstream`: the request body comes from the stream's
-//! DATA frames, the response goes out as HEADERS and DATA. Body bytes are handed to `h2` as
-//! the `Bytes` producers give (a cache hit's stored body is not copied), within the flow
-//! control windows: [`H2Stream::flush`] waits for window (bounded by `timeouts.write` per
-//! stall) rather than buffer a large body.
+//! [`Slot`] as the connection's driver fills it, the response is queued in the slot (a head as
+//! an HPACK block, body bytes as the producers give them: a cache hit's stored body is not
+//! copied) and leaves when the pipeline flushes, as frames within the peer's windows.
+//! [`H2Stream::flush`] waits for the queue to drain (bounded by `timeouts.write` per stall)
+//! rather than buffer a large body; a stream that stalls past it is reset and its queue given
+//! back.
 
-use std::collections::VecDeque;
+use std::cell::RefCell;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use h2::server::SendResponse;
-use h2::{RecvStream, SendStream};
+use weir_h2::Reason;
 use weir_http::{Persistence, Reply, RequestHead, Version};
 
-use super::{convert, ConnShared};
+use super::driver::Incoming;
+use super::slots::{Out, Shared, Slot};
+use super::ConnShared;
 use crate::error::{Error, ErrorKind};
 use crate::pipeline::downstream::Downstream;
 use crate::runtime::WorkerRuntime;
 
 /// Queued body bytes past which the pipeline should flush.
 const FLUSH_AT: usize = 64 * 1024;
-/// A complete body up to this size is handed to `h2` at once, without waiting for window
-/// first: `h2` sends it as the window allows, and the head and body of a small response leave
-/// in the connection's next write. Waiting for window for each one cost a wake-up and a
-/// `writev` per response (`strace -c`: 10 writes per read with 10 streams). Larger or
-/// unfinished bodies wait for window, which bounds what a slow client makes weir buffer.
-const DIRECT: usize = 64 * 1024;
 
 /// One stream being answered.
 #[derive(Debug)]
 pub(crate) struct H2Stream {
+    id: u32,
+    io: Rc<RefCell<Shared>>,
     shared: Rc<ConnShared>,
     rt: Rc<WorkerRuntime>,
     /// This stream's listener in `rt`'s config.
     listener: usize,
-    body: Option<RecvStream>,
     body_read: u64,
     /// A route's `shape` cap below `limits.max_body_bytes` (`u64::MAX`: none).
     body_cap: u64,
     /// The route's wait between body bytes, over `timeouts.body`.
     body_wait: Option<std::time::Duration>,
-    respond: SendResponse<Bytes>,
-    /// The response head, queued until the first flush (so that a body-less response goes
-    /// out as one HEADERS frame with END_STREAM).
-    head: Option<http::Response<()>>,
-    send: Option<SendStream<Bytes>>,
-    queued: VecDeque<Bytes>,
-    queued_len: usize,
-    /// `end_body` was called: the stream ends after what is queued.
-    ended: bool,
-    /// END_STREAM was sent.
-    finished: bool,
-    /// Trailer fields, sent in place of the END_STREAM data frame.
-    trailers: Option<http::HeaderMap>,
-    /// The request's trailers, once its body ended.
-    request_trailers: Vec<weir_http::Header>,
+    /// A response head was queued: a failure now can only reset the stream.
+    started: bool,
 }
 
-/// Answers one stream through the pipeline.
+/// Answers one stream through the pipeline; ends early when the stream is reset.
 pub(crate) async fn serve(
-    request: http::Request<RecvStream>,
-    respond: SendResponse<Bytes>,
+    id: u32,
+    incoming: Incoming,
+    io: Rc<RefCell<Shared>>,
     shared: Rc<ConnShared>,
 ) {
+    let answer = answer(id, incoming, io.clone(), shared);
+    let reset = Reset { id, io: io.clone() };
+    tokio::select! {
+        biased;
+        () = reset => {}
+        () = answer => {}
+    }
+    if let Some(s) = io.borrow_mut().slot(id) {
+        s.done = true;
+    }
+}
+
+async fn answer(id: u32, incoming: Incoming, io: Rc<RefCell<Shared>>, shared: Rc<ConnShared>) {
     let mut rt = shared.state.cached();
     shared.state.refresh(&mut rt);
     let Some(listener) = rt.cfg.listener_index(&shared.listener_id) else {
-        let mut respond = respond;
-        respond.send_reset(h2::Reason::REFUSED_STREAM);
+        io.borrow_mut().reset(id, Reason::RefusedStream);
         return;
     };
-    let (parts, body) = request.into_parts();
-    let has_body = !body.is_end_stream();
     let mut d = H2Stream {
+        id,
+        io,
         shared,
         rt: rt.clone(),
         listener,
-        body: has_body.then_some(body),
         body_read: 0,
         body_cap: u64::MAX,
         body_wait: None,
-        respond,
-        head: None,
-        send: None,
-        queued: VecDeque::new(),
-        queued_len: 0,
-        ended: false,
-        finished: false,
-        trailers: None,
-        request_trailers: Vec::new(),
+        started: false,
     };
-    let result = match convert::request_head(&parts, has_body, &rt.cfg.limits.head) {
+    let head = match incoming {
+        Incoming::Head {
+            pseudo,
+            fields,
+            has_body,
+        } => super::head::request_head(&pseudo, &fields, has_body, &rt.cfg.limits.head),
+        Incoming::TooLarge => Err(weir_http::ParseError::HeadTooLarge.into()),
+    };
+    let result = match head {
         Ok(head) => match crate::pipeline::limits::check_declared_length(&head, &rt.cfg.limits) {
             Ok(()) => crate::pipeline::handle(&mut d, rt.clone(), listener, &head).await,
             Err(e) => Err(e),
@@ -100,24 +100,48 @@ pub(crate) async fn serve(
     if let Err(e) = result {
         tracing::debug!(peer = %d.shared.peer, reason = %e, "HTTP/2 stream failed");
         match e.status() {
-            Some(status) if d.send.is_none() => d.send_canned(status),
+            Some(status) if !d.started => d.send_canned(status),
             _ => {
-                d.reset(h2::Reason::INTERNAL_ERROR);
+                d.io.borrow_mut().reset(id, Reason::InternalError);
                 return;
             }
         }
     }
-    d.ended = true;
+    d.end_body();
     if d.flush().await.is_err() {
-        d.reset(h2::Reason::CANCEL);
+        d.io.borrow_mut().reset(id, Reason::Cancel);
+    }
+}
+
+/// Ready when the stream is reset (by the peer, or by the connection's end).
+struct Reset {
+    id: u32,
+    io: Rc<RefCell<Shared>>,
+}
+
+impl Future for Reset {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut io = self.io.borrow_mut();
+        match io.slot(self.id) {
+            Some(s) if !s.reset => {
+                // The stream's one waker: the answer's own waits share it (one task).
+                s.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            _ => Poll::Ready(()),
+        }
     }
 }
 
 impl H2Stream {
-    fn reset(&mut self, reason: h2::Reason) {
-        match &mut self.send {
-            Some(s) => s.send_reset(reason),
-            None => self.respond.send_reset(reason),
+    /// Runs `f` on this stream's slot (`Err` when it is gone or reset).
+    fn with_slot<R>(&self, f: impl FnOnce(&mut Slot) -> R) -> Result<R, Error> {
+        let mut io = self.io.borrow_mut();
+        match io.slot(self.id) {
+            Some(s) if !s.reset => Ok(f(s)),
+            _ => Err(Error::new(ErrorKind::ClientClosed)),
         }
     }
 
@@ -125,47 +149,71 @@ impl H2Stream {
     fn send_canned(&mut self, status: u16) {
         let body = crate::error::canned_body(status);
         let reply = crate::error::canned(status, body.len(), &self.rt.cfg.server_line);
-        let head = convert::response_head(&reply);
+        let mut block = Vec::with_capacity(128);
+        super::head::response_block(&reply, &[], &mut block);
         drop(reply);
-        self.queued.clear();
-        self.queued_len = 0;
-        self.head = Some(head);
-        self.send_data(&Bytes::from(body));
-        self.ended = true;
+        let _ = self.with_slot(|s| {
+            s.queue.clear();
+            s.queued = 0;
+            s.queue.push_back(Out::Head {
+                block,
+                interim: false,
+            });
+            if !body.is_empty() {
+                s.queued += body.len();
+                s.queue.push_back(Out::Data(Bytes::from(body)));
+            }
+        });
+        self.started = true;
     }
 
-    /// Sends `data` within the stream's window, waiting for window as needed.
-    async fn send_windowed(&mut self, mut data: Bytes, last: bool) -> Result<(), Error> {
-        let stall = self.rt.cfg.timeouts.write;
-        let Some(send) = self.send.as_mut() else {
-            return Ok(());
-        };
-        if data.is_empty() {
-            return send.send_data(data, last).map_err(h2_error);
-        }
-        while !data.is_empty() {
-            send.reserve_capacity(data.len());
-            let mut room = send.capacity();
-            while room == 0 {
-                let wait = std::future::poll_fn(|cx| send.poll_capacity(cx));
-                match tokio::time::timeout(stall, wait).await {
-                    Err(_) => return Err(Error::new(ErrorKind::WriteTimeout)),
-                    Ok(None) => return Err(Error::new(ErrorKind::ClientClosed)),
-                    Ok(Some(Err(e))) => return Err(h2_error(e)),
-                    Ok(Some(Ok(n))) => room = n,
-                }
+    fn queue(&mut self, out: Out) {
+        let _ = self.with_slot(|s| {
+            s.started |= matches!(out, Out::Head { interim: false, .. });
+            if let Out::Data(d) = &out {
+                s.queued += d.len();
             }
-            let piece = data.split_to(room.min(data.len()));
-            send.send_data(piece, last && data.is_empty())
-                .map_err(h2_error)?;
+            s.queue.push_back(out);
+        });
+    }
+
+    /// What the peer's windows let this stream send now beyond what it queued.
+    fn window(&self) -> Result<usize, Error> {
+        let mut io = self.io.borrow_mut();
+        let room = io.conn.send_window(self.id);
+        match io.slot(self.id) {
+            Some(s) if !s.reset => Ok(room.saturating_sub(s.queued)),
+            _ => Err(Error::new(ErrorKind::ClientClosed)),
         }
-        Ok(())
     }
 }
 
-/// An `h2` stream error as the pipeline sees it: the client went away.
-fn h2_error(e: h2::Error) -> Error {
-    Error::with(ErrorKind::ClientClosed, e)
+/// Waits for `ready` (given the slot and the stream's send window) to say `Some`, waking on
+/// the slot's events, at most `stall`.
+async fn wait_slot<R>(
+    d: &H2Stream,
+    stall: std::time::Duration,
+    timeout_kind: ErrorKind,
+    mut ready: impl FnMut(&mut Slot, usize) -> Option<R>,
+) -> Result<R, Error> {
+    let wait = std::future::poll_fn(|cx| {
+        let mut io = d.io.borrow_mut();
+        let window = io.conn.send_window(d.id);
+        match io.slot(d.id) {
+            Some(s) if !s.reset => match ready(s, window) {
+                Some(r) => Poll::Ready(Ok(r)),
+                None => {
+                    s.waker = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+            },
+            _ => Poll::Ready(Err(Error::new(ErrorKind::ClientClosed))),
+        }
+    });
+    match tokio::time::timeout(stall, wait).await {
+        Ok(r) => r,
+        Err(_) => Err(Error::new(timeout_kind)),
+    }
 }
 
 impl Downstream for H2Stream {
@@ -209,153 +257,127 @@ impl Downstream for H2Stream {
     async fn body_chunk(&mut self) -> Result<Option<Bytes>, Error> {
         let limit = self.rt.cfg.limits.body_ceiling.min(self.body_cap);
         let wait = self.body_wait.unwrap_or(self.rt.cfg.timeouts.body);
-        let Some(body) = self.body.as_mut() else {
+        let chunk = wait_slot(self, wait, ErrorKind::BodyTimeout, |s, _| {
+            match s.body.pop_front() {
+                Some(b) => Some(Some(b)),
+                None if s.body_ended => Some(None),
+                None => None,
+            }
+        })
+        .await?;
+        let Some(chunk) = chunk else {
             return Ok(None);
         };
-        match tokio::time::timeout(wait, body.data()).await {
-            Err(_) => Err(Error::new(ErrorKind::BodyTimeout)),
-            Ok(None) => {
-                let trailers = tokio::time::timeout(wait, body.trailers()).await;
-                if let Ok(Ok(Some(map))) = trailers {
-                    self.request_trailers = map
-                        .iter()
-                        .map(|(n, v)| weir_http::Header {
-                            name: Bytes::copy_from_slice(n.as_str().as_bytes()),
-                            value: Bytes::copy_from_slice(v.as_bytes()),
-                        })
-                        .collect();
-                }
-                self.body = None;
-                Ok(None)
-            }
-            Ok(Some(Err(e))) => Err(h2_error(e)),
-            Ok(Some(Ok(chunk))) => {
-                let _ = body.flow_control().release_capacity(chunk.len());
-                self.body_read += chunk.len() as u64;
-                if self.body_read > limit {
-                    return Err(weir_http::ParseError::BodyTooLarge.into());
-                }
-                Ok(Some(chunk))
-            }
+        {
+            let mut io = self.io.borrow_mut();
+            let Shared { conn, owed, .. } = &mut *io;
+            conn.consumed(self.id, chunk.len() as u32, owed);
         }
+        self.body_read += chunk.len() as u64;
+        if self.body_read > limit {
+            return Err(weir_http::ParseError::BodyTooLarge.into());
+        }
+        Ok(Some(chunk))
     }
 
     fn request_trailers(&mut self) -> Vec<weir_http::Header> {
-        std::mem::take(&mut self.request_trailers)
+        self.with_slot(|s| std::mem::take(&mut s.trailers))
+            .unwrap_or_default()
     }
 
     async fn send_interim(&mut self, reply: &Reply<'_>) -> Result<(), Error> {
-        self.respond
-            .send_informational(convert::response_head(reply))
-            .map_err(h2_error)
+        let mut block = Vec::with_capacity(64);
+        super::head::response_block(reply, &[], &mut block);
+        self.with_slot(|s| {
+            s.queue.push_back(Out::Head {
+                block,
+                interim: true,
+            });
+            s.ready = true;
+        })
     }
 
     fn send_head(&mut self, reply: &Reply<'_>, persistence: Persistence) -> Persistence {
-        let mut head = convert::response_head(reply);
-        if let Some(quic) = &self.rt.cfg.listeners[self.listener].quic {
-            if let Some(value) = quic.alt_svc_value() {
-                head.headers_mut().insert(http::header::ALT_SVC, value);
-            }
+        let mut block = Vec::with_capacity(256);
+        let alt_svc = self.rt.cfg.listeners[self.listener]
+            .quic
+            .as_ref()
+            .and_then(|q| q.alt_svc_value());
+        match alt_svc {
+            Some(v) => super::head::response_block(reply, &[(b"alt-svc", v)], &mut block),
+            None => super::head::response_block(reply, &[], &mut block),
         }
-        self.head = Some(head);
+        self.queue(Out::Head {
+            block,
+            interim: false,
+        });
+        self.started = true;
         persistence
     }
 
     fn send_data(&mut self, data: &Bytes) {
         if !data.is_empty() {
-            self.queued_len += data.len();
-            self.queued.push_back(data.clone());
+            self.queue(Out::Data(data.clone()));
         }
     }
 
     fn send_trailers(&mut self, fields: &[weir_http::Header]) {
-        let map = crate::proxy::h2_upstream::header_map(fields);
-        if !map.is_empty() {
-            self.trailers = Some(map);
+        let mut block = Vec::new();
+        super::head::trailer_block(fields, &mut block);
+        if !block.is_empty() {
+            self.queue(Out::Trailers(block));
         }
     }
 
     fn end_body(&mut self) {
-        self.ended = true;
+        let _ = self.with_slot(|s| s.ended = true);
     }
 
     fn room_now(&mut self, want: usize) -> usize {
-        if let Some(head) = self.head.take() {
-            // The head goes now: the stream's window exists once it is open.
-            match self.respond.send_response(head, false) {
-                Ok(send) => self.send = Some(send),
-                Err(_) => return want,
-            }
-        }
-        match self.send.as_mut() {
-            Some(send) => {
-                send.reserve_capacity(want);
-                send.capacity().min(want)
-            }
-            None => want,
-        }
+        self.window().map_or(want, |w| w.min(want))
     }
 
     async fn room(&mut self, want: usize) -> Result<usize, Error> {
         let stall = self.rt.cfg.timeouts.write;
-        let Some(send) = self.send.as_mut() else {
-            return Ok(want);
-        };
-        send.reserve_capacity(want);
-        loop {
-            if send.capacity() > 0 {
-                return Ok(send.capacity().min(want));
-            }
-            // Past `timeouts.write` without window the stream is reset (by `serve`, on the
-            // error): a client that never opens its window holds nothing for long.
-            let wait = std::future::poll_fn(|cx| send.poll_capacity(cx));
-            match tokio::time::timeout(stall, wait).await {
-                Err(_) => return Err(Error::new(ErrorKind::WriteTimeout)),
-                Ok(None) => return Err(Error::new(ErrorKind::ClientClosed)),
-                Ok(Some(Err(e))) => return Err(h2_error(e)),
-                Ok(Some(Ok(n))) if n > 0 => return Ok(n.min(want)),
-                Ok(Some(Ok(_))) => {}
-            }
-        }
+        // Past `timeouts.write` without window the stream is reset (by `answer`, on the
+        // error): a client that never opens its window holds nothing for long.
+        wait_slot(self, stall, ErrorKind::WriteTimeout, |s, window| {
+            // What is queued goes first; then the window beyond it.
+            s.ready |= s.queued > 0;
+            let room = window.saturating_sub(s.queued);
+            s.window_wait = room == 0;
+            (room > 0).then(|| room.min(want))
+        })
+        .await
     }
 
     fn should_flush(&self) -> bool {
-        self.queued_len >= FLUSH_AT
+        self.with_slot(|s| s.queued >= FLUSH_AT).unwrap_or(false)
     }
 
     async fn flush(&mut self) -> Result<(), Error> {
-        if self.finished {
-            return Ok(());
-        }
-        if let Some(head) = self.head.take() {
-            let end = self.ended && self.queued.is_empty() && self.trailers.is_none();
-            let send = self.respond.send_response(head, end).map_err(h2_error)?;
-            if end {
-                self.finished = true;
+        let stall = self.rt.cfg.timeouts.write;
+        loop {
+            let before = self.with_slot(|s| {
+                s.ready = true;
+                s.queued
+            })?;
+            let drained = wait_slot(self, stall, ErrorKind::WriteTimeout, |s, _| {
+                if s.queue.is_empty() && (s.finished || !s.ended) {
+                    Some(true)
+                } else if s.queued < before {
+                    // Moving, if slowly: the stall timer starts again.
+                    Some(false)
+                } else {
+                    s.window_wait = true;
+                    None
+                }
+            })
+            .await?;
+            if drained {
                 return Ok(());
             }
-            self.send = Some(send);
         }
-        let direct = self.ended && self.queued_len <= DIRECT;
-        while let Some(data) = self.queued.pop_front() {
-            self.queued_len -= data.len();
-            let last = self.ended && self.queued.is_empty() && self.trailers.is_none();
-            match (direct, self.send.as_mut()) {
-                (true, Some(send)) => send.send_data(data, last).map_err(h2_error)?,
-                _ => self.send_windowed(data, last).await?,
-            }
-            self.finished = last;
-        }
-        if self.ended && !self.finished {
-            if let Some(send) = self.send.as_mut() {
-                match self.trailers.take() {
-                    Some(t) => send.send_trailers(t).map_err(h2_error)?,
-                    None => self.send_windowed(Bytes::new(), true).await?,
-                }
-                self.finished = true;
-            }
-        }
-        Ok(())
     }
 
     async fn tunnel(

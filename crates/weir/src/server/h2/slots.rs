@@ -1,0 +1,339 @@
+//! What a connection's streams and its driver share: weir-h2's connection state, the frames
+//! owed out, and one [`Slot`] per stream being answered, holding the request body as it
+//! arrives and the response as the pipeline queues it. Everything runs in the connection's
+//! one task, so the sharing is an `Rc<RefCell<_>>` borrowed for the length of one call, never
+//! across an await.
+//!
+//! [`Shared::gather`] turns what the streams queued into frames, within the peer's windows
+//! and frame size: header blocks copied into the write buffer, DATA payloads by reference
+//! (a cache hit's stored body is not copied).
+
+use std::collections::VecDeque;
+use std::task::Waker;
+
+use bytes::{Bytes, BytesMut};
+use weir_h2::conn::Conn;
+use weir_h2::{frame, Reason};
+
+/// A DATA payload up to this size is copied into the write buffer; larger ones are written
+/// from their own bytes (one more iovec).
+const COPY_DATA: usize = 1024;
+
+/// What a stream queued to send, in order.
+#[derive(Debug)]
+pub(crate) enum Out {
+    /// A header block: an interim (1xx) head, or the response's.
+    Head {
+        block: Vec<u8>,
+        interim: bool,
+    },
+    Data(Bytes),
+    /// Trailers: a header block that ends the stream.
+    Trailers(Vec<u8>),
+}
+
+/// One stream being answered.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub id: u32,
+    // The request.
+    pub body: VecDeque<Bytes>,
+    /// The request's body is complete (END_STREAM, or trailers).
+    pub body_ended: bool,
+    pub trailers: Vec<weir_http::Header>,
+    /// The request's `content-length`, checked against the DATA received (§8.1.1).
+    pub declared: Option<u64>,
+    pub received: u64,
+    /// The stream is reset (by the peer, or by this side): everything it does fails.
+    pub reset: bool,
+    // The response.
+    pub queue: VecDeque<Out>,
+    pub queued: usize,
+    /// `end_body`: the stream ends after what is queued.
+    pub ended: bool,
+    /// END_STREAM went out.
+    pub finished: bool,
+    /// The pipeline asked for what is queued to be written (until then it waits, so that a
+    /// head and its body leave together).
+    pub ready: bool,
+    /// The stream's future is over.
+    pub done: bool,
+    /// A response head was queued (a reset now is not one before any answer).
+    pub started: bool,
+    /// The stream waits for the peer's window to open.
+    pub window_wait: bool,
+    /// The stream's future waits for body bytes, for its queue to drain or window to open,
+    /// or for a reset.
+    pub waker: Option<Waker>,
+}
+
+impl Slot {
+    pub(crate) fn new(id: u32, body_ended: bool, declared: Option<u64>) -> Slot {
+        Slot {
+            id,
+            body: VecDeque::new(),
+            body_ended,
+            trailers: Vec::new(),
+            declared,
+            received: 0,
+            reset: false,
+            queue: VecDeque::new(),
+            queued: 0,
+            ended: false,
+            finished: false,
+            ready: false,
+            done: false,
+            started: false,
+            window_wait: false,
+            waker: None,
+        }
+    }
+
+    pub(crate) fn wake(&mut self) {
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
+}
+
+/// A connection's state shared by its driver and its streams.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub conn: Conn,
+    /// Frames owed (acknowledgements, window updates, resets) not yet in the write queue.
+    pub owed: Vec<u8>,
+    pub slots: Vec<Slot>,
+    /// A SETTINGS_HEADER_TABLE_SIZE change of the peer not yet told (RFC 7541 §4.2): weir's
+    /// encoder keeps no table, but the peer's decoder expects the update at the next block.
+    pub table_update: Option<u32>,
+    pub peer_table: u32,
+}
+
+impl Shared {
+    pub(crate) fn new(conn: Conn) -> Shared {
+        let peer_table = conn.peer.header_table_size;
+        Shared {
+            conn,
+            owed: Vec::new(),
+            slots: Vec::new(),
+            table_update: None,
+            peer_table,
+        }
+    }
+
+    pub(crate) fn slot(&mut self, id: u32) -> Option<&mut Slot> {
+        self.slots.iter_mut().find(|s| s.id == id)
+    }
+
+    /// The peer's SETTINGS may have changed its table size: remember to tell its decoder.
+    pub(crate) fn note_table_size(&mut self) {
+        let now = self.conn.peer.header_table_size;
+        if now != self.peer_table {
+            self.table_update = Some(self.table_update.map_or(now, |p| p.min(now)));
+            self.peer_table = now;
+        }
+    }
+
+    /// Resets `id` on this side's account (the stream gave up, or its request was refused).
+    pub(crate) fn reset(&mut self, id: u32, reason: Reason) {
+        self.conn.reset(id, reason, &mut self.owed);
+        if let Some(s) = self.slot(id) {
+            s.reset = true;
+            s.queue.clear();
+            s.queued = 0;
+            s.wake();
+        }
+    }
+
+    /// The request on `id` broke its own framing (§8.1.1): a stream error the peer caused.
+    pub(crate) fn malformed(&mut self, id: u32) -> Result<(), Reason> {
+        let r = self.conn.malformed(id, &mut self.owed);
+        if let Some(s) = self.slot(id) {
+            s.reset = true;
+            s.queue.clear();
+            s.queued = 0;
+            s.wake();
+        }
+        r
+    }
+
+    /// Moves what the streams queued into `w` as frames, as far as windows allow; wakes the
+    /// streams whose queue drained; forgets the streams that are over. Whether anything moved.
+    pub(crate) fn gather(&mut self, w: &mut Writes) -> bool {
+        // What the input owes first: a SETTINGS acknowledgement goes before the DATA the new
+        // settings allowed (h2spec 6.9.2/1 reads them in that order).
+        let mut moved = self.take_owed(w);
+        let max_frame = self.conn.peer_max_frame() as usize;
+        let mut i = 0;
+        while i < self.slots.len() {
+            let s = &mut self.slots[i];
+            if s.ready && !s.reset {
+                let id = s.id;
+                loop {
+                    let last_item = s.ended && s.queue.len() == 1;
+                    let Some(front) = s.queue.front_mut() else {
+                        break;
+                    };
+                    match front {
+                        Out::Head { block, interim } => {
+                            let end = !*interim && last_item;
+                            let update = if *interim {
+                                None
+                            } else {
+                                self.table_update.take()
+                            };
+                            put_block(&mut w.buf, id, block, update, end, max_frame);
+                            self.conn.sent_headers(id, end);
+                            s.finished |= end;
+                        }
+                        Out::Data(data) => {
+                            let room = self.conn.send_window(id).min(max_frame);
+                            if room == 0 && !data.is_empty() {
+                                break;
+                            }
+                            let piece = data.split_to(room.min(data.len()));
+                            let end = last_item && data.is_empty();
+                            w.buf
+                                .extend_from_slice(&frame::data_header(id, piece.len(), end));
+                            s.queued -= piece.len();
+                            self.conn.sent_data(id, piece.len(), end);
+                            w.data(piece);
+                            s.finished |= end;
+                            if !data.is_empty() {
+                                moved = true;
+                                continue;
+                            }
+                        }
+                        Out::Trailers(block) => {
+                            put_block(&mut w.buf, id, block, None, true, max_frame);
+                            self.conn.sent_headers(id, true);
+                            s.finished = true;
+                        }
+                    }
+                    s.queue.pop_front();
+                    moved = true;
+                }
+                if s.queue.is_empty() {
+                    if s.ended && !s.finished {
+                        w.buf.extend_from_slice(&frame::data_header(id, 0, true));
+                        self.conn.sent_data(id, 0, true);
+                        s.finished = true;
+                        moved = true;
+                    }
+                    s.ready = false;
+                    s.wake();
+                }
+            }
+            let s = &self.slots[i];
+            if s.done && (s.finished || s.reset || s.queue.is_empty()) {
+                let (id, finished, reset, body_ended) = (s.id, s.finished, s.reset, s.body_ended);
+                self.slots.swap_remove(i);
+                if !finished && !reset {
+                    // The stream gave up before its response ended.
+                    self.conn.reset(id, Reason::Cancel, &mut self.owed);
+                } else if finished && !body_ended {
+                    // §8.1: the response is complete; the rest of the request is not wanted.
+                    self.conn.reset(id, Reason::NoError, &mut self.owed);
+                }
+                moved = true;
+                continue;
+            }
+            i += 1;
+        }
+        moved | self.take_owed(w)
+    }
+
+    fn take_owed(&mut self, w: &mut Writes) -> bool {
+        if self.owed.is_empty() {
+            return false;
+        }
+        w.buf.extend_from_slice(&self.owed);
+        self.owed.clear();
+        true
+    }
+}
+
+/// A header block as HEADERS and CONTINUATION frames, a table size update first when due.
+fn put_block(
+    buf: &mut BytesMut,
+    id: u32,
+    block: &[u8],
+    update: Option<u32>,
+    end: bool,
+    max_frame: usize,
+) {
+    let mut v = Vec::with_capacity(block.len() + 32);
+    match update {
+        Some(size) => {
+            let mut b = Vec::with_capacity(block.len() + 5);
+            weir_h2::hpack::encoder::integer(&mut b, size as usize, 5, 0x20);
+            b.extend_from_slice(block);
+            frame::put_headers(&mut v, id, &b, end, max_frame as u32);
+        }
+        None => frame::put_headers(&mut v, id, block, end, max_frame as u32),
+    }
+    buf.extend_from_slice(&v);
+}
+
+/// What waits to be written to the socket: frames in a buffer, DATA payloads by reference,
+/// in order.
+#[derive(Debug, Default)]
+pub(crate) struct Writes {
+    /// Frames not yet cut into `segments`.
+    pub buf: BytesMut,
+    pub segments: VecDeque<Bytes>,
+}
+
+impl Writes {
+    /// A DATA payload after its frame header.
+    pub(crate) fn data(&mut self, piece: Bytes) {
+        if piece.len() <= COPY_DATA {
+            self.buf.extend_from_slice(&piece);
+            return;
+        }
+        if !self.buf.is_empty() {
+            self.segments.push_back(self.buf.split().freeze());
+        }
+        self.segments.push_back(piece);
+    }
+
+    /// Whether nothing waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.buf.is_empty() && self.segments.is_empty()
+    }
+
+    /// Octets waiting.
+    pub(crate) fn len(&self) -> usize {
+        self.buf.len() + self.segments.iter().map(Bytes::len).sum::<usize>()
+    }
+
+    /// The frames written so far cut into a segment, so that `segments` holds everything.
+    pub(crate) fn seal(&mut self) {
+        if !self.buf.is_empty() {
+            self.segments.push_back(self.buf.split().freeze());
+        }
+    }
+
+    /// `n` octets were written.
+    pub(crate) fn advance(&mut self, mut n: usize) {
+        while n > 0 {
+            let Some(front) = self.segments.front_mut() else {
+                return;
+            };
+            if front.len() > n {
+                bytes::Buf::advance(front, n);
+                return;
+            }
+            n -= front.len();
+            self.segments.pop_front();
+        }
+    }
+
+    /// Gives the buffers' memory back (an idle connection).
+    pub(crate) fn release(&mut self) {
+        if self.is_empty() {
+            self.buf = BytesMut::new();
+            self.segments = VecDeque::new();
+        }
+    }
+}
