@@ -16,24 +16,30 @@ use std::time::Instant;
 use crate::flow::{RecvWindow, SendWindow, DEFAULT_WINDOW};
 use crate::frame::{self, Frame, FrameError, HEADER_LEN};
 use crate::guard::{Guard, Verdict};
-use crate::hpack::decoder::{Decoder, Outcome};
+use crate::hpack::decoder::{Decoder, Outcome, Sink};
 use crate::preface::Start;
 use crate::request::{Checked, Pseudo};
 use crate::settings::Settings;
 use crate::stream::{Ending, Event as On, PeerIds, Recv, State};
 use crate::Reason;
 
-/// Fields as decoded (name, value).
+/// Fields as decoded (name, value): the simplest sink, for tests and tools; weir's server
+/// gives its own ([`Conn`]'s `S`) that writes them where its request head is built.
 pub type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// What a connection decodes a request's regular fields into (one per header block).
+pub trait FieldSink: Sink + Default + std::fmt::Debug {}
+
+impl<S: Sink + Default + std::fmt::Debug> FieldSink for S {}
 
 /// What the connection tells its caller.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Event {
+pub enum Event<S = Fields> {
     /// A request head; `end_stream`: no body follows.
     Request {
         stream: u32,
         pseudo: Pseudo,
-        fields: Fields,
+        fields: S,
         end_stream: bool,
     },
     /// A request's header list was over the advertised size: answer 431 (the table is in step).
@@ -47,7 +53,7 @@ pub enum Event {
     },
     Trailers {
         stream: u32,
-        fields: Fields,
+        fields: S,
     },
     /// The peer reset the stream.
     Reset {
@@ -85,9 +91,9 @@ struct Block {
 /// Streams this side reset recently, whose frames in flight are ignored (§5.1 closed).
 const RECENTLY_RESET: usize = 64;
 
-/// One server connection's receiving side.
+/// One server connection's receiving side, decoding fields into `S`s.
 #[derive(Debug)]
-pub struct Conn {
+pub struct Conn<S = Fields> {
     start: Start,
     /// What weir advertised.
     pub local: Settings,
@@ -108,11 +114,12 @@ pub struct Conn {
     verdict: Verdict,
     /// Streams this side reset for the peer's errors, over the connection's life.
     error_resets: u32,
+    sink: std::marker::PhantomData<fn() -> S>,
 }
 
-impl Conn {
+impl<S: FieldSink> Conn<S> {
     /// A connection advertising `local`, guarded by `guard`. Write [`Conn::greeting`] first.
-    pub fn new(local: Settings, guard: Guard) -> Conn {
+    pub fn new(local: Settings, guard: Guard) -> Conn<S> {
         Conn {
             start: Start::default(),
             decoder: Decoder::new(local.header_table_size as usize),
@@ -128,6 +135,7 @@ impl Conn {
             block: None,
             verdict: Verdict::Fine,
             error_resets: 0,
+            sink: std::marker::PhantomData,
         }
     }
 
@@ -196,7 +204,7 @@ impl Conn {
         input: &[u8],
         now: Instant,
         out: &mut Vec<u8>,
-        events: &mut Vec<Event>,
+        events: &mut Vec<Event<S>>,
     ) -> Result<usize, Reason> {
         let mut at = 0;
         if self.start != Start::Open {
@@ -262,7 +270,7 @@ impl Conn {
         &mut self,
         f: Frame<'_>,
         out: &mut Vec<u8>,
-        events: &mut Vec<Event>,
+        events: &mut Vec<Event<S>>,
     ) -> Result<(), Reason> {
         // §6.10: nothing but CONTINUATION for the block's stream until the block ends.
         if let Some(b) = &self.block {
@@ -351,16 +359,16 @@ impl Conn {
                         });
                     }
                 }
-                let b = Block {
-                    stream,
-                    end_stream,
-                    bytes: block.to_vec(),
-                    refused,
-                };
                 if end_headers {
-                    self.block_done(b, out, events)?;
+                    // A whole block (the usual case) is decoded where it lies.
+                    self.block_done(stream, end_stream, refused, block, out, events)?;
                 } else {
-                    self.block = Some(b);
+                    self.block = Some(Block {
+                        stream,
+                        end_stream,
+                        bytes: block.to_vec(),
+                        refused,
+                    });
                 }
             }
             Frame::Continuation {
@@ -372,7 +380,7 @@ impl Conn {
                 b.bytes.extend_from_slice(block);
                 if end_headers {
                     if let Some(b) = self.block.take() {
-                        self.block_done(b, out, events)?;
+                        self.block_done(b.stream, b.end_stream, b.refused, &b.bytes, out, events)?;
                     }
                 }
             }
@@ -443,65 +451,63 @@ impl Conn {
     /// trailers, or a stream error.
     fn block_done(
         &mut self,
-        b: Block,
+        stream: u32,
+        end_stream: bool,
+        refused: bool,
+        bytes: &[u8],
         out: &mut Vec<u8>,
-        events: &mut Vec<Event>,
+        events: &mut Vec<Event<S>>,
     ) -> Result<(), Reason> {
-        let s = self.streams.iter().position(|s| s.id == b.stream);
+        let s = self.streams.iter().position(|s| s.id == stream);
         let trailers = s.is_some_and(|i| self.streams[i].state != State::Idle);
-        let mut fields: Fields = Vec::new();
+        let mut fields = S::default();
         let max_list = self.local.max_header_list_size.unwrap_or(u32::MAX) as usize;
         let (outcome, checked) = {
             let mut c = Checked::new(&mut fields, trailers);
             let outcome = self
                 .decoder
-                .decode(&b.bytes, max_list, &mut c)
+                .decode(bytes, max_list, &mut c)
                 .map_err(|_| Reason::CompressionError)?;
             (outcome, c.finish())
         };
-        if b.refused {
-            frame::put_rst_stream(out, b.stream, Reason::RefusedStream);
+        if refused {
+            frame::put_rst_stream(out, stream, Reason::RefusedStream);
             return Ok(());
         }
         let Some(i) = s else {
             return Ok(());
         };
-        let on = On::Headers {
-            end_stream: b.end_stream,
-        };
+        let on = On::Headers { end_stream };
         let next = match self.streams[i].state.recv(on) {
             Recv::To(next) => next,
-            r => return self.on_refusal(r, b.stream, out),
+            r => return self.on_refusal(r, stream, out),
         };
         if outcome == Outcome::ListTooLarge {
             self.streams[i].state = next;
-            events.push(Event::TooLarge { stream: b.stream });
+            events.push(Event::TooLarge { stream });
             return Ok(());
         }
         let pseudo = match checked {
             Ok(p) => p,
             Err(_) => {
-                self.reset_stream(b.stream, Reason::ProtocolError, out);
+                self.reset_stream(stream, Reason::ProtocolError, out);
                 return Ok(());
             }
         };
-        if trailers && !b.end_stream {
+        if trailers && !end_stream {
             // §8.1: trailers end the stream.
-            self.reset_stream(b.stream, Reason::ProtocolError, out);
+            self.reset_stream(stream, Reason::ProtocolError, out);
             return Ok(());
         }
         self.streams[i].state = next;
         events.push(if trailers {
-            Event::Trailers {
-                stream: b.stream,
-                fields,
-            }
+            Event::Trailers { stream, fields }
         } else {
             Event::Request {
-                stream: b.stream,
+                stream,
                 pseudo,
                 fields,
-                end_stream: b.end_stream,
+                end_stream,
             }
         });
         self.forget_if_done(i);

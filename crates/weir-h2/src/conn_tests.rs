@@ -67,7 +67,7 @@ fn a_request_in_two_blocks_then_a_body() {
     // The SETTINGS acknowledgement.
     assert_eq!(&out[..9], &[0, 0, 0, 4, 1, 0, 0, 0, 0]);
     assert!(
-        matches!(&ev[0], Event::Request { stream: 1, end_stream: false, pseudo, .. } if pseudo.path.as_deref() == Some(&b"/a"[..]))
+        matches!(&ev[0], Event::Request { stream: 1, end_stream: false, pseudo, .. } if pseudo.path() == Some(&b"/a"[..]))
     );
     assert_eq!(
         ev[1],

@@ -401,14 +401,18 @@ pub fn put_headers(out: &mut Vec<u8>, stream: u32, block: &[u8], end_stream: boo
     }
 }
 
-/// A DATA frame's header for `len` octets of payload the caller writes after it, as an array
-/// (for writers that are not a `Vec`).
-pub fn data_header(stream: u32, len: usize, end_stream: bool) -> [u8; HEADER_LEN] {
+/// A frame header as an array (for writers that are not a `Vec`).
+pub fn header(len: usize, kind: u8, flags: u8, stream: u32) -> [u8; HEADER_LEN] {
     debug_assert!(len <= MAX_FRAME_CEILING as usize);
     let l = (len as u32).to_be_bytes();
     let s = (stream & 0x7fff_ffff).to_be_bytes();
+    [l[1], l[2], l[3], kind, flags, s[0], s[1], s[2], s[3]]
+}
+
+/// A DATA frame's header for `len` octets of payload the caller writes after it, as an array.
+pub fn data_header(stream: u32, len: usize, end_stream: bool) -> [u8; HEADER_LEN] {
     let flags = if end_stream { flag::END_STREAM } else { 0 };
-    [l[1], l[2], l[3], kind::DATA, flags, s[0], s[1], s[2], s[3]]
+    header(len, kind::DATA, flags, stream)
 }
 
 /// A DATA frame's header for `len` octets of payload the caller writes after it.

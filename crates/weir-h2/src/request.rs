@@ -11,15 +11,52 @@
 
 use crate::hpack::{HpackError, Sink};
 
-/// The pseudo-header fields of a request.
+/// The pseudo-header fields of a request, in one buffer (one allocation per request, not
+/// one per field).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Pseudo {
-    pub method: Vec<u8>,
-    pub scheme: Option<Vec<u8>>,
-    pub authority: Option<Vec<u8>>,
-    pub path: Option<Vec<u8>>,
+    buf: Vec<u8>,
+    method: Option<(u32, u32)>,
+    scheme: Option<(u32, u32)>,
+    authority: Option<(u32, u32)>,
+    path: Option<(u32, u32)>,
     /// RFC 8441's `:protocol` (extended CONNECT).
-    pub protocol: Option<Vec<u8>>,
+    protocol: Option<(u32, u32)>,
+}
+
+impl Pseudo {
+    fn get(&self, r: Option<(u32, u32)>) -> Option<&[u8]> {
+        r.map(|(a, b)| &self.buf[a as usize..b as usize])
+    }
+
+    pub fn method(&self) -> &[u8] {
+        self.get(self.method).unwrap_or_default()
+    }
+
+    pub fn scheme(&self) -> Option<&[u8]> {
+        self.get(self.scheme)
+    }
+
+    pub fn authority(&self) -> Option<&[u8]> {
+        self.get(self.authority)
+    }
+
+    pub fn path(&self) -> Option<&[u8]> {
+        self.get(self.path)
+    }
+
+    pub fn protocol(&self) -> Option<&[u8]> {
+        self.get(self.protocol)
+    }
+
+    fn put(&mut self, value: &[u8]) -> (u32, u32) {
+        if self.buf.capacity() == 0 {
+            self.buf.reserve(128);
+        }
+        let a = self.buf.len() as u32;
+        self.buf.extend_from_slice(value);
+        (a, self.buf.len() as u32)
+    }
 }
 
 /// What the checker decided about a block.
@@ -70,24 +107,24 @@ impl<'s> Checked<'s> {
         if !self.method_seen {
             return Err("no :method");
         }
-        if p.method == b"CONNECT" && p.protocol.is_none() {
+        if p.method() == b"CONNECT" && p.protocol.is_none() {
             // §8.5: :authority only.
             if p.authority.is_none() || p.scheme.is_some() || p.path.is_some() {
                 return Err("CONNECT takes :authority and neither :scheme nor :path");
             }
             return Ok(p);
         }
-        if p.protocol.is_some() && p.method != b"CONNECT" {
+        if p.protocol.is_some() && p.method() != b"CONNECT" {
             return Err(":protocol outside CONNECT");
         }
-        let (Some(scheme), Some(path)) = (&p.scheme, &p.path) else {
+        let (Some(scheme), Some(path)) = (p.scheme(), p.path()) else {
             return Err("no :scheme or :path");
         };
         if path.is_empty() {
             return Err("an empty :path");
         }
         let http = scheme.eq_ignore_ascii_case(b"http") || scheme.eq_ignore_ascii_case(b"https");
-        if http && !(path.starts_with(b"/") || (path == b"*" && p.method == b"OPTIONS")) {
+        if http && !(path.starts_with(b"/") || (path == b"*" && p.method() == b"OPTIONS")) {
             return Err(":path neither absolute nor * for OPTIONS");
         }
         Ok(p)
@@ -112,20 +149,26 @@ impl<'s> Checked<'s> {
                 if value.is_empty() || !value.iter().all(|b| is_tchar(*b)) {
                     return self.bad("a :method that is no token");
                 }
-                self.pseudo.method = value.to_vec();
+                self.pseudo.method = Some(self.pseudo.put(value));
                 return;
             }
-            b":scheme" => &mut self.pseudo.scheme,
-            b":authority" => &mut self.pseudo.authority,
-            b":path" => &mut self.pseudo.path,
-            b":protocol" => &mut self.pseudo.protocol,
+            b":scheme" => self.pseudo.scheme,
+            b":authority" => self.pseudo.authority,
+            b":path" => self.pseudo.path,
+            b":protocol" => self.pseudo.protocol,
             // `:status` and anything else.
             _ => return self.bad("a pseudo-header field a request does not have"),
         };
         if slot.is_some() {
             return self.bad("a pseudo-header field twice");
         }
-        *slot = Some(value.to_vec());
+        let r = Some(self.pseudo.put(value));
+        match name {
+            b":scheme" => self.pseudo.scheme = r,
+            b":authority" => self.pseudo.authority = r,
+            b":path" => self.pseudo.path = r,
+            _ => self.pseudo.protocol = r,
+        }
         if value.iter().any(|b| *b <= b' ' || *b == 0x7f) {
             self.bad("a pseudo-header value with a space or control byte");
         }
@@ -143,7 +186,7 @@ impl Sink for Checked<'_> {
             return Ok(());
         }
         self.regular_seen = true;
-        if name.is_empty() || !name.iter().all(|b| is_tchar(*b) && !b.is_ascii_uppercase()) {
+        if name.is_empty() || !name.iter().all(|b| LOWER_TCHAR[usize::from(*b)]) {
             self.bad("a field name that is no lower-case token");
             return Ok(());
         }
@@ -174,7 +217,40 @@ impl Sink for Checked<'_> {
 
 /// RFC 9110 §5.6.2's tchar.
 fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+    TCHAR[usize::from(b)]
+}
+
+/// tchar by octet: a table, as the check runs on every octet of every name.
+const TCHAR: [bool; 256] = tchars(false);
+/// tchar but upper-case letters (HTTP/2's field names, §8.2.1).
+const LOWER_TCHAR: [bool; 256] = tchars(true);
+
+const fn tchars(lower_only: bool) -> [bool; 256] {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = (c.is_ascii_alphanumeric() && !(lower_only && c.is_ascii_uppercase()))
+            || matches!(
+                c,
+                b'!' | b'#'
+                    | b'$'
+                    | b'%'
+                    | b'&'
+                    | b'\''
+                    | b'*'
+                    | b'+'
+                    | b'-'
+                    | b'.'
+                    | b'^'
+                    | b'_'
+                    | b'`'
+                    | b'|'
+                    | b'~'
+            );
+        b += 1;
+    }
+    t
 }
 
 #[cfg(test)]
@@ -199,14 +275,30 @@ mod tests {
     ];
 
     #[test]
+    fn the_token_tables_are_rfc_9110_s_tchar() {
+        for b in 0..=255u8 {
+            let tchar = b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            assert_eq!(is_tchar(b), tchar, "{b}");
+            assert_eq!(
+                LOWER_TCHAR[usize::from(b)],
+                tchar && !b.is_ascii_uppercase(),
+                "{b}"
+            );
+        }
+    }
+
+    #[test]
     fn a_request_passes_its_fields_on() {
         let mut f = GET.to_vec();
         f.push(("accept", "*/*"));
         f.push(("te", "trailers"));
         let (r, n) = check(&f, false);
         let p = r.unwrap();
-        assert_eq!(p.method, b"GET");
-        assert_eq!(p.path.as_deref(), Some(&b"/a?b"[..]));
+        assert_eq!(p.method(), b"GET");
+        assert_eq!(p.path(), Some(&b"/a?b"[..]));
+        assert_eq!(p.authority(), Some(&b"example.test"[..]));
+        assert_eq!(p.scheme(), Some(&b"https"[..]));
+        assert_eq!(p.protocol(), None);
         assert_eq!(n, 2);
         let (r, _) = check(
             &[(":method", "CONNECT"), (":authority", "example.test:443")],

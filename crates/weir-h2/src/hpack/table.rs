@@ -72,16 +72,43 @@ pub const STATIC: [(&[u8], &[u8]); 61] = [
 /// Octets an entry counts for besides its name and value (RFC 7541 §4.1).
 pub const ENTRY_OVERHEAD: usize = 32;
 
+/// The static entries (0-based) whose name is `len` octets long: a name is compared with a
+/// handful of entries, not all 61 (the response encoder looks up every field it writes).
+fn by_length(len: usize) -> &'static [u8] {
+    match len {
+        3 => &[20, 59],
+        4 => &[32, 33, 36, 37, 44, 58],
+        5 => &[3, 4, 21, 49],
+        6 => &[18, 31, 34, 53],
+        7 => &[1, 2, 5, 6, 7, 8, 9, 10, 11, 12, 13, 35, 50, 51],
+        8 => &[38, 41, 45],
+        10 => &[0, 54, 57],
+        11 => &[52],
+        12 => &[30, 46],
+        13 => &[17, 22, 23, 29, 40, 43],
+        14 => &[14, 27],
+        15 => &[15, 16],
+        16 => &[25, 26, 28, 60],
+        17 => &[39, 56],
+        18 => &[47],
+        19 => &[24, 42, 48],
+        25 => &[55],
+        27 => &[19],
+        _ => &[],
+    }
+}
+
 /// The static table's index (1-based) of `name` with `value`, else of `name` alone: `(index,
 /// whether the value matched too)`.
 pub fn find_static(name: &[u8], value: &[u8]) -> Option<(usize, bool)> {
     let mut by_name = None;
-    for (i, (n, v)) in STATIC.iter().enumerate() {
-        if *n == name {
-            if *v == value {
-                return Some((i + 1, true));
+    for &i in by_length(name.len()) {
+        let (n, v) = STATIC[usize::from(i)];
+        if n == name {
+            if v == value {
+                return Some((usize::from(i) + 1, true));
             }
-            by_name.get_or_insert((i + 1, false));
+            by_name.get_or_insert((usize::from(i) + 1, false));
         }
     }
     by_name

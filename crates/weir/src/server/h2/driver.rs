@@ -17,14 +17,13 @@ use std::time::Instant;
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
-use weir_h2::conn::{Event, Fields};
+use weir_h2::conn::Event;
 use weir_h2::request::Pseudo;
 use weir_h2::{frame, Reason};
 
-use super::slots::{Shared, Slot, Writes};
+use super::head::Lines;
+use super::slots::{Shared, Slot, Writes, WRITE_HIGH};
 
-/// Octets waiting to be written past which the connection stops reading.
-const WRITE_HIGH: usize = 256 * 1024;
 /// Room kept free in the read buffer before a read.
 const READ_ROOM: usize = 16 * 1024;
 /// Iovecs per write.
@@ -35,7 +34,7 @@ const IOVECS: usize = 64;
 pub(crate) enum Incoming {
     Head {
         pseudo: Pseudo,
-        fields: Fields,
+        fields: Lines,
         has_body: bool,
     },
     /// Its header list was over SETTINGS_MAX_HEADER_LIST_SIZE: 431.
@@ -75,12 +74,14 @@ pub(crate) struct Driver<T, F> {
     shut: bool,
     lingered: usize,
     streams: FuturesUnordered<F>,
-    events: Vec<Event>,
+    events: Vec<Event<Lines>>,
     read_closed: bool,
     /// weir sent GOAWAY (graceful): the last stream it processes.
     pub goaway: Option<u32>,
     /// A stream ended since the caller last looked ([`Driver::take_active`]).
     active: bool,
+    /// When the socket last took bytes, or when bytes started waiting.
+    wrote_at: tokio::time::Instant,
     limits: Limits,
 }
 
@@ -108,6 +109,7 @@ where
             read_closed: false,
             goaway: None,
             active: false,
+            wrote_at: tokio::time::Instant::now(),
             limits,
         }
     }
@@ -285,7 +287,7 @@ where
                         sh.conn.reset(stream, Reason::RefusedStream, &mut sh.owed);
                         continue;
                     }
-                    let declared = declared_length(&fields);
+                    let declared = fields.declared();
                     if end_stream && declared.is_some_and(|n| n > 0) {
                         // §8.1.1: a body of 0 octets, announced longer.
                         sh.malformed(stream)?;
@@ -335,13 +337,7 @@ where
                         sh.malformed(stream)?;
                         continue;
                     }
-                    s.trailers = fields
-                        .into_iter()
-                        .map(|(n, v)| weir_http::Header {
-                            name: Bytes::from(n),
-                            value: Bytes::from(v),
-                        })
-                        .collect();
+                    s.trailers = fields.into_headers();
                     s.body_ended = true;
                     s.wake();
                 }
@@ -385,8 +381,19 @@ where
         Ok(())
     }
 
+    /// Since when bytes wait to be written without the socket taking any (`None`: nothing
+    /// waits).
+    pub(crate) fn write_stalled(&self) -> Option<tokio::time::Instant> {
+        (!self.w.is_empty() || self.unflushed).then_some(self.wrote_at)
+    }
+
     /// Writes what waits; `Ok(true)` when something was written.
     fn poll_write(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<bool>> {
+        if self.w.is_empty() && !self.unflushed {
+            // Nothing waited: a stall, if any, counts from now.
+            self.wrote_at = tokio::time::Instant::now();
+            return Poll::Ready(Ok(false));
+        }
         self.w.seal();
         let mut wrote = false;
         while !self.w.segments.is_empty() {
@@ -404,6 +411,7 @@ where
                     self.w.advance(k);
                     wrote = true;
                     self.unflushed = true;
+                    self.wrote_at = tokio::time::Instant::now();
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Ready(Ok(wrote)),
@@ -418,10 +426,4 @@ where
         }
         Poll::Ready(Ok(wrote))
     }
-}
-
-/// The request's `content-length`, when it has one that parses (a bad one fails the head).
-fn declared_length(fields: &Fields) -> Option<u64> {
-    let (_, v) = fields.iter().find(|(n, _)| n == b"content-length")?;
-    std::str::from_utf8(v).ok()?.parse().ok()
 }

@@ -11,6 +11,7 @@
 //! protocols (a second one is where header-handling bugs hide).
 
 use bytes::{BufMut, BytesMut};
+use weir_h2::hpack::{HpackError, Sink};
 use weir_h2::request::Pseudo;
 use weir_http::{parse_request, Persistence, Reply, RequestHead, Version};
 
@@ -20,87 +21,139 @@ fn bad(why: &'static str) -> Error {
     weir_http::ParseError::BadRequest(why).into()
 }
 
+/// A request's regular fields as weir-h2 decodes them (checked already), written straight
+/// as HTTP/1.1 field lines: one buffer per request, not a pair of `Vec`s per field.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Lines {
+    /// Every field but the cookies, `name: value\r\n` each.
+    text: Vec<u8>,
+    /// The cookie fields' values joined with `; ` (RFC 9113 §8.2.3: HTTP/2 may split them,
+    /// HTTP/1.1 wants one field).
+    cookies: Vec<u8>,
+    /// The first `host` and `content-length` values (ranges of `text`).
+    host: Option<(usize, usize)>,
+    length: Option<(usize, usize)>,
+}
+
+impl Sink for Lines {
+    fn field(&mut self, name: &[u8], value: &[u8], _sensitive: bool) -> Result<(), HpackError> {
+        if name == b"cookie" {
+            if !self.cookies.is_empty() {
+                self.cookies.extend_from_slice(b"; ");
+            }
+            self.cookies.extend_from_slice(value);
+            return Ok(());
+        }
+        if self.text.capacity() == 0 {
+            self.text.reserve(256);
+        }
+        self.text.extend_from_slice(name);
+        self.text.extend_from_slice(b": ");
+        let at = (self.text.len(), self.text.len() + value.len());
+        self.text.extend_from_slice(value);
+        self.text.extend_from_slice(b"\r\n");
+        match name {
+            b"host" => {
+                self.host.get_or_insert(at);
+            }
+            b"content-length" => {
+                self.length.get_or_insert(at);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+impl Lines {
+    /// The request's `content-length`, when it has one that parses (a bad one fails the head).
+    pub(crate) fn declared(&self) -> Option<u64> {
+        let (a, b) = self.length?;
+        std::str::from_utf8(&self.text[a..b]).ok()?.parse().ok()
+    }
+
+    /// The fields as weir's headers (a trailer section).
+    pub(crate) fn into_headers(self) -> Vec<weir_http::Header> {
+        let text = bytes::Bytes::from(self.text);
+        let mut out = Vec::new();
+        let mut at = 0;
+        while let Some(end) = memchr::memmem::find(&text[at..], b"\r\n").map(|i| at + i) {
+            if let Some(colon) = memchr::memchr(b':', &text[at..end]).map(|i| at + i) {
+                out.push(weir_http::Header {
+                    name: text.slice(at..colon),
+                    value: text.slice(colon + 2..end),
+                });
+            }
+            at = end + 2;
+        }
+        if !self.cookies.is_empty() {
+            out.push(weir_http::Header {
+                name: bytes::Bytes::from_static(b"cookie"),
+                value: bytes::Bytes::from(self.cookies),
+            });
+        }
+        out
+    }
+}
+
 /// The request head of an HTTP/2 request. `has_body`: the HEADERS frame did not end the
 /// stream; a body without `content-length` is read as chunked (its length is known at its end).
 pub(crate) fn request_head(
     p: &Pseudo,
-    fields: &[(Vec<u8>, Vec<u8>)],
+    fields: &Lines,
     has_body: bool,
     limits: &weir_http::Limits,
 ) -> Result<RequestHead, Error> {
-    let connect = p.method == b"CONNECT";
-    if p.protocol.is_some() {
+    let method = p.method();
+    let connect = method == b"CONNECT";
+    if p.protocol().is_some() {
         // RFC 8441's extended CONNECT: weir does not advertise SETTINGS_ENABLE_CONNECT_PROTOCOL.
         return Err(bad("extended CONNECT is not supported"));
     }
     // RFC 9113 §8.3.1: `:scheme` is http or https here (weir serves no other).
     if !connect
         && !p
-            .scheme
-            .as_deref()
+            .scheme()
             .is_some_and(|s| s.eq_ignore_ascii_case(b"http") || s.eq_ignore_ascii_case(b"https"))
     {
         return Err(bad("unsupported :scheme"));
     }
-    let mut b = BytesMut::with_capacity(
-        256 + fields
-            .iter()
-            .map(|(n, v)| n.len() + v.len() + 4)
-            .sum::<usize>(),
-    );
-    b.put_slice(&p.method);
-    b.put_u8(b' ');
-    if connect {
-        b.put_slice(p.authority.as_deref().unwrap_or_default());
+    let target = if connect {
+        p.authority().unwrap_or_default()
     } else {
-        b.put_slice(p.path.as_deref().unwrap_or(b"/"));
-    }
+        p.path().unwrap_or(b"/")
+    };
+    let authority = p.authority().filter(|a| !a.is_empty());
+    let mut b = BytesMut::with_capacity(
+        method.len() + target.len() + fields.text.len() + fields.cookies.len() + 96,
+    );
+    b.put_slice(method);
+    b.put_u8(b' ');
+    b.put_slice(target);
     b.put_slice(b" HTTP/1.1\r\n");
-    let authority = p.authority.as_deref().filter(|a| !a.is_empty());
-    if let Some(a) = authority {
-        // RFC 9113 §8.3.1: a server SHOULD treat a request whose Host names another entity
-        // than `:authority` as malformed (the h1 counterpart is the `shape` filter's
-        // `strict_host`).
-        if fields
-            .iter()
-            .any(|(n, v)| n == b"host" && !v.eq_ignore_ascii_case(a))
-        {
-            return Err(bad("Host differs from :authority"));
-        }
-        b.put_slice(b"host: ");
-        b.put_slice(a);
-        b.put_slice(b"\r\n");
-    }
-    let mut cookies = 0;
-    let mut has_length = false;
-    for (name, value) in fields {
-        if name == b"cookie" {
-            cookies += 1;
-            continue;
-        }
-        if name == b"host" && authority.is_some() {
-            continue;
-        }
-        has_length |= name == b"content-length";
-        b.put_slice(name);
-        b.put_slice(b": ");
-        b.put_slice(value);
-        b.put_slice(b"\r\n");
-    }
-    if cookies > 0 {
-        // HTTP/2 may split cookies into several fields; HTTP/1.1 wants one (§8.2.3).
-        b.put_slice(b"cookie: ");
-        let mut first = true;
-        for (_, v) in fields.iter().filter(|(n, _)| n == b"cookie") {
-            if !first {
-                b.put_slice(b"; ");
+    match (authority, fields.host) {
+        (Some(a), Some((h0, h1))) => {
+            // RFC 9113 §8.3.1: a server SHOULD treat a request whose Host names another
+            // entity than `:authority` as malformed (the h1 counterpart is the `shape`
+            // filter's `strict_host`). The same: the field stands for both.
+            if !fields.text[h0..h1].eq_ignore_ascii_case(a) {
+                return Err(bad("Host differs from :authority"));
             }
-            first = false;
-            b.put_slice(v);
         }
+        (Some(a), None) => {
+            b.put_slice(b"host: ");
+            b.put_slice(a);
+            b.put_slice(b"\r\n");
+        }
+        (None, _) => {}
+    }
+    b.put_slice(&fields.text);
+    if !fields.cookies.is_empty() {
+        b.put_slice(b"cookie: ");
+        b.put_slice(&fields.cookies);
         b.put_slice(b"\r\n");
     }
-    if has_body && !has_length {
+    if has_body && fields.length.is_none() {
         b.put_slice(b"transfer-encoding: chunked\r\n");
     }
     b.put_slice(b"\r\n");
@@ -113,9 +166,22 @@ pub(crate) fn request_head(
 /// Appends the HPACK block of `reply` (status and fields, as the HTTP/1.1 encoder writes
 /// them, without the connection-specific ones), then `extra` fields.
 pub(crate) fn response_block(reply: &Reply<'_>, extra: &[(&[u8], &[u8])], out: &mut Vec<u8>) {
-    let mut text = BytesMut::with_capacity(512);
-    reply.encode_h1(&mut text, Version::Http11, Persistence::KeepAlive);
-    weir_h2::response::put_status(reply.status, out);
+    thread_local! {
+        static TEXT: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::with_capacity(1024));
+    }
+    TEXT.with_borrow_mut(|text| {
+        text.clear();
+        reply.encode_h1(text, Version::Http11, Persistence::KeepAlive);
+        block_of_head(reply.status, text, out);
+    });
+    for (name, value) in extra {
+        weir_h2::hpack::encoder::put_field(name, value, out);
+    }
+}
+
+/// The HPACK block of an HTTP/1.1 head as weir's encoder writes it (status line, field lines).
+fn block_of_head(status: u16, text: &[u8], out: &mut Vec<u8>) {
+    weir_h2::response::put_status(status, out);
     let mut at = match memchr::memchr(b'\n', &text) {
         Some(i) => i + 1,
         None => text.len(),
@@ -132,14 +198,46 @@ pub(crate) fn response_block(reply: &Reply<'_>, extra: &[(&[u8], &[u8])], out: &
             continue;
         };
         let name = &line[..colon];
+        let value = line[colon + 1..].trim_ascii();
+        if let Some(index) = common_name(name) {
+            // Literal without indexing, the name from the static table, the value as is.
+            weir_h2::hpack::encoder::integer(out, index, 4, 0x00);
+            weir_h2::hpack::encoder::integer(out, value.len(), 7, 0x00);
+            out.extend_from_slice(value);
+            continue;
+        }
         if weir_http::hop::not_in_h2(name) {
             continue;
         }
-        weir_h2::hpack::encoder::put_field(name, line[colon + 1..].trim_ascii(), out);
-    }
-    for (name, value) in extra {
         weir_h2::hpack::encoder::put_field(name, value, out);
     }
+}
+
+/// The static table index (RFC 7541 Appendix A) of the fields weir's responses carry most,
+/// found by length, then case-insensitively: the general encoder's lower-casing, table search
+/// and credential check cost about 400 instructions a field (callgrind), this a tenth.
+/// None of them is connection-specific or a credential.
+fn common_name(name: &[u8]) -> Option<usize> {
+    let candidates: &[(&[u8], usize)] = match name.len() {
+        3 => &[(b"age", 21), (b"via", 60)],
+        4 => &[(b"date", 33), (b"etag", 34), (b"vary", 59)],
+        6 => &[(b"server", 54)],
+        7 => &[(b"expires", 36)],
+        8 => &[(b"location", 46)],
+        12 => &[(b"content-type", 31)],
+        13 => &[
+            (b"cache-control", 24),
+            (b"last-modified", 44),
+            (b"accept-ranges", 18),
+        ],
+        14 => &[(b"content-length", 28)],
+        16 => &[(b"content-encoding", 26)],
+        _ => return None,
+    };
+    candidates
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|&(_, i)| i)
 }
 
 /// Appends the HPACK block of a trailer section; names lower-cased, the fields a trailer
@@ -160,14 +258,41 @@ mod tests {
     use weir_h2::hpack::Decoder;
     use weir_http::{BodyKind, Framing};
 
-    fn pseudo(method: &str, path: &str) -> Pseudo {
-        Pseudo {
-            method: method.as_bytes().to_vec(),
-            scheme: Some(b"https".to_vec()),
-            authority: Some(b"example.com".to_vec()),
-            path: Some(path.as_bytes().to_vec()),
-            protocol: None,
+    /// A request's pseudo-header fields and regular fields, as weir-h2 decodes them.
+    fn decoded(
+        method: &str,
+        path: &str,
+        scheme: &str,
+        fields: &[(&str, &str)],
+    ) -> Result<(Pseudo, Lines), Error> {
+        let mut block = Vec::new();
+        let pseudo = [
+            (":method", method),
+            (":scheme", scheme),
+            (":authority", "example.com"),
+            (":path", path),
+        ];
+        for (n, v) in pseudo.iter().chain(fields) {
+            weir_h2::hpack::encoder::put_field(n.as_bytes(), v.as_bytes(), &mut block);
         }
+        let mut lines = Lines::default();
+        let mut c = weir_h2::request::Checked::new(&mut lines, false);
+        Decoder::new(4096)
+            .decode(&block, usize::MAX, &mut c)
+            .unwrap();
+        let p = c.finish().map_err(bad)?;
+        Ok((p, lines))
+    }
+
+    fn head(
+        method: &str,
+        path: &str,
+        scheme: &str,
+        fields: &[(&str, &str)],
+        has_body: bool,
+    ) -> Result<RequestHead, Error> {
+        let (p, lines) = decoded(method, path, scheme, fields)?;
+        request_head(&p, &lines, has_body, &weir_http::Limits::default())
     }
 
     fn f(n: &str, v: &str) -> (Vec<u8>, Vec<u8>) {
@@ -176,28 +301,62 @@ mod tests {
 
     #[test]
     fn requests_read_as_their_http1_equivalent() {
-        let limits = weir_http::Limits::default();
-        let fields = vec![f("cookie", "a=1"), f("x-one", "1"), f("cookie", "b=2")];
-        let head = request_head(&pseudo("POST", "/a?b=1"), &fields, true, &limits).unwrap();
-        assert_eq!(&head.target[..], b"/a?b=1");
-        assert_eq!(head.header("host").unwrap(), b"example.com");
-        assert_eq!(head.header("cookie").unwrap(), b"a=1; b=2");
-        assert_eq!(head.header("x-one").unwrap(), b"1");
-        assert_eq!(head.body, BodyKind::Chunked);
+        let fields = [("cookie", "a=1"), ("x-one", "1"), ("cookie", "b=2")];
+        let h = head("POST", "/a?b=1", "https", &fields, true).unwrap();
+        assert_eq!(&h.target[..], b"/a?b=1");
+        assert_eq!(h.header("host").unwrap(), b"example.com");
+        assert_eq!(h.header("cookie").unwrap(), b"a=1; b=2");
+        assert_eq!(h.header("x-one").unwrap(), b"1");
+        assert_eq!(h.body, BodyKind::Chunked);
 
-        let fields = vec![f("content-length", "3")];
-        let p = pseudo("POST", "/");
+        let h = head("POST", "/", "https", &[("content-length", "3")], true).unwrap();
+        assert_eq!(h.body, BodyKind::Length(3));
+        // A Host equal to :authority stands for both (one Host field).
+        let h = head("GET", "/", "https", &[("host", "example.com")], false).unwrap();
+        assert_eq!(h.header("host").unwrap(), b"example.com");
+        assert!(head("GET", "/", "ftp", &[], false).is_err());
+        assert!(head("GET", "/", "https", &[("host", "other.example")], false).is_err());
+        // A target with a space is refused (by weir-h2's checks, or the HTTP/1.1 parser's).
+        assert!(head("GET", "/a b", "https", &[], false).is_err());
+        // A field the HTTP/1.1 parser refuses is refused here too (two lengths that differ).
+        let two = [("content-length", "3"), ("content-length", "4")];
+        assert!(head("POST", "/", "https", &two, true).is_err());
+        // Trailers read back as headers, cookies joined.
+        let trailers = [("grpc-status", "0"), ("cookie", "a"), ("cookie", "b")];
+        let (_, lines) = decoded("GET", "/", "https", &trailers).unwrap();
+        let t = lines.into_headers();
         assert_eq!(
-            request_head(&p, &fields, true, &limits).unwrap().body,
-            BodyKind::Length(3)
+            (&t[0].name[..], &t[0].value[..]),
+            (&b"grpc-status"[..], &b"0"[..])
         );
-        let mut p = pseudo("GET", "/");
-        p.scheme = Some(b"ftp".to_vec());
-        assert!(request_head(&p, &[], false, &limits).is_err());
-        let fields = vec![f("host", "other.example")];
-        assert!(request_head(&pseudo("GET", "/"), &fields, false, &limits).is_err());
-        // A target the HTTP/1.1 parser refuses is refused here too.
-        assert!(request_head(&pseudo("GET", "/a b"), &[], false, &limits).is_err());
+        assert_eq!(&t[1].value[..], b"a; b");
+    }
+
+    /// The short-cut names are the static table's entries of the same name.
+    #[test]
+    fn common_names_are_their_static_entries() {
+        for name in [
+            "Age",
+            "via",
+            "Date",
+            "ETag",
+            "Vary",
+            "Server",
+            "Expires",
+            "Location",
+            "Content-Type",
+            "Cache-Control",
+            "Last-Modified",
+            "Accept-Ranges",
+            "Content-Length",
+            "Content-Encoding",
+        ] {
+            let lower = name.to_ascii_lowercase();
+            let (index, _) = weir_h2::hpack::table::find_static(lower.as_bytes(), b"x").unwrap();
+            assert_eq!(common_name(name.as_bytes()), Some(index), "{name}");
+        }
+        assert_eq!(common_name(b"x-date"), None);
+        assert_eq!(common_name(b"set-cookie"), None);
     }
 
     #[test]

@@ -115,6 +115,7 @@ where
     };
     let keepalive = cfg.timeouts.keepalive;
     let header = cfg.timeouts.header;
+    let write_timeout = cfg.timeouts.write;
     let mut shutdown = state.shutdown.clone();
     let mut idle_since = tokio::time::Instant::now();
     loop {
@@ -127,6 +128,9 @@ where
             d.release();
         }
         let going_away = d.goaway.is_some();
+        // A peer that stops reading: past `timeouts.write` without the socket taking a byte
+        // the connection ends (its streams stalled and were reset before).
+        let stalled = d.write_stalled();
         tokio::select! {
             ended = std::future::poll_fn(|cx| d.poll_drive(cx, &start)) => match ended {
                 Some(driver::Ended::Done) => {
@@ -155,6 +159,12 @@ where
                 }
             }
             _ = shutdown.wait_for(|s| *s), if !going_away => d.graceful(),
+            _ = tokio::time::sleep_until(stalled.map_or(idle_since, |t| t + write_timeout)), if stalled.is_some() => {
+                if d.write_stalled().is_some_and(|t| t.elapsed() >= write_timeout) {
+                    tracing::debug!(%peer, "HTTP/2 peer stopped reading: closed");
+                    return CloseReason::Timeout;
+                }
+            }
         }
     }
 }

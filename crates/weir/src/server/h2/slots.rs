@@ -15,6 +15,10 @@ use bytes::{Bytes, BytesMut};
 use weir_h2::conn::Conn;
 use weir_h2::{frame, Reason};
 
+/// Octets waiting to be written past which no more DATA is framed (and the connection stops
+/// reading: `driver`).
+pub(crate) const WRITE_HIGH: usize = 256 * 1024;
+
 /// A DATA payload up to this size is copied into the write buffer; larger ones are written
 /// from their own bytes (one more iovec).
 const COPY_DATA: usize = 1024;
@@ -24,12 +28,12 @@ const COPY_DATA: usize = 1024;
 pub(crate) enum Out {
     /// A header block: an interim (1xx) head, or the response's.
     Head {
-        block: Vec<u8>,
+        block: Bytes,
         interim: bool,
     },
     Data(Bytes),
     /// Trailers: a header block that ends the stream.
-    Trailers(Vec<u8>),
+    Trailers(Bytes),
 }
 
 /// One stream being answered.
@@ -99,7 +103,7 @@ impl Slot {
 /// A connection's state shared by its driver and its streams.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    pub conn: Conn,
+    pub conn: Conn<super::head::Lines>,
     /// Frames owed (acknowledgements, window updates, resets) not yet in the write queue.
     pub owed: Vec<u8>,
     pub slots: Vec<Slot>,
@@ -107,10 +111,15 @@ pub(crate) struct Shared {
     /// encoder keeps no table, but the peer's decoder expects the update at the next block.
     pub table_update: Option<u32>,
     pub peer_table: u32,
+    /// Where response header blocks are encoded, then cut off for the streams' queues
+    /// (one allocation for many blocks).
+    pub blocks: BytesMut,
+    /// Scratch for weir-h2's encoder (it writes into a `Vec`).
+    pub scratch: Vec<u8>,
 }
 
 impl Shared {
-    pub(crate) fn new(conn: Conn) -> Shared {
+    pub(crate) fn new(conn: Conn<super::head::Lines>) -> Shared {
         let peer_table = conn.peer.header_table_size;
         Shared {
             conn,
@@ -118,7 +127,20 @@ impl Shared {
             slots: Vec::new(),
             table_update: None,
             peer_table,
+            blocks: BytesMut::new(),
+            scratch: Vec::new(),
         }
+    }
+
+    /// A header block encoded by `encode` (into a scratch `Vec`), as `Bytes`.
+    pub(crate) fn block(&mut self, encode: impl FnOnce(&mut Vec<u8>)) -> Bytes {
+        self.scratch.clear();
+        encode(&mut self.scratch);
+        if self.blocks.capacity() - self.blocks.len() < self.scratch.len() {
+            self.blocks.reserve(self.scratch.len().max(4096));
+        }
+        self.blocks.extend_from_slice(&self.scratch);
+        self.blocks.split().freeze()
     }
 
     pub(crate) fn slot(&mut self, id: u32) -> Option<&mut Slot> {
@@ -188,7 +210,9 @@ impl Shared {
                         }
                         Out::Data(data) => {
                             let room = self.conn.send_window(id).min(max_frame);
-                            if room == 0 && !data.is_empty() {
+                            // Not past the window, and not while the socket is backed up
+                            // (the stream then waits, and its stall timer runs).
+                            if (room == 0 || w.len() >= WRITE_HIGH) && !data.is_empty() {
                                 break;
                             }
                             let piece = data.split_to(room.min(data.len()));
@@ -253,7 +277,8 @@ impl Shared {
     }
 }
 
-/// A header block as HEADERS and CONTINUATION frames, a table size update first when due.
+/// A header block as HEADERS and CONTINUATION frames, written where they go, a table size
+/// update first when due.
 fn put_block(
     buf: &mut BytesMut,
     id: u32,
@@ -262,17 +287,34 @@ fn put_block(
     end: bool,
     max_frame: usize,
 ) {
-    let mut v = Vec::with_capacity(block.len() + 32);
-    match update {
+    let with_update;
+    let block = match update {
         Some(size) => {
             let mut b = Vec::with_capacity(block.len() + 5);
             weir_h2::hpack::encoder::integer(&mut b, size as usize, 5, 0x20);
             b.extend_from_slice(block);
-            frame::put_headers(&mut v, id, &b, end, max_frame as u32);
+            with_update = b;
+            &with_update[..]
         }
-        None => frame::put_headers(&mut v, id, block, end, max_frame as u32),
+        None => block,
+    };
+    let mut chunks = block.chunks(max_frame.max(1)).peekable();
+    let first = chunks.next().unwrap_or(&[]);
+    let mut flags = if end { frame::flag::END_STREAM } else { 0 };
+    if chunks.peek().is_none() {
+        flags |= frame::flag::END_HEADERS;
     }
-    buf.extend_from_slice(&v);
+    buf.extend_from_slice(&frame::header(first.len(), frame::kind::HEADERS, flags, id));
+    buf.extend_from_slice(first);
+    while let Some(c) = chunks.next() {
+        let f = if chunks.peek().is_none() {
+            frame::flag::END_HEADERS
+        } else {
+            0
+        };
+        buf.extend_from_slice(&frame::header(c.len(), frame::kind::CONTINUATION, f, id));
+        buf.extend_from_slice(c);
+    }
 }
 
 /// What waits to be written to the socket: frames in a buffer, DATA payloads by reference,
@@ -282,6 +324,8 @@ pub(crate) struct Writes {
     /// Frames not yet cut into `segments`.
     pub buf: BytesMut,
     pub segments: VecDeque<Bytes>,
+    /// Octets in `segments`.
+    in_segments: usize,
 }
 
 impl Writes {
@@ -291,9 +335,8 @@ impl Writes {
             self.buf.extend_from_slice(&piece);
             return;
         }
-        if !self.buf.is_empty() {
-            self.segments.push_back(self.buf.split().freeze());
-        }
+        self.seal();
+        self.in_segments += piece.len();
         self.segments.push_back(piece);
     }
 
@@ -304,18 +347,20 @@ impl Writes {
 
     /// Octets waiting.
     pub(crate) fn len(&self) -> usize {
-        self.buf.len() + self.segments.iter().map(Bytes::len).sum::<usize>()
+        self.buf.len() + self.in_segments
     }
 
     /// The frames written so far cut into a segment, so that `segments` holds everything.
     pub(crate) fn seal(&mut self) {
         if !self.buf.is_empty() {
+            self.in_segments += self.buf.len();
             self.segments.push_back(self.buf.split().freeze());
         }
     }
 
     /// `n` octets were written.
     pub(crate) fn advance(&mut self, mut n: usize) {
+        self.in_segments -= n.min(self.in_segments);
         while n > 0 {
             let Some(front) = self.segments.front_mut() else {
                 return;

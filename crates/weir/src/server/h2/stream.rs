@@ -149,8 +149,10 @@ impl H2Stream {
     fn send_canned(&mut self, status: u16) {
         let body = crate::error::canned_body(status);
         let reply = crate::error::canned(status, body.len(), &self.rt.cfg.server_line);
-        let mut block = Vec::with_capacity(128);
-        super::head::response_block(&reply, &[], &mut block);
+        let block = self
+            .io
+            .borrow_mut()
+            .block(|b| super::head::response_block(&reply, &[], b));
         drop(reply);
         let _ = self.with_slot(|s| {
             s.queue.clear();
@@ -286,8 +288,10 @@ impl Downstream for H2Stream {
     }
 
     async fn send_interim(&mut self, reply: &Reply<'_>) -> Result<(), Error> {
-        let mut block = Vec::with_capacity(64);
-        super::head::response_block(reply, &[], &mut block);
+        let block = self
+            .io
+            .borrow_mut()
+            .block(|b| super::head::response_block(reply, &[], b));
         self.with_slot(|s| {
             s.queue.push_back(Out::Head {
                 block,
@@ -298,15 +302,14 @@ impl Downstream for H2Stream {
     }
 
     fn send_head(&mut self, reply: &Reply<'_>, persistence: Persistence) -> Persistence {
-        let mut block = Vec::with_capacity(256);
         let alt_svc = self.rt.cfg.listeners[self.listener]
             .quic
             .as_ref()
             .and_then(|q| q.alt_svc_value());
-        match alt_svc {
-            Some(v) => super::head::response_block(reply, &[(b"alt-svc", v)], &mut block),
-            None => super::head::response_block(reply, &[], &mut block),
-        }
+        let block = self.io.borrow_mut().block(|b| match alt_svc {
+            Some(v) => super::head::response_block(reply, &[(b"alt-svc", v)], b),
+            None => super::head::response_block(reply, &[], b),
+        });
         self.queue(Out::Head {
             block,
             interim: false,
@@ -322,8 +325,10 @@ impl Downstream for H2Stream {
     }
 
     fn send_trailers(&mut self, fields: &[weir_http::Header]) {
-        let mut block = Vec::new();
-        super::head::trailer_block(fields, &mut block);
+        let block = self
+            .io
+            .borrow_mut()
+            .block(|b| super::head::trailer_block(fields, b));
         if !block.is_empty() {
             self.queue(Out::Trailers(block));
         }
@@ -357,6 +362,23 @@ impl Downstream for H2Stream {
 
     async fn flush(&mut self) -> Result<(), Error> {
         let stall = self.rt.cfg.timeouts.write;
+        // The end of a response the windows take whole: the driver writes it in its next
+        // turn (and resets the stream if the connection stalls), so the stream need not wait
+        // (a timer per response was a tenth of a small response's cost).
+        let fits = {
+            let mut io = self.io.borrow_mut();
+            let window = io.conn.send_window(self.id);
+            match io.slot(self.id) {
+                Some(s) if !s.reset => {
+                    s.ready = true;
+                    s.ended && s.queued <= window
+                }
+                _ => return Err(Error::new(ErrorKind::ClientClosed)),
+            }
+        };
+        if fits {
+            return Ok(());
+        }
         loop {
             let before = self.with_slot(|s| {
                 s.ready = true;
