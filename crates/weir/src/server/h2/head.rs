@@ -182,7 +182,7 @@ pub(crate) fn response_block(reply: &Reply<'_>, extra: &[(&[u8], &[u8])], out: &
 /// The HPACK block of an HTTP/1.1 head as weir's encoder writes it (status line, field lines).
 fn block_of_head(status: u16, text: &[u8], out: &mut Vec<u8>) {
     weir_h2::response::put_status(status, out);
-    let mut at = match memchr::memchr(b'\n', &text) {
+    let mut at = match memchr::memchr(b'\n', text) {
         Some(i) => i + 1,
         None => text.len(),
     };
