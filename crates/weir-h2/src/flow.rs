@@ -117,6 +117,18 @@ impl RecvWindow {
         self.avail
     }
 
+    /// Lets the peer send `n` octets more than the window (a WINDOW_UPDATE the caller writes
+    /// on its own account); `false` when that would pass 2^31-1.
+    pub fn grant(&mut self, n: u32) -> bool {
+        match self.avail.checked_add(n) {
+            Some(v) if v <= MAX_WINDOW => {
+                self.avail = v;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// This side's SETTINGS_INITIAL_WINDOW_SIZE changed (acknowledged by the peer): the
     /// stream's window moves by the difference (§6.9.2), none below zero here.
     pub fn resize(&mut self, new: u32) {

@@ -200,10 +200,12 @@ fn probe_h2c_listener_connections_never_park() {
     assert_eq!(roundtrip(&mut s, GET).status, 200);
 }
 
-/// HTTP/2 over TLS never parks (its state is the h2 connection in its task) and keeps being
-/// served; HTTP/1.1 over TLS parks (`tests/parking_tls.rs`).
+/// HTTP/2 over TLS parks once idle (issue 54: its HPACK table, settings and windows go to its
+/// slot with the TLS keys) and is served from where it was when the client sends again: the
+/// next request's header block refers to the table entry the first one made (literal with
+/// incremental indexing, then an indexed field), so a table lost in parking would show.
 #[test]
-fn probe_tls_h2_connections_never_park() {
+fn probe_tls_h2_connections_park_and_keep_their_state() {
     use common::h2raw;
     let pki = common::tlskit::Pki::new("park-probe");
     let leaf = pki.issue("leaf", "localhost", &["localhost"]);
@@ -220,16 +222,46 @@ fn probe_tls_h2_connections_never_park() {
     let mut s = common::tlskit::connect(srv.addr, "localhost", &cfg).unwrap();
     assert_eq!(s.conn.alpn_protocol(), Some(&b"h2"[..]));
     h2raw::preface(&mut s);
-    let get = h2raw::get("https", b"localhost", b"/hello");
+    // GET https://localhost/hello, with `x-probe: parked` as a literal with incremental
+    // indexing (it becomes dynamic entry 62).
+    let mut get = h2raw::get("https", b"localhost", b"/hello");
+    get.extend_from_slice(&[0x40, 7]);
+    get.extend_from_slice(b"x-probe");
+    get.push(6);
+    get.extend_from_slice(b"parked");
     s.write_all(&h2raw::frame(0x1, 0x4 | 0x1, 1, &get)).unwrap();
     s.flush().unwrap();
     assert_eq!(h2raw::outcome_of(&mut s, 1).text(), "Hello, World\n");
-    // paces: four sweeps of 100 ms would park an HTTP/1.1 connection twice over.
-    std::thread::sleep(Duration::from_millis(800));
-    assert_eq!(metric(admin, "weir_connections_parked "), 0.0);
-    s.write_all(&h2raw::frame(0x1, 0x4 | 0x1, 3, &get)).unwrap();
+    // The client acknowledges weir's SETTINGS only now: the TLS session read after its last
+    // write, and must write once more before it can park (`server/h2/park.rs`).
+    s.write_all(&h2raw::frame(h2raw::SETTINGS, 0x1, 0, &[]))
+        .unwrap();
+    s.flush().unwrap();
+    // paces: sweeps every 100 ms park a connection idle at two in a row.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while metric(admin, "weir_connections_parked ") != 1.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the idle HTTP/2 connection did not park"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The same request with the field as dynamic entry 62 (0xbe): answered, so the table
+    // came back with the connection.
+    let mut again = h2raw::get("https", b"localhost", b"/hello");
+    again.push(0xbe);
+    s.write_all(&h2raw::frame(0x1, 0x4 | 0x1, 3, &again))
+        .unwrap();
     s.flush().unwrap();
     assert_eq!(h2raw::outcome_of(&mut s, 3).text(), "Hello, World\n");
+    assert_eq!(metric(admin, "weir_connections_parked "), 0.0);
+    // An index past the table (nothing parked at 63) is a COMPRESSION_ERROR: the table is
+    // the one the client built, not an empty or a larger one.
+    let mut bad = h2raw::get("https", b"localhost", b"/hello");
+    bad.push(0xbf);
+    s.write_all(&h2raw::frame(0x1, 0x4 | 0x1, 5, &bad)).unwrap();
+    s.flush().unwrap();
+    assert_eq!(h2raw::outcome_of(&mut s, 5).goaway, Some(0x9));
 }
 
 /// A connection parked before its first request (served 0) is served when it speaks, and one

@@ -36,8 +36,10 @@
 //! schedule's own allocation; `tls/records.rs`). At its first park rustls hands the keys over,
 //! and from then on its records are sealed and opened by `tls/records.rs`. It resumes
 //! registered. 2.84 KiB of RSS per parked TLS connection (idle-20261127-0651, nginx 15.24).
-//! HTTP/2 and h2c-sniffing connections are not parked: their state (the h2 connection) lives
-//! in their task.
+//! An HTTP/2 connection parks too, with no stream open (`server/h2/park.rs`): its slot also
+//! holds the connection's HTTP/2 state ([`crate::server::h2::park::ParkedH2`]: the HPACK
+//! decoder's table, settings, windows), and it resumes in [`resume_h2`]. HTTP/1.1 connections
+//! on an h2c listener are not parked (their first bytes are sniffed for HTTP/2's preface).
 
 use std::io;
 use std::net::SocketAddr;
@@ -86,6 +88,8 @@ pub(crate) struct Parked {
     peer: SocketAddr,
     /// A TLS connection's session (boxed: most parked connections are plain).
     tls: Option<Box<ParkedTls>>,
+    /// An HTTP/2 connection's state (`server/h2/park.rs`).
+    h2: Option<Box<crate::server::h2::park::ParkedH2>>,
 }
 
 /// What a parked TLS connection keeps besides its socket.
@@ -161,29 +165,76 @@ pub(crate) fn park(
         }
         _ => return,
     };
-    let Ok(std) = stream.into_std() else {
-        return;
-    };
-    let mut stream = mio::net::TcpStream::from_std(std);
-    if state
-        .idle
-        .register(&mut stream, Token(key), Interest::READABLE)
-        .is_err()
-    {
-        return;
-    }
-    // The abort handle holds the ended task's cell (1 KiB): let it go.
-    slot.abort = None;
-    slot.parked = Some(Parked {
-        stream,
+    let parked = Parked {
+        stream: match into_idle_poll(state, key, stream) {
+            Some(s) => s,
+            None => return,
+        },
         rt: rt.clone(),
         listener: listener as u32,
         served,
         peer,
         tls,
-    });
+        h2: None,
+    };
+    into_slot(state, slot, parked);
+}
+
+/// A socket moved from tokio's reactor to the idle epoll.
+fn into_idle_poll(
+    state: &WorkerState,
+    key: usize,
+    stream: tokio::net::TcpStream,
+) -> Option<mio::net::TcpStream> {
+    let std = stream.into_std().ok()?;
+    let mut stream = mio::net::TcpStream::from_std(std);
+    state
+        .idle
+        .register(&mut stream, Token(key), Interest::READABLE)
+        .ok()?;
+    Some(stream)
+}
+
+fn into_slot(state: &WorkerState, slot: &mut super::worker::ConnSlot, parked: Parked) {
+    // The abort handle holds the ended task's cell: let it go.
+    slot.abort = None;
+    slot.parked = Some(parked);
     slot.park.set(Park::Parked);
     state.metrics.parked.inc();
+}
+
+/// Parks the HTTP/2 connection in slot `key` (`server/h2/park.rs`: its driver's `Drop`, the
+/// sweeper having aborted its task to park it): its socket, TLS keys and HTTP/2 state.
+pub(crate) fn park_h2(
+    state: &WorkerState,
+    key: usize,
+    stream: tokio::net::TcpStream,
+    tls: Option<(IdleTls, TlsInfo)>,
+    h2: Box<crate::server::h2::park::ParkedH2>,
+    (rt, listener): (&Rc<WorkerRuntime>, usize),
+    peer: SocketAddr,
+) {
+    let mut conns = state.conns.borrow_mut();
+    let Some(slot) = conns.get_mut(key) else {
+        return;
+    };
+    if slot.park.get() != Park::Parking || state.shutting_down.get() {
+        return;
+    }
+    slot.park.set(Park::No);
+    let Some(stream) = into_idle_poll(state, key, stream) else {
+        return;
+    };
+    let parked = Parked {
+        stream,
+        rt: rt.clone(),
+        listener: listener as u32,
+        served: 0,
+        peer,
+        tls: tls.map(|(session, info)| Box::new(ParkedTls { session, info })),
+        h2: Some(h2),
+    };
+    into_slot(state, slot, parked);
 }
 
 /// Takes a parked connection out of its slot (the slot stays, marked busy: its idle deadline
@@ -261,8 +312,12 @@ fn resume(state: &Rc<WorkerState>, key: usize) {
         served,
         peer,
         tls,
+        h2,
     } = parked;
     let admin = rt.cfg.listeners[listener as usize].admin;
+    if let Some(h2) = h2 {
+        return resume_h2(state, key, stream, tls, h2, (rt, listener as usize), peer);
+    }
     let io = match tls {
         None => ClientIo::Fresh(stream),
         Some(tls) => {
@@ -292,6 +347,40 @@ fn resume(state: &Rc<WorkerState>, key: usize) {
     super::worker::spawn_plain(state, key, conn, guard);
 }
 
+/// Serves a parked HTTP/2 connection again (see [`resume`]).
+fn resume_h2(
+    state: &Rc<WorkerState>,
+    key: usize,
+    stream: mio::net::TcpStream,
+    tls: Option<Box<ParkedTls>>,
+    h2: Box<crate::server::h2::park::ParkedH2>,
+    (rt, listener): (Rc<WorkerRuntime>, usize),
+    peer: SocketAddr,
+) {
+    let admin = rt.cfg.listeners[listener].admin;
+    let guard = ActiveGuard::new(state.clone(), key, CloseReason::Idle, admin);
+    let Ok(tcp) = tokio::net::TcpStream::from_std(std::net::TcpStream::from(stream)) else {
+        let mut guard = guard;
+        guard.set_reason(CloseReason::ClientError);
+        return;
+    };
+    let at = (peer, key, state.clone(), rt, listener);
+    let serve: super::worker::Serve = match tls {
+        Some(tls) => {
+            let ParkedTls { session, info } = *tls;
+            let io = ServerTls::from_idle(tcp, session);
+            Box::pin(crate::server::h2::serve_resumed(
+                io,
+                *h2,
+                at,
+                Some(Rc::new(info)),
+            ))
+        }
+        None => Box::pin(crate::server::h2::serve_resumed(tcp, *h2, at, None)),
+    };
+    super::worker::spawn_boxed(state, key, serve, guard);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,6 +404,7 @@ mod tests {
         );
     }
 
-    const PARKED: usize = 80;
+    /// 80, then 88 with HTTP/2's parked state (issue 54: a box of its own, as TLS's).
+    const PARKED: usize = 88;
     const PARKED_TLS: usize = 840;
 }

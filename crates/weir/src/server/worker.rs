@@ -525,7 +525,16 @@ fn start_connection(
 }
 
 /// A connection's serving future, boxed (see [`spawn_plain`] and [`start_connection`]).
-type Serve = std::pin::Pin<Box<dyn std::future::Future<Output = CloseReason>>>;
+pub(crate) type Serve = std::pin::Pin<Box<dyn std::future::Future<Output = CloseReason>>>;
+
+/// Serves connection `key` with `serve` in a task of its own (an unparked HTTP/2 one).
+pub(crate) fn spawn_boxed(state: &Rc<WorkerState>, key: usize, serve: Serve, guard: ActiveGuard) {
+    let mut task = Boxed { serve, guard };
+    let task = tokio::task::spawn_local(async move { task.run().await });
+    if let Some(slot) = state.conns.borrow_mut().get_mut(key) {
+        slot.abort = Some(task.abort_handle());
+    }
+}
 
 /// Serves a plain connection, which the future owns once (an `async fn` taking it by value
 /// would hold it twice, the argument and the binding: 1,048 bytes against 824, measured).

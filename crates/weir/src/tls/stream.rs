@@ -288,6 +288,19 @@ impl ServerTls {
             && !s.read_since_write
     }
 
+    /// Quiet but for a read since the last write ([`Self::is_quiet`]): one write (of anything)
+    /// and it is.
+    pub(crate) fn quiet_but_for_a_write(&self) -> bool {
+        let s = &self.s;
+        s.incoming.is_empty()
+            && s.plain_left() == 0
+            && s.out_left() == 0
+            && !s.failed
+            && !s.eof
+            && !s.peer_closed
+            && !s.close_queued
+    }
+
     /// The socket and the record keys, when nothing is in flight either way
     /// ([`Self::is_quiet`]); `None` (the connection dropped, hence closed) otherwise, or when
     /// rustls cannot hand its keys over. The first park turns rustls' session into

@@ -32,6 +32,14 @@ impl WorkerState {
         }
     }
 
+    /// Whether the sweeper is parking connection `key` (it aborted its task to that end).
+    pub(crate) fn parking(&self, key: usize) -> bool {
+        self.conns
+            .borrow()
+            .get(key)
+            .is_some_and(|slot| slot.park.get() == Park::Parking)
+    }
+
     pub(crate) fn set_idle(&self, key: usize, wait: Option<Duration>, parkable: bool) {
         let until = match wait {
             // One tick more, so that the coarse clock's lag never closes a connection early.
