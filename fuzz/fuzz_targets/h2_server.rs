@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
         max_header_list_size: Some(16 * 1024),
         ..Settings::default()
     };
-    let mut c = Conn::new(local, Guard::new(1_000, 100, 64 * 1024, Instant::now()));
+    let mut c: Conn = Conn::new(local, Guard::new(1_000, 100, 64 * 1024, Instant::now()));
     let mut wire = PREFACE.to_vec();
     put_settings(&mut wire, &[]);
     wire.extend_from_slice(data);

@@ -60,6 +60,11 @@ pub enum Event<S = Fields> {
         stream: u32,
         code: u32,
     },
+    /// This side reset a stream whose request was given out, for the peer's error (a
+    /// malformed trailer section, a window overflow): the application stops answering it.
+    Aborted {
+        stream: u32,
+    },
     /// The peer is going away: no stream above `last_stream` will be processed by it.
     GoAway {
         last_stream: u32,
@@ -84,8 +89,10 @@ struct Block {
     end_stream: bool,
     bytes: Vec<u8>,
     /// The stream was refused (over SETTINGS_MAX_CONCURRENT_STREAMS): decoded for the table
-    /// only.
+    /// only, then RST_STREAM REFUSED_STREAM.
     refused: bool,
+    /// The stream is closed or reset already: decoded for the table only, nothing said.
+    discard: bool,
 }
 
 /// Streams this side reset recently, whose frames in flight are ignored (§5.1 closed).
@@ -114,6 +121,8 @@ pub struct Conn<S = Fields> {
     verdict: Verdict,
     /// Streams this side reset for the peer's errors, over the connection's life.
     error_resets: u32,
+    /// Streams reset for the peer's errors after their request was given out, not yet told.
+    aborted: Vec<u32>,
     sink: std::marker::PhantomData<fn() -> S>,
 }
 
@@ -135,6 +144,7 @@ impl<S: FieldSink> Conn<S> {
             block: None,
             verdict: Verdict::Fine,
             error_resets: 0,
+            aborted: Vec::new(),
             sink: std::marker::PhantomData,
         }
     }
@@ -181,6 +191,15 @@ impl<S: FieldSink> Conn<S> {
         }
     }
 
+    /// Writes a WINDOW_UPDATE of one octet on the connection, and counts it: a frame the peer
+    /// must accept and answers with nothing (weir writes it so that a TLS session that read
+    /// since it last wrote has written, and owes nothing before parking).
+    pub fn nudge(&mut self, out: &mut Vec<u8>) {
+        if self.recv.grant(1) {
+            frame::put_window_update(out, 0, 1);
+        }
+    }
+
     /// The peer's SETTINGS_MAX_FRAME_SIZE: the largest frame payload this side may send.
     pub fn peer_max_frame(&self) -> u32 {
         self.peer.max_frame_size
@@ -189,6 +208,20 @@ impl<S: FieldSink> Conn<S> {
     /// The highest stream the peer opened (GOAWAY's last-stream field).
     pub fn last_stream(&self) -> u32 {
         self.ids.last()
+    }
+
+    /// No stream in the table and no header block half received.
+    pub fn idle(&self) -> bool {
+        self.streams.is_empty() && self.block.is_none()
+    }
+
+    /// Gives back memory an idle connection does not need (the stream table's room, the
+    /// HPACK decoder's scratch).
+    pub fn shrink(&mut self) {
+        if self.streams.is_empty() {
+            self.streams = Vec::new();
+        }
+        self.decoder.shrink();
     }
 
     /// The streams open or half-closed.
@@ -248,6 +281,11 @@ impl<S: FieldSink> Conn<S> {
                 Verdict::GoAway => events.push(Event::Calm),
                 Verdict::Fine => {}
             }
+            events.extend(
+                self.aborted
+                    .drain(..)
+                    .map(|stream| Event::Aborted { stream }),
+            );
         }
         Ok(at)
     }
@@ -293,7 +331,7 @@ impl<S: FieldSink> Conn<S> {
                     Ok(s) => s,
                     Err(e) => {
                         self.consumed(0, flow, out);
-                        return e.apply(stream, out);
+                        return self.data_on(e, stream, out);
                     }
                 };
                 match self.streams[s].state.recv(On::Data { end_stream }) {
@@ -328,9 +366,13 @@ impl<S: FieldSink> Conn<S> {
                 block,
             } => {
                 if priority.is_some_and(|p| p.depends_on == stream) {
-                    // §5.3.1: a stream cannot depend on itself.
+                    // §5.3.1: a stream cannot depend on itself. Its block is still decoded:
+                    // the table must stay in step.
+                    if self.ids.is_idle(stream) {
+                        self.ids.open(stream)?;
+                    }
                     self.reset_stream(stream, Reason::ProtocolError, out);
-                    return Ok(());
+                    return self.decode_only(block, end_headers, stream, end_stream);
                 }
                 let known = self.streams.iter().any(|s| s.id == stream);
                 let mut refused = false;
@@ -338,14 +380,19 @@ impl<S: FieldSink> Conn<S> {
                     if !self.ids.is_idle(stream) {
                         // A stream closed before: its HEADERS is STREAM_CLOSED (§5.1).
                         if self.reset.contains(&stream) {
-                            self.decode_only(block, end_headers, stream, end_stream)?;
-                            return Ok(());
+                            return self.decode_only(block, end_headers, stream, end_stream);
                         }
-                        return Err(if self.closed.contains(&stream) {
-                            Reason::StreamClosed
-                        } else {
-                            Reason::ProtocolError
-                        });
+                        if self.closed.contains(&stream) {
+                            return Err(Reason::StreamClosed);
+                        }
+                        if self.ids.never_opened(stream) {
+                            // §5.1.1: a new stream below one already opened.
+                            return Err(Reason::ProtocolError);
+                        }
+                        // Closed so long ago it is forgotten (trailers after weir's reset,
+                        // say): ignored, as a reset stream's would be, and counted.
+                        self.glitch_for_peer();
+                        return self.decode_only(block, end_headers, stream, end_stream);
                     }
                     self.ids.open(stream)?;
                     let max = self.local.max_concurrent_streams.unwrap_or(u32::MAX) as usize;
@@ -368,6 +415,7 @@ impl<S: FieldSink> Conn<S> {
                         end_stream,
                         bytes: block.to_vec(),
                         refused,
+                        discard: false,
                     });
                 }
             }
@@ -380,7 +428,18 @@ impl<S: FieldSink> Conn<S> {
                 b.bytes.extend_from_slice(block);
                 if end_headers {
                     if let Some(b) = self.block.take() {
-                        self.block_done(b.stream, b.end_stream, b.refused, &b.bytes, out, events)?;
+                        if b.discard {
+                            self.discard_block(&b.bytes)?;
+                        } else {
+                            self.block_done(
+                                b.stream,
+                                b.end_stream,
+                                b.refused,
+                                &b.bytes,
+                                out,
+                                events,
+                            )?;
+                        }
                     }
                 }
             }
@@ -444,7 +503,10 @@ impl<S: FieldSink> Conn<S> {
         if self.closed.contains(&stream) {
             return Err(Missing::Closed);
         }
-        Err(Missing::Unknown)
+        if self.ids.never_opened(stream) {
+            return Err(Missing::NeverOpened);
+        }
+        Err(Missing::Forgotten)
     }
 
     /// A whole header block: decoded (always: the table must stay in step), then a request,
@@ -472,6 +534,8 @@ impl<S: FieldSink> Conn<S> {
         };
         if refused {
             frame::put_rst_stream(out, stream, Reason::RefusedStream);
+            // Its DATA in flight is then ignored, as any stream's this side reset.
+            self.remember_reset(stream);
             return Ok(());
         }
         let Some(i) = s else {
@@ -483,6 +547,11 @@ impl<S: FieldSink> Conn<S> {
             r => return self.on_refusal(r, stream, out),
         };
         if outcome == Outcome::ListTooLarge {
+            if trailers {
+                // No answer can follow a request already being answered: the stream ends.
+                self.reset_stream(stream, Reason::ProtocolError, out);
+                return Ok(());
+            }
             self.streams[i].state = next;
             events.push(Event::TooLarge { stream });
             return Ok(());
@@ -514,7 +583,8 @@ impl<S: FieldSink> Conn<S> {
         Ok(())
     }
 
-    /// A header block on a stream this side reset: decoded for the table, then dropped.
+    /// A header block on a stream that is closed or reset: decoded for the table (whole, or
+    /// once its CONTINUATIONs are in), then dropped.
     fn decode_only(
         &mut self,
         block: &[u8],
@@ -522,21 +592,35 @@ impl<S: FieldSink> Conn<S> {
         stream: u32,
         end_stream: bool,
     ) -> Result<(), Reason> {
-        let b = Block {
+        if end_headers {
+            return self.discard_block(block);
+        }
+        self.block = Some(Block {
             stream,
             end_stream,
             bytes: block.to_vec(),
-            refused: true,
-        };
-        if end_headers {
-            let mut fields: Fields = Vec::new();
-            self.decoder
-                .decode(&b.bytes, usize::MAX, &mut fields)
-                .map_err(|_| Reason::CompressionError)?;
-        } else {
-            self.block = Some(b);
-        }
+            refused: false,
+            discard: true,
+        });
         Ok(())
+    }
+
+    /// Decodes `block` for the table's sake alone: no field is copied (a list bound of 0
+    /// passes none to the sink), so a block of references to a large entry costs its parse,
+    /// not copies of the entry.
+    fn discard_block(&mut self, block: &[u8]) -> Result<(), Reason> {
+        self.decoder
+            .decode(block, 0, &mut Discard)
+            .map_err(|_| Reason::CompressionError)?;
+        Ok(())
+    }
+
+    /// A frame the peer should not have sent, ignored: a glitch.
+    fn glitch_for_peer(&mut self) {
+        match self.guard.reset_for_peer() {
+            Verdict::Fine => {}
+            v => self.verdict = v,
+        }
     }
 
     fn on_refusal(&mut self, r: Recv, stream: u32, out: &mut Vec<u8>) -> Result<(), Reason> {
@@ -556,16 +640,21 @@ impl<S: FieldSink> Conn<S> {
         self.error_resets = self.error_resets.saturating_add(1);
         frame::put_rst_stream(out, stream, reason);
         if let Some(i) = self.streams.iter().position(|s| s.id == stream) {
+            if self.streams[i].state != State::Idle {
+                self.aborted.push(stream);
+            }
             self.forget(i);
         }
+        self.remember_reset(stream);
+        self.glitch_for_peer();
+    }
+
+    /// `stream` was reset by this side: its frames in flight are ignored.
+    fn remember_reset(&mut self, stream: u32) {
         if self.reset.len() == RECENTLY_RESET {
             self.reset.pop_front();
         }
         self.reset.push_back(stream);
-        match self.guard.reset_for_peer() {
-            Verdict::Fine => {}
-            v => self.verdict = v,
-        }
     }
 
     /// A stream both sides ended leaves the table.
@@ -641,10 +730,7 @@ impl<S: FieldSink> Conn<S> {
             frame::put_rst_stream(out, stream, reason);
             self.streams[i].state = State::Closed(Ending::ResetLocal);
             self.forget(i);
-            if self.reset.len() == RECENTLY_RESET {
-                self.reset.pop_front();
-            }
-            self.reset.push_back(stream);
+            self.remember_reset(stream);
         }
     }
 }
@@ -655,20 +741,37 @@ enum Missing {
     Idle,
     /// Reset by this side: frames in flight are ignored.
     ResetHere,
-    /// Closed otherwise.
+    /// Closed otherwise, lately.
     Closed,
-    /// Below the last stream opened, and never opened itself (§5.1.1).
-    Unknown,
+    /// Below the last stream opened, and skipped: never opened itself (§5.1.1).
+    NeverOpened,
+    /// Closed so long ago that it is no longer remembered how.
+    Forgotten,
 }
 
-impl Missing {
-    /// What DATA on such a stream does (§5.1, §6.1).
-    fn apply(self, stream: u32, out: &mut Vec<u8>) -> Result<(), Reason> {
-        match self {
-            Missing::Idle | Missing::Unknown => Err(Reason::ProtocolError),
+/// Takes whatever it is given, keeps nothing.
+struct Discard;
+
+impl Sink for Discard {
+    fn field(&mut self, _: &[u8], _: &[u8], _: bool) -> Result<(), crate::hpack::HpackError> {
+        Ok(())
+    }
+}
+
+impl<S: FieldSink> Conn<S> {
+    /// What DATA on a stream not in the table does (§5.1, §6.1). A closed stream's gets one
+    /// RST_STREAM STREAM_CLOSED, counted as this side's reset for the peer's error (the
+    /// stream is then "reset here": its further frames are ignored, not answered each).
+    fn data_on(&mut self, m: Missing, stream: u32, out: &mut Vec<u8>) -> Result<(), Reason> {
+        match m {
+            Missing::Idle | Missing::NeverOpened => Err(Reason::ProtocolError),
             Missing::ResetHere => Ok(()),
             Missing::Closed => {
-                frame::put_rst_stream(out, stream, Reason::StreamClosed);
+                self.reset_stream(stream, Reason::StreamClosed, out);
+                Ok(())
+            }
+            Missing::Forgotten => {
+                self.glitch_for_peer();
                 Ok(())
             }
         }

@@ -168,7 +168,9 @@ fn stream_errors_reset_the_stream_alone() {
     frame::put_ping(&mut w, false, [7; 8]);
     let (r, out, ev) = run(&mut c, &w);
     assert_eq!(r, Ok(w.len()));
-    assert_eq!(ev.len(), 1, "{ev:?}");
+    // Stream 3's request, then word that this side reset it.
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    assert_eq!(ev[1], Event::Aborted { stream: 3 });
     let rst = |id: u32, reason: Reason| {
         let mut f = Vec::new();
         frame::put_rst_stream(&mut f, id, reason);
@@ -212,4 +214,138 @@ fn the_receive_windows_hold() {
         w.extend(std::iter::repeat_n(0u8, 16_000));
     }
     assert_eq!(run(&mut c, &w).0, Err(Reason::FlowControlError));
+}
+
+fn rst(id: u32, reason: Reason) -> Vec<u8> {
+    let mut f = Vec::new();
+    frame::put_rst_stream(&mut f, id, reason);
+    f
+}
+
+fn count(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len()).filter(|x| *x == needle).count()
+}
+
+/// The outside review of issue 54: frames on streams closed long ago (more than the 64
+/// remembered) are ignored, not a connection error, while a new stream below one already
+/// opened still is one (§5.1.1); DATA on a closed stream draws one RST_STREAM, not one per
+/// frame.
+#[test]
+fn streams_closed_long_ago_are_told_from_ids_never_opened() {
+    let local = Settings {
+        max_concurrent_streams: Some(1000),
+        max_header_list_size: Some(16 * 1024),
+        ..Settings::default()
+    };
+    let mut c: Conn = Conn::new(local, Guard::new(1_000, 0, 64 * 1024, Instant::now()));
+    let mut w = start();
+    // 70 streams that end at once, then stream 201 skipping to leave 141..199 unopened.
+    for id in (1..=139).step_by(2) {
+        headers(&mut w, id, &get("/"), flag::END_HEADERS | flag::END_STREAM);
+    }
+    let (r, _, ev) = run(&mut c, &w);
+    assert!(r.is_ok());
+    assert_eq!(ev.len(), 70);
+    for id in (1..=139).step_by(2) {
+        c.sent_headers(id, true);
+    }
+    let mut w = Vec::new();
+    headers(&mut w, 201, &get("/"), flag::END_HEADERS | flag::END_STREAM);
+    // Trailers-like HEADERS and DATA on stream 1, forgotten: ignored.
+    headers(&mut w, 1, &get("/"), flag::END_HEADERS | flag::END_STREAM);
+    frame::put_data_header(&mut w, 1, 1, true);
+    w.push(b'x');
+    let (r, out, _) = run(&mut c, &w);
+    assert_eq!(r, Ok(w.len()), "{out:?}");
+    // DATA on stream 139 (closed lately): one RST_STREAM, then the rest ignored.
+    let mut w = Vec::new();
+    for _ in 0..5 {
+        frame::put_data_header(&mut w, 139, 0, true);
+    }
+    let (r, out, _) = run(&mut c, &w);
+    assert_eq!(r, Ok(w.len()));
+    assert_eq!(count(&out, &rst(139, Reason::StreamClosed)), 1);
+    // A new stream on an id skipped over: PROTOCOL_ERROR.
+    let mut w = Vec::new();
+    headers(&mut w, 151, &get("/"), flag::END_HEADERS | flag::END_STREAM);
+    assert_eq!(run(&mut c, &w).0, Err(Reason::ProtocolError));
+}
+
+/// A header block on a stream this side reset is decoded for the table only (a block of
+/// references to a large entry copies nothing), and draws no second RST_STREAM, over
+/// CONTINUATION too; the next request decodes right.
+#[test]
+fn a_reset_stream_s_block_keeps_the_table_and_says_nothing() {
+    let mut c = conn();
+    let mut w = start();
+    // Stream 1: malformed (an upper-case name), and it indexes a 4,000-octet value.
+    let mut bad = get("/");
+    bad.push(0x40);
+    bad.push(5);
+    bad.extend_from_slice(b"x-big");
+    crate::hpack::encoder::integer(&mut bad, 4000, 7, 0);
+    bad.extend(std::iter::repeat_n(b'v', 4000));
+    // (put_field lower-cases names: the literal by hand.)
+    bad.extend_from_slice(&[0x00, 5]);
+    bad.extend_from_slice(b"Upper");
+    bad.extend_from_slice(&[1, b'1']);
+    headers(&mut w, 1, &bad, flag::END_HEADERS);
+    let (r, out, _) = run(&mut c, &w);
+    assert!(r.is_ok());
+    assert_eq!(count(&out, &rst(1, Reason::ProtocolError)), 1);
+    // 16,000 references to it on stream 1, in two frames (HEADERS + CONTINUATION).
+    let refs = vec![0xbe; 16_000];
+    let mut w = Vec::new();
+    headers(&mut w, 1, &refs[..8000], flag::END_STREAM);
+    frame::put_header(
+        &mut w,
+        8000,
+        frame::kind::CONTINUATION,
+        flag::END_HEADERS,
+        1,
+    );
+    w.extend_from_slice(&refs[8000..]);
+    let (r, out, ev) = run(&mut c, &w);
+    assert_eq!(r, Ok(w.len()));
+    assert!(ev.is_empty() && out.is_empty(), "{ev:?} {out:?}");
+    // The table is in step: stream 3 refers to the entry and comes out with it.
+    let mut ok = get("/");
+    ok.push(0xbe);
+    let mut w = Vec::new();
+    headers(&mut w, 3, &ok, flag::END_HEADERS | flag::END_STREAM);
+    let (_, _, ev) = run(&mut c, &w);
+    match &ev[..] {
+        [Event::Request { fields, .. }] => {
+            assert_eq!(fields[0].0, b"x-big");
+            assert_eq!(fields[0].1.len(), 4000);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Trailers over the header list size end the stream (RST_STREAM PROTOCOL_ERROR): no
+/// second answer (431) on a stream being answered.
+#[test]
+fn trailers_too_large_reset_the_stream() {
+    let mut c = conn();
+    let mut w = start();
+    headers(&mut w, 1, &get("/"), flag::END_HEADERS);
+    let mut big = Vec::new();
+    put_field(b"x-trailer", &vec![b'a'; 15_000], &mut big);
+    put_field(b"x-more", &vec![b'b'; 15_000], &mut big);
+    headers(&mut w, 1, &big[..15_000], flag::END_STREAM);
+    let rest = &big[15_000..];
+    frame::put_header(
+        &mut w,
+        rest.len(),
+        frame::kind::CONTINUATION,
+        flag::END_HEADERS,
+        1,
+    );
+    w.extend_from_slice(rest);
+    let (r, out, ev) = run(&mut c, &w);
+    assert_eq!(r, Ok(w.len()));
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    assert_eq!(ev[1], Event::Aborted { stream: 1 });
+    assert_eq!(count(&out, &rst(1, Reason::ProtocolError)), 1);
 }

@@ -168,10 +168,17 @@ impl State {
 
 /// Stream identifiers a server receives (§5.1.1): odd, each new one above every earlier one.
 /// The last one opened, for GOAWAY's last-stream field.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct PeerIds {
     last: u32,
+    /// Ranges of ids skipped over (never opened: a client may jump ahead), the latest few,
+    /// so that a frame on one of them is told from one on a stream closed long ago.
+    skipped: [(u32, u32); SKIPPED],
+    next: usize,
 }
+
+/// Skipped ranges remembered: clients number streams in order, and the rare jump is recent.
+const SKIPPED: usize = 4;
 
 impl PeerIds {
     /// Whether `id` may open a new stream: a client's (odd), greater than any before. A lower
@@ -180,8 +187,23 @@ impl PeerIds {
         if id.is_multiple_of(2) || id <= self.last {
             return Err(Reason::ProtocolError);
         }
+        let first = if self.last == 0 { 1 } else { self.last + 2 };
+        if id > first {
+            self.skipped[self.next % SKIPPED] = (first, id - 2);
+            self.next += 1;
+        }
         self.last = id;
         Ok(())
+    }
+
+    /// Whether `id`, below the last stream opened, was skipped over (never opened itself), as
+    /// far as the latest skips tell.
+    pub fn never_opened(&self, id: u32) -> bool {
+        id.is_multiple_of(2)
+            || self
+                .skipped
+                .iter()
+                .any(|&(a, b)| a <= id && id <= b && a > 0)
     }
 
     /// Whether `id` was never opened (its implied state is idle) rather than closed long ago.

@@ -129,27 +129,29 @@ impl Decoder {
                     max_list.saturating_sub(list)
                 };
                 self.name.clear();
-                if idx == 0 {
-                    string(block, &mut pos, &mut self.name, room)?;
+                let name_kept = if idx == 0 {
+                    string(block, &mut pos, &mut self.name, room)?
                 } else {
                     let (n, _) = self.table.get(idx).ok_or(HpackError::Index)?;
-                    if n.len() <= room {
+                    let kept = n.len() <= room;
+                    if kept {
                         self.name.extend_from_slice(n);
                     }
-                }
+                    kept
+                };
                 self.value.clear();
-                string(
+                let value_kept = string(
                     block,
                     &mut pos,
                     &mut self.value,
                     room.saturating_sub(self.name.len()),
                 )?;
-                let size_name = if idx == 0 {
-                    self.name.len()
+                if name_kept && value_kept {
+                    list = list.saturating_add(self.name.len() + self.value.len() + ENTRY_OVERHEAD);
                 } else {
-                    self.table.get(idx).map_or(0, |(n, _)| n.len())
-                };
-                list = list.saturating_add(size_name + self.value.len() + ENTRY_OVERHEAD);
+                    // Past the bound: the list is over it (never passed on cut short).
+                    list = list.max(max_list.saturating_add(1));
+                }
                 if list <= max_list {
                     sink.field(&self.name, &self.value, sensitive)?;
                 }
@@ -196,7 +198,14 @@ pub(crate) fn integer(block: &[u8], pos: &mut usize, n: u32) -> Result<usize, Hp
 
 /// A string literal (§5.2) appended to `out`: Huffman-decoded when flagged. When it is longer
 /// than `room`, it is parsed (and checked) but not kept: `out` is left as it was.
-fn string(block: &[u8], pos: &mut usize, out: &mut Vec<u8>, room: usize) -> Result<(), HpackError> {
+/// A string literal at `block[*pos]` appended to `out` when it takes at most `room` octets;
+/// `Ok(false)` when it was longer (parsed and checked, not kept).
+fn string(
+    block: &[u8],
+    pos: &mut usize,
+    out: &mut Vec<u8>,
+    room: usize,
+) -> Result<bool, HpackError> {
     let huff = block.get(*pos).ok_or(HpackError::Truncated)? & 0x80 != 0;
     let len = integer(block, pos, 7)?;
     let end = pos.checked_add(len).ok_or(HpackError::Truncated)?;
@@ -211,13 +220,16 @@ fn string(block: &[u8], pos: &mut usize, out: &mut Vec<u8>, room: usize) -> Resu
                 // Still checked whole: a malformed string past the bound is an error too.
                 let mut sink = Vec::new();
                 huffman::decode(raw, &mut sink, usize::MAX)?;
+                return Ok(false);
             }
             Err(e) => return Err(e),
         }
     } else if raw.len() <= room {
         out.extend_from_slice(raw);
+    } else {
+        return Ok(false);
     }
-    Ok(())
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -400,5 +412,33 @@ mod tests {
         out.clear();
         assert_eq!(d.decode(&[0xbe], 1 << 16, &mut out), Ok(Outcome::Complete));
         assert_eq!(out[0].1.len(), 4000);
+    }
+
+    /// A literal longer than the room left is never passed on cut short (it once came out
+    /// with an empty value, and the list was not judged too large): the block is too large.
+    #[test]
+    fn a_literal_past_the_bound_makes_the_list_too_large() {
+        for huffman in [false, true] {
+            let mut block = Vec::new();
+            for (name, fill) in [(&b"x-a"[..], b'a'), (&b"x-b"[..], b'b')] {
+                block.extend_from_slice(&[0x00, name.len() as u8]);
+                block.extend_from_slice(name);
+                let value = vec![fill; 3000];
+                if huffman {
+                    let mut h = Vec::new();
+                    huffman::encode(&value, &mut h);
+                    crate::hpack::encoder::integer(&mut block, h.len(), 7, 0x80);
+                    block.extend_from_slice(&h);
+                } else {
+                    crate::hpack::encoder::integer(&mut block, value.len(), 7, 0);
+                    block.extend_from_slice(&value);
+                }
+            }
+            let mut out = Vec::new();
+            let got = Decoder::new(4096).decode(&block, 4000, &mut out);
+            assert_eq!(got, Ok(Outcome::ListTooLarge), "huffman {huffman}");
+            assert_eq!(out.len(), 1, "huffman {huffman}");
+            assert_eq!(out[0].1.len(), 3000);
+        }
     }
 }

@@ -183,10 +183,7 @@ fn after_handshake(
         return Box::pin(super::h2::serve(
             stream,
             bytes::Bytes::new(),
-            peer,
-            state,
-            rt,
-            listener,
+            (peer, key, state, rt, listener),
             info,
         ));
     }

@@ -71,8 +71,14 @@ impl Conn {
         let prefix = self.buf.split().freeze();
         give_buf(std::mem::take(&mut self.buf));
         give_buf(std::mem::take(&mut self.out));
-        let (state, rt) = (self.state.clone(), self.rt.clone());
-        crate::server::h2::serve(tcp, prefix, self.peer, state, rt, self.listener, None).await
+        let at = (
+            self.peer,
+            self.key,
+            self.state.clone(),
+            self.rt.clone(),
+            self.listener,
+        );
+        crate::server::h2::serve(tcp, prefix, at, None).await
     }
 }
 

@@ -16,12 +16,12 @@ use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::io::{AsyncRead, AsyncWrite};
 use weir_h2::conn::Event;
 use weir_h2::request::Pseudo;
 use weir_h2::{frame, Reason};
 
 use super::head::Lines;
+use super::park::{H2Io, ParkTo, Quiet};
 use super::slots::{Shared, Slot, Writes, WRITE_HIGH};
 
 /// Room kept free in the read buffer before a read.
@@ -55,14 +55,18 @@ pub(crate) enum Ended {
 /// The limits the driver enforces beyond weir-h2's own.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
-    /// Streams the peer may reset before weir answered them, in one read (rapid reset).
+    /// Streams the peer may open and reset in one read (rapid reset, CVE-2023-44487: the
+    /// `h2` crate's reset streams "pending accept").
     pub pending_resets: usize,
     /// Streams weir may reset for the peer's errors before the connection ends.
     pub error_resets: u32,
 }
 
-pub(crate) struct Driver<T, F> {
-    io: T,
+pub(crate) struct Driver<T: H2Io, F> {
+    /// `None` once handed to a parked slot (`park.rs`).
+    io: Option<T>,
+    /// Where the connection parks when the sweeper asks (`None`: it does not).
+    pub park: Option<ParkTo>,
     pub shared: Rc<RefCell<Shared>>,
     rbuf: BytesMut,
     w: Writes,
@@ -82,12 +86,14 @@ pub(crate) struct Driver<T, F> {
     active: bool,
     /// When the socket last took bytes, or when bytes started waiting.
     wrote_at: tokio::time::Instant,
+    /// Reads so far (a stream opened and reset in the same one counts toward rapid reset).
+    reads: u64,
     limits: Limits,
 }
 
 impl<T, F> Driver<T, F>
 where
-    T: AsyncRead + AsyncWrite + Unpin,
+    T: H2Io,
     F: Future<Output = ()>,
 {
     /// A driver over `io`, whose first bytes `prefix` were read already (h2c's preface).
@@ -96,7 +102,8 @@ where
         rbuf.extend_from_slice(&prefix);
         let fresh = !prefix.is_empty();
         Driver {
-            io,
+            io: Some(io),
+            park: None,
             shared: Rc::new(RefCell::new(shared)),
             rbuf,
             w: Writes::default(),
@@ -110,6 +117,7 @@ where
             goaway: None,
             active: false,
             wrote_at: tokio::time::Instant::now(),
+            reads: 0,
             limits,
         }
     }
@@ -158,6 +166,7 @@ where
             self.rbuf = BytesMut::new();
         }
         self.w.release();
+        self.shared.borrow_mut().release();
     }
 
     /// Runs the connection: `Some` when it ended; `None` when it went from idle to busy or
@@ -165,9 +174,9 @@ where
     pub(crate) fn poll_drive(
         &mut self,
         cx: &mut Context<'_>,
-        start: &impl Fn(u32, Incoming) -> F,
+        start: &impl Fn(u32, Incoming) -> (F, Option<u64>),
     ) -> Poll<Option<Ended>> {
-        let was = (self.streams.is_empty(), self.open());
+        let was = (self.streams.is_empty(), self.open(), self.parkable());
         loop {
             let mut progressed = false;
             if !self.read_closed && self.w.len() < WRITE_HIGH {
@@ -209,7 +218,7 @@ where
                 break;
             }
         }
-        if (self.streams.is_empty(), self.open()) != was {
+        if (self.streams.is_empty(), self.open(), self.parkable()) != was {
             return Poll::Ready(None);
         }
         Poll::Pending
@@ -237,7 +246,10 @@ where
     pub(crate) fn poll_linger(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         const LINGER_BYTES: usize = 1 << 20;
         if !self.shut {
-            match Pin::new(&mut self.io).poll_shutdown(cx) {
+            let Some(io) = self.io.as_mut() else {
+                return Poll::Ready(());
+            };
+            match Pin::new(io).poll_shutdown(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(_) => self.shut = true,
             }
@@ -261,11 +273,18 @@ where
             return Poll::Ready(Ok(self.rbuf.len()));
         }
         self.rbuf.reserve(READ_ROOM);
-        tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.rbuf)
+        let Some(io) = self.io.as_mut() else {
+            return Poll::Ready(Ok(0));
+        };
+        tokio_util::io::poll_read_buf(Pin::new(io), cx, &mut self.rbuf)
     }
 
     /// Feeds what was read to the connection and acts on its events.
-    fn take_input(&mut self, start: &impl Fn(u32, Incoming) -> F) -> Result<(), Reason> {
+    fn take_input(
+        &mut self,
+        start: &impl Fn(u32, Incoming) -> (F, Option<u64>),
+    ) -> Result<(), Reason> {
+        self.reads += 1;
         let mut sh = self.shared.borrow_mut();
         let sh = &mut *sh;
         let taken = sh
@@ -287,23 +306,32 @@ where
                         sh.conn.reset(stream, Reason::RefusedStream, &mut sh.owed);
                         continue;
                     }
-                    let declared = fields.declared();
-                    if end_stream && declared.is_some_and(|n| n > 0) {
-                        // §8.1.1: a body of 0 octets, announced longer.
-                        sh.malformed(stream)?;
+                    if sh.slot(stream).is_some() {
                         continue;
                     }
-                    sh.slots.push(Slot::new(stream, end_stream, declared));
                     let incoming = Incoming::Head {
                         pseudo,
                         fields,
                         has_body: !end_stream,
                     };
-                    self.streams.push(start(stream, incoming));
+                    // The head is parsed now: its DATA is held to the length it announces,
+                    // as the parser read it (what the origin will be told).
+                    let (future, declared) = start(stream, incoming);
+                    if end_stream && declared.is_some_and(|n| n > 0) {
+                        // §8.1.1: a body of 0 octets, announced longer.
+                        sh.malformed(stream)?;
+                        continue;
+                    }
+                    sh.slots
+                        .push(Slot::new(stream, end_stream, declared, self.reads));
+                    self.streams.push(future);
                 }
                 Event::TooLarge { stream } => {
-                    sh.slots.push(Slot::new(stream, false, None));
-                    self.streams.push(start(stream, Incoming::TooLarge));
+                    if sh.slot(stream).is_some() {
+                        continue;
+                    }
+                    sh.slots.push(Slot::new(stream, false, None, self.reads));
+                    self.streams.push(start(stream, Incoming::TooLarge).0);
                 }
                 Event::Data {
                     stream,
@@ -341,9 +369,18 @@ where
                     s.body_ended = true;
                     s.wake();
                 }
+                Event::Aborted { stream } => {
+                    if let Some(s) = sh.slot(stream) {
+                        s.reset = true;
+                        s.queue.clear();
+                        s.queued = 0;
+                        s.wake();
+                    }
+                }
                 Event::Reset { stream, .. } => {
                     if let Some(s) = sh.slot(stream) {
-                        if !s.started {
+                        if s.opened_in == self.reads {
+                            // Opened and reset in the same read: rapid reset's pattern.
                             resets += 1;
                         }
                         s.reset = true;
@@ -403,7 +440,10 @@ where
                 *slot = IoSlice::new(seg);
                 n += 1;
             }
-            match Pin::new(&mut self.io).poll_write_vectored(cx, &slices[..n]) {
+            let Some(io) = self.io.as_mut() else {
+                return Poll::Ready(Err(std::io::ErrorKind::NotConnected.into()));
+            };
+            match Pin::new(io).poll_write_vectored(cx, &slices[..n]) {
                 Poll::Ready(Ok(0)) => {
                     return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()))
                 }
@@ -418,12 +458,74 @@ where
             }
         }
         if self.unflushed {
-            match Pin::new(&mut self.io).poll_flush(cx) {
+            let Some(io) = self.io.as_mut() else {
+                return Poll::Ready(Err(std::io::ErrorKind::NotConnected.into()));
+            };
+            match Pin::new(io).poll_flush(cx) {
                 Poll::Ready(Ok(())) => self.unflushed = false,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => {}
             }
         }
         Poll::Ready(Ok(wrote))
+    }
+}
+
+/// Parking (`park.rs`).
+impl<T: H2Io, F> Driver<T, F> {
+    /// Whether the connection could be parked now: no stream, nothing to write or half read,
+    /// open and not going away, and its transport quiet (or quiet after one write).
+    pub(crate) fn parkable(&self) -> Quiet {
+        let idle = self.streams.is_empty()
+            && self.w.is_empty()
+            && !self.unflushed
+            && self.rbuf.is_empty()
+            && !self.fresh
+            && !self.read_closed
+            && self.goaway.is_none()
+            && self.park.is_some();
+        let Some(io) = self.io.as_ref() else {
+            return Quiet::No;
+        };
+        if !idle {
+            return Quiet::No;
+        }
+        let sh = self.shared.borrow();
+        if !sh.slots.is_empty() || !sh.owed.is_empty() || !sh.conn.is_open() || !sh.conn.idle() {
+            return Quiet::No;
+        }
+        io.quiet()
+    }
+
+    /// Writes a frame the peer answers with nothing (a one-octet WINDOW_UPDATE), so that the
+    /// TLS session owes nothing.
+    pub(crate) fn quieten(&mut self) {
+        let mut sh = self.shared.borrow_mut();
+        let Shared { conn, owed, .. } = &mut *sh;
+        conn.nudge(owed);
+    }
+
+    /// What parks (the sweeper aborted the task to park it, and it is idle): the transport and
+    /// the connection's state. `None` otherwise.
+    pub(crate) fn take_for_park(&mut self) -> Option<(ParkTo, T, Box<Shared>)> {
+        if self.parkable() != Quiet::Yes {
+            return None;
+        }
+        let to = self.park.take()?;
+        if !to.state.parking(to.key) {
+            self.park = Some(to);
+            return None;
+        }
+        let io = self.io.take()?;
+        let mut shared = self.shared.borrow_mut();
+        let parked = std::mem::replace(&mut *shared, Shared::placeholder());
+        Some((to, io, Box::new(parked)))
+    }
+
+    /// Closes the transport (TLS: `close_notify` if the socket takes it).
+    pub(crate) fn close_io(&mut self) {
+        if let Some(io) = self.io.as_mut() {
+            io.close_now();
+        }
     }
 }

@@ -30,9 +30,9 @@ pub(crate) struct Lines {
     /// The cookie fields' values joined with `; ` (RFC 9113 §8.2.3: HTTP/2 may split them,
     /// HTTP/1.1 wants one field).
     cookies: Vec<u8>,
-    /// The first `host` and `content-length` values (ranges of `text`).
+    /// The first `host` value (a range of `text`); whether a `content-length` came.
     host: Option<(usize, usize)>,
-    length: Option<(usize, usize)>,
+    length: bool,
 }
 
 impl Sink for Lines {
@@ -56,9 +56,7 @@ impl Sink for Lines {
             b"host" => {
                 self.host.get_or_insert(at);
             }
-            b"content-length" => {
-                self.length.get_or_insert(at);
-            }
+            b"content-length" => self.length = true,
             _ => {}
         }
         Ok(())
@@ -66,12 +64,6 @@ impl Sink for Lines {
 }
 
 impl Lines {
-    /// The request's `content-length`, when it has one that parses (a bad one fails the head).
-    pub(crate) fn declared(&self) -> Option<u64> {
-        let (a, b) = self.length?;
-        std::str::from_utf8(&self.text[a..b]).ok()?.parse().ok()
-    }
-
     /// The fields as weir's headers (a trailer section).
     pub(crate) fn into_headers(self) -> Vec<weir_http::Header> {
         let text = bytes::Bytes::from(self.text);
@@ -153,7 +145,7 @@ pub(crate) fn request_head(
         b.put_slice(&fields.cookies);
         b.put_slice(b"\r\n");
     }
-    if has_body && fields.length.is_none() {
+    if has_body && !fields.length {
         b.put_slice(b"transfer-encoding: chunked\r\n");
     }
     b.put_slice(b"\r\n");

@@ -21,6 +21,7 @@
 pub(crate) mod convert;
 mod driver;
 mod head;
+pub(crate) mod park;
 mod slots;
 mod stream;
 
@@ -29,7 +30,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncWrite};
+use park::{H2Io, Quiet};
 use weir_h2::conn::Conn;
 use weir_h2::guard::Guard;
 use weir_h2::settings::Settings;
@@ -55,21 +56,18 @@ pub(crate) struct ConnShared {
     pub listener_id: crate::runtime::ListenerId,
 }
 
+/// Where a connection is served: the client, its slot, the worker, the config and listener.
+pub(crate) type At = (SocketAddr, usize, Rc<WorkerState>, Rc<WorkerRuntime>, usize);
+
 /// Serves an HTTP/2 connection to its end. `prefix`: bytes read from `io` already (h2c's
 /// preface, read as if it were an HTTP/1.1 request).
-pub(crate) async fn serve<T>(
+pub(crate) async fn serve<T: H2Io>(
     io: T,
     prefix: Bytes,
-    peer: SocketAddr,
-    state: Rc<WorkerState>,
-    rt: Rc<WorkerRuntime>,
-    listener: usize,
+    at: At,
     tls: Option<Rc<TlsInfo>>,
-) -> CloseReason
-where
-    T: AsyncRead + AsyncWrite + Unpin + 'static,
-{
-    let cfg = &rt.cfg;
+) -> CloseReason {
+    let cfg = &at.3.cfg;
     let h = &cfg.http2;
     let glitch_limit = cfg.shield.as_ref().map_or(0, |s| s.http2_glitches);
     let list = h.max_header_list_size.0 as u32;
@@ -98,6 +96,29 @@ where
         conn.greeting(owed);
         conn.open_connection_window(h.connection_window_size.0 as u32, owed);
     }
+    run(io, prefix, shared, at, tls).await
+}
+
+/// Serves a parked HTTP/2 connection again (`park.rs`): its state as it was, no preface.
+pub(crate) async fn serve_resumed<T: H2Io>(
+    io: T,
+    shared: slots::Shared,
+    at: At,
+    tls: Option<Rc<TlsInfo>>,
+) -> CloseReason {
+    run(io, Bytes::new(), shared, at, tls).await
+}
+
+async fn run<T: H2Io>(
+    io: T,
+    prefix: Bytes,
+    shared: slots::Shared,
+    (peer, key, state, rt, listener): At,
+    tls: Option<Rc<TlsInfo>>,
+) -> CloseReason {
+    let cfg = &rt.cfg;
+    let h = &cfg.http2;
+    let glitch_limit = cfg.shield.as_ref().map_or(0, |s| s.http2_glitches);
     let limits = driver::Limits {
         pending_resets: h.max_pending_reset_streams,
         error_resets: u32::try_from(h.max_error_reset_streams).unwrap_or(u32::MAX),
@@ -105,13 +126,27 @@ where
     let mut d = driver::Driver::new(io, prefix, shared, limits);
     let conn_shared = Rc::new(ConnShared {
         peer,
-        tls,
+        tls: tls.clone(),
         state: state.clone(),
         listener_id: cfg.listeners[listener].id,
     });
+    d.park = Some(park::ParkTo {
+        state: state.clone(),
+        key,
+        rt: rt.clone(),
+        listener,
+        peer,
+        tls,
+    });
+    // Whether the slot says idle and parkable (the sweeper parks it after two sweeps).
+    let mut marked = false;
+    let mut quietened = false;
     let io = d.shared.clone();
     let start = |id: u32, incoming: driver::Incoming| {
-        stream::serve(id, incoming, io.clone(), conn_shared.clone())
+        let started = stream::Started::new(incoming, &conn_shared);
+        let declared = started.declared();
+        let future = stream::serve(id, started, io.clone(), conn_shared.clone());
+        (future, declared)
     };
     let keepalive = cfg.timeouts.keepalive;
     let header = cfg.timeouts.header;
@@ -128,6 +163,23 @@ where
             d.release();
         }
         let going_away = d.goaway.is_some();
+        let parkable = match d.parkable() {
+            Quiet::Yes => true,
+            Quiet::AfterWrite if !quietened => {
+                // Once: a TLS session that read since it wrote writes an empty frame.
+                quietened = true;
+                d.quieten();
+                false
+            }
+            _ => false,
+        };
+        if parkable != marked && !state.shutting_down.get() {
+            // The sweeper's deadline is a tick past the keep-alive timer below, which ends
+            // the connection with GOAWAY first; parked, the deadline closes it.
+            let wait = parkable.then_some(keepalive.saturating_sub(idle_since.elapsed()));
+            state.set_idle(key, wait, parkable);
+            marked = parkable;
+        }
         // A peer that stops reading: past `timeouts.write` without the socket taking a byte
         // the connection ends (its streams stalled and were reset before).
         let stalled = d.write_stalled();
@@ -180,7 +232,7 @@ async fn end_with<T, F>(
     state: &WorkerState,
     rt: &WorkerRuntime,
 ) where
-    T: AsyncRead + AsyncWrite + Unpin,
+    T: H2Io,
     F: std::future::Future<Output = ()>,
 {
     if reason == Reason::EnhanceYourCalm {
@@ -211,7 +263,7 @@ async fn end_with<T, F>(
 /// The lingering close, within [`GOAWAY_GRACE`].
 async fn linger<T, F>(d: &mut driver::Driver<T, F>)
 where
-    T: AsyncRead + AsyncWrite + Unpin,
+    T: H2Io,
     F: std::future::Future<Output = ()>,
 {
     let _ = tokio::time::timeout(GOAWAY_GRACE, std::future::poll_fn(|cx| d.poll_linger(cx))).await;

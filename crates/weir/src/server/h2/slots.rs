@@ -62,17 +62,17 @@ pub(crate) struct Slot {
     pub ready: bool,
     /// The stream's future is over.
     pub done: bool,
-    /// A response head was queued (a reset now is not one before any answer).
-    pub started: bool,
     /// The stream waits for the peer's window to open.
     pub window_wait: bool,
+    /// The driver's read that opened it.
+    pub opened_in: u64,
     /// The stream's future waits for body bytes, for its queue to drain or window to open,
     /// or for a reset.
     pub waker: Option<Waker>,
 }
 
 impl Slot {
-    pub(crate) fn new(id: u32, body_ended: bool, declared: Option<u64>) -> Slot {
+    pub(crate) fn new(id: u32, body_ended: bool, declared: Option<u64>, opened_in: u64) -> Slot {
         Slot {
             id,
             body: VecDeque::new(),
@@ -87,8 +87,8 @@ impl Slot {
             finished: false,
             ready: false,
             done: false,
-            started: false,
             window_wait: false,
+            opened_in,
             waker: None,
         }
     }
@@ -141,6 +141,25 @@ impl Shared {
         }
         self.blocks.extend_from_slice(&self.scratch);
         self.blocks.split().freeze()
+    }
+
+    /// An empty stand-in, for the moment a connection's state leaves for its parked slot.
+    pub(crate) fn placeholder() -> Shared {
+        let guard = weir_h2::guard::Guard::new(0, 0, 0, std::time::Instant::now());
+        Shared::new(Conn::new(weir_h2::settings::Settings::default(), guard))
+    }
+
+    /// Gives the buffers' memory back (an idle connection).
+    pub(crate) fn release(&mut self) {
+        if self.slots.is_empty() {
+            self.slots = Vec::new();
+        }
+        if self.owed.is_empty() {
+            self.owed = Vec::new();
+        }
+        self.blocks = BytesMut::new();
+        self.scratch = Vec::new();
+        self.conn.shrink();
     }
 
     pub(crate) fn slot(&mut self, id: u32) -> Option<&mut Slot> {

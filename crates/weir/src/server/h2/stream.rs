@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use weir_h2::Reason;
-use weir_http::{Persistence, Reply, RequestHead, Version};
+use weir_http::{BodyKind, Persistence, Reply, RequestHead, Version};
 
 use super::driver::Incoming;
 use super::slots::{Out, Shared, Slot};
@@ -43,16 +43,52 @@ pub(crate) struct H2Stream {
     body_wait: Option<std::time::Duration>,
     /// A response head was queued: a failure now can only reset the stream.
     started: bool,
+    /// The body's announced length: never more is passed on, nor a shorter body as whole (the
+    /// driver resets such a stream first; this holds if it did not).
+    expect: Option<u64>,
+}
+
+/// A request as it starts: its head (or why it has none) on the config of the moment.
+pub(crate) struct Started {
+    pub head: Result<RequestHead, Error>,
+    pub rt: Rc<WorkerRuntime>,
+}
+
+impl Started {
+    /// The head of `incoming`, parsed on the current config, as HTTP/1.1's are.
+    pub(crate) fn new(incoming: Incoming, shared: &ConnShared) -> Started {
+        let mut rt = shared.state.cached();
+        shared.state.refresh(&mut rt);
+        let head = match incoming {
+            Incoming::Head {
+                pseudo,
+                fields,
+                has_body,
+            } => super::head::request_head(&pseudo, &fields, has_body, &rt.cfg.limits.head),
+            Incoming::TooLarge => Err(weir_http::ParseError::HeadTooLarge.into()),
+        };
+        Started { head, rt }
+    }
+
+    /// The body length the head announces (`content-length`, as the parser read it: what the
+    /// origin is told), for the DATA to be held to it (RFC 9113 §8.1.1).
+    pub(crate) fn declared(&self) -> Option<u64> {
+        match self.head.as_ref().map(|h| h.body) {
+            Ok(BodyKind::Length(n)) => Some(n),
+            Ok(BodyKind::Empty) => Some(0),
+            _ => None,
+        }
+    }
 }
 
 /// Answers one stream through the pipeline; ends early when the stream is reset.
 pub(crate) async fn serve(
     id: u32,
-    incoming: Incoming,
+    started: Started,
     io: Rc<RefCell<Shared>>,
     shared: Rc<ConnShared>,
 ) {
-    let answer = answer(id, incoming, io.clone(), shared);
+    let answer = answer(id, started, io.clone(), shared);
     let reset = Reset { id, io: io.clone() };
     tokio::select! {
         biased;
@@ -64,12 +100,15 @@ pub(crate) async fn serve(
     }
 }
 
-async fn answer(id: u32, incoming: Incoming, io: Rc<RefCell<Shared>>, shared: Rc<ConnShared>) {
-    let mut rt = shared.state.cached();
-    shared.state.refresh(&mut rt);
+async fn answer(id: u32, started: Started, io: Rc<RefCell<Shared>>, shared: Rc<ConnShared>) {
+    let Started { head, rt } = started;
     let Some(listener) = rt.cfg.listener_index(&shared.listener_id) else {
         io.borrow_mut().reset(id, Reason::RefusedStream);
         return;
+    };
+    let expect = match head.as_ref().map(|h| h.body) {
+        Ok(BodyKind::Length(n)) => Some(n),
+        _ => None,
     };
     let mut d = H2Stream {
         id,
@@ -81,14 +120,7 @@ async fn answer(id: u32, incoming: Incoming, io: Rc<RefCell<Shared>>, shared: Rc
         body_cap: u64::MAX,
         body_wait: None,
         started: false,
-    };
-    let head = match incoming {
-        Incoming::Head {
-            pseudo,
-            fields,
-            has_body,
-        } => super::head::request_head(&pseudo, &fields, has_body, &rt.cfg.limits.head),
-        Incoming::TooLarge => Err(weir_http::ParseError::HeadTooLarge.into()),
+        expect,
     };
     let result = match head {
         Ok(head) => match crate::pipeline::limits::check_declared_length(&head, &rt.cfg.limits) {
@@ -171,7 +203,6 @@ impl H2Stream {
 
     fn queue(&mut self, out: Out) {
         let _ = self.with_slot(|s| {
-            s.started |= matches!(out, Out::Head { interim: false, .. });
             if let Out::Data(d) = &out {
                 s.queued += d.len();
             }
@@ -268,6 +299,11 @@ impl Downstream for H2Stream {
         })
         .await?;
         let Some(chunk) = chunk else {
+            if self.expect.is_some_and(|n| self.body_read != n) {
+                return Err(
+                    weir_http::ParseError::BadRequest("body shorter than its length").into(),
+                );
+            }
             return Ok(None);
         };
         {
@@ -278,6 +314,9 @@ impl Downstream for H2Stream {
         self.body_read += chunk.len() as u64;
         if self.body_read > limit {
             return Err(weir_http::ParseError::BodyTooLarge.into());
+        }
+        if self.expect.is_some_and(|n| self.body_read > n) {
+            return Err(weir_http::ParseError::BadRequest("body longer than its length").into());
         }
         Ok(Some(chunk))
     }
