@@ -7,6 +7,20 @@
 //! [`ServerHandle::shutdown`] starts a graceful shutdown: workers stop accepting, idle connections
 //! are closed, in-flight requests finish with `Connection: close`, and whatever is left when
 //! `timeouts.shutdown` expires is cut.
+//!
+//! Layout (issue 54 §2: no import circle among these modules, `bench/tools/folder_deps.py`):
+//! - [`state`]: what a worker's tasks share (`WorkerState`, the connection slots, budgets) and
+//!   how an idle connection hands itself to its slot (`park_conn`, `park_h2`). A leaf: every
+//!   protocol takes the worker's state from here, never from the worker.
+//! - [`parked`]: what a parked connection keeps (data only).
+//! - `worker`: the worker thread (its runtime, listeners, sweeper); `worker/accept.rs` accepts
+//!   and starts connections; [`spawn`] gives a connection its task.
+//! - [`park`]: the idle epoll, and parked connections served again (it imports the protocols;
+//!   they do not import it).
+//! - Protocols: `conn/` (HTTP/1.1, plain and TLS, h2c's sniffing), `h2/` (HTTP/2 on weir-h2),
+//!   `h3/` (HTTP/3), `tcp` (TCP proxying), `tls` (handshakes, ALPN), `proxied` (PROXY
+//!   headers); `client_io` is the HTTP/1.1 connection's socket, `uring/` its io_uring
+//!   transport; `listener`, `handoff` and `reload` bind, pass and swap listening sockets.
 
 mod client_io;
 mod conn;
@@ -15,8 +29,11 @@ mod h3;
 pub mod handoff;
 mod listener;
 mod park;
+mod parked;
 mod proxied;
 mod reload;
+mod spawn;
+mod state;
 mod tcp;
 mod tls;
 #[cfg(feature = "uring")]
@@ -57,7 +74,7 @@ pub struct ServerHandle {
     /// removes their listener.
     unix_files: std::sync::Mutex<Vec<SocketFile>>,
     /// Each worker's channel for listeners added or removed by a reload.
-    changes: Vec<tokio::sync::mpsc::UnboundedSender<worker::ListenerChange>>,
+    changes: Vec<tokio::sync::mpsc::UnboundedSender<state::ListenerChange>>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -306,7 +323,7 @@ pub fn start_with(
     let cfg = Arc::new(cfg);
     cfg.acme.iter().for_each(|a| a.start());
     let workers = cfg.workers.max(1);
-    let mut per_worker: Vec<Vec<worker::Listening>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut per_worker: Vec<Vec<state::Listening>> = (0..workers).map(|_| Vec::new()).collect();
     let mut sockets = Vec::new();
     let mut addrs = Vec::new();
     let mut unix_files = Files::default();
@@ -335,7 +352,7 @@ pub fn start_with(
                 endpoint: endpoint_of(l, &socket, actual, &unix_files.all),
                 socket: socket.try_clone()?,
             });
-            per_worker[n % workers].push(worker::Listening { socket, id: l.id });
+            per_worker[n % workers].push(state::Listening { socket, id: l.id });
         }
     }
     for (addr, _) in &inherited {

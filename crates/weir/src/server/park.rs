@@ -46,58 +46,17 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Poll};
 use tokio::io::unix::AsyncFd;
 
 use super::client_io::ClientIo;
 use super::conn::Conn;
-use super::worker::{ActiveGuard, WorkerState};
+use super::parked::{Park, Parked, ParkedH2, ParkedTls};
+use super::spawn::{spawn_boxed, spawn_plain, Serve};
+use super::state::{ActiveGuard, WorkerState};
 use crate::metrics::CloseReason;
 use crate::runtime::WorkerRuntime;
-use crate::tls::stream::{IdleTls, ServerTls};
-use crate::tls::TlsInfo;
-
-/// Where a connection's slot stands with parking.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Park {
-    /// Busy, or idle in a way that cannot be parked (h2, TLS with a record in flight).
-    No,
-    /// An HTTP/1.1 connection (plain, or TLS with nothing in flight) waiting for its next
-    /// request.
-    Idle,
-    /// Was idle at the last sweep too.
-    Seen,
-    /// The sweeper aborted the task to park it.
-    Parking,
-    /// Parked: the socket is in the slot.
-    Parked,
-}
-
-/// A parked connection: everything needed to serve it again, kept in its slot (inline: a
-/// small allocation per parked connection would land in the holes their freed task cells
-/// left and keep those pages resident).
-#[derive(Debug)]
-pub(crate) struct Parked {
-    stream: mio::net::TcpStream,
-    /// The config it last ran on and its listener's index there, as a connection waiting in
-    /// its task keeps them: its next request moves to the config published then, or, when a
-    /// reload removed its listener, is answered on these routes and closes.
-    rt: Rc<WorkerRuntime>,
-    listener: u32,
-    served: u64,
-    peer: SocketAddr,
-    /// A TLS connection's session (boxed: most parked connections are plain).
-    tls: Option<Box<ParkedTls>>,
-    /// An HTTP/2 connection's state (`server/h2/park.rs`).
-    h2: Option<Box<crate::server::h2::park::ParkedH2>>,
-}
-
-/// What a parked TLS connection keeps besides its socket.
-#[derive(Debug)]
-struct ParkedTls {
-    session: IdleTls,
-    info: TlsInfo,
-}
+use crate::tls::stream::ServerTls;
 
 /// The worker's idle epoll: its registry (where [`park`] puts sockets) lives in the worker's
 /// state; the `Poll` itself, registered with tokio's reactor as one descriptor, belongs to
@@ -132,109 +91,6 @@ impl IdlePoll {
         };
         Ok((IdlePoll(fd), registry))
     }
-}
-
-/// Parks the connection in slot `key`: called by `Conn`'s `Drop` when the sweeper aborted its
-/// task to park it. A connection that cannot be parked is closed (its socket dropped here) and
-/// its slot left to the task's guard, as for any close.
-pub(crate) fn park(
-    state: &WorkerState,
-    key: usize,
-    io: ClientIo,
-    peer: SocketAddr,
-    (rt, listener): (&Rc<WorkerRuntime>, usize),
-    served: u64,
-) {
-    let mut conns = state.conns.borrow_mut();
-    let Some(slot) = conns.get_mut(key) else {
-        return;
-    };
-    if slot.park.get() != Park::Parking || state.shutting_down.get() {
-        return;
-    }
-    // Anything but success leaves the slot `No`: the task's guard then closes it as usual.
-    slot.park.set(Park::No);
-    let (stream, tls) = match io {
-        ClientIo::Registered(stream) => (stream, None),
-        ClientIo::Tls(t) => {
-            let super::client_io::TlsConn { stream, info } = *t;
-            let Some((tcp, session)) = stream.into_idle() else {
-                return;
-            };
-            (tcp, Some(Box::new(ParkedTls { session, info })))
-        }
-        _ => return,
-    };
-    let parked = Parked {
-        stream: match into_idle_poll(state, key, stream) {
-            Some(s) => s,
-            None => return,
-        },
-        rt: rt.clone(),
-        listener: listener as u32,
-        served,
-        peer,
-        tls,
-        h2: None,
-    };
-    into_slot(state, slot, parked);
-}
-
-/// A socket moved from tokio's reactor to the idle epoll.
-fn into_idle_poll(
-    state: &WorkerState,
-    key: usize,
-    stream: tokio::net::TcpStream,
-) -> Option<mio::net::TcpStream> {
-    let std = stream.into_std().ok()?;
-    let mut stream = mio::net::TcpStream::from_std(std);
-    state
-        .idle
-        .register(&mut stream, Token(key), Interest::READABLE)
-        .ok()?;
-    Some(stream)
-}
-
-fn into_slot(state: &WorkerState, slot: &mut super::worker::ConnSlot, parked: Parked) {
-    // The abort handle holds the ended task's cell: let it go.
-    slot.abort = None;
-    slot.parked = Some(parked);
-    slot.park.set(Park::Parked);
-    state.metrics.parked.inc();
-}
-
-/// Parks the HTTP/2 connection in slot `key` (`server/h2/park.rs`: its driver's `Drop`, the
-/// sweeper having aborted its task to park it): its socket, TLS keys and HTTP/2 state.
-pub(crate) fn park_h2(
-    state: &WorkerState,
-    key: usize,
-    stream: tokio::net::TcpStream,
-    tls: Option<(IdleTls, TlsInfo)>,
-    h2: Box<crate::server::h2::park::ParkedH2>,
-    (rt, listener): (&Rc<WorkerRuntime>, usize),
-    peer: SocketAddr,
-) {
-    let mut conns = state.conns.borrow_mut();
-    let Some(slot) = conns.get_mut(key) else {
-        return;
-    };
-    if slot.park.get() != Park::Parking || state.shutting_down.get() {
-        return;
-    }
-    slot.park.set(Park::No);
-    let Some(stream) = into_idle_poll(state, key, stream) else {
-        return;
-    };
-    let parked = Parked {
-        stream,
-        rt: rt.clone(),
-        listener: listener as u32,
-        served: 0,
-        peer,
-        tls: tls.map(|(session, info)| Box::new(ParkedTls { session, info })),
-        h2: Some(h2),
-    };
-    into_slot(state, slot, parked);
 }
 
 /// Takes a parked connection out of its slot (the slot stays, marked busy: its idle deadline
@@ -344,7 +200,7 @@ fn resume(state: &Rc<WorkerState>, key: usize) {
     let conn = Conn::resume(io, peer, key, state.clone(), rt, listener as usize, served)
         .keeping_deadline(idle_until);
     let guard = ActiveGuard::new(state.clone(), key, CloseReason::Idle, admin);
-    super::worker::spawn_plain(state, key, conn, guard);
+    spawn_plain(state, key, conn, guard);
 }
 
 /// Serves a parked HTTP/2 connection again (see [`resume`]).
@@ -353,7 +209,7 @@ fn resume_h2(
     key: usize,
     stream: mio::net::TcpStream,
     tls: Option<Box<ParkedTls>>,
-    h2: Box<crate::server::h2::park::ParkedH2>,
+    h2: Box<ParkedH2>,
     (rt, listener): (Rc<WorkerRuntime>, usize),
     peer: SocketAddr,
 ) {
@@ -365,7 +221,7 @@ fn resume_h2(
         return;
     };
     let at = (peer, key, state.clone(), rt, listener);
-    let serve: super::worker::Serve = match tls {
+    let serve: Serve = match tls {
         Some(tls) => {
             let ParkedTls { session, info } = *tls;
             let io = ServerTls::from_idle(tcp, session);
@@ -378,7 +234,7 @@ fn resume_h2(
         }
         None => Box::pin(crate::server::h2::serve_resumed(tcp, *h2, at, None)),
     };
-    super::worker::spawn_boxed(state, key, serve, guard);
+    spawn_boxed(state, key, serve, guard);
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use super::client_io::ClientIo;
 use super::conn::Conn;
-use super::worker::WorkerState;
+use super::state::WorkerState;
 use crate::metrics::CloseReason;
 use crate::runtime::WorkerRuntime;
 use crate::shield::proxy_protocol::{self, Parsed};

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use super::listener::{self, ListenSocket};
-use super::{bind_listener, endpoint_of, unlink_all, worker, Bound, Files, ServerHandle};
+use super::{bind_listener, endpoint_of, state, unlink_all, Bound, Files, ServerHandle};
 use crate::runtime::{ListenerId, RuntimeConfig};
 
 /// Why a new config was not swapped in (the running one stays).
@@ -121,7 +121,7 @@ impl ServerHandle {
             for id in &quic_off {
                 tracing::info!(address = %id.address, "HTTP/3 turned off: its QUIC endpoint stops");
                 for w in &self.changes {
-                    let _ = w.send(worker::ListenerChange::RemoveQuic(*id));
+                    let _ = w.send(state::ListenerChange::RemoveQuic(*id));
                 }
             }
             for (id, addr, sockets) in quic_on {
@@ -135,9 +135,8 @@ impl ServerHandle {
                             socket: copy,
                         });
                     }
-                    let _ = self.changes[n % workers].send(worker::ListenerChange::Add(
-                        worker::Listening { socket, id },
-                    ));
+                    let _ = self.changes[n % workers]
+                        .send(state::ListenerChange::Add(state::Listening { socket, id }));
                 }
             }
             addrs.retain(|(id, _)| !removed.contains(id));
@@ -147,7 +146,7 @@ impl ServerHandle {
                     .map_or_else(|| id.address.to_string(), |i| old.listeners[i].shown());
                 tracing::info!(address = %shown, "listener removed: it stops accepting");
                 for w in &self.changes {
-                    let _ = w.send(worker::ListenerChange::Remove(*id));
+                    let _ = w.send(state::ListenerChange::Remove(*id));
                 }
             }
             let mut unix_files = self.unix_files.lock().unwrap_or_else(|e| e.into_inner());
@@ -171,9 +170,8 @@ impl ServerHandle {
                             socket: copy,
                         });
                     }
-                    let _ = self.changes[n % workers].send(worker::ListenerChange::Add(
-                        worker::Listening { socket, id },
-                    ));
+                    let _ = self.changes[n % workers]
+                        .send(state::ListenerChange::Add(state::Listening { socket, id }));
                 }
                 unix_files.extend(files.all);
             }

@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 
 use super::client_io::{ClientIo, TlsConn};
 use super::conn::Conn;
-use super::worker::WorkerState;
+use super::state::WorkerState;
 use crate::metrics::{CloseReason, TlsOutcome};
 use crate::runtime::WorkerRuntime;
 use crate::tls::hello as sni;

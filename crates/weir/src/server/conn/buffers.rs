@@ -7,7 +7,7 @@ use std::io;
 
 use bytes::BytesMut;
 
-use super::ClientIo;
+use crate::server::client_io::ClientIo;
 
 /// Pooled buffers larger than this are freed instead, so one big response does not pin memory.
 const POOL_BUF_MAX: usize = 128 * 1024;

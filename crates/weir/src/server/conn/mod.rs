@@ -55,7 +55,7 @@ mod uring_wait;
 use buffers::{give_buf, read_more, take_buf, READ_BUF};
 
 use super::client_io::ClientIo;
-use super::worker::WorkerState;
+use super::state::WorkerState;
 use crate::error::{Error, ErrorKind, OrErr, Side};
 use crate::metrics::CloseReason;
 use crate::pipeline::downstream::Downstream;
@@ -118,7 +118,8 @@ impl Drop for Conn {
         if self.parkable {
             let io = std::mem::replace(&mut self.io, ClientIo::Gone);
             let on = (&self.rt, self.listener);
-            super::park::park(&self.state, self.key, io, self.peer, on, self.served);
+            self.state
+                .park_conn(self.key, io, self.peer, on, self.served);
         } else if let ClientIo::Tls(t) = &mut self.io {
             // A TLS connection ends with `close_notify` (RFC 8446 §6.1) whoever ends it: an
             // idle timeout, a stalled client, the client's own `close_notify` (issue 52's

@@ -529,3 +529,25 @@ impl<T: H2Io, F> Driver<T, F> {
         }
     }
 }
+
+/// A driver dropped while its connection parks hands it to its slot (`park.rs`); else the
+/// transport closes.
+impl<T: H2Io, F> Drop for Driver<T, F> {
+    fn drop(&mut self) {
+        match self.take_for_park() {
+            Some((to, io, shared)) => {
+                let Some((tcp, idle)) = io.into_parked() else {
+                    return;
+                };
+                let tls = match (idle, &to.tls) {
+                    (Some(idle), Some(info)) => Some((idle, crate::tls::TlsInfo::clone(info))),
+                    (None, None) => None,
+                    _ => return,
+                };
+                let on = (&to.rt, to.listener);
+                to.state.park_h2(to.key, tcp, tls, shared, on, to.peer);
+            }
+            None => self.close_io(),
+        }
+    }
+}

@@ -22,7 +22,8 @@ pub(crate) mod convert;
 mod driver;
 mod head;
 pub(crate) mod park;
-mod slots;
+mod shared;
+pub(crate) mod slots;
 mod stream;
 
 use std::net::SocketAddr;
@@ -31,12 +32,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use park::{H2Io, Quiet};
+use shared::ConnShared;
 use weir_h2::conn::Conn;
 use weir_h2::guard::Guard;
 use weir_h2::settings::Settings;
 use weir_h2::Reason;
 
-use super::worker::WorkerState;
+use super::state::WorkerState;
 use crate::metrics::CloseReason;
 use crate::runtime::WorkerRuntime;
 use crate::tls::TlsInfo;
@@ -46,15 +48,6 @@ pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// How long a connection closed for an error gets to flush its GOAWAY.
 const GOAWAY_GRACE: Duration = Duration::from_secs(1);
-
-/// What every stream of a connection shares.
-#[derive(Debug)]
-pub(crate) struct ConnShared {
-    pub peer: SocketAddr,
-    pub tls: Option<Rc<TlsInfo>>,
-    pub state: Rc<WorkerState>,
-    pub listener_id: crate::runtime::ListenerId,
-}
 
 /// Where a connection is served: the client, its slot, the worker, the config and listener.
 pub(crate) type At = (SocketAddr, usize, Rc<WorkerState>, Rc<WorkerRuntime>, usize);

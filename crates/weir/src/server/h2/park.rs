@@ -22,10 +22,8 @@ use std::rc::Rc;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::driver::Driver;
-use super::slots::Shared;
 use crate::runtime::WorkerRuntime;
-use crate::server::worker::WorkerState;
+use crate::server::state::WorkerState;
 use crate::tls::stream::{IdleTls, ServerTls};
 use crate::tls::TlsInfo;
 
@@ -90,27 +88,3 @@ pub(crate) struct ParkTo {
     pub peer: SocketAddr,
     pub tls: Option<Rc<TlsInfo>>,
 }
-
-impl<T: H2Io, F> Drop for Driver<T, F> {
-    fn drop(&mut self) {
-        match self.take_for_park() {
-            Some((to, io, shared)) => {
-                let Some((tcp, idle)) = io.into_parked() else {
-                    return;
-                };
-                let tls = match (idle, &to.tls) {
-                    (Some(idle), Some(info)) => Some((idle, TlsInfo::clone(info))),
-                    (None, None) => None,
-                    _ => return,
-                };
-                let on = (&to.rt, to.listener);
-                crate::server::park::park_h2(&to.state, to.key, tcp, tls, shared, on, to.peer);
-            }
-            None => self.close_io(),
-        }
-    }
-}
-
-/// What a parked HTTP/2 connection keeps besides its socket (and TLS keys): the connection's
-/// state, its buffers given back.
-pub(crate) type ParkedH2 = Shared;

@@ -18,8 +18,8 @@ use weir_h2::Reason;
 use weir_http::{BodyKind, Persistence, Reply, RequestHead, Version};
 
 use super::driver::Incoming;
+use super::shared::ConnShared;
 use super::slots::{Out, Shared, Slot};
-use super::ConnShared;
 use crate::error::{Error, ErrorKind};
 use crate::pipeline::downstream::Downstream;
 use crate::runtime::WorkerRuntime;

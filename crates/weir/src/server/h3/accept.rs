@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::metrics::QuicEvent;
 use crate::runtime::{ListenerId, QuicListen};
-use crate::server::worker::WorkerState;
+use crate::server::state::WorkerState;
 
 /// New handshakes counted per second on one worker.
 #[derive(Debug)]
@@ -97,7 +97,7 @@ pub(super) async fn accept_loop(
         if state.over_budget(false) {
             state.metrics.quic(QuicEvent::Refused);
             incoming.refuse();
-            crate::server::worker::refused(&state, crate::metrics::Refusal::MaxConnections);
+            crate::server::state::refused(&state, crate::metrics::Refusal::MaxConnections);
             continue;
         }
         let retry_above = rt.cfg.http3.retry_above;

@@ -20,6 +20,7 @@
 mod accept;
 mod conn;
 mod guard;
+mod shared;
 mod stream;
 mod uni;
 
@@ -27,7 +28,7 @@ use std::rc::Rc;
 
 use tokio::task::AbortHandle;
 
-use super::worker::WorkerState;
+use super::state::WorkerState;
 use crate::runtime::ListenerId;
 
 /// Starts the QUIC endpoint of listener `id` on `socket` and its accept loop; `None` when the

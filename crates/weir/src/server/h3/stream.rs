@@ -16,7 +16,7 @@ use bytes::{Buf, Bytes};
 use h3::server::{RequestResolver, RequestStream};
 use weir_http::{Persistence, Reply, RequestHead, Version};
 
-use super::conn::ConnShared;
+use super::shared::ConnShared;
 use crate::error::{Error, ErrorKind};
 use crate::pipeline::downstream::Downstream;
 use crate::runtime::WorkerRuntime;

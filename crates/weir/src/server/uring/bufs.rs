@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 
 use io_uring::types;
 
-use super::BUF_SIZE;
+use super::consts::BUF_SIZE;
 
 /// The provided buffers: a page-aligned ring of entries the kernel takes buffers from, and the
 /// buffers themselves, both anonymous mappings owned by the driver.

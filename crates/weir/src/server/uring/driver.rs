@@ -9,7 +9,8 @@ use std::time::Duration;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use tokio::time::Instant;
 
-use super::{user_data, BufRing, BUF_SIZE, GROUP, OP_CANCEL, OP_RECV, OP_SEND, STARVED_LOG_EVERY};
+use super::bufs::BufRing;
+use super::consts::{user_data, BUF_SIZE, GROUP, OP_CANCEL, OP_RECV, OP_SEND, STARVED_LOG_EVERY};
 
 pub(super) struct Driver {
     // Dropped before `bufs`: the kernel may use the buffers until the ring is gone.
@@ -372,4 +373,20 @@ impl Driver {
         });
         self.lingering = lingering;
     }
+}
+
+thread_local! {
+    /// This worker's ring, when it runs one.
+    pub(super) static DRIVER: std::cell::RefCell<Option<Driver>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` on this worker's ring.
+pub(super) fn with<R>(f: impl FnOnce(&mut Driver) -> R) -> R {
+    DRIVER.with(|d| {
+        let mut d = d.borrow_mut();
+        let Some(d) = d.as_mut() else {
+            panic!("io_uring transport used on a worker without a ring")
+        };
+        f(d)
+    })
 }

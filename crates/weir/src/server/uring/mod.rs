@@ -50,10 +50,10 @@
 //! stays out of the default build.
 
 mod bufs;
+mod consts;
 mod driver;
 mod sock;
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -66,33 +66,9 @@ use tokio::time::Instant;
 
 /// Submission queue entries per worker.
 const ENTRIES: u32 = 4096;
-/// Provided buffers per worker (a power of two; `WEIR_URING_BUFS` sets another, 1 to 32768)
-/// and the size of each.
-const BUFS: u16 = 2048;
-const BUF_SIZE: usize = 4096;
-/// How often running out of buffers is logged, at most.
-const STARVED_LOG_EVERY: Duration = Duration::from_secs(10);
-/// The buffer group id of the provided buffers.
-const GROUP: u16 = 0;
-/// Bytes in flight, and again queued behind them, per connection before a write waits (a
-/// stalled client holds at most twice this in user space).
-const SEND_MAX: usize = 64 * 1024;
-
-const OP_RECV: u64 = 1;
-const OP_SEND: u64 = 2;
-const OP_CANCEL: u64 = 3;
-
-fn user_data(slot: usize, op: u64) -> u64 {
-    ((slot as u64) << 2) | op
-}
-
 /// Whether this process asked for the io_uring transport (`WEIR_URING=1`).
 pub(crate) fn wanted() -> bool {
     std::env::var_os("WEIR_URING").is_some_and(|v| v == "1")
-}
-
-thread_local! {
-    static DRIVER: RefCell<Option<Driver>> = const { RefCell::new(None) };
 }
 
 /// Whether this worker runs its plain HTTP/1.1 connections on io_uring.
@@ -194,16 +170,7 @@ fn reap() {
     with(|d| d.wake = wake);
 }
 
-fn with<R>(f: impl FnOnce(&mut Driver) -> R) -> R {
-    DRIVER.with(|d| {
-        let mut d = d.borrow_mut();
-        let Some(d) = d.as_mut() else {
-            panic!("io_uring transport used on a worker without a ring")
-        };
-        f(d)
-    })
-}
-
 use bufs::BufRing;
-use driver::Driver;
+use consts::{BUFS, GROUP};
+use driver::{with, Driver, DRIVER};
 pub(crate) use sock::UringSock;

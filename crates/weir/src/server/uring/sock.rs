@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 
-use super::driver::Sock;
-use super::{with, DRIVER, SEND_MAX};
+use super::consts::SEND_MAX;
+use super::driver::{with, Sock, DRIVER};
 
 /// A client socket served through this worker's ring.
 #[derive(Debug)]

@@ -1,14 +1,18 @@
 //! The accept loop of a TCP or unix listening socket: `accept4(SOCK_NONBLOCK)` in batches,
 //! the worker's budget, the shield's first word on the client, and the hand-off to
-//! [`super::start_connection`]. (QUIC listeners accept in `server/h3/accept.rs`.)
+//! [`start_connection`]. (QUIC listeners accept in `server/h3/accept.rs`.)
 
 use std::rc::Rc;
 use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
 
-use super::{refuse, start_connection, WorkerRuntime, WorkerState};
+use crate::runtime::WorkerRuntime;
 use crate::runtime::{ListenerId, UNIX_PEER};
+use crate::server::client_io::ClientIo;
+use crate::server::conn::Conn;
+use crate::server::spawn::{spawn_boxed, spawn_plain, Serve};
+use crate::server::state::{refuse, WorkerState};
 
 /// The shield's word on a connection just accepted from `peer` on listener `index`:
 /// `Some(key)` to serve it (the client's key when its connections are counted, else 0),
@@ -192,6 +196,69 @@ pub(super) async fn accept_loop(
                 // Backlog drained; readiness cleared.
                 Err(_would_block) => break,
             }
+        }
+    }
+}
+
+/// Starts serving an accepted connection on listener `index`, counted in its budget;
+/// `shield`: the client's key in the shield's table, when its connection is counted there.
+pub(super) fn start_connection(
+    state: &Rc<WorkerState>,
+    rt: &Rc<WorkerRuntime>,
+    index: usize,
+    stream: mio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    admin: bool,
+    shield: u64,
+) {
+    let (key, guard) = state.open_slot(shield, admin);
+    let listener = &rt.cfg.listeners[index];
+    match (&listener.tls, listener.proxy_protocol.is_some()) {
+        (None, false) if listener.tcp.is_none() => {
+            #[cfg(feature = "uring")]
+            let io = if !listener.h2c && crate::server::uring::active() {
+                ClientIo::Uring(crate::server::uring::UringSock::new(
+                    stream,
+                    rt.cfg.timeouts.write,
+                ))
+            } else {
+                ClientIo::Fresh(stream)
+            };
+            #[cfg(not(feature = "uring"))]
+            let io = ClientIo::Fresh(stream);
+            let conn = Conn::new(io, peer, key, state.clone(), rt.clone(), index);
+            spawn_plain(state, key, conn, guard);
+        }
+        // TLS, a TCP listener, or a load balancer's PROXY header first: a separate task type, so that plain
+        // connections keep their small future; boxed, or the task would hold the future twice
+        // (as the moved-in value and as the awaited one).
+        (tls, proxied) => {
+            let serve: Serve = match tls {
+                Some(tls) if !proxied => Box::pin(crate::server::tls::serve(
+                    stream,
+                    peer,
+                    key,
+                    state.clone(),
+                    rt.clone(),
+                    index,
+                    tls.clone(),
+                )),
+                None if !proxied => Box::pin(crate::server::tcp::serve_plain(
+                    stream,
+                    peer,
+                    rt.clone(),
+                    index,
+                )),
+                _ => Box::pin(crate::server::proxied::serve(
+                    stream,
+                    peer,
+                    key,
+                    state.clone(),
+                    rt.clone(),
+                    index,
+                )),
+            };
+            spawn_boxed(state, key, serve, guard);
         }
     }
 }

@@ -6,8 +6,9 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use super::{Park, WorkerState};
 use crate::metrics::CloseReason;
+use crate::server::parked::Park;
+use crate::server::state::WorkerState;
 
 impl WorkerState {
     /// Marks connection `key` idle for `wait` (closed by the sweeper after it), or busy (`None`).
