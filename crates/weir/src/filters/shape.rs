@@ -3,7 +3,7 @@
 //! declared here; read bodies are held to it by the connection, `pipeline` passes the cap on),
 //! methods (405 with `Allow`), body media types (415), method-override fields (400), and strict
 //! agreement of `Host` with an absolute target (400; HTTP/2's `:authority` against `Host` is
-//! always checked, `server/h2/convert.rs`).
+//! always checked, `server/h2/head.rs`).
 //!
 //! A violation is answered, counted in the shield's actions (`limit="shape"`) when there is a
 //! `shield:` section, and with `block: true` also blocks the client for the shield's

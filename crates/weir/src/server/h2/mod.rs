@@ -18,7 +18,6 @@
 //! MadeYouReset (CVE-2025-8671) `max_error_reset_streams` streams weir had to reset for the
 //! peer's errors. Each ends the connection with GOAWAY ENHANCE_YOUR_CALM.
 
-pub(crate) mod convert;
 mod driver;
 mod head;
 pub(crate) mod park;

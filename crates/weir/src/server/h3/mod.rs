@@ -19,6 +19,7 @@
 
 mod accept;
 mod conn;
+mod convert;
 mod guard;
 mod shared;
 mod stream;

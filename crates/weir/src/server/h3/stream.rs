@@ -1,5 +1,5 @@
 //! One HTTP/3 request stream as a `pipeline::Downstream`. The request head becomes a
-//! `weir_http::RequestHead` by the same conversion HTTP/2 uses (`server/h2/convert.rs`: one
+//! `weir_http::RequestHead` by the same conversion HTTP/2 uses (`convert.rs`: one
 //! parser and one encoder for every protocol); the body comes from the stream's DATA frames,
 //! the response goes out as HEADERS and DATA frames. Body bytes are handed to `h3` as the
 //! producers give them (a cache hit's stored body is not copied); each write waits for QUIC's
@@ -16,11 +16,11 @@ use bytes::{Buf, Bytes};
 use h3::server::{RequestResolver, RequestStream};
 use weir_http::{Persistence, Reply, RequestHead, Version};
 
+use super::convert;
 use super::shared::ConnShared;
 use crate::error::{Error, ErrorKind};
 use crate::pipeline::downstream::Downstream;
 use crate::runtime::WorkerRuntime;
-use crate::server::h2::convert;
 
 type Stream = RequestStream<super::guard::GuardedBidi, Bytes>;
 

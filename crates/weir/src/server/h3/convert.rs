@@ -1,5 +1,5 @@
-//! Between HTTP/2's message types (`http::Request`, `http::Response`) and the pipeline's: an
-//! HTTP/2 request becomes a `weir_http::RequestHead` by way of the HTTP/1.1 text it stands
+//! Between the `h3` crate's message types (`http::Request`, `http::Response`) and the
+//! pipeline's: an HTTP/3 request becomes a `weir_http::RequestHead` by way of the HTTP/1.1 text it stands
 //! for, parsed by the same codec (so every check the codec makes applies to both protocols);
 //! a `Reply` becomes response fields by way of the HTTP/1.1 head its one encoder writes, minus
 //! the connection-specific fields HTTP/2 forbids (RFC 9113 §8.2.2).
