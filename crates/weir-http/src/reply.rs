@@ -196,6 +196,11 @@ impl<'a> Reply<'a> {
         }
     }
 
+    /// Whether no drop set applies: the base's fields go out as they are.
+    pub fn drops_nothing(&self) -> bool {
+        self.drop.is_none()
+    }
+
     /// Whether a drop set removes base field `name`.
     fn dropped(&self, name: &[u8]) -> bool {
         self.drop.is_some_and(|d| d.drops(name)) || self.more_drops.iter().any(|d| d.drops(name))

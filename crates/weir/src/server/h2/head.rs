@@ -13,7 +13,7 @@
 use bytes::{BufMut, BytesMut};
 use weir_h2::hpack::{HpackError, Sink};
 use weir_h2::request::Pseudo;
-use weir_http::{parse_request, Persistence, Reply, RequestHead, Version};
+use weir_http::{parse_request, Base, Persistence, Reply, RequestHead, Version};
 
 use crate::error::Error;
 
@@ -163,21 +163,45 @@ pub(crate) fn response_block(reply: &Reply<'_>, extra: &[(&[u8], &[u8])], out: &
     }
     TEXT.with_borrow_mut(|text| {
         text.clear();
-        reply.encode_h1(text, Version::Http11, Persistence::KeepAlive);
-        block_of_head(reply.status, text, out);
+        match reply.base {
+            // A stored head (a cache hit, a KV value): its fields' block is made once per
+            // head and worker (`stored.rs`); the rest of the reply is encoded as usual.
+            Base::Encoded(head) if reply.drops_nothing() && head.len() >= STORED_MIN => {
+                weir_h2::response::put_status(reply.status, out);
+                super::stored::put_fields(head, out);
+                let mut rest = reply.clone();
+                rest.base = Base::None;
+                rest.encode_h1(text, Version::Http11, Persistence::KeepAlive);
+                put_lines(after_status_line(text), out);
+            }
+            _ => {
+                reply.encode_h1(text, Version::Http11, Persistence::KeepAlive);
+                weir_h2::response::put_status(reply.status, out);
+                put_lines(after_status_line(text), out);
+            }
+        }
     });
     for (name, value) in extra {
         weir_h2::hpack::encoder::put_field(name, value, out);
     }
 }
 
-/// The HPACK block of an HTTP/1.1 head as weir's encoder writes it (status line, field lines).
-fn block_of_head(status: u16, text: &[u8], out: &mut Vec<u8>) {
-    weir_h2::response::put_status(status, out);
-    let mut at = match memchr::memchr(b'\n', text) {
-        Some(i) => i + 1,
-        None => text.len(),
-    };
+/// Stored heads at least this long go through the per-worker memo (a short one costs less
+/// to encode than to look up).
+const STORED_MIN: usize = 64;
+
+/// What follows the status line of an HTTP/1.1 head.
+pub(super) fn after_status_line(text: &[u8]) -> &[u8] {
+    match memchr::memchr(b'\n', text) {
+        Some(i) => &text[i + 1..],
+        None => &[],
+    }
+}
+
+/// Appends the HPACK fields of HTTP/1.1 field lines as weir's encoder writes them (validated,
+/// one a line), less the connection-specific ones; stops at a blank line.
+pub(super) fn put_lines(text: &[u8], out: &mut Vec<u8>) {
+    let mut at = 0;
     while at < text.len() {
         let end = memchr::memchr(b'\n', &text[at..]).map_or(text.len(), |i| at + i);
         let line = &text[at..end];

@@ -23,6 +23,7 @@ mod head;
 pub(crate) mod park;
 mod shared;
 pub(crate) mod slots;
+mod stored;
 mod stream;
 
 use std::net::SocketAddr;
