@@ -264,6 +264,78 @@ fn probe_tls_h2_connections_park_and_keep_their_state() {
     assert_eq!(h2raw::outcome_of(&mut s, 5).goaway, Some(0x9));
 }
 
+/// A parked HTTP/2 connection woken by frames that bring no request (PINGs) keeps the
+/// keep-alive deadline it had: it still ends about `keepalive` after its last request, not
+/// never (each wake once started the keep-alive time again).
+#[test]
+fn probe_h2_pings_do_not_keep_a_parked_connection_forever() {
+    use common::h2raw;
+    let (srv, admin) = server(
+        "timeouts: { header: 400ms, keepalive: 1s }",
+        "    h2c: true\n",
+        BASIC_ROUTES,
+    );
+    let mut s = h2raw::raw(srv.addr);
+    s.write_all(&h2raw::frame(h2raw::SETTINGS, 0x1, 0, &[]))
+        .unwrap();
+    let get = h2raw::get("http", b"a", b"/hello");
+    s.write_all(&h2raw::frame(0x1, 0x4 | 0x1, 1, &get)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert_eq!(h2raw::outcome_of(&mut s, 1).text(), "Hello, World\n");
+    let answered = Instant::now();
+    until(
+        "the idle h2c connection parks",
+        Duration::from_secs(5),
+        || metric(admin, "weir_connections_parked ") == 1.0,
+    );
+    // A PING every 150 ms: each wakes the parked connection, none brings a request.
+    s.set_nonblocking(true).unwrap();
+    let mut ended = None;
+    let mut buf = [0u8; 4096];
+    while answered.elapsed() < Duration::from_secs(6) {
+        if s.write_all(&h2raw::frame(h2raw::PING, 0, 0, b"stillhr!"))
+            .is_err()
+        {
+            ended = Some(answered.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(150));
+        loop {
+            match std::io::Read::read(&mut s, &mut buf) {
+                Ok(0) => {
+                    ended = Some(answered.elapsed());
+                    break;
+                }
+                Ok(n) => {
+                    // A GOAWAY (type 7) among the frames read: the connection is ending.
+                    if contains_goaway(&buf[..n]) {
+                        ended = Some(answered.elapsed());
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        if ended.is_some() {
+            break;
+        }
+    }
+    let ended = ended.expect("PINGs kept the parked connection open past twice its keep-alive");
+    assert!(ended < Duration::from_secs(3), "ended after {ended:?}");
+}
+
+/// Whether `bytes` (whole frames from the start) hold a GOAWAY.
+fn contains_goaway(bytes: &[u8]) -> bool {
+    let mut at = 0;
+    while at + 9 <= bytes.len() {
+        let len = u32::from_be_bytes([0, bytes[at], bytes[at + 1], bytes[at + 2]]) as usize;
+        if bytes[at + 3] == 0x7 {
+            return true;
+        }
+        at += 9 + len;
+    }
+    false
+}
+
 /// A connection parked before its first request (served 0) is served when it speaks, and one
 /// that never speaks is closed at the header timeout.
 #[test]

@@ -172,7 +172,19 @@ fn resume(state: &Rc<WorkerState>, key: usize) {
     } = parked;
     let admin = rt.cfg.listeners[listener as usize].admin;
     if let Some(h2) = h2 {
-        return resume_h2(state, key, stream, tls, h2, (rt, listener as usize), peer);
+        // The keep-alive time left goes on, as for HTTP/1.1 below: a wake that brings no
+        // request (a PING) does not buy another keep-alive period.
+        let left =
+            std::time::Duration::from_millis(idle_until.saturating_sub(state.clock_ms.get()));
+        return resume_h2(
+            state,
+            key,
+            stream,
+            tls,
+            h2,
+            (rt, listener as usize),
+            (peer, left),
+        );
     }
     let io = match tls {
         None => ClientIo::Fresh(stream),
@@ -211,7 +223,7 @@ fn resume_h2(
     tls: Option<Box<ParkedTls>>,
     h2: Box<ParkedH2>,
     (rt, listener): (Rc<WorkerRuntime>, usize),
-    peer: SocketAddr,
+    (peer, left): (SocketAddr, std::time::Duration),
 ) {
     let admin = rt.cfg.listeners[listener].admin;
     let guard = ActiveGuard::new(state.clone(), key, CloseReason::Idle, admin);
@@ -230,9 +242,10 @@ fn resume_h2(
                 *h2,
                 at,
                 Some(Rc::new(info)),
+                left,
             ))
         }
-        None => Box::pin(crate::server::h2::serve_resumed(tcp, *h2, at, None)),
+        None => Box::pin(crate::server::h2::serve_resumed(tcp, *h2, at, None, left)),
     };
     spawn_boxed(state, key, serve, guard);
 }

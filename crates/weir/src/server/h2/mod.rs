@@ -89,17 +89,20 @@ pub(crate) async fn serve<T: H2Io>(
         conn.greeting(owed);
         conn.open_connection_window(h.connection_window_size.0 as u32, owed);
     }
-    run(io, prefix, shared, at, tls).await
+    run(io, prefix, shared, at, tls, None).await
 }
 
 /// Serves a parked HTTP/2 connection again (`park.rs`): its state as it was, no preface.
+/// `left`: the keep-alive time it had left when it woke (a frame that brings no request, a
+/// PING, does not buy another keep-alive period).
 pub(crate) async fn serve_resumed<T: H2Io>(
     io: T,
     shared: slots::Shared,
     at: At,
     tls: Option<Rc<TlsInfo>>,
+    left: Duration,
 ) -> CloseReason {
-    run(io, Bytes::new(), shared, at, tls).await
+    run(io, Bytes::new(), shared, at, tls, Some(left)).await
 }
 
 async fn run<T: H2Io>(
@@ -108,6 +111,7 @@ async fn run<T: H2Io>(
     shared: slots::Shared,
     (peer, key, state, rt, listener): At,
     tls: Option<Rc<TlsInfo>>,
+    left: Option<Duration>,
 ) -> CloseReason {
     let cfg = &rt.cfg;
     let h = &cfg.http2;
@@ -145,7 +149,14 @@ async fn run<T: H2Io>(
     let header = cfg.timeouts.header;
     let write_timeout = cfg.timeouts.write;
     let mut shutdown = state.shutdown.clone();
-    let mut idle_since = tokio::time::Instant::now();
+    let now = tokio::time::Instant::now();
+    let mut idle_since = match left {
+        // Idle since long enough that `left` remains of the keep-alive time.
+        Some(left) => now
+            .checked_sub(keepalive.saturating_sub(left))
+            .unwrap_or(now),
+        None => now,
+    };
     loop {
         let idle = d.idle();
         if d.take_active() {
