@@ -16,6 +16,12 @@ use weir_http::{Persistence, Reply, RequestHead, Version};
 
 use crate::error::Error;
 
+/// What an upgraded exchange relays to: the upstream connection, as any byte stream (so the
+/// client side, `server/`, does not name the proxy's socket type; issue 54 §2).
+pub(crate) trait Tunnel: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> Tunnel for T {}
+
 /// A client a response is written to, and the request body is read from.
 pub(crate) trait Downstream {
     /// The client's address.
@@ -137,7 +143,7 @@ pub(crate) trait Downstream {
     /// its head. Protocols without upgrades (HTTP/2) refuse with an error.
     fn tunnel(
         &mut self,
-        upstream: &mut crate::proxy::tls::UpStream,
+        upstream: &mut dyn Tunnel,
         early: &[u8],
     ) -> impl Future<Output = Result<(), Error>>;
 }

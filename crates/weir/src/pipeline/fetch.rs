@@ -72,7 +72,11 @@ impl Downstream for Capture {
         Ok(())
     }
 
-    async fn tunnel(&mut self, _: &mut crate::proxy::tls::UpStream, _: &[u8]) -> Result<(), Error> {
+    async fn tunnel(
+        &mut self,
+        _: &mut dyn crate::pipeline::downstream::Tunnel,
+        _: &[u8],
+    ) -> Result<(), Error> {
         Err(Error::with(ErrorKind::BadResponse, "101 to a revalidation"))
     }
 }

@@ -124,7 +124,7 @@ impl ClientIo {
     /// Relays bytes both ways between the client and `upstream` until either side closes.
     pub(crate) async fn tunnel(
         &mut self,
-        upstream: &mut crate::proxy::tls::UpStream,
+        upstream: &mut dyn crate::pipeline::downstream::Tunnel,
     ) -> io::Result<()> {
         if let ClientIo::Tls(t) = self {
             tokio::io::copy_bidirectional(&mut t.stream, upstream).await?;

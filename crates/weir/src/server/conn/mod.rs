@@ -587,7 +587,7 @@ impl Downstream for Conn {
 
     async fn tunnel(
         &mut self,
-        upstream: &mut crate::proxy::tls::UpStream,
+        upstream: &mut dyn crate::pipeline::downstream::Tunnel,
         early: &[u8],
     ) -> Result<(), Error> {
         // Bytes the upstream sent after its head belong to the tunnel.

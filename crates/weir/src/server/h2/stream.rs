@@ -443,7 +443,7 @@ impl Downstream for H2Stream {
 
     async fn tunnel(
         &mut self,
-        _upstream: &mut crate::proxy::tls::UpStream,
+        _upstream: &mut dyn crate::pipeline::downstream::Tunnel,
         _early: &[u8],
     ) -> Result<(), Error> {
         // Upgrades do not exist in HTTP/2 (RFC 9113 §8.6); the proxy strips `Upgrade`.

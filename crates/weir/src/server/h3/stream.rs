@@ -485,7 +485,7 @@ impl Downstream for H3Stream {
 
     async fn tunnel(
         &mut self,
-        _upstream: &mut crate::proxy::tls::UpStream,
+        _upstream: &mut dyn crate::pipeline::downstream::Tunnel,
         _early: &[u8],
     ) -> Result<(), Error> {
         // Upgrades do not exist in HTTP/3 (RFC 9114 §4.5); the proxy strips `Upgrade`.
