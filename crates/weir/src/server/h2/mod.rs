@@ -20,6 +20,7 @@
 
 mod driver;
 mod head;
+mod lines;
 pub(crate) mod park;
 mod shared;
 pub(crate) mod slots;

@@ -37,7 +37,7 @@ pub(super) fn put_fields(head: &[u8], out: &mut Vec<u8>) {
             }
         }
         let start = out.len();
-        super::head::put_lines(super::head::after_status_line(head), out);
+        super::lines::put_lines(super::lines::after_status_line(head), out);
         table[slot] = Some(Entry {
             key,
             head: head.into(),
@@ -65,8 +65,8 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nETag: \"a\"\r\nContent-Length: 5\r\n"
                 .to_vec();
         let mut direct = Vec::new();
-        crate::server::h2::head::put_lines(
-            crate::server::h2::head::after_status_line(&a),
+        crate::server::h2::lines::put_lines(
+            crate::server::h2::lines::after_status_line(&a),
             &mut direct,
         );
         let mut buf = a.clone();
@@ -75,8 +75,8 @@ mod tests {
         // Same address and length, other bytes.
         buf.copy_from_slice(&b"HTTP/1.1 200 OK\r\nContent-Type: text/plainETag: \"b\"\r\nX-Other: 1\r\nContent-Length: 5\r\n"[..a.len()]);
         let mut want = Vec::new();
-        crate::server::h2::head::put_lines(
-            crate::server::h2::head::after_status_line(&buf),
+        crate::server::h2::lines::put_lines(
+            crate::server::h2::lines::after_status_line(&buf),
             &mut want,
         );
         assert_ne!(want, direct);

@@ -367,7 +367,7 @@ impl Downstream for H2Stream {
         let block = self
             .io
             .borrow_mut()
-            .block(|b| super::head::trailer_block(fields, b));
+            .block(|b| super::lines::trailer_block(fields, b));
         if !block.is_empty() {
             self.queue(Out::Trailers(block));
         }
