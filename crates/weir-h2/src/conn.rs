@@ -16,9 +16,9 @@ use std::time::Instant;
 use crate::flow::{RecvWindow, SendWindow, DEFAULT_WINDOW};
 use crate::frame::{self, Frame, FrameError, HEADER_LEN};
 use crate::guard::{Guard, Verdict};
-use crate::hpack::decoder::{Decoder, Outcome, Sink};
+use crate::hpack::decoder::{Decoder, Sink};
 use crate::preface::Start;
-use crate::request::{Checked, Pseudo};
+use crate::request::Pseudo;
 use crate::settings::Settings;
 use crate::stream::{Ending, Event as On, PeerIds, Recv, State};
 use crate::Reason;
@@ -80,19 +80,6 @@ struct Stream {
     state: State,
     send: SendWindow,
     recv: RecvWindow,
-}
-
-/// A header block arriving over CONTINUATION frames.
-#[derive(Debug)]
-struct Block {
-    stream: u32,
-    end_stream: bool,
-    bytes: Vec<u8>,
-    /// The stream was refused (over SETTINGS_MAX_CONCURRENT_STREAMS): decoded for the table
-    /// only, then RST_STREAM REFUSED_STREAM.
-    refused: bool,
-    /// The stream is closed or reset already: decoded for the table only, nothing said.
-    discard: bool,
 }
 
 /// Streams this side reset recently, whose frames in flight are ignored (§5.1 closed).
@@ -509,112 +496,6 @@ impl<S: FieldSink> Conn<S> {
         Err(Missing::Forgotten)
     }
 
-    /// A whole header block: decoded (always: the table must stay in step), then a request,
-    /// trailers, or a stream error.
-    fn block_done(
-        &mut self,
-        stream: u32,
-        end_stream: bool,
-        refused: bool,
-        bytes: &[u8],
-        out: &mut Vec<u8>,
-        events: &mut Vec<Event<S>>,
-    ) -> Result<(), Reason> {
-        let s = self.streams.iter().position(|s| s.id == stream);
-        let trailers = s.is_some_and(|i| self.streams[i].state != State::Idle);
-        let mut fields = S::default();
-        let max_list = self.local.max_header_list_size.unwrap_or(u32::MAX) as usize;
-        let (outcome, checked) = {
-            let mut c = Checked::new(&mut fields, trailers);
-            let outcome = self
-                .decoder
-                .decode(bytes, max_list, &mut c)
-                .map_err(|_| Reason::CompressionError)?;
-            (outcome, c.finish())
-        };
-        if refused {
-            frame::put_rst_stream(out, stream, Reason::RefusedStream);
-            // Its DATA in flight is then ignored, as any stream's this side reset.
-            self.remember_reset(stream);
-            return Ok(());
-        }
-        let Some(i) = s else {
-            return Ok(());
-        };
-        let on = On::Headers { end_stream };
-        let next = match self.streams[i].state.recv(on) {
-            Recv::To(next) => next,
-            r => return self.on_refusal(r, stream, out),
-        };
-        if outcome == Outcome::ListTooLarge {
-            if trailers {
-                // No answer can follow a request already being answered: the stream ends.
-                self.reset_stream(stream, Reason::ProtocolError, out);
-                return Ok(());
-            }
-            self.streams[i].state = next;
-            events.push(Event::TooLarge { stream });
-            return Ok(());
-        }
-        let pseudo = match checked {
-            Ok(p) => p,
-            Err(_) => {
-                self.reset_stream(stream, Reason::ProtocolError, out);
-                return Ok(());
-            }
-        };
-        if trailers && !end_stream {
-            // §8.1: trailers end the stream.
-            self.reset_stream(stream, Reason::ProtocolError, out);
-            return Ok(());
-        }
-        self.streams[i].state = next;
-        events.push(if trailers {
-            Event::Trailers { stream, fields }
-        } else {
-            Event::Request {
-                stream,
-                pseudo,
-                fields,
-                end_stream,
-            }
-        });
-        self.forget_if_done(i);
-        Ok(())
-    }
-
-    /// A header block on a stream that is closed or reset: decoded for the table (whole, or
-    /// once its CONTINUATIONs are in), then dropped.
-    fn decode_only(
-        &mut self,
-        block: &[u8],
-        end_headers: bool,
-        stream: u32,
-        end_stream: bool,
-    ) -> Result<(), Reason> {
-        if end_headers {
-            return self.discard_block(block);
-        }
-        self.block = Some(Block {
-            stream,
-            end_stream,
-            bytes: block.to_vec(),
-            refused: false,
-            discard: true,
-        });
-        Ok(())
-    }
-
-    /// Decodes `block` for the table's sake alone: no field is copied (a list bound of 0
-    /// passes none to the sink), so a block of references to a large entry costs its parse,
-    /// not copies of the entry.
-    fn discard_block(&mut self, block: &[u8]) -> Result<(), Reason> {
-        self.decoder
-            .decode(block, 0, &mut Discard)
-            .map_err(|_| Reason::CompressionError)?;
-        Ok(())
-    }
-
     /// A frame the peer should not have sent, ignored: a glitch.
     fn glitch_for_peer(&mut self) {
         match self.guard.reset_for_peer() {
@@ -749,15 +630,6 @@ enum Missing {
     Forgotten,
 }
 
-/// Takes whatever it is given, keeps nothing.
-struct Discard;
-
-impl Sink for Discard {
-    fn field(&mut self, _: &[u8], _: &[u8], _: bool) -> Result<(), crate::hpack::HpackError> {
-        Ok(())
-    }
-}
-
 impl<S: FieldSink> Conn<S> {
     /// What DATA on a stream not in the table does (§5.1, §6.1). A closed stream's gets one
     /// RST_STREAM STREAM_CLOSED, counted as this side's reset for the peer's error (the
@@ -777,6 +649,10 @@ impl<S: FieldSink> Conn<S> {
         }
     }
 }
+
+#[path = "conn_blocks.rs"]
+mod blocks;
+use blocks::Block;
 
 #[cfg(test)]
 #[path = "conn_tests.rs"]

@@ -278,14 +278,9 @@ impl WorkerState {
         served: u64,
     ) {
         let mut conns = self.conns.borrow_mut();
-        let Some(slot) = conns.get_mut(key) else {
+        let Some(slot) = self.parking_slot(&mut conns, key) else {
             return;
         };
-        if slot.park.get() != Park::Parking || self.shutting_down.get() {
-            return;
-        }
-        // Anything but success leaves the slot `No`: the task's guard then closes it as usual.
-        slot.park.set(Park::No);
         let (stream, tls) = match io {
             ClientIo::Registered(stream) => (stream, None),
             ClientIo::Tls(t) => {
@@ -324,13 +319,9 @@ impl WorkerState {
         peer: SocketAddr,
     ) {
         let mut conns = self.conns.borrow_mut();
-        let Some(slot) = conns.get_mut(key) else {
+        let Some(slot) = self.parking_slot(&mut conns, key) else {
             return;
         };
-        if slot.park.get() != Park::Parking || self.shutting_down.get() {
-            return;
-        }
-        slot.park.set(Park::No);
         let Some(stream) = self.register_idle(key, stream) else {
             return;
         };
@@ -344,6 +335,22 @@ impl WorkerState {
             h2: Some(h2),
         };
         self.fill_slot(slot, parked);
+    }
+
+    /// Slot `key`, when the sweeper is parking its connection (and the worker is not shutting
+    /// down), marked `No` meanwhile: anything but success leaves it so, and the task's guard
+    /// then closes the connection as usual.
+    fn parking_slot<'s>(
+        &self,
+        conns: &'s mut Slab<ConnSlot>,
+        key: usize,
+    ) -> Option<&'s mut ConnSlot> {
+        let slot = conns.get_mut(key)?;
+        if slot.park.get() != Park::Parking || self.shutting_down.get() {
+            return None;
+        }
+        slot.park.set(Park::No);
+        Some(slot)
     }
 
     /// A socket moved from tokio's reactor to the idle epoll.

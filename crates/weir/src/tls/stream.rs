@@ -279,26 +279,19 @@ impl ServerTls {
     /// unsent (rustls holding no `KeyUpdate` back, `read_since_write`), and the connection is
     /// sound.
     pub(crate) fn is_quiet(&self) -> bool {
+        self.settled() && !self.s.read_since_write
+    }
+
+    /// Nothing half read, unread or unsent, and the connection sound.
+    fn settled(&self) -> bool {
         let s = &self.s;
-        s.incoming.is_empty()
-            && s.plain_left() == 0
-            && s.out_left() == 0
-            && !s.failed
-            && !s.eof
-            && !s.read_since_write
+        s.incoming.is_empty() && s.plain_left() == 0 && s.out_left() == 0 && !s.failed && !s.eof
     }
 
     /// Quiet but for a read since the last write ([`Self::is_quiet`]): one write (of anything)
     /// and it is.
     pub(crate) fn quiet_but_for_a_write(&self) -> bool {
-        let s = &self.s;
-        s.incoming.is_empty()
-            && s.plain_left() == 0
-            && s.out_left() == 0
-            && !s.failed
-            && !s.eof
-            && !s.peer_closed
-            && !s.close_queued
+        self.settled() && !self.s.peer_closed && !self.s.close_queued
     }
 
     /// The socket and the record keys, when nothing is in flight either way
