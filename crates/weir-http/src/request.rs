@@ -140,6 +140,21 @@ pub struct Header {
     pub value: Bytes,
 }
 
+/// `fields` as an `http::HeaderMap`, for the libraries that take one (`h2`, `h3`); a field
+/// whose name or value `http` refuses is left out (weir's parser let neither through).
+pub fn header_map(fields: &[Header]) -> http::HeaderMap {
+    let mut map = http::HeaderMap::with_capacity(fields.len());
+    for h in fields {
+        if let (Ok(n), Ok(v)) = (
+            http::HeaderName::from_bytes(&h.name),
+            http::HeaderValue::from_bytes(&h.value),
+        ) {
+            map.append(n, v);
+        }
+    }
+    map
+}
+
 /// A parsed and validated request head.
 #[derive(Debug, Clone)]
 pub struct RequestHead {

@@ -27,6 +27,7 @@ pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod filters;
+pub mod health;
 pub mod import;
 pub mod kv;
 pub mod logs;

@@ -18,6 +18,8 @@
 //! * [`body`]: response bodies, through body filters when one claimed the response.
 //! * `refused.rs`: a filter's answer, and requests the DoS shield refuses (`shield/`).
 //! * [`downstream::Downstream`]: the client protocol. Everything here is generic over it.
+//! * [`tcp`]: the same for a connection on a `tcp:` listener, which is relayed whole (routing
+//!   by server name, the connect, the relay, one access log line).
 //!
 //! Producers build a `weir_http::Reply`; only the `Downstream` encodes it. Errors are
 //! `crate::error::Error`, mapped to a status and a canned reply in one place ([`send_error`]).
@@ -40,6 +42,7 @@ mod log;
 mod refused;
 pub(crate) use errors::{error_pages, send_error, send_error_page};
 pub(crate) mod subrequest;
+pub(crate) mod tcp;
 
 use std::rc::Rc;
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use h2::client::SendRequest;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
-use weir_http::{parse_request, BodyDecoder, BodyEvent, BodyKind, Header};
+use weir_http::{header_map, parse_request, BodyDecoder, BodyEvent, BodyKind};
 
 use super::pool::Pool;
 use super::upstream::Upstream;
@@ -196,20 +196,6 @@ pub(crate) fn pipe_limits(max: usize) -> weir_http::Limits {
 /// Fields HTTP/2 forbids (RFC 9113 §8.2.2), and `te`, which the bridge sets itself.
 fn forbidden(name: &[u8]) -> bool {
     weir_http::hop::not_in_h2(name) || name.eq_ignore_ascii_case(b"te")
-}
-
-/// Fields as an `http::HeaderMap` (those `http` refuses are left out): trailers, both ways.
-pub(crate) fn header_map(fields: &[Header]) -> http::HeaderMap {
-    let mut map = http::HeaderMap::new();
-    for h in fields {
-        if let (Ok(n), Ok(v)) = (
-            http::HeaderName::from_bytes(&h.name),
-            http::HeaderValue::from_bytes(&h.value),
-        ) {
-            map.append(n, v);
-        }
-    }
-    map
 }
 
 fn put_fields(out: &mut BytesMut, fields: &http::HeaderMap) {

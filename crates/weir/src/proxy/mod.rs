@@ -29,7 +29,6 @@ pub mod balance;
 pub mod exchange;
 pub mod fastcgi;
 pub mod h2_upstream;
-pub mod health;
 pub mod limits;
 pub mod outlier;
 pub mod per_worker;

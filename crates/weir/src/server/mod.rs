@@ -34,7 +34,6 @@ mod proxied;
 mod reload;
 mod spawn;
 mod state;
-mod tcp;
 mod tls;
 #[cfg(feature = "uring")]
 mod uring;
@@ -365,7 +364,7 @@ pub fn start_with(
     let published = Arc::new(Published::new(cfg));
     let mut threads = Vec::with_capacity(workers + 1);
     let current = published.clone();
-    threads.push(crate::proxy::health::spawn(
+    threads.push(crate::health::spawn(
         move || current.load().upstreams.clone(),
         generation,
         rx.clone(),

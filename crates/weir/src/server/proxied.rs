@@ -54,7 +54,7 @@ pub(crate) async fn serve(
     match rt.cfg.listeners[listener].tls.clone() {
         Some(tls) => super::tls::serve(stream, client, key, state, rt, listener, tls).await,
         None if rt.cfg.listeners[listener].tcp.is_some() => {
-            Box::pin(super::tcp::serve_plain(stream, client, rt, listener)).await
+            Box::pin(crate::pipeline::tcp::serve_plain(stream, client, rt, listener)).await
         }
         None => {
             let io = ClientIo::Fresh(stream);

@@ -169,8 +169,8 @@ fn after_handshake(
         return Box::pin(std::future::ready(CloseReason::Done));
     }
     if rt.cfg.listeners[listener].tcp.is_some() {
-        let client = super::tcp::Client::Tls(Box::new(stream));
-        return Box::pin(super::tcp::serve(
+        let client = crate::pipeline::tcp::Client::Tls(Box::new(stream));
+        return Box::pin(crate::pipeline::tcp::serve(
             client,
             Some(Box::new(info)),
             peer,

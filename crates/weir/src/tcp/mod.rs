@@ -9,8 +9,10 @@
 //! * [`relay`]: the bytes: `splice(2)` through a pipe between two plain sockets (the payload
 //!   never enters user space), a copy loop when one side is TLS; half-close is kept both ways.
 //!
-//! The connection itself (accept, the shield, the access log line, metrics) is served by
-//! `server/tcp.rs`, like any other connection of a worker.
+//!
+//! The connection once accepted (and its PROXY header or TLS handshake read by `server/`) is
+//! `pipeline/tcp.rs`: routing, the connect, the relay, the access log line and the counters,
+//! as `pipeline/` does for a request.
 //!
 //! UDP (DNS-style request and answer) is not proxied: it does not fall out of this design.
 //! Everything here hangs on a connection — one task per accepted socket, a connect to the

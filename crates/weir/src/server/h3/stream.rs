@@ -446,7 +446,7 @@ impl Downstream for H3Stream {
     }
 
     fn send_trailers(&mut self, fields: &[weir_http::Header]) {
-        let map = crate::proxy::h2_upstream::header_map(fields);
+        let map = weir_http::header_map(fields);
         if !map.is_empty() {
             self.trailers = Some(map);
         }

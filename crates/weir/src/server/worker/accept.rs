@@ -243,7 +243,7 @@ pub(super) fn start_connection(
                     index,
                     tls.clone(),
                 )),
-                None if !proxied => Box::pin(crate::server::tcp::serve_plain(
+                None if !proxied => Box::pin(crate::pipeline::tcp::serve_plain(
                     stream,
                     peer,
                     rt.clone(),

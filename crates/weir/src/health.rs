@@ -1,5 +1,5 @@
-//! The background thread of the proxy: active HTTP health checks (rise/fall) and periodic DNS
-//! re-resolution of upstream servers given by name. It only writes the shared atomics the
+//! Active health checks, a thread beside the workers: HTTP (and HTTP/2) checks with rise/fall,
+//! and periodic DNS re-resolution of upstream servers given by name. It only writes the shared atomics the
 //! workers read (`Health`, `Server::addr`), so the request path never waits for it.
 //!
 //! It follows reloads: when the server publishes a new config it stops its checks and starts
@@ -13,7 +13,7 @@ use bytes::BytesMut;
 use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 
-use super::upstream::{ActivePolicy, Server, Upstream};
+use crate::proxy::upstream::{ActivePolicy, Server, Upstream};
 
 /// Starts the thread; it ends when `shutdown` turns true, and restarts its checks on the
 /// `upstreams()` of the published config each time `reloaded` changes.
@@ -76,12 +76,12 @@ async fn check_loop(u: Arc<Upstream>, i: usize, p: ActivePolicy) {
     let (mut ok_run, mut fail_run) = (0u32, 0u32);
     loop {
         let verdict = if p.tcp {
-            super::socket::connect(server, u.tls.as_ref(), p.timeout)
+            crate::proxy::socket::connect(server, u.tls.as_ref(), p.timeout)
                 .await
                 .map(drop)
                 .map_err(|e| format!("connect: {e}"))
         } else if u.h2 {
-            match super::h2_upstream::check(&u, i, &p.path, p.timeout).await {
+            match crate::proxy::h2_upstream::check(&u, i, &p.path, p.timeout).await {
                 Ok(status)
                     if p.expect_status
                         .map_or((200..300).contains(&status), |w| w == status) =>
@@ -119,11 +119,11 @@ async fn check_loop(u: Arc<Upstream>, i: usize, p: ActivePolicy) {
 /// One `GET path` with `Connection: close`; healthy if the status is as expected.
 async fn check_once(
     server: &Server,
-    tls: Option<&super::tls::UpstreamTls>,
+    tls: Option<&crate::proxy::tls::UpstreamTls>,
     p: &ActivePolicy,
 ) -> Result<(), String> {
     let exchange = async {
-        let mut s = super::socket::connect(server, tls, p.timeout)
+        let mut s = crate::proxy::socket::connect(server, tls, p.timeout)
             .await
             .map_err(|e| format!("connect: {e}"))?;
         let req = format!(
@@ -131,7 +131,7 @@ async fn check_once(
             p.path,
             server.authority()
         );
-        super::exchange::send(&mut s, req.as_bytes())
+        crate::proxy::exchange::send(&mut s, req.as_bytes())
             .await
             .map_err(|e| format!("write: {e}"))?;
         let mut buf = BytesMut::with_capacity(4096);
@@ -168,7 +168,7 @@ async fn resolve_loop(u: Arc<Upstream>, i: usize) {
         tokio::time::sleep(u.resolve_every).await;
         let (host, port) = (u.servers[i].host.clone(), u.servers[i].port);
         let resolved =
-            tokio::task::spawn_blocking(move || super::upstream::resolve(&host, port)).await;
+            tokio::task::spawn_blocking(move || crate::proxy::upstream::resolve(&host, port)).await;
         match resolved {
             Ok(Ok(addr)) => {
                 let server = &u.servers[i];
