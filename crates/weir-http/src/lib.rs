@@ -46,5 +46,7 @@ pub use error::ParseError;
 pub use fields::Fields;
 pub use framing::BodyKind;
 pub use reply::{Base, BodyEncoding, Framing, Persistence, Reply};
-pub use request::{header_map, parse_request, Header, Limits, Method, RequestHead, Underscores, Version};
+pub use request::{
+    header_map, parse_request, Header, Limits, Method, RequestHead, Underscores, Version,
+};
 pub use response_head::{parse_response, ResponseHead};

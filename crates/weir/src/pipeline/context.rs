@@ -86,7 +86,7 @@ pub(crate) struct RequestCtx {
     /// until one is made.
     made_id: u64,
     /// What only some requests need, boxed: the context lives in the pipeline's future, whose
-    /// size every idle connection pays (`server/conn/`), while these are set only for
+    /// size every idle connection pays (`server/http1/`), while these are set only for
     /// proxied requests and logs that report them.
     pub extra: Option<Box<Extra>>,
 }

@@ -1,5 +1,5 @@
 //! The seam between the request pipeline and a client protocol. An HTTP/1.1 connection, plain
-//! or TLS (`server/conn/`), and an HTTP/2 stream (`server/h2/stream.rs`) implement it, and every
+//! or TLS (`server/http1/`), and an HTTP/2 stream (`server/h2/stream.rs`) implement it, and every
 //! producer (proxy, cache, actions) works over either unchanged.
 //!
 //! Generic, not `dyn`: the pipeline is monomorphised per protocol, so a cache hit over HTTP/1.1

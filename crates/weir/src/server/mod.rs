@@ -17,16 +17,16 @@
 //!   and starts connections; [`spawn`] gives a connection its task.
 //! - [`park`]: the idle epoll, and parked connections served again (it imports the protocols;
 //!   they do not import it).
-//! - Protocols: `conn/` (HTTP/1.1, plain and TLS, h2c's sniffing), `h2/` (HTTP/2 on weir-h2),
-//!   `h3/` (HTTP/3), `tcp` (TCP proxying), `tls` (handshakes, ALPN), `proxied` (PROXY
-//!   headers); `client_io` is the HTTP/1.1 connection's socket, `uring/` its io_uring
+//! - Protocols: `http1/` (HTTP/1.1, plain and TLS, h2c's sniffing), `h2/` (HTTP/2 on weir-h2),
+//!   `h3/` (HTTP/3), `tls` (handshakes, ALPN), `proxied` (PROXY headers); a `tcp:` listener's
+//!   connection, once accepted, goes to `pipeline/tcp.rs`; `client_io` is the HTTP/1.1 connection's socket, `uring/` its io_uring
 //!   transport; `listener`, `handoff` and `reload` bind, pass and swap listening sockets.
 
 mod client_io;
-mod conn;
 mod h2;
 mod h3;
 pub mod handoff;
+mod http1;
 mod listener;
 mod park;
 mod parked;

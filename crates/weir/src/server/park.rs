@@ -50,7 +50,7 @@ use mio::{Events, Poll};
 use tokio::io::unix::AsyncFd;
 
 use super::client_io::ClientIo;
-use super::conn::Conn;
+use super::http1::Conn;
 use super::parked::{Park, Parked, ParkedH2, ParkedTls};
 use super::spawn::{spawn_boxed, spawn_plain, Serve};
 use super::state::{ActiveGuard, WorkerState};

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use super::client_io::ClientIo;
-use super::conn::Conn;
+use super::http1::Conn;
 use super::state::WorkerState;
 use crate::metrics::CloseReason;
 use crate::runtime::WorkerRuntime;
@@ -54,7 +54,10 @@ pub(crate) async fn serve(
     match rt.cfg.listeners[listener].tls.clone() {
         Some(tls) => super::tls::serve(stream, client, key, state, rt, listener, tls).await,
         None if rt.cfg.listeners[listener].tcp.is_some() => {
-            Box::pin(crate::pipeline::tcp::serve_plain(stream, client, rt, listener)).await
+            Box::pin(crate::pipeline::tcp::serve_plain(
+                stream, client, rt, listener,
+            ))
+            .await
         }
         None => {
             let io = ClientIo::Fresh(stream);

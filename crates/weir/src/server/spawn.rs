@@ -4,7 +4,7 @@
 
 use std::rc::Rc;
 
-use super::conn::Conn;
+use super::http1::Conn;
 use super::state::{ActiveGuard, WorkerState};
 use crate::metrics::CloseReason;
 

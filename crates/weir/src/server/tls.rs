@@ -14,7 +14,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::client_io::{ClientIo, TlsConn};
-use super::conn::Conn;
+use super::http1::Conn;
 use super::state::WorkerState;
 use crate::metrics::{CloseReason, TlsOutcome};
 use crate::runtime::WorkerRuntime;

@@ -269,7 +269,7 @@ mod tests {
         use crate::proxy::route::ProxyRoute;
         use crate::proxy::upstream::Upstream;
         use weir_http::{Persistence, RequestHead};
-        type Conn = super::super::conn::Conn;
+        type Conn = super::super::http1::Conn;
         type Args = (
             &'static mut Conn,
             &'static mut RequestCtx,

@@ -20,7 +20,7 @@
 //!   admin API lists and unblocks clients, and the log lines about clients are gated
 //!   (`logs::Limited`: a client controls their rate).
 //! * The request shape (`shape` filter, `filters/shape.rs`) and the reads a head or body may
-//!   take (`server/conn`) report their violations here; the HTTP/2 glitch counter lives in
+//!   take (`server/http1`) report their violations here; the HTTP/2 glitch counter lives in
 //!   `server/h2/flood.rs`.
 //!
 //! Cost with no `shield:` configured: one `Option` test per connection and per request. With

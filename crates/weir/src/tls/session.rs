@@ -324,7 +324,7 @@ impl Session {
                     continue;
                 }
                 Opened::Closed { used } => {
-                    // Answered with ours when the connection is dropped (`server/conn`).
+                    // Answered with ours when the connection is dropped (`server/http1`).
                     at += used;
                     self.peer_closed = true;
                     continue;

@@ -10,7 +10,7 @@ use tokio::io::unix::AsyncFd;
 use crate::runtime::WorkerRuntime;
 use crate::runtime::{ListenerId, UNIX_PEER};
 use crate::server::client_io::ClientIo;
-use crate::server::conn::Conn;
+use crate::server::http1::Conn;
 use crate::server::spawn::{spawn_boxed, spawn_plain, Serve};
 use crate::server::state::{refuse, WorkerState};
 
@@ -71,7 +71,7 @@ impl Accepting {
     /// socket).
     ///
     /// A unix connection is served as a `mio::net::TcpStream` wrapping its descriptor: the
-    /// connection path (`client_io.rs`, `conn/`, `park.rs`, `tls.rs`, `tcp/`) is written for
+    /// connection path (`client_io.rs`, `http1/`, `park.rs`, `tls.rs`, `pipeline/tcp.rs`) is written for
     /// one stream type, and what it does with the descriptor (`recv`, `send`/`writev` with
     /// `MSG_MORE`, `sendfile`, `splice`, `shutdown`, `SO_LINGER`, epoll) a unix stream socket
     /// does the same way. The TCP-only calls on that path (`TCP_NODELAY`, `local_addr`) fail on

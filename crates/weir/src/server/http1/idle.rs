@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use super::buffers::{give_buf, read_more, take_buf};
-use super::{ClientIo, Conn};
+use super::conn::Conn;
 use crate::error::{Error, ErrorKind, OrErr};
+use crate::server::client_io::ClientIo;
 
 impl Conn {
     /// Waits, without holding buffers, for the next request to start. `None`: idle timeout or

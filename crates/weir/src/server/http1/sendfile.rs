@@ -6,7 +6,7 @@ use std::io;
 
 use tokio::time::timeout;
 
-use super::Conn;
+use super::conn::Conn;
 use crate::error::{Error, ErrorKind, OrErr};
 use weir_http::BodyEncoding;
 

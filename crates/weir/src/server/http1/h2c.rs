@@ -5,7 +5,8 @@
 use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
 
-use super::{give_buf, read_more, take_buf, Conn};
+use super::buffers::{give_buf, read_more, take_buf};
+use super::conn::Conn;
 use crate::error::{Error, ErrorKind, OrErr};
 use crate::metrics::CloseReason;
 use crate::server::client_io::ClientIo;

@@ -7,7 +7,8 @@ use std::io;
 use bytes::{Buf, Bytes};
 use tokio::time::{timeout, timeout_at, Instant};
 
-use super::{Conn, BY_REFERENCE, IOV_MAX, LINGER_BYTES, LINGER_TIME, READ_BUF};
+use super::buffers::READ_BUF;
+use super::conn::{Conn, BY_REFERENCE, IOV_MAX, LINGER_BYTES, LINGER_TIME};
 use crate::error::{Error, ErrorKind, OrErr};
 
 impl Conn {
