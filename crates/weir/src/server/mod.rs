@@ -28,6 +28,7 @@ mod h3;
 pub mod handoff;
 mod http1;
 mod listener;
+mod outbox;
 mod park;
 mod parked;
 mod proxied;

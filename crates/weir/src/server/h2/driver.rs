@@ -372,8 +372,7 @@ where
                 Event::Aborted { stream } => {
                     if let Some(s) = sh.slot(stream) {
                         s.reset = true;
-                        s.queue.clear();
-                        s.queued = 0;
+                        s.out.clear();
                         s.wake();
                     }
                 }
@@ -384,8 +383,7 @@ where
                             resets += 1;
                         }
                         s.reset = true;
-                        s.queue.clear();
-                        s.queued = 0;
+                        s.out.clear();
                         s.wake();
                     }
                 }

@@ -15,6 +15,8 @@ use bytes::{Bytes, BytesMut};
 use weir_h2::conn::Conn;
 use weir_h2::{frame, Reason};
 
+use crate::server::outbox::{Out, Outbox};
+
 /// Octets waiting to be written past which no more DATA is framed (and the connection stops
 /// reading: `driver`).
 pub(crate) const WRITE_HIGH: usize = 256 * 1024;
@@ -22,19 +24,6 @@ pub(crate) const WRITE_HIGH: usize = 256 * 1024;
 /// A DATA payload up to this size is copied into the write buffer; larger ones are written
 /// from their own bytes (one more iovec).
 const COPY_DATA: usize = 1024;
-
-/// What a stream queued to send, in order.
-#[derive(Debug)]
-pub(crate) enum Out {
-    /// A header block: an interim (1xx) head, or the response's.
-    Head {
-        block: Bytes,
-        interim: bool,
-    },
-    Data(Bytes),
-    /// Trailers: a header block that ends the stream.
-    Trailers(Bytes),
-}
 
 /// One stream being answered.
 #[derive(Debug)]
@@ -50,11 +39,8 @@ pub(crate) struct Slot {
     pub received: u64,
     /// The stream is reset (by the peer, or by this side): everything it does fails.
     pub reset: bool,
-    // The response.
-    pub queue: VecDeque<Out>,
-    pub queued: usize,
-    /// `end_body`: the stream ends after what is queued.
-    pub ended: bool,
+    /// The response: HPACK blocks (heads, trailers) and DATA, in order.
+    pub out: Outbox<Bytes>,
     /// END_STREAM went out.
     pub finished: bool,
     /// The pipeline asked for what is queued to be written (until then it waits, so that a
@@ -81,9 +67,7 @@ impl Slot {
             declared,
             received: 0,
             reset: false,
-            queue: VecDeque::new(),
-            queued: 0,
-            ended: false,
+            out: Outbox::default(),
             finished: false,
             ready: false,
             done: false,
@@ -180,8 +164,7 @@ impl Shared {
         self.conn.reset(id, reason, &mut self.owed);
         if let Some(s) = self.slot(id) {
             s.reset = true;
-            s.queue.clear();
-            s.queued = 0;
+            s.out.clear();
             s.wake();
         }
     }
@@ -191,8 +174,7 @@ impl Shared {
         let r = self.conn.malformed(id, &mut self.owed);
         if let Some(s) = self.slot(id) {
             s.reset = true;
-            s.queue.clear();
-            s.queued = 0;
+            s.out.clear();
             s.wake();
         }
         r
@@ -211,12 +193,15 @@ impl Shared {
             if s.ready && !s.reset {
                 let id = s.id;
                 loop {
-                    let last_item = s.ended && s.queue.len() == 1;
-                    let Some(front) = s.queue.front_mut() else {
+                    let last_item = s.out.front_is_last();
+                    let Some(front) = s.out.front_mut() else {
                         break;
                     };
                     match front {
-                        Out::Head { block, interim } => {
+                        Out::Head {
+                            head: block,
+                            interim,
+                        } => {
                             let end = !*interim && last_item;
                             let update = if *interim {
                                 None
@@ -235,14 +220,15 @@ impl Shared {
                                 break;
                             }
                             let piece = data.split_to(room.min(data.len()));
-                            let end = last_item && data.is_empty();
+                            let rest = !data.is_empty();
+                            let end = last_item && !rest;
                             w.buf
                                 .extend_from_slice(&frame::data_header(id, piece.len(), end));
-                            s.queued -= piece.len();
+                            s.out.sent(piece.len());
                             self.conn.sent_data(id, piece.len(), end);
                             w.data(piece);
                             s.finished |= end;
-                            if !data.is_empty() {
+                            if rest {
                                 moved = true;
                                 continue;
                             }
@@ -253,11 +239,11 @@ impl Shared {
                             s.finished = true;
                         }
                     }
-                    s.queue.pop_front();
+                    s.out.pop_front();
                     moved = true;
                 }
-                if s.queue.is_empty() {
-                    if s.ended && !s.finished {
+                if s.out.is_empty() {
+                    if s.out.ended() && !s.finished {
                         w.buf.extend_from_slice(&frame::data_header(id, 0, true));
                         self.conn.sent_data(id, 0, true);
                         s.finished = true;
@@ -268,7 +254,7 @@ impl Shared {
                 }
             }
             let s = &self.slots[i];
-            if s.done && (s.finished || s.reset || s.queue.is_empty()) {
+            if s.done && (s.finished || s.reset || s.out.is_empty()) {
                 let (id, finished, reset, body_ended) = (s.id, s.finished, s.reset, s.body_ended);
                 self.slots.swap_remove(i);
                 if !finished && !reset {

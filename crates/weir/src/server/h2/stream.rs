@@ -19,13 +19,10 @@ use weir_http::{BodyKind, Persistence, Reply, RequestHead, Version};
 
 use super::driver::Incoming;
 use super::shared::ConnShared;
-use super::slots::{Out, Shared, Slot};
+use super::slots::{Shared, Slot};
 use crate::error::{Error, ErrorKind};
 use crate::pipeline::downstream::Downstream;
 use crate::runtime::WorkerRuntime;
-
-/// Queued body bytes past which the pipeline should flush.
-const FLUSH_AT: usize = 64 * 1024;
 
 /// One stream being answered.
 #[derive(Debug)]
@@ -187,27 +184,11 @@ impl H2Stream {
             .block(|b| super::head::response_block(&reply, &[], b));
         drop(reply);
         let _ = self.with_slot(|s| {
-            s.queue.clear();
-            s.queued = 0;
-            s.queue.push_back(Out::Head {
-                block,
-                interim: false,
-            });
-            if !body.is_empty() {
-                s.queued += body.len();
-                s.queue.push_back(Out::Data(Bytes::from(body)));
-            }
+            s.out.clear();
+            s.out.head(block, false);
+            s.out.data(Bytes::from(body));
         });
         self.started = true;
-    }
-
-    fn queue(&mut self, out: Out) {
-        let _ = self.with_slot(|s| {
-            if let Out::Data(d) = &out {
-                s.queued += d.len();
-            }
-            s.queue.push_back(out);
-        });
     }
 
     /// What the peer's windows let this stream send now beyond what it queued.
@@ -215,7 +196,7 @@ impl H2Stream {
         let mut io = self.io.borrow_mut();
         let room = io.conn.send_window(self.id);
         match io.slot(self.id) {
-            Some(s) if !s.reset => Ok(room.saturating_sub(s.queued)),
+            Some(s) if !s.reset => Ok(room.saturating_sub(s.out.queued())),
             _ => Err(Error::new(ErrorKind::ClientClosed)),
         }
     }
@@ -332,10 +313,7 @@ impl Downstream for H2Stream {
             .borrow_mut()
             .block(|b| super::head::response_block(reply, &[], b));
         self.with_slot(|s| {
-            s.queue.push_back(Out::Head {
-                block,
-                interim: true,
-            });
+            s.out.head(block, true);
             s.ready = true;
         })
     }
@@ -349,17 +327,14 @@ impl Downstream for H2Stream {
             Some(v) => super::head::response_block(reply, &[(b"alt-svc", v)], b),
             None => super::head::response_block(reply, &[], b),
         });
-        self.queue(Out::Head {
-            block,
-            interim: false,
-        });
+        let _ = self.with_slot(|s| s.out.head(block, false));
         self.started = true;
         persistence
     }
 
     fn send_data(&mut self, data: &Bytes) {
         if !data.is_empty() {
-            self.queue(Out::Data(data.clone()));
+            let _ = self.with_slot(|s| s.out.data(data.clone()));
         }
     }
 
@@ -369,12 +344,12 @@ impl Downstream for H2Stream {
             .borrow_mut()
             .block(|b| super::lines::trailer_block(fields, b));
         if !block.is_empty() {
-            self.queue(Out::Trailers(block));
+            let _ = self.with_slot(|s| s.out.trailers(block));
         }
     }
 
     fn end_body(&mut self) {
-        let _ = self.with_slot(|s| s.ended = true);
+        let _ = self.with_slot(|s| s.out.end());
     }
 
     fn room_now(&mut self, want: usize) -> usize {
@@ -387,8 +362,8 @@ impl Downstream for H2Stream {
         // error): a client that never opens its window holds nothing for long.
         wait_slot(self, stall, ErrorKind::WriteTimeout, |s, window| {
             // What is queued goes first; then the window beyond it.
-            s.ready |= s.queued > 0;
-            let room = window.saturating_sub(s.queued);
+            s.ready |= s.out.queued() > 0;
+            let room = window.saturating_sub(s.out.queued());
             s.window_wait = room == 0;
             (room > 0).then(|| room.min(want))
         })
@@ -396,7 +371,7 @@ impl Downstream for H2Stream {
     }
 
     fn should_flush(&self) -> bool {
-        self.with_slot(|s| s.queued >= FLUSH_AT).unwrap_or(false)
+        self.with_slot(|s| s.out.should_flush()).unwrap_or(false)
     }
 
     async fn flush(&mut self) -> Result<(), Error> {
@@ -410,7 +385,7 @@ impl Downstream for H2Stream {
             match io.slot(self.id) {
                 Some(s) if !s.reset => {
                     s.ready = true;
-                    s.ended && s.queued <= window
+                    s.out.ended() && s.out.queued() <= window
                 }
                 _ => return Err(Error::new(ErrorKind::ClientClosed)),
             }
@@ -421,12 +396,12 @@ impl Downstream for H2Stream {
         loop {
             let before = self.with_slot(|s| {
                 s.ready = true;
-                s.queued
+                s.out.queued()
             })?;
             let drained = wait_slot(self, stall, ErrorKind::WriteTimeout, |s, _| {
-                if s.queue.is_empty() && (s.finished || !s.ended) {
+                if s.out.is_empty() && (s.finished || !s.out.ended()) {
                     Some(true)
-                } else if s.queued < before {
+                } else if s.out.queued() < before {
                     // Moving, if slowly: the stall timer starts again.
                     Some(false)
                 } else {

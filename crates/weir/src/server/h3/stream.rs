@@ -8,7 +8,6 @@
 //! Interim (1xx) responses are not sent over HTTP/3: `100 Continue` is implied (clients do not
 //! wait for it over HTTP/3 in practice) and `103 Early Hints` is dropped.
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
@@ -21,11 +20,9 @@ use super::shared::ConnShared;
 use crate::error::{Error, ErrorKind};
 use crate::pipeline::downstream::Downstream;
 use crate::runtime::WorkerRuntime;
+use crate::server::outbox::{Out, Outbox};
 
 type Stream = RequestStream<super::guard::GuardedBidi, Bytes>;
-
-/// Queued body bytes past which the pipeline should flush.
-const FLUSH_AT: usize = 64 * 1024;
 
 /// One stream being answered.
 pub(super) struct H3Stream {
@@ -51,14 +48,11 @@ pub(super) struct H3Stream {
     body_cap: u64,
     /// The route's wait between body bytes, over `timeouts.body`.
     body_wait: Option<std::time::Duration>,
-    head: Option<http::Response<()>>,
+    /// The response, queued until the pipeline flushes.
+    out: Outbox<http::Response<()>, http::HeaderMap>,
     /// The head was sent: a failure now can only reset the stream.
     started: bool,
-    queued: VecDeque<Bytes>,
-    queued_len: usize,
-    ended: bool,
     finished: bool,
-    trailers: Option<http::HeaderMap>,
     request_trailers: Vec<weir_http::Header>,
     /// Why the message is malformed (RFC 9114 §4.1.2: a body whose length is not its
     /// `content-length`, a connection-specific field in its head or trailers): a stream error
@@ -160,13 +154,9 @@ pub(super) async fn serve(
         declared: None,
         body_cap: u64::MAX,
         body_wait: None,
-        head: None,
+        out: Outbox::default(),
         started: false,
-        queued: VecDeque::new(),
-        queued_len: 0,
-        ended: false,
         finished: false,
-        trailers: None,
         request_trailers: Vec::new(),
         malformed: None,
     };
@@ -221,7 +211,7 @@ pub(super) async fn serve(
             }
         }
     }
-    d.ended = true;
+    d.out.end();
     if d.flush().await.is_err() {
         d.stream.stop_stream(h3::error::Code::H3_REQUEST_CANCELLED);
     }
@@ -320,12 +310,10 @@ impl H3Stream {
         let reply = crate::error::canned(status, body.len(), &self.rt.cfg.server_line);
         let head = convert::response_head(&reply);
         drop(reply);
-        self.queued.clear();
-        self.queued_len = 0;
-        self.trailers = None;
-        self.head = Some(head);
-        self.send_data(&Bytes::from(body));
-        self.ended = true;
+        self.out.clear();
+        self.out.head(head, false);
+        self.out.data(Bytes::from(body));
+        self.out.end();
     }
 
     fn count_body(&mut self, n: usize) -> Result<(), Error> {
@@ -434,30 +422,27 @@ impl Downstream for H3Stream {
     }
 
     fn send_head(&mut self, reply: &Reply<'_>, persistence: Persistence) -> Persistence {
-        self.head = Some(convert::response_head(reply));
+        self.out.head(convert::response_head(reply), false);
         persistence
     }
 
     fn send_data(&mut self, data: &Bytes) {
-        if !data.is_empty() {
-            self.queued_len += data.len();
-            self.queued.push_back(data.clone());
-        }
+        self.out.data(data.clone());
     }
 
     fn send_trailers(&mut self, fields: &[weir_http::Header]) {
         let map = weir_http::header_map(fields);
         if !map.is_empty() {
-            self.trailers = Some(map);
+            self.out.trailers(map);
         }
     }
 
     fn end_body(&mut self) {
-        self.ended = true;
+        self.out.end();
     }
 
     fn should_flush(&self) -> bool {
-        self.queued_len >= FLUSH_AT
+        self.out.should_flush()
     }
 
     async fn flush(&mut self) -> Result<(), Error> {
@@ -465,18 +450,18 @@ impl Downstream for H3Stream {
             return Ok(());
         }
         let stall = self.rt.cfg.timeouts.write;
-        if let Some(head) = self.head.take() {
-            self.started = true;
-            timed(stall, self.stream.send_response(head)).await?;
-        }
-        while let Some(data) = self.queued.pop_front() {
-            self.queued_len -= data.len();
-            timed(stall, self.stream.send_data(data)).await?;
-        }
-        if self.ended && self.started {
-            if let Some(t) = self.trailers.take() {
-                timed(stall, self.stream.send_trailers(t)).await?;
+        while let Some(item) = self.out.pop_front() {
+            match item {
+                // HTTP/3 interim responses are not sent (`send_interim`).
+                Out::Head { head, .. } => {
+                    self.started = true;
+                    timed(stall, self.stream.send_response(head)).await?;
+                }
+                Out::Data(data) => timed(stall, self.stream.send_data(data)).await?,
+                Out::Trailers(t) => timed(stall, self.stream.send_trailers(t)).await?,
             }
+        }
+        if self.out.ended() && self.started {
             timed(stall, self.stream.finish()).await?;
             self.finished = true;
         }
