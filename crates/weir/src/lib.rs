@@ -22,6 +22,7 @@ pub mod admin;
 pub mod bench_cmd;
 pub mod cache;
 pub mod cli;
+pub mod client_socket;
 pub mod clock;
 pub mod cluster;
 pub mod config;

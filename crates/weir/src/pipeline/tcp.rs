@@ -14,10 +14,11 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use tokio::net::TcpStream;
+use crate::client_socket::ClientStream;
 use tokio::time::Instant;
 
 use crate::access_log::Entry;
+use crate::client_socket::RawClient;
 use crate::error::ErrorKind;
 use crate::metrics::CloseReason;
 use crate::runtime::WorkerRuntime;
@@ -27,18 +28,18 @@ use crate::tls::TlsInfo;
 
 /// A client connection: plain, or TLS that weir terminated.
 pub(crate) enum Client {
-    Plain(TcpStream),
+    Plain(ClientStream),
     Tls(Box<crate::tls::stream::ServerTls>),
 }
 
 /// Serves a connection accepted on TCP listener `listener`.
 pub(crate) async fn serve_plain(
-    stream: mio::net::TcpStream,
+    stream: RawClient,
     peer: SocketAddr,
     rt: Rc<WorkerRuntime>,
     listener: usize,
 ) -> CloseReason {
-    match TcpStream::from_std(std::net::TcpStream::from(stream)) {
+    match stream.register() {
         Ok(tcp) => serve(Client::Plain(tcp), None, peer, rt, listener).await,
         Err(_) => CloseReason::ClientError,
     }
@@ -147,7 +148,7 @@ async fn relay_all(client: Client, server: crate::proxy::tls::Socket, idle: Dura
 /// byte past what is there, so the socket becomes readable again only when more arrived (a
 /// client that sends part of one and stalls costs no CPU until `timeouts.header`). The buffer
 /// starts small and grows only while a hello fills it.
-async fn peek_name(tcp: &TcpStream, within: Duration) -> Option<String> {
+async fn peek_name(tcp: &ClientStream, within: Duration) -> Option<String> {
     let deadline = Instant::now() + within;
     let mut buf = vec![0u8; 2048];
     let limit = sni::MAX_HELLO + 5 * 4;
@@ -226,7 +227,7 @@ async fn peek_name(tcp: &TcpStream, within: Duration) -> Option<String> {
 
 /// Sets `SO_RCVLOWAT`: the socket reads as readable once `bytes` are queued.
 #[allow(unsafe_code)]
-fn set_rcvlowat(tcp: &TcpStream, bytes: usize) -> std::io::Result<()> {
+fn set_rcvlowat(tcp: &ClientStream, bytes: usize) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     // SAFETY: the descriptor is the live socket `tcp` borrows, and `v` is a c_int that

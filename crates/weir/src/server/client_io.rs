@@ -1,4 +1,4 @@
-//! The client socket, registered with the reactor lazily.
+//! The client socket (`crate::client_socket`: TCP or unix), registered with the reactor lazily.
 //!
 //! A connection is accepted unregistered (mio's `accept4(SOCK_NONBLOCK)`) and first served with
 //! plain non-blocking reads and writes. Only when it must wait — no request yet, a partial
@@ -20,7 +20,8 @@ use crate::tls::stream::ServerTls;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+
+use crate::client_socket::{ClientStream, RawClient};
 
 use crate::tls::TlsInfo;
 
@@ -35,9 +36,9 @@ pub(crate) struct TlsConn {
 #[derive(Debug)]
 pub(crate) enum ClientIo {
     /// Not yet known to epoll; every call is a plain non-blocking syscall.
-    Fresh(mio::net::TcpStream),
+    Fresh(RawClient),
     /// Registered with this worker's reactor.
-    Registered(TcpStream),
+    Registered(ClientStream),
     /// TLS, registered (boxed: a plain connection does not carry rustls' state in its size).
     Tls(Box<TlsConn>),
     /// Served through the worker's io_uring ring (the `uring` feature's experiment).
@@ -49,12 +50,12 @@ pub(crate) enum ClientIo {
 
 impl ClientIo {
     /// Registers with the reactor (idempotent).
-    pub(crate) fn register(&mut self) -> io::Result<&mut TcpStream> {
+    pub(crate) fn register(&mut self) -> io::Result<&mut ClientStream> {
         if let ClientIo::Fresh(_) = self {
             let ClientIo::Fresh(s) = std::mem::replace(self, ClientIo::Gone) else {
                 unreachable!()
             };
-            *self = ClientIo::Registered(TcpStream::from_std(std::net::TcpStream::from(s))?);
+            *self = ClientIo::Registered(s.register()?);
         }
         match self {
             ClientIo::Registered(s) => Ok(s),
@@ -99,7 +100,7 @@ impl ClientIo {
     /// The socket to wait on for a request to start, registered; `None` when there is nothing
     /// to wait for because rustls holds decrypted bytes already (TLS). Waiting on the socket
     /// reads nothing, so the caller need not hold a buffer meanwhile.
-    pub(crate) fn idle_stream(&mut self) -> io::Result<Option<&TcpStream>> {
+    pub(crate) fn idle_stream(&mut self) -> io::Result<Option<&ClientStream>> {
         if let ClientIo::Tls(t) = self {
             if t.stream.readable_now()? {
                 return Ok(None);
@@ -323,7 +324,7 @@ impl ClientIo {
 /// One non-blocking `recv` into the spare capacity of `buf`, without zero-filling it first (a
 /// zero-fill would make every pooled buffer fully resident).
 #[allow(unsafe_code)]
-fn read_nonblocking(s: &mut mio::net::TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
+fn read_nonblocking(s: &mut RawClient, buf: &mut BytesMut) -> io::Result<usize> {
     use bytes::BufMut;
     if buf.capacity() == buf.len() {
         buf.reserve(4096);

@@ -54,6 +54,7 @@ use super::http1::Conn;
 use super::parked::{Park, Parked, ParkedH2, ParkedTls};
 use super::spawn::{spawn_boxed, spawn_plain, Serve};
 use super::state::{ActiveGuard, WorkerState};
+use crate::client_socket::RawClient;
 use crate::metrics::CloseReason;
 use crate::runtime::WorkerRuntime;
 use crate::tls::stream::ServerTls;
@@ -191,7 +192,7 @@ fn resume(state: &Rc<WorkerState>, key: usize) {
         Some(tls) => {
             let ParkedTls { session, info } = *tls;
             // Registered at once: TLS reads go through the reactor (`client_io.rs`).
-            let tcp = match tokio::net::TcpStream::from_std(std::net::TcpStream::from(stream)) {
+            let tcp = match stream.register() {
                 Ok(tcp) => tcp,
                 Err(_) => {
                     drop(ActiveGuard::new(
@@ -219,7 +220,7 @@ fn resume(state: &Rc<WorkerState>, key: usize) {
 fn resume_h2(
     state: &Rc<WorkerState>,
     key: usize,
-    stream: mio::net::TcpStream,
+    stream: RawClient,
     tls: Option<Box<ParkedTls>>,
     h2: Box<ParkedH2>,
     (rt, listener): (Rc<WorkerRuntime>, usize),
@@ -227,7 +228,7 @@ fn resume_h2(
 ) {
     let admin = rt.cfg.listeners[listener].admin;
     let guard = ActiveGuard::new(state.clone(), key, CloseReason::Idle, admin);
-    let Ok(tcp) = tokio::net::TcpStream::from_std(std::net::TcpStream::from(stream)) else {
+    let Ok(tcp) = stream.register() else {
         let mut guard = guard;
         guard.set_reason(CloseReason::ClientError);
         return;

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::rc::Rc;
 
+use crate::client_socket::RawClient;
 use crate::runtime::WorkerRuntime;
 use crate::tls::stream::IdleTls;
 use crate::tls::TlsInfo;
@@ -33,7 +34,7 @@ pub(crate) enum Park {
 /// left and keep those pages resident).
 #[derive(Debug)]
 pub(crate) struct Parked {
-    pub(super) stream: mio::net::TcpStream,
+    pub(super) stream: RawClient,
     /// The config it last ran on and its listener's index there, as a connection waiting in
     /// its task keeps them: its next request moves to the config published then, or, when a
     /// reload removed its listener, is answered on these routes and closes.

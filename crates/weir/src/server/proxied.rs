@@ -16,6 +16,7 @@ use std::time::Duration;
 use super::client_io::ClientIo;
 use super::http1::Conn;
 use super::state::WorkerState;
+use crate::client_socket::RawClient;
 use crate::metrics::CloseReason;
 use crate::runtime::WorkerRuntime;
 use crate::shield::proxy_protocol::{self, Parsed};
@@ -23,7 +24,7 @@ use crate::shield::{Action, Limit};
 
 /// Serves a connection from a trusted load balancer at `peer`.
 pub(crate) async fn serve(
-    stream: mio::net::TcpStream,
+    stream: RawClient,
     peer: SocketAddr,
     key: usize,
     state: Rc<WorkerState>,
@@ -69,7 +70,7 @@ pub(crate) async fn serve(
 
 /// Reads the PROXY header: the client it names (`None`: a LOCAL or UNKNOWN header).
 async fn read_header(
-    stream: &mio::net::TcpStream,
+    stream: &RawClient,
     within: Duration,
 ) -> Result<Option<SocketAddr>, &'static str> {
     let deadline = tokio::time::Instant::now() + within;

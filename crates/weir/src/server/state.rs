@@ -18,6 +18,8 @@ use tokio::task::AbortHandle;
 
 use super::client_io::ClientIo;
 use super::parked::{Park, Parked, ParkedH2, ParkedTls};
+use crate::client_socket::ClientStream;
+use crate::client_socket::RawClient;
 use crate::metrics::CloseReason;
 use crate::runtime::ListenerId;
 use crate::runtime::{Published, WorkerRuntime};
@@ -198,11 +200,7 @@ pub(crate) const ADMIN_CONNECTIONS: usize = 16;
 
 /// Closes a connection just accepted, counted and logged (rate-limited: a client chooses how
 /// often).
-pub(crate) fn refuse(
-    state: &WorkerState,
-    stream: mio::net::TcpStream,
-    why: crate::metrics::Refusal,
-) {
+pub(crate) fn refuse(state: &WorkerState, stream: RawClient, why: crate::metrics::Refusal) {
     drop(stream);
     refused(state, why);
 }
@@ -312,7 +310,7 @@ impl WorkerState {
     pub(crate) fn park_h2(
         &self,
         key: usize,
-        stream: tokio::net::TcpStream,
+        stream: ClientStream,
         tls: Option<(IdleTls, TlsInfo)>,
         h2: Box<ParkedH2>,
         (rt, listener): (&Rc<WorkerRuntime>, usize),
@@ -354,13 +352,8 @@ impl WorkerState {
     }
 
     /// A socket moved from tokio's reactor to the idle epoll.
-    fn register_idle(
-        &self,
-        key: usize,
-        stream: tokio::net::TcpStream,
-    ) -> Option<mio::net::TcpStream> {
-        let std = stream.into_std().ok()?;
-        let mut stream = mio::net::TcpStream::from_std(std);
+    fn register_idle(&self, key: usize, stream: ClientStream) -> Option<RawClient> {
+        let mut stream = stream.into_raw().ok()?;
         self.idle
             .register(&mut stream, Token(key), Interest::READABLE)
             .ok()?;

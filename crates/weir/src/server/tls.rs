@@ -10,12 +10,13 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use crate::client_socket::ClientStream;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use super::client_io::{ClientIo, TlsConn};
 use super::http1::Conn;
 use super::state::WorkerState;
+use crate::client_socket::RawClient;
 use crate::metrics::{CloseReason, TlsOutcome};
 use crate::runtime::WorkerRuntime;
 use crate::tls::hello as sni;
@@ -29,7 +30,7 @@ Content-Length: 46\r\nConnection: close\r\n\r\nThe plain HTTP request was sent t
 
 /// Serves one accepted connection on a TLS listener.
 pub(crate) async fn serve(
-    stream: mio::net::TcpStream,
+    stream: RawClient,
     peer: SocketAddr,
     key: usize,
     state: Rc<WorkerState>,
@@ -38,7 +39,7 @@ pub(crate) async fn serve(
     config: Arc<rustls::ServerConfig>,
 ) -> CloseReason {
     let header = rt.cfg.timeouts.header;
-    let tcp = match TcpStream::from_std(std::net::TcpStream::from(stream)) {
+    let tcp = match stream.register() {
         Ok(t) => t,
         Err(_) => return CloseReason::ClientError,
     };
@@ -83,7 +84,7 @@ pub(crate) async fn serve(
 /// handshake waits for one to be obtained (up to `on_demand.wait`), then goes on (within
 /// `header`) with the listener's config, whose resolver now finds it.
 async fn accept_on_demand(
-    tcp: TcpStream,
+    tcp: ClientStream,
     config: Arc<rustls::ServerConfig>,
     gate: Arc<crate::tls::on_demand::Gate>,
     header: std::time::Duration,
@@ -104,7 +105,7 @@ async fn accept_on_demand(
 
 /// Reads until a whole ClientHello is in (or the bytes are not one: the handshake then fails
 /// on them), up to rustls' own limit for a handshake message.
-async fn read_hello(tcp: &TcpStream) -> std::io::Result<Vec<u8>> {
+async fn read_hello(tcp: &ClientStream) -> std::io::Result<Vec<u8>> {
     let mut hello = Vec::with_capacity(2048);
     loop {
         if !matches!(sni::scan(&hello, usize::MAX), sni::Scan::Incomplete) {
@@ -194,7 +195,7 @@ fn after_handshake(
 
 /// Answers plain HTTP on a TLS port as nginx does, then drains the request for a moment so
 /// that closing does not reset the answer away.
-async fn refuse_plaintext(mut tcp: TcpStream) {
+async fn refuse_plaintext(mut tcp: ClientStream) {
     let _ = tcp.write_all(PLAINTEXT_REPLY).await;
     let _ = tcp.shutdown().await;
     let mut sink = [0u8; 4096];

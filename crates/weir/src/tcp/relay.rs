@@ -22,6 +22,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
+
+use crate::client_socket::{ClientStream, Registered};
 use tokio::time::Instant;
 
 /// How a relay ended, and what it moved.
@@ -114,8 +116,8 @@ fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
 /// `to`'s write half. Counts bytes in `moved` and the time of the last in `last`. The pipe is
 /// empty whenever this returns `Ok`.
 async fn splice_way(
-    from: &TcpStream,
-    to: &TcpStream,
+    from: &impl Registered,
+    to: &impl Registered,
     pipe: &Pipe,
     moved: &Cell<u64>,
     last: &Cell<Instant>,
@@ -160,7 +162,7 @@ async fn splice_way(
 }
 
 /// Relays between two plain sockets with `splice`.
-pub async fn splice_both(client: &TcpStream, server: &TcpStream, idle: Duration) -> Relayed {
+pub async fn splice_both(client: &ClientStream, server: &TcpStream, idle: Duration) -> Relayed {
     let (p1, p2) = match (Pipe::take(), Pipe::take()) {
         (Ok(a), Ok(b)) => (a, b),
         _ => {

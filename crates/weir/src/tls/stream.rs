@@ -32,9 +32,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
+use crate::client_socket::ClientStream;
 use rustls::server::UnbufferedServerConnection;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 
 use crate::tls::hello as sni;
 use crate::tls::records::Records;
@@ -54,7 +54,7 @@ const KEEP_OUT: usize = MAX_WRITE + 4 * 64;
 
 /// A TLS connection whose handshake is done.
 pub(crate) struct ServerTls {
-    tcp: TcpStream,
+    tcp: ClientStream,
     s: Session,
 }
 
@@ -87,7 +87,7 @@ impl ServerTls {
     /// Runs the handshake on `tcp` with `config`; `incoming` holds bytes already read from it
     /// (a ClientHello read for on-demand certificates). The caller bounds it in time.
     pub(crate) async fn accept(
-        mut tcp: TcpStream,
+        mut tcp: ClientStream,
         config: Arc<rustls::ServerConfig>,
         mut incoming: Vec<u8>,
     ) -> io::Result<ServerTls> {
@@ -136,7 +136,7 @@ impl ServerTls {
     }
 
     /// The socket.
-    pub(crate) fn tcp(&self) -> &TcpStream {
+    pub(crate) fn tcp(&self) -> &ClientStream {
         &self.tcp
     }
 
@@ -298,7 +298,7 @@ impl ServerTls {
     /// ([`Self::is_quiet`]); `None` (the connection dropped, hence closed) otherwise, or when
     /// rustls cannot hand its keys over. The first park turns rustls' session into
     /// [`Records`]; the cipher contexts are dropped.
-    pub(crate) fn into_idle(self) -> Option<(TcpStream, IdleTls)> {
+    pub(crate) fn into_idle(self) -> Option<(ClientStream, IdleTls)> {
         if !self.is_quiet() || self.s.peer_closed || self.s.close_queued {
             return None;
         }
@@ -339,7 +339,7 @@ impl ServerTls {
     }
 
     /// A parked connection's socket and record keys together again.
-    pub(crate) fn from_idle(tcp: TcpStream, idle: IdleTls) -> ServerTls {
+    pub(crate) fn from_idle(tcp: ClientStream, idle: IdleTls) -> ServerTls {
         ServerTls {
             tcp,
             s: Session::new(Engine::Own(idle.records), Vec::new(), idle.sni),
@@ -365,7 +365,7 @@ fn reserve_read(incoming: &mut Vec<u8>) -> io::Result<()> {
 /// Reads once from `tcp` into `incoming`, waiting for bytes: `Ok(0)` at the end. Through
 /// `AsyncRead`, whose short read clears readiness: the next read waits instead of trying a
 /// `recv` that finds nothing (one system call per handshake, `bench/ab_weir.sh`).
-async fn read_some(tcp: &mut TcpStream, incoming: &mut Vec<u8>) -> io::Result<usize> {
+async fn read_some(tcp: &mut ClientStream, incoming: &mut Vec<u8>) -> io::Result<usize> {
     reserve_read(incoming)?;
     std::future::poll_fn(|cx| {
         tokio_util::io::poll_read_buf(Pin::new(&mut *tcp), cx, &mut *incoming)

@@ -22,6 +22,7 @@ use std::rc::Rc;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use crate::client_socket::ClientStream;
 use crate::runtime::WorkerRuntime;
 use crate::server::state::WorkerState;
 use crate::tls::stream::{IdleTls, ServerTls};
@@ -40,17 +41,17 @@ pub(crate) enum Quiet {
 pub(crate) trait H2Io: AsyncRead + AsyncWrite + Unpin + 'static {
     fn quiet(&self) -> Quiet;
     /// The socket and, over TLS, the record keys, when nothing is in flight.
-    fn into_parked(self) -> Option<(tokio::net::TcpStream, Option<IdleTls>)>;
+    fn into_parked(self) -> Option<(ClientStream, Option<IdleTls>)>;
     /// Closing without parking: TLS says `close_notify` if the socket takes it now.
     fn close_now(&mut self);
 }
 
-impl H2Io for tokio::net::TcpStream {
+impl H2Io for ClientStream {
     fn quiet(&self) -> Quiet {
         Quiet::Yes
     }
 
-    fn into_parked(self) -> Option<(tokio::net::TcpStream, Option<IdleTls>)> {
+    fn into_parked(self) -> Option<(ClientStream, Option<IdleTls>)> {
         Some((self, None))
     }
 
@@ -68,7 +69,7 @@ impl H2Io for ServerTls {
         }
     }
 
-    fn into_parked(self) -> Option<(tokio::net::TcpStream, Option<IdleTls>)> {
+    fn into_parked(self) -> Option<(ClientStream, Option<IdleTls>)> {
         self.into_idle().map(|(tcp, idle)| (tcp, Some(idle)))
     }
 

@@ -2,7 +2,6 @@
 //! bytes tell whether the client starts with the HTTP/2 preface; if so, the connection (the
 //! bytes already read included) is handed to `server/h2`. Other listeners never look.
 
-use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
 
 use super::buffers::{give_buf, read_more, take_buf};
@@ -60,7 +59,7 @@ impl Conn {
     /// Hands the connection to HTTP/2 (h2c with prior knowledge), preface included.
     async fn serve_h2(&mut self) -> CloseReason {
         let tcp = match std::mem::replace(&mut self.io, ClientIo::Gone) {
-            ClientIo::Fresh(s) => match TcpStream::from_std(std::net::TcpStream::from(s)) {
+            ClientIo::Fresh(s) => match s.register() {
                 Ok(t) => t,
                 Err(_) => return CloseReason::ClientError,
             },

@@ -10,6 +10,7 @@ use bytes::BytesMut;
 
 use super::consts::SEND_MAX;
 use super::driver::{with, Sock, DRIVER};
+use crate::client_socket::RawClient;
 
 /// A client socket served through this worker's ring.
 #[derive(Debug)]
@@ -24,7 +25,7 @@ pub(crate) struct UringSock {
 impl UringSock {
     /// Takes over an accepted socket (this worker must have a ring: [`active`]); `stall`: how
     /// long its sends may stall once the connection is gone (`timeouts.write`).
-    pub(crate) fn new(stream: mio::net::TcpStream, stall: Duration) -> UringSock {
+    pub(crate) fn new(stream: RawClient, stall: Duration) -> UringSock {
         let fd = stream.into_raw_fd();
         let slot = with(|d| {
             d.socks.insert(Sock {

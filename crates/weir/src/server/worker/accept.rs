@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
 
+use crate::client_socket::RawClient;
 use crate::runtime::WorkerRuntime;
 use crate::runtime::{ListenerId, UNIX_PEER};
 use crate::server::client_io::ClientIo;
@@ -68,28 +69,12 @@ impl std::os::fd::AsRawFd for Accepting {
 
 impl Accepting {
     /// One `accept4(SOCK_NONBLOCK)`: the connection and its peer ([`UNIX_PEER`] on a unix
-    /// socket).
-    ///
-    /// A unix connection is served as a `mio::net::TcpStream` wrapping its descriptor: the
-    /// connection path (`client_io.rs`, `http1/`, `park.rs`, `tls.rs`, `pipeline/tcp.rs`) is written for
-    /// one stream type, and what it does with the descriptor (`recv`, `send`/`writev` with
-    /// `MSG_MORE`, `sendfile`, `splice`, `shutdown`, `SO_LINGER`, epoll) a unix stream socket
-    /// does the same way. The TCP-only calls on that path (`TCP_NODELAY`, `local_addr`) fail on
-    /// it and their errors are ignored there; the peer is never asked of the socket.
+    /// socket: the peer is never asked of it).
     #[inline]
-    fn accept(&self) -> std::io::Result<(mio::net::TcpStream, std::net::SocketAddr)> {
+    fn accept(&self) -> std::io::Result<(RawClient, std::net::SocketAddr)> {
         match self {
-            Accepting::Tcp(l) => l.accept(),
-            Accepting::Unix(l) => {
-                use std::os::fd::{FromRawFd, IntoRawFd};
-                let (stream, _) = l.accept()?;
-                let fd = stream.into_raw_fd();
-                // SAFETY: `fd` is an open stream socket just accepted, whose ownership
-                // `into_raw_fd` gave up, so it is wrapped (and will be closed) exactly once.
-                #[allow(unsafe_code)]
-                let stream = unsafe { mio::net::TcpStream::from_raw_fd(fd) };
-                Ok((stream, UNIX_PEER))
-            }
+            Accepting::Tcp(l) => l.accept().map(|(s, peer)| (RawClient::Tcp(s), peer)),
+            Accepting::Unix(l) => l.accept().map(|(s, _)| (RawClient::Unix(s), UNIX_PEER)),
         }
     }
 }
@@ -100,7 +85,7 @@ const ACCEPT_BATCH: usize = 16;
 /// Closes a connection the shield refused with a reset (`SO_LINGER` 0), as HAProxy's `tcp-request
 /// connection reject` does: the socket is freed at once, with no FIN exchange and no TIME_WAIT
 /// kept by weir for a client it does not want to hear from.
-fn abort(stream: mio::net::TcpStream) {
+fn abort(stream: RawClient) {
     let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
     drop(stream);
 }
@@ -206,7 +191,7 @@ pub(super) fn start_connection(
     state: &Rc<WorkerState>,
     rt: &Rc<WorkerRuntime>,
     index: usize,
-    stream: mio::net::TcpStream,
+    stream: RawClient,
     peer: std::net::SocketAddr,
     admin: bool,
     shield: u64,
