@@ -103,8 +103,8 @@ pub(crate) fn compile(
             Some(ca) => {
                 let at = format!("{path}.ca");
                 let mut roots = RootCertStore::empty();
-                for cert in
-                    crate::tls::certs::read_certs(&base.0.join(ca)).map_err(|m| (at.clone(), m))?
+                for cert in crate::tls::certs::read_certs(&base.0.join(ca))
+                    .map_err(|m| (at.clone(), m.to_string()))?
                 {
                     roots.add(cert).map_err(|e| (at.clone(), e.to_string()))?;
                 }
@@ -127,9 +127,9 @@ pub(crate) fn compile(
                 &crate::tls::provider(),
                 now,
             )
-            .map_err(|m| (at.clone(), m))?;
-            let key =
-                crate::tls::certs::read_key(&base.0.join(&c.key)).map_err(|m| (at.clone(), m))?;
+            .map_err(|m| (at.clone(), m.to_string()))?;
+            let key = crate::tls::certs::read_key(&base.0.join(&c.key))
+                .map_err(|m| (at.clone(), m.to_string()))?;
             builder
                 .with_client_auth_cert(loaded.key.cert.clone(), key)
                 .map_err(|e| (at, e.to_string()))?

@@ -131,7 +131,8 @@ pub(super) fn quic(
         return refuse("QUIC runs TLS 1.3 only: add TLSv1.3 to `tls.protocols`");
     }
     crate::tls::quic::check(h3)?;
-    let server = crate::tls::quic::server_config(tls, h3, idle).map_err(|m| (key.clone(), m))?;
+    let server =
+        crate::tls::quic::server_config(tls, h3, idle).map_err(|m| (key.clone(), m.to_string()))?;
     let alt_svc = match address.port() {
         0 => bytes::Bytes::new(),
         port => bytes::Bytes::from(format!("Alt-Svc: h3=\":{port}\"; ma=86400\r\n")),
@@ -282,7 +283,8 @@ pub(super) fn compile_acme(
         .filter(|f| !f.is_empty())
         .map(|f| base.0.join(f));
     if let Some(ca) = &ca {
-        crate::tls::certs::read_certs(ca).map_err(|m| (format!("{path}.directory_ca"), m))?;
+        crate::tls::certs::read_certs(ca)
+            .map_err(|m| (format!("{path}.directory_ca"), m.to_string()))?;
     }
     Ok(registry.acme(&settings, base.0.join(&a.storage), ca))
 }
@@ -312,9 +314,9 @@ fn check_dns(
         (Some(_), None) => Ok(()),
         (None, Some(r)) => {
             let at = |k: &str| format!("{path}.rfc2136.{k}");
-            crate::tls::dns_update::server_addr(&r.server).map_err(|m| (at("server"), m))?;
+            crate::tls::dns_update::server_addr(&r.server).map_err(|m| (at("server"), m.to_string()))?;
             if let Some(z) = &r.zone {
-                let zone = crate::tls::dns_update::name(z).map_err(|m| (at("zone"), m))?;
+                let zone = crate::tls::dns_update::name(z).map_err(|m| (at("zone"), m.to_string()))?;
                 // Each record goes in this zone: one outside it could never be updated there.
                 for n in names {
                     let record = format!("_acme-challenge.{}", n.trim_start_matches("*."));

@@ -8,19 +8,26 @@
 //! are closed, in-flight requests finish with `Connection: close`, and whatever is left when
 //! `timeouts.shutdown` expires is cut.
 //!
-//! Layout (issue 54 §2: no import circle among these modules, `bench/tools/folder_deps.py`):
+//! Layout (issue 54 §2; `python3 bench/tools/folder_deps.py server` checks it: no import circle
+//! among these modules, and none imports back up into its folder's `mod.rs`):
 //! - [`state`]: what a worker's tasks share (`WorkerState`, the connection slots, budgets) and
-//!   how an idle connection hands itself to its slot (`park_conn`, `park_h2`). A leaf: every
-//!   protocol takes the worker's state from here, never from the worker.
+//!   how an idle connection hands its parts back to its slot (`park_conn`, `park_h2`). A leaf:
+//!   every protocol takes the worker's state from here, never from the worker.
 //! - [`parked`]: what a parked connection keeps (data only).
 //! - `worker`: the worker thread (its runtime, listeners, sweeper); `worker/accept.rs` accepts
 //!   and starts connections; [`spawn`] gives a connection its task.
 //! - [`park`]: the idle epoll, and parked connections served again (it imports the protocols;
 //!   they do not import it).
-//! - Protocols: `http1/` (HTTP/1.1, plain and TLS, h2c's sniffing), `h2/` (HTTP/2 on weir-h2),
-//!   `h3/` (HTTP/3), `tls` (handshakes, ALPN), `proxied` (PROXY headers); a `tcp:` listener's
-//!   connection, once accepted, goes to `pipeline/tcp.rs`; `client_io` is the HTTP/1.1 connection's socket, `uring/` its io_uring
+//! - Protocols: `http1/` (HTTP/1.1, plain and TLS, h2c's sniffing: the serve loop in `mod.rs`,
+//!   the connection's state in `conn.rs`, its `Downstream` side in `downstream.rs`), `h2/`
+//!   (HTTP/2 on weir-h2), `h3/` (HTTP/3), `tls` (handshakes, ALPN), `proxied` (PROXY headers).
+//!   HTTP/2 and HTTP/3 streams queue what they send in one [`outbox`] type. A `tcp:` listener's
+//!   connection, once accepted, goes to `pipeline/tcp.rs`.
+//! - Sockets: a client is a `crate::client_socket` (TCP or unix, one type); `client_io` is the
+//!   HTTP/1.1 connection's IO over it (lazy registration, TLS records), `uring/` its io_uring
 //!   transport; `listener`, `handoff` and `reload` bind, pass and swap listening sockets.
+//! - Upgrades relay through `pipeline::downstream::Tunnel` (any byte stream), and nothing here
+//!   imports `proxy/`: upstream health checks are `crate::health`, started by [`start`].
 
 mod client_io;
 mod h2;

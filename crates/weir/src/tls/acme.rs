@@ -18,6 +18,7 @@
 //! is not our edge. `rustls-acme` would own the listener's resolver and TLS-ALPN handling,
 //! which weir already has (SNI, session tickets, mTLS); `instant-acme` only talks to the CA.
 
+use super::error::TlsError;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
@@ -208,28 +209,28 @@ impl AcmeCerts {
     }
 
     /// Reads `cert.pem` and `key.pem` from [`AcmeCerts::cert_dir`].
-    fn load(&self) -> Result<Option<Current>, String> {
+    fn load(&self) -> Result<Option<Current>, TlsError> {
         let dir = self.cert_dir();
         let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
         if !cert.exists() {
             return Ok(None);
         }
-        let chain = std::fs::read(&cert).map_err(|e| format!("{}: {e}", cert.display()))?;
-        let key = std::fs::read(&key).map_err(|e| format!("{}: {e}", key.display()))?;
-        let c = current(&chain, &key)?;
+        let chain = std::fs::read(&cert).map_err(|e| TlsError::file("read", &cert, e))?;
+        let key = std::fs::read(&key).map_err(|e| TlsError::file("read", &key, e))?;
+        let c = current(&chain, &key).map_err(|e| e.context(cert.display()))?;
         // Another section may have stored a certificate under the same first name: one that
         // does not cover every name of this section is not served for it (a new one is due).
         if let Some(missing) = self.names.iter().find(|n| !covers(&c.names, n)) {
-            return Err(format!(
+            return Err(TlsError::certificate(format_args!(
                 "{}: the stored certificate does not cover {missing}",
                 cert.display()
-            ));
+            )));
         }
         Ok(Some(c))
     }
 
     /// Stores a new certificate (chain and key, PEM) and swaps it in.
-    pub fn install(&self, chain_pem: &str, key_pem: &str) -> Result<(), String> {
+    pub fn install(&self, chain_pem: &str, key_pem: &str) -> Result<(), TlsError> {
         let c = current(chain_pem.as_bytes(), key_pem.as_bytes())?;
         let dir = self.cert_dir();
         write_private(&dir.join("key.pem"), key_pem.as_bytes())?;
@@ -280,6 +281,9 @@ async fn run(weak: Weak<AcmeCerts>) {
                     Err(e) => {
                         failures += 1;
                         let wait = backoff(certs.settings.retry_after.0, failures, check_every);
+                        if e.disk_full() {
+                            tracing::error!(names = ?certs.names, error = %e, "ACME: the disk is full: a new certificate was obtained but cannot be stored");
+                        }
                         tracing::warn!(names = ?certs.names, error = %e, failures, retry_in = ?wait, "ACME: obtaining a certificate failed; the certificate in use (if any) stays");
                         wait
                     }
@@ -310,14 +314,16 @@ pub fn backoff(first: Duration, failures: u32, max: Duration) -> Duration {
 }
 
 /// A certificate in use from its PEM chain and key.
-fn current(chain_pem: &[u8], key_pem: &[u8]) -> Result<Current, String> {
+fn current(chain_pem: &[u8], key_pem: &[u8]) -> Result<Current, TlsError> {
     use rustls_pki_types::pem::PemObject;
     let chain: Vec<_> = rustls_pki_types::CertificateDer::pem_slice_iter(chain_pem)
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("certificate: {e}"))?;
-    let leaf = chain.first().ok_or("no certificate in the chain")?;
-    let (_, parsed) =
-        x509_parser::parse_x509_certificate(leaf).map_err(|e| format!("certificate: {e}"))?;
+        .map_err(|e| TlsError::certificate(format_args!("certificate: {e}")))?;
+    let leaf = chain
+        .first()
+        .ok_or_else(|| TlsError::certificate("no certificate in the chain"))?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(leaf)
+        .map_err(|e| TlsError::certificate(format_args!("certificate: {e}")))?;
     let not_after = parsed.validity().not_after.timestamp();
     let serial = parsed.raw_serial_as_string().replace(':', "");
     let names = match parsed.subject_alternative_name() {
@@ -333,9 +339,9 @@ fn current(chain_pem: &[u8], key_pem: &[u8]) -> Result<Current, String> {
         _ => Vec::new(),
     };
     let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(key_pem)
-        .map_err(|e| format!("key: {e}"))?;
+        .map_err(|e| TlsError::certificate(format_args!("key: {e}")))?;
     let key = CertifiedKey::from_der(chain, key, &super::provider())
-        .map_err(|e| format!("certificate and key: {e}"))?;
+        .map_err(|e| TlsError::certificate(format_args!("certificate and key: {e}")))?;
     Ok(Current {
         key: Arc::new(key),
         names,
@@ -355,11 +361,11 @@ fn covers(names: &[String], name: &str) -> bool {
 }
 
 /// Writes `data` readable by the owner only, by a rename (never half a file).
-pub(crate) fn write_private(path: &Path, data: &[u8]) -> Result<(), String> {
+pub(crate) fn write_private(path: &Path, data: &[u8]) -> Result<(), TlsError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let dir = path.parent().ok_or("no directory")?;
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| TlsError::file("create", dir, e))?;
     // Unique per write: two orders writing one name at once never share a temporary file.
     static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -370,11 +376,14 @@ pub(crate) fn write_private(path: &Path, data: &[u8]) -> Result<(), String> {
         .truncate(true)
         .mode(0o600)
         .open(&tmp)
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
-    f.write_all(data)
-        .and_then(|_| f.sync_all())
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+        .map_err(|e| TlsError::file("create", &tmp, e))?;
+    let written = f.write_all(data).and_then(|_| f.sync_all());
+    if let Err(e) = written {
+        // A full disk leaves no half-written temporary file behind.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(TlsError::file("write", &tmp, e));
+    }
+    std::fs::rename(&tmp, path).map_err(|e| TlsError::file("rename into", path, e))
 }
 
 /// A name safe as one path component.
@@ -411,6 +420,44 @@ mod tests {
         for (failures, want) in cases {
             assert_eq!(backoff(s(60), failures, s(3600)), s(want), "{failures}");
         }
+    }
+
+    /// Storing a certificate on a full disk fails as a file error a caller can recognise
+    /// (`disk_full`), leaves no temporary file behind and keeps the stored one; a chain that
+    /// is not a certificate fails as a certificate error. Mounting the small file system
+    /// needs root: elsewhere the test skips, with CI=true it fails.
+    #[test]
+    fn a_full_disk_is_told_from_a_bad_certificate() {
+        use super::super::error::Kind;
+        let dir = std::env::temp_dir().join(format!("weir-acme-full-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+            assert!(!ci, "CI=true and a tmpfs cannot be mounted (this test needs root)");
+            eprintln!("SKIPPED: cannot mount a tmpfs (not root?)");
+            return;
+        }
+        let cert = dir.join("a.test").join("cert.pem");
+        write_private(&cert, b"stored").unwrap();
+        let e = write_private(&cert, &vec![b'x'; 128 * 1024]).unwrap_err();
+        let left: Vec<_> = std::fs::read_dir(cert.parent().unwrap())
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        let kept = std::fs::read(&cert).unwrap_or_default();
+        let _ = std::process::Command::new("umount").arg(&dir).status();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(e.kind(), Kind::File, "{e}");
+        assert!(e.disk_full(), "{e}");
+        assert_eq!(left, vec![std::ffi::OsString::from("cert.pem")], "no temporary left");
+        assert_eq!(kept, b"stored", "the stored certificate stays");
+        let bad = current(b"not a certificate", b"").unwrap_err();
+        assert_eq!(bad.kind(), Kind::Certificate, "{bad}");
+        assert!(!bad.disk_full());
     }
 
     #[test]

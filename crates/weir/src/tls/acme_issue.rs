@@ -5,6 +5,7 @@
 //! the `dns.exec` command (`present` before, `cleanup` after, on every way out), then a CSR for
 //! a fresh ECDSA P-256 key, the certificate chain, and [`AcmeCerts::install`].
 
+use super::error::TlsError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,12 +20,14 @@ use super::acme::AcmeCerts;
 /// [`obtain`] as a task of its own: a panic in it (a dependency's assertion, say) fails this
 /// attempt, logged and retried like any failure, instead of ending the thread that renews the
 /// section's certificates. Call from within a tokio runtime.
-pub(super) async fn obtain_guarded(certs: &Arc<AcmeCerts>) -> Result<(), String> {
+pub(super) async fn obtain_guarded(certs: &Arc<AcmeCerts>) -> Result<(), TlsError> {
     let certs = certs.clone();
     match tokio::spawn(async move { obtain(&certs).await }).await {
         Ok(r) => r,
-        Err(e) if e.is_panic() => Err("the attempt panicked (see the log); retried".into()),
-        Err(e) => Err(format!("the attempt ended: {e}")),
+        Err(e) if e.is_panic() => Err(TlsError::acme(
+            "the attempt panicked (see the log); retried",
+        )),
+        Err(e) => Err(TlsError::acme(format_args!("the attempt ended: {e}"))),
     }
 }
 
@@ -32,13 +35,15 @@ pub(super) async fn obtain_guarded(certs: &Arc<AcmeCerts>) -> Result<(), String>
 /// sets no time limit of its own, and a CA that accepts a connection and never answers would
 /// otherwise hold this attempt (and the renewals or on-demand orders waiting behind it)
 /// forever.
-pub(super) async fn obtain(certs: &AcmeCerts) -> Result<(), String> {
+pub(super) async fn obtain(certs: &AcmeCerts) -> Result<(), TlsError> {
     // DNS-01 records set by this attempt, removed whatever happens.
     let mut records = Vec::new();
     let limit = limit(certs);
     let result = match tokio::time::timeout(limit, attempt(certs, &mut records)).await {
         Ok(r) => r,
-        Err(_) => Err(format!("the CA did not finish the order within {limit:?}")),
+        Err(_) => Err(TlsError::acme(format_args!(
+            "the CA did not finish the order within {limit:?}"
+        ))),
     };
     if let Some(dns) = &certs.settings.dns {
         for (fqdn, value) in &records {
@@ -68,7 +73,7 @@ async fn hook(
     action: &str,
     fqdn: &str,
     value: &str,
-) -> Result<(), String> {
+) -> Result<(), TlsError> {
     use super::dns_update::Change;
     if let Some(r) = &dns.rfc2136 {
         let change = if action == "present" {
@@ -80,7 +85,7 @@ async fn hook(
     }
     let exec = dns.exec.as_deref().unwrap_or_default();
     let Some(program) = exec.first() else {
-        return Err("dns: neither `rfc2136` nor `exec`".into());
+        return Err(TlsError::config("dns: neither `rfc2136` nor `exec`"));
     };
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(&exec[1..])
@@ -89,21 +94,21 @@ async fn hook(
         .kill_on_drop(true);
     let out = tokio::time::timeout(dns.timeout.0, cmd.output())
         .await
-        .map_err(|_| format!("{program} {action}: timed out"))?
-        .map_err(|e| format!("{program} {action}: {e}"))?;
+        .map_err(|_| TlsError::dns(format_args!("{program} {action}: timed out")))?
+        .map_err(|e| TlsError::dns(format_args!("{program} {action}: {e}")))?;
     if out.status.success() {
         Ok(())
     } else {
         let said = String::from_utf8_lossy(&out.stderr);
-        Err(format!(
+        Err(TlsError::dns(format_args!(
             "{program} {action} {fqdn}: {}: {}",
             out.status,
             said.trim().chars().take(300).collect::<String>()
-        ))
+        )))
     }
 }
 
-async fn attempt(certs: &AcmeCerts, records: &mut Vec<(String, String)>) -> Result<(), String> {
+async fn attempt(certs: &AcmeCerts, records: &mut Vec<(String, String)>) -> Result<(), TlsError> {
     let acct = account(certs).await?;
     let kind = match certs.settings.challenge.as_str() {
         "http-01" => ChallengeType::Http01,
@@ -128,9 +133,9 @@ async fn attempt(certs: &AcmeCerts, records: &mut Vec<(String, String)>) -> Resu
                 .await?
                 .new_order(&NewOrder::new(&identifiers))
                 .await
-                .map_err(|e| format!("new order: {}", why(&e)))?
+                .map_err(|e| TlsError::acme(format_args!("new order: {}", why(&e))))?
         }
-        Err(e) => return Err(format!("new order: {}", why(&e))),
+        Err(e) => return Err(TlsError::acme(format_args!("new order: {}", why(&e)))),
     };
     // What this attempt answers, taken back whatever happens.
     let mut answered = Answered {
@@ -140,21 +145,25 @@ async fn attempt(certs: &AcmeCerts, records: &mut Vec<(String, String)>) -> Resu
     };
     let mut authorizations = order.authorizations();
     while let Some(authz) = authorizations.next().await {
-        let mut authz = authz.map_err(|e| format!("authorization: {}", why(&e)))?;
+        let mut authz =
+            authz.map_err(|e| TlsError::acme(format_args!("authorization: {}", why(&e))))?;
         match authz.status {
             AuthorizationStatus::Pending => {}
             AuthorizationStatus::Valid => continue,
-            other => return Err(format!("authorization is {other:?}")),
+            other => return Err(TlsError::acme(format_args!("authorization is {other:?}"))),
         }
-        let mut challenge = authz
-            .challenge(kind.clone())
-            .ok_or_else(|| format!("the CA offers no {} challenge", certs.settings.challenge))?;
+        let mut challenge = authz.challenge(kind.clone()).ok_or_else(|| {
+            TlsError::acme(format_args!(
+                "the CA offers no {} challenge",
+                certs.settings.challenge
+            ))
+        })?;
         let name = challenge.identifier().to_string();
         let key_auth = challenge.key_authorization();
         match kind {
             ChallengeType::Dns01 => {
                 let Some(dns) = &certs.settings.dns else {
-                    return Err("dns-01 without a `dns` section".into());
+                    return Err(TlsError::acme("dns-01 without a `dns` section"));
                 };
                 // `*.example.com` is proved on example.com's record.
                 let fqdn = format!("_acme-challenge.{}.", name.trim_start_matches("*."));
@@ -183,7 +192,7 @@ async fn attempt(certs: &AcmeCerts, records: &mut Vec<(String, String)>) -> Resu
         challenge
             .set_ready()
             .await
-            .map_err(|e| format!("challenge for {name}: {}", why(&e)))?;
+            .map_err(|e| TlsError::acme(format_args!("challenge for {name}: {}", why(&e))))?;
     }
     let patience = RetryPolicy::new()
         .initial_delay(Duration::from_millis(250))
@@ -191,9 +200,9 @@ async fn attempt(certs: &AcmeCerts, records: &mut Vec<(String, String)>) -> Resu
     let status = order
         .poll_ready(&patience)
         .await
-        .map_err(|e| format!("waiting for validation: {}", why(&e)))?;
+        .map_err(|e| TlsError::acme(format_args!("waiting for validation: {}", why(&e))))?;
     if status != OrderStatus::Ready {
-        return Err(format!(
+        return Err(TlsError::acme(format_args!(
             "the order is {status:?} after validation (is {} reachable from the CA on port {}?)",
             certs.names().join(", "),
             if kind == ChallengeType::Http01 {
@@ -201,23 +210,24 @@ async fn attempt(certs: &AcmeCerts, records: &mut Vec<(String, String)>) -> Resu
             } else {
                 443
             }
-        ));
+        )));
     }
-    let key = rcgen::KeyPair::generate().map_err(|e| format!("key: {e}"))?;
-    let mut params =
-        rcgen::CertificateParams::new(certs.names().to_vec()).map_err(|e| format!("CSR: {e}"))?;
+    let key =
+        rcgen::KeyPair::generate().map_err(|e| TlsError::certificate(format_args!("key: {e}")))?;
+    let mut params = rcgen::CertificateParams::new(certs.names().to_vec())
+        .map_err(|e| TlsError::certificate(format_args!("CSR: {e}")))?;
     params.distinguished_name = rcgen::DistinguishedName::new();
     let csr = params
         .serialize_request(&key)
-        .map_err(|e| format!("CSR: {e}"))?;
+        .map_err(|e| TlsError::certificate(format_args!("CSR: {e}")))?;
     order
         .finalize_csr(csr.der())
         .await
-        .map_err(|e| format!("finalize: {}", why(&e)))?;
+        .map_err(|e| TlsError::acme(format_args!("finalize: {}", why(&e))))?;
     let chain = order
         .poll_certificate(&patience)
         .await
-        .map_err(|e| format!("certificate: {}", why(&e)))?;
+        .map_err(|e| TlsError::acme(format_args!("certificate: {}", why(&e))))?;
     drop(answered);
     certs.install(&chain, &key.serialize_pem())
 }
@@ -249,7 +259,7 @@ static ACCOUNT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const ACCOUNT_LIMIT: Duration = Duration::from_secs(60);
 
 /// The account: from the stored credentials, else created (and its credentials stored).
-async fn account(certs: &AcmeCerts) -> Result<Account, String> {
+async fn account(certs: &AcmeCerts) -> Result<Account, TlsError> {
     let file = certs.account_file();
     if let Some(account) = stored_account(certs, &file).await {
         return account;
@@ -261,42 +271,41 @@ async fn account(certs: &AcmeCerts) -> Result<Account, String> {
     }
     match tokio::time::timeout(ACCOUNT_LIMIT, create_account(certs, &file)).await {
         Ok(r) => r,
-        Err(_) => Err(format!(
+        Err(_) => Err(TlsError::acme(format_args!(
             "account at {}: no answer within {ACCOUNT_LIMIT:?}",
             certs.settings.directory
-        )),
+        ))),
     }
 }
 
-fn builder(certs: &AcmeCerts) -> Result<instant_acme::AccountBuilder, String> {
+fn builder(certs: &AcmeCerts) -> Result<instant_acme::AccountBuilder, TlsError> {
     match &certs.directory_ca {
         Some(ca) => Account::builder_with_root(ca),
         None => Account::builder(),
     }
-    .map_err(|e| format!("HTTP client: {}", why(&e)))
+    .map_err(|e| TlsError::acme(format_args!("HTTP client: {}", why(&e))))
 }
 
 /// The account from its stored credentials, if they are stored.
 async fn stored_account(
     certs: &AcmeCerts,
     file: &std::path::Path,
-) -> Option<Result<Account, String>> {
+) -> Option<Result<Account, TlsError>> {
     let text = std::fs::read_to_string(file).ok()?;
     let creds: AccountCredentials = match serde_json::from_str(&text) {
         Ok(c) => c,
-        Err(e) => return Some(Err(format!("{}: {e}", file.display()))),
+        Err(e) => return Some(Err(TlsError::acme(format_args!("{}: {e}", file.display())))),
     };
     Some(match builder(certs) {
-        Ok(b) => b
-            .from_credentials(creds)
-            .await
-            .map_err(|e| format!("account from {}: {}", file.display(), why(&e))),
+        Ok(b) => b.from_credentials(creds).await.map_err(|e| {
+            TlsError::acme(format_args!("account from {}: {}", file.display(), why(&e)))
+        }),
         Err(e) => Err(e),
     })
 }
 
 /// Creates an account at the CA and stores its credentials in `file`.
-async fn create_account(certs: &AcmeCerts, file: &std::path::Path) -> Result<Account, String> {
+async fn create_account(certs: &AcmeCerts, file: &std::path::Path) -> Result<Account, TlsError> {
     let builder = || builder(certs);
     let contact: Vec<String> = certs
         .settings
@@ -316,8 +325,14 @@ async fn create_account(certs: &AcmeCerts, file: &std::path::Path) -> Result<Acc
             None,
         )
         .await
-        .map_err(|e| format!("account at {}: {}", certs.settings.directory, why(&e)))?;
-    let json = serde_json::to_vec(&creds).map_err(|e| e.to_string())?;
+        .map_err(|e| {
+            TlsError::acme(format_args!(
+                "account at {}: {}",
+                certs.settings.directory,
+                why(&e)
+            ))
+        })?;
+    let json = serde_json::to_vec(&creds).map_err(TlsError::acme)?;
     super::acme::write_private(file, &json)?;
     tracing::info!(directory = %certs.settings.directory, id = account.id(), "ACME account created");
     Ok(account)
@@ -325,22 +340,22 @@ async fn create_account(certs: &AcmeCerts, file: &std::path::Path) -> Result<Acc
 
 /// The TLS-ALPN-01 certificate for `name` (RFC 8737): self-signed, for `name` only, with the
 /// critical acmeIdentifier extension holding the SHA-256 of the key authorization.
-fn alpn_certificate(name: &str, digest: &[u8]) -> Result<Arc<CertifiedKey>, String> {
-    let key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
+fn alpn_certificate(name: &str, digest: &[u8]) -> Result<Arc<CertifiedKey>, TlsError> {
+    let key = rcgen::KeyPair::generate().map_err(TlsError::certificate)?;
     let mut params =
-        rcgen::CertificateParams::new(vec![name.to_string()]).map_err(|e| e.to_string())?;
+        rcgen::CertificateParams::new(vec![name.to_string()]).map_err(TlsError::certificate)?;
     params
         .custom_extensions
         .push(rcgen::CustomExtension::new_acme_identifier(digest));
-    let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
+    let cert = params.self_signed(&key).map_err(TlsError::certificate)?;
     let der = rustls_pki_types::PrivateKeyDer::try_from(key.serialize_der())
-        .map_err(|e| e.to_string())?;
+        .map_err(TlsError::certificate)?;
     // Not `CertifiedKey::from_der`: its key check parses the certificate with webpki, which
     // refuses the critical acmeIdentifier extension this certificate must carry.
     let signer = super::provider()
         .key_provider
         .load_private_key(der)
-        .map_err(|e| e.to_string())?;
+        .map_err(TlsError::certificate)?;
     Ok(Arc::new(CertifiedKey::new(
         vec![cert.der().clone()],
         signer,

@@ -10,6 +10,8 @@ use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+use super::error::TlsError;
+
 /// A loaded certificate: what rustls signs with, and the names it is valid for.
 #[derive(Debug)]
 pub(crate) struct Loaded {
@@ -21,25 +23,28 @@ pub(crate) struct Loaded {
 }
 
 /// Reads the PEM certificates of `path` (at least one).
-pub(crate) fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let text = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+pub(crate) fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let text = std::fs::read(path).map_err(|e| TlsError::file("read", path, e))?;
     let certs = CertificateDer::pem_slice_iter(&text)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{}: bad PEM: {e}", path.display()))?;
+        .map_err(|e| TlsError::certificate(format_args!("{}: bad PEM: {e}", path.display())))?;
     if certs.is_empty() {
-        return Err(format!("{}: no PEM certificate found", path.display()));
+        return Err(TlsError::certificate(format_args!(
+            "{}: no PEM certificate found",
+            path.display()
+        )));
     }
     Ok(certs)
 }
 
 /// Reads the PEM private key of `path` (PKCS#8, PKCS#1 or SEC1).
-pub(crate) fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+pub(crate) fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let pem = std::fs::read(path).map_err(|e| TlsError::file("read", path, e))?;
     PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
-        format!(
+        TlsError::certificate(format_args!(
             "{}: no private key found (PKCS#8, PKCS#1 or SEC1 PEM): {e}",
             path.display()
-        )
+        ))
     })
 }
 
@@ -50,17 +55,17 @@ pub(crate) fn load(
     key: &Path,
     provider: &CryptoProvider,
     now: i64,
-) -> Result<Loaded, String> {
+) -> Result<Loaded, TlsError> {
     let chain = read_certs(cert)?;
     let private = read_key(key)?;
     let (names, not_after) = check_leaf(&chain[0], cert, now)?;
     let certified = CertifiedKey::from_der(chain, private, provider).map_err(|e| match e {
-        rustls::Error::InconsistentKeys(_) => format!(
+        rustls::Error::InconsistentKeys(_) => TlsError::certificate(format_args!(
             "key {} does not match certificate {}",
             key.display(),
             cert.display()
-        ),
-        other => format!("{}: unusable key: {other}", key.display()),
+        )),
+        other => TlsError::certificate(format_args!("{}: unusable key: {other}", key.display())),
     })?;
     Ok(Loaded {
         key: Arc::new(certified),
@@ -74,23 +79,27 @@ fn check_leaf(
     der: &CertificateDer<'_>,
     path: &Path,
     now: i64,
-) -> Result<(Vec<String>, i64), String> {
-    let (_, x509) = x509_parser::parse_x509_certificate(der)
-        .map_err(|e| format!("{}: not an X.509 certificate: {e}", path.display()))?;
+) -> Result<(Vec<String>, i64), TlsError> {
+    let (_, x509) = x509_parser::parse_x509_certificate(der).map_err(|e| {
+        TlsError::certificate(format_args!(
+            "{}: not an X.509 certificate: {e}",
+            path.display()
+        ))
+    })?;
     let validity = x509.validity();
     if validity.not_after.timestamp() < now {
-        return Err(format!(
+        return Err(TlsError::certificate(format_args!(
             "{}: certificate expired on {}",
             path.display(),
             validity.not_after
-        ));
+        )));
     }
     if validity.not_before.timestamp() > now {
-        return Err(format!(
+        return Err(TlsError::certificate(format_args!(
             "{}: certificate is not valid before {}",
             path.display(),
             validity.not_before
-        ));
+        )));
     }
     let mut names = Vec::new();
     if let Ok(Some(san)) = x509.subject_alternative_name() {

@@ -17,6 +17,7 @@
 //! here is weir's edge: the key (`tsig_key.rs`), the TCP exchange, the zone lookup, and errors
 //! that name the server, the zone and the RCODE or TSIG error.
 
+use super::error::TlsError;
 use std::time::Duration;
 
 use hickory_proto::op::{update_message, Message, MessageType, Query};
@@ -49,8 +50,9 @@ pub(crate) async fn run(
     fqdn: &str,
     value: &str,
     timeout: Duration,
-) -> Result<(), String> {
-    let key = tsig_key::from_settings(s).map_err(|(k, m)| format!("dns.rfc2136.{k}: {m}"))?;
+) -> Result<(), TlsError> {
+    let key = tsig_key::from_settings(s)
+        .map_err(|(k, m)| TlsError::config(format_args!("dns.rfc2136.{k}: {m}")))?;
     let signer = signer(&key)?;
     let server = server_addr(&s.server)?;
     let fqdn = name(fqdn)?;
@@ -65,18 +67,22 @@ pub(crate) async fn run(
         };
         // hickory-proto asserts this (a panic, in release builds too): an error instead.
         if !zone.zone_of(&fqdn) {
-            return Err(format!("RFC 2136: {fqdn} is not in the zone {zone}"));
+            return Err(TlsError::dns(format_args!(
+                "RFC 2136: {fqdn} is not in the zone {zone}"
+            )));
         }
         let msg = update(fastrand::u16(..), &zone, change, &fqdn, value);
-        let answer = exchange(&server, &msg, &signer)
-            .await
-            .map_err(|e| format!("RFC 2136 update at {server}, zone {zone}: {e}"))?;
+        let answer = exchange(&server, &msg, &signer).await.map_err(|e| {
+            TlsError::dns(format_args!(
+                "RFC 2136 update at {server}, zone {zone}: {e}"
+            ))
+        })?;
         match u16::from(answer.metadata.response_code) {
             0 => {
                 tracing::info!(%server, %zone, %fqdn, "RFC 2136: {what} the TXT record done");
                 Ok(())
             }
-            rcode => Err(format!(
+            rcode => Err(TlsError::dns(format_args!(
                 "RFC 2136 update at {server}, zone {zone}: {}{}",
                 rcode_name(rcode),
                 match rcode {
@@ -85,16 +91,19 @@ pub(crate) async fn run(
                     10 => " (the name is outside the zone)",
                     _ => "",
                 }
-            )),
+            ))),
         }
     };
     tokio::time::timeout(timeout, work).await.map_err(|_| {
-        format!("RFC 2136: {what} {fqdn} TXT at {server}: no answer within {timeout:?}")
+        TlsError::new(
+            super::error::Kind::Network,
+            format_args!("RFC 2136: {what} {fqdn} TXT at {server}: no answer within {timeout:?}"),
+        )
     })?
 }
 
 /// `server` with its port (53 when absent), as `TcpStream::connect` takes it.
-pub(crate) fn server_addr(server: &str) -> Result<String, String> {
+pub(crate) fn server_addr(server: &str) -> Result<String, TlsError> {
     if let Ok(a) = server.parse::<std::net::SocketAddr>() {
         return Ok(a.to_string());
     }
@@ -104,39 +113,40 @@ pub(crate) fn server_addr(server: &str) -> Result<String, String> {
     let (host, port) = match server.rsplit_once(':') {
         Some((h, p)) => (
             h,
-            p.parse::<u16>()
-                .ok()
-                .filter(|p| *p != 0)
-                .ok_or_else(|| format!("{server:?}: the port is not a number from 1 to 65535"))?,
+            p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+                TlsError::config(format_args!(
+                    "{server:?}: the port is not a number from 1 to 65535"
+                ))
+            })?,
         ),
         None => (server, 53),
     };
     if host.is_empty() || host.contains([':', '/', ' ', '[', ']']) {
-        return Err(format!(
+        return Err(TlsError::config(format_args!(
             "{server:?} is not host:port (`127.0.0.1:53`, `ns1.example.com`, `[::1]:53`)"
-        ));
+        )));
     }
     Ok(format!("{host}:{port}"))
 }
 
 /// A domain name, made absolute.
-pub(crate) fn name(n: &str) -> Result<Name, String> {
-    let mut name = Name::from_ascii(n).map_err(|e| format!("{n:?}: {e}"))?;
+pub(crate) fn name(n: &str) -> Result<Name, TlsError> {
+    let mut name = Name::from_ascii(n).map_err(|e| TlsError::config(format_args!("{n:?}: {e}")))?;
     name.set_fqdn(true);
     if name.is_root() {
-        return Err(format!("{n:?}: not the root"));
+        return Err(TlsError::config(format_args!("{n:?}: not the root")));
     }
     Ok(name)
 }
 
-fn signer(key: &Key) -> Result<TSigner, String> {
+fn signer(key: &Key) -> Result<TSigner, TlsError> {
     TSigner::new(
         key.secret.clone(),
         key.algorithm.hickory(),
         name(&key.name)?,
         FUDGE,
     )
-    .map_err(|e| format!("TSIG key {}: {e}", key.name))
+    .map_err(|e| TlsError::dns(format_args!("TSIG key {}: {e}", key.name)))
 }
 
 /// The UPDATE of `zone` that adds or deletes the TXT record `value` at `fqdn`.
@@ -168,19 +178,23 @@ pub(crate) fn soa_query(id: u16, name: &Name) -> Message {
 
 /// The zone of `fqdn` at `server`: the owner of the SOA its answer gives for `fqdn`, else for
 /// each parent in turn.
-async fn find_zone(server: &str, signer: &TSigner, fqdn: &Name) -> Result<Name, String> {
+async fn find_zone(server: &str, signer: &TSigner, fqdn: &Name) -> Result<Name, TlsError> {
     let mut asked = fqdn.clone();
     loop {
         let answer = exchange(server, &soa_query(fastrand::u16(..), &asked), signer)
             .await
-            .map_err(|e| format!("RFC 2136: finding the zone of {fqdn} at {server}: {e}"))?;
+            .map_err(|e| {
+                TlsError::dns(format_args!(
+                    "RFC 2136: finding the zone of {fqdn} at {server}: {e}"
+                ))
+            })?;
         if let Some(zone) = zone_of(&answer, fqdn) {
             return Ok(zone);
         }
         if asked.num_labels() <= 1 {
-            return Err(format!(
+            return Err(TlsError::dns(format_args!(
                 "RFC 2136: {server} gives no SOA for {fqdn} or its parents (it serves no zone of it; set `zone`)"
-            ));
+            )));
         }
         asked = asked.base_name();
     }
@@ -203,65 +217,68 @@ fn zone_of(answer: &Message, fqdn: &Name) -> Option<Name> {
 }
 
 /// Signs `msg`, sends it over TCP and returns the answer once its signature is verified.
-async fn exchange(server: &str, msg: &Message, signer: &TSigner) -> Result<Message, String> {
+async fn exchange(server: &str, msg: &Message, signer: &TSigner) -> Result<Message, TlsError> {
     let (bytes, verifier) = sign(msg, signer, now())?;
-    let len = u16::try_from(bytes.len()).map_err(|_| "a message over 64 KiB".to_string())?;
+    let len = u16::try_from(bytes.len()).map_err(|_| TlsError::dns("a message over 64 KiB"))?;
     let mut tcp = tokio::net::TcpStream::connect(server)
         .await
-        .map_err(|e| format!("connecting: {e}"))?;
+        .map_err(|e| TlsError::network("connecting", e))?;
     let mut framed = len.to_be_bytes().to_vec();
     framed.extend_from_slice(&bytes);
     tcp.write_all(&framed)
         .await
-        .map_err(|e| format!("sending: {e}"))?;
+        .map_err(|e| TlsError::network("sending", e))?;
     let mut len = [0u8; 2];
     tcp.read_exact(&mut len)
         .await
-        .map_err(|e| format!("reading the answer: {e}"))?;
+        .map_err(|e| TlsError::network("reading the answer", e))?;
     let mut answer = vec![0u8; u16::from_be_bytes(len) as usize];
     tcp.read_exact(&mut answer)
         .await
-        .map_err(|e| format!("reading the answer: {e}"))?;
+        .map_err(|e| TlsError::network("reading the answer", e))?;
     verify(&answer, msg.metadata.id, verifier)
 }
 
 /// `msg` signed at `time`, in wire format, and what verifies its answer.
-fn sign(msg: &Message, signer: &TSigner, time: u64) -> Result<(Vec<u8>, TSigVerifier), String> {
+fn sign(msg: &Message, signer: &TSigner, time: u64) -> Result<(Vec<u8>, TSigVerifier), TlsError> {
     let mut msg = msg.clone();
     let (tsig, verifier) = signer
         .sign_message(&msg, time)
-        .map_err(|e| format!("signing: {e}"))?;
-    let verifier = verifier.ok_or("signing: no verifier")?;
+        .map_err(|e| TlsError::dns(format_args!("signing: {e}")))?;
+    let verifier = verifier.ok_or_else(|| TlsError::dns("signing: no verifier"))?;
     msg.set_signature(tsig);
-    let bytes = msg.to_vec().map_err(|e| format!("encoding: {e}"))?;
+    let bytes = msg
+        .to_vec()
+        .map_err(|e| TlsError::dns(format_args!("encoding: {e}")))?;
     Ok((bytes, verifier))
 }
 
 /// The answer `bytes` to request `id`, once its TSIG proves it comes from the key's holder.
-fn verify(bytes: &[u8], id: u16, mut verifier: TSigVerifier) -> Result<Message, String> {
-    let answer = Message::from_vec(bytes).map_err(|e| format!("a malformed answer: {e}"))?;
+fn verify(bytes: &[u8], id: u16, mut verifier: TSigVerifier) -> Result<Message, TlsError> {
+    let answer = Message::from_vec(bytes)
+        .map_err(|e| TlsError::dns(format_args!("a malformed answer: {e}")))?;
     if answer.metadata.message_type != MessageType::Response {
-        return Err("a message that is not a response (QR=0)".into());
+        return Err(TlsError::dns("a message that is not a response (QR=0)"));
     }
     if answer.metadata.id != id {
-        return Err(format!(
+        return Err(TlsError::dns(format_args!(
             "an answer with ID {} to request {id}",
             answer.metadata.id
-        ));
+        )));
     }
     let rcode = rcode_name(u16::from(answer.metadata.response_code));
     let Some(tsig) = answer.signature() else {
-        return Err(format!(
+        return Err(TlsError::dns(format_args!(
             "{rcode}, in an unsigned answer (no TSIG): not believed"
-        ));
+        )));
     };
     // RFC 8945 §4.2: class ANY, TTL 0. hickory-proto's MAC takes these as constants, not as
     // received, so they are checked here (a flipped bit there would otherwise pass).
     if tsig.dns_class != hickory_proto::rr::DNSClass::ANY || tsig.ttl != 0 {
-        return Err(format!(
+        return Err(TlsError::dns(format_args!(
             "{rcode}, in an answer whose TSIG record is of class {} and TTL {}: not believed",
             tsig.dns_class, tsig.ttl
-        ));
+        )));
     }
     if let Some(error) = &tsig.data.error {
         let why = match error {
@@ -271,13 +288,15 @@ fn verify(bytes: &[u8], id: u16, mut verifier: TSigVerifier) -> Result<Message, 
             TsigError::BadTrunc => "BADTRUNC",
             TsigError::Unknown(_) => "an unknown TSIG error",
         };
-        return Err(format!(
+        return Err(TlsError::dns(format_args!(
             "{rcode}: the server refused the signature of TSIG key {} ({why})",
             tsig.name
-        ));
+        )));
     }
     verifier.verify(bytes).map_err(|e| {
-        format!("{rcode}, in an answer whose TSIG does not verify ({e}): not believed")
+        TlsError::dns(format_args!(
+            "{rcode}, in an answer whose TSIG does not verify ({e}): not believed"
+        ))
     })?;
     Ok(answer)
 }

@@ -15,6 +15,7 @@ mod acme_issue;
 pub mod acme_threads;
 pub(crate) mod certs;
 pub(crate) mod dns_update;
+pub mod error;
 pub mod hello;
 pub(crate) mod ocsp;
 pub mod on_demand;
@@ -185,7 +186,7 @@ pub(crate) fn server_config(
     for (i, c) in t.certificates.iter().enumerate() {
         let at = format!("{path}.certificates[{i}]");
         let l = certs::load(&base.0.join(&c.cert), &base.0.join(&c.key), &provider, now)
-            .map_err(|m| (at.clone(), m))?;
+            .map_err(|m| (at.clone(), m.to_string()))?;
         let slot: sni::Slot = Arc::new(arc_swap::ArcSwap::new(l.key.clone()));
         loaded.push((l, &c.names, slot));
     }
@@ -221,7 +222,9 @@ pub(crate) fn server_config(
         Some(auth) => {
             let at = format!("{path}.client_auth.ca");
             let mut roots = RootCertStore::empty();
-            for cert in certs::read_certs(&base.0.join(&auth.ca)).map_err(|m| (at.clone(), m))? {
+            for cert in certs::read_certs(&base.0.join(&auth.ca))
+                .map_err(|m| (at.clone(), m.to_string()))?
+            {
                 roots.add(cert).map_err(|e| (at.clone(), e.to_string()))?;
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
@@ -300,7 +303,7 @@ fn ocsp_target(
     let issuer_file = match &o.issuer {
         Some(f) => Some(
             certs::read_certs(&base.0.join(f))
-                .map_err(|m| (format!("{at}.issuer"), m))?
+                .map_err(|m| (format!("{at}.issuer"), m.to_string()))?
                 .into_iter()
                 .next()
                 .ok_or_else(|| (format!("{at}.issuer"), "holds no certificate".to_string()))?,
@@ -314,7 +317,8 @@ fn ocsp_target(
             "its chain has no issuer certificate to ask OCSP about; add it to the PEM file or give ocsp.issuer".to_string(),
         )
     })?;
-    let (request, serial) = ocsp::request_for(&chain[0], issuer).map_err(|m| (at.clone(), m))?;
+    let (request, serial) =
+        ocsp::request_for(&chain[0], issuer).map_err(|m| (at.clone(), m.to_string()))?;
     let file = (i == 0)
         .then(|| o.file.as_ref().map(|f| base.0.join(f)))
         .flatten();

@@ -14,6 +14,7 @@
 //! fail), as nginx does without `ssl_stapling_verify`. ACME certificates are not stapled: Let's
 //! Encrypt ended its OCSP service in 2025.
 
+use super::error::TlsError;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::{Arc, Weak};
@@ -46,9 +47,9 @@ pub(crate) struct Status {
 }
 
 /// The CertID request for `leaf` issued by `issuer`, and the leaf's serial.
-pub(crate) fn request_for(leaf: &[u8], issuer: &[u8]) -> Result<(Vec<u8>, Vec<u8>), String> {
-    let (_, leaf) = x509_parser::parse_x509_certificate(leaf).map_err(|e| e.to_string())?;
-    let (_, issuer) = x509_parser::parse_x509_certificate(issuer).map_err(|e| e.to_string())?;
+pub(crate) fn request_for(leaf: &[u8], issuer: &[u8]) -> Result<(Vec<u8>, Vec<u8>), TlsError> {
+    let (_, leaf) = x509_parser::parse_x509_certificate(leaf).map_err(TlsError::ocsp)?;
+    let (_, issuer) = x509_parser::parse_x509_certificate(issuer).map_err(TlsError::ocsp)?;
     let sha1 = |d: &[u8]| {
         aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY, d)
             .as_ref()
@@ -138,12 +139,12 @@ fn staple(t: &Target, slot: &ArcSwap<CertifiedKey>, refresh: Duration) -> Durati
     let fetched = fetch(t).and_then(|der| {
         let status = parse(&der, &t.serial)?;
         if !status.good {
-            return Err(
-                "the responder says the certificate is not good (revoked or unknown)".into(),
-            );
+            return Err(TlsError::ocsp(
+                "the responder says the certificate is not good (revoked or unknown)",
+            ));
         }
         if status.next_update.is_some_and(|n| n <= now) {
-            return Err("the response is past its nextUpdate".into());
+            return Err(TlsError::ocsp("the response is past its nextUpdate"));
         }
         Ok((der, status))
     });
@@ -179,14 +180,17 @@ fn staple(t: &Target, slot: &ArcSwap<CertifiedKey>, refresh: Duration) -> Durati
 }
 
 /// The DER response: read from the file, or POSTed for to the responder.
-fn fetch(t: &Target) -> Result<Vec<u8>, String> {
+fn fetch(t: &Target) -> Result<Vec<u8>, TlsError> {
     if let Some(f) = &t.file {
-        return std::fs::read(f).map_err(|e| format!("{}: {e}", f.display()));
+        return std::fs::read(f).map_err(|e| TlsError::file("read", f, e));
     }
-    let url = t.responder.as_deref().ok_or("no responder")?;
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{url}: only http:// responders are supported"))?;
+    let url = t
+        .responder
+        .as_deref()
+        .ok_or_else(|| TlsError::ocsp("no responder"))?;
+    let rest = url.strip_prefix("http://").ok_or_else(|| {
+        TlsError::ocsp(format_args!("{url}: only http:// responders are supported"))
+    })?;
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
@@ -198,10 +202,11 @@ fn fetch(t: &Target) -> Result<Vec<u8>, String> {
     };
     let timeout = Duration::from_secs(10);
     let sock = std::net::ToSocketAddrs::to_socket_addrs(&addr)
-        .map_err(|e| format!("{addr}: {e}"))?
+        .map_err(|e| TlsError::network(&addr, e))?
         .next()
-        .ok_or_else(|| format!("{addr}: no address"))?;
-    let mut s = TcpStream::connect_timeout(&sock, timeout).map_err(|e| format!("{addr}: {e}"))?;
+        .ok_or_else(|| TlsError::ocsp(format_args!("{addr}: no address")))?;
+    let mut s =
+        TcpStream::connect_timeout(&sock, timeout).map_err(|e| TlsError::network(&addr, e))?;
     let _ = s.set_read_timeout(Some(timeout));
     let _ = s.set_write_timeout(Some(timeout));
     let head = format!(
@@ -209,30 +214,34 @@ fn fetch(t: &Target) -> Result<Vec<u8>, String> {
         t.request.len()
     );
     s.write_all(&[head.as_bytes(), &t.request].concat())
-        .map_err(|e| format!("{addr}: {e}"))?;
+        .map_err(|e| TlsError::network(&addr, e))?;
     let mut answer = Vec::new();
     s.take(1 << 20)
         .read_to_end(&mut answer)
-        .map_err(|e| format!("{addr}: {e}"))?;
+        .map_err(|e| TlsError::network(&addr, e))?;
     let split = answer
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .ok_or("no complete HTTP response")?;
+        .ok_or_else(|| TlsError::ocsp("no complete HTTP response"))?;
     let status_line = String::from_utf8_lossy(&answer[..split]);
     let code = status_line.split_whitespace().nth(1).unwrap_or("");
     if code != "200" {
-        return Err(format!("the responder answered {code}"));
+        return Err(TlsError::ocsp(format_args!(
+            "the responder answered {code}"
+        )));
     }
     Ok(answer[split + 4..].to_vec())
 }
 
 /// Reads a DER OCSPResponse: successful, about `serial`, its status and times.
-pub(crate) fn parse(der: &[u8], serial: &[u8]) -> Result<Status, String> {
-    let bad = |what: &str| format!("malformed OCSP response ({what})");
+pub(crate) fn parse(der: &[u8], serial: &[u8]) -> Result<Status, TlsError> {
+    let bad = |what: &str| TlsError::ocsp(format_args!("malformed OCSP response ({what})"));
     let (resp, _) = read(der, 0x30).ok_or_else(|| bad("outer"))?;
     let (status, rest) = read(resp, 0x0a).ok_or_else(|| bad("status"))?;
     if status != [0] {
-        return Err(format!("the responder refused (OCSP status {status:?})"));
+        return Err(TlsError::ocsp(format_args!(
+            "the responder refused (OCSP status {status:?})"
+        )));
     }
     let (bytes, _) = read(rest, 0xa0).ok_or_else(|| bad("responseBytes"))?;
     let (bytes, _) = read(bytes, 0x30).ok_or_else(|| bad("responseBytes"))?;
@@ -273,7 +282,7 @@ pub(crate) fn parse(der: &[u8], serial: &[u8]) -> Result<Status, String> {
             next_update,
         });
     }
-    Err("the response is not about this certificate".into())
+    Err(TlsError::ocsp("the response is not about this certificate"))
 }
 
 /// The content of the DER element at the start of `d` if its tag is `tag`, and what follows.
@@ -328,12 +337,12 @@ fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
 }
 
 /// A GeneralizedTime (`YYYYMMDDHHMMSSZ`) as Unix seconds.
-fn time(t: &[u8]) -> Result<i64, String> {
-    let s = std::str::from_utf8(t).map_err(|_| "bad time")?;
+fn time(t: &[u8]) -> Result<i64, TlsError> {
+    let s = std::str::from_utf8(t).map_err(|_| TlsError::ocsp("bad time"))?;
     let n = |a: usize, b: usize| {
         s.get(a..b)
             .and_then(|v| v.parse::<i64>().ok())
-            .ok_or("bad time")
+            .ok_or_else(|| TlsError::ocsp("bad time"))
     };
     let (y, m, d) = (n(0, 4)?, n(4, 6)?, n(6, 8)?);
     let (hh, mm, ss) = (n(8, 10)?, n(10, 12)?, n(12, 14)?);
@@ -368,9 +377,9 @@ mod tests {
 
     #[test]
     fn generalized_times_read_as_unix_seconds() {
-        assert_eq!(time(b"19700101000000Z"), Ok(0));
-        assert_eq!(time(b"20261124120000Z"), Ok(1_795_521_600));
-        assert_eq!(time(b"20000301000000Z"), Ok(951_868_800));
+        assert_eq!(time(b"19700101000000Z").ok(), Some(0));
+        assert_eq!(time(b"20261124120000Z").ok(), Some(1_795_521_600));
+        assert_eq!(time(b"20000301000000Z").ok(), Some(951_868_800));
         assert!(time(b"2026").is_err());
     }
 
@@ -397,7 +406,10 @@ mod tests {
     fn a_refusal_and_garbage_are_errors() {
         // OCSPResponse { responseStatus: tryLater (3) }
         let refused = tlv(0x30, &tlv(0x0a, &[3]));
-        assert!(parse(&refused, &[1]).unwrap_err().contains("refused"));
+        assert!(parse(&refused, &[1])
+            .unwrap_err()
+            .to_string()
+            .contains("refused"));
         assert!(parse(b"not der", &[1]).is_err());
     }
 }

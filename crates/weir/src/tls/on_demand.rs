@@ -33,6 +33,7 @@
 //! thread (`acme.rs`). The work runs on a thread of its own, not on the worker that held the
 //! handshake: a client that gives up does not cancel an order half made.
 
+use super::error::TlsError;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -422,7 +423,7 @@ impl OnDemand {
             Ok(()) => self.keep(name, certs),
             Err(e) => {
                 tracing::warn!(name, error = %e, retry_in = ?FAILED_FOR, "on-demand TLS: obtaining a certificate failed");
-                let why = Refused::Failed(e);
+                let why = Refused::Failed(e.to_string());
                 self.refuse(name, why.clone(), FAILED_FOR);
                 Err(why)
             }
@@ -575,11 +576,11 @@ pub fn matches(p: &str, name: &str) -> bool {
 }
 
 /// `GET {ask}?domain={name}` (HTTP/1.1, plain): whether it answered 2xx, within 5 s.
-async fn ask_endpoint(ask: &str, name: &str) -> Result<bool, String> {
+async fn ask_endpoint(ask: &str, name: &str) -> Result<bool, TlsError> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = ask
         .strip_prefix("http://")
-        .ok_or("ask must be an http:// URL")?;
+        .ok_or_else(|| TlsError::config("ask must be an http:// URL"))?;
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
@@ -591,20 +592,30 @@ async fn ask_endpoint(ask: &str, name: &str) -> Result<bool, String> {
     let exchange = async {
         let mut s = tokio::net::TcpStream::connect(authority)
             .await
-            .map_err(|e| format!("{authority}: {e}"))?;
+            .map_err(|e| TlsError::network(authority, e))?;
         s.write_all(request.as_bytes())
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| TlsError::network(authority, e))?;
         let mut head = [0u8; 12];
-        s.read_exact(&mut head).await.map_err(|e| e.to_string())?;
+        s.read_exact(&mut head)
+            .await
+            .map_err(|e| TlsError::network(authority, e))?;
         if !head.starts_with(b"HTTP/1.") {
-            return Err("not an HTTP answer".to_string());
+            return Err(TlsError::new(
+                super::error::Kind::Network,
+                format_args!("{authority}: not an HTTP answer"),
+            ));
         }
         Ok(head[9] == b'2')
     };
     tokio::time::timeout(Duration::from_secs(5), exchange)
         .await
-        .map_err(|_| "no answer within 5s".to_string())?
+        .map_err(|_| {
+            TlsError::new(
+                super::error::Kind::Network,
+                format_args!("{authority}: no answer within 5s"),
+            )
+        })?
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -15,6 +15,7 @@
 //! h2load); an idle connection holds 51–52 KiB, 30 of them quinn's own state (figures and the
 //! profile: bench/README.md).
 
+use super::error::TlsError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,7 +31,7 @@ pub(crate) fn server_config(
     tls: &rustls::ServerConfig,
     h: &Http3,
     idle: Duration,
-) -> Result<quinn::ServerConfig, String> {
+) -> Result<quinn::ServerConfig, TlsError> {
     let mut c = tls.clone();
     // QUIC connections never park (`tls/records.rs` is for TCP records).
     c.enable_secret_extraction = false;
@@ -46,9 +47,10 @@ pub(crate) fn server_config(
     }
     // QUIC always runs TLS 1.3; a listener limited to TLS 1.2 is refused by the caller.
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(c)).map_err(|_| {
-        "QUIC needs the TLS 1.3 cipher suite TLS13_AES_128_GCM_SHA256 (its Initial packets \
-         use it): add it to `tls.ciphers`"
-            .to_string()
+        TlsError::config(
+            "QUIC needs the TLS 1.3 cipher suite TLS13_AES_128_GCM_SHA256 (its Initial packets \
+             use it): add it to `tls.ciphers`",
+        )
     })?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     config.transport_config(Arc::new(transport(h, idle)?));
@@ -87,9 +89,10 @@ fn early_data_sessions() -> Arc<dyn rustls::server::StoresServerSessions> {
 }
 
 /// The transport parameters and limits of `http3:`.
-fn transport(h: &Http3, idle: Duration) -> Result<quinn::TransportConfig, String> {
+fn transport(h: &Http3, idle: Duration) -> Result<quinn::TransportConfig, TlsError> {
     let varint = |v: u64, key: &str| {
-        quinn::VarInt::from_u64(v).map_err(|_| format!("http3.{key}: {v} is too large for QUIC"))
+        quinn::VarInt::from_u64(v)
+            .map_err(|_| TlsError::config(format_args!("http3.{key}: {v} is too large for QUIC")))
     };
     let mut t = quinn::TransportConfig::default();
     t.max_concurrent_bidi_streams(quinn::VarInt::from_u32(h.max_concurrent_streams))
@@ -103,8 +106,9 @@ fn transport(h: &Http3, idle: Duration) -> Result<quinn::TransportConfig, String
         // 1.25 MB of them per connection that nothing reads.
         .datagram_receive_buffer_size(None)
         .max_idle_timeout(Some(
-            quinn::IdleTimeout::try_from(idle.max(Duration::from_millis(1)))
-                .map_err(|_| "timeouts.keepalive: too long for QUIC's idle timeout".to_string())?,
+            quinn::IdleTimeout::try_from(idle.max(Duration::from_millis(1))).map_err(|_| {
+                TlsError::config("timeouts.keepalive: too long for QUIC's idle timeout")
+            })?,
         ));
     Ok(t)
 }
@@ -136,6 +140,7 @@ pub(crate) fn check(h: &Http3) -> Result<(), (String, String)> {
         return bad("max_resets_per_second", "must be at least 1");
     }
     transport(h, Duration::from_secs(1)).map_err(|m| {
+        let m = m.to_string();
         let key = m.split(':').next().unwrap_or("http3").to_string();
         (key, m)
     })?;

@@ -2,6 +2,7 @@
 //! `key_name` + `key_secret`, or from a file in bind's format (`tsig-keygen` output, `key "name" {
 //! algorithm hmac-sha256; secret "base64"; };`), whose errors name the file and the line.
 
+use super::error::TlsError;
 use base64::Engine;
 use hickory_proto::rr::rdata::tsig::TsigAlgorithm;
 
@@ -20,17 +21,17 @@ impl Algorithm {
     pub(crate) const NAMES: &'static str = "hmac-sha256, hmac-sha384, hmac-sha512";
 
     /// From its name (`hmac-sha256`, any case, a trailing dot allowed).
-    pub(crate) fn from_name(name: &str) -> Result<Algorithm, String> {
+    pub(crate) fn from_name(name: &str) -> Result<Algorithm, TlsError> {
         Ok(
             match name.trim_end_matches('.').to_ascii_lowercase().as_str() {
                 "hmac-sha256" => Algorithm::Sha256,
                 "hmac-sha384" => Algorithm::Sha384,
                 "hmac-sha512" => Algorithm::Sha512,
                 _ => {
-                    return Err(format!(
+                    return Err(TlsError::config(format_args!(
                         "TSIG algorithm {name:?} is not supported; supported: {}",
                         Algorithm::NAMES
-                    ))
+                    )))
                 }
             },
         )
@@ -77,7 +78,7 @@ impl std::fmt::Debug for Key {
 /// names the section's key at fault (`key_file`, `key_secret`...) and what is wrong.
 pub(crate) fn from_settings(s: &Rfc2136) -> Result<Key, (&'static str, String)> {
     let algorithm = match &s.algorithm {
-        Some(a) => Some(Algorithm::from_name(a).map_err(|m| ("algorithm", m))?),
+        Some(a) => Some(Algorithm::from_name(a).map_err(|m| ("algorithm", m.to_string()))?),
         None => None,
     };
     match (&s.key_secret, &s.key_file) {
@@ -86,9 +87,9 @@ pub(crate) fn from_settings(s: &Rfc2136) -> Result<Key, (&'static str, String)> 
                 return Err(("key_name", "name the key (as the DNS server knows it)".into()));
             };
             Ok(Key {
-                name: key_name(name).map_err(|m| ("key_name", m))?,
+                name: key_name(name).map_err(|m| ("key_name", m.to_string()))?,
                 algorithm: algorithm.unwrap_or(Algorithm::Sha256),
-                secret: secret_bytes(secret).map_err(|m| ("key_secret", m))?,
+                secret: secret_bytes(secret).map_err(|m| ("key_secret", m.to_string()))?,
             })
         }
         (None, Some(file)) => {
@@ -97,7 +98,7 @@ pub(crate) fn from_settings(s: &Rfc2136) -> Result<Key, (&'static str, String)> 
             let keys = parse_key_file(&text).map_err(|m| ("key_file", format!("{file}:{m}")))?;
             let key = match &s.key_name {
                 Some(want) => {
-                    let want = key_name(want).map_err(|m| ("key_name", m))?;
+                    let want = key_name(want).map_err(|m| ("key_name", m.to_string()))?;
                     keys.into_iter().find(|k| k.name == want).ok_or_else(|| {
                         ("key_name", format!("{file} has no key {want:?}"))
                     })?
@@ -134,22 +135,22 @@ pub(crate) fn from_settings(s: &Rfc2136) -> Result<Key, (&'static str, String)> 
 }
 
 /// A key's name checked and made canonical (lowercase, no final dot).
-fn key_name(name: &str) -> Result<String, String> {
+fn key_name(name: &str) -> Result<String, TlsError> {
     let n = name.trim_end_matches('.').to_ascii_lowercase();
     hickory_proto::rr::Name::from_ascii(&n)
         .ok()
         .filter(|_| !n.is_empty() && !n.contains(['\\', ' ']))
-        .ok_or_else(|| format!("{name:?} is not a key name (a DNS name)"))?;
+        .ok_or_else(|| TlsError::config(format_args!("{name:?} is not a key name (a DNS name)")))?;
     Ok(n)
 }
 
-fn secret_bytes(b64: &str) -> Result<Vec<u8>, String> {
+fn secret_bytes(b64: &str) -> Result<Vec<u8>, TlsError> {
     let compact: String = b64.split_whitespace().collect();
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(&compact)
-        .map_err(|e| format!("not base64: {e}"))?;
+        .map_err(|e| TlsError::config(format_args!("not base64: {e}")))?;
     if bytes.is_empty() {
-        return Err("the secret is empty".into());
+        return Err(TlsError::config("the secret is empty"));
     }
     Ok(bytes)
 }
@@ -181,7 +182,7 @@ fn shown(tok: &str) -> String {
 
 /// The keys of a bind key file: `key "name" { algorithm NAME; secret "BASE64"; };`, with
 /// `#`, `//` and `/* */` comments. The error starts with the line number (`3: ...`).
-pub(crate) fn parse_key_file(text: &str) -> Result<Vec<Key>, String> {
+pub(crate) fn parse_key_file(text: &str) -> Result<Vec<Key>, TlsError> {
     let mut t = Cursor {
         tokens: tokens(text)?,
         at: 0,
@@ -189,11 +190,15 @@ pub(crate) fn parse_key_file(text: &str) -> Result<Vec<Key>, String> {
     let mut keys = Vec::new();
     while let Some((kw, line)) = t.peek() {
         if kw != "key" {
-            return Err(format!("{line}: expected \"key\", found {}", shown(&kw)));
+            return Err(TlsError::config(format_args!(
+                "{line}: expected \"key\", found {}",
+                shown(&kw)
+            )));
         }
         t.at += 1;
         let (name, name_line) = t.next()?;
-        let name = key_name(unquote(&name)).map_err(|m| format!("{name_line}: {m}"))?;
+        let name = key_name(unquote(&name))
+            .map_err(|m| TlsError::config(format_args!("{name_line}: {m}")))?;
         t.want("{")?;
         let (mut algorithm, mut secret) = (None, None);
         loop {
@@ -203,26 +208,32 @@ pub(crate) fn parse_key_file(text: &str) -> Result<Vec<Key>, String> {
                 "algorithm" => {
                     let (a, at) = t.next()?;
                     let a = unquote(&a);
-                    algorithm = Some(Algorithm::from_name(a).map_err(|m| format!("{at}: {m}"))?);
+                    algorithm = Some(
+                        Algorithm::from_name(a)
+                            .map_err(|m| TlsError::config(format_args!("{at}: {m}")))?,
+                    );
                 }
                 "secret" => {
                     let (s, at) = t.next()?;
-                    secret = Some(secret_bytes(unquote(&s)).map_err(|m| format!("{at}: {m}"))?);
+                    secret = Some(
+                        secret_bytes(unquote(&s))
+                            .map_err(|m| TlsError::config(format_args!("{at}: {m}")))?,
+                    );
                 }
                 other => {
-                    return Err(format!(
+                    return Err(TlsError::config(format_args!(
                         "{at}: expected \"algorithm\", \"secret\" or \"}}\", found {}",
                         shown(other)
-                    ))
+                    )))
                 }
             }
             t.want(";")?;
         }
         t.want(";")?;
         let (Some(algorithm), Some(secret)) = (algorithm, secret) else {
-            return Err(format!(
+            return Err(TlsError::config(format_args!(
                 "{line}: key {name:?} needs both `algorithm` and `secret`"
-            ));
+            )));
         };
         keys.push(Key {
             name,
@@ -231,7 +242,7 @@ pub(crate) fn parse_key_file(text: &str) -> Result<Vec<Key>, String> {
         });
     }
     if keys.is_empty() {
-        return Err("1: no `key` statement".into());
+        return Err(TlsError::config("1: no `key` statement"));
     }
     Ok(keys)
 }
@@ -247,25 +258,30 @@ impl Cursor {
         self.tokens.get(self.at).cloned()
     }
 
-    fn next(&mut self) -> Result<(String, usize), String> {
+    fn next(&mut self) -> Result<(String, usize), TlsError> {
         let t = self.peek().ok_or_else(|| {
             let line = self.tokens.last().map_or(1, |t| t.1);
-            format!("{line}: the file ends inside a `key` statement")
+            TlsError::config(format_args!(
+                "{line}: the file ends inside a `key` statement"
+            ))
         })?;
         self.at += 1;
         Ok(t)
     }
 
-    fn want(&mut self, what: &str) -> Result<(), String> {
+    fn want(&mut self, what: &str) -> Result<(), TlsError> {
         if self.peek().is_none() {
             let line = self.tokens.last().map_or(1, |t| t.1);
-            return Err(format!(
+            return Err(TlsError::config(format_args!(
                 "{line}: expected {what:?}, found the end of the file"
-            ));
+            )));
         }
         match self.next()? {
             (tok, _) if tok == what => Ok(()),
-            (tok, line) => Err(format!("{line}: expected {what:?}, found {}", shown(&tok))),
+            (tok, line) => Err(TlsError::config(format_args!(
+                "{line}: expected {what:?}, found {}",
+                shown(&tok)
+            ))),
         }
     }
 }
@@ -277,7 +293,7 @@ fn unquote(s: &str) -> &str {
 }
 
 /// Words, quoted strings (kept with their quotes), `{`, `}` and `;`, each with its line.
-fn tokens(text: &str) -> Result<Vec<(String, usize)>, String> {
+fn tokens(text: &str) -> Result<Vec<(String, usize)>, TlsError> {
     let mut out = Vec::new();
     let mut line = 1;
     let mut chars = text.chars().peekable();
@@ -300,7 +316,11 @@ fn tokens(text: &str) -> Result<Vec<(String, usize)>, String> {
                             }
                             prev = c;
                         }
-                        None => return Err(format!("{start}: unterminated /* comment")),
+                        None => {
+                            return Err(TlsError::config(format_args!(
+                                "{start}: unterminated /* comment"
+                            )))
+                        }
                     }
                 }
             }
@@ -311,7 +331,11 @@ fn tokens(text: &str) -> Result<Vec<(String, usize)>, String> {
                 loop {
                     match chars.next() {
                         Some('"') => break,
-                        Some('\n') | None => return Err(format!("{start}: unterminated string")),
+                        Some('\n') | None => {
+                            return Err(TlsError::config(format_args!(
+                                "{start}: unterminated string"
+                            )))
+                        }
                         Some(c) => s.push(c),
                     }
                 }
@@ -411,7 +435,7 @@ mod tests {
             ),
             ("/* never closed\nkey", "1: unterminated /* comment"),
         ] {
-            let e = parse_key_file(text).unwrap_err();
+            let e = parse_key_file(text).unwrap_err().to_string();
             assert!(e.starts_with(want), "{text:?}: {e}");
         }
     }
