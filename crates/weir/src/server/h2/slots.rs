@@ -25,6 +25,9 @@ pub(crate) const WRITE_HIGH: usize = 256 * 1024;
 /// from their own bytes (one more iovec).
 const COPY_DATA: usize = 1024;
 
+/// What a turn's frame buffer is grown by at once ([`Writes::room`]).
+const WRITE_ROOM: usize = 16 * 1024;
+
 /// One stream being answered.
 #[derive(Debug)]
 pub(crate) struct Slot {
@@ -183,6 +186,9 @@ impl Shared {
     /// Moves what the streams queued into `w` as frames, as far as windows allow; wakes the
     /// streams whose queue drained; forgets the streams that are over. Whether anything moved.
     pub(crate) fn gather(&mut self, w: &mut Writes) -> bool {
+        if self.slots.iter().any(|s| s.ready) {
+            w.room();
+        }
         // What the input owes first: a SETTINGS acknowledgement goes before the DATA the new
         // settings allowed (h2spec 6.9.2/1 reads them in that order).
         let mut moved = self.take_owed(w);
@@ -343,6 +349,16 @@ impl Writes {
         self.seal();
         self.in_segments += piece.len();
         self.segments.push_back(piece);
+    }
+
+    /// Room for a turn's frames in one allocation: appended one by one, they grew the buffer
+    /// (a `realloc` and a copy each time) several times per response, ~1,600 instructions a
+    /// request in callgrind (h2load -m 10 over TLS, 1 KiB hits). Once the frames before were
+    /// written, the same allocation is taken back (`BytesMut::reserve` reclaims it).
+    pub(crate) fn room(&mut self) {
+        if self.buf.capacity() - self.buf.len() < WRITE_ROOM / 4 {
+            self.buf.reserve(WRITE_ROOM);
+        }
     }
 
     /// Whether nothing waits.
