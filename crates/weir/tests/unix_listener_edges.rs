@@ -58,6 +58,46 @@ fn a_reload_applies_a_changed_unix_mode() {
     );
 }
 
+/// The shield counted every unix client as one (they all come as 0.0.0.0): one local process
+/// over the request limit blocked every other for `block_for` (review of issue 54). Unix
+/// clients are not counted, as documented; TCP clients of the same server still are.
+#[test]
+fn one_unix_client_over_the_shield_s_limits_blocks_nobody() {
+    let d = common::inproc::dir("review", "shield");
+    let sock = d.join("s.sock");
+    let yaml = format!(
+        "workers: 1\nshield: {{ requests: {{ rate: 5, burst: 5 }} }}\nlisteners:\n  - address: \"unix:{}\"\n    routes:\n      - respond: {{ body: \"ok\\n\" }}\n  - address: 127.0.0.1:0\n    routes:\n      - respond: {{ body: \"ok\\n\" }}\n",
+        sock.display()
+    );
+    let h = start(&yaml);
+    let tcp = *h
+        .local_addrs()
+        .iter()
+        .find(|a| !a.ip().is_unspecified())
+        .unwrap();
+    let get = |s: &mut dyn ReadWrite| {
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out.split(' ').nth(1).unwrap_or("none").to_string()
+    };
+    let unix: Vec<String> = (0..20).map(|_| get(&mut unix_connect(&sock))).collect();
+    let over_tcp: Vec<String> = (0..20)
+        .map(|_| get(&mut std::net::TcpStream::connect(tcp).unwrap()))
+        .collect();
+    stop(h);
+    let _ = std::fs::remove_dir_all(&d);
+    assert!(unix.iter().all(|s| s == "200"), "unix clients: {unix:?}");
+    assert!(
+        over_tcp.iter().any(|s| s != "200"),
+        "a TCP client past its limits is still refused: {over_tcp:?}"
+    );
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
 /// The stale-file probe is a *blocking* `connect`. A process that listens on the path but
 /// does not accept (accept queue full) makes `weir run` (and a reload that adds the listener,
 /// and `weir check`) hang forever instead of refusing the path.

@@ -316,10 +316,14 @@ impl Shield {
         }
     }
 
-    /// Whether `ip` bypasses every limit.
+    /// Whether `ip` bypasses every limit: listed in `allow`, or no address at all. A unix
+    /// socket's clients all come as `runtime::UNIX_PEER` (0.0.0.0, which no TCP peer can be):
+    /// counted, they were one client, and one local process over its limit blocked every
+    /// other (review of issue 54). The socket file's permissions decide who connects there
+    /// (`docs/config.md`).
     #[inline]
     pub fn allowed(&self, ip: IpAddr) -> bool {
-        !self.allow.is_empty() && self.allow.contains(ip)
+        ip.is_unspecified() || (!self.allow.is_empty() && self.allow.contains(ip))
     }
 
     /// A new connection from `ip`: `Ok(key)` to pass to [`ShieldState::disconnect`] when it
