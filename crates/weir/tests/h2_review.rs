@@ -231,3 +231,39 @@ fn oversized_trailers_reset_their_stream() {
     let (_, goaway) = settle(&mut c);
     assert_eq!(goaway, None);
 }
+
+/// From the review of issue 54 §2: HTTP/2 never sent `100 Continue`, so a client that waits
+/// for it before its body (as it may, RFC 9110 §10.1.1) waited until `timeouts.body`. The
+/// interim response now comes when the body is first read, and then the body is echoed.
+#[test]
+fn expect_100_continue_is_answered_before_the_body() {
+    let s = setup("");
+    let mut c = connect(s.server.addr);
+    let head = request(
+        "POST",
+        "/echo",
+        &[("content-length", b"5"), ("expect", b"100-continue")],
+    );
+    c.write_all(&frame(HEADERS, END_HEADERS, 1, &head)).unwrap();
+    // Nothing of the body is sent until the interim response: a HEADERS frame on stream 1
+    // without END_STREAM whose block is `:status 100`.
+    let mut interim = None;
+    while let Some((kind, flags, id, payload)) = read_frame(&mut c) {
+        if kind == HEADERS && id == 1 {
+            interim = Some((flags, payload));
+            break;
+        }
+        assert_ne!(kind, GOAWAY, "the connection ended");
+    }
+    let (flags, payload) = interim.expect("no HEADERS on stream 1 within 5 s: no 100 Continue");
+    assert_eq!(
+        flags & END_STREAM,
+        0,
+        "the interim head does not end the stream"
+    );
+    // `:status` by its static name (entry 8), the value a literal: 0x08, length 3, "100".
+    assert_eq!(payload, b"\x08\x03100", "a 100 head");
+    c.write_all(&frame(DATA, END_STREAM, 1, b"hello")).unwrap();
+    let got = common::h2raw::outcome_of(&mut c, 1);
+    assert!(got.answered, "{got:?}");
+}

@@ -438,7 +438,10 @@ mod tests {
             .is_ok_and(|s| s.success());
         if !mounted {
             let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-            assert!(!ci, "CI=true and a tmpfs cannot be mounted (this test needs root)");
+            assert!(
+                !ci,
+                "CI=true and a tmpfs cannot be mounted (this test needs root)"
+            );
             eprintln!("SKIPPED: cannot mount a tmpfs (not root?)");
             return;
         }
@@ -453,7 +456,11 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(e.kind(), Kind::File, "{e}");
         assert!(e.disk_full(), "{e}");
-        assert_eq!(left, vec![std::ffi::OsString::from("cert.pem")], "no temporary left");
+        assert_eq!(
+            left,
+            vec![std::ffi::OsString::from("cert.pem")],
+            "no temporary left"
+        );
         assert_eq!(kept, b"stored", "the stored certificate stays");
         let bad = current(b"not a certificate", b"").unwrap_err();
         assert_eq!(bad.kind(), Kind::Certificate, "{bad}");

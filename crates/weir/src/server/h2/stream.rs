@@ -43,6 +43,8 @@ pub(crate) struct H2Stream {
     /// The body's announced length: never more is passed on, nor a shorter body as whole (the
     /// driver resets such a stream first; this holds if it did not).
     expect: Option<u64>,
+    /// The request asked for `100-continue` and it was not sent yet.
+    continue_owed: bool,
 }
 
 /// A request as it starts: its head (or why it has none) on the config of the moment.
@@ -107,6 +109,7 @@ async fn answer(id: u32, started: Started, io: Rc<RefCell<Shared>>, shared: Rc<C
         Ok(BodyKind::Length(n)) => Some(n),
         _ => None,
     };
+    let continue_owed = head.as_ref().is_ok_and(|h| h.expect_continue);
     let mut d = H2Stream {
         id,
         io,
@@ -118,6 +121,7 @@ async fn answer(id: u32, started: Started, io: Rc<RefCell<Shared>>, shared: Rc<C
         body_wait: None,
         started: false,
         expect,
+        continue_owed,
     };
     let result = match head {
         Ok(head) => match crate::pipeline::limits::check_declared_length(&head, &rt.cfg.limits) {
@@ -189,6 +193,23 @@ impl H2Stream {
             s.out.data(Bytes::from(body));
         });
         self.started = true;
+    }
+
+    /// `100 Continue` for a request that asked for it (RFC 9110 §10.1.1), when its body is
+    /// first read and nothing of it came yet, as HTTP/1.1 sends it: a client may hold the body
+    /// back until then (curl waits a second; some clients wait for good).
+    fn send_continue(&mut self) -> Result<(), Error> {
+        self.continue_owed = false;
+        let block = self
+            .io
+            .borrow_mut()
+            .block(|b| weir_h2::response::put_status(100, b));
+        self.with_slot(|s| {
+            if s.body.is_empty() && !s.body_ended && s.received == 0 {
+                s.out.head(block, true);
+                s.ready = true;
+            }
+        })
     }
 
     /// What the peer's windows let this stream send now beyond what it queued.
@@ -271,6 +292,9 @@ impl Downstream for H2Stream {
     async fn body_chunk(&mut self) -> Result<Option<Bytes>, Error> {
         let limit = self.rt.cfg.limits.body_ceiling.min(self.body_cap);
         let wait = self.body_wait.unwrap_or(self.rt.cfg.timeouts.body);
+        if self.continue_owed {
+            self.send_continue()?;
+        }
         let chunk = wait_slot(self, wait, ErrorKind::BodyTimeout, |s, _| {
             match s.body.pop_front() {
                 Some(b) => Some(Some(b)),
