@@ -62,6 +62,22 @@ impl RawClient {
     pub fn is_unix(&self) -> bool {
         matches!(self, RawClient::Unix(_))
     }
+
+    /// Whether the peer ended its side (its FIN came): what is queued may still be read, but
+    /// nothing more will come. One `poll(POLLRDHUP)` that does not wait, for a caller that
+    /// peeks without registering (a PROXY header arriving in pieces, `server/proxied.rs`).
+    pub fn read_closed(&self) -> bool {
+        let mut fd = libc::pollfd {
+            fd: self.as_raw_fd(),
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: `fd` is one valid pollfd, exclusively borrowed for the call, and its
+        // descriptor is open (owned by `self`, which is borrowed); a timeout of 0 never waits.
+        #[allow(unsafe_code)]
+        let n = unsafe { libc::poll(&mut fd, 1, 0) };
+        n > 0 && fd.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0
+    }
 }
 
 impl Read for RawClient {

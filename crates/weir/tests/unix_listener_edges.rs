@@ -267,6 +267,48 @@ fn a_proxy_header_naming_0_0_0_0_names_nobody() {
     );
 }
 
+/// Part of a PROXY header and then a FIN was held until `timeouts.header` (4 s here): peeking
+/// finds the same bytes again and never the end (review of issue 54, finding 3). Now the
+/// connection closes at once, on a TCP and on a unix listener alike.
+#[test]
+fn a_proxy_header_cut_by_a_fin_closes_at_once() {
+    let d = common::inproc::dir("review", "proxyfin");
+    let sock = d.join("p.sock");
+    let h = start(&format!(
+        "workers: 1\ntimeouts: {{ header: 4s }}\nlisteners:\n  - address: 127.0.0.1:0\n    proxy_protocol: {{ trusted: [127.0.0.1/32] }}\n    routes:\n      - respond: {{ body: \"ok\\n\" }}\n  - address: \"unix:{}\"\n    proxy_protocol: {{ trusted: [127.0.0.1/32] }}\n    routes:\n      - respond: {{ body: \"ok\\n\" }}\n",
+        sock.display()
+    ));
+    let tcp = *h
+        .local_addrs()
+        .iter()
+        .find(|a| !a.ip().is_unspecified())
+        .unwrap();
+    let cut = |s: &mut dyn ReadWrite, shut: &dyn Fn()| {
+        s.write_all(b"PROXY TCP4 1.2").unwrap();
+        shut();
+        let t = Instant::now();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        t.elapsed()
+    };
+    let mut t = common::connect(tcp);
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let t2 = t.try_clone().unwrap();
+    let over_tcp = cut(&mut t, &|| t2.shutdown(std::net::Shutdown::Write).unwrap());
+    let mut u = unix_connect(&sock);
+    u.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let u2 = u.try_clone().unwrap();
+    let over_unix = cut(&mut u, &|| u2.shutdown(std::net::Shutdown::Write).unwrap());
+    stop(h);
+    let _ = std::fs::remove_dir_all(&d);
+    for (what, took) in [("TCP", over_tcp), ("unix", over_unix)] {
+        assert!(
+            took < Duration::from_secs(2),
+            "{what}: closed after {took:?} (timeouts.header is 4 s)"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // unix listeners: attacks that held
 

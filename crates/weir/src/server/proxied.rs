@@ -89,6 +89,11 @@ async fn read_header(
                     };
                 }
                 Parsed::Incomplete if n == buf.len() => return Err("header too long"),
+                // Part of a header and then the client's FIN: the rest never comes (it was
+                // held until `timeouts.header`: review of issue 54, finding 3).
+                Parsed::Incomplete if stream.read_closed() => {
+                    return Err("closed inside the header")
+                }
                 Parsed::Incomplete => {}
             },
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
