@@ -182,3 +182,87 @@ listeners:
     assert!(text.contains("Transfer-Encoding: chunked"), "{text}");
     let _ = connections;
 }
+
+/// weir's own refusals of gRPC calls are trailers-only gRPC responses (issue 55 §3): `200`,
+/// `grpc-status` and `grpc-message` in one HEADERS frame that ends the stream, the refusal's
+/// own fields kept (`WWW-Authenticate`). A request that is not gRPC gets the HTTP refusal.
+#[test]
+fn weir_s_own_refusals_of_grpc_calls_are_grpc_statuses() {
+    // A port nothing listens on: the upstream's connect fails (502).
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let htpasswd = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/htpasswd");
+    let s = common::start_config(&format!(
+        r#"workers: 1
+limits: {{ max_body_bytes: 64 }}
+upstreams:
+  gone: {{ servers: ["{dead_addr}"], protocol: h2 }}
+listeners:
+  - address: 127.0.0.1:0
+    h2c: true
+    routes:
+      - match: {{ path_prefix: /locked. }}
+        filters: [{{ basic_auth: {{ file: "{htpasswd}", realm: grpc }} }}]
+        respond: {{ body: in }}
+      - match: {{ path_prefix: /gone. }}
+        proxy: {{ upstream: gone }}
+"#
+    ));
+    let addr = s.addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let call = |path: &str, content_type: &str, message: &str| {
+            let message = frame(message);
+            let req = http::Request::builder()
+                .method("POST")
+                .uri(format!("http://{addr}{path}"))
+                .header("content-type", content_type)
+                .header("content-length", message.len())
+                .header("te", "trailers")
+                .body(())
+                .unwrap();
+            let client = client.clone();
+            async move {
+                let mut c = client.ready().await.unwrap();
+                let (resp, mut send) = c.send_request(req, false).unwrap();
+                send.send_data(message, true).unwrap();
+                resp.await.unwrap()
+            }
+        };
+        let big = "x".repeat(100);
+        for (path, message, grpc, more) in [
+            ("/gone.Svc/Call", "hi", "14", None),
+            ("/locked.Svc/Call", "hi", "16", Some("www-authenticate")),
+            ("/nowhere.Svc/Call", "hi", "12", None),
+            // Over `max_body_bytes`, refused by the HTTP/2 stream itself before the pipeline.
+            ("/gone.Svc/Call", big.as_str(), "8", None),
+        ] {
+            let resp = call(path, "application/grpc+proto", message).await;
+            assert_eq!(resp.status(), 200, "{path}");
+            let h = resp.headers();
+            assert_eq!(h["grpc-status"], grpc, "{path}");
+            assert!(!h["grpc-message"].is_empty(), "{path}");
+            assert_eq!(h["content-type"], "application/grpc+proto", "{path}");
+            if let Some(name) = more {
+                assert!(h.contains_key(name), "{path}: {name} kept");
+            }
+            assert!(
+                resp.body().is_end_stream(),
+                "{path}: trailers-only, the HEADERS frame ends the stream"
+            );
+        }
+        // Not gRPC: the HTTP refusal, with its body.
+        let resp = call("/gone.Svc/Call", "application/json", "hi").await;
+        assert_eq!(resp.status(), 502);
+        assert!(resp.headers().get("grpc-status").is_none());
+    });
+}

@@ -20,6 +20,9 @@ pub(crate) fn send_error<D: Downstream>(
     lines: &[u8],
     persistence: Persistence,
 ) -> Persistence {
+    if super::grpc_refusal::is_grpc(head) {
+        return super::grpc_refusal::send(d, ctx, head, status, lines, persistence);
+    }
     if let Some(pages) = error_pages(ctx) {
         if let Some(page) = pages.page(status) {
             return send_error_page(d, ctx, head, status, lines, page, persistence);

@@ -34,6 +34,7 @@ mod failure;
 pub(crate) mod fetch;
 pub(crate) mod forward;
 mod forward_cgi;
+pub(crate) mod grpc_refusal;
 pub(crate) mod hooks;
 mod kv;
 mod later;

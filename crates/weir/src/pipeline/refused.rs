@@ -81,15 +81,16 @@ fn respond_with<D: Downstream>(
     } else {
         Persistence::Close
     };
+    if a.status >= 400 && super::grpc_refusal::is_grpc(head) {
+        // A refusal (auth, limits, the shield) to a gRPC call: a gRPC status, with the
+        // filter's fields but its type and body.
+        let lines = fields_but_type(&a);
+        return super::grpc_refusal::send(d, ctx, head, a.status, &lines, persistence);
+    }
     if let Some(pages) = super::error_pages(ctx) {
         if let Some(page) = pages.page(a.status) {
             // The filter's fields but its type (the page has its own).
-            let mut lines = bytes::BytesMut::new();
-            for (n, v) in a.fields.iter() {
-                if !n.eq_ignore_ascii_case(b"content-type") {
-                    weir_http::response::put_header(&mut lines, n, v);
-                }
-            }
+            let lines = fields_but_type(&a);
             return super::send_error_page(d, ctx, head, a.status, &lines, page, persistence);
         }
     }
@@ -110,4 +111,15 @@ fn respond_with<D: Downstream>(
         d.send_data(&a.body);
     }
     persistence
+}
+
+/// The answer's fields as lines, but its `Content-Type` (the page or gRPC reply has its own).
+fn fields_but_type(a: &Answer) -> bytes::BytesMut {
+    let mut lines = bytes::BytesMut::new();
+    for (n, v) in a.fields.iter() {
+        if !n.eq_ignore_ascii_case(b"content-type") {
+            weir_http::response::put_header(&mut lines, n, v);
+        }
+    }
+    lines
 }

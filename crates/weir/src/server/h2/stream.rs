@@ -123,6 +123,11 @@ async fn answer(id: u32, started: Started, io: Rc<RefCell<Shared>>, shared: Rc<C
         expect,
         continue_owed,
     };
+    // A gRPC call's content type: weir's own refusals of it are gRPC statuses.
+    let grpc = match &head {
+        Ok(h) if crate::pipeline::grpc_refusal::is_grpc(h) => h.header_bytes("content-type"),
+        _ => None,
+    };
     let result = match head {
         Ok(head) => match crate::pipeline::limits::check_declared_length(&head, &rt.cfg.limits) {
             Ok(()) => crate::pipeline::handle(&mut d, rt.clone(), listener, &head).await,
@@ -133,7 +138,7 @@ async fn answer(id: u32, started: Started, io: Rc<RefCell<Shared>>, shared: Rc<C
     if let Err(e) = result {
         tracing::debug!(peer = %d.shared.peer, reason = %e, "HTTP/2 stream failed");
         match e.status() {
-            Some(status) if !d.started => d.send_canned(status),
+            Some(status) if !d.started => d.send_canned(status, grpc.as_deref()),
             _ => {
                 d.io.borrow_mut().reset(id, Reason::InternalError);
                 return;
@@ -179,7 +184,24 @@ impl H2Stream {
     }
 
     /// The canned response for `status`, when nothing was sent yet.
-    fn send_canned(&mut self, status: u16) {
+    /// `grpc`: the call's content type, for a gRPC call (a trailers-only gRPC status instead,
+    /// `pipeline/grpc_refusal.rs`).
+    fn send_canned(&mut self, status: u16, grpc: Option<&[u8]>) {
+        if let Some(content_type) = grpc {
+            use crate::pipeline::grpc_refusal;
+            let fields = grpc_refusal::fields(status, content_type);
+            let reply = grpc_refusal::reply(&self.rt.cfg.server_line, &fields);
+            let block = self
+                .io
+                .borrow_mut()
+                .block(|b| super::head::response_block(&reply, &[], b));
+            let _ = self.with_slot(|s| {
+                s.out.clear();
+                s.out.head(block, false);
+            });
+            self.started = true;
+            return;
+        }
         let body = crate::error::canned_body(status);
         let reply = crate::error::canned(status, body.len(), &self.rt.cfg.server_line);
         let block = self
