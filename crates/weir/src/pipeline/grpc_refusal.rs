@@ -15,11 +15,14 @@ use super::context::RequestCtx;
 use super::downstream::Downstream;
 use super::send_head;
 
-/// Whether `head` is a gRPC (or gRPC-Web) request.
+/// Whether `head` is a gRPC (or gRPC-Web) request. Every call is a POST: other requests cost
+/// one comparison (the HTTP/2 stream asks this of each request).
 #[inline]
 pub(crate) fn is_grpc(head: &RequestHead) -> bool {
-    head.header("content-type")
-        .is_some_and(|v| v.len() >= 16 && v[..16].eq_ignore_ascii_case(b"application/grpc"))
+    head.method == weir_http::Method::Post
+        && head
+            .header("content-type")
+            .is_some_and(|v| v.len() >= 16 && v[..16].eq_ignore_ascii_case(b"application/grpc"))
 }
 
 /// The gRPC status code for weir's HTTP refusal `status`.
