@@ -139,12 +139,7 @@ pub(crate) async fn forward<D: Downstream>(
         ))
         .await;
     }
-    let mut total_deadline = up.total_timeout.map(|t| Instant::now() + t);
-    if let Some(t) = super::grpc_timeout::of(head) {
-        // The call's own deadline, within the upstream's.
-        let call = Instant::now() + t;
-        total_deadline = Some(total_deadline.map_or(call, |d| d.min(call)));
-    }
+    let total_deadline = up.total_timeout.map(|t| Instant::now() + t);
     // Servers tried so far (bounded: retries are few).
     let mut tried_buf = [usize::MAX; 16];
     let mut ntried = 0usize;
