@@ -193,6 +193,8 @@ fn weir_s_own_refusals_of_grpc_calls_are_grpc_statuses() {
     let dead_addr = dead.local_addr().unwrap();
     drop(dead);
     let htpasswd = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/htpasswd");
+    let log = std::env::temp_dir().join(format!("weir-grpc-refusals-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
     let s = common::start_config(&format!(
         r#"workers: 1
 limits: {{ max_body_bytes: 64 }}
@@ -201,13 +203,15 @@ upstreams:
 listeners:
   - address: 127.0.0.1:0
     h2c: true
+    access_log: {{ path: "{log}", format: "$uri $status $sent_http_grpc_status" }}
     routes:
       - match: {{ path_prefix: /locked. }}
         filters: [{{ basic_auth: {{ file: "{htpasswd}", realm: grpc }} }}]
         respond: {{ body: in }}
       - match: {{ path_prefix: /gone. }}
         proxy: {{ upstream: gone }}
-"#
+"#,
+        log = log.display()
     ));
     let addr = s.addr;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -265,4 +269,24 @@ listeners:
         assert_eq!(resp.status(), 502);
         assert!(resp.headers().get("grpc-status").is_none());
     });
+    // The access log counts the refusals as refusals (the HTTP status weir refused with), the
+    // gRPC status beside them: error rates see gRPC failures.
+    let want = [
+        "/gone.Svc/Call 502 14",
+        "/locked.Svc/Call 401 16",
+        "/nowhere.Svc/Call 404 12",
+    ];
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut text = String::new();
+    while std::time::Instant::now() < deadline {
+        text = std::fs::read_to_string(&log).unwrap_or_default();
+        if want.iter().all(|w| text.contains(w)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_file(&log);
+    for w in want {
+        assert!(text.contains(w), "{w:?} not in the access log:\n{text}");
+    }
 }

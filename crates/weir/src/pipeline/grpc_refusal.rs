@@ -1,12 +1,14 @@
 //! weir's own refusals to gRPC requests (`content-type: application/grpc…`, gRPC-Web too):
 //! gRPC clients read the status from `grpc-status`, not from HTTP's, and take a 401 or a 503
 //! with a text body as a broken server (`UNKNOWN`, "unexpected content-type"). So a refusal is
-//! a trailers-only response as the gRPC protocol has it: `200`, `content-type` as asked,
-//! `grpc-status` and `grpc-message`, and no body (over HTTP/2 one HEADERS frame that ends the
-//! stream). The status mapping is issue 55's (Envoy's for the same cases); a status it does not
-//! name maps as gRPC's own HTTP-to-gRPC table does. The access log records what went on the
-//! wire (200), and `$sent_http_grpc_status` the gRPC status. Errors a protocol answers itself
-//! (a declared body over the limit, a body timeout) take the same shape over HTTP/2
+//! a trailers-only response as the gRPC protocol has it: `200`, the call's content type (one
+//! of [`KINDS`]: a value is never echoed), `grpc-status` and `grpc-message`, and no body (over
+//! HTTP/2 one HEADERS frame that ends the stream). The status mapping is issue 55's (Envoy's
+//! for the same cases); a status it does not name maps as gRPC's own HTTP-to-gRPC table does.
+//! The access log's `$status` and the metrics record the refusal's HTTP status (502, 401…), as
+//! for any other client, so that error rates and alerts see gRPC failures; the wire carries
+//! `200`, and `$sent_http_grpc_status` the gRPC status. Errors a protocol answers itself (a
+//! declared body over the limit, a body timeout) take the same shape over HTTP/2
 //! (`server/h2/stream.rs`).
 
 use weir_http::{Framing, Persistence, Reply, RequestHead};
@@ -15,14 +17,45 @@ use super::context::RequestCtx;
 use super::downstream::Downstream;
 use super::send_head;
 
-/// Whether `head` is a gRPC (or gRPC-Web) request. Every call is a POST: other requests cost
-/// one comparison (the HTTP/2 stream asks this of each request).
+/// The content types a refusal answers with: the call's when it is one of these (in order of
+/// specificity), else the plain gRPC or gRPC-Web type its prefix names.
+pub(crate) const KINDS: [&str; 8] = [
+    "application/grpc-web-text+proto",
+    "application/grpc-web-text",
+    "application/grpc-web+proto",
+    "application/grpc-web",
+    "application/grpc+proto",
+    "application/grpc+json",
+    "application/grpc",
+    // Unreachable by lookup: the fallback of a `grpc-web…` type not listed.
+    "application/grpc-web",
+];
+
+/// Which of [`KINDS`] a request's content type is (`None`: not a gRPC call). Every call is a
+/// POST: other requests cost one comparison (the HTTP/2 stream asks this of each request).
+#[inline]
+pub(crate) fn kind(head: &RequestHead) -> Option<u8> {
+    if head.method != weir_http::Method::Post {
+        return None;
+    }
+    let v = head.header("content-type")?;
+    if v.len() < 16 || !v[..16].eq_ignore_ascii_case(b"application/grpc") {
+        return None;
+    }
+    let exact = KINDS[..7]
+        .iter()
+        .position(|k| v.eq_ignore_ascii_case(k.as_bytes()));
+    Some(match exact {
+        Some(i) => i as u8,
+        None if v.len() >= 20 && v[..20].eq_ignore_ascii_case(b"application/grpc-web") => 7,
+        None => 6,
+    })
+}
+
+/// Whether `head` is a gRPC (or gRPC-Web) call.
 #[inline]
 pub(crate) fn is_grpc(head: &RequestHead) -> bool {
-    head.method == weir_http::Method::Post
-        && head
-            .header("content-type")
-            .is_some_and(|v| v.len() >= 16 && v[..16].eq_ignore_ascii_case(b"application/grpc"))
+    kind(head).is_some()
 }
 
 /// The gRPC status code for weir's HTTP refusal `status`.
@@ -51,18 +84,21 @@ pub(crate) fn send<D: Downstream>(
     persistence: Persistence,
 ) -> Persistence {
     let rt = ctx.rt.clone();
-    let asked = head.header("content-type").unwrap_or(b"application/grpc");
-    let fields = fields(status, asked);
+    let fields = fields(status, kind(head).unwrap_or(6));
     let mut reply = reply(&rt.cfg.server_line, &fields);
     reply.add_lines(lines);
-    send_head(d, ctx, &reply, persistence)
+    let persistence = send_head(d, ctx, &reply, persistence);
+    // The log and the metrics count the refusal, not the `200` gRPC requires on the wire.
+    ctx.status = status;
+    persistence
 }
 
-/// The field lines of the refusal `status` to a call of `content_type`.
-pub(crate) fn fields(status: u16, content_type: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(96 + content_type.len());
+/// The field lines of the refusal `status` to a call of [`KINDS`]`[kind]`.
+pub(crate) fn fields(status: u16, kind: u8) -> Vec<u8> {
+    let content_type = KINDS.get(kind as usize).unwrap_or(&KINDS[6]);
+    let mut out = Vec::with_capacity(128);
     out.extend_from_slice(b"Content-Type: ");
-    out.extend_from_slice(content_type);
+    out.extend_from_slice(content_type.as_bytes());
     out.extend_from_slice(b"\r\ngrpc-status: ");
     out.extend_from_slice(grpc_status(status).to_string().as_bytes());
     // `grpc-message` is percent-encoded text; a reason phrase is printable ASCII already.
@@ -85,6 +121,56 @@ pub(crate) fn reply<'a>(server_line: &'a [u8], fields: &'a [u8]) -> Reply<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn head(method: &str, content_type: &[u8]) -> RequestHead {
+        let mut raw =
+            bytes::BytesMut::from(format!("{method} /s/M HTTP/1.1\r\nHost: a\r\n").as_str());
+        raw.extend_from_slice(b"Content-Type: ");
+        raw.extend_from_slice(content_type);
+        raw.extend_from_slice(b"\r\n\r\n");
+        weir_http::parse_request(&mut raw, &weir_http::Limits::default())
+            .unwrap()
+            .unwrap()
+    }
+
+    /// The refusal's content type is one of `KINDS`, never the request's bytes (obs-text, tabs
+    /// and 30 KB suffixes were echoed: the review of issue 55's first part).
+    #[test]
+    fn a_refusal_names_a_known_content_type() {
+        let kind_of = |m: &str, ct: &[u8]| kind(&head(m, ct)).map(|k| KINDS[k as usize]);
+        assert_eq!(
+            kind_of("POST", b"application/grpc+proto"),
+            Some("application/grpc+proto")
+        );
+        assert_eq!(
+            kind_of("POST", b"Application/GRPC"),
+            Some("application/grpc")
+        );
+        assert_eq!(
+            kind_of("POST", b"application/grpc-web-text"),
+            Some("application/grpc-web-text")
+        );
+        assert_eq!(
+            kind_of("POST", b"application/grpc\tx"),
+            Some("application/grpc")
+        );
+        assert_eq!(
+            kind_of("POST", b"application/grpcaaaa"),
+            Some("application/grpc")
+        );
+        assert_eq!(
+            kind_of("POST", b"application/grpc-web+thrift"),
+            Some("application/grpc-web")
+        );
+        assert_eq!(kind_of("POST", b"application/json"), None);
+        assert_eq!(
+            kind_of("PUT", b"application/grpc"),
+            None,
+            "every gRPC call is a POST"
+        );
+        let fields = fields(502, 7);
+        assert!(fields.starts_with(b"Content-Type: application/grpc-web\r\ngrpc-status: 14\r\n"));
+    }
 
     #[test]
     fn refusals_map_to_the_grpc_statuses_clients_act_on() {

@@ -123,11 +123,11 @@ async fn answer(id: u32, started: Started, io: Rc<RefCell<Shared>>, shared: Rc<C
         expect,
         continue_owed,
     };
-    // A gRPC call's content type: weir's own refusals of it are gRPC statuses.
-    let grpc = match &head {
-        Ok(h) if crate::pipeline::grpc_refusal::is_grpc(h) => h.header_bytes("content-type"),
-        _ => None,
-    };
+    // A gRPC call's kind of content type: weir's own refusals of it are gRPC statuses.
+    let grpc = head
+        .as_ref()
+        .ok()
+        .and_then(crate::pipeline::grpc_refusal::kind);
     let result = match head {
         Ok(head) => match crate::pipeline::limits::check_declared_length(&head, &rt.cfg.limits) {
             Ok(()) => crate::pipeline::handle(&mut d, rt.clone(), listener, &head).await,
@@ -138,7 +138,7 @@ async fn answer(id: u32, started: Started, io: Rc<RefCell<Shared>>, shared: Rc<C
     if let Err(e) = result {
         tracing::debug!(peer = %d.shared.peer, reason = %e, "HTTP/2 stream failed");
         match e.status() {
-            Some(status) if !d.started => d.send_canned(status, grpc.as_deref()),
+            Some(status) if !d.started => d.send_canned(status, grpc),
             _ => {
                 d.io.borrow_mut().reset(id, Reason::InternalError);
                 return;
@@ -184,12 +184,12 @@ impl H2Stream {
     }
 
     /// The canned response for `status`, when nothing was sent yet.
-    /// `grpc`: the call's content type, for a gRPC call (a trailers-only gRPC status instead,
-    /// `pipeline/grpc_refusal.rs`).
-    fn send_canned(&mut self, status: u16, grpc: Option<&[u8]>) {
-        if let Some(content_type) = grpc {
+    /// `grpc`: the call's kind of content type, for a gRPC call (a trailers-only gRPC status
+    /// instead, `pipeline/grpc_refusal.rs`).
+    fn send_canned(&mut self, status: u16, grpc: Option<u8>) {
+        if let Some(kind) = grpc {
             use crate::pipeline::grpc_refusal;
-            let fields = grpc_refusal::fields(status, content_type);
+            let fields = grpc_refusal::fields(status, kind);
             let reply = grpc_refusal::reply(&self.rt.cfg.server_line, &fields);
             let block = self
                 .io
