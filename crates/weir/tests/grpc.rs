@@ -290,3 +290,92 @@ listeners:
         assert!(text.contains(w), "{w:?} not in the access log:\n{text}");
     }
 }
+
+/// An HTTP/2 upstream that never answers `/Hang` (and counts the streams its clients reset)
+/// and answers anything else at once; it allows 4 streams at a time.
+fn hanging_server() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let resets = Arc::new(AtomicUsize::new(0));
+    let count = resets.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let count = count.clone();
+                tokio::spawn(async move {
+                    let mut conn = h2::server::Builder::new()
+                        .max_concurrent_streams(4)
+                        .handshake::<_, Bytes>(tcp)
+                        .await
+                        .unwrap();
+                    while let Some(Ok((req, mut respond))) = conn.accept().await {
+                        let count = count.clone();
+                        tokio::spawn(async move {
+                            if req.uri().path() == "/Hang" {
+                                let reset = std::future::poll_fn(|cx| respond.poll_reset(cx)).await;
+                                if reset.is_ok() {
+                                    count.fetch_add(1, Ordering::SeqCst);
+                                }
+                                return;
+                            }
+                            let resp = http::Response::builder().status(200).body(()).unwrap();
+                            let _ = respond.send_response(resp, true);
+                        });
+                    }
+                });
+            }
+        });
+    });
+    (addr, resets)
+}
+
+/// A call the upstream phase gives up on (`timeouts.response_header`) resets its HTTP/2
+/// stream to the upstream. The bridge used to wait for the answer nobody would read, holding
+/// one of the server's concurrent streams: after 4 such calls every other call hung (review of
+/// issue 55's first part).
+#[test]
+fn a_call_given_up_on_resets_its_upstream_stream() {
+    let (origin, resets) = hanging_server();
+    let s = common::start_config(&format!(
+        r#"workers: 1
+upstreams:
+  g: {{ servers: ["{origin}"], protocol: h2, timeouts: {{ response_header: 200ms }}, passive_health: {{ max_fails: 0 }} }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - proxy: {{ upstream: g }}
+"#
+    ));
+    let get = |path: &str| {
+        let mut c = s.connect();
+        c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        std::io::Write::write_all(
+            &mut c,
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .unwrap();
+        let mut out = String::new();
+        let _ = c.read_to_string(&mut out);
+        out.split(' ').nth(1).unwrap_or("none").to_string()
+    };
+    for _ in 0..8 {
+        assert_eq!(get("/Hang"), "504");
+    }
+    assert_eq!(get("/Ok"), "200", "a free stream for the next call");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while resets.load(Ordering::SeqCst) < 8 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        resets.load(Ordering::SeqCst),
+        8,
+        "each abandoned stream was reset"
+    );
+}

@@ -147,7 +147,15 @@ async fn bridge(
             }
         }
     }
-    let response = response.await.map_err(io::Error::other)?;
+    // Until the answer comes the pipe is watched: the upstream phase dropping it (its client
+    // gone, `timeouts.response_header`) ends the wait, and the stream is reset (the `h2` crate
+    // sends RST_STREAM CANCEL when an open stream's last handle goes). Before, the bridge
+    // waited for an answer nobody would read, holding one of the server's concurrent streams:
+    // enough such calls and every other client's call hung (review of issue 55's first part).
+    let response = tokio::select! {
+        r = response => r.map_err(io::Error::other)?,
+        () = abandoned(&mut pipe) => return Ok(()),
+    };
     let status = response.status().as_u16();
     let bodyless = head.method == weir_http::Method::Head || matches!(status, 204 | 304);
     let mut out = BytesMut::with_capacity(1024);
@@ -159,7 +167,13 @@ async fn bridge(
     out.put_slice(b"connection: close\r\n\r\n");
     let mut body = response.into_body();
     if !bodyless {
-        while let Some(chunk) = body.data().await {
+        loop {
+            // A stalled body is watched as the head was: a dropped pipe resets the stream.
+            let chunk = tokio::select! {
+                c = body.data() => c,
+                () = abandoned(&mut pipe) => return Ok(()),
+            };
+            let Some(chunk) = chunk else { break };
             let chunk = chunk.map_err(io::Error::other)?;
             let _ = body.flow_control().release_capacity(chunk.len());
             weir_http::reply::put_chunk(&mut out, &chunk);
@@ -176,6 +190,17 @@ async fn bridge(
     }
     pipe.write_all(&out).await?;
     pipe.shutdown().await
+}
+
+/// Ready when the upstream phase dropped its end of `pipe` (it writes nothing more once its
+/// request is written, and never half-closes).
+async fn abandoned(pipe: &mut DuplexStream) {
+    let mut scratch = [0u8; 64];
+    while let Ok(n) = pipe.read(&mut scratch).await {
+        if n == 0 {
+            return;
+        }
+    }
 }
 
 /// How a bridge (this one, `fastcgi/`) parses the request the upstream phase wrote into its
