@@ -14,14 +14,22 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
-/// A gRPC-ish server on its own thread (h2 with prior knowledge): `/health` answers 200; any
-/// other path echoes the message of the request's one gRPC frame, upper-cased, with trailers.
-fn grpc_server() -> (SocketAddr, Arc<AtomicUsize>) {
+/// An HTTP/2 server (prior knowledge) on its own thread, `builder`'s settings: `handle` answers
+/// each stream. Returns its address and a count of the connections it accepted.
+fn h2_server<F, Fut>(builder: h2::server::Builder, handle: F) -> (SocketAddr, Arc<AtomicUsize>)
+where
+    F: Fn(http::Request<h2::RecvStream>, h2::server::SendResponse<Bytes>) -> Fut
+        + Send
+        + Sync
+        + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     listener.set_nonblocking(true).unwrap();
     let connections = Arc::new(AtomicUsize::new(0));
     let count = connections.clone();
+    let handle = Arc::new(handle);
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -32,53 +40,60 @@ fn grpc_server() -> (SocketAddr, Arc<AtomicUsize>) {
             loop {
                 let (tcp, _) = listener.accept().await.unwrap();
                 count.fetch_add(1, Ordering::SeqCst);
+                let (builder, handle) = (builder.clone(), handle.clone());
                 tokio::spawn(async move {
-                    let mut conn = h2::server::handshake(tcp).await.unwrap();
-                    while let Some(Ok((req, mut respond))) = conn.accept().await {
-                        tokio::spawn(async move {
-                            let path = req.uri().path().to_string();
-                            let te = req.headers().get("te").cloned();
-                            let mut body = req.into_body();
-                            let mut got = BytesMut::new();
-                            while let Some(Ok(chunk)) = body.data().await {
-                                let _ = body.flow_control().release_capacity(chunk.len());
-                                got.extend_from_slice(&chunk);
-                            }
-                            // Request trailers, when the client sent some, are echoed back.
-                            let echoed = match body.trailers().await {
-                                Ok(Some(t)) => t
-                                    .get("x-client-trailer")
-                                    .map(|v| v.to_str().unwrap_or("").to_string()),
-                                _ => None,
-                            };
-                            if path == "/health" {
-                                let resp = http::Response::builder().status(200).body(()).unwrap();
-                                respond.send_response(resp, true).unwrap();
-                                return;
-                            }
-                            assert_eq!(te.unwrap(), "trailers");
-                            let message = String::from_utf8_lossy(&got[5..]).to_uppercase();
-                            let resp = http::Response::builder()
-                                .status(200)
-                                .header("content-type", "application/grpc")
-                                .body(())
-                                .unwrap();
-                            let mut send = respond.send_response(resp, false).unwrap();
-                            send.send_data(frame(&message), false).unwrap();
-                            let mut trailers = http::HeaderMap::new();
-                            trailers.insert("grpc-status", "0".parse().unwrap());
-                            trailers.insert("grpc-message", "all good".parse().unwrap());
-                            if let Some(v) = echoed {
-                                trailers.insert("x-echoed-trailer", v.parse().unwrap());
-                            }
-                            send.send_trailers(trailers).unwrap();
-                        });
+                    let mut conn = builder.handshake::<_, Bytes>(tcp).await.unwrap();
+                    while let Some(Ok((req, respond))) = conn.accept().await {
+                        tokio::spawn(handle(req, respond));
                     }
                 });
             }
         });
     });
     (addr, connections)
+}
+
+/// A gRPC-ish server on its own thread (h2 with prior knowledge): `/health` answers 200; any
+/// other path echoes the message of the request's one gRPC frame, upper-cased, with trailers.
+fn grpc_server() -> (SocketAddr, Arc<AtomicUsize>) {
+    h2_server(h2::server::Builder::new(), |req, mut respond| async move {
+        let path = req.uri().path().to_string();
+        let te = req.headers().get("te").cloned();
+        let mut body = req.into_body();
+        let mut got = BytesMut::new();
+        while let Some(Ok(chunk)) = body.data().await {
+            let _ = body.flow_control().release_capacity(chunk.len());
+            got.extend_from_slice(&chunk);
+        }
+        // Request trailers, when the client sent some, are echoed back.
+        let echoed = match body.trailers().await {
+            Ok(Some(t)) => t
+                .get("x-client-trailer")
+                .map(|v| v.to_str().unwrap_or("").to_string()),
+            _ => None,
+        };
+        if path == "/health" {
+            let resp = http::Response::builder().status(200).body(()).unwrap();
+            respond.send_response(resp, true).unwrap();
+            return;
+        }
+        assert_eq!(te.unwrap(), "trailers");
+        let message = String::from_utf8_lossy(&got[5..]).to_uppercase();
+        let resp = http::Response::builder()
+            .status(200)
+            .header("content-type", "application/grpc")
+            .body(())
+            .unwrap();
+        let mut send = respond.send_response(resp, false).unwrap();
+        send.send_data(frame(&message), false).unwrap();
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", "0".parse().unwrap());
+        trailers.insert("grpc-message", "all good".parse().unwrap());
+        if let Some(v) = echoed {
+            trailers.insert("x-echoed-trailer", v.parse().unwrap());
+        }
+        send.send_trailers(trailers).unwrap();
+    })
 }
 
 /// A gRPC message frame: uncompressed flag, 4-byte length, the bytes.
@@ -294,44 +309,23 @@ listeners:
 /// An HTTP/2 upstream that never answers `/Hang` (and counts the streams its clients reset)
 /// and answers anything else at once; it allows 4 streams at a time.
 fn hanging_server() -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    listener.set_nonblocking(true).unwrap();
     let resets = Arc::new(AtomicUsize::new(0));
     let count = resets.clone();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            loop {
-                let (tcp, _) = listener.accept().await.unwrap();
-                let count = count.clone();
-                tokio::spawn(async move {
-                    let mut conn = h2::server::Builder::new()
-                        .max_concurrent_streams(4)
-                        .handshake::<_, Bytes>(tcp)
-                        .await
-                        .unwrap();
-                    while let Some(Ok((req, mut respond))) = conn.accept().await {
-                        let count = count.clone();
-                        tokio::spawn(async move {
-                            if req.uri().path() == "/Hang" {
-                                let reset = std::future::poll_fn(|cx| respond.poll_reset(cx)).await;
-                                if reset.is_ok() {
-                                    count.fetch_add(1, Ordering::SeqCst);
-                                }
-                                return;
-                            }
-                            let resp = http::Response::builder().status(200).body(()).unwrap();
-                            let _ = respond.send_response(resp, true);
-                        });
-                    }
-                });
+    let mut builder = h2::server::Builder::new();
+    builder.max_concurrent_streams(4);
+    let (addr, _) = h2_server(builder, move |req, mut respond| {
+        let count = count.clone();
+        async move {
+            if req.uri().path() == "/Hang" {
+                let reset = std::future::poll_fn(|cx| respond.poll_reset(cx)).await;
+                if reset.is_ok() {
+                    count.fetch_add(1, Ordering::SeqCst);
+                }
+                return;
             }
-        });
+            let resp = http::Response::builder().status(200).body(()).unwrap();
+            let _ = respond.send_response(resp, true);
+        }
     });
     (addr, resets)
 }

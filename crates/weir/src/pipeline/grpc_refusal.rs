@@ -19,7 +19,7 @@ use super::send_head;
 
 /// The content types a refusal answers with: the call's when it is one of these (in order of
 /// specificity), else the plain gRPC or gRPC-Web type its prefix names.
-pub(crate) const KINDS: [&str; 8] = [
+pub(crate) const KINDS: [&str; 7] = [
     "application/grpc-web-text+proto",
     "application/grpc-web-text",
     "application/grpc-web+proto",
@@ -27,9 +27,9 @@ pub(crate) const KINDS: [&str; 8] = [
     "application/grpc+proto",
     "application/grpc+json",
     "application/grpc",
-    // Unreachable by lookup: the fallback of a `grpc-web…` type not listed.
-    "application/grpc-web",
 ];
+const GRPC_WEB: u8 = 3;
+const GRPC: u8 = 6;
 
 /// Which of [`KINDS`] a request's content type is (`None`: not a gRPC call). Every call is a
 /// POST: other requests cost one comparison (the HTTP/2 stream asks this of each request).
@@ -42,13 +42,13 @@ pub(crate) fn kind(head: &RequestHead) -> Option<u8> {
     if v.len() < 16 || !v[..16].eq_ignore_ascii_case(b"application/grpc") {
         return None;
     }
-    let exact = KINDS[..7]
+    let exact = KINDS
         .iter()
         .position(|k| v.eq_ignore_ascii_case(k.as_bytes()));
     Some(match exact {
         Some(i) => i as u8,
-        None if v.len() >= 20 && v[..20].eq_ignore_ascii_case(b"application/grpc-web") => 7,
-        None => 6,
+        None if v.len() >= 20 && v[..20].eq_ignore_ascii_case(b"application/grpc-web") => GRPC_WEB,
+        None => GRPC,
     })
 }
 
@@ -84,7 +84,7 @@ pub(crate) fn send<D: Downstream>(
     persistence: Persistence,
 ) -> Persistence {
     let rt = ctx.rt.clone();
-    let fields = fields(status, kind(head).unwrap_or(6));
+    let fields = fields(status, kind(head).unwrap_or(GRPC));
     let mut reply = reply(&rt.cfg.server_line, &fields);
     reply.add_lines(lines);
     let persistence = send_head(d, ctx, &reply, persistence);
@@ -95,7 +95,7 @@ pub(crate) fn send<D: Downstream>(
 
 /// The field lines of the refusal `status` to a call of [`KINDS`]`[kind]`.
 pub(crate) fn fields(status: u16, kind: u8) -> Vec<u8> {
-    let content_type = KINDS.get(kind as usize).unwrap_or(&KINDS[6]);
+    let content_type = KINDS.get(kind as usize).unwrap_or(&KINDS[GRPC as usize]);
     let mut out = Vec::with_capacity(128);
     out.extend_from_slice(b"Content-Type: ");
     out.extend_from_slice(content_type.as_bytes());
@@ -138,37 +138,39 @@ mod tests {
     #[test]
     fn a_refusal_names_a_known_content_type() {
         let kind_of = |m: &str, ct: &[u8]| kind(&head(m, ct)).map(|k| KINDS[k as usize]);
-        assert_eq!(
-            kind_of("POST", b"application/grpc+proto"),
-            Some("application/grpc+proto")
-        );
-        assert_eq!(
-            kind_of("POST", b"Application/GRPC"),
-            Some("application/grpc")
-        );
-        assert_eq!(
-            kind_of("POST", b"application/grpc-web-text"),
-            Some("application/grpc-web-text")
-        );
-        assert_eq!(
-            kind_of("POST", b"application/grpc\tx"),
-            Some("application/grpc")
-        );
-        assert_eq!(
-            kind_of("POST", b"application/grpcaaaa"),
-            Some("application/grpc")
-        );
-        assert_eq!(
-            kind_of("POST", b"application/grpc-web+thrift"),
-            Some("application/grpc-web")
-        );
-        assert_eq!(kind_of("POST", b"application/json"), None);
-        assert_eq!(
-            kind_of("PUT", b"application/grpc"),
-            None,
-            "every gRPC call is a POST"
-        );
-        let fields = fields(502, 7);
+        let cases: [(&str, &[u8], Option<&str>); 8] = [
+            (
+                "POST",
+                b"application/grpc+proto",
+                Some("application/grpc+proto"),
+            ),
+            ("POST", b"Application/GRPC", Some("application/grpc")),
+            (
+                "POST",
+                b"application/grpc-web-text",
+                Some("application/grpc-web-text"),
+            ),
+            ("POST", b"application/grpc\tx", Some("application/grpc")),
+            ("POST", b"application/grpcaaaa", Some("application/grpc")),
+            (
+                "POST",
+                b"application/grpc-web+thrift",
+                Some("application/grpc-web"),
+            ),
+            ("POST", b"application/json", None),
+            // Every gRPC call is a POST.
+            ("PUT", b"application/grpc", None),
+        ];
+        for (method, content_type, want) in cases {
+            let got = kind_of(method, content_type);
+            assert_eq!(
+                got,
+                want,
+                "{method} {}",
+                String::from_utf8_lossy(content_type)
+            );
+        }
+        let fields = fields(502, GRPC_WEB);
         assert!(fields.starts_with(b"Content-Type: application/grpc-web\r\ngrpc-status: 14\r\n"));
     }
 
