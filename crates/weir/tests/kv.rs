@@ -138,7 +138,10 @@ fn ttl_and_bounds() {
         std::thread::sleep(Duration::from_millis(200));
         status = req(a, "GET", "/kv/t", "", "").status;
     }
-    assert!(stored.elapsed() >= Duration::from_secs(4), "not expired early");
+    assert!(
+        stored.elapsed() >= Duration::from_secs(4),
+        "not expired early"
+    );
     assert_eq!(status, 404, "expired");
     // 413 over max_value_size, declared or chunked.
     let big = "x".repeat(17 * 1024);
