@@ -379,10 +379,14 @@ pub(crate) async fn forward<D: Downstream>(
     )
     .await?;
     if reusable {
-        per_worker
-            .pool
-            .borrow_mut()
-            .put(server, upstream_conn, &up.servers[server].health);
+        // A body sent anyway after one that must have none is the likely desync: asked for.
+        let bodiless = target.head.method == Method::Head || matches!(resp.status, 204 | 304);
+        per_worker.pool.borrow_mut().put(
+            server,
+            upstream_conn,
+            &up.servers[server].health,
+            bodiless,
+        );
     }
     hooks.on_end(resp);
     Ok(persistence)
@@ -611,8 +615,9 @@ fn no_length(name: &[u8]) -> bool {
 /// after a HEAD unless the upstream says `keepalive.reuse_after_head` (an origin that sends a
 /// body anyway, or sends it late, would have those bytes read as the next request's response:
 /// issue 33 §3; a HEAD-only run costs 67 µs of CPU per request against 18 µs reused), nor with
-/// bytes left over past the response's end (a Content-Length the origin overran). What remains is an overrun that
-/// arrives after this check and before the next request: the pool's MSG_PEEK at reuse.
+/// bytes left over past the response's end (a Content-Length the origin overran). What remains
+/// is an overrun that arrives after this check and before the next request: the pool's check
+/// at reuse (`proxy/pool.rs`).
 async fn relay_body<D: Downstream>(
     d: &mut D,
     ctx: &mut RequestCtx,

@@ -5,11 +5,24 @@
 //! response (past its Content-Length, a body after a HEAD, 204 or 304) would be read as the
 //! next request's response, and on a cached route stored and served to everyone (response
 //! desync; nginx 1.22 has it). So [`Pool::put`] refuses a connection with bytes left in its
-//! buffer, and [`Pool::take`] asks the kernel (`recv` with `MSG_PEEK`, one system call per
-//! reuse) rather than tokio's readiness: bytes that arrived after the worker last polled its
-//! reactor are not in that readiness yet, and `try_read` trusted it and let 20-27 of 60
-//! follow-ups read an injected response. Either way the connection is closed and counted
-//! (`weir_upstream_desync_total`); EOF (the upstream closed while idle) is not a desync.
+//! buffer, and [`Pool::take`] refuses one the worker's reactor has seen readable while it sat
+//! idle: an idle connection stays registered, and stray bytes, a FIN or a reset mark it
+//! (issue 55 §1). That costs no system call; asking the kernel (`recv` with `MSG_PEEK`) on
+//! every reuse was a fifth of a proxied request's system calls (5 → 4 per request,
+//! `bench/proxy_floor.sh`).
+//!
+//! What readiness cannot see is bytes that reached the socket after the reactor last polled
+//! (under load, at most one scheduler pass: tokio polls it every 61 tasks). Where they are
+//! likely, the kernel is still asked, once:
+//! - after a response that must have no body (204, 304, an answer to HEAD): a body sent anyway
+//!   is the classic desync, and it comes right behind the head;
+//! - when the reactor's readiness is set but may be stale (the last read filled the buffer, so
+//!   tokio could not tell the socket was drained), to tell stray bytes from nothing.
+//!
+//! Bytes that arrive after the next request was sent cannot be told from its answer by any
+//! check (HTTP/1.1 has no request ids); nginx and HAProxy trust readiness alone.
+//! Either way the connection is closed and counted (`weir_upstream_desync_total`); EOF (the
+//! upstream closed while idle) is not a desync.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -85,6 +98,25 @@ impl UpstreamConn {
 struct Idle {
     conn: UpstreamConn,
     since: crate::clock::Mono,
+    /// Ask the kernel at reuse, not only the reactor (after a response that must have no body).
+    probe: bool,
+}
+
+/// What the kernel says of an idle socket: `true` when it is reusable (nothing to read), and
+/// stray bytes on a plain socket counted on `health`.
+fn nothing_waiting(socket: &super::tls::Socket, health: &Health) -> bool {
+    let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+    // On the socket itself: over TLS, any bytes (a close_notify) also mean "not reusable", and
+    // none leave rustls' state untouched. The socket is non-blocking.
+    match socket2::SockRef::from(&socket.fd()).peek(&mut probe) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
+        // Stray bytes: a desync. EOF or an error: closed while idle.
+        Ok(n) if n > 0 && socket.is_plain() => {
+            health.count_desync();
+            false
+        }
+        _ => false,
+    }
 }
 
 /// The idle connections of one worker for one upstream.
@@ -123,20 +155,15 @@ impl Pool {
                 q.clear();
                 return None;
             }
-            let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
-            // On the socket itself: over TLS, any bytes (a close_notify) also mean "not
-            // reusable", and none leave rustls' state untouched. The socket is non-blocking.
             let Some(socket) = super::tls::socket(&idle.conn.stream) else {
                 continue;
             };
-            match socket2::SockRef::from(&socket.fd()).peek(&mut probe) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(idle.conn),
-                // Stray bytes: a desync. EOF or an error: closed while idle.
-                Ok(n) if n > 0 && socket.is_plain() => {
-                    health.count_desync();
-                }
-                _ => {}
+            // The reactor's word first (no system call); the kernel's when the reactor has
+            // seen something (stray bytes or a stale mark?) or the response asks for it.
+            if (idle.probe || socket.read_event_seen()) && !nothing_waiting(socket, health) {
+                continue;
             }
+            return Some(idle.conn);
         }
         None
     }
@@ -161,13 +188,14 @@ impl Pool {
     }
 
     /// Returns a connection for reuse (dropped if the pool is full or reuse is off, and dropped
-    /// and counted on `health` if bytes followed the response).
+    /// and counted on `health` if bytes followed the response). `bodiless`: the response must
+    /// have had no body (204, 304, an answer to HEAD), so the kernel is asked at reuse.
     ///
     /// Idle from now, read here: the queue stays in age order, which [`Pool::take`] relies on
     /// to drop everything below an expired connection. An instant read earlier (the response
     /// head's) saved a clock read but put a connection whose body outlasted the idle timeout
     /// at the back already expired, and the next take emptied the queue (the attack review).
-    pub fn put(&mut self, server: usize, mut conn: UpstreamConn, health: &Health) {
+    pub fn put(&mut self, server: usize, mut conn: UpstreamConn, health: &Health, bodiless: bool) {
         if !conn.buf.is_empty() {
             health.count_desync();
             return;
@@ -183,6 +211,7 @@ impl Pool {
         q.push_back(Idle {
             conn,
             since: crate::clock::Mono::now(),
+            probe: bodiless,
         });
     }
 }
@@ -192,15 +221,16 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use std::io::Write;
 
+    use tokio::io::AsyncReadExt;
     use tokio_util::either::Either;
 
     use super::*;
 
-    /// Bytes that reach the socket after the response was read, while the worker has not polled
-    /// its reactor since: tokio's readiness was cleared by the short read, so `try_read` said
-    /// "nothing there" without asking the kernel, and the connection was reused (the desync).
-    #[tokio::test]
-    async fn stray_bytes_the_reactor_has_not_seen_are_caught() {
+    const INJECTED: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nINJECTED";
+
+    /// A connection to a local origin that has answered one response, read the way the proxy
+    /// reads it (a short read: tokio's readiness is cleared), its buffer emptied.
+    async fn answered() -> (UpstreamConn, std::net::TcpStream) {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let c = tokio::net::TcpStream::connect(l.local_addr().unwrap())
             .await
@@ -214,18 +244,87 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(5);
         assert!(conn.read_by(deadline).await.unwrap().unwrap() > 0);
         conn.buf.clear();
+        (conn, origin)
+    }
+
+    /// One turn of the worker's reactor: a timer makes the current-thread runtime park in
+    /// `epoll_wait`, which reports what reached the sockets before it.
+    async fn reactor_turn() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+
+    /// Stray bytes that reach an idle connection are seen by the reactor, and the connection
+    /// is not reused (issue 55 §1: readiness, not a system call per reuse).
+    #[tokio::test]
+    async fn stray_bytes_the_reactor_has_seen_are_caught() {
+        let (conn, mut origin) = answered().await;
         let health = Health::default();
         let mut pool = Pool::new(1, 4, Duration::from_secs(60));
-        pool.put(0, conn, &health);
-        // No await from here on: the reactor cannot learn of these bytes.
-        origin
-            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nINJECTED")
-            .unwrap();
-        assert!(
-            pool.take(0, &health, crate::clock::Mono::now()).is_none(),
-            "not reused"
-        );
+        pool.put(0, conn, &health, false);
+        origin.write_all(INJECTED).unwrap();
+        reactor_turn().await;
+        assert!(pool.take(0, &health, crate::clock::Mono::now()).is_none());
         assert_eq!(health.desyncs(), 1);
+    }
+
+    /// An origin that closes an idle connection: seen by the reactor, dropped, not a desync.
+    #[tokio::test]
+    async fn a_close_while_idle_is_seen_and_not_a_desync() {
+        let (conn, origin) = answered().await;
+        let health = Health::default();
+        let mut pool = Pool::new(1, 4, Duration::from_secs(60));
+        pool.put(0, conn, &health, false);
+        drop(origin);
+        reactor_turn().await;
+        assert!(pool.take(0, &health, crate::clock::Mono::now()).is_none());
+        assert_eq!(health.desyncs(), 0);
+    }
+
+    /// After a response that must have no body, the kernel is asked at reuse: bytes the reactor
+    /// has not seen yet (no await between them and the reuse) are caught too.
+    #[tokio::test]
+    async fn after_a_bodiless_response_unseen_bytes_are_caught() {
+        let (conn, mut origin) = answered().await;
+        let health = Health::default();
+        let mut pool = Pool::new(1, 4, Duration::from_secs(60));
+        pool.put(0, conn, &health, true);
+        // No await from here on: the reactor cannot learn of these bytes.
+        origin.write_all(INJECTED).unwrap();
+        assert!(pool.take(0, &health, crate::clock::Mono::now()).is_none());
+        assert_eq!(health.desyncs(), 1);
+    }
+
+    /// The reuse of a connection after an ordinary response asks no one but the reactor: bytes
+    /// that reached the socket since its last poll go unseen (the window `pool.rs`'s doc states;
+    /// this test fails if a system call per reuse comes back).
+    #[tokio::test]
+    async fn an_ordinary_reuse_makes_no_system_call() {
+        let (conn, mut origin) = answered().await;
+        let health = Health::default();
+        let mut pool = Pool::new(1, 4, Duration::from_secs(60));
+        pool.put(0, conn, &health, false);
+        origin.write_all(INJECTED).unwrap();
+        assert!(pool.take(0, &health, crate::clock::Mono::now()).is_some());
+        assert_eq!(health.desyncs(), 0);
+    }
+
+    /// A readiness mark the last read could not clear (it filled the buffer, so tokio cannot
+    /// know the socket was drained) is checked with the kernel, not trusted: the clean
+    /// connection is reused.
+    #[tokio::test]
+    async fn a_stale_readiness_mark_is_checked_not_trusted() {
+        let (mut conn, mut origin) = answered().await;
+        origin.write_all(b"ab").unwrap();
+        reactor_turn().await;
+        let mut exact = [0u8; 2];
+        assert_eq!(conn.stream.read(&mut exact).await.unwrap(), 2);
+        let socket = super::super::tls::socket(&conn.stream).unwrap();
+        assert!(socket.read_event_seen(), "the mark stays after a full read");
+        let health = Health::default();
+        let mut pool = Pool::new(1, 4, Duration::from_secs(60));
+        pool.put(0, conn, &health, false);
+        assert!(pool.take(0, &health, crate::clock::Mono::now()).is_some());
+        assert_eq!(health.desyncs(), 0);
     }
 
     #[tokio::test]
@@ -238,12 +337,12 @@ mod tests {
         let health = Health::default();
         let mut pool = Pool::new(1, 4, Duration::from_secs(60));
         let mut conn = UpstreamConn::new(Either::Left(super::super::tls::Socket::Tcp(c)));
-        pool.put(0, conn, &health);
+        pool.put(0, conn, &health, false);
         conn = pool
             .take(0, &health, crate::clock::Mono::now())
             .expect("clean: reused");
         conn.buf.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
-        pool.put(0, conn, &health);
+        pool.put(0, conn, &health, false);
         assert!(pool.take(0, &health, crate::clock::Mono::now()).is_none());
         assert_eq!(health.desyncs(), 1);
     }

@@ -34,6 +34,20 @@ impl Socket {
         }
     }
 
+    /// Whether the worker's reactor has seen the socket readable (bytes, or the peer's FIN or
+    /// reset) since a read last drained it, asked of the readiness the reactor keeps: no
+    /// system call. `false` says nothing of bytes that reached the socket after the reactor
+    /// last polled (see `pool.rs`).
+    pub fn read_event_seen(&self) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let ready = match self {
+            Socket::Tcp(s) => s.poll_read_ready(&mut cx),
+            Socket::Unix(s) => s.poll_read_ready(&mut cx),
+            Socket::Tls(s) => s.get_ref().0.poll_read_ready(&mut cx),
+        };
+        ready.is_ready()
+    }
+
     /// Whether bytes on the socket are the protocol itself (not TLS records).
     pub fn is_plain(&self) -> bool {
         !matches!(self, Socket::Tls(_))
