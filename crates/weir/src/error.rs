@@ -60,6 +60,10 @@ pub enum ErrorKind {
     Refused,
     /// An unsafe method in 0-RTT early data (HTTP/3 with `early_data`): 425, RFC 8470.
     TooEarly,
+    /// A gRPC call's own deadline (`grpc-timeout`) passed before the response head: 504
+    /// (`DEADLINE_EXCEEDED`). The client's limit, not the server's failure: no passive-health
+    /// mark, no retry.
+    CallDeadline,
 }
 
 /// An error with its cause.
@@ -86,7 +90,7 @@ impl Error {
         use ErrorKind::*;
         match self.kind {
             BadRequest(_) | HeaderTimeout | BodyTimeout | WriteTimeout | ClientClosed
-            | ClientIo | Refused | TooEarly => Side::Client,
+            | ClientIo | Refused | TooEarly | CallDeadline => Side::Client,
             NoServer | Connect | ConnectTimeout | UpstreamReset | ResponseTimeout | BadResponse
             | UpstreamAborted | Overflow => Side::Upstream,
             NotCached | File => Side::Internal,
@@ -113,7 +117,7 @@ impl Error {
             HeaderTimeout | BodyTimeout => Some(408),
             NoServer | Overflow => Some(503),
             TooEarly => Some(425),
-            ConnectTimeout | ResponseTimeout | NotCached => Some(504),
+            ConnectTimeout | ResponseTimeout | NotCached | CallDeadline => Some(504),
             Connect | UpstreamReset | BadResponse => Some(502),
             WriteTimeout | ClientClosed | ClientIo | UpstreamAborted | File | Refused => None,
         }
@@ -141,6 +145,7 @@ impl Error {
             File => "file read failed",
             Refused => "refused by the shield",
             TooEarly => "unsafe method in early data",
+            CallDeadline => "the call's grpc-timeout passed",
         }
     }
 }
@@ -225,6 +230,7 @@ mod tests {
             (UpstreamAborted, None, Side::Upstream),
             (NotCached, Some(504), Side::Internal),
             (TooEarly, Some(425), Side::Client),
+            (CallDeadline, Some(504), Side::Client),
         ];
         for (kind, status, side) in table {
             let e = Error::new(kind);
@@ -249,6 +255,7 @@ mod tests {
         assert!(Error::new(ResponseTimeout).retryable(&all, true));
         assert!(!Error::new(UpstreamReset).retryable(&RetryOn::default(), true));
         assert!(!Error::new(NoServer).retryable(&all, true));
+        assert!(!Error::new(CallDeadline).retryable(&all, true));
         assert_eq!(
             Error::with(Connect, "refused").to_string(),
             "connect failed: refused"

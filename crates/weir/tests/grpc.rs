@@ -72,6 +72,21 @@ fn grpc_server() -> (SocketAddr, Arc<AtomicUsize>) {
                 .map(|v| v.to_str().unwrap_or("").to_string()),
             _ => None,
         };
+        if path.ends_with("/Slow") {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+        if path.ends_with("/Unimplemented") {
+            // A trailers-only answer: the status in the one HEADERS frame.
+            let resp = http::Response::builder()
+                .status(200)
+                .header("content-type", "application/grpc")
+                .header("grpc-status", "12")
+                .header("grpc-message", "no such method")
+                .body(())
+                .unwrap();
+            respond.send_response(resp, true).unwrap();
+            return;
+        }
         if path == "/health" {
             let resp = http::Response::builder().status(200).body(()).unwrap();
             respond.send_response(resp, true).unwrap();
@@ -372,4 +387,201 @@ listeners:
         8,
         "each abandoned stream was reset"
     );
+}
+
+/// `grpc-timeout` bounds the upstream exchange (issue 55 §3): a call given 300 ms to a method
+/// that takes 3 s ends in `DEADLINE_EXCEEDED` well before the upstream answers; without the
+/// header, or on a POST that is not a gRPC call, the same request waits for the answer. The
+/// expiry is the client's: four of them leave both servers up under a passive health check that
+/// marks a server down at its first failure (the first version marked a healthy one down).
+#[test]
+fn grpc_timeout_bounds_the_upstream_exchange() {
+    let (a, _) = grpc_server();
+    let (b, _) = grpc_server();
+    let s = common::start_config(&format!(
+        r#"workers: 1
+admin: {{ address: 127.0.0.1:0 }}
+upstreams:
+  g:
+    servers: ["{a}", "{b}"]
+    protocol: h2
+    passive_health: {{ max_fails: 1, window: 60s, down_for: 60s }}
+listeners:
+  - address: 127.0.0.1:0
+    h2c: true
+    routes:
+      - proxy: {{ upstream: g }}
+"#
+    ));
+    let addr = s.addr;
+    let admin = s.handle.as_ref().unwrap().admin_addr().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let call = |timeout: Option<&'static str>, content_type: &'static str| {
+            let mut req = http::Request::builder()
+                .method("POST")
+                .uri(format!("http://{addr}/echo.Echo/Slow"))
+                .header("content-type", content_type)
+                .header("te", "trailers");
+            if let Some(t) = timeout {
+                req = req.header("grpc-timeout", t);
+            }
+            let req = req.body(()).unwrap();
+            let client = client.clone();
+            async move {
+                let started = std::time::Instant::now();
+                let mut c = client.ready().await.unwrap();
+                let (resp, mut send) = c.send_request(req, false).unwrap();
+                send.send_data(frame("slow"), true).unwrap();
+                let resp = resp.await.unwrap();
+                let grpc = resp
+                    .headers()
+                    .get("grpc-status")
+                    .map(|v| v.to_str().unwrap().to_string());
+                let mut body = resp.into_body();
+                while let Some(chunk) = body.data().await {
+                    chunk.unwrap();
+                }
+                let trailers = body.trailers().await.unwrap();
+                let grpc = grpc.or_else(|| {
+                    trailers.and_then(|t| {
+                        t.get("grpc-status")
+                            .map(|v| v.to_str().unwrap().to_string())
+                    })
+                });
+                (grpc, started.elapsed())
+            }
+        };
+        for _ in 0..4 {
+            let (status, took) = call(Some("300m"), "application/grpc").await;
+            assert_eq!(status.as_deref(), Some("4"), "DEADLINE_EXCEEDED");
+            assert!(took < Duration::from_secs(2), "ended after {took:?}");
+        }
+        let up = |server: SocketAddr| {
+            common::parked::metric(
+                admin,
+                &format!("weir_upstream_server_up{{upstream=\"g\",server=\"{server}\"}}"),
+            )
+        };
+        assert_eq!((up(a), up(b)), (1.0, 1.0), "no server marked down");
+        // Not a gRPC call: the header is the client's business, not a bound.
+        let (status, took) = call(Some("300m"), "application/json").await;
+        assert_eq!(status.as_deref(), Some("0"), "answered");
+        assert!(took >= Duration::from_secs(3), "not bounded: {took:?}");
+        let (status, took) = call(None, "application/grpc").await;
+        assert_eq!(status.as_deref(), Some("0"), "answered");
+        assert!(
+            took >= Duration::from_secs(3),
+            "waited for the answer: {took:?}"
+        );
+    });
+}
+
+/// A gRPC call's status reaches the access log (`$grpc_status`) and the metrics
+/// (`weir_grpc_responses_total`) (issue 55 §3): from the upstream's trailers, from its
+/// trailers-only head, and from weir's own refusal; a request that is not a call has none.
+#[test]
+fn grpc_status_is_in_the_access_log_and_the_metrics() {
+    let (origin, _) = grpc_server();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let log = std::env::temp_dir().join(format!("weir-grpc-status-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let s = common::start_config(&format!(
+        r#"workers: 1
+admin: {{ address: 127.0.0.1:0 }}
+upstreams:
+  g: {{ servers: ["{origin}"], protocol: h2 }}
+  gone: {{ servers: ["{dead_addr}"], protocol: h2 }}
+listeners:
+  - address: 127.0.0.1:0
+    h2c: true
+    access_log: {{ path: "{log}", format: "$uri $status $grpc_status" }}
+    routes:
+      - match: {{ path_prefix: /gone. }}
+        proxy: {{ upstream: gone }}
+      - proxy: {{ upstream: g }}
+"#,
+        log = log.display()
+    ));
+    let addr = s.addr;
+    let admin = s.handle.as_ref().unwrap().admin_addr().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        for (method, path) in [
+            ("POST", "/echo.Echo/Say"),
+            ("POST", "/echo.Echo/Unimplemented"),
+            ("POST", "/gone.Svc/Call"),
+            ("GET", "/health"),
+        ] {
+            let mut req = http::Request::builder()
+                .method(method)
+                .uri(format!("http://{addr}{path}"));
+            if method == "POST" {
+                req = req
+                    .header("content-type", "application/grpc")
+                    .header("te", "trailers");
+            }
+            let mut c = client.clone().ready().await.unwrap();
+            let (resp, mut send) = c.send_request(req.body(()).unwrap(), false).unwrap();
+            send.send_data(frame("hi"), true).unwrap();
+            let mut body = resp.await.unwrap().into_body();
+            while let Some(chunk) = body.data().await {
+                chunk.unwrap();
+            }
+            let _ = body.trailers().await;
+        }
+    });
+    let want = [
+        "/echo.Echo/Say 200 0",
+        "/echo.Echo/Unimplemented 200 12",
+        "/gone.Svc/Call 502 14",
+        "/health 200 -",
+    ];
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut text = String::new();
+    while std::time::Instant::now() < deadline {
+        text = std::fs::read_to_string(&log).unwrap_or_default();
+        if want.iter().all(|w| text.contains(w)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_file(&log);
+    for w in want {
+        assert!(text.contains(w), "{w:?} not in the access log:\n{text}");
+    }
+    let metrics = common::get(admin, "/metrics").text();
+    let calls = |code: &str| -> u64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("weir_grpc_responses_total{"))
+            .filter(|l| l.contains(&format!("grpc_status=\"{code}\"")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    assert_eq!(
+        (calls("0"), calls("12"), calls("14")),
+        (1, 1, 1),
+        "{metrics}"
+    );
+    let all: u64 = (0..17).map(|c| calls(&c.to_string())).sum();
+    assert_eq!(all, 3, "the GET is not a call");
 }

@@ -34,6 +34,8 @@ pub struct Entry<'a> {
     /// What the TLS handshake settled; `None` over plain TCP.
     pub tls: Option<&'a crate::tls::TlsInfo>,
     pub request_id: Option<&'a [u8]>,
+    /// A gRPC call's `grpc-status` (the upstream's, or weir's refusal's).
+    pub grpc_status: Option<u8>,
     /// Who an authentication filter said the client is.
     pub identity: Option<&'a crate::vars::Identity>,
     /// A request field by lowercase name.
@@ -78,6 +80,8 @@ pub enum Var {
     TlsSni,
     TlsClientSubject,
     RequestId,
+    /// A gRPC call's `grpc-status`.
+    GrpcStatus,
     /// Request field, lowercase with `-` (from `$http_user_agent`).
     RequestField(String),
     /// Response field (from `$sent_http_content_type`).
@@ -132,6 +136,7 @@ const NAMES: &[(&str, Var)] = &[
     ("tls_client_subject", Var::TlsClientSubject),
     ("ssl_client_s_dn", Var::TlsClientSubject),
     ("request_id", Var::RequestId),
+    ("grpc_status", Var::GrpcStatus),
     ("host", Var::Host),
     ("consumer", Var::Consumer),
     ("remote_user", Var::Consumer),
@@ -330,6 +335,10 @@ fn text_var(v: &Var, e: &Entry<'_>, time_local: &[u8], out: &mut Vec<u8>) {
         Var::Uri => uri(e, out),
         Var::Protocol => out.extend_from_slice(e.protocol.as_bytes()),
         Var::Status => number(e.status.into(), out),
+        Var::GrpcStatus => match e.grpc_status {
+            Some(code) => number(code.into(), out),
+            None => dash(out),
+        },
         Var::BytesSent => number(e.bytes_sent, out),
         Var::BytesReceived => number(e.bytes_received, out),
         Var::RequestTime => match e.request_time {
@@ -451,6 +460,10 @@ fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
     json_str(Some(e.protocol.as_bytes()), out);
     out.extend_from_slice(b",\"status\":");
     number(e.status.into(), out);
+    if let Some(code) = e.grpc_status {
+        out.extend_from_slice(b",\"grpc_status\":");
+        number(code.into(), out);
+    }
     out.extend_from_slice(b",\"bytes_sent\":");
     number(e.bytes_sent, out);
     out.extend_from_slice(b",\"bytes_received\":");
@@ -552,6 +565,7 @@ mod tests {
             route: "hello",
             tls: None,
             request_id: Some(b"abc"),
+            grpc_status: None,
             identity: None,
             request_field: fields,
             response_field: sent,

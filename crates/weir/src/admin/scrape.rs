@@ -228,6 +228,29 @@ impl Scrape {
             MetricType::Counter,
             rows,
         )?;
+        let rows = totals.routes.iter().flat_map(|((listener, route), t)| {
+            t.grpc
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| **n > 0)
+                .map(|(code, n)| {
+                    (
+                        vec![
+                            ("listener", listener.clone()),
+                            ("route", route.clone()),
+                            ("grpc_status", code.to_string()),
+                        ],
+                        counter(*n),
+                    )
+                })
+        });
+        family(
+            enc,
+            "weir_grpc_responses",
+            "gRPC calls answered, by listener, route and grpc-status (the upstream's, or weir's own refusal's).",
+            MetricType::Counter,
+            rows,
+        )?;
         let rows = totals.routes.iter().map(|((listener, route), t)| {
             (
                 vec![("listener", listener.clone()), ("route", route.clone())],

@@ -114,6 +114,8 @@ impl Histogram {
 pub struct RouteMetrics {
     pub(crate) codes: Box<[Counter]>,
     pub(crate) latency: Histogram,
+    /// gRPC calls by `grpc-status` (0 to 16).
+    pub(crate) grpc: [Counter; 17],
 }
 
 impl Default for RouteMetrics {
@@ -121,11 +123,19 @@ impl Default for RouteMetrics {
         RouteMetrics {
             codes: (0..CODES).map(|_| Counter::default()).collect(),
             latency: Histogram::default(),
+            grpc: Default::default(),
         }
     }
 }
 
 impl RouteMetrics {
+    /// Counts a gRPC call that ended with `code` (its `grpc-status`).
+    pub fn record_grpc(&self, code: u8) {
+        if let Some(c) = self.grpc.get(code as usize) {
+            c.inc();
+        }
+    }
+
     /// Counts a finished request with its status (0: no response was sent) and duration (ns).
     #[inline]
     pub fn record(&self, status: u16, nanos: u64) {

@@ -85,6 +85,8 @@ pub struct RouteTotals {
     /// Index `status - 100`.
     pub codes: Vec<u64>,
     pub latency: HistTotals,
+    /// gRPC calls by `grpc-status`.
+    pub grpc: [u64; 17],
 }
 
 impl RouteTotals {
@@ -142,7 +144,11 @@ impl Metrics {
                 let sum = t.routes.entry(key.clone()).or_insert_with(|| RouteTotals {
                     codes: vec![0; CODES],
                     latency: HistTotals::default(),
+                    grpc: [0; 17],
                 });
+                for (s, n) in sum.grpc.iter_mut().zip(r.grpc.iter()) {
+                    *s += n.get();
+                }
                 for (s, n) in sum.codes.iter_mut().zip(r.codes.iter()) {
                     *s += n.get();
                 }

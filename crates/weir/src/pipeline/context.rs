@@ -103,6 +103,10 @@ pub(crate) struct Extra {
     pub filters: crate::filters::Run,
     /// Whether weir answered for an upstream that failed (its own 502/503/504).
     pub upstream_failed: bool,
+    /// A gRPC call's status: the upstream's `grpc-status` (in the head of a trailers-only
+    /// answer, or in the trailers), or the one weir answered a refusal with. The access log's
+    /// `$grpc_status` and `weir_grpc_responses_total`.
+    pub grpc_status: Option<u8>,
     /// The request is a peer fill from a cluster member: `Weir-Peer` from a member's address
     /// (`cluster::is_peer_fill`).
     pub peer_fill: bool,

@@ -140,6 +140,8 @@ pub(crate) async fn forward<D: Downstream>(
         .await;
     }
     let total_deadline = up.total_timeout.map(|t| Instant::now() + t);
+    // A gRPC call's own deadline, when sooner than the upstream's (`grpc_timeout.rs`).
+    let call_deadline = super::grpc_timeout::deadline(head, total_deadline);
     // Servers tried so far (bounded: retries are few).
     let mut tried_buf = [usize::MAX; 16];
     let mut ntried = 0usize;
@@ -274,7 +276,11 @@ pub(crate) async fn forward<D: Downstream>(
                 // Parsed here between reads, not returned by an async fn: a head handed out of
                 // a future's output is copied three times more (~120 instructions per proxied
                 // request, callgrind 2026-11-27).
-                let deadline = response_deadline(up, total_deadline);
+                let mut deadline = response_deadline(up, total_deadline);
+                let by_call = call_deadline.is_some_and(|c| c <= deadline);
+                if by_call {
+                    deadline = call_deadline.unwrap_or(deadline);
+                }
                 let parsed = loop {
                     if !conn.buf.is_empty() {
                         match weir_http::parse_response(
@@ -288,7 +294,12 @@ pub(crate) async fn forward<D: Downstream>(
                         }
                     }
                     if let Err(e) = read_response_more(&mut conn, deadline).await {
-                        break Err(e);
+                        break Err(match e.kind {
+                            ErrorKind::ResponseTimeout if by_call => {
+                                Error::new(ErrorKind::CallDeadline)
+                            }
+                            _ => e,
+                        });
                     }
                 };
                 match parsed {
@@ -326,7 +337,9 @@ pub(crate) async fn forward<D: Downstream>(
                 fresh_only = Some(server);
             }
             Err(e) => {
-                record_failure(up, server, &e);
+                if e.kind != ErrorKind::CallDeadline {
+                    record_failure(up, server, &e);
+                }
                 if retry(e.retryable(&up.retry.on, replayable)) {
                     backoff(up, retries.get()).await;
                     continue;
@@ -360,6 +373,10 @@ pub(crate) async fn forward<D: Downstream>(
         }
     }
     served(ctx, (upstream, server), resp.status);
+    if super::grpc_refusal::is_grpc(head) {
+        // A trailers-only answer carries the call's status in its head.
+        super::grpc_refusal::note_status(ctx, resp.headers());
+    }
 
     if shape.upgrade && resp.status == 101 {
         // Boxed, as the waits below: rare paths kept out of every request's future.
@@ -374,7 +391,7 @@ pub(crate) async fn forward<D: Downstream>(
         &mut upstream_conn,
         resp,
         (up, server, target.head),
-        total_deadline,
+        (total_deadline, call_deadline),
         &mut *hooks,
     )
     .await?;
@@ -462,9 +479,10 @@ pub(super) fn fail<D: Downstream>(
     if steer.fallback {
         return Ok(persistence);
     }
+    // A call's own deadline is not the upstream's failure (the circuit breaker reads this).
     ctx.extra
         .get_or_insert_with(Default::default)
-        .upstream_failed = true;
+        .upstream_failed = e.kind != ErrorKind::CallDeadline;
     if let Some(s) = server {
         ctx.upstream = Some((target.upstream as u32, s as u32));
     }
@@ -624,7 +642,7 @@ async fn relay_body<D: Downstream>(
     conn: &mut UpstreamConn,
     resp: &ResponseHead,
     (up, server, head): (&Upstream, usize, &RequestHead),
-    total_deadline: Option<Instant>,
+    (total_deadline, call_deadline): (Option<Instant>, Option<Instant>),
     hooks: &mut dyn UpstreamHooks,
 ) -> Result<bool, Error> {
     let aborted = |ctx: &mut RequestCtx, why: &str| aborted(ctx, (up, server, head), why);
@@ -642,6 +660,9 @@ async fn relay_body<D: Downstream>(
                 }
             }
             weir_http::BodyEvent::Done(trailers) => {
+                if !trailers.is_empty() && super::grpc_refusal::is_grpc(head) {
+                    super::grpc_refusal::note_status(ctx, &trailers);
+                }
                 super::finish_body(d, ctx);
                 d.send_trailers(&trailers);
                 d.end_body();
@@ -652,10 +673,19 @@ async fn relay_body<D: Downstream>(
             }
             weir_http::BodyEvent::NeedMore => {
                 d.flush().await?;
-                let deadline = Instant::now() + phase_timeout(up.idle_read_timeout, total_deadline);
+                let deadline = Instant::now()
+                    + phase_timeout(up.idle_read_timeout, call_deadline.or(total_deadline));
                 let n = match conn.read_by(deadline).await {
                     Ok(Ok(n)) => n,
                     Ok(Err(e)) => return Err(aborted(ctx, &format!("read failed mid-body: {e}"))),
+                    // The client's deadline, not the server's failure: the stream is cut, the
+                    // server not marked.
+                    Err(_) if call_deadline.is_some_and(|c| Instant::now() >= c) => {
+                        return Err(Error::with(
+                            ErrorKind::UpstreamAborted,
+                            "the call's grpc-timeout passed mid-response",
+                        ))
+                    }
                     Err(_) => return Err(aborted(ctx, "idle timeout mid-body")),
                 };
                 if n == 0 {

@@ -90,7 +90,30 @@ pub(crate) fn send<D: Downstream>(
     let persistence = send_head(d, ctx, &reply, persistence);
     // The log and the metrics count the refusal, not the `200` gRPC requires on the wire.
     ctx.status = status;
+    ctx.extra.get_or_insert_with(Default::default).grpc_status = Some(grpc_status(status));
     persistence
+}
+
+/// A `grpc-status` value as gRPC defines it (0 to 16); `None` for anything else.
+pub(crate) fn parse_status(v: &[u8]) -> Option<u8> {
+    match v {
+        [d @ b'0'..=b'9'] => Some(d - b'0'),
+        [b'1', d @ b'0'..=b'6'] => Some(10 + d - b'0'),
+        _ => None,
+    }
+}
+
+/// Notes the status of a proxied gRPC call from `fields` (a trailers-only head, or the
+/// trailers), when they carry one.
+#[cold]
+pub(crate) fn note_status(ctx: &mut RequestCtx, fields: &[weir_http::Header]) {
+    let found = fields
+        .iter()
+        .find(|f| f.name.eq_ignore_ascii_case(b"grpc-status"))
+        .and_then(|f| parse_status(&f.value));
+    if let Some(code) = found {
+        ctx.extra.get_or_insert_with(Default::default).grpc_status = Some(code);
+    }
 }
 
 /// The field lines of the refusal `status` to a call of [`KINDS`]`[kind]`.

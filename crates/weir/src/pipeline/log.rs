@@ -29,8 +29,11 @@ pub(super) fn finish<D: Downstream>(
     let rt = &ctx.rt;
     if rt.cfg.metrics {
         let nanos = now.map_or(0, |(t, now)| now.nanos_since(t));
-        rt.route_metrics[ctx.listener][ctx.route.map_or(0, |r| r as usize + 1)]
-            .record(ctx.status, nanos);
+        let route = &rt.route_metrics[ctx.listener][ctx.route.map_or(0, |r| r as usize + 1)];
+        route.record(ctx.status, nanos);
+        if let Some(code) = ctx.extra.as_ref().and_then(|e| e.grpc_status) {
+            route.record_grpc(code);
+        }
         if let Some((u, s)) = ctx.upstream {
             rt.server_metrics[u as usize][s as usize].record(
                 ctx.status,
@@ -136,6 +139,7 @@ fn access_line<D: Downstream>(
         route,
         tls: d.tls(),
         request_id: request_id.as_deref(),
+        grpc_status: ctx.extra.as_ref().and_then(|e| e.grpc_status),
         identity: identity.as_deref(),
         request_field: &request_field,
         response_field: &response_field,

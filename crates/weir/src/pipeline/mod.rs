@@ -35,6 +35,7 @@ pub(crate) mod fetch;
 pub(crate) mod forward;
 mod forward_cgi;
 pub(crate) mod grpc_refusal;
+mod grpc_timeout;
 pub(crate) mod hooks;
 mod kv;
 mod later;

@@ -299,6 +299,7 @@ impl Outcome<'_> {
             route: self.route,
             tls,
             request_id: None,
+            grpc_status: None,
             identity: None,
             request_field: &none,
             response_field: &none,
