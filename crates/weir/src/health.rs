@@ -1,4 +1,5 @@
-//! Active health checks, a thread beside the workers: HTTP (and HTTP/2) checks with rise/fall,
+//! Active health checks, a thread beside the workers: HTTP (and HTTP/2), gRPC
+//! (`grpc.health.v1`) and connect checks with rise/fall,
 //! and periodic DNS re-resolution of upstream servers given by name. It only writes the shared atomics the
 //! workers read (`Health`, `Server::addr`), so the request path never waits for it.
 //!
@@ -80,6 +81,8 @@ async fn check_loop(u: Arc<Upstream>, i: usize, p: ActivePolicy) {
                 .await
                 .map(drop)
                 .map_err(|e| format!("connect: {e}"))
+        } else if let Some(service) = &p.grpc_service {
+            crate::proxy::grpc_health::check(&u, i, service, p.timeout).await
         } else if u.h2 {
             match crate::proxy::h2_upstream::check(&u, i, &p.path, p.timeout).await {
                 Ok(status)

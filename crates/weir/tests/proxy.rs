@@ -683,6 +683,10 @@ fn config_errors_for_upstreams_name_the_key() {
         ("upstreams:\n  u:\n    servers: ['127.0.0.1:1']\n    policy: fastest\nlisteners: []\n", "upstreams.u.policy"),
         ("upstreams:\n  u:\n    servers: ['127.0.0.1:1']\n    retries: { on: [sometimes] }\nlisteners: []\n", "upstreams.u.retries.on[0]"),
         ("listeners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: { upstream: missing }\n", "listeners[0].routes[0].proxy.upstream"),
+        // A gRPC health check speaks HTTP/2, and is one kind of check.
+        ("upstreams:\n  u:\n    servers: ['127.0.0.1:1']\n    active_health: { grpc: { service: a.B } }\nlisteners: []\n", "upstreams.u.active_health.grpc"),
+        ("upstreams:\n  u:\n    servers: ['127.0.0.1:1']\n    protocol: h2\n    active_health: { grpc: {}, path: /h }\nlisteners: []\n", "upstreams.u.active_health"),
+        ("upstreams:\n  u:\n    servers: ['127.0.0.1:1']\n    protocol: h2\n    active_health: { grpc: { service: 'a b' } }\nlisteners: []\n", "upstreams.u.active_health.grpc.service"),
     ];
     for (yaml, path) in bad {
         let e = weir::runtime::load_str(yaml, std::path::Path::new("."), |_| None).unwrap_err();

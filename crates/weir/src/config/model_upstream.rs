@@ -299,6 +299,15 @@ impl Default for PassiveHealth {
     }
 }
 
+/// The service a gRPC health check asks about.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrpcCheck {
+    /// The service's full name (`helloworld.Greeter`); empty: the server as a whole.
+    #[serde(default)]
+    pub service: String,
+}
+
 /// Periodic HTTP health checks.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -309,6 +318,9 @@ pub struct ActiveHealth {
     /// TLS, with `tls`) within `timeout`; for upstreams of TCP listeners.
     #[serde(default)]
     pub tcp: bool,
+    /// A gRPC check instead (`grpc.health.v1.Health/Check`), for `protocol: h2` upstreams:
+    /// healthy when the service answers `SERVING`.
+    pub grpc: Option<GrpcCheck>,
     #[serde(default = "default_check_interval")]
     pub interval: Dur,
     #[serde(default = "default_check_timeout")]

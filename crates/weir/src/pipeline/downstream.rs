@@ -63,6 +63,13 @@ pub(crate) trait Downstream {
     /// `100 Continue` when the client waits for it.
     fn body_chunk(&mut self) -> impl Future<Output = Result<Option<Bytes>, Error>>;
 
+    /// Whether the request body may be read while the response is relayed (`duplex.rs`): the
+    /// protocol carries both at once and [`Downstream::body_chunk`] loses nothing when its
+    /// future is dropped before it is ready. HTTP/2 streams.
+    fn full_duplex(&self) -> bool {
+        false
+    }
+
     /// Holds this request's body to `max` bytes (413 beyond), below `limits.max_body_bytes`.
     fn cap_body(&mut self, _max: u64) {}
 

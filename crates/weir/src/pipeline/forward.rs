@@ -139,6 +139,8 @@ pub(crate) async fn forward<D: Downstream>(
         ))
         .await;
     }
+    // A gRPC call whose body is carried while its answer is read (`duplex.rs`).
+    let mut pump = super::duplex::Pump::for_call(d, up, &target, shape);
     let total_deadline = up.total_timeout.map(|t| Instant::now() + t);
     // A gRPC call's own deadline, when sooner than the upstream's (`grpc_timeout.rs`).
     let call_deadline = super::grpc_timeout::deadline(head, total_deadline);
@@ -254,7 +256,7 @@ pub(crate) async fn forward<D: Downstream>(
         let sent = send_request(
             d,
             &mut conn,
-            &target,
+            (&target, pump.is_some()),
             server,
             shape,
             (&mut ctx.bytes_received, tee),
@@ -293,7 +295,21 @@ pub(crate) async fn forward<D: Downstream>(
                             Err(e) => break Err(Error::with(ErrorKind::BadResponse, e)),
                         }
                     }
-                    if let Err(e) = read_response_more(&mut conn, deadline).await {
+                    let more = match pump.is_some() {
+                        // Boxed: kept out of every other request's future.
+                        true => crate::proxy::exchange::more_of(
+                            Box::pin(super::duplex::read_by(
+                                d,
+                                &mut conn,
+                                &mut pump,
+                                deadline,
+                                &mut ctx.bytes_received,
+                            ))
+                            .await?,
+                        ),
+                        false => read_response_more(&mut conn, deadline).await,
+                    };
+                    if let Err(e) = more {
                         break Err(match e.kind {
                             ErrorKind::ResponseTimeout if by_call => {
                                 Error::new(ErrorKind::CallDeadline)
@@ -392,7 +408,7 @@ pub(crate) async fn forward<D: Downstream>(
         resp,
         (up, server, target.head),
         (total_deadline, call_deadline),
-        &mut *hooks,
+        (&mut pump, &mut *hooks),
     )
     .await?;
     if reusable {
@@ -506,14 +522,23 @@ pub(super) fn fail<D: Downstream>(
 async fn send_request<D: Downstream>(
     d: &mut D,
     conn: &mut UpstreamConn,
-    target: &Target<'_>,
+    (target, head_only): (&Target<'_>, bool),
     server: usize,
     shape: RequestShape<'_>,
     counted: (&mut u64, Option<&mut crate::filters::Run>),
 ) -> Result<Sent, Error> {
     let mut req = std::mem::take(&mut conn.out);
     req.clear();
-    let sent = write_request(d, conn, &mut req, target, server, shape, counted).await;
+    let sent = write_request(
+        d,
+        conn,
+        &mut req,
+        (target, head_only),
+        server,
+        shape,
+        counted,
+    )
+    .await;
     if req.capacity() <= SEND_CHUNK * 2 {
         conn.out = req;
     }
@@ -524,7 +549,7 @@ async fn write_request<D: Downstream>(
     d: &mut D,
     conn: &mut UpstreamConn,
     req: &mut BytesMut,
-    target: &Target<'_>,
+    (target, head_only): (&Target<'_>, bool),
     server: usize,
     shape: RequestShape<'_>,
     (received, mut tee): (&mut u64, Option<&mut crate::filters::Run>),
@@ -540,7 +565,8 @@ async fn write_request<D: Downstream>(
         &target.client,
         shape,
     );
-    if head.body == BodyKind::Empty {
+    // `head_only`: the body follows while the answer is read (`duplex.rs`).
+    if head.body == BodyKind::Empty || head_only {
         if let Some(run) = tee.as_deref_mut() {
             filters.tee(run, req, true);
         }
@@ -570,31 +596,7 @@ async fn write_request<D: Downstream>(
         }
     }
     if chunked {
-        // The client's trailer section goes on (gRPC-style metadata), else the plain last chunk.
-        // Fields a trailer section must not carry are dropped (RFC 9110 §6.5.1).
-        let mut trailers = d.request_trailers();
-        // Nor, in a trailer, a field the route would not relay in the head, under any alias:
-        // an application that merges trailers into its fields would read a client's
-        // `X-User-Id: admin` beside the auth service's (the attack review of issue 33).
-        let request_id = shape.request_id.map(|(id, _, _)| id.as_bytes());
-        trailers.retain(|h| {
-            !weir_http::hop::not_in_trailers(&h.name)
-                && !filters.drops_upstream(&target.client, &h.name)
-                && !request_id.is_some_and(|id| crate::filters::aliases::folds_to(&h.name, id))
-                && !h
-                    .name
-                    .eq_ignore_ascii_case(crate::cluster::PEER_HEADER.as_bytes())
-                && memchr::memchr(b'_', &h.name).is_none()
-        });
-        if trailers.is_empty() {
-            put_last_chunk(req);
-        } else {
-            req.extend_from_slice(b"0\r\n");
-            for h in &trailers {
-                weir_http::response::put_header(req, &h.name, &h.value);
-            }
-            req.extend_from_slice(b"\r\n");
-        }
+        put_body_end(d, req, target, shape);
     }
     if let Some(run) = tee {
         filters.tee(run, req, true);
@@ -605,6 +607,41 @@ async fn write_request<D: Downstream>(
             Err(e) => Sent::Upstream(e),
         },
     )
+}
+
+/// Ends a chunked request body in `req`: the client's trailer section (gRPC-style metadata),
+/// else the plain last chunk. Fields a trailer section must not carry are dropped (RFC 9110
+/// §6.5.1).
+pub(super) fn put_body_end<D: Downstream>(
+    d: &mut D,
+    req: &mut BytesMut,
+    target: &Target<'_>,
+    shape: RequestShape<'_>,
+) {
+    let filters = &target.route.filters;
+    let mut trailers = d.request_trailers();
+    // Nor, in a trailer, a field the route would not relay in the head, under any alias: an
+    // application that merges trailers into its fields would read a client's
+    // `X-User-Id: admin` beside the auth service's (the attack review of issue 33).
+    let request_id = shape.request_id.map(|(id, _, _)| id.as_bytes());
+    trailers.retain(|h| {
+        !weir_http::hop::not_in_trailers(&h.name)
+            && !filters.drops_upstream(&target.client, &h.name)
+            && !request_id.is_some_and(|id| crate::filters::aliases::folds_to(&h.name, id))
+            && !h
+                .name
+                .eq_ignore_ascii_case(crate::cluster::PEER_HEADER.as_bytes())
+            && memchr::memchr(b'_', &h.name).is_none()
+    });
+    if trailers.is_empty() {
+        put_last_chunk(req);
+    } else {
+        req.extend_from_slice(b"0\r\n");
+        for h in &trailers {
+            weir_http::response::put_header(req, &h.name, &h.value);
+        }
+        req.extend_from_slice(b"\r\n");
+    }
 }
 
 /// Relays an interim (1xx) response to an HTTP/1.1 client at once, hop-by-hop fields dropped.
@@ -643,7 +680,10 @@ async fn relay_body<D: Downstream>(
     resp: &ResponseHead,
     (up, server, head): (&Upstream, usize, &RequestHead),
     (total_deadline, call_deadline): (Option<Instant>, Option<Instant>),
-    hooks: &mut dyn UpstreamHooks,
+    (pump, hooks): (
+        &mut Option<Box<super::duplex::Pump<'_>>>,
+        &mut dyn UpstreamHooks,
+    ),
 ) -> Result<bool, Error> {
     let aborted = |ctx: &mut RequestCtx, why: &str| aborted(ctx, (up, server, head), why);
     let mut decoder = weir_http::BodyDecoder::new(resp.body);
@@ -675,7 +715,14 @@ async fn relay_body<D: Downstream>(
                 d.flush().await?;
                 let deadline = Instant::now()
                     + phase_timeout(up.idle_read_timeout, call_deadline.or(total_deadline));
-                let n = match conn.read_by(deadline).await {
+                let read = match pump.is_some() {
+                    true => {
+                        let received = &mut ctx.bytes_received;
+                        Box::pin(super::duplex::read_by(d, conn, pump, deadline, received)).await?
+                    }
+                    false => conn.read_by(deadline).await,
+                };
+                let n = match read {
                     Ok(Ok(n)) => n,
                     Ok(Err(e)) => return Err(aborted(ctx, &format!("read failed mid-body: {e}"))),
                     // The client's deadline, not the server's failure: the stream is cut, the

@@ -29,6 +29,7 @@ pub(crate) mod cache;
 mod client;
 pub(crate) mod context;
 pub(crate) mod downstream;
+mod duplex;
 mod errors;
 mod failure;
 pub(crate) mod fetch;

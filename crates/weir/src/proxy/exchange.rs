@@ -176,7 +176,13 @@ pub async fn read_response_head(
 /// One read of more of a response head, by `deadline`; an upstream that closes first is an
 /// error.
 pub async fn read_response_more(uc: &mut UpstreamConn, deadline: Instant) -> Result<(), Error> {
-    match uc.read_by(deadline).await {
+    more_of(uc.read_by(deadline).await)
+}
+
+/// What a read of a response head says ([`UpstreamConn::read_by`]'s result): more bytes, or
+/// the error.
+pub fn more_of(read: Result<std::io::Result<usize>, ()>) -> Result<(), Error> {
+    match read {
         Err(_) => Err(Error::new(ErrorKind::ResponseTimeout)),
         Ok(Err(e)) => Err(Error::with(ErrorKind::UpstreamReset, format!("read: {e}"))),
         Ok(Ok(0)) => Err(Error::with(

@@ -119,82 +119,115 @@ async fn bridge(
         .insert(http::header::TE, http::HeaderValue::from_static("trailers"));
     let has_body = head.body != BodyKind::Empty;
     let mut send = send;
-    let (response, mut stream) = send
+    let (response, stream) = send
         .send_request(req, !has_body)
         .map_err(io::Error::other)?;
-    if has_body {
-        let mut decoder = BodyDecoder::new(head.body);
-        loop {
-            match decoder.decode(&mut buf).map_err(io::Error::other)? {
-                BodyEvent::Data(d) => stream.send_data(d, false).map_err(io::Error::other)?,
-                BodyEvent::NeedMore => {
-                    if pipe.read_buf(&mut buf).await? == 0 {
-                        return Err(io::ErrorKind::UnexpectedEof.into());
-                    }
-                }
-                BodyEvent::Done(trailers) if trailers.is_empty() => {
-                    stream
-                        .send_data(Bytes::new(), true)
-                        .map_err(io::Error::other)?;
-                    break;
-                }
-                BodyEvent::Done(trailers) => {
-                    stream
-                        .send_trailers(header_map(&trailers))
-                        .map_err(io::Error::other)?;
-                    break;
-                }
+    // Both ways at once (issue 55 §3): a bidirectional gRPC call answers each message before
+    // the client sends the next, so the response is relayed while the request body still
+    // flows. The pipe is split: the request side reads it, the response side writes it.
+    let (mut from_phase, mut to_phase) = tokio::io::split(pipe);
+    let upload = async {
+        if has_body {
+            // A server that answers before the whole body (an error, a call it ends early)
+            // closes its side: the answer is still relayed.
+            if let Err(e) = upload(&mut from_phase, &mut buf, head.body, stream).await {
+                tracing::debug!(error = %e, "HTTP/2 upstream stream: request body not sent whole");
             }
         }
-    }
-    // Until the answer comes the pipe is watched: the upstream phase dropping it (its client
-    // gone, `timeouts.response_header`) ends the wait, and the stream is reset (the `h2` crate
-    // sends RST_STREAM CANCEL when an open stream's last handle goes). Before, the bridge
-    // waited for an answer nobody would read, holding one of the server's concurrent streams:
-    // enough such calls and every other client's call hung (review of issue 55's first part).
-    let response = tokio::select! {
-        r = response => r.map_err(io::Error::other)?,
-        () = abandoned(&mut pipe) => return Ok(()),
+        // Until the answer is relayed the pipe is watched: the upstream phase dropping it (its
+        // client gone, `timeouts.response_header`, the call's deadline) ends the exchange, and
+        // the stream is reset (the `h2` crate sends RST_STREAM CANCEL when an open stream's
+        // last handle goes). Before, the bridge waited for an answer nobody would read,
+        // holding one of the server's concurrent streams: enough such calls and every other
+        // client's call hung (review of issue 55's first part).
+        abandoned(&mut from_phase).await;
+        Ok::<(), io::Error>(())
     };
-    let status = response.status().as_u16();
-    let bodyless = head.method == weir_http::Method::Head || matches!(status, 204 | 304);
-    let mut out = BytesMut::with_capacity(1024);
-    out.put_slice(format!("HTTP/1.1 {status} \r\n").as_bytes());
-    put_fields(&mut out, response.headers());
-    if !bodyless {
-        out.put_slice(b"transfer-encoding: chunked\r\n");
-    }
-    out.put_slice(b"connection: close\r\n\r\n");
-    let mut body = response.into_body();
-    if !bodyless {
-        loop {
-            // A stalled body is watched as the head was: a dropped pipe resets the stream.
-            let chunk = tokio::select! {
-                c = body.data() => c,
-                () = abandoned(&mut pipe) => return Ok(()),
-            };
-            let Some(chunk) = chunk else { break };
-            let chunk = chunk.map_err(io::Error::other)?;
-            let _ = body.flow_control().release_capacity(chunk.len());
-            weir_http::reply::put_chunk(&mut out, &chunk);
-            if out.len() >= PIPE / 2 {
-                pipe.write_all(&out).await?;
+    let download = async {
+        let response = response.await.map_err(io::Error::other)?;
+        let status = response.status().as_u16();
+        let bodyless = head.method == weir_http::Method::Head || matches!(status, 204 | 304);
+        let mut out = BytesMut::with_capacity(1024);
+        out.put_slice(format!("HTTP/1.1 {status} \r\n").as_bytes());
+        put_fields(&mut out, response.headers());
+        if !bodyless {
+            out.put_slice(b"transfer-encoding: chunked\r\n");
+        }
+        out.put_slice(b"connection: close\r\n\r\n");
+        let mut body = response.into_body();
+        if !bodyless {
+            // Each DATA frame goes on at once: a streaming call's messages are not held back
+            // (they were, until 32 KiB had gathered); the upstream phase reads what is there.
+            to_phase.write_all(&out).await?;
+            out.clear();
+            while let Some(chunk) = body.data().await {
+                let chunk = chunk.map_err(io::Error::other)?;
+                let _ = body.flow_control().release_capacity(chunk.len());
+                weir_http::reply::put_chunk(&mut out, &chunk);
+                to_phase.write_all(&out).await?;
                 out.clear();
             }
+            out.put_slice(b"0\r\n");
+            if let Some(trailers) = body.trailers().await.map_err(io::Error::other)? {
+                put_fields(&mut out, &trailers);
+            }
+            out.put_slice(b"\r\n");
         }
-        out.put_slice(b"0\r\n");
-        if let Some(trailers) = body.trailers().await.map_err(io::Error::other)? {
-            put_fields(&mut out, &trailers);
-        }
-        out.put_slice(b"\r\n");
+        to_phase.write_all(&out).await?;
+        to_phase.shutdown().await
+    };
+    tokio::select! {
+        biased;
+        r = download => r,
+        // The request side ends first only when the upstream phase dropped the pipe.
+        r = upload => r,
     }
-    pipe.write_all(&out).await?;
-    pipe.shutdown().await
+}
+
+/// Carries the request body from the pipe to `stream` as the upstream's window allows (not
+/// buffered past it: `send_data` alone queues without bound), then its trailers or its end.
+async fn upload(
+    pipe: &mut tokio::io::ReadHalf<DuplexStream>,
+    buf: &mut BytesMut,
+    kind: BodyKind,
+    mut stream: h2::SendStream<Bytes>,
+) -> io::Result<()> {
+    let mut decoder = BodyDecoder::new(kind);
+    loop {
+        match decoder.decode(buf).map_err(io::Error::other)? {
+            BodyEvent::Data(mut d) => {
+                while !d.is_empty() {
+                    stream.reserve_capacity(d.len());
+                    let room = std::future::poll_fn(|cx| stream.poll_capacity(cx))
+                        .await
+                        .ok_or_else(|| io::Error::other("stream closed"))?
+                        .map_err(io::Error::other)?;
+                    let part = d.split_to(room.min(d.len()));
+                    stream.send_data(part, false).map_err(io::Error::other)?;
+                }
+            }
+            BodyEvent::NeedMore => {
+                if pipe.read_buf(buf).await? == 0 {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+            }
+            BodyEvent::Done(trailers) if trailers.is_empty() => {
+                return stream
+                    .send_data(Bytes::new(), true)
+                    .map_err(io::Error::other);
+            }
+            BodyEvent::Done(trailers) => {
+                return stream
+                    .send_trailers(header_map(&trailers))
+                    .map_err(io::Error::other);
+            }
+        }
+    }
 }
 
 /// Ready when the upstream phase dropped its end of `pipe` (it writes nothing more once its
 /// request is written, and never half-closes).
-async fn abandoned(pipe: &mut DuplexStream) {
+async fn abandoned(pipe: &mut tokio::io::ReadHalf<DuplexStream>) {
     let mut scratch = [0u8; 64];
     while let Ok(n) = pipe.read(&mut scratch).await {
         if n == 0 {
@@ -232,6 +265,40 @@ fn put_fields(out: &mut BytesMut, fields: &http::HeaderMap) {
     }
 }
 
+/// A health check's own HTTP/2 connection to `server` (driven by a local task, aborted by the
+/// caller when done), ready for a request, and the URI prefix of its requests
+/// (`http://authority`).
+pub(crate) async fn open_check(
+    up: &Upstream,
+    server: usize,
+    within: Duration,
+) -> Result<
+    (
+        h2::client::SendRequest<Bytes>,
+        tokio::task::JoinHandle<()>,
+        String,
+    ),
+    String,
+> {
+    let s = &up.servers[server];
+    let stream = super::socket::connect(s, up.tls.as_ref(), within)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let (send, conn) = h2::client::handshake(stream)
+        .await
+        .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
+    let driver = tokio::task::spawn_local(async move {
+        let _ = conn.await;
+    });
+    let scheme = if s.tls_name.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let send = send.ready().await.map_err(|e| e.to_string())?;
+    Ok((send, driver, format!("{scheme}://{}", s.authority())))
+}
+
 /// One health check over HTTP/2: `GET path`, its status.
 pub async fn check(
     up: &Upstream,
@@ -239,28 +306,13 @@ pub async fn check(
     path: &str,
     within: Duration,
 ) -> Result<u16, String> {
-    let s = &up.servers[server];
     let run = async {
-        let stream = super::socket::connect(s, up.tls.as_ref(), within)
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
-        let (send, conn) = h2::client::handshake(stream)
-            .await
-            .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
-        let driver = tokio::task::spawn_local(async move {
-            let _ = conn.await;
-        });
-        let scheme = if s.tls_name.is_some() {
-            "https"
-        } else {
-            "http"
-        };
+        let (mut send, driver, base) = open_check(up, server, within).await?;
         let req = http::Request::builder()
-            .uri(format!("{scheme}://{}{path}", s.authority()))
+            .uri(format!("{base}{path}"))
             .header("user-agent", "weir-health-check")
             .body(())
             .map_err(|e| e.to_string())?;
-        let mut send = send.ready().await.map_err(|e| e.to_string())?;
         let (response, _) = send.send_request(req, true).map_err(|e| e.to_string())?;
         let status = response.await.map_err(|e| e.to_string())?.status().as_u16();
         driver.abort();

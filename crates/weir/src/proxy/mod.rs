@@ -28,6 +28,7 @@ mod address;
 pub mod balance;
 pub mod exchange;
 pub mod fastcgi;
+pub mod grpc_health;
 pub mod h2_upstream;
 pub mod limits;
 pub mod outlier;

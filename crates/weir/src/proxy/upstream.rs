@@ -146,6 +146,8 @@ pub struct ActivePolicy {
     pub path: String,
     /// A connect check (`active_health.tcp`).
     pub tcp: bool,
+    /// A gRPC check (`active_health.grpc`): the service asked about.
+    pub grpc_service: Option<String>,
     pub interval: Duration,
     pub timeout: Duration,
     pub expect_status: Option<u16>,
@@ -442,7 +444,28 @@ impl Upstream {
         let active = match u.active_health {
             None => None,
             Some(a) => {
+                if let Some(g) = &a.grpc {
+                    if a.path.is_some() || a.tcp {
+                        return Err((
+                            format!("{path}.active_health"),
+                            "give one of `path` (an HTTP check), `tcp: true` (a connect check) or `grpc` (a gRPC check)".into(),
+                        ));
+                    }
+                    if !h2 {
+                        return Err((
+                            format!("{path}.active_health.grpc"),
+                            "a gRPC check speaks HTTP/2: the upstream needs `protocol: h2`".into(),
+                        ));
+                    }
+                    if g.service.bytes().any(|b| !b.is_ascii_graphic()) {
+                        return Err((
+                            format!("{path}.active_health.grpc.service"),
+                            "a service name is printable ASCII without spaces".into(),
+                        ));
+                    }
+                }
                 let check_path = match (&a.path, a.tcp) {
+                    _ if a.grpc.is_some() => String::new(),
                     (Some(p), false) if p.starts_with('/') => p.clone(),
                     (Some(_), false) => {
                         return Err((
@@ -478,6 +501,7 @@ impl Upstream {
                 Some(ActivePolicy {
                     path: check_path,
                     tcp: a.tcp,
+                    grpc_service: a.grpc.map(|g| g.service),
                     interval: a.interval.0,
                     timeout: a.timeout.0,
                     expect_status: a.expect_status,

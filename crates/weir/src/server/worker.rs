@@ -301,7 +301,9 @@ mod tests {
     /// instructions less per proxied response. The block is recycled, never allocated anew.
     /// 2,464 and 96 since the response head is parsed into a slot `forward` borrows from (not
     /// moved out of a read future, which held a second one) and the checkout takes the try's
-    /// clock reading (8 bytes).
-    const FORWARD: usize = 2464;
+    /// clock reading (8 bytes). 2,496 since a gRPC call's own deadline (`grpc-timeout`, 16
+    /// bytes) and its full-duplex pump (a pointer: the pump itself is boxed, for calls only)
+    /// are kept through the exchange (issue 55 §3).
+    const FORWARD: usize = 2496;
     const CHECKOUT: usize = 96;
 }

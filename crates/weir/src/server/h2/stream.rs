@@ -311,6 +311,11 @@ impl Downstream for H2Stream {
         self.body_wait = Some(wait);
     }
 
+    fn full_duplex(&self) -> bool {
+        // `body_chunk` takes a chunk from the slot only in the poll that returns it.
+        true
+    }
+
     async fn body_chunk(&mut self) -> Result<Option<Bytes>, Error> {
         let limit = self.rt.cfg.limits.body_ceiling.min(self.body_cap);
         let wait = self.body_wait.unwrap_or(self.rt.cfg.timeouts.body);

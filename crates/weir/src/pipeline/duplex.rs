@@ -1,0 +1,106 @@
+//! Full-duplex gRPC calls (issue 55 §3): the request body is carried to the upstream while the
+//! response is read, not before it. A bidirectional call that answers each message before the
+//! client sends the next (grpc-go's ping-pong) waited forever when the upstream phase sent the
+//! whole body first: the client's second message never came, the answer to its first sat
+//! unread.
+//!
+//! Only where both sides carry the two directions at once: a gRPC call with a body, from a
+//! client whose protocol reads the body without loss when a read is abandoned
+//! ([`Downstream::full_duplex`]: HTTP/2), to an HTTP/2 upstream (its bridge,
+//! `proxy/h2_upstream.rs`, relays both ways too). Every other request keeps the plain order.
+//!
+//! Each wait for the upstream becomes a race between its bytes and the client's next body
+//! piece; a piece that wins is written to the upstream and the wait goes on. The client's
+//! body wait (`timeouts.body`) restarts with each upstream read: a stream is cut only when
+//! both sides are idle.
+
+use bytes::BytesMut;
+use tokio::time::Instant;
+use weir_http::{BodyKind, RequestHead};
+
+use super::downstream::Downstream;
+use super::forward::{put_body_end, Target};
+use crate::error::Error;
+use crate::proxy::exchange::RequestShape;
+use crate::proxy::pool::UpstreamConn;
+use crate::proxy::upstream::Upstream;
+
+/// The request body still to carry during the exchange.
+pub(super) struct Pump<'t> {
+    target: &'t Target<'t>,
+    shape: RequestShape<'t>,
+    chunked: bool,
+    open: bool,
+    out: BytesMut,
+}
+
+impl<'t> Pump<'t> {
+    /// A pump when `head` is a call to carry both ways at once (see the module doc).
+    pub(super) fn for_call<D: Downstream>(
+        d: &D,
+        up: &Upstream,
+        target: &'t Target<'t>,
+        shape: RequestShape<'t>,
+    ) -> Option<Box<Pump<'t>>> {
+        let head: &RequestHead = target.head;
+        (up.h2
+            && head.body != BodyKind::Empty
+            && d.full_duplex()
+            && !target.route.filters.has(crate::filters::Phases::TEE)
+            && super::grpc_refusal::is_grpc(head))
+        // Boxed: a pointer in every proxied request's future, the rest only in a call's.
+        .then(|| {
+            Box::new(Pump {
+                target,
+                shape,
+                chunked: head.body == BodyKind::Chunked,
+                open: true,
+                out: BytesMut::new(),
+            })
+        })
+    }
+}
+
+/// One read of the upstream by `deadline` (as [`UpstreamConn::read_by`]), carrying the
+/// request body meanwhile when `pump` is open. `Err` is the client's failure (its body).
+pub(super) async fn read_by<D: Downstream>(
+    d: &mut D,
+    conn: &mut UpstreamConn,
+    pump: &mut Option<Box<Pump<'_>>>,
+    deadline: Instant,
+    received: &mut u64,
+) -> Result<Result<std::io::Result<usize>, ()>, Error> {
+    loop {
+        let Some(p) = pump.as_mut().filter(|p| p.open) else {
+            return Ok(conn.read_by(deadline).await);
+        };
+        let piece = tokio::select! {
+            biased;
+            r = conn.read_by(deadline) => return Ok(r),
+            piece = d.body_chunk() => piece?,
+        };
+        p.out.clear();
+        match piece {
+            Some(data) => {
+                *received += data.len() as u64;
+                if p.chunked {
+                    weir_http::reply::put_chunk(&mut p.out, &data);
+                } else {
+                    p.out.extend_from_slice(&data);
+                }
+            }
+            None => {
+                if p.chunked {
+                    put_body_end(d, &mut p.out, p.target, p.shape);
+                }
+                p.open = false;
+            }
+        }
+        if let Err(e) = crate::proxy::exchange::send(&mut conn.stream, &p.out).await {
+            // The upstream's side of the pipe is gone: its answer (or its failure) is what
+            // the read says next.
+            tracing::debug!(error = %e, "request body not carried whole");
+            p.open = false;
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! gRPC through weir against a real implementation (issue 55 §3): grpc-go's server (with its
+//! `grpc.health.v1` service) and client, from `tests/fixtures/grpc-go`, over h2c and TLS.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::grpcgo::{client, GrpcServer};
+
+/// weir in front of `origin`: an h2c listener and a TLS one (ALPN h2), both proxying to it as
+/// an HTTP/2 upstream, with `health` as the upstream's `active_health` when given.
+fn weir(origin: SocketAddr, health: &str, pki: &common::tlskit::Pki) -> common::TestServer {
+    let cert = pki.issue("grpc", "localhost", &["localhost"]);
+    common::start_config(&format!(
+        r#"workers: 1
+admin: {{ address: 127.0.0.1:0 }}
+upstreams:
+  g:
+    servers: ["{origin}"]
+    protocol: h2
+{health}listeners:
+  - address: 127.0.0.1:0
+    h2c: true
+    routes:
+      - proxy: {{ upstream: g }}
+  - address: 127.0.0.1:0
+    tls:
+      certificates: [{{ cert: '{}', key: '{}' }}]
+    routes:
+      - proxy: {{ upstream: g }}
+"#,
+        cert.cert.display(),
+        cert.key.display()
+    ))
+}
+
+/// Unary, server-streaming (50 messages), client-streaming (20) and bidirectional ping-pong
+/// calls from grpc-go's client through weir to grpc-go's server, each with its trailers, over
+/// h2c and over TLS.
+#[test]
+fn grpc_go_calls_of_every_kind_pass_through() {
+    let Some(origin) = GrpcServer::start() else {
+        return;
+    };
+    let pki = common::tlskit::Pki::new("grpc-go-kinds");
+    let s = weir(origin.addr, "", &pki);
+    let addrs = s.handle.as_ref().unwrap().local_addrs();
+    let (h2c, tls) = (addrs[0].to_string(), addrs[1].to_string());
+    let ca = pki.ca_file().display().to_string();
+    for kind in ["unary", "server", "client", "bidi"] {
+        let (ok, out) = client(&["-addr", &h2c, "-kind", kind]);
+        assert!(ok, "h2c {kind}: {out}");
+        let (ok, out) = client(&["-addr", &tls, "-kind", kind, "-ca", &ca]);
+        assert!(ok, "TLS {kind}: {out}");
+    }
+}
+
+/// `active_health: { grpc: { service } }` asks grpc-go's health service: a service set to
+/// NOT_SERVING takes the server out (calls get UNAVAILABLE, trailers-only from weir), and
+/// SERVING brings it back; a service the server does not know keeps it out.
+#[test]
+fn grpc_health_checks_follow_the_service_s_status() {
+    let Some(mut origin) = GrpcServer::start() else {
+        return;
+    };
+    let pki = common::tlskit::Pki::new("grpc-go-health");
+    let check = |service: &str| {
+        format!(
+            "    active_health: {{ grpc: {{ service: '{service}' }}, interval: 100ms, timeout: 1s, rise: 1, fall: 1 }}\n"
+        )
+    };
+    let s = weir(origin.addr, &check("echo.Echo"), &pki);
+    let admin = s.handle.as_ref().unwrap().admin_addr().unwrap();
+    let h2c = s.handle.as_ref().unwrap().local_addrs()[0].to_string();
+    let origin_addr = origin.addr;
+    let up = || {
+        common::parked::metric(
+            admin,
+            &format!(
+                "weir_upstream_server_up{{upstream=\"g\",server=\"{}\"}}",
+                origin_addr
+            ),
+        )
+    };
+    common::until("the server is up", Duration::from_secs(10), || up() == 1.0);
+    let (ok, out) = client(&["-addr", &h2c, "-kind", "unary"]);
+    assert!(ok, "{out}");
+
+    origin.set_serving("echo.Echo", false);
+    common::until("NOT_SERVING takes it out", Duration::from_secs(10), || {
+        up() == 0.0
+    });
+    let (ok, out) = client(&["-addr", &h2c, "-kind", "unary"]);
+    assert!(!ok && out.contains("Unavailable"), "{out}");
+
+    origin.set_serving("echo.Echo", true);
+    common::until("SERVING brings it back", Duration::from_secs(10), || {
+        up() == 1.0
+    });
+    let (ok, out) = client(&["-addr", &h2c, "-kind", "unary"]);
+    assert!(ok, "{out}");
+
+    // A service the server has never heard of: NOT_FOUND, never up.
+    let s = weir(origin.addr, &check("no.Such"), &pki);
+    let admin = s.handle.as_ref().unwrap().admin_addr().unwrap();
+    let h2c = s.handle.as_ref().unwrap().local_addrs()[0].to_string();
+    common::until(
+        "an unknown service is down",
+        Duration::from_secs(10),
+        || {
+            common::parked::metric(
+                admin,
+                &format!(
+                    "weir_upstream_server_up{{upstream=\"g\",server=\"{}\"}}",
+                    origin.addr
+                ),
+            ) == 0.0
+        },
+    );
+    let (ok, out) = client(&["-addr", &h2c, "-kind", "unary"]);
+    assert!(!ok && out.contains("Unavailable"), "{out}");
+}
