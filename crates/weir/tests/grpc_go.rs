@@ -121,3 +121,47 @@ fn grpc_health_checks_follow_the_service_s_status() {
     let (ok, out) = client(&["-addr", &h2c, "-kind", "unary"]);
     assert!(!ok && out.contains("Unavailable"), "{out}");
 }
+
+/// examples/grpc.yaml as its header says: `WEIR_LISTEN` (h2c) and `WEIR_HTTPS` (TLS, with
+/// `WEIR_TLS_CERT` and `WEIR_TLS_KEY`) proxy to `WEIR_GRPC_UPSTREAM`, checked by
+/// `grpc.health.v1`; with the upstream down a call gets `grpc-status: 14` (UNAVAILABLE).
+#[test]
+fn the_grpc_example_answers_as_its_header_says() {
+    const EXAMPLE: &str = include_str!("../../../examples/grpc.yaml");
+    let Some(origin) = GrpcServer::start() else {
+        return;
+    };
+    let pki = common::tlskit::Pki::new("grpc-example");
+    let cert = pki.issue("grpc", "localhost", &["localhost"]);
+    let vars: std::collections::HashMap<&str, String> = [
+        ("WEIR_GRPC_UPSTREAM", origin.addr.to_string()),
+        ("WEIR_LISTEN", "127.0.0.1:0".into()),
+        ("WEIR_HTTPS", "127.0.0.1:0".into()),
+        ("WEIR_TLS_CERT", cert.cert.display().to_string()),
+        ("WEIR_TLS_KEY", cert.key.display().to_string()),
+        ("WEIR_WORKERS", "1".into()),
+    ]
+    .into();
+    let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples"));
+    let cfg =
+        weir::runtime::load_str(EXAMPLE, dir, |v| vars.get(v).map(|s| s.to_string())).unwrap();
+    let handle = weir::server::start(cfg).unwrap();
+    let addrs = handle.local_addrs();
+    let (h2c, tls) = (addrs[0].to_string(), addrs[1].to_string());
+    let ca = pki.ca_file().display().to_string();
+    for kind in ["unary", "bidi"] {
+        let (ok, out) = client(&["-addr", &h2c, "-kind", kind]);
+        assert!(ok, "h2c {kind}: {out}");
+        let (ok, out) = client(&["-addr", &tls, "-kind", kind, "-ca", &ca]);
+        assert!(ok, "TLS {kind}: {out}");
+    }
+    drop(origin);
+    let plain: [&str; 0] = [];
+    for (addr, tls_args) in [(&h2c, &plain[..]), (&tls, &["-ca", ca.as_str()][..])] {
+        let mut args = vec!["-addr", addr.as_str(), "-kind", "unary"];
+        args.extend_from_slice(tls_args);
+        let (ok, out) = client(&args);
+        assert!(!ok && out.contains("code = Unavailable"), "{addr}: {out}");
+    }
+    common::inproc::stop(handle);
+}
