@@ -68,6 +68,34 @@ cache_tls_yaml "$TMP/cache-tls.yaml"
 # HTTP/3 (issue 37): the same hit on a QUIC listener, weir bench --h3 -c 10 --streams 10 (a
 # build from before HTTP/3 refuses the config: its cell is n/a).
 sed 's/^    tls:$/    quic: true\n    tls:/' "$TMP/cache-tls.yaml" > "$TMP/cache-h3.yaml"
+# gRPC over an HTTP/2 upstream (issue 55): a 1 KiB unary call on h2c (tests/fixtures/grpc-go's
+# echo.Echo/Unary, a StringValue of 1,024 bytes each way), proxied through the HTTP/2 upstream
+# bridge and the full-duplex pump to grpc-go (GOMAXPROCS=1, on the load core). grpc-go sends no
+# `content-length`: an HTTP/2 answer with one was a 502 until issue 55 (grpc.rs tests it).
+GRPC_ORIGIN_PORT=19302
+command -v go >/dev/null 2>&1 || export PATH="/usr/local/go/bin:$PATH"
+(cd "$ROOT/crates/weir/tests/fixtures/grpc-go" && go build -o "$TMP/grpc-fixture" .)
+mkfifo "$TMP/grpc-fixture.in"
+(GOMAXPROCS=1 taskset -c "$LOAD_CORE" "$TMP/grpc-fixture" server -addr 127.0.0.1:$GRPC_ORIGIN_PORT \
+  <"$TMP/grpc-fixture.in" >"$TMP/grpc-origin.log" 2>&1) &
+track $!
+exec 8>"$TMP/grpc-fixture.in"   # held open: the fixture exits when its stdin closes
+cat > "$TMP/grpc-h2.yaml" <<'YAML'
+workers: ${WEIR_WORKERS:-auto}
+upstreams:
+  o: { servers: ["${WEIR_ORIGIN}"], protocol: h2 }
+listeners:
+  - address: ${WEIR_LISTEN}
+    h2c: true
+    routes:
+      - proxy: { upstream: o }
+YAML
+python3 - "$TMP/grpc-call.bin" <<'PY'
+import sys
+msg = b"\x0a" + bytes([0x80, 0x08]) + b"x" * 1024   # StringValue{value: 1,024 bytes}
+open(sys.argv[1], "wb").write(b"\x00" + len(msg).to_bytes(4, "big") + msg)
+PY
+wait_port $GRPC_ORIGIN_PORT "$TMP/grpc-origin.log"
 start_weir old "$OLD_WEIR" "$TMP/cache.yaml" $CPORT_old 127.0.0.1:${ADMIN[old]}; PID[old,cache]=$STARTED
 start_weir new "$NEW_WEIR" "$TMP/cache.yaml" $CPORT_new 127.0.0.1:${ADMIN[new]}; PID[new,cache]=$STARTED
 for p in ${PORT[old]} ${PORT[new]} $CPORT_old $CPORT_new; do wait_port "$p"; done
@@ -111,17 +139,19 @@ for ((r = 0; r < ROUNDS; r++)); do
 done
 
 # Instruction counts, once per binary and kind of request (they barely vary between runs).
-for k in "hello-ka|hello|/hello|-c 10" "hello-close|hello|/hello|-c 10 --close" "hit-1KiB|cache|/s1024|-c 10" "proxy-1KiB|proxy|/s1024|-c 10" "hello-h2c|hello-h2c|/hello|-c 10 --h2 --streams 10" "h2-tls-hit-1KiB|cache-tls|/s1024|H2LOAD -c 100 -m 10" "h1-tls-hit-1KiB|cache-tls|/s1024|H2LOAD --h1 -c 100" "h3-hit-1KiB|cache-h3|/s1024|H3 -c 10 --streams 10"; do
+for k in "hello-ka|hello|/hello|-c 10" "hello-close|hello|/hello|-c 10 --close" "hit-1KiB|cache|/s1024|-c 10" "proxy-1KiB|proxy|/s1024|-c 10" "hello-h2c|hello-h2c|/hello|-c 10 --h2 --streams 10" "h2-tls-hit-1KiB|cache-tls|/s1024|H2LOAD -c 100 -m 10" "h1-tls-hit-1KiB|cache-tls|/s1024|H2LOAD --h1 -c 100" "h3-hit-1KiB|cache-h3|/s1024|H3 -c 10 --streams 10" "grpc-h2-1KiB|grpc-h2|/echo.Echo/Unary|-c 10 --h2 --streams 10 -m POST -D $TMP/grpc-call.bin -H content-type:application/grpc"; do
   IFS='|' read -r name kind path args <<<"$k"
   cfg="$ROOT/examples/$kind.yaml"
   [ "$kind" = cache ] && cfg="$TMP/cache.yaml"   # without its compress filter (see above)
   [ "$kind" = hello-h2c ] && cfg="$TMP/hello-h2c.yaml"
   [ "$kind" = cache-tls ] && cfg="$TMP/cache-tls.yaml"
   [ "$kind" = cache-h3 ] && cfg="$TMP/cache-h3.yaml"
+  [ "$kind" = grpc-h2 ] && cfg="$TMP/grpc-h2.yaml"
+  origin=$ORIGIN_PORT; [ "$kind" = grpc-h2 ] && origin=$GRPC_ORIGIN_PORT
   for which in old new; do
     if [ "$which" = old ]; then bin=$OLD_WEIR; else bin=$NEW_WEIR; fi
     # shellcheck disable=SC2086
-    instructions "$bin" "$cfg" "$path" $args
+    ORIGIN_PORT=$origin instructions "$bin" "$cfg" "$path" $args
     IU[$name,$which]=$INS
     log "callgrind $name $which: $INS instructions/request"
   done
@@ -165,11 +195,11 @@ OUT="$ROOT/bench/results/ab-$(date -u +%Y%m%d-%H%M).md"
   done
   echo
   fi
-  echo "User-space instructions per request (callgrind, $CG_N requests after a 500-request warm-up, weir bench -c 10; h2-tls-hit-1KiB: h2load -c 100 -m 10 over TLS; h1-tls-hit-1KiB: h2load --h1 -c 100 over TLS; h3-hit-1KiB: weir bench --h3 -c 10 --streams 10, its 10 handshakes included):"
+  echo "User-space instructions per request (callgrind, $CG_N requests after a 500-request warm-up, weir bench -c 10; h2-tls-hit-1KiB: h2load -c 100 -m 10 over TLS; h1-tls-hit-1KiB: h2load --h1 -c 100 over TLS; h3-hit-1KiB: weir bench --h3 -c 10 --streams 10, its 10 handshakes included; grpc-h2-1KiB: weir bench --h2 -c 10 --streams 10, a POST of a 1 KiB gRPC frame proxied to an h2c origin through the HTTP/2 upstream bridge):"
   echo
   echo "| request | old | new | new/old |"
   echo "|---|---:|---:|---:|"
-  for name in hello-ka hello-close hit-1KiB proxy-1KiB hello-h2c h2-tls-hit-1KiB h1-tls-hit-1KiB h3-hit-1KiB; do
+  for name in hello-ka hello-close hit-1KiB proxy-1KiB hello-h2c h2-tls-hit-1KiB h1-tls-hit-1KiB h3-hit-1KiB grpc-h2-1KiB; do
     echo "| $name | ${IU[$name,old]} | ${IU[$name,new]} | $(ratio "${IU[$name,new]}" "${IU[$name,old]}") |"
   done
   echo

@@ -585,3 +585,43 @@ listeners:
     let all: u64 = (0..17).map(|c| calls(&c.to_string())).sum();
     assert_eq!(all, 3, "the GET is not a call");
 }
+
+/// An HTTP/2 upstream that answers with a `content-length` (any HTTP/2 server but gRPC's) is
+/// relayed: the bridge re-frames the body as chunks, so it leaves the length out. Every such
+/// answer was a 502 ("both Transfer-Encoding and Content-Length"), found by issue 55's bench. A
+/// HEAD keeps its length.
+#[test]
+fn an_http2_upstream_answer_with_a_length_is_relayed() {
+    let (origin, _) = h2_server(h2::server::Builder::new(), |req, mut respond| async move {
+        let resp = http::Response::builder()
+            .status(200)
+            .header("content-length", "5")
+            .header("x-origin", "h2")
+            .body(())
+            .unwrap();
+        let head = req.method() == http::Method::HEAD;
+        let mut send = respond.send_response(resp, head).unwrap();
+        if !head {
+            send.send_data(Bytes::from_static(b"hello"), true).unwrap();
+        }
+    });
+    let s = common::start_config(&format!(
+        r#"workers: 1
+upstreams:
+  h: {{ servers: ["{origin}"], protocol: h2 }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - proxy: {{ upstream: h }}
+"#
+    ));
+    let r = common::get(s.addr, "/page");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), "hello");
+    assert_eq!(r.header("x-origin"), Some("h2"));
+    let mut c = s.connect();
+    std::io::Write::write_all(&mut c, b"HEAD /page HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let r = common::read_response_to(&mut c, true);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-length"), Some("5"));
+}

@@ -36,18 +36,19 @@ pub(super) struct Pump<'t> {
 
 impl<'t> Pump<'t> {
     /// A pump when `head` is a call to carry both ways at once (see the module doc).
+    /// `grpc`: the request is a gRPC call (`grpc_refusal::is_grpc`).
     pub(super) fn for_call<D: Downstream>(
         d: &D,
-        up: &Upstream,
+        (up, grpc): (&Upstream, bool),
         target: &'t Target<'t>,
         shape: RequestShape<'t>,
     ) -> Option<Box<Pump<'t>>> {
         let head: &RequestHead = target.head;
-        (up.h2
+        (grpc
+            && up.h2
             && head.body != BodyKind::Empty
             && d.full_duplex()
-            && !target.route.filters.has(crate::filters::Phases::TEE)
-            && super::grpc_refusal::is_grpc(head))
+            && !target.route.filters.has(crate::filters::Phases::TEE))
         // Boxed: a pointer in every proxied request's future, the rest only in a call's.
         .then(|| {
             Box::new(Pump {
@@ -83,6 +84,7 @@ pub(super) async fn read_by<D: Downstream>(
         match piece {
             Some(data) => {
                 *received += data.len() as u64;
+                p.out.reserve(data.len() + 16);
                 if p.chunked {
                     weir_http::reply::put_chunk(&mut p.out, &data);
                 } else {

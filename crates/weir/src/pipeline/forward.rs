@@ -139,11 +139,16 @@ pub(crate) async fn forward<D: Downstream>(
         ))
         .await;
     }
-    // A gRPC call whose body is carried while its answer is read (`duplex.rs`).
-    let mut pump = super::duplex::Pump::for_call(d, up, &target, shape);
+    // Asked once (a GET costs one comparison): a gRPC call's body is carried while its answer
+    // is read (`duplex.rs`), its deadline bounds the exchange and its status is noted.
+    let grpc = super::grpc_refusal::is_grpc(head);
+    let mut pump = super::duplex::Pump::for_call(d, (up, grpc), &target, shape);
     let total_deadline = up.total_timeout.map(|t| Instant::now() + t);
     // A gRPC call's own deadline, when sooner than the upstream's (`grpc_timeout.rs`).
-    let call_deadline = super::grpc_timeout::deadline(head, total_deadline);
+    let call_deadline = match grpc {
+        true => super::grpc_timeout::deadline(head, total_deadline),
+        false => None,
+    };
     // Servers tried so far (bounded: retries are few).
     let mut tried_buf = [usize::MAX; 16];
     let mut ntried = 0usize;
@@ -389,7 +394,7 @@ pub(crate) async fn forward<D: Downstream>(
         }
     }
     served(ctx, (upstream, server), resp.status);
-    if super::grpc_refusal::is_grpc(head) {
+    if grpc {
         // A trailers-only answer carries the call's status in its head.
         super::grpc_refusal::note_status(ctx, resp.headers());
     }
@@ -408,7 +413,7 @@ pub(crate) async fn forward<D: Downstream>(
         resp,
         (up, server, target.head),
         (total_deadline, call_deadline),
-        (&mut pump, &mut *hooks),
+        (&mut pump, grpc, &mut *hooks),
     )
     .await?;
     if reusable {
@@ -680,8 +685,9 @@ async fn relay_body<D: Downstream>(
     resp: &ResponseHead,
     (up, server, head): (&Upstream, usize, &RequestHead),
     (total_deadline, call_deadline): (Option<Instant>, Option<Instant>),
-    (pump, hooks): (
+    (pump, grpc, hooks): (
         &mut Option<Box<super::duplex::Pump<'_>>>,
+        bool,
         &mut dyn UpstreamHooks,
     ),
 ) -> Result<bool, Error> {
@@ -700,7 +706,7 @@ async fn relay_body<D: Downstream>(
                 }
             }
             weir_http::BodyEvent::Done(trailers) => {
-                if !trailers.is_empty() && super::grpc_refusal::is_grpc(head) {
+                if grpc && !trailers.is_empty() {
                     super::grpc_refusal::note_status(ctx, &trailers);
                 }
                 super::finish_body(d, ctx);

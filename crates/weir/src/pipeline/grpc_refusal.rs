@@ -52,10 +52,14 @@ pub(crate) fn kind(head: &RequestHead) -> Option<u8> {
     })
 }
 
-/// Whether `head` is a gRPC (or gRPC-Web) call.
+/// Whether `head` is a gRPC (or gRPC-Web) call: [`kind`] without telling which (one
+/// comparison of the type's prefix).
 #[inline]
 pub(crate) fn is_grpc(head: &RequestHead) -> bool {
-    kind(head).is_some()
+    head.method == weir_http::Method::Post
+        && head
+            .header("content-type")
+            .is_some_and(|v| v.len() >= 16 && v[..16].eq_ignore_ascii_case(b"application/grpc"))
 }
 
 /// The gRPC status code for weir's HTTP refusal `status`.

@@ -18,14 +18,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use weir_http::RequestHead;
 
-/// The call's deadline, when `head` is a gRPC call with a valid `grpc-timeout` that ends before
-/// `total` (the upstream's own deadline): then the call's expiry is the client's. A GET costs
-/// one comparison.
-#[inline]
+/// The call's deadline, when `head` (a gRPC call: the caller asked `is_grpc`) has a valid
+/// `grpc-timeout` that ends before `total` (the upstream's own deadline): then the call's
+/// expiry is the client's.
 pub(crate) fn deadline(head: &RequestHead, total: Option<Instant>) -> Option<Instant> {
-    if !super::grpc_refusal::is_grpc(head) {
-        return None;
-    }
     let call = Instant::now() + parse(head.header("grpc-timeout")?)?;
     match total {
         Some(t) if t <= call => None,

@@ -17,6 +17,7 @@ use std::io;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::FutureExt;
 use h2::client::SendRequest;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use weir_http::{header_map, parse_request, BodyDecoder, BodyEvent, BodyKind};
@@ -149,26 +150,47 @@ async fn bridge(
         let bodyless = head.method == weir_http::Method::Head || matches!(status, 204 | 304);
         let mut out = BytesMut::with_capacity(1024);
         out.put_slice(format!("HTTP/1.1 {status} \r\n").as_bytes());
-        put_fields(&mut out, response.headers());
-        if !bodyless {
+        if bodyless {
+            put_fields(&mut out, response.headers());
+        } else {
+            // Re-framed as chunks (trailers may follow): the server's `content-length` is
+            // left out, or the phase refuses a head with both (every answer with a length
+            // was a 502 until issue 55's bench).
+            put_fields_except(&mut out, response.headers(), "content-length");
             out.put_slice(b"transfer-encoding: chunked\r\n");
         }
         out.put_slice(b"connection: close\r\n\r\n");
         let mut body = response.into_body();
         if !bodyless {
-            // Each DATA frame goes on at once: a streaming call's messages are not held back
-            // (they were, until 32 KiB had gathered); the upstream phase reads what is there.
-            to_phase.write_all(&out).await?;
-            out.clear();
-            while let Some(chunk) = body.data().await {
+            // What has arrived goes on in one write, and a wait for more writes what is held
+            // first: a streamed answer's messages go on as they come (they were held until
+            // 32 KiB had gathered), and a unary answer (head, DATA and trailers in one read
+            // of the connection) is still one write.
+            loop {
+                let next = match body.data().now_or_never() {
+                    Some(next) => next,
+                    None => {
+                        flush(&mut to_phase, &mut out).await?;
+                        body.data().await
+                    }
+                };
+                let Some(chunk) = next else { break };
                 let chunk = chunk.map_err(io::Error::other)?;
                 let _ = body.flow_control().release_capacity(chunk.len());
                 weir_http::reply::put_chunk(&mut out, &chunk);
-                to_phase.write_all(&out).await?;
-                out.clear();
+                if out.len() >= PIPE / 2 {
+                    flush(&mut to_phase, &mut out).await?;
+                }
             }
             out.put_slice(b"0\r\n");
-            if let Some(trailers) = body.trailers().await.map_err(io::Error::other)? {
+            let trailers = match body.trailers().now_or_never() {
+                Some(t) => t,
+                None => {
+                    flush(&mut to_phase, &mut out).await?;
+                    body.trailers().await
+                }
+            };
+            if let Some(trailers) = trailers.map_err(io::Error::other)? {
                 put_fields(&mut out, &trailers);
             }
             out.put_slice(b"\r\n");
@@ -182,6 +204,18 @@ async fn bridge(
         // The request side ends first only when the upstream phase dropped the pipe.
         r = upload => r,
     }
+}
+
+/// Writes what `out` holds to the upstream phase's end of the pipe.
+async fn flush(
+    to_phase: &mut tokio::io::WriteHalf<DuplexStream>,
+    out: &mut BytesMut,
+) -> io::Result<()> {
+    if !out.is_empty() {
+        to_phase.write_all(out).await?;
+        out.clear();
+    }
+    Ok(())
 }
 
 /// Carries the request body from the pipe to `stream` as the upstream's window allows (not
@@ -257,7 +291,14 @@ fn forbidden(name: &[u8]) -> bool {
 }
 
 fn put_fields(out: &mut BytesMut, fields: &http::HeaderMap) {
+    put_fields_except(out, fields, "");
+}
+
+fn put_fields_except(out: &mut BytesMut, fields: &http::HeaderMap, except: &str) {
     for (n, v) in fields {
+        if n.as_str() == except {
+            continue;
+        }
         out.put_slice(n.as_str().as_bytes());
         out.put_slice(b": ");
         out.put_slice(v.as_bytes());
