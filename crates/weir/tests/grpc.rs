@@ -393,7 +393,9 @@ listeners:
 /// that takes 3 s ends in `DEADLINE_EXCEEDED` well before the upstream answers; without the
 /// header, or on a POST that is not a gRPC call, the same request waits for the answer. The
 /// expiry is the client's: four of them leave both servers up under a passive health check that
-/// marks a server down at its first failure (the first version marked a healthy one down).
+/// marks a server down at its first failure (the first version marked a healthy one down), and
+/// leave closed a circuit breaker that opens at half of four calls failing (its 504s counted
+/// until the second review).
 #[test]
 fn grpc_timeout_bounds_the_upstream_exchange() {
     let (a, _) = grpc_server();
@@ -410,7 +412,8 @@ listeners:
   - address: 127.0.0.1:0
     h2c: true
     routes:
-      - proxy: {{ upstream: g }}
+      - filters: [{{ circuit_breaker: {{ min_calls: 4, window_size: 10, failure_rate: 50, wait: 30s }} }}]
+        proxy: {{ upstream: g }}
 "#
     ));
     let addr = s.addr;
@@ -472,6 +475,11 @@ listeners:
             )
         };
         assert_eq!((up(a), up(b)), (1.0, 1.0), "no server marked down");
+        assert_eq!(
+            common::parked::metric(admin, "weir_circuit_breaker_state{"),
+            0.0,
+            "the breaker stays closed"
+        );
         // Not a gRPC call: the header is the client's business, not a bound.
         let (status, took) = call(Some("300m"), "application/json").await;
         assert_eq!(status.as_deref(), Some("0"), "answered");

@@ -165,3 +165,87 @@ fn the_grpc_example_answers_as_its_header_says() {
     }
     common::inproc::stop(handle);
 }
+
+/// A bidirectional call quiet both ways after its first exchange (issue 55's review: such
+/// streams were cut by the upstream's `timeouts.idle` and counted against the server, four of
+/// them marking a healthy server down). The upstream's timeouts run once the request is whole;
+/// while the client may still send, the stream ends on the client's body wait (`timeouts.body`)
+/// and nobody is marked.
+#[test]
+fn a_stream_quiet_both_ways_is_not_the_server_s_failure() {
+    let (Some(a), Some(b)) = (GrpcServer::start(), GrpcServer::start()) else {
+        return;
+    };
+    let s = common::start_config(&format!(
+        r#"workers: 1
+admin: {{ address: 127.0.0.1:0 }}
+timeouts: {{ body: 2s }}
+upstreams:
+  g:
+    servers: ["{}", "{}"]
+    protocol: h2
+    timeouts: {{ idle: 500ms, response_header: 500ms }}
+    passive_health: {{ max_fails: 1, window: 60s, down_for: 60s }}
+listeners:
+  - address: 127.0.0.1:0
+    h2c: true
+    routes:
+      - proxy: {{ upstream: g }}
+"#,
+        a.addr, b.addr
+    ));
+    let addr = s.addr;
+    let admin = s.handle.as_ref().unwrap().admin_addr().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        // google.protobuf.StringValue { value: "ping" } in a gRPC frame.
+        let message = bytes::Bytes::from_static(&[0, 0, 0, 0, 6, 0x0a, 4, b'p', b'i', b'n', b'g']);
+        let mut calls = Vec::new();
+        for _ in 0..4 {
+            let req = http::Request::builder()
+                .method("POST")
+                .uri(format!("http://{addr}/echo.Echo/Bidi"))
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(())
+                .unwrap();
+            let mut c = client.clone().ready().await.unwrap();
+            let (resp, mut send) = c.send_request(req, false).unwrap();
+            send.send_data(message.clone(), false).unwrap();
+            let mut body = resp.await.unwrap().into_body();
+            let echo = body.data().await.unwrap().unwrap();
+            assert_eq!(&echo[7..], b"PING");
+            // Kept open and quiet: `send` is held, nothing more is sent.
+            calls.push((send, body));
+        }
+        let started = std::time::Instant::now();
+        for (_send, mut body) in calls {
+            // Each ends (a reset or an error), on the client's 2 s body wait.
+            let end = tokio::time::timeout(Duration::from_secs(10), async {
+                while let Some(Ok(_)) = body.data().await {}
+            })
+            .await;
+            assert!(end.is_ok(), "the quiet stream was never ended");
+        }
+        assert!(
+            started.elapsed() >= Duration::from_millis(1500),
+            "ended by the upstream's 500 ms, not the client's body wait: {:?}",
+            started.elapsed()
+        );
+    });
+    for server in [a.addr, b.addr] {
+        let up = common::parked::metric(
+            admin,
+            &format!("weir_upstream_server_up{{upstream=\"g\",server=\"{server}\"}}"),
+        );
+        assert_eq!(up, 1.0, "{server} marked down");
+    }
+}

@@ -389,6 +389,11 @@ impl super::Filter for Breaker {
         if state.take().is_none() {
             return;
         }
+        if done.client_ended {
+            // Neither a failure nor a success: a client that sets `grpc-timeout: 1n` could
+            // otherwise open the breaker for everyone (the review of issue 55).
+            return;
+        }
         let failed =
             done.upstream_failed || self.failure_codes.contains(&done.status) || done.status == 0;
         let slow = done.elapsed.is_some_and(|e| e >= self.slow);

@@ -200,6 +200,9 @@ pub struct Done {
     pub status: u16,
     /// Whether weir answered for an upstream that failed (502/503/504 of its own).
     pub upstream_failed: bool,
+    /// The client's own limit ended it (a gRPC call's deadline, its 504 weir's): not an
+    /// outcome of the upstream's.
+    pub client_ended: bool,
     pub bytes_sent: u64,
     /// From the start of the request to now, when the clock was read.
     pub elapsed: Option<Duration>,

@@ -103,6 +103,9 @@ pub(crate) struct Extra {
     pub filters: crate::filters::Run,
     /// Whether weir answered for an upstream that failed (its own 502/503/504).
     pub upstream_failed: bool,
+    /// The client's own limit ended the exchange (a gRPC call's `grpc-timeout`): neither the
+    /// upstream's failure nor its success (the circuit breaker counts neither).
+    pub client_ended: bool,
     /// A gRPC call's status: the upstream's `grpc-status` (in the head of a trailers-only
     /// answer, or in the trailers), or the one weir answered a refusal with. The access log's
     /// `$grpc_status` and `weir_grpc_responses_total`.

@@ -14,6 +14,8 @@
 //! body wait (`timeouts.body`) restarts with each upstream read: a stream is cut only when
 //! both sides are idle.
 
+use std::time::Duration;
+
 use bytes::BytesMut;
 use tokio::time::Instant;
 use weir_http::{BodyKind, RequestHead};
@@ -62,22 +64,35 @@ impl<'t> Pump<'t> {
     }
 }
 
-/// One read of the upstream by `deadline` (as [`UpstreamConn::read_by`]), carrying the
-/// request body meanwhile when `pump` is open. `Err` is the client's failure (its body).
+/// One read of the upstream (as [`UpstreamConn::read_by`]), carrying the request body
+/// meanwhile when `pump` is open. `Err` is the client's failure (its body, or its body wait:
+/// `timeouts.body`).
+///
+/// The upstream's `phase` timeout (`response_header`, `idle`) runs only once the request is
+/// whole, as for a request sent before its answer is read: while the client still sends, the
+/// upstream's silence is no failure of its own (a client-streaming call's server answers at
+/// the end), and a stream quiet both ways ends on the client's body wait, not against the
+/// server (the review of issue 55: quiet bidirectional calls marked a healthy server down).
+/// `hard` (the call's deadline, the upstream's `total`) always holds, also over a write the
+/// upstream does not take.
 pub(super) async fn read_by<D: Downstream>(
     d: &mut D,
     conn: &mut UpstreamConn,
     pump: &mut Option<Box<Pump<'_>>>,
-    deadline: Instant,
+    (phase, hard): (Duration, Option<Instant>),
     received: &mut u64,
 ) -> Result<Result<std::io::Result<usize>, ()>, Error> {
     loop {
+        let by_phase = Instant::now() + phase;
         let Some(p) = pump.as_mut().filter(|p| p.open) else {
-            return Ok(conn.read_by(deadline).await);
+            return Ok(conn
+                .read_by(hard.map_or(by_phase, |h| h.min(by_phase)))
+                .await);
         };
+        let far = hard.unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400));
         let piece = tokio::select! {
             biased;
-            r = conn.read_by(deadline) => return Ok(r),
+            r = conn.read_by(far) => return Ok(r),
             piece = d.body_chunk() => piece?,
         };
         p.out.clear();
@@ -98,11 +113,17 @@ pub(super) async fn read_by<D: Downstream>(
                 p.open = false;
             }
         }
-        if let Err(e) = crate::proxy::exchange::send(&mut conn.stream, &p.out).await {
-            // The upstream's side of the pipe is gone: its answer (or its failure) is what
-            // the read says next.
-            tracing::debug!(error = %e, "request body not carried whole");
-            p.open = false;
+        // An upstream that takes nothing more holds this write: bounded as its silence is.
+        let send = crate::proxy::exchange::send(&mut conn.stream, &p.out);
+        match tokio::time::timeout_at(hard.map_or(by_phase, |h| h.min(by_phase)), send).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                // The upstream's side of the pipe is gone: its answer (or its failure) is
+                // what the read says next.
+                tracing::debug!(error = %e, "request body not carried whole");
+                p.open = false;
+            }
+            Err(_) => return Ok(Err(())),
         }
     }
 }

@@ -284,9 +284,8 @@ pub(crate) async fn forward<D: Downstream>(
                 // a future's output is copied three times more (~120 instructions per proxied
                 // request, callgrind 2026-11-27).
                 let mut deadline = response_deadline(up, total_deadline);
-                let by_call = call_deadline.is_some_and(|c| c <= deadline);
-                if by_call {
-                    deadline = call_deadline.unwrap_or(deadline);
+                if let Some(call) = call_deadline {
+                    deadline = deadline.min(call);
                 }
                 let parsed = loop {
                     if !conn.buf.is_empty() {
@@ -307,7 +306,7 @@ pub(crate) async fn forward<D: Downstream>(
                                 d,
                                 &mut conn,
                                 &mut pump,
-                                deadline,
+                                (up.response_header_timeout, call_deadline.or(total_deadline)),
                                 &mut ctx.bytes_received,
                             ))
                             .await?,
@@ -316,7 +315,9 @@ pub(crate) async fn forward<D: Downstream>(
                     };
                     if let Err(e) = more {
                         break Err(match e.kind {
-                            ErrorKind::ResponseTimeout if by_call => {
+                            ErrorKind::ResponseTimeout
+                                if call_deadline.is_some_and(|c| Instant::now() >= c) =>
+                            {
                                 Error::new(ErrorKind::CallDeadline)
                             }
                             _ => e,
@@ -500,10 +501,11 @@ pub(super) fn fail<D: Downstream>(
     if steer.fallback {
         return Ok(persistence);
     }
-    // A call's own deadline is not the upstream's failure (the circuit breaker reads this).
-    ctx.extra
-        .get_or_insert_with(Default::default)
-        .upstream_failed = e.kind != ErrorKind::CallDeadline;
+    // A call's own deadline is not the upstream's failure, nor its success (the circuit
+    // breaker reads both).
+    let extra = ctx.extra.get_or_insert_with(Default::default);
+    extra.client_ended = e.kind == ErrorKind::CallDeadline;
+    extra.upstream_failed = !extra.client_ended;
     if let Some(s) = server {
         ctx.upstream = Some((target.upstream as u32, s as u32));
     }
@@ -724,7 +726,8 @@ async fn relay_body<D: Downstream>(
                 let read = match pump.is_some() {
                     true => {
                         let received = &mut ctx.bytes_received;
-                        Box::pin(super::duplex::read_by(d, conn, pump, deadline, received)).await?
+                        let timing = (up.idle_read_timeout, call_deadline.or(total_deadline));
+                        Box::pin(super::duplex::read_by(d, conn, pump, timing, received)).await?
                     }
                     false => conn.read_by(deadline).await,
                 };
@@ -734,10 +737,11 @@ async fn relay_body<D: Downstream>(
                     // The client's deadline, not the server's failure: the stream is cut, the
                     // server not marked.
                     Err(_) if call_deadline.is_some_and(|c| Instant::now() >= c) => {
+                        ctx.extra.get_or_insert_with(Default::default).client_ended = true;
                         return Err(Error::with(
                             ErrorKind::UpstreamAborted,
                             "the call's grpc-timeout passed mid-response",
-                        ))
+                        ));
                     }
                     Err(_) => return Err(aborted(ctx, "idle timeout mid-body")),
                 };

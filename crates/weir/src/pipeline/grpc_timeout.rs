@@ -3,8 +3,8 @@
 //! capped by the upstream's own `timeouts.total` (issue 55 §3): a call past its deadline before
 //! the response head ends in 504, which a gRPC client reads as `DEADLINE_EXCEEDED`
 //! (`grpc_refusal.rs`), and one past it mid-response has its stream cut, instead of holding an
-//! upstream stream for an answer nobody waits for. A malformed value is ignored, as gRPC
-//! servers ignore it.
+//! upstream stream for an answer nobody waits for. A malformed value bounds nothing here; the
+//! upstream answers it as it does (grpc-go refuses it: `INTERNAL`).
 //!
 //! The expiry is the client's limit, not the server's failure ([`ErrorKind::CallDeadline`]):
 //! the first version counted it against the server, and six calls with `grpc-timeout: 1n`

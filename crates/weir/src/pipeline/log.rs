@@ -70,6 +70,7 @@ fn log_filters(ctx: &mut RequestCtx, elapsed: Option<Duration>) {
     let done = crate::filters::Done {
         status: ctx.status,
         upstream_failed: ctx.extra.as_ref().is_some_and(|e| e.upstream_failed),
+        client_ended: ctx.extra.as_ref().is_some_and(|e| e.client_ended),
         bytes_sent: ctx.bytes_sent,
         elapsed,
         upstream_time: ctx

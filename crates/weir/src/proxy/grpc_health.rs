@@ -107,8 +107,11 @@ async fn answer(resp: http::Response<h2::RecvStream>) -> Result<(), String> {
     }
 }
 
-/// `Err` when `fields` carry a `grpc-status` other than 0.
+/// `Err` when `fields` carry a `grpc-status` other than 0, or more than one.
 fn grpc_ok(fields: &http::HeaderMap) -> Result<(), String> {
+    if fields.get_all("grpc-status").iter().count() > 1 {
+        return Err("more than one grpc-status".into());
+    }
     match fields.get("grpc-status").map(|v| v.as_bytes()) {
         None | Some(b"0") => Ok(()),
         Some(code) => {
@@ -124,8 +127,8 @@ fn grpc_ok(fields: &http::HeaderMap) -> Result<(), String> {
     }
 }
 
-/// The `status` (field 1) of the one `HealthCheckResponse` in `body` (a gRPC frame); 0 when
-/// absent, as protobuf has it.
+/// The `status` (field 1) of the one `HealthCheckResponse` in `body` (a gRPC frame, and
+/// nothing after it: a unary answer has one message); 0 when absent, as protobuf has it.
 fn serving_status(body: &[u8]) -> Result<u64, String> {
     let (&flag, rest) = body.split_first().ok_or("no message")?;
     if flag != 0 {
@@ -136,6 +139,9 @@ fn serving_status(body: &[u8]) -> Result<u64, String> {
         .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
         .ok_or("a cut message")?;
     let mut msg = rest.get(4..4 + len).ok_or("a cut message")?;
+    if rest.len() > 4 + len {
+        return Err("more than one message".into());
+    }
     let mut status = 0;
     while !msg.is_empty() {
         let key = varint(&mut msg)?;
@@ -202,6 +208,8 @@ mod tests {
             &[0, 0, 0, 0, 9, 0x08, 1],
             &[0, 0, 0, 0, 1, 0x08],
             &[0, 0, 0, 0, 2, 0x0b, 1],
+            // SERVING, then NOT_SERVING: two messages are no unary answer.
+            &[0, 0, 0, 0, 2, 0x08, 1, 0, 0, 0, 0, 2, 0x08, 2],
         ] {
             assert!(serving_status(bad).is_err(), "{bad:?}");
         }

@@ -28,6 +28,9 @@ use super::upstream::Upstream;
 /// Buffer of each direction of a request's pipe.
 const PIPE: usize = 64 * 1024;
 
+/// The receive window of a shared upstream connection: 128 streams' 64 KiB.
+const CONNECTION_WINDOW: u32 = 8 * 1024 * 1024;
+
 /// A stream to `server` of `up` over the worker's shared HTTP/2 connection (made on first use
 /// and again after it failed), as a pipe that speaks HTTP/1.1.
 pub async fn open(pool: &RefCell<Pool>, up: &Upstream, server: usize) -> io::Result<DuplexStream> {
@@ -63,7 +66,14 @@ async fn connect(
 ) -> io::Result<SendRequest<Bytes>> {
     let s = &up.servers[server];
     let stream = super::socket::connect(s, up.tls.as_ref(), up.connect_timeout).await?;
-    let (send, conn) = tokio::time::timeout(up.connect_timeout, h2::client::handshake(stream))
+    // The connection's receive window is many streams' (each keeps HTTP/2's 64 KiB): the
+    // connection is shared by every client of the worker, and with the default 64 KiB one
+    // client that stops reading a streamed answer held the whole window, and every other
+    // call on the connection stalled (the review of issue 55). Now 128 such streams would.
+    let handshake = h2::client::Builder::new()
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .handshake(stream);
+    let (send, conn) = tokio::time::timeout(up.connect_timeout, handshake)
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "HTTP/2 handshake timed out"))?
         .map_err(io::Error::other)?;
