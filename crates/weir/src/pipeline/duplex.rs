@@ -64,6 +64,12 @@ impl<'t> Pump<'t> {
     }
 }
 
+/// Whether a request body is still being carried (else reads are plain ones).
+#[inline]
+pub(super) fn is_open(pump: &Option<Box<Pump<'_>>>) -> bool {
+    pump.as_ref().is_some_and(|p| p.open)
+}
+
 /// One read of the upstream (as [`UpstreamConn::read_by`]), carrying the request body
 /// meanwhile when `pump` is open. `Err` is the client's failure (its body, or its body wait:
 /// `timeouts.body`).

@@ -299,7 +299,7 @@ pub(crate) async fn forward<D: Downstream>(
                             Err(e) => break Err(Error::with(ErrorKind::BadResponse, e)),
                         }
                     }
-                    let more = match pump.is_some() {
+                    let more = match super::duplex::is_open(&pump) {
                         // Boxed: kept out of every other request's future.
                         true => crate::proxy::exchange::more_of(
                             Box::pin(super::duplex::read_by(
@@ -723,7 +723,7 @@ async fn relay_body<D: Downstream>(
                 d.flush().await?;
                 let deadline = Instant::now()
                     + phase_timeout(up.idle_read_timeout, call_deadline.or(total_deadline));
-                let read = match pump.is_some() {
+                let read = match super::duplex::is_open(&pump) {
                     true => {
                         let received = &mut ctx.bytes_received;
                         let timing = (up.idle_read_timeout, call_deadline.or(total_deadline));
