@@ -249,3 +249,67 @@ listeners:
         assert_eq!(up, 1.0, "{server} marked down");
     }
 }
+
+/// gRPC-Web (issue 55 §3): connect-go's client speaks gRPC-Web (binary) over HTTP/1.1 and over
+/// HTTP/2 (TLS) to weir, which asks grpc-go in gRPC; a unary and a server-streaming call, their trailers read from
+/// the body's last frame. The text form (base64) over raw HTTP/1.1, both ways.
+#[test]
+fn grpc_web_calls_are_translated_to_grpc() {
+    use base64::Engine;
+    let Some(origin) = GrpcServer::start() else {
+        return;
+    };
+    let pki = common::tlskit::Pki::new("grpc-web");
+    let s = weir(origin.addr, "", &pki);
+    let addrs = s.handle.as_ref().unwrap().local_addrs();
+    let (h2c, tls) = (addrs[0].to_string(), addrs[1].to_string());
+    let ca = pki.ca_file().display().to_string();
+    for kind in ["web-unary", "web-server"] {
+        // HTTP/1.1 in clear, HTTP/2 over TLS.
+        let (ok, out) = client(&["-addr", &h2c, "-kind", kind]);
+        assert!(ok, "{kind}: {out}");
+        let (ok, out) = client(&["-addr", &tls, "-kind", kind, "-ca", &ca]);
+        assert!(ok, "TLS {kind}: {out}");
+    }
+    // grpc-web-text: StringValue{"hi"} framed, then base64, sent in two pieces.
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let frame = [0u8, 0, 0, 0, 4, 0x0a, 2, b'h', b'i'];
+    let text = b64.encode(frame);
+    let (one, two) = text.split_at(5);
+    let mut c = s.connect();
+    let req = format!(
+        "POST /echo.Echo/Unary HTTP/1.1\r\nHost: x\r\nContent-Type: application/grpc-web-text\r\nX-Grpc-Web: 1\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{one}\r\n{:x}\r\n{two}\r\n0\r\n\r\n",
+        one.len(),
+        two.len()
+    );
+    std::io::Write::write_all(&mut c, req.as_bytes()).unwrap();
+    let r = common::read_response(&mut c);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/grpc-web-text+proto")
+    );
+    assert!(
+        r.header("grpc-status").is_none(),
+        "the status is in the body"
+    );
+    // The body: base64 pieces, each padded on its own; decoded, the message then the
+    // trailer frame.
+    let mut decoded = Vec::new();
+    let body = r.text();
+    let mut rest = body.as_str();
+    while !rest.is_empty() {
+        let end = rest
+            .as_bytes()
+            .chunks(4)
+            .position(|g| g.contains(&b'='))
+            .map_or(rest.len(), |i| (i + 1) * 4);
+        decoded.extend(b64.decode(&rest[..end]).unwrap());
+        rest = &rest[end..];
+    }
+    assert_eq!(&decoded[..9], &[0, 0, 0, 0, 4, 0x0a, 2, b'H', b'I']);
+    assert_eq!(decoded[9], 0x80, "the trailer frame");
+    let trailers = String::from_utf8_lossy(&decoded[14..]);
+    assert!(trailers.contains("grpc-status:0\r\n"), "{trailers}");
+    assert!(trailers.contains("x-echo-trailer:unary\r\n"), "{trailers}");
+}

@@ -22,6 +22,7 @@ use h2::client::SendRequest;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use weir_http::{header_map, parse_request, BodyDecoder, BodyEvent, BodyKind};
 
+use super::grpc_web;
 use super::pool::Pool;
 use super::upstream::Upstream;
 
@@ -109,6 +110,11 @@ async fn bridge(
         .map(|h| String::from_utf8_lossy(h).into_owned())
         .unwrap_or_else(|| authority.to_string());
     let target = String::from_utf8_lossy(&head.target).into_owned();
+    // A gRPC-Web call is asked in gRPC (`grpc_web.rs`).
+    let web = match head.method {
+        weir_http::Method::Post => head.header("content-type").and_then(grpc_web::mode),
+        _ => None,
+    };
     let mut req = http::Request::builder()
         .method(head.method.as_str())
         .uri(format!("{scheme}://{host}{target}"))
@@ -116,6 +122,12 @@ async fn bridge(
         .map_err(io::Error::other)?;
     for h in head.headers() {
         if h.name.eq_ignore_ascii_case(b"host") || forbidden(&h.name) {
+            continue;
+        }
+        if web.is_some()
+            && (h.name.eq_ignore_ascii_case(b"content-type")
+                || h.name.eq_ignore_ascii_case(b"content-length"))
+        {
             continue;
         }
         if let (Ok(n), Ok(v)) = (
@@ -128,6 +140,12 @@ async fn bridge(
     // gRPC servers want to know trailers are understood; a proxy that relays them does.
     req.headers_mut()
         .insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+    if let Some((_, codec)) = web {
+        if let Ok(v) = http::HeaderValue::from_bytes(&grpc_web::upstream_type(codec)) {
+            req.headers_mut().insert(http::header::CONTENT_TYPE, v);
+        }
+    }
+    let web = web.map(|(mode, _)| mode);
     let has_body = head.body != BodyKind::Empty;
     let mut send = send;
     let (response, stream) = send
@@ -141,7 +159,8 @@ async fn bridge(
         if has_body {
             // A server that answers before the whole body (an error, a call it ends early)
             // closes its side: the answer is still relayed.
-            if let Err(e) = upload(&mut from_phase, &mut buf, head.body, stream).await {
+            let text = (web == Some(grpc_web::Mode::Text)).then(grpc_web::TextDecoder::default);
+            if let Err(e) = upload(&mut from_phase, &mut buf, (head.body, text), stream).await {
                 tracing::debug!(error = %e, "HTTP/2 upstream stream: request body not sent whole");
             }
         }
@@ -160,7 +179,22 @@ async fn bridge(
         let bodyless = head.method == weir_http::Method::Head || matches!(status, 204 | 304);
         let mut out = BytesMut::with_capacity(1024);
         out.put_slice(format!("HTTP/1.1 {status} \r\n").as_bytes());
-        if bodyless {
+        if let Some(mode) = web {
+            // The call's gRPC-Web family; the length (if any) is the gRPC body's.
+            let upstream = response.headers().get(http::header::CONTENT_TYPE);
+            let ct = grpc_web::client_type(mode, upstream.map(|v| v.as_bytes()));
+            out.put_slice(b"content-type: ");
+            out.put_slice(&ct);
+            out.put_slice(b"\r\n");
+            for (n, v) in response.headers() {
+                if n != http::header::CONTENT_TYPE && n != http::header::CONTENT_LENGTH {
+                    put_field(&mut out, n, v);
+                }
+            }
+            if !bodyless {
+                out.put_slice(b"transfer-encoding: chunked\r\n");
+            }
+        } else if bodyless {
             put_fields(&mut out, response.headers());
         } else {
             // Re-framed as chunks (trailers may follow): the server's `content-length` is
@@ -187,12 +221,16 @@ async fn bridge(
                 let Some(chunk) = next else { break };
                 let chunk = chunk.map_err(io::Error::other)?;
                 let _ = body.flow_control().release_capacity(chunk.len());
-                weir_http::reply::put_chunk(&mut out, &chunk);
+                match web {
+                    Some(grpc_web::Mode::Text) => {
+                        weir_http::reply::put_chunk(&mut out, &grpc_web::encode_text(&chunk))
+                    }
+                    _ => weir_http::reply::put_chunk(&mut out, &chunk),
+                }
                 if out.len() >= PIPE / 2 {
                     flush(&mut to_phase, &mut out).await?;
                 }
             }
-            out.put_slice(b"0\r\n");
             let trailers = match body.trailers().now_or_never() {
                 Some(t) => t,
                 None => {
@@ -200,8 +238,25 @@ async fn bridge(
                     body.trailers().await
                 }
             };
-            if let Some(trailers) = trailers.map_err(io::Error::other)? {
-                put_fields(&mut out, &trailers);
+            let trailers = trailers.map_err(io::Error::other)?;
+            match (web, trailers) {
+                // gRPC-Web: the trailers are the body's last frame.
+                (Some(mode), Some(trailers)) => {
+                    let mut frame = BytesMut::new();
+                    grpc_web::trailer_frame(&trailers, &mut frame);
+                    match mode {
+                        grpc_web::Mode::Text => {
+                            weir_http::reply::put_chunk(&mut out, &grpc_web::encode_text(&frame))
+                        }
+                        grpc_web::Mode::Binary => weir_http::reply::put_chunk(&mut out, &frame),
+                    }
+                    out.put_slice(b"0\r\n");
+                }
+                (None, Some(trailers)) => {
+                    out.put_slice(b"0\r\n");
+                    put_fields(&mut out, &trailers);
+                }
+                (_, None) => out.put_slice(b"0\r\n"),
             }
             out.put_slice(b"\r\n");
         }
@@ -233,13 +288,17 @@ async fn flush(
 async fn upload(
     pipe: &mut tokio::io::ReadHalf<DuplexStream>,
     buf: &mut BytesMut,
-    kind: BodyKind,
+    (kind, mut text): (BodyKind, Option<grpc_web::TextDecoder>),
     mut stream: h2::SendStream<Bytes>,
 ) -> io::Result<()> {
     let mut decoder = BodyDecoder::new(kind);
     loop {
         match decoder.decode(buf).map_err(io::Error::other)? {
             BodyEvent::Data(mut d) => {
+                // A gRPC-Web text body: the upstream is sent what it encodes.
+                if let Some(t) = text.as_mut() {
+                    d = t.push(&d).map_err(io::Error::other)?;
+                }
                 while !d.is_empty() {
                     stream.reserve_capacity(d.len());
                     let room = std::future::poll_fn(|cx| stream.poll_capacity(cx))
@@ -254,6 +313,9 @@ async fn upload(
                 if pipe.read_buf(buf).await? == 0 {
                     return Err(io::ErrorKind::UnexpectedEof.into());
                 }
+            }
+            BodyEvent::Done(_) if text.as_ref().is_some_and(|t| t.finish().is_err()) => {
+                return Err(io::Error::other("gRPC-Web text body: a cut base64 group"));
             }
             BodyEvent::Done(trailers) if trailers.is_empty() => {
                 return stream
@@ -304,15 +366,18 @@ fn put_fields(out: &mut BytesMut, fields: &http::HeaderMap) {
     put_fields_except(out, fields, "");
 }
 
+fn put_field(out: &mut BytesMut, n: &http::HeaderName, v: &http::HeaderValue) {
+    out.put_slice(n.as_str().as_bytes());
+    out.put_slice(b": ");
+    out.put_slice(v.as_bytes());
+    out.put_slice(b"\r\n");
+}
+
 fn put_fields_except(out: &mut BytesMut, fields: &http::HeaderMap, except: &str) {
     for (n, v) in fields {
-        if n.as_str() == except {
-            continue;
+        if n.as_str() != except {
+            put_field(out, n, v);
         }
-        out.put_slice(n.as_str().as_bytes());
-        out.put_slice(b": ");
-        out.put_slice(v.as_bytes());
-        out.put_slice(b"\r\n");
     }
 }
 

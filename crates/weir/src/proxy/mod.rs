@@ -29,6 +29,7 @@ pub mod balance;
 pub mod exchange;
 pub mod fastcgi;
 pub mod grpc_health;
+pub mod grpc_web;
 pub mod h2_upstream;
 pub mod limits;
 pub mod outlier;
