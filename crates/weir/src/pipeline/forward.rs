@@ -723,7 +723,7 @@ async fn relay_body<D: Downstream>(
                 d.flush().await?;
                 let deadline = Instant::now()
                     + phase_timeout(up.idle_read_timeout, call_deadline.or(total_deadline));
-                let read = match super::duplex::is_open(&pump) {
+                let read = match super::duplex::is_open(pump) {
                     true => {
                         let received = &mut ctx.bytes_received;
                         let timing = (up.idle_read_timeout, call_deadline.or(total_deadline));
