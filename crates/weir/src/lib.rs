@@ -43,4 +43,5 @@ pub mod server;
 pub mod shield;
 pub mod tcp;
 pub mod tls;
+pub mod trace;
 pub mod vars;

@@ -36,6 +36,8 @@ pub struct Entry<'a> {
     pub request_id: Option<&'a [u8]>,
     /// A gRPC call's `grpc-status` (the upstream's, or weir's refusal's).
     pub grpc_status: Option<u8>,
+    /// The request's trace and weir's span (with `tracing`).
+    pub trace: Option<crate::trace::context::TraceContext>,
     /// Who an authentication filter said the client is.
     pub identity: Option<&'a crate::vars::Identity>,
     /// A request field by lowercase name.
@@ -82,6 +84,9 @@ pub enum Var {
     RequestId,
     /// A gRPC call's `grpc-status`.
     GrpcStatus,
+    /// The W3C trace id, and weir's span id (`tracing`).
+    TraceId,
+    SpanId,
     /// Request field, lowercase with `-` (from `$http_user_agent`).
     RequestField(String),
     /// Response field (from `$sent_http_content_type`).
@@ -137,6 +142,8 @@ const NAMES: &[(&str, Var)] = &[
     ("ssl_client_s_dn", Var::TlsClientSubject),
     ("request_id", Var::RequestId),
     ("grpc_status", Var::GrpcStatus),
+    ("trace_id", Var::TraceId),
+    ("span_id", Var::SpanId),
     ("host", Var::Host),
     ("consumer", Var::Consumer),
     ("remote_user", Var::Consumer),
@@ -339,6 +346,14 @@ fn text_var(v: &Var, e: &Entry<'_>, time_local: &[u8], out: &mut Vec<u8>) {
             Some(code) => number(code.into(), out),
             None => dash(out),
         },
+        Var::TraceId => match &e.trace {
+            Some(t) => crate::trace::context::put_hex(&t.trace_id, out),
+            None => dash(out),
+        },
+        Var::SpanId => match &e.trace {
+            Some(t) => crate::trace::context::put_hex(&t.span_id, out),
+            None => dash(out),
+        },
         Var::BytesSent => number(e.bytes_sent, out),
         Var::BytesReceived => number(e.bytes_received, out),
         Var::RequestTime => match e.request_time {
@@ -464,6 +479,13 @@ fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(b",\"grpc_status\":");
         number(code.into(), out);
     }
+    if let Some(t) = &e.trace {
+        out.extend_from_slice(b",\"trace_id\":\"");
+        crate::trace::context::put_hex(&t.trace_id, out);
+        out.extend_from_slice(b"\",\"span_id\":\"");
+        crate::trace::context::put_hex(&t.span_id, out);
+        out.push(b'"');
+    }
     out.extend_from_slice(b",\"bytes_sent\":");
     number(e.bytes_sent, out);
     out.extend_from_slice(b",\"bytes_received\":");
@@ -566,6 +588,7 @@ mod tests {
             tls: None,
             request_id: Some(b"abc"),
             grpc_status: None,
+            trace: None,
             identity: None,
             request_field: fields,
             response_field: sent,

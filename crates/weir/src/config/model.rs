@@ -19,7 +19,7 @@ pub use super::model_filters::{
 };
 pub use super::model_limits::{EncodedSlashes, Limits, UnderscoresInHeaders};
 pub use super::model_maps::{MapDef, MapRegex, RouteLimits};
-pub use super::model_ops::{AccessLog, AccessLogSetting, HealthRoute, Log, RequestId};
+pub use super::model_ops::{AccessLog, AccessLogSetting, HealthRoute, Log, RequestId, Tracing};
 pub use super::model_shield::{ProxyProtocol, Shape, Shield};
 pub use super::model_sites::{Site, SiteTls};
 pub use super::model_static::{CacheControlRule, Dotfiles, Expires, Static};
@@ -80,6 +80,10 @@ pub struct File {
     /// The request id: kept from trusted peers, generated otherwise, sent upstream, logged.
     #[serde(default)]
     pub request_id: RequestId,
+    /// W3C Trace Context: continued from trusted peers or started, sent upstream, logged
+    /// (`trace/`). Off when absent.
+    #[serde(default)]
+    pub tracing: Option<Tracing>,
     /// HTTP/2 limits (TLS listeners offering `h2`, and `h2c` listeners).
     #[serde(default)]
     pub http2: Http2,

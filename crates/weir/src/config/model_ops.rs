@@ -92,6 +92,22 @@ pub struct RequestId {
     pub trust_from: Vec<String>,
 }
 
+/// `tracing`: W3C Trace Context (`trace/`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tracing {
+    /// The share of new traces sampled (a continued trace keeps its parent's decision).
+    #[serde(default = "all")]
+    pub sample: f64,
+    /// Peers (addresses or CIDRs) whose `traceparent` and `tracestate` are continued.
+    #[serde(default)]
+    pub trust_from: Vec<String>,
+}
+
+fn all() -> f64 {
+    1.0
+}
+
 impl Default for RequestId {
     fn default() -> Self {
         RequestId {

@@ -103,6 +103,8 @@ pub(crate) struct Extra {
     pub filters: crate::filters::Run,
     /// Whether weir answered for an upstream that failed (its own 502/503/504).
     pub upstream_failed: bool,
+    /// The request's place in a trace (`tracing` configured), made on first use.
+    pub trace: Option<crate::trace::context::TraceContext>,
     /// The client's own limit ended the exchange (a gRPC call's `grpc-timeout`): neither the
     /// upstream's failure nor its success (the circuit breaker counts neither).
     pub client_ended: bool,
@@ -154,6 +156,21 @@ impl RequestCtx {
                 self.rt.ids.render(self.made_id)
             }
         }
+    }
+
+    /// The request's trace context, made on first use; `None` without `tracing`.
+    pub fn trace(
+        &mut self,
+        head: &RequestHead,
+        peer: IpAddr,
+    ) -> Option<crate::trace::context::TraceContext> {
+        let settings = self.rt.cfg.tracing.as_ref()?;
+        let extra = self.extra.get_or_insert_with(Default::default);
+        Some(
+            *extra
+                .trace
+                .get_or_insert_with(|| settings.context(head, peer)),
+        )
     }
 
     /// The request's id if something already asked for it.

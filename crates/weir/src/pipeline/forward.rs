@@ -120,12 +120,18 @@ pub(crate) async fn forward<D: Downstream>(
     let id = ctx.request_id(head, target.client.ip);
     let settings = &rt.cfg.request_id;
     let identity = ctx.identity();
+    // With `tracing`: weir's `traceparent` for the upstream (cold: off by default).
+    let trace_lines = match rt.cfg.tracing.is_some() {
+        true => trace_lines(ctx, head, target.client.ip),
+        false => None,
+    };
     let shape = RequestShape {
         upgrade: route.upgrade && wants_upgrade(head),
         strip_conditionals: steer.strip_conditionals,
         extra: steer.extra,
         request_id: Some((&settings.name, &settings.prefix, &id)),
         identity: identity.as_deref(),
+        trace: trace_lines.as_deref(),
     };
     if let Some(cgi) = &up.fastcgi {
         // Boxed: kept out of every other request's future.
@@ -429,6 +435,19 @@ pub(crate) async fn forward<D: Downstream>(
     }
     hooks.on_end(resp);
     Ok(persistence)
+}
+
+/// The upstream's trace context lines for `head` (see `trace/`).
+#[cold]
+fn trace_lines(
+    ctx: &mut RequestCtx,
+    head: &RequestHead,
+    peer: std::net::IpAddr,
+) -> Option<BytesMut> {
+    let trace = ctx.trace(head, peer)?;
+    let mut lines = BytesMut::with_capacity(128);
+    trace.upstream_lines(head, &mut lines);
+    Some(lines)
 }
 
 /// Notes which upstream server answered, and when its head came (logs, metrics, filters).

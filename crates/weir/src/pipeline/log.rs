@@ -99,6 +99,8 @@ fn access_line<D: Downstream>(
     let rt = ctx.rt.clone();
     let log = &rt.cfg.access_logs[slot];
     let peer = d.peer();
+    // Made now if nothing proxied asked for it (a fixed response still has a trace).
+    let trace = ctx.trace(head, peer.ip());
     let request_id = if log.uses_request_id {
         Some(ctx.request_id(head, peer.ip()))
     } else {
@@ -141,6 +143,7 @@ fn access_line<D: Downstream>(
         tls: d.tls(),
         request_id: request_id.as_deref(),
         grpc_status: ctx.extra.as_ref().and_then(|e| e.grpc_status),
+        trace,
         identity: identity.as_deref(),
         request_field: &request_field,
         response_field: &response_field,

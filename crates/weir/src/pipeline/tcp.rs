@@ -300,6 +300,7 @@ impl Outcome<'_> {
             tls,
             request_id: None,
             grpc_status: None,
+            trace: None,
             identity: None,
             request_field: &none,
             response_field: &none,

@@ -391,6 +391,11 @@ pub(crate) fn compile(
     }
     let log = LogSettings::compile(&file.log)?;
     let request_id = crate::filters::request_id::RequestIdSettings::compile(&file.request_id)?;
+    let tracing = file
+        .tracing
+        .as_ref()
+        .map(crate::trace::context::TraceSettings::compile)
+        .transpose()?;
     let access_logs = logs.finish();
     let server_line = match &server_header {
         Some(v) => Bytes::from([&b"Server: "[..], v, b"\r\n"].concat()),
@@ -459,6 +464,7 @@ pub(crate) fn compile(
         access_logs,
         metrics: file.metrics,
         request_id,
+        tracing,
         log,
         http2: check_http2(file.http2)?,
         http3: file.http3,

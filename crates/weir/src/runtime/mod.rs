@@ -59,6 +59,8 @@ pub struct RuntimeConfig {
     /// Per-request counters for `/metrics` (`metrics: true`, the default).
     pub metrics: bool,
     pub request_id: crate::filters::request_id::RequestIdSettings,
+    /// W3C Trace Context, when `tracing` is configured.
+    pub tracing: Option<crate::trace::context::TraceSettings>,
     pub log: LogSettings,
     /// HTTP/2 limits (validated: window and frame sizes within RFC 9113's ranges).
     pub http2: crate::config::model::Http2,

@@ -1,0 +1,209 @@
+//! W3C Trace Context (`traceparent: 00-<trace-id>-<parent-id>-<flags>`): parsed from trusted
+//! peers, made otherwise, rendered for the upstream and the logs.
+//!
+//! Ids come from `fastrand` (the worker's thread-local generator, seeded at random): trace ids
+//! need to be unique, not secret, as the spec says.
+
+use std::net::IpAddr;
+
+use bytes::{BufMut, BytesMut};
+use ipnet::IpNet;
+use weir_http::RequestHead;
+
+use crate::config::{model, CompileError};
+
+/// The compiled `tracing` section.
+#[derive(Debug, Clone)]
+pub struct TraceSettings {
+    /// The share of new traces sampled, 0 to 1.
+    pub sample: f64,
+    /// Peers whose `traceparent` (and `tracestate`) are continued.
+    pub trust_from: Vec<IpNet>,
+}
+
+impl TraceSettings {
+    pub fn compile(c: &model::Tracing) -> Result<TraceSettings, CompileError> {
+        if !(0.0..=1.0).contains(&c.sample) {
+            return Err((
+                "tracing.sample".into(),
+                "a share between 0 and 1 (0.01: one trace in a hundred)".into(),
+            ));
+        }
+        let trust_from = c
+            .trust_from
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                t.parse::<IpNet>()
+                    .or_else(|_| t.parse::<IpAddr>().map(IpNet::from))
+                    .map_err(|_| {
+                        (
+                            format!("tracing.trust_from[{i}]"),
+                            format!("{t:?} is not an address or CIDR"),
+                        )
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(TraceSettings {
+            sample: c.sample,
+            trust_from,
+        })
+    }
+
+    /// The context of a request from `peer`: its `traceparent` continued when `peer` is
+    /// trusted and the field is valid, else a new trace.
+    pub fn context(&self, head: &RequestHead, peer: IpAddr) -> TraceContext {
+        let received = self
+            .trust_from
+            .iter()
+            .any(|n| n.contains(&peer))
+            .then(|| head.header("traceparent").and_then(parse))
+            .flatten();
+        match received {
+            Some((trace_id, parent, flags)) => TraceContext {
+                trace_id,
+                parent: Some(parent),
+                span_id: new_span_id(),
+                sampled: flags & 1 == 1,
+                continued: true,
+            },
+            None => TraceContext {
+                trace_id: new_trace_id(),
+                parent: None,
+                span_id: new_span_id(),
+                sampled: self.sample >= 1.0 || fastrand::f64() < self.sample,
+                continued: false,
+            },
+        }
+    }
+}
+
+/// One request's place in a trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceContext {
+    pub trace_id: [u8; 16],
+    /// The client's span, when the trace was continued.
+    pub parent: Option<[u8; 8]>,
+    /// weir's span for the request.
+    pub span_id: [u8; 8],
+    pub sampled: bool,
+    /// Continued from a trusted peer (its `tracestate` is relayed too).
+    pub continued: bool,
+}
+
+impl TraceContext {
+    /// The upstream's `traceparent` line (its parent: weir's span), and the client's
+    /// `tracestate` when the trace was continued and it sent one.
+    pub fn upstream_lines(&self, head: &RequestHead, out: &mut BytesMut) {
+        out.put_slice(b"traceparent: 00-");
+        put_hex(&self.trace_id, out);
+        out.put_u8(b'-');
+        put_hex(&self.span_id, out);
+        out.put_slice(if self.sampled { b"-01\r\n" } else { b"-00\r\n" });
+        if self.continued {
+            if let Some(state) = head
+                .header("tracestate")
+                .filter(|v| v.len() <= 512 && v.iter().all(|b| (0x20..0x7f).contains(b)))
+            {
+                weir_http::response::put_header(out, b"tracestate", state);
+            }
+        }
+    }
+}
+
+/// The fields a `traceparent` replaces upstream.
+pub fn is_trace_field(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"traceparent") || name.eq_ignore_ascii_case(b"tracestate")
+}
+
+/// `bytes` as lowercase hex.
+pub fn put_hex(bytes: &[u8], out: &mut impl BufMut) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        out.put_u8(HEX[(b >> 4) as usize]);
+        out.put_u8(HEX[(b & 15) as usize]);
+    }
+}
+
+fn new_trace_id() -> [u8; 16] {
+    loop {
+        let id = fastrand::u128(..).to_be_bytes();
+        if id != [0; 16] {
+            return id;
+        }
+    }
+}
+
+fn new_span_id() -> [u8; 8] {
+    loop {
+        let id = fastrand::u64(..).to_be_bytes();
+        if id != [0; 8] {
+            return id;
+        }
+    }
+}
+
+/// A `traceparent` value: version `00` exactly as the spec has it; a later version by its
+/// first four fields (`ff` is invalid); ids not all zero; lowercase hex.
+fn parse(v: &[u8]) -> Option<([u8; 16], [u8; 8], u8)> {
+    if v.len() < 55 || (v.len() > 55 && (v[..2] == *b"00" || v[55] != b'-')) {
+        return None;
+    }
+    if v[2] != b'-' || v[35] != b'-' || v[52] != b'-' || v[..2] == *b"ff" {
+        return None;
+    }
+    hex::<1>(&v[..2])?;
+    let trace_id = hex::<16>(&v[3..35])?;
+    let parent = hex::<8>(&v[36..52])?;
+    let flags = hex::<1>(&v[53..55])?[0];
+    (trace_id != [0; 16] && parent != [0; 8]).then_some((trace_id, parent, flags))
+}
+
+fn hex<const N: usize>(s: &[u8]) -> Option<[u8; N]> {
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let mut out = [0u8; N];
+    for (i, pair) in s.chunks_exact(2).enumerate() {
+        out[i] = digit(pair[0])? << 4 | digit(pair[1])?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &[u8] = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn traceparent_values_parse_as_the_spec_says() {
+        let (t, p, f) = parse(GOOD).unwrap();
+        assert_eq!(t[0], 0x4b);
+        assert_eq!(p, [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]);
+        assert_eq!(f, 1);
+        // A later version may add fields after a dash.
+        assert!(parse(b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-xyz").is_some());
+        for bad in [
+            &b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x"[..],
+            b"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            b"00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            b"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            b"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            b"00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            b"00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            b"",
+        ] {
+            assert!(parse(bad).is_none(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn hex_renders_lowercase() {
+        let mut out = BytesMut::new();
+        put_hex(&[0x00, 0xab, 0x7f], &mut out);
+        assert_eq!(&out[..], b"00ab7f");
+    }
+}
