@@ -443,11 +443,8 @@ fn trace_lines(
     ctx: &mut RequestCtx,
     head: &RequestHead,
     peer: std::net::IpAddr,
-) -> Option<BytesMut> {
-    let trace = ctx.trace(head, peer)?;
-    let mut lines = BytesMut::with_capacity(128);
-    trace.upstream_lines(head, &mut lines);
-    Some(lines)
+) -> Option<crate::trace::context::Lines> {
+    Some(ctx.trace(head, peer)?.upstream_lines(head))
 }
 
 /// Notes which upstream server answered, and when its head came (logs, metrics, filters).

@@ -6,7 +6,7 @@
 
 use std::net::IpAddr;
 
-use bytes::{BufMut, BytesMut};
+use bytes::BufMut;
 use ipnet::IpNet;
 use weir_http::RequestHead;
 
@@ -93,21 +93,27 @@ pub struct TraceContext {
 
 impl TraceContext {
     /// The upstream's `traceparent` line (its parent: weir's span), and the client's
-    /// `tracestate` when the trace was continued and it sent one.
-    pub fn upstream_lines(&self, head: &RequestHead, out: &mut BytesMut) {
-        out.put_slice(b"traceparent: 00-");
-        put_hex(&self.trace_id, out);
-        out.put_u8(b'-');
-        put_hex(&self.span_id, out);
-        out.put_slice(if self.sampled { b"-01\r\n" } else { b"-00\r\n" });
+    /// `tracestate` when the trace was continued and it sent one. On the stack unless a
+    /// `tracestate` goes too (the line was a heap buffer: ~150 instructions a request).
+    pub fn upstream_lines(&self, head: &RequestHead) -> Lines {
+        let mut line = [0u8; TRACEPARENT_LINE];
+        line[..16].copy_from_slice(b"traceparent: 00-");
+        hex_into(&self.trace_id, &mut line[16..48]);
+        line[48] = b'-';
+        hex_into(&self.span_id, &mut line[49..65]);
+        line[65..].copy_from_slice(if self.sampled { b"-01\r\n" } else { b"-00\r\n" });
+        let mut out = Lines::from_slice(&line);
         if self.continued {
             if let Some(state) = head
                 .header("tracestate")
                 .filter(|v| v.len() <= 512 && v.iter().all(|b| (0x20..0x7f).contains(b)))
             {
-                weir_http::response::put_header(out, b"tracestate", state);
+                out.extend_from_slice(b"tracestate: ");
+                out.extend_from_slice(state);
+                out.extend_from_slice(b"\r\n");
             }
         }
+        out
     }
 }
 
@@ -116,9 +122,24 @@ pub fn is_trace_field(name: &[u8]) -> bool {
     name.eq_ignore_ascii_case(b"traceparent") || name.eq_ignore_ascii_case(b"tracestate")
 }
 
+/// `traceparent: 00-<32>-<16>-01\r\n`.
+const TRACEPARENT_LINE: usize = 70;
+
+/// The field lines sent upstream: the `traceparent` line fits inline.
+pub type Lines = smallvec::SmallVec<[u8; TRACEPARENT_LINE]>;
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// `bytes` as lowercase hex into `out` (twice as long).
+fn hex_into(bytes: &[u8], out: &mut [u8]) {
+    for (b, pair) in bytes.iter().zip(out.chunks_exact_mut(2)) {
+        pair[0] = HEX[(b >> 4) as usize];
+        pair[1] = HEX[(b & 15) as usize];
+    }
+}
+
 /// `bytes` as lowercase hex.
 pub fn put_hex(bytes: &[u8], out: &mut impl BufMut) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     for b in bytes {
         out.put_u8(HEX[(b >> 4) as usize]);
         out.put_u8(HEX[(b & 15) as usize]);
@@ -202,8 +223,39 @@ mod tests {
 
     #[test]
     fn hex_renders_lowercase() {
-        let mut out = BytesMut::new();
+        let mut out = Vec::new();
         put_hex(&[0x00, 0xab, 0x7f], &mut out);
         assert_eq!(&out[..], b"00ab7f");
+        let mut arr = [0u8; 6];
+        hex_into(&[0x00, 0xab, 0x7f], &mut arr);
+        assert_eq!(&arr, b"00ab7f");
+    }
+
+    #[test]
+    fn the_upstream_line_is_the_spec_s_form() {
+        let t = TraceContext {
+            trace_id: [0x4b; 16],
+            parent: None,
+            span_id: [0x01; 8],
+            sampled: true,
+            continued: false,
+        };
+        let mut raw = bytes::BytesMut::from("GET / HTTP/1.1\r\nHost: a\r\ntracestate: x=1\r\n\r\n");
+        let head = weir_http::parse_request(&mut raw, &weir_http::Limits::default())
+            .unwrap()
+            .unwrap();
+        let lines = t.upstream_lines(&head);
+        assert_eq!(
+            &lines[..],
+            b"traceparent: 00-4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b-0101010101010101-01\r\n",
+            "a new trace sends no tracestate"
+        );
+        assert!(!lines.spilled());
+        let lines = TraceContext {
+            continued: true,
+            ..t
+        }
+        .upstream_lines(&head);
+        assert!(lines.ends_with(b"tracestate: x=1\r\n"));
     }
 }
