@@ -53,6 +53,24 @@ where
     (addr, connections)
 }
 
+/// Waits (5 s at most) until the access log at `log` holds every line of `want`, then removes
+/// it; fails naming the first line missing.
+fn assert_logged(log: &std::path::Path, want: &[&str]) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut text = String::new();
+    while std::time::Instant::now() < deadline {
+        text = std::fs::read_to_string(log).unwrap_or_default();
+        if want.iter().all(|w| text.contains(w)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_file(log);
+    for w in want {
+        assert!(text.contains(w), "{w:?} not in the access log:\n{text}");
+    }
+}
+
 /// A gRPC-ish server on its own thread (h2 with prior knowledge): `/health` answers 200; any
 /// other path echoes the message of the request's one gRPC frame, upper-cased, with trailers.
 fn grpc_server() -> (SocketAddr, Arc<AtomicUsize>) {
@@ -306,19 +324,7 @@ listeners:
         "/locked.Svc/Call 401 16",
         "/nowhere.Svc/Call 404 12",
     ];
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    let mut text = String::new();
-    while std::time::Instant::now() < deadline {
-        text = std::fs::read_to_string(&log).unwrap_or_default();
-        if want.iter().all(|w| text.contains(w)) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = std::fs::remove_file(&log);
-    for w in want {
-        assert!(text.contains(w), "{w:?} not in the access log:\n{text}");
-    }
+    assert_logged(&log, &want);
 }
 
 /// An HTTP/2 upstream that never answers `/Hang` (and counts the streams its clients reset)
@@ -563,19 +569,7 @@ listeners:
         "/gone.Svc/Call 502 14",
         "/health 200 -",
     ];
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    let mut text = String::new();
-    while std::time::Instant::now() < deadline {
-        text = std::fs::read_to_string(&log).unwrap_or_default();
-        if want.iter().all(|w| text.contains(w)) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = std::fs::remove_file(&log);
-    for w in want {
-        assert!(text.contains(w), "{w:?} not in the access log:\n{text}");
-    }
+    assert_logged(&log, &want);
     let metrics = common::get(admin, "/metrics").text();
     let calls = |code: &str| -> u64 {
         metrics

@@ -1,4 +1,26 @@
-//! Validation shared by the parts of the config that carry header names and values.
+//! Validation shared by the parts of the config that carry header names and values, and the
+//! trusted-peer lists of the fields weir keeps from its clients' proxies.
+
+/// A `trust_from` list (addresses or CIDRs) at config key `key`; an entry that is neither is
+/// named by its index.
+pub(crate) fn trusted_peers(
+    list: &[String],
+    key: &str,
+) -> Result<Vec<ipnet::IpNet>, super::CompileError> {
+    list.iter()
+        .enumerate()
+        .map(|(i, t)| {
+            t.parse::<ipnet::IpNet>()
+                .or_else(|_| t.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    (
+                        format!("{key}[{i}]"),
+                        format!("{t:?} is not an address or CIDR"),
+                    )
+                })
+        })
+        .collect()
+}
 
 /// Header values must not be able to break the response framing.
 pub(crate) fn check_header_value(v: &str) -> Result<(), String> {

@@ -15,7 +15,7 @@
 pub mod assemble;
 mod checks;
 pub use checks::log_filter;
-pub(crate) use checks::{check_header_name, check_header_value};
+pub(crate) use checks::{check_header_name, check_header_value, trusted_peers};
 pub mod interpolate;
 pub mod locate;
 pub mod model;

@@ -30,21 +30,7 @@ impl RequestIdSettings {
     pub fn compile(c: &model::RequestId) -> Result<RequestIdSettings, CompileError> {
         let name = c.header.trim();
         crate::config::check_header_name(name).map_err(|m| ("request_id.header".to_string(), m))?;
-        let trust_from = c
-            .trust_from
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                t.parse::<IpNet>()
-                    .or_else(|_| t.parse::<IpAddr>().map(IpNet::from))
-                    .map_err(|_| {
-                        (
-                            format!("request_id.trust_from[{i}]"),
-                            format!("{t:?} is not an address or CIDR"),
-                        )
-                    })
-            })
-            .collect::<Result<_, _>>()?;
+        let trust_from = crate::config::trusted_peers(&c.trust_from, "request_id.trust_from")?;
         Ok(RequestIdSettings {
             name: name.to_ascii_lowercase(),
             prefix: Bytes::from(format!("{name}: ")),

@@ -29,21 +29,7 @@ impl TraceSettings {
                 "a share between 0 and 1 (0.01: one trace in a hundred)".into(),
             ));
         }
-        let trust_from = c
-            .trust_from
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                t.parse::<IpNet>()
-                    .or_else(|_| t.parse::<IpAddr>().map(IpNet::from))
-                    .map_err(|_| {
-                        (
-                            format!("tracing.trust_from[{i}]"),
-                            format!("{t:?} is not an address or CIDR"),
-                        )
-                    })
-            })
-            .collect::<Result<_, _>>()?;
+        let trust_from = crate::config::trusted_peers(&c.trust_from, "tracing.trust_from")?;
         Ok(TraceSettings {
             sample: c.sample,
             trust_from,
