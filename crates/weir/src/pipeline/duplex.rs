@@ -21,7 +21,8 @@ use tokio::time::Instant;
 use weir_http::{BodyKind, RequestHead};
 
 use super::downstream::Downstream;
-use super::forward::{put_body_end, Target};
+use super::forward::Target;
+use super::send::put_body_end;
 use crate::error::Error;
 use crate::proxy::exchange::RequestShape;
 use crate::proxy::pool::UpstreamConn;

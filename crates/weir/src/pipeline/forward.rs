@@ -2,8 +2,10 @@
 //!
 //! 1. Pick a server among those up (primaries, else backups) with the upstream's policy.
 //! 2. Take an idle pooled connection or connect (`connect` timeout).
-//! 3. Send the head and stream the body: the client's body is decoded and re-framed as it
-//!    arrives, never buffered whole (a 1 GiB upload needs no more memory than a small one).
+//! 3. Send the head and stream the body (`send.rs`): the client's body is decoded and
+//!    re-framed as it arrives, never buffered whole (a 1 GiB upload needs no more memory than a
+//!    small one); a gRPC call from an HTTP/2 client sends it while the answer is read
+//!    (`duplex.rs`).
 //! 4. Read the response head (`response_header` timeout), relaying interim (1xx) responses, then
 //!    stream the body back. An upstream that dies mid-body aborts the client connection: the
 //!    client sees a truncated message, never a short one presented as complete.
@@ -21,7 +23,6 @@
 
 use bytes::BytesMut;
 use tokio::time::Instant;
-use weir_http::reply::{put_chunk, put_last_chunk};
 use weir_http::{
     BodyKind, Framing, Method, Persistence, Reply, RequestHead, ResponseHead, Version,
 };
@@ -29,12 +30,13 @@ use weir_http::{
 use super::downstream::Downstream;
 use super::failure::{aborted, described};
 pub(crate) use super::hooks::{Plain, Steer, UpstreamHooks};
+use super::send::{send_request, Sent};
 use super::{send_head, send_head_filtered, RequestCtx};
 use crate::error::{Error, ErrorKind};
 use crate::filters::Client;
 use crate::proxy::exchange::{
-    build_request, checkout, is_interim, phase_timeout, read_response_more, record_failure,
-    response_deadline, wants_upgrade, RequestShape, MAX_UPSTREAM_HEAD,
+    checkout, is_interim, phase_timeout, read_response_more, record_failure, response_deadline,
+    wants_upgrade, RequestShape, MAX_UPSTREAM_HEAD,
 };
 use crate::proxy::pool::UpstreamConn;
 use crate::proxy::route::ProxyRoute;
@@ -47,15 +49,6 @@ static RETRY_LOG: crate::logs::Limited = crate::logs::Limited::new();
 
 /// Most interim (1xx) responses relayed for one request; more is treated as a broken upstream.
 const MAX_INTERIM: usize = 32;
-/// Request bytes gathered before a write to the upstream.
-const SEND_CHUNK: usize = 64 * 1024;
-
-/// Outcome of sending the request.
-enum Sent {
-    Ok,
-    /// The upstream failed while we wrote.
-    Upstream(std::io::Error),
-}
 
 /// Where the exchange stands: the upstream, this worker's state for it, the request.
 pub(super) struct Target<'r> {
@@ -538,133 +531,6 @@ pub(super) fn fail<D: Downstream>(
         &[],
         persistence,
     ))
-}
-
-/// Writes the request head and streams the body to the upstream, in the connection's own
-/// write buffer (reused from one request to the next).
-async fn send_request<D: Downstream>(
-    d: &mut D,
-    conn: &mut UpstreamConn,
-    (target, head_only): (&Target<'_>, bool),
-    server: usize,
-    shape: RequestShape<'_>,
-    counted: (&mut u64, Option<&mut crate::filters::Run>),
-) -> Result<Sent, Error> {
-    let mut req = std::mem::take(&mut conn.out);
-    req.clear();
-    let sent = write_request(
-        d,
-        conn,
-        &mut req,
-        (target, head_only),
-        server,
-        shape,
-        counted,
-    )
-    .await;
-    if req.capacity() <= SEND_CHUNK * 2 {
-        conn.out = req;
-    }
-    sent
-}
-
-async fn write_request<D: Downstream>(
-    d: &mut D,
-    conn: &mut UpstreamConn,
-    req: &mut BytesMut,
-    (target, head_only): (&Target<'_>, bool),
-    server: usize,
-    shape: RequestShape<'_>,
-    (received, mut tee): (&mut u64, Option<&mut crate::filters::Run>),
-) -> Result<Sent, Error> {
-    let head = target.head;
-    let filters = &target.route.filters;
-    build_request(
-        req,
-        head,
-        target.route,
-        target.up,
-        server,
-        &target.client,
-        shape,
-    );
-    // `head_only`: the body follows while the answer is read (`duplex.rs`).
-    if head.body == BodyKind::Empty || head_only {
-        if let Some(run) = tee.as_deref_mut() {
-            filters.tee(run, req, true);
-        }
-        return Ok(
-            match crate::proxy::exchange::send(&mut conn.stream, req).await {
-                Ok(()) => Sent::Ok,
-                Err(e) => Sent::Upstream(e),
-            },
-        );
-    }
-    let chunked = head.body == BodyKind::Chunked;
-    while let Some(data) = d.body_chunk().await? {
-        *received += data.len() as u64;
-        if chunked {
-            put_chunk(req, &data);
-        } else {
-            req.extend_from_slice(&data);
-        }
-        if req.len() >= SEND_CHUNK {
-            if let Some(run) = tee.as_deref_mut() {
-                filters.tee(run, req, false);
-            }
-            if let Err(e) = crate::proxy::exchange::send(&mut conn.stream, req).await {
-                return Ok(Sent::Upstream(e));
-            }
-            req.clear();
-        }
-    }
-    if chunked {
-        put_body_end(d, req, target, shape);
-    }
-    if let Some(run) = tee {
-        filters.tee(run, req, true);
-    }
-    Ok(
-        match crate::proxy::exchange::send(&mut conn.stream, req).await {
-            Ok(()) => Sent::Ok,
-            Err(e) => Sent::Upstream(e),
-        },
-    )
-}
-
-/// Ends a chunked request body in `req`: the client's trailer section (gRPC-style metadata),
-/// else the plain last chunk. Fields a trailer section must not carry are dropped (RFC 9110
-/// §6.5.1).
-pub(super) fn put_body_end<D: Downstream>(
-    d: &mut D,
-    req: &mut BytesMut,
-    target: &Target<'_>,
-    shape: RequestShape<'_>,
-) {
-    let filters = &target.route.filters;
-    let mut trailers = d.request_trailers();
-    // Nor, in a trailer, a field the route would not relay in the head, under any alias: an
-    // application that merges trailers into its fields would read a client's
-    // `X-User-Id: admin` beside the auth service's (the attack review of issue 33).
-    let request_id = shape.request_id.map(|(id, _, _)| id.as_bytes());
-    trailers.retain(|h| {
-        !weir_http::hop::not_in_trailers(&h.name)
-            && !filters.drops_upstream(&target.client, &h.name)
-            && !request_id.is_some_and(|id| crate::filters::aliases::folds_to(&h.name, id))
-            && !h
-                .name
-                .eq_ignore_ascii_case(crate::cluster::PEER_HEADER.as_bytes())
-            && memchr::memchr(b'_', &h.name).is_none()
-    });
-    if trailers.is_empty() {
-        put_last_chunk(req);
-    } else {
-        req.extend_from_slice(b"0\r\n");
-        for h in &trailers {
-            weir_http::response::put_header(req, &h.name, &h.value);
-        }
-        req.extend_from_slice(b"\r\n");
-    }
 }
 
 /// Relays an interim (1xx) response to an HTTP/1.1 client at once, hop-by-hop fields dropped.

@@ -43,6 +43,7 @@ mod later;
 pub(crate) mod limits;
 mod log;
 mod refused;
+mod send;
 pub(crate) use errors::{error_pages, send_error, send_error_page};
 pub(crate) mod subrequest;
 pub(crate) mod tcp;
