@@ -312,4 +312,23 @@ fn grpc_web_calls_are_translated_to_grpc() {
     let trailers = String::from_utf8_lossy(&decoded[14..]);
     assert!(trailers.contains("grpc-status:0\r\n"), "{trailers}");
     assert!(trailers.contains("x-echo-trailer:unary\r\n"), "{trailers}");
+
+    // A text body that is not base64: answered 400 at once, the upstream stream reset (it was
+    // held until `response_header` ran out: the review of issue 55), the server not marked.
+    let started = std::time::Instant::now();
+    let mut c = s.connect();
+    std::io::Write::write_all(
+        &mut c,
+        b"POST /echo.Echo/Unary HTTP/1.1\r\nHost: x\r\nContent-Type: application/grpc-web-text\r\nContent-Length: 8\r\n\r\n!!!!AAAA",
+    )
+    .unwrap();
+    let r = common::read_response(&mut c);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let (ok, out) = client(&["-addr", &h2c, "-kind", "web-unary"]);
+    assert!(ok, "the server is still used: {out}");
 }

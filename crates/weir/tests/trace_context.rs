@@ -157,3 +157,94 @@ fn a_bad_sample_names_its_key() {
     .unwrap_err();
     assert_eq!(e.path.as_deref(), Some("tracing.sample"), "{e}");
 }
+
+/// From a trusted peer: two `traceparent` fields restart the trace (which one is the parent?),
+/// two `tracestate` fields go on as one list. From anyone, with `tracing`, the trace fields of
+/// a request's trailer section are dropped: the context is weir's, in the head (the review of
+/// issue 55 found a client's `traceparent` and `tracestate` relayed in trailers).
+#[test]
+fn duplicate_fields_and_trailers_cannot_carry_a_client_s_trace() {
+    use std::io::{Read, Write};
+    // An origin that keeps the raw bytes of each request (its trailers too).
+    let raw: Arc<Mutex<Vec<String>>> = Arc::default();
+    let keep = raw.clone();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let keep = keep.clone();
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let text = String::from_utf8_lossy(&got).to_string();
+                    let done = match text.split_once("\r\n\r\n") {
+                        Some((head, rest)) if head.contains("chunked") => rest.contains("\r\n\r\n"),
+                        Some(_) => true,
+                        None => false,
+                    };
+                    if done {
+                        keep.lock().unwrap().push(text);
+                        got.clear();
+                        if conn
+                            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                            .is_err()
+                        {
+                            return;
+                        }
+                        continue;
+                    }
+                    match conn.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+            });
+        }
+    });
+    let srv = common::start_config(&format!(
+        "workers: 1\ntracing: {{ trust_from: [127.0.0.0/8] }}\nupstreams:\n  o: {{ servers: ['{origin}'] }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: {{ upstream: o }}\n"
+    ));
+    send(
+        &srv,
+        "/two-parents",
+        &format!("traceparent: {CLIENT}\r\ntraceparent: 00-11111111111111111111111111111111-2222222222222222-01\r\n"),
+    );
+    send(
+        &srv,
+        "/two-states",
+        &format!("traceparent: {CLIENT}\r\ntracestate: a=1\r\ntracestate: b=2\r\n"),
+    );
+    let mut c = srv.connect();
+    c.write_all(
+        format!("POST /trailers HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\ntraceparent: {CLIENT}\r\ntracestate: evil=1\r\nx-kept: yes\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(common::read_response(&mut c).status, 200);
+    let raw = raw.lock().unwrap().clone();
+    assert_eq!(raw.len(), 3, "{raw:?}");
+    assert!(
+        !raw[0].contains("4bf92f3577b34da6a3ce929d0e0e4736"),
+        "restarted: {}",
+        raw[0]
+    );
+    assert!(!raw[0].contains("1111111111"), "restarted: {}", raw[0]);
+    assert!(
+        raw[1].contains("4bf92f3577b34da6a3ce929d0e0e4736"),
+        "{}",
+        raw[1]
+    );
+    assert!(
+        raw[1].contains("tracestate: a=1,b=2\r\n"),
+        "one list: {}",
+        raw[1]
+    );
+    let (head, trailers) = raw[2].split_once("\r\n0\r\n").unwrap();
+    assert_eq!(head.matches("traceparent").count(), 1, "weir's: {head}");
+    assert!(
+        !trailers.contains("traceparent") && !trailers.contains("tracestate"),
+        "{trailers}"
+    );
+    assert!(trailers.contains("x-kept: yes"), "{trailers}");
+}

@@ -32,15 +32,27 @@ fn strip_prefix_ci<'a>(v: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
         .then(|| &v[prefix.len()..])
 }
 
-/// The codec suffix of a content type's rest (`+proto`, `+json`), or nothing.
-fn suffix(rest: &[u8]) -> &[u8] {
+/// The codec suffix of a content type's rest: `+token` (`+proto`, `+json`) or nothing, then
+/// the end, parameters or space; `None` for anything else (`application/grpc-webfoo`, a
+/// suffix with bytes a token has not: never copied into a field).
+fn suffix(rest: &[u8]) -> Option<&[u8]> {
     let end = rest
         .iter()
         .position(|b| *b == b';' || b.is_ascii_whitespace())
         .unwrap_or(rest.len());
-    match rest[..end].first() {
-        Some(b'+') => &rest[..end],
-        _ => b"",
+    let codec = &rest[..end];
+    match codec.split_first() {
+        None => Some(b""),
+        Some((b'+', name))
+            if !name.is_empty()
+                && name.len() <= 32
+                && name
+                    .iter()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_')) =>
+        {
+            Some(codec)
+        }
+        _ => None,
     }
 }
 
@@ -48,10 +60,18 @@ fn suffix(rest: &[u8]) -> &[u8] {
 /// gRPC-Web.
 pub fn mode(content_type: &[u8]) -> Option<(Mode, &[u8])> {
     if let Some(rest) = strip_prefix_ci(content_type, WEB_TEXT) {
-        return Some((Mode::Text, suffix(rest)));
+        return Some((Mode::Text, suffix(rest)?));
     }
     let rest = strip_prefix_ci(content_type, WEB)?;
-    Some((Mode::Binary, suffix(rest)))
+    Some((Mode::Binary, suffix(rest)?))
+}
+
+/// Whether an upstream answer is gRPC (its content type `application/grpc`, `+codec`): only
+/// those are relabelled; another (an HTML 404 from a misrouted call) goes back as it came.
+pub fn is_grpc_answer(content_type: Option<&[u8]>) -> bool {
+    content_type
+        .and_then(|v| strip_prefix_ci(v, GRPC))
+        .is_some_and(|rest| suffix(rest).is_some())
 }
 
 /// The gRPC content type the upstream is asked with.
@@ -63,7 +83,7 @@ pub fn upstream_type(codec: &[u8]) -> Vec<u8> {
 pub fn client_type(mode: Mode, upstream: Option<&[u8]>) -> Vec<u8> {
     let codec = upstream
         .and_then(|v| strip_prefix_ci(v, GRPC))
-        .map(suffix)
+        .and_then(suffix)
         .unwrap_or(b"+proto");
     let family = match mode {
         Mode::Binary => WEB,
@@ -151,6 +171,19 @@ mod tests {
         );
         assert_eq!(mode(b"application/grpc"), None);
         assert_eq!(mode(b"application/json"), None);
+        // Not gRPC-Web, or a suffix that is no token: not translated (the review of issue 55).
+        for bad in [
+            &b"application/grpc-webfoo"[..],
+            b"application/grpc-web-json",
+            b"application/grpc-web+proto,x",
+            b"application/grpc-web+pr\xffoto",
+            b"application/grpc-web+",
+        ] {
+            assert_eq!(mode(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+        assert!(is_grpc_answer(Some(b"application/grpc+proto")));
+        assert!(!is_grpc_answer(Some(b"text/html")));
+        assert!(!is_grpc_answer(None));
         assert_eq!(upstream_type(b"+proto"), b"application/grpc+proto");
         assert_eq!(upstream_type(b""), b"application/grpc");
         assert_eq!(

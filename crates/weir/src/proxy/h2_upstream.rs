@@ -73,6 +73,9 @@ async fn connect(
     // call on the connection stalled (the review of issue 55). Now 128 such streams would.
     let handshake = h2::client::Builder::new()
         .initial_connection_window_size(CONNECTION_WINDOW)
+        // An answer's head or trailers are held to 64 KiB (the h2 crate's default is 16 MiB;
+        // a gRPC-Web answer carries its trailers in the body).
+        .max_header_list_size(64 * 1024)
         .handshake(stream);
     let (send, conn) = tokio::time::timeout(up.connect_timeout, handshake)
         .await
@@ -155,13 +158,22 @@ async fn bridge(
     // the client sends the next, so the response is relayed while the request body still
     // flows. The pipe is split: the request side reads it, the response side writes it.
     let (mut from_phase, mut to_phase) = tokio::io::split(pipe);
+    // Whether the answer's head went to the upstream phase (after it, nothing else may).
+    let head_sent = std::cell::Cell::new(false);
     let upload = async {
         if has_body {
-            // A server that answers before the whole body (an error, a call it ends early)
-            // closes its side: the answer is still relayed.
             let text = (web == Some(grpc_web::Mode::Text)).then(grpc_web::TextDecoder::default);
-            if let Err(e) = upload(&mut from_phase, &mut buf, (head.body, text), stream).await {
-                tracing::debug!(error = %e, "HTTP/2 upstream stream: request body not sent whole");
+            match upload(&mut from_phase, &mut buf, (head.body, text), stream).await {
+                Ok(()) => {}
+                // A body that is not one (bad base64, a cut group): the stream was reset, the
+                // exchange ends (a stream held open until `response_header` ran out, by any
+                // client: the review of issue 55).
+                Err(Upload::Bad(e)) => return Err(e),
+                // A server that answers before the whole body (an error, a call it ends
+                // early) closes its side: the answer is still relayed.
+                Err(Upload::Closed(e)) => {
+                    tracing::debug!(error = %e, "HTTP/2 upstream stream: request body not sent whole");
+                }
             }
         }
         // Until the answer is relayed the pipe is watched: the upstream phase dropping it (its
@@ -179,6 +191,9 @@ async fn bridge(
         let bodyless = head.method == weir_http::Method::Head || matches!(status, 204 | 304);
         let mut out = BytesMut::with_capacity(1024);
         out.put_slice(format!("HTTP/1.1 {status} \r\n").as_bytes());
+        // A gRPC answer is relabelled; another (an HTML 404) goes back as it came.
+        let upstream_type = response.headers().get(http::header::CONTENT_TYPE);
+        let web = web.filter(|_| grpc_web::is_grpc_answer(upstream_type.map(|v| v.as_bytes())));
         if let Some(mode) = web {
             // The call's gRPC-Web family; the length (if any) is the gRPC body's.
             let upstream = response.headers().get(http::header::CONTENT_TYPE);
@@ -204,6 +219,7 @@ async fn bridge(
             out.put_slice(b"transfer-encoding: chunked\r\n");
         }
         out.put_slice(b"connection: close\r\n\r\n");
+        head_sent.set(true);
         let mut body = response.into_body();
         if !bodyless {
             // What has arrived goes on in one write, and a wait for more writes what is held
@@ -263,12 +279,33 @@ async fn bridge(
         to_phase.write_all(&out).await?;
         to_phase.shutdown().await
     };
-    tokio::select! {
+    let bad_body = tokio::select! {
         biased;
-        r = download => r,
-        // The request side ends first only when the upstream phase dropped the pipe.
-        r = upload => r,
+        r = download => return r,
+        // The request side ends first when the upstream phase dropped the pipe, or its body
+        // was bad.
+        r = upload => match r {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        },
+    };
+    // The client's own error, answered as one (not a failed upstream: no passive-health mark).
+    if !head_sent.get() {
+        to_phase
+            .write_all(b"HTTP/1.1 400 \r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            .await?;
+        to_phase.shutdown().await?;
     }
+    Err(bad_body)
+}
+
+/// Why a request body did not reach the upstream whole.
+enum Upload {
+    /// The body is not one (bad gRPC-Web base64, a cut group, a bad framing): the stream is
+    /// reset.
+    Bad(io::Error),
+    /// The upstream stopped taking it (it answered, or reset the stream).
+    Closed(io::Error),
 }
 
 /// Writes what `out` holds to the upstream phase's end of the pipe.
@@ -290,42 +327,50 @@ async fn upload(
     buf: &mut BytesMut,
     (kind, mut text): (BodyKind, Option<grpc_web::TextDecoder>),
     mut stream: h2::SendStream<Bytes>,
-) -> io::Result<()> {
+) -> Result<(), Upload> {
     let mut decoder = BodyDecoder::new(kind);
+    let bad = |stream: &mut h2::SendStream<Bytes>, e: String| {
+        stream.send_reset(h2::Reason::CANCEL);
+        Upload::Bad(io::Error::other(e))
+    };
+    let closed = |e: h2::Error| Upload::Closed(io::Error::other(e));
     loop {
-        match decoder.decode(buf).map_err(io::Error::other)? {
+        let event = match decoder.decode(buf) {
+            Ok(event) => event,
+            Err(e) => return Err(bad(&mut stream, e.to_string())),
+        };
+        match event {
             BodyEvent::Data(mut d) => {
                 // A gRPC-Web text body: the upstream is sent what it encodes.
                 if let Some(t) = text.as_mut() {
-                    d = t.push(&d).map_err(io::Error::other)?;
+                    d = t.push(&d).map_err(|e| bad(&mut stream, e))?;
                 }
                 while !d.is_empty() {
                     stream.reserve_capacity(d.len());
-                    let room = std::future::poll_fn(|cx| stream.poll_capacity(cx))
-                        .await
-                        .ok_or_else(|| io::Error::other("stream closed"))?
-                        .map_err(io::Error::other)?;
+                    let room = match std::future::poll_fn(|cx| stream.poll_capacity(cx)).await {
+                        Some(room) => room.map_err(closed)?,
+                        None => return Err(Upload::Closed(io::Error::other("stream closed"))),
+                    };
                     let part = d.split_to(room.min(d.len()));
-                    stream.send_data(part, false).map_err(io::Error::other)?;
+                    stream.send_data(part, false).map_err(closed)?;
                 }
             }
-            BodyEvent::NeedMore => {
-                if pipe.read_buf(buf).await? == 0 {
-                    return Err(io::ErrorKind::UnexpectedEof.into());
-                }
-            }
+            BodyEvent::NeedMore => match pipe.read_buf(buf).await {
+                Ok(0) => return Err(bad(&mut stream, "the request ended mid-body".into())),
+                Ok(_) => {}
+                Err(e) => return Err(bad(&mut stream, e.to_string())),
+            },
             BodyEvent::Done(_) if text.as_ref().is_some_and(|t| t.finish().is_err()) => {
-                return Err(io::Error::other("gRPC-Web text body: a cut base64 group"));
+                return Err(bad(
+                    &mut stream,
+                    "gRPC-Web text body: a cut base64 group".into(),
+                ));
             }
             BodyEvent::Done(trailers) if trailers.is_empty() => {
-                return stream
-                    .send_data(Bytes::new(), true)
-                    .map_err(io::Error::other);
+                return stream.send_data(Bytes::new(), true).map_err(closed);
             }
             BodyEvent::Done(trailers) => {
-                return stream
-                    .send_trailers(header_map(&trailers))
-                    .map_err(io::Error::other);
+                return stream.send_trailers(header_map(&trailers)).map_err(closed);
             }
         }
     }

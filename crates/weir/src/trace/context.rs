@@ -39,11 +39,22 @@ impl TraceSettings {
     /// The context of a request from `peer`: its `traceparent` continued when `peer` is
     /// trusted and the field is valid, else a new trace.
     pub fn context(&self, head: &RequestHead, peer: IpAddr) -> TraceContext {
+        // Two `traceparent` fields: which one is the parent? A new trace (the spec: restart).
         let received = self
             .trust_from
             .iter()
             .any(|n| n.contains(&peer))
-            .then(|| head.header("traceparent").and_then(parse))
+            .then(|| {
+                match head
+                    .fields()
+                    .iter()
+                    .filter(|(n, _)| n.eq_ignore_ascii_case(b"traceparent"))
+                    .count()
+                {
+                    1 => head.header("traceparent").and_then(parse),
+                    _ => None,
+                }
+            })
             .flatten();
         match received {
             Some((trace_id, parent, flags)) => TraceContext {
@@ -90,13 +101,24 @@ impl TraceContext {
         line[65..].copy_from_slice(if self.sampled { b"-01\r\n" } else { b"-00\r\n" });
         let mut out = Lines::from_slice(&line);
         if self.continued {
-            if let Some(state) = head
-                .header("tracestate")
-                .filter(|v| v.len() <= 512 && v.iter().all(|b| (0x20..0x7f).contains(b)))
-            {
-                out.extend_from_slice(b"tracestate: ");
-                out.extend_from_slice(state);
-                out.extend_from_slice(b"\r\n");
+            // Several `tracestate` fields are one list (the spec: combined with commas); a
+            // list over 512 bytes, or with bytes a list has not, is dropped whole.
+            let mut states = head
+                .fields()
+                .iter()
+                .filter(|(n, _)| n.eq_ignore_ascii_case(b"tracestate"));
+            if let Some((_, first)) = states.next() {
+                let mut state: smallvec::SmallVec<[u8; 128]> =
+                    smallvec::SmallVec::from_slice(first);
+                for (_, more) in states {
+                    state.push(b',');
+                    state.extend_from_slice(more);
+                }
+                if state.len() <= 512 && state.iter().all(|b| (0x20..0x7f).contains(b)) {
+                    out.extend_from_slice(b"tracestate: ");
+                    out.extend_from_slice(&state);
+                    out.extend_from_slice(b"\r\n");
+                }
             }
         }
         out
