@@ -140,7 +140,7 @@ pub(super) fn put_body_end<D: Downstream>(
                 .eq_ignore_ascii_case(crate::cluster::PEER_HEADER.as_bytes())
             && memchr::memchr(b'_', &h.name).is_none()
             // With `tracing`, the trace context is weir's, in the head (review of issue 55).
-            && !(shape.trace.is_some() && crate::trace::context::is_trace_field(&h.name))
+            && (shape.trace.is_none() || !crate::trace::context::is_trace_field(&h.name))
     });
     if trailers.is_empty() {
         put_last_chunk(req);
