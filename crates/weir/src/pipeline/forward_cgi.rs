@@ -126,7 +126,7 @@ pub(super) async fn forward<D: Downstream>(
         target.route,
         up,
         server,
-        &target.client,
+        (&target.client, None),
         shape,
     );
     let Some(view) = params::Built::read(&built, has_body) else {

@@ -69,7 +69,7 @@ async fn write_request<D: Downstream>(
         target.route,
         target.up,
         server,
-        &target.client,
+        (&target.client, target.trace.as_deref().map(|l| &l[..])),
         shape,
     );
     // `head_only`: the body follows while the answer is read (`duplex.rs`).
@@ -140,7 +140,7 @@ pub(super) fn put_body_end<D: Downstream>(
                 .eq_ignore_ascii_case(crate::cluster::PEER_HEADER.as_bytes())
             && memchr::memchr(b'_', &h.name).is_none()
             // With `tracing`, the trace context is weir's, in the head (review of issue 55).
-            && (shape.trace.is_none() || !crate::trace::context::is_trace_field(&h.name))
+            && (target.trace.is_none() || !crate::trace::context::is_trace_field(&h.name))
     });
     if trailers.is_empty() {
         put_last_chunk(req);

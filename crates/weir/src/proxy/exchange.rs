@@ -244,9 +244,6 @@ pub struct RequestShape<'a> {
     pub request_id: Option<(&'a str, &'a [u8], &'a [u8])>,
     /// Who an authentication filter said the client is (for the filters' templates).
     pub identity: Option<&'a crate::vars::Identity>,
-    /// With `tracing`: weir's `traceparent` (and the client's `tracestate`) as field lines,
-    /// sent in place of the client's.
-    pub trace: Option<&'a [u8]>,
 }
 
 /// Encodes the upstream request head: rewritten target, Host per the route, the client's fields
@@ -258,7 +255,7 @@ pub fn build_request(
     route: &ProxyRoute,
     up: &Upstream,
     server: usize,
-    client: &Client,
+    (client, trace): (&Client, Option<&[u8]>),
     shape: RequestShape<'_>,
 ) {
     req.put_slice(head.method.as_str().as_bytes());
@@ -289,7 +286,7 @@ pub fn build_request(
             || shape
                 .request_id
                 .is_some_and(|(id, _, _)| crate::filters::aliases::folds_to(n, id.as_bytes()))
-            || (shape.trace.is_some() && crate::trace::context::is_trace_field(n))
+            || (trace.is_some() && crate::trace::context::is_trace_field(n))
         {
             continue;
         }
@@ -309,7 +306,9 @@ pub fn build_request(
         req.put_slice(id);
         req.put_slice(b"\r\n");
     }
-    if let Some(lines) = shape.trace {
+    // With `tracing`: weir's `traceparent` (and the client's `tracestate`), in place of the
+    // client's.
+    if let Some(lines) = trace {
         req.put_slice(lines);
     }
     match head.body {
