@@ -332,3 +332,53 @@ fn grpc_web_calls_are_translated_to_grpc() {
     let (ok, out) = client(&["-addr", &h2c, "-kind", "web-unary"]);
     assert!(ok, "the server is still used: {out}");
 }
+
+/// `grpc-health-probe` (the Kubernetes probe for gRPC servers, from the Go module proxy) asks
+/// through weir: the server's and a service's SERVING, a service set NOT_SERVING, and the
+/// upstream gone (weir's own UNAVAILABLE).
+#[test]
+fn grpc_health_probe_asks_through_weir() {
+    if !common::process::have_all_or_skip(
+        &["grpc-health-probe"],
+        "GOBIN=/usr/local/bin go install github.com/grpc-ecosystem/grpc-health-probe@v0.4.62",
+    ) {
+        return;
+    }
+    let Some(mut origin) = GrpcServer::start() else {
+        return;
+    };
+    let pki = common::tlskit::Pki::new("grpc-probe");
+    let s = weir(origin.addr, "", &pki);
+    let h2c = s.handle.as_ref().unwrap().local_addrs()[0].to_string();
+    let probe = |service: &str| {
+        let out = std::process::Command::new("grpc-health-probe")
+            .args([
+                "-addr",
+                &h2c,
+                "-service",
+                service,
+                "-connect-timeout",
+                "5s",
+                "-rpc-timeout",
+                "5s",
+            ])
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    for service in ["", "echo.Echo"] {
+        let (ok, out) = probe(service);
+        assert!(ok && out.contains("SERVING"), "{service:?}: {out}");
+    }
+    origin.set_serving("echo.Echo", false);
+    let (ok, out) = probe("echo.Echo");
+    assert!(!ok && out.contains("NOT_SERVING"), "{out}");
+    drop(origin);
+    let (ok, out) = probe("");
+    assert!(!ok && out.contains("Unavailable"), "{out}");
+}
