@@ -155,16 +155,8 @@ listeners:
 "#
     ));
     let addr = s.addr;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (rt, client) = common::h2c_client(addr);
     rt.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
         for word in ["hello", "again"] {
             let req = http::Request::builder()
                 .method("POST")
@@ -262,16 +254,8 @@ listeners:
         log = log.display()
     ));
     let addr = s.addr;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (rt, client) = common::h2c_client(addr);
     rt.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
         let call = |path: &str, content_type: &str, message: &str| {
             let message = frame(message);
             let req = http::Request::builder()
@@ -424,16 +408,8 @@ listeners:
     ));
     let addr = s.addr;
     let admin = s.handle.as_ref().unwrap().admin_addr().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (rt, client) = common::h2c_client(addr);
     rt.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
         let call = |timeout: Option<&'static str>, content_type: &'static str| {
             let mut req = http::Request::builder()
                 .method("POST")
@@ -529,16 +505,8 @@ listeners:
     ));
     let addr = s.addr;
     let admin = s.handle.as_ref().unwrap().admin_addr().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (rt, client) = common::h2c_client(addr);
     rt.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
         for (method, path) in [
             ("POST", "/echo.Echo/Say"),
             ("POST", "/echo.Echo/Unimplemented"),

@@ -196,16 +196,8 @@ listeners:
     ));
     let addr = s.addr;
     let admin = s.handle.as_ref().unwrap().admin_addr().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (rt, client) = common::h2c_client(addr);
     rt.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
         // google.protobuf.StringValue { value: "ping" } in a gRPC frame.
         let message = bytes::Bytes::from_static(&[0, 0, 0, 0, 6, 0x0a, 4, b'p', b'i', b'n', b'g']);
         let mut calls = Vec::new();

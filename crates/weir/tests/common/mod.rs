@@ -353,3 +353,27 @@ pub fn proc_status_bytes(pid: u32, field: &str) -> u64 {
         .unwrap()
         * 1024
 }
+
+/// A current-thread runtime and an h2c (prior knowledge) client of `addr` made on it, its
+/// connection driven by a task of that runtime (run while the caller blocks on it).
+#[allow(dead_code)]
+pub fn h2c_client(
+    addr: SocketAddr,
+) -> (
+    tokio::runtime::Runtime,
+    h2::client::SendRequest<bytes::Bytes>,
+) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        client
+    });
+    (rt, client)
+}
