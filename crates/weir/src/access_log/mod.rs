@@ -52,8 +52,16 @@ thread_local! {
 /// with), as [`now`] gives it: saves a clock read per logged request, reading the wall clock
 /// once a second per thread instead.
 pub fn wall_at(at: crate::clock::Mono) -> (u64, u32) {
+    let t = since_epoch_at(at);
+    (t.as_secs(), t.subsec_millis())
+}
+
+/// The time since the Unix epoch at monotonic instant `at` (see [`wall_at`]); a span's start
+/// and end (`trace/`).
+pub fn since_epoch_at(at: crate::clock::Mono) -> Duration {
     let (base, wall) = match WALL.get() {
-        Some((base, wall)) if at >= base && at.since(base) < Duration::from_secs(1) => (base, wall),
+        // `since` is zero for an instant before the base: counted back from it below.
+        Some((base, wall)) if at.since(base) < Duration::from_secs(1) => (base, wall),
         _ => {
             let wall = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -62,8 +70,11 @@ pub fn wall_at(at: crate::clock::Mono) -> (u64, u32) {
             (at, wall)
         }
     };
-    let t = wall + at.since(base);
-    (t.as_secs(), t.subsec_millis())
+    // An instant before the cached base (a request started before the base was renewed).
+    match at >= base {
+        true => wall + at.since(base),
+        false => wall.saturating_sub(base.since(at)),
+    }
 }
 
 /// Open destinations by target, outliving configs (held by `runtime::Registry`).

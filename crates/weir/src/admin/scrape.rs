@@ -192,6 +192,7 @@ impl prometheus_client::collector::Collector for Scrape {
                 counter(self.metrics.log_dropped.load(Ordering::Relaxed)),
             )],
         )?;
+        trace_export(&mut enc)?;
         family(
             &mut enc,
             "weir_config_reloads",
@@ -569,4 +570,33 @@ fn sysconf(name: libc::c_int, default: i64) -> i64 {
     } else {
         default
     }
+}
+
+/// The span exporter's counters (`trace/export.rs`), process-wide: they outlive configs.
+fn trace_export(enc: &mut DescriptorEncoder) -> fmt::Result {
+    use crate::trace::export::{DROPPED_EXPORT, DROPPED_QUEUE, EXPORTED, REJECTED};
+    family(
+        enc,
+        "weir_trace_spans_exported",
+        "Spans the OTLP collector took.",
+        MetricType::Counter,
+        [(Labels::new(), counter(EXPORTED.load(Ordering::Relaxed)))],
+    )?;
+    family(
+        enc,
+        "weir_trace_spans_dropped",
+        "Spans not exported: the queue was full, the export failed, or the collector rejected them.",
+        MetricType::Counter,
+        [
+            ("queue_full", &DROPPED_QUEUE),
+            ("export_failed", &DROPPED_EXPORT),
+            ("rejected", &REJECTED),
+        ]
+        .map(|(reason, n)| {
+            (
+                vec![("reason", reason.to_string())],
+                counter(n.load(Ordering::Relaxed)),
+            )
+        }),
+    )
 }

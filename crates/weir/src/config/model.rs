@@ -19,7 +19,9 @@ pub use super::model_filters::{
 };
 pub use super::model_limits::{EncodedSlashes, Limits, UnderscoresInHeaders};
 pub use super::model_maps::{MapDef, MapRegex, RouteLimits};
-pub use super::model_ops::{AccessLog, AccessLogSetting, HealthRoute, Log, RequestId, Tracing};
+pub use super::model_ops::{
+    AccessLog, AccessLogSetting, HealthRoute, Log, Otlp, RequestId, Tracing,
+};
 pub use super::model_shield::{ProxyProtocol, Shape, Shield};
 pub use super::model_sites::{Site, SiteTls};
 pub use super::model_static::{CacheControlRule, Dotfiles, Expires, Static};

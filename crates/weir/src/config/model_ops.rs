@@ -102,10 +102,63 @@ pub struct Tracing {
     /// Peers (addresses or CIDRs) whose `traceparent` and `tracestate` are continued.
     #[serde(default)]
     pub trust_from: Vec<String>,
+    /// Where sampled spans are exported (OTLP); without it, the context alone.
+    #[serde(default)]
+    pub otlp: Option<Otlp>,
 }
 
 fn all() -> f64 {
     1.0
+}
+
+/// `tracing.otlp`: span export over OTLP (`trace/export.rs`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Otlp {
+    /// The collector: `http://host:4318` (HTTP/protobuf; `https://` too) or
+    /// `http://host:4317` with `protocol: grpc`. Empty: no export (so that
+    /// `${WEIR_OTLP_ENDPOINT:-}` turns it on from the environment).
+    pub endpoint: String,
+    /// `http/protobuf` (the default, as OpenTelemetry's SDKs have it) or `grpc`.
+    #[serde(default = "http_protobuf")]
+    pub protocol: String,
+    /// The `service.name` of weir's spans.
+    #[serde(default = "weir_name")]
+    pub service_name: String,
+    /// Requests' spans waiting for export; more are dropped (and counted).
+    #[serde(default = "otlp_queue")]
+    pub queue: usize,
+    /// Requests' spans in one export.
+    #[serde(default = "otlp_batch")]
+    pub batch: usize,
+    /// The longest a span waits for its batch.
+    #[serde(default = "otlp_interval")]
+    pub interval: super::units::Dur,
+    /// The longest one export may take (connecting included).
+    #[serde(default = "otlp_timeout")]
+    pub timeout: super::units::Dur,
+    /// Fields sent with each export (a collector's API key).
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+}
+
+fn http_protobuf() -> String {
+    "http/protobuf".into()
+}
+fn weir_name() -> String {
+    "weir".into()
+}
+fn otlp_queue() -> usize {
+    8192
+}
+fn otlp_batch() -> usize {
+    512
+}
+fn otlp_interval() -> super::units::Dur {
+    super::units::Dur(std::time::Duration::from_secs(1))
+}
+fn otlp_timeout() -> super::units::Dur {
+    super::units::Dur(std::time::Duration::from_secs(10))
 }
 
 impl Default for RequestId {

@@ -115,6 +115,8 @@ pub(crate) struct Extra {
     /// The request is a peer fill from a cluster member: `Weir-Peer` from a member's address
     /// (`cluster::is_peer_fill`).
     pub peer_fill: bool,
+    /// The upstream tries of a request whose spans are exported (`trace_spans.rs`).
+    pub tries: Vec<super::trace_spans::Try>,
 }
 
 impl RequestCtx {
@@ -127,6 +129,7 @@ impl RequestCtx {
             bytes_sent: 0,
             started: (rt.cfg.metrics
                 || !rt.cfg.access_logs.is_empty()
+                || rt.cfg.tracing.is_some()
                 || tracing::enabled!(tracing::Level::TRACE))
             .then(Mono::now),
             upstream_head_at: None,

@@ -60,7 +60,8 @@ pub(super) struct Target<'r> {
     pub(super) client: Client,
     /// With `tracing`: the upstream's trace context lines (boxed: a pointer in every proxied
     /// request's future; see `trace/`).
-    pub(super) trace: Option<Box<crate::trace::context::Lines>>,
+    /// A cell: each try's client span becomes the lines' parent (`trace_spans.rs`).
+    pub(super) trace: Option<Box<std::cell::RefCell<crate::trace::context::Lines>>>,
 }
 
 /// Proxies `head` per `route`, as `steer` says, calling `hooks` at each named point;
@@ -218,6 +219,9 @@ pub(crate) async fn forward<D: Downstream>(
             tried_buf[ntried] = server;
             ntried += 1;
         }
+        if target.trace.is_some() {
+            super::trace_spans::try_begins(ctx, target.trace.as_deref(), (upstream, server));
+        }
         // A pooled connection is taken here, without the checkout's future: its state and
         // result moved through it cost ~180 instructions per proxied request (callgrind
         // 2026-11-27).
@@ -233,6 +237,9 @@ pub(crate) async fn forward<D: Downstream>(
             None => match checkout(per_worker, up, server, false, now).await {
                 Ok(checked_out) => checked_out,
                 Err(e) => {
+                    if target.trace.is_some() {
+                        super::trace_spans::try_failed(ctx, &e);
+                    }
                     if retry(e.retryable(&up.retry.on, true)) {
                         backoff(up, retries.get()).await;
                         continue;
@@ -338,7 +345,11 @@ pub(crate) async fn forward<D: Downstream>(
                     let outcome = crate::proxy::outlier::Outcome::of_status(resp.status);
                     up.record_outcome(server, outcome, crate::proxy::upstream::now_ms());
                 }
-                if retry(replayable && up.retry.on_status.contains(&resp.status)) {
+                let again = retry(replayable && up.retry.on_status.contains(&resp.status));
+                if target.trace.is_some() {
+                    super::trace_spans::try_answered(ctx, resp.status, again);
+                }
+                if again {
                     if let Some(suppressed) = RETRY_LOG.admit() {
                         let (request, id) = described(ctx, target.head, Some(target.client.ip));
                         tracing::warn!(upstream = %up.name, server = %up.servers[server].name, status = resp.status, request = %request, request_id = %id, suppressed, "retrying on another server");
@@ -357,9 +368,15 @@ pub(crate) async fn forward<D: Downstream>(
                     && interims <= 1
                     && conn.buf.is_empty() =>
             {
+                if target.trace.is_some() {
+                    super::trace_spans::try_failed(ctx, &e);
+                }
                 fresh_only = Some(server);
             }
             Err(e) => {
+                if target.trace.is_some() {
+                    super::trace_spans::try_failed(ctx, &e);
+                }
                 if e.kind != ErrorKind::CallDeadline {
                     record_failure(up, server, &e);
                 }
@@ -383,6 +400,9 @@ pub(crate) async fn forward<D: Downstream>(
         // A body bad from its first chunk-size line is a 502, not a relayed head and a cut.
         if let Err(e) = weir_http::body::check_first_chunk(&upstream_conn.buf) {
             let e = Error::with(ErrorKind::BadResponse, format!("bad response body: {e}"));
+            if target.trace.is_some() {
+                super::trace_spans::try_failed(ctx, &e);
+            }
             record_failure(up, server, &e);
             return fail(
                 d,
@@ -439,8 +459,10 @@ fn trace_lines(
     ctx: &mut RequestCtx,
     head: &RequestHead,
     peer: std::net::IpAddr,
-) -> Option<Box<crate::trace::context::Lines>> {
-    Some(Box::new(ctx.trace(head, peer)?.upstream_lines(head)))
+) -> Option<Box<std::cell::RefCell<crate::trace::context::Lines>>> {
+    Some(Box::new(std::cell::RefCell::new(
+        ctx.trace(head, peer)?.upstream_lines(head),
+    )))
 }
 
 /// Notes which upstream server answered, and when its head came (logs, metrics, filters).

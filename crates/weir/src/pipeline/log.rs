@@ -50,6 +50,16 @@ pub(super) fn finish<D: Downstream>(
         let now = now.map_or_else(Mono::now, |(_, now)| now);
         access_line(d, ctx, head, slot, elapsed, now);
     }
+    if ctx
+        .rt
+        .cfg
+        .tracing
+        .as_ref()
+        .is_some_and(|t| t.export.is_some())
+    {
+        let now = now.map_or_else(Mono::now, |(_, now)| now);
+        super::trace_spans::export(d, ctx, head, result, now);
+    }
     tracing::trace!(
         method = head.method.as_str(),
         path = %String::from_utf8_lossy(head.path()),

@@ -44,6 +44,7 @@ pub(crate) mod limits;
 mod log;
 mod refused;
 mod send;
+mod trace_spans;
 pub(crate) use errors::{error_pages, send_error, send_error_page};
 pub(crate) mod subrequest;
 pub(crate) mod tcp;

@@ -63,15 +63,17 @@ async fn write_request<D: Downstream>(
 ) -> Result<Sent, Error> {
     let head = target.head;
     let filters = &target.route.filters;
+    let trace = target.trace.as_deref().map(|l| l.borrow());
     build_request(
         req,
         head,
         target.route,
         target.up,
         server,
-        (&target.client, target.trace.as_deref().map(|l| &l[..])),
+        (&target.client, trace.as_deref().map(|l| &l[..])),
         shape,
     );
+    drop(trace);
     // `head_only`: the body follows while the answer is read (`duplex.rs`).
     if head.body == BodyKind::Empty || head_only {
         if let Some(run) = tee.as_deref_mut() {

@@ -19,6 +19,8 @@ pub struct TraceSettings {
     pub sample: f64,
     /// Peers whose `traceparent` (and `tracestate`) are continued.
     pub trust_from: Vec<IpNet>,
+    /// Where sampled requests' spans go (`tracing.otlp`), when set.
+    pub export: Option<std::sync::Arc<super::export::Exporter>>,
 }
 
 impl TraceSettings {
@@ -30,9 +32,14 @@ impl TraceSettings {
             ));
         }
         let trust_from = crate::config::trusted_peers(&c.trust_from, "tracing.trust_from")?;
+        let export = match &c.otlp {
+            Some(o) => super::export::Exporter::compile(o)?.map(std::sync::Arc::new),
+            None => None,
+        };
         Ok(TraceSettings {
             sample: c.sample,
             trust_from,
+            export,
         })
     }
 
@@ -125,6 +132,12 @@ impl TraceContext {
     }
 }
 
+/// Makes `span_id` the parent in `lines` (made by [`TraceContext::upstream_lines`]): each
+/// upstream attempt's client span is its try's parent (`pipeline/trace_spans.rs`).
+pub fn set_parent(lines: &mut Lines, span_id: [u8; 8]) {
+    hex_into(&span_id, &mut lines[49..65]);
+}
+
 /// The fields a `traceparent` replaces upstream.
 pub fn is_trace_field(name: &[u8]) -> bool {
     name.eq_ignore_ascii_case(b"traceparent") || name.eq_ignore_ascii_case(b"tracestate")
@@ -163,7 +176,8 @@ fn new_trace_id() -> [u8; 16] {
     }
 }
 
-fn new_span_id() -> [u8; 8] {
+/// A span id: 8 random bytes, not all zero.
+pub fn new_span_id() -> [u8; 8] {
     loop {
         let id = fastrand::u64(..).to_be_bytes();
         if id != [0; 8] {

@@ -9,6 +9,7 @@ pub mod h2raw;
 pub mod h3;
 pub mod h3raw;
 pub mod inproc;
+pub mod jaeger;
 pub mod member;
 pub mod origin;
 pub mod parked;
