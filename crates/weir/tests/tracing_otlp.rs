@@ -353,3 +353,76 @@ fn otlp_settings_are_checked() {
     let mut c = srv.connect();
     assert_eq!(get(&mut c, "/", ""), 200);
 }
+
+/// examples/grpc.yaml with `WEIR_OTLP_ENDPOINT` set: each call's server span carries its
+/// `rpc.grpc.status_code` (0 for an answered call, 14 with the upstream gone), and the answered
+/// call has a client span for its try.
+#[test]
+fn the_grpc_example_traces_to_weir_otlp_endpoint() {
+    const EXAMPLE: &str = include_str!("../../../examples/grpc.yaml");
+    let Some(jaeger) = Jaeger::start() else {
+        return;
+    };
+    let Some(origin) = common::grpcgo::GrpcServer::start() else {
+        return;
+    };
+    let pki = common::tlskit::Pki::new("grpc-example-trace");
+    let cert = pki.issue("grpc", "localhost", &["localhost"]);
+    let vars: std::collections::HashMap<&str, String> = [
+        ("WEIR_GRPC_UPSTREAM", origin.addr.to_string()),
+        ("WEIR_LISTEN", "127.0.0.1:0".into()),
+        ("WEIR_HTTPS", "127.0.0.1:0".into()),
+        ("WEIR_TLS_CERT", cert.cert.display().to_string()),
+        ("WEIR_TLS_KEY", cert.key.display().to_string()),
+        ("WEIR_WORKERS", "1".into()),
+        ("WEIR_OTLP_ENDPOINT", jaeger.otlp_http()),
+    ]
+    .into();
+    let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples"));
+    let cfg =
+        weir::runtime::load_str(EXAMPLE, dir, |v| vars.get(v).map(|s| s.to_string())).unwrap();
+    let handle = weir::server::start(cfg).unwrap();
+    let h2c = handle.local_addrs()[0].to_string();
+    let (ok, out) = common::grpcgo::client(&["-addr", &h2c, "-kind", "unary"]);
+    assert!(ok, "{out}");
+    drop(origin);
+    let (ok, out) = common::grpcgo::client(&["-addr", &h2c, "-kind", "unary"]);
+    assert!(!ok && out.contains("code = Unavailable"), "{out}");
+    // Both calls' spans, found by the example's service name.
+    let query = SocketAddr::from(([127, 0, 0, 1], jaeger.ports.query));
+    let spans = common::until_value(
+        "both calls' server spans in Jaeger",
+        Duration::from_secs(30),
+        || {
+            let r = common::get(query, "/api/traces?service=weir-grpc&limit=100&lookback=1h");
+            let v: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
+            v["data"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|t| t["spans"].as_array().cloned().unwrap_or_default())
+                .collect::<Vec<_>>()
+        },
+        |spans| {
+            spans
+                .iter()
+                .filter(|s| tag(s, "span.kind") == "server")
+                .count()
+                >= 2
+        },
+    );
+    let codes: Vec<serde_json::Value> = spans
+        .iter()
+        .filter(|s| tag(s, "span.kind") == "server")
+        .map(|s| tag(s, "rpc.grpc.status_code"))
+        .collect();
+    assert!(codes.contains(&json!(0)), "{codes:?}");
+    assert!(codes.contains(&json!(14)), "{codes:?}");
+    assert!(
+        spans
+            .iter()
+            .any(|s| tag(s, "span.kind") == "client" && tag(s, "weir.upstream") == "grpc"),
+        "no client span for the answered call"
+    );
+    common::inproc::stop(handle);
+}
