@@ -64,6 +64,9 @@ pub enum ErrorKind {
     /// (`DEADLINE_EXCEEDED`). The client's limit, not the server's failure: no passive-health
     /// mark, no retry.
     CallDeadline,
+    /// A gRPC call's stream was quiet both ways for the route's `stream_idle` before the
+    /// response head: 504. The route's limit, not the server's failure (as `CallDeadline`).
+    StreamIdle,
 }
 
 /// An error with its cause.
@@ -90,7 +93,7 @@ impl Error {
         use ErrorKind::*;
         match self.kind {
             BadRequest(_) | HeaderTimeout | BodyTimeout | WriteTimeout | ClientClosed
-            | ClientIo | Refused | TooEarly | CallDeadline => Side::Client,
+            | ClientIo | Refused | TooEarly | CallDeadline | StreamIdle => Side::Client,
             NoServer | Connect | ConnectTimeout | UpstreamReset | ResponseTimeout | BadResponse
             | UpstreamAborted | Overflow => Side::Upstream,
             NotCached | File => Side::Internal,
@@ -117,7 +120,7 @@ impl Error {
             HeaderTimeout | BodyTimeout => Some(408),
             NoServer | Overflow => Some(503),
             TooEarly => Some(425),
-            ConnectTimeout | ResponseTimeout | NotCached | CallDeadline => Some(504),
+            ConnectTimeout | ResponseTimeout | NotCached | CallDeadline | StreamIdle => Some(504),
             Connect | UpstreamReset | BadResponse => Some(502),
             WriteTimeout | ClientClosed | ClientIo | UpstreamAborted | File | Refused => None,
         }
@@ -146,6 +149,7 @@ impl Error {
             Refused => "refused by the shield",
             TooEarly => "unsafe method in early data",
             CallDeadline => "the call's grpc-timeout passed",
+            StreamIdle => "the gRPC stream was quiet for the route's stream_idle",
         }
     }
 }
@@ -231,6 +235,7 @@ mod tests {
             (NotCached, Some(504), Side::Internal),
             (TooEarly, Some(425), Side::Client),
             (CallDeadline, Some(504), Side::Client),
+            (StreamIdle, Some(504), Side::Client),
         ];
         for (kind, status, side) in table {
             let e = Error::new(kind);

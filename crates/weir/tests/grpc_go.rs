@@ -168,9 +168,9 @@ fn the_grpc_example_answers_as_its_header_says() {
 
 /// A bidirectional call quiet both ways after its first exchange (issue 55's review: such
 /// streams were cut by the upstream's `timeouts.idle` and counted against the server, four of
-/// them marking a healthy server down). The upstream's timeouts run once the request is whole;
-/// while the client may still send, the stream ends on the client's body wait (`timeouts.body`)
-/// and nobody is marked.
+/// them marking a healthy server down). A gRPC stream waits on its route's `stream_idle`, not
+/// on the plain HTTP timeouts (the upstream's 500 ms, the client's 300 ms body wait): it ends
+/// after 2 s quiet, and nobody is marked.
 #[test]
 fn a_stream_quiet_both_ways_is_not_the_server_s_failure() {
     let (Some(a), Some(b)) = (GrpcServer::start(), GrpcServer::start()) else {
@@ -179,7 +179,7 @@ fn a_stream_quiet_both_ways_is_not_the_server_s_failure() {
     let s = common::start_config(&format!(
         r#"workers: 1
 admin: {{ address: 127.0.0.1:0 }}
-timeouts: {{ body: 2s }}
+timeouts: {{ body: 300ms }}
 upstreams:
   g:
     servers: ["{}", "{}"]
@@ -190,7 +190,7 @@ listeners:
   - address: 127.0.0.1:0
     h2c: true
     routes:
-      - proxy: {{ upstream: g }}
+      - proxy: {{ upstream: g, stream_idle: 2s }}
 "#,
         a.addr, b.addr
     ));
@@ -229,7 +229,7 @@ listeners:
         }
         assert!(
             started.elapsed() >= Duration::from_millis(1500),
-            "ended by the upstream's 500 ms, not the client's body wait: {:?}",
+            "ended by a plain HTTP timeout, not the route's stream_idle: {:?}",
             started.elapsed()
         );
     });
@@ -373,4 +373,77 @@ fn grpc_health_probe_asks_through_weir() {
     drop(origin);
     let (ok, out) = probe("");
     assert!(!ok && out.contains("Unavailable"), "{out}");
+}
+
+/// A server-streaming call whose server pauses 700 ms between messages (issue 55 §3): the
+/// plain HTTP timeouts (the upstream's `response_header` and `idle` at 300 ms) do not cut it,
+/// the route's `stream_idle` (5 minutes unless set) bounds it; a route with `stream_idle:
+/// 400ms` ends the same call, answering DEADLINE_EXCEEDED-free: the stream is cut, and the
+/// server is not marked.
+#[test]
+fn a_quiet_server_stream_waits_on_the_route_s_stream_idle() {
+    let Some(origin) = GrpcServer::start() else {
+        return;
+    };
+    let s = common::start_config(&format!(
+        r#"workers: 1
+admin: {{ address: 127.0.0.1:0 }}
+timeouts: {{ body: 300ms }}
+upstreams:
+  g:
+    servers: ["{}"]
+    protocol: h2
+    timeouts: {{ idle: 300ms, response_header: 300ms }}
+    passive_health: {{ max_fails: 1, window: 60s, down_for: 60s }}
+listeners:
+  - address: 127.0.0.1:0
+    h2c: true
+    routes:
+      - proxy: {{ upstream: g }}
+  - address: 127.0.0.1:0
+    h2c: true
+    routes:
+      - proxy: {{ upstream: g, stream_idle: 400ms }}
+"#,
+        origin.addr
+    ));
+    let addrs = s.handle.as_ref().unwrap().local_addrs();
+    let admin = s.handle.as_ref().unwrap().admin_addr().unwrap();
+    let (default, short) = (addrs[0].to_string(), addrs[1].to_string());
+    let (ok, out) = client(&[
+        "-addr",
+        &default,
+        "-kind",
+        "server",
+        "-messages",
+        "3",
+        "-gap",
+        "700ms",
+    ]);
+    assert!(ok, "cut by a plain HTTP timeout: {out}");
+    let (ok, out) = client(&[
+        "-addr",
+        &short,
+        "-kind",
+        "server",
+        "-messages",
+        "3",
+        "-gap",
+        "700ms",
+    ]);
+    assert!(
+        !ok && out.contains("server stream after 1"),
+        "not cut at 400 ms: {out}"
+    );
+    let up = common::parked::metric(
+        admin,
+        &format!(
+            "weir_upstream_server_up{{upstream=\"g\",server=\"{}\"}}",
+            origin.addr
+        ),
+    );
+    assert_eq!(up, 1.0, "the server was marked down for a quiet stream");
+    // Still answering on the default route.
+    let (ok, out) = client(&["-addr", &default, "-kind", "unary"]);
+    assert!(ok, "{out}");
 }

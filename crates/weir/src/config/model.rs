@@ -643,6 +643,15 @@ pub struct Proxy {
     /// Upgrade`).
     #[serde(default = "default_true")]
     pub upgrade: bool,
+    /// How long a gRPC stream may stay quiet both ways before weir ends it; in place of the
+    /// upstream's `response_header` and `idle` and the client's `timeouts.body`, which are
+    /// for plain HTTP (a streaming call may be quiet for minutes).
+    #[serde(default = "default_stream_idle")]
+    pub stream_idle: super::units::Dur,
+}
+
+fn default_stream_idle() -> super::units::Dur {
+    super::units::Dur(std::time::Duration::from_secs(300))
 }
 
 fn default_host() -> String {

@@ -105,8 +105,9 @@ pub(crate) struct Extra {
     pub upstream_failed: bool,
     /// The request's place in a trace (`tracing` configured), made on first use.
     pub trace: Option<crate::trace::context::TraceContext>,
-    /// The client's own limit ended the exchange (a gRPC call's `grpc-timeout`): neither the
-    /// upstream's failure nor its success (the circuit breaker counts neither).
+    /// The client's or the route's own limit ended the exchange (a gRPC call's `grpc-timeout`,
+    /// the route's `stream_idle`): neither the upstream's failure nor its success (the circuit
+    /// breaker counts neither).
     pub client_ended: bool,
     /// A gRPC call's status: the upstream's `grpc-status` (in the head of a trailers-only
     /// answer, or in the trailers), or the one weir answered a refusal with. The access log's

@@ -35,8 +35,8 @@ use super::{send_head, send_head_filtered, RequestCtx};
 use crate::error::{Error, ErrorKind};
 use crate::filters::Client;
 use crate::proxy::exchange::{
-    checkout, is_interim, phase_timeout, read_response_more, record_failure, response_deadline,
-    wants_upgrade, RequestShape, MAX_UPSTREAM_HEAD,
+    checkout, is_interim, phase_timeout, read_response_more, record_failure, wants_upgrade,
+    RequestShape, MAX_UPSTREAM_HEAD,
 };
 use crate::proxy::pool::UpstreamConn;
 use crate::proxy::route::ProxyRoute;
@@ -145,6 +145,16 @@ pub(crate) async fn forward<D: Downstream>(
     // is read (`duplex.rs`), its deadline bounds the exchange and its status is noted.
     let grpc = super::grpc_refusal::is_grpc(head);
     let mut pump = super::duplex::Pump::for_call(d, (up, grpc), &target, shape);
+    // A gRPC call waits on the route's `stream_idle` for bytes either way, not on the plain
+    // HTTP timeouts: the upstream's for its head and body, and, while the call streams both
+    // ways, the client's for its body.
+    let (head_wait, idle_wait) = match grpc {
+        true => (route.stream_idle, route.stream_idle),
+        false => (up.response_header_timeout, up.idle_read_timeout),
+    };
+    if pump.is_some() {
+        d.body_timeout(route.stream_idle);
+    }
     let total_deadline = up.total_timeout.map(|t| Instant::now() + t);
     // A gRPC call's own deadline, when sooner than the upstream's (`grpc_timeout.rs`).
     let call_deadline = match grpc {
@@ -291,7 +301,7 @@ pub(crate) async fn forward<D: Downstream>(
                 // Parsed here between reads, not returned by an async fn: a head handed out of
                 // a future's output is copied three times more (~120 instructions per proxied
                 // request, callgrind 2026-11-27).
-                let mut deadline = response_deadline(up, total_deadline);
+                let mut deadline = Instant::now() + phase_timeout(head_wait, total_deadline);
                 if let Some(call) = call_deadline {
                     deadline = deadline.min(call);
                 }
@@ -314,7 +324,7 @@ pub(crate) async fn forward<D: Downstream>(
                                 d,
                                 &mut conn,
                                 &mut pump,
-                                (up.response_header_timeout, call_deadline.or(total_deadline)),
+                                (head_wait, call_deadline.or(total_deadline)),
                                 &mut ctx.bytes_received,
                             ))
                             .await?,
@@ -328,6 +338,8 @@ pub(crate) async fn forward<D: Downstream>(
                             {
                                 Error::new(ErrorKind::CallDeadline)
                             }
+                            // The route's stream wait, not the server's failure.
+                            ErrorKind::ResponseTimeout if grpc => Error::new(ErrorKind::StreamIdle),
                             _ => e,
                         });
                     }
@@ -377,7 +389,7 @@ pub(crate) async fn forward<D: Downstream>(
                 if target.trace.is_some() {
                     super::trace_spans::try_failed(ctx, &e);
                 }
-                if e.kind != ErrorKind::CallDeadline {
+                if !matches!(e.kind, ErrorKind::CallDeadline | ErrorKind::StreamIdle) {
                     record_failure(up, server, &e);
                 }
                 if retry(e.retryable(&up.retry.on, replayable)) {
@@ -434,7 +446,7 @@ pub(crate) async fn forward<D: Downstream>(
         &mut upstream_conn,
         resp,
         (up, server, target.head),
-        (total_deadline, call_deadline),
+        (total_deadline, call_deadline, idle_wait),
         (&mut pump, grpc, &mut *hooks),
     )
     .await?;
@@ -538,7 +550,7 @@ pub(super) fn fail<D: Downstream>(
     // A call's own deadline is not the upstream's failure, nor its success (the circuit
     // breaker reads both).
     let extra = ctx.extra.get_or_insert_with(Default::default);
-    extra.client_ended = e.kind == ErrorKind::CallDeadline;
+    extra.client_ended = matches!(e.kind, ErrorKind::CallDeadline | ErrorKind::StreamIdle);
     extra.upstream_failed = !extra.client_ended;
     if let Some(s) = server {
         ctx.upstream = Some((target.upstream as u32, s as u32));
@@ -593,7 +605,11 @@ async fn relay_body<D: Downstream>(
     conn: &mut UpstreamConn,
     resp: &ResponseHead,
     (up, server, head): (&Upstream, usize, &RequestHead),
-    (total_deadline, call_deadline): (Option<Instant>, Option<Instant>),
+    (total_deadline, call_deadline, idle_wait): (
+        Option<Instant>,
+        Option<Instant>,
+        std::time::Duration,
+    ),
     (pump, grpc, hooks): (
         &mut Option<Box<super::duplex::Pump<'_>>>,
         bool,
@@ -628,12 +644,12 @@ async fn relay_body<D: Downstream>(
             }
             weir_http::BodyEvent::NeedMore => {
                 d.flush().await?;
-                let deadline = Instant::now()
-                    + phase_timeout(up.idle_read_timeout, call_deadline.or(total_deadline));
+                let deadline =
+                    Instant::now() + phase_timeout(idle_wait, call_deadline.or(total_deadline));
                 let read = match super::duplex::is_open(pump) {
                     true => {
                         let received = &mut ctx.bytes_received;
-                        let timing = (up.idle_read_timeout, call_deadline.or(total_deadline));
+                        let timing = (idle_wait, call_deadline.or(total_deadline));
                         Box::pin(super::duplex::read_by(d, conn, pump, timing, received)).await?
                     }
                     false => conn.read_by(deadline).await,
@@ -648,6 +664,15 @@ async fn relay_body<D: Downstream>(
                         return Err(Error::with(
                             ErrorKind::UpstreamAborted,
                             "the call's grpc-timeout passed mid-response",
+                        ));
+                    }
+                    // A gRPC stream quiet for the route's `stream_idle`: its limit, not the
+                    // server's failure either.
+                    Err(_) if grpc => {
+                        ctx.extra.get_or_insert_with(Default::default).client_ended = true;
+                        return Err(Error::with(
+                            ErrorKind::UpstreamAborted,
+                            "the gRPC stream was quiet for the route's stream_idle",
                         ));
                     }
                     Err(_) => return Err(aborted(ctx, "idle timeout mid-body")),

@@ -43,6 +43,8 @@ pub struct ProxyRoute {
     pub trusted: Vec<IpNet>,
     /// `upgrade`: whether protocol upgrades are relayed.
     pub upgrade: bool,
+    /// `stream_idle`: a gRPC call's wait for bytes either way (`pipeline/forward.rs`).
+    pub stream_idle: std::time::Duration,
 }
 
 impl ProxyRoute {
@@ -134,8 +136,15 @@ impl ProxyRoute {
                 })?;
             trusted.push(net);
         }
+        if p.stream_idle.0.is_zero() {
+            return Err((
+                format!("{path}.stream_idle"),
+                "longer than 0 (5m: a gRPC stream quiet both ways for five minutes ends)".into(),
+            ));
+        }
         Ok(ProxyRoute {
             upgrade: p.upgrade,
+            stream_idle: p.stream_idle.0,
             trusted: trusted.clone(),
             upstream,
             upstream_name: p.upstream,

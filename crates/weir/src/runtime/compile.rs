@@ -422,6 +422,7 @@ pub(crate) fn compile(
                 },
                 via: false,
                 upgrade: false,
+                stream_idle: crate::config::units::Dur(std::time::Duration::from_secs(300)),
             };
             crate::proxy::route::ProxyRoute::compile(
                 bare,
