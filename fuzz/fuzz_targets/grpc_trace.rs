@@ -35,6 +35,7 @@ fuzz_target!(|data: &[u8]| {
         let settings = weir::trace::context::TraceSettings::compile(&weir::config::model::Tracing {
             sample: 0.5,
             trust_from: vec!["127.0.0.0/8".into()],
+            otlp: None,
         })
         .unwrap();
         let t = settings.context(&head, "127.0.0.1".parse().unwrap());

@@ -64,8 +64,10 @@ pub enum ErrorKind {
     /// (`DEADLINE_EXCEEDED`). The client's limit, not the server's failure: no passive-health
     /// mark, no retry.
     CallDeadline,
-    /// A gRPC call's stream was quiet both ways for the route's `stream_idle` before the
-    /// response head: 504. The route's limit, not the server's failure (as `CallDeadline`).
+    /// A gRPC call's stream was quiet both ways for the route's `stream_idle` while the
+    /// answer was relayed: the stream is cut. The route's limit, not the server's failure (as
+    /// `CallDeadline`). Before the answer's head the wait is the server's to meet: a
+    /// `ResponseTimeout`.
     StreamIdle,
 }
 

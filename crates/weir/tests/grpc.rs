@@ -595,3 +595,28 @@ listeners:
     assert_eq!(r.status, 200);
     assert_eq!(r.header("content-length"), Some("5"));
 }
+
+/// A client's `content-type: application/grpc` to an HTTP/1.1 upstream does not lift the
+/// upstream's timeouts (attack review of issue 55: it held a request for the route's 5-minute
+/// `stream_idle` where the operator set 500 ms): `stream_idle` is for gRPC to HTTP/2 upstreams.
+#[test]
+fn a_grpc_content_type_to_an_http1_upstream_keeps_its_timeouts() {
+    let origin = common::origin::http_origin(|_| {
+        std::thread::sleep(Duration::from_secs(4));
+        common::origin::ok("late")
+    });
+    let s = common::start_config(&format!(
+        "workers: 1\nupstreams:\n  o: {{ servers: ['{}'], timeouts: {{ response_header: 500ms }}, passive_health: {{ max_fails: 0 }} }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: {{ upstream: o }}\n",
+        origin.addr
+    ));
+    let mut c = s.connect();
+    let started = std::time::Instant::now();
+    let r = common::roundtrip(
+        &mut c,
+        b"POST /echo.Echo/Unary HTTP/1.1\r\nHost: t\r\nContent-Type: application/grpc\r\nContent-Length: 5\r\n\r\n\0\0\0\0\0",
+    );
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(2500), "waited {took:?}");
+    assert!(!r.text().contains("late"), "{}", r.text());
+    drop(origin);
+}

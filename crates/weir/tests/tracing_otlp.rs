@@ -80,7 +80,9 @@ fn spans_reach_jaeger_with_parents_attributes_and_retries() {
     ];
     let mut c = srv.connect();
     for t in traces {
-        assert_eq!(get(&mut c, "/app/x?q=1", &traceparent(t, "01")), 200);
+        // Two `tracestate` fields: one list upstream and in the span (attack review).
+        let fields = traceparent(t, "01") + "tracestate: a=1\r\ntracestate: b=2\r\n";
+        assert_eq!(get(&mut c, "/app/x?q=1", &fields), 200);
     }
     let mut retried = 0;
     for (i, t) in traces.iter().enumerate() {
@@ -108,6 +110,7 @@ fn spans_reach_jaeger_with_parents_attributes_and_retries() {
         assert_eq!(tag(server, "network.protocol.version"), "1.1");
         assert_eq!(tag(server, "http.response.status_code"), json!(200));
         assert_eq!(tag(server, "weir.route"), "app");
+        assert_eq!(tag(server, "w3c.tracestate"), "a=1,b=2", "{server:#}");
         assert_eq!(tag(server, "weir.upstream"), "app");
         assert_eq!(tag(server, "weir.upstream.server"), origin.addr.to_string());
         let server_id = server["spanID"].as_str().unwrap().to_string();
@@ -148,6 +151,13 @@ fn spans_reach_jaeger_with_parents_attributes_and_retries() {
     assert_eq!(get(&mut c, "/fixed", &traceparent(TRACE, "01")), 200);
     let spans = jaeger.wait_spans(TRACE, 1);
     assert_eq!(spans[0]["operationName"], "GET fixed");
+    // A client's long values are cut in the span (a full queue's memory is bounded).
+    let long = "000000000000000000000000000010e9";
+    let path = format!("/fixed/{}", "a".repeat(3000));
+    assert_eq!(get(&mut c, &path, &traceparent(long, "01")), 200);
+    let spans = jaeger.wait_spans(long, 1);
+    let kept = tag(&spans[0], "url.path");
+    assert_eq!(kept.as_str().map(str::len), Some(512), "{kept}");
     drop(srv);
 }
 
@@ -335,6 +345,20 @@ fn otlp_settings_are_checked() {
         (
             "{ endpoint: 'http://127.0.0.1:4318', queue: 0 }",
             "tracing.otlp.queue",
+        ),
+        // Bounded: a slot is ~400 bytes, allocated with the first span (attack review: a
+        // queue of 10 million was 3.8 GB; a batch of 100 million aborted the process).
+        (
+            "{ endpoint: 'http://127.0.0.1:4318', queue: 100000000 }",
+            "tracing.otlp.queue",
+        ),
+        (
+            "{ endpoint: 'http://127.0.0.1:4318', batch: 100000000 }",
+            "tracing.otlp.batch",
+        ),
+        (
+            "{ endpoint: 'http://127.0.0.1:4318', queue: 100, batch: 200 }",
+            "tracing.otlp.batch",
         ),
         (
             "{ endpoint: 'http://127.0.0.1:4318', colour: red }",

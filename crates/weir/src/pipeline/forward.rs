@@ -58,10 +58,9 @@ pub(super) struct Target<'r> {
     pub(super) route: &'r ProxyRoute,
     pub(super) head: &'r RequestHead,
     pub(super) client: Client,
-    /// With `tracing`: the upstream's trace context lines (boxed: a pointer in every proxied
-    /// request's future; see `trace/`).
-    /// A cell: each try's client span becomes the lines' parent (`trace_spans.rs`).
-    pub(super) trace: Option<Box<std::cell::RefCell<crate::trace::context::Lines>>>,
+    /// With `tracing`: the request has a trace context (`RequestCtx::traced`), sent upstream
+    /// in place of the client's.
+    pub(super) traced: bool,
 }
 
 /// Proxies `head` per `route`, as `steer` says, calling `hooks` at each named point;
@@ -84,13 +83,13 @@ pub(crate) async fn forward<D: Downstream>(
     };
     let up: &Upstream = &rt.cfg.upstreams[upstream];
     let per_worker = &rt.upstreams[upstream];
-    let mut target = Target {
+    let target = Target {
         upstream,
         up,
         route,
         head,
         client: super::client_of(d),
-        trace: None,
+        traced: rt.cfg.tracing.is_some(),
     };
     let has_body = head.body != BodyKind::Empty;
     // Held until the response is relayed: the upstream's cap on requests in flight.
@@ -118,9 +117,10 @@ pub(crate) async fn forward<D: Downstream>(
     let id = ctx.request_id(head, target.client.ip);
     let settings = &rt.cfg.request_id;
     let identity = ctx.identity();
-    // With `tracing`: weir's `traceparent` for the upstream (cold: off by default).
-    if rt.cfg.tracing.is_some() {
-        target.trace = trace_lines(ctx, head, target.client.ip);
+    // With `tracing`: the request's trace context, made now (weir's `traceparent` goes
+    // upstream).
+    if target.traced {
+        let _ = ctx.trace(head, target.client.ip);
     }
     let shape = RequestShape {
         upgrade: route.upgrade && wants_upgrade(head),
@@ -145,13 +145,13 @@ pub(crate) async fn forward<D: Downstream>(
     // is read (`duplex.rs`), its deadline bounds the exchange and its status is noted.
     let grpc = super::grpc_refusal::is_grpc(head);
     let mut pump = super::duplex::Pump::for_call(d, (up, grpc), &target, shape);
-    // A gRPC call waits on the route's `stream_idle` for bytes either way, not on the plain
-    // HTTP timeouts: the upstream's for its head and body, and, while the call streams both
-    // ways, the client's for its body.
-    let (head_wait, idle_wait) = match grpc {
-        true => (route.stream_idle, route.stream_idle),
-        false => (up.response_header_timeout, up.idle_read_timeout),
-    };
+    // A gRPC call to an HTTP/2 upstream waits on the route's `stream_idle` for bytes either
+    // way, not on the plain HTTP timeouts: the upstream's for its head and body, and, while
+    // the call streams both ways, the client's for its body. (An HTTP/1.1 upstream is not a
+    // gRPC server: a client's `content-type` does not lift its timeouts; attack review.)
+    // A flag, the waits read where used: two durations held through the exchange grew its
+    // future by 32 bytes.
+    let streams = grpc && up.h2;
     if pump.is_some() {
         d.body_timeout(route.stream_idle);
     }
@@ -229,8 +229,8 @@ pub(crate) async fn forward<D: Downstream>(
             tried_buf[ntried] = server;
             ntried += 1;
         }
-        if target.trace.is_some() {
-            super::trace_spans::try_begins(ctx, target.trace.as_deref(), (upstream, server));
+        if target.traced {
+            super::trace_spans::try_begins(ctx, (upstream, server));
         }
         // A pooled connection is taken here, without the checkout's future: its state and
         // result moved through it cost ~180 instructions per proxied request (callgrind
@@ -247,7 +247,7 @@ pub(crate) async fn forward<D: Downstream>(
             None => match checkout(per_worker, up, server, false, now).await {
                 Ok(checked_out) => checked_out,
                 Err(e) => {
-                    if target.trace.is_some() {
+                    if target.traced {
                         super::trace_spans::try_failed(ctx, &e);
                     }
                     if retry(e.retryable(&up.retry.on, true)) {
@@ -282,7 +282,7 @@ pub(crate) async fn forward<D: Downstream>(
             (&target, pump.is_some()),
             server,
             shape,
-            (&mut ctx.bytes_received, tee),
+            (&mut ctx.bytes_received, tee, ctx.traced.as_deref()),
         )
         .await?;
         // Heads read on this try (interim ones relayed): the cap is per try, and a try that
@@ -301,6 +301,10 @@ pub(crate) async fn forward<D: Downstream>(
                 // Parsed here between reads, not returned by an async fn: a head handed out of
                 // a future's output is copied three times more (~120 instructions per proxied
                 // request, callgrind 2026-11-27).
+                let head_wait = match streams {
+                    true => route.stream_idle,
+                    false => up.response_header_timeout,
+                };
                 let mut deadline = Instant::now() + phase_timeout(head_wait, total_deadline);
                 if let Some(call) = call_deadline {
                     deadline = deadline.min(call);
@@ -338,8 +342,6 @@ pub(crate) async fn forward<D: Downstream>(
                             {
                                 Error::new(ErrorKind::CallDeadline)
                             }
-                            // The route's stream wait, not the server's failure.
-                            ErrorKind::ResponseTimeout if grpc => Error::new(ErrorKind::StreamIdle),
                             _ => e,
                         });
                     }
@@ -358,7 +360,7 @@ pub(crate) async fn forward<D: Downstream>(
                     up.record_outcome(server, outcome, crate::proxy::upstream::now_ms());
                 }
                 let again = retry(replayable && up.retry.on_status.contains(&resp.status));
-                if target.trace.is_some() {
+                if target.traced {
                     super::trace_spans::try_answered(ctx, resp.status, again);
                 }
                 if again {
@@ -380,13 +382,13 @@ pub(crate) async fn forward<D: Downstream>(
                     && interims <= 1
                     && conn.buf.is_empty() =>
             {
-                if target.trace.is_some() {
+                if target.traced {
                     super::trace_spans::try_failed(ctx, &e);
                 }
                 fresh_only = Some(server);
             }
             Err(e) => {
-                if target.trace.is_some() {
+                if target.traced {
                     super::trace_spans::try_failed(ctx, &e);
                 }
                 if !matches!(e.kind, ErrorKind::CallDeadline | ErrorKind::StreamIdle) {
@@ -412,7 +414,7 @@ pub(crate) async fn forward<D: Downstream>(
         // A body bad from its first chunk-size line is a 502, not a relayed head and a cut.
         if let Err(e) = weir_http::body::check_first_chunk(&upstream_conn.buf) {
             let e = Error::with(ErrorKind::BadResponse, format!("bad response body: {e}"));
-            if target.trace.is_some() {
+            if target.traced {
                 super::trace_spans::try_failed(ctx, &e);
             }
             record_failure(up, server, &e);
@@ -440,16 +442,29 @@ pub(crate) async fn forward<D: Downstream>(
     }
     let filters = steer.respond.unwrap_or(&route.filters);
     persistence = send_upstream_head(d, ctx, resp, filters, &mut *hooks, persistence);
-    let reusable = relay_body(
+    let relayed = relay_body(
         d,
         ctx,
         &mut upstream_conn,
         resp,
         (up, server, target.head),
-        (total_deadline, call_deadline, idle_wait),
+        (
+            total_deadline,
+            call_deadline,
+            streams.then_some(route.stream_idle),
+        ),
         (&mut pump, grpc, &mut *hooks),
     )
-    .await?;
+    .await;
+    let reusable = match relayed {
+        Ok(reusable) => reusable,
+        Err(e) => {
+            if target.traced {
+                super::trace_spans::try_failed(ctx, &e);
+            }
+            return Err(e);
+        }
+    };
     if reusable {
         // A body sent anyway after one that must have none is the likely desync: asked for.
         let bodiless = target.head.method == Method::Head || matches!(resp.status, 204 | 304);
@@ -462,19 +477,6 @@ pub(crate) async fn forward<D: Downstream>(
     }
     hooks.on_end(resp);
     Ok(persistence)
-}
-
-/// The upstream's trace context lines for `head` (see `trace/`). Boxed: a pointer in every
-/// proxied request's future (inline, the lines grew it by 144 bytes with tracing off).
-#[cold]
-fn trace_lines(
-    ctx: &mut RequestCtx,
-    head: &RequestHead,
-    peer: std::net::IpAddr,
-) -> Option<Box<std::cell::RefCell<crate::trace::context::Lines>>> {
-    Some(Box::new(std::cell::RefCell::new(
-        ctx.trace(head, peer)?.upstream_lines(head),
-    )))
 }
 
 /// Notes which upstream server answered, and when its head came (logs, metrics, filters).
@@ -605,10 +607,10 @@ async fn relay_body<D: Downstream>(
     conn: &mut UpstreamConn,
     resp: &ResponseHead,
     (up, server, head): (&Upstream, usize, &RequestHead),
-    (total_deadline, call_deadline, idle_wait): (
+    (total_deadline, call_deadline, stream_idle): (
         Option<Instant>,
         Option<Instant>,
-        std::time::Duration,
+        Option<std::time::Duration>,
     ),
     (pump, grpc, hooks): (
         &mut Option<Box<super::duplex::Pump<'_>>>,
@@ -644,12 +646,16 @@ async fn relay_body<D: Downstream>(
             }
             weir_http::BodyEvent::NeedMore => {
                 d.flush().await?;
-                let deadline =
-                    Instant::now() + phase_timeout(idle_wait, call_deadline.or(total_deadline));
+                let deadline = Instant::now()
+                    + phase_timeout(
+                        stream_idle.unwrap_or(up.idle_read_timeout),
+                        call_deadline.or(total_deadline),
+                    );
                 let read = match super::duplex::is_open(pump) {
                     true => {
                         let received = &mut ctx.bytes_received;
-                        let timing = (idle_wait, call_deadline.or(total_deadline));
+                        let idle = stream_idle.unwrap_or(up.idle_read_timeout);
+                        let timing = (idle, call_deadline.or(total_deadline));
                         Box::pin(super::duplex::read_by(d, conn, pump, timing, received)).await?
                     }
                     false => conn.read_by(deadline).await,
@@ -666,14 +672,11 @@ async fn relay_body<D: Downstream>(
                             "the call's grpc-timeout passed mid-response",
                         ));
                     }
-                    // A gRPC stream quiet for the route's `stream_idle`: its limit, not the
-                    // server's failure either.
-                    Err(_) if grpc => {
+                    // A gRPC stream quiet for the route's `stream_idle` once answering: its
+                    // limit, not the server's failure either.
+                    Err(_) if stream_idle.is_some() => {
                         ctx.extra.get_or_insert_with(Default::default).client_ended = true;
-                        return Err(Error::with(
-                            ErrorKind::UpstreamAborted,
-                            "the gRPC stream was quiet for the route's stream_idle",
-                        ));
+                        return Err(Error::new(ErrorKind::StreamIdle));
                     }
                     Err(_) => return Err(aborted(ctx, "idle timeout mid-body")),
                 };

@@ -24,6 +24,14 @@ pub(super) enum Sent {
     Upstream(std::io::Error),
 }
 
+/// What a send counts and reads from the request's context: the body bytes received, the
+/// filters' tee, and the trace context (its parent for this try).
+pub(super) type Counted<'a> = (
+    &'a mut u64,
+    Option<&'a mut crate::filters::Run>,
+    Option<&'a super::trace_spans::Traced>,
+);
+
 /// Writes the request head and streams the body to the upstream, in the connection's own
 /// write buffer (reused from one request to the next).
 pub(super) async fn send_request<D: Downstream>(
@@ -32,7 +40,7 @@ pub(super) async fn send_request<D: Downstream>(
     (target, head_only): (&Target<'_>, bool),
     server: usize,
     shape: RequestShape<'_>,
-    counted: (&mut u64, Option<&mut crate::filters::Run>),
+    counted: Counted<'_>,
 ) -> Result<Sent, Error> {
     let mut req = std::mem::take(&mut conn.out);
     req.clear();
@@ -59,21 +67,19 @@ async fn write_request<D: Downstream>(
     (target, head_only): (&Target<'_>, bool),
     server: usize,
     shape: RequestShape<'_>,
-    (received, mut tee): (&mut u64, Option<&mut crate::filters::Run>),
+    (received, mut tee, traced): Counted<'_>,
 ) -> Result<Sent, Error> {
     let head = target.head;
     let filters = &target.route.filters;
-    let trace = target.trace.as_deref().map(|l| l.borrow());
     build_request(
         req,
         head,
         target.route,
         target.up,
         server,
-        (&target.client, trace.as_deref().map(|l| &l[..])),
+        (&target.client, traced.map(|t| (&t.ctx, &t.upstream_parent))),
         shape,
     );
-    drop(trace);
     // `head_only`: the body follows while the answer is read (`duplex.rs`).
     if head.body == BodyKind::Empty || head_only {
         if let Some(run) = tee.as_deref_mut() {
@@ -142,7 +148,7 @@ pub(super) fn put_body_end<D: Downstream>(
                 .eq_ignore_ascii_case(crate::cluster::PEER_HEADER.as_bytes())
             && memchr::memchr(b'_', &h.name).is_none()
             // With `tracing`, the trace context is weir's, in the head (review of issue 55).
-            && (target.trace.is_none() || !crate::trace::context::is_trace_field(&h.name))
+            && (!target.traced || !crate::trace::context::is_trace_field(&h.name))
     });
     if trailers.is_empty() {
         put_last_chunk(req);

@@ -7,16 +7,34 @@
 //! and its caller asks one question first (`target.trace` is set, or `tracing` has an
 //! exporter), so requests without tracing pay a comparison.
 
-use std::cell::RefCell;
-
 use weir_http::{Persistence, RequestHead};
 
 use super::downstream::Downstream;
 use super::RequestCtx;
 use crate::clock::Mono;
 use crate::error::Error;
-use crate::trace::context::Lines;
-use crate::trace::span::{Attempt, Record};
+use crate::trace::context::TraceContext;
+use crate::trace::span::{Attempt, Fields, Record, Text};
+
+/// A request's trace context and tries (`RequestCtx::traced`).
+#[derive(Debug)]
+pub(crate) struct Traced {
+    pub ctx: TraceContext,
+    /// The parent the upstream is told of: weir's span, or the try's client span when
+    /// spans are exported.
+    pub upstream_parent: [u8; 8],
+    tries: smallvec::SmallVec<[Try; 2]>,
+}
+
+impl Traced {
+    pub fn new(ctx: TraceContext) -> Box<Traced> {
+        Box::new(Traced {
+            upstream_parent: ctx.span_id,
+            ctx,
+            tries: smallvec::SmallVec::new(),
+        })
+    }
+}
 
 /// One upstream try, as the worker sees it (names resolved at export).
 #[derive(Debug)]
@@ -37,29 +55,21 @@ fn recording(ctx: &RequestCtx) -> bool {
         .tracing
         .as_ref()
         .is_some_and(|t| t.export.is_some())
-        && ctx
-            .extra
-            .as_ref()
-            .and_then(|e| e.trace)
-            .is_some_and(|t| t.sampled)
+        && ctx.traced.as_ref().is_some_and(|t| t.ctx.sampled)
 }
 
 /// A try of `server` begins: its client span, made the parent in the try's `lines`.
 #[cold]
-pub(super) fn try_begins(
-    ctx: &mut RequestCtx,
-    lines: Option<&RefCell<Lines>>,
-    (upstream, server): (usize, usize),
-) {
+pub(super) fn try_begins(ctx: &mut RequestCtx, (upstream, server): (usize, usize)) {
     if !recording(ctx) {
         return;
     }
+    let Some(traced) = ctx.traced.as_mut() else {
+        return;
+    };
     let span_id = crate::trace::context::new_span_id();
-    if let Some(lines) = lines {
-        crate::trace::context::set_parent(&mut lines.borrow_mut(), span_id);
-    }
-    let extra = ctx.extra.get_or_insert_with(Default::default);
-    extra.tries.push(Try {
+    traced.upstream_parent = span_id;
+    traced.tries.push(Try {
         span_id,
         upstream: upstream as u32,
         server: server as u32,
@@ -92,9 +102,9 @@ pub(super) fn try_answered(ctx: &mut RequestCtx, status: u16, ended: bool) {
 }
 
 fn current(ctx: &mut RequestCtx) -> Option<&mut Try> {
-    ctx.extra
+    ctx.traced
         .as_mut()
-        .and_then(|e| e.tries.last_mut())
+        .and_then(|t| t.tries.last_mut())
         .filter(|t| t.end.is_none())
 }
 
@@ -107,10 +117,6 @@ pub(super) fn export<D: Downstream>(
     result: &Result<Persistence, Error>,
     now: Mono,
 ) {
-    let rt = ctx.rt.clone();
-    let Some(exporter) = rt.cfg.tracing.as_ref().and_then(|t| t.export.as_ref()) else {
-        return;
-    };
     let peer = d.peer();
     // Made now if nothing proxied asked for it (a cached or fixed answer is traced too).
     let Some(trace) = ctx.trace(head, peer.ip()) else {
@@ -119,37 +125,18 @@ pub(super) fn export<D: Downstream>(
     if !trace.sampled {
         return;
     }
+    let rt = ctx.rt.clone();
+    let Some(exporter) = rt.cfg.tracing.as_ref().and_then(|t| t.export.as_deref()) else {
+        return;
+    };
     let wall = |at: Mono| crate::access_log::since_epoch_at(at).as_nanos() as u64;
     let end = wall(now);
     let start = ctx.started.map_or(end, wall);
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let tries = ctx
-        .extra
+        .traced
         .as_mut()
-        .map(|e| std::mem::take(&mut e.tries))
+        .map(|t| std::mem::take(&mut t.tries))
         .unwrap_or_default();
-    let names = |u: u32, s: u32| {
-        let up = &rt.cfg.upstreams[u as usize];
-        (up.name.clone(), up.servers[s as usize].name.clone())
-    };
-    let attempts: Vec<Attempt> = tries
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            let (upstream, server) = names(t.upstream, t.server);
-            Attempt {
-                span_id: t.span_id,
-                start: wall(t.start),
-                end: t.end.map_or(0, wall),
-                upstream,
-                server,
-                addr: rt.cfg.upstreams[t.upstream as usize].servers[t.server as usize].log_addr(),
-                status: t.status,
-                error: t.error,
-                resend: i as u32,
-            }
-        })
-        .collect();
     // Why the request failed: the connection's error, else the last try's (weir answered
     // a 502/504 for it).
     let error = match result {
@@ -157,33 +144,65 @@ pub(super) fn export<D: Downstream>(
         Ok(_) if ctx.status >= 500 => tries.last().and_then(|t| t.error),
         Ok(_) => None,
     };
-    let record = Record {
-        trace,
-        trace_state: trace
-            .continued
-            .then(|| head.header("tracestate").map(text))
-            .flatten(),
-        start,
-        end,
-        method: static_method(&head.method),
-        path: text(head.path()),
-        query: head.query().map(text),
-        host: head.host().map(text),
-        scheme: if d.tls().is_some() { "https" } else { "http" },
-        protocol: d.via_version(),
-        client: peer,
-        user_agent: head.header("user-agent").map(text),
-        status: ctx.status,
-        route: ctx
-            .route
-            .and_then(|r| rt.cfg.listeners[ctx.listener].routes.get(r as usize))
-            .map(|r| r.name.clone()),
-        cache: ctx.cache.as_str(),
-        upstream: ctx.upstream.map(|(u, s)| names(u, s)),
-        grpc_status: ctx.extra.as_ref().and_then(|e| e.grpc_status),
-        error,
-        attempts,
-    };
+    let attempts = tries
+        .iter()
+        .map(|t| Attempt {
+            span_id: t.span_id,
+            start: wall(t.start),
+            end: t.end.map_or(0, wall),
+            upstream: t.upstream,
+            server: t.server,
+            addr: rt.cfg.upstreams[t.upstream as usize].servers[t.server as usize].log_addr(),
+            status: t.status,
+            error: t.error,
+        })
+        .collect();
+    // As the upstream was sent it.
+    let state = trace.client_state(head);
+    let (path, query, host, ua) = (
+        head.path(),
+        head.query(),
+        head.host(),
+        head.header("user-agent"),
+    );
+    let room = path.len()
+        + query.map_or(0, <[u8]>::len)
+        + host.map_or(0, <[u8]>::len)
+        + ua.map_or(0, <[u8]>::len)
+        + state.as_ref().map_or(0, |s| s.len());
+    let mut record = Record::new(
+        Fields {
+            names: exporter.names(&rt.cfg),
+            trace,
+            start,
+            end,
+            method: static_method(&head.method),
+            scheme: if d.tls().is_some() { "https" } else { "http" },
+            protocol: d.via_version(),
+            client: peer,
+            status: ctx.status,
+            listener: ctx.listener as u32,
+            route: ctx.route,
+            cache: ctx.cache.as_str(),
+            upstream: ctx.upstream,
+            grpc_status: ctx.extra.as_ref().and_then(|e| e.grpc_status),
+            error,
+            attempts,
+        },
+        room,
+    );
+    // In `Text`'s order.
+    record.set_text(Text::Path, path);
+    for (which, v) in [
+        (Text::Query, query),
+        (Text::Host, host),
+        (Text::UserAgent, ua),
+        (Text::TraceState, state.as_deref()),
+    ] {
+        if let Some(v) = v {
+            record.set_text(which, v);
+        }
+    }
     exporter.push(record);
 }
 

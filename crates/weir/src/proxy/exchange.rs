@@ -255,7 +255,10 @@ pub fn build_request(
     route: &ProxyRoute,
     up: &Upstream,
     server: usize,
-    (client, trace): (&Client, Option<&[u8]>),
+    (client, trace): (
+        &Client,
+        Option<(&crate::trace::context::TraceContext, &[u8; 8])>,
+    ),
     shape: RequestShape<'_>,
 ) {
     req.put_slice(head.method.as_str().as_bytes());
@@ -308,8 +311,8 @@ pub fn build_request(
     }
     // With `tracing`: weir's `traceparent` (and the client's `tracestate`), in place of the
     // client's.
-    if let Some(lines) = trace {
-        req.put_slice(lines);
+    if let Some((t, parent)) = trace {
+        t.put_upstream_lines(parent, head, req);
     }
     match head.body {
         BodyKind::Length(n) => {

@@ -1,7 +1,8 @@
 //! Span export, off the workers (issue 55 §4): a worker hands a sampled request's spans
 //! (`span.rs`) to a bounded queue with `try_send` and goes on; one exporter thread (its own
-//! current-thread runtime) gathers them into batches of `batch` requests or `interval`, turns
-//! them into OTLP (`otlp.rs`) and sends them (`transport.rs`).
+//! current-thread runtime) wakes every `interval`, or when a worker has queued a whole
+//! `batch` since it last took one (one wake-up per batch, not per span), takes batches of
+//! `batch` requests, encodes them into OTLP (`otlp.rs`) and sends them (`transport.rs`).
 //!
 //! A slow or dead collector costs spans, never requests: a full queue drops the new spans, a
 //! failed export drops its batch, and after a failure the thread waits `interval` before
@@ -10,20 +11,22 @@
 //! (`queue_full`, `export_failed`, `rejected` by the collector). Failures are logged, at most
 //! a few lines a second.
 //!
-//! The thread starts with the first span (a config that is only checked starts nothing) and
-//! ends when its config is replaced and the last worker lets go of it (the queue's senders are
-//! gone), sending what it holds first.
+//! The queue and the thread start with the first span (a config that is only checked
+//! allocates and starts nothing). When the config is replaced and the last worker lets go of
+//! it, the thread sends what it holds and ends; if an export fails then (a collector down
+//! during a reload), the rest is dropped and counted at once, so that reloads during an outage
+//! do not pile up threads and queues.
 //!
 //! Cost on a worker per sampled request: building the record (a few small string copies) and
 //! one `try_send` (`bench/ab_weir.sh`'s `trace-100%` row); the encoding and the system calls
 //! are the exporter thread's.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-use super::span::Record;
+use super::span::{Names, Record};
 use super::transport::{Destination, Transport};
 use crate::config::{model, CompileError};
 
@@ -40,22 +43,48 @@ pub static REJECTED: AtomicU64 = AtomicU64::new(0);
 /// every batch: rate-limited all the same.
 static FAILURE_LOG: crate::logs::Limited = crate::logs::Limited::new();
 
-/// The compiled `tracing.otlp`: the queue's sending end and the thread's settings.
+/// The most requests' spans a queue holds (a slot is ~400 bytes: 26 MB).
+const MAX_QUEUE: usize = 65_536;
+/// The most requests' spans in one export.
+const MAX_BATCH: usize = 8_192;
+
+/// The compiled `tracing.otlp`: the queue, the thread and their settings.
 #[derive(Debug)]
 pub struct Exporter {
-    tx: SyncSender<Record>,
-    /// The receiving end until the thread takes it.
-    rx: Mutex<Option<Receiver<Record>>>,
-    started: OnceLock<()>,
+    /// The queue's sending end and the thread, made with the first span (`None`: the
+    /// thread could not start).
+    live: OnceLock<Option<Live>>,
+    /// The config's names, taken with the first span.
+    names: OnceLock<Arc<Names>>,
+    /// Records queued and not yet taken: a worker that makes it `batch` wakes the thread.
+    pending: Arc<AtomicUsize>,
+    /// Set when the config is let go of: the thread drops what it cannot send at once.
+    retired: Arc<AtomicBool>,
     settings: Arc<Settings>,
+}
+
+#[derive(Debug)]
+struct Live {
+    tx: SyncSender<Record>,
+    thread: std::thread::Thread,
 }
 
 #[derive(Debug)]
 struct Settings {
     dest: Destination,
     service: String,
+    queue: usize,
     batch: usize,
     interval: Duration,
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        self.retired.store(true, Relaxed);
+        if let Some(Some(live)) = self.live.get() {
+            live.thread.unpark();
+        }
+    }
 }
 
 impl Exporter {
@@ -120,8 +149,17 @@ impl Exporter {
             })?;
             headers.push((n, v));
         }
-        if c.queue == 0 || c.batch == 0 {
-            return Err((key("queue"), "queue and batch are at least 1".into()));
+        if !(1..=MAX_QUEUE).contains(&c.queue) {
+            return Err((
+                key("queue"),
+                format!("from 1 to {MAX_QUEUE} requests' spans"),
+            ));
+        }
+        if !(1..=MAX_BATCH.min(c.queue)).contains(&c.batch) {
+            return Err((
+                key("batch"),
+                format!("from 1 to {MAX_BATCH}, and at most `queue`"),
+            ));
         }
         if c.interval.0.is_zero() || c.timeout.0.is_zero() {
             return Err((
@@ -129,11 +167,11 @@ impl Exporter {
                 "interval and timeout are longer than 0".into(),
             ));
         }
-        let (tx, rx) = std::sync::mpsc::sync_channel(c.queue);
         Ok(Some(Exporter {
-            tx,
-            rx: Mutex::new(Some(rx)),
-            started: OnceLock::new(),
+            live: OnceLock::new(),
+            names: OnceLock::new(),
+            pending: Arc::default(),
+            retired: Arc::default(),
             settings: Arc::new(Settings {
                 dest: Destination {
                     url,
@@ -142,39 +180,62 @@ impl Exporter {
                     timeout: c.timeout.0,
                 },
                 service: c.service_name.clone(),
+                queue: c.queue,
                 batch: c.batch,
                 interval: c.interval.0,
             }),
         }))
     }
 
+    /// The names of `cfg` (the config this exporter was compiled with), for records.
+    pub fn names(&self, cfg: &crate::runtime::RuntimeConfig) -> Arc<Names> {
+        self.names.get_or_init(|| Arc::new(Names::of(cfg))).clone()
+    }
+
     /// Queues a request's spans, or drops them when the queue is full.
     pub fn push(&self, record: Record) {
-        self.started.get_or_init(|| self.start());
-        match self.tx.try_send(record) {
-            Ok(()) => {}
+        let Some(live) = self.live.get_or_init(|| self.start()) else {
+            DROPPED_QUEUE.fetch_add(record.spans(), Relaxed);
+            return;
+        };
+        // Counted before it is queued: the thread may take it at once.
+        let before = self.pending.fetch_add(1, Relaxed);
+        match live.tx.try_send(record) {
+            Ok(()) => {
+                if before + 1 == self.settings.batch {
+                    live.thread.unpark();
+                }
+            }
             Err(TrySendError::Full(r) | TrySendError::Disconnected(r)) => {
+                self.pending.fetch_sub(1, Relaxed);
                 DROPPED_QUEUE.fetch_add(r.spans(), Relaxed);
             }
         }
     }
 
-    fn start(&self) {
-        let Some(rx) = crate::metrics::lock(&self.rx).take() else {
-            return;
-        };
+    fn start(&self) -> Option<Live> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(self.settings.queue);
         let settings = self.settings.clone();
+        let pending = self.pending.clone();
+        let retired = self.retired.clone();
         let spawned = std::thread::Builder::new()
             .name("weir-otlp".into())
-            .spawn(move || run(rx, &settings));
-        if let Err(e) = spawned {
-            tracing::error!(error = %e, "tracing: the exporter thread did not start; spans are dropped");
+            .spawn(move || run(rx, &settings, &pending, &retired));
+        match spawned {
+            Ok(handle) => Some(Live {
+                tx,
+                thread: handle.thread().clone(),
+            }),
+            Err(e) => {
+                tracing::error!(error = %e, "tracing: the exporter thread did not start; spans are dropped");
+                None
+            }
         }
     }
 }
 
 /// The exporter thread: batches until the queue's senders are all gone.
-fn run(rx: Receiver<Record>, s: &Settings) {
+fn run(rx: Receiver<Record>, s: &Settings, pending: &AtomicUsize, retired: &AtomicBool) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -192,47 +253,79 @@ fn run(rx: Receiver<Record>, s: &Settings) {
             return;
         }
     };
+    let mut encoder = super::otlp::Encoder::default();
     let mut batch = Vec::with_capacity(s.batch);
+    let mut out = Vec::new();
     loop {
-        // A batch starts with its first span and waits at most `interval` for more.
-        match rx.recv() {
-            Ok(r) => batch.push(r),
-            Err(_) => return,
-        }
-        let until = Instant::now() + s.interval;
-        let mut closed = false;
-        while batch.len() < s.batch {
-            match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
-                Ok(r) => batch.push(r),
-                Err(RecvTimeoutError::Timeout) => break,
-                Err(RecvTimeoutError::Disconnected) => {
-                    closed = true;
-                    break;
+        // Woken early by a worker that queued a whole batch.
+        std::thread::park_timeout(s.interval);
+        loop {
+            let mut closed = false;
+            while batch.len() < s.batch {
+                match rx.try_recv() {
+                    Ok(r) => batch.push(r),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        closed = true;
+                        break;
+                    }
                 }
             }
-        }
-        let spans: u64 = batch.iter().map(Record::spans).sum();
-        let req = super::otlp::request(&batch, &s.service);
-        batch.clear();
-        match rt.block_on(transport.send(&s.dest, req)) {
-            Ok(rejected) => {
-                let rejected = rejected.clamp(0, spans as i64) as u64;
-                EXPORTED.fetch_add(spans - rejected, Relaxed);
-                REJECTED.fetch_add(rejected, Relaxed);
-            }
-            Err(e) => {
-                DROPPED_EXPORT.fetch_add(spans, Relaxed);
-                if let Some(suppressed) = FAILURE_LOG.admit() {
-                    tracing::warn!(endpoint = %s.dest.url, error = %e, spans, suppressed, "tracing: an OTLP export failed; its spans are dropped");
+            let full = batch.len() == s.batch;
+            if !batch.is_empty() {
+                pending.fetch_sub(batch.len(), Relaxed);
+                let spans: u64 = batch.iter().map(Record::spans).sum();
+                encoder.encode(&batch, &s.service, &mut out);
+                // The records (and the configs they hold) go before the send waits.
+                batch.clear();
+                let body = bytes::Bytes::copy_from_slice(&out);
+                let retiring = retired.load(Relaxed);
+                if !export(&rt, &mut transport, s, body, spans, retiring) && retiring {
+                    // The config is gone and the collector with it: what is left is dropped.
+                    let mut left = 0;
+                    while let Ok(r) = rx.try_recv() {
+                        left += r.spans();
+                    }
+                    DROPPED_EXPORT.fetch_add(left, Relaxed);
+                    return;
                 }
-                if !closed {
-                    // Not a tight loop against a dead collector.
-                    std::thread::sleep(s.interval);
-                }
+            }
+            if closed {
+                return;
+            }
+            if !full {
+                break;
             }
         }
-        if closed {
-            return;
+    }
+}
+
+/// Sends one batch; counts it either way. Whether it went.
+fn export(
+    rt: &tokio::runtime::Runtime,
+    transport: &mut Transport,
+    s: &Settings,
+    body: bytes::Bytes,
+    spans: u64,
+    closing: bool,
+) -> bool {
+    match rt.block_on(transport.send(&s.dest, body)) {
+        Ok(rejected) => {
+            let rejected = rejected.clamp(0, spans as i64) as u64;
+            EXPORTED.fetch_add(spans - rejected, Relaxed);
+            REJECTED.fetch_add(rejected, Relaxed);
+            true
+        }
+        Err(e) => {
+            DROPPED_EXPORT.fetch_add(spans, Relaxed);
+            if let Some(suppressed) = FAILURE_LOG.admit() {
+                tracing::warn!(endpoint = %s.dest.url, error = %e, spans, suppressed, "tracing: an OTLP export failed; its spans are dropped");
+            }
+            if !closing {
+                // Not a tight loop against a dead collector.
+                std::thread::sleep(s.interval);
+            }
+            false
         }
     }
 }

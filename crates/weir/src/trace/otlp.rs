@@ -1,23 +1,24 @@
 //! OTLP's trace messages (`opentelemetry/proto/collector/trace/v1/trace_service.proto` and the
-//! `trace`, `common` and `resource` protos it imports, v1.x), declared with `prost`'s derive,
-//! field numbers copied from the protos, only the fields weir sets (a collector skips absent
-//! ones). As `cluster/etcd_rpc.rs` does for etcd, and for the same reason: the
-//! `opentelemetry-proto` crate's messages would do, but the SDK around them
-//! (`opentelemetry_sdk`, `opentelemetry-otlp`) makes a span object per request behind an
-//! `Arc` and a mutex-guarded batch processor on the worker, which is the cost this exporter
-//! keeps off the workers (see `export.rs`); the messages themselves are 90 lines here.
+//! `trace`, `common` and `resource` protos it imports, v1.x), field numbers copied from the
+//! protos, only the fields weir sets (a collector skips absent ones).
 //!
-//! [`request`] turns records (`span.rs`) into one `ExportTraceServiceRequest`, with the
-//! attributes of OpenTelemetry's HTTP semantic conventions (stable, v1.23+) plus weir's own:
-//! `weir.route`, `weir.cache_status`, `weir.upstream`, `weir.upstream.server`.
+//! [`encode`] writes one `ExportTraceServiceRequest` straight into a buffer: every nested
+//! length is known before its bytes (an attribute's from its key and value), save a span's,
+//! written into a scratch buffer first, so a batch costs no allocation once the buffers have
+//! grown. Written by hand because it is the exporter's whole cost: the first version built
+//! `prost` messages (a `String` per key and value, `encoded_len` recomputed at each level) and
+//! cost 4.05× a proxied request's instructions at 100% sampling (`bench/ab_weir.sh`,
+//! 2026-11-29). The `prost` declarations below are the check: the tests decode what
+//! [`encode`] wrote with them, and the answer (`ExportTraceServiceResponse`) is read with them.
+//! The SDK crates (`opentelemetry_sdk`, `opentelemetry-otlp`) would add a span object per
+//! request behind an `Arc` and a batch processor's mutex on the workers.
+//!
+//! Attributes are those of OpenTelemetry's HTTP semantic conventions (stable, v1.23+) plus
+//! weir's own: `weir.route`, `weir.cache_status`, `weir.upstream`, `weir.upstream.server`.
 
-use super::span::{Attempt, Record};
+use std::io::Write;
 
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct ExportTraceServiceRequest {
-    #[prost(message, repeated, tag = "1")]
-    pub resource_spans: Vec<ResourceSpans>,
-}
+use super::span::{Attempt, Record, Text};
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ExportTraceServiceResponse {
@@ -33,340 +34,539 @@ pub struct ExportTracePartialSuccess {
     pub error_message: String,
 }
 
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct ResourceSpans {
-    #[prost(message, optional, tag = "1")]
-    pub resource: Option<Resource>,
-    #[prost(message, repeated, tag = "2")]
-    pub scope_spans: Vec<ScopeSpans>,
+/// The request's messages, as a collector decodes them: the tests' check on [`Encoder`].
+#[cfg(test)]
+pub mod messages {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ExportTraceServiceRequest {
+        #[prost(message, repeated, tag = "1")]
+        pub resource_spans: Vec<ResourceSpans>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ResourceSpans {
+        #[prost(message, optional, tag = "1")]
+        pub resource: Option<Resource>,
+        #[prost(message, repeated, tag = "2")]
+        pub scope_spans: Vec<ScopeSpans>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Resource {
+        #[prost(message, repeated, tag = "1")]
+        pub attributes: Vec<KeyValue>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ScopeSpans {
+        #[prost(message, optional, tag = "1")]
+        pub scope: Option<InstrumentationScope>,
+        #[prost(message, repeated, tag = "2")]
+        pub spans: Vec<Span>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct InstrumentationScope {
+        #[prost(string, tag = "1")]
+        pub name: String,
+        #[prost(string, tag = "2")]
+        pub version: String,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Span {
+        #[prost(bytes = "vec", tag = "1")]
+        pub trace_id: Vec<u8>,
+        #[prost(bytes = "vec", tag = "2")]
+        pub span_id: Vec<u8>,
+        #[prost(string, tag = "3")]
+        pub trace_state: String,
+        #[prost(bytes = "vec", tag = "4")]
+        pub parent_span_id: Vec<u8>,
+        #[prost(string, tag = "5")]
+        pub name: String,
+        /// `SpanKind`: 2 server, 3 client.
+        #[prost(int32, tag = "6")]
+        pub kind: i32,
+        #[prost(fixed64, tag = "7")]
+        pub start_time_unix_nano: u64,
+        #[prost(fixed64, tag = "8")]
+        pub end_time_unix_nano: u64,
+        #[prost(message, repeated, tag = "9")]
+        pub attributes: Vec<KeyValue>,
+        #[prost(message, optional, tag = "15")]
+        pub status: Option<Status>,
+        /// The W3C trace flags in bits 0–7; bit 8: whether bit 9 says if the parent is remote.
+        #[prost(fixed32, tag = "16")]
+        pub flags: u32,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Status {
+        #[prost(string, tag = "2")]
+        pub message: String,
+        /// `StatusCode`: 0 unset, 1 ok, 2 error.
+        #[prost(int32, tag = "3")]
+        pub code: i32,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct KeyValue {
+        #[prost(string, tag = "1")]
+        pub key: String,
+        #[prost(message, optional, tag = "2")]
+        pub value: Option<AnyValue>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct AnyValue {
+        #[prost(oneof = "Value", tags = "1, 3")]
+        pub value: Option<Value>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub enum Value {
+        #[prost(string, tag = "1")]
+        String(String),
+        #[prost(int64, tag = "3")]
+        Int(i64),
+    }
 }
 
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct Resource {
-    #[prost(message, repeated, tag = "1")]
-    pub attributes: Vec<KeyValue>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct ScopeSpans {
-    #[prost(message, optional, tag = "1")]
-    pub scope: Option<InstrumentationScope>,
-    #[prost(message, repeated, tag = "2")]
-    pub spans: Vec<Span>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct InstrumentationScope {
-    #[prost(string, tag = "1")]
-    pub name: String,
-    #[prost(string, tag = "2")]
-    pub version: String,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct Span {
-    #[prost(bytes = "vec", tag = "1")]
-    pub trace_id: Vec<u8>,
-    #[prost(bytes = "vec", tag = "2")]
-    pub span_id: Vec<u8>,
-    #[prost(string, tag = "3")]
-    pub trace_state: String,
-    #[prost(bytes = "vec", tag = "4")]
-    pub parent_span_id: Vec<u8>,
-    #[prost(string, tag = "5")]
-    pub name: String,
-    /// `SpanKind`: 2 server, 3 client.
-    #[prost(int32, tag = "6")]
-    pub kind: i32,
-    #[prost(fixed64, tag = "7")]
-    pub start_time_unix_nano: u64,
-    #[prost(fixed64, tag = "8")]
-    pub end_time_unix_nano: u64,
-    #[prost(message, repeated, tag = "9")]
-    pub attributes: Vec<KeyValue>,
-    #[prost(message, optional, tag = "15")]
-    pub status: Option<Status>,
-    /// The W3C trace flags in bits 0–7; bit 8: whether bit 9 says if the parent is remote.
-    #[prost(fixed32, tag = "16")]
-    pub flags: u32,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct Status {
-    #[prost(string, tag = "2")]
-    pub message: String,
-    /// `StatusCode`: 0 unset, 1 ok, 2 error.
-    #[prost(int32, tag = "3")]
-    pub code: i32,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct KeyValue {
-    #[prost(string, tag = "1")]
-    pub key: String,
-    #[prost(message, optional, tag = "2")]
-    pub value: Option<AnyValue>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct AnyValue {
-    #[prost(oneof = "Value", tags = "1, 3")]
-    pub value: Option<Value>,
-}
-
-#[derive(Clone, PartialEq, prost::Oneof)]
-pub enum Value {
-    #[prost(string, tag = "1")]
-    String(String),
-    #[prost(int64, tag = "3")]
-    Int(i64),
-}
-
-const SERVER: i32 = 2;
-const CLIENT: i32 = 3;
-const STATUS_ERROR: i32 = 2;
+const SERVER: u64 = 2;
+const CLIENT: u64 = 3;
+const STATUS_ERROR: u64 = 2;
 /// `SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK` and `SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK`.
 const HAS_IS_REMOTE: u32 = 0x100;
 const IS_REMOTE: u32 = 0x200;
 
-/// The export of `records` for `service` (`service.name`).
-pub fn request(records: &[Record], service: &str) -> ExportTraceServiceRequest {
-    let mut spans = Vec::with_capacity(records.iter().map(|r| r.spans() as usize).sum());
-    for r in records {
-        spans.push(server_span(r));
-        spans.extend(r.attempts.iter().map(|a| client_span(r, a)));
-    }
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(Resource {
-                attributes: vec![
-                    text("service.name", service),
-                    text("service.version", env!("CARGO_PKG_VERSION")),
-                    text("telemetry.sdk.name", "weir"),
-                ],
-            }),
-            scope_spans: vec![ScopeSpans {
-                scope: Some(InstrumentationScope {
-                    name: "weir".into(),
-                    version: env!("CARGO_PKG_VERSION").into(),
-                }),
-                spans,
-            }],
-        }],
+/// Wire types.
+const VARINT: u64 = 0;
+const FIXED64: u64 = 1;
+const LEN: u64 = 2;
+const FIXED32: u64 = 5;
+
+/// Buffers an exporter keeps from batch to batch.
+#[derive(Debug, Default)]
+pub struct Encoder {
+    spans: Vec<u8>,
+    span: Vec<u8>,
+    number: Vec<u8>,
+}
+
+impl Encoder {
+    /// The export of `records` for `service` (`service.name`) into `out` (cleared first).
+    pub fn encode(&mut self, records: &[Record], service: &str, out: &mut Vec<u8>) {
+        self.spans.clear();
+        for r in records {
+            self.span.clear();
+            server_span(&mut self.span, &mut self.number, r);
+            put_bytes(&mut self.spans, 2, &self.span);
+            for a in &r.attempts {
+                self.span.clear();
+                client_span(&mut self.span, &mut self.number, r, a);
+                put_bytes(&mut self.spans, 2, &self.span);
+            }
+        }
+        let version = env!("CARGO_PKG_VERSION");
+        // Resource { attributes = 1 }.
+        let resource_len = field_len(kv_str_len("service.name", service))
+            + field_len(kv_str_len("service.version", version))
+            + field_len(kv_str_len("telemetry.sdk.name", "weir"));
+        // InstrumentationScope { name = 1, version = 2 }.
+        let scope_len = str_len("weir") + str_len(version);
+        // ScopeSpans { scope = 1, spans = 2 }.
+        let scope_spans_len = field_len(scope_len) + self.spans.len();
+        // ResourceSpans { resource = 1, scope_spans = 2 }.
+        let resource_spans_len = field_len(resource_len) + field_len(scope_spans_len);
+        out.clear();
+        out.reserve(field_len(resource_spans_len));
+        put_key(out, 1, LEN);
+        put_varint(out, resource_spans_len as u64);
+        put_key(out, 1, LEN);
+        put_varint(out, resource_len as u64);
+        put_kv_str(out, 1, "service.name", service);
+        put_kv_str(out, 1, "service.version", version);
+        put_kv_str(out, 1, "telemetry.sdk.name", "weir");
+        put_key(out, 2, LEN);
+        put_varint(out, scope_spans_len as u64);
+        put_key(out, 1, LEN);
+        put_varint(out, scope_len as u64);
+        put_bytes(out, 1, b"weir");
+        put_bytes(out, 2, version.as_bytes());
+        out.extend_from_slice(&self.spans);
     }
 }
 
-fn server_span(r: &Record) -> Span {
-    let mut attributes = vec![
-        text("http.request.method", r.method),
-        text("url.path", &r.path),
-        text("url.scheme", r.scheme),
-        text("network.protocol.name", "http"),
-        text("network.protocol.version", r.protocol),
-        text("client.address", &r.client.ip().to_string()),
-        int("client.port", r.client.port().into()),
-        text("weir.cache_status", r.cache),
-    ];
-    if let Some(q) = &r.query {
-        attributes.push(text("url.query", q));
+/// The span's fields common to both kinds, up to its attributes.
+#[allow(clippy::too_many_arguments)]
+fn head(
+    out: &mut Vec<u8>,
+    r: &Record,
+    span_id: &[u8; 8],
+    trace_state: Option<&str>,
+    parent: Option<&[u8; 8]>,
+    name: (&str, Option<&str>),
+    kind: u64,
+    (start, end): (u64, u64),
+) {
+    put_bytes(out, 1, &r.trace.trace_id);
+    put_bytes(out, 2, span_id);
+    if let Some(state) = trace_state {
+        put_bytes(out, 3, state.as_bytes());
     }
-    if let Some(h) = &r.host {
-        attributes.push(text("server.address", h));
+    if let Some(p) = parent {
+        put_bytes(out, 4, p);
     }
-    if let Some(ua) = &r.user_agent {
-        attributes.push(text("user_agent.original", ua));
+    match name {
+        (method, Some(route)) => {
+            put_key(out, 5, LEN);
+            put_varint(out, (method.len() + 1 + route.len()) as u64);
+            out.extend_from_slice(method.as_bytes());
+            out.push(b' ');
+            out.extend_from_slice(route.as_bytes());
+        }
+        (method, None) => put_bytes(out, 5, method.as_bytes()),
+    }
+    put_key(out, 6, VARINT);
+    put_varint(out, kind);
+    put_key(out, 7, FIXED64);
+    out.extend_from_slice(&start.to_le_bytes());
+    put_key(out, 8, FIXED64);
+    out.extend_from_slice(&end.max(start).to_le_bytes());
+}
+
+/// The span's status (an error, with `message`) and flags, after its attributes.
+fn tail(out: &mut Vec<u8>, failed: Option<&str>, flags: u32) {
+    if let Some(message) = failed {
+        // Status { message = 2, code = 3 }.
+        let len = if message.is_empty() {
+            0
+        } else {
+            str_len(message)
+        } + 2;
+        put_key(out, 15, LEN);
+        put_varint(out, len as u64);
+        if !message.is_empty() {
+            put_bytes(out, 2, message.as_bytes());
+        }
+        put_key(out, 3, VARINT);
+        put_varint(out, STATUS_ERROR);
+    }
+    put_key(out, 16, FIXED32);
+    out.extend_from_slice(&flags.to_le_bytes());
+}
+
+fn server_span(out: &mut Vec<u8>, number: &mut Vec<u8>, r: &Record) {
+    let route = r.route_name();
+    let state = r.text(Text::TraceState);
+    head(
+        out,
+        r,
+        &r.trace.span_id,
+        state.as_deref(),
+        r.trace.parent.as_ref(),
+        (r.method, route),
+        SERVER,
+        (r.start, r.end),
+    );
+    put_kv_str(out, 9, "http.request.method", r.method);
+    if let Some(path) = r.text(Text::Path) {
+        put_kv_str(out, 9, "url.path", &path);
+    }
+    if let Some(q) = r.text(Text::Query) {
+        put_kv_str(out, 9, "url.query", &q);
+    }
+    put_kv_str(out, 9, "url.scheme", r.scheme);
+    put_kv_str(out, 9, "network.protocol.name", "http");
+    put_kv_str(out, 9, "network.protocol.version", r.protocol);
+    number.clear();
+    let _ = write!(number, "{}", r.client.ip());
+    put_kv_str(
+        out,
+        9,
+        "client.address",
+        std::str::from_utf8(number).unwrap_or(""),
+    );
+    put_kv_int(out, 9, "client.port", r.client.port().into());
+    put_kv_str(out, 9, "weir.cache_status", r.cache);
+    if let Some(h) = r.text(Text::Host) {
+        put_kv_str(out, 9, "server.address", &h);
+    }
+    if let Some(ua) = r.text(Text::UserAgent) {
+        put_kv_str(out, 9, "user_agent.original", &ua);
     }
     if r.status != 0 {
-        attributes.push(int("http.response.status_code", r.status.into()));
+        put_kv_int(out, 9, "http.response.status_code", r.status.into());
     }
-    if let Some(route) = &r.route {
-        attributes.push(text("weir.route", route));
+    if let Some(route) = route {
+        put_kv_str(out, 9, "weir.route", route);
     }
-    if let Some((upstream, server)) = &r.upstream {
-        attributes.push(text("weir.upstream", upstream));
-        attributes.push(text("weir.upstream.server", server));
+    if let Some(served) = r.upstream {
+        let (upstream, server) = r.server(served);
+        put_kv_str(out, 9, "weir.upstream", upstream);
+        put_kv_str(out, 9, "weir.upstream.server", server);
     }
     if let Some(code) = r.grpc_status {
-        attributes.push(int("rpc.grpc.status_code", code.into()));
+        put_kv_int(out, 9, "rpc.grpc.status_code", code.into());
     }
     // The conventions: a server span is an error for a 5xx (a 4xx is the client's).
     let failed = r.status >= 500 || r.error.is_some();
     if failed {
-        let kind = r.error.map_or_else(|| r.status.to_string(), str::to_string);
-        attributes.push(text("error.type", &kind));
+        match r.error {
+            Some(e) => put_kv_str(out, 9, "error.type", e),
+            None => {
+                number.clear();
+                let _ = write!(number, "{}", r.status);
+                put_kv_str(
+                    out,
+                    9,
+                    "error.type",
+                    std::str::from_utf8(number).unwrap_or(""),
+                );
+            }
+        }
     }
-    let name = match &r.route {
-        Some(route) => format!("{} {route}", r.method),
-        None => r.method.to_string(),
+    let remote = match r.trace.parent {
+        Some(_) => HAS_IS_REMOTE | IS_REMOTE,
+        None => HAS_IS_REMOTE,
     };
-    let parent_remote = if r.trace.parent.is_some() {
-        HAS_IS_REMOTE | IS_REMOTE
-    } else {
-        HAS_IS_REMOTE
-    };
-    Span {
-        trace_id: r.trace.trace_id.to_vec(),
-        span_id: r.trace.span_id.to_vec(),
-        trace_state: r.trace_state.clone().unwrap_or_default(),
-        parent_span_id: r.trace.parent.map(|p| p.to_vec()).unwrap_or_default(),
-        name,
-        kind: SERVER,
-        start_time_unix_nano: r.start,
-        end_time_unix_nano: r.end.max(r.start),
-        attributes,
-        status: failed.then(|| Status {
-            message: r.error.unwrap_or_default().into(),
-            code: STATUS_ERROR,
-        }),
-        flags: u32::from(r.trace.sampled) | parent_remote,
-    }
+    tail(
+        out,
+        failed.then(|| r.error.unwrap_or_default()),
+        u32::from(r.trace.sampled) | remote,
+    );
 }
 
-fn client_span(r: &Record, a: &Attempt) -> Span {
-    let mut attributes = vec![
-        text("http.request.method", r.method),
-        text("url.path", &r.path),
-        text("weir.upstream", &a.upstream),
-        text("weir.upstream.server", &a.server),
-    ];
-    if let Some(addr) = a.addr {
-        attributes.push(text("server.address", &addr.ip().to_string()));
-        attributes.push(int("server.port", addr.port().into()));
+fn client_span(out: &mut Vec<u8>, number: &mut Vec<u8>, r: &Record, a: &Attempt) {
+    let end = if a.end == 0 { r.end } else { a.end };
+    head(
+        out,
+        r,
+        &a.span_id,
+        None,
+        Some(&r.trace.span_id),
+        (r.method, None),
+        CLIENT,
+        (a.start, end),
+    );
+    let (upstream, server) = r.server((a.upstream, a.server));
+    let addr = a.addr;
+    put_kv_str(out, 9, "http.request.method", r.method);
+    if let Some(path) = r.text(Text::Path) {
+        put_kv_str(out, 9, "url.path", &path);
+    }
+    put_kv_str(out, 9, "weir.upstream", upstream);
+    put_kv_str(out, 9, "weir.upstream.server", server);
+    if let Some(addr) = addr {
+        number.clear();
+        let _ = write!(number, "{}", addr.ip());
+        put_kv_str(
+            out,
+            9,
+            "server.address",
+            std::str::from_utf8(number).unwrap_or(""),
+        );
+        put_kv_int(out, 9, "server.port", addr.port().into());
     }
     if a.status != 0 {
-        attributes.push(int("http.response.status_code", a.status.into()));
+        put_kv_int(out, 9, "http.response.status_code", a.status.into());
     }
-    if a.resend > 0 {
-        attributes.push(int("http.request.resend_count", a.resend.into()));
+    let resend = r
+        .attempts
+        .iter()
+        .position(|b| b.span_id == a.span_id)
+        .unwrap_or(0);
+    if resend > 0 {
+        put_kv_int(out, 9, "http.request.resend_count", resend as i64);
     }
     // The conventions: a client span is an error for any status from 400, or no answer.
     let failed = a.status >= 400 || a.error.is_some() || a.status == 0;
     if failed {
-        let kind = match a.error {
-            Some(e) => e.to_string(),
-            None if a.status == 0 => "no response".to_string(),
-            None => a.status.to_string(),
-        };
-        attributes.push(text("error.type", &kind));
+        match (a.error, a.status) {
+            (Some(e), _) => put_kv_str(out, 9, "error.type", e),
+            (None, 0) => put_kv_str(out, 9, "error.type", "no response"),
+            (None, status) => {
+                number.clear();
+                let _ = write!(number, "{status}");
+                put_kv_str(
+                    out,
+                    9,
+                    "error.type",
+                    std::str::from_utf8(number).unwrap_or(""),
+                );
+            }
+        }
     }
-    Span {
-        trace_id: r.trace.trace_id.to_vec(),
-        span_id: a.span_id.to_vec(),
-        trace_state: String::new(),
-        parent_span_id: r.trace.span_id.to_vec(),
-        name: r.method.to_string(),
-        kind: CLIENT,
-        start_time_unix_nano: a.start,
-        end_time_unix_nano: if a.end == 0 { r.end } else { a.end }.max(a.start),
-        attributes,
-        status: failed.then(|| Status {
-            message: a.error.unwrap_or_default().into(),
-            code: STATUS_ERROR,
-        }),
-        flags: u32::from(r.trace.sampled) | HAS_IS_REMOTE,
-    }
+    tail(
+        out,
+        failed.then(|| a.error.unwrap_or_default()),
+        u32::from(r.trace.sampled) | HAS_IS_REMOTE,
+    );
 }
 
-fn text(key: &str, v: &str) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue {
-            value: Some(Value::String(v.into())),
-        }),
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
     }
+    out.push(v as u8);
 }
 
-fn int(key: &str, v: i64) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue {
-            value: Some(Value::Int(v)),
-        }),
-    }
+fn varint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+fn put_key(out: &mut Vec<u8>, field: u64, wire: u64) {
+    put_varint(out, field << 3 | wire);
+}
+
+/// A length-delimited field (string, bytes or message) of `field` < 16.
+fn put_bytes(out: &mut Vec<u8>, field: u64, b: &[u8]) {
+    put_key(out, field, LEN);
+    put_varint(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+/// A length-delimited field's size with its one-byte key (fields below 16), given its body's.
+fn field_len(body: usize) -> usize {
+    1 + varint_len(body as u64) + body
+}
+
+fn str_len(s: &str) -> usize {
+    field_len(s.len())
+}
+
+/// `KeyValue { key = 1, value = 2: AnyValue { string_value = 1 } }`: its body's size.
+fn kv_str_len(key: &str, v: &str) -> usize {
+    str_len(key) + field_len(str_len(v))
+}
+
+/// A `KeyValue` with a string value, as field `field` of the enclosing message.
+fn put_kv_str(out: &mut Vec<u8>, field: u64, key: &str, v: &str) {
+    put_key(out, field, LEN);
+    put_varint(out, kv_str_len(key, v) as u64);
+    put_bytes(out, 1, key.as_bytes());
+    put_key(out, 2, LEN);
+    put_varint(out, str_len(v) as u64);
+    put_bytes(out, 1, v.as_bytes());
+}
+
+/// A `KeyValue` with an integer value (`AnyValue.int_value = 3`).
+fn put_kv_int(out: &mut Vec<u8>, field: u64, key: &str, v: i64) {
+    let any = 1 + varint_len(v as u64);
+    put_key(out, field, LEN);
+    put_varint(out, (str_len(key) + field_len(any)) as u64);
+    put_bytes(out, 1, key.as_bytes());
+    put_key(out, 2, LEN);
+    put_varint(out, any as u64);
+    put_key(out, 3, VARINT);
+    put_varint(out, v as u64);
 }
 
 #[cfg(test)]
 mod tests {
+    use super::messages::*;
     use super::*;
+    use crate::trace::span::Fields;
     use prost::Message;
 
     fn record() -> Record {
-        Record {
-            trace: super::super::context::TraceContext {
-                trace_id: [7; 16],
-                parent: Some([9; 8]),
-                span_id: [1; 8],
-                sampled: true,
-                continued: true,
+        let cfg = crate::runtime::load_str(
+            "upstreams:\n  app: { servers: ['127.0.0.1:8080', '127.0.0.1:8081'] }\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - name: api\n        proxy: { upstream: app }\n",
+            std::path::Path::new("."),
+            |_| None,
+        )
+        .unwrap();
+        let mut r = Record::new(
+            Fields {
+                names: std::sync::Arc::new(crate::trace::span::Names::of(&cfg)),
+                trace: super::super::context::TraceContext {
+                    trace_id: [7; 16],
+                    parent: Some([9; 8]),
+                    span_id: [1; 8],
+                    sampled: true,
+                    continued: true,
+                },
+                start: 1_000,
+                end: 5_000,
+                method: "GET",
+                scheme: "http",
+                protocol: "1.1",
+                client: "127.0.0.1:5000".parse().unwrap(),
+                status: 200,
+                listener: 0,
+                route: Some(0),
+                cache: "MISS",
+                upstream: Some((0, 0)),
+                grpc_status: Some(0),
+                error: None,
+                attempts: [
+                    Attempt {
+                        span_id: [2; 8],
+                        start: 1_100,
+                        end: 2_000,
+                        upstream: 0,
+                        server: 1,
+                        addr: Some("127.0.0.1:8081".parse().unwrap()),
+                        status: 0,
+                        error: Some("connect"),
+                    },
+                    Attempt {
+                        span_id: [3; 8],
+                        start: 2_100,
+                        end: 0,
+                        upstream: 0,
+                        server: 0,
+                        addr: Some("127.0.0.1:8080".parse().unwrap()),
+                        status: 200,
+                        error: None,
+                    },
+                ]
+                .into_iter()
+                .collect(),
             },
-            trace_state: Some("a=1".into()),
-            start: 1_000,
-            end: 5_000,
-            method: "GET",
-            path: "/x".into(),
-            query: None,
-            host: Some("example.com".into()),
-            scheme: "http",
-            protocol: "1.1",
-            client: "127.0.0.1:5000".parse().unwrap(),
-            user_agent: None,
-            status: 200,
-            route: Some("api".into()),
-            cache: "MISS",
-            upstream: Some(("app".into(), "a".into())),
-            grpc_status: None,
-            error: None,
-            attempts: vec![
-                Attempt {
-                    span_id: [2; 8],
-                    start: 1_100,
-                    end: 2_000,
-                    upstream: "app".into(),
-                    server: "b".into(),
-                    addr: None,
-                    status: 0,
-                    error: Some("connect"),
-                    resend: 0,
-                },
-                Attempt {
-                    span_id: [3; 8],
-                    start: 2_100,
-                    end: 0,
-                    upstream: "app".into(),
-                    server: "a".into(),
-                    addr: Some("127.0.0.1:8080".parse().unwrap()),
-                    status: 200,
-                    error: None,
-                    resend: 1,
-                },
-            ],
-        }
+            64,
+        );
+        r.set_text(Text::Path, b"/x");
+        r.set_text(Text::Host, b"example.com");
+        r.set_text(Text::TraceState, b"a=1");
+        r
     }
 
     #[test]
     fn a_record_becomes_a_server_span_and_a_client_span_per_attempt() {
-        let req = request(&[record()], "edge");
-        // Through the wire format and back, as a collector reads it.
-        let req = ExportTraceServiceRequest::decode(&req.encode_to_vec()[..]).unwrap();
+        let mut out = Vec::new();
+        Encoder::default().encode(&[record()], "edge", &mut out);
+        // Decoded as a collector reads it.
+        let req = ExportTraceServiceRequest::decode(&out[..]).unwrap();
         let spans = &req.resource_spans[0].scope_spans[0].spans;
         assert_eq!(spans.len(), 3);
         let (server, failed, ok) = (&spans[0], &spans[1], &spans[2]);
-        assert_eq!(server.kind, SERVER);
+        assert_eq!(server.kind, 2);
+        assert_eq!(server.trace_id, vec![7; 16]);
+        assert_eq!(server.span_id, vec![1; 8]);
         assert_eq!(server.parent_span_id, vec![9; 8]);
         assert_eq!(server.name, "GET api");
         assert_eq!(server.trace_state, "a=1");
         assert_eq!(server.flags, 0x301);
+        assert_eq!(
+            (server.start_time_unix_nano, server.end_time_unix_nano),
+            (1_000, 5_000)
+        );
         assert!(server.status.is_none());
         for c in [failed, ok] {
-            assert_eq!(c.kind, CLIENT);
+            assert_eq!(c.kind, 3);
             assert_eq!(c.trace_id, vec![7; 16]);
             assert_eq!(
                 c.parent_span_id,
                 vec![1; 8],
                 "a try's parent is weir's server span"
             );
+            assert_eq!(c.flags, 0x101);
         }
-        assert_eq!(failed.status.as_ref().unwrap().code, STATUS_ERROR);
+        assert_eq!(failed.status.as_ref().unwrap().code, 2);
+        assert_eq!(failed.status.as_ref().unwrap().message, "connect");
         assert_eq!(
             ok.end_time_unix_nano, 5_000,
             "the last try ends with the request"
@@ -376,16 +576,102 @@ mod tests {
                 .iter()
                 .any(|kv| kv.key == k && kv.value.as_ref().unwrap().value == Some(v.clone()))
         };
+        let text = |v: &str| Value::String(v.into());
         assert!(has(ok, "http.request.resend_count", Value::Int(1)));
         assert!(has(ok, "server.port", Value::Int(8080)));
-        assert!(has(failed, "error.type", Value::String("connect".into())));
+        assert!(has(ok, "server.address", text("127.0.0.1")));
+        assert!(has(failed, "weir.upstream.server", text("127.0.0.1:8081")));
+        assert!(has(failed, "error.type", text("connect")));
         assert!(has(server, "http.response.status_code", Value::Int(200)));
-        assert!(has(
-            server,
-            "weir.cache_status",
-            Value::String("MISS".into())
-        ));
+        assert!(has(server, "weir.cache_status", text("MISS")));
+        assert!(has(server, "url.path", text("/x")));
+        assert!(has(server, "server.address", text("example.com")));
+        assert!(has(server, "client.address", text("127.0.0.1")));
+        assert!(has(server, "rpc.grpc.status_code", Value::Int(0)));
+        assert!(!server.attributes.iter().any(|kv| kv.key == "url.query"));
         let res = req.resource_spans[0].resource.as_ref().unwrap();
-        assert!(res.attributes.contains(&text("service.name", "edge")));
+        assert!(res
+            .attributes
+            .iter()
+            .any(|kv| kv.key == "service.name"
+                && kv.value.as_ref().unwrap().value == Some(text("edge"))));
+        let scope = req.resource_spans[0].scope_spans[0].scope.as_ref().unwrap();
+        assert_eq!(scope.name, "weir");
+    }
+
+    #[test]
+    fn a_failed_server_span_says_why_and_long_values_are_cut() {
+        let mut r = record();
+        r.status = 502;
+        r.error = None;
+        let mut long = Record::new(
+            Fields {
+                names: r.names.clone(),
+                trace: r.trace,
+                start: 10,
+                end: 5,
+                method: "POST",
+                scheme: "https",
+                protocol: "2",
+                client: "[::1]:9".parse().unwrap(),
+                status: 0,
+                listener: 0,
+                route: None,
+                cache: "-",
+                upstream: None,
+                grpc_status: None,
+                error: Some("client closed"),
+                attempts: Default::default(),
+            },
+            0,
+        );
+        long.set_text(Text::Path, "é".repeat(600).as_bytes());
+        long.set_text(Text::Query, b"q=1");
+        let mut out = Vec::new();
+        let mut enc = Encoder::default();
+        enc.encode(&[r, long], "weir", &mut out);
+        let req = ExportTraceServiceRequest::decode(&out[..]).unwrap();
+        let spans = &req.resource_spans[0].scope_spans[0].spans;
+        assert_eq!(spans.len(), 4);
+        let status = |s: &Span, k: &str| {
+            s.attributes
+                .iter()
+                .find(|kv| kv.key == k)
+                .and_then(|kv| kv.value.clone()?.value)
+        };
+        assert_eq!(
+            status(&spans[0], "error.type"),
+            Some(Value::String("502".into()))
+        );
+        assert_eq!(spans[0].status.as_ref().unwrap().code, 2);
+        let cut = &spans[3];
+        assert_eq!(cut.name, "POST");
+        assert_eq!(
+            cut.end_time_unix_nano, 10,
+            "an end before the start is the start"
+        );
+        assert_eq!(
+            status(cut, "error.type"),
+            Some(Value::String("client closed".into()))
+        );
+        assert_eq!(status(cut, "url.query"), Some(Value::String("q=1".into())));
+        assert_eq!(
+            status(cut, "client.address"),
+            Some(Value::String("::1".into()))
+        );
+        match status(cut, "url.path") {
+            // 512 bytes of 2-byte characters: 256 of them, the cut falling between two.
+            Some(Value::String(p)) => assert_eq!(p.chars().count(), 256),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn varint_lengths_match_the_encoding() {
+        for v in [0u64, 1, 127, 128, 16_383, 16_384, u32::MAX as u64, u64::MAX] {
+            let mut out = Vec::new();
+            put_varint(&mut out, v);
+            assert_eq!(out.len(), varint_len(v), "{v}");
+        }
     }
 }
