@@ -89,10 +89,11 @@ pub(crate) struct RequestCtx {
     /// size every idle connection pays (`server/http1/`), while these are set only for
     /// proxied requests and logs that report them.
     pub extra: Option<Box<Extra>>,
-    /// With `tracing`: the request's place in a trace and its upstream tries, made on first
-    /// use (`trace_spans.rs`). Boxed apart from `extra`: a proxied request with tracing
-    /// allocates this alone (~180 bytes), not the rest (2026-11-29: ~400 instructions less).
-    pub traced: Option<Box<super::trace_spans::Traced>>,
+    /// With `tracing`: the request's place in a trace, made on first use. Inline (36 bytes
+    /// of a busy connection's future; a parked one holds no context): boxed, in `extra` or
+    /// apart, its allocation was most of tracing's cost on a request not sampled
+    /// (`bench/ab_weir.sh`'s trace rows, 2026-11-29).
+    pub trace: Option<crate::trace::context::TraceContext>,
 }
 
 /// The rarely used part of a [`RequestCtx`].
@@ -118,6 +119,8 @@ pub(crate) struct Extra {
     /// The request is a peer fill from a cluster member: `Weir-Peer` from a member's address
     /// (`cluster::is_peer_fill`).
     pub peer_fill: bool,
+    /// The upstream tries of a request whose spans are exported (`trace_spans.rs`).
+    pub tries: smallvec::SmallVec<[super::trace_spans::Try; 2]>,
 }
 
 impl RequestCtx {
@@ -137,7 +140,7 @@ impl RequestCtx {
             bytes_received: 0,
             log: rt.cfg.listeners[listener].access_log.map(|s| s as u32),
             extra: None,
-            traced: None,
+            trace: None,
             phases: crate::filters::Phases::NONE,
             made_id: 0,
             rt,
@@ -170,10 +173,11 @@ impl RequestCtx {
         peer: IpAddr,
     ) -> Option<crate::trace::context::TraceContext> {
         let settings = self.rt.cfg.tracing.as_ref()?;
-        let traced = self
-            .traced
-            .get_or_insert_with(|| super::trace_spans::Traced::new(settings.context(head, peer)));
-        Some(traced.ctx)
+        Some(
+            *self
+                .trace
+                .get_or_insert_with(|| settings.context(head, peer)),
+        )
     }
 
     /// The request's id if something already asked for it.

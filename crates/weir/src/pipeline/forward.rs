@@ -58,9 +58,11 @@ pub(super) struct Target<'r> {
     pub(super) route: &'r ProxyRoute,
     pub(super) head: &'r RequestHead,
     pub(super) client: Client,
-    /// With `tracing`: the request has a trace context (`RequestCtx::traced`), sent upstream
+    /// With `tracing`: the request has a trace context (`RequestCtx::trace`), sent upstream
     /// in place of the client's.
     pub(super) traced: bool,
+    /// Its spans are exported: each try is recorded (`trace_spans.rs`).
+    pub(super) recording: bool,
 }
 
 /// Proxies `head` per `route`, as `steer` says, calling `hooks` at each named point;
@@ -83,13 +85,19 @@ pub(crate) async fn forward<D: Downstream>(
     };
     let up: &Upstream = &rt.cfg.upstreams[upstream];
     let per_worker = &rt.upstreams[upstream];
+    let client = super::client_of(d);
+    // With `tracing`: the request's trace context, made now (weir's `traceparent` goes
+    // upstream), and whether its tries are recorded.
+    let traced = rt.cfg.tracing.is_some();
+    let recording = traced && super::trace_spans::begin(ctx, head, client.ip);
     let target = Target {
         upstream,
         up,
         route,
         head,
-        client: super::client_of(d),
-        traced: rt.cfg.tracing.is_some(),
+        client,
+        traced,
+        recording,
     };
     let has_body = head.body != BodyKind::Empty;
     // Held until the response is relayed: the upstream's cap on requests in flight.
@@ -117,11 +125,6 @@ pub(crate) async fn forward<D: Downstream>(
     let id = ctx.request_id(head, target.client.ip);
     let settings = &rt.cfg.request_id;
     let identity = ctx.identity();
-    // With `tracing`: the request's trace context, made now (weir's `traceparent` goes
-    // upstream).
-    if target.traced {
-        let _ = ctx.trace(head, target.client.ip);
-    }
     let shape = RequestShape {
         upgrade: route.upgrade && wants_upgrade(head),
         strip_conditionals: steer.strip_conditionals,
@@ -229,7 +232,7 @@ pub(crate) async fn forward<D: Downstream>(
             tried_buf[ntried] = server;
             ntried += 1;
         }
-        if target.traced {
+        if target.recording {
             super::trace_spans::try_begins(ctx, (upstream, server));
         }
         // A pooled connection is taken here, without the checkout's future: its state and
@@ -247,7 +250,7 @@ pub(crate) async fn forward<D: Downstream>(
             None => match checkout(per_worker, up, server, false, now).await {
                 Ok(checked_out) => checked_out,
                 Err(e) => {
-                    if target.traced {
+                    if target.recording {
                         super::trace_spans::try_failed(ctx, &e);
                     }
                     if retry(e.retryable(&up.retry.on, true)) {
@@ -271,6 +274,10 @@ pub(crate) async fn forward<D: Downstream>(
             .metrics
             .then(|| &rt.server_metrics[upstream][server].in_flight);
         let active = per_worker.track_active(server, gauge);
+        let parent = match target.traced {
+            true => super::trace_spans::upstream_parent(ctx),
+            false => None,
+        };
         let tee = if route.filters.has(crate::filters::Phases::TEE) {
             ctx.extra.as_mut().map(|e| &mut e.filters)
         } else {
@@ -282,7 +289,7 @@ pub(crate) async fn forward<D: Downstream>(
             (&target, pump.is_some()),
             server,
             shape,
-            (&mut ctx.bytes_received, tee, ctx.traced.as_deref()),
+            (&mut ctx.bytes_received, tee, ctx.trace.as_ref().zip(parent)),
         )
         .await?;
         // Heads read on this try (interim ones relayed): the cap is per try, and a try that
@@ -360,7 +367,7 @@ pub(crate) async fn forward<D: Downstream>(
                     up.record_outcome(server, outcome, crate::proxy::upstream::now_ms());
                 }
                 let again = retry(replayable && up.retry.on_status.contains(&resp.status));
-                if target.traced {
+                if target.recording {
                     super::trace_spans::try_answered(ctx, resp.status, again);
                 }
                 if again {
@@ -382,13 +389,13 @@ pub(crate) async fn forward<D: Downstream>(
                     && interims <= 1
                     && conn.buf.is_empty() =>
             {
-                if target.traced {
+                if target.recording {
                     super::trace_spans::try_failed(ctx, &e);
                 }
                 fresh_only = Some(server);
             }
             Err(e) => {
-                if target.traced {
+                if target.recording {
                     super::trace_spans::try_failed(ctx, &e);
                 }
                 if !matches!(e.kind, ErrorKind::CallDeadline | ErrorKind::StreamIdle) {
@@ -414,7 +421,7 @@ pub(crate) async fn forward<D: Downstream>(
         // A body bad from its first chunk-size line is a 502, not a relayed head and a cut.
         if let Err(e) = weir_http::body::check_first_chunk(&upstream_conn.buf) {
             let e = Error::with(ErrorKind::BadResponse, format!("bad response body: {e}"));
-            if target.traced {
+            if target.recording {
                 super::trace_spans::try_failed(ctx, &e);
             }
             record_failure(up, server, &e);
@@ -459,7 +466,7 @@ pub(crate) async fn forward<D: Downstream>(
     let reusable = match relayed {
         Ok(reusable) => reusable,
         Err(e) => {
-            if target.traced {
+            if target.recording {
                 super::trace_spans::try_failed(ctx, &e);
             }
             return Err(e);

@@ -50,12 +50,15 @@ pub(super) fn finish<D: Downstream>(
         let now = now.map_or_else(Mono::now, |(_, now)| now);
         access_line(d, ctx, head, slot, elapsed, now);
     }
-    if ctx
-        .rt
-        .cfg
-        .tracing
-        .as_ref()
-        .is_some_and(|t| t.export.is_some())
+    // Spans for a sampled trace (or one not made yet: a request that never reached an
+    // upstream is traced too).
+    if ctx.trace.is_none_or(|t| t.sampled)
+        && ctx
+            .rt
+            .cfg
+            .tracing
+            .as_ref()
+            .is_some_and(|t| t.export.is_some())
     {
         let now = now.map_or_else(Mono::now, |(_, now)| now);
         super::trace_spans::export(d, ctx, head, result, now);

@@ -29,7 +29,7 @@ pub(super) enum Sent {
 pub(super) type Counted<'a> = (
     &'a mut u64,
     Option<&'a mut crate::filters::Run>,
-    Option<&'a super::trace_spans::Traced>,
+    Option<(&'a crate::trace::context::TraceContext, [u8; 8])>,
 );
 
 /// Writes the request head and streams the body to the upstream, in the connection's own
@@ -77,7 +77,7 @@ async fn write_request<D: Downstream>(
         target.route,
         target.up,
         server,
-        (&target.client, traced.map(|t| (&t.ctx, &t.upstream_parent))),
+        (&target.client, traced.as_ref().map(|(t, p)| (*t, p))),
         shape,
     );
     // `head_only`: the body follows while the answer is read (`duplex.rs`).

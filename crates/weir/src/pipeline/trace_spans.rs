@@ -13,28 +13,7 @@ use super::downstream::Downstream;
 use super::RequestCtx;
 use crate::clock::Mono;
 use crate::error::Error;
-use crate::trace::context::TraceContext;
 use crate::trace::span::{Attempt, Fields, Record, Text};
-
-/// A request's trace context and tries (`RequestCtx::traced`).
-#[derive(Debug)]
-pub(crate) struct Traced {
-    pub ctx: TraceContext,
-    /// The parent the upstream is told of: weir's span, or the try's client span when
-    /// spans are exported.
-    pub upstream_parent: [u8; 8],
-    tries: smallvec::SmallVec<[Try; 2]>,
-}
-
-impl Traced {
-    pub fn new(ctx: TraceContext) -> Box<Traced> {
-        Box::new(Traced {
-            upstream_parent: ctx.span_id,
-            ctx,
-            tries: smallvec::SmallVec::new(),
-        })
-    }
-}
 
 /// One upstream try, as the worker sees it (names resolved at export).
 #[derive(Debug)]
@@ -48,28 +27,38 @@ pub(crate) struct Try {
     error: Option<&'static str>,
 }
 
-/// Whether this request's spans are recorded: an exporter, and a sampled trace.
-fn recording(ctx: &RequestCtx) -> bool {
-    ctx.rt
-        .cfg
-        .tracing
-        .as_ref()
-        .is_some_and(|t| t.export.is_some())
-        && ctx.traced.as_ref().is_some_and(|t| t.ctx.sampled)
+/// Makes the request's trace context (with `tracing`): whether its spans are recorded (an
+/// exporter, and a sampled trace).
+#[cold]
+pub(super) fn begin(ctx: &mut RequestCtx, head: &RequestHead, peer: std::net::IpAddr) -> bool {
+    let sampled = ctx.trace(head, peer).is_some_and(|t| t.sampled);
+    sampled
+        && ctx
+            .rt
+            .cfg
+            .tracing
+            .as_ref()
+            .is_some_and(|t| t.export.is_some())
+}
+
+/// The parent the upstream is told of: the current try's client span when spans are
+/// recorded, else weir's span.
+pub(super) fn upstream_parent(ctx: &RequestCtx) -> Option<[u8; 8]> {
+    let trace = ctx.trace.as_ref()?;
+    Some(
+        ctx.extra
+            .as_ref()
+            .and_then(|e| e.tries.last())
+            .map_or(trace.span_id, |t| t.span_id),
+    )
 }
 
 /// A try of `server` begins: its client span, made the parent in the try's `lines`.
 #[cold]
 pub(super) fn try_begins(ctx: &mut RequestCtx, (upstream, server): (usize, usize)) {
-    if !recording(ctx) {
-        return;
-    }
-    let Some(traced) = ctx.traced.as_mut() else {
-        return;
-    };
     let span_id = crate::trace::context::new_span_id();
-    traced.upstream_parent = span_id;
-    traced.tries.push(Try {
+    let extra = ctx.extra.get_or_insert_with(Default::default);
+    extra.tries.push(Try {
         span_id,
         upstream: upstream as u32,
         server: server as u32,
@@ -102,9 +91,9 @@ pub(super) fn try_answered(ctx: &mut RequestCtx, status: u16, ended: bool) {
 }
 
 fn current(ctx: &mut RequestCtx) -> Option<&mut Try> {
-    ctx.traced
+    ctx.extra
         .as_mut()
-        .and_then(|t| t.tries.last_mut())
+        .and_then(|e| e.tries.last_mut())
         .filter(|t| t.end.is_none())
 }
 
@@ -133,9 +122,9 @@ pub(super) fn export<D: Downstream>(
     let end = wall(now);
     let start = ctx.started.map_or(end, wall);
     let tries = ctx
-        .traced
+        .extra
         .as_mut()
-        .map(|t| std::mem::take(&mut t.tries))
+        .map(|e| std::mem::take(&mut e.tries))
         .unwrap_or_default();
     // Why the request failed: the connection's error, else the last try's (weir answered
     // a 502/504 for it).

@@ -254,11 +254,11 @@ mod tests {
     /// (`weir_http::Fields`, 16 inline): +216 bytes per busy connection (an idle one is parked
     /// without it), for ~500 instructions less per request (no `Vec<Header>` made). 1,048 since
     /// 2026-11-29: the route's own keep-alive wait (`limits.keepalive_timeout`, issue 53 §4), a
-    /// `u32` the connection keeps between requests; parked connections do not hold it. 1,056
-    /// with the request's trace context (`RequestCtx::traced`, a pointer: boxed apart from
-    /// `extra`, a traced request allocates ~180 bytes instead of `extra`'s ~400 instructions of
-    /// making and dropping, issue 55 §4).
-    const SERVING: usize = 1056;
+    /// `u32` the connection keeps between requests; parked connections do not hold it. 1,088
+    /// with the request's trace context inline (`RequestCtx::trace`, issue 55 §4): boxed, its
+    /// allocation was most of tracing's cost on a request not sampled (a proxied request at
+    /// 1.055× its instructions with 1% sampled; 1.037× inline).
+    const SERVING: usize = 1088;
     const TASK: usize = 72;
 
     /// A proxied request's upstream phase, boxed once per request (`pipeline/later.rs`
@@ -311,8 +311,9 @@ mod tests {
     /// bytes) and its full-duplex pump (a pointer: the pump itself is boxed, for calls only)
     /// are kept through the exchange (issue 55 §3). 2,504 with the upstream's trace context
     /// lines (a boxed pointer in `Target`: inline they cost 144 bytes, tracing on or off).
-    /// 2,536 with a gRPC call's `stream_idle` waits and the traced tries' hooks (issue 55: the
-    /// lines are now written from `RequestCtx::traced`, no box; the block is recycled).
-    const FORWARD: usize = 2536;
+    /// 2,568 with a gRPC call's `stream_idle` and the traced tries (issue 55: the trace lines
+    /// are written from `RequestCtx::trace` with the try's parent, no box; the block is
+    /// recycled).
+    const FORWARD: usize = 2568;
     const CHECKOUT: usize = 96;
 }

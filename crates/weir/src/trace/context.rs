@@ -71,14 +71,29 @@ impl TraceSettings {
                 sampled: flags & 1 == 1,
                 continued: true,
             },
-            None => TraceContext {
-                trace_id: new_trace_id(),
-                parent: None,
-                span_id: new_span_id(),
-                sampled: self.sample >= 1.0 || fastrand::f64() < self.sample,
-                continued: false,
-            },
+            None => {
+                let trace_id = new_trace_id();
+                TraceContext {
+                    trace_id,
+                    parent: None,
+                    span_id: new_span_id(),
+                    sampled: self.samples(&trace_id),
+                    continued: false,
+                }
+            }
         }
+    }
+}
+
+impl TraceSettings {
+    /// Whether a new trace is sampled: its id's last 8 bytes below `sample` × 2⁶⁴, as
+    /// OpenTelemetry's `TraceIdRatioBased` sampler decides (the id is random already: no
+    /// further draw, and every tracer with the same ratio agrees on the same trace).
+    fn samples(&self, trace_id: &[u8; 16]) -> bool {
+        let mut low = [0u8; 8];
+        low.copy_from_slice(&trace_id[8..]);
+        self.sample >= 1.0
+            || (u64::from_be_bytes(low) as f64) < self.sample * 18_446_744_073_709_551_616.0
     }
 }
 

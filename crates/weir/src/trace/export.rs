@@ -275,10 +275,11 @@ fn run(rx: Receiver<Record>, s: &Settings, pending: &AtomicUsize, retired: &Atom
             if !batch.is_empty() {
                 pending.fetch_sub(batch.len(), Relaxed);
                 let spans: u64 = batch.iter().map(Record::spans).sum();
-                encoder.encode(&batch, &s.service, &mut out);
+                let start = encoder.encode(&batch, &s.service, &mut out);
                 // The records (and the configs they hold) go before the send waits.
                 batch.clear();
-                let body = bytes::Bytes::copy_from_slice(&out);
+                // Handed over whole, not copied: the next batch grows a new buffer.
+                let body = bytes::Bytes::from(std::mem::take(&mut out)).slice(start..);
                 let retiring = retired.load(Relaxed);
                 if !export(&rt, &mut transport, s, body, spans, retiring) && retiring {
                     // The config is gone and the collector with it: what is left is dropped.

@@ -173,7 +173,12 @@ impl Record {
             .rev()
             .find_map(|e| *e)
             .map_or(0, usize::from);
-        Some(String::from_utf8_lossy(&self.text[start..end]))
+        let bytes = &self.text[start..end];
+        // Checked once; the replacing walk only for bytes that are not UTF-8.
+        Some(match std::str::from_utf8(bytes) {
+            Ok(s) => std::borrow::Cow::Borrowed(s),
+            Err(_) => String::from_utf8_lossy(bytes),
+        })
     }
 
     /// How many spans the record carries (the server's and one per attempt).
