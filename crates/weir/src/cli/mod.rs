@@ -73,8 +73,9 @@ enum Command {
     Status(control::Target),
     /// Load-test an HTTP server (wrk/hey compatible output, sweeps, charts).
     Bench(Box<crate::bench_cmd::BenchArgs>),
-    /// Convert an nginx configuration: the weir config on stdout, what could not be translated
-    /// (file:line) on stderr; exit 0 when something was converted. A location with something
+    /// Convert an nginx configuration, or Kubernetes Ingress manifests (ingress-nginx's
+    /// annotations): the weir config on stdout, what could not be translated (file:line, or
+    /// the object) on stderr; exit 0 when something was converted. A location with something
     /// untranslated refuses (503, 404 for `internal`, 403 for access rules), never widens.
     Import {
         /// nginx.conf (or a file of `server` blocks); its includes are followed.
@@ -86,9 +87,38 @@ enum Command {
         /// /usr/share/nginx).
         #[arg(long, value_name = "DIR")]
         prefix: Option<String>,
+        /// Kubernetes manifests: the Ingress class taken.
+        #[arg(long, value_name = "CLASS", default_value = "nginx")]
+        ingress_class: String,
+        /// Kubernetes manifests: a backend Service's address, `{service}`, `{namespace}` and
+        /// `{port}` replaced (weir outside the cluster: a node port, a port-forward).
+        #[arg(
+            long,
+            value_name = "TEMPLATE",
+            default_value = "{service}.{namespace}.svc.cluster.local:{port}"
+        )]
+        service_address: String,
     },
     /// Print the version.
     Version,
+}
+
+/// `weir import`: Kubernetes manifests (a document with `apiVersion` and `kind`) or nginx.
+fn import_any(
+    file: &std::path::Path,
+    prefix: Option<&str>,
+    class: String,
+    service_address: String,
+) -> Result<crate::import::Imported, String> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    if crate::import::ingress::is_manifest(&text) {
+        let opts = crate::import::ingress::Options {
+            class,
+            service_address,
+        };
+        return crate::import::kubernetes(file, &opts);
+    }
+    crate::import::nginx(file, prefix)
 }
 
 /// `60s`, `500ms`, `2m`: a duration argument.
@@ -126,7 +156,9 @@ pub fn main() -> ExitCode {
             file,
             strict,
             prefix,
-        } => match crate::import::nginx(&file, prefix.as_deref()) {
+            ingress_class,
+            service_address,
+        } => match import_any(&file, prefix.as_deref(), ingress_class, service_address) {
             Ok(i) => {
                 print!("{}", i.yaml);
                 for s in &i.skipped {

@@ -10,6 +10,7 @@
 //! something was converted. `weir check` the result before serving it: paths (roots,
 //! certificates, htpasswd files) are kept as nginx had them.
 
+pub mod ingress;
 pub mod nginx;
 
 /// `body` with each `__weir_import_note__N: N` line replaced by the comment it stands for, at
@@ -46,6 +47,28 @@ pub struct Imported {
     pub yaml: String,
     pub skipped: Vec<String>,
     pub translated: usize,
+}
+
+/// `weir import` of Kubernetes manifests (`ingress.rs`): the Ingress objects of `opts.class`.
+pub fn kubernetes(path: &Path, opts: &ingress::Options) -> Result<Imported, String> {
+    let c = ingress::convert_file(path, opts)?;
+    let body = serde_yaml::to_string(&serde_yaml::Value::Mapping(c.config))
+        .map_err(|e| format!("cannot write YAML: {e}"))?;
+    let body = no_environment(&body);
+    let body = with_notes(&body, &c.notes)
+        .replace(ingress::LISTEN_TLS, "${WEIR_LISTEN_TLS:-0.0.0.0:443}")
+        .replace(ingress::LISTEN, "${WEIR_LISTEN:-0.0.0.0:80}");
+    let yaml = format!(
+        "# Converted from {} by `weir import`: {} Ingress paths and backends translated, {} notes on stderr.\n# Listeners: WEIR_LISTEN (default 0.0.0.0:80) and, with TLS, WEIR_LISTEN_TLS (0.0.0.0:443).\n{body}",
+        path.display(),
+        c.translated,
+        c.skipped.len()
+    );
+    Ok(Imported {
+        yaml,
+        skipped: c.skipped,
+        translated: c.translated,
+    })
 }
 
 /// `${` in what nginx wrote (`${var}`, a map's value) is a variable of the request: in a weir
