@@ -16,7 +16,7 @@ fn named(name: &'static str) -> Origin {
     http_origin(move |req| common::origin::ok(&format!("{name} {}", req.line)))
 }
 
-fn manifest(a: SocketAddr, b: SocketAddr, c: SocketAddr) -> String {
+fn manifest(a: SocketAddr, b: SocketAddr, c: SocketAddr, auth: SocketAddr) -> String {
     let (pa, pb, pc) = (a.port(), b.port(), c.port());
     format!(
         r#"apiVersion: networking.k8s.io/v1
@@ -86,11 +86,42 @@ items:
       name: authed
       namespace: web
       annotations:
-        nginx.ingress.kubernetes.io/auth-url: "http://auth.example/check"
+        nginx.ingress.kubernetes.io/auth-url: "http://{auth}/check"
+        nginx.ingress.kubernetes.io/auth-response-headers: "x-user"
     spec:
       ingressClassName: nginx
       rules:
         - host: authed.test
+          http:
+            paths:
+              - {{ path: /, pathType: Prefix, backend: {{ service: {{ name: api, port: {{ number: {pa} }} }} }} }}
+  - apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: oauth
+      namespace: web
+      annotations:
+        nginx.ingress.kubernetes.io/auth-url: "https://$host/oauth2/auth"
+    spec:
+      ingressClassName: nginx
+      rules:
+        - host: oauth.test
+          http:
+            paths:
+              - {{ path: /, pathType: Prefix, backend: {{ service: {{ name: api, port: {{ number: {pa} }} }} }} }}
+  - apiVersion: networking.k8s.io/v1
+    kind: Ingress
+    metadata:
+      name: staff
+      namespace: web
+      annotations:
+        nginx.ingress.kubernetes.io/auth-type: basic
+        nginx.ingress.kubernetes.io/auth-secret: users
+        nginx.ingress.kubernetes.io/affinity: cookie
+    spec:
+      ingressClassName: nginx
+      rules:
+        - host: staff.test
           http:
             paths:
               - {{ path: /, pathType: Prefix, backend: {{ service: {{ name: api, port: {{ number: {pa} }} }} }} }}
@@ -157,7 +188,7 @@ items:
       namespace: web
       annotations:
         nginx.ingress.kubernetes.io/canary: "true"
-        nginx.ingress.kubernetes.io/canary-weight: "50"
+        nginx.ingress.kubernetes.io/canary-by-header: x-canary
     spec:
       ingressClassName: nginx
       rules:
@@ -185,27 +216,48 @@ fn get(addr: SocketAddr, host: &str, path: &str) -> common::Response {
 #[test]
 fn ingress_manifests_are_served_as_ingress_nginx_would() {
     let (a, b, c) = (named("api"), named("other"), named("fallback"));
+    // The auth service: 200 with `x-user` for `Authorization: Bearer good`, else 401.
+    let auth = http_origin(|req| match req.header("authorization") {
+        Some("Bearer good") => {
+            b"HTTP/1.1 200 OK\r\nX-User: alice\r\nContent-Length: 0\r\n\r\n".to_vec()
+        }
+        _ => b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer\r\nContent-Length: 0\r\n\r\n"
+            .to_vec(),
+    });
     let dir = std::env::temp_dir().join(format!("weir-ingress-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(dir.join("auth")).unwrap();
+    std::fs::write(
+        dir.join("auth/web-users.htpasswd"),
+        htpasswd("bob", "s3cret"),
+    )
+    .unwrap();
     let file = dir.join("ingress.yaml");
-    std::fs::write(&file, manifest(a.addr, b.addr, c.addr)).unwrap();
+    std::fs::write(&file, manifest(a.addr, b.addr, c.addr, auth.addr)).unwrap();
     let opts = weir::import::ingress::Options {
         class: "nginx".into(),
         service_address: "127.0.0.1:{port}".into(),
+        secrets_dir: dir.display().to_string(),
     };
     let imported = weir::import::kubernetes(&file, &opts).unwrap();
     let notes = imported.skipped.join("\n");
     // Listed per object, never dropped silently.
     for expected in [
         "Ingress web/shop: nginx.ingress.kubernetes.io/proxy-buffering",
-        "Ingress web/authed: nginx.ingress.kubernetes.io/auth-url is not translated",
+        "Ingress web/oauth: nginx.ingress.kubernetes.io/auth-url `https://$host/oauth2/auth` is not translated",
+        "Ingress web/staff: nginx.ingress.kubernetes.io/auth-secret web/users: write its `auth` key",
         "Ingress web/elsewhere: class traefik",
-        "Ingress web/shop-canary: a canary Ingress",
     ] {
         assert!(notes.contains(expected), "{expected:?} not in\n{notes}");
     }
-    let cfg = weir::runtime::load_str(&imported.yaml, &dir, |v| {
-        (v == "WEIR_LISTEN").then(|| "127.0.0.1:0".to_string())
+    // `sticky.secret_env` is read from the process's environment.
+    std::env::set_var(
+        "WEIR_STICKY_SECRET",
+        "a sticky secret of at least 32 characters",
+    );
+    let cfg = weir::runtime::load_str(&imported.yaml, &dir, |v| match v {
+        "WEIR_LISTEN" => Some("127.0.0.1:0".to_string()),
+        "WEIR_STICKY_SECRET" => Some("a sticky secret of at least 32 characters".to_string()),
+        _ => None,
     })
     .unwrap_or_else(|e| panic!("{e}\n{}", imported.yaml));
     let handle = weir::server::start(cfg).unwrap();
@@ -240,6 +292,13 @@ fn ingress_manifests_are_served_as_ingress_nginx_would() {
         &format!("POST /api HTTP/1.1\r\nHost: shop.test\r\nContent-Length: 2048\r\n\r\n{body}"),
     );
     assert_eq!(r.status, 413);
+    // The canary Ingress: by header, to its backend; without it, the main one.
+    let r = ask(
+        addr,
+        "GET /api HTTP/1.1\r\nHost: shop.test\r\nX-Canary: always\r\n\r\n",
+    );
+    assert!(r.text().starts_with("other"), "{}", r.text());
+    assert!(get(addr, "shop.test", "/api").text().starts_with("api"));
     // use-regex + rewrite-target.
     assert_eq!(
         get(addr, "rw.test", "/something/new/path").text(),
@@ -257,8 +316,32 @@ fn ingress_manifests_are_served_as_ingress_nginx_would() {
     );
     // whitelist-source-range: 127.0.0.1 is not in 10.0.0.0/8.
     assert_eq!(get(addr, "guarded.test", "/").status, 403);
-    // An untranslated auth-url refuses: never served without the check it asked for.
-    assert_eq!(get(addr, "authed.test", "/").status, 503);
+    // auth-url: forward_auth to the service; its 401 goes to the client.
+    let r = get(addr, "authed.test", "/");
+    assert_eq!(
+        (r.status, r.header("www-authenticate")),
+        (401, Some("Bearer"))
+    );
+    let r = ask(
+        addr,
+        "GET /in HTTP/1.1\r\nHost: authed.test\r\nAuthorization: Bearer good\r\n\r\n",
+    );
+    assert_eq!(r.text(), "api GET /in HTTP/1.1");
+    // An auth-url with variables cannot be kept: refused, never served without its check.
+    assert_eq!(get(addr, "oauth.test", "/").status, 503);
+    // auth-type basic on the Secret's htpasswd; affinity: cookie.
+    assert_eq!(get(addr, "staff.test", "/").status, 401);
+    let r = ask(
+        addr,
+        "GET / HTTP/1.1\r\nHost: staff.test\r\nAuthorization: Basic Ym9iOnMzY3JldA==\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    assert!(
+        r.header("set-cookie")
+            .is_some_and(|c| c.starts_with("INGRESSCOOKIE=")),
+        "{:?}",
+        r.header("set-cookie")
+    );
     // limit-rps 1 (burst 5): a quick run of 12 is cut, with ingress-nginx's 503.
     let statuses: Vec<u16> = (0..12)
         .map(|_| get(addr, "limited.test", "/").status)
@@ -273,52 +356,73 @@ fn ingress_manifests_are_served_as_ingress_nginx_would() {
         (r.status, r.header("location")),
         (301, Some("https://new.test/"))
     );
-    // force-ssl-redirect, and app-root on the TLS side's own routes.
+    // app-root, then force-ssl-redirect.
     let r = get(addr, "rooted.test", "/");
-    assert_eq!(r.status, 302, "app-root first");
-    assert_eq!(r.header("location"), Some("/app"));
+    assert_eq!((r.status, r.header("location")), (302, Some("/app")));
     let r = get(addr, "rooted.test", "/app");
-    assert_eq!(r.status, 308);
-    assert_eq!(r.header("location"), Some("https://rooted.test/app"));
-    // The other class and the canary are not served.
+    assert_eq!(
+        (r.status, r.header("location")),
+        (308, Some("https://rooted.test/app"))
+    );
+    // The other class is not served.
     assert!(get(addr, "elsewhere.test", "/")
         .text()
         .starts_with("fallback"));
     common::inproc::stop(handle);
-    drop((a, b, c));
+    drop((a, b, c, auth));
 }
 
 /// The binary: `weir import ingress.yaml` prints the config (it passes `weir check` with the
-/// environment's listener) and lists the rest on stderr.
+/// environment's listener and the Secrets' files in `--secrets-dir`) and lists the rest on
+/// stderr.
 #[test]
 fn weir_import_reads_manifests_from_the_command_line() {
     const WEIR: &str = env!("CARGO_BIN_EXE_weir");
     let dir = std::env::temp_dir().join(format!("weir-ingress-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(dir.join("auth")).unwrap();
+    std::fs::write(
+        dir.join("auth/web-users.htpasswd"),
+        htpasswd("bob", "s3cret"),
+    )
+    .unwrap();
     let file = dir.join("ingress.yaml");
     let addr: SocketAddr = "127.0.0.1:8080".parse().unwrap();
-    std::fs::write(&file, manifest(addr, addr, addr)).unwrap();
-    let out = std::process::Command::new(WEIR)
-        .args([
+    std::fs::write(&file, manifest(addr, addr, addr, addr)).unwrap();
+    let import = |extra: &[&str]| {
+        let mut args = vec![
             "import",
             file.to_str().unwrap(),
             "--service-address",
             "127.0.0.1:{port}",
-        ])
-        .output()
-        .unwrap();
+            "--secrets-dir",
+            dir.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        std::process::Command::new(WEIR)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = import(&[]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("auth-url is not translated"), "{stderr}");
+    assert!(
+        stderr.contains("auth-url `https://$host/oauth2/auth` is not translated"),
+        "{stderr}"
+    );
     let converted = dir.join("weir.yaml");
     std::fs::write(&converted, &out.stdout).unwrap();
     let check = std::process::Command::new(WEIR)
         .args(["check", "-c", converted.to_str().unwrap()])
         .env("WEIR_LISTEN", "127.0.0.1:0")
+        .env(
+            "WEIR_STICKY_SECRET",
+            "a sticky secret of at least 32 characters",
+        )
         .output()
         .unwrap();
     assert!(
@@ -328,9 +432,16 @@ fn weir_import_reads_manifests_from_the_command_line() {
         String::from_utf8_lossy(&out.stdout)
     );
     // --strict: something was left out.
-    let strict = std::process::Command::new(WEIR)
-        .args(["import", "--strict", file.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(strict.status.code(), Some(2));
+    assert_eq!(import(&["--strict"]).status.code(), Some(2));
+}
+
+/// An htpasswd line with a `{SHA}` hash.
+fn htpasswd(user: &str, password: &str) -> String {
+    use base64::Engine;
+    use sha1::Digest;
+    let digest = sha1::Sha1::digest(password.as_bytes());
+    format!(
+        "{user}:{{SHA}}{}\n",
+        base64::engine::general_purpose::STANDARD.encode(digest)
+    )
 }

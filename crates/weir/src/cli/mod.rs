@@ -98,6 +98,10 @@ enum Command {
             default_value = "{service}.{namespace}.svc.cluster.local:{port}"
         )]
         service_address: String,
+        /// Kubernetes manifests: where the Secrets' files are to be written (`tls/NS-NAME.crt`
+        /// and `.key`, `auth/NS-NAME.htpasswd`).
+        #[arg(long, value_name = "DIR", default_value = "/etc/weir")]
+        secrets_dir: String,
     },
     /// Print the version.
     Version,
@@ -107,15 +111,10 @@ enum Command {
 fn import_any(
     file: &std::path::Path,
     prefix: Option<&str>,
-    class: String,
-    service_address: String,
+    opts: crate::import::ingress::Options,
 ) -> Result<crate::import::Imported, String> {
     let text = std::fs::read_to_string(file).unwrap_or_default();
     if crate::import::ingress::is_manifest(&text) {
-        let opts = crate::import::ingress::Options {
-            class,
-            service_address,
-        };
         return crate::import::kubernetes(file, &opts);
     }
     crate::import::nginx(file, prefix)
@@ -158,7 +157,16 @@ pub fn main() -> ExitCode {
             prefix,
             ingress_class,
             service_address,
-        } => match import_any(&file, prefix.as_deref(), ingress_class, service_address) {
+            secrets_dir,
+        } => match import_any(
+            &file,
+            prefix.as_deref(),
+            crate::import::ingress::Options {
+                class: ingress_class,
+                service_address,
+                secrets_dir,
+            },
+        ) {
             Ok(i) => {
                 print!("{}", i.yaml);
                 for s in &i.skipped {

@@ -18,31 +18,34 @@
 //!   proxies), `proxy-body-size`, `proxy-connect-timeout`, `proxy-read-timeout`, `limit-rps`
 //!   (burst ×5, 503, as ingress-nginx), `limit-connections`, `whitelist-source-range`,
 //!   `enable-cors` and `cors-*`, `permanent-redirect`(`-code`), `temporal-redirect`,
-//!   `app-root`, `server-alias`.
+//!   `app-root`, `server-alias`, `auth-url` and `auth-response-headers` (`forward_auth` to an
+//!   upstream made for the URL), `auth-type: basic` with `auth-secret` (`basic_auth` on the
+//!   Secret's htpasswd, written to a file named in a note), `affinity: cookie` (`sticky`),
+//!   and canary Ingresses (`canary-weight`, `-by-header`, `-by-header-value`, `-by-cookie`:
+//!   a `canary` filter on the main Ingress's route for the same host and path, `canary.rs`).
 //! - what is not translated is listed with the object's namespace/name; an untranslated
 //!   annotation that restricts access (authentication, snippets, deny lists, ModSecurity)
 //!   makes the object's routes refuse (503, a comment says why): weir never serves more than
-//!   the Ingress allowed. A canary Ingress is left out (its main Ingress serves all traffic).
+//!   the Ingress allowed.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_yaml::{Mapping, Value};
 
+mod annotations;
+mod canary;
+
+use annotations::Annotated;
+
 /// The annotations' prefix.
 const PREFIX: &str = "nginx.ingress.kubernetes.io/";
 
 /// Annotations that restrict who gets what: left untranslated, the object's routes refuse.
 const RESTRICTING: &[&str] = &[
-    "auth-type",
-    "auth-secret",
-    "auth-secret-type",
-    "auth-realm",
-    "auth-url",
-    "auth-signin",
     "auth-method",
-    "auth-response-headers",
     "auth-snippet",
+    "auth-cache-key",
     "auth-tls-secret",
     "auth-tls-verify-client",
     "configuration-snippet",
@@ -78,6 +81,15 @@ const TRANSLATED: &[&str] = &[
     "temporal-redirect",
     "app-root",
     "server-alias",
+    "auth-url",
+    "auth-response-headers",
+    "auth-type",
+    "auth-secret",
+    "auth-secret-type",
+    "auth-realm",
+    "affinity",
+    "session-cookie-name",
+    "session-cookie-max-age",
 ];
 
 /// ingress-nginx's `cors-allow-headers` default.
@@ -90,6 +102,9 @@ pub struct Options {
     pub class: String,
     /// A backend's address: `{service}`, `{namespace}` and `{port}` replaced.
     pub service_address: String,
+    /// Where the Secrets' files are expected: `tls/NS-NAME.crt` and `.key`,
+    /// `auth/NS-NAME.htpasswd`.
+    pub secrets_dir: String,
 }
 
 impl Default for Options {
@@ -97,6 +112,7 @@ impl Default for Options {
         Options {
             class: "nginx".into(),
             service_address: "{service}.{namespace}.svc.cluster.local:{port}".into(),
+            secrets_dir: "/etc/weir".into(),
         }
     }
 }
@@ -118,6 +134,8 @@ struct Route {
 /// translated.
 #[derive(Debug, Default)]
 pub struct Converted {
+    /// `Options::secrets_dir`, for the annotations.
+    pub secrets_dir: String,
     pub config: Mapping,
     pub notes: Vec<String>,
     pub skipped: Vec<String>,
@@ -131,11 +149,29 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
         let v = Value::deserialize_from(doc)?;
         collect(v, &mut objects);
     }
-    let mut c = Converted::default();
+    let mut c = Converted {
+        secrets_dir: opts.secrets_dir.trim_end_matches('/').to_string(),
+        ..Converted::default()
+    };
     let mut routes: Vec<Route> = Vec::new();
     let mut tls_routes: Vec<Route> = Vec::new();
     let mut upstreams = Mapping::new();
     let mut certificates: Vec<Value> = Vec::new();
+    let mut canaries = canary::Canaries::new();
+    for obj in &objects {
+        if obj.get("kind").and_then(Value::as_str) != Some("Ingress") {
+            continue;
+        }
+        let a = annotations(obj);
+        if a.get("canary").map(String::as_str) == Some("true")
+            && class_of(obj) == Some(&opts.class[..])
+        {
+            let name = obj["metadata"]["name"].as_str().unwrap_or("?");
+            let ns = obj["metadata"]["namespace"].as_str().unwrap_or("default");
+            let id = format!("Ingress {ns}/{name}");
+            canary::read(&id, ns, obj, &a, &mut canaries, &mut c.skipped);
+        }
+    }
     for obj in &objects {
         let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
         let name = obj["metadata"]["name"].as_str().unwrap_or("?");
@@ -150,9 +186,7 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
             continue;
         }
         let annotations = annotations(obj);
-        let class = obj["spec"]["ingressClassName"]
-            .as_str()
-            .or_else(|| obj["metadata"]["annotations"]["kubernetes.io/ingress.class"].as_str());
+        let class = class_of(obj);
         if class.is_some_and(|k| k != opts.class) {
             c.skipped.push(format!(
                 "{id}: class {}, not {}",
@@ -162,19 +196,17 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
             continue;
         }
         if annotations.get("canary").map(String::as_str) == Some("true") {
-            c.skipped.push(format!(
-                "{id}: a canary Ingress is not translated (its main Ingress serves all traffic)"
-            ));
+            // Read before the loop (`canary.rs`).
             continue;
         }
-        let a = Annotated::read(&id, &annotations, &mut c);
+        let a = Annotated::read(&id, ns, &annotations, &mut c);
         let tls_hosts: Vec<String> = obj["spec"]["tls"]
             .as_sequence()
             .into_iter()
             .flatten()
             .flat_map(|t| {
                 if let Some(secret) = t["secretName"].as_str() {
-                    let base = format!("/etc/weir/tls/{ns}-{secret}");
+                    let base = format!("{}/tls/{ns}-{secret}", opts.secrets_dir);
                     let mut cert = Mapping::new();
                     cert.insert("cert".into(), format!("{base}.crt").into());
                     cert.insert("key".into(), format!("{base}.key").into());
@@ -193,34 +225,6 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
                     .collect::<Vec<_>>()
             })
             .collect();
-        let mut backend = |svc: &Value, c: &mut Converted| -> Result<String, String> {
-            let service = svc["name"]
-                .as_str()
-                .ok_or("a backend without a service name")?;
-            let port = match (&svc["port"]["number"], svc["port"]["name"].as_str()) {
-                (Value::Number(n), _) => n.to_string(),
-                (_, Some(named)) => {
-                    return Err(format!(
-                        "the named port {named} of Service {ns}/{service} (give its number)"
-                    ))
-                }
-                _ => return Err(format!("Service {ns}/{service} without a port")),
-            };
-            let up = format!("{ns}-{service}-{port}");
-            if !upstreams.contains_key(up.as_str()) {
-                let addr = opts
-                    .service_address
-                    .replace("{service}", service)
-                    .replace("{namespace}", ns)
-                    .replace("{port}", &port);
-                let mut u = Mapping::new();
-                u.insert("servers".into(), Value::Sequence(vec![addr.into()]));
-                a.upstream(&mut u);
-                upstreams.insert(up.clone().into(), Value::Mapping(u));
-                c.translated += 1;
-            }
-            Ok(up)
-        };
         let mut rules: Vec<(Option<String>, Value)> = obj["spec"]["rules"]
             .as_sequence()
             .into_iter()
@@ -312,15 +316,26 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
                     rank.1,
                     std::cmp::Reverse(path.len()),
                 );
-                let action = match backend(&p["backend"]["service"], &mut c) {
-                    Ok(up) => a.action(&up, path),
+                let mut extra = Vec::new();
+                let action = match service_port(&p["backend"]["service"], ns) {
+                    Ok((service, port)) => {
+                        let up =
+                            upstream_for((ns, &service, &port), &a, &mut upstreams, opts, &mut c);
+                        if let Some(k) = canaries.remove(&(host.clone(), path.to_string())) {
+                            let (cns, svc, port) = &k.backend;
+                            let cup =
+                                upstream_for((cns, svc, port), &a, &mut upstreams, opts, &mut c);
+                            extra.push(canary::filter(&k, &cup));
+                        }
+                        a.action(&up, path)
+                    }
                     Err(why) => {
                         c.skipped
                             .push(format!("{id}: {why}: the path {path} answers 503"));
                         refusal(&mut c, &format!("{id}: {why}"))
                     }
                 };
-                let (plain, secure) = a.route(r, action, over_tls, &mut c);
+                let (plain, secure) = a.route(r, action, (over_tls, extra), &mut c);
                 routes.push(Route {
                     rank: order,
                     body: plain,
@@ -335,6 +350,14 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
             }
         }
     }
+    for (host, path) in canaries.keys() {
+        let k = &canaries[&(host.clone(), path.clone())];
+        c.skipped.push(format!(
+            "{}: no main Ingress for host {} and path {path}: the canary is left out",
+            k.id,
+            host.as_deref().unwrap_or("*")
+        ));
+    }
     routes.sort_by_key(|r| r.rank);
     tls_routes.sort_by_key(|r| r.rank);
     let mut listeners = vec![listener(LISTEN, None, routes)];
@@ -348,6 +371,56 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
     c.config
         .insert("listeners".into(), Value::Sequence(listeners));
     Ok(c)
+}
+
+/// The Ingress class an object asks for (`spec.ingressClassName`, or the older annotation).
+fn class_of(obj: &Value) -> Option<&str> {
+    obj["spec"]["ingressClassName"]
+        .as_str()
+        .or_else(|| obj["metadata"]["annotations"]["kubernetes.io/ingress.class"].as_str())
+}
+
+/// A backend's Service name and port number.
+fn service_port(svc: &Value, ns: &str) -> Result<(String, String), String> {
+    let service = svc["name"]
+        .as_str()
+        .ok_or("a backend without a service name")?;
+    match (&svc["port"]["number"], svc["port"]["name"].as_str()) {
+        (Value::Number(n), _) => Ok((service.to_string(), n.to_string())),
+        (_, Some(named)) => Err(format!(
+            "the named port {named} of Service {ns}/{service} (give its number)"
+        )),
+        _ => Err(format!("Service {ns}/{service} without a port")),
+    }
+}
+
+/// The upstream for a Service port (made once): `NAMESPACE-SERVICE-PORT`.
+fn upstream_for(
+    (ns, service, port): (&str, &str, &str),
+    a: &Annotated,
+    upstreams: &mut Mapping,
+    opts: &Options,
+    c: &mut Converted,
+) -> String {
+    let up = format!("{ns}-{service}-{port}");
+    if !upstreams.contains_key(up.as_str()) {
+        let addr = opts
+            .service_address
+            .replace("{service}", service)
+            .replace("{namespace}", ns)
+            .replace("{port}", port);
+        let mut u = Mapping::new();
+        u.insert("servers".into(), Value::Sequence(vec![addr.into()]));
+        a.upstream(&mut u);
+        upstreams.insert(up.clone().into(), Value::Mapping(u));
+        c.translated += 1;
+    }
+    for (name, u) in &a.auth_upstreams {
+        if !upstreams.contains_key(name.as_str()) {
+            upstreams.insert(name.clone().into(), Value::Mapping(u.clone()));
+        }
+    }
+    up
 }
 
 /// The listeners' addresses, replaced by environment references after the YAML is written
@@ -435,286 +508,6 @@ fn annotations(obj: &Value) -> BTreeMap<String, String> {
             Some((short.to_string(), value))
         })
         .collect()
-}
-
-/// An Ingress's annotations, read once.
-#[derive(Default)]
-struct Annotated {
-    regex: bool,
-    rewrite: Option<String>,
-    ssl_redirect: Option<bool>,
-    force_ssl_redirect: bool,
-    protocol: Option<String>,
-    body_size: Option<String>,
-    connect_timeout: Option<String>,
-    read_timeout: Option<String>,
-    filters: Vec<Value>,
-    redirect: Option<(String, u16)>,
-    app_root: Option<String>,
-    aliases: Vec<String>,
-    /// Why the object's routes refuse, when they do.
-    refuse: Option<String>,
-}
-
-/// `5`, `5s`: a duration in seconds for weir.
-fn seconds(v: &str) -> Option<String> {
-    let n = v.trim().trim_end_matches('s');
-    n.parse::<u64>().ok().map(|n| format!("{n}s"))
-}
-
-fn list(v: &str) -> Vec<Value> {
-    v.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| Value::String(s.to_string()))
-        .collect()
-}
-
-impl Annotated {
-    fn read(id: &str, a: &BTreeMap<String, String>, c: &mut Converted) -> Annotated {
-        let mut out = Annotated::default();
-        let yes = |k: &str| a.get(k).is_some_and(|v| v.eq_ignore_ascii_case("true"));
-        out.regex = yes("use-regex") || a.contains_key("rewrite-target");
-        out.rewrite = a.get("rewrite-target").cloned();
-        out.ssl_redirect = a
-            .get("ssl-redirect")
-            .map(|v| v.eq_ignore_ascii_case("true"));
-        out.force_ssl_redirect = yes("force-ssl-redirect");
-        out.protocol = a.get("backend-protocol").map(|p| p.to_ascii_uppercase());
-        out.body_size = a.get("proxy-body-size").map(|s| match s.trim() {
-            "0" => "1024g".to_string(),
-            s => s.to_ascii_lowercase(),
-        });
-        for (key, slot) in [
-            ("proxy-connect-timeout", &mut out.connect_timeout),
-            ("proxy-read-timeout", &mut out.read_timeout),
-        ] {
-            if let Some(v) = a.get(key) {
-                match seconds(v) {
-                    Some(s) => *slot = Some(s),
-                    None => c
-                        .skipped
-                        .push(format!("{id}: {PREFIX}{key}: `{v}` is not seconds")),
-                }
-            }
-        }
-        if let Some(rps) = a.get("limit-rps") {
-            match rps.trim().parse::<u64>() {
-                Ok(n) if n > 0 => {
-                    let mut f = Mapping::new();
-                    let mut rl = Mapping::new();
-                    rl.insert("rate".into(), n.into());
-                    rl.insert("burst".into(), (n * 5).into());
-                    rl.insert("key".into(), "$remote_addr".into());
-                    rl.insert("status".into(), 503.into());
-                    f.insert("rate_limit".into(), Value::Mapping(rl));
-                    out.filters.push(Value::Mapping(f));
-                }
-                _ => c.skipped.push(format!("{id}: {PREFIX}limit-rps: `{rps}`")),
-            }
-        }
-        if let Some(n) = a.get("limit-connections") {
-            match n.trim().parse::<u64>() {
-                Ok(n) if n > 0 => {
-                    let mut f = Mapping::new();
-                    let mut cc = Mapping::new();
-                    cc.insert("max".into(), n.into());
-                    cc.insert("key".into(), "$remote_addr".into());
-                    cc.insert("status".into(), 503.into());
-                    f.insert("concurrency".into(), Value::Mapping(cc));
-                    out.filters.push(Value::Mapping(f));
-                }
-                _ => c
-                    .skipped
-                    .push(format!("{id}: {PREFIX}limit-connections: `{n}`")),
-            }
-        }
-        if let Some(ranges) = a.get("whitelist-source-range") {
-            let mut f = Mapping::new();
-            let mut ip = Mapping::new();
-            ip.insert("allow".into(), Value::Sequence(list(ranges)));
-            f.insert("ip".into(), Value::Mapping(ip));
-            out.filters.push(Value::Mapping(f));
-        }
-        if yes("enable-cors") {
-            let origins = a.get("cors-allow-origin").map_or("*", String::as_str);
-            let mut credentials = a
-                .get("cors-allow-credentials")
-                .is_none_or(|v| v.eq_ignore_ascii_case("true"));
-            let origins = list(origins);
-            if credentials && origins.iter().any(|o| o.as_str() == Some("*")) {
-                // ingress-nginx answers any origin with credentials; weir refuses that.
-                credentials = false;
-                c.skipped.push(format!(
-                    "{id}: {PREFIX}cors-allow-credentials with origin *: credentials left off (list the origins to allow them)"
-                ));
-            }
-            let mut cors = Mapping::new();
-            cors.insert("origins".into(), Value::Sequence(origins));
-            cors.insert(
-                "methods".into(),
-                Value::Sequence(list(
-                    a.get("cors-allow-methods")
-                        .map_or("GET, PUT, POST, DELETE, PATCH, OPTIONS", String::as_str),
-                )),
-            );
-            cors.insert(
-                "headers".into(),
-                Value::Sequence(list(
-                    a.get("cors-allow-headers")
-                        .map_or(CORS_HEADERS, String::as_str),
-                )),
-            );
-            cors.insert("credentials".into(), credentials.into());
-            let age = a
-                .get("cors-max-age")
-                .and_then(|v| seconds(v))
-                .unwrap_or_else(|| "1728000s".into());
-            cors.insert("max_age".into(), age.into());
-            let mut f = Mapping::new();
-            f.insert("cors".into(), Value::Mapping(cors));
-            out.filters.push(Value::Mapping(f));
-        }
-        if let Some(to) = a.get("permanent-redirect") {
-            let code = a
-                .get("permanent-redirect-code")
-                .and_then(|c| c.trim().parse().ok())
-                .filter(|c| (300..400).contains(c))
-                .unwrap_or(301);
-            out.redirect = Some((to.clone(), code));
-        } else if let Some(to) = a.get("temporal-redirect") {
-            out.redirect = Some((to.clone(), 302));
-        }
-        out.app_root = a.get("app-root").cloned();
-        out.aliases = a
-            .get("server-alias")
-            .map(|v| {
-                v.split([',', ' '])
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default();
-        if let Some(p) = &out.protocol {
-            if !matches!(p.as_str(), "HTTP" | "HTTPS" | "GRPC" | "GRPCS") {
-                out.refuse = Some(format!("{PREFIX}backend-protocol {p} is not translated"));
-            }
-        }
-        for (k, v) in a {
-            if TRANSLATED.contains(&k.as_str()) || k == "canary" {
-                continue;
-            }
-            if RESTRICTING.contains(&k.as_str()) {
-                let why = format!("{PREFIX}{k} is not translated: its routes answer 503");
-                c.skipped.push(format!("{id}: {why}"));
-                out.refuse.get_or_insert(why);
-            } else {
-                c.skipped
-                    .push(format!("{id}: {PREFIX}{k}: `{v}` not translated"));
-            }
-        }
-        out
-    }
-
-    /// The upstream's settings from `backend-protocol` and the timeouts.
-    fn upstream(&self, u: &mut Mapping) {
-        match self.protocol.as_deref() {
-            Some("GRPC") => {
-                u.insert("protocol".into(), "h2".into());
-            }
-            Some(p @ ("HTTPS" | "GRPCS")) => {
-                // ingress-nginx does not verify the backend's certificate (proxy_ssl_verify off).
-                let mut tls = Mapping::new();
-                tls.insert("insecure_skip_verify".into(), true.into());
-                u.insert("tls".into(), Value::Mapping(tls));
-                if p == "GRPCS" {
-                    u.insert("protocol".into(), "h2".into());
-                }
-            }
-            _ => {}
-        }
-        let mut t = Mapping::new();
-        if let Some(s) = &self.connect_timeout {
-            t.insert("connect".into(), s.clone().into());
-        }
-        if let Some(s) = &self.read_timeout {
-            t.insert("response_header".into(), s.clone().into());
-            t.insert("idle".into(), s.clone().into());
-        }
-        if !t.is_empty() {
-            u.insert("timeouts".into(), Value::Mapping(t));
-        }
-    }
-
-    /// The action of a path to upstream `up`.
-    fn action(&self, up: &str, path: &str) -> Mapping {
-        let mut action = Mapping::new();
-        if let Some((to, code)) = &self.redirect {
-            let mut r = Mapping::new();
-            r.insert("to".into(), to.clone().into());
-            r.insert("status".into(), (*code).into());
-            action.insert("redirect".into(), Value::Mapping(r));
-            return action;
-        }
-        let mut p = Mapping::new();
-        p.insert("upstream".into(), up.into());
-        if let Some(target) = &self.rewrite {
-            let mut rr = Mapping::new();
-            rr.insert("pattern".into(), format!("(?i)^{path}").into());
-            rr.insert("replacement".into(), target.clone().into());
-            p.insert("regex_replace".into(), Value::Mapping(rr));
-        }
-        action.insert("proxy".into(), Value::Mapping(p));
-        action
-    }
-
-    /// The route on the plain listener (a redirect to https when the Ingress asks for it),
-    /// and on the TLS one when its host is served over TLS.
-    fn route(
-        &self,
-        mut r: Mapping,
-        action: Mapping,
-        over_tls: bool,
-        c: &mut Converted,
-    ) -> (Mapping, Option<Mapping>) {
-        let action = match &self.refuse {
-            Some(why) => refusal(c, why),
-            None => action,
-        };
-        if !self.filters.is_empty() && self.refuse.is_none() {
-            r.insert("filters".into(), Value::Sequence(self.filters.clone()));
-        }
-        if let Some(size) = &self.body_size {
-            let mut l = Mapping::new();
-            l.insert("max_body_bytes".into(), size.clone().into());
-            r.insert("limits".into(), Value::Mapping(l));
-        }
-        let secure = over_tls.then(|| {
-            let mut s = r.clone();
-            for (k, v) in &action {
-                s.insert(k.clone(), v.clone());
-            }
-            s
-        });
-        // ingress-nginx redirects to https when the host has TLS (unless `ssl-redirect:
-        // "false"`), or always with `force-ssl-redirect`.
-        let redirect = self.force_ssl_redirect || (over_tls && self.ssl_redirect != Some(false));
-        let mut plain = r;
-        if redirect {
-            let mut red = Mapping::new();
-            red.insert("to".into(), "https://$host$request_uri".into());
-            red.insert("status".into(), 308.into());
-            plain.remove("filters");
-            plain.remove("limits");
-            plain.insert("redirect".into(), Value::Mapping(red));
-        } else {
-            for (k, v) in action {
-                plain.insert(k, v);
-            }
-        }
-        (plain, secure)
-    }
 }
 
 /// Reads `path` and converts it.
