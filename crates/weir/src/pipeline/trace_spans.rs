@@ -161,7 +161,7 @@ pub(super) fn export<D: Downstream>(
         + state.as_ref().map_or(0, |s| s.len());
     let mut record = Record::new(
         Fields {
-            names: exporter.names(&rt.cfg),
+            names: exporter.names(|| names_of(&rt.cfg)),
             trace,
             start,
             end,
@@ -210,4 +210,23 @@ fn static_method(m: &weir_http::Method) -> &'static str {
         Patch => "PATCH",
         Other(_) => "_OTHER",
     }
+}
+
+/// The names spans give routes, upstreams and servers, from the config.
+fn names_of(cfg: &crate::runtime::RuntimeConfig) -> crate::trace::span::Names {
+    crate::trace::span::Names::new(
+        cfg.listeners
+            .iter()
+            .map(|l| l.routes.iter().map(|r| r.name.clone()).collect())
+            .collect(),
+        cfg.upstreams
+            .iter()
+            .map(|u| {
+                (
+                    u.name.clone(),
+                    u.servers.iter().map(|s| s.name.clone()).collect(),
+                )
+            })
+            .collect(),
+    )
 }

@@ -189,9 +189,10 @@ impl Exporter {
         }))
     }
 
-    /// The names of `cfg` (the config this exporter was compiled with), for records.
-    pub fn names(&self, cfg: &crate::runtime::RuntimeConfig) -> Arc<Names> {
-        self.names.get_or_init(|| Arc::new(Names::of(cfg))).clone()
+    /// The names of the config this exporter was compiled with, for records (`make`: from
+    /// that config, on the first span).
+    pub fn names(&self, make: impl FnOnce() -> Names) -> Arc<Names> {
+        self.names.get_or_init(|| Arc::new(make())).clone()
     }
 
     /// Queues a request's spans, or drops them when the queue is full.

@@ -488,15 +488,16 @@ mod tests {
     use prost::Message;
 
     fn record() -> Record {
-        let cfg = crate::runtime::load_str(
-            "upstreams:\n  app: { servers: ['127.0.0.1:8080', '127.0.0.1:8081'] }\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - name: api\n        proxy: { upstream: app }\n",
-            std::path::Path::new("."),
-            |_| None,
-        )
-        .unwrap();
+        let names = crate::trace::span::Names::new(
+            vec![vec!["api".into()]],
+            vec![(
+                "app".into(),
+                vec!["127.0.0.1:8080".into(), "127.0.0.1:8081".into()],
+            )],
+        );
         let mut r = Record::new(
             Fields {
-                names: std::sync::Arc::new(crate::trace::span::Names::of(&cfg)),
+                names: std::sync::Arc::new(names),
                 trace: super::super::context::TraceContext {
                     trace_id: [7; 16],
                     parent: Some([9; 8]),
