@@ -10,6 +10,7 @@
 //! something was converted. `weir check` the result before serving it: paths (roots,
 //! certificates, htpasswd files) are kept as nginx had them.
 
+mod gateway;
 pub mod ingress;
 pub mod nginx;
 

@@ -123,11 +123,13 @@ pub fn is_manifest(text: &str) -> bool {
         && text.lines().any(|l| l.starts_with("kind:"))
 }
 
-/// A route being built, with what orders it.
-struct Route {
-    /// 0: exact, 1: regex, 2: prefix; then longer first.
-    rank: (u8, bool, u8, std::cmp::Reverse<usize>),
-    body: Mapping,
+/// A route being built, with what orders it (`gateway.rs` makes them too).
+pub(super) struct Route {
+    /// The host first (an exact name, a wildcard, none: as nginx picks its server before
+    /// a location, and the Gateway API the most specific host), then the path (0: exact, 1:
+    /// regex, 2: prefix), then what else the match asks, then longer paths first.
+    pub(super) rank: (u8, u8, u8, std::cmp::Reverse<usize>),
+    pub(super) body: Mapping,
 }
 
 /// The conversion's result: the config, the notes put in it, what was left out, how much was
@@ -178,10 +180,19 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
         let ns = obj["metadata"]["namespace"].as_str().unwrap_or("default");
         let id = format!("{kind} {ns}/{name}");
         if kind != "Ingress" {
-            if !kind.is_empty() && kind != "Service" && kind != "Namespace" {
-                c.skipped.push(format!(
-                    "{id}: not an Ingress (Gateway API objects: not yet)"
-                ));
+            let gateway_api = matches!(
+                kind,
+                "Gateway"
+                    | "GatewayClass"
+                    | "HTTPRoute"
+                    | "GRPCRoute"
+                    | "TLSRoute"
+                    | "TCPRoute"
+                    | "UDPRoute"
+                    | "ReferenceGrant"
+            );
+            if !kind.is_empty() && !gateway_api && kind != "Service" && kind != "Namespace" {
+                c.skipped.push(format!("{id}: not translated"));
             }
             continue;
         }
@@ -262,12 +273,12 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
                 red.insert("status".into(), 302.into());
                 r.insert("redirect".into(), Value::Mapping(red));
                 routes.push(Route {
-                    rank: (0, host.is_none(), 0, std::cmp::Reverse(1)),
+                    rank: (host_class(host.as_deref()), 0, 0, std::cmp::Reverse(1)),
                     body: r.clone(),
                 });
                 if over_tls {
                     tls_routes.push(Route {
-                        rank: (0, false, 0, std::cmp::Reverse(1)),
+                        rank: (host_class(host.as_deref()), 0, 0, std::cmp::Reverse(1)),
                         body: r,
                     });
                 }
@@ -311,8 +322,8 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
                 );
                 r.insert("match".into(), Value::Mapping(m));
                 let order = (
+                    host_class(host.as_deref()),
                     rank.0,
-                    host.is_none(),
                     rank.1,
                     std::cmp::Reverse(path.len()),
                 );
@@ -358,6 +369,15 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
             host.as_deref().unwrap_or("*")
         ));
     }
+    // Gateway API objects (`gateway.rs`).
+    let (plain, secure, certs) = super::gateway::convert(&objects, opts, &mut c, &mut upstreams);
+    routes.extend(plain);
+    tls_routes.extend(secure);
+    for cert in certs {
+        if !certificates.contains(&cert) {
+            certificates.push(cert);
+        }
+    }
     routes.sort_by_key(|r| r.rank);
     tls_routes.sort_by_key(|r| r.rank);
     let mut listeners = vec![listener(LISTEN, None, routes)];
@@ -371,6 +391,15 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
     c.config
         .insert("listeners".into(), Value::Sequence(listeners));
     Ok(c)
+}
+
+/// How specific a host is: an exact name 0, a wildcard 1, any host 2.
+pub(super) fn host_class(host: Option<&str>) -> u8 {
+    match host {
+        Some(h) if h.starts_with("*.") => 1,
+        Some(_) => 0,
+        None => 2,
+    }
 }
 
 /// The Ingress class an object asks for (`spec.ingressClassName`, or the older annotation).
@@ -392,6 +421,16 @@ fn service_port(svc: &Value, ns: &str) -> Result<(String, String), String> {
         )),
         _ => Err(format!("Service {ns}/{service} without a port")),
     }
+}
+
+/// The upstream for a Service port with no annotations' settings (`gateway.rs`).
+pub(super) fn service_upstream(
+    backend: (&str, &str, &str),
+    upstreams: &mut Mapping,
+    opts: &Options,
+    c: &mut Converted,
+) -> String {
+    upstream_for(backend, &Annotated::default(), upstreams, opts, c)
 }
 
 /// The upstream for a Service port (made once): `NAMESPACE-SERVICE-PORT`.
