@@ -263,7 +263,8 @@ fn ingress_manifests_are_served_as_ingress_nginx_would() {
     let handle = weir::server::start(cfg).unwrap();
     let addr = handle.local_addrs()[0];
 
-    // Prefix is by whole segments; Exact is exact; an unknown host gets the default backend.
+    // Prefix is by whole segments; Exact is exact; what none of a host's paths takes goes
+    // to its Ingress's default backend, and an unknown host gets 404.
     assert_eq!(
         get(addr, "shop.test", "/api").text(),
         "api GET /api HTTP/1.1"
@@ -282,7 +283,7 @@ fn ingress_manifests_are_served_as_ingress_nginx_would() {
     assert!(get(addr, "shop.test", "/exact/more")
         .text()
         .starts_with("fallback"));
-    assert!(get(addr, "nobody.test", "/").text().starts_with("fallback"));
+    assert_eq!(get(addr, "nobody.test", "/").status, 404);
     // server-alias.
     assert!(get(addr, "alias.test", "/api").text().starts_with("api"));
     // proxy-body-size: 1k.
@@ -365,9 +366,7 @@ fn ingress_manifests_are_served_as_ingress_nginx_would() {
         (308, Some("https://rooted.test/app"))
     );
     // The other class is not served.
-    assert!(get(addr, "elsewhere.test", "/")
-        .text()
-        .starts_with("fallback"));
+    assert_eq!(get(addr, "elsewhere.test", "/").status, 404);
     common::inproc::stop(handle);
     drop((a, b, c, auth));
 }
@@ -444,4 +443,173 @@ fn htpasswd(user: &str, password: &str) -> String {
         "{user}:{{SHA}}{}\n",
         base64::engine::general_purpose::STANDARD.encode(digest)
     )
+}
+
+/// The attack review's cases (issue 56): a host keeps its own routes (a host-less or wildcard
+/// route never takes its paths, nor an unmatched path), TLS is the host's whatever Ingress
+/// names it, `use-regex` is the host's, `allowlist-source-range` and booleans as ingress-nginx
+/// reads them, merged annotations kept, aliases never take a host, the older Ingress keeps a
+/// path, an empty allow list fails closed. Each case once served what ingress-nginx refuses.
+#[test]
+fn hosts_keep_their_own_routes_as_ingress_nginx_does() {
+    let (one, two) = (named("one"), named("two"));
+    let dir = std::env::temp_dir().join(format!("weir-ingress-hosts-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("auth")).unwrap();
+    std::fs::create_dir_all(dir.join("tls")).unwrap();
+    std::fs::write(
+        dir.join("auth/web-users.htpasswd"),
+        htpasswd("bob", "s3cret"),
+    )
+    .unwrap();
+    let pki = common::tlskit::Pki::new("ingress-hosts");
+    let cert = pki.issue("site", "tls.test", &["tls.test"]);
+    std::fs::copy(&cert.cert, dir.join("tls/web-site-tls.crt")).unwrap();
+    std::fs::copy(&cert.key, dir.join("tls/web-site-tls.key")).unwrap();
+    let (p1, p2) = (one.addr.port(), two.addr.port());
+    let be = |port: u16| format!("{{ service: {{ name: s, port: {{ number: {port} }} }} }}");
+    let ing = |name: &str, annotations: &str, spec: &str| {
+        format!("---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\n  namespace: web\n  annotations: {{ {annotations} }}\nspec:\n  ingressClassName: nginx\n{spec}\n")
+    };
+    let rule = |host: &str, paths: &[(&str, &str, String)]| {
+        let mut s = format!("    - host: {host}\n      http:\n        paths:\n");
+        for (path, kind, backend) in paths {
+            s += &format!(
+                "          - {{ path: '{path}', pathType: {kind}, backend: {backend} }}\n"
+            );
+        }
+        s
+    };
+    let basic = "nginx.ingress.kubernetes.io/auth-type: basic, nginx.ingress.kubernetes.io/auth-secret: users";
+    let only10 = "nginx.ingress.kubernetes.io/whitelist-source-range: 10.0.0.0/8";
+    let rules =
+        |host: &str, paths: &[(&str, &str, String)]| format!("  rules:\n{}", rule(host, paths));
+    let mut m = String::new();
+    // H1/H2: a host-less Exact /admin and / must not take shop.test's paths.
+    m += &ing("catchall", "", &format!("  rules:\n    - http:\n        paths:\n          - {{ path: /admin, pathType: Exact, backend: {} }}\n          - {{ path: /, pathType: Prefix, backend: {} }}\n", be(p1), be(p1)));
+    m += &ing(
+        "shop",
+        basic,
+        &rules("shop.test", &[("/admin", "Prefix", be(p2))]),
+    );
+    // H3: TLS named by one Ingress, the host's login path by another.
+    m += &ing(
+        "site",
+        "",
+        &format!(
+            "  tls: [{{ hosts: [tls.test], secretName: site-tls }}]\n{}",
+            rules("tls.test", &[("/", "Prefix", be(p1))])
+        ),
+    );
+    m += &ing(
+        "login",
+        basic,
+        &rules("tls.test", &[("/login", "Prefix", be(p2))]),
+    );
+    // H4: use-regex on one Ingress of rx.test makes the other's path a regex, longest first.
+    m += &ing(
+        "public",
+        "nginx.ingress.kubernetes.io/use-regex: 'true'",
+        &rules(
+            "rx.test",
+            &[("/v[0-9]+/docs", "ImplementationSpecific", be(p1))],
+        ),
+    );
+    m += &ing(
+        "internal",
+        only10,
+        &rules("rx.test", &[("/v1/docs/internal", "Prefix", be(p2))]),
+    );
+    // H5: the current name of the allow list.
+    m += &ing(
+        "allow",
+        "nginx.ingress.kubernetes.io/allowlist-source-range: 10.0.0.0/8",
+        &rules("allow.test", &[("/", "Prefix", be(p1))]),
+    );
+    // H6: `True` is a canary.
+    m += &ing(
+        "main",
+        only10,
+        &rules("app.test", &[("/", "Prefix", be(p1))]),
+    );
+    m += &ing("canary", "nginx.ingress.kubernetes.io/canary: 'True', nginx.ingress.kubernetes.io/canary-by-header: x-canary", &rules("app.test", &[("/", "Prefix", be(p2))]));
+    // M1: annotations through a YAML merge key.
+    m += &format!("---\nx-anchors: &guard {{ nginx.ingress.kubernetes.io/whitelist-source-range: 10.0.0.0/8 }}\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: merged\n  namespace: web\n  annotations: {{ <<: *guard }}\nspec:\n  ingressClassName: nginx\n{}", rules("merged.test", &[("/", "Prefix", be(p1))]));
+    // M2: an alias naming another Ingress's host is dropped.
+    m += &ing(
+        "www",
+        "nginx.ingress.kubernetes.io/server-alias: guarded.test",
+        &rules("www.test", &[("/", "Prefix", be(p1))]),
+    );
+    m += &ing(
+        "guarded",
+        only10,
+        &rules("guarded.test", &[("/", "Prefix", be(p2))]),
+    );
+    // M3: the older Ingress keeps a path, whatever the file's order.
+    m += &ing("newer", "", &rules("d.test", &[("/", "Prefix", be(p1))])).replace(
+        "  name: newer\n",
+        "  name: newer\n  creationTimestamp: '2026-02-01T00:00:00Z'\n",
+    );
+    m += &ing(
+        "older",
+        only10,
+        &rules("d.test", &[("/", "Prefix", be(p2))]),
+    )
+    .replace(
+        "  name: older\n",
+        "  name: older\n  creationTimestamp: '2025-01-01T00:00:00Z'\n",
+    );
+    // M4: an empty allow list.
+    m += &ing(
+        "empty",
+        "nginx.ingress.kubernetes.io/whitelist-source-range: ''",
+        &rules("empty.test", &[("/", "Prefix", be(p1))]),
+    );
+    let file = dir.join("ingress.yaml");
+    std::fs::write(&file, &m).unwrap();
+    let opts = weir::import::ingress::Options {
+        class: "nginx".into(),
+        service_address: "127.0.0.1:{port}".into(),
+        secrets_dir: dir.display().to_string(),
+    };
+    let imported = weir::import::kubernetes(&file, &opts).unwrap();
+    let cfg = weir::runtime::load_str(&imported.yaml, &dir, |v| match v {
+        "WEIR_LISTEN" | "WEIR_LISTEN_TLS" => Some("127.0.0.1:0".to_string()),
+        _ => None,
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", imported.yaml));
+    let handle = weir::server::start(cfg).unwrap();
+    let (addr, tls) = (handle.local_addrs()[0], handle.local_addrs()[1]);
+    let notes = imported.skipped.join("\n");
+    assert_eq!(get(addr, "shop.test", "/admin").status, 401, "H1");
+    assert_eq!(get(addr, "shop.test", "/other").status, 404, "H2");
+    let ca = ca_der(&std::fs::read(pki.ca_file()).unwrap());
+    let client = common::tlskit::client_config(&ca, &["http/1.1"], None);
+    let mut s = common::tlskit::connect(tls, "tls.test", &client).unwrap();
+    let r = common::tlskit::exchange(&mut s, "GET /login HTTP/1.1\r\nHost: tls.test\r\n\r\n");
+    assert_eq!(r.status, 401, "H3: over TLS");
+    assert_eq!(get(addr, "tls.test", "/login").status, 308, "H3: plain");
+    assert_eq!(get(addr, "rx.test", "/v1/docs/internal").status, 403, "H4");
+    assert_eq!(get(addr, "allow.test", "/").status, 403, "H5");
+    assert_eq!(get(addr, "app.test", "/").status, 403, "H6");
+    assert_eq!(get(addr, "merged.test", "/").status, 403, "M1");
+    assert_eq!(get(addr, "guarded.test", "/").status, 403, "M2");
+    assert!(
+        notes.contains("server-alias guarded.test is a host of its own"),
+        "{notes}"
+    );
+    assert_eq!(get(addr, "d.test", "/").status, 403, "M3");
+    assert!(
+        notes.contains("is Ingress web/older's (the older Ingress)"),
+        "{notes}"
+    );
+    assert_eq!(get(addr, "empty.test", "/").status, 503, "M4");
+    common::inproc::stop(handle);
+    drop((one, two));
+}
+
+/// The first certificate of a PEM file, as DER.
+fn ca_der(pem: &[u8]) -> rustls::pki_types::CertificateDer<'static> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::from_pem_slice(pem).unwrap()
 }

@@ -56,9 +56,34 @@ pub fn kubernetes(path: &Path, opts: &ingress::Options) -> Result<Imported, Stri
     let body = serde_yaml::to_string(&serde_yaml::Value::Mapping(c.config))
         .map_err(|e| format!("cannot write YAML: {e}"))?;
     let body = no_environment(&body);
-    let body = with_notes(&body, &c.notes)
-        .replace(ingress::LISTEN_TLS, "${WEIR_LISTEN_TLS:-0.0.0.0:443}")
-        .replace(ingress::LISTEN, "${WEIR_LISTEN:-0.0.0.0:80}");
+    // Only the listeners' own `address` lines: an annotation's value that happens to hold the
+    // placeholder stays as written (attack review).
+    let body: String = with_notes(&body, &c.notes)
+        .lines()
+        .map(|l| {
+            let t = l.trim_start();
+            let indent = &l[..l.len() - t.len()];
+            match t {
+                _ if t == format!("address: {}", ingress::LISTEN_TLS)
+                    || t == format!("- address: {}", ingress::LISTEN_TLS) =>
+                {
+                    format!(
+                        "{indent}{}${{WEIR_LISTEN_TLS:-0.0.0.0:443}}\n",
+                        &t[..t.len() - ingress::LISTEN_TLS.len()]
+                    )
+                }
+                _ if t == format!("address: {}", ingress::LISTEN)
+                    || t == format!("- address: {}", ingress::LISTEN) =>
+                {
+                    format!(
+                        "{indent}{}${{WEIR_LISTEN:-0.0.0.0:80}}\n",
+                        &t[..t.len() - ingress::LISTEN.len()]
+                    )
+                }
+                _ => format!("{l}\n"),
+            }
+        })
+        .collect();
     let yaml = format!(
         "# Converted from {} by `weir import`: {} Ingress paths and backends translated, {} notes on stderr.\n# Listeners: WEIR_LISTEN (default 0.0.0.0:80) and, with TLS, WEIR_LISTEN_TLS (0.0.0.0:443).\n{body}",
         path.display(),

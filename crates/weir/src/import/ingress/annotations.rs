@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_yaml::{Mapping, Value};
 
-use super::{refusal, Converted, CORS_HEADERS, PREFIX, RESTRICTING, TRANSLATED};
+use super::{parse_bool, refusal, Converted, CORS_HEADERS, PREFIX, RESTRICTING, TRANSLATED};
 
 /// An Ingress's annotations, read once.
 #[derive(Debug, Default)]
@@ -28,10 +28,13 @@ pub(super) struct Annotated {
     pub(super) auth_upstreams: Vec<(String, Mapping)>,
 }
 
-/// `5`, `5s`: a duration in seconds for weir.
+/// `5`, `5s`: a duration in seconds for weir (up to a year).
 fn seconds(v: &str) -> Option<String> {
     let n = v.trim().trim_end_matches('s');
-    n.parse::<u64>().ok().map(|n| format!("{n}s"))
+    n.parse::<u64>()
+        .ok()
+        .filter(|n| *n <= 366 * 86_400)
+        .map(|n| format!("{n}s"))
 }
 
 fn list(v: &str) -> Vec<Value> {
@@ -52,18 +55,26 @@ impl Annotated {
         let mut out = Annotated::default();
         // Authentication first: the filters after it (a rate limit) see who the client is.
         out.auth(id, ns, a, c);
-        let yes = |k: &str| a.get(k).is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        // Booleans as ingress-nginx reads them (`True`, `1`, …).
+        let yes = |k: &str| a.get(k).and_then(|v| parse_bool(v)) == Some(true);
         out.regex = yes("use-regex") || a.contains_key("rewrite-target");
         out.rewrite = a.get("rewrite-target").cloned();
-        out.ssl_redirect = a
-            .get("ssl-redirect")
-            .map(|v| v.eq_ignore_ascii_case("true"));
+        out.ssl_redirect = a.get("ssl-redirect").and_then(|v| parse_bool(v));
         out.force_ssl_redirect = yes("force-ssl-redirect");
         out.protocol = a.get("backend-protocol").map(|p| p.to_ascii_uppercase());
-        out.body_size = a.get("proxy-body-size").map(|s| match s.trim() {
-            "0" => "1024g".to_string(),
-            s => s.to_ascii_lowercase(),
-        });
+        if let Some(v) = a.get("proxy-body-size") {
+            let v = v.trim().to_ascii_lowercase();
+            match v.as_str() {
+                "0" => out.body_size = Some("1024g".into()),
+                _ if v.parse::<crate::config::units::Size>().is_ok() => out.body_size = Some(v),
+                // A limit it cannot keep: the routes refuse rather than take any body.
+                _ => out.refuse(
+                    c,
+                    id,
+                    format!("{PREFIX}proxy-body-size `{v}` is not a size"),
+                ),
+            }
+        }
         for (key, slot) in [
             ("proxy-connect-timeout", &mut out.connect_timeout),
             ("proxy-read-timeout", &mut out.read_timeout),
@@ -71,9 +82,9 @@ impl Annotated {
             if let Some(v) = a.get(key) {
                 match seconds(v) {
                     Some(s) => *slot = Some(s),
-                    None => c
-                        .skipped
-                        .push(format!("{id}: {PREFIX}{key}: `{v}` is not seconds")),
+                    None => c.skipped.push(format!(
+                        "{id}: {PREFIX}{key}: `{v}` is not seconds (up to a year): left out"
+                    )),
                 }
             }
         }
@@ -83,7 +94,7 @@ impl Annotated {
                     let mut f = Mapping::new();
                     let mut rl = Mapping::new();
                     rl.insert("rate".into(), n.into());
-                    rl.insert("burst".into(), (n * 5).into());
+                    rl.insert("burst".into(), n.saturating_mul(5).into());
                     rl.insert("key".into(), "$remote_addr".into());
                     rl.insert("status".into(), 503.into());
                     f.insert("rate_limit".into(), Value::Mapping(rl));
@@ -108,18 +119,39 @@ impl Annotated {
                     .push(format!("{id}: {PREFIX}limit-connections: `{n}`")),
             }
         }
-        if let Some(ranges) = a.get("whitelist-source-range") {
-            let mut f = Mapping::new();
-            let mut ip = Mapping::new();
-            ip.insert("allow".into(), Value::Sequence(list(ranges)));
-            f.insert("ip".into(), Value::Mapping(ip));
-            out.filters.push(Value::Mapping(f));
+        // `allowlist-source-range` is the current name, `whitelist-` the older one.
+        if let Some((key, ranges)) = ["allowlist-source-range", "whitelist-source-range"]
+            .iter()
+            .find_map(|k| a.get(*k).map(|v| (*k, v)))
+        {
+            let allow = list(ranges);
+            let bad = allow.iter().filter_map(Value::as_str).find(|r| {
+                r.parse::<ipnet::IpNet>().is_err() && r.parse::<std::net::IpAddr>().is_err()
+            });
+            match (allow.is_empty(), bad) {
+                (false, None) => {
+                    let mut f = Mapping::new();
+                    let mut ip = Mapping::new();
+                    ip.insert("allow".into(), Value::Sequence(allow));
+                    f.insert("ip".into(), Value::Mapping(ip));
+                    out.filters.push(Value::Mapping(f));
+                }
+                // Fails closed: an allow list weir cannot read allows nobody.
+                (_, bad) => out.refuse(
+                    c,
+                    id,
+                    format!(
+                        "{PREFIX}{key} `{ranges}` is not a list of addresses and CIDRs{}",
+                        bad.map_or(String::new(), |b| format!(" (`{b}`)"))
+                    ),
+                ),
+            }
         }
         if yes("enable-cors") {
             let origins = a.get("cors-allow-origin").map_or("*", String::as_str);
             let mut credentials = a
                 .get("cors-allow-credentials")
-                .is_none_or(|v| v.eq_ignore_ascii_case("true"));
+                .is_none_or(|v| parse_bool(v) != Some(false));
             let origins = list(origins);
             if credentials && origins.iter().any(|o| o.as_str() == Some("*")) {
                 // ingress-nginx answers any origin with credentials; weir refuses that.
@@ -153,6 +185,21 @@ impl Annotated {
             let mut f = Mapping::new();
             f.insert("cors".into(), Value::Mapping(cors));
             out.filters.push(Value::Mapping(f));
+        }
+        for key in ["permanent-redirect", "temporal-redirect", "app-root"] {
+            if let Some(v) = a.get(key) {
+                // Said as written, or refused: no variables, spaces or control bytes.
+                if v.is_empty() || v.bytes().any(|b| b <= b' ' || b == b'$' || b == 0x7f) {
+                    out.refuse(
+                        c,
+                        id,
+                        format!("{PREFIX}{key} `{}` is not translated", v.escape_debug()),
+                    );
+                }
+            }
+        }
+        if a.get("app-root").is_some_and(|v| !v.starts_with('/')) {
+            out.refuse(c, id, format!("{PREFIX}app-root must be a path"));
         }
         if let Some(to) = a.get("permanent-redirect") {
             let code = a
@@ -199,6 +246,20 @@ impl Annotated {
                     .collect()
             })
             .unwrap_or_default();
+        // A host name or `*.` and one (nginx's regex aliases and ports are not).
+        out.aliases.retain(|al| {
+            let name = al.strip_prefix("*.").unwrap_or(al);
+            let ok = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+            if !ok {
+                c.skipped.push(format!(
+                    "{id}: {PREFIX}server-alias `{al}` is not a host name: left out"
+                ));
+            }
+            ok
+        });
         if let Some(p) = &out.protocol {
             if !matches!(p.as_str(), "HTTP" | "HTTPS" | "GRPC" | "GRPCS") {
                 out.refuse = Some(format!("{PREFIX}backend-protocol {p} is not translated"));
@@ -208,7 +269,8 @@ impl Annotated {
             if TRANSLATED.contains(&k.as_str()) || k == "canary" {
                 continue;
             }
-            if RESTRICTING.contains(&k.as_str()) {
+            // Any other `auth-*` restricts too (`auth-tls-match-cn`, `auth-proxy-set-headers`).
+            if RESTRICTING.contains(&k.as_str()) || k.starts_with("auth-") {
                 let why = format!("{PREFIX}{k} is not translated: its routes answer 503");
                 c.skipped.push(format!("{id}: {why}"));
                 out.refuse.get_or_insert(why);
@@ -218,6 +280,13 @@ impl Annotated {
             }
         }
         out
+    }
+
+    /// The routes refuse, for `why` (the first reason is the one said).
+    fn refuse(&mut self, c: &mut Converted, id: &str, why: String) {
+        let why = format!("{why}: its routes answer 503");
+        c.skipped.push(format!("{id}: {why}"));
+        self.refuse.get_or_insert(why);
     }
 
     /// `auth-url` (`forward_auth`) and `auth-type: basic` (`basic_auth`); what cannot be kept

@@ -47,7 +47,7 @@ pub(super) fn read(
         .and_then(|w| w.trim().parse().ok())
         .filter(|t| *t > 0)
         .unwrap_or(100);
-    let percent = (weight * 100 / total).min(100);
+    let percent = (weight.saturating_mul(100) / total).min(100);
     let header = a.get("canary-by-header").map(|h| {
         let value = a
             .get("canary-by-header-value")

@@ -70,6 +70,7 @@ const TRANSLATED: &[&str] = &[
     "limit-rps",
     "limit-connections",
     "whitelist-source-range",
+    "allowlist-source-range",
     "enable-cors",
     "cors-allow-origin",
     "cors-allow-methods",
@@ -119,8 +120,13 @@ impl Default for Options {
 
 /// Whether `text` looks like Kubernetes manifests (a document with `apiVersion` and `kind`).
 pub fn is_manifest(text: &str) -> bool {
-    text.lines().any(|l| l.starts_with("apiVersion:"))
-        && text.lines().any(|l| l.starts_with("kind:"))
+    let yaml = text.lines().any(|l| l.starts_with("apiVersion:"))
+        && text.lines().any(|l| l.starts_with("kind:"));
+    // `kubectl get -o json`.
+    let json = text.trim_start().starts_with('{')
+        && text.contains("\"apiVersion\"")
+        && text.contains("\"kind\"");
+    yaml || json
 }
 
 /// A route being built, with what orders it (`gateway.rs` makes them too).
@@ -148,7 +154,9 @@ pub struct Converted {
 pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
     let mut objects = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(text) {
-        let v = Value::deserialize_from(doc)?;
+        let mut v = Value::deserialize_from(doc)?;
+        // `<<: *anchor` merged as kubectl does (an annotation in a merged block is kept).
+        v.apply_merge().map_err(|e| e.to_string())?;
         collect(v, &mut objects);
     }
     let mut c = Converted {
@@ -160,24 +168,82 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
     let mut upstreams = Mapping::new();
     let mut certificates: Vec<Value> = Vec::new();
     let mut canaries = canary::Canaries::new();
-    for obj in &objects {
-        if obj.get("kind").and_then(Value::as_str) != Some("Ingress") {
+    // ingress-nginx takes the oldest Ingress first (`creationTimestamp`); file order otherwise.
+    let mut ingresses: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o.get("kind").and_then(Value::as_str) == Some("Ingress"))
+        .collect();
+    ingresses.sort_by_key(|o| {
+        o["metadata"]["creationTimestamp"]
+            .as_str()
+            .map_or((1, String::new()), |t| (0, t.to_string()))
+    });
+    // What ingress-nginx decides per host, across Ingresses: TLS, and regex paths
+    // (`use-regex` or `rewrite-target` on any Ingress of a host makes all its paths regexes).
+    let mut tls_hosts: Vec<String> = Vec::new();
+    let mut regex_hosts: Vec<Option<String>> = Vec::new();
+    let mut all_hosts: Vec<String> = Vec::new();
+    for obj in &ingresses {
+        let (ns, name) = names(obj);
+        let id = format!("Ingress {ns}/{name}");
+        let a = annotations(obj);
+        let class = class_of(obj);
+        let canary = a.get("canary").and_then(|v| parse_bool(v)) == Some(true);
+        if class.is_none() {
+            c.skipped.push(format!(
+                "{id}: no Ingress class: ingress-nginx serves it only as the default class (or with --watch-ingress-without-class); imported"
+            ));
+        }
+        if class.is_some_and(|k| k != opts.class) {
             continue;
         }
-        let a = annotations(obj);
-        if a.get("canary").map(String::as_str) == Some("true")
-            && class_of(obj) == Some(&opts.class[..])
-        {
-            let name = obj["metadata"]["name"].as_str().unwrap_or("?");
-            let ns = obj["metadata"]["namespace"].as_str().unwrap_or("default");
-            let id = format!("Ingress {ns}/{name}");
+        if canary {
             canary::read(&id, ns, obj, &a, &mut canaries, &mut c.skipped);
+            continue;
+        }
+        let regex = ["use-regex", "rewrite-target"].iter().any(|k| {
+            k == &"rewrite-target" && a.contains_key(*k)
+                || a.get(*k).and_then(|v| parse_bool(v)) == Some(true)
+        });
+        for t in obj["spec"]["tls"].as_sequence().into_iter().flatten() {
+            if let Some(secret) = t["secretName"].as_str() {
+                let base = format!("{}/tls/{ns}-{secret}", c.secrets_dir);
+                let mut cert = Mapping::new();
+                cert.insert("cert".into(), format!("{base}.crt").into());
+                cert.insert("key".into(), format!("{base}.key").into());
+                let cert = Value::Mapping(cert);
+                if !certificates.contains(&cert) {
+                    certificates.push(cert);
+                    c.skipped.push(format!(
+                        "{id}: TLS Secret {ns}/{secret}: write its tls.crt and tls.key to {base}.crt and {base}.key (kubectl get secret -n {ns} {secret} -o jsonpath='{{.data.tls\\.crt}}' | base64 -d)"
+                    ));
+                }
+            }
+            for h in t["hosts"].as_sequence().into_iter().flatten() {
+                if let Some(h) = h.as_str() {
+                    tls_hosts.push(h.to_ascii_lowercase());
+                }
+            }
+        }
+        for r in obj["spec"]["rules"].as_sequence().into_iter().flatten() {
+            let host = r["host"].as_str().map(str::to_ascii_lowercase);
+            if regex && !regex_hosts.contains(&host) {
+                regex_hosts.push(host.clone());
+            }
+            if let Some(h) = host {
+                all_hosts.push(h);
+            }
         }
     }
+    // (host, path, type) → the Ingress that has it (the oldest).
+    let mut taken: std::collections::BTreeMap<(Option<String>, String, String), String> =
+        std::collections::BTreeMap::new();
+    // Host → its catch-all (the first Ingress with a `defaultBackend` naming that host), or
+    // 404.
+    let mut catch_all: Vec<(Option<String>, Option<Mapping>)> = Vec::new();
     for obj in &objects {
         let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
-        let name = obj["metadata"]["name"].as_str().unwrap_or("?");
-        let ns = obj["metadata"]["namespace"].as_str().unwrap_or("default");
+        let (ns, name) = names(obj);
         let id = format!("{kind} {ns}/{name}");
         if kind != "Ingress" {
             let gateway_api = matches!(
@@ -194,8 +260,11 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
             if !kind.is_empty() && !gateway_api && kind != "Service" && kind != "Namespace" {
                 c.skipped.push(format!("{id}: not translated"));
             }
-            continue;
         }
+    }
+    for obj in &ingresses {
+        let (ns, name) = names(obj);
+        let id = format!("Ingress {ns}/{name}");
         let annotations = annotations(obj);
         let class = class_of(obj);
         if class.is_some_and(|k| k != opts.class) {
@@ -206,113 +275,150 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
             ));
             continue;
         }
-        if annotations.get("canary").map(String::as_str) == Some("true") {
-            // Read before the loop (`canary.rs`).
+        if annotations.get("canary").and_then(|v| parse_bool(v)) == Some(true) {
+            // Read before (`canary.rs`).
             continue;
         }
-        let a = Annotated::read(&id, ns, &annotations, &mut c);
-        let tls_hosts: Vec<String> = obj["spec"]["tls"]
-            .as_sequence()
-            .into_iter()
-            .flatten()
-            .flat_map(|t| {
-                if let Some(secret) = t["secretName"].as_str() {
-                    let base = format!("{}/tls/{ns}-{secret}", opts.secrets_dir);
-                    let mut cert = Mapping::new();
-                    cert.insert("cert".into(), format!("{base}.crt").into());
-                    cert.insert("key".into(), format!("{base}.key").into());
-                    if !certificates.contains(&Value::Mapping(cert.clone())) {
-                        certificates.push(Value::Mapping(cert));
-                        c.skipped.push(format!(
-                            "{id}: TLS Secret {ns}/{secret}: write its tls.crt and tls.key to {base}.crt and {base}.key (kubectl get secret -n {ns} {secret} -o jsonpath='{{.data.tls\\.crt}}' | base64 -d)"
-                        ));
-                    }
-                }
-                t["hosts"]
-                    .as_sequence()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|h| h.as_str().map(str::to_string))
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        let mut rules: Vec<(Option<String>, Value)> = obj["spec"]["rules"]
+        let mut a = Annotated::read(&id, ns, &annotations, &mut c);
+        // An alias naming a host another rule has is dropped (ingress-nginx: "Conflicting
+        // hostname and alias").
+        a.aliases.retain(|al| {
+            let clash = all_hosts.contains(&al.to_ascii_lowercase());
+            if clash {
+                c.skipped.push(format!(
+                    "{id}: server-alias {al} is a host of its own: the alias is dropped"
+                ));
+            }
+            !clash
+        });
+        let rules: Vec<(Option<String>, Value)> = obj["spec"]["rules"]
             .as_sequence()
             .into_iter()
             .flatten()
             .map(|r| {
                 (
-                    r["host"].as_str().map(str::to_string),
+                    r["host"].as_str().map(str::to_ascii_lowercase),
                     r["http"]["paths"].clone(),
                 )
             })
             .collect();
+        // A `defaultBackend`: the catch-all of the Ingress's own hosts, or of every host when
+        // it has no rules.
         if let Some(default) = obj["spec"]["defaultBackend"].as_mapping() {
-            let mut path = Mapping::new();
-            path.insert("path".into(), "/".into());
-            path.insert("pathType".into(), "Prefix".into());
-            path.insert("backend".into(), Value::Mapping(default.clone()));
-            rules.push((None, Value::Sequence(vec![Value::Mapping(path)])));
+            let svc = &default.get("service").cloned().unwrap_or(Value::Null);
+            let action = match service_port(svc, ns) {
+                Ok((service, port)) => {
+                    let up = upstream_for((ns, &service, &port), &a, &mut upstreams, opts, &mut c);
+                    a.action(&up, "/")
+                }
+                Err(why) => refusal(&mut c, &format!("{id}: {why}")),
+            };
+            let hosts: Vec<Option<String>> = match rules.is_empty() {
+                true => vec![None],
+                false => rules.iter().map(|(h, _)| h.clone()).collect(),
+            };
+            for h in hosts {
+                match catch_all.iter_mut().find(|(k, _)| *k == h) {
+                    Some((_, Some(_))) => c.skipped.push(format!(
+                        "{id}: defaultBackend for {}: an older Ingress's is kept",
+                        h.as_deref().unwrap_or("any host")
+                    )),
+                    Some((_, slot)) => *slot = Some(action.clone()),
+                    None => catch_all.push((h, Some(action.clone()))),
+                }
+            }
         }
-        for (host, paths) in rules {
+        for (ri, (host, paths)) in rules.into_iter().enumerate() {
+            if !catch_all.iter().any(|(k, _)| *k == host) {
+                catch_all.push((host.clone(), None));
+            }
             let mut hosts: Vec<String> = host.iter().cloned().collect();
             if host.is_some() {
                 hosts.extend(a.aliases.iter().cloned());
+                for al in &a.aliases {
+                    let al = Some(al.to_ascii_lowercase());
+                    if !catch_all.iter().any(|(k, _)| *k == al) {
+                        catch_all.push((al, None));
+                    }
+                }
             }
             let over_tls = host.as_ref().is_some_and(|h| tls_hosts.contains(h));
+            let regex = regex_hosts.contains(&host);
             if let (Some(root), true) = (&a.app_root, host.is_some()) {
-                // `app-root`: `/` redirects there (302).
+                // `app-root`: `/` redirects there (302), unless the routes refuse.
                 let mut m = Mapping::new();
                 m.insert("path".into(), "/".into());
                 add_hosts(&mut m, &hosts);
                 let mut r = Mapping::new();
-                r.insert("name".into(), format!("{ns}-{name}-app-root").into());
+                r.insert("name".into(), format!("{ns}-{name}-app-root-{ri}").into());
                 r.insert("match".into(), Value::Mapping(m));
-                let mut red = Mapping::new();
-                red.insert("to".into(), root.clone().into());
-                red.insert("status".into(), 302.into());
-                r.insert("redirect".into(), Value::Mapping(red));
-                routes.push(Route {
-                    rank: (host_class(host.as_deref()), 0, 0, std::cmp::Reverse(1)),
-                    body: r.clone(),
-                });
+                match &a.refuse {
+                    Some(why) => {
+                        for (k, v) in refusal(&mut c, why) {
+                            r.insert(k, v);
+                        }
+                    }
+                    None => {
+                        let mut red = Mapping::new();
+                        red.insert("to".into(), root.clone().into());
+                        red.insert("status".into(), 302.into());
+                        r.insert("redirect".into(), Value::Mapping(red));
+                    }
+                }
+                let rank = (host_class(host.as_deref()), 0, 0, std::cmp::Reverse(1));
                 if over_tls {
                     tls_routes.push(Route {
-                        rank: (host_class(host.as_deref()), 0, 0, std::cmp::Reverse(1)),
-                        body: r,
+                        rank,
+                        body: r.clone(),
                     });
                 }
+                routes.push(Route { rank, body: r });
             }
-            for (i, p) in paths.as_sequence().into_iter().flatten().enumerate() {
+            for p in paths.as_sequence().into_iter().flatten() {
                 let path = p["path"].as_str().unwrap_or("/");
                 let kind = p["pathType"].as_str().unwrap_or("ImplementationSpecific");
+                let key = (host.clone(), path.to_string(), kind.to_string());
+                if let Some(older) = taken.get(&key) {
+                    c.skipped.push(format!(
+                        "{id}: host {} path {path} ({kind}) is {older}'s (the older Ingress): left out",
+                        host.as_deref().unwrap_or("*")
+                    ));
+                    continue;
+                }
+                taken.insert(key, id.clone());
                 let mut m = Mapping::new();
                 add_hosts(&mut m, &hosts);
-                let rank = if a.regex {
-                    m.insert("path_regex".into(), format!("(?i)^{path}").into());
-                    (1, i as u8)
-                } else {
-                    match kind {
-                        "Exact" => {
-                            m.insert("path".into(), path.into());
-                            (0, 0)
+                let mut bad_regex = None;
+                // 0: exact, 1: regex, 2: prefix.
+                let kind_rank = match (kind, regex) {
+                    ("Exact", _) => {
+                        m.insert("path".into(), path.into());
+                        0
+                    }
+                    (_, true) => {
+                        // ingress-nginx: `location ~* "^path"`, longest first.
+                        let re = format!("(?i)^{path}");
+                        if let Err(e) = regex::Regex::new(&re) {
+                            bad_regex = Some(format!("the path regex {path}: {e}"));
                         }
-                        "Prefix" => {
-                            let p = path.trim_end_matches('/');
-                            if p.is_empty() {
-                                m.insert("path_prefix".into(), "/".into());
-                            } else {
-                                m.insert(
-                                    "path_regex".into(),
-                                    format!("^{}(/|$)", regex::escape(p)).into(),
-                                );
-                            }
-                            (2, 0)
+                        m.insert("path_regex".into(), re.into());
+                        1
+                    }
+                    ("Prefix", false) => {
+                        let p = path.trim_end_matches('/');
+                        if p.is_empty() {
+                            m.insert("path_prefix".into(), "/".into());
+                        } else {
+                            m.insert(
+                                "path_regex".into(),
+                                format!("^{}(/|$)", regex::escape(p)).into(),
+                            );
                         }
-                        _ => {
-                            m.insert("path_prefix".into(), path.into());
-                            (2, 0)
-                        }
+                        2
+                    }
+                    (_, false) => {
+                        m.insert("path_prefix".into(), path.into());
+                        2
                     }
                 };
                 let mut r = Mapping::new();
@@ -323,13 +429,18 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
                 r.insert("match".into(), Value::Mapping(m));
                 let order = (
                     host_class(host.as_deref()),
-                    rank.0,
-                    rank.1,
+                    kind_rank,
+                    0,
                     std::cmp::Reverse(path.len()),
                 );
                 let mut extra = Vec::new();
-                let action = match service_port(&p["backend"]["service"], ns) {
-                    Ok((service, port)) => {
+                let action = match (service_port(&p["backend"]["service"], ns), bad_regex) {
+                    (_, Some(why)) | (Err(why), None) => {
+                        c.skipped
+                            .push(format!("{id}: {why}: the path {path} answers 503"));
+                        refusal(&mut c, &format!("{id}: {why}"))
+                    }
+                    (Ok((service, port)), None) => {
                         let up =
                             upstream_for((ns, &service, &port), &a, &mut upstreams, opts, &mut c);
                         if let Some(k) = canaries.remove(&(host.clone(), path.to_string())) {
@@ -339,11 +450,6 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
                             extra.push(canary::filter(&k, &cup));
                         }
                         a.action(&up, path)
-                    }
-                    Err(why) => {
-                        c.skipped
-                            .push(format!("{id}: {why}: the path {path} answers 503"));
-                        refusal(&mut c, &format!("{id}: {why}"))
                     }
                 };
                 let (plain, secure) = a.route(r, action, (over_tls, extra), &mut c);
@@ -360,6 +466,42 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
                 c.translated += 1;
             }
         }
+    }
+    // Each host's requests stay with it: what none of its paths takes gets its catch-all (a
+    // `defaultBackend`) or 404, never another host's routes (ingress-nginx's server per host).
+    for (i, (host, action)) in catch_all.into_iter().enumerate() {
+        let mut m = Mapping::new();
+        if let Some(h) = &host {
+            m.insert("host".into(), h.clone().into());
+        }
+        let mut r = Mapping::new();
+        r.insert("name".into(), format!("catch-all-{i}").into());
+        if !m.is_empty() {
+            r.insert("match".into(), Value::Mapping(m));
+        }
+        match action {
+            Some(action) => {
+                for (k, v) in action {
+                    r.insert(k, v);
+                }
+            }
+            None if host.is_none() => continue,
+            None => {
+                let mut respond = Mapping::new();
+                respond.insert("status".into(), 404.into());
+                r.insert("respond".into(), Value::Mapping(respond));
+            }
+        }
+        let rank = (host_class(host.as_deref()), 9, 0, std::cmp::Reverse(0));
+        if host.as_ref().is_some_and(|h| tls_hosts.contains(h))
+            || (host.is_none() && !certificates.is_empty())
+        {
+            tls_routes.push(Route {
+                rank,
+                body: r.clone(),
+            });
+        }
+        routes.push(Route { rank, body: r });
     }
     for (host, path) in canaries.keys() {
         let k = &canaries[&(host.clone(), path.clone())];
@@ -391,6 +533,23 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
     c.config
         .insert("listeners".into(), Value::Sequence(listeners));
     Ok(c)
+}
+
+/// An object's namespace and name.
+fn names(obj: &Value) -> (&str, &str) {
+    (
+        obj["metadata"]["namespace"].as_str().unwrap_or("default"),
+        obj["metadata"]["name"].as_str().unwrap_or("?"),
+    )
+}
+
+/// A boolean as ingress-nginx reads one (Go's `strconv.ParseBool`).
+pub(super) fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim() {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
 }
 
 /// How specific a host is: an exact name 0, a wildcard 1, any host 2.
