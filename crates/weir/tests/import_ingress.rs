@@ -559,6 +559,12 @@ fn hosts_keep_their_own_routes_as_ingress_nginx_does() {
         "  name: older\n",
         "  name: older\n  creationTimestamp: '2025-01-01T00:00:00Z'\n",
     );
+    // A snippet weir cannot read: refused, never served without what it said.
+    m += &ing(
+        "snip",
+        "nginx.ingress.kubernetes.io/configuration-snippet: 'deny all;'",
+        &rules("snip.test", &[("/", "Prefix", be(p1))]),
+    );
     // M4: an empty allow list.
     m += &ing(
         "empty",
@@ -604,6 +610,11 @@ fn hosts_keep_their_own_routes_as_ingress_nginx_does() {
         "{notes}"
     );
     assert_eq!(get(addr, "empty.test", "/").status, 503, "M4");
+    assert_eq!(
+        get(addr, "snip.test", "/").status,
+        503,
+        "configuration-snippet"
+    );
     common::inproc::stop(handle);
     drop((one, two));
 }
