@@ -624,3 +624,93 @@ fn ca_der(pem: &[u8]) -> rustls::pki_types::CertificateDer<'static> {
     use rustls::pki_types::pem::PemObject;
     rustls::pki_types::CertificateDer::from_pem_slice(pem).unwrap()
 }
+
+/// `backend-protocol: GRPC` behind a TLS host (ALPN h2): grpc-go's client through weir to
+/// grpc-go's server, and `proxy-read-timeout` bounding a slow origin (504 in ~1 s, not 4).
+#[test]
+fn backend_protocol_grpc_and_read_timeouts_over_the_wire() {
+    let Some(grpc) = common::grpcgo::GrpcServer::start() else {
+        return;
+    };
+    let slow = http_origin(|_| {
+        std::thread::sleep(std::time::Duration::from_secs(4));
+        common::origin::ok("late")
+    });
+    let dir = std::env::temp_dir().join(format!("weir-ingress-grpc-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("tls")).unwrap();
+    let pki = common::tlskit::Pki::new("ingress-grpc");
+    let cert = pki.issue("grpc", "grpc.test", &["grpc.test"]);
+    std::fs::copy(&cert.cert, dir.join("tls/web-grpc-tls.crt")).unwrap();
+    std::fs::copy(&cert.key, dir.join("tls/web-grpc-tls.key")).unwrap();
+    let manifest = format!(
+        r#"apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: grpc
+  namespace: web
+  annotations: {{ nginx.ingress.kubernetes.io/backend-protocol: GRPC }}
+spec:
+  ingressClassName: nginx
+  tls: [{{ hosts: [grpc.test], secretName: grpc-tls }}]
+  rules:
+    - host: grpc.test
+      http:
+        paths: [{{ path: /, pathType: Prefix, backend: {{ service: {{ name: echo, port: {{ number: {} }} }} }} }}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: slow
+  namespace: web
+  annotations: {{ nginx.ingress.kubernetes.io/proxy-read-timeout: "1" }}
+spec:
+  ingressClassName: nginx
+  rules:
+    - host: slow.test
+      http:
+        paths: [{{ path: /, pathType: Prefix, backend: {{ service: {{ name: slow, port: {{ number: {} }} }} }} }}]
+"#,
+        grpc.addr.port(),
+        slow.addr.port()
+    );
+    let file = dir.join("ingress.yaml");
+    std::fs::write(&file, manifest).unwrap();
+    let opts = weir::import::ingress::Options {
+        class: "nginx".into(),
+        service_address: "127.0.0.1:{port}".into(),
+        secrets_dir: dir.display().to_string(),
+    };
+    let imported = weir::import::kubernetes(&file, &opts).unwrap();
+    let cfg = weir::runtime::load_str(&imported.yaml, &dir, |v| match v {
+        "WEIR_LISTEN" | "WEIR_LISTEN_TLS" => Some("127.0.0.1:0".to_string()),
+        _ => None,
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", imported.yaml));
+    let handle = weir::server::start(cfg).unwrap();
+    let (addr, tls) = (handle.local_addrs()[0], handle.local_addrs()[1]);
+    let ca = pki.ca_file().display().to_string();
+    let tls = tls.to_string();
+    for kind in ["unary", "bidi"] {
+        let (ok, out) = common::grpcgo::client(&[
+            "-addr",
+            &tls,
+            "-kind",
+            kind,
+            "-ca",
+            &ca,
+            "-name",
+            "grpc.test",
+        ]);
+        assert!(ok, "{kind}: {out}");
+    }
+    let started = std::time::Instant::now();
+    let r = get(addr, "slow.test", "/");
+    assert_eq!(r.status, 504);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    common::inproc::stop(handle);
+    drop((grpc, slow));
+}
