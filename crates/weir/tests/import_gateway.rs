@@ -197,3 +197,139 @@ fn httproutes_are_served_as_the_gateway_api_says() {
     common::inproc::stop(handle);
     drop((one, two));
 }
+
+/// The second attack review's cases: an untranslated filter (an `ExtensionRef`, often auth)
+/// or a backend's own filters answer 500 instead of serving; a longer prefix beats a header
+/// match; a listener's host keeps its requests from another listener's routes; a second port
+/// is not merged onto the first; a path regex cannot escape its anchors; header regexes match
+/// the whole value; `ReplacePrefixMatch` under `PathPrefix /` loads and works.
+#[test]
+fn gateway_rules_fail_closed_and_keep_their_precedence() {
+    let (one, two) = (named("one"), named("two"));
+    let dir = std::env::temp_dir().join(format!("weir-gateway2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (p1, p2) = (one.addr.port(), two.addr.port());
+    let manifest = format!(
+        r#"apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{ name: edge, namespace: app }}
+spec:
+  gatewayClassName: weir
+  listeners:
+    - {{ name: exact, protocol: HTTP, port: 80, hostname: foo.bar.test }}
+    - {{ name: wild, protocol: HTTP, port: 80, hostname: "*.bar.test" }}
+    - {{ name: internal, protocol: HTTP, port: 8080, hostname: internal.test }}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{ name: foo, namespace: app }}
+spec:
+  parentRefs: [{{ name: edge, sectionName: exact }}]
+  rules:
+    - matches: [{{ path: {{ type: PathPrefix, value: /api }} }}]
+      backendRefs: [{{ name: one, port: {p1} }}]
+    - matches: [{{ path: {{ type: PathPrefix, value: /admin }} }}]
+      filters: [{{ type: ExtensionRef, extensionRef: {{ group: example.com, kind: AuthPolicy, name: basic }} }}]
+      backendRefs: [{{ name: one, port: {p1} }}]
+    - matches: [{{ path: {{ type: PathPrefix, value: /bf }} }}]
+      backendRefs:
+        - name: one
+          port: {p1}
+          filters: [{{ type: ExtensionRef, extensionRef: {{ group: example.com, kind: AuthPolicy, name: basic }} }}]
+    - matches: [{{ path: {{ type: PathPrefix, value: / }}, headers: [{{ name: x-env, value: canary }}] }}]
+      backendRefs: [{{ name: two, port: {p2} }}]
+    - matches: [{{ path: {{ type: PathPrefix, value: /long }} }}]
+      backendRefs: [{{ name: one, port: {p1} }}]
+    - matches: [{{ path: {{ type: RegularExpression, value: "/re)|(.*" }} }}]
+      backendRefs: [{{ name: two, port: {p2} }}]
+    - matches: [{{ path: {{ type: PathPrefix, value: /h }}, headers: [{{ type: RegularExpression, name: x-t, value: abc }}] }}]
+      backendRefs: [{{ name: two, port: {p2} }}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{ name: wild, namespace: app }}
+spec:
+  parentRefs: [{{ name: edge, sectionName: wild }}]
+  rules:
+    - matches: [{{ path: {{ type: PathPrefix, value: / }} }}]
+      filters:
+        - type: RequestRedirect
+          requestRedirect: {{ path: {{ type: ReplacePrefixMatch, replacePrefixMatch: /new }}, statusCode: 302 }}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{ name: internal, namespace: app }}
+spec:
+  parentRefs: [{{ name: edge, sectionName: internal }}]
+  rules:
+    - backendRefs: [{{ name: two, port: {p2} }}]
+"#
+    );
+    let file = dir.join("gateway.yaml");
+    std::fs::write(&file, manifest).unwrap();
+    let opts = weir::import::ingress::Options {
+        class: "nginx".into(),
+        service_address: "127.0.0.1:{port}".into(),
+        secrets_dir: dir.display().to_string(),
+    };
+    let imported = weir::import::kubernetes(&file, &opts).unwrap();
+    let notes = imported.skipped.join("\n");
+    for expected in [
+        "filter ExtensionRef not translated: the rule answers 500",
+        "filters on the backend one are not translated",
+        "listener internal on port 8080",
+        "path regex `/re)|(.*` does not compile",
+    ] {
+        assert!(notes.contains(expected), "{expected:?} not in\n{notes}");
+    }
+    let cfg = weir::runtime::load_str(&imported.yaml, &dir, |v| {
+        (v == "WEIR_LISTEN").then(|| "127.0.0.1:0".to_string())
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", imported.yaml));
+    let handle = weir::server::start(cfg).unwrap();
+    let addr = handle.local_addrs()[0];
+    assert_eq!(
+        get(addr, "foo.bar.test", "/admin/x").status,
+        500,
+        "ExtensionRef"
+    );
+    assert_eq!(
+        get(addr, "foo.bar.test", "/bf").status,
+        500,
+        "backend filters"
+    );
+    let r = ask(
+        addr,
+        "GET /long/x HTTP/1.1\r\nHost: foo.bar.test\r\nX-Env: canary\r\n\r\n",
+    );
+    assert!(
+        r.text().starts_with("one "),
+        "a longer prefix first: {}",
+        r.text()
+    );
+    // foo.bar.test's requests stay with its listener's routes (not the wildcard's redirect).
+    assert_eq!(get(addr, "foo.bar.test", "/other").status, 404);
+    // The broken regex matched every path once.
+    assert_eq!(get(addr, "foo.bar.test", "/anything").status, 404);
+    // A header regex is the whole value.
+    let r = ask(
+        addr,
+        "GET /h HTTP/1.1\r\nHost: foo.bar.test\r\nX-T: zzabczz\r\n\r\n",
+    );
+    assert_eq!(r.status, 404);
+    let r = ask(
+        addr,
+        "GET /h HTTP/1.1\r\nHost: foo.bar.test\r\nX-T: abc\r\n\r\n",
+    );
+    assert!(r.text().starts_with("two "));
+    // ReplacePrefixMatch under PathPrefix /.
+    let r = get(addr, "x.bar.test", "/a/b");
+    assert_eq!(
+        (r.status, r.header("location")),
+        (302, Some("http://x.bar.test/new/a/b"))
+    );
+    // The port-8080 listener's route is not on this one.
+    assert_eq!(get(addr, "internal.test", "/").status, 404);
+    common::inproc::stop(handle);
+    drop((one, two));
+}

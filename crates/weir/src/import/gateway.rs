@@ -21,10 +21,10 @@
 
 use serde_yaml::{Mapping, Value};
 
-use super::ingress::{host_class, service_upstream, Converted, Options, Route};
+use super::ingress::{host_class, service_upstream, tls_certificate, Converted, Options, Route};
 
 /// A route's precedence (`Route::rank`).
-type Rank = (u8, u8, u8, std::cmp::Reverse<usize>);
+type Rank = (u8, u8, std::cmp::Reverse<usize>, u8);
 
 /// A rule's backends by upstream and weight, or why it answers 500.
 type Backends = Result<Vec<(String, u64)>, String>;
@@ -50,13 +50,41 @@ pub(super) fn convert(
 ) -> (Vec<Route>, Vec<Route>, Vec<Value>) {
     let mut listeners = Vec::new();
     let mut certificates = Vec::new();
-    let mut grants = Vec::new();
+    let grants: Vec<Value> = objects
+        .iter()
+        .filter(|o| o["kind"].as_str() == Some("ReferenceGrant"))
+        .cloned()
+        .collect();
+    // weir's import serves one plain and one TLS listener: the first HTTP port and the first
+    // HTTPS port seen; a listener on another port is not merged onto them (an internal port
+    // would become a public one), and several Gateways sharing them is said.
+    let (mut http_port, mut https_port) = (None, None);
+    let mut gateways = 0;
     for obj in objects {
         let (kind, ns, name) = ident(obj);
         match kind {
             "Gateway" => {
+                gateways += 1;
+                if gateways == 2 {
+                    c.skipped.push(format!(
+                        "Gateway {ns}/{name}: several Gateways are served on weir's one plain and one TLS listener"
+                    ));
+                }
                 for l in obj["spec"]["listeners"].as_sequence().into_iter().flatten() {
                     let lname = l["name"].as_str().unwrap_or("").to_string();
+                    let port = l["port"].as_u64();
+                    let slot = match l["protocol"].as_str() {
+                        Some("HTTPS") => &mut https_port,
+                        _ => &mut http_port,
+                    };
+                    if slot.is_some_and(|p| Some(p) != port) {
+                        c.skipped.push(format!(
+                            "Gateway {ns}/{name}: listener {lname} on port {}: another port than the first of its protocol, not translated (run another weir for it)",
+                            port.unwrap_or(0)
+                        ));
+                        continue;
+                    }
+                    *slot = port.or(Some(0));
                     let tls = match l["protocol"].as_str() {
                         Some("HTTP") => false,
                         Some("HTTPS") => true,
@@ -69,6 +97,30 @@ pub(super) fn convert(
                         }
                     };
                     if tls {
+                        let refs = l["tls"]["certificateRefs"]
+                            .as_sequence()
+                            .map_or(0, Vec::len);
+                        let foreign = l["tls"]["certificateRefs"]
+                            .as_sequence()
+                            .into_iter()
+                            .flatten()
+                            .find(|r| {
+                                let sns = r["namespace"].as_str().unwrap_or(ns);
+                                sns != ns
+                                    && !secret_granted(
+                                        &grants,
+                                        ns,
+                                        sns,
+                                        r["name"].as_str().unwrap_or(""),
+                                    )
+                            });
+                        if refs == 0 || foreign.is_some() {
+                            c.skipped.push(format!(
+                                "Gateway {ns}/{name}: listener {lname}: {}: not translated",
+                                if refs == 0 { "HTTPS without certificateRefs".to_string() } else { "RefNotPermitted: a certificate in another namespace without a ReferenceGrant".to_string() }
+                            ));
+                            continue;
+                        }
                         for r in l["tls"]["certificateRefs"]
                             .as_sequence()
                             .into_iter()
@@ -76,17 +128,8 @@ pub(super) fn convert(
                         {
                             let secret = r["name"].as_str().unwrap_or("?");
                             let sns = r["namespace"].as_str().unwrap_or(ns);
-                            let base = format!("{}/tls/{sns}-{secret}", opts.secrets_dir);
-                            let mut cert = Mapping::new();
-                            cert.insert("cert".into(), format!("{base}.crt").into());
-                            cert.insert("key".into(), format!("{base}.key").into());
-                            let cert = Value::Mapping(cert);
-                            if !certificates.contains(&cert) {
-                                certificates.push(cert);
-                                c.skipped.push(format!(
-                                    "Gateway {ns}/{name}: TLS Secret {sns}/{secret}: write its tls.crt and tls.key to {base}.crt and {base}.key"
-                                ));
-                            }
+                            let id = format!("Gateway {ns}/{name}");
+                            tls_certificate(&id, (sns, secret), &mut certificates, c);
                         }
                     }
                     listeners.push(Listener {
@@ -100,7 +143,6 @@ pub(super) fn convert(
                     c.translated += 1;
                 }
             }
-            "ReferenceGrant" => grants.push(obj.clone()),
             "GRPCRoute" | "TLSRoute" | "TCPRoute" | "UDPRoute" => {
                 c.skipped
                     .push(format!("{kind} {ns}/{name}: not translated yet"));
@@ -110,6 +152,14 @@ pub(super) fn convert(
     }
     let mut plain = Vec::new();
     let mut secure = Vec::new();
+    // The hosts routes were attached for, per listener kind: each gets a 404 after its
+    // routes, so that its requests stay with the routes of its listener (the
+    // specification's SHOULD) and never reach another listener's or an Ingress's host-less
+    // rules.
+    let mut hosts_seen: Vec<(String, bool)> = listeners
+        .iter()
+        .filter_map(|l| l.hostname.clone().map(|h| (h, l.tls)))
+        .collect();
     for obj in objects {
         let (kind, ns, name) = ident(obj);
         if kind != "HTTPRoute" {
@@ -170,6 +220,11 @@ pub(super) fn convert(
                     continue;
                 };
                 attached = true;
+                for h in &hosts {
+                    if !hosts_seen.contains(&(h.clone(), l.tls)) {
+                        hosts_seen.push((h.clone(), l.tls));
+                    }
+                }
                 let routes = rules(&id, ns, obj, &hosts, &grants, opts, c, upstreams);
                 if l.tls {
                     secure.extend(routes);
@@ -181,6 +236,24 @@ pub(super) fn convert(
         if !attached {
             c.skipped
                 .push(format!("{id}: attached to no listener: not served"));
+        }
+    }
+    for (i, (host, tls)) in hosts_seen.into_iter().enumerate() {
+        let mut m = Mapping::new();
+        m.insert("host".into(), host.clone().into());
+        let mut r = Mapping::new();
+        r.insert("name".into(), format!("gateway-host-{i}").into());
+        r.insert("match".into(), Value::Mapping(m));
+        let mut respond = Mapping::new();
+        respond.insert("status".into(), 404.into());
+        r.insert("respond".into(), Value::Mapping(respond));
+        let route = Route {
+            rank: (host_class(Some(&host)), 9, std::cmp::Reverse(0), 0),
+            body: r,
+        };
+        match tls {
+            true => secure.push(route),
+            false => plain.push(route),
         }
     }
     (plain, secure, certificates)
@@ -350,7 +423,15 @@ fn backends(
                 "BackendNotFound: Service {bns}/{name} without a port"
             ));
         };
-        let weight = b["weight"].as_u64().unwrap_or(1);
+        if b["filters"].as_sequence().is_some_and(|f| !f.is_empty()) {
+            return Err(format!("filters on the backend {name} are not translated"));
+        }
+        let weight = match &b["weight"] {
+            Value::Null => 1,
+            w => w
+                .as_u64()
+                .ok_or(format!("the weight of backend {name} is not a count"))?,
+        };
         if weight == 0 {
             continue;
         }
@@ -366,6 +447,31 @@ fn backends(
     }
     let _ = id;
     Ok(out)
+}
+
+/// Whether a ReferenceGrant in `to_ns` lets Gateways of `from_ns` use Secret `name`.
+fn secret_granted(grants: &[Value], from_ns: &str, to_ns: &str, name: &str) -> bool {
+    grants.iter().any(|g| {
+        g["metadata"]["namespace"].as_str().unwrap_or("default") == to_ns
+            && g["spec"]["from"]
+                .as_sequence()
+                .into_iter()
+                .flatten()
+                .any(|f| {
+                    f["kind"].as_str() == Some("Gateway")
+                        && f["group"].as_str() == Some("gateway.networking.k8s.io")
+                        && f["namespace"].as_str() == Some(from_ns)
+                })
+            && g["spec"]["to"]
+                .as_sequence()
+                .into_iter()
+                .flatten()
+                .any(|t| {
+                    t["kind"].as_str() == Some("Secret")
+                        && t["group"].as_str().unwrap_or("").is_empty()
+                        && t["name"].as_str().is_none_or(|n| n == name)
+                })
+    })
 }
 
 /// Whether a ReferenceGrant in `to_ns` lets HTTPRoutes of `from_ns` use Service `name`.
@@ -410,7 +516,8 @@ fn matcher(id: &str, m: &Value, c: &mut Converted) -> Option<(Mapping, Rank, Opt
         "PathPrefix" => {
             let p = value.trim_end_matches('/');
             if p.is_empty() {
-                wm.insert("path_prefix".into(), "/".into());
+                // Every path, captured whole for a `ReplacePrefixMatch` (`$1`).
+                wm.insert("path_regex".into(), "^(/.*)$".into());
             } else {
                 wm.insert(
                     "path_regex".into(),
@@ -421,6 +528,13 @@ fn matcher(id: &str, m: &Value, c: &mut Converted) -> Option<(Mapping, Rank, Opt
             2
         }
         "RegularExpression" => {
+            // Checked alone first: `/a)|(.*` must not escape its anchors.
+            if regex::Regex::new(value).is_err() {
+                c.skipped.push(format!(
+                    "{id}: path regex `{value}` does not compile: the match is left out"
+                ));
+                return None;
+            }
             wm.insert("path_regex".into(), format!("^(?:{value})$").into());
             1
         }
@@ -441,9 +555,16 @@ fn matcher(id: &str, m: &Value, c: &mut Converted) -> Option<(Mapping, Rank, Opt
                 headers.insert(name.into(), v.into());
             }
             _ => {
+                if regex::Regex::new(v).is_err() {
+                    c.skipped.push(format!(
+                        "{id}: header regex `{v}` does not compile: the match is left out"
+                    ));
+                    return None;
+                }
+                // The whole value, as Envoy-based implementations match it.
                 vars.insert(
                     format!("$http_{}", name.replace('-', "_")).into(),
-                    format!("~{v}").into(),
+                    format!("~^(?:{v})$").into(),
                 );
             }
         }
@@ -461,7 +582,15 @@ fn matcher(id: &str, m: &Value, c: &mut Converted) -> Option<(Mapping, Rank, Opt
                 query.insert(name.into(), v.into());
             }
             _ => {
-                vars.insert(format!("$arg_{name}").into(), format!("~{v}").into());
+                if regex::Regex::new(v).is_err()
+                    || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                {
+                    c.skipped.push(format!(
+                        "{id}: query match `{name}` ~ `{v}` is not translated: the match is left out"
+                    ));
+                    return None;
+                }
+                vars.insert(format!("$arg_{name}").into(), format!("~^(?:{v})$").into());
             }
         }
     }
@@ -480,8 +609,8 @@ fn matcher(id: &str, m: &Value, c: &mut Converted) -> Option<(Mapping, Rank, Opt
     let rank = (
         0,
         kind,
-        method * 128 + (127 - (nh.min(15) * 8 + nq.min(7)) as u8),
         std::cmp::Reverse(value.len()),
+        method * 128 + (127 - (nh.min(15) * 8 + nq.min(7)) as u8),
     );
     Some((wm, rank, prefix))
 }
@@ -498,6 +627,7 @@ fn action(
     let mut proxy = Mapping::new();
     let mut filters = Vec::new();
     let mut redirect = None;
+    let mut failed: Option<String> = None;
     for f in rule["filters"].as_sequence().into_iter().flatten() {
         match f["type"].as_str().unwrap_or("") {
             t @ ("RequestHeaderModifier" | "ResponseHeaderModifier") => {
@@ -565,8 +695,12 @@ fn action(
                         let mut rr = Mapping::new();
                         rr.insert("pattern".into(), "^.*$".into());
                         rr.insert(
-                            "replacement".into(),
-                            s["path"]["replaceFullPath"].as_str().unwrap_or("/").into(),
+                            "replacement".into(), // A literal path: `$` is not a capture here.
+                            s["path"]["replaceFullPath"]
+                                .as_str()
+                                .unwrap_or("/")
+                                .replace('$', "$$")
+                                .into(),
                         );
                         proxy.insert("regex_replace".into(), Value::Mapping(rr));
                     }
@@ -596,11 +730,17 @@ fn action(
                 }
             }
             // Made by the caller (`mirrors`).
-            "RequestMirror" => {}
-            other => c
-                .skipped
-                .push(format!("{id}: filter {other} not translated")),
+            "RequestMirror" => {} // The specification: a filter that cannot be carried out is not skipped; the
+            // requests it covers get 500 (ExtensionRef is how auth is often attached).
+            other => failed = Some(format!("filter {other} not translated")),
         }
+    }
+    if let Some(why) = failed {
+        c.skipped.push(format!("{id}: {why}: the rule answers 500"));
+        let mut respond = Mapping::new();
+        respond.insert("status".into(), 500.into());
+        r.insert("respond".into(), Value::Mapping(respond));
+        return;
     }
     if let Some(red) = redirect {
         r.insert("redirect".into(), Value::Mapping(red));

@@ -50,15 +50,19 @@ pub struct Imported {
     pub translated: usize,
 }
 
+/// A converted config as YAML: `${` kept from the environment, the notes as comments.
+fn render(config: serde_yaml::Mapping, notes: &[String]) -> Result<String, String> {
+    let body = serde_yaml::to_string(&serde_yaml::Value::Mapping(config))
+        .map_err(|e| format!("cannot write YAML: {e}"))?;
+    Ok(with_notes(&no_environment(&body), notes))
+}
+
 /// `weir import` of Kubernetes manifests (`ingress.rs`): the Ingress objects of `opts.class`.
 pub fn kubernetes(path: &Path, opts: &ingress::Options) -> Result<Imported, String> {
     let c = ingress::convert_file(path, opts)?;
-    let body = serde_yaml::to_string(&serde_yaml::Value::Mapping(c.config))
-        .map_err(|e| format!("cannot write YAML: {e}"))?;
-    let body = no_environment(&body);
     // Only the listeners' own `address` lines: an annotation's value that happens to hold the
     // placeholder stays as written (attack review).
-    let body: String = with_notes(&body, &c.notes)
+    let body: String = render(c.config, &c.notes)?
         .lines()
         .map(|l| {
             let t = l.trim_start();
@@ -85,7 +89,7 @@ pub fn kubernetes(path: &Path, opts: &ingress::Options) -> Result<Imported, Stri
         })
         .collect();
     let yaml = format!(
-        "# Converted from {} by `weir import`: {} Ingress paths and backends translated, {} notes on stderr.\n# Listeners: WEIR_LISTEN (default 0.0.0.0:80) and, with TLS, WEIR_LISTEN_TLS (0.0.0.0:443).\n{body}",
+        "# Converted from {} by `weir import`: {} paths, listeners and backends translated, {} notes on stderr.\n# Listeners: WEIR_LISTEN (default 0.0.0.0:80) and, with TLS, WEIR_LISTEN_TLS (0.0.0.0:443).\n{body}",
         path.display(),
         c.translated,
         c.skipped.len()
@@ -119,10 +123,7 @@ fn no_environment(body: &str) -> String {
 pub fn nginx(path: &Path, prefix: Option<&str>) -> Result<Imported, String> {
     let tree = nginx::parse::parse_file(path)?;
     let c = nginx::convert_in(&tree, prefix.unwrap_or(nginx::DEFAULT_PREFIX));
-    let body = serde_yaml::to_string(&serde_yaml::Value::Mapping(c.config))
-        .map_err(|e| format!("cannot write YAML: {e}"))?;
-    let body = no_environment(&body);
-    let body = with_notes(&body, &c.notes);
+    let body = render(c.config, &c.notes)?;
     let yaml = format!(
         "# Converted from {} by `weir import`: {} directives translated, {} listed on stderr.\n{body}",
         path.display(),

@@ -47,9 +47,49 @@ pub enum Text {
     TraceState,
 }
 
-/// One request's spans.
+/// One request's spans: its fields, and the client's values.
 #[derive(Debug)]
 pub struct Record {
+    pub fields: Fields,
+    /// The client's values, one after another.
+    text: Vec<u8>,
+    /// Each [`Text`]'s end in `text`, when present.
+    ends: [Option<u16>; 5],
+}
+
+/// A record's fields are read through it (`r.trace`, `r.status`).
+impl std::ops::Deref for Record {
+    type Target = Fields;
+    fn deref(&self) -> &Fields {
+        &self.fields
+    }
+}
+
+impl std::ops::DerefMut for Record {
+    fn deref_mut(&mut self) -> &mut Fields {
+        &mut self.fields
+    }
+}
+
+/// One try of an upstream server (`pipeline/forward.rs`).
+#[derive(Debug, Clone, Copy)]
+pub struct Attempt {
+    pub span_id: [u8; 8],
+    /// Unix nanoseconds; `end` 0 until it is known (the last try ends with the request).
+    pub start: u64,
+    pub end: u64,
+    pub upstream: u32,
+    pub server: u32,
+    /// The server's address then.
+    pub addr: Option<SocketAddr>,
+    /// The answer's status (0: none came).
+    pub status: u16,
+    pub error: Option<&'static str>,
+}
+
+/// A record's fields, less its client values (set with [`Record::set_text`]).
+#[derive(Debug)]
+pub struct Fields {
     /// The names the indices below stand for.
     pub names: Arc<Names>,
     pub trace: TraceContext,
@@ -75,69 +115,13 @@ pub struct Record {
     /// Why the request failed, when it did.
     pub error: Option<&'static str>,
     pub attempts: smallvec::SmallVec<[Attempt; 2]>,
-    /// The client's values, one after another.
-    text: Vec<u8>,
-    /// Each [`Text`]'s end in `text`, when present.
-    ends: [Option<u16>; 5],
-}
-
-/// One try of an upstream server (`pipeline/forward.rs`).
-#[derive(Debug, Clone, Copy)]
-pub struct Attempt {
-    pub span_id: [u8; 8],
-    /// Unix nanoseconds; `end` 0 until it is known (the last try ends with the request).
-    pub start: u64,
-    pub end: u64,
-    pub upstream: u32,
-    pub server: u32,
-    /// The server's address then.
-    pub addr: Option<SocketAddr>,
-    /// The answer's status (0: none came).
-    pub status: u16,
-    pub error: Option<&'static str>,
-}
-
-/// A record's fields, less its client values (set with [`Record::set_text`]).
-#[derive(Debug)]
-pub struct Fields {
-    pub names: Arc<Names>,
-    pub trace: TraceContext,
-    pub start: u64,
-    pub end: u64,
-    pub method: &'static str,
-    pub scheme: &'static str,
-    pub protocol: &'static str,
-    pub client: SocketAddr,
-    pub status: u16,
-    pub listener: u32,
-    pub route: Option<u32>,
-    pub cache: &'static str,
-    pub upstream: Option<(u32, u32)>,
-    pub grpc_status: Option<u8>,
-    pub error: Option<&'static str>,
-    pub attempts: smallvec::SmallVec<[Attempt; 2]>,
 }
 
 impl Record {
     /// A record with room for `text_len` bytes of client values.
-    pub fn new(f: Fields, text_len: usize) -> Record {
+    pub fn new(fields: Fields, text_len: usize) -> Record {
         Record {
-            names: f.names,
-            trace: f.trace,
-            start: f.start,
-            end: f.end,
-            method: f.method,
-            scheme: f.scheme,
-            protocol: f.protocol,
-            client: f.client,
-            status: f.status,
-            listener: f.listener,
-            route: f.route,
-            cache: f.cache,
-            upstream: f.upstream,
-            grpc_status: f.grpc_status,
-            error: f.error,
-            attempts: f.attempts,
+            fields,
             text: Vec::with_capacity(text_len.min(5 * MAX_VALUE)),
             ends: [None; 5],
         }

@@ -133,8 +133,9 @@ pub fn is_manifest(text: &str) -> bool {
 pub(super) struct Route {
     /// The host first (an exact name, a wildcard, none: as nginx picks its server before
     /// a location, and the Gateway API the most specific host), then the path (0: exact, 1:
-    /// regex, 2: prefix), then what else the match asks, then longer paths first.
-    pub(super) rank: (u8, u8, u8, std::cmp::Reverse<usize>),
+    /// regex, 2: prefix), longer paths first, then what else the match asks (a method, more
+    /// headers, more query parameters: the Gateway API's order).
+    pub(super) rank: (u8, u8, std::cmp::Reverse<usize>, u8),
     pub(super) body: Mapping,
 }
 
@@ -207,17 +208,7 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
         });
         for t in obj["spec"]["tls"].as_sequence().into_iter().flatten() {
             if let Some(secret) = t["secretName"].as_str() {
-                let base = format!("{}/tls/{ns}-{secret}", c.secrets_dir);
-                let mut cert = Mapping::new();
-                cert.insert("cert".into(), format!("{base}.crt").into());
-                cert.insert("key".into(), format!("{base}.key").into());
-                let cert = Value::Mapping(cert);
-                if !certificates.contains(&cert) {
-                    certificates.push(cert);
-                    c.skipped.push(format!(
-                        "{id}: TLS Secret {ns}/{secret}: write its tls.crt and tls.key to {base}.crt and {base}.key (kubectl get secret -n {ns} {secret} -o jsonpath='{{.data.tls\\.crt}}' | base64 -d)"
-                    ));
-                }
+                tls_certificate(&id, (ns, secret), &mut certificates, &mut c);
             }
             for h in t["hosts"].as_sequence().into_iter().flatten() {
                 if let Some(h) = h.as_str() {
@@ -365,7 +356,7 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
                         r.insert("redirect".into(), Value::Mapping(red));
                     }
                 }
-                let rank = (host_class(host.as_deref()), 0, 0, std::cmp::Reverse(1));
+                let rank = (host_class(host.as_deref()), 0, std::cmp::Reverse(1), 0);
                 if over_tls {
                     tls_routes.push(Route {
                         rank,
@@ -430,8 +421,8 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
                 let order = (
                     host_class(host.as_deref()),
                     kind_rank,
-                    0,
                     std::cmp::Reverse(path.len()),
+                    0,
                 );
                 let mut extra = Vec::new();
                 let action = match (service_port(&p["backend"]["service"], ns), bad_regex) {
@@ -492,7 +483,7 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
                 r.insert("respond".into(), Value::Mapping(respond));
             }
         }
-        let rank = (host_class(host.as_deref()), 9, 0, std::cmp::Reverse(0));
+        let rank = (host_class(host.as_deref()), 9, std::cmp::Reverse(0), 0);
         if host.as_ref().is_some_and(|h| tls_hosts.contains(h))
             || (host.is_none() && !certificates.is_empty())
         {
@@ -533,6 +524,27 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
     c.config
         .insert("listeners".into(), Value::Sequence(listeners));
     Ok(c)
+}
+
+/// The certificate of TLS Secret `ns/secret`, expected as files under the secrets directory
+/// (noted once, with how to write them).
+pub(super) fn tls_certificate(
+    id: &str,
+    (ns, secret): (&str, &str),
+    certificates: &mut Vec<Value>,
+    c: &mut Converted,
+) {
+    let base = format!("{}/tls/{ns}-{secret}", c.secrets_dir);
+    let mut cert = Mapping::new();
+    cert.insert("cert".into(), format!("{base}.crt").into());
+    cert.insert("key".into(), format!("{base}.key").into());
+    let cert = Value::Mapping(cert);
+    if !certificates.contains(&cert) {
+        certificates.push(cert);
+        c.skipped.push(format!(
+            "{id}: TLS Secret {ns}/{secret}: write its tls.crt and tls.key to {base}.crt and {base}.key (kubectl get secret -n {ns} {secret} -o jsonpath='{{.data.tls\\.crt}}' | base64 -d)"
+        ));
+    }
 }
 
 /// An object's namespace and name.
