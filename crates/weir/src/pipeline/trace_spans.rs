@@ -4,7 +4,7 @@
 //! exporter (`trace/export.rs`).
 //!
 //! All of it only with `tracing.otlp` set and the trace sampled; every entry point is cold
-//! and its caller asks one question first (`target.trace` is set, or `tracing` has an
+//! and its caller asks one question first (`Target::recording`, or `tracing` has an
 //! exporter), so requests without tracing pay a comparison.
 
 use weir_http::{Persistence, RequestHead};
@@ -53,7 +53,8 @@ pub(super) fn upstream_parent(ctx: &RequestCtx) -> Option<[u8; 8]> {
     )
 }
 
-/// A try of `server` begins: its client span, made the parent in the try's `lines`.
+/// A try of `server` begins: its client span, the upstream's parent for this try
+/// ([`upstream_parent`]).
 #[cold]
 pub(super) fn try_begins(ctx: &mut RequestCtx, (upstream, server): (usize, usize)) {
     let span_id = crate::trace::context::new_span_id();
