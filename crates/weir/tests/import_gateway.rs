@@ -333,3 +333,37 @@ spec:
     common::inproc::stop(handle);
     drop((one, two));
 }
+
+/// examples/kubernetes/manifests.yaml as its header says: imported with
+/// `--service-address '127.0.0.1:{port}'`, the config loads with `WEIR_LISTEN`, and the
+/// Gateway's and the Ingress's routes answer.
+#[test]
+fn the_kubernetes_example_imports_as_its_header_says() {
+    let example = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/kubernetes/manifests.yaml"
+    ));
+    let opts = weir::import::ingress::Options {
+        class: "nginx".into(),
+        service_address: "127.0.0.1:{port}".into(),
+        secrets_dir: "/etc/weir".into(),
+    };
+    let imported = weir::import::kubernetes(example, &opts).unwrap();
+    let dir = example.parent().unwrap();
+    let cfg = weir::runtime::load_str(&imported.yaml, dir, |v| {
+        (v == "WEIR_LISTEN").then(|| "127.0.0.1:0".to_string())
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", imported.yaml));
+    let handle = weir::server::start(cfg).unwrap();
+    let addr = handle.local_addrs()[0];
+    let r = get(addr, "shop.example.test", "/old/x");
+    assert_eq!(
+        (r.status, r.header("location")),
+        (301, Some("http://shop.example.test/new/x"))
+    );
+    // The origins are not running: the routes exist and fail as an upstream failure does.
+    assert_eq!(get(addr, "shop.example.test", "/cart").status, 502);
+    assert_eq!(get(addr, "api.example.test", "/v1/items").status, 502);
+    assert_eq!(get(addr, "other.example.test", "/").status, 404);
+    common::inproc::stop(handle);
+}
