@@ -1,0 +1,313 @@
+//! `weir import` of Gateway API manifests (issue 56 §2, offline; `gateway.networking.k8s.io/v1`):
+//! `Gateway` listeners (HTTP onto weir's plain listener, HTTPS onto its TLS one) and the
+//! `HTTPRoute`s attached to them, with the specification's meaning:
+//!
+//! - attachment: a `parentRef` names a Gateway (and a listener by `sectionName`); a listener's
+//!   `allowedRoutes.namespaces.from` (`Same` by default, `All`) and `hostname` decide whether
+//!   the route attaches (else noted: `NotAllowedByListeners`, `NoMatchingListenerHostname`);
+//!   the route's hosts are its `hostnames` narrowed to the listener's.
+//! - matches: `path` (`Exact`, `PathPrefix` by whole segments, `RegularExpression`),
+//!   `headers` and `queryParams` (`Exact`, or `RegularExpression` through `vars`), `method`;
+//!   routes ordered by the specification's precedence (exact path, longer prefix, method,
+//!   more headers, more query parameters).
+//! - filters: `RequestHeaderModifier`, `ResponseHeaderModifier`, `RequestRedirect`,
+//!   `URLRewrite` (hostname, `ReplaceFullPath`, `ReplacePrefixMatch`), `RequestMirror`.
+//! - `backendRefs`: Services (their port), weights (a `split`); one in another namespace only
+//!   with a `ReferenceGrant` there allowing it, else the rule answers 500 as the specification
+//!   says for an invalid reference (`RefNotPermitted`, `BackendNotFound`, `InvalidKind`, noted).
+//!
+//! Not yet: `GRPCRoute`, `TLSRoute`, route `timeouts` (listed); status is not written (no
+//! cluster: `providers.kubernetes` is issue 56 §1).
+
+use serde_yaml::{Mapping, Value};
+
+use super::ingress::{host_class, tls_certificate, Converted, Options, Route};
+
+mod filters;
+mod grants;
+mod rules;
+
+use grants::granted;
+
+/// A route's precedence (`Route::rank`).
+pub(super) type Rank = (u8, u8, std::cmp::Reverse<usize>, u8);
+
+/// A rule's backends by upstream and weight, or why it answers 500.
+pub(super) type Backends = Result<Vec<(String, u64)>, String>;
+
+/// One Gateway listener.
+#[derive(Debug)]
+struct Listener {
+    gateway: (String, String),
+    name: String,
+    tls: bool,
+    hostname: Option<String>,
+    /// `allowedRoutes.namespaces.from: All`.
+    all_namespaces: bool,
+}
+
+/// Converts the Gateway API objects among `objects`; the routes for the plain listener and
+/// the TLS one, and the TLS certificates wanted.
+pub(super) fn convert(
+    objects: &[Value],
+    opts: &Options,
+    c: &mut Converted,
+    upstreams: &mut Mapping,
+) -> (Vec<Route>, Vec<Route>, Vec<Value>) {
+    let mut listeners = Vec::new();
+    let mut certificates = Vec::new();
+    let grants: Vec<Value> = objects
+        .iter()
+        .filter(|o| o["kind"].as_str() == Some("ReferenceGrant"))
+        .cloned()
+        .collect();
+    // weir's import serves one plain and one TLS listener: the first HTTP port and the first
+    // HTTPS port seen; a listener on another port is not merged onto them (an internal port
+    // would become a public one), and several Gateways sharing them is said.
+    let (mut http_port, mut https_port) = (None, None);
+    let mut gateways = 0;
+    for obj in objects {
+        let (kind, ns, name) = ident(obj);
+        match kind {
+            "Gateway" => {
+                gateways += 1;
+                if gateways == 2 {
+                    c.skipped.push(format!(
+                        "Gateway {ns}/{name}: several Gateways are served on weir's one plain and one TLS listener"
+                    ));
+                }
+                for l in obj["spec"]["listeners"].as_sequence().into_iter().flatten() {
+                    let lname = l["name"].as_str().unwrap_or("").to_string();
+                    let port = l["port"].as_u64();
+                    let slot = match l["protocol"].as_str() {
+                        Some("HTTPS") => &mut https_port,
+                        _ => &mut http_port,
+                    };
+                    if slot.is_some_and(|p| Some(p) != port) {
+                        c.skipped.push(format!(
+                            "Gateway {ns}/{name}: listener {lname} on port {}: another port than the first of its protocol, not translated (run another weir for it)",
+                            port.unwrap_or(0)
+                        ));
+                        continue;
+                    }
+                    *slot = port.or(Some(0));
+                    let tls = match l["protocol"].as_str() {
+                        Some("HTTP") => false,
+                        Some("HTTPS") => true,
+                        other => {
+                            c.skipped.push(format!(
+                                "Gateway {ns}/{name}: listener {lname}: protocol {} not translated",
+                                other.unwrap_or("(none)")
+                            ));
+                            continue;
+                        }
+                    };
+                    if tls {
+                        let refs = l["tls"]["certificateRefs"]
+                            .as_sequence()
+                            .map_or(0, Vec::len);
+                        let foreign = l["tls"]["certificateRefs"]
+                            .as_sequence()
+                            .into_iter()
+                            .flatten()
+                            .find(|r| {
+                                let sns = r["namespace"].as_str().unwrap_or(ns);
+                                sns != ns
+                                    && !granted(
+                                        &grants,
+                                        ("Gateway", ns),
+                                        ("Secret", sns, r["name"].as_str().unwrap_or("")),
+                                    )
+                            });
+                        if refs == 0 || foreign.is_some() {
+                            c.skipped.push(format!(
+                                "Gateway {ns}/{name}: listener {lname}: {}: not translated",
+                                if refs == 0 { "HTTPS without certificateRefs".to_string() } else { "RefNotPermitted: a certificate in another namespace without a ReferenceGrant".to_string() }
+                            ));
+                            continue;
+                        }
+                        for r in l["tls"]["certificateRefs"]
+                            .as_sequence()
+                            .into_iter()
+                            .flatten()
+                        {
+                            let secret = r["name"].as_str().unwrap_or("?");
+                            let sns = r["namespace"].as_str().unwrap_or(ns);
+                            let id = format!("Gateway {ns}/{name}");
+                            tls_certificate(&id, (sns, secret), &mut certificates, c);
+                        }
+                    }
+                    listeners.push(Listener {
+                        gateway: (ns.to_string(), name.to_string()),
+                        name: lname,
+                        tls,
+                        hostname: l["hostname"].as_str().map(str::to_ascii_lowercase),
+                        all_namespaces: l["allowedRoutes"]["namespaces"]["from"].as_str()
+                            == Some("All"),
+                    });
+                    c.translated += 1;
+                }
+            }
+            "GRPCRoute" | "TLSRoute" | "TCPRoute" | "UDPRoute" => {
+                c.skipped
+                    .push(format!("{kind} {ns}/{name}: not translated yet"));
+            }
+            _ => {}
+        }
+    }
+    let mut plain = Vec::new();
+    let mut secure = Vec::new();
+    // The hosts routes were attached for, per listener kind: each gets a 404 after its
+    // routes, so that its requests stay with the routes of its listener (the
+    // specification's SHOULD) and never reach another listener's or an Ingress's host-less
+    // rules.
+    let mut hosts_seen: Vec<(String, bool)> = listeners
+        .iter()
+        .filter_map(|l| l.hostname.clone().map(|h| (h, l.tls)))
+        .collect();
+    for obj in objects {
+        let (kind, ns, name) = ident(obj);
+        if kind != "HTTPRoute" {
+            continue;
+        }
+        let id = format!("HTTPRoute {ns}/{name}");
+        let hostnames: Vec<String> = obj["spec"]["hostnames"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .filter_map(|h| h.as_str().map(str::to_ascii_lowercase))
+            .collect();
+        let mut attached = false;
+        for parent in obj["spec"]["parentRefs"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+        {
+            if parent["kind"].as_str().is_some_and(|k| k != "Gateway") {
+                c.skipped.push(format!(
+                    "{id}: a parent of kind {} is not a Gateway",
+                    parent["kind"].as_str().unwrap_or("")
+                ));
+                continue;
+            }
+            let gw = (
+                parent["namespace"].as_str().unwrap_or(ns).to_string(),
+                parent["name"].as_str().unwrap_or("").to_string(),
+            );
+            let section = parent["sectionName"].as_str();
+            let candidates: Vec<&Listener> = listeners
+                .iter()
+                .filter(|l| l.gateway == gw && section.is_none_or(|s| s == l.name))
+                .collect();
+            if candidates.is_empty() {
+                c.skipped.push(format!(
+                    "{id}: no Gateway {}/{} listener{} in the manifests",
+                    gw.0,
+                    gw.1,
+                    section.map_or(String::new(), |s| format!(" {s}"))
+                ));
+                continue;
+            }
+            for l in candidates {
+                if !l.all_namespaces && l.gateway.0 != ns {
+                    c.skipped.push(format!(
+                        "{id}: NotAllowedByListeners: listener {} of Gateway {}/{} takes routes of its own namespace",
+                        l.name, l.gateway.0, l.gateway.1
+                    ));
+                    continue;
+                }
+                let Some(hosts) = hosts_for(&hostnames, l.hostname.as_deref()) else {
+                    c.skipped.push(format!(
+                        "{id}: NoMatchingListenerHostname: listener {} is for {}",
+                        l.name,
+                        l.hostname.as_deref().unwrap_or("*")
+                    ));
+                    continue;
+                };
+                attached = true;
+                for h in &hosts {
+                    if !hosts_seen.contains(&(h.clone(), l.tls)) {
+                        hosts_seen.push((h.clone(), l.tls));
+                    }
+                }
+                let x = rules::RouteCtx {
+                    id: &id,
+                    ns,
+                    grants: &grants,
+                    opts,
+                };
+                let routes = rules::rules(&x, obj, &hosts, c, upstreams);
+                if l.tls {
+                    secure.extend(routes);
+                } else {
+                    plain.extend(routes);
+                }
+            }
+        }
+        if !attached {
+            c.skipped
+                .push(format!("{id}: attached to no listener: not served"));
+        }
+    }
+    for (i, (host, tls)) in hosts_seen.into_iter().enumerate() {
+        let mut m = Mapping::new();
+        m.insert("host".into(), host.clone().into());
+        let mut r = Mapping::new();
+        r.insert("name".into(), format!("gateway-host-{i}").into());
+        r.insert("match".into(), Value::Mapping(m));
+        let mut respond = Mapping::new();
+        respond.insert("status".into(), 404.into());
+        r.insert("respond".into(), Value::Mapping(respond));
+        let route = Route {
+            rank: (host_class(Some(&host)), 9, std::cmp::Reverse(0), 0),
+            body: r,
+        };
+        match tls {
+            true => secure.push(route),
+            false => plain.push(route),
+        }
+    }
+    (plain, secure, certificates)
+}
+
+fn ident(obj: &Value) -> (&str, &str, &str) {
+    (
+        obj["kind"].as_str().unwrap_or(""),
+        obj["metadata"]["namespace"].as_str().unwrap_or("default"),
+        obj["metadata"]["name"].as_str().unwrap_or("?"),
+    )
+}
+
+/// Whether host name `h` is matched by `pattern` (`*.example.com` takes subdomains).
+fn host_matches(pattern: &str, h: &str) -> bool {
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => h
+            .strip_suffix(suffix)
+            .is_some_and(|rest| rest.ends_with('.') && rest.len() > 1),
+        None => pattern == h,
+    }
+}
+
+/// The route's hosts under a listener's: `None` when none intersect. An empty list is any
+/// host.
+fn hosts_for(route: &[String], listener: Option<&str>) -> Option<Vec<String>> {
+    let Some(l) = listener else {
+        return Some(route.to_vec());
+    };
+    if route.is_empty() {
+        return Some(vec![l.to_string()]);
+    }
+    let hosts: Vec<String> = route
+        .iter()
+        .filter_map(|h| {
+            if host_matches(l, h) || l == h {
+                Some(h.clone())
+            } else if host_matches(h, l) {
+                Some(l.to_string())
+            } else {
+                None
+            }
+        })
+        .collect();
+    (!hosts.is_empty()).then_some(hosts)
+}

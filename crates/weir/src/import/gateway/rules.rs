@@ -1,0 +1,276 @@
+//! An HTTPRoute's rules as weir routes: their matches (`matcher`, with the specification's
+//! precedence) and backends (`backends`); the action and filters are `filters.rs`'s.
+
+use serde_yaml::{Mapping, Value};
+
+use super::super::ingress::{host_class, service_upstream, Converted, Options, Route};
+use super::filters::action;
+use super::grants::granted;
+use super::{Backends, Rank};
+
+/// What a route's rules are read in: the route (for notes), its namespace, the grants, the
+/// options.
+pub(super) struct RouteCtx<'a> {
+    pub(super) id: &'a str,
+    pub(super) ns: &'a str,
+    pub(super) grants: &'a [Value],
+    pub(super) opts: &'a Options,
+}
+
+/// The weir routes of an HTTPRoute's rules, for `hosts`.
+pub(super) fn rules(
+    x: &RouteCtx<'_>,
+    obj: &Value,
+    hosts: &[String],
+    c: &mut Converted,
+    upstreams: &mut Mapping,
+) -> Vec<Route> {
+    let (id, ns, grants, opts) = (x.id, x.ns, x.grants, x.opts);
+    let mut out = Vec::new();
+    let default_match = {
+        let mut m = Mapping::new();
+        let mut p = Mapping::new();
+        p.insert("type".into(), "PathPrefix".into());
+        p.insert("value".into(), "/".into());
+        m.insert("path".into(), Value::Mapping(p));
+        vec![Value::Mapping(m)]
+    };
+    for (ri, rule) in obj["spec"]["rules"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if rule.get("timeouts").is_some() {
+            c.skipped
+                .push(format!("{id}: rule {ri}: timeouts not translated"));
+        }
+        let backends = backends(x, rule, c, upstreams);
+        // RequestMirror: its Service an upstream of its own (same rules as a backend's).
+        let mut mirrors = Vec::new();
+        for f in rule["filters"].as_sequence().into_iter().flatten() {
+            if f["type"].as_str() != Some("RequestMirror") {
+                continue;
+            }
+            let b = &f["requestMirror"]["backendRef"];
+            let name = b["name"].as_str().unwrap_or("");
+            let bns = b["namespace"].as_str().unwrap_or(ns);
+            match b["port"].as_u64() {
+                Some(port) if bns == ns || granted(grants, ("HTTPRoute", ns), ("Service", bns, name)) => {
+                    mirrors.push(service_upstream((bns, name, &port.to_string()), upstreams, opts, c));
+                }
+                _ => c.skipped.push(format!(
+                    "{id}: RequestMirror to Service {bns}/{name}: without a port or a ReferenceGrant, not mirrored"
+                )),
+            }
+        }
+        let matches = rule["matches"]
+            .as_sequence()
+            .cloned()
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| default_match.clone());
+        for (mi, m) in matches.iter().enumerate() {
+            let Some((mut wm, mut rank, prefix)) = matcher(id, m, c) else {
+                continue;
+            };
+            rank.0 = hosts.iter().map(|h| host_class(Some(h))).min().unwrap_or(2);
+            if !hosts.is_empty() {
+                let hs: Vec<Value> = hosts.iter().map(|h| h.clone().into()).collect();
+                wm.insert(
+                    "host".into(),
+                    if hs.len() == 1 {
+                        hs[0].clone()
+                    } else {
+                        Value::Sequence(hs)
+                    },
+                );
+            }
+            let mut r = Mapping::new();
+            r.insert(
+                "name".into(),
+                format!("{}-r{ri}-m{mi}", id.replace(['/', ' '], "-")).into(),
+            );
+            r.insert("match".into(), Value::Mapping(wm));
+            action(
+                id,
+                rule,
+                (&backends, &mirrors),
+                prefix.as_deref(),
+                &mut r,
+                c,
+            );
+            out.push(Route { rank, body: r });
+            c.translated += 1;
+        }
+    }
+    out
+}
+
+/// The backends of a rule, by upstream name and weight; `Err` with the reason when the rule
+/// must answer 500.
+fn backends(
+    x: &RouteCtx<'_>,
+    rule: &Value,
+    c: &mut Converted,
+    upstreams: &mut Mapping,
+) -> Backends {
+    let (ns, grants, opts) = (x.ns, x.grants, x.opts);
+    let mut out = Vec::new();
+    for b in rule["backendRefs"].as_sequence().into_iter().flatten() {
+        let kind = b["kind"].as_str().unwrap_or("Service");
+        let group = b["group"].as_str().unwrap_or("");
+        let name = b["name"].as_str().unwrap_or("");
+        let bns = b["namespace"].as_str().unwrap_or(ns);
+        if kind != "Service" || !group.is_empty() {
+            return Err(format!("InvalidKind: a backend of kind {kind}"));
+        }
+        if bns != ns && !granted(grants, ("HTTPRoute", ns), ("Service", bns, name)) {
+            return Err(format!(
+                "RefNotPermitted: Service {bns}/{name} without a ReferenceGrant in {bns} for HTTPRoutes of {ns}"
+            ));
+        }
+        let Some(port) = b["port"].as_u64() else {
+            return Err(format!(
+                "BackendNotFound: Service {bns}/{name} without a port"
+            ));
+        };
+        if b["filters"].as_sequence().is_some_and(|f| !f.is_empty()) {
+            return Err(format!("filters on the backend {name} are not translated"));
+        }
+        let weight = match &b["weight"] {
+            Value::Null => 1,
+            w => w
+                .as_u64()
+                .ok_or(format!("the weight of backend {name} is not a count"))?,
+        };
+        if weight == 0 {
+            continue;
+        }
+        let up = service_upstream((bns, name, &port.to_string()), upstreams, opts, c);
+        out.push((up, weight));
+    }
+    if out.is_empty()
+        && rule["backendRefs"]
+            .as_sequence()
+            .is_some_and(|s| !s.is_empty())
+    {
+        return Err("every backend has weight 0".into());
+    }
+    Ok(out)
+}
+
+/// A match as weir's, its precedence, and the path prefix it matched (for
+/// `ReplacePrefixMatch`). `None` (noted) when it cannot be said.
+fn matcher(id: &str, m: &Value, c: &mut Converted) -> Option<(Mapping, Rank, Option<String>)> {
+    let mut wm = Mapping::new();
+    let mut vars = Mapping::new();
+    let path_type = m["path"]["type"].as_str().unwrap_or("PathPrefix");
+    let value = m["path"]["value"].as_str().unwrap_or("/");
+    let mut prefix = None;
+    // As `Route::rank` has it: 0 exact, 1 regex, 2 prefix.
+    let kind = match path_type {
+        "Exact" => {
+            wm.insert("path".into(), value.into());
+            0
+        }
+        "PathPrefix" => {
+            let p = value.trim_end_matches('/');
+            if p.is_empty() {
+                // Every path, captured whole for a `ReplacePrefixMatch` (`$1`).
+                wm.insert("path_regex".into(), "^(/.*)$".into());
+            } else {
+                wm.insert(
+                    "path_regex".into(),
+                    format!("^{}(/.*)?$", regex::escape(p)).into(),
+                );
+            }
+            prefix = Some(p.to_string());
+            2
+        }
+        "RegularExpression" => {
+            // Checked alone first: `/a)|(.*` must not escape its anchors.
+            if regex::Regex::new(value).is_err() {
+                c.skipped.push(format!(
+                    "{id}: path regex `{value}` does not compile: the match is left out"
+                ));
+                return None;
+            }
+            wm.insert("path_regex".into(), format!("^(?:{value})$").into());
+            1
+        }
+        other => {
+            c.skipped.push(format!(
+                "{id}: path match type {other} not translated: the match is left out"
+            ));
+            return None;
+        }
+    };
+    let mut headers = Mapping::new();
+    let nh = m["headers"].as_sequence().map_or(0, Vec::len);
+    for h in m["headers"].as_sequence().into_iter().flatten() {
+        let name = h["name"].as_str().unwrap_or("").to_ascii_lowercase();
+        let v = h["value"].as_str().unwrap_or("");
+        match h["type"].as_str().unwrap_or("Exact") {
+            "Exact" => {
+                headers.insert(name.into(), v.into());
+            }
+            _ => {
+                if regex::Regex::new(v).is_err() {
+                    c.skipped.push(format!(
+                        "{id}: header regex `{v}` does not compile: the match is left out"
+                    ));
+                    return None;
+                }
+                // The whole value, as Envoy-based implementations match it.
+                vars.insert(
+                    format!("$http_{}", name.replace('-', "_")).into(),
+                    format!("~^(?:{v})$").into(),
+                );
+            }
+        }
+    }
+    if !headers.is_empty() {
+        wm.insert("headers".into(), Value::Mapping(headers));
+    }
+    let mut query = Mapping::new();
+    let nq = m["queryParams"].as_sequence().map_or(0, Vec::len);
+    for q in m["queryParams"].as_sequence().into_iter().flatten() {
+        let name = q["name"].as_str().unwrap_or("");
+        let v = q["value"].as_str().unwrap_or("");
+        match q["type"].as_str().unwrap_or("Exact") {
+            "Exact" => {
+                query.insert(name.into(), v.into());
+            }
+            _ => {
+                if regex::Regex::new(v).is_err()
+                    || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                {
+                    c.skipped.push(format!(
+                        "{id}: query match `{name}` ~ `{v}` is not translated: the match is left out"
+                    ));
+                    return None;
+                }
+                vars.insert(format!("$arg_{name}").into(), format!("~^(?:{v})$").into());
+            }
+        }
+    }
+    if !query.is_empty() {
+        wm.insert("query".into(), Value::Mapping(query));
+    }
+    if let Some(method) = m["method"].as_str() {
+        wm.insert("methods".into(), Value::Sequence(vec![method.into()]));
+    }
+    if !vars.is_empty() {
+        wm.insert("vars".into(), Value::Mapping(vars));
+    }
+    // The specification's precedence: exact path, then the longest prefix, then a method,
+    // then more headers, then more query parameters (the host's part is the caller's).
+    let method = u8::from(m["method"].as_str().is_none());
+    let rank = (
+        0,
+        kind,
+        std::cmp::Reverse(value.len()),
+        method * 128 + (127 - (nh.min(15) * 8 + nq.min(7)) as u8),
+    );
+    Some((wm, rank, prefix))
+}
