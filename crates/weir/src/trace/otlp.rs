@@ -219,18 +219,29 @@ impl Encoder {
     }
 }
 
-/// The span's fields common to both kinds, up to its attributes.
-#[allow(clippy::too_many_arguments)]
-fn head(
-    out: &mut Vec<u8>,
-    r: &Record,
-    span_id: &[u8; 8],
-    trace_state: Option<&str>,
-    parent: Option<&[u8; 8]>,
-    name: (&str, Option<&str>),
+/// What differs between a server span's head and a client span's.
+struct Head<'a> {
+    span_id: &'a [u8; 8],
+    trace_state: Option<&'a str>,
+    parent: Option<&'a [u8; 8]>,
+    /// The method, and the route when the name has one.
+    name: (&'a str, Option<&'a str>),
     kind: u64,
-    (start, end): (u64, u64),
-) {
+    start: u64,
+    end: u64,
+}
+
+/// The span's fields common to both kinds, up to its attributes.
+fn head(out: &mut Vec<u8>, r: &Record, h: Head<'_>) {
+    let Head {
+        span_id,
+        trace_state,
+        parent,
+        name,
+        kind,
+        start,
+        end,
+    } = h;
     put_bytes(out, 1, &r.trace.trace_id);
     put_bytes(out, 2, span_id);
     if let Some(state) = trace_state {
@@ -284,12 +295,15 @@ fn server_span(out: &mut Vec<u8>, number: &mut Vec<u8>, r: &Record) {
     head(
         out,
         r,
-        &r.trace.span_id,
-        state.as_deref(),
-        r.trace.parent.as_ref(),
-        (r.method, route),
-        SERVER,
-        (r.start, r.end),
+        Head {
+            span_id: &r.trace.span_id,
+            trace_state: state.as_deref(),
+            parent: r.trace.parent.as_ref(),
+            name: (r.method, route),
+            kind: SERVER,
+            start: r.start,
+            end: r.end,
+        },
     );
     put_kv_str(out, 9, "http.request.method", r.method);
     if let Some(path) = r.text(Text::Path) {
@@ -351,12 +365,15 @@ fn client_span(out: &mut Vec<u8>, number: &mut Vec<u8>, r: &Record, a: &Attempt)
     head(
         out,
         r,
-        &a.span_id,
-        None,
-        Some(&r.trace.span_id),
-        (r.method, None),
-        CLIENT,
-        (a.start, end),
+        Head {
+            span_id: &a.span_id,
+            trace_state: None,
+            parent: Some(&r.trace.span_id),
+            name: (r.method, None),
+            kind: CLIENT,
+            start: a.start,
+            end,
+        },
     );
     let (upstream, server) = r.server((a.upstream, a.server));
     let addr = a.addr;
