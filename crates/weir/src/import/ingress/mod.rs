@@ -34,9 +34,12 @@ use std::path::Path;
 use serde_yaml::{Mapping, Value};
 
 mod annotations;
+mod build;
 mod canary;
 
 use annotations::Annotated;
+use build::{add_hosts, listener, refusal, service_port, upstream_for};
+pub(in crate::import) use build::{service_upstream, tls_certificate};
 
 /// The annotations' prefix.
 const PREFIX: &str = "nginx.ingress.kubernetes.io/";
@@ -526,27 +529,6 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
     Ok(c)
 }
 
-/// The certificate of TLS Secret `ns/secret`, expected as files under the secrets directory
-/// (noted once, with how to write them).
-pub(super) fn tls_certificate(
-    id: &str,
-    (ns, secret): (&str, &str),
-    certificates: &mut Vec<Value>,
-    c: &mut Converted,
-) {
-    let base = format!("{}/tls/{ns}-{secret}", c.secrets_dir);
-    let mut cert = Mapping::new();
-    cert.insert("cert".into(), format!("{base}.crt").into());
-    cert.insert("key".into(), format!("{base}.key").into());
-    let cert = Value::Mapping(cert);
-    if !certificates.contains(&cert) {
-        certificates.push(cert);
-        c.skipped.push(format!(
-            "{id}: TLS Secret {ns}/{secret}: write its tls.crt and tls.key to {base}.crt and {base}.key (kubectl get secret -n {ns} {secret} -o jsonpath='{{.data.tls\\.crt}}' | base64 -d)"
-        ));
-    }
-}
-
 /// An object's namespace and name.
 fn names(obj: &Value) -> (&str, &str) {
     (
@@ -580,111 +562,10 @@ fn class_of(obj: &Value) -> Option<&str> {
         .or_else(|| obj["metadata"]["annotations"]["kubernetes.io/ingress.class"].as_str())
 }
 
-/// A backend's Service name and port number.
-fn service_port(svc: &Value, ns: &str) -> Result<(String, String), String> {
-    let service = svc["name"]
-        .as_str()
-        .ok_or("a backend without a service name")?;
-    match (&svc["port"]["number"], svc["port"]["name"].as_str()) {
-        (Value::Number(n), _) => Ok((service.to_string(), n.to_string())),
-        (_, Some(named)) => Err(format!(
-            "the named port {named} of Service {ns}/{service} (give its number)"
-        )),
-        _ => Err(format!("Service {ns}/{service} without a port")),
-    }
-}
-
-/// The upstream for a Service port with no annotations' settings (`gateway.rs`).
-pub(super) fn service_upstream(
-    backend: (&str, &str, &str),
-    upstreams: &mut Mapping,
-    opts: &Options,
-    c: &mut Converted,
-) -> String {
-    upstream_for(backend, &Annotated::default(), upstreams, opts, c)
-}
-
-/// The upstream for a Service port (made once): `NAMESPACE-SERVICE-PORT`.
-fn upstream_for(
-    (ns, service, port): (&str, &str, &str),
-    a: &Annotated,
-    upstreams: &mut Mapping,
-    opts: &Options,
-    c: &mut Converted,
-) -> String {
-    let up = format!("{ns}-{service}-{port}");
-    if !upstreams.contains_key(up.as_str()) {
-        let addr = opts
-            .service_address
-            .replace("{service}", service)
-            .replace("{namespace}", ns)
-            .replace("{port}", port);
-        let mut u = Mapping::new();
-        u.insert("servers".into(), Value::Sequence(vec![addr.into()]));
-        a.upstream(&mut u);
-        upstreams.insert(up.clone().into(), Value::Mapping(u));
-        c.translated += 1;
-    }
-    for (name, u) in &a.auth_upstreams {
-        if !upstreams.contains_key(name.as_str()) {
-            upstreams.insert(name.clone().into(), Value::Mapping(u.clone()));
-        }
-    }
-    up
-}
-
 /// The listeners' addresses, replaced by environment references after the YAML is written
 /// (`import/mod.rs`): `WEIR_LISTEN` and `WEIR_LISTEN_TLS`.
 pub const LISTEN: &str = "__weir_listen__";
 pub const LISTEN_TLS: &str = "__weir_listen_tls__";
-
-fn listener(address: &str, tls: Option<Mapping>, routes: Vec<Route>) -> Value {
-    let mut l = Mapping::new();
-    l.insert("address".into(), address.into());
-    if let Some(tls) = tls {
-        l.insert("tls".into(), Value::Mapping(tls));
-    }
-    let mut routes: Vec<Value> = routes.into_iter().map(|r| Value::Mapping(r.body)).collect();
-    if routes.is_empty() {
-        let mut r = Mapping::new();
-        let mut respond = Mapping::new();
-        respond.insert("status".into(), 404.into());
-        r.insert("respond".into(), Value::Mapping(respond));
-        routes.push(Value::Mapping(r));
-    }
-    l.insert("routes".into(), Value::Sequence(routes));
-    Value::Mapping(l)
-}
-
-fn add_hosts(m: &mut Mapping, hosts: &[String]) {
-    match hosts {
-        [] => {}
-        [one] => {
-            m.insert("host".into(), one.clone().into());
-        }
-        many => {
-            m.insert(
-                "host".into(),
-                Value::Sequence(many.iter().map(|h| h.clone().into()).collect()),
-            );
-        }
-    }
-}
-
-/// A 503 route action with a note saying why.
-fn refusal(c: &mut Converted, why: &str) -> Mapping {
-    let mut respond = Mapping::new();
-    respond.insert("status".into(), 503.into());
-    respond.insert("body".into(), "not translated by weir import\n".into());
-    let mut action = Mapping::new();
-    action.insert(
-        format!("{}{}", super::nginx::NOTE_KEY, c.notes.len()).into(),
-        c.notes.len().into(),
-    );
-    c.notes.push(why.to_string());
-    action.insert("respond".into(), Value::Mapping(respond));
-    action
-}
 
 /// `List` objects opened up; every object with a `kind`.
 fn collect(v: Value, out: &mut Vec<Value>) {
