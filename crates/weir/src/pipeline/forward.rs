@@ -7,7 +7,7 @@
 //!    small one); a gRPC call from an HTTP/2 client sends it while the answer is read
 //!    (`duplex.rs`).
 //! 4. Read the response head (`response_header` timeout), relaying interim (1xx) responses, then
-//!    stream the body back. An upstream that dies mid-body aborts the client connection: the
+//!    stream the body back (`relay_body.rs`). An upstream that dies mid-body aborts the client connection: the
 //!    client sees a truncated message, never a short one presented as complete.
 //! 5. Reuse the upstream connection when both messages ended cleanly and it may be kept.
 //!
@@ -28,7 +28,7 @@ use weir_http::{
 };
 
 use super::downstream::Downstream;
-use super::failure::{aborted, described};
+use super::failure::described;
 pub(crate) use super::hooks::{Plain, Steer, UpstreamHooks};
 use super::send::{send_request, Sent};
 use super::{send_head, send_head_filtered, RequestCtx};
@@ -449,7 +449,7 @@ pub(crate) async fn forward<D: Downstream>(
     }
     let filters = steer.respond.unwrap_or(&route.filters);
     persistence = send_upstream_head(d, ctx, resp, filters, &mut *hooks, persistence);
-    let relayed = relay_body(
+    let relayed = super::relay_body::relay_body(
         d,
         ctx,
         &mut upstream_conn,
@@ -599,105 +599,6 @@ async fn relay_interim<D: Downstream>(d: &mut D, resp: &ResponseHead) -> Result<
 /// origin's is not relayed (an HTTP/2 client resets the stream over it).
 fn no_length(name: &[u8]) -> bool {
     name.eq_ignore_ascii_case(b"content-length")
-}
-
-/// Streams the response body; returns whether the upstream connection can be reused: not
-/// after a HEAD unless the upstream says `keepalive.reuse_after_head` (an origin that sends a
-/// body anyway, or sends it late, would have those bytes read as the next request's response:
-/// issue 33 §3; a HEAD-only run costs 67 µs of CPU per request against 18 µs reused), nor with
-/// bytes left over past the response's end (a Content-Length the origin overran). What remains
-/// is an overrun that arrives after this check and before the next request: the pool's check
-/// at reuse (`proxy/pool.rs`).
-async fn relay_body<D: Downstream>(
-    d: &mut D,
-    ctx: &mut RequestCtx,
-    conn: &mut UpstreamConn,
-    resp: &ResponseHead,
-    (up, server, head): (&Upstream, usize, &RequestHead),
-    (total_deadline, call_deadline, stream_idle): (
-        Option<Instant>,
-        Option<Instant>,
-        Option<std::time::Duration>,
-    ),
-    (pump, grpc, hooks): (
-        &mut Option<Box<super::duplex::Pump<'_>>>,
-        bool,
-        &mut dyn UpstreamHooks,
-    ),
-) -> Result<bool, Error> {
-    let aborted = |ctx: &mut RequestCtx, why: &str| aborted(ctx, (up, server, head), why);
-    let mut decoder = weir_http::BodyDecoder::new(resp.body);
-    loop {
-        let event = decoder
-            .decode(&mut conn.buf)
-            .map_err(|e| aborted(ctx, &format!("bad response body: {e}")))?;
-        match event {
-            weir_http::BodyEvent::Data(data) => {
-                hooks.on_body(&data);
-                super::send_body(d, ctx, &data, false);
-                if d.should_flush() {
-                    d.flush().await?;
-                }
-            }
-            weir_http::BodyEvent::Done(trailers) => {
-                if grpc && !trailers.is_empty() {
-                    super::grpc_refusal::note_status(ctx, &trailers);
-                }
-                super::finish_body(d, ctx);
-                d.send_trailers(&trailers);
-                d.end_body();
-                return Ok(resp.keep_alive
-                    && resp.body != BodyKind::CloseDelimited
-                    && (head.method != weir_http::Method::Head || up.reuse_after_head)
-                    && conn.buf.is_empty());
-            }
-            weir_http::BodyEvent::NeedMore => {
-                d.flush().await?;
-                let deadline = Instant::now()
-                    + phase_timeout(
-                        stream_idle.unwrap_or(up.idle_read_timeout),
-                        call_deadline.or(total_deadline),
-                    );
-                let read = match super::duplex::is_open(pump) {
-                    true => {
-                        let received = &mut ctx.bytes_received;
-                        let idle = stream_idle.unwrap_or(up.idle_read_timeout);
-                        let timing = (idle, call_deadline.or(total_deadline));
-                        Box::pin(super::duplex::read_by(d, conn, pump, timing, received)).await?
-                    }
-                    false => conn.read_by(deadline).await,
-                };
-                let n = match read {
-                    Ok(Ok(n)) => n,
-                    Ok(Err(e)) => return Err(aborted(ctx, &format!("read failed mid-body: {e}"))),
-                    // The client's deadline, not the server's failure: the stream is cut, the
-                    // server not marked.
-                    Err(_) if call_deadline.is_some_and(|c| Instant::now() >= c) => {
-                        ctx.extra.get_or_insert_with(Default::default).client_ended = true;
-                        return Err(Error::with(
-                            ErrorKind::UpstreamAborted,
-                            "the call's grpc-timeout passed mid-response",
-                        ));
-                    }
-                    // A gRPC stream quiet for the route's `stream_idle` once answering: its
-                    // limit, not the server's failure either.
-                    Err(_) if stream_idle.is_some() => {
-                        ctx.extra.get_or_insert_with(Default::default).client_ended = true;
-                        return Err(Error::new(ErrorKind::StreamIdle));
-                    }
-                    Err(_) => return Err(aborted(ctx, "idle timeout mid-body")),
-                };
-                if n == 0 {
-                    if decoder.on_eof().is_ok() {
-                        super::finish_body(d, ctx);
-                        d.end_body();
-                        return Ok(false);
-                    }
-                    return Err(aborted(ctx, "upstream closed mid-body"));
-                }
-            }
-        }
-    }
 }
 
 /// After a 101: relay the response head, then bytes both ways until either side closes.
