@@ -124,7 +124,13 @@ pub fn read_response_to(s: &mut impl Read, head: bool) -> Response {
     let mut raw = Vec::new();
     let mut byte = [0u8; 1];
     while !raw.ends_with(b"\r\n\r\n") {
-        let n = s.read(&mut byte).unwrap();
+        // A signal (a child process of the test ending) may interrupt the read: read again.
+        let n = loop {
+            match s.read(&mut byte) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => break r.unwrap(),
+            }
+        };
         assert!(
             n == 1,
             "connection closed before a complete head; got {:?}",
