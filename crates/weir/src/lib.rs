@@ -34,6 +34,7 @@ pub mod kv;
 pub mod logs;
 pub mod metrics;
 pub mod pipeline;
+pub mod providers;
 pub mod proxy;
 pub mod reload;
 pub mod ring;

@@ -138,6 +138,7 @@ fn httproutes_are_served_as_the_gateway_api_says() {
         class: "nginx".into(),
         service_address: "127.0.0.1:{port}".into(),
         secrets_dir: dir.display().to_string(),
+        cluster: None,
     };
     let imported = weir::import::kubernetes(&file, &opts).unwrap();
     let notes = imported.skipped.join("\n");
@@ -271,6 +272,7 @@ spec:
         class: "nginx".into(),
         service_address: "127.0.0.1:{port}".into(),
         secrets_dir: dir.display().to_string(),
+        cluster: None,
     };
     let imported = weir::import::kubernetes(&file, &opts).unwrap();
     let notes = imported.skipped.join("\n");
@@ -347,6 +349,7 @@ fn the_kubernetes_example_imports_as_its_header_says() {
         class: "nginx".into(),
         service_address: "127.0.0.1:{port}".into(),
         secrets_dir: "/etc/weir".into(),
+        cluster: None,
     };
     let imported = weir::import::kubernetes(example, &opts).unwrap();
     let dir = example.parent().unwrap();

@@ -227,7 +227,7 @@ fn ingress_manifests_are_served_as_ingress_nginx_would() {
     let dir = std::env::temp_dir().join(format!("weir-ingress-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("auth")).unwrap();
     std::fs::write(
-        dir.join("auth/web-users.htpasswd"),
+        dir.join("auth/web.users.htpasswd"),
         htpasswd("bob", "s3cret"),
     )
     .unwrap();
@@ -237,6 +237,7 @@ fn ingress_manifests_are_served_as_ingress_nginx_would() {
         class: "nginx".into(),
         service_address: "127.0.0.1:{port}".into(),
         secrets_dir: dir.display().to_string(),
+        cluster: None,
     };
     let imported = weir::import::kubernetes(&file, &opts).unwrap();
     let notes = imported.skipped.join("\n");
@@ -380,7 +381,7 @@ fn weir_import_reads_manifests_from_the_command_line() {
     let dir = std::env::temp_dir().join(format!("weir-ingress-cli-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("auth")).unwrap();
     std::fs::write(
-        dir.join("auth/web-users.htpasswd"),
+        dir.join("auth/web.users.htpasswd"),
         htpasswd("bob", "s3cret"),
     )
     .unwrap();
@@ -457,14 +458,14 @@ fn hosts_keep_their_own_routes_as_ingress_nginx_does() {
     std::fs::create_dir_all(dir.join("auth")).unwrap();
     std::fs::create_dir_all(dir.join("tls")).unwrap();
     std::fs::write(
-        dir.join("auth/web-users.htpasswd"),
+        dir.join("auth/web.users.htpasswd"),
         htpasswd("bob", "s3cret"),
     )
     .unwrap();
     let pki = common::tlskit::Pki::new("ingress-hosts");
     let cert = pki.issue("site", "tls.test", &["tls.test"]);
-    std::fs::copy(&cert.cert, dir.join("tls/web-site-tls.crt")).unwrap();
-    std::fs::copy(&cert.key, dir.join("tls/web-site-tls.key")).unwrap();
+    std::fs::copy(&cert.cert, dir.join("tls/web.site-tls.crt")).unwrap();
+    std::fs::copy(&cert.key, dir.join("tls/web.site-tls.key")).unwrap();
     let (p1, p2) = (one.addr.port(), two.addr.port());
     let be = |port: u16| format!("{{ service: {{ name: s, port: {{ number: {port} }} }} }}");
     let ing = |name: &str, annotations: &str, spec: &str| {
@@ -577,6 +578,7 @@ fn hosts_keep_their_own_routes_as_ingress_nginx_does() {
         class: "nginx".into(),
         service_address: "127.0.0.1:{port}".into(),
         secrets_dir: dir.display().to_string(),
+        cluster: None,
     };
     let imported = weir::import::kubernetes(&file, &opts).unwrap();
     let cfg = weir::runtime::load_str(&imported.yaml, &dir, |v| match v {
@@ -640,8 +642,8 @@ fn backend_protocol_grpc_and_read_timeouts_over_the_wire() {
     std::fs::create_dir_all(dir.join("tls")).unwrap();
     let pki = common::tlskit::Pki::new("ingress-grpc");
     let cert = pki.issue("grpc", "grpc.test", &["grpc.test"]);
-    std::fs::copy(&cert.cert, dir.join("tls/web-grpc-tls.crt")).unwrap();
-    std::fs::copy(&cert.key, dir.join("tls/web-grpc-tls.key")).unwrap();
+    std::fs::copy(&cert.cert, dir.join("tls/web.grpc-tls.crt")).unwrap();
+    std::fs::copy(&cert.key, dir.join("tls/web.grpc-tls.key")).unwrap();
     let manifest = format!(
         r#"apiVersion: networking.k8s.io/v1
 kind: Ingress
@@ -679,6 +681,7 @@ spec:
         class: "nginx".into(),
         service_address: "127.0.0.1:{port}".into(),
         secrets_dir: dir.display().to_string(),
+        cluster: None,
     };
     let imported = weir::import::kubernetes(&file, &opts).unwrap();
     let cfg = weir::runtime::load_str(&imported.yaml, &dir, |v| match v {

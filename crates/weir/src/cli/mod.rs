@@ -165,6 +165,7 @@ pub fn main() -> ExitCode {
                 class: ingress_class,
                 service_address,
                 secrets_dir,
+                cluster: None,
             },
         ) {
             Ok(i) => {

@@ -36,6 +36,34 @@ fn sync_watch(
     }
 }
 
+/// Starts, restarts or stops the Kubernetes provider to match the running config. A provider
+/// stopped takes its fragment with it: `true` when that asks for a reload.
+fn sync_provider(
+    handle: &server::ServerHandle,
+    reloader: &Reloader,
+    provider: &mut Option<crate::providers::kubernetes::Provider>,
+    tx: &tokio::sync::mpsc::UnboundedSender<crate::providers::kubernetes::Ask>,
+) -> bool {
+    let wanted = handle.config().kubernetes.clone();
+    if provider.as_ref().map(|p| &p.settings) == wanted.as_ref() {
+        return false;
+    }
+    if let Some(p) = provider.take() {
+        p.stop();
+    }
+    let had = !std::mem::take(&mut *reloader.provided.lock().unwrap_or_else(|e| e.into_inner()))
+        .is_empty();
+    if let Some(settings) = wanted {
+        tracing::info!(controller = %settings.controller_name, "Kubernetes provider started");
+        *provider = Some(crate::providers::kubernetes::Provider::spawn(
+            settings,
+            reloader.provided.clone(),
+            tx.clone(),
+        ));
+    }
+    had
+}
+
 /// Blocks until SIGINT/SIGTERM, shuts down gracefully; a second signal exits at once.
 pub(super) fn wait_for_signals(
     handle: server::ServerHandle,
@@ -87,6 +115,10 @@ pub(super) fn wait_for_signals(
         let (files_tx, mut files) = tokio::sync::mpsc::unbounded_channel();
         let mut watch = None;
         sync_watch(&handle, &reloader, &mut watch, &files_tx);
+        // The Kubernetes provider asks here, with a channel for the outcome.
+        let (kube_tx, mut kube_asks) = tokio::sync::mpsc::unbounded_channel();
+        let mut provider = None;
+        sync_provider(&handle, &reloader, &mut provider, &kube_tx);
         // Ready only now: a SIGHUP or a `POST /reload` sent as soon as weir says it serves must
         // find its handler (the reloader was once registered after, and a fast client's reload
         // was answered "not started by `weir run`").
@@ -99,6 +131,14 @@ pub(super) fn wait_for_signals(
                 _ = hup.recv() => Why::Signal,
                 Some(answer) = asked.recv() => {
                     let _ = answer.send(reload(&handle, &mut reloader, Why::Admin));
+                    sync_watch(&handle, &reloader, &mut watch, &files_tx);
+                    if sync_provider(&handle, &reloader, &mut provider, &kube_tx) {
+                        let _ = reload(&handle, &mut reloader, Why::Kubernetes);
+                    }
+                    continue;
+                }
+                Some(answer) = kube_asks.recv() => {
+                    let _ = answer.send(reload(&handle, &mut reloader, Why::Kubernetes));
                     sync_watch(&handle, &reloader, &mut watch, &files_tx);
                     continue;
                 }
@@ -140,8 +180,14 @@ pub(super) fn wait_for_signals(
             };
             let _ = reload(&handle, &mut reloader, why);
             sync_watch(&handle, &reloader, &mut watch, &files_tx);
+            if sync_provider(&handle, &reloader, &mut provider, &kube_tx) {
+                let _ = reload(&handle, &mut reloader, Why::Kubernetes);
+            }
         };
         drop(watch);
+        if let Some(p) = provider.take() {
+            p.stop();
+        }
         if drain {
             // The new process is the service now: it tells systemd its own MAINPID.
             tracing::info!("draining: each idle connection answers one more request, then closes");

@@ -26,6 +26,7 @@ pub mod model_http3;
 pub mod model_limits;
 pub mod model_maps;
 pub mod model_ops;
+pub mod model_providers;
 pub mod model_proxy;
 pub mod model_shield;
 pub mod model_sites;

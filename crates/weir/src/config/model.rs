@@ -56,7 +56,9 @@ pub struct File {
     /// Timeouts for each phase of a client connection.
     #[serde(default)]
     pub timeouts: Timeouts,
-    /// Sockets to listen on, each with its own route table.
+    /// Sockets to listen on, each with its own route table (none: a config whose listeners
+    /// come from `providers` or etcd).
+    #[serde(default)]
     pub listeners: Vec<Listener>,
     /// Named pools of upstream servers, used by `proxy` routes.
     #[serde(default)]
@@ -104,6 +106,8 @@ pub struct File {
     pub reload: super::model_cluster::Reload,
     /// This node as a member of a cluster (etcd, Redis).
     pub cluster: Option<super::model_cluster::Cluster>,
+    /// Config from elsewhere, served beside this file's: `kubernetes`.
+    pub providers: Option<super::model_providers::Providers>,
     /// Where `weir run` writes its process id (`--pid-file` overrides); the verbs (`weir
     /// reload`, `stop`, `upgrade`, `status`) find the running weir by it.
     pub pid_file: Option<String>,

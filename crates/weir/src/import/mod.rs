@@ -10,7 +10,8 @@
 //! something was converted. `weir check` the result before serving it: paths (roots,
 //! certificates, htpasswd files) are kept as nginx had them.
 
-mod gateway;
+pub mod cluster;
+pub mod gateway;
 pub mod ingress;
 pub mod nginx;
 
@@ -99,6 +100,34 @@ pub fn kubernetes(path: &Path, opts: &ingress::Options) -> Result<Imported, Stri
         skipped: c.skipped,
         translated: c.translated,
     })
+}
+
+/// The weir config of a live cluster's `objects` (`providers.kubernetes`): the listeners on
+/// `listen` and `listen_tls`, cluster values kept from the environment (`$${`), the notes as
+/// comments. The conversion's facts (notes, Secrets used, the Gateway outcomes) come back
+/// with it.
+pub fn cluster_config(
+    objects: Vec<serde_yaml::Value>,
+    opts: &ingress::Options,
+    (listen, listen_tls): (&str, &str),
+) -> Result<(String, ingress::Converted), String> {
+    let mut c = ingress::convert_objects(objects, opts);
+    if let Some(ls) = c
+        .config
+        .get_mut("listeners")
+        .and_then(serde_yaml::Value::as_sequence_mut)
+    {
+        for l in ls {
+            let address = match l["address"].as_str() {
+                Some(ingress::LISTEN) => listen,
+                Some(ingress::LISTEN_TLS) => listen_tls,
+                _ => continue,
+            };
+            l["address"] = address.into();
+        }
+    }
+    let yaml = render(std::mem::take(&mut c.config), &c.notes)?;
+    Ok((yaml, c))
 }
 
 /// `${` in what nginx wrote (`${var}`, a map's value) is a variable of the request: in a weir

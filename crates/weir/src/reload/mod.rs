@@ -28,6 +28,7 @@ pub enum Why {
     Files,
     Etcd,
     Members,
+    Kubernetes,
 }
 
 impl Why {
@@ -38,6 +39,7 @@ impl Why {
             Why::Files => "a watched file changed",
             Why::Etcd => "etcd",
             Why::Members => "cluster membership changed",
+            Why::Kubernetes => "the Kubernetes API",
         }
     }
 
@@ -65,6 +67,8 @@ pub struct Reloader {
     pub dirs: Vec<PathBuf>,
     /// A config source's fragments (etcd's), merged after the file's includes.
     pub fragments: Arc<Mutex<Vec<Fragment>>>,
+    /// A provider's fragments (`providers.kubernetes`), merged after etcd's.
+    pub provided: Arc<Mutex<Vec<Fragment>>>,
     /// Applies a new log level.
     apply_log: Box<dyn Fn(&str)>,
 }
@@ -105,6 +109,7 @@ impl Reloader {
             digest,
             dirs,
             fragments,
+            provided: Arc::new(Mutex::new(Vec::new())),
             apply_log,
         }
     }
@@ -140,11 +145,18 @@ impl Reloader {
     }
 
     fn try_reload(&mut self, handle: &ServerHandle, why: Why) -> Result<Outcome, String> {
-        let fragments = self
+        let mut fragments = self
             .fragments
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        fragments.extend(
+            self.provided
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned(),
+        );
         let source = read(self.path.as_deref(), &fragments).map_err(|e| e.to_string())?;
         if source.digest == self.digest && !why.forces() {
             return Ok(Outcome::Unchanged);

@@ -435,6 +435,12 @@ pub(crate) fn compile(
         .collect::<Result<Vec<_>, _>>()?;
     let watch = file.reload.watch.then_some(file.reload.debounce.0);
     let pid_file = file.pid_file.as_ref().map(|p| base.0.join(p));
+    let kubernetes = file
+        .providers
+        .as_ref()
+        .and_then(|p| p.kubernetes.as_ref())
+        .map(|k| crate::providers::kubernetes::Settings::compile(k, &base.0))
+        .transpose()?;
     // What a connection may read before its request is routed: the largest body any route
     // takes (a route's own limit is applied once it is chosen, `pipeline::route_body_limit`).
     let mut limits = limits;
@@ -445,6 +451,7 @@ pub(crate) fn compile(
         .fold(limits.max_body_bytes, u64::max);
     Ok(RuntimeConfig {
         pid_file,
+        kubernetes,
         cluster,
         zone_shards,
         watch,

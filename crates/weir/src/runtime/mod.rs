@@ -83,6 +83,8 @@ pub struct RuntimeConfig {
     pub watch: Option<Duration>,
     /// `pid_file`, resolved against the config's directory.
     pub pid_file: Option<std::path::PathBuf>,
+    /// `providers.kubernetes` (`None`: no cluster is read).
+    pub kubernetes: Option<crate::providers::kubernetes::Settings>,
 }
 
 /// The error log's settings.

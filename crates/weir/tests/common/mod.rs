@@ -10,6 +10,7 @@ pub mod h3;
 pub mod h3raw;
 pub mod inproc;
 pub mod jaeger;
+pub mod kube;
 pub mod member;
 pub mod origin;
 pub mod parked;

@@ -40,7 +40,12 @@ impl Drop for Origin {
 
 /// Starts an origin; `handle` gets each accepted connection.
 pub fn origin(handle: impl Fn(TcpStream) + Send + Sync + 'static) -> Origin {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    origin_at("127.0.0.1:0", handle)
+}
+
+/// [`origin`] on `bind`.
+pub fn origin_at(bind: &str, handle: impl Fn(TcpStream) + Send + Sync + 'static) -> Origin {
+    let l = TcpListener::bind(bind).unwrap();
     let addr = l.local_addr().unwrap();
     let accepts = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -138,7 +143,15 @@ pub fn read_request(r: &mut BufReader<TcpStream>) -> Option<SeenRequest> {
 
 /// An origin answering every request on a keep-alive connection with `respond(&request)`.
 pub fn http_origin(respond: impl Fn(&SeenRequest) -> Vec<u8> + Send + Sync + 'static) -> Origin {
-    origin(move |conn| {
+    http_origin_at("127.0.0.1:0", respond)
+}
+
+/// [`http_origin`] on `bind`.
+pub fn http_origin_at(
+    bind: &str,
+    respond: impl Fn(&SeenRequest) -> Vec<u8> + Send + Sync + 'static,
+) -> Origin {
+    origin_at(bind, move |conn| {
         let mut w = conn.try_clone().unwrap();
         let mut r = BufReader::new(conn);
         while let Some(req) = read_request(&mut r) {

@@ -168,9 +168,16 @@ pub(super) fn action(
                 Err(e) => e.clone(),
                 Ok(_) => "no backendRefs".to_string(),
             };
-            c.skipped.push(format!("{id}: {why}: the rule answers 500"));
+            // A Service that exists with no ready endpoint is unavailable (503), not an
+            // invalid reference (500).
+            let status = match why.starts_with(crate::import::cluster::NO_ENDPOINTS) {
+                true => 503,
+                false => 500,
+            };
+            c.skipped
+                .push(format!("{id}: {why}: the rule answers {status}"));
             let mut respond = Mapping::new();
-            respond.insert("status".into(), 500.into());
+            respond.insert("status".into(), status.into());
             r.insert("respond".into(), Value::Mapping(respond));
         }
     }

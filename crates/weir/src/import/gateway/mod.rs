@@ -25,7 +25,10 @@ use super::ingress::{host_class, tls_certificate, Converted, Options, Route};
 
 mod filters;
 mod grants;
+mod outcomes;
 mod rules;
+
+pub use outcomes::{ListenerOutcome, Outcomes, ParentOutcome, Problem};
 
 use grants::granted;
 
@@ -76,32 +79,47 @@ pub(super) fn convert(
                         "Gateway {ns}/{name}: several Gateways are served on weir's one plain and one TLS listener"
                     ));
                 }
+                let gw = (ns.to_string(), name.to_string());
                 for l in obj["spec"]["listeners"].as_sequence().into_iter().flatten() {
                     let lname = l["name"].as_str().unwrap_or("").to_string();
                     let port = l["port"].as_u64();
-                    let slot = match l["protocol"].as_str() {
-                        Some("HTTPS") => &mut https_port,
-                        _ => &mut http_port,
-                    };
-                    if slot.is_some_and(|p| Some(p) != port) {
-                        c.skipped.push(format!(
-                            "Gateway {ns}/{name}: listener {lname} on port {}: another port than the first of its protocol, not translated (run another weir for it)",
-                            port.unwrap_or(0)
-                        ));
-                        continue;
-                    }
-                    *slot = port.or(Some(0));
                     let tls = match l["protocol"].as_str() {
                         Some("HTTP") => false,
                         Some("HTTPS") => true,
                         other => {
-                            c.skipped.push(format!(
-                                "Gateway {ns}/{name}: listener {lname}: protocol {} not translated",
+                            let why = format!(
+                                "listener {lname}: protocol {} not translated",
                                 other.unwrap_or("(none)")
-                            ));
+                            );
+                            c.skipped.push(format!("Gateway {ns}/{name}: {why}"));
+                            c.gateway.listener_problem(
+                                (&gw, &lname),
+                                "Accepted",
+                                "UnsupportedProtocol",
+                                why,
+                            );
                             continue;
                         }
                     };
+                    let slot = match tls {
+                        true => &mut https_port,
+                        false => &mut http_port,
+                    };
+                    if slot.is_some_and(|p| Some(p) != port) {
+                        let why = format!(
+                            "listener {lname} on port {}: another port than the first of its protocol, not translated (run another weir for it)",
+                            port.unwrap_or(0)
+                        );
+                        c.skipped.push(format!("Gateway {ns}/{name}: {why}"));
+                        c.gateway.listener_problem(
+                            (&gw, &lname),
+                            "Accepted",
+                            "PortUnavailable",
+                            why,
+                        );
+                        continue;
+                    }
+                    *slot = port.or(Some(0));
                     if tls {
                         let refs = l["tls"]["certificateRefs"]
                             .as_sequence()
@@ -120,12 +138,21 @@ pub(super) fn convert(
                                     )
                             });
                         if refs == 0 || foreign.is_some() {
-                            c.skipped.push(format!(
-                                "Gateway {ns}/{name}: listener {lname}: {}: not translated",
-                                if refs == 0 { "HTTPS without certificateRefs".to_string() } else { "RefNotPermitted: a certificate in another namespace without a ReferenceGrant".to_string() }
-                            ));
+                            let (reason, what) = if refs == 0 {
+                                ("InvalidCertificateRef", "HTTPS without certificateRefs")
+                            } else {
+                                ("RefNotPermitted", "RefNotPermitted: a certificate in another namespace without a ReferenceGrant")
+                            };
+                            let why = format!("listener {lname}: {what}: not translated");
+                            c.skipped.push(format!("Gateway {ns}/{name}: {why}"));
+                            c.gateway
+                                .listener_problem((&gw, &lname), "ResolvedRefs", reason, why);
                             continue;
                         }
+                        // Every certificate first (against a cluster a Secret may be missing:
+                        // then the listener is left out, and none of its certificates kept).
+                        let mut mine = Vec::new();
+                        let mut all = true;
                         for r in l["tls"]["certificateRefs"]
                             .as_sequence()
                             .into_iter()
@@ -133,12 +160,35 @@ pub(super) fn convert(
                         {
                             let secret = r["name"].as_str().unwrap_or("?");
                             let sns = r["namespace"].as_str().unwrap_or(ns);
-                            let id = format!("Gateway {ns}/{name}");
-                            tls_certificate(&id, (sns, secret), &mut certificates, c);
+                            let id = format!("Gateway {ns}/{name} listener {lname}");
+                            all &= tls_certificate(&id, (sns, secret), &mut mine, c);
+                        }
+                        if !all {
+                            let why = format!(
+                                "listener {lname}: a certificate Secret not found, or without tls.crt and tls.key"
+                            );
+                            c.gateway.listener_problem(
+                                (&gw, &lname),
+                                "ResolvedRefs",
+                                "InvalidCertificateRef",
+                                why,
+                            );
+                            continue;
+                        }
+                        for cert in mine {
+                            if !certificates.contains(&cert) {
+                                certificates.push(cert);
+                            }
                         }
                     }
+                    c.gateway.listeners.push(ListenerOutcome {
+                        gateway: gw.clone(),
+                        name: lname.clone(),
+                        attached: 0,
+                        problem: None,
+                    });
                     listeners.push(Listener {
-                        gateway: (ns.to_string(), name.to_string()),
+                        gateway: gw.clone(),
                         name: lname,
                         tls,
                         hostname: l["hostname"].as_str().map(str::to_ascii_lowercase),
@@ -199,6 +249,17 @@ pub(super) fn convert(
                 .iter()
                 .filter(|l| l.gateway == gw && section.is_none_or(|s| s == l.name))
                 .collect();
+            // The parent's `Accepted`: attached to one listener at least, else the last
+            // reason (only for Gateways converted here: another's status is not ours).
+            let mut accepted = Err((
+                "NoMatchingParent".to_string(),
+                format!(
+                    "Gateway {}/{} has no listener{}",
+                    gw.0,
+                    gw.1,
+                    section.map_or(String::new(), |s| format!(" {s}"))
+                ),
+            ));
             if candidates.is_empty() {
                 c.skipped.push(format!(
                     "{id}: no Gateway {}/{} listener{} in the manifests",
@@ -206,25 +267,36 @@ pub(super) fn convert(
                     gw.1,
                     section.map_or(String::new(), |s| format!(" {s}"))
                 ));
-                continue;
             }
             for l in candidates {
                 if !l.all_namespaces && l.gateway.0 != ns {
-                    c.skipped.push(format!(
-                        "{id}: NotAllowedByListeners: listener {} of Gateway {}/{} takes routes of its own namespace",
+                    let why = format!(
+                        "listener {} of Gateway {}/{} takes routes of its own namespace",
                         l.name, l.gateway.0, l.gateway.1
-                    ));
+                    );
+                    c.skipped
+                        .push(format!("{id}: NotAllowedByListeners: {why}"));
+                    if accepted.is_err() {
+                        accepted = Err(("NotAllowedByListeners".into(), why));
+                    }
                     continue;
                 }
                 let Some(hosts) = hosts_for(&hostnames, l.hostname.as_deref()) else {
-                    c.skipped.push(format!(
-                        "{id}: NoMatchingListenerHostname: listener {} is for {}",
+                    let why = format!(
+                        "listener {} is for {}",
                         l.name,
                         l.hostname.as_deref().unwrap_or("*")
-                    ));
+                    );
+                    c.skipped
+                        .push(format!("{id}: NoMatchingListenerHostname: {why}"));
+                    if accepted.is_err() {
+                        accepted = Err(("NoMatchingListenerHostname".into(), why));
+                    }
                     continue;
                 };
                 attached = true;
+                accepted = Ok(());
+                c.gateway.attach(&l.gateway, &l.name);
                 for h in &hosts {
                     if !hosts_seen.contains(&(h.clone(), l.tls)) {
                         hosts_seen.push((h.clone(), l.tls));
@@ -242,6 +314,15 @@ pub(super) fn convert(
                 } else {
                     plain.extend(routes);
                 }
+            }
+            if c.gateway.has_gateway(&gw) {
+                let resolved = c.gateway.resolved_of(&id);
+                c.gateway.parents.push(ParentOutcome {
+                    route: (ns.to_string(), name.to_string()),
+                    parent: parent.clone(),
+                    accepted,
+                    resolved,
+                });
             }
         }
         if !attached {

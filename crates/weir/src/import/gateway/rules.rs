@@ -46,6 +46,9 @@ pub(super) fn rules(
                 .push(format!("{id}: rule {ri}: timeouts not translated"));
         }
         let backends = backends(x, rule, c, upstreams);
+        if let Err(why) = &backends {
+            c.gateway.unresolved(id, why);
+        }
         // RequestMirror: its Service an upstream of its own (same rules as a backend's).
         let mut mirrors = Vec::new();
         for f in rule["filters"].as_sequence().into_iter().flatten() {
@@ -57,7 +60,10 @@ pub(super) fn rules(
             let bns = b["namespace"].as_str().unwrap_or(ns);
             match b["port"].as_u64() {
                 Some(port) if bns == ns || granted(grants, ("HTTPRoute", ns), ("Service", bns, name)) => {
-                    mirrors.push(service_upstream((bns, name, &port.to_string()), upstreams, opts, c));
+                    match service_upstream((bns, name, &port.to_string()), upstreams, opts, c) {
+                        Ok(up) => mirrors.push(up),
+                        Err(why) => c.skipped.push(format!("{id}: RequestMirror: {why}: not mirrored")),
+                    }
                 }
                 _ => c.skipped.push(format!(
                     "{id}: RequestMirror to Service {bns}/{name}: without a port or a ReferenceGrant, not mirrored"
@@ -146,7 +152,7 @@ fn backends(
         if weight == 0 {
             continue;
         }
-        let up = service_upstream((bns, name, &port.to_string()), upstreams, opts, c);
+        let up = service_upstream((bns, name, &port.to_string()), upstreams, opts, c)?;
         out.push((up, weight));
     }
     if out.is_empty()

@@ -329,7 +329,24 @@ impl Annotated {
         ) {
             (Some(t), Some(secret)) if t == "basic" && secret_type == "auth-file" => {
                 let (sns, sname) = secret.split_once('/').unwrap_or((ns, secret));
-                let file = format!("{}/auth/{sns}-{sname}.htpasswd", c.secrets_dir);
+                let file = format!(
+                    "{}.htpasswd",
+                    crate::import::cluster::secret_file(&c.secrets_dir, "auth", (sns, sname))
+                );
+                // Against a cluster the Secret must be there with its `auth` key: else the
+                // routes refuse (never served without the authentication asked for).
+                let missing = c
+                    .cluster
+                    .as_ref()
+                    .is_some_and(|v| !v.has_secret(sns, sname, &["auth"]));
+                if missing {
+                    let why = format!(
+                        "{PREFIX}auth-secret {sns}/{sname} not found or without an `auth` key: its routes answer 503"
+                    );
+                    c.skipped.push(format!("{id}: {why}"));
+                    self.refuse.get_or_insert(why);
+                    return;
+                }
                 let mut b = Mapping::new();
                 b.insert("file".into(), file.clone().into());
                 b.insert(
@@ -341,9 +358,13 @@ impl Annotated {
                 let mut f = Mapping::new();
                 f.insert("basic_auth".into(), Value::Mapping(b));
                 self.filters.push(Value::Mapping(f));
-                c.skipped.push(format!(
-                    "{id}: {PREFIX}auth-secret {sns}/{sname}: write its `auth` key (htpasswd) to {file} (kubectl get secret -n {sns} {sname} -o jsonpath='{{.data.auth}}' | base64 -d)"
-                ));
+                c.auth_secrets_used
+                    .push((sns.to_string(), sname.to_string()));
+                if c.cluster.is_none() {
+                    c.skipped.push(format!(
+                        "{id}: {PREFIX}auth-secret {sns}/{sname}: write its `auth` key (htpasswd) to {file} (kubectl get secret -n {sns} {sname} -o jsonpath='{{.data.auth}}' | base64 -d)"
+                    ));
+                }
             }
             (None, None) => {}
             (t, _) => {

@@ -9,33 +9,52 @@ use super::annotations::Annotated;
 use super::{Converted, Options, Route};
 
 /// The certificate of TLS Secret `ns/secret`, expected as files under the secrets directory
-/// (noted once, with how to write them).
+/// (noted once, with how to write them). Against a cluster (`Options::cluster`) the Secret
+/// must exist with both keys: `false` (noted) when it does not, and nothing is added.
 pub(in crate::import) fn tls_certificate(
     id: &str,
     (ns, secret): (&str, &str),
     certificates: &mut Vec<Value>,
     c: &mut Converted,
-) {
-    let base = format!("{}/tls/{ns}-{secret}", c.secrets_dir);
+) -> bool {
+    if let Some(view) = &c.cluster {
+        if !view.has_secret(ns, secret, &["tls.crt", "tls.key"]) {
+            c.skipped.push(format!(
+                "{id}: InvalidCertificateRef: TLS Secret {ns}/{secret} not found, or without tls.crt and tls.key"
+            ));
+            return false;
+        }
+    }
+    let base = crate::import::cluster::secret_file(&c.secrets_dir, "tls", (ns, secret));
     let mut cert = Mapping::new();
     cert.insert("cert".into(), format!("{base}.crt").into());
     cert.insert("key".into(), format!("{base}.key").into());
     let cert = Value::Mapping(cert);
     if !certificates.contains(&cert) {
         certificates.push(cert);
-        c.skipped.push(format!(
-            "{id}: TLS Secret {ns}/{secret}: write its tls.crt and tls.key to {base}.crt and {base}.key (kubectl get secret -n {ns} {secret} -o jsonpath='{{.data.tls\\.crt}}' | base64 -d)"
-        ));
+        c.secrets_used.push((ns.to_string(), secret.to_string()));
+        if c.cluster.is_none() {
+            c.skipped.push(format!(
+                "{id}: TLS Secret {ns}/{secret}: write its tls.crt and tls.key to {base}.crt and {base}.key (kubectl get secret -n {ns} {secret} -o jsonpath='{{.data.tls\\.crt}}' | base64 -d)"
+            ));
+        }
     }
+    true
 }
 
-/// A backend's Service name and port number.
-pub(super) fn service_port(svc: &Value, ns: &str) -> Result<(String, String), String> {
+/// A backend's Service name and port (a number; against a cluster also a port's name, which
+/// its Service resolves).
+pub(super) fn service_port(
+    svc: &Value,
+    ns: &str,
+    c: &Converted,
+) -> Result<(String, String), String> {
     let service = svc["name"]
         .as_str()
         .ok_or("a backend without a service name")?;
     match (&svc["port"]["number"], svc["port"]["name"].as_str()) {
         (Value::Number(n), _) => Ok((service.to_string(), n.to_string())),
+        (_, Some(named)) if c.cluster.is_some() => Ok((service.to_string(), named.to_string())),
         (_, Some(named)) => Err(format!(
             "the named port {named} of Service {ns}/{service} (give its number)"
         )),
@@ -49,27 +68,36 @@ pub(in crate::import) fn service_upstream(
     upstreams: &mut Mapping,
     opts: &Options,
     c: &mut Converted,
-) -> String {
+) -> Result<String, String> {
     upstream_for(backend, &Annotated::default(), upstreams, opts, c)
 }
 
-/// The upstream for a Service port (made once): `NAMESPACE-SERVICE-PORT`.
+/// The upstream for a Service port (made once): `NAMESPACE.SERVICE.PORT`. Against a
+/// cluster, of the port's ready endpoints, or why there are none.
 pub(super) fn upstream_for(
     (ns, service, port): (&str, &str, &str),
     a: &Annotated,
     upstreams: &mut Mapping,
     opts: &Options,
     c: &mut Converted,
-) -> String {
-    let up = format!("{ns}-{service}-{port}");
+) -> Result<String, String> {
+    let up = format!("{ns}.{service}.{port}");
     if !upstreams.contains_key(up.as_str()) {
-        let addr = opts
-            .service_address
-            .replace("{service}", service)
-            .replace("{namespace}", ns)
-            .replace("{port}", port);
+        let servers: Vec<Value> = match &c.cluster {
+            Some(view) => view
+                .servers(ns, service, port)?
+                .into_iter()
+                .map(Value::from)
+                .collect(),
+            None => vec![opts
+                .service_address
+                .replace("{service}", service)
+                .replace("{namespace}", ns)
+                .replace("{port}", port)
+                .into()],
+        };
         let mut u = Mapping::new();
-        u.insert("servers".into(), Value::Sequence(vec![addr.into()]));
+        u.insert("servers".into(), Value::Sequence(servers));
         a.upstream(&mut u);
         upstreams.insert(up.clone().into(), Value::Mapping(u));
         c.translated += 1;
@@ -79,7 +107,7 @@ pub(super) fn upstream_for(
             upstreams.insert(name.clone().into(), Value::Mapping(u.clone()));
         }
     }
-    up
+    Ok(up)
 }
 
 pub(super) fn listener(address: &str, tls: Option<Mapping>, routes: Vec<Route>) -> Value {

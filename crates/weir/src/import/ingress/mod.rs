@@ -107,8 +107,10 @@ pub struct Options {
     /// A backend's address: `{service}`, `{namespace}` and `{port}` replaced.
     pub service_address: String,
     /// Where the Secrets' files are expected: `tls/NS-NAME.crt` and `.key`,
-    /// `auth/NS-NAME.htpasswd`.
+    /// `auth/NS.NAME.htpasswd`.
     pub secrets_dir: String,
+    /// A live cluster's Services and Secrets (`providers.kubernetes`; `None` for files).
+    pub cluster: Option<std::sync::Arc<crate::import::cluster::ClusterView>>,
 }
 
 impl Default for Options {
@@ -117,6 +119,7 @@ impl Default for Options {
             class: "nginx".into(),
             service_address: "{service}.{namespace}.svc.cluster.local:{port}".into(),
             secrets_dir: "/etc/weir".into(),
+            cluster: None,
         }
     }
 }
@@ -152,6 +155,13 @@ pub struct Converted {
     pub notes: Vec<String>,
     pub skipped: Vec<String>,
     pub translated: usize,
+    /// `Options::cluster`.
+    pub cluster: Option<std::sync::Arc<crate::import::cluster::ClusterView>>,
+    /// The TLS Secrets and the htpasswd Secrets the config names files of.
+    pub secrets_used: Vec<(String, String)>,
+    pub auth_secrets_used: Vec<(String, String)>,
+    /// What became of each Gateway listener and route parent (the provider's status).
+    pub gateway: crate::import::gateway::Outcomes,
 }
 
 /// Converts the manifests in `text`.
@@ -163,8 +173,14 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
         v.apply_merge().map_err(|e| e.to_string())?;
         collect(v, &mut objects);
     }
+    Ok(convert_objects(objects, opts))
+}
+
+/// Converts `objects` (Kubernetes objects, `List`s opened).
+pub fn convert_objects(objects: Vec<Value>, opts: &Options) -> Converted {
     let mut c = Converted {
         secrets_dir: opts.secrets_dir.trim_end_matches('/').to_string(),
+        cluster: opts.cluster.clone(),
         ..Converted::default()
     };
     let mut routes: Vec<Route> = Vec::new();
@@ -300,11 +316,10 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
         // it has no rules.
         if let Some(default) = obj["spec"]["defaultBackend"].as_mapping() {
             let svc = &default.get("service").cloned().unwrap_or(Value::Null);
-            let action = match service_port(svc, ns) {
-                Ok((service, port)) => {
-                    let up = upstream_for((ns, &service, &port), &a, &mut upstreams, opts, &mut c);
-                    a.action(&up, "/")
-                }
+            let action = match service_port(svc, ns, &c).and_then(|(service, port)| {
+                upstream_for((ns, &service, &port), &a, &mut upstreams, opts, &mut c)
+            }) {
+                Ok(up) => a.action(&up, "/"),
                 Err(why) => refusal(&mut c, &format!("{id}: {why}")),
             };
             let hosts: Vec<Option<String>> = match rules.is_empty() {
@@ -428,20 +443,25 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
                     0,
                 );
                 let mut extra = Vec::new();
-                let action = match (service_port(&p["backend"]["service"], ns), bad_regex) {
+                let backend =
+                    service_port(&p["backend"]["service"], ns, &c).and_then(|(service, port)| {
+                        upstream_for((ns, &service, &port), &a, &mut upstreams, opts, &mut c)
+                    });
+                let action = match (backend, bad_regex) {
                     (_, Some(why)) | (Err(why), None) => {
                         c.skipped
                             .push(format!("{id}: {why}: the path {path} answers 503"));
                         refusal(&mut c, &format!("{id}: {why}"))
                     }
-                    (Ok((service, port)), None) => {
-                        let up =
-                            upstream_for((ns, &service, &port), &a, &mut upstreams, opts, &mut c);
+                    (Ok(up), None) => {
                         if let Some(k) = canaries.remove(&(host.clone(), path.to_string())) {
                             let (cns, svc, port) = &k.backend;
-                            let cup =
-                                upstream_for((cns, svc, port), &a, &mut upstreams, opts, &mut c);
-                            extra.push(canary::filter(&k, &cup));
+                            match upstream_for((cns, svc, port), &a, &mut upstreams, opts, &mut c) {
+                                Ok(cup) => extra.push(canary::filter(&k, &cup)),
+                                Err(why) => c
+                                    .skipped
+                                    .push(format!("{}: {why}: the canary is left out", k.id)),
+                            }
                         }
                         a.action(&up, path)
                     }
@@ -526,7 +546,7 @@ pub fn convert(text: &str, opts: &Options) -> Result<Converted, String> {
         .insert("upstreams".into(), Value::Mapping(upstreams));
     c.config
         .insert("listeners".into(), Value::Sequence(listeners));
-    Ok(c)
+    c
 }
 
 /// An object's namespace and name.
@@ -568,7 +588,7 @@ pub const LISTEN: &str = "__weir_listen__";
 pub const LISTEN_TLS: &str = "__weir_listen_tls__";
 
 /// `List` objects opened up; every object with a `kind`.
-fn collect(v: Value, out: &mut Vec<Value>) {
+pub(crate) fn collect(v: Value, out: &mut Vec<Value>) {
     match v.get("kind").and_then(Value::as_str) {
         Some("List") => {
             if let Some(items) = v.get("items").and_then(Value::as_sequence) {

@@ -1,0 +1,113 @@
+//! One writer of status among replicas: a `coordination.k8s.io/v1` Lease, as Kubernetes'
+//! own controllers elect their leader. Every replica serves; the one holding the Lease writes
+//! status. It is taken when absent, expired (not renewed for `leaseDurationSeconds`) or
+//! already this replica's, by a replace at the read `resourceVersion`: two replicas racing
+//! for it cannot both win (the second gets 409). It is renewed at every rebuild and every
+//! [`RENEW`]; a replica that cannot reach the API server stops writing at once and another
+//! takes over once the Lease expires.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease as LeaseObject, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::PostParams;
+use kube::{Api, Client};
+
+/// How long a Lease lasts unless renewed.
+pub const DURATION: Duration = Duration::from_secs(15);
+
+/// How often the holder renews it (and the others look whether it expired).
+pub const RENEW: Duration = Duration::from_secs(5);
+
+/// The Lease as this replica sees it.
+#[derive(Debug)]
+pub struct Lease {
+    api: Api<LeaseObject>,
+    name: String,
+    identity: String,
+    /// Whether this replica held it at the last look.
+    pub held: bool,
+}
+
+impl Lease {
+    pub fn new(client: &Client, (ns, name): &(String, String), identity: &str) -> Lease {
+        Lease {
+            api: Api::namespaced(client.clone(), ns),
+            name: name.clone(),
+            identity: identity.to_string(),
+            held: false,
+        }
+    }
+
+    /// Takes or renews the Lease when it may; whether this replica holds it now.
+    pub async fn hold(&mut self) -> bool {
+        let was = self.held;
+        self.held = self.try_hold().await.unwrap_or(false);
+        if self.held != was {
+            match self.held {
+                true => {
+                    tracing::info!(lease = %self.name, identity = %self.identity, "holding the status Lease: this replica writes Gateway API status")
+                }
+                false => {
+                    tracing::info!(lease = %self.name, "not holding the status Lease: another replica writes status")
+                }
+            }
+        }
+        self.held
+    }
+
+    async fn try_hold(&self) -> Result<bool, kube::Error> {
+        let now = Timestamp::now();
+        let mine = |transitions: i32, acquired: Option<MicroTime>| LeaseSpec {
+            holder_identity: Some(self.identity.clone()),
+            lease_duration_seconds: Some(DURATION.as_secs() as i32),
+            acquire_time: acquired.or(Some(MicroTime(now))),
+            renew_time: Some(MicroTime(now)),
+            lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
+        };
+        let Some(mut current) = self.api.get_opt(&self.name).await? else {
+            let lease = LeaseObject {
+                metadata: ObjectMeta {
+                    name: Some(self.name.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(mine(0, None)),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                Err(e) => Err(e),
+            };
+        };
+        let spec = current.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.as_deref().unwrap_or("");
+        let expired = spec.renew_time.as_ref().is_none_or(|t| {
+            let lasts = i64::from(spec.lease_duration_seconds.unwrap_or(15));
+            t.0.as_second() + lasts < now.as_second()
+        });
+        let ours = holder == self.identity;
+        if !ours && !holder.is_empty() && !expired {
+            return Ok(false);
+        }
+        let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!ours);
+        current.spec = Some(mine(
+            transitions,
+            if ours {
+                spec.acquire_time.clone()
+            } else {
+                None
+            },
+        ));
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &current)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}

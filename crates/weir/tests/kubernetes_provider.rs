@@ -1,0 +1,303 @@
+//! `providers.kubernetes` against a real API server (issue 56 §1 and §3): weir runs outside
+//! the cluster with a kubeconfig whose user is weir's service account, allowed in by the RBAC
+//! shipped in `deploy/kubernetes/rbac.yaml` and nothing else; Services' EndpointSlices point at
+//! origins on this machine's own address (the API refuses loopback endpoints; the origins bind
+//! that address alone). Asserted over the wire and in the objects' status.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::kube::{host_ip, KubeApi, WEIR_TOKEN};
+use common::origin::{http_origin_at, ok};
+use common::process::{free_port, spawn_run, write_config};
+use serde_json::{json, Value};
+
+const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// A GET with `Host: host`; `None` when nothing listens yet.
+fn host_get(addr: SocketAddr, host: &str, path: &str) -> Option<common::Response> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    use std::io::Write;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .ok()?;
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        common::read_response_to(&mut s, false)
+    }))
+    .ok()
+}
+
+/// Waits until `host`'s `path` answers `status` with a body containing `body`.
+fn until_served(addr: SocketAddr, (host, path): (&str, &str), status: u16, body: &str) {
+    let mut last = String::new();
+    let within = Duration::from_secs(30);
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(r) = host_get(addr, host, path) {
+            if r.status == status && r.text().contains(body) {
+                return;
+            }
+            last = format!("{} {}", r.status, r.text());
+        }
+        assert!(
+            start.elapsed() < within,
+            "{host}{path}: wanted {status} with `{body}`, last answer: {last}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn service(ns: &str, name: &str, port: u16) -> Value {
+    json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"ports": [{"name": "http", "port": port, "protocol": "TCP"}]}})
+}
+
+fn slice(ns: &str, name: &str, service: &str, origin: SocketAddr, ready: bool) -> Value {
+    json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": ns, "labels": {"kubernetes.io/service-name": service}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": origin.port(), "protocol": "TCP"}],
+        "endpoints": [{"addresses": [origin.ip().to_string()], "conditions": {"ready": ready}}]})
+}
+
+/// The condition `kind` of a status's `conditions`.
+fn condition<'a>(conditions: &'a Value, kind: &str) -> &'a Value {
+    conditions
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == kind))
+        .unwrap_or(&Value::Null)
+}
+
+/// Waits until `probe` holds on the object at `path`.
+fn until_object(k: &KubeApi, what: &str, path: &str, probe: impl Fn(&Value) -> bool) -> Value {
+    let mut last = Value::Null;
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(r) = k.try_call("GET", path, None).filter(|r| r.status == 200) {
+            last = serde_json::from_slice(&r.body).unwrap();
+            if probe(&last) {
+                return last;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{what}: {path} is {last:#}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn gateways_routes_and_ingresses_are_served_and_their_status_written() {
+    let Some(mut k) = KubeApi::start("provider") else {
+        return;
+    };
+    // The shipped RBAC, and nothing more, for weir's service account.
+    k.create_yaml(
+        &std::fs::read_to_string(format!("{REPO}/deploy/kubernetes/namespace.yaml")).unwrap(),
+    );
+    k.create_yaml(&std::fs::read_to_string(format!("{REPO}/deploy/kubernetes/rbac.yaml")).unwrap());
+    k.create_yaml(
+        &std::fs::read_to_string(format!("{REPO}/deploy/kubernetes/gatewayclass.yaml")).unwrap(),
+    );
+    let bind = format!("{}:0", host_ip());
+    let shop = http_origin_at(&bind, |_| ok("shop answers"));
+    let api = http_origin_at(&bind, |r| ok(&format!("api answers {}", r.line)));
+    let other = http_origin_at(&bind, |_| ok("other namespace"));
+    for ns in ["web", "team"] {
+        k.create(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+    }
+    k.create(&service("web", "shop", 8080));
+    k.create(&slice("web", "shop-1", "shop", shop.addr, true));
+    k.create(&service("web", "api", 9000));
+    k.create(&slice("web", "api-1", "api", api.addr, true));
+    k.create(&service("team", "other", 8080));
+    k.create(&slice("team", "other-1", "other", other.addr, true));
+    let gateway = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "edge", "namespace": "web"},
+        "spec": {"gatewayClassName": "weir", "listeners": [
+            {"name": "http", "protocol": "HTTP", "port": 80},
+            {"name": "tcp", "protocol": "TCP", "port": 9000}]}});
+    k.create(&gateway);
+    let route = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": "shop", "namespace": "web"},
+        "spec": {"parentRefs": [{"name": "edge", "sectionName": "http"}], "hostnames": ["shop.test"],
+            "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                       "backendRefs": [{"name": "shop", "port": 8080}]}]}});
+    k.create(&route);
+    // Another namespace's route: the listener takes its own namespace's only.
+    let foreign = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": "other", "namespace": "team"},
+        "spec": {"parentRefs": [{"name": "edge", "namespace": "web"}], "hostnames": ["other.test"],
+            "rules": [{"backendRefs": [{"name": "other", "port": 8080}]}]}});
+    k.create(&foreign);
+    // A route to a Service that does not exist.
+    let missing = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": "missing", "namespace": "web"},
+        "spec": {"parentRefs": [{"name": "edge"}], "hostnames": ["missing.test"],
+            "rules": [{"backendRefs": [{"name": "nowhere", "port": 80}]}]}});
+    k.create(&missing);
+    // An Ingress of class nginx.
+    k.create(
+        &json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "api", "namespace": "web",
+            "annotations": {"nginx.ingress.kubernetes.io/rewrite-target": "/$2"}},
+        "spec": {"ingressClassName": "nginx", "rules": [{"host": "api.test", "http": {"paths": [
+            {"path": "/v1(/|$)(.*)", "pathType": "ImplementationSpecific",
+             "backend": {"service": {"name": "api", "port": {"name": "http"}}}}]}}]}}),
+    );
+
+    let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let listen_tls = format!("127.0.0.1:{}", free_port());
+    let kubeconfig = k.kubeconfig("weir", WEIR_TOKEN);
+    let secrets = k.dir.join("secrets");
+    let config = write_config(
+        "kubernetes-provider",
+        &format!(
+            "admin:\n  address: 127.0.0.1:0\nproviders:\n  kubernetes:\n    kubeconfig: {}\n    listen: {listen}\n    listen_tls: {listen_tls}\n    secrets_dir: {}\n    addresses: [192.0.2.10]\n    lease: weir-system/weir-gateway-status\n    identity: replica-a\n    debounce: 50ms\n",
+            kubeconfig.display(),
+            secrets.display()
+        ),
+    );
+    let (weir, _admin) = spawn_run(&config);
+
+    // Served: the route, the Ingress (its named port resolved, its path rewritten).
+    until_served(listen, ("shop.test", "/cart"), 200, "shop answers");
+    until_served(listen, ("api.test", "/v1/users"), 200, "GET /users");
+    // The missing backend answers 500 (the specification's), the foreign route is not served.
+    until_served(listen, ("missing.test", "/"), 500, "");
+    let r = host_get(listen, "other.test", "/").unwrap();
+    assert_ne!(r.text(), "other namespace");
+
+    // Status: the class accepted; the Gateway programmed with its address, the HTTP listener
+    // with its two attached routes, the TCP listener refused with its reason.
+    until_object(
+        &k,
+        "GatewayClass accepted",
+        "/apis/gateway.networking.k8s.io/v1/gatewayclasses/weir",
+        |o| condition(&o["status"]["conditions"], "Accepted")["status"] == "True",
+    );
+    let gw = until_object(
+        &k,
+        "Gateway programmed",
+        "/apis/gateway.networking.k8s.io/v1/namespaces/web/gateways/edge",
+        |o| condition(&o["status"]["conditions"], "Programmed")["status"] == "True",
+    );
+    assert_eq!(
+        gw["status"]["addresses"][0]["value"], "192.0.2.10",
+        "{gw:#}"
+    );
+    let http = &gw["status"]["listeners"][0];
+    assert_eq!(http["name"], "http");
+    assert_eq!(http["attachedRoutes"], 2, "{gw:#}");
+    let tcp = &gw["status"]["listeners"][1];
+    assert_eq!(
+        condition(&tcp["conditions"], "Accepted")["reason"],
+        "UnsupportedProtocol",
+        "{gw:#}"
+    );
+    let generation = gw["metadata"]["generation"].as_i64().unwrap();
+    assert_eq!(
+        condition(&gw["status"]["conditions"], "Accepted")["observedGeneration"],
+        generation
+    );
+    // Routes: accepted and resolved; the foreign one not allowed; the missing one unresolved.
+    let r = until_object(
+        &k,
+        "HTTPRoute shop status",
+        "/apis/gateway.networking.k8s.io/v1/namespaces/web/httproutes/shop",
+        |o| !o["status"]["parents"].is_null(),
+    );
+    let p = &r["status"]["parents"][0];
+    assert_eq!(p["controllerName"], "weir.dev/gateway-controller");
+    assert_eq!(p["parentRef"]["sectionName"], "http");
+    assert_eq!(
+        condition(&p["conditions"], "Accepted")["status"],
+        "True",
+        "{r:#}"
+    );
+    assert_eq!(
+        condition(&p["conditions"], "ResolvedRefs")["status"],
+        "True",
+        "{r:#}"
+    );
+    let r = until_object(
+        &k,
+        "HTTPRoute other status",
+        "/apis/gateway.networking.k8s.io/v1/namespaces/team/httproutes/other",
+        |o| !o["status"]["parents"].is_null(),
+    );
+    assert_eq!(
+        condition(&r["status"]["parents"][0]["conditions"], "Accepted")["reason"],
+        "NotAllowedByListeners",
+        "{r:#}"
+    );
+    let r = until_object(
+        &k,
+        "HTTPRoute missing status",
+        "/apis/gateway.networking.k8s.io/v1/namespaces/web/httproutes/missing",
+        |o| !o["status"]["parents"].is_null(),
+    );
+    assert_eq!(
+        condition(&r["status"]["parents"][0]["conditions"], "ResolvedRefs")["reason"],
+        "BackendNotFound",
+        "{r:#}"
+    );
+    // The status Lease is this replica's.
+    let lease =
+        k.get("/apis/coordination.k8s.io/v1/namespaces/weir-system/leases/weir-gateway-status");
+    assert_eq!(lease["spec"]["holderIdentity"], "replica-a");
+
+    // A change: a new rule (the generation moves, observedGeneration follows).
+    let mut changed = route.clone();
+    changed["spec"]["rules"] = json!([
+        {"matches": [{"path": {"type": "PathPrefix", "value": "/api"}}], "backendRefs": [{"name": "api", "port": 9000}]},
+        {"matches": [{"path": {"type": "PathPrefix", "value": "/"}}], "backendRefs": [{"name": "shop", "port": 8080}]}]);
+    k.patch(
+        &route,
+        &json!({"spec": {"rules": changed["spec"]["rules"]}}),
+    );
+    until_served(listen, ("shop.test", "/api/x"), 200, "GET /api/x");
+    until_object(
+        &k,
+        "observedGeneration follows",
+        "/apis/gateway.networking.k8s.io/v1/namespaces/web/httproutes/shop",
+        |o| {
+            let g = o["metadata"]["generation"].as_i64().unwrap();
+            g >= 2
+                && condition(&o["status"]["parents"][0]["conditions"], "Accepted")
+                    ["observedGeneration"]
+                    == g
+        },
+    );
+    // Endpoints: none ready is 503; ready again is served.
+    let s = slice("web", "shop-1", "shop", shop.addr, false);
+    k.patch(&s, &json!({"endpoints": s["endpoints"]}));
+    until_served(listen, ("shop.test", "/"), 503, "");
+    let s = slice("web", "shop-1", "shop", shop.addr, true);
+    k.patch(&s, &json!({"endpoints": s["endpoints"]}));
+    until_served(listen, ("shop.test", "/"), 200, "shop answers");
+
+    // The API server goes away: the last config keeps serving.
+    k.stop_server();
+    for _ in 0..20 {
+        let r = host_get(listen, "shop.test", "/").expect("still listening");
+        assert_eq!(r.text(), "shop answers");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // It comes back (same etcd): the watches resume, a change made now is served.
+    k.start_server();
+    k.delete(
+        &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": "missing", "namespace": "web"}}),
+    );
+    until_served(listen, ("missing.test", "/"), 404, "");
+    until_served(listen, ("shop.test", "/"), 200, "shop answers");
+    drop(weir);
+}
