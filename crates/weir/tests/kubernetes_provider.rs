@@ -86,7 +86,7 @@ fn until_object(k: &KubeApi, what: &str, path: &str, probe: impl Fn(&Value) -> b
             }
         }
         assert!(
-            start.elapsed() < Duration::from_secs(30),
+            start.elapsed() < Duration::from_secs(45),
             "{what}: {path} is {last:#}"
         );
         std::thread::sleep(Duration::from_millis(100));
@@ -123,8 +123,30 @@ fn gateways_routes_and_ingresses_are_served_and_their_status_written() {
         "metadata": {"name": "edge", "namespace": "web"},
         "spec": {"gatewayClassName": "weir", "listeners": [
             {"name": "http", "protocol": "HTTP", "port": 80},
+            {"name": "https", "protocol": "HTTPS", "port": 443, "hostname": "secure.test",
+             "tls": {"certificateRefs": [{"name": "site-tls"}]}},
             {"name": "tcp", "protocol": "TCP", "port": 9000}]}});
     k.create(&gateway);
+    // The HTTPS listener's certificate, a Secret of type kubernetes.io/tls.
+    let pki = common::tlskit::Pki::new("kubernetes-provider");
+    let cert = pki.issue("secure", "secure.test", &["secure.test"]);
+    {
+        use base64::Engine;
+        let b64 = |p: &std::path::Path| {
+            base64::engine::general_purpose::STANDARD.encode(std::fs::read(p).unwrap())
+        };
+        k.create(
+            &json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": "site-tls", "namespace": "web"},
+            "data": {"tls.crt": b64(&cert.cert), "tls.key": b64(&cert.key)}}),
+        );
+    }
+    k.create(
+        &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": "secure", "namespace": "web"},
+        "spec": {"parentRefs": [{"name": "edge", "sectionName": "https"}],
+            "rules": [{"backendRefs": [{"name": "shop", "port": 8080}]}]}}),
+    );
     let route = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
         "metadata": {"name": "shop", "namespace": "web"},
         "spec": {"parentRefs": [{"name": "edge", "sectionName": "http"}], "hostnames": ["shop.test"],
@@ -175,6 +197,32 @@ fn gateways_routes_and_ingresses_are_served_and_their_status_written() {
     let r = host_get(listen, "other.test", "/").unwrap();
     assert_ne!(r.text(), "other namespace");
 
+    // The HTTPS listener: the Secret's certificate for its host, the route behind it.
+    let ca = {
+        use rustls::pki_types::pem::PemObject;
+        rustls::pki_types::CertificateDer::from_pem_slice(&std::fs::read(pki.ca_file()).unwrap())
+            .unwrap()
+    };
+    let tls = common::tlskit::client_config(&ca, &["http/1.1"], None);
+    common::until("the HTTPS listener serves", Duration::from_secs(30), || {
+        let Ok(mut s) = common::tlskit::connect(listen_tls.parse().unwrap(), "secure.test", &tls)
+        else {
+            return false;
+        };
+        let r = common::tlskit::exchange(
+            &mut s,
+            "GET / HTTP/1.1\r\nHost: secure.test\r\nConnection: close\r\n\r\n",
+        );
+        r.status == 200 && r.text() == "shop answers"
+    });
+    // The Secret's file is the owner's alone.
+    let key = secrets.join("tls/web.site-tls.key");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
     // Status: the class accepted; the Gateway programmed with its address, the HTTP listener
     // with its two attached routes, the TCP listener refused with its reason.
     until_object(
@@ -196,7 +244,8 @@ fn gateways_routes_and_ingresses_are_served_and_their_status_written() {
     let http = &gw["status"]["listeners"][0];
     assert_eq!(http["name"], "http");
     assert_eq!(http["attachedRoutes"], 2, "{gw:#}");
-    let tcp = &gw["status"]["listeners"][1];
+    assert_eq!(gw["status"]["listeners"][1]["attachedRoutes"], 1, "{gw:#}");
+    let tcp = &gw["status"]["listeners"][2];
     assert_eq!(
         condition(&tcp["conditions"], "Accepted")["reason"],
         "UnsupportedProtocol",
@@ -249,10 +298,22 @@ fn gateways_routes_and_ingresses_are_served_and_their_status_written() {
         "BackendNotFound",
         "{r:#}"
     );
-    // The status Lease is this replica's.
+    // The status Lease is this replica's; a second replica serves too, and does not take it.
     let lease =
         k.get("/apis/coordination.k8s.io/v1/namespaces/weir-system/leases/weir-gateway-status");
     assert_eq!(lease["spec"]["holderIdentity"], "replica-a");
+    let listen_b: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config_b = write_config(
+        "kubernetes-provider-b",
+        &format!(
+            "admin:\n  address: 127.0.0.1:0\nproviders:\n  kubernetes:\n    kubeconfig: {}\n    listen: {listen_b}\n    listen_tls: 127.0.0.1:{}\n    secrets_dir: {}\n    lease: weir-system/weir-gateway-status\n    identity: replica-b\n    debounce: 50ms\n",
+            kubeconfig.display(),
+            free_port(),
+            k.dir.join("secrets-b").display()
+        ),
+    );
+    let (weir_b, _) = spawn_run(&config_b);
+    until_served(listen_b, ("shop.test", "/cart"), 200, "shop answers");
 
     // A change: a new rule (the generation moves, observedGeneration follows).
     let mut changed = route.clone();
@@ -299,5 +360,98 @@ fn gateways_routes_and_ingresses_are_served_and_their_status_written() {
     );
     until_served(listen, ("missing.test", "/"), 404, "");
     until_served(listen, ("shop.test", "/"), 200, "shop answers");
+
+    // The holder goes: the other replica takes the Lease once it expires (15 s), and writes
+    // status from then on (a new route's).
     drop(weir);
+    until_object(
+        &k,
+        "replica-b holds the Lease",
+        "/apis/coordination.k8s.io/v1/namespaces/weir-system/leases/weir-gateway-status",
+        |o| o["spec"]["holderIdentity"] == "replica-b",
+    );
+    k.create(&json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": "late", "namespace": "web"},
+        "spec": {"parentRefs": [{"name": "edge", "sectionName": "http"}], "hostnames": ["late.test"],
+            "rules": [{"backendRefs": [{"name": "shop", "port": 8080}]}]}}));
+    until_served(listen_b, ("late.test", "/"), 200, "shop answers");
+    until_object(
+        &k,
+        "replica-b writes status",
+        "/apis/gateway.networking.k8s.io/v1/namespaces/web/httproutes/late",
+        |o| condition(&o["status"]["parents"][0]["conditions"], "Accepted")["status"] == "True",
+    );
+    drop(weir_b);
+}
+
+/// The example contract (`examples/kubernetes/`): its objects applied as the header says, weir
+/// run on `weir.yaml` as written with `WEIR_KUBECONFIG`, `WEIR_LISTEN`, `WEIR_LISTEN_TLS`,
+/// `WEIR_ADMIN` and `WEIR_SECRETS_DIR`; the route, its filters and the Ingress answer.
+#[test]
+fn the_kubernetes_example_serves_its_gateway_route_and_ingress() {
+    let Some(k) = KubeApi::start("example") else {
+        return;
+    };
+    let ip = host_ip();
+    // The origins the EndpointSlices name: ports 9001 and 9002 of this machine's address.
+    let shop = http_origin_at(&format!("{ip}:9001"), |r| {
+        ok(&format!(
+            "shop {} x-from={}",
+            r.line,
+            r.header("x-from").unwrap_or("-")
+        ))
+    });
+    let api = http_origin_at(&format!("{ip}:9002"), |r| ok(&format!("api {}", r.line)));
+    let dir = format!("{REPO}/examples/kubernetes");
+    k.create_yaml(
+        &std::fs::read_to_string(format!("{REPO}/deploy/kubernetes/gatewayclass.yaml")).unwrap(),
+    );
+    k.create_yaml(
+        &std::fs::read_to_string(format!("{dir}/backends.yaml"))
+            .unwrap()
+            .replace("ORIGIN_IP", &ip.to_string()),
+    );
+    k.create_yaml(&std::fs::read_to_string(format!("{dir}/manifests.yaml")).unwrap());
+    let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let mut cmd = std::process::Command::new(common::process::WEIR);
+    cmd.args(["run", "-c", &format!("{dir}/weir.yaml")])
+        .env(
+            "WEIR_KUBECONFIG",
+            k.kubeconfig("example", common::kube::ADMIN_TOKEN),
+        )
+        .env("WEIR_LISTEN", listen.to_string())
+        .env("WEIR_LISTEN_TLS", format!("127.0.0.1:{}", free_port()))
+        .env("WEIR_ADMIN", "127.0.0.1:0")
+        .env("WEIR_SECRETS_DIR", k.dir.join("secrets"));
+    let (weir, _admin) = common::process::spawn_serving(cmd);
+    until_served(
+        listen,
+        ("shop.example.test", "/cart"),
+        200,
+        "shop GET /cart HTTP/1.1 x-from=gateway",
+    );
+    let r = host_get(listen, "shop.example.test", "/old/page").unwrap();
+    assert_eq!(r.status, 301, "{}", r.text());
+    assert!(
+        r.header("location").unwrap().ends_with("/new/page"),
+        "{:?}",
+        r.header("location")
+    );
+    until_served(
+        listen,
+        ("api.example.test", "/v1/users"),
+        200,
+        "api GET /users",
+    );
+    let gw = until_object(
+        &k,
+        "the example's Gateway programmed",
+        "/apis/gateway.networking.k8s.io/v1/namespaces/web/gateways/edge",
+        |o| {
+            condition(&o["status"]["conditions"], "Programmed")["status"] == "True"
+                && o["status"]["listeners"][0]["attachedRoutes"] == 1
+        },
+    );
+    assert_eq!(gw["status"]["listeners"][0]["name"], "http");
+    drop((weir, shop, api));
 }
