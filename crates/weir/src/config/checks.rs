@@ -63,6 +63,14 @@ pub fn log_filter(spec: &str) -> Result<tracing_subscriber::EnvFilter, String> {
         }
     }
     let mut full = spec.to_string();
+    // kube-rs logs every failed API request at `error`, unthrottled and without its cause;
+    // the Kubernetes provider logs the same failures rate-limited, with the cause.
+    if !spec
+        .split(',')
+        .any(|p| p.trim().split('=').next() == Some("kube_client"))
+    {
+        full.push_str(",kube_client=off");
+    }
     for target in CLIENT_DRIVEN {
         let named = spec
             .split(',')

@@ -20,6 +20,9 @@ pub const DURATION: Duration = Duration::from_secs(15);
 /// How often the holder renews it (and the others look whether it expired).
 pub const RENEW: Duration = Duration::from_secs(5);
 
+/// Rate limit of the "Lease not reachable" lines.
+static LEASE_LOG: crate::logs::Limited = crate::logs::Limited::new();
+
 /// The Lease as this replica sees it.
 #[derive(Debug)]
 pub struct Lease {
@@ -43,7 +46,15 @@ impl Lease {
     /// Takes or renews the Lease when it may; whether this replica holds it now.
     pub async fn hold(&mut self) -> bool {
         let was = self.held;
-        self.held = self.try_hold().await.unwrap_or(false);
+        self.held = match self.try_hold().await {
+            Ok(held) => held,
+            Err(e) => {
+                if let Some(suppressed) = LEASE_LOG.admit() {
+                    tracing::warn!(lease = %self.name, error = %super::chain(&e), suppressed, "the status Lease cannot be read or written: status not written by this replica");
+                }
+                false
+            }
+        };
         if self.held != was {
             match self.held {
                 true => {

@@ -73,20 +73,36 @@ impl Provider {
     }
 }
 
+/// An error with its causes (`client error (Connect): invalid peer certificate: …`): kube-rs
+/// errors say little without them.
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let c = cause.to_string();
+        if !out.contains(&c) {
+            out.push_str(": ");
+            out.push_str(&c);
+        }
+        next = cause.source();
+    }
+    out
+}
+
 /// Builds the client: the kubeconfig's current context, or the pod's service account.
 async fn connect(s: &Settings) -> Result<kube::Client, String> {
     let config = match &s.kubeconfig {
         Some(p) => {
             let kc = kube::config::Kubeconfig::read_from(p)
-                .map_err(|e| format!("kubeconfig {}: {e}", p.display()))?;
+                .map_err(|e| format!("kubeconfig {}: {}", p.display(), chain(&e)))?;
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await
-                .map_err(|e| format!("kubeconfig {}: {e}", p.display()))?
+                .map_err(|e| format!("kubeconfig {}: {}", p.display(), chain(&e)))?
         }
         None => kube::Config::incluster()
-            .map_err(|e| format!("in-cluster config (no kubeconfig given): {e}"))?,
+            .map_err(|e| format!("in-cluster config (no kubeconfig given): {}", chain(&e)))?,
     };
-    kube::Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))
+    kube::Client::try_from(config).map_err(|e| format!("Kubernetes client: {}", chain(&e)))
 }
 
 /// Stops the watches when the provider's task ends or is aborted.

@@ -112,7 +112,7 @@ async fn write(client: &Client, kind: usize, obj: &Json, status: Json) {
         .await
     {
         if let Some(suppressed) = STATUS_LOG.admit() {
-            tracing::warn!(kind = KINDS[kind].kind, name, error = %e, suppressed, "status not written");
+            tracing::warn!(kind = KINDS[kind].kind, name, error = %super::chain(&e), suppressed, "status not written");
         }
     }
 }

@@ -169,7 +169,7 @@ impl Watches {
                                 continue;
                             }
                             if let Some(suppressed) = WATCH_LOG.admit() {
-                                tracing::warn!(kind = kind.kind, error = %e, suppressed, "Kubernetes watch failed: retrying, the last config keeps serving");
+                                tracing::warn!(kind = kind.kind, error = %super::chain(&e), suppressed, "Kubernetes watch failed: retrying, the last config keeps serving");
                             }
                         }
                     }

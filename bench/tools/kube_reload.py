@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""Reloads of providers.kubernetes under a burst of changes (issue 56 §1).
+
+Starts etcd and kube-apiserver (the test API server: `.ci/run` installs it) with the Gateway
+API standard CRDs, creates a Gateway and N HTTPRoutes (each its own host, one Service whose
+EndpointSlice names an origin on this machine's address), starts weir (core 0) with
+providers.kubernetes, waits until the last route answers, then runs `weir bench` (core 1)
+against route 0 while CHANGES patches (one HTTPRoute each, a header value) are sent as fast as
+the API takes them. It reports the rebuilds weir did (its "Kubernetes config applied" lines),
+the CPU of weir's control loop over the burst (user+sys of its main thread, where the provider
+converts and the config compiles; the workers serving the load are other threads) per rebuild, the rebuild times it
+logged, and the failed requests of the load.
+
+Usage: kube_reload.py WEIR ROUTES [ROUTES...]   (prints a markdown table row per count)
+Environment: CHANGES (100), SUT_CORE (0), LOAD_CORE (1).
+"""
+
+import json
+import os
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import yaml
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+FIXTURE = os.path.join(ROOT, "crates/weir/tests/fixtures/kube-apiserver")
+TOKEN = "bench-admin-token"
+CHANGES = int(os.environ.get("CHANGES", "100"))
+SUT, LOAD = os.environ.get("SUT_CORE", "0"), os.environ.get("LOAD_CORE", "1")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def host_ip():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.connect(("192.0.2.254", 9))
+    ip = s.getsockname()[0]
+    s.close()
+    return ip
+
+
+def cpu(pid):
+    """user+sys seconds of weir's main thread: its control loop, where the provider converts
+    and the config compiles (the workers serving the load are other threads)."""
+    with open(f"/proc/{pid}/task/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+class Api:
+    def __init__(self, port, ca):
+        self.base = f"https://localhost:{port}"
+        self.ctx = ssl.create_default_context(cafile=ca)
+
+    def call(self, method, path, body=None, ctype="application/json"):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {TOKEN}")
+        req.add_header("Content-Type", ctype)
+        def parsed(b):
+            try:
+                return json.loads(b or b"{}")
+            except ValueError:
+                return {"text": b.decode(errors="replace")}
+        try:
+            with urllib.request.urlopen(req, context=self.ctx, timeout=30) as r:
+                return r.status, parsed(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, parsed(e.read())
+
+    def create(self, path, obj):
+        status, body = self.call("POST", path, obj)
+        if status != 201:
+            sys.exit(f"POST {path}: {status} {body}")
+
+
+def get(port, host, path="/"):
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        out = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+        s.close()
+        return out
+    except OSError:
+        return b""
+
+
+def until(what, within, probe):
+    end = time.time() + within
+    while time.time() < end:
+        if probe():
+            return
+        time.sleep(0.05)
+    sys.exit(f"timed out: {what}")
+
+
+def main():
+    weir = sys.argv[1]
+    counts = [int(n) for n in sys.argv[2:]] or [80, 500, 2000]
+    tmp = tempfile.mkdtemp(prefix="weir-kube-bench-")
+    procs = []
+    try:
+        # etcd, then the API server with a self-signed serving certificate.
+        ec, ep = free_port(), free_port()
+        procs.append(subprocess.Popen(
+            ["etcd", "--name=default", f"--data-dir={tmp}/etcd",
+             f"--listen-client-urls=http://127.0.0.1:{ec}", f"--advertise-client-urls=http://127.0.0.1:{ec}",
+             f"--listen-peer-urls=http://127.0.0.1:{ep}", f"--initial-advertise-peer-urls=http://127.0.0.1:{ep}",
+             f"--initial-cluster=default=http://127.0.0.1:{ep}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        # A CA and a leaf it signs (rustls refuses a CA certificate as a server's).
+        sh = lambda *a: subprocess.run(list(a), check=True, capture_output=True)
+        sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout",
+           f"{tmp}/ca.key", "-out", f"{tmp}/ca.crt", "-subj", "/CN=weir bench CA")
+        sh("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{tmp}/api.key", "-out",
+           f"{tmp}/api.csr", "-subj", "/CN=localhost")
+        with open(f"{tmp}/ext", "w") as f:
+            f.write("subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n")
+        sh("openssl", "x509", "-req", "-in", f"{tmp}/api.csr", "-CA", f"{tmp}/ca.crt", "-CAkey",
+           f"{tmp}/ca.key", "-CAcreateserial", "-days", "2", "-out", f"{tmp}/api.crt", "-extfile", f"{tmp}/ext")
+        subprocess.run(["openssl", "genrsa", "-out", f"{tmp}/sa.key", "2048"], check=True, capture_output=True)
+        subprocess.run(["openssl", "rsa", "-in", f"{tmp}/sa.key", "-pubout", "-out", f"{tmp}/sa.pub"],
+                       check=True, capture_output=True)
+        with open(f"{tmp}/tokens.csv", "w") as f:
+            f.write(f"{TOKEN},admin,admin,system:masters\n")
+        port = free_port()
+        procs.append(subprocess.Popen(
+            ["kube-apiserver", f"--etcd-servers=http://127.0.0.1:{ec}", "--bind-address=127.0.0.1",
+             f"--secure-port={port}", f"--tls-cert-file={tmp}/api.crt", f"--tls-private-key-file={tmp}/api.key",
+             f"--service-account-key-file={tmp}/sa.pub", f"--service-account-signing-key-file={tmp}/sa.key",
+             "--service-account-issuer=https://kubernetes.default.svc", f"--token-auth-file={tmp}/tokens.csv",
+             "--authorization-mode=RBAC", "--service-cluster-ip-range=10.96.0.0/16"],
+            stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/apiserver.log", "w")))
+        api = Api(port, f"{tmp}/ca.crt")
+
+        def ready():
+            try:
+                return api.call("GET", "/readyz")[0] == 200
+            except Exception as e:
+                if os.environ.get("KEEP"):
+                    print(e, file=sys.stderr)
+                return False
+        until("the API server", 120, ready)
+        crds = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api"],
+                              cwd=FIXTURE, check=True, capture_output=True, text=True).stdout.strip()
+        d = os.path.join(crds, "config/crd/standard")
+        for name in sorted(os.listdir(d)):
+            for doc in yaml.safe_load_all(open(os.path.join(d, name))):
+                if doc and doc.get("kind") == "CustomResourceDefinition":
+                    api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
+        until("the CRDs", 60, lambda: api.call(
+            "GET", "/apis/gateway.networking.k8s.io/v1/httproutes")[0] == 200)
+        with open(f"{tmp}/kubeconfig", "w") as f:
+            f.write(f"apiVersion: v1\nkind: Config\nclusters:\n- name: b\n  cluster:\n    server: https://localhost:{port}\n"
+                    f"    certificate-authority: {tmp}/ca.crt\nusers:\n- name: u\n  user:\n    token: {TOKEN}\n"
+                    "contexts:\n- name: b\n  context:\n    cluster: b\n    user: u\ncurrent-context: b\n")
+        # The origin: a weir answering 200 on this machine's address (core 1).
+        ip, oport = host_ip(), free_port()
+        with open(f"{tmp}/origin.yaml", "w") as f:
+            f.write(f"workers: 1\nlisteners:\n  - address: {ip}:{oport}\n    routes:\n      - respond: {{ status: 200, body: ok }}\n")
+        procs.append(subprocess.Popen(["taskset", "-c", LOAD, weir, "run", "-c", f"{tmp}/origin.yaml"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        rows = []
+        for n in counts:
+            rows.append(run(api, weir, tmp, n, (ip, oport)))
+        print("| HTTPRoutes | changes | rebuilds | control-loop CPU over the burst, s | CPU per rebuild, ms | rebuild, ms (median, max) | first sync, s | requests during the burst | failed |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            print("| " + " | ".join(str(x) for x in r) + " |")
+    finally:
+        for p in reversed(procs):
+            p.kill()
+            p.wait()
+        if os.environ.get("KEEP"):
+            print(f"kept {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(api, weir, tmp, n, origin):
+    ns = f"bench{n}"
+    api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    api.call("POST", "/apis/gateway.networking.k8s.io/v1/gatewayclasses", {
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass", "metadata": {"name": "weir"},
+        "spec": {"controllerName": "weir.dev/gateway-controller"}})
+    api.create(f"/api/v1/namespaces/{ns}/services", {"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "app", "namespace": ns},
+               "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}})
+    api.create(f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", {
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "app-1", "namespace": ns, "labels": {"kubernetes.io/service-name": "app"}},
+        "addressType": "IPv4", "ports": [{"name": "http", "port": origin[1], "protocol": "TCP"}],
+        "endpoints": [{"addresses": [origin[0]], "conditions": {"ready": True}}]})
+    api.create(f"/apis/gateway.networking.k8s.io/v1/namespaces/{ns}/gateways", {
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": "edge", "namespace": ns},
+        "spec": {"gatewayClassName": "weir", "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]}})
+
+    def route(i, rev=0):
+        return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                "metadata": {"name": f"r{i}", "namespace": ns},
+                "spec": {"parentRefs": [{"name": "edge"}], "hostnames": [f"r{i}.{ns}.test"],
+                         "rules": [{"filters": [{"type": "RequestHeaderModifier",
+                                                 "requestHeaderModifier": {"set": [{"name": "x-rev", "value": str(rev)}]}}],
+                                    "backendRefs": [{"name": "app", "port": 80}]}]}}
+    for i in range(n):
+        api.create(f"/apis/gateway.networking.k8s.io/v1/namespaces/{ns}/httproutes", route(i))
+    lport = free_port()
+    log = f"{tmp}/weir-{n}.log"
+    with open(f"{tmp}/weir-{n}.yaml", "w") as f:
+        f.write(f"workers: 1\nproviders:\n  kubernetes:\n    kubeconfig: {tmp}/kubeconfig\n    listen: 127.0.0.1:{lport}\n"
+                f"    listen_tls: 127.0.0.1:{free_port()}\n    secrets_dir: {tmp}/secrets\n    ingress_class: \"\"\n")
+    started = time.time()
+    w = subprocess.Popen(["taskset", "-c", SUT, weir, "run", "-c", f"{tmp}/weir-{n}.yaml"],
+                         stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    try:
+        until(f"route r{n - 1} served", 300,
+              lambda: get(lport, f"r{n - 1}.{ns}.test").startswith(b"HTTP/1.1 200"))
+        first_sync = time.time() - started
+        time.sleep(2)
+        applied_before = open(log).read().count("Kubernetes config applied")
+        bench = subprocess.Popen(["taskset", "-c", LOAD, weir, "bench", "-c", "20", "-d", "30s", "--format", "json",
+                                  "-H", f"Host: r0.{ns}.test", f"http://127.0.0.1:{lport}/"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        time.sleep(1)
+        c0 = cpu(w.pid)
+        for k in range(CHANGES):
+            body = {"spec": route(k % n, k + 1)["spec"]}
+            if k == CHANGES - 1:
+                body["spec"]["hostnames"].append(f"done.{ns}.test")
+            status, out = api.call("PATCH", f"/apis/gateway.networking.k8s.io/v1/namespaces/{ns}/httproutes/r{k % n}",
+                                   body, "application/merge-patch+json")
+            if status != 200:
+                sys.exit(f"PATCH: {status} {out}")
+        until("the last change served", 300,
+              lambda: get(lport, f"done.{ns}.test").startswith(b"HTTP/1.1 200"))
+        time.sleep(1)
+        c1 = cpu(w.pid)
+        out, _ = bench.communicate(timeout=60)
+        text = open(log).read()
+        rebuilds = text.count("Kubernetes config applied") - applied_before
+        times = [int(m) for m in re.findall(r"Kubernetes config applied.*?ms=(\d+)", text)][applied_before:]
+        times.sort()
+        try:
+            r = json.loads(out)[0]
+            ok = sum(v for k, v in r["statuses"].items() if k.startswith("2"))
+            e = r["errors"]
+            failed = r["requests"] - ok + e["connect"] + e["read"] + e["write"] + e["timeout"]
+            total = r["requests"]
+        except Exception:
+            total, failed = "?", "? (no report)"
+        per = (c1 - c0) / rebuilds * 1000 if rebuilds else float("nan")
+        med = times[len(times) // 2] if times else "?"
+        return (n, CHANGES, rebuilds, f"{c1 - c0:.2f}", f"{per:.0f}", f"{med}, {times[-1] if times else '?'}",
+                f"{first_sync:.1f}", total, failed)
+    finally:
+        w.kill()
+        w.wait()
+
+
+if __name__ == "__main__":
+    main()
