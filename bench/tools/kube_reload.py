@@ -20,18 +20,15 @@ import os
 import re
 import shutil
 import socket
-import ssl
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
-import yaml
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kube_test_cluster  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-FIXTURE = os.path.join(ROOT, "crates/weir/tests/fixtures/kube-apiserver")
-TOKEN = "bench-admin-token"
 CHANGES = int(os.environ.get("CHANGES", "100"))
 SUT, LOAD = os.environ.get("SUT_CORE", "0"), os.environ.get("LOAD_CORE", "1")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -59,33 +56,6 @@ def cpu(pid):
     with open(f"/proc/{pid}/task/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
-
-
-class Api:
-    def __init__(self, port, ca):
-        self.base = f"https://localhost:{port}"
-        self.ctx = ssl.create_default_context(cafile=ca)
-
-    def call(self, method, path, body=None, ctype="application/json"):
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.base + path, data=data, method=method)
-        req.add_header("Authorization", f"Bearer {TOKEN}")
-        req.add_header("Content-Type", ctype)
-        def parsed(b):
-            try:
-                return json.loads(b or b"{}")
-            except ValueError:
-                return {"text": b.decode(errors="replace")}
-        try:
-            with urllib.request.urlopen(req, context=self.ctx, timeout=30) as r:
-                return r.status, parsed(r.read())
-        except urllib.error.HTTPError as e:
-            return e.code, parsed(e.read())
-
-    def create(self, path, obj):
-        status, body = self.call("POST", path, obj)
-        if status != 201:
-            sys.exit(f"POST {path}: {status} {body}")
 
 
 def get(port, host, path="/"):
@@ -118,61 +88,10 @@ def main():
     counts = [int(n) for n in sys.argv[2:]] or [80, 500, 2000]
     tmp = tempfile.mkdtemp(prefix="weir-kube-bench-")
     procs = []
+    cluster = os.path.join(tmp, "cluster")
     try:
-        # etcd, then the API server with a self-signed serving certificate.
-        ec, ep = free_port(), free_port()
-        procs.append(subprocess.Popen(
-            ["etcd", "--name=default", f"--data-dir={tmp}/etcd",
-             f"--listen-client-urls=http://127.0.0.1:{ec}", f"--advertise-client-urls=http://127.0.0.1:{ec}",
-             f"--listen-peer-urls=http://127.0.0.1:{ep}", f"--initial-advertise-peer-urls=http://127.0.0.1:{ep}",
-             f"--initial-cluster=default=http://127.0.0.1:{ep}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        # A CA and a leaf it signs (rustls refuses a CA certificate as a server's).
-        sh = lambda *a: subprocess.run(list(a), check=True, capture_output=True)
-        sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout",
-           f"{tmp}/ca.key", "-out", f"{tmp}/ca.crt", "-subj", "/CN=weir bench CA")
-        sh("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{tmp}/api.key", "-out",
-           f"{tmp}/api.csr", "-subj", "/CN=localhost")
-        with open(f"{tmp}/ext", "w") as f:
-            f.write("subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n")
-        sh("openssl", "x509", "-req", "-in", f"{tmp}/api.csr", "-CA", f"{tmp}/ca.crt", "-CAkey",
-           f"{tmp}/ca.key", "-CAcreateserial", "-days", "2", "-out", f"{tmp}/api.crt", "-extfile", f"{tmp}/ext")
-        subprocess.run(["openssl", "genrsa", "-out", f"{tmp}/sa.key", "2048"], check=True, capture_output=True)
-        subprocess.run(["openssl", "rsa", "-in", f"{tmp}/sa.key", "-pubout", "-out", f"{tmp}/sa.pub"],
-                       check=True, capture_output=True)
-        with open(f"{tmp}/tokens.csv", "w") as f:
-            f.write(f"{TOKEN},admin,admin,system:masters\n")
-        port = free_port()
-        procs.append(subprocess.Popen(
-            ["kube-apiserver", f"--etcd-servers=http://127.0.0.1:{ec}", "--bind-address=127.0.0.1",
-             f"--secure-port={port}", f"--tls-cert-file={tmp}/api.crt", f"--tls-private-key-file={tmp}/api.key",
-             f"--service-account-key-file={tmp}/sa.pub", f"--service-account-signing-key-file={tmp}/sa.key",
-             "--service-account-issuer=https://kubernetes.default.svc", f"--token-auth-file={tmp}/tokens.csv",
-             "--authorization-mode=RBAC", "--service-cluster-ip-range=10.96.0.0/16"],
-            stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/apiserver.log", "w")))
-        api = Api(port, f"{tmp}/ca.crt")
-
-        def ready():
-            try:
-                return api.call("GET", "/readyz")[0] == 200
-            except Exception as e:
-                if os.environ.get("KEEP"):
-                    print(e, file=sys.stderr)
-                return False
-        until("the API server", 120, ready)
-        crds = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api"],
-                              cwd=FIXTURE, check=True, capture_output=True, text=True).stdout.strip()
-        d = os.path.join(crds, "config/crd/standard")
-        for name in sorted(os.listdir(d)):
-            for doc in yaml.safe_load_all(open(os.path.join(d, name))):
-                if doc and doc.get("kind") == "CustomResourceDefinition":
-                    api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
-        until("the CRDs", 60, lambda: api.call(
-            "GET", "/apis/gateway.networking.k8s.io/v1/httproutes")[0] == 200)
-        with open(f"{tmp}/kubeconfig", "w") as f:
-            f.write(f"apiVersion: v1\nkind: Config\nclusters:\n- name: b\n  cluster:\n    server: https://localhost:{port}\n"
-                    f"    certificate-authority: {tmp}/ca.crt\nusers:\n- name: u\n  user:\n    token: {TOKEN}\n"
-                    "contexts:\n- name: b\n  context:\n    cluster: b\n    user: u\ncurrent-context: b\n")
+        kube_test_cluster.up(cluster)
+        api = kube_test_cluster.Api(cluster)
         # The origin: a weir answering 200 on this machine's address (core 1).
         ip, oport = host_ip(), free_port()
         with open(f"{tmp}/origin.yaml", "w") as f:
@@ -181,7 +100,7 @@ def main():
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         rows = []
         for n in counts:
-            rows.append(run(api, weir, tmp, n, (ip, oport)))
+            rows.append(run(api, weir, tmp, n, (ip, oport), cluster))
         print("| HTTPRoutes | changes | rebuilds | control-loop CPU over the burst, s | CPU per rebuild, ms | rebuild, ms (median, max) | first sync, s | requests during the burst | failed |")
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in rows:
@@ -190,13 +109,14 @@ def main():
         for p in reversed(procs):
             p.kill()
             p.wait()
+        kube_test_cluster.down(cluster)
         if os.environ.get("KEEP"):
             print(f"kept {tmp}", file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run(api, weir, tmp, n, origin):
+def run(api, weir, tmp, n, origin, cluster):
     ns = f"bench{n}"
     api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     api.call("POST", "/apis/gateway.networking.k8s.io/v1/gatewayclasses", {
@@ -226,7 +146,7 @@ def run(api, weir, tmp, n, origin):
     lport = free_port()
     log = f"{tmp}/weir-{n}.log"
     with open(f"{tmp}/weir-{n}.yaml", "w") as f:
-        f.write(f"workers: 1\nproviders:\n  kubernetes:\n    kubeconfig: {tmp}/kubeconfig\n    listen: 127.0.0.1:{lport}\n"
+        f.write(f"workers: 1\nproviders:\n  kubernetes:\n    kubeconfig: {cluster}/kubeconfig\n    listen: 127.0.0.1:{lport}\n"
                 f"    listen_tls: 127.0.0.1:{free_port()}\n    secrets_dir: {tmp}/secrets\n    ingress_class: \"\"\n")
     started = time.time()
     w = subprocess.Popen(["taskset", "-c", SUT, weir, "run", "-c", f"{tmp}/weir-{n}.yaml"],

@@ -175,6 +175,22 @@ fn gateways_routes_and_ingresses_are_served_and_their_status_written() {
              "backend": {"service": {"name": "api", "port": {"name": "http"}}}}]}}]}}),
     );
 
+    // One with a snippet weir does not translate: refused (503), and told on the object.
+    k.create(&json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "snippet", "namespace": "web",
+            "annotations": {"nginx.ingress.kubernetes.io/configuration-snippet": "more_set_headers \"X: y\";"}},
+        "spec": {"ingressClassName": "nginx", "rules": [{"host": "snippet.test", "http": {"paths": [
+            {"path": "/", "pathType": "Prefix",
+             "backend": {"service": {"name": "api", "port": {"number": 9000}}}}]}}]}}));
+    // One without a class: the default class's, maybe another controller's: not taken.
+    k.create(
+        &json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "classless", "namespace": "web"},
+        "spec": {"rules": [{"host": "classless.test", "http": {"paths": [
+            {"path": "/", "pathType": "Prefix",
+             "backend": {"service": {"name": "api", "port": {"number": 9000}}}}]}}]}}),
+    );
+
     let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let listen_tls = format!("127.0.0.1:{}", free_port());
     let kubeconfig = k.kubeconfig("weir", WEIR_TOKEN);
@@ -192,6 +208,9 @@ fn gateways_routes_and_ingresses_are_served_and_their_status_written() {
     // Served: the route, the Ingress (its named port resolved, its path rewritten).
     until_served(listen, ("shop.test", "/cart"), 200, "shop answers");
     until_served(listen, ("api.test", "/v1/users"), 200, "GET /users");
+    until_served(listen, ("snippet.test", "/"), 503, "");
+    let r = host_get(listen, "classless.test", "/").unwrap();
+    assert_eq!(r.status, 404, "{}", r.text());
     // The missing backend answers 500 (the specification's), the foreign route is not served.
     until_served(listen, ("missing.test", "/"), 500, "");
     let r = host_get(listen, "other.test", "/").unwrap();
@@ -216,7 +235,15 @@ fn gateways_routes_and_ingresses_are_served_and_their_status_written() {
         r.status == 200 && r.text() == "shop answers"
     });
     // The Secret's file is the owner's alone.
-    let key = secrets.join("tls/web.site-tls.key");
+    // (Named by the Secret's content digest: `web.site-tls.<digest>.key`.)
+    let key = std::fs::read_dir(secrets.join("tls"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            n.starts_with("web.site-tls.") && n.ends_with(".key")
+        })
+        .unwrap();
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(
         std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
@@ -314,6 +341,35 @@ fn gateways_routes_and_ingresses_are_served_and_their_status_written() {
     );
     let (weir_b, _) = spawn_run(&config_b);
     until_served(listen_b, ("shop.test", "/cart"), 200, "shop answers");
+
+    // The Ingress's address; the snippet told as a Warning event on its Ingress.
+    until_object(
+        &k,
+        "the Ingress's address",
+        "/apis/networking.k8s.io/v1/namespaces/web/ingresses/api",
+        |o| o["status"]["loadBalancer"]["ingress"][0]["ip"] == "192.0.2.10",
+    );
+    until_object(
+        &k,
+        "the snippet's event",
+        "/api/v1/namespaces/web/events",
+        |o| {
+            o["items"].as_array().into_iter().flatten().any(|e| {
+                e["involvedObject"]["name"] == "snippet"
+                    && e["involvedObject"]["kind"] == "Ingress"
+                    && e["reason"] == "NotTranslated"
+                    && e["type"] == "Warning"
+                    && e["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("configuration-snippet"))
+            })
+        },
+    );
+    let classless = k.get("/apis/networking.k8s.io/v1/namespaces/web/ingresses/classless");
+    assert!(
+        classless["status"]["loadBalancer"]["ingress"].is_null(),
+        "{classless:#}"
+    );
 
     // A change: a new rule (the generation moves, observedGeneration follows).
     let mut changed = route.clone();

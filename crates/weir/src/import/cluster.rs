@@ -5,7 +5,8 @@
 //!
 //! - makes a backend's upstream of the Service port's ready endpoints (a port by number or by
 //!   name); a Service that does not exist, or lacks the port, is `BackendNotFound`; one with no
-//!   ready endpoint answers 503, as kube-proxy's would refuse;
+//!   ready endpoint answers 503, as kube-proxy's would refuse; an `ExternalName` Service is
+//!   not followed (it may name any host: weir's own admin API, a metadata service);
 //! - takes a TLS certificate or an htpasswd only from a Secret that exists with the keys it
 //!   needs: a listener whose certificate is missing is left out (`InvalidCertificateRef`), a
 //!   route whose basic auth Secret is missing refuses (503): the reload never fails on a file
@@ -40,6 +41,8 @@ pub struct ClusterView {
     pub services: BTreeMap<(String, String), Service>,
     /// Each Secret's data keys.
     pub secrets: BTreeMap<(String, String), Vec<String>>,
+    /// Each Secret's content digest (in its files' names).
+    pub digests: BTreeMap<(String, String), String>,
 }
 
 impl ClusterView {
@@ -58,8 +61,13 @@ impl ClusterView {
                 "BackendNotFound: Service {ns}/{name} has no port {port}"
             ));
         };
+        // An ExternalName may name any host: weir's own admin API on localhost, a metadata
+        // service, another namespace's Service past its ReferenceGrants (Contour's
+        // CVE-2021-32783). Not followed.
         if let Some(host) = &svc.external_name {
-            return Ok(vec![format!("{host}:{}", p.port)]);
+            return Err(format!(
+                "BackendNotFound: Service {ns}/{name} is of type ExternalName ({host}), which weir does not follow"
+            ));
         }
         if p.endpoints.is_empty() {
             return Err(format!(
@@ -80,9 +88,20 @@ impl ClusterView {
 /// The reason a backend with no ready endpoint is given (it answers 503, not 500).
 pub const NO_ENDPOINTS: &str = "NoReadyEndpoints";
 
-/// The file of Secret `ns/name` under `dir/kind/`, without its extension.
-pub fn secret_file(dir: &str, kind: &str, (ns, name): (&str, &str)) -> String {
-    format!("{dir}/{kind}/{ns}.{name}")
+/// The file of Secret `ns/name` under `dir/kind/`, without its extension. Against a cluster
+/// the Secret's content digest is in the name: a changed Secret is a new file, and the config
+/// running (or the last good one, put back when the new one does not compile) keeps reading
+/// the old one, which is removed only once no applied config names it.
+pub fn secret_file(
+    dir: &str,
+    kind: &str,
+    (ns, name): (&str, &str),
+    view: Option<&ClusterView>,
+) -> String {
+    match view.and_then(|v| v.digests.get(&(ns.to_string(), name.to_string()))) {
+        Some(d) => format!("{dir}/{kind}/{ns}.{name}.{d}"),
+        None => format!("{dir}/{kind}/{ns}.{name}"),
+    }
 }
 
 #[cfg(test)]
@@ -134,8 +153,15 @@ mod tests {
         assert!(v.has_secret("web", "cert", &["tls.crt"]));
         assert!(!v.has_secret("web", "cert", &["tls.crt", "tls.key"]));
         assert_ne!(
-            secret_file("/d", "tls", ("a-b", "c")),
-            secret_file("/d", "tls", ("a", "b-c"))
+            secret_file("/d", "tls", ("a-b", "c"), None),
+            secret_file("/d", "tls", ("a", "b-c"), None)
+        );
+        let mut v = v;
+        v.digests
+            .insert(("web".into(), "cert".into()), "00ff".into());
+        assert_eq!(
+            secret_file("/d", "tls", ("web", "cert"), Some(&v)),
+            "/d/tls/web.cert.00ff"
         );
     }
 }

@@ -49,14 +49,18 @@ struct Listener {
     all_namespaces: bool,
 }
 
-/// Converts the Gateway API objects among `objects`; the routes for the plain listener and
-/// the TLS one, and the TLS certificates wanted.
+/// What the Gateway API objects convert to: the routes for the plain listener and the TLS
+/// one, the TLS certificates wanted, and the hosts the Gateways serve (an Ingress does not get
+/// them).
+pub(super) type Gateways = (Vec<Route>, Vec<Route>, Vec<Value>, Vec<String>);
+
+/// Converts the Gateway API objects among `objects`.
 pub(super) fn convert(
     objects: &[Value],
     opts: &Options,
     c: &mut Converted,
     upstreams: &mut Mapping,
-) -> (Vec<Route>, Vec<Route>, Vec<Value>) {
+) -> Gateways {
     let mut listeners = Vec::new();
     let mut certificates = Vec::new();
     let grants: Vec<Value> = objects
@@ -69,7 +73,20 @@ pub(super) fn convert(
     // would become a public one), and several Gateways sharing them is said.
     let (mut http_port, mut https_port) = (None, None);
     let mut gateways = 0;
-    for obj in objects {
+    // The oldest first (`creationTimestamp`, then namespace and name), as the specification
+    // settles conflicts: a newer Gateway or route never takes a port or a host an older one
+    // has (attack review of issue 56: the first by name took them).
+    let mut objects: Vec<&Value> = objects.iter().collect();
+    objects.sort_by_key(|o| {
+        (
+            o["metadata"]["creationTimestamp"]
+                .as_str()
+                .map_or((1, String::new()), |t| (0, t.to_string())),
+            ident(o).1.to_string(),
+            ident(o).2.to_string(),
+        )
+    });
+    for obj in objects.iter().copied() {
         let (kind, ns, name) = ident(obj);
         match kind {
             "Gateway" => {
@@ -161,7 +178,14 @@ pub(super) fn convert(
                             let secret = r["name"].as_str().unwrap_or("?");
                             let sns = r["namespace"].as_str().unwrap_or(ns);
                             let id = format!("Gateway {ns}/{name} listener {lname}");
-                            all &= tls_certificate(&id, (sns, secret), &mut mine, c);
+                            // Chosen for the listener's host only (absent: the certificate's
+                            // names), never for another Gateway's or an Ingress's.
+                            let names: Vec<String> = l["hostname"]
+                                .as_str()
+                                .map(str::to_ascii_lowercase)
+                                .into_iter()
+                                .collect();
+                            all &= tls_certificate(&id, (sns, secret), &names, &mut mine, c);
                         }
                         if !all {
                             let why = format!(
@@ -215,7 +239,10 @@ pub(super) fn convert(
         .iter()
         .filter_map(|l| l.hostname.clone().map(|h| (h, l.tls)))
         .collect();
-    for obj in objects {
+    // Each host to the Gateway whose routes claimed it first (the oldest route): another
+    // Gateway's routes do not get it (`HostnameConflict`).
+    let mut owners: Vec<(String, (String, String))> = Vec::new();
+    for obj in objects.iter().copied() {
         let (kind, ns, name) = ident(obj);
         if kind != "HTTPRoute" {
             continue;
@@ -281,7 +308,7 @@ pub(super) fn convert(
                     }
                     continue;
                 }
-                let Some(hosts) = hosts_for(&hostnames, l.hostname.as_deref()) else {
+                let Some(mut hosts) = hosts_for(&hostnames, l.hostname.as_deref()) else {
                     let why = format!(
                         "listener {} is for {}",
                         l.name,
@@ -294,6 +321,34 @@ pub(super) fn convert(
                     }
                     continue;
                 };
+                // Hosts another Gateway's routes have are not this one's.
+                let before = hosts.len();
+                hosts.retain(|h| {
+                    let taken = owners.iter().find(|(o, g)| {
+                        *g != l.gateway && (o == h || host_matches(o, h) || host_matches(h, o))
+                    });
+                    if let Some((o, g)) = taken {
+                        c.skipped.push(format!(
+                            "{id}: HostnameConflict: {h} is served by Gateway {}/{} ({o}, an older route's)",
+                            g.0, g.1
+                        ));
+                    }
+                    taken.is_none()
+                });
+                if before > 0 && hosts.is_empty() {
+                    if accepted.is_err() {
+                        accepted = Err((
+                            "NoMatchingListenerHostname".into(),
+                            "every host of the route is another Gateway's".into(),
+                        ));
+                    }
+                    continue;
+                }
+                for h in &hosts {
+                    if !owners.iter().any(|(o, _)| o == h) {
+                        owners.push((h.clone(), l.gateway.clone()));
+                    }
+                }
                 attached = true;
                 accepted = Ok(());
                 c.gateway.attach(&l.gateway, &l.name);
@@ -348,7 +403,26 @@ pub(super) fn convert(
             false => plain.push(route),
         }
     }
-    (plain, secure, certificates)
+    let mut hosts: Vec<String> = owners.into_iter().map(|(h, _)| h).collect();
+    // A listener's exact host is its Gateway's; a wildcard one says which routes it takes,
+    // and claims only the hosts its routes name.
+    hosts.extend(
+        listeners
+            .iter()
+            .filter_map(|l| l.hostname.clone())
+            .filter(|h| !h.starts_with("*.")),
+    );
+    hosts.sort();
+    hosts.dedup();
+    (plain, secure, certificates, hosts)
+}
+
+/// Whether `host` (an Ingress rule's) is one of `gateway_hosts`, or under one of their
+/// wildcards.
+pub(super) fn gateway_owned(gateway_hosts: &[String], host: &str) -> bool {
+    gateway_hosts
+        .iter()
+        .any(|g| g == host || host_matches(g, host) || host_matches(host, g))
 }
 
 fn ident(obj: &Value) -> (&str, &str, &str) {

@@ -94,7 +94,13 @@ pub(super) fn rules(
             let mut r = Mapping::new();
             r.insert(
                 "name".into(),
-                format!("{}-r{ri}-m{mi}", id.replace(['/', ' '], "-")).into(),
+                // Unique whatever the names (see `ingress/mod.rs`): `HTTPRoute ns/name`.
+                format!(
+                    "{}.{}.r{ri}.m{mi}",
+                    id.split(' ').next().unwrap_or("").to_ascii_lowercase(),
+                    id.split(' ').nth(1).unwrap_or("").replacen('/', ".", 1)
+                )
+                .into(),
             );
             r.insert("match".into(), Value::Mapping(wm));
             action(

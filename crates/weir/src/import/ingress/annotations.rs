@@ -293,7 +293,7 @@ impl Annotated {
     /// makes the routes refuse.
     fn auth(&mut self, id: &str, ns: &str, a: &BTreeMap<String, String>, c: &mut Converted) {
         if let Some(url) = a.get("auth-url") {
-            match auth_service(url) {
+            match auth_service(ns, url) {
                 Some((name, upstream, path)) => {
                     let mut fa = Mapping::new();
                     fa.insert("upstream".into(), name.clone().into());
@@ -329,9 +329,25 @@ impl Annotated {
         ) {
             (Some(t), Some(secret)) if t == "basic" && secret_type == "auth-file" => {
                 let (sns, sname) = secret.split_once('/').unwrap_or((ns, secret));
+                // Another namespace's Secret is not read (ingress-nginx 1.12's
+                // `allow-cross-namespace-resources: false`): a tenant could test another's
+                // passwords, and get its users' credentials sent to its own backend.
+                if sns != ns {
+                    let why = format!(
+                        "{PREFIX}auth-secret {sns}/{sname} is in another namespace (not read): its routes answer 503"
+                    );
+                    c.skipped.push(format!("{id}: {why}"));
+                    self.refuse.get_or_insert(why);
+                    return;
+                }
                 let file = format!(
                     "{}.htpasswd",
-                    crate::import::cluster::secret_file(&c.secrets_dir, "auth", (sns, sname))
+                    crate::import::cluster::secret_file(
+                        &c.secrets_dir,
+                        "auth",
+                        (sns, sname),
+                        c.cluster.as_deref()
+                    )
                 );
                 // Against a cluster the Secret must be there with its `auth` key: else the
                 // routes refuse (never served without the authentication asked for).
@@ -482,7 +498,11 @@ impl Annotated {
 
 /// An `auth-url`'s service: its upstream's name and settings, and the path asked. `None` for
 /// a URL with variables (`$host`) or not http(s).
-fn auth_service(url: &str) -> Option<(String, Mapping, String)> {
+/// The upstream of an `auth-url`: named by the Ingress's namespace and the URL's hash, so
+/// that two Ingresses never share one another's auth service (the name once came from the
+/// host alone, and the oldest Ingress's servers answered every other's checks: attack review
+/// of issue 56).
+fn auth_service(ns: &str, url: &str) -> Option<(String, Mapping, String)> {
     if url.contains('$') {
         return None;
     }
@@ -497,7 +517,12 @@ fn auth_service(url: &str) -> Option<(String, Mapping, String)> {
     let path = uri
         .path_and_query()
         .map_or("/".to_string(), |p| p.as_str().to_string());
-    let name = format!("auth-{}-{port}", host.replace(['.', ':', '[', ']'], "-"));
+    let name = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        url.trim().hash(&mut h);
+        format!("auth.{ns}.{:016x}", h.finish())
+    };
     let server = match tls {
         true => format!("https://{host}:{port}"),
         false => format!("{host}:{port}"),

@@ -10,10 +10,13 @@ use super::{Converted, Options, Route};
 
 /// The certificate of TLS Secret `ns/secret`, expected as files under the secrets directory
 /// (noted once, with how to write them). Against a cluster (`Options::cluster`) the Secret
-/// must exist with both keys: `false` (noted) when it does not, and nothing is added.
+/// must exist with both keys: `false` (noted) when it does not, and nothing is added. With
+/// `names`, the certificate is chosen for those hosts only (TLS's SNI), not for every name it
+/// holds: another owner's host never gets it.
 pub(in crate::import) fn tls_certificate(
     id: &str,
     (ns, secret): (&str, &str),
+    names: &[String],
     certificates: &mut Vec<Value>,
     c: &mut Converted,
 ) -> bool {
@@ -25,10 +28,21 @@ pub(in crate::import) fn tls_certificate(
             return false;
         }
     }
-    let base = crate::import::cluster::secret_file(&c.secrets_dir, "tls", (ns, secret));
+    let base = crate::import::cluster::secret_file(
+        &c.secrets_dir,
+        "tls",
+        (ns, secret),
+        c.cluster.as_deref(),
+    );
     let mut cert = Mapping::new();
     cert.insert("cert".into(), format!("{base}.crt").into());
     cert.insert("key".into(), format!("{base}.key").into());
+    if !names.is_empty() {
+        cert.insert(
+            "names".into(),
+            Value::Sequence(names.iter().map(|n| n.clone().into()).collect()),
+        );
+    }
     let cert = Value::Mapping(cert);
     if !certificates.contains(&cert) {
         certificates.push(cert);

@@ -188,6 +188,8 @@ pub fn convert_objects(objects: Vec<Value>, opts: &Options) -> Converted {
     let mut upstreams = Mapping::new();
     let mut certificates: Vec<Value> = Vec::new();
     let mut canaries = canary::Canaries::new();
+    // Gateway API objects first (`gateway/`): the hosts they serve are not an Ingress's.
+    let gateway = super::gateway::convert(&objects, opts, &mut c, &mut upstreams);
     // ingress-nginx takes the oldest Ingress first (`creationTimestamp`); file order otherwise.
     let mut ingresses: Vec<&Value> = objects
         .iter()
@@ -226,14 +228,27 @@ pub fn convert_objects(objects: Vec<Value>, opts: &Options) -> Converted {
                 || a.get(*k).and_then(|v| parse_bool(v)) == Some(true)
         });
         for t in obj["spec"]["tls"].as_sequence().into_iter().flatten() {
-            if let Some(secret) = t["secretName"].as_str() {
-                tls_certificate(&id, (ns, secret), &mut certificates, &mut c);
+            let hosts: Vec<String> = t["hosts"]
+                .as_sequence()
+                .into_iter()
+                .flatten()
+                .filter_map(|h| h.as_str().map(str::to_ascii_lowercase))
+                .collect();
+            // A Gateway's host keeps its Gateway's certificate (attack review of issue 56).
+            let (theirs, mine): (Vec<String>, Vec<String>) = hosts
+                .into_iter()
+                .partition(|h| super::gateway::gateway_owned(&gateway.3, h));
+            for h in &theirs {
+                c.skipped.push(format!(
+                    "{id}: tls host {h} is a Gateway's: its certificate is not taken for it"
+                ));
             }
-            for h in t["hosts"].as_sequence().into_iter().flatten() {
-                if let Some(h) = h.as_str() {
-                    tls_hosts.push(h.to_ascii_lowercase());
+            if let Some(secret) = t["secretName"].as_str() {
+                if !mine.is_empty() || theirs.is_empty() {
+                    tls_certificate(&id, (ns, secret), &mine, &mut certificates, &mut c);
                 }
             }
+            tls_hosts.extend(mine);
         }
         for r in obj["spec"]["rules"].as_sequence().into_iter().flatten() {
             let host = r["host"].as_str().map(str::to_ascii_lowercase);
@@ -293,7 +308,8 @@ pub fn convert_objects(objects: Vec<Value>, opts: &Options) -> Converted {
         // An alias naming a host another rule has is dropped (ingress-nginx: "Conflicting
         // hostname and alias").
         a.aliases.retain(|al| {
-            let clash = all_hosts.contains(&al.to_ascii_lowercase());
+            let clash = all_hosts.contains(&al.to_ascii_lowercase())
+                || super::gateway::gateway_owned(&gateway.3, &al.to_ascii_lowercase());
             if clash {
                 c.skipped.push(format!(
                     "{id}: server-alias {al} is a host of its own: the alias is dropped"
@@ -338,6 +354,15 @@ pub fn convert_objects(objects: Vec<Value>, opts: &Options) -> Converted {
             }
         }
         for (ri, (host, paths)) in rules.into_iter().enumerate() {
+            if let Some(h) = host
+                .as_deref()
+                .filter(|h| super::gateway::gateway_owned(&gateway.3, h))
+            {
+                c.skipped.push(format!(
+                    "{id}: host {h} is a Gateway's (its routes and listener's): left out"
+                ));
+                continue;
+            }
             if !catch_all.iter().any(|(k, _)| *k == host) {
                 catch_all.push((host.clone(), None));
             }
@@ -359,7 +384,7 @@ pub fn convert_objects(objects: Vec<Value>, opts: &Options) -> Converted {
                 m.insert("path".into(), "/".into());
                 add_hosts(&mut m, &hosts);
                 let mut r = Mapping::new();
-                r.insert("name".into(), format!("{ns}-{name}-app-root-{ri}").into());
+                r.insert("name".into(), format!("app-root.{ns}.{name}.{ri}").into());
                 r.insert("match".into(), Value::Mapping(m));
                 match &a.refuse {
                     Some(why) => {
@@ -433,7 +458,10 @@ pub fn convert_objects(objects: Vec<Value>, opts: &Options) -> Converted {
                 let mut r = Mapping::new();
                 r.insert(
                     "name".into(),
-                    format!("{ns}-{name}-{}", routes.len()).into(),
+                    // Unique whatever the names: a namespace has no dot, the kind is first
+                    // and the count last (`{ns}-{name}-N` let `a-b/c` and `a/b-c` clash,
+                    // and the clash failed everyone's reload: attack review of issue 56).
+                    format!("ingress.{ns}.{name}.{}", routes.len()).into(),
                 );
                 r.insert("match".into(), Value::Mapping(m));
                 let order = (
@@ -454,7 +482,21 @@ pub fn convert_objects(objects: Vec<Value>, opts: &Options) -> Converted {
                         refusal(&mut c, &format!("{id}: {why}"))
                     }
                     (Ok(up), None) => {
-                        if let Some(k) = canaries.remove(&(host.clone(), path.to_string())) {
+                        if let Some(k) = canaries
+                            .remove(&(host.clone(), path.to_string()))
+                            .filter(|k| {
+                                // A canary of another namespace never takes this one's
+                                // traffic (attack review of issue 56).
+                                let same = k.backend.0 == ns;
+                                if !same {
+                                    c.skipped.push(format!(
+                                        "{}: a canary of Ingress {id} in another namespace: left out",
+                                        k.id
+                                    ));
+                                }
+                                same
+                            })
+                        {
                             let (cns, svc, port) = &k.backend;
                             match upstream_for((cns, svc, port), &a, &mut upstreams, opts, &mut c) {
                                 Ok(cup) => extra.push(canary::filter(&k, &cup)),
@@ -525,8 +567,8 @@ pub fn convert_objects(objects: Vec<Value>, opts: &Options) -> Converted {
             host.as_deref().unwrap_or("*")
         ));
     }
-    // Gateway API objects (`gateway.rs`).
-    let (plain, secure, certs) = super::gateway::convert(&objects, opts, &mut c, &mut upstreams);
+    // The Gateway API objects' routes (converted first).
+    let (plain, secure, certs, _) = gateway;
     routes.extend(plain);
     tls_routes.extend(secure);
     for cert in certs {

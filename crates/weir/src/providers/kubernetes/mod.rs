@@ -13,7 +13,8 @@
 //!    through the path every config source shares (`reload/`): connections are kept, and a
 //!    text that does not compile leaves the running config serving (the provider then puts
 //!    back its last good fragment, so an etcd change or a SIGHUP is not blocked by it);
-//! 4. write status (`status.rs`) when this replica holds the Lease (`lease.rs`).
+//! 4. write status (`status.rs`) and tell each object what was not served as written
+//!    (`events.rs`) when this replica holds the Lease (`lease.rs`).
 //!
 //! Before the first complete list the provider publishes nothing: its listeners open with
 //! the cluster's config, never with an empty one. Losing the API server keeps the last
@@ -24,6 +25,7 @@
 //! controllers, among others); they cost weir's build about 40 s and its binary about 3 MiB,
 //! and nothing at run time unless `providers.kubernetes` is set.
 
+mod events;
 mod lease;
 mod publish;
 mod settings;
@@ -139,6 +141,7 @@ async fn run(s: Settings, slot: Arc<Mutex<Vec<Fragment>>>, ask: UnboundedSender<
     let mut good: Vec<Fragment> = Vec::new();
     let mut error: Option<String> = None;
     let mut notes: Vec<String> = Vec::new();
+    let mut told = events::Told::default();
     loop {
         tokio::select! {
             Some(()) = changed.recv() => {
@@ -183,6 +186,7 @@ async fn run(s: Settings, slot: Arc<Mutex<Vec<Fragment>>>, ask: UnboundedSender<
                 Ok(Ok(())) => {
                     good = vec![built.fragment.clone()];
                     error = None;
+                    publish::prune(&s.secrets_dir, &built.files);
                     tracing::info!(
                         objects = snap.objects.len(),
                         ms = started.elapsed().as_millis() as u64,
@@ -205,6 +209,7 @@ async fn run(s: Settings, slot: Arc<Mutex<Vec<Fragment>>>, ask: UnboundedSender<
                 objects: &snap.objects,
             };
             status::write_all(&client, &s, &applied).await;
+            told.tell(&client, &built.notes, &snap.objects).await;
         }
     }
 }

@@ -1,9 +1,17 @@
 //! A snapshot turned into the fragment the reloader merges after the file's texts: the
 //! conversion of `import/` (the same one `weir import` prints), with the Secrets the config
-//! names written as files first (mode 0600, replaced by rename, only when their bytes
-//! changed). The fragment's last line is a digest of those files' contents: a rotated
-//! certificate changes the text, so the reload that loads it happens although the paths are
-//! the same.
+//! names written as files first (mode 0600, named by their content's digest, so a changed
+//! Secret is a new file and the running config's stays; [`prune`] removes the ones no applied
+//! config names).
+//!
+//! One object must not take every other tenant's config down with it (attack review of issue
+//! 56: a path with a space, a regex that compiles alone but not anchored, a garbage
+//! certificate, each accepted by the API server, failed the whole reload). So the fragment is
+//! compiled on its own first, as `weir check` compiles a file; when it does not compile, each
+//! Gateway (with the ReferenceGrants) and then each route and Ingress (with the Gateways that
+//! did) is compiled alone, those that fail are left out and told why (a note, an event, their
+//! parents `Accepted: False`), and the rest is published. The isolating pass costs one
+//! conversion and compile per object, only when something is wrong.
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -22,10 +30,53 @@ pub struct Built {
     pub outcomes: Outcomes,
     /// What the conversion left out or refused, per object.
     pub notes: Vec<String>,
+    /// The Secret files the fragment names.
+    pub files: Vec<String>,
 }
 
 /// The fragment's name in errors and logs.
 pub const NAME: &str = "kubernetes";
+
+/// Compiles `text` alone, as `weir check` compiles a file.
+fn compiles(text: &str) -> Result<(), String> {
+    let source = crate::config::load_str_with(text, Path::new("/"), |_| None, &[])
+        .map_err(|e| e.to_string())?;
+    crate::runtime::compile(source, &Default::default())
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// The objects of `kinds` each compiled alone with `base` beside them; those that fail, by
+/// index, with the error.
+fn isolate(
+    objects: &[serde_yaml::Value],
+    base: &[usize],
+    kinds: &[&str],
+    convert: &dyn Fn(Vec<serde_yaml::Value>) -> Result<String, String>,
+) -> Vec<(usize, String)> {
+    let mut bad = Vec::new();
+    for (i, o) in objects.iter().enumerate() {
+        if !kinds.contains(&o["kind"].as_str().unwrap_or("")) {
+            continue;
+        }
+        let mut set: Vec<serde_yaml::Value> = base.iter().map(|b| objects[*b].clone()).collect();
+        set.push(o.clone());
+        if let Err(e) = convert(set).and_then(|t| compiles(&t)) {
+            bad.push((i, e));
+        }
+    }
+    bad
+}
+
+/// `Kind ns/name`.
+fn ident(o: &serde_yaml::Value) -> String {
+    format!(
+        "{} {}/{}",
+        o["kind"].as_str().unwrap_or(""),
+        o["metadata"]["namespace"].as_str().unwrap_or(""),
+        o["metadata"]["name"].as_str().unwrap_or("")
+    )
+}
 
 /// Converts `snap` and writes the Secrets' files it names.
 pub fn build(snap: &Snapshot, s: &Settings) -> Result<Built, String> {
@@ -35,39 +86,91 @@ pub fn build(snap: &Snapshot, s: &Settings) -> Result<Built, String> {
         secrets_dir: s.secrets_dir.display().to_string(),
         cluster: Some(std::sync::Arc::new(snap.view.clone())),
     };
-    let (yaml, c) =
-        crate::import::cluster_config(snap.objects.clone(), &opts, (&s.listen, &s.listen_tls))?;
-    let mut files: BTreeMap<String, &[u8]> = BTreeMap::new();
-    let dir = s.secrets_dir.display().to_string();
-    for (ns, name) in &c.secrets_used {
-        let key = (ns.clone(), name.clone());
-        let Some(data) = snap.secrets.get(&key) else {
+    let convert = |objects: Vec<serde_yaml::Value>| {
+        crate::import::cluster_config(objects, &opts, (&s.listen, &s.listen_tls))
+    };
+    let (mut yaml, mut c) = convert(snap.objects.clone())?;
+    // The files first: the compile reads them.
+    let files = write_files(snap, s, &c)?;
+    let mut left_out: Vec<(String, String)> = Vec::new();
+    if let Err(whole) = compiles(&yaml) {
+        let text_of = |set: Vec<serde_yaml::Value>| convert(set).map(|(t, _)| t);
+        let objects = &snap.objects;
+        let grants: Vec<usize> = (0..objects.len())
+            .filter(|i| objects[*i]["kind"].as_str() == Some("ReferenceGrant"))
+            .collect();
+        let mut bad = isolate(objects, &grants, &["Gateway"], &text_of);
+        let gateways: Vec<usize> = (0..objects.len())
+            .filter(|i| {
+                objects[*i]["kind"].as_str() == Some("Gateway") && !bad.iter().any(|(b, _)| b == i)
+            })
+            .chain(grants.iter().copied())
+            .collect();
+        bad.extend(isolate(
+            objects,
+            &gateways,
+            &["HTTPRoute", "Ingress"],
+            &text_of,
+        ));
+        let kept: Vec<serde_yaml::Value> = (0..objects.len())
+            .filter(|i| !bad.iter().any(|(b, _)| b == i))
+            .map(|i| objects[i].clone())
+            .collect();
+        let (y, c2) = convert(kept)?;
+        compiles(&y).map_err(|e| {
+            format!("the cluster's config does not compile ({whole}), nor without the objects that fail alone ({e})")
+        })?;
+        for (i, e) in &bad {
+            let o = &objects[*i];
+            tracing::warn!(object = %ident(o), error = %e, "Kubernetes object left out: its config does not compile");
+            left_out.push((ident(o), e.clone()));
+        }
+        yaml = y;
+        c = c2;
+    }
+    let mut notes = std::mem::take(&mut c.skipped);
+    let mut outcomes = std::mem::take(&mut c.gateway);
+    for (id, e) in &left_out {
+        notes.push(format!(
+            "{id}: not served: its config does not compile: {e}"
+        ));
+        let Some(route) = snap
+            .objects
+            .iter()
+            .find(|o| ident(o) == *id && o["kind"].as_str() == Some("HTTPRoute"))
+        else {
             continue;
         };
-        let base = crate::import::cluster::secret_file(&dir, "tls", (ns, name));
-        if let (Some(cert), Some(k)) = (data.get("tls.crt"), data.get("tls.key")) {
-            files.insert(format!("{base}.crt"), cert);
-            files.insert(format!("{base}.key"), k);
-        }
-    }
-    for (ns, name) in &c.auth_secrets_used {
-        let key = (ns.clone(), name.clone());
-        if let Some(auth) = snap.secrets.get(&key).and_then(|d| d.get("auth")) {
-            let base = crate::import::cluster::secret_file(&dir, "auth", (ns, name));
-            files.insert(format!("{base}.htpasswd"), auth);
+        // Its parents naming weir's Gateways: not accepted, and why.
+        let ns = route["metadata"]["namespace"].as_str().unwrap_or("");
+        let name = route["metadata"]["name"].as_str().unwrap_or("");
+        for parent in route["spec"]["parentRefs"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+        {
+            let gw = (
+                parent["namespace"].as_str().unwrap_or(ns).to_string(),
+                parent["name"].as_str().unwrap_or("").to_string(),
+            );
+            if outcomes.listeners.iter().any(|l| l.gateway == gw) {
+                outcomes
+                    .parents
+                    .push(crate::import::gateway::ParentOutcome {
+                        route: (ns.to_string(), name.to_string()),
+                        parent: parent.clone(),
+                        accepted: Err(("UnsupportedValue".into(), format!("not served: {e}"))),
+                        resolved: Ok(()),
+                    });
+            }
         }
     }
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    for (path, bytes) in &files {
-        write_if_changed(Path::new(path), bytes)
-            .map_err(|e| format!("cannot write {path}: {e}"))?;
-        path.hash(&mut h);
-        bytes.hash(&mut h);
-    }
+    files.hash(&mut h);
     let text = format!(
         "# From the Kubernetes API (providers.kubernetes): {} objects converted, {} notes.\n{yaml}# Secret files: {:016x}\n",
         c.translated,
-        c.skipped.len(),
+        notes.len(),
         h.finish()
     );
     Ok(Built {
@@ -76,9 +179,59 @@ pub fn build(snap: &Snapshot, s: &Settings) -> Result<Built, String> {
             text,
             overrides: false,
         },
-        outcomes: c.gateway,
-        notes: c.skipped,
+        outcomes,
+        notes,
+        files,
     })
+}
+
+/// Writes the Secrets' files `c` names; their paths.
+fn write_files(
+    snap: &Snapshot,
+    s: &Settings,
+    c: &crate::import::ingress::Converted,
+) -> Result<Vec<String>, String> {
+    let mut files: BTreeMap<String, &[u8]> = BTreeMap::new();
+    let dir = s.secrets_dir.display().to_string();
+    for (ns, name) in &c.secrets_used {
+        let key = (ns.clone(), name.clone());
+        let Some(data) = snap.secrets.get(&key) else {
+            continue;
+        };
+        let base = crate::import::cluster::secret_file(&dir, "tls", (ns, name), Some(&snap.view));
+        if let (Some(cert), Some(k)) = (data.get("tls.crt"), data.get("tls.key")) {
+            files.insert(format!("{base}.crt"), cert);
+            files.insert(format!("{base}.key"), k);
+        }
+    }
+    for (ns, name) in &c.auth_secrets_used {
+        let key = (ns.clone(), name.clone());
+        if let Some(auth) = snap.secrets.get(&key).and_then(|d| d.get("auth")) {
+            let base =
+                crate::import::cluster::secret_file(&dir, "auth", (ns, name), Some(&snap.view));
+            files.insert(format!("{base}.htpasswd"), auth);
+        }
+    }
+    for (path, bytes) in &files {
+        write_if_changed(Path::new(path), bytes)
+            .map_err(|e| format!("cannot write {path}: {e}"))?;
+    }
+    Ok(files.into_keys().collect())
+}
+
+/// Removes the Secret files under `dir` that `keep` (the applied config's) does not name.
+pub fn prune(dir: &Path, keep: &[String]) {
+    for kind in ["tls", "auth"] {
+        let Ok(entries) = std::fs::read_dir(dir.join(kind)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if !keep.iter().any(|k| Path::new(k) == p) {
+                let _ = std::fs::remove_file(&p);
+            }
+        }
+    }
 }
 
 /// Writes `bytes` to `path` (mode 0600, directories made) unless it holds them already.

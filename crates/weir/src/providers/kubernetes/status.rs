@@ -12,6 +12,8 @@
 //!   `BackendNotFound`, `RefNotPermitted`, `InvalidKind`); the entries of other controllers
 //!   are kept.
 //!
+//! - each Ingress of weir's class: `status.loadBalancer.ingress`, the configured `addresses`.
+//!
 //! Every condition carries the object's `metadata.generation` as `observedGeneration`; a
 //! condition's `lastTransitionTime` moves only when its status does. A status equal to the one
 //! written is not written again: weir's own writes come back as watch events, and must not
@@ -35,7 +37,7 @@ pub struct Applied<'a> {
     /// The reload's error, when the config did not apply.
     pub error: Option<&'a str>,
     pub classes: &'a [DynamicObject],
-    /// The Gateways and HTTPRoutes converted (YAML objects).
+    /// The objects converted (YAML).
     pub objects: &'a [serde_yaml::Value],
 }
 
@@ -142,6 +144,23 @@ pub async fn write_all(client: &Client, s: &Settings, a: &Applied<'_>) {
     for route in objects.iter().filter(|o| o["kind"] == "HTTPRoute") {
         if let Some(status) = route_status(route, s, a) {
             write(client, watch::HTTP_ROUTE, route, status).await;
+        }
+    }
+    // Ingresses of the class: the addresses they are served at, as ingress-nginx publishes
+    // them (`kubectl get ingress` shows them).
+    if !s.addresses.is_empty() {
+        let lb: Vec<Json> = s
+            .addresses
+            .iter()
+            .map(|v| match v.parse::<std::net::IpAddr>() {
+                Ok(_) => json!({"ip": v}),
+                Err(_) => json!({"hostname": v}),
+            })
+            .collect();
+        // `view.rs` passes the Ingresses of weir's class only.
+        for ing in objects.iter().filter(|o| o["kind"] == "Ingress") {
+            let status = json!({"loadBalancer": {"ingress": lb}});
+            write(client, watch::INGRESS, ing, status).await;
         }
     }
 }

@@ -65,10 +65,22 @@ pub fn read(w: &Watches, controller: &str, ingress_class: Option<&str>) -> Snaps
     for k in [watch::HTTP_ROUTE, watch::REFERENCE_GRANT] {
         json.extend(state(k).iter().map(|o| typed(k, o)));
     }
-    if ingress_class.is_some() {
+    // The Ingresses of weir's class only: one without a class belongs to the cluster's
+    // default class, which may be another controller's (ingress-nginx takes them only with
+    // `--watch-ingress-without-class`); weir never claims another controller's objects.
+    if let Some(class) = ingress_class {
         json.extend(
             state(watch::INGRESS)
                 .iter()
+                .filter(|o| {
+                    o.data["spec"]["ingressClassName"].as_str().or_else(|| {
+                        o.metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get("kubernetes.io/ingress.class"))
+                            .map(String::as_str)
+                    }) == Some(class)
+                })
                 .map(|o| typed(watch::INGRESS, o)),
         );
     }
@@ -133,9 +145,16 @@ pub fn read(w: &Watches, controller: &str, ingress_class: Option<&str>) -> Snaps
                 data.insert(k.clone(), bytes);
             }
         }
+        let digest = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            data.hash(&mut h);
+            format!("{:016x}", h.finish())
+        };
         snap.view
             .secrets
             .insert(key.clone(), data.keys().cloned().collect());
+        snap.view.digests.insert(key.clone(), digest);
         snap.secrets.insert(key, data);
     }
     snap
@@ -164,6 +183,11 @@ fn endpoints_of(slices: &[DynamicObject], port_name: &str) -> Vec<String> {
                 let Some(ip) = a.as_str().and_then(|a| a.parse::<std::net::IpAddr>().ok()) else {
                     continue;
                 };
+                // What the API refuses anyway, refused again: loopback (weir's own admin
+                // API), link-local (cloud metadata), unspecified, multicast.
+                if !routable(ip) {
+                    continue;
+                }
                 out.push(std::net::SocketAddr::new(ip, port as u16).to_string());
             }
         }
@@ -171,6 +195,16 @@ fn endpoints_of(slices: &[DynamicObject], port_name: &str) -> Vec<String> {
     out.sort();
     out.dedup();
     out
+}
+
+/// Whether an endpoint address may be proxied to.
+fn routable(ip: std::net::IpAddr) -> bool {
+    use std::net::IpAddr;
+    let link_local = match ip {
+        IpAddr::V4(v4) => v4.is_link_local() || v4.is_broadcast(),
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+    };
+    !(ip.is_loopback() || ip.is_unspecified() || ip.is_multicast() || link_local)
 }
 
 #[cfg(test)]
@@ -192,7 +226,8 @@ mod tests {
                 {"addresses": ["10.0.0.2"], "conditions": {"ready": true}},
                 {"addresses": ["10.0.0.1"]},
                 {"addresses": ["10.0.0.3"], "conditions": {"ready": false}},
-                {"addresses": ["fd00::1"]}
+                {"addresses": ["fd00::1"]},
+                {"addresses": ["127.0.0.1", "169.254.169.254", "fe80::1", "0.0.0.0"]}
             ]
         }));
         assert_eq!(

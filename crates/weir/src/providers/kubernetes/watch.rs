@@ -52,9 +52,10 @@ pub const KINDS: [Kind; 8] = [
         kind: "HTTPRoute",
         plural: "httproutes",
     },
+    // v1beta1: served by every release of the Gateway API (v1 only from v1.5).
     Kind {
         group: GATEWAY,
-        version: "v1",
+        version: "v1beta1",
         kind: "ReferenceGrant",
         plural: "referencegrants",
     },
@@ -169,7 +170,10 @@ impl Watches {
                                 continue;
                             }
                             if let Some(suppressed) = WATCH_LOG.admit() {
-                                tracing::warn!(kind = kind.kind, error = %super::chain(&e), suppressed, "Kubernetes watch failed: retrying, the last config keeps serving");
+                                match states[i].load(Ordering::Acquire) {
+                                    WAITING => tracing::warn!(kind = kind.kind, error = %super::chain(&e), suppressed, "cannot list this kind (RBAC? the API server?): nothing from the cluster is served until every kind is listed"),
+                                    _ => tracing::warn!(kind = kind.kind, error = %super::chain(&e), suppressed, "Kubernetes watch failed: retrying, the last config keeps serving"),
+                                }
                             }
                         }
                     }
