@@ -531,3 +531,27 @@ fn auth_service(ns: &str, url: &str) -> Option<(String, Mapping, String)> {
     u.insert("servers".into(), Value::Sequence(vec![server.into()]));
     Some((name, u, path))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::auth_service;
+
+    #[test]
+    fn auth_upstreams_are_named_by_namespace_and_url() {
+        // The same host from two namespaces, or two URLs on one host: never one upstream
+        // (an older Ingress's auth service once answered every other's checks).
+        let (a, ua, _) = auth_service("finance", "http://oauth2.auth.svc/oauth2/auth").unwrap();
+        let (b, _, _) = auth_service("evil", "http://oauth2.auth.svc/oauth2/auth").unwrap();
+        let (c, uc, _) = auth_service("finance", "http://oauth2.auth.svc/allow-all").unwrap();
+        assert!(a != b && a != c && b != c, "{a} {b} {c}");
+        assert!(a.starts_with("auth.finance."));
+        assert_eq!(ua, uc, "the servers are the URL's");
+        assert_eq!(
+            auth_service("finance", "http://oauth2.auth.svc/oauth2/auth")
+                .unwrap()
+                .0,
+            a,
+            "stable: the same config converts to the same text"
+        );
+    }
+}
