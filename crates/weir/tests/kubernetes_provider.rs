@@ -511,3 +511,95 @@ fn the_kubernetes_example_serves_its_gateway_route_and_ingress() {
     assert_eq!(gw["status"]["listeners"][0]["name"], "http");
     drop((weir, shop, api));
 }
+
+/// A GRPCRoute to a grpc-go server (an EndpointSlice naming it): unary and server-streaming
+/// calls through weir's plain listener (h2c), a call its method match does not take refused,
+/// and the route's parent accepted.
+#[test]
+fn a_grpcroute_carries_grpc_go_calls() {
+    let Some(k) = KubeApi::start("grpcroute") else {
+        return;
+    };
+    let Some(origin) = common::grpcgo::GrpcServer::start_at(&format!("{}:0", host_ip())) else {
+        return;
+    };
+    k.create_yaml(
+        &std::fs::read_to_string(format!("{REPO}/deploy/kubernetes/gatewayclass.yaml")).unwrap(),
+    );
+    k.create(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "rpc"}}));
+    k.create(&json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo", "namespace": "rpc"},
+        "spec": {"ports": [{"name": "grpc", "port": 50051, "protocol": "TCP"}]}}));
+    k.create(&slice_named("rpc", "echo-1", "echo", "grpc", origin.addr));
+    k.create(&json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "edge", "namespace": "rpc"},
+        "spec": {"gatewayClassName": "weir", "listeners": [{"name": "h2c", "protocol": "HTTP", "port": 80}]}}));
+    k.create(&json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GRPCRoute",
+        "metadata": {"name": "echo", "namespace": "rpc"},
+        "spec": {"parentRefs": [{"name": "edge"}],
+            "rules": [
+                {"matches": [{"method": {"service": "echo.Echo", "method": "Unary"}}],
+                 "backendRefs": [{"name": "echo", "port": 50051}]},
+                {"matches": [{"method": {"type": "RegularExpression", "service": "echo\\.Ech.", "method": "Server.*"}}],
+                 "backendRefs": [{"name": "echo", "port": 50051}]}]}}));
+    let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config = write_config(
+        "kubernetes-grpcroute",
+        &format!(
+            "admin:\n  address: 127.0.0.1:0\nproviders:\n  kubernetes:\n    kubeconfig: {}\n    listen: {listen}\n    listen_tls: 127.0.0.1:{}\n    secrets_dir: {}\n    debounce: 50ms\n",
+            k.kubeconfig("grpc", common::kube::ADMIN_TOKEN).display(),
+            free_port(),
+            k.dir.join("secrets").display()
+        ),
+    );
+    let (weir, _) = spawn_run(&config);
+    let addr = listen.to_string();
+    let start = std::time::Instant::now();
+    loop {
+        let (ok, out) =
+            common::grpcgo::client(&["-addr", &addr, "-kind", "unary", "-timeout", "2s"]);
+        if ok {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "unary through the GRPCRoute: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (ok, out) = common::grpcgo::client(&[
+        "-addr",
+        &addr,
+        "-kind",
+        "server",
+        "-messages",
+        "5",
+        "-gap",
+        "1ms",
+    ]);
+    assert!(
+        ok,
+        "server stream through the GRPCRoute's regex match: {out}"
+    );
+    // Client streaming is no rule's method: not carried.
+    let (ok, out) = common::grpcgo::client(&["-addr", &addr, "-kind", "client"]);
+    assert!(!ok, "a method no rule matches: {out}");
+    let r = until_object(
+        &k,
+        "GRPCRoute accepted",
+        "/apis/gateway.networking.k8s.io/v1/namespaces/rpc/grpcroutes/echo",
+        |o| condition(&o["status"]["parents"][0]["conditions"], "Accepted")["status"] == "True",
+    );
+    assert_eq!(
+        condition(&r["status"]["parents"][0]["conditions"], "ResolvedRefs")["status"],
+        "True"
+    );
+    drop((weir, origin));
+}
+
+fn slice_named(ns: &str, name: &str, service: &str, port_name: &str, origin: SocketAddr) -> Value {
+    json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": ns, "labels": {"kubernetes.io/service-name": service}},
+        "addressType": "IPv4",
+        "ports": [{"name": port_name, "port": origin.port(), "protocol": "TCP"}],
+        "endpoints": [{"addresses": [origin.ip().to_string()]}]})
+}

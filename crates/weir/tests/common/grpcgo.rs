@@ -47,9 +47,14 @@ pub struct GrpcServer {
 
 impl GrpcServer {
     pub fn start() -> Option<GrpcServer> {
+        Self::start_at("127.0.0.1:0")
+    }
+
+    /// [`GrpcServer::start`] on `bind` (`IP:0`).
+    pub fn start_at(bind: &str) -> Option<GrpcServer> {
         let bin = fixture()?;
         let mut child = Command::new(bin)
-            .args(["server", "-addr", "127.0.0.1:0"])
+            .args(["server", "-addr", bind])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

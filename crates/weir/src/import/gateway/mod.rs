@@ -16,8 +16,9 @@
 //!   with a `ReferenceGrant` there allowing it, else the rule answers 500 as the specification
 //!   says for an invalid reference (`RefNotPermitted`, `BackendNotFound`, `InvalidKind`, noted).
 //!
-//! Not yet: `GRPCRoute`, `TLSRoute`, route `timeouts` (listed); status is not written (no
-//! cluster: `providers.kubernetes` is issue 56 §1).
+//! `GRPCRoute`s attach as HTTPRoutes do, their rules said as HTTPRoute rules (`grpc.rs`).
+//! Not yet: `TLSRoute`, route `timeouts` (listed). Status is written by
+//! `providers.kubernetes` from [`Outcomes`].
 
 use serde_yaml::{Mapping, Value};
 
@@ -25,6 +26,7 @@ use super::ingress::{host_class, tls_certificate, Converted, Options, Route};
 
 mod filters;
 mod grants;
+mod grpc;
 mod outcomes;
 mod rules;
 
@@ -222,7 +224,7 @@ pub(super) fn convert(
                     c.translated += 1;
                 }
             }
-            "GRPCRoute" | "TLSRoute" | "TCPRoute" | "UDPRoute" => {
+            "TLSRoute" | "TCPRoute" | "UDPRoute" => {
                 c.skipped
                     .push(format!("{kind} {ns}/{name}: not translated yet"));
             }
@@ -244,10 +246,10 @@ pub(super) fn convert(
     let mut owners: Vec<(String, (String, String))> = Vec::new();
     for obj in objects.iter().copied() {
         let (kind, ns, name) = ident(obj);
-        if kind != "HTTPRoute" {
+        if kind != "HTTPRoute" && kind != "GRPCRoute" {
             continue;
         }
-        let id = format!("HTTPRoute {ns}/{name}");
+        let id = format!("{kind} {ns}/{name}");
         let hostnames: Vec<String> = obj["spec"]["hostnames"]
             .as_sequence()
             .into_iter()
@@ -363,7 +365,14 @@ pub(super) fn convert(
                     grants: &grants,
                     opts,
                 };
-                let routes = rules::rules(&x, obj, &hosts, c, upstreams);
+                let routes = match kind {
+                    "GRPCRoute" => {
+                        // gRPC without TLS is h2c: the plain listener takes it.
+                        c.gateway.grpc_plain |= !l.tls;
+                        grpc::rules(&x, obj, &hosts, c, upstreams)
+                    }
+                    _ => rules::rules(&x, obj, &hosts, c, upstreams),
+                };
                 if l.tls {
                     secure.extend(routes);
                 } else {
@@ -373,6 +382,7 @@ pub(super) fn convert(
             if c.gateway.has_gateway(&gw) {
                 let resolved = c.gateway.resolved_of(&id);
                 c.gateway.parents.push(ParentOutcome {
+                    kind: kind.to_string(),
                     route: (ns.to_string(), name.to_string()),
                     parent: parent.clone(),
                     accepted,

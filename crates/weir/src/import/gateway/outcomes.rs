@@ -31,6 +31,8 @@ pub struct ListenerOutcome {
 /// One parent reference of a route that names one of the converted Gateways.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ParentOutcome {
+    /// `HTTPRoute` or `GRPCRoute`.
+    pub kind: String,
     /// (namespace, name) of the route.
     pub route: (String, String),
     /// The reference as the route wrote it (echoed in its status).
@@ -48,6 +50,8 @@ pub struct Outcomes {
     pub parents: Vec<ParentOutcome>,
     /// Each route's first backend reference that did not resolve, by `HTTPRoute ns/name`.
     pub unresolved: Vec<(String, (String, String))>,
+    /// A GRPCRoute is attached to the plain listener (which then takes h2c).
+    pub grpc_plain: bool,
 }
 
 impl Outcomes {

@@ -579,6 +579,11 @@ pub fn convert_objects(objects: Vec<Value>, opts: &Options) -> Converted {
     routes.sort_by_key(|r| r.rank);
     tls_routes.sort_by_key(|r| r.rank);
     let mut listeners = vec![listener(LISTEN, None, routes)];
+    if c.gateway.grpc_plain {
+        if let Value::Mapping(l) = &mut listeners[0] {
+            l.insert("h2c".into(), true.into());
+        }
+    }
     if !certificates.is_empty() {
         let mut tls = Mapping::new();
         tls.insert("certificates".into(), Value::Sequence(certificates));

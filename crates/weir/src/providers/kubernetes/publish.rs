@@ -109,7 +109,7 @@ pub fn build(snap: &Snapshot, s: &Settings) -> Result<Built, String> {
         bad.extend(isolate(
             objects,
             &gateways,
-            &["HTTPRoute", "Ingress"],
+            &["HTTPRoute", "GRPCRoute", "Ingress"],
             &text_of,
         ));
         let kept: Vec<serde_yaml::Value> = (0..objects.len())
@@ -134,11 +134,9 @@ pub fn build(snap: &Snapshot, s: &Settings) -> Result<Built, String> {
         notes.push(format!(
             "{id}: not served: its config does not compile: {e}"
         ));
-        let Some(route) = snap
-            .objects
-            .iter()
-            .find(|o| ident(o) == *id && o["kind"].as_str() == Some("HTTPRoute"))
-        else {
+        let Some(route) = snap.objects.iter().find(|o| {
+            ident(o) == *id && matches!(o["kind"].as_str(), Some("HTTPRoute" | "GRPCRoute"))
+        }) else {
             continue;
         };
         // Its parents naming weir's Gateways: not accepted, and why.
@@ -157,6 +155,7 @@ pub fn build(snap: &Snapshot, s: &Settings) -> Result<Built, String> {
                 outcomes
                     .parents
                     .push(crate::import::gateway::ParentOutcome {
+                        kind: route["kind"].as_str().unwrap_or("").to_string(),
                         route: (ns.to_string(), name.to_string()),
                         parent: parent.clone(),
                         accepted: Err(("UnsupportedValue".into(), format!("not served: {e}"))),

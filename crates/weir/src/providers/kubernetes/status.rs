@@ -141,9 +141,16 @@ pub async fn write_all(client: &Client, s: &Settings, a: &Applied<'_>) {
         let status = gateway_status(gw, s, a);
         write(client, watch::GATEWAY_KIND, gw, status).await;
     }
-    for route in objects.iter().filter(|o| o["kind"] == "HTTPRoute") {
+    for route in objects
+        .iter()
+        .filter(|o| o["kind"] == "HTTPRoute" || o["kind"] == "GRPCRoute")
+    {
         if let Some(status) = route_status(route, s, a) {
-            write(client, watch::HTTP_ROUTE, route, status).await;
+            let kind = match route["kind"].as_str() {
+                Some("GRPCRoute") => watch::GRPC_ROUTE,
+                _ => watch::HTTP_ROUTE,
+            };
+            write(client, kind, route, status).await;
         }
     }
     // Ingresses of the class: the addresses they are served at, as ingress-nginx publishes
@@ -199,7 +206,10 @@ fn gateway_status(gw: &Json, s: &Settings, a: &Applied<'_>) -> Json {
         let served = problem.is_none() && a.error.is_none();
         let kinds = match accepted {
             Some(_) => json!([]),
-            None => json!([{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"}]),
+            None => json!([
+                {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"},
+                {"group": "gateway.networking.k8s.io", "kind": "GRPCRoute"}
+            ]),
         };
         listeners.push(json!({
             "name": name,
@@ -252,7 +262,9 @@ fn route_status(route: &Json, s: &Settings, a: &Applied<'_>) -> Option<Json> {
         .outcomes
         .parents
         .iter()
-        .filter(|p| p.route.0 == ns && p.route.1 == name)
+        .filter(|p| {
+            p.kind == route["kind"].as_str().unwrap_or("") && p.route.0 == ns && p.route.1 == name
+        })
         .collect();
     let old = route["status"]["parents"]
         .as_array()

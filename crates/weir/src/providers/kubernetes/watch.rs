@@ -33,7 +33,7 @@ pub struct Kind {
 const GATEWAY: &str = "gateway.networking.k8s.io";
 
 /// Every kind read, in the order the snapshot holds them.
-pub const KINDS: [Kind; 8] = [
+pub const KINDS: [Kind; 9] = [
     Kind {
         group: GATEWAY,
         version: "v1",
@@ -83,6 +83,12 @@ pub const KINDS: [Kind; 8] = [
         kind: "Secret",
         plural: "secrets",
     },
+    Kind {
+        group: GATEWAY,
+        version: "v1",
+        kind: "GRPCRoute",
+        plural: "grpcroutes",
+    },
 ];
 
 /// Index of each kind in [`KINDS`].
@@ -94,6 +100,7 @@ pub const INGRESS: usize = 4;
 pub const SERVICE: usize = 5;
 pub const ENDPOINT_SLICE: usize = 6;
 pub const SECRET: usize = 7;
+pub const GRPC_ROUTE: usize = 8;
 
 impl Kind {
     pub fn resource(&self) -> ApiResource {
