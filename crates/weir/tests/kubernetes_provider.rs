@@ -203,7 +203,7 @@ fn gateways_routes_and_ingresses_are_served_and_their_status_written() {
             secrets.display()
         ),
     );
-    let (weir, _admin) = spawn_run(&config);
+    let (weir, admin) = spawn_run(&config);
 
     // Served: the route, the Ingress (its named port resolved, its path rewritten).
     until_served(listen, ("shop.test", "/cart"), 200, "shop answers");
@@ -369,6 +369,49 @@ fn gateways_routes_and_ingresses_are_served_and_their_status_written() {
     assert!(
         classless["status"]["loadBalancer"]["ingress"].is_null(),
         "{classless:#}"
+    );
+
+    // Changes to a Service and EndpointSlice no object names are skipped, not converted.
+    let metric = |series: &str| -> u64 {
+        common::get(admin, "/metrics")
+            .text()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(series)
+                    .map(|v| v.trim().parse::<u64>().unwrap())
+            })
+            .unwrap_or(0)
+    };
+    let converted = "weir_kubernetes_rebuilds_total{outcome=\"converted\"} ";
+    let skipped = "weir_kubernetes_rebuilds_total{outcome=\"skipped\"} ";
+    let mut settled = metric(converted);
+    common::until("the status writes settle", Duration::from_secs(20), || {
+        std::thread::sleep(Duration::from_millis(700));
+        let now = metric(converted);
+        std::mem::replace(&mut settled, now) == now
+    });
+    let skipped_before = metric(skipped);
+    k.create(&service("web", "unused", 7000));
+    for ready in [true, false, true] {
+        let s = slice("web", "unused-1", "unused", shop.addr, ready);
+        if ready
+            && k.try_call("GET", &KubeApi::path_of(&s), None)
+                .is_some_and(|r| r.status == 404)
+        {
+            k.create(&s);
+        } else {
+            k.patch(&s, &json!({"endpoints": s["endpoints"]}));
+        }
+    }
+    common::until(
+        "unrelated changes are skipped",
+        Duration::from_secs(20),
+        || metric(skipped) > skipped_before,
+    );
+    assert_eq!(
+        metric(converted),
+        settled,
+        "an unrelated change was converted"
     );
 
     // A change: a new rule (the generation moves, observedGeneration follows).

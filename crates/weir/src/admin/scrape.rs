@@ -193,6 +193,7 @@ impl prometheus_client::collector::Collector for Scrape {
             )],
         )?;
         trace_export(&mut enc)?;
+        kubernetes(&mut enc)?;
         family(
             &mut enc,
             "weir_config_reloads",
@@ -570,6 +571,42 @@ fn sysconf(name: libc::c_int, default: i64) -> i64 {
     } else {
         default
     }
+}
+
+/// The Kubernetes provider's counters (`metrics/kubernetes.rs`).
+fn kubernetes(enc: &mut DescriptorEncoder) -> fmt::Result {
+    use crate::metrics::kubernetes::{APPLIED, FAILED, LEFT_OUT, REBUILDS, SKIPPED};
+    family(
+        enc,
+        "weir_kubernetes_rebuilds",
+        "Bursts of cluster changes converted into a config (`skipped`: only objects no route names).",
+        MetricType::Counter,
+        [("converted", &REBUILDS), ("skipped", &SKIPPED)].map(|(what, n)| {
+            (
+                vec![("outcome", what.to_string())],
+                counter(n.load(Ordering::Relaxed)),
+            )
+        }),
+    )?;
+    family(
+        enc,
+        "weir_kubernetes_reloads",
+        "Configs from the cluster handed to the reload path, by outcome.",
+        MetricType::Counter,
+        [("applied", &APPLIED), ("failed", &FAILED)].map(|(what, n)| {
+            (
+                vec![("outcome", what.to_string())],
+                counter(n.load(Ordering::Relaxed)),
+            )
+        }),
+    )?;
+    family(
+        enc,
+        "weir_kubernetes_objects_left_out",
+        "Objects left out of the last rebuild: their config does not compile (each told by an event).",
+        MetricType::Gauge,
+        [(Labels::new(), gauge(LEFT_OUT.load(Ordering::Relaxed) as i64))],
+    )
 }
 
 /// The span exporter's counters (`trace/export.rs`), process-wide: they outlive configs.

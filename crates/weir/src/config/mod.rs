@@ -17,6 +17,7 @@ mod checks;
 pub use checks::log_filter;
 pub(crate) use checks::{check_header_name, check_header_value, trusted_peers};
 pub mod interpolate;
+pub mod kubernetes;
 pub mod locate;
 pub mod model;
 pub mod model_auth;

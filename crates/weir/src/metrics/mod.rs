@@ -17,6 +17,7 @@
 //! short history (`admin/history.rs`).
 
 pub mod history;
+pub mod kubernetes;
 pub mod totals;
 
 use std::collections::HashMap;

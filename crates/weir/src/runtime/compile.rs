@@ -439,7 +439,7 @@ pub(crate) fn compile(
         .providers
         .as_ref()
         .and_then(|p| p.kubernetes.as_ref())
-        .map(|k| crate::providers::kubernetes::Settings::compile(k, &base.0))
+        .map(|k| crate::config::kubernetes::Settings::compile(k, &base.0))
         .transpose()?;
     // What a connection may read before its request is routed: the largest body any route
     // takes (a route's own limit is applied once it is chosen, `pipeline::route_body_limit`).

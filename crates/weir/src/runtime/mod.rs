@@ -84,7 +84,7 @@ pub struct RuntimeConfig {
     /// `pid_file`, resolved against the config's directory.
     pub pid_file: Option<std::path::PathBuf>,
     /// `providers.kubernetes` (`None`: no cluster is read).
-    pub kubernetes: Option<crate::providers::kubernetes::Settings>,
+    pub kubernetes: Option<crate::config::kubernetes::Settings>,
 }
 
 /// The error log's settings.

@@ -349,6 +349,8 @@ impl Annotated {
                         c.cluster.as_deref()
                     )
                 );
+                c.referenced
+                    .insert(("Secret", sns.to_string(), sname.to_string()));
                 // Against a cluster the Secret must be there with its `auth` key: else the
                 // routes refuse (never served without the authentication asked for).
                 let missing = c

@@ -20,6 +20,8 @@ pub(in crate::import) fn tls_certificate(
     certificates: &mut Vec<Value>,
     c: &mut Converted,
 ) -> bool {
+    c.referenced
+        .insert(("Secret", ns.to_string(), secret.to_string()));
     if let Some(view) = &c.cluster {
         if !view.has_secret(ns, secret, &["tls.crt", "tls.key"]) {
             c.skipped.push(format!(
@@ -95,6 +97,8 @@ pub(super) fn upstream_for(
     opts: &Options,
     c: &mut Converted,
 ) -> Result<String, String> {
+    c.referenced
+        .insert(("Service", ns.to_string(), service.to_string()));
     let up = format!("{ns}.{service}.{port}");
     if !upstreams.contains_key(up.as_str()) {
         let servers: Vec<Value> = match &c.cluster {

@@ -160,6 +160,9 @@ pub struct Converted {
     /// The TLS Secrets and the htpasswd Secrets the config names files of.
     pub secrets_used: Vec<(String, String)>,
     pub auth_secrets_used: Vec<(String, String)>,
+    /// Every Service and Secret the objects name, found or not: a change to another one
+    /// changes nothing (`providers.kubernetes` skips the rebuild).
+    pub referenced: std::collections::BTreeSet<(&'static str, String, String)>,
     /// What became of each Gateway listener and route parent (the provider's status).
     pub gateway: crate::import::gateway::Outcomes,
 }

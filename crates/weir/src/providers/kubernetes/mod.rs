@@ -28,18 +28,20 @@
 mod events;
 mod lease;
 mod publish;
-mod settings;
 mod status;
 mod view;
 mod watch;
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use crate::metrics::kubernetes::{APPLIED, FAILED, REBUILDS, SKIPPED};
 
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 
-pub use settings::Settings;
+pub use crate::config::kubernetes::Settings;
 
 use crate::config::assemble::Fragment;
 
@@ -142,11 +144,20 @@ async fn run(s: Settings, slot: Arc<Mutex<Vec<Fragment>>>, ask: UnboundedSender<
     let mut error: Option<String> = None;
     let mut notes: Vec<String> = Vec::new();
     let mut told = events::Told::default();
+    // What the last conversion named: changes to other Services and Secrets are skipped.
+    let mut referenced = None;
     loop {
         tokio::select! {
-            Some(()) = changed.recv() => {
+            Some(first) = changed.recv() => {
                 tokio::time::sleep(s.debounce).await;
-                while changed.try_recv().is_ok() {}
+                let mut any = watch::matters(&first, referenced.as_ref());
+                while let Ok(next) = changed.try_recv() {
+                    any |= watch::matters(&next, referenced.as_ref());
+                }
+                if !any {
+                    SKIPPED.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
             }
             _ = renew.tick() => {
                 let was = lease.held;
@@ -161,6 +172,7 @@ async fn run(s: Settings, slot: Arc<Mutex<Vec<Fragment>>>, ask: UnboundedSender<
             continue;
         }
         let started = std::time::Instant::now();
+        REBUILDS.fetch_add(1, Ordering::Relaxed);
         let snap = view::read(&watches, &s.controller_name, s.ingress_class.as_deref());
         let built = match publish::build(&snap, &s) {
             Ok(b) => b,
@@ -169,6 +181,7 @@ async fn run(s: Settings, slot: Arc<Mutex<Vec<Fragment>>>, ask: UnboundedSender<
                 continue;
             }
         };
+        referenced = Some(built.referenced.clone());
         if built.notes != notes {
             for n in &built.notes {
                 tracing::info!(note = %n, "Kubernetes object not served as written");
@@ -186,6 +199,7 @@ async fn run(s: Settings, slot: Arc<Mutex<Vec<Fragment>>>, ask: UnboundedSender<
                 Ok(Ok(())) => {
                     good = vec![built.fragment.clone()];
                     error = None;
+                    APPLIED.fetch_add(1, Ordering::Relaxed);
                     publish::prune(&s.secrets_dir, &built.files);
                     tracing::info!(
                         objects = snap.objects.len(),
@@ -197,6 +211,7 @@ async fn run(s: Settings, slot: Arc<Mutex<Vec<Fragment>>>, ask: UnboundedSender<
                     // Back to the last good fragment: other sources' reloads go on.
                     *slot.lock().unwrap_or_else(|e| e.into_inner()) = good.clone();
                     error = Some(e);
+                    FAILED.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(_) => return,
             }

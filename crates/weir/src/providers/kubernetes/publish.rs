@@ -18,9 +18,9 @@ use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::Path;
 
-use super::settings::Settings;
 use super::view::Snapshot;
 use crate::config::assemble::Fragment;
+use crate::config::kubernetes::Settings;
 use crate::import::gateway::Outcomes;
 
 /// A rebuild's result.
@@ -32,6 +32,8 @@ pub struct Built {
     pub notes: Vec<String>,
     /// The Secret files the fragment names.
     pub files: Vec<String>,
+    /// The Services and Secrets the objects name (`watch::matters`).
+    pub referenced: std::collections::BTreeSet<(&'static str, String, String)>,
 }
 
 /// The fragment's name in errors and logs.
@@ -90,6 +92,8 @@ pub fn build(snap: &Snapshot, s: &Settings) -> Result<Built, String> {
         crate::import::cluster_config(objects, &opts, (&s.listen, &s.listen_tls))
     };
     let (mut yaml, mut c) = convert(snap.objects.clone())?;
+    // Every object's, those left out below too: fixing their Secret must rebuild.
+    let referenced = c.referenced.clone();
     // The files first: the compile reads them.
     let files = write_files(snap, s, &c)?;
     let mut left_out: Vec<(String, String)> = Vec::new();
@@ -128,6 +132,8 @@ pub fn build(snap: &Snapshot, s: &Settings) -> Result<Built, String> {
         yaml = y;
         c = c2;
     }
+    crate::metrics::kubernetes::LEFT_OUT
+        .store(left_out.len() as u64, std::sync::atomic::Ordering::Relaxed);
     let mut notes = std::mem::take(&mut c.skipped);
     let mut outcomes = std::mem::take(&mut c.gateway);
     for (id, e) in &left_out {
@@ -181,6 +187,7 @@ pub fn build(snap: &Snapshot, s: &Settings) -> Result<Built, String> {
         outcomes,
         notes,
         files,
+        referenced,
     })
 }
 

@@ -23,8 +23,8 @@ use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{json, Value as Json};
 
-use super::settings::Settings;
 use super::watch::{self, KINDS};
+use crate::config::kubernetes::Settings;
 use crate::import::gateway::Outcomes;
 
 /// Rate limit of the "status not written" lines.

@@ -124,6 +124,10 @@ const WAITING: u8 = 0;
 const LISTED: u8 = 1;
 const ABSENT: u8 = 2;
 
+/// A change a watch saw: its kind (an index in [`KINDS`]) and, for an object applied or
+/// deleted, its namespace and name (an EndpointSlice's: its Service's); `None` for a relist.
+pub type Change = (usize, Option<(String, String)>);
+
 /// The stores, and whether each has been listed once.
 #[derive(Debug, Clone)]
 pub struct Watches {
@@ -136,8 +140,8 @@ pub struct Watches {
 static WATCH_LOG: crate::logs::Limited = crate::logs::Limited::new();
 
 impl Watches {
-    /// Starts a watcher per kind on the current runtime; each change sends `()` to `changed`.
-    pub fn start(client: &Client, changed: UnboundedSender<()>) -> Watches {
+    /// Starts a watcher per kind on the current runtime; each change is sent to `changed`.
+    pub fn start(client: &Client, changed: UnboundedSender<Change>) -> Watches {
         let states: Arc<[AtomicU8; KINDS.len()]> = Arc::new(Default::default());
         let mut stores = Vec::new();
         let mut tasks = Vec::new();
@@ -159,10 +163,10 @@ impl Watches {
                     match event {
                         Ok(watcher::Event::InitDone) => {
                             states[i].store(LISTED, Ordering::Release);
-                            let _ = changed.send(());
+                            let _ = changed.send((i, None));
                         }
-                        Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
-                            let _ = changed.send(());
+                        Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
+                            let _ = changed.send((i, Some(key_of(i, &o))));
                         }
                         Ok(_) => {}
                         Err(e) => {
@@ -171,7 +175,7 @@ impl Watches {
                                 // for now, looked for again in a minute.
                                 if states[i].swap(ABSENT, Ordering::AcqRel) != ABSENT {
                                     tracing::warn!(kind = kind.kind, "not served by the API server (CRD not installed?): read as none");
-                                    let _ = changed.send(());
+                                    let _ = changed.send((i, None));
                                 }
                                 tokio::time::sleep(Duration::from_secs(60)).await;
                                 continue;
@@ -207,6 +211,42 @@ impl Watches {
             t.abort();
         }
     }
+}
+
+/// An object's namespace and name; an EndpointSlice's are its Service's.
+fn key_of(kind: usize, o: &DynamicObject) -> (String, String) {
+    let ns = o.metadata.namespace.clone().unwrap_or_default();
+    let name = match kind {
+        ENDPOINT_SLICE => o
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("kubernetes.io/service-name"))
+            .cloned()
+            .unwrap_or_default(),
+        _ => o.metadata.name.clone().unwrap_or_default(),
+    };
+    (ns, name)
+}
+
+/// Whether a change can change the config: any change to a kind that is converted, a
+/// relist, or a Service, EndpointSlice or Secret that `referenced` (the last conversion's)
+/// names. With many Secrets and Services in a cluster, most changes are none of weir's, and
+/// each rebuild costs the conversion of every route (the attack review of issue 56: an
+/// unrelated EndpointSlice updated every second cost 40% of a core at 1,500 routes).
+pub fn matters(
+    (kind, key): &Change,
+    referenced: Option<&std::collections::BTreeSet<(&'static str, String, String)>>,
+) -> bool {
+    let (Some(referenced), Some((ns, name))) = (referenced, key) else {
+        return true;
+    };
+    let as_kind = match *kind {
+        SERVICE | ENDPOINT_SLICE => "Service",
+        SECRET => "Secret",
+        _ => return true,
+    };
+    referenced.contains(&(as_kind, ns.clone(), name.clone()))
 }
 
 /// Whether a watcher's error is the resource's 404.

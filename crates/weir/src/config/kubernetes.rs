@@ -1,10 +1,12 @@
 //! `providers.kubernetes` checked once, when the config compiles: a bad address, Lease name or
-//! debounce is the config's error at its key, not the provider's at run time.
+//! debounce is the config's error at its key, not the provider's at run time. Here rather than
+//! in `providers/` so that the runtime's config does not depend on the provider, which depends
+//! on it.
 
 use std::time::Duration;
 
-use crate::config::model_providers::Kubernetes;
-use crate::config::CompileError;
+use super::model_providers::Kubernetes;
+use super::CompileError;
 
 /// The provider's settings, compiled.
 #[derive(Debug, Clone, PartialEq, Eq)]
