@@ -339,7 +339,7 @@ fn gateways_routes_and_ingresses_are_served_and_their_status_written() {
             k.dir.join("secrets-b").display()
         ),
     );
-    let (weir_b, _) = spawn_run(&config_b);
+    let (weir_b, admin_b) = spawn_run(&config_b);
     until_served(listen_b, ("shop.test", "/cart"), 200, "shop answers");
 
     // The Ingress's address; the snippet told as a Warning event on its Ingress.
@@ -474,6 +474,11 @@ fn gateways_routes_and_ingresses_are_served_and_their_status_written() {
         "spec": {"parentRefs": [{"name": "edge", "sectionName": "http"}], "hostnames": ["late.test"],
             "rules": [{"backendRefs": [{"name": "shop", "port": 8080}]}]}}));
     until_served(listen_b, ("late.test", "/"), 200, "shop answers");
+    // The deleted route's series went with it (two reloads later, every runtime that held it
+    // is gone).
+    let metrics = common::get(admin_b, "/metrics").text();
+    assert!(metrics.contains("httproute.web.late"), "{metrics}");
+    assert!(!metrics.contains("httproute.web.missing"), "{metrics}");
     until_object(
         &k,
         "replica-b writes status",

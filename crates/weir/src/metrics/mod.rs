@@ -353,6 +353,15 @@ impl WorkerMetrics {
             .clone()
     }
 
+    /// Forgets the counters no runtime holds any more: routes and servers a reload removed
+    /// (a runtime still serving keeps its own until the next reload). Kept, the series of every
+    /// route a cluster ever made and removed grew without end (the attack review of issue 56:
+    /// 1,520 series and 370 MB after 1,500 routes came and went).
+    pub fn forget_unused(&self) {
+        lock(&self.routes).retain(|_, m| Arc::strong_count(m) > 1);
+        lock(&self.servers).retain(|_, m| Arc::strong_count(m) > 1);
+    }
+
     /// The counters of `server` in `upstream`.
     pub fn server(&self, upstream: &str, server: &str) -> Arc<ServerMetrics> {
         lock(&self.servers)

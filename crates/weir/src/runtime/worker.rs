@@ -83,6 +83,7 @@ impl WorkerRuntime {
                     .collect()
             })
             .collect();
+        metrics.forget_unused();
         // A buffer per log, the old one when it writes to the same place (nothing is lost or
         // reordered across a reload).
         let logs = cfg
