@@ -156,9 +156,23 @@ pub(super) fn convert(
                                         ("Secret", sns, r["name"].as_str().unwrap_or("")),
                                     )
                             });
-                        if refs == 0 || foreign.is_some() {
+                        // A reference to anything but a core Secret is not one weir reads.
+                        let other_kind = l["tls"]["certificateRefs"]
+                            .as_sequence()
+                            .into_iter()
+                            .flatten()
+                            .any(|r| {
+                                r["kind"].as_str().is_some_and(|k| k != "Secret")
+                                    || r["group"].as_str().is_some_and(|g| !g.is_empty())
+                            });
+                        if refs == 0 || foreign.is_some() || other_kind {
                             let (reason, what) = if refs == 0 {
                                 ("InvalidCertificateRef", "HTTPS without certificateRefs")
+                            } else if other_kind {
+                                (
+                                    "InvalidCertificateRef",
+                                    "a certificate reference to something other than a Secret",
+                                )
                             } else {
                                 ("RefNotPermitted", "RefNotPermitted: a certificate in another namespace without a ReferenceGrant")
                             };
@@ -206,6 +220,11 @@ pub(super) fn convert(
                                 certificates.push(cert);
                             }
                         }
+                    }
+                    if l["allowedRoutes"]["namespaces"]["from"].as_str() == Some("Selector") {
+                        c.skipped.push(format!(
+                            "Gateway {ns}/{name}: listener {lname}: allowedRoutes from Selector is read as Same (the listener's own namespace only)"
+                        ));
                     }
                     c.gateway.listeners.push(ListenerOutcome {
                         gateway: gw.clone(),
