@@ -651,3 +651,130 @@ fn slice_named(ns: &str, name: &str, service: &str, port_name: &str, origin: Soc
         "ports": [{"name": port_name, "port": origin.port(), "protocol": "TCP"}],
         "endpoints": [{"addresses": [origin.ip().to_string()]}]})
 }
+
+/// A TLSRoute through a passthrough listener: the backend (`openssl s_server`) makes the
+/// handshake with its own certificate, chosen by the ClientHello's server name; a name no
+/// route takes is closed; the route's parent accepted, the listener's kinds TLSRoute.
+#[test]
+fn a_tlsroute_passes_tls_through_by_server_name() {
+    let Some(k) = KubeApi::start("tlsroute") else {
+        return;
+    };
+    let pki = common::tlskit::Pki::new("tlsroute-origin");
+    let cert = pki.issue("pass", "pass.test", &["pass.test"]);
+    let ip = host_ip();
+    let port = free_port();
+    let mut s_server = std::process::Command::new("openssl");
+    s_server
+        .args(["s_server", "-quiet", "-www", "-accept"])
+        .arg(format!("{ip}:{port}"))
+        .arg("-cert")
+        .arg(&cert.cert)
+        .arg("-key")
+        .arg(&cert.key)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let _origin = common::process::Running(s_server.spawn().unwrap());
+    common::until("openssl s_server listens", Duration::from_secs(10), || {
+        std::net::TcpStream::connect((ip, port)).is_ok()
+    });
+    k.create_yaml(
+        &std::fs::read_to_string(format!("{REPO}/deploy/kubernetes/gatewayclass.yaml")).unwrap(),
+    );
+    k.create(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "pass"}}));
+    k.create(&json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "tls", "namespace": "pass"},
+        "spec": {"ports": [{"name": "tls", "port": 443, "protocol": "TCP"}]}}));
+    k.create(&slice_named(
+        "pass",
+        "tls-1",
+        "tls",
+        "tls",
+        SocketAddr::new(ip, port),
+    ));
+    k.create(
+        &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "edge", "namespace": "pass"},
+        "spec": {"gatewayClassName": "weir", "listeners": [
+            {"name": "pass", "protocol": "TLS", "port": 443, "tls": {"mode": "Passthrough"}}]}}),
+    );
+    k.create(
+        &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "TLSRoute",
+        "metadata": {"name": "pass", "namespace": "pass"},
+        "spec": {"parentRefs": [{"name": "edge"}], "hostnames": ["pass.test"],
+            "rules": [{"backendRefs": [{"name": "tls", "port": 443}]}]}}),
+    );
+    // An HTTPRoute naming the passthrough listener is not attached to it.
+    k.create(
+        &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": "wrong", "namespace": "pass"},
+        "spec": {"parentRefs": [{"name": "edge", "sectionName": "pass"}],
+            "rules": [{"backendRefs": [{"name": "tls", "port": 443}]}]}}),
+    );
+    let passthrough: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config = write_config(
+        "kubernetes-tlsroute",
+        &format!(
+            "admin:\n  address: 127.0.0.1:0\nproviders:\n  kubernetes:\n    kubeconfig: {}\n    listen: 127.0.0.1:{}\n    listen_tls: 127.0.0.1:{}\n    listen_passthrough: {passthrough}\n    secrets_dir: {}\n    debounce: 50ms\n",
+            k.kubeconfig("tls", common::kube::ADMIN_TOKEN).display(),
+            free_port(),
+            free_port(),
+            k.dir.join("secrets").display()
+        ),
+    );
+    let (weir, _) = spawn_run(&config);
+    let tls = {
+        use rustls::pki_types::pem::PemObject;
+        let ca = rustls::pki_types::CertificateDer::from_pem_slice(
+            &std::fs::read(pki.ca_file()).unwrap(),
+        )
+        .unwrap();
+        common::tlskit::client_config(&ca, &["http/1.1"], None)
+    };
+    // The origin's own certificate, verified by its CA: weir never held it.
+    common::until(
+        "the TLSRoute passes TLS through",
+        Duration::from_secs(30),
+        || {
+            let Ok(mut s) = common::tlskit::connect(passthrough, "pass.test", &tls) else {
+                return false;
+            };
+            use std::io::{Read, Write};
+            s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+            let mut out = Vec::new();
+            let _ = s.read_to_end(&mut out);
+            out.starts_with(b"HTTP/1.0 200 ok")
+        },
+    );
+    assert!(
+        common::tlskit::connect(passthrough, "other.test", &tls).is_err(),
+        "a server name no route takes is closed"
+    );
+    let r = until_object(
+        &k,
+        "TLSRoute accepted",
+        "/apis/gateway.networking.k8s.io/v1/namespaces/pass/tlsroutes/pass",
+        |o| condition(&o["status"]["parents"][0]["conditions"], "Accepted")["status"] == "True",
+    );
+    assert_eq!(
+        condition(&r["status"]["parents"][0]["conditions"], "ResolvedRefs")["status"],
+        "True"
+    );
+    let r = until_object(
+        &k,
+        "the HTTPRoute not accepted",
+        "/apis/gateway.networking.k8s.io/v1/namespaces/pass/httproutes/wrong",
+        |o| !o["status"]["parents"].is_null(),
+    );
+    assert_eq!(
+        condition(&r["status"]["parents"][0]["conditions"], "Accepted")["reason"],
+        "NotAllowedByListeners",
+        "{r:#}"
+    );
+    let gw = k.get("/apis/gateway.networking.k8s.io/v1/namespaces/pass/gateways/edge");
+    assert_eq!(
+        gw["status"]["listeners"][0]["supportedKinds"][0]["kind"], "TLSRoute",
+        "{gw:#}"
+    );
+    assert_eq!(gw["status"]["listeners"][0]["attachedRoutes"], 1, "{gw:#}");
+    drop(weir);
+}

@@ -18,6 +18,7 @@ pub struct Settings {
     pub ingress_class: Option<String>,
     pub listen: String,
     pub listen_tls: String,
+    pub listen_passthrough: String,
     pub secrets_dir: std::path::PathBuf,
     pub addresses: Vec<String>,
     pub debounce: Duration,
@@ -30,7 +31,11 @@ impl Settings {
     /// Compiles `providers.kubernetes`; relative paths are against the config's directory.
     pub fn compile(k: &Kubernetes, base: &std::path::Path) -> Result<Settings, CompileError> {
         let at = |key: &str| format!("providers.kubernetes.{key}");
-        for (key, addr) in [("listen", &k.listen), ("listen_tls", &k.listen_tls)] {
+        for (key, addr) in [
+            ("listen", &k.listen),
+            ("listen_tls", &k.listen_tls),
+            ("listen_passthrough", &k.listen_passthrough),
+        ] {
             if addr.parse::<std::net::SocketAddr>().is_err() {
                 return Err((at(key), format!("`{addr}` is not an address (IP:PORT)")));
             }
@@ -39,6 +44,12 @@ impl Settings {
             return Err((
                 at("listen_tls"),
                 "the HTTPS listener needs an address of its own".into(),
+            ));
+        }
+        if k.listen_passthrough == k.listen || k.listen_passthrough == k.listen_tls {
+            return Err((
+                at("listen_passthrough"),
+                "the TLS passthrough listener needs an address of its own".into(),
             ));
         }
         if k.controller_name.is_empty() || !k.controller_name.contains('/') {
@@ -81,6 +92,7 @@ impl Settings {
             ingress_class: (!k.ingress_class.is_empty()).then(|| k.ingress_class.clone()),
             listen: k.listen.clone(),
             listen_tls: k.listen_tls.clone(),
+            listen_passthrough: k.listen_passthrough.clone(),
             secrets_dir: base.join(&k.secrets_dir),
             addresses: k.addresses.clone(),
             debounce,

@@ -33,6 +33,10 @@ pub struct Kubernetes {
     /// The address of the HTTPS listeners (certificates from their Secrets).
     #[serde(default = "default_listen_tls")]
     pub listen_tls: String,
+    /// The address of the TCP listener for TLSRoutes (TLS passed through, routed by server
+    /// name).
+    #[serde(default = "default_listen_passthrough")]
+    pub listen_passthrough: String,
     /// Where the Secrets' certificates and htpasswd files are written (mode 0600).
     #[serde(default = "default_secrets_dir")]
     pub secrets_dir: String,
@@ -64,6 +68,10 @@ fn default_listen() -> String {
 
 fn default_listen_tls() -> String {
     "0.0.0.0:443".into()
+}
+
+fn default_listen_passthrough() -> String {
+    "0.0.0.0:8443".into()
 }
 
 fn default_secrets_dir() -> String {

@@ -77,6 +77,14 @@ pub fn kubernetes(path: &Path, opts: &ingress::Options) -> Result<Imported, Stri
                         &t[..t.len() - ingress::LISTEN_TLS.len()]
                     )
                 }
+                _ if t == format!("address: {}", ingress::LISTEN_PASSTHROUGH)
+                    || t == format!("- address: {}", ingress::LISTEN_PASSTHROUGH) =>
+                {
+                    format!(
+                        "{indent}{}${{WEIR_LISTEN_PASSTHROUGH:-0.0.0.0:8443}}\n",
+                        &t[..t.len() - ingress::LISTEN_PASSTHROUGH.len()]
+                    )
+                }
                 _ if t == format!("address: {}", ingress::LISTEN)
                     || t == format!("- address: {}", ingress::LISTEN) =>
                 {
@@ -90,7 +98,7 @@ pub fn kubernetes(path: &Path, opts: &ingress::Options) -> Result<Imported, Stri
         })
         .collect();
     let yaml = format!(
-        "# Converted from {} by `weir import`: {} paths, listeners and backends translated, {} notes on stderr.\n# Listeners: WEIR_LISTEN (default 0.0.0.0:80) and, with TLS, WEIR_LISTEN_TLS (0.0.0.0:443).\n{body}",
+        "# Converted from {} by `weir import`: {} paths, listeners and backends translated, {} notes on stderr.\n# Listeners: WEIR_LISTEN (default 0.0.0.0:80) and, with TLS, WEIR_LISTEN_TLS (0.0.0.0:443); TLSRoutes: WEIR_LISTEN_PASSTHROUGH (0.0.0.0:8443).\n{body}",
         path.display(),
         c.translated,
         c.skipped.len()
@@ -103,13 +111,13 @@ pub fn kubernetes(path: &Path, opts: &ingress::Options) -> Result<Imported, Stri
 }
 
 /// The weir config of a live cluster's `objects` (`providers.kubernetes`): the listeners on
-/// `listen` and `listen_tls`, cluster values kept from the environment (`$${`), the notes as
+/// `listen`, `listen_tls` and `listen_passthrough` (TLSRoutes), cluster values kept from the environment (`$${`), the notes as
 /// comments. The conversion's facts (notes, Secrets used, the Gateway outcomes) come back
 /// with it.
 pub fn cluster_config(
     objects: Vec<serde_yaml::Value>,
     opts: &ingress::Options,
-    (listen, listen_tls): (&str, &str),
+    (listen, listen_tls, listen_passthrough): (&str, &str, &str),
 ) -> Result<(String, ingress::Converted), String> {
     let mut c = ingress::convert_objects(objects, opts);
     if let Some(ls) = c
@@ -121,6 +129,7 @@ pub fn cluster_config(
             let address = match l["address"].as_str() {
                 Some(ingress::LISTEN) => listen,
                 Some(ingress::LISTEN_TLS) => listen_tls,
+                Some(ingress::LISTEN_PASSTHROUGH) => listen_passthrough,
                 _ => continue,
             };
             l["address"] = address.into();

@@ -29,6 +29,7 @@ mod grants;
 mod grpc;
 mod outcomes;
 mod rules;
+mod tls_route;
 
 pub use outcomes::{ListenerOutcome, Outcomes, ParentOutcome, Problem};
 
@@ -46,15 +47,28 @@ struct Listener {
     gateway: (String, String),
     name: String,
     tls: bool,
+    /// `protocol: TLS` with `mode: Passthrough`: TLSRoutes, onto weir's TCP listener.
+    passthrough: bool,
     hostname: Option<String>,
     /// `allowedRoutes.namespaces.from: All`.
     all_namespaces: bool,
 }
 
-/// What the Gateway API objects convert to: the routes for the plain listener and the TLS
-/// one, the TLS certificates wanted, and the hosts the Gateways serve (an Ingress does not get
-/// them).
-pub(super) type Gateways = (Vec<Route>, Vec<Route>, Vec<Value>, Vec<String>);
+/// What the Gateway API objects convert to.
+#[derive(Debug, Default)]
+pub(super) struct Gateways {
+    /// The routes for the plain listener and for the TLS one.
+    pub(super) plain: Vec<Route>,
+    pub(super) secure: Vec<Route>,
+    /// The TLS certificates wanted.
+    pub(super) certificates: Vec<Value>,
+    /// The hosts the Gateways serve (an Ingress does not get them).
+    pub(super) hosts: Vec<String>,
+    /// The TCP listener's routes by server name (TLSRoutes), and the upstream of the names
+    /// none takes (a TLSRoute without hostnames).
+    pub(super) passthrough: Vec<Value>,
+    pub(super) passthrough_default: Option<String>,
+}
 
 /// Converts the Gateway API objects among `objects`.
 pub(super) fn convert(
@@ -73,7 +87,7 @@ pub(super) fn convert(
     // weir's import serves one plain and one TLS listener: the first HTTP port and the first
     // HTTPS port seen; a listener on another port is not merged onto them (an internal port
     // would become a public one), and several Gateways sharing them is said.
-    let (mut http_port, mut https_port) = (None, None);
+    let (mut http_port, mut https_port, mut passthrough_port) = (None, None, None);
     let mut gateways = 0;
     // The oldest first (`creationTimestamp`, then namespace and name), as the specification
     // settles conflicts: a newer Gateway or route never takes a port or a host an older one
@@ -102,13 +116,21 @@ pub(super) fn convert(
                 for l in obj["spec"]["listeners"].as_sequence().into_iter().flatten() {
                     let lname = l["name"].as_str().unwrap_or("").to_string();
                     let port = l["port"].as_u64();
+                    let passthrough = l["protocol"].as_str() == Some("TLS")
+                        && l["tls"]["mode"].as_str() == Some("Passthrough");
                     let tls = match l["protocol"].as_str() {
                         Some("HTTP") => false,
                         Some("HTTPS") => true,
+                        Some("TLS") if passthrough => false,
                         other => {
                             let why = format!(
-                                "listener {lname}: protocol {} not translated",
-                                other.unwrap_or("(none)")
+                                "listener {lname}: protocol {}{} not translated",
+                                other.unwrap_or("(none)"),
+                                if other == Some("TLS") {
+                                    " (mode Terminate)"
+                                } else {
+                                    ""
+                                }
                             );
                             c.skipped.push(format!("Gateway {ns}/{name}: {why}"));
                             c.gateway.listener_problem(
@@ -120,9 +142,10 @@ pub(super) fn convert(
                             continue;
                         }
                     };
-                    let slot = match tls {
-                        true => &mut https_port,
-                        false => &mut http_port,
+                    let slot = match (tls, passthrough) {
+                        (_, true) => &mut passthrough_port,
+                        (true, _) => &mut https_port,
+                        (false, _) => &mut http_port,
                     };
                     if slot.is_some_and(|p| Some(p) != port) {
                         let why = format!(
@@ -236,6 +259,7 @@ pub(super) fn convert(
                         gateway: gw.clone(),
                         name: lname,
                         tls,
+                        passthrough,
                         hostname: l["hostname"].as_str().map(str::to_ascii_lowercase),
                         all_namespaces: l["allowedRoutes"]["namespaces"]["from"].as_str()
                             == Some("All"),
@@ -243,29 +267,29 @@ pub(super) fn convert(
                     c.translated += 1;
                 }
             }
-            "TLSRoute" | "TCPRoute" | "UDPRoute" => {
+            "TCPRoute" | "UDPRoute" => {
                 c.skipped
                     .push(format!("{kind} {ns}/{name}: not translated yet"));
             }
             _ => {}
         }
     }
-    let mut plain = Vec::new();
-    let mut secure = Vec::new();
     // The hosts routes were attached for, per listener kind: each gets a 404 after its
     // routes, so that its requests stay with the routes of its listener (the
     // specification's SHOULD) and never reach another listener's or an Ingress's host-less
     // rules.
     let mut hosts_seen: Vec<(String, bool)> = listeners
         .iter()
+        .filter(|l| !l.passthrough)
         .filter_map(|l| l.hostname.clone().map(|h| (h, l.tls)))
         .collect();
+    let mut out = Gateways::default();
     // Each host to the Gateway whose routes claimed it first (the oldest route): another
     // Gateway's routes do not get it (`HostnameConflict`).
     let mut owners: Vec<(String, (String, String))> = Vec::new();
     for obj in objects.iter().copied() {
         let (kind, ns, name) = ident(obj);
-        if kind != "HTTPRoute" && kind != "GRPCRoute" {
+        if !matches!(kind, "HTTPRoute" | "GRPCRoute" | "TLSRoute") {
             continue;
         }
         let id = format!("{kind} {ns}/{name}");
@@ -293,9 +317,15 @@ pub(super) fn convert(
                 parent["name"].as_str().unwrap_or("").to_string(),
             );
             let section = parent["sectionName"].as_str();
-            let candidates: Vec<&Listener> = listeners
+            let named: Vec<&Listener> = listeners
                 .iter()
                 .filter(|l| l.gateway == gw && section.is_none_or(|s| s == l.name))
+                .collect();
+            // TLSRoutes to passthrough listeners, HTTP and gRPC routes to the others.
+            let candidates: Vec<&Listener> = named
+                .iter()
+                .copied()
+                .filter(|l| l.passthrough == (kind == "TLSRoute"))
                 .collect();
             // The parent's `Accepted`: attached to one listener at least, else the last
             // reason (only for Gateways converted here: another's status is not ours).
@@ -308,6 +338,12 @@ pub(super) fn convert(
                     section.map_or(String::new(), |s| format!(" {s}"))
                 ),
             ));
+            if candidates.is_empty() && !named.is_empty() {
+                accepted = Err((
+                    "NotAllowedByListeners".to_string(),
+                    format!("no listener of Gateway {}/{} takes a {kind}", gw.0, gw.1),
+                ));
+            }
             if candidates.is_empty() {
                 c.skipped.push(format!(
                     "{id}: no Gateway {}/{} listener{} in the manifests",
@@ -373,6 +409,16 @@ pub(super) fn convert(
                 attached = true;
                 accepted = Ok(());
                 c.gateway.attach(&l.gateway, &l.name);
+                if l.passthrough {
+                    let x = rules::RouteCtx {
+                        id: &id,
+                        ns,
+                        grants: &grants,
+                        opts,
+                    };
+                    tls_route::routes(&x, obj, &hosts, (c, upstreams), &mut out);
+                    continue;
+                }
                 for h in &hosts {
                     if !hosts_seen.contains(&(h.clone(), l.tls)) {
                         hosts_seen.push((h.clone(), l.tls));
@@ -393,9 +439,9 @@ pub(super) fn convert(
                     _ => rules::rules(&x, obj, &hosts, c, upstreams),
                 };
                 if l.tls {
-                    secure.extend(routes);
+                    out.secure.extend(routes);
                 } else {
-                    plain.extend(routes);
+                    out.plain.extend(routes);
                 }
             }
             if c.gateway.has_gateway(&gw) {
@@ -428,8 +474,8 @@ pub(super) fn convert(
             body: r,
         };
         match tls {
-            true => secure.push(route),
-            false => plain.push(route),
+            true => out.secure.push(route),
+            false => out.plain.push(route),
         }
     }
     let mut hosts: Vec<String> = owners.into_iter().map(|(h, _)| h).collect();
@@ -443,7 +489,9 @@ pub(super) fn convert(
     );
     hosts.sort();
     hosts.dedup();
-    (plain, secure, certificates, hosts)
+    out.certificates = certificates;
+    out.hosts = hosts;
+    out
 }
 
 /// Whether `host` (an Ingress rule's) is one of `gateway_hosts`, or under one of their

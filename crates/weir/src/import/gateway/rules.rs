@@ -17,6 +17,13 @@ pub(super) struct RouteCtx<'a> {
     pub(super) opts: &'a Options,
 }
 
+impl RouteCtx<'_> {
+    /// The route's kind (`HTTPRoute`, `GRPCRoute`, `TLSRoute`), from its id.
+    pub(super) fn kind(&self) -> &str {
+        self.id.split(' ').next().unwrap_or("HTTPRoute")
+    }
+}
+
 /// The weir routes of an HTTPRoute's rules, for `hosts`.
 pub(super) fn rules(
     x: &RouteCtx<'_>,
@@ -59,7 +66,7 @@ pub(super) fn rules(
             let name = b["name"].as_str().unwrap_or("");
             let bns = b["namespace"].as_str().unwrap_or(ns);
             match b["port"].as_u64() {
-                Some(port) if bns == ns || granted(grants, ("HTTPRoute", ns), ("Service", bns, name)) => {
+                Some(port) if bns == ns || granted(grants, (x.kind(), ns), ("Service", bns, name)) => {
                     match service_upstream((bns, name, &port.to_string()), upstreams, opts, c) {
                         Ok(up) => mirrors.push(up),
                         Err(why) => c.skipped.push(format!("{id}: RequestMirror: {why}: not mirrored")),
@@ -120,7 +127,7 @@ pub(super) fn rules(
 
 /// The backends of a rule, by upstream name and weight; `Err` with the reason when the rule
 /// must answer 500.
-fn backends(
+pub(super) fn backends(
     x: &RouteCtx<'_>,
     rule: &Value,
     c: &mut Converted,
@@ -136,9 +143,12 @@ fn backends(
         if kind != "Service" || !group.is_empty() {
             return Err(format!("InvalidKind: a backend of kind {kind}"));
         }
-        if bns != ns && !granted(grants, ("HTTPRoute", ns), ("Service", bns, name)) {
+        // The grant must name the route's own kind: one for HTTPRoutes lets no GRPCRoute or
+        // TLSRoute through.
+        if bns != ns && !granted(grants, (x.kind(), ns), ("Service", bns, name)) {
             return Err(format!(
-                "RefNotPermitted: Service {bns}/{name} without a ReferenceGrant in {bns} for HTTPRoutes of {ns}"
+                "RefNotPermitted: Service {bns}/{name} without a ReferenceGrant in {bns} for {}s of {ns}",
+                x.kind()
             ));
         }
         let Some(port) = b["port"].as_u64() else {

@@ -136,6 +136,7 @@ pub fn is_manifest(text: &str) -> bool {
 }
 
 /// A route being built, with what orders it (`gateway.rs` makes them too).
+#[derive(Debug)]
 pub(super) struct Route {
     /// The host first (an exact name, a wildcard, none: as nginx picks its server before
     /// a location, and the Gateway API the most specific host), then the path (0: exact, 1:
@@ -240,7 +241,7 @@ pub fn convert_objects(objects: Vec<Value>, opts: &Options) -> Converted {
             // A Gateway's host keeps its Gateway's certificate (attack review of issue 56).
             let (theirs, mine): (Vec<String>, Vec<String>) = hosts
                 .into_iter()
-                .partition(|h| super::gateway::gateway_owned(&gateway.3, h));
+                .partition(|h| super::gateway::gateway_owned(&gateway.hosts, h));
             for h in &theirs {
                 c.skipped.push(format!(
                     "{id}: tls host {h} is a Gateway's: its certificate is not taken for it"
@@ -312,7 +313,7 @@ pub fn convert_objects(objects: Vec<Value>, opts: &Options) -> Converted {
         // hostname and alias").
         a.aliases.retain(|al| {
             let clash = all_hosts.contains(&al.to_ascii_lowercase())
-                || super::gateway::gateway_owned(&gateway.3, &al.to_ascii_lowercase());
+                || super::gateway::gateway_owned(&gateway.hosts, &al.to_ascii_lowercase());
             if clash {
                 c.skipped.push(format!(
                     "{id}: server-alias {al} is a host of its own: the alias is dropped"
@@ -359,7 +360,7 @@ pub fn convert_objects(objects: Vec<Value>, opts: &Options) -> Converted {
         for (ri, (host, paths)) in rules.into_iter().enumerate() {
             if let Some(h) = host
                 .as_deref()
-                .filter(|h| super::gateway::gateway_owned(&gateway.3, h))
+                .filter(|h| super::gateway::gateway_owned(&gateway.hosts, h))
             {
                 c.skipped.push(format!(
                     "{id}: host {h} is a Gateway's (its routes and listener's): left out"
@@ -571,10 +572,9 @@ pub fn convert_objects(objects: Vec<Value>, opts: &Options) -> Converted {
         ));
     }
     // The Gateway API objects' routes (converted first).
-    let (plain, secure, certs, _) = gateway;
-    routes.extend(plain);
-    tls_routes.extend(secure);
-    for cert in certs {
+    routes.extend(gateway.plain);
+    tls_routes.extend(gateway.secure);
+    for cert in gateway.certificates {
         if !certificates.contains(&cert) {
             certificates.push(cert);
         }
@@ -591,6 +591,20 @@ pub fn convert_objects(objects: Vec<Value>, opts: &Options) -> Converted {
         let mut tls = Mapping::new();
         tls.insert("certificates".into(), Value::Sequence(certificates));
         listeners.push(listener(LISTEN_TLS, Some(tls), tls_routes));
+    }
+    // TLSRoutes: a TCP listener routing by server name, TLS passed through.
+    if !gateway.passthrough.is_empty() || gateway.passthrough_default.is_some() {
+        let mut tcp = Mapping::new();
+        if let Some(up) = gateway.passthrough_default {
+            tcp.insert("upstream".into(), up.into());
+        }
+        if !gateway.passthrough.is_empty() {
+            tcp.insert("routes".into(), Value::Sequence(gateway.passthrough));
+        }
+        let mut l = Mapping::new();
+        l.insert("address".into(), LISTEN_PASSTHROUGH.into());
+        l.insert("tcp".into(), Value::Mapping(tcp));
+        listeners.push(Value::Mapping(l));
     }
     c.config
         .insert("upstreams".into(), Value::Mapping(upstreams));
@@ -636,6 +650,7 @@ fn class_of(obj: &Value) -> Option<&str> {
 /// (`import/mod.rs`): `WEIR_LISTEN` and `WEIR_LISTEN_TLS`.
 pub const LISTEN: &str = "__weir_listen__";
 pub const LISTEN_TLS: &str = "__weir_listen_tls__";
+pub const LISTEN_PASSTHROUGH: &str = "__weir_listen_passthrough__";
 
 /// `List` objects opened up; every object with a `kind`.
 pub(crate) fn collect(v: Value, out: &mut Vec<Value>) {

@@ -89,7 +89,11 @@ pub fn build(snap: &Snapshot, s: &Settings) -> Result<Built, String> {
         cluster: Some(std::sync::Arc::new(snap.view.clone())),
     };
     let convert = |objects: Vec<serde_yaml::Value>| {
-        crate::import::cluster_config(objects, &opts, (&s.listen, &s.listen_tls))
+        crate::import::cluster_config(
+            objects,
+            &opts,
+            (&s.listen, &s.listen_tls, &s.listen_passthrough),
+        )
     };
     let (mut yaml, mut c) = convert(snap.objects.clone())?;
     // Every object's, those left out below too: fixing their Secret must rebuild.
@@ -113,7 +117,7 @@ pub fn build(snap: &Snapshot, s: &Settings) -> Result<Built, String> {
         bad.extend(isolate(
             objects,
             &gateways,
-            &["HTTPRoute", "GRPCRoute", "Ingress"],
+            &["HTTPRoute", "GRPCRoute", "TLSRoute", "Ingress"],
             &text_of,
         ));
         let kept: Vec<serde_yaml::Value> = (0..objects.len())
@@ -141,7 +145,11 @@ pub fn build(snap: &Snapshot, s: &Settings) -> Result<Built, String> {
             "{id}: not served: its config does not compile: {e}"
         ));
         let Some(route) = snap.objects.iter().find(|o| {
-            ident(o) == *id && matches!(o["kind"].as_str(), Some("HTTPRoute" | "GRPCRoute"))
+            ident(o) == *id
+                && matches!(
+                    o["kind"].as_str(),
+                    Some("HTTPRoute" | "GRPCRoute" | "TLSRoute")
+                )
         }) else {
             continue;
         };

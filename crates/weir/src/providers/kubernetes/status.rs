@@ -143,11 +143,12 @@ pub async fn write_all(client: &Client, s: &Settings, a: &Applied<'_>) {
     }
     for route in objects
         .iter()
-        .filter(|o| o["kind"] == "HTTPRoute" || o["kind"] == "GRPCRoute")
+        .filter(|o| o["kind"] == "HTTPRoute" || o["kind"] == "GRPCRoute" || o["kind"] == "TLSRoute")
     {
         if let Some(status) = route_status(route, s, a) {
             let kind = match route["kind"].as_str() {
                 Some("GRPCRoute") => watch::GRPC_ROUTE,
+                Some("TLSRoute") => watch::TLS_ROUTE,
                 _ => watch::HTTP_ROUTE,
             };
             write(client, kind, route, status).await;
@@ -204,9 +205,12 @@ fn gateway_status(gw: &Json, s: &Settings, a: &Applied<'_>) -> Json {
         let accepted = problem.filter(|p| p.condition == "Accepted");
         let refs = problem.filter(|p| p.condition == "ResolvedRefs");
         let served = problem.is_none() && a.error.is_none();
-        let kinds = match accepted {
-            Some(_) => json!([]),
-            None => json!([
+        let kinds = match (accepted, l["protocol"].as_str()) {
+            (Some(_), _) => json!([]),
+            (None, Some("TLS")) => {
+                json!([{"group": "gateway.networking.k8s.io", "kind": "TLSRoute"}])
+            }
+            (None, _) => json!([
                 {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"},
                 {"group": "gateway.networking.k8s.io", "kind": "GRPCRoute"}
             ]),

@@ -62,7 +62,12 @@ pub fn read(w: &Watches, controller: &str, ingress_class: Option<&str>) -> Snaps
             json.push(typed(watch::GATEWAY_KIND, &g));
         }
     }
-    for k in [watch::HTTP_ROUTE, watch::GRPC_ROUTE, watch::REFERENCE_GRANT] {
+    for k in [
+        watch::HTTP_ROUTE,
+        watch::GRPC_ROUTE,
+        watch::TLS_ROUTE,
+        watch::REFERENCE_GRANT,
+    ] {
         json.extend(state(k).iter().map(|o| typed(k, o)));
     }
     // The Ingresses of weir's class only: one without a class belongs to the cluster's

@@ -33,7 +33,7 @@ pub struct Kind {
 const GATEWAY: &str = "gateway.networking.k8s.io";
 
 /// Every kind read, in the order the snapshot holds them.
-pub const KINDS: [Kind; 9] = [
+pub const KINDS: [Kind; 10] = [
     Kind {
         group: GATEWAY,
         version: "v1",
@@ -89,6 +89,12 @@ pub const KINDS: [Kind; 9] = [
         kind: "GRPCRoute",
         plural: "grpcroutes",
     },
+    Kind {
+        group: GATEWAY,
+        version: "v1",
+        kind: "TLSRoute",
+        plural: "tlsroutes",
+    },
 ];
 
 /// Index of each kind in [`KINDS`].
@@ -101,6 +107,7 @@ pub const SERVICE: usize = 5;
 pub const ENDPOINT_SLICE: usize = 6;
 pub const SECRET: usize = 7;
 pub const GRPC_ROUTE: usize = 8;
+pub const TLS_ROUTE: usize = 9;
 
 impl Kind {
     pub fn resource(&self) -> ApiResource {
