@@ -430,6 +430,22 @@ fn jwt_verifies_every_family_and_checks_claims() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// The second attack review of issue 56: an auth service's `Content-Length` copied onto a GET
+/// would desynchronise the upstream connection: framing, hop-by-hop fields and `Host` are
+/// never `copy_headers`, a config error naming the key.
+#[test]
+fn forward_auth_never_copies_framing_fields() {
+    for field in ["Content-Length", "transfer-encoding", "Host", "connection"] {
+        let e = common::config_error(&format!(
+            "upstreams: {{ auth: {{ servers: [\"127.0.0.1:9\"] }} }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - filters: [{{ forward_auth: {{ upstream: auth, path: /v, copy_headers: [x-user, {field}] }} }}]\n        respond: {{ body: x }}\n"
+        ));
+        assert!(
+            e.contains("copy_headers[1]") && e.contains("never copied"),
+            "{field}: {e}"
+        );
+    }
+}
+
 /// A JWKS server whose set can change, counting its fetches.
 struct Jwks {
     origin: common::origin::Origin,

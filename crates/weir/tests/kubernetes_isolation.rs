@@ -165,6 +165,14 @@ fn one_namespace_cannot_take_another_s_hosts_secrets_traffic_or_config() {
             "backend": {"service": {"name": "adm", "port": {"number": admin.port()}}}}]}}]}),
     ));
     until_served(listen, ("adm.evil.test", "/stats"), 503, "");
+    // Nor through an auth-url: refused (503), the admin API never asked.
+    k.create(&ingress(
+        "evil",
+        "ssrf",
+        json!({"nginx.ingress.kubernetes.io/auth-url": format!("http://127.0.0.1:{}/status", admin.port())}),
+        json!({"ingressClassName": "nginx", "rules": [rule("ssrf.evil.test", "/", "Prefix")]}),
+    ));
+    until_served(listen, ("ssrf.evil.test", "/"), 503, "");
 
     // 2. Another Gateway, newer, with a route for the victim's host: the host stays the
     //    victim's, the route is not accepted for it.
@@ -173,12 +181,17 @@ fn one_namespace_cannot_take_another_s_hosts_secrets_traffic_or_config() {
         "spec": {"gatewayClassName": "weir", "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]}}));
     k.create(&json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
         "metadata": {"name": "grab", "namespace": "evil"},
-        "spec": {"parentRefs": [{"name": "mine"}], "hostnames": ["shop.victim.test", "grab.evil.test"],
+        "spec": {"parentRefs": [{"name": "mine"}], "hostnames": ["shop.victim.test", "blog.victim.test", "grab.evil.test"],
             "rules": [{"backendRefs": [{"name": "app", "port": 80}]}]}}));
     until_served(listen, ("grab.evil.test", "/"), 200, "attacker");
     for _ in 0..10 {
         assert_eq!(
             host_get(listen, "shop.victim.test", "/").unwrap().text(),
+            "victim"
+        );
+        // Nor an older Ingress's host (the second review: a newer Gateway route took it).
+        assert_eq!(
+            host_get(listen, "blog.victim.test", "/x").unwrap().text(),
             "victim"
         );
     }

@@ -60,6 +60,26 @@ impl Build<&Cx<'_>> for model_auth::ForwardAuth {
     }
 }
 
+/// Fields an auth service's answer never sets on the request: its framing
+/// (`Content-Length` on a GET desynchronises a kept upstream connection), hop-by-hop fields,
+/// and `Host` (which routes it).
+pub fn not_copied(name: &str) -> bool {
+    [
+        "content-length",
+        "transfer-encoding",
+        "host",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-connection",
+        "expect",
+    ]
+    .iter()
+    .any(|f| name.eq_ignore_ascii_case(f))
+}
+
 impl ForwardAuth {
     pub(crate) fn compile(
         f: model_auth::ForwardAuth,
@@ -80,12 +100,22 @@ impl ForwardAuth {
                 })
                 .collect()
         };
+        let copy_headers = names("copy_headers", f.copy_headers)?;
+        if let Some(i) = copy_headers.iter().position(|n| not_copied(n)) {
+            return Err((
+                format!("{path}.copy_headers[{i}]"),
+                format!(
+                    "{} frames or routes the request and is never copied from the auth service's answer",
+                    copy_headers[i]
+                ),
+            ));
+        }
         Ok(ForwardAuth {
             inner: Arc::new(Inner {
                 upstream,
                 path: f.path,
                 request_headers: names("request_headers", f.request_headers)?,
-                copy_headers: names("copy_headers", f.copy_headers)?,
+                copy_headers,
                 consumer_header: f.consumer_header.map(|h| h.to_ascii_lowercase()),
                 max_body: f.max_body,
                 answers: Remembered::new(f.cache.0, f.cache_size),

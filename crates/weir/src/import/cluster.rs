@@ -85,6 +85,17 @@ impl ClusterView {
     }
 }
 
+/// Whether an address may be proxied to from a cluster's objects: not loopback (weir's own
+/// admin API), link-local (cloud metadata), unspecified, multicast or broadcast.
+pub fn routable(ip: std::net::IpAddr) -> bool {
+    use std::net::IpAddr;
+    let link_local = match ip {
+        IpAddr::V4(v4) => v4.is_link_local() || v4.is_broadcast(),
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+    };
+    !(ip.is_loopback() || ip.is_unspecified() || ip.is_multicast() || link_local)
+}
+
 /// The reason a backend with no ready endpoint is given (it answers 503, not 500).
 pub const NO_ENDPOINTS: &str = "NoReadyEndpoints";
 

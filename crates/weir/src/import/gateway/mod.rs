@@ -74,7 +74,7 @@ pub(super) struct Gateways {
 pub(super) fn convert(
     objects: &[Value],
     opts: &Options,
-    c: &mut Converted,
+    (c, ingress_hosts): (&mut Converted, &[(String, String)]),
     upstreams: &mut Mapping,
 ) -> Gateways {
     let mut listeners = Vec::new();
@@ -380,17 +380,30 @@ pub(super) fn convert(
                 };
                 // Hosts another Gateway's routes have are not this one's.
                 let before = hosts.len();
+                let age = obj["metadata"]["creationTimestamp"].as_str().unwrap_or("");
                 hosts.retain(|h| {
-                    let taken = owners.iter().find(|(o, g)| {
-                        *g != l.gateway && (o == h || host_matches(o, h) || host_matches(h, o))
-                    });
+                    let overlaps = |o: &str| o == h || host_matches(o, h) || host_matches(h, o);
+                    let taken = owners
+                        .iter()
+                        .find(|(o, g)| *g != l.gateway && overlaps(o));
                     if let Some((o, g)) = taken {
                         c.skipped.push(format!(
                             "{id}: HostnameConflict: {h} is served by Gateway {}/{} ({o}, an older route's)",
                             g.0, g.1
                         ));
+                        return false;
                     }
-                    taken.is_none()
+                    // An Ingress as old or older keeps its host.
+                    if let Some((o, _)) = ingress_hosts
+                        .iter()
+                        .find(|(o, t)| t.as_str() <= age && overlaps(o))
+                    {
+                        c.skipped.push(format!(
+                            "{id}: HostnameConflict: {h} is an older Ingress's ({o})"
+                        ));
+                        return false;
+                    }
+                    true
                 });
                 if before > 0 && hosts.is_empty() {
                     if accepted.is_err() {
@@ -478,15 +491,9 @@ pub(super) fn convert(
             false => out.plain.push(route),
         }
     }
+    // The hosts the routes took (a listener's `hostname` says which routes it takes, and
+    // claims nothing by itself: an older Ingress's host stays the Ingress's).
     let mut hosts: Vec<String> = owners.into_iter().map(|(h, _)| h).collect();
-    // A listener's exact host is its Gateway's; a wildcard one says which routes it takes,
-    // and claims only the hosts its routes name.
-    hosts.extend(
-        listeners
-            .iter()
-            .filter_map(|l| l.hostname.clone())
-            .filter(|h| !h.starts_with("*.")),
-    );
     hosts.sort();
     hosts.dedup();
     out.certificates = certificates;

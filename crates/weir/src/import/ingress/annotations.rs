@@ -293,13 +293,26 @@ impl Annotated {
     /// makes the routes refuse.
     fn auth(&mut self, id: &str, ns: &str, a: &BTreeMap<String, String>, c: &mut Converted) {
         if let Some(url) = a.get("auth-url") {
-            match auth_service(ns, url) {
+            match auth_service(ns, url, c.cluster.is_some()) {
                 Some((name, upstream, path)) => {
                     let mut fa = Mapping::new();
                     fa.insert("upstream".into(), name.clone().into());
                     fa.insert("path".into(), path.into());
                     if let Some(h) = a.get("auth-response-headers") {
-                        fa.insert("copy_headers".into(), Value::Sequence(list(h)));
+                        // Never the framing or hop-by-hop fields: copied onto the request they
+                        // would desynchronise it (the second attack review of issue 56).
+                        let (kept, dropped): (Vec<Value>, Vec<Value>) =
+                            list(h).into_iter().partition(|v| {
+                                !v.as_str()
+                                    .is_some_and(crate::filters::forward_auth::not_copied)
+                            });
+                        for d in &dropped {
+                            c.skipped.push(format!(
+                                "{id}: {PREFIX}auth-response-headers: {} is not copied (framing or hop-by-hop)",
+                                d.as_str().unwrap_or("")
+                            ));
+                        }
+                        fa.insert("copy_headers".into(), Value::Sequence(kept));
                     }
                     let mut f = Mapping::new();
                     f.insert("forward_auth".into(), Value::Mapping(fa));
@@ -504,7 +517,7 @@ impl Annotated {
 /// that two Ingresses never share one another's auth service (the name once came from the
 /// host alone, and the oldest Ingress's servers answered every other's checks: attack review
 /// of issue 56).
-fn auth_service(ns: &str, url: &str) -> Option<(String, Mapping, String)> {
+fn auth_service(ns: &str, url: &str, cluster: bool) -> Option<(String, Mapping, String)> {
     if url.contains('$') {
         return None;
     }
@@ -515,6 +528,24 @@ fn auth_service(ns: &str, url: &str) -> Option<(String, Mapping, String)> {
         _ => return None,
     };
     let host = uri.host()?;
+    // Against a cluster, whose tenants write the URL: never weir itself or what only this
+    // machine reaches, loopback and link-local addresses (the admin API, a metadata service)
+    // and `localhost` (the second attack review of issue 56: an auth-url made weir's admin API
+    // answer, and its headers reach the tenant). `weir import` of an operator's own files
+    // keeps them.
+    let literal = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>();
+    let lower = host.to_ascii_lowercase();
+    if cluster
+        && (literal.is_ok_and(|ip| !crate::import::cluster::routable(ip))
+            || lower == "localhost"
+            || lower.ends_with(".localhost")
+            || lower.ends_with(".localhost."))
+    {
+        return None;
+    }
     let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
     let path = uri
         .path_and_query()
@@ -542,18 +573,28 @@ mod tests {
     fn auth_upstreams_are_named_by_namespace_and_url() {
         // The same host from two namespaces, or two URLs on one host: never one upstream
         // (an older Ingress's auth service once answered every other's checks).
-        let (a, ua, _) = auth_service("finance", "http://oauth2.auth.svc/oauth2/auth").unwrap();
-        let (b, _, _) = auth_service("evil", "http://oauth2.auth.svc/oauth2/auth").unwrap();
-        let (c, uc, _) = auth_service("finance", "http://oauth2.auth.svc/allow-all").unwrap();
+        let url = "http://oauth2.auth.svc/oauth2/auth";
+        let (a, ua, _) = auth_service("finance", url, true).unwrap();
+        let (b, _, _) = auth_service("evil", url, true).unwrap();
+        let (c, uc, _) = auth_service("finance", "http://oauth2.auth.svc/allow-all", true).unwrap();
         assert!(a != b && a != c && b != c, "{a} {b} {c}");
         assert!(a.starts_with("auth.finance."));
         assert_eq!(ua, uc, "the servers are the URL's");
         assert_eq!(
-            auth_service("finance", "http://oauth2.auth.svc/oauth2/auth")
-                .unwrap()
-                .0,
+            auth_service("finance", url, true).unwrap().0,
             a,
             "stable: the same config converts to the same text"
         );
+        for inside in [
+            "http://127.0.0.1:9901/status",
+            "http://localhost:9901/status",
+            "http://[::1]/x",
+            "http://169.254.169.254/latest/meta-data",
+            "http://admin.localhost/",
+        ] {
+            assert!(auth_service("evil", inside, true).is_none(), "{inside}");
+            // An operator's own files, offline, keep them.
+            assert!(auth_service("ops", inside, false).is_some(), "{inside}");
+        }
     }
 }

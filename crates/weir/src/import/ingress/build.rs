@@ -99,7 +99,23 @@ pub(super) fn upstream_for(
 ) -> Result<String, String> {
     c.referenced
         .insert(("Service", ns.to_string(), service.to_string()));
-    let up = format!("{ns}.{service}.{port}");
+    // The settings the annotations give the upstream (protocol, TLS, timeouts, affinity) are
+    // in its name when there are any: two objects naming one Service port with different
+    // settings get two upstreams, neither the other's (the second attack review of issue 56:
+    // the first one's settings were silently everyone's).
+    let mut settings = Mapping::new();
+    a.upstream(&mut settings);
+    let up = match settings.is_empty() {
+        true => format!("{ns}.{service}.{port}"),
+        false => {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            serde_yaml::to_string(&settings)
+                .unwrap_or_default()
+                .hash(&mut h);
+            format!("{ns}.{service}.{port}.{:08x}", h.finish() as u32)
+        }
+    };
     if !upstreams.contains_key(up.as_str()) {
         let servers: Vec<Value> = match &c.cluster {
             Some(view) => view
@@ -116,7 +132,9 @@ pub(super) fn upstream_for(
         };
         let mut u = Mapping::new();
         u.insert("servers".into(), Value::Sequence(servers));
-        a.upstream(&mut u);
+        for (k, v) in settings {
+            u.insert(k, v);
+        }
         upstreams.insert(up.clone().into(), Value::Mapping(u));
         c.translated += 1;
     }
@@ -174,4 +192,69 @@ pub(super) fn refusal(c: &mut Converted, why: &str) -> Mapping {
     c.notes.push(why.to_string());
     action.insert("respond".into(), Value::Mapping(respond));
     action
+}
+
+/// The listeners of a conversion: the plain one (h2c when a GRPCRoute is on it), the TLS one
+/// when there are certificates, and the TCP one of TLSRoutes (routes by server name, and the
+/// upstream of the names none takes).
+pub(super) fn listeners(
+    (mut routes, mut tls_routes): (Vec<Route>, Vec<Route>),
+    certificates: Vec<Value>,
+    (passthrough, passthrough_default): (Vec<Value>, Option<String>),
+    h2c: bool,
+) -> Vec<Value> {
+    routes.sort_by_key(|r| r.rank);
+    tls_routes.sort_by_key(|r| r.rank);
+    let mut listeners = vec![listener(super::LISTEN, None, routes)];
+    if h2c {
+        if let Value::Mapping(l) = &mut listeners[0] {
+            l.insert("h2c".into(), true.into());
+        }
+    }
+    if !certificates.is_empty() {
+        let mut tls = Mapping::new();
+        tls.insert("certificates".into(), Value::Sequence(certificates));
+        listeners.push(listener(super::LISTEN_TLS, Some(tls), tls_routes));
+    }
+    if !passthrough.is_empty() || passthrough_default.is_some() {
+        let mut tcp = Mapping::new();
+        if let Some(up) = passthrough_default {
+            tcp.insert("upstream".into(), up.into());
+        }
+        if !passthrough.is_empty() {
+            tcp.insert("routes".into(), Value::Sequence(passthrough));
+        }
+        let mut l = Mapping::new();
+        l.insert("address".into(), super::LISTEN_PASSTHROUGH.into());
+        l.insert("tcp".into(), Value::Mapping(tcp));
+        listeners.push(Value::Mapping(l));
+    }
+    listeners
+}
+
+/// Every host an Ingress of `class` (or without one) names, with the Ingress's
+/// `creationTimestamp`: a newer Gateway route does not get it (the second attack review of
+/// issue 56), an older one does.
+pub(super) fn ingress_hosts(objects: &[Value], class: &str) -> Vec<(String, String)> {
+    objects
+        .iter()
+        .filter(|o| o.get("kind").and_then(Value::as_str) == Some("Ingress"))
+        .filter(|o| super::class_of(o).is_none_or(|k| k == class))
+        .flat_map(|o| {
+            let age = o["metadata"]["creationTimestamp"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            o["spec"]["rules"]
+                .as_sequence()
+                .into_iter()
+                .flatten()
+                .filter_map(move |r| {
+                    r["host"]
+                        .as_str()
+                        .map(|h| (h.to_ascii_lowercase(), age.clone()))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }

@@ -26,7 +26,10 @@ pub(super) struct Canary {
 }
 
 /// (host, path) → the canary for it.
-pub(super) type Canaries = BTreeMap<(Option<String>, String), Canary>;
+/// By namespace, host and path: a canary serves a main Ingress of its own namespace only (the
+/// attack review of issue 56: keyed by host and path, another namespace's canary took the
+/// traffic, then displaced the tenant's own canary).
+pub(super) type Canaries = BTreeMap<(String, Option<String>, String), Canary>;
 
 /// Reads a canary Ingress `obj` (its annotations `a`, short names) into `out`; `skipped` gets
 /// what is not translated.
@@ -90,16 +93,15 @@ pub(super) fn read(
                 ));
                 continue;
             };
-            out.insert(
-                (host.clone(), path),
-                Canary {
+            // The oldest canary of the namespace keeps it (Ingresses come oldest first).
+            out.entry((ns.to_string(), host.clone(), path))
+                .or_insert(Canary {
                     id: id.to_string(),
                     backend: (ns.to_string(), name.to_string(), port.to_string()),
                     percent,
                     header: header.clone(),
                     cookie: cookie.clone(),
-                },
-            );
+                });
         }
     }
 }

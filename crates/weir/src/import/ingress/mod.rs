@@ -38,7 +38,7 @@ mod build;
 mod canary;
 
 use annotations::Annotated;
-use build::{add_hosts, listener, refusal, service_port, upstream_for};
+use build::{add_hosts, refusal, service_port, upstream_for};
 pub(in crate::import) use build::{service_upstream, tls_certificate};
 
 /// The annotations' prefix.
@@ -192,8 +192,12 @@ pub fn convert_objects(objects: Vec<Value>, opts: &Options) -> Converted {
     let mut upstreams = Mapping::new();
     let mut certificates: Vec<Value> = Vec::new();
     let mut canaries = canary::Canaries::new();
-    // Gateway API objects first (`gateway/`): the hosts they serve are not an Ingress's.
-    let gateway = super::gateway::convert(&objects, opts, &mut c, &mut upstreams);
+    // Every host an Ingress of the class names, with its age: a newer Gateway route does not
+    // get it (the second attack review of issue 56), an older one does (below).
+    let ingress_hosts = build::ingress_hosts(&objects, &opts.class);
+    // Gateway API objects first (`gateway/`): the hosts their routes take are not an
+    // Ingress's.
+    let gateway = super::gateway::convert(&objects, opts, (&mut c, &ingress_hosts), &mut upstreams);
     // ingress-nginx takes the oldest Ingress first (`creationTimestamp`); file order otherwise.
     let mut ingresses: Vec<&Value> = objects
         .iter()
@@ -486,20 +490,8 @@ pub fn convert_objects(objects: Vec<Value>, opts: &Options) -> Converted {
                         refusal(&mut c, &format!("{id}: {why}"))
                     }
                     (Ok(up), None) => {
-                        if let Some(k) = canaries
-                            .remove(&(host.clone(), path.to_string()))
-                            .filter(|k| {
-                                // A canary of another namespace never takes this one's
-                                // traffic (attack review of issue 56).
-                                let same = k.backend.0 == ns;
-                                if !same {
-                                    c.skipped.push(format!(
-                                        "{}: a canary of Ingress {id} in another namespace: left out",
-                                        k.id
-                                    ));
-                                }
-                                same
-                            })
+                        if let Some(k) =
+                            canaries.remove(&(ns.to_string(), host.clone(), path.to_string()))
                         {
                             let (cns, svc, port) = &k.backend;
                             match upstream_for((cns, svc, port), &a, &mut upstreams, opts, &mut c) {
@@ -563,10 +555,9 @@ pub fn convert_objects(objects: Vec<Value>, opts: &Options) -> Converted {
         }
         routes.push(Route { rank, body: r });
     }
-    for (host, path) in canaries.keys() {
-        let k = &canaries[&(host.clone(), path.clone())];
+    for ((_, host, path), k) in &canaries {
         c.skipped.push(format!(
-            "{}: no main Ingress for host {} and path {path}: the canary is left out",
+            "{}: no main Ingress of its namespace for host {} and path {path}: the canary is left out",
             k.id,
             host.as_deref().unwrap_or("*")
         ));
@@ -581,31 +572,12 @@ pub fn convert_objects(objects: Vec<Value>, opts: &Options) -> Converted {
     }
     routes.sort_by_key(|r| r.rank);
     tls_routes.sort_by_key(|r| r.rank);
-    let mut listeners = vec![listener(LISTEN, None, routes)];
-    if c.gateway.grpc_plain {
-        if let Value::Mapping(l) = &mut listeners[0] {
-            l.insert("h2c".into(), true.into());
-        }
-    }
-    if !certificates.is_empty() {
-        let mut tls = Mapping::new();
-        tls.insert("certificates".into(), Value::Sequence(certificates));
-        listeners.push(listener(LISTEN_TLS, Some(tls), tls_routes));
-    }
-    // TLSRoutes: a TCP listener routing by server name, TLS passed through.
-    if !gateway.passthrough.is_empty() || gateway.passthrough_default.is_some() {
-        let mut tcp = Mapping::new();
-        if let Some(up) = gateway.passthrough_default {
-            tcp.insert("upstream".into(), up.into());
-        }
-        if !gateway.passthrough.is_empty() {
-            tcp.insert("routes".into(), Value::Sequence(gateway.passthrough));
-        }
-        let mut l = Mapping::new();
-        l.insert("address".into(), LISTEN_PASSTHROUGH.into());
-        l.insert("tcp".into(), Value::Mapping(tcp));
-        listeners.push(Value::Mapping(l));
-    }
+    let listeners = build::listeners(
+        (routes, tls_routes),
+        certificates,
+        (gateway.passthrough, gateway.passthrough_default),
+        c.gateway.grpc_plain,
+    );
     c.config
         .insert("upstreams".into(), Value::Mapping(upstreams));
     c.config

@@ -190,7 +190,7 @@ fn endpoints_of(slices: &[DynamicObject], port_name: &str) -> Vec<String> {
                 };
                 // What the API refuses anyway, refused again: loopback (weir's own admin
                 // API), link-local (cloud metadata), unspecified, multicast.
-                if !routable(ip) {
+                if !crate::import::cluster::routable(ip) {
                     continue;
                 }
                 out.push(std::net::SocketAddr::new(ip, port as u16).to_string());
@@ -200,16 +200,6 @@ fn endpoints_of(slices: &[DynamicObject], port_name: &str) -> Vec<String> {
     out.sort();
     out.dedup();
     out
-}
-
-/// Whether an endpoint address may be proxied to.
-fn routable(ip: std::net::IpAddr) -> bool {
-    use std::net::IpAddr;
-    let link_local = match ip {
-        IpAddr::V4(v4) => v4.is_link_local() || v4.is_broadcast(),
-        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
-    };
-    !(ip.is_loopback() || ip.is_unspecified() || ip.is_multicast() || link_local)
 }
 
 #[cfg(test)]
