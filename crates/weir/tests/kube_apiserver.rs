@@ -89,6 +89,33 @@ fn the_shipped_manifests_pass_a_server_side_dry_run() {
     ] {
         assert!(kinds.iter().any(|k| k == kind), "{kind} not in {kinds:?}");
     }
+    // And as the operator runs it: `kubectl apply --dry-run=server -f deploy/kubernetes/`
+    // (kubectl v1.36.3, built from the same module; `.ci/run` installs it).
+    assert!(
+        common::process::have_all_or_skip(&["kubectl"], "kubectl: (cd crates/weir/tests/fixtures/kube-apiserver && go build -o /usr/local/bin/kubectl k8s.io/kubernetes/cmd/kubectl), as .ci/run does"),
+        "kubectl"
+    );
+    let out = std::process::Command::new("kubectl")
+        .arg(format!(
+            "--kubeconfig={}",
+            k.kubeconfig("kubectl", common::kube::ADMIN_TOKEN).display()
+        ))
+        .args(["apply", "--dry-run=server", "-f", dir])
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    for line in [
+        "clusterrole.rbac.authorization.k8s.io/weir created (server dry run)",
+        "deployment.apps/weir created (server dry run)",
+        "gatewayclass.gateway.networking.k8s.io/weir created (server dry run)",
+    ] {
+        assert!(said.contains(line), "{line} not in {said}");
+    }
     // Strict field validation: an unknown field in the Deployment is refused.
     let text = std::fs::read_to_string(format!("{dir}/deployment.yaml")).unwrap();
     let mut d: serde_json::Value = serde_yaml::Deserializer::from_str(&text)
