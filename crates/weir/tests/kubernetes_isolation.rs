@@ -144,7 +144,7 @@ fn one_namespace_cannot_take_another_s_hosts_secrets_traffic_or_config() {
     let config = write_config(
         "kubernetes-isolation",
         &format!(
-            "admin:\n  address: 127.0.0.1:0\nproviders:\n  kubernetes:\n    kubeconfig: {}\n    listen: {listen}\n    listen_tls: {listen_tls}\n    secrets_dir: {}\n    debounce: 50ms\n",
+            "admin:\n  address: 127.0.0.1:0\n# An upstream named as the provider names Service evil/clash's port 80.\nupstreams:\n  evil.clash.80: {{ servers: [\"127.0.0.1:9\"] }}\nproviders:\n  kubernetes:\n    kubeconfig: {}\n    listen: {listen}\n    listen_tls: {listen_tls}\n    secrets_dir: {}\n    debounce: 50ms\n",
             k.kubeconfig("isolation", ADMIN_TOKEN).display(),
             k.dir.join("secrets").display()
         ),
@@ -266,6 +266,41 @@ fn one_namespace_cannot_take_another_s_hosts_secrets_traffic_or_config() {
                     .as_str()
                     .is_some_and(|m| m.contains("does not compile"))),
         "{events:#}"
+    );
+
+    // 6b. An object whose config clashes only with the file's (an upstream of the same name):
+    //     left out too, found by compiling with the file, not by the reload.
+    for o in service("evil", attacker.addr) {
+        let mut o = o;
+        let named = if o["kind"] == "Service" {
+            "clash"
+        } else {
+            "clash-1"
+        };
+        o["metadata"]["name"] = named.into();
+        if o["kind"] == "EndpointSlice" {
+            o["metadata"]["labels"]["kubernetes.io/service-name"] = "clash".into();
+        }
+        k.create(&o);
+    }
+    k.create(&ingress(
+        "evil",
+        "clash",
+        json!({}),
+        json!({"ingressClassName": "nginx",
+        "rules": [{"host": "clash.evil.test", "http": {"paths": [{"path": "/", "pathType": "Prefix",
+            "backend": {"service": {"name": "clash", "port": {"number": 80}}}}]}}]}),
+    ));
+    k.create(&ingress(
+        "victim",
+        "after",
+        json!({}),
+        json!({"ingressClassName": "nginx", "rules": [rule("after.victim.test", "/", "Prefix")]}),
+    ));
+    until_served(listen, ("after.victim.test", "/"), 200, "victim");
+    assert_eq!(
+        host_get(listen, "clash.evil.test", "/").unwrap().status,
+        404
     );
 
     // 7. A certificate Secret rotated to garbage: its Ingress is left out, the rest (and a

@@ -55,9 +55,13 @@ fn sync_provider(
         .is_empty();
     if let Some(settings) = wanted {
         tracing::info!(controller = %settings.controller_name, "Kubernetes provider started");
+        let texts = crate::providers::kubernetes::publish::Base {
+            path: reloader.path().map(|p| p.to_path_buf()),
+            fragments: reloader.fragments.clone(),
+        };
         *provider = Some(crate::providers::kubernetes::Provider::spawn(
             settings,
-            reloader.provided.clone(),
+            (reloader.provided.clone(), texts),
             tx.clone(),
         ));
     }

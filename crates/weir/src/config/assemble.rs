@@ -164,8 +164,20 @@ pub fn assemble(
     let mut merged = parse_mapping(main.0).map_err(|e| secrets.redact(e))?;
     merged.remove("include");
     let mut owners: HashMap<String, usize> = HashMap::new();
-    for key in merged.keys().filter_map(Value::as_str) {
+    for (key, value) in &merged {
+        let Some(key) = key.as_str() else { continue };
         owners.insert(key.to_string(), 0);
+        // The main file's named entries are its own too: a fragment defining `upstreams.X`
+        // again is the error the module says, not a silent replacement (it was: a Kubernetes
+        // Service named like an operator's upstream took its traffic, the second attack review
+        // of issue 56).
+        if NAMED.contains(&key) {
+            for name in value.as_mapping().into_iter().flat_map(|m| m.keys()) {
+                if let Some(n) = name.as_str() {
+                    owners.insert(format!("{key}.{n}"), 0);
+                }
+            }
+        }
     }
     for f in fragments {
         let named = |mut e: ConfigError| {
@@ -458,6 +470,37 @@ mod tests {
             a.locator.locate("upstreams.o.servers[0]"),
             (Some("conf.d/x.yaml"), Some(1))
         );
+    }
+
+    #[test]
+    fn the_main_file_s_named_entries_are_not_replaced_by_a_fragment() {
+        let main = "upstreams:\n  api.v1.80: {servers: ['127.0.0.1:9']}\nlisteners: []\n";
+        let Err(e) = run(
+            main,
+            &[frag(
+                "kubernetes",
+                "upstreams:\n  api.v1.80: {servers: ['10.0.0.1:80']}\n",
+                false,
+            )],
+        ) else {
+            panic!("a second upstreams.api.v1.80 was taken");
+        };
+        assert!(
+            e.to_string()
+                .contains("already defined in the main config file"),
+            "{e}"
+        );
+        // A fragment that overrides (etcd's) may.
+        let a = run(
+            main,
+            &[frag(
+                "etcd",
+                "upstreams:\n  api.v1.80: {servers: ['10.0.0.1:80']}\n",
+                true,
+            )],
+        )
+        .unwrap();
+        assert!(a.file.upstreams.contains_key("api.v1.80"));
     }
 
     #[test]

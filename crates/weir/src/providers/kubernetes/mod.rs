@@ -27,7 +27,7 @@
 
 mod events;
 mod lease;
-mod publish;
+pub mod publish;
 mod status;
 mod view;
 mod watch;
@@ -63,11 +63,11 @@ impl Provider {
     /// fragments; `ask` reaches the control loop.
     pub fn spawn(
         settings: Settings,
-        slot: Arc<Mutex<Vec<Fragment>>>,
+        (slot, texts): (Arc<Mutex<Vec<Fragment>>>, publish::Base),
         ask: UnboundedSender<Ask>,
     ) -> Provider {
         let s = settings.clone();
-        let task = tokio::spawn(async move { run(s, slot, ask).await });
+        let task = tokio::spawn(async move { run(s, (slot, texts), ask).await });
         Provider { settings, task }
     }
 
@@ -118,7 +118,11 @@ impl Drop for StopOnDrop {
     }
 }
 
-async fn run(s: Settings, slot: Arc<Mutex<Vec<Fragment>>>, ask: UnboundedSender<Ask>) {
+async fn run(
+    s: Settings,
+    (slot, texts): (Arc<Mutex<Vec<Fragment>>>, publish::Base),
+    ask: UnboundedSender<Ask>,
+) {
     let mut backoff = Duration::from_millis(200);
     let client = loop {
         match connect(&s).await {
@@ -174,7 +178,7 @@ async fn run(s: Settings, slot: Arc<Mutex<Vec<Fragment>>>, ask: UnboundedSender<
         let started = std::time::Instant::now();
         REBUILDS.fetch_add(1, Ordering::Relaxed);
         let snap = view::read(&watches, &s.controller_name, s.ingress_class.as_deref());
-        let built = match publish::build(&snap, &s) {
+        let built = match publish::build(&snap, &s, &texts) {
             Ok(b) => b,
             Err(e) => {
                 tracing::error!(error = %e, "the cluster's config was not built: the last one keeps serving");

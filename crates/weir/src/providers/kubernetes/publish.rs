@@ -39,10 +39,30 @@ pub struct Built {
 /// The fragment's name in errors and logs.
 pub const NAME: &str = "kubernetes";
 
-/// Compiles `text` alone, as `weir check` compiles a file.
-fn compiles(text: &str) -> Result<(), String> {
-    let source = crate::config::load_str_with(text, Path::new("/"), |_| None, &[])
-        .map_err(|e| e.to_string())?;
+/// The texts the fragment is merged with: the config file and etcd's fragments (the
+/// reloader's).
+#[derive(Debug, Clone)]
+pub struct Base {
+    pub path: Option<std::path::PathBuf>,
+    pub fragments: std::sync::Arc<std::sync::Mutex<Vec<Fragment>>>,
+}
+
+/// Compiles `text` merged with `base`, as the reload will, and as `weir check` compiles a
+/// file: a fragment that compiles alone but clashes with the file (an upstream name the file
+/// has too) is caught here, per object, not by the reload (the second attack review).
+fn compiles(text: &str, base: &Base) -> Result<(), String> {
+    let mut fragments = base
+        .fragments
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    fragments.push(Fragment {
+        name: NAME.into(),
+        text: text.to_string(),
+        overrides: false,
+    });
+    let source =
+        crate::reload::read(base.path.as_deref(), &fragments).map_err(|e| e.to_string())?;
     crate::runtime::compile(source, &Default::default())
         .map(|_| ())
         .map_err(|e| e.to_string())
@@ -54,7 +74,10 @@ fn isolate(
     objects: &[serde_yaml::Value],
     base: &[usize],
     kinds: &[&str],
-    convert: &dyn Fn(Vec<serde_yaml::Value>) -> Result<String, String>,
+    (convert, texts): (
+        &dyn Fn(Vec<serde_yaml::Value>) -> Result<String, String>,
+        &Base,
+    ),
 ) -> Vec<(usize, String)> {
     let mut bad = Vec::new();
     for (i, o) in objects.iter().enumerate() {
@@ -63,7 +86,7 @@ fn isolate(
         }
         let mut set: Vec<serde_yaml::Value> = base.iter().map(|b| objects[*b].clone()).collect();
         set.push(o.clone());
-        if let Err(e) = convert(set).and_then(|t| compiles(&t)) {
+        if let Err(e) = convert(set).and_then(|t| compiles(&t, texts)) {
             bad.push((i, e));
         }
     }
@@ -81,7 +104,7 @@ fn ident(o: &serde_yaml::Value) -> String {
 }
 
 /// Converts `snap` and writes the Secrets' files it names.
-pub fn build(snap: &Snapshot, s: &Settings) -> Result<Built, String> {
+pub fn build(snap: &Snapshot, s: &Settings, texts: &Base) -> Result<Built, String> {
     let opts = crate::import::ingress::Options {
         class: s.ingress_class.clone().unwrap_or_default(),
         service_address: String::new(),
@@ -101,13 +124,13 @@ pub fn build(snap: &Snapshot, s: &Settings) -> Result<Built, String> {
     // The files first: the compile reads them.
     let files = write_files(snap, s, &c)?;
     let mut left_out: Vec<(String, String)> = Vec::new();
-    if let Err(whole) = compiles(&yaml) {
+    if let Err(whole) = compiles(&yaml, texts) {
         let text_of = |set: Vec<serde_yaml::Value>| convert(set).map(|(t, _)| t);
         let objects = &snap.objects;
         let grants: Vec<usize> = (0..objects.len())
             .filter(|i| objects[*i]["kind"].as_str() == Some("ReferenceGrant"))
             .collect();
-        let mut bad = isolate(objects, &grants, &["Gateway"], &text_of);
+        let mut bad = isolate(objects, &grants, &["Gateway"], (&text_of, texts));
         let gateways: Vec<usize> = (0..objects.len())
             .filter(|i| {
                 objects[*i]["kind"].as_str() == Some("Gateway") && !bad.iter().any(|(b, _)| b == i)
@@ -118,14 +141,14 @@ pub fn build(snap: &Snapshot, s: &Settings) -> Result<Built, String> {
             objects,
             &gateways,
             &["HTTPRoute", "GRPCRoute", "TLSRoute", "Ingress"],
-            &text_of,
+            (&text_of, texts),
         ));
         let kept: Vec<serde_yaml::Value> = (0..objects.len())
             .filter(|i| !bad.iter().any(|(b, _)| b == i))
             .map(|i| objects[i].clone())
             .collect();
         let (y, c2) = convert(kept)?;
-        compiles(&y).map_err(|e| {
+        compiles(&y, texts).map_err(|e| {
             format!("the cluster's config does not compile ({whole}), nor without the objects that fail alone ({e})")
         })?;
         for (i, e) in &bad {
