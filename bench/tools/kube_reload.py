@@ -34,20 +34,8 @@ SUT, LOAD = os.environ.get("SUT_CORE", "0"), os.environ.get("LOAD_CORE", "1")
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def host_ip():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.connect(("192.0.2.254", 9))
-    ip = s.getsockname()[0]
-    s.close()
-    return ip
+free_port = kube_test_cluster.free_port
+host_ip = kube_test_cluster.host_ip
 
 
 def cpu(pid):

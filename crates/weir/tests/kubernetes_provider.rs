@@ -10,27 +10,12 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::kube::{host_ip, KubeApi, WEIR_TOKEN};
+use common::kube::{host_get, host_ip, KubeApi, WEIR_TOKEN};
 use common::origin::{http_origin_at, ok};
 use common::process::{free_port, spawn_run, write_config};
 use serde_json::{json, Value};
 
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-
-/// A GET with `Host: host`; `None` when nothing listens yet.
-fn host_get(addr: SocketAddr, host: &str, path: &str) -> Option<common::Response> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    use std::io::Write;
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .ok()?;
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        common::read_response_to(&mut s, false)
-    }))
-    .ok()
-}
 
 /// Waits until `host`'s `path` answers `status` with a body containing `body`.
 fn until_served(addr: SocketAddr, (host, path): (&str, &str), status: u16, body: &str) {

@@ -318,3 +318,19 @@ impl KubeApi {
         }
     }
 }
+
+/// A GET with `Host: host` on a fresh connection (`Connection: close`); `None` while nothing
+/// listens or the answer cannot be read (the provider's listeners open with its first config).
+pub fn host_get(addr: SocketAddr, host: &str, path: &str) -> Option<super::Response> {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .ok()?;
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        super::read_response_to(&mut s, false)
+    }))
+    .ok()
+}

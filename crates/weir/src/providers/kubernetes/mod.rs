@@ -22,8 +22,9 @@
 //!
 //! The runtime sees the provider only through the fragment it publishes. kube-rs and
 //! k8s-openapi are the Rust ecosystem's Kubernetes client (used by linkerd2-proxy's
-//! controllers, among others); they cost weir's build about 40 s and its binary about 3 MiB,
-//! and nothing at run time unless `providers.kubernetes` is set.
+//! controllers, among others); they cost weir's first debug build about a minute on 2 cores
+//! and its stripped binary 5.0 MB (23.2 → 28.2 MB, measured 2026-11-30), and nothing at run
+//! time unless `providers.kubernetes` is set.
 
 mod events;
 mod lease;
