@@ -40,6 +40,19 @@ fn object_of<'a>(note: &str, objects: &'a [Value]) -> Option<&'a Value> {
 impl Told {
     /// Writes an event for each note not told yet for its object's version.
     pub async fn tell(&mut self, client: &Client, notes: &[String], objects: &[Value]) {
+        // What was told of object versions that are gone is forgotten: the set follows the
+        // cluster, not its history.
+        let current: HashSet<(&str, &str)> = objects
+            .iter()
+            .map(|o| {
+                (
+                    o["metadata"]["uid"].as_str().unwrap_or(""),
+                    o["metadata"]["resourceVersion"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        self.0
+            .retain(|(uid, version, _)| current.contains(&(uid.as_str(), version.as_str())));
         let mut written = 0;
         for note in notes {
             let Some(obj) = object_of(note, objects) else {
