@@ -630,13 +630,18 @@ fn ca_der(pem: &[u8]) -> rustls::pki_types::CertificateDer<'static> {
 /// `backend-protocol: GRPC` behind a TLS host (ALPN h2): grpc-go's client through weir to
 /// grpc-go's server, and `proxy-read-timeout` bounding a slow origin (504 in ~1 s, not 4).
 #[test]
-fn backend_protocol_grpc_and_read_timeouts_over_the_wire() {
+fn backend_protocol_grpc_and_read_and_send_timeouts_over_the_wire() {
     let Some(grpc) = common::grpcgo::GrpcServer::start() else {
         return;
     };
     let slow = http_origin(|_| {
         std::thread::sleep(std::time::Duration::from_secs(4));
         common::origin::ok("late")
+    });
+    // Takes a request's head, then reads nothing more.
+    let stalled = common::origin::origin(|mut c| {
+        let _ = std::io::Read::read(&mut c, &mut [0u8; 4096]);
+        std::thread::sleep(std::time::Duration::from_secs(20));
     });
     let dir = std::env::temp_dir().join(format!("weir-ingress-grpc-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("tls")).unwrap();
@@ -671,9 +676,25 @@ spec:
     - host: slow.test
       http:
         paths: [{{ path: /, pathType: Prefix, backend: {{ service: {{ name: slow, port: {{ number: {} }} }} }} }}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: upload
+  namespace: web
+  annotations:
+    nginx.ingress.kubernetes.io/proxy-send-timeout: "1"
+    nginx.ingress.kubernetes.io/proxy-body-size: 256m
+spec:
+  ingressClassName: nginx
+  rules:
+    - host: upload.test
+      http:
+        paths: [{{ path: /, pathType: Prefix, backend: {{ service: {{ name: stalled, port: {{ number: {} }} }} }} }}]
 "#,
         grpc.addr.port(),
-        slow.addr.port()
+        slow.addr.port(),
+        stalled.addr.port()
     );
     let file = dir.join("ingress.yaml");
     std::fs::write(&file, manifest).unwrap();
@@ -714,6 +735,35 @@ spec:
         "{:?}",
         started.elapsed()
     );
+    // proxy-send-timeout: an upstream that stops reading an upload answers 504, in about the
+    // annotation's second, not when the client gives up.
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(15)))
+        .unwrap();
+    let mut w = s.try_clone().unwrap();
+    let started = std::time::Instant::now();
+    let writer = std::thread::spawn(move || {
+        const LEN: usize = 128 << 20;
+        let head = format!("PUT / HTTP/1.1\r\nHost: upload.test\r\nContent-Length: {LEN}\r\n\r\n");
+        let chunk = vec![b'x'; 1 << 16];
+        let mut sent = 0;
+        let _ = w.write_all(head.as_bytes());
+        while sent < LEN {
+            match w.write(&chunk) {
+                Ok(n) => sent += n,
+                Err(_) => break,
+            }
+        }
+    });
+    let r = common::read_response(&mut s);
+    assert_eq!(r.status, 504, "{r:?}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(s);
+    writer.join().unwrap();
     common::inproc::stop(handle);
-    drop((grpc, slow));
+    drop((grpc, slow, stalled));
 }

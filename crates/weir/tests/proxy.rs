@@ -297,6 +297,49 @@ fn failures_map_to_502_504_503() {
     assert_eq!(get(srv.addr, "/").status, 502);
 }
 
+/// An upstream that takes a request's head and then stops reading its body held the request
+/// (and the client) for as long as the client waited: nothing bounded the write. Now each
+/// pause while writing is bounded by `timeouts.send` (nginx's `proxy_send_timeout`): 504.
+#[test]
+fn an_upstream_that_stops_reading_a_body_gets_504_after_timeouts_send() {
+    let stalled = origin(|mut c| {
+        // The head (and a little of the body), then nothing more is read.
+        let _ = c.read(&mut [0u8; 4096]);
+        std::thread::sleep(Duration::from_secs(20));
+    });
+    let srv = start_config(&format!(
+        "workers: 1\nlimits: {{ max_body_bytes: 256m }}\nupstreams:\n  u:\n    servers: [\"{}\"]\n    timeouts: {{ send: 400ms }}\n    retries: {{ attempts: 0 }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: {{ upstream: u }}\n",
+        addr(&stalled)
+    ));
+    const LEN: usize = 128 << 20; // more than every socket buffer on the way holds
+    let mut s = srv.connect();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let t = Instant::now();
+    let writer = std::thread::spawn(move || {
+        let head = format!("PUT /upload HTTP/1.1\r\nHost: t\r\nContent-Length: {LEN}\r\n\r\n");
+        if w.write_all(head.as_bytes()).is_err() {
+            return 0;
+        }
+        let chunk = vec![b'x'; 1 << 16];
+        let mut sent = 0;
+        while sent < LEN {
+            match w.write(&chunk) {
+                Ok(n) => sent += n,
+                Err(_) => break,
+            }
+        }
+        sent
+    });
+    let r = read_response(&mut s);
+    assert_eq!(r.status, 504, "{r:?}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    // The body was not carried whole: the connection is not kept.
+    assert!(closed_within(&mut s, Duration::from_secs(5)));
+    let sent = writer.join().unwrap();
+    assert!(sent < LEN, "the whole body went through: {sent}");
+}
+
 /// With the stock upstream settings, a single origin that drops three connections in a row used
 /// to be marked down for 10 s: every request, POSTs included, got 503 after it recovered.
 #[test]

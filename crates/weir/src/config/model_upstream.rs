@@ -231,6 +231,9 @@ pub struct UpstreamTimeouts {
     pub response_header: Dur,
     /// Longest pause between reads of the response body (the client connection is aborted).
     pub idle: Dur,
+    /// Longest pause while writing a request body to the upstream (nginx's
+    /// `proxy_send_timeout`; 504 beyond).
+    pub send: Dur,
     /// Whole exchange, 0 = no limit.
     pub total: Dur,
 }
@@ -242,6 +245,7 @@ impl Default for UpstreamTimeouts {
             connect: Dur(Duration::from_secs(5)),
             response_header: Dur(Duration::from_secs(60)),
             idle: Dur(Duration::from_secs(60)),
+            send: Dur(Duration::from_secs(60)),
             total: Dur(Duration::ZERO),
         }
     }

@@ -358,6 +358,12 @@ pub(crate) async fn forward<D: Downstream>(
                     r => break r,
                 }
             },
+            // An upstream that stopped reading the body: nginx's 504 ("upstream timed out
+            // while sending request").
+            Sent::Upstream(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(Error::with(
+                ErrorKind::ResponseTimeout,
+                format!("write: {e}"),
+            )),
             Sent::Upstream(e) => Err(Error::with(ErrorKind::UpstreamReset, format!("write: {e}"))),
         };
         match result {

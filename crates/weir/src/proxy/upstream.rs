@@ -30,6 +30,8 @@ pub struct Upstream {
     pub connect_timeout: Duration,
     pub response_header_timeout: Duration,
     pub idle_read_timeout: Duration,
+    /// Longest pause while writing a request body (`timeouts.send`).
+    pub send_timeout: Duration,
     pub total_timeout: Option<Duration>,
     pub retry: RetryPolicy,
     pub passive: PassivePolicy,
@@ -524,6 +526,7 @@ impl Upstream {
             connect_timeout: nonzero(t.connect.0, Duration::from_secs(5)),
             response_header_timeout: nonzero(t.response_header.0, Duration::from_secs(60)),
             idle_read_timeout: nonzero(t.idle.0, Duration::from_secs(60)),
+            send_timeout: nonzero(t.send.0, Duration::from_secs(60)),
             total_timeout: (!t.total.0.is_zero()).then_some(t.total.0),
             retry,
             passive: PassivePolicy {

@@ -18,6 +18,7 @@ pub(super) struct Annotated {
     pub(super) body_size: Option<String>,
     pub(super) connect_timeout: Option<String>,
     pub(super) read_timeout: Option<String>,
+    pub(super) send_timeout: Option<String>,
     pub(super) filters: Vec<Value>,
     pub(super) redirect: Option<(String, u16)>,
     pub(super) app_root: Option<String>,
@@ -78,6 +79,7 @@ impl Annotated {
         for (key, slot) in [
             ("proxy-connect-timeout", &mut out.connect_timeout),
             ("proxy-read-timeout", &mut out.read_timeout),
+            ("proxy-send-timeout", &mut out.send_timeout),
         ] {
             if let Some(v) = a.get(key) {
                 match seconds(v) {
@@ -433,6 +435,9 @@ impl Annotated {
         if let Some(s) = &self.read_timeout {
             t.insert("response_header".into(), s.clone().into());
             t.insert("idle".into(), s.clone().into());
+        }
+        if let Some(s) = &self.send_timeout {
+            t.insert("send".into(), s.clone().into());
         }
         if !t.is_empty() {
             u.insert("timeouts".into(), Value::Mapping(t));

@@ -15,7 +15,7 @@
 //! - annotations: `rewrite-target` and `use-regex` (a `regex_replace` on the path, as
 //!   ingress-nginx's `rewrite … break`), `ssl-redirect`/`force-ssl-redirect` (308 to https),
 //!   `backend-protocol` (HTTP, HTTPS, GRPC, GRPCS: TLS without verification, as ingress-nginx
-//!   proxies), `proxy-body-size`, `proxy-connect-timeout`, `proxy-read-timeout`, `limit-rps`
+//!   proxies), `proxy-body-size`, `proxy-connect-timeout`, `proxy-read-timeout`, `proxy-send-timeout`, `limit-rps`
 //!   (burst ×5, 503, as ingress-nginx), `limit-connections`, `whitelist-source-range`,
 //!   `enable-cors` and `cors-*`, `permanent-redirect`(`-code`), `temporal-redirect`,
 //!   `app-root`, `server-alias`, `auth-url` and `auth-response-headers` (`forward_auth` to an
@@ -70,6 +70,7 @@ const TRANSLATED: &[&str] = &[
     "proxy-body-size",
     "proxy-connect-timeout",
     "proxy-read-timeout",
+    "proxy-send-timeout",
     "limit-rps",
     "limit-connections",
     "whitelist-source-range",
