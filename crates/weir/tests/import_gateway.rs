@@ -336,6 +336,141 @@ spec:
     drop((one, two));
 }
 
+/// HTTPRoute `timeouts` and the `CORS` filter (both in the standard channel since v1.5), over
+/// the wire: a backend slower than `request` answers 504 in about the limit; `backendRequest`
+/// (shorter) wins; `0s` is no limit; a preflight from an allowed origin gets the rule's
+/// `Access-Control-Allow-*`, another origin 403; credentials with `*` are left off (noted).
+#[test]
+fn httproute_timeouts_and_cors_are_kept() {
+    let slow = http_origin(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        common::origin::ok("late")
+    });
+    let one = named("one");
+    let dir = std::env::temp_dir().join(format!("weir-gateway3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ps, p1) = (slow.addr.port(), one.addr.port());
+    let manifest = format!(
+        r#"apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{ name: edge, namespace: app }}
+spec:
+  gatewayClassName: weir
+  listeners: [{{ name: web, protocol: HTTP, port: 80 }}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{ name: api, namespace: app }}
+spec:
+  parentRefs: [{{ name: edge }}]
+  hostnames: [api.test]
+  rules:
+    - matches: [{{ path: {{ type: PathPrefix, value: /short }} }}]
+      timeouts: {{ request: 500ms }}
+      backendRefs: [{{ name: slow, port: {ps} }}]
+    - matches: [{{ path: {{ type: PathPrefix, value: /try }} }}]
+      timeouts: {{ request: 10s, backendRequest: 400ms }}
+      backendRefs: [{{ name: slow, port: {ps} }}]
+    - matches: [{{ path: {{ type: PathPrefix, value: /off }} }}]
+      timeouts: {{ request: 0s }}
+      backendRefs: [{{ name: slow, port: {ps} }}]
+    - matches: [{{ path: {{ type: PathPrefix, value: /cors }} }}]
+      filters:
+        - type: CORS
+          cors:
+            allowOrigins: ["https://app.example", "https://*.shop.example"]
+            allowMethods: [GET, PUT]
+            allowHeaders: [x-token]
+            exposeHeaders: [x-trace]
+            allowCredentials: true
+            maxAge: 600
+      backendRefs: [{{ name: one, port: {p1} }}]
+    - matches: [{{ path: {{ type: PathPrefix, value: /open }} }}]
+      filters: [{{ type: CORS, cors: {{ allowOrigins: ["*"], allowMethods: ["*"], allowCredentials: true }} }}]
+      backendRefs: [{{ name: one, port: {p1} }}]
+"#
+    );
+    let file = dir.join("gateway.yaml");
+    std::fs::write(&file, manifest).unwrap();
+    let opts = weir::import::ingress::Options {
+        class: "nginx".into(),
+        service_address: "127.0.0.1:{port}".into(),
+        secrets_dir: dir.display().to_string(),
+        cluster: None,
+    };
+    let imported = weir::import::kubernetes(&file, &opts).unwrap();
+    let notes = imported.skipped.join("\n");
+    assert!(
+        notes.contains("CORS allowCredentials with the origin *: credentials left off"),
+        "{notes}"
+    );
+    assert!(!notes.contains("timeouts"), "{notes}");
+    let cfg = weir::runtime::load_str(&imported.yaml, &dir, |v| {
+        (v == "WEIR_LISTEN").then(|| "127.0.0.1:0".to_string())
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", imported.yaml));
+    let handle = weir::server::start(cfg).unwrap();
+    let addr = handle.local_addrs()[0];
+    let timed = |path: &str| {
+        let t = std::time::Instant::now();
+        let r = get(addr, "api.test", path);
+        (r.status, t.elapsed())
+    };
+    let (status, took) = timed("/short");
+    assert_eq!(status, 504);
+    assert!(took < std::time::Duration::from_millis(1300), "{took:?}");
+    let (status, took) = timed("/try");
+    assert_eq!(status, 504);
+    assert!(took < std::time::Duration::from_millis(1300), "{took:?}");
+    let r = get(addr, "api.test", "/off");
+    assert_eq!((r.status, r.text().as_str()), (200, "late"));
+    // A preflight from an allowed origin (a subdomain by the wildcard).
+    let r = ask(
+        addr,
+        "OPTIONS /cors/x HTTP/1.1\r\nHost: api.test\r\nOrigin: https://eu.shop.example\r\nAccess-Control-Request-Method: PUT\r\nAccess-Control-Request-Headers: x-token\r\n\r\n",
+    );
+    assert_eq!(r.status, 204, "{r:?}");
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://eu.shop.example")
+    );
+    assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
+    assert_eq!(r.header("access-control-allow-methods"), Some("GET, PUT"));
+    assert_eq!(r.header("access-control-max-age"), Some("600"));
+    // A method or an origin the filter does not list.
+    for (origin, method) in [
+        ("https://app.example", "DELETE"),
+        ("https://evil.example", "GET"),
+    ] {
+        let r = ask(
+            addr,
+            &format!("OPTIONS /cors/x HTTP/1.1\r\nHost: api.test\r\nOrigin: {origin}\r\nAccess-Control-Request-Method: {method}\r\n\r\n"),
+        );
+        assert_eq!(r.status, 403, "{origin} {method}");
+    }
+    // A simple request gets its fields from the response phase.
+    let r = ask(
+        addr,
+        "GET /cors/x HTTP/1.1\r\nHost: api.test\r\nOrigin: https://app.example\r\n\r\n",
+    );
+    assert!(r.text().starts_with("one "), "{r:?}");
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    assert_eq!(r.header("access-control-expose-headers"), Some("x-trace"));
+    // `*` with credentials: any origin, no credentials; `allowMethods: ["*"]` allows DELETE.
+    let r = ask(
+        addr,
+        "OPTIONS /open HTTP/1.1\r\nHost: api.test\r\nOrigin: https://any.example\r\nAccess-Control-Request-Method: DELETE\r\n\r\n",
+    );
+    assert_eq!(r.status, 204, "{r:?}");
+    assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+    assert_eq!(r.header("access-control-allow-credentials"), None);
+    common::inproc::stop(handle);
+    drop((slow, one));
+}
+
 /// examples/kubernetes/manifests.yaml as its header says: imported with
 /// `--service-address '127.0.0.1:{port}'`, the config loads with `WEIR_LISTEN`, and the
 /// Gateway's and the Ingress's routes answer.

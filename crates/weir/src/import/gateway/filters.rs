@@ -1,5 +1,5 @@
-//! An HTTPRoute rule's action: its filters (header modifiers, redirect, rewrite, mirrors),
-//! its backends (one, or a weighted `split`), or a 500 for what cannot be carried out.
+//! An HTTPRoute rule's action: its filters (header modifiers, redirect, rewrite, mirrors,
+//! CORS), its backends (one, or a weighted `split`), or a 500 for what cannot be carried out.
 
 use serde_yaml::{Mapping, Value};
 
@@ -120,6 +120,11 @@ pub(super) fn action(
                     )),
                 }
             }
+            "CORS" => {
+                let mut filter = Mapping::new();
+                filter.insert("cors".into(), Value::Mapping(cors(id, &f["cors"], c)));
+                filters.push(Value::Mapping(filter));
+            }
             // Made by the caller (`mirrors`).
             "RequestMirror" => {} // The specification: a filter that cannot be carried out is not skipped; the
             // requests it covers get 500 (ExtensionRef is how auth is often attached).
@@ -181,4 +186,57 @@ pub(super) fn action(
             r.insert("respond".into(), Value::Mapping(respond));
         }
     }
+}
+
+/// The methods `allowMethods: ["*"]` stands for (the specification's list).
+const ANY_METHOD: [&str; 9] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+];
+
+/// An `HTTPCORSFilter` as weir's `cors` filter. Where the two differ, weir's narrower reading
+/// is kept and noted: `allowCredentials` with the `*` origin (which the specification answers
+/// by echoing any origin, cookies and all) is left off; an origin weir cannot say allows none.
+fn cors(id: &str, spec: &Value, c: &mut Converted) -> Mapping {
+    let strings = |key: &str| -> Vec<String> {
+        spec[key]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect()
+    };
+    let origins = strings("allowOrigins");
+    let mut credentials = spec["allowCredentials"].as_bool().unwrap_or(false);
+    if credentials && origins.iter().any(|o| o == "*") {
+        credentials = false;
+        c.skipped.push(format!(
+            "{id}: CORS allowCredentials with the origin *: credentials left off (list the origins to allow them)"
+        ));
+    }
+    let methods = strings("allowMethods");
+    let methods: Vec<String> = match methods.iter().any(|m| m == "*") {
+        true => ANY_METHOD.iter().map(|m| m.to_string()).collect(),
+        // Not given: the CORS-safelisted methods (weir's default too).
+        false if methods.is_empty() => vec!["GET".into(), "HEAD".into(), "POST".into()],
+        false => methods,
+    };
+    let seq = |v: Vec<String>| Value::Sequence(v.into_iter().map(Value::from).collect());
+    let mut m = Mapping::new();
+    // No origin listed: no cross-origin request is allowed (weir needs one: a name no
+    // request's Origin can be).
+    m.insert(
+        "origins".into(),
+        match origins.is_empty() {
+            true => seq(vec!["~^$".into()]),
+            false => seq(origins),
+        },
+    );
+    m.insert("methods".into(), seq(methods));
+    m.insert("headers".into(), seq(strings("allowHeaders")));
+    m.insert("expose".into(), seq(strings("exposeHeaders")));
+    m.insert("credentials".into(), credentials.into());
+    // The specification's default: 5 seconds.
+    let age = spec["maxAge"].as_u64().unwrap_or(5);
+    m.insert("max_age".into(), format!("{age}s").into());
+    m
 }

@@ -11,13 +11,16 @@
 //!   routes ordered by the specification's precedence (exact path, longer prefix, method,
 //!   more headers, more query parameters).
 //! - filters: `RequestHeaderModifier`, `ResponseHeaderModifier`, `RequestRedirect`,
-//!   `URLRewrite` (hostname, `ReplaceFullPath`, `ReplacePrefixMatch`), `RequestMirror`.
+//!   `URLRewrite` (hostname, `ReplaceFullPath`, `ReplacePrefixMatch`), `RequestMirror`,
+//!   `CORS` (weir's `cors`; `allowCredentials` with the `*` origin left off, noted).
+//! - `timeouts`: `request` and `backendRequest` bound the exchange (upstream `timeouts.total`
+//!   on the rule's own upstreams; 504).
 //! - `backendRefs`: Services (their port), weights (a `split`); one in another namespace only
 //!   with a `ReferenceGrant` there allowing it, else the rule answers 500 as the specification
 //!   says for an invalid reference (`RefNotPermitted`, `BackendNotFound`, `InvalidKind`, noted).
 //!
-//! `GRPCRoute`s attach as HTTPRoutes do, their rules said as HTTPRoute rules (`grpc.rs`).
-//! Not yet: `TLSRoute`, route `timeouts` (listed). Status is written by
+//! `GRPCRoute`s attach as HTTPRoutes do, their rules said as HTTPRoute rules (`grpc.rs`);
+//! `TLSRoute`s onto the passthrough listener (`tls_route.rs`). Status is written by
 //! `providers.kubernetes` from [`Outcomes`].
 
 use serde_yaml::{Mapping, Value};

@@ -48,10 +48,6 @@ pub(super) fn rules(
         .flatten()
         .enumerate()
     {
-        if rule.get("timeouts").is_some() {
-            c.skipped
-                .push(format!("{id}: rule {ri}: timeouts not translated"));
-        }
         let backends = backends(x, rule, c, upstreams);
         if let Err(why) = &backends {
             c.gateway.unresolved(id, why);
@@ -67,7 +63,7 @@ pub(super) fn rules(
             let bns = b["namespace"].as_str().unwrap_or(ns);
             match b["port"].as_u64() {
                 Some(port) if bns == ns || granted(grants, (x.kind(), ns), ("Service", bns, name)) => {
-                    match service_upstream((bns, name, &port.to_string()), upstreams, opts, c) {
+                    match service_upstream((bns, name, &port.to_string()), Mapping::new(), upstreams, opts, c) {
                         Ok(up) => mirrors.push(up),
                         Err(why) => c.skipped.push(format!("{id}: RequestMirror: {why}: not mirrored")),
                     }
@@ -134,6 +130,7 @@ pub(super) fn backends(
     upstreams: &mut Mapping,
 ) -> Backends {
     let (ns, grants, opts) = (x.ns, x.grants, x.opts);
+    let settings = timeouts(&rule["timeouts"], c)?;
     let mut out = Vec::new();
     for b in rule["backendRefs"].as_sequence().into_iter().flatten() {
         let kind = b["kind"].as_str().unwrap_or("Service");
@@ -168,7 +165,13 @@ pub(super) fn backends(
         if weight == 0 {
             continue;
         }
-        let up = service_upstream((bns, name, &port.to_string()), upstreams, opts, c)?;
+        let up = service_upstream(
+            (bns, name, &port.to_string()),
+            settings.clone(),
+            upstreams,
+            opts,
+            c,
+        )?;
         out.push((up, weight));
     }
     if out.is_empty()
@@ -295,4 +298,94 @@ fn matcher(id: &str, m: &Value, c: &mut Converted) -> Option<(Mapping, Rank, Opt
         method * 128 + (127 - (nh.min(15) * 8 + nq.min(7)) as u8),
     );
     Some((wm, rank, prefix))
+}
+
+/// A rule's `timeouts` as its backends' upstream settings: `request` (the whole answer) and
+/// `backendRequest` (one try; never longer than `request`, the specification validates) bound
+/// weir's `total`, every try of the exchange (504 before the answer's head, the connection cut
+/// after); the waits for the head and between body reads are lifted to it when it is longer
+/// than their 60 s. `0s` turns a limit off. A value weir cannot read makes the rule answer 500
+/// (a limit asked for and not kept would be wider than asked).
+fn timeouts(t: &Value, c: &mut Converted) -> Result<Mapping, String> {
+    let mut limit: Option<u64> = None;
+    for key in ["request", "backendRequest"] {
+        let Some(v) = t[key].as_str() else { continue };
+        let ms = gateway_duration(v).ok_or_else(|| {
+            format!(
+                "timeouts.{key} `{}` is not a Gateway API duration",
+                v.escape_debug()
+            )
+        })?;
+        if ms > 0 {
+            limit = Some(limit.map_or(ms, |l| l.min(ms)));
+        }
+    }
+    let mut out = Mapping::new();
+    if let Some(ms) = limit {
+        let mut m = Mapping::new();
+        m.insert("total".into(), format!("{ms}ms").into());
+        if ms > 60_000 {
+            m.insert("response_header".into(), format!("{ms}ms").into());
+            m.insert("idle".into(), format!("{ms}ms").into());
+        }
+        out.insert("timeouts".into(), Value::Mapping(m));
+    }
+    if !t.is_null() {
+        c.translated += 1;
+    }
+    Ok(out)
+}
+
+/// A Gateway API duration (`1h`, `30s`, `500ms`, `1m30s`: up to four numbers of up to five
+/// digits, each with `h`, `m`, `s` or `ms`), in milliseconds.
+fn gateway_duration(s: &str) -> Option<u64> {
+    let (mut total, mut parts, mut rest) = (0u64, 0, s);
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 || digits > 5 {
+            return None;
+        }
+        let n: u64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let (unit, len) = if rest.starts_with("ms") {
+            (1, 2)
+        } else {
+            match rest.bytes().next()? {
+                b'h' => (3_600_000, 1),
+                b'm' => (60_000, 1),
+                b's' => (1_000, 1),
+                _ => return None,
+            }
+        };
+        rest = &rest[len..];
+        total += n * unit;
+        parts += 1;
+    }
+    (parts > 0 && parts <= 4).then_some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gateway_duration;
+
+    #[test]
+    fn gateway_durations_are_read_as_the_specification_writes_them() {
+        assert_eq!(gateway_duration("500ms"), Some(500));
+        assert_eq!(gateway_duration("1m30s"), Some(90_000));
+        assert_eq!(gateway_duration("1h"), Some(3_600_000));
+        assert_eq!(gateway_duration("0s"), Some(0));
+        for bad in [
+            "",
+            "10",
+            "1.5s",
+            "s",
+            "1d",
+            "123456s",
+            "1h1h1h1h1h",
+            "-1s",
+            "1 s",
+        ] {
+            assert_eq!(gateway_duration(bad), None, "{bad}");
+        }
+    }
 }

@@ -81,11 +81,12 @@ pub(super) fn service_port(
 /// The upstream for a Service port with no annotations' settings (`gateway.rs`).
 pub(in crate::import) fn service_upstream(
     backend: (&str, &str, &str),
+    settings: Mapping,
     upstreams: &mut Mapping,
     opts: &Options,
     c: &mut Converted,
 ) -> Result<String, String> {
-    upstream_for(backend, &Annotated::default(), upstreams, opts, c)
+    upstream_with(backend, settings, upstreams, opts, c)
 }
 
 /// The upstream for a Service port (made once): `NAMESPACE.SERVICE.PORT`. Against a
@@ -97,14 +98,30 @@ pub(super) fn upstream_for(
     opts: &Options,
     c: &mut Converted,
 ) -> Result<String, String> {
-    c.referenced
-        .insert(("Service", ns.to_string(), service.to_string()));
-    // The settings the annotations give the upstream (protocol, TLS, timeouts, affinity) are
-    // in its name when there are any: two objects naming one Service port with different
-    // settings get two upstreams, neither the other's (the second attack review of issue 56:
-    // the first one's settings were silently everyone's).
     let mut settings = Mapping::new();
     a.upstream(&mut settings);
+    let up = upstream_with((ns, service, port), settings, upstreams, opts, c)?;
+    for (name, u) in &a.auth_upstreams {
+        if !upstreams.contains_key(name.as_str()) {
+            upstreams.insert(name.clone().into(), Value::Mapping(u.clone()));
+        }
+    }
+    Ok(up)
+}
+
+/// The upstream for a Service port with `settings` (protocol, TLS, timeouts, affinity).
+fn upstream_with(
+    (ns, service, port): (&str, &str, &str),
+    settings: Mapping,
+    upstreams: &mut Mapping,
+    opts: &Options,
+    c: &mut Converted,
+) -> Result<String, String> {
+    c.referenced
+        .insert(("Service", ns.to_string(), service.to_string()));
+    // The settings are in its name when there are any: two objects naming one Service port
+    // with different settings get two upstreams, neither the other's (the second attack
+    // review of issue 56: the first one's settings were silently everyone's).
     let up = match settings.is_empty() {
         true => format!("{ns}.{service}.{port}"),
         false => {
@@ -137,11 +154,6 @@ pub(super) fn upstream_for(
         }
         upstreams.insert(up.clone().into(), Value::Mapping(u));
         c.translated += 1;
-    }
-    for (name, u) in &a.auth_upstreams {
-        if !upstreams.contains_key(name.as_str()) {
-            upstreams.insert(name.clone().into(), Value::Mapping(u.clone()));
-        }
     }
     Ok(up)
 }
