@@ -110,8 +110,17 @@ fn gateways_routes_and_ingresses_are_served_and_their_status_written() {
             {"name": "http", "protocol": "HTTP", "port": 80},
             {"name": "https", "protocol": "HTTPS", "port": 443, "hostname": "secure.test",
              "tls": {"certificateRefs": [{"name": "site-tls"}]}},
-            {"name": "tcp", "protocol": "TCP", "port": 9000}]}});
+            {"name": "tcp", "protocol": "TCP", "port": 9000},
+            // Takes GRPCRoutes only, and names a kind no listener serves.
+            {"name": "grpc-only", "protocol": "HTTP", "port": 80, "hostname": "grpc-only.test",
+             "allowedRoutes": {"kinds": [{"kind": "GRPCRoute"}, {"kind": "FooRoute"}]}}]}});
     k.create(&gateway);
+    k.create(
+        &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": "wrong-kind", "namespace": "web"},
+        "spec": {"parentRefs": [{"name": "edge", "sectionName": "grpc-only"}],
+            "rules": [{"backendRefs": [{"name": "shop", "port": 8080}]}]}}),
+    );
     // The HTTPS listener's certificate, a Secret of type kubernetes.io/tls.
     let pki = common::tlskit::Pki::new("kubernetes-provider");
     let cert = pki.issue("secure", "secure.test", &["secure.test"]);
@@ -262,6 +271,41 @@ fn gateways_routes_and_ingresses_are_served_and_their_status_written() {
         condition(&tcp["conditions"], "Accepted")["reason"],
         "UnsupportedProtocol",
         "{gw:#}"
+    );
+    // allowedRoutes.kinds: the kind it cannot serve refused (InvalidRouteKinds), the other
+    // kept and served; the HTTPRoute naming it not attached, its host not served.
+    let narrow = &gw["status"]["listeners"][3];
+    assert_eq!(narrow["name"], "grpc-only", "{gw:#}");
+    assert_eq!(
+        narrow["supportedKinds"],
+        json!([{"group": "gateway.networking.k8s.io", "kind": "GRPCRoute"}]),
+        "{gw:#}"
+    );
+    assert_eq!(
+        condition(&narrow["conditions"], "ResolvedRefs")["reason"],
+        "InvalidRouteKinds",
+        "{gw:#}"
+    );
+    assert_eq!(
+        condition(&narrow["conditions"], "Programmed")["status"],
+        "True",
+        "{gw:#}"
+    );
+    assert_eq!(narrow["attachedRoutes"], 0, "{gw:#}");
+    let r = until_object(
+        &k,
+        "HTTPRoute wrong-kind status",
+        "/apis/gateway.networking.k8s.io/v1/namespaces/web/httproutes/wrong-kind",
+        |o| !o["status"]["parents"].is_null(),
+    );
+    assert_eq!(
+        condition(&r["status"]["parents"][0]["conditions"], "Accepted")["reason"],
+        "NotAllowedByListeners",
+        "{r:#}"
+    );
+    assert_ne!(
+        host_get(listen, "grpc-only.test", "/").unwrap().text(),
+        "shop answers"
     );
     let generation = gw["metadata"]["generation"].as_i64().unwrap();
     assert_eq!(
@@ -566,7 +610,36 @@ fn the_kubernetes_example_serves_its_gateway_route_and_ingress() {
         },
     );
     assert_eq!(gw["status"]["listeners"][0]["name"], "http");
+    // A graceful stop gives the status Lease up (client-go's ReleaseOnCancel): another
+    // replica takes it at once, not after 15 s. (A crash leaves it to expire: the first test.)
+    let lease_path = "/apis/coordination.k8s.io/v1/namespaces/default/leases/weir-gateway-status";
+    let mut weir = weir;
+    assert_eq!(
+        k.get(lease_path)["spec"]["holderIdentity"],
+        json!(format!("{}-{}", gethostname(), weir.id()))
+    );
+    // SAFETY: kill(2) with a live child's pid.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::kill(weir.id() as libc::pid_t, libc::SIGTERM);
+    }
+    common::until("weir stopped", Duration::from_secs(20), || {
+        weir.try_wait().unwrap().is_some()
+    });
+    let lease = k.get(lease_path);
+    assert!(
+        lease["spec"]["holderIdentity"].is_null(),
+        "not released: {lease:#}"
+    );
     drop((weir, shop, api));
+}
+
+/// The host name, which weir's default identity starts with (a pod's name, in a cluster).
+fn gethostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string()
 }
 
 /// A GRPCRoute to a grpc-go server (an EndpointSlice naming it): unary and server-streaming

@@ -10,8 +10,20 @@ use crate::server;
 
 /// Reloads with systemd told (RELOADING, then READY) when the config is rebuilt.
 fn reload(handle: &server::ServerHandle, reloader: &mut Reloader, why: Why) -> Result<(), String> {
+    reload_compiled(handle, reloader, why, None)
+}
+
+/// [`reload`], with a config the Kubernetes provider compiled from the same texts.
+fn reload_compiled(
+    handle: &server::ServerHandle,
+    reloader: &mut Reloader,
+    why: Why,
+    compiled: Option<crate::reload::Compiled>,
+) -> Result<(), String> {
     notify::notify("RELOADING=1");
-    let result = reloader.reload(handle, why).map(|_: Outcome| ());
+    let result = reloader
+        .reload_compiled(handle, why, compiled)
+        .map(|_: Outcome| ());
     notify::notify("READY=1");
     result
 }
@@ -58,6 +70,7 @@ fn sync_provider(
         let texts = crate::providers::kubernetes::publish::Base {
             path: reloader.path().map(|p| p.to_path_buf()),
             fragments: reloader.fragments.clone(),
+            registry: handle.registry(),
         };
         *provider = Some(crate::providers::kubernetes::Provider::spawn(
             settings,
@@ -141,8 +154,8 @@ pub(super) fn wait_for_signals(
                     }
                     continue;
                 }
-                Some(answer) = kube_asks.recv() => {
-                    let _ = answer.send(reload(&handle, &mut reloader, Why::Kubernetes));
+                Some((compiled, answer)) = kube_asks.recv() => {
+                    let _ = answer.send(reload_compiled(&handle, &mut reloader, Why::Kubernetes, compiled));
                     sync_watch(&handle, &reloader, &mut watch, &files_tx);
                     continue;
                 }
@@ -190,7 +203,7 @@ pub(super) fn wait_for_signals(
         };
         drop(watch);
         if let Some(p) = provider.take() {
-            p.stop();
+            p.shutdown().await;
         }
         if drain {
             // The new process is the service now: it tells systemd its own MAINPID.

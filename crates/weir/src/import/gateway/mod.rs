@@ -36,6 +36,29 @@ mod tls_route;
 
 pub use outcomes::{ListenerOutcome, Outcomes, ParentOutcome, Problem};
 
+/// The route kinds a listener takes: those of `allowed` (`allowedRoutes.kinds`) it can serve,
+/// or every one of `offered` when none are listed; and the ones it cannot, as written.
+fn route_kinds(allowed: &Value, offered: &[&'static str]) -> (Vec<&'static str>, Vec<String>) {
+    let listed = allowed.as_sequence().filter(|s| !s.is_empty());
+    let Some(listed) = listed else {
+        return (offered.to_vec(), Vec::new());
+    };
+    let (mut kinds, mut refused) = (Vec::new(), Vec::new());
+    for k in listed {
+        let group = k["group"].as_str().unwrap_or("gateway.networking.k8s.io");
+        let kind = k["kind"].as_str().unwrap_or("");
+        match offered.iter().find(|o| **o == kind) {
+            Some(o) if group == "gateway.networking.k8s.io" => {
+                if !kinds.contains(o) {
+                    kinds.push(*o);
+                }
+            }
+            _ => refused.push(format!("{group}/{kind}")),
+        }
+    }
+    (kinds, refused)
+}
+
 use grants::granted;
 
 /// A route's precedence (`Route::rank`).
@@ -55,6 +78,8 @@ struct Listener {
     hostname: Option<String>,
     /// `allowedRoutes.namespaces.from: All`.
     all_namespaces: bool,
+    /// The route kinds it takes (`allowedRoutes.kinds`, else its protocol's).
+    kinds: Vec<&'static str>,
 }
 
 /// What the Gateway API objects convert to.
@@ -252,11 +277,32 @@ pub(super) fn convert(
                             "Gateway {ns}/{name}: listener {lname}: allowedRoutes from Selector is read as Same (the listener's own namespace only)"
                         ));
                     }
+                    let offered: &[&'static str] = match passthrough {
+                        true => &["TLSRoute"],
+                        false => &["HTTPRoute", "GRPCRoute"],
+                    };
+                    let (kinds, refused) = route_kinds(&l["allowedRoutes"]["kinds"], offered);
+                    // Kinds it cannot take: `ResolvedRefs: False` (`InvalidRouteKinds`), the
+                    // others still served (the conformance suite's mixed case).
+                    let problem = (!refused.is_empty()).then(|| {
+                        let message = format!(
+                            "listener {lname}: route kinds {} are not supported on a {} listener",
+                            refused.join(", "),
+                            l["protocol"].as_str().unwrap_or("")
+                        );
+                        c.skipped.push(format!("Gateway {ns}/{name}: {message}"));
+                        Problem {
+                            condition: "ResolvedRefs",
+                            reason: "InvalidRouteKinds".into(),
+                            message,
+                        }
+                    });
                     c.gateway.listeners.push(ListenerOutcome {
                         gateway: gw.clone(),
                         name: lname.clone(),
                         attached: 0,
-                        problem: None,
+                        kinds: kinds.clone(),
+                        problem,
                     });
                     listeners.push(Listener {
                         gateway: gw.clone(),
@@ -266,6 +312,7 @@ pub(super) fn convert(
                         hostname: l["hostname"].as_str().map(str::to_ascii_lowercase),
                         all_namespaces: l["allowedRoutes"]["namespaces"]["from"].as_str()
                             == Some("All"),
+                        kinds,
                     });
                     c.translated += 1;
                 }
@@ -328,7 +375,7 @@ pub(super) fn convert(
             let candidates: Vec<&Listener> = named
                 .iter()
                 .copied()
-                .filter(|l| l.passthrough == (kind == "TLSRoute"))
+                .filter(|l| l.passthrough == (kind == "TLSRoute") && l.kinds.contains(&kind))
                 .collect();
             // The parent's `Accepted`: attached to one listener at least, else the last
             // reason (only for Gateways converted here: another's status is not ours).

@@ -2,7 +2,7 @@
 //! conversion: the facts `providers.kubernetes` writes into their status (issue 56 §1), with
 //! the reasons the Gateway API names (`NotAllowedByListeners`, `NoMatchingListenerHostname`,
 //! `NoMatchingParent`, `BackendNotFound`, `RefNotPermitted`, `InvalidKind`,
-//! `InvalidCertificateRef`, `UnsupportedProtocol`, `PortUnavailable`). `weir import` of files
+//! `InvalidCertificateRef`, `InvalidRouteKinds`, `UnsupportedProtocol`, `PortUnavailable`). `weir import` of files
 //! prints the same facts as notes.
 
 use serde_yaml::Value;
@@ -24,6 +24,9 @@ pub struct ListenerOutcome {
     pub name: String,
     /// Routes attached to it.
     pub attached: u32,
+    /// The route kinds it takes (`supportedKinds`): its protocol's, narrowed by
+    /// `allowedRoutes.kinds`; empty for a listener left out.
+    pub kinds: Vec<&'static str>,
     /// `None`: served.
     pub problem: Option<Problem>,
 }
@@ -67,6 +70,7 @@ impl Outcomes {
             gateway: gateway.clone(),
             name: name.to_string(),
             attached: 0,
+            kinds: Vec::new(),
             problem: Some(Problem {
                 condition,
                 reason: reason.to_string(),

@@ -4,7 +4,7 @@
 //! already this replica's, by a replace at the read `resourceVersion`: two replicas racing
 //! for it cannot both win (the second gets 409). It is renewed at every rebuild and every
 //! [`RENEW`]; a replica that cannot reach the API server stops writing at once and another
-//! takes over once the Lease expires.
+//! takes over once the Lease expires. One that stops gracefully gives it up first.
 
 use std::time::Duration;
 
@@ -66,6 +66,50 @@ impl Lease {
             }
         }
         self.held
+    }
+
+    /// Gives the Lease up when this replica holds it (on a graceful stop, as client-go's
+    /// `ReleaseOnCancel`): the holder emptied, another replica takes it at its next look
+    /// ([`RENEW`]) rather than once it expires. A replica that crashes cannot: the others wait
+    /// out [`DURATION`].
+    pub async fn release(&mut self) {
+        if !std::mem::take(&mut self.held) {
+            return;
+        }
+        match self.try_release().await {
+            Ok(true) => {
+                tracing::info!(lease = %self.name, "status Lease released");
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(lease = %self.name, error = %super::chain(&e), "status Lease not released: the other replicas take it once it expires");
+            }
+        }
+    }
+
+    async fn try_release(&self) -> Result<bool, kube::Error> {
+        let Some(mut current) = self.api.get_opt(&self.name).await? else {
+            return Ok(false);
+        };
+        let mut spec = current.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return Ok(false);
+        }
+        spec.holder_identity = None;
+        spec.acquire_time = None;
+        spec.renew_time = Some(MicroTime(Timestamp::now()));
+        spec.lease_duration_seconds = Some(1);
+        current.spec = Some(spec);
+        // At the read resourceVersion: a Lease taken meanwhile is not emptied (409).
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &current)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     async fn try_hold(&self) -> Result<bool, kube::Error> {

@@ -46,8 +46,12 @@ pub use crate::config::kubernetes::Settings;
 
 use crate::config::assemble::Fragment;
 
-/// What the provider asks the control loop: reload with its new fragment, and say how it went.
-pub type Ask = oneshot::Sender<Result<(), String>>;
+/// What the provider asks the control loop: reload with its new fragment (the config it
+/// compiled with it, when it did), and say how it went.
+pub type Ask = (
+    Option<crate::reload::Compiled>,
+    oneshot::Sender<Result<(), String>>,
+);
 
 /// Rate limit of the "cannot reach the API server" lines.
 static CONNECT_LOG: crate::logs::Limited = crate::logs::Limited::new();
@@ -57,6 +61,8 @@ static CONNECT_LOG: crate::logs::Limited = crate::logs::Limited::new();
 pub struct Provider {
     pub settings: Settings,
     task: tokio::task::JoinHandle<()>,
+    /// Asks the task to give up the status Lease and end (`shutdown`).
+    quit: Option<oneshot::Sender<()>>,
 }
 
 impl Provider {
@@ -68,13 +74,32 @@ impl Provider {
         ask: UnboundedSender<Ask>,
     ) -> Provider {
         let s = settings.clone();
-        let task = tokio::spawn(async move { run(s, (slot, texts), ask).await });
-        Provider { settings, task }
+        let (quit, quitting) = oneshot::channel();
+        let task = tokio::spawn(async move { run(s, (slot, texts), ask, quitting).await });
+        Provider {
+            settings,
+            task,
+            quit: Some(quit),
+        }
     }
 
     /// Stops it (its watches with it).
     pub fn stop(self) {
         self.task.abort();
+    }
+
+    /// Stops it on the way out: the status Lease given up first when held (bounded: an API
+    /// server that does not answer leaves it to expire).
+    pub async fn shutdown(mut self) {
+        if let Some(q) = self.quit.take() {
+            let _ = q.send(());
+        }
+        if tokio::time::timeout(Duration::from_secs(3), &mut self.task)
+            .await
+            .is_err()
+        {
+            self.task.abort();
+        }
     }
 }
 
@@ -123,6 +148,7 @@ async fn run(
     s: Settings,
     (slot, texts): (Arc<Mutex<Vec<Fragment>>>, publish::Base),
     ask: UnboundedSender<Ask>,
+    mut quitting: oneshot::Receiver<()>,
 ) {
     let mut backoff = Duration::from_millis(200);
     let client = loop {
@@ -171,6 +197,10 @@ async fn run(
                     continue;
                 }
             }
+            _ = &mut quitting => {
+                lease.release().await;
+                return;
+            }
             else => return,
         }
         if !watches.ready() {
@@ -193,11 +223,12 @@ async fn run(
             }
             notes = built.notes.clone();
         }
+        let mut built = built;
         if published.as_deref() != Some(built.fragment.text.as_str()) {
             published = Some(built.fragment.text.clone());
             *slot.lock().unwrap_or_else(|e| e.into_inner()) = vec![built.fragment.clone()];
             let (done, result) = oneshot::channel();
-            if ask.send(done).is_err() {
+            if ask.send((built.compiled.take(), done)).is_err() {
                 return;
             }
             match result.await {

@@ -204,9 +204,26 @@ fn gateway_status(gw: &Json, s: &Settings, a: &Applied<'_>) -> Json {
         let problem = out.and_then(|o| o.problem.as_ref());
         let accepted = problem.filter(|p| p.condition == "Accepted");
         let refs = problem.filter(|p| p.condition == "ResolvedRefs");
-        let served = problem.is_none() && a.error.is_none();
+        // A listener that refuses some of `allowedRoutes.kinds` still serves the others.
+        let narrowed = out.filter(|o| {
+            !o.kinds.is_empty() || refs.is_some_and(|p| p.reason == "InvalidRouteKinds")
+        });
+        let served = a.error.is_none()
+            && match problem {
+                None => true,
+                Some(p) => {
+                    p.reason == "InvalidRouteKinds" && narrowed.is_some_and(|o| !o.kinds.is_empty())
+                }
+            };
         let kinds = match (accepted, l["protocol"].as_str()) {
             (Some(_), _) => json!([]),
+            (None, _) if narrowed.is_some() => Json::Array(
+                narrowed
+                    .into_iter()
+                    .flat_map(|o| &o.kinds)
+                    .map(|k| json!({"group": "gateway.networking.k8s.io", "kind": k}))
+                    .collect(),
+            ),
             (None, Some("TLS")) => {
                 json!([{"group": "gateway.networking.k8s.io", "kind": "TLSRoute"}])
             }
