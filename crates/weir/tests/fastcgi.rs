@@ -308,6 +308,49 @@ fn connections_are_kept_and_failures_answer_502_and_504() {
     inproc::stop(handle);
 }
 
+/// An application that accepts and never reads: the request (a body larger than the socket
+/// buffers hold) is written within `timeouts.send`, then 504; the client is not held.
+#[test]
+fn an_application_that_reads_nothing_is_a_504_after_timeouts_send() {
+    let app = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let app_addr = app.local_addr().unwrap();
+    let held = std::thread::spawn(move || {
+        // Accepts, holds, reads nothing.
+        let c = app.accept().map(|(c, _)| c);
+        std::thread::sleep(Duration::from_secs(20));
+        drop(c);
+    });
+    let root = docroot("stalled");
+    let handle = inproc::start(&format!(
+        r#"workers: 1
+upstreams:
+  php:
+    servers: ['{app_addr}']
+    protocol: fastcgi
+    fastcgi: {{ root: '{root}', require_file: false }}
+    timeouts: {{ send: 300ms, response_header: 30s }}
+    retries: {{ attempts: 0 }}
+listeners:
+  - address: 127.0.0.1:0
+    routes:
+      - limits: {{ max_body_bytes: 64m }}
+        proxy: {{ upstream: php }}
+"#,
+        root = root.display()
+    ));
+    let addr = handle.local_addrs()[0];
+    const LEN: usize = 48 << 20;
+    let mut raw =
+        format!("POST /up.php HTTP/1.1\r\nHost: t\r\nContent-Length: {LEN}\r\n\r\n").into_bytes();
+    raw.resize(raw.len() + LEN, b'x');
+    let t = Instant::now();
+    let r = send(addr, &raw);
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    inproc::stop(handle);
+    drop(held);
+}
+
 /// examples/php.yaml as its header says: `WEIR_PHP_FPM` (TCP, then a unix socket) and
 /// `WEIR_PHP_ROOT`; files served, scripts run, everything else to index.php.
 #[test]

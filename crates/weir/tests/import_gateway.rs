@@ -385,6 +385,9 @@ spec:
             allowCredentials: true
             maxAge: 600
       backendRefs: [{{ name: one, port: {p1} }}]
+    - matches: [{{ path: {{ type: PathPrefix, value: /weird }} }}]
+      filters: [{{ type: CORS, cors: {{ allowOrigins: ["~^https?://.*$", "https://*"], allowCredentials: true }} }}]
+      backendRefs: [{{ name: one, port: {p1} }}]
     - matches: [{{ path: {{ type: PathPrefix, value: /open }} }}]
       filters: [{{ type: CORS, cors: {{ allowOrigins: ["*"], allowMethods: ["*"], allowCredentials: true }} }}]
       backendRefs: [{{ name: one, port: {p1} }}]
@@ -405,6 +408,10 @@ spec:
         "{notes}"
     );
     assert!(!notes.contains("timeouts"), "{notes}");
+    assert!(
+        notes.contains("CORS origin `~^https?://.*$` is not an origin the specification allows"),
+        "{notes}"
+    );
     let cfg = weir::runtime::load_str(&imported.yaml, &dir, |v| {
         (v == "WEIR_LISTEN").then(|| "127.0.0.1:0".to_string())
     })
@@ -459,6 +466,12 @@ spec:
         Some("https://app.example")
     );
     assert_eq!(r.header("access-control-expose-headers"), Some("x-trace"));
+    // weir's own origin syntax is not taken from a manifest: nothing is allowed there.
+    let r = ask(
+        addr,
+        "OPTIONS /weird HTTP/1.1\r\nHost: api.test\r\nOrigin: https://evil.example\r\nAccess-Control-Request-Method: GET\r\n\r\n",
+    );
+    assert_eq!(r.status, 403, "{r:?}");
     // `*` with credentials: any origin, no credentials; `allowMethods: ["*"]` allows DELETE.
     let r = ask(
         addr,

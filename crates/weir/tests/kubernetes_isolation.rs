@@ -126,15 +126,48 @@ fn one_namespace_cannot_take_another_s_hosts_secrets_traffic_or_config() {
 
     let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let listen_tls: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let config = write_config(
-        "kubernetes-isolation",
-        &format!(
-            "admin:\n  address: 127.0.0.1:0\n# An upstream named as the provider names Service evil/clash's port 80.\nupstreams:\n  evil.clash.80: {{ servers: [\"127.0.0.1:9\"] }}\nproviders:\n  kubernetes:\n    kubeconfig: {}\n    listen: {listen}\n    listen_tls: {listen_tls}\n    secrets_dir: {}\n    debounce: 50ms\n",
+    // The file also serves a key-value store, on a listener of its own.
+    let kv_listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let file_text = |kv_size: &str| {
+        format!(
+            "admin:\n  address: {admin}\n# An upstream named as the provider names Service evil/clash's port 80.\nupstreams:\n  evil.clash.80: {{ servers: [\"127.0.0.1:9\"] }}\nkv_stores: {{ s: {{ max_size: {kv_size} }} }}\nlisteners:\n  - address: {kv_listen}\n    routes:\n      - match: {{ path_prefix: /kv/ }}\n        kv: {{ store: s }}\nproviders:\n  kubernetes:\n    kubeconfig: {}\n    listen: {listen}\n    listen_tls: {listen_tls}\n    secrets_dir: {}\n    debounce: 50ms\n",
             k.kubeconfig("isolation", ADMIN_TOKEN).display(),
             k.dir.join("secrets").display()
-        ),
+        )
+    };
+    let config = write_config("kubernetes-isolation", &file_text("1m"));
+    let (weir, _) = spawn_run(&config);
+    let kv_put = |key: &str| {
+        common::roundtrip(
+            &mut common::connect(kv_listen),
+            format!("PUT /kv/{key} HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok").as_bytes(),
+        )
+        .status
+    };
+    assert_eq!(kv_put("before"), 201);
+    // The operator edits the file (the store's size) and has not reloaded yet; a tenant's
+    // change that converts to the same config (a label) makes a rebuild that checks it against
+    // the edited file and applies nothing. The running store is left alone (the attack review
+    // of 2026-11-30: it was closed, every request to it 503).
+    std::fs::write(&config, file_text("2m")).unwrap();
+    let rebuilds = |admin: SocketAddr| {
+        let m = common::get(admin, "/metrics").text();
+        m.lines()
+            .find(|l| l.starts_with("weir_kubernetes_rebuilds_total{outcome=\"converted\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let before = rebuilds(admin);
+    k.patch(
+        &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "shop", "namespace": "victim"}}),
+        &json!({"metadata": {"labels": {"poke": "1"}}}),
     );
-    let (weir, admin) = spawn_run(&config);
+    common::until("a rebuild", Duration::from_secs(30), || {
+        rebuilds(admin) > before
+    });
+    assert_eq!(kv_put("during"), 201);
     until_served(listen, ("shop.victim.test", "/"), 200, "victim");
     until_served(listen, ("blog.victim.test", "/"), 200, "victim");
 
@@ -314,6 +347,7 @@ fn one_namespace_cannot_take_another_s_hosts_secrets_traffic_or_config() {
         b"POST /reload HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n",
     );
     assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(kv_put("after"), 201);
     let mut s = common::tlskit::connect(listen_tls, "shop.victim.test", &victim_tls).unwrap();
     let r = common::tlskit::exchange(
         &mut s,

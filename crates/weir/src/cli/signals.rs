@@ -10,20 +10,8 @@ use crate::server;
 
 /// Reloads with systemd told (RELOADING, then READY) when the config is rebuilt.
 fn reload(handle: &server::ServerHandle, reloader: &mut Reloader, why: Why) -> Result<(), String> {
-    reload_compiled(handle, reloader, why, None)
-}
-
-/// [`reload`], with a config the Kubernetes provider compiled from the same texts.
-fn reload_compiled(
-    handle: &server::ServerHandle,
-    reloader: &mut Reloader,
-    why: Why,
-    compiled: Option<crate::reload::Compiled>,
-) -> Result<(), String> {
     notify::notify("RELOADING=1");
-    let result = reloader
-        .reload_compiled(handle, why, compiled)
-        .map(|_: Outcome| ());
+    let result = reloader.reload(handle, why).map(|_: Outcome| ());
     notify::notify("READY=1");
     result
 }
@@ -70,7 +58,6 @@ fn sync_provider(
         let texts = crate::providers::kubernetes::publish::Base {
             path: reloader.path().map(|p| p.to_path_buf()),
             fragments: reloader.fragments.clone(),
-            registry: handle.registry(),
         };
         *provider = Some(crate::providers::kubernetes::Provider::spawn(
             settings,
@@ -154,8 +141,8 @@ pub(super) fn wait_for_signals(
                     }
                     continue;
                 }
-                Some((compiled, answer)) = kube_asks.recv() => {
-                    let _ = answer.send(reload_compiled(&handle, &mut reloader, Why::Kubernetes, compiled));
+                Some(answer) = kube_asks.recv() => {
+                    let _ = answer.send(reload(&handle, &mut reloader, Why::Kubernetes));
                     sync_watch(&handle, &reloader, &mut watch, &files_tx);
                     continue;
                 }
@@ -203,7 +190,12 @@ pub(super) fn wait_for_signals(
         };
         drop(watch);
         if let Some(p) = provider.take() {
-            p.shutdown().await;
+            match drain {
+                // The new process serves now, under the same identity when one is configured:
+                // the Lease it renews is not emptied by this one (attack review, 2026-11-30).
+                true => p.stop(),
+                false => p.shutdown().await,
+            }
         }
         if drain {
             // The new process is the service now: it tells systemd its own MAINPID.

@@ -43,7 +43,15 @@ async fn deliver(up: &Upstream, server: usize, bytes: &[u8]) -> Option<()> {
         Some(c) => c,
         None => super::exchange::connect(up, server).await.ok()?,
     };
-    super::exchange::send(&mut conn.stream, bytes).await.ok()?;
+    // Bounded as a request body's writes are (`timeouts.send`): a shadow that stops reading
+    // held its slot under `max_in_flight` for good.
+    tokio::time::timeout(
+        up.send_timeout,
+        super::exchange::send(&mut conn.stream, bytes),
+    )
+    .await
+    .ok()?
+    .ok()?;
     let head_request = bytes.starts_with(b"HEAD ");
     let resp = super::exchange::read_response_head(
         &mut conn,

@@ -82,24 +82,6 @@ impl std::fmt::Debug for Reloader {
     }
 }
 
-/// A config compiled from the texts with digest `digest` (by the Kubernetes provider, which
-/// compiles its fragment merged as the reload merges it, to leave out the objects that do not
-/// compile): the reload applies it as is when the texts it reads are still those, instead of
-/// compiling them a second time (half the CPU of a rebuild: 1.9 s of the control loop at
-/// 2,000 HTTPRoutes).
-pub struct Compiled {
-    pub digest: u64,
-    pub config: RuntimeConfig,
-}
-
-impl std::fmt::Debug for Compiled {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Compiled")
-            .field("digest", &self.digest)
-            .finish()
-    }
-}
-
 /// Reads the config's texts: the file (or the built-in config) and `fragments`.
 pub fn read(path: Option<&Path>, fragments: &[Fragment]) -> Result<config::Source, ConfigError> {
     match path {
@@ -140,24 +122,13 @@ impl Reloader {
     /// Re-reads, compiles and swaps in the config when its texts changed (always, for a
     /// source that [forces](Why::forces)). On any error the running config stays.
     pub fn reload(&mut self, handle: &ServerHandle, why: Why) -> Result<Outcome, String> {
-        self.reload_compiled(handle, why, None)
-    }
-
-    /// [`Reloader::reload`], applying `compiled` (the Kubernetes provider's) as is when it was
-    /// compiled from the texts read now: the same config is not compiled twice.
-    pub fn reload_compiled(
-        &mut self,
-        handle: &ServerHandle,
-        why: Why,
-        compiled: Option<Compiled>,
-    ) -> Result<Outcome, String> {
         let from = self
             .path
             .as_ref()
             .map_or("the built-in config".to_string(), |p| {
                 p.display().to_string()
             });
-        let result = self.try_reload(handle, why, compiled);
+        let result = self.try_reload(handle, why);
         match &result {
             Ok(Outcome::Applied) => {
                 tracing::info!(config = %from, reason = why.as_str(), "reloaded")
@@ -173,12 +144,7 @@ impl Reloader {
         result
     }
 
-    fn try_reload(
-        &mut self,
-        handle: &ServerHandle,
-        why: Why,
-        compiled: Option<Compiled>,
-    ) -> Result<Outcome, String> {
+    fn try_reload(&mut self, handle: &ServerHandle, why: Why) -> Result<Outcome, String> {
         let mut fragments = self
             .fragments
             .lock()
@@ -196,15 +162,13 @@ impl Reloader {
             return Ok(Outcome::Unchanged);
         }
         let (digest, dirs) = (source.digest, source.dirs.clone());
-        let cfg: RuntimeConfig = match compiled.filter(|c| c.digest == digest) {
-            Some(c) => c.config,
-            None => runtime::compile(source, &handle.registry()).map_err(|mut e| {
+        let cfg: RuntimeConfig =
+            runtime::compile(source, &handle.registry()).map_err(|mut e| {
                 if e.file.is_none() {
                     e.file = self.path.as_ref().map(|p| p.display().to_string());
                 }
                 e.to_string()
-            })?,
-        };
+            })?;
         let level = cfg.log.level.clone();
         handle.reload(cfg).map_err(|e| e.to_string())?;
         (self.apply_log)(&level);

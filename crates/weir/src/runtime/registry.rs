@@ -86,6 +86,8 @@ pub struct Registry {
     acme: Mutex<Vec<Arc<crate::tls::acme::AcmeCerts>>>,
     /// The threads that obtain certificates: stopped and waited for when the server stops.
     pub acme_threads: Arc<crate::tls::acme_threads::AcmeThreads>,
+    /// A probe's ([`Registry::probe`]): disk tiers and key-value logs are not opened.
+    probe: bool,
 }
 
 /// What `GET /status` and `weir status` say of the process.
@@ -143,6 +145,19 @@ impl Registry {
             acme_challenges: Default::default(),
             acme: Mutex::new(Vec::new()),
             acme_threads: Default::default(),
+            probe: false,
+        }
+    }
+
+    /// A registry to compile a config against only to learn whether it compiles (the
+    /// Kubernetes provider's checks of its fragment merged with the file): it shares nothing
+    /// with the running one, whose state a compile changes (a key-value store whose settings
+    /// changed is closed, a cache zone replaced, a server's address stored), and it opens no
+    /// disk tier or key-value log, which the running config holds.
+    pub fn probe() -> Registry {
+        Registry {
+            probe: true,
+            ..Registry::default()
         }
     }
 
@@ -156,6 +171,7 @@ impl Registry {
         shards: usize,
         disk: Option<weir_cache::DiskConfig>,
     ) -> Result<Arc<CacheZone>, String> {
+        let disk = disk.filter(|_| !self.probe);
         let mut zones = lock(&self.zones);
         let old = zones.get(name);
         let old_disk = old.and_then(|z| z.zone.disk.clone());
@@ -201,6 +217,13 @@ impl Registry {
         name: &str,
         settings: crate::kv::KvSettings,
     ) -> Result<Arc<crate::kv::KvStore>, String> {
+        let settings = match self.probe {
+            true => crate::kv::KvSettings {
+                disk: None,
+                ..settings
+            },
+            false => settings,
+        };
         let mut stores = lock(&self.kv);
         if let Some(s) = stores.get(name).filter(|s| s.settings == settings) {
             return Ok(s.clone());

@@ -205,7 +205,28 @@ fn cors(id: &str, spec: &Value, c: &mut Converted) -> Mapping {
             .filter_map(|v| v.as_str().map(str::to_string))
             .collect()
     };
-    let origins = strings("allowOrigins");
+    // The specification's forms only (`*`, `scheme://host[:port]`, `scheme://*.domain`):
+    // weir's own (`~regex`) would let an origin match anything, past the credentials check.
+    let (origins, odd): (Vec<String>, Vec<String>) =
+        strings("allowOrigins").into_iter().partition(|o| {
+            o == "*"
+                || o.split_once("://").is_some_and(|(scheme, host)| {
+                    !scheme.is_empty()
+                        && scheme
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+                        && !host.is_empty()
+                        && host != "*"
+                        && !host.contains(['/', '?', '#', '~', ' '])
+                        && !host.strip_prefix("*.").unwrap_or(host).contains('*')
+                })
+        });
+    for o in &odd {
+        c.skipped.push(format!(
+            "{id}: CORS origin `{}` is not an origin the specification allows: left out",
+            o.escape_debug()
+        ));
+    }
     let mut credentials = spec["allowCredentials"].as_bool().unwrap_or(false);
     if credentials && origins.iter().any(|o| o == "*") {
         credentials = false;

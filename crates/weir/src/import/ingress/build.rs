@@ -130,9 +130,24 @@ fn upstream_with(
             serde_yaml::to_string(&settings)
                 .unwrap_or_default()
                 .hash(&mut h);
-            format!("{ns}.{service}.{port}.{:08x}", h.finish() as u32)
+            // 64 bits: 32 were found to collide in minutes (the attack review of
+            // 2026-11-30: a route's `timeouts` chosen to take an Ingress's HTTPS upstream).
+            format!("{ns}.{service}.{port}.{:016x}", h.finish())
         }
     };
+    // And never shared by settings that differ, whatever the name.
+    if let Some(Value::Mapping(have)) = upstreams.get(up.as_str()) {
+        let theirs: Mapping = have
+            .iter()
+            .filter(|(k, _)| k.as_str() != Some("servers"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if theirs != settings {
+            return Err(format!(
+                "Service {ns}/{service} port {port}: its upstream's name is taken by other settings"
+            ));
+        }
+    }
     if !upstreams.contains_key(up.as_str()) {
         let servers: Vec<Value> = match &c.cluster {
             Some(view) => view
@@ -269,4 +284,54 @@ pub(super) fn ingress_hosts(objects: &[Value], class: &str) -> Vec<(String, Stri
                 .collect::<Vec<_>>()
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two objects' settings for one Service port never share an upstream, even when their
+    /// names collide (the attack review of 2026-11-30 forged a 32-bit collision).
+    #[test]
+    fn an_upstream_name_taken_by_other_settings_is_refused() {
+        let opts = Options {
+            class: "nginx".into(),
+            service_address: "127.0.0.1:{port}".into(),
+            secrets_dir: "/tmp".into(),
+            cluster: None,
+        };
+        let (mut c, mut upstreams) = (Converted::default(), Mapping::new());
+        let mut tls = Mapping::new();
+        tls.insert("tls".into(), Value::Mapping(Mapping::new()));
+        let name = upstream_with(
+            ("web", "app", "80"),
+            tls.clone(),
+            &mut upstreams,
+            &opts,
+            &mut c,
+        )
+        .unwrap();
+        assert!(name.starts_with("web.app.80."), "{name}");
+        assert_eq!(name.len(), "web.app.80.".len() + 16, "{name}");
+        // The same settings share it.
+        assert_eq!(
+            upstream_with(
+                ("web", "app", "80"),
+                tls.clone(),
+                &mut upstreams,
+                &opts,
+                &mut c
+            ),
+            Ok(name.clone())
+        );
+        // Another object's settings under the same name (a forged collision): refused.
+        let Some(Value::Mapping(u)) = upstreams.get_mut(name.as_str()) else {
+            panic!()
+        };
+        u.remove("tls");
+        u.insert("protocol".into(), "h2".into());
+        let err =
+            upstream_with(("web", "app", "80"), tls, &mut upstreams, &opts, &mut c).unwrap_err();
+        assert!(err.contains("taken by other settings"), "{err}");
+    }
 }

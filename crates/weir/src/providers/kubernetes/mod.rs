@@ -46,12 +46,8 @@ pub use crate::config::kubernetes::Settings;
 
 use crate::config::assemble::Fragment;
 
-/// What the provider asks the control loop: reload with its new fragment (the config it
-/// compiled with it, when it did), and say how it went.
-pub type Ask = (
-    Option<crate::reload::Compiled>,
-    oneshot::Sender<Result<(), String>>,
-);
+/// What the provider asks the control loop: reload with its new fragment, and say how it went.
+pub type Ask = oneshot::Sender<Result<(), String>>;
 
 /// Rate limit of the "cannot reach the API server" lines.
 static CONNECT_LOG: crate::logs::Limited = crate::logs::Limited::new();
@@ -223,12 +219,11 @@ async fn run(
             }
             notes = built.notes.clone();
         }
-        let mut built = built;
         if published.as_deref() != Some(built.fragment.text.as_str()) {
             published = Some(built.fragment.text.clone());
             *slot.lock().unwrap_or_else(|e| e.into_inner()) = vec![built.fragment.clone()];
             let (done, result) = oneshot::channel();
-            if ask.send((built.compiled.take(), done)).is_err() {
+            if ask.send(done).is_err() {
                 return;
             }
             match result.await {

@@ -22,7 +22,6 @@ use super::view::Snapshot;
 use crate::config::assemble::Fragment;
 use crate::config::kubernetes::Settings;
 use crate::import::gateway::Outcomes;
-use crate::reload::Compiled;
 
 /// A rebuild's result.
 #[derive(Debug)]
@@ -35,29 +34,30 @@ pub struct Built {
     pub files: Vec<String>,
     /// The Services and Secrets the objects name (`watch::matters`).
     pub referenced: std::collections::BTreeSet<(&'static str, String, String)>,
-    /// The config compiled with the fragment, for the reload (taken by the first).
-    pub compiled: Option<Compiled>,
 }
 
 /// The fragment's name in errors and logs.
 pub const NAME: &str = "kubernetes";
 
 /// The texts the fragment is merged with: the config file and etcd's fragments (the
-/// reloader's), and the running server's registry, which the compile asks for cache zones,
-/// key-value stores and servers' health as the reload does.
+/// reloader's).
 #[derive(Debug, Clone)]
 pub struct Base {
     pub path: Option<std::path::PathBuf>,
     pub fragments: std::sync::Arc<std::sync::Mutex<Vec<Fragment>>>,
-    /// A fresh registry here opened the file's disk tiers and key-value logs a second time at
-    /// every rebuild, beside the running ones.
-    pub registry: std::sync::Arc<crate::runtime::registry::Registry>,
 }
 
 /// Compiles `text` merged with `base`, as the reload will, and as `weir check` compiles a
 /// file: a fragment that compiles alone but clashes with the file (an upstream name the file
 /// has too) is caught here, per object, not by the reload (the second attack review).
-fn compiles(text: &str, base: &Base) -> Result<Compiled, String> {
+///
+/// Against a probe registry ([`Registry::probe`]): the running one's would be changed by a
+/// compile that is never applied (the attack review of 2026-11-30: a key-value store whose
+/// settings the file changed was closed under the running config by a rebuild that applied
+/// nothing), and a fresh one opened the file's disk tiers and key-value logs a second time.
+///
+/// [`Registry::probe`]: crate::runtime::registry::Registry::probe
+fn compiles(text: &str, base: &Base) -> Result<(), String> {
     let mut fragments = base
         .fragments
         .lock()
@@ -70,9 +70,9 @@ fn compiles(text: &str, base: &Base) -> Result<Compiled, String> {
     });
     let source =
         crate::reload::read(base.path.as_deref(), &fragments).map_err(|e| e.to_string())?;
-    let digest = source.digest;
-    crate::runtime::compile(source, &base.registry)
-        .map(|config| Compiled { digest, config })
+    let probe = std::sync::Arc::new(crate::runtime::registry::Registry::probe());
+    crate::runtime::compile(source, &probe)
+        .map(drop)
         .map_err(|e| e.to_string())
 }
 
@@ -105,7 +105,7 @@ fn isolate(
         }
         let mut set: Vec<serde_yaml::Value> = base.iter().map(|b| objects[*b].clone()).collect();
         set.push(o.clone());
-        if let Err(e) = convert(set).and_then(|t| compiles(&t, texts).map(drop)) {
+        if let Err(e) = convert(set).and_then(|t| compiles(&t, texts)) {
             bad.push((i, e));
         }
     }
@@ -143,9 +143,7 @@ pub fn build(snap: &Snapshot, s: &Settings, texts: &Base) -> Result<Built, Strin
     // The files first: the compile reads them.
     let files = write_files(snap, s, &c)?;
     let mut left_out: Vec<(String, String)> = Vec::new();
-    let mut compiled = compiles(&framed(&yaml, &files), texts);
-    if let Err(whole) = &compiled {
-        let whole = whole.clone();
+    if let Err(whole) = compiles(&framed(&yaml, &files), texts) {
         let text_of = |set: Vec<serde_yaml::Value>| convert(set).map(|(t, _)| t);
         let objects = &snap.objects;
         let grants: Vec<usize> = (0..objects.len())
@@ -169,9 +167,9 @@ pub fn build(snap: &Snapshot, s: &Settings, texts: &Base) -> Result<Built, Strin
             .map(|i| objects[i].clone())
             .collect();
         let (y, c2) = convert(kept)?;
-        compiled = Ok(compiles(&framed(&y, &files), texts).map_err(|e| {
+        compiles(&framed(&y, &files), texts).map_err(|e| {
             format!("the cluster's config does not compile ({whole}), nor without the objects that fail alone ({e})")
-        })?);
+        })?;
         for (i, e) in &bad {
             let o = &objects[*i];
             tracing::warn!(object = %ident(o), error = %e, "Kubernetes object left out: its config does not compile");
@@ -228,7 +226,6 @@ pub fn build(snap: &Snapshot, s: &Settings, texts: &Base) -> Result<Built, Strin
             text: framed(&yaml, &files),
             overrides: false,
         },
-        compiled: compiled.ok(),
         outcomes,
         notes,
         files,

@@ -120,7 +120,11 @@ pub async fn send(
     probe: bool,
 ) -> Result<(Socket, bool), Error> {
     if let Some(mut sock) = take_idle_as(&per_worker.fastcgi_idle, server, probe) {
-        if sock.write_all(out).await.is_ok() && sock.flush().await.is_ok() {
+        let wrote = async { sock.write_all(out).await.is_ok() && sock.flush().await.is_ok() };
+        if tokio::time::timeout(up.send_timeout, wrote)
+            .await
+            .unwrap_or(false)
+        {
             return Ok((sock, true));
         }
     }
@@ -147,9 +151,21 @@ pub async fn connect_and_send(
         sock.write_all(out).await?;
         sock.flush().await
     };
-    wrote
-        .await
-        .map_err(|e| Error::with(ErrorKind::UpstreamReset, format!("write: {e}")))?;
+    // The request (its body read whole first, within the route's limit) written within the
+    // upstream's `timeouts.send`: an application that stops reading is a 504, not a client
+    // held for good.
+    match tokio::time::timeout(up.send_timeout, wrote).await {
+        Ok(r) => r.map_err(|e| Error::with(ErrorKind::UpstreamReset, format!("write: {e}")))?,
+        Err(_) => {
+            return Err(Error::with(
+                ErrorKind::ResponseTimeout,
+                format!(
+                    "write: the application read no request for {:?} (timeouts.send)",
+                    up.send_timeout
+                ),
+            ))
+        }
+    }
     Ok(sock)
 }
 
