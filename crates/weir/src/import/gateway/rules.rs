@@ -73,13 +73,21 @@ pub(super) fn rules(
                 )),
             }
         }
+        // A redirect's `ReplacePrefixMatch` reads what the path match captured; without one
+        // the prefix `/` (every path) needs no regex (one per route was most of a 2,000-route
+        // rebuild's compile, and every request's match).
+        let captured = rule["filters"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .any(|f| f["requestRedirect"]["path"]["type"].as_str() == Some("ReplacePrefixMatch"));
         let matches = rule["matches"]
             .as_sequence()
             .cloned()
             .filter(|m| !m.is_empty())
             .unwrap_or_else(|| default_match.clone());
         for (mi, m) in matches.iter().enumerate() {
-            let Some((mut wm, mut rank, prefix)) = matcher(id, m, c) else {
+            let Some((mut wm, mut rank, prefix)) = matcher(id, m, captured, c) else {
                 continue;
             };
             rank.0 = hosts.iter().map(|h| host_class(Some(h))).min().unwrap_or(2);
@@ -186,7 +194,12 @@ pub(super) fn backends(
 
 /// A match as weir's, its precedence, and the path prefix it matched (for
 /// `ReplacePrefixMatch`). `None` (noted) when it cannot be said.
-fn matcher(id: &str, m: &Value, c: &mut Converted) -> Option<(Mapping, Rank, Option<String>)> {
+fn matcher(
+    id: &str,
+    m: &Value,
+    captured: bool,
+    c: &mut Converted,
+) -> Option<(Mapping, Rank, Option<String>)> {
     let mut wm = Mapping::new();
     let mut vars = Mapping::new();
     let path_type = m["path"]["type"].as_str().unwrap_or("PathPrefix");
@@ -200,7 +213,9 @@ fn matcher(id: &str, m: &Value, c: &mut Converted) -> Option<(Mapping, Rank, Opt
         }
         "PathPrefix" => {
             let p = value.trim_end_matches('/');
-            if p.is_empty() {
+            if p.is_empty() && !captured {
+                wm.insert("path_prefix".into(), "/".into());
+            } else if p.is_empty() {
                 // Every path, captured whole for a `ReplacePrefixMatch` (`$1`).
                 wm.insert("path_regex".into(), "^(/.*)$".into());
             } else {
