@@ -31,6 +31,7 @@ mod filters;
 mod grants;
 mod grpc;
 mod outcomes;
+mod owners;
 mod rules;
 mod tls_route;
 
@@ -336,7 +337,8 @@ pub(super) fn convert(
     let mut out = Gateways::default();
     // Each host to the Gateway whose routes claimed it first (the oldest route): another
     // Gateway's routes do not get it (`HostnameConflict`).
-    let mut owners: Vec<(String, (String, String))> = Vec::new();
+    let mut owners = owners::Owners::default();
+    let mut seen: std::collections::HashSet<(String, bool)> = hosts_seen.iter().cloned().collect();
     for obj in objects.iter().copied() {
         let (kind, ns, name) = ident(obj);
         if !matches!(kind, "HTTPRoute" | "GRPCRoute" | "TLSRoute") {
@@ -433,10 +435,7 @@ pub(super) fn convert(
                 let age = obj["metadata"]["creationTimestamp"].as_str().unwrap_or("");
                 hosts.retain(|h| {
                     let overlaps = |o: &str| o == h || host_matches(o, h) || host_matches(h, o);
-                    let taken = owners
-                        .iter()
-                        .find(|(o, g)| *g != l.gateway && overlaps(o));
-                    if let Some((o, g)) = taken {
+                    if let Some((o, g)) = owners.taken_from(h, &l.gateway) {
                         c.skipped.push(format!(
                             "{id}: HostnameConflict: {h} is served by Gateway {}/{} ({o}, an older route's)",
                             g.0, g.1
@@ -465,9 +464,7 @@ pub(super) fn convert(
                     continue;
                 }
                 for h in &hosts {
-                    if !owners.iter().any(|(o, _)| o == h) {
-                        owners.push((h.clone(), l.gateway.clone()));
-                    }
+                    owners.claim(h, &l.gateway);
                 }
                 attached = true;
                 accepted = Ok(());
@@ -483,7 +480,7 @@ pub(super) fn convert(
                     continue;
                 }
                 for h in &hosts {
-                    if !hosts_seen.contains(&(h.clone(), l.tls)) {
+                    if seen.insert((h.clone(), l.tls)) {
                         hosts_seen.push((h.clone(), l.tls));
                     }
                 }
@@ -543,7 +540,7 @@ pub(super) fn convert(
     }
     // The hosts the routes took (a listener's `hostname` says which routes it takes, and
     // claims nothing by itself: an older Ingress's host stays the Ingress's).
-    let mut hosts: Vec<String> = owners.into_iter().map(|(h, _)| h).collect();
+    let mut hosts: Vec<String> = owners.into_hosts();
     hosts.sort();
     hosts.dedup();
     out.certificates = certificates;
