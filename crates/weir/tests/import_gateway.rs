@@ -386,7 +386,7 @@ spec:
             maxAge: 600
       backendRefs: [{{ name: one, port: {p1} }}]
     - matches: [{{ path: {{ type: PathPrefix, value: /weird }} }}]
-      filters: [{{ type: CORS, cors: {{ allowOrigins: ["~^https?://.*$", "https://*"], allowCredentials: true }} }}]
+      filters: [{{ type: CORS, cors: {{ allowOrigins: ["~^https?://.*$", "https://*", "https://*."], allowCredentials: true }} }}]
       backendRefs: [{{ name: one, port: {p1} }}]
     - matches: [{{ path: {{ type: PathPrefix, value: /open }} }}]
       filters: [{{ type: CORS, cors: {{ allowOrigins: ["*"], allowMethods: ["*"], allowCredentials: true }} }}]
@@ -466,12 +466,16 @@ spec:
         Some("https://app.example")
     );
     assert_eq!(r.header("access-control-expose-headers"), Some("x-trace"));
-    // weir's own origin syntax is not taken from a manifest: nothing is allowed there.
-    let r = ask(
-        addr,
-        "OPTIONS /weird HTTP/1.1\r\nHost: api.test\r\nOrigin: https://evil.example\r\nAccess-Control-Request-Method: GET\r\n\r\n",
-    );
-    assert_eq!(r.status, 403, "{r:?}");
+    // weir's own origin syntax is not taken from a manifest, nor `https://*.`: nothing is
+    // allowed there.
+    for origin in ["https://evil.example", "https://attacker.com."] {
+        let r = ask(
+            addr,
+            &format!("OPTIONS /weird HTTP/1.1\r\nHost: api.test\r\nOrigin: {origin}\r\nAccess-Control-Request-Method: GET\r\n\r\n"),
+        );
+        assert_eq!(r.status, 403, "{origin}: {r:?}");
+    }
+    assert!(notes.contains("CORS origin `https://*.` is not"), "{notes}");
     // `*` with credentials: any origin, no credentials; `allowMethods: ["*"]` allows DELETE.
     let r = ask(
         addr,

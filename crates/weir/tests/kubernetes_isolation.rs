@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::kube::{host_get, host_ip, KubeApi, ADMIN_TOKEN};
 use common::origin::{http_origin_at, ok};
-use common::process::{free_port, spawn_run, write_config};
+use common::process::{free_port, write_config};
 use serde_json::{json, Value};
 
 /// Waits until `host`'s `path` answers `status` with exactly `body` (any body when empty).
@@ -81,7 +81,13 @@ fn one_namespace_cannot_take_another_s_hosts_secrets_traffic_or_config() {
     };
     let ip = host_ip();
     let victim = http_origin_at(&format!("{ip}:0"), |_| ok("victim"));
-    let attacker = http_origin_at(&format!("{ip}:0"), |_| ok("attacker"));
+    // Says what a header the tenant's route sets carried, when there is one.
+    let attacker = http_origin_at(&format!("{ip}:0"), |r| {
+        ok(&match r.header("x-leak") {
+            Some(v) => format!("attacker {v}"),
+            None => "attacker".to_string(),
+        })
+    });
     for ns in ["victim", "evil"] {
         k.create(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
     }
@@ -137,7 +143,12 @@ fn one_namespace_cannot_take_another_s_hosts_secrets_traffic_or_config() {
         )
     };
     let config = write_config("kubernetes-isolation", &file_text("1m"));
-    let (weir, _) = spawn_run(&config);
+    // With a secret in its environment, as a pod's often is.
+    let mut cmd = std::process::Command::new(common::process::WEIR);
+    cmd.args(["run", "-c"])
+        .arg(&config)
+        .env("WEIR_LEAK_PROBE", "topsecret");
+    let (weir, _) = common::process::spawn_serving(cmd);
     let kv_put = |key: &str| {
         common::roundtrip(
             &mut common::connect(kv_listen),
@@ -213,6 +224,34 @@ fn one_namespace_cannot_take_another_s_hosts_secrets_traffic_or_config() {
             "victim"
         );
     }
+    // 2b. A header value naming an environment variable is not the process's value: the
+    //     conversion writes `${` as `$${`, which the interpolation of the fragment undoes.
+    let leak = |value: &str| {
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": "leak", "namespace": "evil"},
+        "spec": {"parentRefs": [{"name": "mine"}], "hostnames": ["leak.evil.test"],
+            "rules": [{"filters": [{"type": "RequestHeaderModifier",
+                "requestHeaderModifier": {"set": [{"name": "x-leak", "value": value}]}}],
+                "backendRefs": [{"name": "app", "port": 80}]}]}})
+    };
+    k.create(&leak("plain"));
+    until_served(listen, ("leak.evil.test", "/"), 200, "attacker plain");
+    k.patch(
+        &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "leak", "namespace": "evil"}}),
+        &json!({"spec": leak("${WEIR_LEAK_PROBE}")["spec"]}),
+    );
+    // Converted again: `${…}` is then no variable weir knows at run time, so the route is
+    // left out (404), and the process's value never reaches the tenant.
+    common::until(
+        "the leak route converted again",
+        Duration::from_secs(30),
+        || {
+            let text = host_get(listen, "leak.evil.test", "/").unwrap().text();
+            assert!(!text.contains("topsecret"), "{text}");
+            text != "attacker plain"
+        },
+    );
 
     // 3. An Ingress with the victim's host, its own certificate for it and a more specific
     //    path: neither the path nor the certificate is taken.

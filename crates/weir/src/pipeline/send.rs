@@ -104,7 +104,10 @@ async fn write_request<D: Downstream>(
             if let Some(run) = tee.as_deref_mut() {
                 filters.tee(run, req, false);
             }
-            if let Err(e) = send_paced(conn, req, target.up.send_timeout).await {
+            if let Err(e) =
+                crate::proxy::exchange::send_paced(&mut conn.stream, req, target.up.send_timeout)
+                    .await
+            {
                 return Ok(Sent::Upstream(e));
             }
             req.clear();
@@ -116,41 +119,14 @@ async fn write_request<D: Downstream>(
     if let Some(run) = tee {
         filters.tee(run, req, true);
     }
-    Ok(match send_paced(conn, req, target.up.send_timeout).await {
-        Ok(()) => Sent::Ok,
-        Err(e) => Sent::Upstream(e),
-    })
-}
-
-/// Writes request body bytes, each pause bounded by `pause` (the upstream's `timeouts.send`,
-/// nginx's `proxy_send_timeout`): an upstream that stops reading a body held this write, and
-/// the request, for as long as the client waited (nothing else bounds it: the response
-/// timeouts start once the request is sent). A head without a body is written unbounded, as
-/// it fits the socket's buffer of a connection that carried its last request whole (and the
-/// timer would cost every proxied GET).
-async fn send_paced(
-    conn: &mut UpstreamConn,
-    mut bytes: &[u8],
-    pause: std::time::Duration,
-) -> std::io::Result<()> {
-    use tokio::io::AsyncWriteExt;
-    let stalled = || {
-        std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("the upstream read no request bytes for {pause:?} (timeouts.send)"),
-        )
-    };
-    while !bytes.is_empty() {
-        match tokio::time::timeout(pause, conn.stream.write(bytes)).await {
-            Ok(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(Ok(n)) => bytes = &bytes[n..],
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(stalled()),
-        }
-    }
-    tokio::time::timeout(pause, conn.stream.flush())
-        .await
-        .map_err(|_| stalled())?
+    Ok(
+        match crate::proxy::exchange::send_paced(&mut conn.stream, req, target.up.send_timeout)
+            .await
+        {
+            Ok(()) => Sent::Ok,
+            Err(e) => Sent::Upstream(e),
+        },
+    )
 }
 
 /// Ends a chunked request body in `req`: the client's trailer section (gRPC-style metadata),

@@ -113,6 +113,32 @@ pub(crate) async fn connect(up: &Upstream, server: usize) -> Result<UpstreamConn
     }
 }
 
+/// [`send`], each pause bounded by `pause` (the upstream's `timeouts.send`, nginx's
+/// `proxy_send_timeout`, which bounds the time between two writes, not the whole): an upstream
+/// that stops reading is an error of kind `TimedOut`, one that reads slowly is waited for.
+pub async fn send_paced<S>(stream: &mut S, mut bytes: &[u8], pause: Duration) -> std::io::Result<()>
+where
+    S: tokio::io::AsyncWrite + Unpin,
+{
+    let stalled = || {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the upstream read nothing of the request for {pause:?} (timeouts.send)"),
+        )
+    };
+    while !bytes.is_empty() {
+        match tokio::time::timeout(pause, stream.write(bytes)).await {
+            Ok(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(Ok(n)) => bytes = &bytes[n..],
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(stalled()),
+        }
+    }
+    tokio::time::timeout(pause, stream.flush())
+        .await
+        .map_err(|_| stalled())?
+}
+
 /// Writes `bytes` to an upstream connection and flushes them (a TLS stream may otherwise keep
 /// the last records in rustls' buffer).
 pub async fn send<S>(stream: &mut S, bytes: &[u8]) -> std::io::Result<()>

@@ -45,13 +45,9 @@ async fn deliver(up: &Upstream, server: usize, bytes: &[u8]) -> Option<()> {
     };
     // Bounded as a request body's writes are (`timeouts.send`): a shadow that stops reading
     // held its slot under `max_in_flight` for good.
-    tokio::time::timeout(
-        up.send_timeout,
-        super::exchange::send(&mut conn.stream, bytes),
-    )
-    .await
-    .ok()?
-    .ok()?;
+    super::exchange::send_paced(&mut conn.stream, bytes, up.send_timeout)
+        .await
+        .ok()?;
     let head_request = bytes.starts_with(b"HEAD ");
     let resp = super::exchange::read_response_head(
         &mut conn,

@@ -144,7 +144,14 @@ pub fn build(snap: &Snapshot, s: &Settings, texts: &Base) -> Result<Built, Strin
     let files = write_files(snap, s, &c)?;
     let mut left_out: Vec<(String, String)> = Vec::new();
     if let Err(whole) = compiles(&framed(&yaml, &files), texts) {
-        let text_of = |set: Vec<serde_yaml::Value>| convert(set).map(|(t, _)| t);
+        // Each set's own Secret files written first: an object alone may name a certificate
+        // the whole did not (a host another's route owns in the whole is free alone), and was
+        // left out for a missing file. Those the applied config does not name are pruned.
+        let text_of = |set: Vec<serde_yaml::Value>| {
+            let (t, c) = convert(set)?;
+            write_files(snap, s, &c)?;
+            Ok(t)
+        };
         let objects = &snap.objects;
         let grants: Vec<usize> = (0..objects.len())
             .filter(|i| objects[*i]["kind"].as_str() == Some("ReferenceGrant"))

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 
 use super::record;
@@ -111,7 +111,9 @@ pub fn give_buf(mut b: BytesMut) {
 
 /// Writes `out` on an idle connection to `server` (`probe`d first, or not), else a new one
 /// (once more on a new one when the idle one fails the write: the application closed it
-/// meanwhile). The connection, and whether it was a kept one.
+/// meanwhile). The connection, and whether it was a kept one. A kept connection whose
+/// application stops reading is a 504, never a second send: it may be running the request
+/// (the attack review of 2026-11-30 saw a POST run twice).
 pub async fn send(
     per_worker: &crate::proxy::per_worker::WorkerUpstream,
     up: &crate::proxy::upstream::Upstream,
@@ -120,12 +122,15 @@ pub async fn send(
     probe: bool,
 ) -> Result<(Socket, bool), Error> {
     if let Some(mut sock) = take_idle_as(&per_worker.fastcgi_idle, server, probe) {
-        let wrote = async { sock.write_all(out).await.is_ok() && sock.flush().await.is_ok() };
-        if tokio::time::timeout(up.send_timeout, wrote)
-            .await
-            .unwrap_or(false)
-        {
-            return Ok((sock, true));
+        match crate::proxy::exchange::send_paced(&mut sock, out, up.send_timeout).await {
+            Ok(()) => return Ok((sock, true)),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                return Err(Error::with(
+                    ErrorKind::ResponseTimeout,
+                    format!("write: {e}"),
+                ))
+            }
+            Err(_) => {}
         }
     }
     connect_and_send(up, server, out).await.map(|s| (s, false))
@@ -147,26 +152,17 @@ pub async fn connect_and_send(
         std::io::ErrorKind::TimedOut => Error::new(ErrorKind::ConnectTimeout),
         _ => Error::with(ErrorKind::Connect, e),
     })?;
-    let wrote = async {
-        sock.write_all(out).await?;
-        sock.flush().await
-    };
-    // The request (its body read whole first, within the route's limit) written within the
-    // upstream's `timeouts.send`: an application that stops reading is a 504, not a client
-    // held for good.
-    match tokio::time::timeout(up.send_timeout, wrote).await {
-        Ok(r) => r.map_err(|e| Error::with(ErrorKind::UpstreamReset, format!("write: {e}")))?,
-        Err(_) => {
-            return Err(Error::with(
-                ErrorKind::ResponseTimeout,
-                format!(
-                    "write: the application read no request for {:?} (timeouts.send)",
-                    up.send_timeout
-                ),
-            ))
-        }
+    // The request (its body read whole first, within the route's limit) written with each
+    // pause bounded by the upstream's `timeouts.send`: an application that stops reading is
+    // a 504, not a client held for good.
+    match crate::proxy::exchange::send_paced(&mut sock, out, up.send_timeout).await {
+        Ok(()) => Ok(sock),
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(Error::with(
+            ErrorKind::ResponseTimeout,
+            format!("write: {e}"),
+        )),
+        Err(e) => Err(Error::with(ErrorKind::UpstreamReset, format!("write: {e}"))),
     }
-    Ok(sock)
 }
 
 /// Reads the next record into `rbuf` from `sock`, waiting until `deadline` for more bytes.
