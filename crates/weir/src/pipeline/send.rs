@@ -93,6 +93,8 @@ async fn write_request<D: Downstream>(
         );
     }
     let chunked = head.body == BodyKind::Chunked;
+    // A body's writes are paced (`timeouts.send`), boxed: their timer kept out of every
+    // proxied request's future (32 bytes more of it, `server/worker.rs`'s size test).
     while let Some(data) = d.body_chunk().await? {
         *received += data.len() as u64;
         if chunked {
@@ -104,9 +106,12 @@ async fn write_request<D: Downstream>(
             if let Some(run) = tee.as_deref_mut() {
                 filters.tee(run, req, false);
             }
-            if let Err(e) =
-                crate::proxy::exchange::send_paced(&mut conn.stream, req, target.up.send_timeout)
-                    .await
+            if let Err(e) = Box::pin(crate::proxy::exchange::send_paced(
+                &mut conn.stream,
+                req,
+                target.up.send_timeout,
+            ))
+            .await
             {
                 return Ok(Sent::Upstream(e));
             }
@@ -120,8 +125,12 @@ async fn write_request<D: Downstream>(
         filters.tee(run, req, true);
     }
     Ok(
-        match crate::proxy::exchange::send_paced(&mut conn.stream, req, target.up.send_timeout)
-            .await
+        match Box::pin(crate::proxy::exchange::send_paced(
+            &mut conn.stream,
+            req,
+            target.up.send_timeout,
+        ))
+        .await
         {
             Ok(()) => Sent::Ok,
             Err(e) => Sent::Upstream(e),
