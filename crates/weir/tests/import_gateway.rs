@@ -114,6 +114,20 @@ spec:
     )
 }
 
+/// `manifest` written under `dir` and imported as `weir import --service-address
+/// '127.0.0.1:{port}'` would.
+fn import(dir: &std::path::Path, manifest: &str) -> weir::import::Imported {
+    let file = dir.join("gateway.yaml");
+    std::fs::write(&file, manifest).unwrap();
+    let opts = weir::import::ingress::Options {
+        class: "nginx".into(),
+        service_address: "127.0.0.1:{port}".into(),
+        secrets_dir: dir.display().to_string(),
+        cluster: None,
+    };
+    weir::import::kubernetes(&file, &opts).unwrap()
+}
+
 fn ask(addr: SocketAddr, raw: &str) -> common::Response {
     let mut c = common::connect(addr);
     c.write_all(raw.as_bytes()).unwrap();
@@ -266,15 +280,7 @@ spec:
     - backendRefs: [{{ name: two, port: {p2} }}]
 "#
     );
-    let file = dir.join("gateway.yaml");
-    std::fs::write(&file, manifest).unwrap();
-    let opts = weir::import::ingress::Options {
-        class: "nginx".into(),
-        service_address: "127.0.0.1:{port}".into(),
-        secrets_dir: dir.display().to_string(),
-        cluster: None,
-    };
-    let imported = weir::import::kubernetes(&file, &opts).unwrap();
+    let imported = import(&dir, &manifest);
     let notes = imported.skipped.join("\n");
     for expected in [
         "filter ExtensionRef not translated: the rule answers 500",
@@ -393,15 +399,7 @@ spec:
       backendRefs: [{{ name: one, port: {p1} }}]
 "#
     );
-    let file = dir.join("gateway.yaml");
-    std::fs::write(&file, manifest).unwrap();
-    let opts = weir::import::ingress::Options {
-        class: "nginx".into(),
-        service_address: "127.0.0.1:{port}".into(),
-        secrets_dir: dir.display().to_string(),
-        cluster: None,
-    };
-    let imported = weir::import::kubernetes(&file, &opts).unwrap();
+    let imported = import(&dir, &manifest);
     let notes = imported.skipped.join("\n");
     assert!(
         notes.contains("CORS allowCredentials with the origin *: credentials left off"),

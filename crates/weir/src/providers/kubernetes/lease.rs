@@ -101,15 +101,7 @@ impl Lease {
         spec.lease_duration_seconds = Some(1);
         current.spec = Some(spec);
         // At the read resourceVersion: a Lease taken meanwhile is not emptied (409).
-        match self
-            .api
-            .replace(&self.name, &PostParams::default(), &current)
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-            Err(e) => Err(e),
-        }
+        self.replace(&current).await
     }
 
     async fn try_hold(&self) -> Result<bool, kube::Error> {
@@ -155,9 +147,15 @@ impl Lease {
                 None
             },
         ));
+        self.replace(&current).await
+    }
+
+    /// Writes `lease` at the resourceVersion it was read at: `false` when it changed meanwhile
+    /// (another replica wrote it: 409).
+    async fn replace(&self, lease: &LeaseObject) -> Result<bool, kube::Error> {
         match self
             .api
-            .replace(&self.name, &PostParams::default(), &current)
+            .replace(&self.name, &PostParams::default(), lease)
             .await
         {
             Ok(_) => Ok(true),
