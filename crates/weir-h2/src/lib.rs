@@ -16,6 +16,7 @@
 //! Its tests hold it to the RFCs' own examples (RFC 7541 Appendix C) and to the errors RFC 9113
 //! names for each malformed frame.
 
+pub mod client;
 pub mod conn;
 pub mod flow;
 pub mod frame;

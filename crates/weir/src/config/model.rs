@@ -32,8 +32,8 @@ pub use super::model_tls::{
     Rfc2136, Tls, UpstreamTls,
 };
 pub use super::model_upstream::{
-    ActiveHealth, FastCgi, Keepalive, OutlierDetection, PassiveHealth, Retries, Upstream,
-    UpstreamLimits, UpstreamServer, UpstreamServerLong, UpstreamTimeouts,
+    ActiveHealth, FastCgi, Http2Client, Keepalive, OutlierDetection, PassiveHealth, Retries,
+    Upstream, UpstreamLimits, UpstreamServer, UpstreamServerLong, UpstreamTimeouts,
 };
 use super::units::{Dur, Size};
 

@@ -38,6 +38,9 @@ pub struct Upstream {
     /// over TLS; trailers are relayed) or `fastcgi` (php-fpm and the like: give `fastcgi`).
     #[serde(default = "default_upstream_protocol")]
     pub protocol: String,
+    /// For `protocol: h2`: the connections kept to each server, and their liveness.
+    #[serde(default)]
+    pub http2: Http2Client,
     /// For `protocol: fastcgi`: where the scripts are and how a path names one.
     pub fastcgi: Option<FastCgi>,
     /// Envoy's outlier ejection; off when absent.
@@ -217,6 +220,33 @@ impl Default for Keepalive {
             max_idle: 128,
             idle_timeout: Dur(std::time::Duration::from_secs(60)),
             reuse_after_head: false,
+        }
+    }
+}
+
+/// HTTP/2 to the servers (`protocol: h2`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Http2Client {
+    /// Most connections per worker and server: streams share them, a new one opens when each
+    /// is at its stream limit.
+    pub connections: usize,
+    /// Most streams weir opens on one connection (the server's SETTINGS may allow fewer).
+    pub max_streams: u32,
+    /// A connection silent this long is sent a PING.
+    pub ping_interval: Dur,
+    /// A PING unanswered this long closes the connection (its streams get 502).
+    pub ping_timeout: Dur,
+}
+
+impl Default for Http2Client {
+    fn default() -> Self {
+        use std::time::Duration;
+        Http2Client {
+            connections: 4,
+            max_streams: 100,
+            ping_interval: Dur(Duration::from_secs(30)),
+            ping_timeout: Dur(Duration::from_secs(10)),
         }
     }
 }

@@ -247,27 +247,29 @@ pub(crate) async fn forward<D: Downstream>(
         };
         let (mut conn, reused) = match pooled {
             Some(conn) => (conn, true),
-            None => match checkout(per_worker, up, server, false, now).await {
-                Ok(checked_out) => checked_out,
-                Err(e) => {
-                    if target.recording {
-                        super::trace_spans::try_failed(ctx, &e);
+            None => {
+                match checkout(per_worker, &rt.cfg.upstreams[upstream], server, false, now).await {
+                    Ok(checked_out) => checked_out,
+                    Err(e) => {
+                        if target.recording {
+                            super::trace_spans::try_failed(ctx, &e);
+                        }
+                        if retry(e.retryable(&up.retry.on, true)) {
+                            backoff(up, retries.get()).await;
+                            continue;
+                        }
+                        return fail(
+                            d,
+                            ctx,
+                            &target,
+                            Some(server),
+                            e,
+                            (persistence, has_body),
+                            (steer, &mut *hooks),
+                        );
                     }
-                    if retry(e.retryable(&up.retry.on, true)) {
-                        backoff(up, retries.get()).await;
-                        continue;
-                    }
-                    return fail(
-                        d,
-                        ctx,
-                        &target,
-                        Some(server),
-                        e,
-                        (persistence, has_body),
-                        (steer, &mut *hooks),
-                    );
                 }
-            },
+            }
         };
         let gauge = rt
             .cfg

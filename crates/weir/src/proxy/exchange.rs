@@ -39,8 +39,8 @@ pub fn record_failure(up: &Upstream, server: usize, e: &Error) {
 /// new one; connect failures count against the server's passive health. Returns the connection
 /// and whether it was reused.
 pub async fn checkout(
-    per_worker: &WorkerUpstream,
-    up: &Upstream,
+    per_worker: &std::rc::Rc<WorkerUpstream>,
+    up: &std::sync::Arc<Upstream>,
     server: usize,
     pooled: bool,
     now: crate::clock::Mono,
@@ -80,7 +80,7 @@ pub async fn checkout(
         ));
     }
     let connected = if up.h2 {
-        let pipe = Box::pin(super::h2_upstream::open(&per_worker.pool, up, server)).await;
+        let pipe = Box::pin(super::h2_upstream::open(per_worker, up, server)).await;
         pipe.map(|pipe| UpstreamConn::new(tokio_util::either::Either::Right(pipe)))
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::TimedOut => Error::new(ErrorKind::ConnectTimeout),

@@ -28,29 +28,22 @@ pub async fn check(
     service: &str,
     within: Duration,
 ) -> Result<(), String> {
-    let run = async {
-        let (mut send, driver, base) = super::h2_upstream::open_check(up, server, within).await?;
-        let req = http::Request::builder()
-            .method("POST")
-            .uri(format!("{base}{CHECK}"))
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .header("user-agent", "weir-health-check")
-            .body(())
-            .map_err(|e| e.to_string())?;
-        let (response, mut body) = send.send_request(req, false).map_err(|e| e.to_string())?;
-        body.send_data(request(service), true)
-            .map_err(|e| e.to_string())?;
-        let verdict = match response.await {
-            Ok(resp) => answer(resp).await,
-            Err(e) => Err(e.to_string()),
-        };
-        driver.abort();
-        verdict
-    };
-    tokio::time::timeout(within, run)
-        .await
-        .map_err(|_| "timeout".to_string())?
+    let fields: [(&[u8], &[u8]); 3] = [
+        (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"),
+        (b"user-agent", b"weir-health-check"),
+    ];
+    let message = request(service);
+    let answer = super::h2_client::check::call(
+        up,
+        server,
+        (b"POST", CHECK.as_bytes()),
+        &fields,
+        Some(&message),
+        within,
+    )
+    .await?;
+    verdict(answer)
 }
 
 /// The call's one message: `HealthCheckRequest { string service = 1; }` in a gRPC frame
@@ -78,27 +71,20 @@ fn put_varint(out: &mut BytesMut, mut v: u64) {
 }
 
 /// Reads the answer: `Ok` when it is `grpc-status: 0` and `SERVING`.
-async fn answer(resp: http::Response<h2::RecvStream>) -> Result<(), String> {
-    if resp.status() != 200 {
-        return Err(format!("status {}", resp.status().as_u16()));
+fn verdict(answer: super::h2_client::check::Answer) -> Result<(), String> {
+    if answer.status != 200 {
+        return Err(format!("status {}", answer.status));
     }
     // A trailers-only answer carries the status in its head.
-    grpc_ok(resp.headers())?;
-    let mut body = resp.into_body();
-    let mut got = BytesMut::new();
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk.map_err(|e| e.to_string())?;
-        let _ = body.flow_control().release_capacity(chunk.len());
-        got.extend_from_slice(&chunk);
-        if got.len() > MAX_ANSWER {
-            return Err("answer too long".into());
-        }
+    grpc_ok(&answer.fields)?;
+    if answer.body.len() > MAX_ANSWER {
+        return Err("answer too long".into());
     }
-    match body.trailers().await.map_err(|e| e.to_string())? {
-        Some(t) => grpc_ok(&t)?,
+    match &answer.trailers {
+        Some(t) => grpc_ok(t)?,
         None => return Err("no grpc-status".into()),
     }
-    match serving_status(&got)? {
+    match serving_status(&answer.body)? {
         SERVING => Ok(()),
         0 => Err("UNKNOWN".into()),
         2 => Err("NOT_SERVING".into()),
@@ -108,16 +94,16 @@ async fn answer(resp: http::Response<h2::RecvStream>) -> Result<(), String> {
 }
 
 /// `Err` when `fields` carry a `grpc-status` other than 0, or more than one.
-fn grpc_ok(fields: &http::HeaderMap) -> Result<(), String> {
-    if fields.get_all("grpc-status").iter().count() > 1 {
+fn grpc_ok(fields: &[(Vec<u8>, Vec<u8>)]) -> Result<(), String> {
+    let value = |name: &[u8]| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v);
+    if fields.iter().filter(|(n, _)| n == b"grpc-status").count() > 1 {
         return Err("more than one grpc-status".into());
     }
-    match fields.get("grpc-status").map(|v| v.as_bytes()) {
+    match value(b"grpc-status").map(|v| v.as_slice()) {
         None | Some(b"0") => Ok(()),
         Some(code) => {
-            let message = fields
-                .get("grpc-message")
-                .map(|m| String::from_utf8_lossy(m.as_bytes()).into_owned())
+            let message = value(b"grpc-message")
+                .map(|m| String::from_utf8_lossy(m).into_owned())
                 .unwrap_or_default();
             Err(format!(
                 "grpc-status {} {message}",

@@ -1,128 +1,116 @@
 //! HTTP/2 to upstreams (`protocol: h2`), for gRPC-style backends: h2 with prior knowledge over
-//! TCP, ALPN `h2` over TLS, one connection per worker and server shared by all requests (kept in
-//! the worker's [`super::pool::Pool`]).
+//! TCP, ALPN `h2` over TLS, on weir's own client (`h2_client/`): a few connections per worker
+//! and server, shared by all requests.
 //!
-//! Each request is bridged, not re-implemented: the upstream phase writes an HTTP/1.1 request
-//! into an in-memory pipe (`tokio::io::duplex`) and reads an HTTP/1.1 response back, while a
-//! task ([`bridge`]) carries it over one stream of the shared connection. Retries, the cache,
-//! passive health and the logs then work as for any upstream. Trailers cross both ways as
-//! chunked trailer fields (gRPC's `grpc-status` arrives that way), and the response says
-//! `Connection: close`, so the pipe is never pooled.
+//! Each request is bridged: the upstream phase writes an HTTP/1.1 request into an in-memory
+//! pipe (`tokio::io::duplex`) and reads an HTTP/1.1 response back, while a task ([`bridge`])
+//! carries it over one stream. Retries, the cache, passive health and the logs then work as
+//! for any upstream. Trailers cross both ways as chunked trailer fields (gRPC's `grpc-status`
+//! arrives that way), and the response says `Connection: close`, so the pipe is never pooled.
 //!
-//! The cost is an HTTP/1.1 encode and parse per message on each side of the pipe: small next
-//! to what a gRPC backend does per call, and it keeps one upstream phase for both protocols.
+//! A stream the server did not process (GOAWAY above it, REFUSED_STREAM) goes again, on
+//! another connection, while what was sent of its body is still held (the first 64 KiB):
+//! RFC 9113 §8.7 makes that safe for any method.
+//!
+//! The cost is an HTTP/1.1 encode and parse per message on each side of the pipe (issue 55
+//! §2 asks for none: not yet).
 
-use std::cell::RefCell;
 use std::io;
+use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use futures_util::FutureExt;
-use h2::client::SendRequest;
+use bytes::{BufMut, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
-use weir_http::{header_map, parse_request, BodyDecoder, BodyEvent, BodyKind};
+use weir_http::{parse_request, BodyDecoder, BodyEvent, BodyKind};
 
 use super::grpc_web;
-use super::pool::Pool;
+use super::h2_client::{ClientStream, Failure, Incoming, SendError};
+use super::per_worker::WorkerUpstream;
 use super::upstream::Upstream;
 
 /// Buffer of each direction of a request's pipe.
 const PIPE: usize = 64 * 1024;
 
-/// The receive window of a shared upstream connection: 128 streams' 64 KiB.
-const CONNECTION_WINDOW: u32 = 8 * 1024 * 1024;
+/// What is kept of a request body for sending it again on another connection.
+const REPLAY: usize = 64 * 1024;
 
-/// A stream to `server` of `up` over the worker's shared HTTP/2 connection (made on first use
-/// and again after it failed), as a pipe that speaks HTTP/1.1.
-pub async fn open(pool: &RefCell<Pool>, up: &Upstream, server: usize) -> io::Result<DuplexStream> {
-    let existing = pool.borrow().h2(server);
-    let send = match existing {
-        Some(s) => match s.ready().await {
-            Ok(s) => s,
-            Err(_) => connect(pool, up, server).await?,
-        },
-        None => connect(pool, up, server).await?,
-    };
-    let s = &up.servers[server];
-    let scheme = if s.tls_name.is_some() {
-        "https"
-    } else {
-        "http"
-    };
-    let authority = s.authority();
+/// Most times a request the server did not process is sent again.
+const RESENDS: u32 = 2;
+
+/// A stream to `server` of `up` over the worker's HTTP/2 connections (one is made, when none
+/// has room, before this returns: a server that cannot be reached is a connect failure), as a
+/// pipe that speaks HTTP/1.1.
+pub async fn open(
+    per_worker: &Rc<WorkerUpstream>,
+    up: &Arc<Upstream>,
+    server: usize,
+) -> io::Result<DuplexStream> {
+    super::h2_client::ready(&per_worker.pool, up, server).await?;
     let (ours, theirs) = tokio::io::duplex(PIPE);
+    let (per_worker, up) = (per_worker.clone(), up.clone());
     tokio::task::spawn_local(async move {
-        if let Err(e) = bridge(theirs, send, scheme, &authority).await {
+        if let Err(e) = bridge(theirs, &per_worker, &up, server).await {
             tracing::debug!(error = %e, "HTTP/2 upstream stream failed");
         }
     });
     Ok(ours)
 }
 
-/// Connects to `server` and keeps the connection in the pool.
-async fn connect(
-    pool: &RefCell<Pool>,
-    up: &Upstream,
-    server: usize,
-) -> io::Result<SendRequest<Bytes>> {
-    let s = &up.servers[server];
-    let stream = super::socket::connect(s, up.tls.as_ref(), up.connect_timeout).await?;
-    // The connection's receive window is many streams' (each keeps HTTP/2's 64 KiB): the
-    // connection is shared by every client of the worker, and with the default 64 KiB one
-    // client that stops reading a streamed answer held the whole window, and every other
-    // call on the connection stalled (the review of issue 55). Now 128 such streams would.
-    let handshake = h2::client::Builder::new()
-        .initial_connection_window_size(CONNECTION_WINDOW)
-        // An answer's head or trailers are held to 64 KiB (the h2 crate's default is 16 MiB;
-        // a gRPC-Web answer carries its trailers in the body).
-        .max_header_list_size(64 * 1024)
-        .handshake(stream);
-    let (send, conn) = tokio::time::timeout(up.connect_timeout, handshake)
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "HTTP/2 handshake timed out"))?
-        .map_err(io::Error::other)?;
-    tokio::task::spawn_local(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "HTTP/2 upstream connection ended");
-        }
-    });
-    let send = send.ready().await.map_err(io::Error::other)?;
-    pool.borrow_mut().set_h2(server, send.clone());
-    Ok(send)
+/// The request body as it goes out: decoded from the pipe, and what was sent of it kept for
+/// a resend.
+struct Body {
+    decoder: BodyDecoder,
+    text: Option<grpc_web::TextDecoder>,
+    /// What was sent so far, while under [`REPLAY`]; `None` past it (no resend then).
+    sent: Option<Vec<u8>>,
+    /// The body ended (with these trailers, if any).
+    ended: Option<Vec<(Vec<u8>, Vec<u8>)>>,
 }
 
-/// Carries one HTTP/1.1 exchange from `pipe` over a stream of `send`.
+/// Why an exchange ended without relaying an answer.
+enum Ended {
+    /// The server did not process the stream: it may go again.
+    Unprocessed,
+    /// The exchange failed (the pipe is dropped: the phase sees the upstream gone).
+    Failed(io::Error),
+    /// The client's body was bad: answered 400 here.
+    Bad(io::Error),
+}
+
+/// Carries one HTTP/1.1 exchange from `pipe` over a stream to `server`.
 async fn bridge(
-    mut pipe: DuplexStream,
-    send: SendRequest<Bytes>,
-    scheme: &str,
-    authority: &str,
+    pipe: DuplexStream,
+    per_worker: &WorkerUpstream,
+    up: &Upstream,
+    server: usize,
 ) -> io::Result<()> {
     let mut buf = BytesMut::with_capacity(8 * 1024);
     let limits = pipe_limits(PIPE);
+    let (mut from_phase, mut to_phase) = tokio::io::split(pipe);
     let head = loop {
         if let Some(h) = parse_request(&mut buf, &limits).map_err(io::Error::other)? {
             break h;
         }
-        if pipe.read_buf(&mut buf).await? == 0 {
+        if from_phase.read_buf(&mut buf).await? == 0 {
             return Ok(());
         }
     };
-    let host = head
-        .host()
-        .map(|h| String::from_utf8_lossy(h).into_owned())
-        .unwrap_or_else(|| authority.to_string());
-    let target = String::from_utf8_lossy(&head.target).into_owned();
+    let s = &up.servers[server];
+    let scheme: &[u8] = if s.tls_name.is_some() {
+        b"https"
+    } else {
+        b"http"
+    };
+    let authority = s.authority();
+    let host = head.host().unwrap_or(authority.as_bytes());
     // A gRPC-Web call is asked in gRPC (`grpc_web.rs`).
     let web = match head.method {
         weir_http::Method::Post => head.header("content-type").and_then(grpc_web::mode),
         _ => None,
     };
-    let mut req = http::Request::builder()
-        .method(head.method.as_str())
-        .uri(format!("{scheme}://{host}{target}"))
-        .body(())
-        .map_err(io::Error::other)?;
+    let web_type = web.map(|(_, codec)| grpc_web::upstream_type(codec));
+    let mut fields: Vec<(&[u8], &[u8])> = Vec::with_capacity(16);
     for h in head.headers() {
         if h.name.eq_ignore_ascii_case(b"host") || forbidden(&h.name) {
             continue;
@@ -133,179 +121,225 @@ async fn bridge(
         {
             continue;
         }
-        if let (Ok(n), Ok(v)) = (
-            http::HeaderName::from_bytes(&h.name),
-            http::HeaderValue::from_bytes(&h.value),
-        ) {
-            req.headers_mut().append(n, v);
-        }
+        fields.push((&h.name, &h.value));
     }
     // gRPC servers want to know trailers are understood; a proxy that relays them does.
-    req.headers_mut()
-        .insert(http::header::TE, http::HeaderValue::from_static("trailers"));
-    if let Some((_, codec)) = web {
-        if let Ok(v) = http::HeaderValue::from_bytes(&grpc_web::upstream_type(codec)) {
-            req.headers_mut().insert(http::header::CONTENT_TYPE, v);
-        }
+    fields.push((b"te", b"trailers"));
+    if let Some(t) = &web_type {
+        fields.push((b"content-type", t));
     }
     let web = web.map(|(mode, _)| mode);
     let has_body = head.body != BodyKind::Empty;
-    let mut send = send;
-    let (response, stream) = send
-        .send_request(req, !has_body)
-        .map_err(io::Error::other)?;
-    // Both ways at once (issue 55 §3): a bidirectional gRPC call answers each message before
-    // the client sends the next, so the response is relayed while the request body still
-    // flows. The pipe is split: the request side reads it, the response side writes it.
-    let (mut from_phase, mut to_phase) = tokio::io::split(pipe);
+    let request = super::h2_client::Head {
+        pseudo: (head.method.as_str().as_bytes(), scheme, host, &head.target),
+        fields: &fields,
+        end_stream: !has_body,
+    };
+    let mut body = Body {
+        decoder: BodyDecoder::new(head.body),
+        text: (web == Some(grpc_web::Mode::Text)).then(grpc_web::TextDecoder::default),
+        sent: Some(Vec::new()),
+        ended: None,
+    };
+    let bodyless = head.method == weir_http::Method::Head;
+    let mut resends = 0;
+    let bad = loop {
+        let stream = super::h2_client::open(&per_worker.pool, up, server, &request).await?;
+        let ended = exchange(
+            &stream,
+            (&mut from_phase, &mut to_phase, &mut buf),
+            (has_body, &mut body),
+            (web, bodyless, up.send_timeout),
+        )
+        .await;
+        match ended {
+            Ok(()) => return Ok(()),
+            Err(Ended::Unprocessed) if resends < RESENDS && body.sent.is_some() => {
+                resends += 1;
+                tracing::debug!(server = %s.name, "HTTP/2 stream not processed: sent again");
+            }
+            Err(Ended::Unprocessed) => {
+                return Err(io::Error::other(Failure::Unprocessed.to_string()))
+            }
+            Err(Ended::Failed(e)) => return Err(e),
+            Err(Ended::Bad(e)) => break e,
+        }
+    };
+    // The client's own error, answered as one (not a failed upstream: no passive-health mark).
+    to_phase
+        .write_all(b"HTTP/1.1 400 \r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+        .await?;
+    to_phase.shutdown().await?;
+    Err(bad)
+}
+
+/// One try of the exchange on `stream`: the body out while the answer comes back (a
+/// bidirectional gRPC call answers each message before the client sends the next).
+async fn exchange(
+    stream: &ClientStream,
+    (from_phase, to_phase, buf): (
+        &mut tokio::io::ReadHalf<DuplexStream>,
+        &mut tokio::io::WriteHalf<DuplexStream>,
+        &mut BytesMut,
+    ),
+    (has_body, body): (bool, &mut Body),
+    (web, bodyless, pause): (Option<grpc_web::Mode>, bool, Duration),
+) -> Result<(), Ended> {
     // Whether the answer's head went to the upstream phase (after it, nothing else may).
     let head_sent = std::cell::Cell::new(false);
     let upload = async {
         if has_body {
-            let text = (web == Some(grpc_web::Mode::Text)).then(grpc_web::TextDecoder::default);
-            match upload(&mut from_phase, &mut buf, (head.body, text), stream).await {
+            match upload(stream, from_phase, buf, body, pause).await {
                 Ok(()) => {}
-                // A body that is not one (bad base64, a cut group): the stream was reset, the
-                // exchange ends (a stream held open until `response_header` ran out, by any
-                // client: the review of issue 55).
-                Err(Upload::Bad(e)) => return Err(e),
+                Err(e @ (Ended::Bad(_) | Ended::Unprocessed)) => return Err(e),
                 // A server that answers before the whole body (an error, a call it ends
                 // early) closes its side: the answer is still relayed.
-                Err(Upload::Closed(e)) => {
+                Err(Ended::Failed(e)) => {
                     tracing::debug!(error = %e, "HTTP/2 upstream stream: request body not sent whole");
                 }
             }
         }
         // Until the answer is relayed the pipe is watched: the upstream phase dropping it (its
         // client gone, `timeouts.response_header`, the call's deadline) ends the exchange, and
-        // the stream is reset (the `h2` crate sends RST_STREAM CANCEL when an open stream's
-        // last handle goes). Before, the bridge waited for an answer nobody would read,
-        // holding one of the server's concurrent streams: enough such calls and every other
-        // client's call hung (review of issue 55's first part).
-        abandoned(&mut from_phase).await;
-        Ok::<(), io::Error>(())
+        // the stream is reset (RST_STREAM CANCEL when the stream is dropped). Before, the
+        // bridge waited for an answer nobody would read, holding one of the server's
+        // concurrent streams (review of issue 55's first part).
+        abandoned(from_phase).await;
+        Ok(())
     };
-    let download = async {
-        let response = response.await.map_err(io::Error::other)?;
-        let status = response.status().as_u16();
-        let bodyless = head.method == weir_http::Method::Head || matches!(status, 204 | 304);
-        let mut out = BytesMut::with_capacity(1024);
-        out.put_slice(format!("HTTP/1.1 {status} \r\n").as_bytes());
-        // A gRPC answer is relabelled; another (an HTML 404) goes back as it came.
-        let upstream_type = response.headers().get(http::header::CONTENT_TYPE);
-        let web = web.filter(|_| grpc_web::is_grpc_answer(upstream_type.map(|v| v.as_bytes())));
-        if let Some(mode) = web {
-            // The call's gRPC-Web family; the length (if any) is the gRPC body's.
-            let upstream = response.headers().get(http::header::CONTENT_TYPE);
-            let ct = grpc_web::client_type(mode, upstream.map(|v| v.as_bytes()));
-            out.put_slice(b"content-type: ");
-            out.put_slice(&ct);
-            out.put_slice(b"\r\n");
-            for (n, v) in response.headers() {
-                if n != http::header::CONTENT_TYPE && n != http::header::CONTENT_LENGTH {
-                    put_field(&mut out, n, v);
-                }
-            }
-            if !bodyless {
-                out.put_slice(b"transfer-encoding: chunked\r\n");
-            }
-        } else if bodyless {
-            put_fields(&mut out, response.headers());
-        } else {
-            // Re-framed as chunks (trailers may follow): the server's `content-length` is
-            // left out, or the phase refuses a head with both (every answer with a length
-            // was a 502 until issue 55's bench).
-            put_fields_except(&mut out, response.headers(), "content-length");
-            out.put_slice(b"transfer-encoding: chunked\r\n");
-        }
-        out.put_slice(b"connection: close\r\n\r\n");
-        head_sent.set(true);
-        let mut body = response.into_body();
-        if !bodyless {
-            // What has arrived goes on in one write, and a wait for more writes what is held
-            // first: a streamed answer's messages go on as they come (they were held until
-            // 32 KiB had gathered), and a unary answer (head, DATA and trailers in one read
-            // of the connection) is still one write.
-            loop {
-                let next = match body.data().now_or_never() {
-                    Some(next) => next,
-                    None => {
-                        flush(&mut to_phase, &mut out).await?;
-                        body.data().await
-                    }
-                };
-                let Some(chunk) = next else { break };
-                let chunk = chunk.map_err(io::Error::other)?;
-                let _ = body.flow_control().release_capacity(chunk.len());
-                match web {
-                    Some(grpc_web::Mode::Text) => {
-                        weir_http::reply::put_chunk(&mut out, &grpc_web::encode_text(&chunk))
-                    }
-                    _ => weir_http::reply::put_chunk(&mut out, &chunk),
-                }
-                if out.len() >= PIPE / 2 {
-                    flush(&mut to_phase, &mut out).await?;
-                }
-            }
-            let trailers = match body.trailers().now_or_never() {
-                Some(t) => t,
-                None => {
-                    flush(&mut to_phase, &mut out).await?;
-                    body.trailers().await
-                }
-            };
-            let trailers = trailers.map_err(io::Error::other)?;
-            match (web, trailers) {
-                // gRPC-Web: the trailers are the body's last frame.
-                (Some(mode), Some(trailers)) => {
-                    let mut frame = BytesMut::new();
-                    grpc_web::trailer_frame(&trailers, &mut frame);
-                    match mode {
-                        grpc_web::Mode::Text => {
-                            weir_http::reply::put_chunk(&mut out, &grpc_web::encode_text(&frame))
-                        }
-                        grpc_web::Mode::Binary => weir_http::reply::put_chunk(&mut out, &frame),
-                    }
-                    out.put_slice(b"0\r\n");
-                }
-                (None, Some(trailers)) => {
-                    out.put_slice(b"0\r\n");
-                    put_fields(&mut out, &trailers);
-                }
-                (_, None) => out.put_slice(b"0\r\n"),
-            }
-            out.put_slice(b"\r\n");
-        }
-        to_phase.write_all(&out).await?;
-        to_phase.shutdown().await
-    };
-    let bad_body = tokio::select! {
+    let download = download(stream, to_phase, (web, bodyless), &head_sent);
+    tokio::select! {
         biased;
-        r = download => return r,
+        r = download => r,
         // The request side ends first when the upstream phase dropped the pipe, or its body
-        // was bad.
+        // was bad, or the server did not process the stream.
         r = upload => match r {
-            Ok(()) => return Ok(()),
-            Err(e) => e,
+            Ok(()) => Ok(()),
+            Err(Ended::Unprocessed) if head_sent.get() => {
+                Err(Ended::Failed(io::Error::other("the stream was refused mid-answer")))
+            }
+            Err(Ended::Bad(e)) if head_sent.get() => Err(Ended::Failed(e)),
+            Err(e) => Err(e),
         },
-    };
-    // The client's own error, answered as one (not a failed upstream: no passive-health mark).
-    if !head_sent.get() {
-        to_phase
-            .write_all(b"HTTP/1.1 400 \r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-            .await?;
-        to_phase.shutdown().await?;
     }
-    Err(bad_body)
 }
 
-/// Why a request body did not reach the upstream whole.
-enum Upload {
-    /// The body is not one (bad gRPC-Web base64, a cut group, a bad framing): the stream is
-    /// reset.
-    Bad(io::Error),
-    /// The upstream stopped taking it (it answered, or reset the stream).
-    Closed(io::Error),
+/// The answer, from `stream` to the upstream phase as HTTP/1.1.
+async fn download(
+    stream: &ClientStream,
+    to_phase: &mut tokio::io::WriteHalf<DuplexStream>,
+    (web, bodyless): (Option<grpc_web::Mode>, bool),
+    head_sent: &std::cell::Cell<bool>,
+) -> Result<(), Ended> {
+    let failed = |f: Failure| match f {
+        Failure::Unprocessed if !head_sent.get() => Ended::Unprocessed,
+        f => Ended::Failed(io::Error::other(f.to_string())),
+    };
+    let io_failed = Ended::Failed;
+    let (status, fields, end_stream) = loop {
+        match stream.next().await.map_err(failed)? {
+            Incoming::Head(status, fields, end) => break (status, fields, end),
+            // Interim answers are not relayed through the pipe.
+            Incoming::Interim => {}
+            _ => return Err(Ended::Failed(io::Error::other("a body before the head"))),
+        }
+    };
+    let bodyless = bodyless || matches!(status, 204 | 304);
+    let mut out = BytesMut::with_capacity(1024);
+    out.put_slice(format!("HTTP/1.1 {status} \r\n").as_bytes());
+    // A gRPC answer is relabelled; another (an HTML 404) goes back as it came.
+    let upstream_type = field(&fields, b"content-type");
+    let web = web.filter(|_| grpc_web::is_grpc_answer(upstream_type));
+    if let Some(mode) = web {
+        // The call's gRPC-Web family; the length (if any) is the gRPC body's.
+        let ct = grpc_web::client_type(mode, upstream_type);
+        out.put_slice(b"content-type: ");
+        out.put_slice(&ct);
+        out.put_slice(b"\r\n");
+        put_fields_except(&mut out, &fields, &[b"content-type", b"content-length"]);
+        if !bodyless {
+            out.put_slice(b"transfer-encoding: chunked\r\n");
+        }
+    } else if bodyless {
+        put_fields_except(&mut out, &fields, &[]);
+    } else {
+        // Re-framed as chunks (trailers may follow): the server's `content-length` is left
+        // out, or the phase refuses a head with both (every answer with a length was a 502
+        // until issue 55's bench).
+        put_fields_except(&mut out, &fields, &[b"content-length"]);
+        out.put_slice(b"transfer-encoding: chunked\r\n");
+    }
+    out.put_slice(b"connection: close\r\n\r\n");
+    head_sent.set(true);
+    if !bodyless {
+        let mut trailers = None;
+        let mut ended = end_stream;
+        // What has arrived goes on in one write, and a wait for more writes what is held
+        // first: a streamed answer's messages go on as they come, and a unary answer (head,
+        // DATA and trailers in one read of the connection) is still one write.
+        while !ended {
+            let next = match stream.try_next() {
+                Some(next) => next,
+                None => {
+                    flush(to_phase, &mut out).await.map_err(io_failed)?;
+                    stream.next().await
+                }
+            };
+            match next.map_err(failed)? {
+                Incoming::Data(chunk, end) => {
+                    stream.release(chunk.len());
+                    if !chunk.is_empty() {
+                        match web {
+                            Some(grpc_web::Mode::Text) => weir_http::reply::put_chunk(
+                                &mut out,
+                                &grpc_web::encode_text(&chunk),
+                            ),
+                            _ => weir_http::reply::put_chunk(&mut out, &chunk),
+                        }
+                    }
+                    ended = end;
+                }
+                Incoming::Trailers(t) => {
+                    trailers = Some(t);
+                    ended = true;
+                }
+                _ => return Err(Ended::Failed(io::Error::other("a second head"))),
+            }
+            if out.len() >= PIPE / 2 {
+                flush(to_phase, &mut out).await.map_err(io_failed)?;
+            }
+        }
+        match (web, trailers) {
+            // gRPC-Web: the trailers are the body's last frame.
+            (Some(mode), Some(trailers)) => {
+                let mut frame = BytesMut::new();
+                grpc_web::trailer_frame(&trailers, &mut frame);
+                match mode {
+                    grpc_web::Mode::Text => {
+                        weir_http::reply::put_chunk(&mut out, &grpc_web::encode_text(&frame))
+                    }
+                    grpc_web::Mode::Binary => weir_http::reply::put_chunk(&mut out, &frame),
+                }
+                out.put_slice(b"0\r\n");
+            }
+            (None, Some(trailers)) => {
+                out.put_slice(b"0\r\n");
+                put_fields_except(&mut out, &trailers, &[]);
+            }
+            (_, None) => out.put_slice(b"0\r\n"),
+        }
+        out.put_slice(b"\r\n");
+    }
+    to_phase.write_all(&out).await.map_err(io_failed)?;
+    to_phase.shutdown().await.map_err(io_failed)
+}
+
+/// The value of the first field named `name`.
+fn field<'f>(fields: &'f [(Vec<u8>, Vec<u8>)], name: &[u8]) -> Option<&'f [u8]> {
+    fields
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_slice())
 }
 
 /// Writes what `out` holds to the upstream phase's end of the pipe.
@@ -320,57 +354,72 @@ async fn flush(
     Ok(())
 }
 
-/// Carries the request body from the pipe to `stream` as the upstream's window allows (not
-/// buffered past it: `send_data` alone queues without bound), then its trailers or its end.
+/// Carries the request body to `stream` as the server's windows allow (each wait bounded by
+/// `pause`): first what an earlier try sent (a resend), then the rest from the pipe, then its
+/// trailers or its end.
 async fn upload(
+    stream: &ClientStream,
     pipe: &mut tokio::io::ReadHalf<DuplexStream>,
     buf: &mut BytesMut,
-    (kind, mut text): (BodyKind, Option<grpc_web::TextDecoder>),
-    mut stream: h2::SendStream<Bytes>,
-) -> Result<(), Upload> {
-    let mut decoder = BodyDecoder::new(kind);
-    let bad = |stream: &mut h2::SendStream<Bytes>, e: String| {
-        stream.send_reset(h2::Reason::CANCEL);
-        Upload::Bad(io::Error::other(e))
+    body: &mut Body,
+    pause: Duration,
+) -> Result<(), Ended> {
+    let bad = |e: String| {
+        stream.cancel();
+        Ended::Bad(io::Error::other(e))
     };
-    let closed = |e: h2::Error| Upload::Closed(io::Error::other(e));
+    let sent = |e: SendError| match e {
+        SendError::Failed(Failure::Unprocessed) => Ended::Unprocessed,
+        e => Ended::Failed(io::Error::other(e.to_string())),
+    };
+    if let Some(earlier) = body.sent.as_deref().filter(|b| !b.is_empty()) {
+        stream
+            .send_data(earlier, false, pause)
+            .await
+            .map_err(sent)?;
+    }
     loop {
-        let event = match decoder.decode(buf) {
-            Ok(event) => event,
-            Err(e) => return Err(bad(&mut stream, e.to_string())),
-        };
+        if let Some(trailers) = &body.ended {
+            return match trailers.is_empty() {
+                true => stream.send_data(&[], true, pause).await.map_err(sent),
+                false => {
+                    stream.send_trailers(trailers.iter().map(|(n, v)| (&n[..], &v[..])));
+                    Ok(())
+                }
+            };
+        }
+        let event = body.decoder.decode(buf).map_err(|e| bad(e.to_string()))?;
         match event {
             BodyEvent::Data(mut d) => {
                 // A gRPC-Web text body: the upstream is sent what it encodes.
-                if let Some(t) = text.as_mut() {
-                    d = t.push(&d).map_err(|e| bad(&mut stream, e))?;
+                if let Some(t) = body.text.as_mut() {
+                    d = t.push(&d).map_err(bad)?;
                 }
-                while !d.is_empty() {
-                    stream.reserve_capacity(d.len());
-                    let room = match std::future::poll_fn(|cx| stream.poll_capacity(cx)).await {
-                        Some(room) => room.map_err(closed)?,
-                        None => return Err(Upload::Closed(io::Error::other("stream closed"))),
-                    };
-                    let part = d.split_to(room.min(d.len()));
-                    stream.send_data(part, false).map_err(closed)?;
+                stream.send_data(&d, false, pause).await.map_err(sent)?;
+                // Kept for a resend while small; past that the request cannot go again.
+                if let Some(kept) = body.sent.as_mut() {
+                    if kept.len() + d.len() <= REPLAY {
+                        kept.extend_from_slice(&d);
+                    } else {
+                        body.sent = None;
+                    }
                 }
             }
             BodyEvent::NeedMore => match pipe.read_buf(buf).await {
-                Ok(0) => return Err(bad(&mut stream, "the request ended mid-body".into())),
+                Ok(0) => return Err(bad("the request ended mid-body".into())),
                 Ok(_) => {}
-                Err(e) => return Err(bad(&mut stream, e.to_string())),
+                Err(e) => return Err(bad(e.to_string())),
             },
-            BodyEvent::Done(_) if text.as_ref().is_some_and(|t| t.finish().is_err()) => {
-                return Err(bad(
-                    &mut stream,
-                    "gRPC-Web text body: a cut base64 group".into(),
-                ));
-            }
-            BodyEvent::Done(trailers) if trailers.is_empty() => {
-                return stream.send_data(Bytes::new(), true).map_err(closed);
+            BodyEvent::Done(_) if body.text.as_ref().is_some_and(|t| t.finish().is_err()) => {
+                return Err(bad("gRPC-Web text body: a cut base64 group".into()));
             }
             BodyEvent::Done(trailers) => {
-                return stream.send_trailers(header_map(&trailers)).map_err(closed);
+                let fields = trailers
+                    .iter()
+                    .filter(|h| !forbidden(&h.name))
+                    .map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec()))
+                    .collect();
+                body.ended = Some(fields);
             }
         }
     }
@@ -407,57 +456,16 @@ fn forbidden(name: &[u8]) -> bool {
     weir_http::hop::not_in_h2(name) || name.eq_ignore_ascii_case(b"te")
 }
 
-fn put_fields(out: &mut BytesMut, fields: &http::HeaderMap) {
-    put_fields_except(out, fields, "");
-}
-
-fn put_field(out: &mut BytesMut, n: &http::HeaderName, v: &http::HeaderValue) {
-    out.put_slice(n.as_str().as_bytes());
-    out.put_slice(b": ");
-    out.put_slice(v.as_bytes());
-    out.put_slice(b"\r\n");
-}
-
-fn put_fields_except(out: &mut BytesMut, fields: &http::HeaderMap, except: &str) {
+/// Writes `fields` as HTTP/1.1 field lines, less those named in `except`.
+fn put_fields_except(out: &mut BytesMut, fields: &[(Vec<u8>, Vec<u8>)], except: &[&[u8]]) {
     for (n, v) in fields {
-        if n.as_str() != except {
-            put_field(out, n, v);
+        if !except.contains(&n.as_slice()) {
+            out.put_slice(n);
+            out.put_slice(b": ");
+            out.put_slice(v);
+            out.put_slice(b"\r\n");
         }
     }
-}
-
-/// A health check's own HTTP/2 connection to `server` (driven by a local task, aborted by the
-/// caller when done), ready for a request, and the URI prefix of its requests
-/// (`http://authority`).
-pub(crate) async fn open_check(
-    up: &Upstream,
-    server: usize,
-    within: Duration,
-) -> Result<
-    (
-        h2::client::SendRequest<Bytes>,
-        tokio::task::JoinHandle<()>,
-        String,
-    ),
-    String,
-> {
-    let s = &up.servers[server];
-    let stream = super::socket::connect(s, up.tls.as_ref(), within)
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-    let (send, conn) = h2::client::handshake(stream)
-        .await
-        .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
-    let driver = tokio::task::spawn_local(async move {
-        let _ = conn.await;
-    });
-    let scheme = if s.tls_name.is_some() {
-        "https"
-    } else {
-        "http"
-    };
-    let send = send.ready().await.map_err(|e| e.to_string())?;
-    Ok((send, driver, format!("{scheme}://{}", s.authority())))
 }
 
 /// One health check over HTTP/2: `GET path`, its status.
@@ -467,19 +475,9 @@ pub async fn check(
     path: &str,
     within: Duration,
 ) -> Result<u16, String> {
-    let run = async {
-        let (mut send, driver, base) = open_check(up, server, within).await?;
-        let req = http::Request::builder()
-            .uri(format!("{base}{path}"))
-            .header("user-agent", "weir-health-check")
-            .body(())
-            .map_err(|e| e.to_string())?;
-        let (response, _) = send.send_request(req, true).map_err(|e| e.to_string())?;
-        let status = response.await.map_err(|e| e.to_string())?.status().as_u16();
-        driver.abort();
-        Ok(status)
-    };
-    tokio::time::timeout(within, run)
-        .await
-        .map_err(|_| "timeout".to_string())?
+    let fields: [(&[u8], &[u8]); 1] = [(b"user-agent", b"weir-health-check")];
+    let answer =
+        super::h2_client::check::call(up, server, (b"GET", path.as_bytes()), &fields, None, within)
+            .await?;
+    Ok(answer.status)
 }

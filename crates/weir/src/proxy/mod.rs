@@ -30,6 +30,7 @@ pub mod exchange;
 pub mod fastcgi;
 pub mod grpc_health;
 pub mod grpc_web;
+pub mod h2_client;
 pub mod h2_upstream;
 pub mod limits;
 pub mod outlier;

@@ -127,12 +127,19 @@ fn nothing_waiting(socket: &super::tls::Socket, health: &Health) -> bool {
     }
 }
 
+/// One server's HTTP/2 connections, and those being made.
+type H2Conns = (
+    Vec<std::rc::Rc<super::h2_client::H2Conn>>,
+    std::rc::Rc<super::h2_client::Opening>,
+);
+
 /// The idle connections of one worker for one upstream.
 #[derive(Debug)]
 pub struct Pool {
     per_server: Vec<VecDeque<Idle>>,
-    /// The shared HTTP/2 connection to each server (`protocol: h2`).
-    h2: Vec<Option<h2::client::SendRequest<bytes::Bytes>>>,
+    /// The HTTP/2 connections to each server (`protocol: h2`), shared by the worker's
+    /// requests (`h2_client/`).
+    h2: Vec<H2Conns>,
     max_idle: usize,
     idle_timeout: Duration,
 }
@@ -141,7 +148,7 @@ impl Pool {
     pub fn new(servers: usize, max_idle: usize, idle_timeout: Duration) -> Pool {
         Pool {
             per_server: (0..servers).map(|_| VecDeque::new()).collect(),
-            h2: vec![None; servers],
+            h2: (0..servers).map(|_| Default::default()).collect(),
             max_idle,
             idle_timeout,
         }
@@ -176,22 +183,20 @@ impl Pool {
         None
     }
 
-    /// The HTTP/2 connection to `server`, if one was made.
-    pub fn h2(&self, server: usize) -> Option<h2::client::SendRequest<bytes::Bytes>> {
-        self.h2.get(server).cloned().flatten()
-    }
-
-    /// Keeps the HTTP/2 connection to `server`.
-    pub fn set_h2(&mut self, server: usize, send: h2::client::SendRequest<bytes::Bytes>) {
-        if let Some(slot) = self.h2.get_mut(server) {
-            *slot = Some(send);
-        }
+    /// The HTTP/2 connections to `server`.
+    pub(crate) fn h2_conns(&mut self, server: usize) -> &mut H2Conns {
+        &mut self.h2[server]
     }
 
     /// Closes every idle connection and takes no more (the upstream left the config).
     pub fn retire(&mut self) {
         self.per_server.iter_mut().for_each(VecDeque::clear);
-        self.h2.iter_mut().for_each(|s| *s = None);
+        for (conns, _) in &mut self.h2 {
+            // Going away: streams in flight finish, then the connections close.
+            for c in conns.drain(..) {
+                c.retire();
+            }
+        }
         self.max_idle = 0;
     }
 

@@ -41,6 +41,8 @@ pub struct Upstream {
     pub tls: Option<super::tls::UpstreamTls>,
     /// Speak HTTP/2 to the servers (`protocol: h2`).
     pub h2: bool,
+    /// Its connections (`http2`).
+    pub http2: super::h2_client::Policy,
     /// Speak FastCGI to the servers (`protocol: fastcgi`): its scripts.
     pub fastcgi: Option<Arc<super::fastcgi::config::FastCgi>>,
     /// Outlier ejection, when configured.
@@ -538,6 +540,7 @@ impl Upstream {
             resolve_every: u.resolve_every.0,
             tls,
             h2,
+            http2: super::h2_client::Policy::compile(&u.http2, u.keepalive.idle_timeout.0, path)?,
             fastcgi,
             outlier: u
                 .outlier_detection

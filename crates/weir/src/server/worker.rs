@@ -285,9 +285,11 @@ mod tests {
             &'static mut Plain,
         );
         let whole = returned(|a: Args| forward(a.0, a.1, a.2, a.3, a.4, Steer::default(), a.5));
-        let pooled = returned(|a: (&'static WorkerUpstream, &'static Upstream)| {
-            checkout(a.0, a.1, 0, true, crate::clock::Mono::now())
-        });
+        type Shared = (
+            &'static std::rc::Rc<WorkerUpstream>,
+            &'static std::sync::Arc<Upstream>,
+        );
+        let pooled = returned(|a: Shared| checkout(a.0, a.1, 0, true, crate::clock::Mono::now()));
         eprintln!("proxied request: upstream phase {whole} bytes, checkout {pooled} bytes");
         assert!(
             whole <= FORWARD,

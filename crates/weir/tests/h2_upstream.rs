@@ -1,0 +1,384 @@
+//! weir's own HTTP/2 client to `protocol: h2` upstreams (issue 55 §2), over real sockets: the
+//! server's SETTINGS_MAX_CONCURRENT_STREAMS respected and streams spread over
+//! `http2.connections`; GOAWAY (the stream the server processed finishes, the one it did not
+//! goes again on a new connection, its body too); PING liveness (a server that stops
+//! answering is dropped, one that answers is kept); request and response bodies past the
+//! windows both ways; the cache and response filters over an HTTP/2 upstream.
+//!
+//! The servers are the `h2` crate's (an implementation other than weir's) and, for what a
+//! library does not let a test choose (when GOAWAY comes, a PING never acknowledged), raw
+//! frames (`common/h2raw.rs`).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::h2raw::{
+    self, frame, read_frame, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS, PING,
+};
+
+/// An `h2` crate server (prior knowledge) on its own thread: `handle` answers each stream.
+/// Its address, and a count of the connections it accepted.
+fn h2_server<F, Fut>(builder: h2::server::Builder, handle: F) -> (SocketAddr, Arc<AtomicUsize>)
+where
+    F: Fn(http::Request<h2::RecvStream>, h2::server::SendResponse<Bytes>) -> Fut
+        + Send
+        + Sync
+        + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let count = connections.clone();
+    let handle = Arc::new(handle);
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                count.fetch_add(1, Ordering::SeqCst);
+                let (builder, handle) = (builder.clone(), handle.clone());
+                tokio::spawn(async move {
+                    let mut conn = builder.handshake::<_, Bytes>(tcp).await.unwrap();
+                    while let Some(Ok((req, respond))) = conn.accept().await {
+                        tokio::spawn(handle(req, respond));
+                    }
+                });
+            }
+        });
+    });
+    (addr, connections)
+}
+
+/// A raw-frame server: each connection's preface read and an empty SETTINGS sent, then
+/// `handle(index, socket)` on a thread of its own (index 0 for the first connection).
+fn raw_server(
+    handle: impl Fn(usize, TcpStream) + Send + Sync + 'static,
+) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let count = connections.clone();
+    let handle = Arc::new(handle);
+    std::thread::spawn(move || {
+        for tcp in listener.incoming() {
+            let Ok(mut tcp) = tcp else { return };
+            let index = count.fetch_add(1, Ordering::SeqCst);
+            let handle = handle.clone();
+            std::thread::spawn(move || {
+                let mut preface = [0u8; 24];
+                if tcp.read_exact(&mut preface).is_err() {
+                    return;
+                }
+                assert_eq!(&preface, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+                tcp.write_all(&frame(h2raw::SETTINGS, 0, 0, &[])).unwrap();
+                handle(index, tcp);
+            });
+        }
+    });
+    (addr, connections)
+}
+
+/// A 200 with `body` on `stream`.
+fn answer(s: &mut TcpStream, stream: u32, body: &[u8]) {
+    let head = h2raw::block(&[(":status", b"200")]);
+    let mut w = frame(HEADERS, END_HEADERS, stream, &head);
+    w.extend(frame(DATA, END_STREAM, stream, body));
+    s.write_all(&w).unwrap();
+}
+
+/// Answers every request on the connection with `tag:` and the request's body.
+fn echo_all(s: &mut TcpStream, tag: &str) {
+    let mut bodies: std::collections::HashMap<u32, Vec<u8>> = Default::default();
+    while let Some((kind, flags, stream, payload)) = read_frame(s) {
+        match kind {
+            HEADERS | DATA => {
+                let b = bodies.entry(stream).or_default();
+                if kind == DATA {
+                    b.extend_from_slice(&payload);
+                }
+                if flags & END_STREAM != 0 {
+                    let body = bodies.remove(&stream).unwrap_or_default();
+                    let text = [tag.as_bytes(), b":", &body].concat();
+                    answer(s, stream, &text);
+                }
+            }
+            PING if flags & h2raw::ACK == 0 => {
+                s.write_all(&frame(PING, h2raw::ACK, 0, &payload)).unwrap();
+            }
+            _ => {}
+        }
+    }
+}
+
+fn config(origin: SocketAddr, http2: &str) -> String {
+    format!(
+        "workers: 1\nupstreams:\n  h: {{ servers: ['{origin}'], protocol: h2, http2: {{ {http2} }}, passive_health: {{ max_fails: 0 }} }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: {{ upstream: h }}\n"
+    )
+}
+
+/// With a server that takes one stream at a time and two connections allowed, six calls at
+/// once are served two at a time, on exactly two connections, none refused: a client that
+/// ignored the limit would have streams refused (and 502s once resends ran out), one that
+/// ignored `connections` would open more.
+#[test]
+fn streams_keep_to_the_server_s_limit_and_spread_over_the_connections() {
+    let mut builder = h2::server::Builder::new();
+    builder.max_concurrent_streams(1);
+    let handled = Arc::new(AtomicUsize::new(0));
+    let seen = handled.clone();
+    let (origin, connections) = h2_server(builder, move |_req, mut respond| {
+        let seen = seen.clone();
+        async move {
+            seen.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let resp = http::Response::builder().status(200).body(()).unwrap();
+            let mut send = respond.send_response(resp, false).unwrap();
+            send.send_data(Bytes::from_static(b"slow"), true).unwrap();
+        }
+    });
+    let s = common::start_config(&config(origin, "connections: 2"));
+    // One call first: its connection is in the pool before the burst.
+    assert_eq!(common::get(s.addr, "/warm").text(), "slow");
+    let started = Instant::now();
+    let calls: Vec<_> = (0..6)
+        .map(|i| {
+            let addr = s.addr;
+            std::thread::spawn(move || common::get(addr, &format!("/{i}")))
+        })
+        .collect();
+    for c in calls {
+        let r = c.join().unwrap();
+        assert_eq!((r.status, r.text().as_str()), (200, "slow"));
+    }
+    let took = started.elapsed();
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        2,
+        "two connections, no more"
+    );
+    assert_eq!(handled.load(Ordering::SeqCst), 7, "every call handled once");
+    // Six calls, two at a time, 300 ms each.
+    assert!(took >= Duration::from_millis(850), "served in {took:?}");
+}
+
+/// GOAWAY with two streams open: the one at or below its last stream finishes on the old
+/// connection, the one above goes again on a new connection, with its body, though a POST
+/// (RFC 9113 §8.7: a stream the server did not process is safe to send again). Then the old
+/// connection closes, its streams done.
+#[test]
+fn goaway_finishes_the_processed_stream_and_sends_the_other_again() {
+    let closed = Arc::new(AtomicBool::new(false));
+    let saw_close = closed.clone();
+    let (origin, connections) = raw_server(move |index, mut s| {
+        if index > 0 {
+            return echo_all(&mut s, "second");
+        }
+        // The first connection: the warm-up call, then two at once.
+        let mut streams = Vec::new();
+        let mut get = 0;
+        while let Some((kind, flags, stream, _)) = read_frame(&mut s) {
+            if kind == HEADERS {
+                if stream == 1 {
+                    answer(&mut s, 1, b"warm");
+                    continue;
+                }
+                if flags & END_STREAM != 0 {
+                    get = stream;
+                }
+                streams.push(stream);
+                if streams.len() == 2 {
+                    break;
+                }
+            }
+        }
+        // The GET (no body) is processed; the POST is not.
+        let mut goaway = get.to_be_bytes().to_vec();
+        goaway.extend_from_slice(&0u32.to_be_bytes());
+        s.write_all(&frame(GOAWAY, 0, 0, &goaway)).unwrap();
+        answer(&mut s, get, b"first");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        while read_frame(&mut s).is_some() {}
+        saw_close.store(true, Ordering::SeqCst);
+    });
+    let s = common::start_config(&config(origin, "connections: 1"));
+    assert_eq!(common::get(s.addr, "/warm").text(), "warm");
+    let addr = s.addr;
+    let post = std::thread::spawn(move || {
+        let mut c = common::connect(addr);
+        common::roundtrip(
+            &mut c,
+            b"POST /b HTTP/1.1\r\nHost: t\r\nContent-Length: 7\r\n\r\npayload",
+        )
+    });
+    let get = common::get(s.addr, "/a");
+    let post = post.join().unwrap();
+    assert_eq!((get.status, get.text().as_str()), (200, "first"));
+    assert_eq!(
+        (post.status, post.text().as_str()),
+        (200, "second:payload"),
+        "the unprocessed POST went again, with its body"
+    );
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !closed.load(Ordering::SeqCst) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        closed.load(Ordering::SeqCst),
+        "the old connection was closed"
+    );
+}
+
+/// A server that answers once, then never acknowledges a PING, is dropped after
+/// `ping_interval` + `ping_timeout`; the next call gets a new connection. A server that does
+/// acknowledge keeps its one connection through the same silence.
+#[test]
+fn a_server_that_stops_acknowledging_pings_is_dropped() {
+    let pinged = Arc::new(AtomicBool::new(false));
+    let dropped = Arc::new(Mutex::new(None::<Instant>));
+    let (p, d) = (pinged.clone(), dropped.clone());
+    let (origin, connections) = raw_server(move |index, mut s| {
+        if index > 0 {
+            return echo_all(&mut s, "new");
+        }
+        while let Some((kind, flags, stream, _)) = read_frame(&mut s) {
+            if kind == HEADERS && flags & END_STREAM != 0 {
+                answer(&mut s, stream, b"once");
+            }
+            if kind == PING && flags & h2raw::ACK == 0 {
+                p.store(true, Ordering::SeqCst);
+            }
+        }
+        *d.lock().unwrap() = Some(Instant::now());
+    });
+    let s = common::start_config(&config(origin, "ping_interval: 300ms, ping_timeout: 300ms"));
+    assert_eq!(common::get(s.addr, "/").text(), "once");
+    let asked = Instant::now();
+    let deadline = asked + Duration::from_secs(10);
+    while dropped.lock().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let at = dropped
+        .lock()
+        .unwrap()
+        .expect("the silent connection was closed");
+    assert!(pinged.load(Ordering::SeqCst), "a PING came first");
+    assert!(
+        at - asked >= Duration::from_millis(550),
+        "closed after {:?}: before the PING could time out",
+        at - asked
+    );
+    assert_eq!(common::get(s.addr, "/").text(), "new:");
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+
+    // The h2 crate's server acknowledges PINGs: its connection stays.
+    let (origin, connections) =
+        h2_server(h2::server::Builder::new(), |_req, mut respond| async move {
+            let resp = http::Response::builder().status(200).body(()).unwrap();
+            let mut send = respond.send_response(resp, false).unwrap();
+            send.send_data(Bytes::from_static(b"kept"), true).unwrap();
+        });
+    let s = common::start_config(&config(origin, "ping_interval: 200ms, ping_timeout: 300ms"));
+    assert_eq!(common::get(s.addr, "/").text(), "kept");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(common::get(s.addr, "/").text(), "kept");
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        1,
+        "the answered connection was kept"
+    );
+}
+
+/// Bodies past every window both ways: a 3 MiB upload reaches the server whole (weir waits
+/// on its windows) and a 3 MiB answer reaches the client whole (weir gives its windows back
+/// as the client reads).
+#[test]
+fn bodies_past_the_windows_cross_both_ways() {
+    let (origin, _) = h2_server(h2::server::Builder::new(), |req, mut respond| async move {
+        let mut body = req.into_body();
+        let mut got = 0usize;
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.unwrap();
+            got += chunk.len();
+            let _ = body.flow_control().release_capacity(chunk.len());
+        }
+        let resp = http::Response::builder()
+            .status(200)
+            .header("x-got", got.to_string())
+            .body(())
+            .unwrap();
+        let mut send = respond.send_response(resp, false).unwrap();
+        let big = Bytes::from(vec![b'z'; 3 << 20]);
+        send.reserve_capacity(big.len());
+        send.send_data(big, true).unwrap();
+    });
+    let s = common::start_config(&format!(
+        "limits: {{ max_body_bytes: 8m }}\n{}",
+        config(origin, "")
+    ));
+    let mut c = common::connect(s.addr);
+    let upload = vec![b'u'; 3 << 20];
+    let mut req = format!(
+        "POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        upload.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&upload);
+    let r = common::roundtrip(&mut c, &req);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-got"), Some("3145728"));
+    assert_eq!(r.body.len(), 3 << 20);
+    assert!(r.body.iter().all(|b| *b == b'z'));
+}
+
+/// The cache and the response filters over an HTTP/2 upstream, as over HTTP/1.1: the second
+/// GET is a hit the server never sees, and both carry the filter's field.
+#[test]
+fn the_cache_and_filters_work_over_an_http2_upstream() {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let seen = asked.clone();
+    let (origin, _) = h2_server(h2::server::Builder::new(), move |_req, mut respond| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        async move {
+            let resp = http::Response::builder()
+                .status(200)
+                .header("cache-control", "max-age=60")
+                .body(())
+                .unwrap();
+            let mut send = respond.send_response(resp, false).unwrap();
+            send.send_data(Bytes::from_static(b"cached"), true).unwrap();
+        }
+    });
+    let s = common::start_config(&format!(
+        "workers: 1\ncache_zones:\n  main: {{ max_size: 16m }}\nupstreams:\n  h: {{ servers: ['{origin}'], protocol: h2 }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: {{ upstream: h, response_headers: {{ add: {{ x-via: weir }} }} }}\n        cache: {{ zone: main }}\n"
+    ));
+    let first = common::get(s.addr, "/page");
+    let second = common::get(s.addr, "/page");
+    for r in [&first, &second] {
+        assert_eq!((r.status, r.text().as_str()), (200, "cached"));
+        assert_eq!(r.header("x-via"), Some("weir"));
+    }
+    assert!(
+        second.header("cache-status").unwrap_or("").contains("hit"),
+        "{:?}",
+        second.header("cache-status")
+    );
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        1,
+        "the hit never reached the server"
+    );
+}
