@@ -292,6 +292,23 @@ fn a_malformed_response_head_resets_only_its_stream() {
     // The other stream goes on.
     let (ev, _) = to_client(&mut c, &answer(b, 200, &[], true));
     assert!(matches!(ev[0], Event::Head { status: 200, .. }));
+    // A value with CR LF (it would be a line of its own in an HTTP/1.1 head).
+    let e = c.open(
+        (b"GET", b"http", b"up", b"/e"),
+        std::iter::empty(),
+        true,
+        &mut wire,
+    );
+    let mut block = Vec::new();
+    put_field(b":status", b"200", &mut block);
+    put_field(b"x-a", b"1\r\nset-cookie: x", &mut block);
+    let mut w = Vec::new();
+    frame::put_headers(&mut w, e, &block, true, 16_384);
+    let (ev, _) = to_client(&mut c, &w);
+    assert!(
+        matches!(ev[0], Event::Reset { stream, .. } if stream == e),
+        "{ev:?}"
+    );
     // A head without `:status`, and DATA before a head.
     let d = c.open(
         (b"GET", b"http", b"up", b"/d"),

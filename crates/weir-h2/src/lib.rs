@@ -11,7 +11,8 @@
 //! ([`settings`]), a request's header block checked as it decodes ([`request`]), a response
 //! head encoded once for any connection ([`response`]), and the flood and glitch counters
 //! ([`guard`]), and on them the receiving side of a server connection ([`conn`]: bytes in,
-//! events and the frames this side owes out). Not yet used by weir's server.
+//! events and the frames this side owes out) and a client connection ([`client`]: requests
+//! out, answers in as events; weir's `protocol: h2` upstreams, issue 55 §2).
 //!
 //! Its tests hold it to the RFCs' own examples (RFC 7541 Appendix C) and to the errors RFC 9113
 //! names for each malformed frame.

@@ -186,33 +186,39 @@ impl Sink for Checked<'_> {
             return Ok(());
         }
         self.regular_seen = true;
-        if name.is_empty() || !name.iter().all(|b| LOWER_TCHAR[usize::from(*b)]) {
-            self.bad("a field name that is no lower-case token");
-            return Ok(());
-        }
-        // §8.2.1: no NUL, CR or LF; no leading or trailing space or tab.
-        let ws = |b: &u8| matches!(b, b' ' | b'\t');
-        if value.iter().any(|b| matches!(b, 0 | b'\r' | b'\n'))
-            || value.first().is_some_and(ws)
-            || value.last().is_some_and(ws)
-        {
-            self.bad("a field value with CR, LF, NUL or surrounding whitespace");
-            return Ok(());
-        }
-        // §8.2.2: connection-specific fields.
-        if matches!(
-            name,
-            b"connection" | b"proxy-connection" | b"keep-alive" | b"transfer-encoding" | b"upgrade"
-        ) {
-            self.bad("a connection-specific field");
-            return Ok(());
-        }
-        if name == b"te" && value != b"trailers" {
-            self.bad("te other than trailers");
+        if let Some(why) = regular_malformed(name, value) {
+            self.bad(why);
             return Ok(());
         }
         self.inner.field(name, value, sensitive)
     }
+}
+
+/// Why a regular field (request or response, head or trailers) is malformed (RFC 9113
+/// §8.2.1, §8.2.2), if it is.
+pub(crate) fn regular_malformed(name: &[u8], value: &[u8]) -> Option<&'static str> {
+    if name.is_empty() || !name.iter().all(|b| LOWER_TCHAR[usize::from(*b)]) {
+        return Some("a field name that is no lower-case token");
+    }
+    // §8.2.1: no NUL, CR or LF; no leading or trailing space or tab.
+    let ws = |b: &u8| matches!(b, b' ' | b'\t');
+    if value.iter().any(|b| matches!(b, 0 | b'\r' | b'\n'))
+        || value.first().is_some_and(ws)
+        || value.last().is_some_and(ws)
+    {
+        return Some("a field value with CR, LF, NUL or surrounding whitespace");
+    }
+    // §8.2.2: connection-specific fields.
+    if matches!(
+        name,
+        b"connection" | b"proxy-connection" | b"keep-alive" | b"transfer-encoding" | b"upgrade"
+    ) {
+        return Some("a connection-specific field");
+    }
+    if name == b"te" && value != b"trailers" {
+        return Some("te other than trailers");
+    }
+    None
 }
 
 /// RFC 9110 §5.6.2's tchar.

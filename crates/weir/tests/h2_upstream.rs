@@ -382,3 +382,27 @@ fn the_cache_and_filters_work_over_an_http2_upstream() {
         "the hit never reached the server"
     );
 }
+
+/// A WebSocket upgrade to an HTTP/2 upstream (extended CONNECT is not built) is refused 502,
+/// never sent on as a plain GET whose answer the client would take for the upgrade's.
+#[test]
+fn an_upgrade_to_an_http2_upstream_is_refused() {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let seen = asked.clone();
+    let (origin, _) = h2_server(h2::server::Builder::new(), move |_req, mut respond| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        async move {
+            let resp = http::Response::builder().status(200).body(()).unwrap();
+            let _ = respond.send_response(resp, true);
+        }
+    });
+    let s = common::start_config(&config(origin, ""));
+    let mut c = common::connect(s.addr);
+    let r = common::roundtrip(
+        &mut c,
+        b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    );
+    assert_eq!(r.status, 502);
+    assert_eq!(asked.load(Ordering::SeqCst), 0);
+    assert_eq!(common::get(s.addr, "/plain").status, 200);
+}

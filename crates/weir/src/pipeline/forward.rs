@@ -4,8 +4,7 @@
 //! 2. Take an idle pooled connection or connect (`connect` timeout).
 //! 3. Send the head and stream the body (`send.rs`): the client's body is decoded and
 //!    re-framed as it arrives, never buffered whole (a 1 GiB upload needs no more memory than a
-//!    small one); a gRPC call from an HTTP/2 client sends it while the answer is read
-//!    (`duplex.rs`).
+//!    small one).
 //! 4. Read the response head (`response_header` timeout), relaying interim (1xx) responses, then
 //!    stream the body back (`relay_body.rs`). An upstream that dies mid-body aborts the client connection: the
 //!    client sees a truncated message, never a short one presented as complete.
@@ -144,20 +143,22 @@ pub(crate) async fn forward<D: Downstream>(
         ))
         .await;
     }
-    // Asked once (a GET costs one comparison): a gRPC call's body is carried while its answer
-    // is read (`duplex.rs`), its deadline bounds the exchange and its status is noted.
-    let grpc = super::grpc_refusal::is_grpc(head);
-    let mut pump = super::duplex::Pump::for_call(d, (up, grpc), &target, shape);
-    // A gRPC call to an HTTP/2 upstream waits on the route's `stream_idle` for bytes either
-    // way, not on the plain HTTP timeouts: the upstream's for its head and body, and, while
-    // the call streams both ways, the client's for its body. (An HTTP/1.1 upstream is not a
-    // gRPC server: a client's `content-type` does not lift its timeouts; attack review.)
-    // A flag, the waits read where used: two durations held through the exchange grew its
-    // future by 32 bytes.
-    let streams = grpc && up.h2;
-    if pump.is_some() {
-        d.body_timeout(route.stream_idle);
+    if up.h2 {
+        // Boxed: kept out of every other request's future.
+        let hooks = (steer, &mut *hooks);
+        return Box::pin(super::forward_h2::forward(
+            (d, ctx),
+            (&target, per_worker),
+            shape,
+            persistence,
+            hooks,
+        ))
+        .await;
     }
+    // Asked once (a GET costs one comparison): a gRPC call's deadline bounds the exchange and
+    // its status is noted. (An HTTP/1.1 upstream is not a gRPC server: a client's
+    // `content-type` does not lift its timeouts to the route's `stream_idle`; attack review.)
+    let grpc = super::grpc_refusal::is_grpc(head);
     let total_deadline = up.total_timeout.map(|t| Instant::now() + t);
     // A gRPC call's own deadline, when sooner than the upstream's (`grpc_timeout.rs`).
     let call_deadline = match grpc {
@@ -247,29 +248,27 @@ pub(crate) async fn forward<D: Downstream>(
         };
         let (mut conn, reused) = match pooled {
             Some(conn) => (conn, true),
-            None => {
-                match checkout(per_worker, &rt.cfg.upstreams[upstream], server, false, now).await {
-                    Ok(checked_out) => checked_out,
-                    Err(e) => {
-                        if target.recording {
-                            super::trace_spans::try_failed(ctx, &e);
-                        }
-                        if retry(e.retryable(&up.retry.on, true)) {
-                            backoff(up, retries.get()).await;
-                            continue;
-                        }
-                        return fail(
-                            d,
-                            ctx,
-                            &target,
-                            Some(server),
-                            e,
-                            (persistence, has_body),
-                            (steer, &mut *hooks),
-                        );
+            None => match checkout(per_worker, up, server, false, now).await {
+                Ok(checked_out) => checked_out,
+                Err(e) => {
+                    if target.recording {
+                        super::trace_spans::try_failed(ctx, &e);
                     }
+                    if retry(e.retryable(&up.retry.on, true)) {
+                        backoff(up, retries.get()).await;
+                        continue;
+                    }
+                    return fail(
+                        d,
+                        ctx,
+                        &target,
+                        Some(server),
+                        e,
+                        (persistence, has_body),
+                        (steer, &mut *hooks),
+                    );
                 }
-            }
+            },
         };
         let gauge = rt
             .cfg
@@ -288,7 +287,7 @@ pub(crate) async fn forward<D: Downstream>(
         let sent = send_request(
             d,
             &mut conn,
-            (&target, pump.is_some()),
+            &target,
             server,
             shape,
             (&mut ctx.bytes_received, tee, ctx.trace.as_ref().zip(parent)),
@@ -310,11 +309,8 @@ pub(crate) async fn forward<D: Downstream>(
                 // Parsed here between reads, not returned by an async fn: a head handed out of
                 // a future's output is copied three times more (~120 instructions per proxied
                 // request, callgrind 2026-11-27).
-                let head_wait = match streams {
-                    true => route.stream_idle,
-                    false => up.response_header_timeout,
-                };
-                let mut deadline = Instant::now() + phase_timeout(head_wait, total_deadline);
+                let mut deadline =
+                    Instant::now() + phase_timeout(up.response_header_timeout, total_deadline);
                 if let Some(call) = call_deadline {
                     deadline = deadline.min(call);
                 }
@@ -330,21 +326,7 @@ pub(crate) async fn forward<D: Downstream>(
                             Err(e) => break Err(Error::with(ErrorKind::BadResponse, e)),
                         }
                     }
-                    let more = match super::duplex::is_open(&pump) {
-                        // Boxed: kept out of every other request's future.
-                        true => crate::proxy::exchange::more_of(
-                            Box::pin(super::duplex::read_by(
-                                d,
-                                &mut conn,
-                                &mut pump,
-                                (head_wait, call_deadline.or(total_deadline)),
-                                &mut ctx.bytes_received,
-                            ))
-                            .await?,
-                        ),
-                        false => read_response_more(&mut conn, deadline).await,
-                    };
-                    if let Err(e) = more {
+                    if let Err(e) = read_response_more(&mut conn, deadline).await {
                         break Err(match e.kind {
                             ErrorKind::ResponseTimeout
                                 if call_deadline.is_some_and(|c| Instant::now() >= c) =>
@@ -463,12 +445,8 @@ pub(crate) async fn forward<D: Downstream>(
         &mut upstream_conn,
         resp,
         (up, server, target.head),
-        (
-            total_deadline,
-            call_deadline,
-            streams.then_some(route.stream_idle),
-        ),
-        (&mut pump, grpc, &mut *hooks),
+        (total_deadline, call_deadline),
+        (grpc, &mut *hooks),
     )
     .await;
     let reusable = match relayed {

@@ -1,8 +1,7 @@
 //! The upstream's response body to the client (the upstream phase's last step,
-//! `forward.rs`): decoded and re-framed piece by piece, the hooks (the cache) seeing each; a
-//! gRPC call's request body still carried meanwhile (`duplex.rs`). The waits are the
-//! upstream's `idle`, or a gRPC stream's `stream_idle`, bounded by the total and the call's
-//! deadline; an upstream that dies mid-body aborts the client's connection.
+//! `forward.rs`): decoded and re-framed piece by piece, the hooks (the cache) seeing each. The
+//! waits are the upstream's `idle`, bounded by the total and the call's deadline; an upstream
+//! that dies mid-body aborts the client's connection. (HTTP/2 upstreams: `relay_h2.rs`.)
 
 use tokio::time::Instant;
 use weir_http::{BodyKind, RequestHead, ResponseHead};
@@ -29,19 +28,11 @@ pub(super) async fn relay_body<D: Downstream>(
     conn: &mut UpstreamConn,
     resp: &ResponseHead,
     (up, server, head): (&Upstream, usize, &RequestHead),
-    (total_deadline, call_deadline, stream_idle): (
-        Option<Instant>,
-        Option<Instant>,
-        Option<std::time::Duration>,
-    ),
-    (pump, grpc, hooks): (
-        &mut Option<Box<super::duplex::Pump<'_>>>,
-        bool,
-        &mut dyn UpstreamHooks,
-    ),
+    (total_deadline, call_deadline): (Option<Instant>, Option<Instant>),
+    (grpc, hooks): (bool, &mut dyn UpstreamHooks),
 ) -> Result<bool, Error> {
     let aborted = |ctx: &mut RequestCtx, why: &str| aborted(ctx, (up, server, head), why);
-    let idle = stream_idle.unwrap_or(up.idle_read_timeout);
+    let idle = up.idle_read_timeout;
     let mut decoder = weir_http::BodyDecoder::new(resp.body);
     loop {
         let event = decoder
@@ -69,18 +60,9 @@ pub(super) async fn relay_body<D: Downstream>(
             }
             weir_http::BodyEvent::NeedMore => {
                 d.flush().await?;
-                let read = match super::duplex::is_open(pump) {
-                    true => {
-                        let received = &mut ctx.bytes_received;
-                        let timing = (idle, call_deadline.or(total_deadline));
-                        Box::pin(super::duplex::read_by(d, conn, pump, timing, received)).await?
-                    }
-                    false => {
-                        let deadline =
-                            Instant::now() + phase_timeout(idle, call_deadline.or(total_deadline));
-                        conn.read_by(deadline).await
-                    }
-                };
+                let deadline =
+                    Instant::now() + phase_timeout(idle, call_deadline.or(total_deadline));
+                let read = conn.read_by(deadline).await;
                 let n = match read {
                     Ok(Ok(n)) => n,
                     Ok(Err(e)) => return Err(aborted(ctx, &format!("read failed mid-body: {e}"))),
@@ -92,12 +74,6 @@ pub(super) async fn relay_body<D: Downstream>(
                             ErrorKind::UpstreamAborted,
                             "the call's grpc-timeout passed mid-response",
                         ));
-                    }
-                    // A gRPC stream quiet for the route's `stream_idle` once answering: its
-                    // limit, not the server's failure either.
-                    Err(_) if stream_idle.is_some() => {
-                        ctx.extra.get_or_insert_with(Default::default).client_ended = true;
-                        return Err(Error::new(ErrorKind::StreamIdle));
                     }
                     Err(_) => return Err(aborted(ctx, "idle timeout mid-body")),
                 };

@@ -1,8 +1,7 @@
 //! The request's way to the upstream (the upstream phase's step 3, `forward.rs`): the head
 //! built by `proxy::exchange::build_request`, then the body decoded from the client and
 //! re-framed as it arrives, in the connection's own write buffer; a chunked body ends with the
-//! client's trailer section, filtered as the head's fields are. A full-duplex call sends its
-//! head here and its body while the answer is read (`duplex.rs`).
+//! client's trailer section, filtered as the head's fields are.
 
 use bytes::BytesMut;
 use weir_http::reply::{put_chunk, put_last_chunk};
@@ -37,23 +36,14 @@ pub(super) type Counted<'a> = (
 pub(super) async fn send_request<D: Downstream>(
     d: &mut D,
     conn: &mut UpstreamConn,
-    (target, head_only): (&Target<'_>, bool),
+    target: &Target<'_>,
     server: usize,
     shape: RequestShape<'_>,
     counted: Counted<'_>,
 ) -> Result<Sent, Error> {
     let mut req = std::mem::take(&mut conn.out);
     req.clear();
-    let sent = write_request(
-        d,
-        conn,
-        &mut req,
-        (target, head_only),
-        server,
-        shape,
-        counted,
-    )
-    .await;
+    let sent = write_request(d, conn, &mut req, target, server, shape, counted).await;
     if req.capacity() <= SEND_CHUNK * 2 {
         conn.out = req;
     }
@@ -64,7 +54,7 @@ async fn write_request<D: Downstream>(
     d: &mut D,
     conn: &mut UpstreamConn,
     req: &mut BytesMut,
-    (target, head_only): (&Target<'_>, bool),
+    target: &Target<'_>,
     server: usize,
     shape: RequestShape<'_>,
     (received, mut tee, traced): Counted<'_>,
@@ -80,8 +70,7 @@ async fn write_request<D: Downstream>(
         (&target.client, traced.as_ref().map(|(t, p)| (*t, p))),
         shape,
     );
-    // `head_only`: the body follows while the answer is read (`duplex.rs`).
-    if head.body == BodyKind::Empty || head_only {
+    if head.body == BodyKind::Empty {
         if let Some(run) = tee.as_deref_mut() {
             filters.tee(run, req, true);
         }
@@ -147,6 +136,25 @@ pub(super) fn put_body_end<D: Downstream>(
     target: &Target<'_>,
     shape: RequestShape<'_>,
 ) {
+    let trailers = relayed_trailers(d, target, shape);
+    if trailers.is_empty() {
+        put_last_chunk(req);
+    } else {
+        req.extend_from_slice(b"0\r\n");
+        for h in &trailers {
+            weir_http::response::put_header(req, &h.name, &h.value);
+        }
+        req.extend_from_slice(b"\r\n");
+    }
+}
+
+/// The client's trailer section as the upstream may see it: fields a trailer section must not
+/// carry dropped (RFC 9110 §6.5.1), and those the route would not relay in the head.
+pub(super) fn relayed_trailers<D: Downstream>(
+    d: &mut D,
+    target: &Target<'_>,
+    shape: RequestShape<'_>,
+) -> Vec<weir_http::Header> {
     let filters = &target.route.filters;
     let mut trailers = d.request_trailers();
     // Nor, in a trailer, a field the route would not relay in the head, under any alias: an
@@ -164,13 +172,5 @@ pub(super) fn put_body_end<D: Downstream>(
             // With `tracing`, the trace context is weir's, in the head (review of issue 55).
             && (!target.traced || !crate::trace::context::is_trace_field(&h.name))
     });
-    if trailers.is_empty() {
-        put_last_chunk(req);
-    } else {
-        req.extend_from_slice(b"0\r\n");
-        for h in &trailers {
-            weir_http::response::put_header(req, &h.name, &h.value);
-        }
-        req.extend_from_slice(b"\r\n");
-    }
+    trailers
 }

@@ -39,8 +39,8 @@ pub fn record_failure(up: &Upstream, server: usize, e: &Error) {
 /// new one; connect failures count against the server's passive health. Returns the connection
 /// and whether it was reused.
 pub async fn checkout(
-    per_worker: &std::rc::Rc<WorkerUpstream>,
-    up: &std::sync::Arc<Upstream>,
+    per_worker: &WorkerUpstream,
+    up: &Upstream,
     server: usize,
     pooled: bool,
     now: crate::clock::Mono,
@@ -54,41 +54,29 @@ pub async fn checkout(
             return Ok((c, true));
         }
     }
+    // FastCGI upstreams never come here: their exchange is `pipeline/forward_cgi.rs`'s; nor
+    // HTTP/2 upstreams: theirs is `pipeline/forward_h2.rs`'s, on streams.
+    if up.fastcgi.is_some() || up.h2 {
+        return Err(Error::with(
+            ErrorKind::Connect,
+            "a FastCGI or HTTP/2 upstream's exchange is not a pooled connection's",
+        ));
+    }
     use super::limits::Cap;
     // A new connection: under the upstream's caps on connections and on requests waiting
-    // for one (HTTP/2 upstreams keep one connection per worker and server: not counted).
-    let caps = if up.h2 {
-        None
-    } else {
-        let connection = up.limits.take(Cap::Connections);
-        let pending = up.limits.take(Cap::Pending);
-        match (connection, pending) {
-            (Ok(c), Ok(p)) => Some((c, p)),
-            (Err(cap), _) | (_, Err(cap)) => {
-                return Err(Error::with(ErrorKind::Overflow, cap.as_str()));
-            }
+    // for one.
+    let connection = up.limits.take(Cap::Connections);
+    let pending = up.limits.take(Cap::Pending);
+    let caps = match (connection, pending) {
+        (Ok(c), Ok(p)) => Some((c, p)),
+        (Err(cap), _) | (_, Err(cap)) => {
+            return Err(Error::with(ErrorKind::Overflow, cap.as_str()));
         }
     };
     // A new connection's futures are boxed (one allocation per connection): inline, their
     // ~1.5 KB made every request's boxed pipeline future too large for malloc's per-thread
     // cache, ~440 instructions per proxied request (callgrind 2026-11-27).
-    // FastCGI upstreams never come here: their exchange is `pipeline/forward_cgi.rs`'s.
-    if up.fastcgi.is_some() {
-        return Err(Error::with(
-            ErrorKind::Connect,
-            "a FastCGI upstream speaks no HTTP",
-        ));
-    }
-    let connected = if up.h2 {
-        let pipe = Box::pin(super::h2_upstream::open(per_worker, up, server)).await;
-        pipe.map(|pipe| UpstreamConn::new(tokio_util::either::Either::Right(pipe)))
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::TimedOut => Error::new(ErrorKind::ConnectTimeout),
-                _ => Error::with(ErrorKind::Connect, e),
-            })
-    } else {
-        Box::pin(connect(up, server)).await
-    };
+    let connected = Box::pin(connect(up, server)).await;
     match connected {
         Ok(mut c) => {
             // The connection keeps its slot; the wait for it is over.

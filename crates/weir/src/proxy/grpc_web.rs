@@ -1,4 +1,5 @@
-//! gRPC-Web to gRPC (issue 55 §3), in the HTTP/2 upstream bridge (`h2_upstream.rs`): a browser
+//! gRPC-Web to gRPC (issue 55 §3), in the HTTP/2 upstream phase (`pipeline/forward_h2.rs`,
+//! `pipeline/relay_h2.rs`): a browser
 //! or any HTTP/1.1 client calls with `application/grpc-web[+proto]` (binary) or
 //! `application/grpc-web-text[+proto]` (base64), and the gRPC server behind weir is asked in
 //! gRPC. As the protocol (gRPC's PROTOCOL-WEB.md) and Envoy's `grpc_web` filter have it:
@@ -9,7 +10,7 @@
 //!   which browsers cannot read; a text answer is base64, each piece padded on its own;
 //! - a trailers-only answer (the status in the head) keeps its status fields in the head.
 //!
-//! Only upstreams of `protocol: h2` take gRPC: the bridge is where every such call passes, so
+//! Only upstreams of `protocol: h2` take gRPC: their phase is where every such call passes, so
 //! the translation costs nothing to any other request.
 
 use base64::Engine;

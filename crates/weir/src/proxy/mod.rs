@@ -12,10 +12,11 @@
 //! * [`outlier`]: ejecting servers that fail in a row (Envoy's outlier detection).
 //! * [`limits`]: caps on connections, pending requests, requests and retries per upstream.
 //! * [`shadow`]: delivering a mirror's copies to a shadow upstream.
-//! * [`fastcgi`]: FastCGI to upstreams (`protocol: fastcgi`, php-fpm), bridged onto the HTTP/1.1
-//!   exchange as HTTP/2 is.
-//! * [`h2_upstream`]: HTTP/2 to upstreams (`protocol: h2`, gRPC), bridged onto the HTTP/1.1
-//!   upstream phase.
+//! * [`fastcgi`]: FastCGI to upstreams (`protocol: fastcgi`, php-fpm): records, the CGI
+//!   environment, kept connections (the exchange: `pipeline/forward_cgi.rs`).
+//! * [`h2_client`]: weir's HTTP/2 client (`protocol: h2`, gRPC): connections per server,
+//!   streams; [`h2_upstream`]: a request as an HTTP/2 server sees it (the exchange:
+//!   `pipeline/forward_h2.rs`).
 //! * [`tls`]: TLS to upstream servers (verification, SNI, client certificates, resumption);
 //!   [`socket`]: the socket a server names (TCP, unix-domain, TLS) and connecting to it.
 //! * [`pool`]: per-worker idle upstream connections; [`per_worker`]: the rest of a worker's

@@ -80,31 +80,6 @@ impl Policy {
     }
 }
 
-/// A request head as HTTP/2 sends it: the pseudo-fields (`:method`, `:scheme`,
-/// `:authority`, `:path`) and the regular fields.
-pub(crate) struct Head<'a> {
-    pub pseudo: (&'a [u8], &'a [u8], &'a [u8], &'a [u8]),
-    pub fields: &'a [(&'a [u8], &'a [u8])],
-    pub end_stream: bool,
-}
-
-/// A stream to `server` of `up` carrying `head`: on a pooled connection with room, else a new
-/// one, else once a stream ends.
-pub(crate) async fn open(
-    pool: &RefCell<Pool>,
-    up: &Upstream,
-    server: usize,
-    head: &Head<'_>,
-) -> io::Result<ClientStream> {
-    let conn = ready(pool, up, server).await?;
-    Ok(ClientStream::open(
-        conn,
-        head.pseudo,
-        head.fields.iter().copied(),
-        head.end_stream,
-    ))
-}
-
 /// A connection to `server` with room for a stream now: a pooled one (the one with the fewest
 /// streams), else a new one, else the first to have a stream end.
 pub(crate) async fn ready(

@@ -28,7 +28,7 @@ pub(crate) struct ClientStream {
 
 impl ClientStream {
     /// Opens a stream on `conn` (which has room) with the request head.
-    pub(super) fn open<'a>(
+    pub(crate) fn open<'a>(
         conn: Rc<H2Conn>,
         pseudo: (&[u8], &[u8], &[u8], &[u8]),
         fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
@@ -176,6 +176,8 @@ pub(crate) enum SendError {
     Closed,
     /// The windows stayed shut for the whole pause.
     Stalled(Duration),
+    /// What the client sent is not a body (the stream was reset).
+    Bad(&'static str),
 }
 
 impl std::fmt::Display for SendError {
@@ -183,6 +185,7 @@ impl std::fmt::Display for SendError {
         match self {
             SendError::Failed(e) => e.fmt(f),
             SendError::Closed => f.write_str("the server ended the stream"),
+            SendError::Bad(why) => f.write_str(why),
             SendError::Stalled(p) => write!(
                 f,
                 "the server's windows stayed shut for {p:?} (timeouts.send)"
