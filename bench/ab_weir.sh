@@ -69,8 +69,9 @@ cache_tls_yaml "$TMP/cache-tls.yaml"
 # build from before HTTP/3 refuses the config: its cell is n/a).
 sed 's/^    tls:$/    quic: true\n    tls:/' "$TMP/cache-tls.yaml" > "$TMP/cache-h3.yaml"
 # gRPC over an HTTP/2 upstream (issue 55): a 1 KiB unary call on h2c (tests/fixtures/grpc-go's
-# echo.Echo/Unary, a StringValue of 1,024 bytes each way), proxied through the HTTP/2 upstream
-# bridge and the full-duplex pump to grpc-go (GOMAXPROCS=1, on the load core). grpc-go sends no
+# echo.Echo/Unary, a StringValue of 1,024 bytes each way), proxied over the HTTP/2 upstream
+# path (a bridge until issue 55 §2, weir's own client since) to grpc-go (GOMAXPROCS=1, on the
+# load core). grpc-go sends no
 # `content-length`: an HTTP/2 answer with one was a 502 until issue 55 (grpc.rs tests it).
 GRPC_ORIGIN_PORT=19302
 command -v go >/dev/null 2>&1 || export PATH="/usr/local/go/bin:$PATH"
@@ -210,7 +211,7 @@ OUT="$ROOT/bench/results/ab-$(date -u +%Y%m%d-%H%M).md"
   done
   echo
   fi
-  echo "User-space instructions per request (callgrind, $CG_N requests after a 500-request warm-up, weir bench -c 10; h2-tls-hit-1KiB: h2load -c 100 -m 10 over TLS; h1-tls-hit-1KiB: h2load --h1 -c 100 over TLS; h3-hit-1KiB: weir bench --h3 -c 10 --streams 10, its 10 handshakes included; grpc-h2-1KiB: weir bench --h2 -c 10 --streams 10, a POST of a 1 KiB gRPC frame proxied to an h2c origin through the HTTP/2 upstream bridge):"
+  echo "User-space instructions per request (callgrind, $CG_N requests after a 500-request warm-up, weir bench -c 10; h2-tls-hit-1KiB: h2load -c 100 -m 10 over TLS; h1-tls-hit-1KiB: h2load --h1 -c 100 over TLS; h3-hit-1KiB: weir bench --h3 -c 10 --streams 10, its 10 handshakes included; grpc-h2-1KiB: weir bench --h2 -c 10 --streams 10, a POST of a 1 KiB gRPC frame proxied to an h2c origin over the HTTP/2 upstream path):"
   echo
   echo "| request | old | new | new/old |"
   echo "|---|---:|---:|---:|"

@@ -72,6 +72,8 @@ pub enum Event {
     /// Send windows grew (a WINDOW_UPDATE or a larger initial window): writers waiting on
     /// them may go on.
     WindowOpened,
+    /// The peer's SETTINGS changed (SETTINGS_MAX_CONCURRENT_STREAMS may allow more streams).
+    Settings,
 }
 
 /// A stream this side opened.
@@ -83,7 +85,16 @@ struct Stream {
     recv: RecvWindow,
     /// The final response head has come (a HEADERS after it is trailers).
     answered: bool,
+    /// Interim (1xx) heads so far: past [`MAX_INTERIM`] the stream is reset.
+    pub(super) interims: u8,
 }
+
+/// Most interim heads on one stream.
+pub(super) const MAX_INTERIM: u8 = 32;
+
+/// Frames that carry nothing (an empty DATA without END_STREAM) in a row: past this the
+/// connection ends (ENHANCE_YOUR_CALM): they cost a read each and say nothing.
+const MAX_EMPTY: u32 = 10_000;
 
 /// A header block arriving over CONTINUATION frames.
 #[derive(Debug)]
@@ -122,6 +133,8 @@ pub struct Client {
     goaway: Option<u32>,
     /// The most streams this side opens at once, whatever the peer allows.
     cap: u32,
+    /// Empty frames in a row ([`MAX_EMPTY`]).
+    empty: u32,
 }
 
 impl Client {
@@ -143,6 +156,7 @@ impl Client {
             block: None,
             goaway: None,
             cap: cap.max(1),
+            empty: 0,
         }
     }
 
@@ -220,6 +234,7 @@ impl Client {
             send: SendWindow::new(self.peer.initial_window_size),
             recv: RecvWindow::new(self.local.initial_window_size),
             answered: false,
+            interims: 0,
         });
         id
     }
@@ -288,9 +303,21 @@ impl Client {
 
     /// The caller took `n` octets of `stream`'s response body: WINDOW_UPDATEs when due.
     pub fn consumed(&mut self, stream: u32, n: u32, out: &mut Vec<u8>) {
+        self.received(n, out);
+        self.released(stream, n, out);
+    }
+
+    /// `n` octets of DATA are held by the caller (queued for a stream): the connection's
+    /// window is given back at once, so that streams whose readers are slow hold their own
+    /// windows, never the connection's; what is held is bounded by the streams' windows.
+    pub fn received(&mut self, n: u32, out: &mut Vec<u8>) {
         if let Some(inc) = self.recv.taken(n) {
             frame::put_window_update(out, 0, inc);
         }
+    }
+
+    /// The caller took `n` octets of `stream`'s body: its window, when due.
+    pub fn released(&mut self, stream: u32, n: u32, out: &mut Vec<u8>) {
         if let Some(s) = self.streams.iter_mut().find(|s| s.id == stream) {
             if s.state.peer_may_send() {
                 if let Some(inc) = s.recv.taken(n) {
@@ -399,6 +426,15 @@ impl Client {
                         if padding > 0 {
                             self.consumed(stream, padding, out);
                         }
+                        if data.is_empty() && !end_stream {
+                            // Nothing to tell (padding alone, or nothing): counted.
+                            self.empty += 1;
+                            if self.empty > MAX_EMPTY {
+                                return Err(Reason::EnhanceYourCalm);
+                            }
+                            return Ok(());
+                        }
+                        self.empty = 0;
                         events.push(Event::Data {
                             stream,
                             data: data.to_vec(),
@@ -480,6 +516,7 @@ impl Client {
                     }
                     events.push(Event::WindowOpened);
                 }
+                events.push(Event::Settings);
                 frame::put_settings_ack(out);
             }
             Frame::Ping { ack: false, data } => frame::put_ping(out, true, data),

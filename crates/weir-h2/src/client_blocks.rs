@@ -44,14 +44,22 @@ impl Client {
             && match trailers {
                 // §8.1: trailers end the stream and carry no pseudo-field.
                 true => end_stream && status.is_none(),
-                false => status.is_some_and(|s| !(end_stream && (100..200).contains(&s))),
+                // §8.6: no 101 in HTTP/2; an interim head does not end the stream.
+                false => {
+                    status.is_some_and(|s| s != 101 && !(end_stream && (100..200).contains(&s)))
+                }
             };
         if !well_formed {
             self.reset_for_error(stream, Reason::ProtocolError, out, events);
             return Ok(());
         }
         let status = status.unwrap_or(0);
-        if !trailers && (100..200).contains(&status) && status != 101 {
+        if !trailers && (100..200).contains(&status) {
+            self.streams[i].interims += 1;
+            if self.streams[i].interims > super::MAX_INTERIM {
+                self.reset_for_error(stream, Reason::ProtocolError, out, events);
+                return Ok(());
+            }
             events.push(Event::Interim {
                 stream,
                 status,

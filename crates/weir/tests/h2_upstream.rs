@@ -67,6 +67,14 @@ where
 fn raw_server(
     handle: impl Fn(usize, TcpStream) + Send + Sync + 'static,
 ) -> (SocketAddr, Arc<AtomicUsize>) {
+    raw_server_with(Vec::new(), handle)
+}
+
+/// [`raw_server`] whose first SETTINGS carries `settings` (6 octets each).
+fn raw_server_with(
+    settings: Vec<u8>,
+    handle: impl Fn(usize, TcpStream) + Send + Sync + 'static,
+) -> (SocketAddr, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let connections = Arc::new(AtomicUsize::new(0));
@@ -74,6 +82,7 @@ fn raw_server(
     let handle = Arc::new(handle);
     std::thread::spawn(move || {
         for tcp in listener.incoming() {
+            let settings = settings.clone();
             let Ok(mut tcp) = tcp else { return };
             let index = count.fetch_add(1, Ordering::SeqCst);
             let handle = handle.clone();
@@ -83,7 +92,8 @@ fn raw_server(
                     return;
                 }
                 assert_eq!(&preface, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
-                tcp.write_all(&frame(h2raw::SETTINGS, 0, 0, &[])).unwrap();
+                tcp.write_all(&frame(h2raw::SETTINGS, 0, 0, &settings))
+                    .unwrap();
                 handle(index, tcp);
             });
         }
@@ -405,4 +415,160 @@ fn an_upgrade_to_an_http2_upstream_is_refused() {
     assert_eq!(r.status, 502);
     assert_eq!(asked.load(Ordering::SeqCst), 0);
     assert_eq!(common::get(s.addr, "/plain").status, 200);
+}
+
+/// The first HEADERS on the connection (its stream), other frames skipped.
+fn first_request(s: &mut TcpStream) -> Option<u32> {
+    loop {
+        let (kind, _, stream, _) = read_frame(s)?;
+        if kind == HEADERS {
+            return Some(stream);
+        }
+    }
+}
+
+/// An answer that runs past its `content-length` is cut where the length ends, never relayed
+/// on: to a keep-alive HTTP/1.1 client the extra octets would be the next answer (attack
+/// review: a forged `X-Injected` answer reached a pipelining client).
+#[test]
+fn an_answer_past_its_length_is_cut_not_relayed() {
+    let (origin, _) = raw_server(|_, mut s| {
+        while let Some(stream) = first_request(&mut s) {
+            let head = h2raw::block(&[(":status", b"200"), ("content-length", b"5")]);
+            let mut w = frame(HEADERS, END_HEADERS, stream, &head);
+            let extra = b"helloHTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-Injected: yes\r\n\r\nbad";
+            w.extend(frame(DATA, 0, stream, extra));
+            s.write_all(&w).unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+            let _ = s.write_all(&frame(DATA, END_STREAM, stream, b""));
+        }
+    });
+    let s = common::start_config(&config(origin, ""));
+    let mut c = common::connect(s.addr);
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET /a HTTP/1.1\r\nHost: t\r\n\r\nGET /b HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got);
+    // The answer is cut (at most its head and its five octets), the connection closed.
+    assert!(
+        text.is_empty() || text.starts_with("HTTP/1.1 200"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("X-Injected"),
+        "relayed past the length: {text}"
+    );
+    assert!(!text.contains("bad"), "{text}");
+}
+
+/// HTTP/2 has no 101 (RFC 9113 §8.6): a server's `:status 101` is a broken answer (502),
+/// never a `101 Switching Protocols` that would turn the client's connection into a tunnel.
+#[test]
+fn a_101_from_an_http2_server_is_refused() {
+    let (origin, _) = raw_server(|_, mut s| {
+        while let Some(stream) = first_request(&mut s) {
+            let head = h2raw::block(&[(":status", b"101")]);
+            s.write_all(&frame(HEADERS, END_HEADERS, stream, &head))
+                .unwrap();
+        }
+    });
+    let s = common::start_config(&config(origin, ""));
+    let r = common::get(s.addr, "/");
+    assert_eq!(r.status, 502);
+}
+
+/// A server that floods empty DATA frames (each costs a read and says nothing) has its
+/// connection ended with GOAWAY ENHANCE_YOUR_CALM.
+#[test]
+fn a_flood_of_empty_frames_ends_the_connection() {
+    let code = Arc::new(Mutex::new(None::<u32>));
+    let seen = code.clone();
+    let (origin, _) = raw_server(move |_, mut s| {
+        let Some(stream) = first_request(&mut s) else {
+            return;
+        };
+        let head = h2raw::block(&[(":status", b"200")]);
+        s.write_all(&frame(HEADERS, END_HEADERS, stream, &head))
+            .unwrap();
+        let empty = frame(DATA, 0, stream, b"");
+        let burst: Vec<u8> = empty
+            .iter()
+            .copied()
+            .cycle()
+            .take(empty.len() * 1000)
+            .collect();
+        for _ in 0..20 {
+            if s.write_all(&burst).is_err() {
+                break;
+            }
+        }
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        while let Some((kind, _, _, payload)) = read_frame(&mut s) {
+            if kind == GOAWAY {
+                *seen.lock().unwrap() = Some(u32::from_be_bytes(payload[4..8].try_into().unwrap()));
+                return;
+            }
+        }
+    });
+    let s = common::start_config(&config(origin, ""));
+    let mut c = common::connect(s.addr);
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while code.lock().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(*code.lock().unwrap(), Some(0xb), "GOAWAY ENHANCE_YOUR_CALM");
+}
+
+/// A server that starts with SETTINGS_MAX_CONCURRENT_STREAMS 0 and raises it: the waiting
+/// request goes as soon as the new SETTINGS come, not when `timeouts.connect` runs out.
+#[test]
+fn a_raised_stream_limit_lets_waiting_requests_go() {
+    let zero = [0u8, 3, 0, 0, 0, 0].to_vec();
+    let (origin, _) = raw_server_with(zero, |_, mut s| {
+        std::thread::sleep(Duration::from_millis(400));
+        s.write_all(&frame(h2raw::SETTINGS, 0, 0, &[0, 3, 0, 0, 0, 10]))
+            .unwrap();
+        echo_all(&mut s, "raised");
+    });
+    let s = common::start_config(&config(origin, ""));
+    let started = Instant::now();
+    let r = common::get(s.addr, "/");
+    assert_eq!((r.status, r.text().as_str()), (200, "raised:"));
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// An HTTP/2 health check that times out closes its connection (attack review: each one's
+/// stayed open for `keepalive.idle_timeout`, about 40 per worker and server).
+#[test]
+fn a_health_check_that_times_out_closes_its_connection() {
+    let open = Arc::new(AtomicUsize::new(0));
+    let gauge = open.clone();
+    let (origin, connections) = raw_server(move |_, mut s| {
+        gauge.fetch_add(1, Ordering::SeqCst);
+        // Never answers; reads until weir closes.
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        while read_frame(&mut s).is_some() {}
+        gauge.fetch_sub(1, Ordering::SeqCst);
+    });
+    let _s = common::start_config(&format!(
+        "workers: 1\nupstreams:\n  h: {{ servers: ['{origin}'], protocol: h2, active_health: {{ path: /h, interval: 100ms, timeout: 100ms }} }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: {{ upstream: h }}\n"
+    ));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while connections.load(Ordering::SeqCst) < 8 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(connections.load(Ordering::SeqCst) >= 8, "checks ran");
+    std::thread::sleep(Duration::from_millis(500));
+    let left = open.load(Ordering::SeqCst);
+    assert!(left <= 3, "{left} check connections still open");
 }

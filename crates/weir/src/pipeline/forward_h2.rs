@@ -16,7 +16,8 @@
 //!
 //! Tries: a server picked as `forward.rs` picks, the same retries (`retries.on`, the budget,
 //! backoff) on another server; a stream the server did not process (GOAWAY above it,
-//! REFUSED_STREAM) goes again on another connection to the same server, any method, while
+//! REFUSED_STREAM) goes again to the same server (after GOAWAY, on another connection), any
+//! method, at most twice, while
 //! what was sent of its body is held (its first 64 KiB: RFC 9113 §8.7). A gRPC call from an
 //! HTTP/2 client carries its body while the answer comes (`relay_h2.rs`'s `next`), bounded by
 //! the route's `stream_idle` rather than the plain HTTP timeouts, and by its `grpc-timeout`.
@@ -207,7 +208,10 @@ pub(super) async fn forward<D: Downstream>(
         if target.recording {
             super::trace_spans::try_failed(ctx, &e);
         }
-        if !matches!(e.kind, ErrorKind::CallDeadline | ErrorKind::StreamIdle) {
+        if !matches!(
+            e.kind,
+            ErrorKind::CallDeadline | ErrorKind::StreamIdle | ErrorKind::Overflow
+        ) {
             record_failure(up, server, &e);
         }
         // A body already read cannot go to another server.
@@ -320,6 +324,14 @@ async fn attempt<D: Downstream>(
         Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
             return Err(Tried::Failed(Error::new(ErrorKind::ConnectTimeout)))
         }
+        // weir's own limit (every connection full within `timeouts.connect`): 503, the server
+        // not marked.
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            return Err(Tried::Failed(Error::with(
+                ErrorKind::Overflow,
+                crate::proxy::h2_client::FULL,
+            )))
+        }
         Err(e) => return Err(Tried::Failed(Error::with(ErrorKind::Connect, e))),
     };
     let empty = head.body == BodyKind::Empty;
@@ -399,8 +411,9 @@ async fn send_body<D: Downstream>(
         }
         match send_piece(d, ctx, (stream, call), out, piece, pause).await {
             Ok(()) => {}
-            // The server answered and ended the stream: the rest is not wanted.
-            Err(SendError::Closed) => return Ok(()),
+            // The server answered and ended the stream, or answered and reset it with
+            // NO_ERROR (RFC 9113 §8.1): the rest is not wanted, the answer is read.
+            Err(SendError::Closed | SendError::Failed(Failure::Reset(0))) => return Ok(()),
             Err(e) => return Err(sent_error(e)),
         }
     }

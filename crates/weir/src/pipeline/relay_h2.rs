@@ -106,7 +106,7 @@ pub(super) async fn answer<D: Downstream>(
         let ct = fields.iter().find(|(n, _)| n == b"content-type");
         grpc_web::is_grpc_answer(ct.map(|(_, v)| v.as_slice()))
     });
-    let resp = match head_of(status, &fields, end_stream, web, bodyless) {
+    let resp = match head_of(status, &fields, (end_stream, call.grpc), web, bodyless) {
         Some(r) => r,
         None => {
             let e = Error::with(ErrorKind::BadResponse, "an answer head weir cannot relay");
@@ -180,6 +180,11 @@ async fn relay<D: Downstream>(
                 stream.release(chunk.len());
                 ended = end;
                 got += chunk.len() as u64;
+                // Never an octet past the answer's length (RFC 9113 §8.1.1): on to an
+                // HTTP/1.1 client it would be read as the next answer (attack review).
+                if with_body && expected.is_some_and(|n| got > n) {
+                    return Err(fail(ctx, "a body longer than its content-length"));
+                }
                 // A body where none may be (an answer to HEAD, a 204): not relayed.
                 if !with_body || chunk.is_empty() {
                     continue;
@@ -312,10 +317,15 @@ async fn next<D: Downstream>(
 fn head_of(
     status: u16,
     fields: &[(Vec<u8>, Vec<u8>)],
-    end_stream: bool,
+    (end_stream, grpc): (bool, bool),
     web: Option<Mode>,
     bodyless: bool,
 ) -> Option<ResponseHead> {
+    // A final answer only (HTTP/2 has no 101: a `101` relayed would switch an HTTP/1.1
+    // client's connection to a tunnel the server never opened).
+    if status < 200 {
+        return None;
+    }
     let size: usize = fields.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
     let mut h1 = BytesMut::with_capacity(size + 64);
     h1.put_slice(b"HTTP/1.1 ");
@@ -324,7 +334,9 @@ fn head_of(
     let mut length = false;
     for (n, v) in fields {
         let is_length = n == b"content-length";
-        if web.is_some() && (is_length || n == b"content-type") {
+        // A gRPC answer goes chunked whatever its length, or an HTTP/1.1 client would lose
+        // its trailers (its status).
+        if (is_length && grpc) || (web.is_some() && (is_length || n == b"content-type")) {
             continue;
         }
         length |= is_length;

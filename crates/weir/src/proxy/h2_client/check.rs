@@ -38,6 +38,9 @@ pub(crate) async fn call(
         let conn = H2Conn::start(socket, &up.http2, within)
             .await
             .map_err(|e| e.to_string())?;
+        // Closed however the check ends: answered, failed or timed out (attack review: a
+        // check that timed out left its connection open until the idle timeout).
+        let _closing = Closing(conn.clone());
         let scheme: &[u8] = if s.tls_name.is_some() {
             b"https"
         } else {
@@ -50,14 +53,20 @@ pub(crate) async fn call(
             fields.iter().copied(),
             body.is_none(),
         );
-        let got = exchange(&stream, body, within).await;
-        drop(stream);
-        conn.close();
-        got
+        exchange(&stream, body, within).await
     };
     tokio::time::timeout(within, run)
         .await
         .map_err(|_| "timeout".to_string())?
+}
+
+/// Closes a check's connection when dropped.
+struct Closing(std::rc::Rc<H2Conn>);
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 async fn exchange(

@@ -26,14 +26,22 @@ use weir_h2::Reason;
 use super::Policy;
 use crate::proxy::socket::Socket;
 
-/// The receive window of a connection: many streams' (each keeps [`STREAM_WINDOW`]). The
-/// connection is shared by every client of the worker: with 64 KiB, one client that stops
-/// reading a streamed answer held the whole window and every other call stalled (the review
-/// of issue 55's first part).
+/// The receive window of a connection. It is given back as DATA arrives (queued for its
+/// stream), not as clients read: the connection is shared by every client of the worker, and
+/// a window given back on reading let clients that stop reading streamed answers hold it
+/// whole, and every other call stall (the review of issue 55's first part). What is held is
+/// bounded by the streams' windows instead: [`STREAM_WINDOW`] × `http2.max_streams`.
 pub(super) const CONNECTION_WINDOW: u32 = 8 * 1024 * 1024;
 
 /// Each stream's receive window: what an answer may have in flight before its client reads.
-const STREAM_WINDOW: u32 = 256 * 1024;
+const STREAM_WINDOW: u32 = 128 * 1024;
+
+/// Frames owed past this and a stream's DATA waits for the writer (the server reads slowly).
+pub(super) const OUT_HIGH: usize = 256 * 1024;
+
+/// Frames owed past this (acknowledgements the server asks for and does not read): the
+/// connection is closed.
+const OUT_LIMIT: usize = 4 * 1024 * 1024;
 
 /// Largest response head or trailer section taken.
 const MAX_HEADER_LIST: u32 = 64 * 1024;
@@ -92,6 +100,8 @@ pub(crate) struct H2Conn {
     pub(super) room: Notify,
     /// The server's SETTINGS came, or the connection ended.
     settled: Notify,
+    /// The writer took what was owed.
+    pub(super) drained: Notify,
     driver: RefCell<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -134,6 +144,7 @@ impl H2Conn {
             windows: Notify::new(),
             room: Notify::new(),
             settled: Notify::new(),
+            drained: Notify::new(),
             driver: RefCell::new(None),
         });
         conn.writer.notify_one();
@@ -269,6 +280,7 @@ async fn write_loop(conn: &H2Conn, wr: &mut tokio::io::WriteHalf<Socket>) -> Str
             return format!("write: {e}");
         }
         spare.clear();
+        conn.drained.notify_waiters();
         if spare.capacity() > 256 * 1024 {
             spare = Vec::with_capacity(16 * 1024);
         }
@@ -352,6 +364,9 @@ async fn read_loop(conn: &H2Conn, rd: &mut tokio::io::ReadHalf<Socket>, policy: 
             }
         };
         let _ = buf.split_to(taken);
+        if out.len() > OUT_LIMIT {
+            return "the server sends and does not read what it asks for".into();
+        }
         let owed = !out.is_empty();
         let mut windows = false;
         let mut room = false;
@@ -363,6 +378,8 @@ async fn read_loop(conn: &H2Conn, rd: &mut tokio::io::ReadHalf<Socket>, policy: 
                     }
                 }
                 Event::WindowOpened => windows = true,
+                // SETTINGS_MAX_CONCURRENT_STREAMS may have grown: requests waiting look again.
+                Event::Settings => room = true,
                 Event::GoAway { last_stream, code } => {
                     room = true;
                     tracing::debug!(last_stream, code, "HTTP/2 upstream going away");
@@ -387,7 +404,12 @@ async fn read_loop(conn: &H2Conn, rd: &mut tokio::io::ReadHalf<Socket>, policy: 
                             stream,
                             data,
                             end_stream,
-                        } => (stream, Ok(Incoming::Data(data, end_stream))),
+                        } => {
+                            // The connection's window back at once (see CONNECTION_WINDOW).
+                            let Inner { client, out, .. } = &mut *inner;
+                            client.received(data.len() as u32, out);
+                            (stream, Ok(Incoming::Data(data, end_stream)))
+                        }
                         Event::Trailers { stream, fields } => {
                             (stream, Ok(Incoming::Trailers(fields)))
                         }
@@ -406,6 +428,19 @@ async fn read_loop(conn: &H2Conn, rd: &mut tokio::io::ReadHalf<Socket>, policy: 
                                 slot.failed.get_or_insert(f);
                                 windows = true;
                             }
+                            // Body pieces in a row are one: what is queued is bounded by the
+                            // stream's window in octets, whatever the frames' count.
+                            Ok(Incoming::Data(more, end)) => match slot.events.back_mut() {
+                                Some(Incoming::Data(queued, false)) => {
+                                    queued.extend_from_slice(&more);
+                                    if end {
+                                        let whole = std::mem::take(queued);
+                                        slot.events.pop_back();
+                                        slot.events.push_back(Incoming::Data(whole, true));
+                                    }
+                                }
+                                _ => slot.events.push_back(Incoming::Data(more, end)),
+                            },
                             Ok(incoming) => slot.events.push_back(incoming),
                         }
                         if let Some(w) = slot.waker.take() {
@@ -451,21 +486,7 @@ pub(super) fn stream_ended(conn: &H2Conn, id: u32) {
     let mut inner = conn.inner.borrow_mut();
     let mut owed = false;
     if let Some(i) = inner.slots.iter().position(|s| s.id == id) {
-        let slot = inner.slots.swap_remove(i);
-        // Body octets never taken still hold the connection's window: given back.
-        let unread: usize = slot
-            .events
-            .iter()
-            .map(|e| match e {
-                super::stream::Incoming::Data(d, _) => d.len(),
-                _ => 0,
-            })
-            .sum();
-        if unread > 0 {
-            let Inner { client, out, .. } = &mut *inner;
-            client.consumed(0, unread as u32, out);
-            owed = true;
-        }
+        inner.slots.swap_remove(i);
     }
     if inner.client.has(id) {
         let Inner { client, out, .. } = &mut *inner;

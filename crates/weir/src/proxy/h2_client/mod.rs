@@ -122,13 +122,15 @@ pub(crate) async fn ready(
         waits.push(Box::pin(opened.done.notified()));
         let any = futures_util::future::select_all(waits);
         if tokio::time::timeout_at(deadline, any).await.is_err() {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "every HTTP/2 connection to the server is at its stream limit",
-            ));
+            return Err(io::Error::new(io::ErrorKind::WouldBlock, FULL));
         }
     }
 }
+
+/// Why [`ready`] gave up (`io::ErrorKind::WouldBlock`): weir's own limit, not the server's
+/// failure.
+pub(crate) const FULL: &str =
+    "every HTTP/2 connection to the server is at its stream limit (http2.connections)";
 
 /// The connections being made to one server (per worker), and a wake-up when one is done.
 #[derive(Debug, Default)]

@@ -100,6 +100,14 @@ impl ClientStream {
     ) -> Result<(), SendError> {
         let mut at = 0;
         loop {
+            // A server that reads slowly: what is owed it drains first.
+            if self.conn.inner.borrow().out.len() >= super::conn::OUT_HIGH {
+                let drained = self.conn.drained.notified();
+                if tokio::time::timeout(pause, drained).await.is_err() {
+                    return Err(SendError::Stalled(pause));
+                }
+                continue;
+            }
             let wait = self.conn.windows.notified();
             tokio::pin!(wait);
             wait.as_mut().enable();
@@ -152,7 +160,7 @@ impl ClientStream {
         let mut inner = self.conn.inner.borrow_mut();
         let super::conn::Inner { client, out, .. } = &mut *inner;
         let before = out.len();
-        client.consumed(self.id, n as u32, out);
+        client.released(self.id, n as u32, out);
         let owed = out.len() > before;
         drop(inner);
         if owed {
