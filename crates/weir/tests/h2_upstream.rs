@@ -572,3 +572,59 @@ fn a_health_check_that_times_out_closes_its_connection() {
     let left = open.load(Ordering::SeqCst);
     assert!(left <= 3, "{left} check connections still open");
 }
+
+/// HTTP/2 over TLS to the upstream: ALPN `h2` offered and agreed, the server's certificate
+/// checked against the given CA, a request and its answer carried (the `h2` crate's server
+/// behind rustls).
+#[test]
+fn an_https_upstream_speaks_h2_by_alpn() {
+    let pki = common::tlskit::Pki::new("h2-upstream-tls");
+    let cert = pki.issue("origin", "origin.test", &["origin.test"]);
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(cert.chain.clone(), cert.key_der.clone_key())
+        .unwrap();
+    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let alpn = Arc::new(Mutex::new(None::<Vec<u8>>));
+    let agreed = alpn.clone();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    continue;
+                };
+                *agreed.lock().unwrap() = tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+                tokio::spawn(async move {
+                    let mut conn = h2::server::handshake(tls).await.unwrap();
+                    while let Some(Ok((req, mut respond))) = conn.accept().await {
+                        let scheme = req.uri().scheme_str().unwrap_or("").to_string();
+                        let resp = http::Response::builder().status(200).body(()).unwrap();
+                        let mut send = respond.send_response(resp, false).unwrap();
+                        send.send_data(Bytes::from(format!("over {scheme}")), true)
+                            .unwrap();
+                    }
+                });
+            }
+        });
+    });
+    let s = common::start_config(&format!(
+        "workers: 1\nupstreams:\n  h: {{ servers: ['{origin}'], protocol: h2, tls: {{ ca: '{}', sni: origin.test }} }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: {{ upstream: h }}\n",
+        pki.ca_file().display()
+    ));
+    let r = common::get(s.addr, "/");
+    assert_eq!((r.status, r.text().as_str()), (200, "over https"));
+    assert_eq!(alpn.lock().unwrap().as_deref(), Some(&b"h2"[..]));
+}
