@@ -19,48 +19,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::h2origin::h2_server;
 use common::h2raw::{
     self, frame, read_frame, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS, PING,
 };
-
-/// An `h2` crate server (prior knowledge) on its own thread: `handle` answers each stream.
-/// Its address, and a count of the connections it accepted.
-fn h2_server<F, Fut>(builder: h2::server::Builder, handle: F) -> (SocketAddr, Arc<AtomicUsize>)
-where
-    F: Fn(http::Request<h2::RecvStream>, h2::server::SendResponse<Bytes>) -> Fut
-        + Send
-        + Sync
-        + 'static,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let connections = Arc::new(AtomicUsize::new(0));
-    let count = connections.clone();
-    let handle = Arc::new(handle);
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            loop {
-                let (tcp, _) = listener.accept().await.unwrap();
-                count.fetch_add(1, Ordering::SeqCst);
-                let (builder, handle) = (builder.clone(), handle.clone());
-                tokio::spawn(async move {
-                    let mut conn = builder.handshake::<_, Bytes>(tcp).await.unwrap();
-                    while let Some(Ok((req, respond))) = conn.accept().await {
-                        tokio::spawn(handle(req, respond));
-                    }
-                });
-            }
-        });
-    });
-    (addr, connections)
-}
 
 /// A raw-frame server: each connection's preface read and an empty SETTINGS sent, then
 /// `handle(index, socket)` on a thread of its own (index 0 for the first connection).

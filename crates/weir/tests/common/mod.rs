@@ -5,6 +5,7 @@ pub mod bind9;
 pub mod cachekit;
 pub mod etcd;
 pub mod grpcgo;
+pub mod h2origin;
 pub mod h2raw;
 pub mod h3;
 pub mod h3raw;
