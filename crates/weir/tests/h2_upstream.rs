@@ -355,6 +355,60 @@ fn the_cache_and_filters_work_over_an_http2_upstream() {
     );
 }
 
+/// A stored answer that must be revalidated is revalidated over HTTP/2: the cache asks with
+/// its validator (`If-None-Match`, the client's own conditionals dropped), the server's 304
+/// refreshes it, and the stored body is served.
+#[test]
+fn the_cache_revalidates_over_an_http2_upstream() {
+    let conditionals = Arc::new(Mutex::new(Vec::<Option<String>>::new()));
+    let seen = conditionals.clone();
+    let (origin, _) = h2_server(h2::server::Builder::new(), move |req, mut respond| {
+        let inm = req
+            .headers()
+            .get("if-none-match")
+            .map(|v| v.to_str().unwrap().to_string());
+        seen.lock().unwrap().push(inm.clone());
+        async move {
+            let status = if inm.as_deref() == Some("\"v1\"") {
+                304
+            } else {
+                200
+            };
+            let resp = http::Response::builder()
+                .status(status)
+                .header("cache-control", "no-cache")
+                .header("etag", "\"v1\"")
+                .body(())
+                .unwrap();
+            let mut send = respond.send_response(resp, status == 304).unwrap();
+            if status == 200 {
+                send.send_data(Bytes::from_static(b"stored"), true).unwrap();
+            }
+        }
+    });
+    let s = common::start_config(&format!(
+        "workers: 1\ncache_zones:\n  main: {{ max_size: 16m }}\nupstreams:\n  h: {{ servers: ['{origin}'], protocol: h2 }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: {{ upstream: h }}\n        cache: {{ zone: main }}\n"
+    ));
+    let first = common::get(s.addr, "/doc");
+    assert_eq!((first.status, first.text().as_str()), (200, "stored"));
+    let mut c = common::connect(s.addr);
+    let second = common::roundtrip(
+        &mut c,
+        b"GET /doc HTTP/1.1\r\nHost: localhost\r\nIf-None-Match: \"other\"\r\n\r\n",
+    );
+    assert_eq!((second.status, second.text().as_str()), (200, "stored"));
+    assert!(
+        second
+            .header("cache-status")
+            .unwrap_or("")
+            .contains("fwd-status=304"),
+        "{:?}",
+        second.header("cache-status")
+    );
+    let asked = conditionals.lock().unwrap().clone();
+    assert_eq!(asked, vec![None, Some("\"v1\"".to_string())]);
+}
+
 /// A WebSocket upgrade to an HTTP/2 upstream (extended CONNECT is not built) is refused 502,
 /// never sent on as a plain GET whose answer the client would take for the upgrade's.
 #[test]
