@@ -644,3 +644,98 @@ fn an_https_upstream_speaks_h2_by_alpn() {
     assert_eq!((r.status, r.text().as_str()), (200, "over https"));
     assert_eq!(alpn.lock().unwrap().as_deref(), Some(&b"h2"[..]));
 }
+
+/// A gRPC call streaming both ways whose server answers each message with more than a
+/// stream's window before it reads the next, while the client sends without waiting: weir
+/// keeps reading the answer while the request waits on the server's window (second attack
+/// review: a send that waited held the answer, the server held the request, and the call hung
+/// until `timeouts.send`).
+#[test]
+fn a_duplex_call_with_big_answers_does_not_deadlock() {
+    const MSG: usize = 16 * 1024;
+    const MESSAGES: usize = 32;
+    const REPLY: usize = 9 * MSG;
+    let (origin, _) = h2_server(h2::server::Builder::new(), |req, mut respond| async move {
+        let mut body = req.into_body();
+        let resp = http::Response::builder()
+            .status(200)
+            .header("content-type", "application/grpc")
+            .body(())
+            .unwrap();
+        let mut send = respond.send_response(resp, false).unwrap();
+        let mut got = 0usize;
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.unwrap();
+            let _ = body.flow_control().release_capacity(chunk.len());
+            let before = got / MSG;
+            got += chunk.len();
+            // A reply per whole message, written (as far as windows allow) before reading on.
+            for _ in before..got / MSG {
+                let mut left = REPLY;
+                while left > 0 {
+                    send.reserve_capacity(left);
+                    let room = std::future::poll_fn(|cx| send.poll_capacity(cx))
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    let n = room.min(left);
+                    send.send_data(Bytes::from(vec![b'r'; n]), false).unwrap();
+                    left -= n;
+                }
+            }
+        }
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", "0".parse().unwrap());
+        send.send_trailers(trailers).unwrap();
+    });
+    let s = common::start_config(&format!(
+        "workers: 1\nupstreams:\n  h: {{ servers: ['{origin}'], protocol: h2, timeouts: {{ send: 20s }} }}\nlisteners:\n  - address: 127.0.0.1:0\n    h2c: true\n    routes:\n      - proxy: {{ upstream: h }}\n"
+    ));
+    let (rt, client) = common::h2c_client(s.addr);
+    let started = Instant::now();
+    let received = rt.block_on(async {
+        let mut c = client.ready().await.unwrap();
+        let req = http::Request::post("http://x/echo.Echo/Bidi")
+            .header("content-type", "application/grpc")
+            .body(())
+            .unwrap();
+        let (resp, mut send) = c.send_request(req, false).unwrap();
+        tokio::spawn(async move {
+            for i in 0..MESSAGES {
+                let mut left = MSG;
+                while left > 0 {
+                    send.reserve_capacity(left);
+                    let Some(Ok(room)) = std::future::poll_fn(|cx| send.poll_capacity(cx)).await
+                    else {
+                        return;
+                    };
+                    let n = room.min(left);
+                    left -= n;
+                    let last = i + 1 == MESSAGES && left == 0;
+                    if send.send_data(Bytes::from(vec![b'q'; n]), last).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        let resp = tokio::time::timeout(Duration::from_secs(15), resp)
+            .await
+            .expect("the answer's head")
+            .unwrap();
+        let mut body = resp.into_body();
+        let mut n = 0usize;
+        while let Ok(Some(chunk)) = tokio::time::timeout(Duration::from_secs(15), body.data()).await
+        {
+            let chunk = chunk.unwrap();
+            let _ = body.flow_control().release_capacity(chunk.len());
+            n += chunk.len();
+        }
+        n
+    });
+    assert_eq!(received, MESSAGES * REPLY, "after {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}

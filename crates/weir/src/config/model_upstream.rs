@@ -243,7 +243,7 @@ impl Default for Http2Client {
     fn default() -> Self {
         use std::time::Duration;
         Http2Client {
-            connections: 4,
+            connections: 10,
             max_streams: 100,
             ping_interval: Dur(Duration::from_secs(30)),
             ping_timeout: Dur(Duration::from_secs(10)),

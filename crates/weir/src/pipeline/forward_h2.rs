@@ -57,6 +57,14 @@ pub(super) struct Outgoing {
     pub(super) text: Option<crate::proxy::grpc_web::TextDecoder>,
     /// The body is carried while the answer is read (a gRPC call from an HTTP/2 client).
     pub(super) duplex: bool,
+    /// A duplex piece not yet sent whole (the server's window was shut): the rest of it.
+    pub(super) pending: Option<Bytes>,
+    /// The request's end (END_STREAM or trailers) went on this try.
+    pub(super) finished: bool,
+    /// A mirror's copy has the head: a later try adds nothing (attack review: a retried or
+    /// resent request's copy had two heads, and its body's tail was a request of its own
+    /// at the shadow).
+    pub(super) teed: bool,
 }
 
 /// Proxies `target.head` to the HTTP/2 upstream `target.up`.
@@ -108,6 +116,9 @@ pub(super) async fn forward<D: Downstream>(
         trailers: Vec::new(),
         text: None,
         duplex,
+        pending: None,
+        finished: false,
+        teed: false,
     };
     let call = Call {
         target,
@@ -298,7 +309,8 @@ async fn attempt<D: Downstream>(
         shape,
     );
     let tee = target.route.filters.has(crate::filters::Phases::TEE);
-    if tee {
+    if tee && !out.teed {
+        out.teed = true;
         if let Some(run) = ctx.extra.as_mut().map(|e| &mut e.filters) {
             target
                 .route
@@ -373,9 +385,12 @@ async fn attempt<D: Downstream>(
 /// What an earlier try sent of the body, on `stream`, and its end when it ended.
 async fn resend(
     stream: &ClientStream,
-    out: &Outgoing,
+    out: &mut Outgoing,
     pause: std::time::Duration,
 ) -> Result<(), Tried> {
+    // A piece half sent on the try before is in `sent` whole.
+    out.pending = None;
+    out.finished = false;
     if let Some(earlier) = out.sent.as_deref().filter(|b| !b.is_empty()) {
         stream
             .send_data(earlier, false, pause)
@@ -384,6 +399,7 @@ async fn resend(
     }
     if !out.open {
         end(stream, out, pause).await.map_err(sent_error)?;
+        out.finished = true;
     }
     Ok(())
 }
@@ -409,7 +425,12 @@ async fn send_body<D: Downstream>(
         if tee {
             tee_piece(ctx, call, piece.as_ref());
         }
-        match send_piece(d, ctx, (stream, call), out, piece, pause).await {
+        let sent = match take_piece(d, ctx, (stream, call), out, piece) {
+            Ok(Some(data)) => stream.send_data(&data, false, pause).await,
+            Ok(None) => end(stream, out, pause).await,
+            Err(e) => Err(e),
+        };
+        match sent {
             Ok(()) => {}
             // The server answered and ended the stream, or answered and reset it with
             // NO_ERROR (RFC 9113 §8.1): the rest is not wanted, the answer is read.
@@ -438,16 +459,16 @@ fn tee_piece(ctx: &mut RequestCtx, call: &Call<'_>, piece: Option<&Bytes>) {
     filters.tee(run, &framed, piece.is_none());
 }
 
-/// One piece of the client's body (`None`: its end) to `stream`, kept for a resend while
-/// small; at the end, the client's trailers (filtered as the head's fields are) or END_STREAM.
-pub(super) async fn send_piece<D: Downstream>(
+/// One piece of the client's body (`None`: its end), counted, decoded (gRPC-Web text) and
+/// kept for a resend while small: what to send (`None` at the end, when the client's
+/// trailers, filtered as the head's fields are, are in `out`).
+pub(super) fn take_piece<D: Downstream>(
     d: &mut D,
     ctx: &mut RequestCtx,
     (stream, call): (&ClientStream, &Call<'_>),
     out: &mut Outgoing,
     piece: Option<Bytes>,
-    pause: std::time::Duration,
-) -> Result<(), SendError> {
+) -> Result<Option<Bytes>, SendError> {
     match piece {
         Some(mut data) => {
             ctx.bytes_received += data.len() as u64;
@@ -468,7 +489,7 @@ pub(super) async fn send_piece<D: Downstream>(
                     out.sent = None;
                 }
             }
-            stream.send_data(&data, false, pause).await
+            Ok(Some(data))
         }
         None => {
             out.open = false;
@@ -477,7 +498,7 @@ pub(super) async fn send_piece<D: Downstream>(
                 return Err(SendError::Bad("gRPC-Web text body: a cut base64 group"));
             }
             out.trailers = super::send::relayed_trailers(d, call.target, call.shape);
-            end(stream, out, pause).await
+            Ok(None)
         }
     }
 }

@@ -17,7 +17,7 @@ use weir_http::{BodyKind, Method, Persistence, ResponseHead};
 use super::downstream::Downstream;
 use super::failure::aborted;
 use super::forward::{send_upstream_head, served, Target};
-use super::forward_h2::{head_deadline, send_piece, Outgoing, Retry};
+use super::forward_h2::{end, head_deadline, take_piece, Outgoing, Retry};
 use super::hooks::{Steer, UpstreamHooks};
 use super::RequestCtx;
 use crate::error::{Error, ErrorKind};
@@ -263,9 +263,13 @@ async fn relay<D: Downstream>(
 }
 
 /// The next event on `stream` by `phase`, cut short by the hard deadlines. While a call
-/// carries its body both ways, the wait races the client's next piece, which is sent and the
-/// wait goes on; only the hard deadlines hold then (a client-streaming call's server answers at
-/// the end: its silence is no failure while the client sends).
+/// carries its body both ways, the wait races the client's next piece and the server's
+/// windows: a piece goes as far as the windows allow and its rest when they open, and the wait
+/// goes on, so the answer is read while the request waits (a server that answers each
+/// message before reading the next, with more than a window of answer, deadlocked a send that
+/// waited: the second attack review). Only the hard deadlines hold then (a client-streaming
+/// call's server answers at the end: its silence is no failure while the client sends), and
+/// `timeouts.send` for a window that stays shut.
 async fn next<D: Downstream>(
     d: &mut D,
     ctx: &mut RequestCtx,
@@ -276,29 +280,59 @@ async fn next<D: Downstream>(
     let hard = call.call_deadline.or(call.total_deadline);
     let pause = call.target.up.send_timeout;
     loop {
-        if out.duplex && out.open {
+        if out.duplex && !out.finished {
+            let (windows, drained) = stream.writable();
+            tokio::pin!(windows);
+            tokio::pin!(drained);
+            windows.as_mut().enable();
+            drained.as_mut().enable();
+            if let Some(piece) = out.pending.take() {
+                match stream.try_send(&piece) {
+                    Ok(n) if n < piece.len() => out.pending = Some(piece.slice(n..)),
+                    Ok(_) => {}
+                    Err(SendError::Failed(Failure::Unprocessed)) => {
+                        return Err(Waited::Failure(Failure::Unprocessed))
+                    }
+                    // The server's side is closed: its answer (or its failure) says the rest.
+                    Err(e) => {
+                        tracing::debug!(error = %e, "request body not carried whole");
+                        out.open = false;
+                        out.finished = true;
+                        continue;
+                    }
+                }
+            }
+            if out.pending.is_none() && !out.open {
+                out.finished = true;
+                match end(stream, out, pause).await {
+                    Ok(()) => {}
+                    Err(SendError::Failed(Failure::Unprocessed)) => {
+                        return Err(Waited::Failure(Failure::Unprocessed))
+                    }
+                    Err(e) => tracing::debug!(error = %e, "request end not sent"),
+                }
+                continue;
+            }
             let far =
                 hard.unwrap_or_else(|| Instant::now() + std::time::Duration::from_secs(86_400));
+            let waiting = out.pending.is_some();
             let piece = tokio::select! {
                 biased;
                 r = stream.next() => return r.map_err(Waited::Failure),
-                p = d.body_chunk() => p,
+                p = d.body_chunk(), if !waiting => Some(p),
+                _ = &mut windows, if waiting => None,
+                _ = &mut drained, if waiting => None,
+                _ = tokio::time::sleep(pause), if waiting => return Err(Waited::Timeout),
                 _ = tokio::time::sleep_until(far) => return Err(Waited::Timeout),
             };
-            let piece = piece.map_err(Waited::Client)?;
-            match send_piece(d, ctx, (stream, call), out, piece, pause).await {
-                Ok(()) => {}
-                Err(SendError::Failed(Failure::Unprocessed)) => {
-                    return Err(Waited::Failure(Failure::Unprocessed))
-                }
-                Err(SendError::Stalled(_)) => return Err(Waited::Timeout),
-                Err(SendError::Bad(why)) => {
-                    return Err(Waited::Client(super::forward_h2::bad_body(why)))
-                }
-                // The server's side is closed: its answer (or its failure) says the rest.
-                Err(e) => {
-                    tracing::debug!(error = %e, "request body not carried whole");
-                    out.open = false;
+            if let Some(p) = piece {
+                let p = p.map_err(Waited::Client)?;
+                match take_piece(d, ctx, (stream, call), out, p) {
+                    Ok(data) => out.pending = data.filter(|d| !d.is_empty()),
+                    Err(SendError::Bad(why)) => {
+                        return Err(Waited::Client(super::forward_h2::bad_body(why)))
+                    }
+                    Err(e) => return Err(Waited::Failure(Failure::Gone(e.to_string()))),
                 }
             }
             continue;

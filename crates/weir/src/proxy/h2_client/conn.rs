@@ -30,7 +30,8 @@ use crate::proxy::socket::Socket;
 /// stream), not as clients read: the connection is shared by every client of the worker, and
 /// a window given back on reading let clients that stop reading streamed answers hold it
 /// whole, and every other call stall (the review of issue 55's first part). What is held is
-/// bounded by the streams' windows instead: [`STREAM_WINDOW`] × `http2.max_streams`.
+/// bounded by the streams' windows instead: [`STREAM_WINDOW`] for each request not yet
+/// relayed whole (requests in flight are capped by the upstream's `limits.max_requests`).
 pub(super) const CONNECTION_WINDOW: u32 = 8 * 1024 * 1024;
 
 /// Each stream's receive window: what an answer may have in flight before its client reads.
@@ -62,7 +63,7 @@ impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Failure::Unprocessed => f.write_str("the server did not process the stream"),
-            Failure::Reset(code) => write!(f, "the server reset the stream (code {code:#x})"),
+            Failure::Reset(code) => write!(f, "the stream was reset (code {code:#x})"),
             Failure::Gone(why) => write!(f, "HTTP/2 connection: {why}"),
         }
     }
@@ -87,6 +88,9 @@ pub(super) struct Inner {
     settled: bool,
     /// When the last stream ended (or the connection opened): for the idle timeout.
     idle_since: Instant,
+    /// Octets of `out` the reading side owes (acknowledgements, window updates, resets) since
+    /// the writer last took it: past [`OUT_LIMIT`] the server asks and does not read.
+    owed_by_reads: usize,
 }
 
 /// One connection, shared by the streams on it and its driver.
@@ -139,6 +143,7 @@ impl H2Conn {
                 dead: None,
                 settled: false,
                 idle_since: Instant::now(),
+                owed_by_reads: 0,
             }),
             writer: Notify::new(),
             windows: Notify::new(),
@@ -150,6 +155,10 @@ impl H2Conn {
         conn.writer.notify_one();
         let task = tokio::task::spawn_local(drive(conn.clone(), socket, *policy));
         *conn.driver.borrow_mut() = Some(task);
+        // Closed if this wait is given up (a health check's own deadline, a client gone):
+        // a server that never sent SETTINGS kept the socket for the ping's 40 s (second
+        // attack review).
+        let mut unsettled = Unsettled(Some(conn.clone()));
         let settled = async {
             loop {
                 let wait = conn.settled.notified();
@@ -165,7 +174,11 @@ impl H2Conn {
                 wait.await;
             }
         };
-        match tokio::time::timeout(within, settled).await {
+        let r = tokio::time::timeout(within, settled).await;
+        if matches!(r, Ok(Ok(()))) {
+            unsettled.0 = None;
+        }
+        match r {
             Ok(Ok(())) => Ok(conn),
             Ok(Err(e)) => Err(e),
             Err(_) => {
@@ -221,6 +234,17 @@ impl H2Conn {
     }
 }
 
+/// Closes a connection whose start was not seen through.
+struct Unsettled(Option<Rc<H2Conn>>);
+
+impl Drop for Unsettled {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            c.close();
+        }
+    }
+}
+
 /// Every stream fails with `why`; the connection takes no more.
 fn fail_all(conn: &H2Conn, why: String) {
     let mut inner = conn.inner.borrow_mut();
@@ -237,6 +261,7 @@ fn fail_all(conn: &H2Conn, why: String) {
     }
     drop(inner);
     conn.windows.notify_waiters();
+    conn.drained.notify_waiters();
     conn.room.notify_waiters();
     conn.settled.notify_waiters();
 }
@@ -264,6 +289,7 @@ async fn write_loop(conn: &H2Conn, wr: &mut tokio::io::WriteHalf<Socket>) -> Str
         let pending = {
             let mut inner = conn.inner.borrow_mut();
             std::mem::swap(&mut inner.out, &mut spare);
+            inner.owed_by_reads = 0;
             !spare.is_empty()
         };
         if !pending {
@@ -355,7 +381,9 @@ async fn read_loop(conn: &H2Conn, rd: &mut tokio::io::ReadHalf<Socket>, policy: 
             }
         }
         let mut inner = conn.inner.borrow_mut();
+        let active_before = inner.client.active();
         let Inner { client, out, .. } = &mut *inner;
+        let owed_before = out.len();
         let taken = match client.recv(&buf, out, &mut events) {
             Ok(n) => n,
             Err(reason) => {
@@ -364,12 +392,16 @@ async fn read_loop(conn: &H2Conn, rd: &mut tokio::io::ReadHalf<Socket>, policy: 
             }
         };
         let _ = buf.split_to(taken);
-        if out.len() > OUT_LIMIT {
+        let owed_now = out.len().saturating_sub(owed_before);
+        inner.owed_by_reads += owed_now;
+        if inner.owed_by_reads > OUT_LIMIT {
             return "the server sends and does not read what it asks for".into();
         }
-        let owed = !out.is_empty();
+        let owed = !inner.out.is_empty();
         let mut windows = false;
-        let mut room = false;
+        // A stream the server ended or reset frees room, whether or not its reader is done
+        // (second attack review: a waiting request was not woken).
+        let mut room = inner.client.active() < active_before;
         for e in events.drain(..) {
             match e {
                 Event::PingAck { data } => {

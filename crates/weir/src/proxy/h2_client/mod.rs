@@ -5,8 +5,8 @@
 //!
 //! - A small pool per worker and server ([`open`]): streams go to the connection with the
 //!   fewest, up to the server's SETTINGS_MAX_CONCURRENT_STREAMS and `http2.max_streams`;
-//!   past that a new connection, up to `http2.connections`; past those, the request waits
-//!   for a stream to end (within `timeouts.connect`).
+//!   past that a new connection, up to `http2.connections` (10); past those, the request
+//!   waits for a stream to end (within `timeouts.connect`, then 503).
 //! - GOAWAY: the connection takes no new stream; streams above the server's last one fail as
 //!   unprocessed, and the caller sends them again on another connection (`h2_upstream.rs`);
 //!   those below finish.

@@ -90,6 +90,48 @@ impl ClientStream {
         self.conn.writer.notify_one();
     }
 
+    /// Sends what the windows allow of `data` now, without waiting (none while the server
+    /// owes the writer past [`super::conn::OUT_HIGH`]): the octets taken. Wait on
+    /// [`ClientStream::writable`] (made before this call) for more room.
+    pub(crate) fn try_send(&self, data: &[u8]) -> Result<usize, SendError> {
+        let mut inner = self.conn.inner.borrow_mut();
+        if let Some(why) = &inner.dead {
+            return Err(SendError::Failed(Failure::Gone(why.clone())));
+        }
+        if let Some(f) = inner
+            .slots
+            .iter()
+            .find(|s| s.id == self.id)
+            .and_then(|s| s.failed.clone())
+        {
+            return Err(SendError::Failed(f));
+        }
+        let super::conn::Inner { client, out, .. } = &mut *inner;
+        if !client.has(self.id) {
+            return Err(SendError::Closed);
+        }
+        if out.len() >= super::conn::OUT_HIGH {
+            return Ok(0);
+        }
+        let n = client.data(self.id, data, false, out);
+        drop(inner);
+        if n > 0 {
+            self.conn.writer.notify_one();
+        }
+        Ok(n)
+    }
+
+    /// Ready when the windows may have grown or the writer drained (or the connection
+    /// failed): made, and enabled, before [`ClientStream::try_send`], so no wake-up is lost.
+    pub(crate) fn writable(
+        &self,
+    ) -> (
+        tokio::sync::futures::Notified<'_>,
+        tokio::sync::futures::Notified<'_>,
+    ) {
+        (self.conn.windows.notified(), self.conn.drained.notified())
+    }
+
     /// Sends `data` (the body's end with `end_stream`) as the windows allow, each wait for
     /// them bounded by `pause` (the upstream's `timeouts.send`).
     pub(crate) async fn send_data(
@@ -100,6 +142,9 @@ impl ClientStream {
     ) -> Result<(), SendError> {
         let mut at = 0;
         loop {
+            if let Some(why) = &self.conn.inner.borrow().dead {
+                return Err(SendError::Failed(Failure::Gone(why.clone())));
+            }
             // A server that reads slowly: what is owed it drains first.
             if self.conn.inner.borrow().out.len() >= super::conn::OUT_HIGH {
                 let drained = self.conn.drained.notified();
@@ -132,9 +177,14 @@ impl ClientStream {
                 let before = out.len();
                 at += client.data(self.id, &data[at..], end_stream, out);
                 let wrote = out.len() > before;
+                // This side's end closed the stream (the server had ended): room for another.
+                let closed = !client.has(self.id);
                 drop(inner);
                 if wrote {
                     self.conn.writer.notify_one();
+                }
+                if closed {
+                    self.conn.room.notify_waiters();
                 }
                 if at == data.len() && (wrote || !end_stream || data.is_empty()) {
                     return Ok(());
