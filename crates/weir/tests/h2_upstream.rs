@@ -154,6 +154,9 @@ fn streams_keep_to_the_server_s_limit_and_spread_over_the_connections() {
 fn goaway_finishes_the_processed_stream_and_sends_the_other_again() {
     let closed = Arc::new(AtomicBool::new(false));
     let saw_close = closed.clone();
+    // The GET must have the lower stream: GOAWAY's last stream covers every stream below it.
+    let got_get = Arc::new(AtomicBool::new(false));
+    let saw_get = got_get.clone();
     let (origin, connections) = raw_server(move |index, mut s| {
         if index > 0 {
             return echo_all(&mut s, "second");
@@ -169,6 +172,7 @@ fn goaway_finishes_the_processed_stream_and_sends_the_other_again() {
                 }
                 if flags & END_STREAM != 0 {
                     get = stream;
+                    saw_get.store(true, Ordering::SeqCst);
                 }
                 streams.push(stream);
                 if streams.len() == 2 {
@@ -188,15 +192,17 @@ fn goaway_finishes_the_processed_stream_and_sends_the_other_again() {
     let s = common::start_config(&config(origin, "connections: 1"));
     assert_eq!(common::get(s.addr, "/warm").text(), "warm");
     let addr = s.addr;
-    let post = std::thread::spawn(move || {
-        let mut c = common::connect(addr);
-        common::roundtrip(
-            &mut c,
-            b"POST /b HTTP/1.1\r\nHost: t\r\nContent-Length: 7\r\n\r\npayload",
-        )
-    });
-    let get = common::get(s.addr, "/a");
-    let post = post.join().unwrap();
+    let get = std::thread::spawn(move || common::get(addr, "/a"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !got_get.load(Ordering::SeqCst) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut c = common::connect(s.addr);
+    let post = common::roundtrip(
+        &mut c,
+        b"POST /b HTTP/1.1\r\nHost: t\r\nContent-Length: 7\r\n\r\npayload",
+    );
+    let get = get.join().unwrap();
     assert_eq!((get.status, get.text().as_str()), (200, "first"));
     assert_eq!(
         (post.status, post.text().as_str()),

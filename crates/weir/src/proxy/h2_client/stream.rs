@@ -90,11 +90,9 @@ impl ClientStream {
         self.conn.writer.notify_one();
     }
 
-    /// Sends what the windows allow of `data` now, without waiting (none while the server
-    /// owes the writer past [`super::conn::OUT_HIGH`]): the octets taken. Wait on
-    /// [`ClientStream::writable`] (made before this call) for more room.
-    pub(crate) fn try_send(&self, data: &[u8]) -> Result<usize, SendError> {
-        let mut inner = self.conn.inner.borrow_mut();
+    /// Whether this stream may still send: not when the connection died, the stream failed,
+    /// or the server answered and ended it (the rest is not wanted).
+    fn may_send(&self, inner: &super::conn::Inner) -> Result<(), SendError> {
         if let Some(why) = &inner.dead {
             return Err(SendError::Failed(Failure::Gone(why.clone())));
         }
@@ -106,10 +104,19 @@ impl ClientStream {
         {
             return Err(SendError::Failed(f));
         }
-        let super::conn::Inner { client, out, .. } = &mut *inner;
-        if !client.has(self.id) {
-            return Err(SendError::Closed);
+        match inner.client.has(self.id) {
+            true => Ok(()),
+            false => Err(SendError::Closed),
         }
+    }
+
+    /// Sends what the windows allow of `data` now, without waiting (none while the server
+    /// owes the writer past [`super::conn::OUT_HIGH`]): the octets taken. Wait on
+    /// [`ClientStream::writable`] (made before this call) for more room.
+    pub(crate) fn try_send(&self, data: &[u8]) -> Result<usize, SendError> {
+        let mut inner = self.conn.inner.borrow_mut();
+        self.may_send(&inner)?;
+        let super::conn::Inner { client, out, .. } = &mut *inner;
         if out.len() >= super::conn::OUT_HIGH {
             return Ok(0);
         }
@@ -158,22 +165,8 @@ impl ClientStream {
             wait.as_mut().enable();
             {
                 let mut inner = self.conn.inner.borrow_mut();
-                if let Some(why) = &inner.dead {
-                    return Err(SendError::Failed(Failure::Gone(why.clone())));
-                }
-                if let Some(f) = inner
-                    .slots
-                    .iter()
-                    .find(|s| s.id == self.id)
-                    .and_then(|s| s.failed.clone())
-                {
-                    return Err(SendError::Failed(f));
-                }
+                self.may_send(&inner)?;
                 let super::conn::Inner { client, out, .. } = &mut *inner;
-                if !client.has(self.id) {
-                    // The server answered and ended the stream: the rest is not wanted.
-                    return Err(SendError::Closed);
-                }
                 let before = out.len();
                 at += client.data(self.id, &data[at..], end_stream, out);
                 let wrote = out.len() > before;
