@@ -1,7 +1,7 @@
 //! The access log over real sockets: formats, per-route choices, the request id, syslog.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

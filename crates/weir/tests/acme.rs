@@ -7,7 +7,7 @@
 //! `examples/acme/dns-nsupdate.sh`.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::path::Path;

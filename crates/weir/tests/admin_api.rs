@@ -3,7 +3,7 @@
 //! `POST /reload`, SIGUSR1 log reopening, `--log-level`, and systemd's READY notification.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

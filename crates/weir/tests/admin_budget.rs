@@ -3,7 +3,7 @@
 //! refused at once (closed, not left in the backlog) and counted by reason.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

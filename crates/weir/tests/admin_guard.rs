@@ -4,7 +4,7 @@
 //! Reload errors name a variable, never its value; admin requests stay out of the access log.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -5,7 +5,7 @@
 //! The keys in tests/fixtures/jwt/ are test-only keys made with `openssl genpkey`.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -2,7 +2,7 @@
 //! clock moved forward instead of sleeping; coalescing; memory bound; purges; Vary.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! fix it was merged into the shared object and every later hit carried it (issue 18, item 2).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::cachekit::{cache, get, resp, scripted, status_of};
 

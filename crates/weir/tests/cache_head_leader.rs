@@ -4,7 +4,7 @@
 //! than that issue).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! normalisation, If-Modified-Since against Date, no-cache with a validator, must-understand.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

@@ -5,7 +5,7 @@
 //! reaches every slice.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -2,7 +2,7 @@
 //! that pipeline and read slowly. Apart from `cache.rs` to keep each file small.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The `weir` binary: `check`, `version`, and `run` with the built-in config and a signal.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 

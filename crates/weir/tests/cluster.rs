@@ -6,7 +6,7 @@
 //! stopped node leaving at once.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::process::Command;

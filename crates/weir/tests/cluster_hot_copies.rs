@@ -4,7 +4,7 @@
 //! invalidation or a `PURGE` made at the owner reaches the copies within `local_hot_ttl`.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::process::Command;

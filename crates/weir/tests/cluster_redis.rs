@@ -5,7 +5,7 @@
 //! 300 ± 5% r/s for a quota of 300 — Kong's known bugs, tested.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::process::Command;

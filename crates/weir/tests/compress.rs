@@ -3,7 +3,7 @@
 //! without a cache, what is never compressed, and precompressed static files.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -3,7 +3,7 @@
 //! leaves the texts as they were rebuilds nothing, and a bad file keeps the running config.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

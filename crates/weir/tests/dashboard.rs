@@ -3,7 +3,7 @@
 //! agreeing with `/metrics`), and draining a server through the admin API.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! used as written, and binary upgrades keep the cache, with and without a disk tier.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! not hold the name, and key files whose errors must not print the secret.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

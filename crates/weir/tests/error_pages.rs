@@ -4,7 +4,7 @@
 //! body; an upstream's own error response is relayed as it is; bad maps are refused by key.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -5,7 +5,7 @@
 //! a slow script (504), a dying one (502), php-fpm restarted (and restarted under load).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};

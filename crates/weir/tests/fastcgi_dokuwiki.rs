@@ -4,7 +4,7 @@
 //! read back, over real sockets, as a browser would.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! full URL, the RFC 9110 reason phrases, and `weir bench --h2` against an HTTP/1.1 port.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -2,7 +2,7 @@
 //! variables) and the traffic-control filters, over real sockets.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::Write;

@@ -4,7 +4,7 @@
 //! upstream's health checks speak HTTP/2 too.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::h2origin::h2_server;
 

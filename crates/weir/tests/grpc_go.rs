@@ -1,7 +1,7 @@
 //! gRPC through weir against a real implementation (issue 55 §3): grpc-go's server (with its
 //! `grpc.health.v1` service) and client, from `tests/fixtures/grpc-go`, over h2c and TLS.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! size) closing with GOAWAY while other connections carry on, and `Upgrade: h2c` never relayed.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;

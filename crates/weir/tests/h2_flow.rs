@@ -7,7 +7,7 @@
 //! and uploads stalled on a WINDOW_UPDATE until the body timeout.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;

@@ -2,7 +2,7 @@
 //! finding, over raw frames: each failed before its fix.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};

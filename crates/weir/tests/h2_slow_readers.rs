@@ -8,7 +8,7 @@
 //! 8 KiB until issue 19: see `measure`.)
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::TcpStream;

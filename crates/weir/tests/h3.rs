@@ -4,7 +4,7 @@
 //! clients (`weir bench --h3` and ngtcp2's `gtlsclient`).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -6,7 +6,7 @@
 //! field in the head. None reaches the origin, and the connection goes on (issue 52).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Host validation and cache-key safety over real sockets (issue: Host-header cache poisoning).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 

@@ -4,7 +4,7 @@
 //! RefNotPermitted, InvalidKind) noted per object, invalid backends answered 500.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::SocketAddr;

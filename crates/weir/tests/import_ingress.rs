@@ -4,7 +4,7 @@
 //! listed per object, and restricting annotations left untranslated refuse.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -6,7 +6,7 @@
 //! `try_files ... @app`: `import_nginx/php.rs`; `set`/`if`/`rewrite` idioms: `import_nginx/script.rs`.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 #[path = "import_nginx/error_named.rs"]
 mod error_named;
 #[path = "import_nginx/php.rs"]

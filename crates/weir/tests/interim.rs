@@ -2,7 +2,7 @@
 //! and cached proxy routes; never stored, never merged into the final head.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! manifests weir ships (`deploy/kubernetes/`, as `kubectl apply --dry-run=server` sends them).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::kube::KubeApi;
 

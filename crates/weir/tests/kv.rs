@@ -2,7 +2,7 @@
 //! bounds, persistence across a stop and a crash, and examples/kv.yaml as written.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! number of lines to `weir run`'s error log, and the events are counted in /metrics.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -3,7 +3,7 @@
 //! key on an earlier one. Over real sockets, and the config errors that name the key.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 

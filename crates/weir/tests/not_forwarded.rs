@@ -4,7 +4,7 @@
 //! malformed HTTP/2 fields, and `Via` naming the client's protocol.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};

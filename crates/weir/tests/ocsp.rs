@@ -4,7 +4,7 @@
 //! response read from a file instead of a responder.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -4,7 +4,7 @@
 //! the rate of new orders is capped; a restart serves the stored certificates without the CA.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};

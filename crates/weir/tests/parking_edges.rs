@@ -6,7 +6,7 @@
 //! `probe_control_*` tests run the same scenarios on connections that never parked.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::TcpStream;

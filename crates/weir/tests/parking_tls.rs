@@ -6,7 +6,7 @@
 //! half a record read stays in its task, and a `close_notify` sent while parked closes it.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -5,7 +5,7 @@
 //! segments, the most trusting origin there is.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;

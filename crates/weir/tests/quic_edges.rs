@@ -3,7 +3,7 @@
 //! (RFC 6066 forbids them, some clients send them; TLS over TCP serves them as no name).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! is the same object after every swap.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! real socket; the client is the PROXY protocol's when the listener takes one.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 

@@ -4,7 +4,7 @@
 //! anything is read) or not (chunked: 413 once past), over HTTP/1.1 and HTTP/3.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 

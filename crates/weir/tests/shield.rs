@@ -2,7 +2,7 @@
 //! (examples/shield.yaml as written), PROXY protocol v1 and v2, the admin API and /metrics.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};

@@ -5,7 +5,7 @@
 //! config's errors, in process.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};

@@ -1,7 +1,7 @@
 //! The `static` action over a real socket: validators, conditionals, ranges, escapes.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 

@@ -3,7 +3,7 @@
 //! dotfiles hidden, never outside the root), `index`, and `Cache-Control`/`Expires` by file name.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

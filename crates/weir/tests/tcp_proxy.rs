@@ -4,7 +4,7 @@
 //! line, and the config's errors. Every backend is a real socket server in a thread.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

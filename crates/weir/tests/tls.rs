@@ -3,7 +3,7 @@
 //! HTTP/1.1 over TLS (keep-alive, a large response, the proxy's `X-Forwarded-Proto`).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! connection and on one that parked first (its records then sealed by `tls/records.rs`).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};

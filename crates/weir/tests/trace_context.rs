@@ -3,7 +3,7 @@
 //! own span as its parent, the access log's `$trace_id` and `$span_id`.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! counted, requests not slowed.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -5,7 +5,7 @@
 //! Every client is a real unix socket.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::inproc::{start, start_error, unix_connect};
 

@@ -6,7 +6,7 @@
 //! `weir check` on a socket of another kind. Everything on loopback and bounded in time.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::inproc::{client_hello, reload, start, stop, unix_connect};
 

@@ -3,7 +3,7 @@
 //! one, and the config's errors. Every origin is a real server on a socket file.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixListener;

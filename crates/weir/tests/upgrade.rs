@@ -2,7 +2,7 @@
 //! sockets of the first under keep-alive load; the first drains and exits; no request fails.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::Command;

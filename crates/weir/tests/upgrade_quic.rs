@@ -4,7 +4,7 @@
 //! processes read the same sockets: docs/limitations.md states the limit).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};

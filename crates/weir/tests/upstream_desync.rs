@@ -5,7 +5,7 @@
 //! counted in `weir_upstream_desync_total`.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{BufReader, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};

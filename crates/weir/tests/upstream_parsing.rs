@@ -4,7 +4,7 @@
 //! connection or a panic.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{BufReader, Write};
 

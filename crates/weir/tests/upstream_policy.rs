@@ -2,7 +2,7 @@
 //! pending requests, requests and retries, over real sockets.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

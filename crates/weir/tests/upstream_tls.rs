@@ -4,7 +4,7 @@
 //! reconnects, and health checks made with the same TLS settings.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};

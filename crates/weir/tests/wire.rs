@@ -1,7 +1,7 @@
 //! Wire-level tests: raw bytes to a real listener on 127.0.0.1, exact statuses and framing back.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
