@@ -3,7 +3,8 @@
 //! `http2.connections`; GOAWAY (the stream the server processed finishes, the one it did not
 //! goes again on a new connection, its body too); PING liveness (a server that stops
 //! answering is dropped, one that answers is kept); request and response bodies past the
-//! windows both ways; the cache and response filters over an HTTP/2 upstream.
+//! windows both ways; the cache and response filters over an HTTP/2 upstream; room freed by a
+//! stream the server ends while weir still hands its answer to a slow client.
 //!
 //! The servers are the `h2` crate's (an implementation other than weir's) and, for what a
 //! library does not let a test choose (when GOAWAY comes, a PING never acknowledged), raw
@@ -744,4 +745,125 @@ fn a_duplex_call_with_big_answers_does_not_deadlock() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// A stream the server ends frees room on its connection at once, even while weir is still
+/// handing its answer to a slow client: a request waiting for that room goes then, not when
+/// `timeouts.connect` runs out (second attack review: it got a 503 after 5 s). The server
+/// takes one stream at a time; client A never reads its answer, so A's stream keeps its
+/// place in weir while the server, stalled by A's window, ends it with an empty DATA.
+#[test]
+fn a_stream_the_server_ends_frees_room_while_its_reader_is_slow() {
+    let (end_a, end_a_rx) = std::sync::mpsc::channel::<()>();
+    let end_a_rx = Mutex::new(Some(end_a_rx));
+    let (stalled_tx, stalled) = std::sync::mpsc::channel::<()>();
+    let stalled_tx = Mutex::new(Some(stalled_tx));
+    let one = [0u8, 3, 0, 0, 0, 1].to_vec();
+    let (origin, _) = raw_server_with(one, move |_, s| {
+        let (Some(end_a), Some(stalled)) = (
+            end_a_rx.lock().unwrap().take(),
+            stalled_tx.lock().unwrap().take(),
+        ) else {
+            return;
+        };
+        let out = Arc::new(Mutex::new(s.try_clone().unwrap()));
+        // Send credit: weir's initial stream window (its SETTINGS) and WINDOW_UPDATEs, for
+        // the connection and for stream 1; the reader answers every later stream at once.
+        let credit = Arc::new(Mutex::new((65_535i64, 65_535i64)));
+        let (c, o) = (credit.clone(), out.clone());
+        let (opened, a_opened) = std::sync::mpsc::channel::<()>();
+        let mut r = s;
+        std::thread::spawn(move || {
+            while let Some((kind, flags, stream, p)) = read_frame(&mut r) {
+                match kind {
+                    h2raw::SETTINGS if flags & h2raw::ACK == 0 => {
+                        for f in p.chunks_exact(6) {
+                            if u16::from_be_bytes([f[0], f[1]]) == 4 {
+                                let v = u32::from_be_bytes(f[2..6].try_into().unwrap());
+                                c.lock().unwrap().1 = i64::from(v);
+                            }
+                        }
+                        let ack = frame(h2raw::SETTINGS, h2raw::ACK, 0, b"");
+                        o.lock().unwrap().write_all(&ack).unwrap();
+                    }
+                    h2raw::WINDOW_UPDATE => {
+                        let n = i64::from(u32::from_be_bytes(p[..4].try_into().unwrap()));
+                        let mut w = c.lock().unwrap();
+                        match stream {
+                            0 => w.0 += n,
+                            1 => w.1 += n,
+                            _ => {}
+                        }
+                    }
+                    HEADERS if stream == 1 => opened.send(()).unwrap(),
+                    HEADERS => answer(&mut o.lock().unwrap(), stream, b"b"),
+                    PING if flags & h2raw::ACK == 0 => {
+                        let pong = frame(PING, h2raw::ACK, 0, &p);
+                        o.lock().unwrap().write_all(&pong).unwrap();
+                    }
+                    _ => {}
+                }
+            }
+        });
+        // Stream 1 (A), once asked (weir's SETTINGS come before): a head, then DATA as far as
+        // the windows let, until they stay shut.
+        a_opened.recv().unwrap();
+        let head = h2raw::block(&[(":status", b"200")]);
+        let started = frame(HEADERS, END_HEADERS, 1, &head);
+        out.lock().unwrap().write_all(&started).unwrap();
+        let piece = vec![b'a'; 16_384];
+        let mut idle_since = Instant::now();
+        while idle_since.elapsed() < Duration::from_millis(700) {
+            let room = {
+                let w = credit.lock().unwrap();
+                w.0.min(w.1).min(16_384)
+            };
+            if room <= 0 {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            let n = usize::try_from(room).unwrap();
+            {
+                let mut w = credit.lock().unwrap();
+                w.0 -= room;
+                w.1 -= room;
+            }
+            out.lock()
+                .unwrap()
+                .write_all(&frame(DATA, 0, 1, &piece[..n]))
+                .unwrap();
+            idle_since = Instant::now();
+        }
+        let _ = stalled.send(());
+        // Ends A (an empty DATA needs no window) when the test says so.
+        let _ = end_a.recv();
+        let _ = out
+            .lock()
+            .unwrap()
+            .write_all(&frame(DATA, END_STREAM, 1, b""));
+        std::thread::sleep(Duration::from_secs(30));
+    });
+    let s = common::start_config(&format!(
+        "workers: 1\nupstreams:\n  h: {{ servers: ['{origin}'], protocol: h2, http2: {{ connections: 1 }}, timeouts: {{ connect: 3s }}, passive_health: {{ max_fails: 0 }} }}\nlisteners:\n  - address: 127.0.0.1:0\n    routes:\n      - proxy: {{ upstream: h }}\n"
+    ));
+    // A asks and never reads: weir's task for A stops at A's full socket, holding the stream.
+    let mut a = common::connect(s.addr);
+    a.write_all(b"GET /a HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    stalled.recv_timeout(Duration::from_secs(30)).unwrap();
+    // B waits for room (the server takes one stream), then A's stream ends at the server.
+    let addr = s.addr;
+    let b = std::thread::spawn(move || {
+        let t = Instant::now();
+        let r = common::get(addr, "/b");
+        (r.status, r.text(), t.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    end_a.send(()).unwrap();
+    let (status, body, took) = b.join().unwrap();
+    assert_eq!((status, body.as_str()), (200, "b"), "after {took:?}");
+    assert!(
+        took < Duration::from_secs(2),
+        "B waited {took:?}: woken by timeouts.connect, not by A's end"
+    );
+    drop(a);
 }
