@@ -8,7 +8,7 @@
 //! 8 KiB until issue 19: see `measure`.)
 #![allow(clippy::unwrap_used)]
 
-use crate::common;
+mod common;
 
 use std::io::Write;
 use std::net::TcpStream;

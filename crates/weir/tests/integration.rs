@@ -11,7 +11,10 @@
 //! memory (`proxy`, `cache_memory`, `h3_abuse`, `tls_own_records_probe`), its threads
 //! (`on_demand_edges`, `tracing_reload`), its environment (`panics`, `hot_path_edges` turn on
 //! fault injection), process-wide counters read exactly (`kubernetes_provider`,
-//! `kubernetes_isolation`), or a feature (`uring`).
+//! `kubernetes_isolation`; `tls_stream_edges` compares `weir_panics_total`, which counts every
+//! panic in the process), a measurement that a busy neighbour would skew (`h2_slow_readers`:
+//! a child weir's memory per stream within 12%, which two such runs at once starve), or a
+//! feature (`uring`).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -50,7 +53,6 @@ mod grpc_go;
 mod h2;
 mod h2_flow;
 mod h2_review;
-mod h2_slow_readers;
 mod h2_upstream;
 mod h2spec;
 mod h3;
@@ -82,7 +84,6 @@ mod static_sites;
 mod tcp_proxy;
 mod tls;
 mod tls_renegotiation;
-mod tls_stream_edges;
 mod trace_context;
 mod tracing_otlp;
 mod unix_listener;

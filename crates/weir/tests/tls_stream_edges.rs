@@ -8,7 +8,7 @@
 //! by partial records, key updates, garbage and pipelined requests.
 #![allow(clippy::unwrap_used)]
 
-use crate::common;
+mod common;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
