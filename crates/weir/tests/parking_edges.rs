@@ -128,11 +128,13 @@ fn probe_admin_connections_park_and_give_back_their_budget() {
     let _ = srv;
     let req = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
     for round in 0..3 {
-        let mut conns: Vec<TcpStream> = (0..15).map(|_| common::connect(admin)).collect();
+        // 14 of the 16 places: the samples below take one, and the one before it may not be
+        // given back yet (weir closes it as it answers, a moment later on a busy machine).
+        let mut conns: Vec<TcpStream> = (0..14).map(|_| common::connect(admin)).collect();
         for c in &mut conns {
             assert_eq!(roundtrip(c, req).status, 200, "round {round}");
         }
-        wait_parked(admin, 15.0);
+        wait_parked(admin, 14.0);
         if round % 2 == 0 {
             drop(conns); // the clients leave while parked
         } else {
@@ -147,11 +149,18 @@ fn probe_admin_connections_park_and_give_back_their_budget() {
             metric(admin, "weir_connections_parked ") == 0.0
         });
     }
-    // All 16 admin slots free again: 16 at once are served.
-    let mut conns: Vec<TcpStream> = (0..16).map(|_| common::connect(admin)).collect();
-    for c in &mut conns {
-        assert_eq!(roundtrip(c, req).status, 200, "admin budget leaked");
-    }
+    // All 16 admin places free again: 16 at once are served. Tried again while the last
+    // sample's place is given back; a place leaked for good fails every try.
+    until(
+        "16 admin connections at once served (budget leaked?)",
+        Duration::from_secs(10),
+        || {
+            let mut conns: Vec<TcpStream> = (0..16).map(|_| common::connect(admin)).collect();
+            conns.iter_mut().all(|c| {
+                c.write_all(req).is_ok() && reply_or_close(c).is_some_and(|r| r.status == 200)
+            })
+        },
+    );
 }
 
 /// The shield's per-client connection count is released for connections closed while parked.
