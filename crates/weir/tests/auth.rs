@@ -1030,13 +1030,7 @@ fn password_guessing_does_not_stall_the_worker_or_tell_names() {
                     // From 127.0.0.2: the per-client bound is one per process, and the other
                     // tests of this binary check passwords from 127.0.0.1 meanwhile (one of
                     // them got this test's 429 under load).
-                    let sock =
-                        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-                            .unwrap();
-                    sock.bind(&std::net::SocketAddr::from(([127, 0, 0, 2], 0)).into())
-                        .unwrap();
-                    sock.connect(&addr.into()).unwrap();
-                    let mut c: std::net::TcpStream = sock.into();
+                    let mut c = connect_from([127, 0, 0, 2], addr);
                     c.set_nodelay(true).unwrap();
                     c.set_read_timeout(Some(std::time::Duration::from_secs(60)))
                         .unwrap();
@@ -1329,12 +1323,7 @@ fn one_client_cannot_fill_the_password_queue_and_unknown_users_cost_the_most() {
     // From addresses of its own: the per-client bound is one per process, shared with the
     // other tests of this binary (which use 127.0.0.1).
     let from = |ip: [u8; 4], fields: &str| {
-        let sock =
-            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        sock.bind(&std::net::SocketAddr::from((ip, 0)).into())
-            .unwrap();
-        sock.connect(&s.addr.into()).unwrap();
-        let mut c: std::net::TcpStream = sock.into();
+        let mut c = connect_from(ip, s.addr);
         c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         roundtrip(
             &mut c,
@@ -1357,13 +1346,7 @@ fn one_client_cannot_fill_the_password_queue_and_unknown_users_cost_the_most() {
         let hs: Vec<_> = (0..12)
             .map(|_| {
                 sc.spawn(move || {
-                    let sock =
-                        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-                            .unwrap();
-                    sock.bind(&std::net::SocketAddr::from(([127, 0, 0, 5], 0)).into())
-                        .unwrap();
-                    sock.connect(&addr.into()).unwrap();
-                    let mut c: std::net::TcpStream = sock.into();
+                    let mut c = connect_from([127, 0, 0, 5], addr);
                     c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
                     roundtrip(
                         &mut c,
@@ -1386,4 +1369,15 @@ fn one_client_cannot_fill_the_password_queue_and_unknown_users_cost_the_most() {
     );
     assert_eq!(from([127, 0, 0, 4], &basic("cheap", "cheap")).text(), "in");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A connection to `to` from `ip` (a 127.0.0.0/8 address of the test's own): basic auth's
+/// per-client bound is keyed by address and is one per process, shared with the other files
+/// of this test binary, which connect from 127.0.0.1.
+fn connect_from(ip: [u8; 4], to: std::net::SocketAddr) -> std::net::TcpStream {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&std::net::SocketAddr::from((ip, 0)).into())
+        .unwrap();
+    sock.connect(&to.into()).unwrap();
+    sock.into()
 }
